@@ -1,0 +1,99 @@
+"""Exceptions raised by Slash.
+
+Two families, so callers can tell whose fault a failure is:
+
+* :class:`UsageError` (also a ``ValueError``): the caller passed something
+  wrong: a bad argument, an oversized buffer, an unknown transport, bad input
+  data or schema.
+* :class:`SystemFailure`: the system or a peer failed: a peer disconnected or
+  refused our token, a provider or system call failed, a deadline passed.
+
+Every exception carries the core's status name in ``status`` and the detail
+the core recorded (which call, which peer, which column) in its message.
+"""
+from __future__ import annotations
+
+
+class SlashError(Exception):
+    """Base class of every error raised by Slash."""
+
+    status: str = "error"
+
+
+# --- errors the caller caused -------------------------------------------
+class UsageError(SlashError, ValueError):
+    """The caller passed something invalid."""
+
+
+class InvalidArgument(UsageError):
+    status = "invalid argument"
+
+
+class BufferTooLarge(UsageError):
+    status = "buffer too large"
+
+
+class OutOfRange(UsageError):
+    status = "offset or length outside registered region"
+
+
+class NotSupported(UsageError):
+    status = "not supported in this build"
+
+
+class UnknownName(UsageError):
+    """An unknown transport, provider, column or other name."""
+
+    status = "not found"
+
+
+class InvalidState(UsageError):
+    status = "invalid in current state"
+
+
+class SchemaError(UsageError):
+    """Input data has a wrong type, a missing column, nulls, or mismatched lengths."""
+
+    status = "bad input"
+
+
+# --- errors of the system or the peer ------------------------------------
+class SystemFailure(SlashError):
+    """The system, the fabric or a peer failed."""
+
+
+class OutOfMemory(SystemFailure, MemoryError):
+    status = "out of memory"
+
+
+class SystemCallError(SystemFailure, OSError):
+    status = "system call failed"
+
+
+class ProviderError(SystemFailure):
+    status = "fabric provider error"
+
+
+class AuthenticationError(SystemFailure):
+    status = "authentication failed"
+
+
+class PeerDisconnected(SystemFailure, ConnectionError):
+    status = "peer disconnected"
+
+
+class Timeout(SystemFailure, TimeoutError):
+    status = "timed out"
+
+
+class ProtocolError(SystemFailure):
+    status = "protocol violation"
+
+
+class EndOfStream(SlashError, EOFError):
+    """The producer closed the channel; no more buffers will arrive."""
+
+    status = "end of stream"
+
+
+__all__ = [name for name in dir() if name[0].isupper()]
