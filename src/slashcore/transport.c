@@ -130,6 +130,8 @@ void slash_endpoint_close(slash_endpoint *ep)
         ep->tp->ops->endpoint_close(ep);
 }
 
+slash_transport *slash_endpoint_transport(const slash_endpoint *ep) { return ep->tp; }
+
 slash_status slash_endpoint_send_msg(slash_endpoint *ep, const void *buf, size_t len)
 {
     if (len == 0 || len > SLASH_MSG_MAX)

@@ -80,6 +80,8 @@ void slash_listener_close(slash_listener *l);
 slash_status slash_connect(slash_transport *tp, const char *addr, const char *token,
                            int timeout_ms, slash_endpoint **out);
 void slash_endpoint_close(slash_endpoint *ep);
+/* The transport an endpoint belongs to. */
+slash_transport *slash_endpoint_transport(const slash_endpoint *ep);
 
 /* Small two-sided control messages (setup only), delivered in order. */
 slash_status slash_endpoint_send_msg(slash_endpoint *ep, const void *buf, size_t len);
