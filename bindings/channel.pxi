@@ -1,8 +1,12 @@
 # channel.pxi - Channel (either end of a slash_channel) and Message (a received
 # buffer lent in place from the ring until released).
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_ANY_CONTIGUOUS
+from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE,
+                             PyBUF_ANY_CONTIGUOUS, PyBUF_FORMAT, PyBUF_ND)
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.string cimport memcpy
+
+
+cdef char *_FORMAT_B = "B"
 
 
 cdef class Message:
@@ -15,6 +19,7 @@ cdef class Message:
     cdef const char *data
     cdef readonly size_t nbytes
     cdef readonly uint64_t seq
+    cdef Py_ssize_t shape0
     cdef Channel channel
     cdef int exports
     cdef bint released
@@ -29,9 +34,14 @@ cdef class Message:
         view.len = self.nbytes
         view.readonly = 1
         view.itemsize = 1
-        view.format = "B" if (flags & 0x0004) else NULL  # PyBUF_FORMAT
+        self.shape0 = <Py_ssize_t>self.nbytes
+        view.format = NULL
+        if flags & PyBUF_FORMAT:
+            view.format = _FORMAT_B
         view.ndim = 1
-        view.shape = <Py_ssize_t *>&self.nbytes if (flags & 0x0008) else NULL  # PyBUF_ND
+        view.shape = NULL
+        if flags & PyBUF_ND:
+            view.shape = &self.shape0
         view.strides = NULL
         view.suboffsets = NULL
         view.internal = NULL
