@@ -1,0 +1,105 @@
+"""Benchmarks behind ``slash bench NAME``.
+
+Every public module of this package that defines the four names below is a
+benchmark; the CLI finds them with :func:`discover` and needs no list:
+
+* ``NAME``: the subcommand (``slash bench NAME``);
+* ``HELP``: one line for ``slash bench --help``;
+* ``add_arguments(parser)``: adds the benchmark's own options;
+* ``run(args) -> dict``: runs it and returns the result, one run as a flat
+  dict, several as ``{"runs": [dict, ...], ...}``.
+
+Modules whose name starts with ``_`` and helpers that lack those names
+(``baselines``, ``plot``) are not benchmarks. A module that fails to import
+(a missing optional dependency) is still listed, and running it reports the
+import error instead of hiding the benchmark.
+
+Performance is always reported as a ratio against a baseline measured in the
+same run on the same machine (see DESIGN.md, "How performance is judged").
+
+>>> from slash.bench import discover
+>>> "channel" in discover()
+True
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable, Dict, List, Optional
+
+log = logging.getLogger(__name__)
+
+#: the names a module must define to be a benchmark
+PROTOCOL = ("NAME", "HELP", "add_arguments", "run")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One discovered benchmark: its subcommand name and where it comes from.
+
+    ``error`` is set (and ``module`` is None) when the module failed to import;
+    ``run`` then raises :class:`slash.errors.NotSupported` naming the error.
+    """
+
+    name: str
+    help: str
+    module_name: str
+    module: Optional[ModuleType] = None
+    error: Optional[str] = None
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        if self.module is not None:
+            self.module.add_arguments(parser)
+
+    def run(self, args: argparse.Namespace) -> Dict[str, Any]:
+        if self.module is None:
+            from slash.errors import NotSupported
+
+            raise NotSupported(f"benchmark {self.name!r} is unavailable: {self.error}")
+        result = self.module.run(args)
+        if not isinstance(result, dict):
+            raise TypeError(f"{self.module_name}.run() returned {type(result).__name__}, not dict")
+        return result
+
+    def summary(self, run: Dict[str, Any]) -> str:
+        """One line for one run: the module's ``summary(run)`` if it has one."""
+        fn: Optional[Callable[[Dict[str, Any]], str]] = getattr(self.module, "summary", None)
+        if fn is not None:
+            return fn(run)
+        fields = " ".join(f"{k}={_fmt(v)}" for k, v in run.items()
+                          if isinstance(v, (int, float, str, bool)))
+        return f"{self.name}: {fields}"
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def discover(package: str = __name__) -> Dict[str, Benchmark]:
+    """Finds the benchmarks in ``package`` (default: this one), by subcommand name.
+
+    Imports each public module; a module that raises ImportError is listed
+    under its module name with the error, so the user learns what to install.
+    """
+    pkg = importlib.import_module(package)
+    found: Dict[str, Benchmark] = {}
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name.startswith("_") or info.ispkg:
+            continue
+        full = f"{package}.{info.name}"
+        try:
+            mod = importlib.import_module(full)
+        except ImportError as e:
+            log.debug("benchmark module %s failed to import: %s", full, e)
+            found[info.name] = Benchmark(info.name, f"(unavailable: {e})", full, None, str(e))
+            continue
+        missing: List[str] = [n for n in PROTOCOL if not hasattr(mod, n)]
+        if missing:
+            log.debug("%s is a helper, not a benchmark (lacks %s)", full, ", ".join(missing))
+            continue
+        found[mod.NAME] = Benchmark(mod.NAME, mod.HELP, full, mod)
+    return dict(sorted(found.items()))
