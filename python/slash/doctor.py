@@ -124,8 +124,9 @@ def libfabric() -> Dict[str, Any]:
     return info
 
 
-def _sysfs_devices(root: str = SYSFS_IB) -> List[Dict[str, Any]]:
+def _sysfs_devices(root: Optional[str] = None) -> List[Dict[str, Any]]:
     """RDMA devices and port states from sysfs (``ports/N/state`` reads ``4: ACTIVE``)."""
+    root = root or SYSFS_IB
     devices: List[Dict[str, Any]] = []
     if not os.path.isdir(root):
         return devices

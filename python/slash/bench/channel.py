@@ -5,8 +5,10 @@ producer connects to the consumer's :class:`slash.Listener` with a random
 token and, for ``--seconds``, fills every buffer to its payload capacity
 (``buffer_size`` minus the channel footer): a 16-byte header (a
 ``time.monotonic_ns()`` stamp and a sequence number) and a copy of a source
-buffer. With ``--api reserve`` (default) it writes straight into the slot from
-``reserve()`` and ``commit()``\\ s it; with ``--api send`` it calls ``send()``.
+buffer. With ``--api send`` (default) it calls ``send()``, one copy into the
+slot in C; with ``--api reserve`` it writes into the slot from ``reserve()``
+and ``commit()``\\ s it, the same single copy plus the cost of a new view object
+per buffer in Python (measured slower from Python, hence not the default).
 The consumer copies each buffer out with ``recv_into`` and reports:
 
 * ``throughput_gbps``: payload bytes / seconds at the consumer, from the
@@ -75,7 +77,7 @@ class ChannelBenchConfig:
     buffer_size: int = 65536
     credits: int = 8
     seconds: float = 2.0
-    api: str = "reserve"
+    api: str = "send"
     sample_every: int = 8
     repeat: int = 1
 
@@ -104,7 +106,7 @@ class _ProducerJob:
     seconds: float
     transport: str = ""
     token: str = ""
-    api: str = "reserve"
+    api: str = "send"
 
 
 def _source(n: int) -> memoryview:
@@ -390,8 +392,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--credits", type=int, default=8, metavar="N", help="slots in the ring (default 8)")
     parser.add_argument("--seconds", type=float, default=2.0, metavar="S",
                         help="how long each producer sends (default 2; per point with --sweep)")
-    parser.add_argument("--api", choices=APIS, default="reserve",
-                        help="producer writes in place with reserve()/commit() (default) or calls send()")
+    parser.add_argument("--api", choices=APIS, default="send",
+                        help="producer calls send() (default) or writes in place with reserve()/commit()")
     parser.add_argument("--sample-every", type=int, default=8, metavar="K",
                         help="one latency sample per K buffers (default 8)")
     parser.add_argument("--repeat", type=int, default=1, metavar="R",
