@@ -1,0 +1,114 @@
+/* crdt.h - the partial states (CRDTs) one record of the state backend holds,
+ * one per output column.
+ *
+ * Every kind has a zero value, an update with one input value, and a merge of
+ * two partials. Merges are commutative and associative (exactly for the
+ * integer kinds; for float sums up to rounding), and the zero value is the
+ * identity of merge, so a partial may restart from zero after it was shipped.
+ * Integer sums wrap modulo 2^64 instead of overflowing (no undefined
+ * behaviour). min/max of float64 treat NaN as missing. The byte layout of a
+ * partial is part of the record format shipped to peers, hence the asserts.
+ */
+#ifndef SLASH_CRDT_H
+#define SLASH_CRDT_H
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum slash_agg_kind {
+    SLASH_AGG_COUNT = 1,   /* int64 count of records */
+    SLASH_AGG_SUM_I64 = 2, /* int64 sum of an int64 column */
+    SLASH_AGG_SUM_F64 = 3, /* float64 sum of a float64 column */
+    SLASH_AGG_MIN_I64 = 4,
+    SLASH_AGG_MIN_F64 = 5,
+    SLASH_AGG_MAX_I64 = 6,
+    SLASH_AGG_MAX_F64 = 7,
+    SLASH_AGG_AVG_I64 = 8, /* int64 sum + count; result sum / count as float64 */
+    SLASH_AGG_AVG_F64 = 9  /* float64 sum + count */
+} slash_agg_kind;
+
+#define SLASH_AGG_KIND_MAX 9
+
+typedef struct slash_avg_i64 {
+    int64_t sum;
+    int64_t count;
+} slash_avg_i64;
+static_assert(sizeof(slash_avg_i64) == 16, "avg partial is shipped to peers");
+
+typedef struct slash_avg_f64 {
+    double sum;
+    int64_t count;
+} slash_avg_f64;
+static_assert(sizeof(slash_avg_f64) == 16, "avg partial is shipped to peers");
+
+/* Bytes of the partial state of a kind (8 or 16), 0 for an unknown kind. */
+size_t slash_crdt_size(slash_agg_kind k);
+
+/* True when the kind reads a float64 input column (false: int64 or none). */
+int slash_crdt_input_is_f64(slash_agg_kind k);
+
+/* True when the kind needs an input column (every kind but count). */
+int slash_crdt_needs_input(slash_agg_kind k);
+
+/* True when the emitted result column is float64 (else int64). */
+int slash_crdt_result_is_f64(slash_agg_kind k);
+
+/* Writes the zero value of kind k at p (slash_crdt_size(k) bytes). */
+void slash_crdt_zero(slash_agg_kind k, void *p);
+
+/* Merges partial src into dst (both of kind k). */
+void slash_crdt_merge(slash_agg_kind k, void *dst, const void *src);
+
+/* Writes the final value of partial p into *out (int64 or double, per
+ * slash_crdt_result_is_f64). */
+void slash_crdt_result(slash_agg_kind k, const void *p, void *out);
+
+static inline int64_t slash_wrap_add(int64_t a, int64_t b)
+{
+    return (int64_t)((uint64_t)a + (uint64_t)b);
+}
+
+/* Updates partial p of kind k with input value v (v points at an int64 or a
+ * double as the kind reads; ignored by count). Inline: this is the hot loop. */
+static inline void slash_crdt_update(slash_agg_kind k, void *p, const void *v)
+{
+    switch (k) {
+    case SLASH_AGG_COUNT: *(int64_t *)p += 1; break;
+    case SLASH_AGG_SUM_I64: *(int64_t *)p = slash_wrap_add(*(int64_t *)p, *(const int64_t *)v); break;
+    case SLASH_AGG_SUM_F64: *(double *)p += *(const double *)v; break;
+    case SLASH_AGG_MIN_I64:
+        if (*(const int64_t *)v < *(int64_t *)p) *(int64_t *)p = *(const int64_t *)v;
+        break;
+    case SLASH_AGG_MAX_I64:
+        if (*(const int64_t *)v > *(int64_t *)p) *(int64_t *)p = *(const int64_t *)v;
+        break;
+    case SLASH_AGG_MIN_F64:
+        if (*(const double *)v < *(double *)p) *(double *)p = *(const double *)v;
+        break;
+    case SLASH_AGG_MAX_F64:
+        if (*(const double *)v > *(double *)p) *(double *)p = *(const double *)v;
+        break;
+    case SLASH_AGG_AVG_I64: {
+        slash_avg_i64 *a = p;
+        a->sum = slash_wrap_add(a->sum, *(const int64_t *)v);
+        a->count += 1;
+        break;
+    }
+    case SLASH_AGG_AVG_F64: {
+        slash_avg_f64 *a = p;
+        a->sum += *(const double *)v;
+        a->count += 1;
+        break;
+    }
+    }
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

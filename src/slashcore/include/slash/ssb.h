@@ -1,0 +1,138 @@
+/* ssb.h - the Slash state backend (SSB) of one executor, after Slash §7.2.1:
+ * per key partition a hash index over a log-structured store whose records
+ * hold CRDT partial window states keyed by (window slice or session, key).
+ *
+ * Life of a store: slash_ssb_update() folds batches of columns into the
+ * partials (all in C, one pass, no per-record callbacks). For the distributed
+ * protocol, slash_ssb_begin_epoch() seals every partition's changed span,
+ * slash_ssb_delta() hands it out as one contiguous (address, length) region,
+ * slash_ssb_merge_delta() folds such a region from a peer with the same
+ * config into this store, and slash_ssb_reset_delta() drops the shipped
+ * records (they restart from the CRDT zero value). slash_ssb_emit() returns
+ * and frees every window ending at or before a time. One thread at a time
+ * may use a store.
+ */
+#ifndef SLASH_SSB_H
+#define SLASH_SSB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "slash/crdt.h"
+#include "slash/status.h"
+#include "slash/window.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SLASH_SSB_MAX_AGGS 16
+#define SLASH_SSB_KEY_MAX 64 /* bytes of a byte-string key */
+
+typedef enum slash_key_type {
+    SLASH_KEY_INT64 = 1,
+    SLASH_KEY_BYTES = 2 /* 0..64 bytes, stored and compared in full */
+} slash_key_type;
+
+typedef struct slash_ssb_config {
+    slash_window window; /* from slash_window_init() */
+    slash_key_type key_type;
+    uint32_t partitions; /* key partitions, >= 1 */
+    uint32_t naggs;      /* 0..SLASH_SSB_MAX_AGGS output columns */
+    slash_agg_kind aggs[SLASH_SSB_MAX_AGGS];
+    size_t log_reserve;  /* virtual bytes per partition log, 0 = default */
+} slash_ssb_config;
+
+/* One batch of n records, as columns. Nothing is copied or kept. */
+typedef struct slash_ssb_batch {
+    size_t n;
+    const int64_t *times;    /* event time, ms */
+    const int64_t *keys;     /* SLASH_KEY_INT64 */
+    const void *key_offsets; /* SLASH_KEY_BYTES: n + 1 offsets into key_data */
+    int key_offsets_64;      /* offsets are int64 (else int32), as in Arrow */
+    const uint8_t *key_data;
+    const void *values[SLASH_SSB_MAX_AGGS]; /* per aggregate: int64 or double column
+                                               (slash_crdt_input_is_f64), NULL for count */
+} slash_ssb_batch;
+
+/* Rows of an emit, as columns owned by the result (free with
+ * slash_ssb_result_free). Aggregate column j holds int64 or double values as
+ * slash_crdt_result_is_f64(aggs[j]) says. */
+typedef struct slash_ssb_result {
+    size_t rows;
+    int64_t *window_start;
+    int64_t *window_end;
+    int64_t *keys;          /* SLASH_KEY_INT64 */
+    int64_t *key_offsets;   /* SLASH_KEY_BYTES: rows + 1 offsets into key_data */
+    uint8_t *key_data;
+    size_t key_data_len;
+    void *columns[SLASH_SSB_MAX_AGGS];
+    size_t cap, key_data_cap;
+    uint32_t naggs;
+} slash_ssb_result;
+
+typedef struct slash_ssb_stats {
+    uint64_t records;      /* live records (window slice or session, key) */
+    uint64_t late;         /* records dropped because their windows were emitted */
+    uint64_t epoch;        /* number of begin_epoch calls */
+    size_t memory_bytes;   /* log pages in use + index */
+    size_t log_bytes;      /* bytes of records in the logs, freed ones included */
+    size_t index_bytes;
+    size_t record_bytes;   /* bytes of one record (byte keys: with an empty key) */
+    int sealed;            /* a delta is sealed and not yet reset */
+} slash_ssb_stats;
+
+typedef struct slash_ssb slash_ssb;
+
+/* Opens an empty store. Fails with SLASH_EINVAL naming the bad field, or
+ * SLASH_ENOMEM. The caller owns it and calls slash_ssb_close(). */
+slash_status slash_ssb_open(const slash_ssb_config *cfg, slash_ssb **out);
+
+/* Frees everything; safe with NULL. */
+void slash_ssb_close(slash_ssb *s);
+
+/* Folds one batch into the partials. Records whose every window was already
+ * emitted are counted as late and dropped. Fails with SLASH_EINVAL on a
+ * missing column or a key longer than SLASH_SSB_KEY_MAX (nothing of the batch
+ * is applied then), or SLASH_ENOMEM (a prefix of the batch is applied). */
+slash_status slash_ssb_update(slash_ssb *s, const slash_ssb_batch *b);
+
+/* Seals the changed span of every partition as the epoch's delta. Fails with
+ * SLASH_ESTATE when the previous delta was not reset. */
+slash_status slash_ssb_begin_epoch(slash_ssb *s);
+
+/* Returns the sealed delta of partition `part` as one region owned by the
+ * store, valid until slash_ssb_reset_delta() or close. Fails with
+ * SLASH_ESTATE when no delta is sealed, SLASH_ERANGE for a bad partition. */
+slash_status slash_ssb_delta(const slash_ssb *s, uint32_t part, const void **addr,
+                             size_t *len);
+
+/* Merges a region produced by slash_ssb_delta() of a store with the same
+ * config. The region is validated in full first: a malformed region fails
+ * with SLASH_EPROTO and changes nothing. Any alignment is accepted. */
+slash_status slash_ssb_merge_delta(slash_ssb *s, const void *region, size_t len);
+
+/* Drops the records of the sealed delta (their partials restart from zero)
+ * and unseals. Fails with SLASH_ESTATE when no delta is sealed. */
+slash_status slash_ssb_reset_delta(slash_ssb *s);
+
+/* Emits every (window, key) result of windows ending at or before up_to
+ * that was not emitted before, frees their state, and raises the
+ * watermark to up_to. *out is a new result owned by the caller. Fails with
+ * SLASH_ESTATE while a delta is sealed, SLASH_ENOMEM. */
+slash_status slash_ssb_emit(slash_ssb *s, int64_t up_to, slash_ssb_result **out);
+
+/* Frees a result; safe with NULL. */
+void slash_ssb_result_free(slash_ssb_result *r);
+
+/* Fills *out with counters and memory use. */
+void slash_ssb_get_stats(const slash_ssb *s, slash_ssb_stats *out);
+
+/* Emitted watermark: every window ending at or before it was emitted
+ * (INT64_MIN before the first emit). */
+int64_t slash_ssb_watermark(const slash_ssb *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

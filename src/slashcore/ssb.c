@@ -1,0 +1,562 @@
+/* ssb.c - the state backend's store: opening, the upsert of (window, key)
+ * records through the hash index, index growth, compaction, and the batch
+ * update loop (ssb.h; record format and invariants in ssb_impl.h).
+ *
+ * Growth: a partition's index doubles when it holds more than
+ * SSB_LOAD live records per bucket, rebuilt by one scan of the log (which
+ * re-creates the chains newest first); the log grows page by page. So
+ * nothing is sized in advance and memory stays proportional to live records.
+ */
+#include "ssb_impl.h"
+
+#include <stdlib.h>
+
+#define SSB_LOAD 4                /* live records per bucket before doubling */
+#define SSB_INITIAL_BUCKETS 1024
+#define SSB_PREFETCH_MIN ((size_t)4 << 20) /* prefetch when a partition exceeds this */
+#define SSB_CHUNK 32
+
+/* ---- records ------------------------------------------------------------ */
+
+void ssb_merge_partials(const slash_ssb *s, uint8_t *dst, const uint8_t *src)
+{
+    for (uint32_t j = 0; j < s->cfg.naggs; j++)
+        slash_crdt_merge(s->cfg.aggs[j], dst + s->agg_off[j], src + s->agg_off[j]);
+}
+
+void ssb_free_rec(ssb_part *p, slash_rec *r)
+{
+    r->flags |= SLASH_REC_FREED;
+    p->live--;
+    p->freed_bytes += r->size;
+}
+
+static inline bool key_eq(const slash_ssb *s, slash_rec *r, const uint8_t *key, uint32_t key_len)
+{
+    if (s->cfg.key_type == SLASH_KEY_INT64) {
+        uint64_t a, b;
+        memcpy(&a, ssb_rec_key(s, r), 8);
+        memcpy(&b, key, 8);
+        return a == b;
+    }
+    return r->key_len == key_len && memcmp(ssb_rec_key(s, r), key, key_len) == 0;
+}
+
+/* Makes the record at addr the head of hash's chain in entry e (claimed
+ * for hash): it links to the old head when that is of the same tag. */
+static inline void link_head(slash_hidx_entry *e, slash_rec *r, uint64_t addr, uint64_t hash,
+                             uint64_t begin)
+{
+    uint64_t head = slash_hidx_addr(e->word);
+    bool same_tag = head >= begin &&
+                    ((e->word >> SLASH_HIDX_TAG_SHIFT) & SLASH_HIDX_TAG_MASK) == slash_hidx_tag(hash);
+    r->prev = same_tag ? head : 0;
+    e->word = slash_hidx_make(addr, hash);
+}
+
+/* Appends a fresh record with zero partials; links it at the head of its
+ * chain. Returns the record or NULL with *st set. */
+static slash_rec *append_rec(slash_ssb *s, ssb_part *p, uint64_t hash, int64_t win, int64_t end,
+                             const uint8_t *key, uint32_t key_len, slash_status *st)
+{
+    slash_hidx_entry *e;
+    uint64_t addr = 0;
+    uint32_t size = ssb_rec_size(s, key_len);
+    if ((*st = slash_lss_append(&p->log, size, &addr)) != SLASH_OK)
+        return NULL;
+    if ((*st = slash_hidx_claim(&p->index, hash, p->log.begin, &e)) != SLASH_OK) {
+        p->log.tail -= size;
+        return NULL;
+    }
+    slash_rec *r = slash_lss_ptr(&p->log, addr);
+    r->size = size;
+    r->key_len = (uint8_t)key_len;
+    r->flags = 0;
+    r->schema = s->schema;
+    r->magic = SLASH_REC_MAGIC;
+    r->win = win;
+    if (s->session)
+        *ssb_rec_session_end(r) = end;
+    uint8_t *k = ssb_rec_key(s, r);
+    memset(k, 0, ssb_round8(key_len));
+    memcpy(k, key, key_len);
+    memcpy(ssb_rec_partials(s, r), s->zero, s->agg_bytes);
+    link_head(e, r, addr, hash, p->log.begin);
+    p->live++;
+    return r;
+}
+
+/* Rebuilds the index of p with nbuckets buckets from a scan of its log. */
+static slash_status rebuild_index(slash_ssb *s, ssb_part *p, uint64_t nbuckets)
+{
+    slash_hidx fresh;
+    slash_status st = slash_hidx_init(&fresh, nbuckets);
+    if (st != SLASH_OK)
+        return st;
+    slash_lss *l = &p->log;
+    for (uint64_t a = l->begin; a < l->tail;) {
+        slash_rec *r = slash_lss_ptr(l, a);
+        if (!(r->flags & SLASH_REC_FREED)) {
+            uint64_t hash = ssb_hash_win(s, ssb_rec_key_hash(s, r), r->win);
+            slash_hidx_entry *e;
+            if ((st = slash_hidx_claim(&fresh, hash, l->begin, &e)) != SLASH_OK) {
+                slash_hidx_destroy(&fresh);
+                return st;
+            }
+            link_head(e, r, a, hash, l->begin);
+        }
+        a += r->size;
+    }
+    slash_hidx_destroy(&p->index);
+    p->index = fresh;
+    return SLASH_OK;
+}
+
+static inline slash_status maybe_grow(slash_ssb *s, ssb_part *p)
+{
+    uint64_t nb = slash_hidx_buckets(&p->index);
+    if (p->live <= nb * SSB_LOAD)
+        return SLASH_OK;
+    return rebuild_index(s, p, nb * 2);
+}
+
+/* Unlinks the FREED record r from its chain (link: the prev field pointing
+ * at r, or NULL when entry e does) and returns the next address to visit.
+ * Only the local `prev` words change, so this is safe in a sealed span. */
+static inline uint64_t unlink_freed(slash_hidx_entry *e, uint64_t *link, slash_rec *r,
+                                    uint64_t hash, uint64_t begin)
+{
+    uint64_t next = r->prev;
+    if (link)
+        *link = next;
+    else
+        e->word = next >= begin ? slash_hidx_make(next, hash) : 0;
+    return next;
+}
+
+uint8_t *ssb_upsert(slash_ssb *s, ssb_part *p, uint64_t hash, int64_t win, const uint8_t *key,
+                    uint32_t key_len, slash_status *st)
+{
+    const uint64_t begin = p->log.begin;
+    slash_hidx_entry *e = slash_hidx_find(&p->index, hash, begin);
+    if (e) {
+        uint64_t a = slash_hidx_addr(e->word);
+        uint64_t *link = NULL; /* prev field that points at a; NULL: the entry */
+        while (a >= begin) {
+            slash_rec *r = slash_lss_ptr(&p->log, a);
+            if (r->flags & SLASH_REC_FREED) {
+                a = unlink_freed(e, link, r, hash, begin);
+                continue;
+            }
+            if (r->win == win && key_eq(s, r, key, key_len)) {
+                if (a >= p->log.read_only)
+                    return ssb_rec_partials(s, r);
+                break; /* sealed: start a new record from zero at the tail */
+            }
+            link = &r->prev;
+            a = r->prev;
+        }
+    }
+    slash_rec *r = append_rec(s, p, hash, win, 0, key, key_len, st);
+    if (!r)
+        return NULL;
+    if ((*st = maybe_grow(s, p)) != SLASH_OK)
+        return NULL;
+    return ssb_rec_partials(s, r);
+}
+
+uint8_t *ssb_upsert_session(slash_ssb *s, ssb_part *p, uint64_t kh, int64_t start, int64_t end,
+                            const uint8_t *key, uint32_t key_len, slash_status *st)
+{
+    const uint64_t begin = p->log.begin;
+    slash_rec *target = NULL;
+    slash_hidx_entry *e = slash_hidx_find(&p->index, kh, begin);
+    if (e) {
+        uint64_t a = slash_hidx_addr(e->word);
+        uint64_t *link = NULL; /* prev field that points at a; NULL: the entry */
+        while (a >= begin) {
+            slash_rec *r = slash_lss_ptr(&p->log, a);
+            if (r->flags & SLASH_REC_FREED) {
+                a = unlink_freed(e, link, r, kh, begin);
+                continue;
+            }
+            bool sealed = a < p->log.read_only;
+            link = &r->prev;
+            a = r->prev;
+            if (sealed || !key_eq(s, r, key, key_len))
+                continue;
+            int64_t *rend = ssb_rec_session_end(r);
+            if (!(r->win < end && start < *rend))
+                continue; /* no overlap with the new cover */
+            if (!target) {
+                target = r;
+                continue;
+            }
+            /* the new cover bridges r and target: fuse r into target */
+            int64_t *tend = ssb_rec_session_end(target);
+            if (r->win < target->win)
+                target->win = r->win;
+            if (*rend > *tend)
+                *tend = *rend;
+            ssb_merge_partials(s, ssb_rec_partials(s, target), ssb_rec_partials(s, r));
+            ssb_free_rec(p, r);
+        }
+    }
+    if (target) {
+        int64_t *tend = ssb_rec_session_end(target);
+        if (start < target->win)
+            target->win = start;
+        if (end > *tend)
+            *tend = end;
+        return ssb_rec_partials(s, target);
+    }
+    target = append_rec(s, p, kh, start, end, key, key_len, st);
+    if (!target)
+        return NULL;
+    if ((*st = maybe_grow(s, p)) != SLASH_OK)
+        return NULL;
+    return ssb_rec_partials(s, target);
+}
+
+/* ---- partitions ----------------------------------------------------------- */
+
+slash_status ssb_part_init(slash_ssb *s, ssb_part *p)
+{
+    memset(p, 0, sizeof *p);
+    slash_status st = slash_lss_init(&p->log, s->cfg.log_reserve);
+    if (st != SLASH_OK)
+        return st;
+    if ((st = slash_hidx_init(&p->index, SSB_INITIAL_BUCKETS)) != SLASH_OK) {
+        slash_lss_destroy(&p->log);
+        return st;
+    }
+    return SLASH_OK;
+}
+
+void ssb_part_destroy(ssb_part *p)
+{
+    slash_lss_destroy(&p->log);
+    slash_hidx_destroy(&p->index);
+}
+
+slash_status ssb_part_compact(slash_ssb *s, ssb_part *p)
+{
+    slash_lss fresh;
+    slash_status st = slash_lss_init(&fresh, p->log.reserved);
+    if (st != SLASH_OK)
+        return st;
+    for (uint64_t a = p->log.begin; a < p->log.tail;) {
+        slash_rec *r = slash_lss_ptr(&p->log, a);
+        if (!(r->flags & SLASH_REC_FREED)) {
+            uint64_t to = 0;
+            if ((st = slash_lss_append(&fresh, r->size, &to)) != SLASH_OK) {
+                slash_lss_destroy(&fresh);
+                return st;
+            }
+            memcpy(slash_lss_ptr(&fresh, to), r, r->size);
+        }
+        a += r->size;
+    }
+    fresh.read_only = fresh.begin;
+    slash_lss old = p->log;
+    p->log = fresh;
+    uint64_t nb = slash_hidx_buckets(&p->index);
+    while (nb > SSB_INITIAL_BUCKETS && p->live < nb / 2 * SSB_LOAD / 2)
+        nb /= 2;
+    if ((st = rebuild_index(s, p, nb)) != SLASH_OK) {
+        p->log = old;
+        slash_lss_destroy(&fresh);
+        return st;
+    }
+    slash_lss_destroy(&old);
+    p->freed_bytes = 0;
+    return SLASH_OK;
+}
+
+slash_status ssb_part_trim(slash_ssb *s, ssb_part *p)
+{
+    slash_lss *l = &p->log;
+    uint64_t a = l->begin;
+    while (a < l->tail) {
+        slash_rec *r = slash_lss_ptr(l, a);
+        if (!(r->flags & SLASH_REC_FREED))
+            break;
+        p->freed_bytes -= r->size;
+        a += r->size;
+    }
+    slash_lss_truncate(l, a);
+    l->read_only = l->begin;
+    uint64_t used = l->tail - l->begin;
+    if ((p->freed_bytes > used / 2 && used > ((uint64_t)4 << 20)) || l->tail > l->reserved / 2)
+        return ssb_part_compact(s, p);
+    return SLASH_OK;
+}
+
+/* ---- open / close / stats ------------------------------------------------ */
+
+slash_status slash_ssb_open(const slash_ssb_config *cfg, slash_ssb **out)
+{
+    *out = NULL;
+    const slash_window *w = &cfg->window;
+    if (w->kind < SLASH_WINDOW_TUMBLING || w->kind > SLASH_WINDOW_SESSION || w->size <= 0 ||
+        w->slide <= 0 || w->slice <= 0 || w->size % w->slice || w->slide % w->slice)
+        return slash_fail(SLASH_EINVAL, "window: not initialised by slash_window_init "
+                          "(size must be > 0 ms)");
+    if (cfg->key_type != SLASH_KEY_INT64 && cfg->key_type != SLASH_KEY_BYTES)
+        return slash_fail(SLASH_EINVAL, "key_type: unknown key type %d", (int)cfg->key_type);
+    if (cfg->partitions < 1 || cfg->partitions > 4096)
+        return slash_fail(SLASH_EINVAL, "partitions must be in 1..4096, got %u", cfg->partitions);
+    if (cfg->naggs > SLASH_SSB_MAX_AGGS)
+        return slash_fail(SLASH_EINVAL, "at most %d aggregates, got %u", SLASH_SSB_MAX_AGGS,
+                          cfg->naggs);
+    slash_ssb *s = calloc(1, sizeof *s);
+    if (!s)
+        return slash_fail(SLASH_ENOMEM, "state backend");
+    s->cfg = *cfg;
+    s->session = w->kind == SLASH_WINDOW_SESSION;
+    s->key_off = (uint32_t)sizeof(slash_rec) + (s->session ? 8u : 0u);
+    uint64_t fp = ssb_mix((uint64_t)w->kind * 31 + (uint64_t)w->size * 131 +
+                          (uint64_t)w->slide * 7 + (uint64_t)cfg->key_type);
+    for (uint32_t j = 0; j < cfg->naggs; j++) {
+        size_t sz = slash_crdt_size(cfg->aggs[j]);
+        if (!sz) {
+            free(s);
+            return slash_fail(SLASH_EINVAL, "aggregate %u: unknown kind %d", j, (int)cfg->aggs[j]);
+        }
+        s->agg_off[j] = s->agg_bytes;
+        slash_crdt_zero(cfg->aggs[j], (uint8_t *)s->zero + s->agg_bytes);
+        s->agg_bytes += (uint32_t)sz;
+        fp = ssb_mix(fp ^ ((uint64_t)cfg->aggs[j] << (j % 8 * 8)));
+    }
+    s->schema = (uint8_t)(fp | 1);
+    s->watermark = INT64_MIN;
+    s->parts = calloc(cfg->partitions, sizeof *s->parts);
+    if (!s->parts) {
+        free(s);
+        return slash_fail(SLASH_ENOMEM, "state backend partitions");
+    }
+    for (uint32_t i = 0; i < cfg->partitions; i++) {
+        slash_status st = ssb_part_init(s, &s->parts[i]);
+        if (st != SLASH_OK) {
+            s->cfg.partitions = i;
+            slash_ssb_close(s);
+            return st;
+        }
+    }
+    *out = s;
+    return SLASH_OK;
+}
+
+void slash_ssb_close(slash_ssb *s)
+{
+    if (!s)
+        return;
+    for (uint32_t i = 0; i < s->cfg.partitions; i++)
+        ssb_part_destroy(&s->parts[i]);
+    free(s->parts);
+    free(s);
+}
+
+void slash_ssb_get_stats(const slash_ssb *s, slash_ssb_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    for (uint32_t i = 0; i < s->cfg.partitions; i++) {
+        const ssb_part *p = &s->parts[i];
+        out->records += p->live;
+        out->log_bytes += p->log.tail - p->log.begin;
+        out->index_bytes += slash_hidx_memory(&p->index);
+        out->memory_bytes += slash_lss_memory(&p->log);
+    }
+    out->memory_bytes += out->index_bytes + sizeof *s + s->cfg.partitions * sizeof(ssb_part);
+    out->late = s->late;
+    out->epoch = s->epoch;
+    out->record_bytes = ssb_rec_size(s, s->cfg.key_type == SLASH_KEY_INT64 ? 8 : 0);
+    out->sealed = s->sealed;
+}
+
+int64_t slash_ssb_watermark(const slash_ssb *s) { return s->watermark; }
+
+/* ---- batch update ----------------------------------------------------------- */
+
+static inline void apply(const slash_ssb *s, uint8_t *part, const slash_ssb_batch *b, size_t i)
+{
+    for (uint32_t j = 0; j < s->cfg.naggs; j++) {
+        const uint8_t *v = b->values[j] ? (const uint8_t *)b->values[j] + i * 8 : NULL;
+        slash_crdt_update(s->cfg.aggs[j], part + s->agg_off[j], v);
+    }
+}
+
+static inline void batch_span(const slash_ssb_batch *b, size_t i, int64_t *lo, int64_t *hi)
+{
+    if (b->key_offsets_64) {
+        *lo = ((const int64_t *)b->key_offsets)[i];
+        *hi = ((const int64_t *)b->key_offsets)[i + 1];
+    } else {
+        *lo = ((const int32_t *)b->key_offsets)[i];
+        *hi = ((const int32_t *)b->key_offsets)[i + 1];
+    }
+}
+
+static inline void batch_key(const slash_ssb_batch *b, size_t i, const uint8_t **k, uint32_t *len)
+{
+    int64_t lo, hi;
+    batch_span(b, i, &lo, &hi);
+    *k = b->key_data + lo;
+    *len = (uint32_t)(hi - lo);
+}
+
+static slash_status check_batch(const slash_ssb *s, const slash_ssb_batch *b)
+{
+    if (b->n == 0)
+        return SLASH_OK;
+    if (!b->times)
+        return slash_fail(SLASH_EINVAL, "batch: the times column is missing");
+    for (uint32_t j = 0; j < s->cfg.naggs; j++)
+        if (slash_crdt_needs_input(s->cfg.aggs[j]) && !b->values[j])
+            return slash_fail(SLASH_EINVAL, "batch: the value column of aggregate %u is missing", j);
+    if (s->cfg.key_type == SLASH_KEY_INT64) {
+        if (!b->keys)
+            return slash_fail(SLASH_EINVAL, "batch: the int64 keys column is missing");
+        return SLASH_OK;
+    }
+    if (!b->key_offsets || !b->key_data)
+        return slash_fail(SLASH_EINVAL, "batch: the byte-string keys column is missing");
+    for (size_t i = 0; i < b->n; i++) {
+        int64_t lo, hi;
+        batch_span(b, i, &lo, &hi);
+        if (lo < 0 || hi < lo)
+            return slash_fail(SLASH_EINVAL, "batch: key offsets decrease at row %zu", i);
+        if (hi - lo > SLASH_SSB_KEY_MAX)
+            return slash_fail(SLASH_EINVAL, "batch: key at row %zu is %lld bytes, the limit is %d",
+                              i, (long long)(hi - lo), SLASH_SSB_KEY_MAX);
+    }
+    return SLASH_OK;
+}
+
+/* Per-record window bookkeeping: caches the current slice so a run of
+ * records in one slice costs no division. */
+typedef struct slice_cache {
+    int64_t lo, hi; /* current slice [lo, hi) */
+    bool late;
+} slice_cache;
+
+static inline bool slice_of(const slash_ssb *s, slice_cache *c, int64_t t)
+{
+    if (t < c->lo || t >= c->hi) {
+        const slash_window *w = &s->cfg.window;
+        c->lo = slash_window_slice_start(w, t);
+        c->hi = c->lo + w->slice;
+        c->late = slash_window_slice_last_end(w, c->lo) <= s->watermark;
+    }
+    return !c->late;
+}
+
+static slash_status update_session(slash_ssb *s, const slash_ssb_batch *b)
+{
+    const int64_t gap = s->cfg.window.size;
+    for (size_t i = 0; i < b->n; i++) {
+        int64_t t = b->times[i];
+        int64_t end = t > INT64_MAX - gap ? INT64_MAX : t + gap;
+        if (end <= s->watermark) {
+            s->late++;
+            continue;
+        }
+        const uint8_t *k;
+        uint32_t klen;
+        uint64_t kh;
+        if (s->cfg.key_type == SLASH_KEY_INT64) {
+            k = (const uint8_t *)&b->keys[i], klen = 8;
+            kh = ssb_hash_i64(b->keys[i]);
+        } else {
+            batch_key(b, i, &k, &klen);
+            kh = ssb_hash_bytes(k, klen);
+        }
+        slash_status st;
+        uint8_t *part = ssb_upsert_session(s, &s->parts[ssb_part_of(s, kh)], kh, t, end, k, klen, &st);
+        if (!part)
+            return st;
+        apply(s, part, b, i);
+    }
+    return SLASH_OK;
+}
+
+static inline size_t part_bytes(const ssb_part *p)
+{
+    return (size_t)(p->log.tail - p->log.begin) + slash_hidx_memory(&p->index);
+}
+
+/* Tumbling and sliding windows: in chunks, first hash every record and
+ * prefetch its bucket (when the partition no longer fits in cache), then
+ * prefetch chain heads, then upsert and apply. */
+static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
+{
+    slice_cache c = {1, 0, false}; /* empty: lo > hi */
+    uint64_t hash[SSB_CHUNK];
+    int64_t win[SSB_CHUNK];
+    uint32_t pidx[SSB_CHUNK];
+    const bool i64 = s->cfg.key_type == SLASH_KEY_INT64;
+    for (size_t base = 0; base < b->n; base += SSB_CHUNK) {
+        size_t m = b->n - base < SSB_CHUNK ? b->n - base : SSB_CHUNK;
+        bool prefetch = false;
+        for (uint32_t q = 0; q < s->cfg.partitions && !prefetch; q++)
+            prefetch = part_bytes(&s->parts[q]) > SSB_PREFETCH_MIN;
+        for (size_t j = 0; j < m; j++) {
+            size_t i = base + j;
+            if (!slice_of(s, &c, b->times[i])) {
+                win[j] = INT64_MIN; /* late */
+                continue;
+            }
+            win[j] = c.lo;
+            uint64_t kh;
+            if (i64) {
+                kh = ssb_hash_i64(b->keys[i]);
+            } else {
+                const uint8_t *k;
+                uint32_t klen;
+                batch_key(b, i, &k, &klen);
+                kh = ssb_hash_bytes(k, klen);
+            }
+            pidx[j] = ssb_part_of(s, kh);
+            hash[j] = ssb_hash_win(s, kh, c.lo);
+            if (prefetch)
+                __builtin_prefetch(slash_hidx_bucket_of(&s->parts[pidx[j]].index, hash[j]), 0, 0);
+        }
+        if (prefetch) {
+            for (size_t j = 0; j < m; j++) {
+                if (win[j] == INT64_MIN)
+                    continue;
+                ssb_part *p = &s->parts[pidx[j]];
+                slash_hidx_entry *e = slash_hidx_find(&p->index, hash[j], p->log.begin);
+                if (e)
+                    __builtin_prefetch(slash_lss_ptr(&p->log, slash_hidx_addr(e->word)), 1, 0);
+            }
+        }
+        for (size_t j = 0; j < m; j++) {
+            size_t i = base + j;
+            if (win[j] == INT64_MIN) {
+                s->late++;
+                continue;
+            }
+            const uint8_t *k;
+            uint32_t klen;
+            if (i64)
+                k = (const uint8_t *)&b->keys[i], klen = 8;
+            else
+                batch_key(b, i, &k, &klen);
+            slash_status st;
+            uint8_t *part = ssb_upsert(s, &s->parts[pidx[j]], hash[j], win[j], k, klen, &st);
+            if (!part)
+                return st;
+            apply(s, part, b, i);
+        }
+    }
+    return SLASH_OK;
+}
+
+slash_status slash_ssb_update(slash_ssb *s, const slash_ssb_batch *b)
+{
+    slash_status st = check_batch(s, b);
+    if (st != SLASH_OK || b->n == 0)
+        return st;
+    return s->session ? update_session(s, b) : update_slices(s, b);
+}

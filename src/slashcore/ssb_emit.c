@@ -1,0 +1,208 @@
+/* ssb_emit.c - scan and emit of finished windows (ssb.h).
+ *
+ * Tumbling windows (one slice per window) are emitted straight from their
+ * records. Sliding windows are assembled first: each slice record is merged
+ * into every not-yet-emitted window ending at or before the emit time that
+ * contains it, in a scratch partition keyed by (window start, key); a slice
+ * is freed once the last window containing it is emitted. Sessions are
+ * emitted when their end (last event + gap) is at or before the emit time.
+ * Emitting raises the watermark, and later records for emitted windows are
+ * counted as late.
+ */
+#include "ssb_impl.h"
+
+#include <stdlib.h>
+
+void slash_ssb_result_free(slash_ssb_result *r)
+{
+    if (!r)
+        return;
+    free(r->window_start);
+    free(r->window_end);
+    free(r->keys);
+    free(r->key_offsets);
+    free(r->key_data);
+    for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS; j++)
+        free(r->columns[j]);
+    free(r);
+}
+
+static slash_status grow(void **p, size_t elem, size_t cap)
+{
+    void *q = realloc(*p, elem * cap);
+    if (!q)
+        return slash_fail(SLASH_ENOMEM, "emit result of %zu rows", cap);
+    *p = q;
+    return SLASH_OK;
+}
+
+static slash_status result_reserve(const slash_ssb *s, slash_ssb_result *res, size_t rows)
+{
+    if (rows <= res->cap)
+        return SLASH_OK;
+    size_t cap = res->cap ? res->cap : 256;
+    while (cap < rows)
+        cap *= 2;
+    slash_status st;
+    if ((st = grow((void **)&res->window_start, 8, cap)) || (st = grow((void **)&res->window_end, 8, cap)))
+        return st;
+    if (s->cfg.key_type == SLASH_KEY_INT64) {
+        if ((st = grow((void **)&res->keys, 8, cap)))
+            return st;
+    } else if ((st = grow((void **)&res->key_offsets, 8, cap + 1))) {
+        return st;
+    }
+    for (uint32_t j = 0; j < s->cfg.naggs; j++)
+        if ((st = grow(&res->columns[j], 8, cap)))
+            return st;
+    res->cap = cap;
+    return SLASH_OK;
+}
+
+/* Appends one row: (start, end, key of r, results of partials). */
+static slash_status result_add(const slash_ssb *s, slash_ssb_result *res, int64_t start,
+                               int64_t end, slash_rec *r, const uint8_t *partials)
+{
+    slash_status st = result_reserve(s, res, res->rows + 1);
+    if (st != SLASH_OK)
+        return st;
+    size_t i = res->rows;
+    res->window_start[i] = start;
+    res->window_end[i] = end;
+    const uint8_t *key = ssb_rec_key((slash_ssb *)s, r);
+    if (s->cfg.key_type == SLASH_KEY_INT64) {
+        memcpy(&res->keys[i], key, 8);
+    } else {
+        if (res->key_data_len + r->key_len > res->key_data_cap) {
+            size_t cap = res->key_data_cap ? res->key_data_cap * 2 : 4096;
+            while (cap < res->key_data_len + r->key_len)
+                cap *= 2;
+            if ((st = grow((void **)&res->key_data, 1, cap)))
+                return st;
+            res->key_data_cap = cap;
+        }
+        memcpy(res->key_data + res->key_data_len, key, r->key_len);
+        res->key_offsets[i] = (int64_t)res->key_data_len;
+        res->key_data_len += r->key_len;
+        res->key_offsets[i + 1] = (int64_t)res->key_data_len;
+    }
+    for (uint32_t j = 0; j < s->cfg.naggs; j++)
+        slash_crdt_result(s->cfg.aggs[j], partials + s->agg_off[j], (uint8_t *)res->columns[j] + i * 8);
+    res->rows++;
+    return SLASH_OK;
+}
+
+/* Tumbling windows and sessions: every live record whose end <= up_to is a
+ * finished window. */
+static slash_status emit_direct(slash_ssb *s, ssb_part *p, int64_t up_to, slash_ssb_result *res)
+{
+    slash_lss *l = &p->log;
+    for (uint64_t a = l->begin; a < l->tail;) {
+        slash_rec *r = slash_lss_ptr(l, a);
+        a += r->size;
+        if (r->flags & SLASH_REC_FREED)
+            continue;
+        int64_t end = ssb_rec_end(s, r);
+        if (end > up_to)
+            continue;
+        slash_status st = result_add(s, res, r->win, end, r, ssb_rec_partials(s, r));
+        if (st != SLASH_OK)
+            return st;
+        ssb_free_rec(p, r);
+    }
+    return SLASH_OK;
+}
+
+/* Sliding windows: merge slices into (window start, key) records of the
+ * scratch partition, then emit those. */
+static slash_status emit_sliding(slash_ssb *s, ssb_part *p, int64_t up_to, ssb_part *scratch)
+{
+    const slash_window *w = &s->cfg.window;
+    slash_lss *l = &p->log;
+    if (up_to < INT64_MIN + w->size)
+        return SLASH_OK; /* no window ends that early */
+    const int64_t last_start = up_to - w->size;
+    for (uint64_t a = l->begin; a < l->tail;) {
+        slash_rec *r = slash_lss_ptr(l, a);
+        a += r->size;
+        if (r->flags & SLASH_REC_FREED)
+            continue;
+        int64_t first = slash_window_slice_first_start(w, r->win);
+        if (first > last_start)
+            continue; /* no window containing this slice ends by up_to */
+        uint64_t kh = ssb_rec_key_hash(s, r);
+        for (int64_t ws = first; ws <= r->win && ws <= last_start; ws += w->slide) {
+            if (ws + w->size <= s->watermark)
+                continue; /* emitted before */
+            slash_status st;
+            uint8_t *dst = ssb_upsert(s, scratch, ssb_hash_win(s, kh, ws), ws, ssb_rec_key(s, r),
+                                      r->key_len, &st);
+            if (!dst)
+                return st;
+            ssb_merge_partials(s, dst, ssb_rec_partials(s, r));
+        }
+        if (slash_window_slice_last_end(w, r->win) <= up_to)
+            ssb_free_rec(p, r);
+    }
+    return SLASH_OK;
+}
+
+static slash_status emit_scratch(slash_ssb *s, ssb_part *scratch, slash_ssb_result *res)
+{
+    slash_lss *l = &scratch->log;
+    for (uint64_t a = l->begin; a < l->tail;) {
+        slash_rec *r = slash_lss_ptr(l, a);
+        a += r->size;
+        slash_status st = result_add(s, res, r->win, r->win + s->cfg.window.size, r,
+                                     ssb_rec_partials(s, r));
+        if (st != SLASH_OK)
+            return st;
+    }
+    return SLASH_OK;
+}
+
+slash_status slash_ssb_emit(slash_ssb *s, int64_t up_to, slash_ssb_result **out)
+{
+    *out = NULL;
+    if (s->sealed)
+        return slash_fail(SLASH_ESTATE, "emit: the delta of epoch %llu is sealed; reset it first",
+                          (unsigned long long)s->epoch);
+    slash_ssb_result *res = calloc(1, sizeof *res);
+    if (!res)
+        return slash_fail(SLASH_ENOMEM, "emit result");
+    res->naggs = s->cfg.naggs;
+    slash_status st = SLASH_OK;
+    const slash_window *w = &s->cfg.window;
+    bool sliding = w->kind == SLASH_WINDOW_SLIDING && w->slice != w->size;
+    for (uint32_t i = 0; i < s->cfg.partitions && st == SLASH_OK; i++) {
+        ssb_part *p = &s->parts[i];
+        if (sliding) {
+            ssb_part scratch;
+            if ((st = ssb_part_init(s, &scratch)) != SLASH_OK)
+                break;
+            st = emit_sliding(s, p, up_to, &scratch);
+            if (st == SLASH_OK)
+                st = emit_scratch(s, &scratch, res);
+            ssb_part_destroy(&scratch);
+        } else {
+            st = emit_direct(s, p, up_to, res);
+        }
+        if (st == SLASH_OK)
+            st = ssb_part_trim(s, p);
+    }
+    if (st != SLASH_OK) {
+        slash_ssb_result_free(res);
+        return st;
+    }
+    if (res->key_offsets == NULL && s->cfg.key_type == SLASH_KEY_BYTES) {
+        res->key_offsets = calloc(1, 8);
+        if (!res->key_offsets) {
+            slash_ssb_result_free(res);
+            return slash_fail(SLASH_ENOMEM, "emit result");
+        }
+    }
+    if (up_to > s->watermark)
+        s->watermark = up_to;
+    *out = res;
+    return SLASH_OK;
+}

@@ -1,0 +1,137 @@
+/* ssb_epoch.c - epoch deltas of the state backend (ssb.h): sealing the
+ * changed span of each partition, handing it out, merging a peer's span and
+ * dropping a shipped one.
+ *
+ * Why one contiguous span suffices: every record changed since the last
+ * reset lives in [begin, tail), because a reset truncates the log up to the
+ * sealed boundary and an update to a sealed record appends a fresh one. So at
+ * begin_epoch the delta is exactly [begin, read_only := tail).
+ */
+#include "ssb_impl.h"
+
+#include <stdalign.h>
+
+slash_status slash_ssb_begin_epoch(slash_ssb *s)
+{
+    if (s->sealed)
+        return slash_fail(SLASH_ESTATE, "begin_epoch: the delta of epoch %llu was not reset",
+                          (unsigned long long)s->epoch);
+    for (uint32_t i = 0; i < s->cfg.partitions; i++)
+        s->parts[i].log.read_only = s->parts[i].log.tail;
+    s->sealed = true;
+    s->epoch++;
+    return SLASH_OK;
+}
+
+slash_status slash_ssb_delta(const slash_ssb *s, uint32_t part, const void **addr, size_t *len)
+{
+    if (!s->sealed)
+        return slash_fail(SLASH_ESTATE, "delta: no epoch is sealed (call begin_epoch first)");
+    if (part >= s->cfg.partitions)
+        return slash_fail(SLASH_ERANGE, "delta: partition %u of %u", part, s->cfg.partitions);
+    const slash_lss *l = &s->parts[part].log;
+    *addr = slash_lss_ptr(l, l->begin);
+    *len = (size_t)(l->read_only - l->begin);
+    return SLASH_OK;
+}
+
+slash_status slash_ssb_reset_delta(slash_ssb *s)
+{
+    if (!s->sealed)
+        return slash_fail(SLASH_ESTATE, "reset_delta: no epoch is sealed");
+    for (uint32_t i = 0; i < s->cfg.partitions; i++) {
+        ssb_part *p = &s->parts[i];
+        slash_lss *l = &p->log;
+        for (uint64_t a = l->begin; a < l->read_only;) {
+            slash_rec *r = slash_lss_ptr(l, a);
+            if (r->flags & SLASH_REC_FREED)
+                p->freed_bytes -= r->size;
+            else
+                p->live--;
+            a += r->size;
+        }
+        slash_lss_truncate(l, l->read_only);
+    }
+    s->sealed = false;
+    for (uint32_t i = 0; i < s->cfg.partitions; i++) {
+        slash_status st = ssb_part_trim(s, &s->parts[i]);
+        if (st != SLASH_OK)
+            return st;
+    }
+    return SLASH_OK;
+}
+
+#define REC_MAX (sizeof(slash_rec) + 8 + SLASH_SSB_KEY_MAX + SLASH_SSB_MAX_AGGS * 16)
+
+static slash_status check_region(const slash_ssb *s, const uint8_t *p, size_t len)
+{
+    size_t off = 0;
+    while (off < len) {
+        slash_rec h;
+        if (len - off < sizeof h)
+            return slash_fail(SLASH_EPROTO, "delta: truncated record header at offset %zu", off);
+        memcpy(&h, p + off, sizeof h);
+        if (h.magic != SLASH_REC_MAGIC)
+            return slash_fail(SLASH_EPROTO, "delta: no record at offset %zu (bad magic)", off);
+        if (h.schema != s->schema)
+            return slash_fail(SLASH_EPROTO, "delta: record at offset %zu comes from a store "
+                              "with another window, key type or aggregates", off);
+        if (h.flags & ~SLASH_REC_FREED)
+            return slash_fail(SLASH_EPROTO, "delta: unknown flags 0x%x at offset %zu", h.flags, off);
+        if (s->cfg.key_type == SLASH_KEY_INT64 ? h.key_len != 8 : h.key_len > SLASH_SSB_KEY_MAX)
+            return slash_fail(SLASH_EPROTO, "delta: bad key length %u at offset %zu", h.key_len, off);
+        if (h.size != ssb_rec_size(s, h.key_len) || h.size > len - off)
+            return slash_fail(SLASH_EPROTO, "delta: bad record size %u at offset %zu", h.size, off);
+        if (s->session) {
+            int64_t end;
+            memcpy(&end, p + off + sizeof h, 8);
+            if (end <= h.win)
+                return slash_fail(SLASH_EPROTO, "delta: empty session at offset %zu", off);
+        } else if (slash_window_slice_start(&s->cfg.window, h.win) != h.win) {
+            return slash_fail(SLASH_EPROTO, "delta: window %lld at offset %zu is not a slice start",
+                              (long long)h.win, off);
+        }
+        off += h.size;
+    }
+    return SLASH_OK;
+}
+
+slash_status slash_ssb_merge_delta(slash_ssb *s, const void *region, size_t len)
+{
+    const uint8_t *p = region;
+    if (len && !p)
+        return slash_fail(SLASH_EINVAL, "merge_delta: NULL region of %zu bytes", len);
+    slash_status st = check_region(s, p, len);
+    if (st != SLASH_OK)
+        return st;
+    alignas(8) uint8_t buf[REC_MAX];
+    slash_rec *r = (slash_rec *)buf;
+    for (size_t off = 0; off < len; off += r->size) {
+        memcpy(buf, p + off, sizeof(slash_rec));
+        memcpy(buf, p + off, r->size); /* aligned copy: the region may be unaligned */
+        if (r->flags & SLASH_REC_FREED)
+            continue;
+        const uint8_t *key = ssb_rec_key(s, r);
+        uint64_t kh = ssb_rec_key_hash(s, r);
+        ssb_part *part = &s->parts[ssb_part_of(s, kh)];
+        uint8_t *dst;
+        if (s->session) {
+            int64_t end = *ssb_rec_session_end(r);
+            if (end <= s->watermark) {
+                s->late++;
+                continue;
+            }
+            dst = ssb_upsert_session(s, part, kh, r->win, end, key, r->key_len, &st);
+        } else {
+            if (slash_window_slice_last_end(&s->cfg.window, r->win) <= s->watermark) {
+                s->late++;
+                continue;
+            }
+            dst = ssb_upsert(s, part, ssb_hash_win(s, kh, r->win), r->win, key, r->key_len, &st);
+        }
+        if (!dst)
+            return st;
+        ssb_merge_partials(s, dst, ssb_rec_partials(s, r));
+    }
+    return SLASH_OK;
+}

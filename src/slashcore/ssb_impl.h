@@ -1,0 +1,166 @@
+/* ssb_impl.h - the record format and internals of the state backend, private
+ * to the core (ssb.c, ssb_epoch.c, ssb_emit.c).
+ *
+ * A record in the log, 8-byte aligned, self-describing so a peer can merge it:
+ *   slash_rec header (24 bytes)
+ *   [int64 session end]            session windows only
+ *   key (key_len bytes, zero-padded to a multiple of 8)
+ *   partials, one per aggregate, in config order (8 or 16 bytes each)
+ * `prev` is local chain metadata: peers ignore it and it may change while a
+ * sealed span is being shipped. Every other byte of a sealed record is
+ * immutable until reset. Invariants: a live (not FREED) record is reachable
+ * from the index; chain addresses strictly decrease; without a sealed delta
+ * each (window, key) has at most one live record and all live records are in
+ * the mutable span; live session records of one key never overlap in the
+ * mutable span.
+ */
+#ifndef SLASH_SSB_IMPL_H
+#define SLASH_SSB_IMPL_H
+
+#include <assert.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "slash/hash_index.h"
+#include "slash/lss.h"
+#include "slash/ssb.h"
+
+#define SLASH_REC_MAGIC 0xA5
+#define SLASH_REC_FREED 0x01 /* emitted or merged away; skipped everywhere */
+
+typedef struct slash_rec {
+    uint64_t prev;    /* local: next older record of the hash chain, < begin = end */
+    uint32_t size;    /* bytes of the whole record */
+    uint8_t key_len;  /* key bytes (8 for int64 keys) */
+    uint8_t flags;    /* SLASH_REC_FREED */
+    uint8_t schema;   /* fingerprint of the store config; peers must match */
+    uint8_t magic;    /* SLASH_REC_MAGIC */
+    int64_t win;      /* slice start, or session start */
+} slash_rec;
+static_assert(sizeof(slash_rec) == 24, "record header is shipped to peers");
+
+typedef struct ssb_part {
+    slash_lss log;
+    slash_hidx index;
+    uint64_t live;        /* live records in this partition */
+    uint64_t freed_bytes; /* bytes of FREED records in [begin, tail) */
+} ssb_part;
+
+struct slash_ssb {
+    slash_ssb_config cfg;
+    bool session;
+    bool sealed;
+    uint8_t schema;
+    uint32_t key_off;             /* key offset in a record */
+    uint32_t agg_bytes;           /* bytes of all partials */
+    uint32_t agg_off[SLASH_SSB_MAX_AGGS];
+    uint64_t zero[SLASH_SSB_MAX_AGGS * 2]; /* the partials' zero values */
+    ssb_part *parts;
+    uint64_t epoch;
+    uint64_t late;
+    int64_t watermark;
+};
+
+static inline uint64_t ssb_mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= UINT64_C(0xff51afd7ed558ccd);
+    x ^= x >> 33;
+    x *= UINT64_C(0xc4ceb9fe1a85ec53);
+    x ^= x >> 33;
+    return x;
+}
+
+static inline uint64_t ssb_hash_i64(int64_t k) { return ssb_mix((uint64_t)k ^ UINT64_C(0x243f6a8885a308d3)); }
+
+static inline uint64_t ssb_hash_bytes(const uint8_t *p, size_t n)
+{
+    uint64_t h = UINT64_C(0x9e3779b97f4a7c15) ^ (n * UINT64_C(0x100000001b3));
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * UINT64_C(0xbf58476d1ce4e5b9);
+        h ^= h >> 31;
+        p += 8, n -= 8;
+    }
+    if (n) {
+        uint64_t w = 0;
+        memcpy(&w, p, n);
+        h = (h ^ w) * UINT64_C(0x94d049bb133111eb);
+    }
+    return ssb_mix(h);
+}
+
+/* Index hash of (window, key): key hash alone for sessions (all sessions of
+ * a key share a chain), else mixed with the slice start. */
+static inline uint64_t ssb_hash_win(const slash_ssb *s, uint64_t kh, int64_t win)
+{
+    return s->session ? kh : kh ^ ((uint64_t)win * UINT64_C(0x9e3779b97f4a7c15));
+}
+
+static inline uint32_t ssb_part_of(const slash_ssb *s, uint64_t kh)
+{
+    if (s->cfg.partitions == 1)
+        return 0;
+    return (uint32_t)(((ssb_mix(kh + 0x632be59bd9b4e019ULL) >> 32) * s->cfg.partitions) >> 32);
+}
+
+static inline uint32_t ssb_round8(uint32_t x) { return (x + 7u) & ~7u; }
+
+static inline uint32_t ssb_rec_size(const slash_ssb *s, uint32_t key_len)
+{
+    return s->key_off + ssb_round8(key_len) + s->agg_bytes;
+}
+
+static inline uint8_t *ssb_rec_key(const slash_ssb *s, slash_rec *r) { return (uint8_t *)r + s->key_off; }
+
+static inline uint8_t *ssb_rec_partials(const slash_ssb *s, slash_rec *r)
+{
+    return (uint8_t *)r + s->key_off + ssb_round8(r->key_len);
+}
+
+static inline int64_t *ssb_rec_session_end(slash_rec *r) { return (int64_t *)(r + 1); }
+
+static inline uint64_t ssb_rec_key_hash(const slash_ssb *s, slash_rec *r)
+{
+    if (s->cfg.key_type == SLASH_KEY_INT64) {
+        int64_t k;
+        memcpy(&k, ssb_rec_key(s, r), 8);
+        return ssb_hash_i64(k);
+    }
+    return ssb_hash_bytes(ssb_rec_key(s, r), r->key_len);
+}
+
+/* End of the window state held by a record (session end or slice end). */
+static inline int64_t ssb_rec_end(const slash_ssb *s, slash_rec *r)
+{
+    return s->session ? *ssb_rec_session_end(r) : r->win + s->cfg.window.slice;
+}
+
+/* Finds or creates the mutable record of (win, key) in a non-session
+ * partition and returns its partials, or NULL with *st set (SLASH_ENOMEM). */
+uint8_t *ssb_upsert(slash_ssb *s, ssb_part *p, uint64_t hash, int64_t win, const uint8_t *key,
+                    uint32_t key_len, slash_status *st);
+
+/* Merges the session [start, end) of key into the partition, fusing every
+ * mutable session of the key it overlaps; returns the partials to update. */
+uint8_t *ssb_upsert_session(slash_ssb *s, ssb_part *p, uint64_t kh, int64_t start, int64_t end,
+                            const uint8_t *key, uint32_t key_len, slash_status *st);
+
+/* Merges partials src into dst (both laid out as s's config). */
+void ssb_merge_partials(const slash_ssb *s, uint8_t *dst, const uint8_t *src);
+
+/* Marks a live record FREED. */
+void ssb_free_rec(ssb_part *p, slash_rec *r);
+
+/* Partition setup/teardown and log compaction (copies live records into a
+ * fresh log and rebuilds the index; only without a sealed delta). */
+slash_status ssb_part_init(slash_ssb *s, ssb_part *p);
+void ssb_part_destroy(ssb_part *p);
+slash_status ssb_part_compact(slash_ssb *s, ssb_part *p);
+
+/* Advances begin over the FREED prefix of the log; compacts when most of
+ * the log is freed. Only without a sealed delta. */
+slash_status ssb_part_trim(slash_ssb *s, ssb_part *p);
+
+#endif

@@ -1,0 +1,118 @@
+/* test_crdt.c - CRDT partials: zero is the identity of merge, merge is
+ * commutative and associative, and merging partials of a split equals
+ * updating with the whole input. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "slash/crdt.h"
+#include "unit.h"
+
+static const slash_agg_kind KINDS[] = {SLASH_AGG_COUNT,   SLASH_AGG_SUM_I64, SLASH_AGG_SUM_F64,
+                                       SLASH_AGG_MIN_I64, SLASH_AGG_MIN_F64, SLASH_AGG_MAX_I64,
+                                       SLASH_AGG_MAX_F64, SLASH_AGG_AVG_I64, SLASH_AGG_AVG_F64};
+#define NKINDS (sizeof KINDS / sizeof KINDS[0])
+
+/* fills p with a partial of k updated with n random small integer values */
+static void random_partial(slash_agg_kind k, void *p, int n)
+{
+    slash_crdt_zero(k, p);
+    for (int i = 0; i < n; i++) {
+        int64_t vi = rand() % 2001 - 1000;
+        double vf = (double)vi;
+        slash_crdt_update(k, p, slash_crdt_input_is_f64(k) ? (const void *)&vf : (const void *)&vi);
+    }
+}
+
+TEST(zero_is_identity)
+{
+    for (size_t i = 0; i < NKINDS; i++) {
+        uint8_t a[16], z[16], b[16];
+        random_partial(KINDS[i], a, 5);
+        memcpy(b, a, 16);
+        slash_crdt_zero(KINDS[i], z);
+        slash_crdt_merge(KINDS[i], b, z);
+        CHECK(memcmp(a, b, slash_crdt_size(KINDS[i])) == 0);
+        slash_crdt_merge(KINDS[i], z, a);
+        CHECK(memcmp(a, z, slash_crdt_size(KINDS[i])) == 0);
+    }
+}
+
+TEST(commutative_associative)
+{
+    srand(42);
+    for (int round = 0; round < 200; round++) {
+        for (size_t i = 0; i < NKINDS; i++) {
+            slash_agg_kind k = KINDS[i];
+            size_t sz = slash_crdt_size(k);
+            uint8_t a[16], b[16], c[16], x[16], y[16];
+            random_partial(k, a, rand() % 4);
+            random_partial(k, b, rand() % 4);
+            random_partial(k, c, rand() % 4);
+            memcpy(x, a, sz), slash_crdt_merge(k, x, b);
+            memcpy(y, b, sz), slash_crdt_merge(k, y, a);
+            CHECK(memcmp(x, y, sz) == 0);
+            /* (a+b)+c == a+(b+c) */
+            slash_crdt_merge(k, x, c);
+            memcpy(y, b, sz), slash_crdt_merge(k, y, c);
+            uint8_t z[16];
+            memcpy(z, a, sz), slash_crdt_merge(k, z, y);
+            CHECK(memcmp(x, z, sz) == 0);
+        }
+    }
+}
+
+TEST(split_equals_whole)
+{
+    int64_t vals[] = {5, -3, 12, 7, 7, -20, 1};
+    uint8_t whole[16], left[16], right[16];
+    for (size_t i = 0; i < NKINDS; i++) {
+        slash_agg_kind k = KINDS[i];
+        slash_crdt_zero(k, whole), slash_crdt_zero(k, left), slash_crdt_zero(k, right);
+        for (int j = 0; j < 7; j++) {
+            double f = (double)vals[j];
+            const void *v = slash_crdt_input_is_f64(k) ? (const void *)&f : (const void *)&vals[j];
+            slash_crdt_update(k, whole, v);
+            slash_crdt_update(k, j < 3 ? left : right, v);
+        }
+        slash_crdt_merge(k, left, right);
+        CHECK(memcmp(left, whole, slash_crdt_size(k)) == 0);
+    }
+    int64_t out;
+    slash_crdt_result(SLASH_AGG_MIN_I64, whole, &out);
+    (void)out;
+}
+
+TEST(results)
+{
+    uint8_t p[16];
+    int64_t v = 3, w = 4, r;
+    double d;
+    slash_crdt_zero(SLASH_AGG_AVG_I64, p);
+    slash_crdt_result(SLASH_AGG_AVG_I64, p, &d);
+    CHECK(isnan(d));
+    slash_crdt_update(SLASH_AGG_AVG_I64, p, &v);
+    slash_crdt_update(SLASH_AGG_AVG_I64, p, &w);
+    slash_crdt_result(SLASH_AGG_AVG_I64, p, &d);
+    CHECK(d == 3.5);
+    slash_crdt_zero(SLASH_AGG_MAX_I64, p);
+    slash_crdt_update(SLASH_AGG_MAX_I64, p, &v);
+    slash_crdt_result(SLASH_AGG_MAX_I64, p, &r);
+    CHECK(r == 3);
+    int64_t big = INT64_MAX;
+    slash_crdt_zero(SLASH_AGG_SUM_I64, p);
+    slash_crdt_update(SLASH_AGG_SUM_I64, p, &big);
+    slash_crdt_update(SLASH_AGG_SUM_I64, p, &v); /* wraps, no UB */
+    slash_crdt_result(SLASH_AGG_SUM_I64, p, &r);
+    CHECK(r == INT64_MIN + 2);
+    CHECK(slash_crdt_result_is_f64(SLASH_AGG_AVG_I64) && !slash_crdt_result_is_f64(SLASH_AGG_SUM_I64));
+    CHECK(slash_crdt_size((slash_agg_kind)77) == 0);
+}
+
+int main(void)
+{
+    RUN(zero_is_identity);
+    RUN(commutative_associative);
+    RUN(split_equals_whole);
+    RUN(results);
+    return UNIT_DONE();
+}

@@ -1,0 +1,434 @@
+/* test_ssb.c - the state backend against a brute-force reference: tumbling,
+ * sliding and session windows, int64 and byte-string keys, one store and
+ * several stores merged through epoch deltas (also updating while a delta is
+ * sealed), growth without a preset size, late records and bad input. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "slash/ssb.h"
+#include "unit.h"
+
+enum { A_COUNT, A_SUM, A_MIN, A_MAX, A_AVG, NAGGS };
+
+typedef struct row {
+    int64_t ws, we, key, count, sum, min, max;
+    double avg;
+} row;
+
+typedef struct data {
+    size_t n;
+    int64_t *keys, *times, *vals;
+} data;
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next_rand(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+}
+
+static data gen(size_t n, int64_t nkeys, int64_t tspan)
+{
+    data d = {n, malloc(n * 8), malloc(n * 8), malloc(n * 8)};
+    for (size_t i = 0; i < n; i++) {
+        d.keys[i] = (int64_t)(next_rand() % (uint64_t)nkeys) - nkeys / 3;
+        d.times[i] = (int64_t)(next_rand() % (uint64_t)(2 * tspan)) - tspan;
+        d.vals[i] = (int64_t)(next_rand() % 2001) - 1000;
+    }
+    return d;
+}
+
+static void data_free(data *d) { free(d->keys), free(d->times), free(d->vals); }
+
+static slash_ssb *open_store(const slash_window *w, slash_key_type kt, uint32_t parts)
+{
+    slash_ssb_config cfg = {0};
+    cfg.window = *w;
+    cfg.key_type = kt;
+    cfg.partitions = parts;
+    cfg.naggs = NAGGS;
+    cfg.aggs[A_COUNT] = SLASH_AGG_COUNT;
+    cfg.aggs[A_SUM] = SLASH_AGG_SUM_I64;
+    cfg.aggs[A_MIN] = SLASH_AGG_MIN_I64;
+    cfg.aggs[A_MAX] = SLASH_AGG_MAX_I64;
+    cfg.aggs[A_AVG] = SLASH_AGG_AVG_I64;
+    cfg.log_reserve = (size_t)1 << 30;
+    slash_ssb *s = NULL;
+    slash_status st = slash_ssb_open(&cfg, &s);
+    if (st != SLASH_OK)
+        fprintf(stderr, "open: %s\n", slash_last_error());
+    return s;
+}
+
+/* updates s with records [lo, hi) of d; byte keys are decimal strings */
+static slash_status update(slash_ssb *s, slash_key_type kt, const data *d, size_t lo, size_t hi)
+{
+    slash_ssb_batch b = {0};
+    b.n = hi - lo;
+    b.times = d->times + lo;
+    for (int j = 0; j < NAGGS; j++)
+        b.values[j] = j == A_COUNT ? NULL : d->vals + lo;
+    char *buf = NULL;
+    int32_t *offs = NULL;
+    if (kt == SLASH_KEY_INT64) {
+        b.keys = d->keys + lo;
+    } else {
+        buf = malloc(b.n * 24 + 1);
+        offs = malloc((b.n + 1) * 4);
+        int32_t o = 0;
+        for (size_t i = 0; i < b.n; i++) {
+            offs[i] = o;
+            o += sprintf(buf + o, "k%lld", (long long)d->keys[lo + i]);
+        }
+        offs[b.n] = o;
+        b.key_offsets = offs;
+        b.key_data = (const uint8_t *)buf;
+    }
+    slash_status st = slash_ssb_update(s, &b);
+    free(buf), free(offs);
+    return st;
+}
+
+static int row_cmp(const void *a, const void *b)
+{
+    const row *x = a, *y = b;
+    if (x->ws != y->ws) return x->ws < y->ws ? -1 : 1;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return 0;
+}
+
+/* appends the rows of r to *rows */
+static void collect(slash_ssb_result *r, slash_key_type kt, row **rows, size_t *n)
+{
+    *rows = realloc(*rows, (*n + r->rows + 1) * sizeof(row));
+    for (size_t i = 0; i < r->rows; i++) {
+        row *o = &(*rows)[(*n)++];
+        o->ws = r->window_start[i];
+        o->we = r->window_end[i];
+        if (kt == SLASH_KEY_INT64) {
+            o->key = r->keys[i];
+        } else {
+            char k[80] = {0};
+            memcpy(k, r->key_data + r->key_offsets[i], (size_t)(r->key_offsets[i + 1] - r->key_offsets[i]));
+            o->key = atoll(k + 1);
+        }
+        o->count = ((int64_t *)r->columns[A_COUNT])[i];
+        o->sum = ((int64_t *)r->columns[A_SUM])[i];
+        o->min = ((int64_t *)r->columns[A_MIN])[i];
+        o->max = ((int64_t *)r->columns[A_MAX])[i];
+        o->avg = ((double *)r->columns[A_AVG])[i];
+    }
+}
+
+static void ref_add(row **rows, size_t *n, int64_t ws, int64_t we, int64_t key, int64_t v)
+{
+    for (size_t i = 0; i < *n; i++) {
+        row *r = &(*rows)[i];
+        if (r->ws == ws && r->key == key) {
+            r->count++, r->sum += v;
+            if (v < r->min) r->min = v;
+            if (v > r->max) r->max = v;
+            return;
+        }
+    }
+    *rows = realloc(*rows, (*n + 1) * sizeof(row));
+    (*rows)[(*n)++] = (row){ws, we, key, 1, v, v, v, 0};
+}
+
+static int cmp_kt(const void *a, const void *b)
+{
+    const int64_t *x = a, *y = b;
+    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+    return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+/* brute force: every window of every record */
+static row *reference(const slash_window *w, const data *d, size_t *n)
+{
+    row *rows = NULL;
+    *n = 0;
+    if (w->kind != SLASH_WINDOW_SESSION) {
+        for (size_t i = 0; i < d->n; i++) {
+            int64_t t = d->times[i];
+            for (int64_t s = slash_floor_div(t, w->slide) * w->slide; s > t - w->size; s -= w->slide)
+                ref_add(&rows, n, s, s + w->size, d->keys[i], d->vals[i]);
+        }
+    } else {
+        /* sort (key, time, value) triples; a gap >= size starts a new session */
+        int64_t *kt = malloc(d->n * 3 * 8);
+        for (size_t i = 0; i < d->n; i++)
+            kt[3 * i] = d->keys[i], kt[3 * i + 1] = d->times[i], kt[3 * i + 2] = d->vals[i];
+        qsort(kt, d->n, 24, cmp_kt);
+        size_t start = 0;
+        for (size_t i = 1; i <= d->n; i++) {
+            if (i == d->n || kt[3 * i] != kt[3 * start] || kt[3 * i + 1] - kt[3 * (i - 1) + 1] >= w->size) {
+                for (size_t j = start; j < i; j++)
+                    ref_add(&rows, n, kt[3 * start + 1], kt[3 * (i - 1) + 1] + w->size, kt[3 * start], kt[3 * j + 2]);
+                start = i;
+            }
+        }
+        free(kt);
+    }
+    for (size_t i = 0; i < *n; i++)
+        rows[i].avg = (double)rows[i].sum / (double)rows[i].count;
+    qsort(rows, *n, sizeof(row), row_cmp);
+    return rows;
+}
+
+static int same_rows(row *got, size_t ngot, row *want, size_t nwant)
+{
+    qsort(got, ngot, sizeof(row), row_cmp);
+    if (ngot != nwant) {
+        fprintf(stderr, "  got %zu rows, want %zu\n", ngot, nwant);
+        return 0;
+    }
+    for (size_t i = 0; i < ngot; i++) {
+        row *a = &got[i], *b = &want[i];
+        if (a->ws != b->ws || a->we != b->we || a->key != b->key || a->count != b->count ||
+            a->sum != b->sum || a->min != b->min || a->max != b->max || a->avg != b->avg) {
+            fprintf(stderr, "  row %zu: got [%lld,%lld) k=%lld n=%lld s=%lld, want [%lld,%lld) k=%lld n=%lld s=%lld\n",
+                    i, (long long)a->ws, (long long)a->we, (long long)a->key, (long long)a->count,
+                    (long long)a->sum, (long long)b->ws, (long long)b->we, (long long)b->key,
+                    (long long)b->count, (long long)b->sum);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* one store: update in batches, emit twice, compare with the reference */
+static void check_single(slash_window_kind kind, int64_t size, int64_t slide, slash_key_type kt,
+                         uint32_t parts)
+{
+    slash_window w;
+    CHECK_OK(slash_window_init(&w, kind, size, slide));
+    data d = gen(3000, 40, 200);
+    slash_ssb *s = open_store(&w, kt, parts);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    for (size_t lo = 0; lo < d.n; lo += 700)
+        CHECK_OK(update(s, kt, &d, lo, lo + 700 < d.n ? lo + 700 : d.n));
+    row *got = NULL;
+    size_t ngot = 0;
+    slash_ssb_result *r = NULL;
+    CHECK_OK(slash_ssb_emit(s, 0, &r));
+    for (size_t i = 0; r && i < r->rows; i++)
+        CHECK(r->window_end[i] <= 0);
+    if (r)
+        collect(r, kt, &got, &ngot);
+    slash_ssb_result_free(r);
+    CHECK_OK(slash_ssb_emit(s, INT64_MAX, &r));
+    if (r)
+        collect(r, kt, &got, &ngot);
+    slash_ssb_result_free(r);
+    slash_ssb_stats stats;
+    slash_ssb_get_stats(s, &stats);
+    CHECK(stats.records == 0 && stats.late == 0);
+    size_t nwant;
+    row *want = reference(&w, &d, &nwant);
+    CHECK(same_rows(got, ngot, want, nwant));
+    free(got), free(want);
+    slash_ssb_close(s);
+    data_free(&d);
+}
+
+TEST(tumbling_int64) { check_single(SLASH_WINDOW_TUMBLING, 30, 0, SLASH_KEY_INT64, 1); }
+TEST(tumbling_bytes_partitioned) { check_single(SLASH_WINDOW_TUMBLING, 25, 0, SLASH_KEY_BYTES, 3); }
+TEST(sliding_int64) { check_single(SLASH_WINDOW_SLIDING, 60, 20, SLASH_KEY_INT64, 1); }
+TEST(sliding_uneven_bytes) { check_single(SLASH_WINDOW_SLIDING, 50, 20, SLASH_KEY_BYTES, 2); }
+TEST(session_int64) { check_single(SLASH_WINDOW_SESSION, 15, 0, SLASH_KEY_INT64, 1); }
+TEST(session_bytes) { check_single(SLASH_WINDOW_SESSION, 9, 0, SLASH_KEY_BYTES, 2); }
+
+/* helpers update splits of the input over several epochs (also while their
+ * delta is sealed) and ship deltas to a leader, which must then equal the
+ * reference */
+static void check_deltas(slash_window_kind kind, int64_t size, int64_t slide, slash_key_type kt)
+{
+    enum { H = 3, CHUNKS = 4 };
+    slash_window w;
+    CHECK_OK(slash_window_init(&w, kind, size, slide));
+    data d = gen(2400, 30, 150);
+    slash_ssb *leader = open_store(&w, kt, 2), *helper[H];
+    for (int h = 0; h < H; h++)
+        helper[h] = open_store(&w, kt, 2);
+    /* helper h gets records i with i % H == h, in CHUNKS chunks; build its data */
+    data part[H];
+    for (int h = 0; h < H; h++) {
+        size_t n = 0;
+        part[h] = (data){0, malloc(d.n * 8), malloc(d.n * 8), malloc(d.n * 8)};
+        for (size_t i = (size_t)h; i < d.n; i += H)
+            part[h].keys[n] = d.keys[i], part[h].times[n] = d.times[i], part[h].vals[n++] = d.vals[i];
+        part[h].n = n;
+    }
+    for (int c = 0; c <= CHUNKS; c++) {
+        for (int h = 0; h < H; h++) {
+            size_t n = part[h].n, lo = n * (size_t)c / CHUNKS, hi = n * (size_t)(c + 1) / CHUNKS;
+            if (c > 0) {
+                /* a sealed delta is outstanding: update, then ship and reset */
+                if (c < CHUNKS)
+                    CHECK_OK(update(helper[h], kt, &part[h], lo, (lo + hi) / 2));
+                for (uint32_t q = 0; q < 2; q++) {
+                    const void *a;
+                    size_t len;
+                    CHECK_OK(slash_ssb_delta(helper[h], q, &a, &len));
+                    CHECK_OK(slash_ssb_merge_delta(leader, a, len));
+                }
+                CHECK_OK(slash_ssb_reset_delta(helper[h]));
+                if (c < CHUNKS)
+                    CHECK_OK(update(helper[h], kt, &part[h], (lo + hi) / 2, hi));
+            } else {
+                CHECK_OK(update(helper[h], kt, &part[h], lo, hi));
+            }
+            if (c < CHUNKS || h < 0)
+                CHECK_OK(slash_ssb_begin_epoch(helper[h]));
+        }
+    }
+    for (int h = 0; h < H; h++) {
+        slash_ssb_stats st;
+        slash_ssb_get_stats(helper[h], &st);
+        CHECK(st.records == 0); /* everything was shipped */
+    }
+    row *got = NULL;
+    size_t ngot = 0, nwant;
+    slash_ssb_result *r = NULL;
+    CHECK_OK(slash_ssb_emit(leader, INT64_MAX, &r));
+    if (r)
+        collect(r, kt, &got, &ngot);
+    slash_ssb_result_free(r);
+    row *want = reference(&w, &d, &nwant);
+    CHECK(same_rows(got, ngot, want, nwant));
+    free(got), free(want);
+    for (int h = 0; h < H; h++)
+        slash_ssb_close(helper[h]), data_free(&part[h]);
+    slash_ssb_close(leader);
+    data_free(&d);
+}
+
+TEST(deltas_tumbling) { check_deltas(SLASH_WINDOW_TUMBLING, 20, 0, SLASH_KEY_INT64); }
+TEST(deltas_sliding_bytes) { check_deltas(SLASH_WINDOW_SLIDING, 40, 10, SLASH_KEY_BYTES); }
+TEST(deltas_session) { check_deltas(SLASH_WINDOW_SESSION, 12, 0, SLASH_KEY_INT64); }
+
+TEST(growth_without_preset_size)
+{
+    slash_window w;
+    CHECK_OK(slash_window_init(&w, SLASH_WINDOW_TUMBLING, 1000, 0));
+    slash_ssb *s = open_store(&w, SLASH_KEY_INT64, 1);
+    const size_t n = 300000;
+    data d = {n, malloc(n * 8), malloc(n * 8), malloc(n * 8)};
+    for (size_t i = 0; i < n; i++)
+        d.keys[i] = (int64_t)(i * 2654435761u), d.times[i] = 5, d.vals[i] = 1;
+    CHECK_OK(update(s, SLASH_KEY_INT64, &d, 0, n));
+    CHECK_OK(update(s, SLASH_KEY_INT64, &d, 0, n)); /* every key twice */
+    slash_ssb_stats st;
+    slash_ssb_get_stats(s, &st);
+    CHECK(st.records == n);
+    CHECK(st.memory_bytes < 2 * n * st.record_bytes);
+    slash_ssb_result *r = NULL;
+    CHECK_OK(slash_ssb_emit(s, 1000, &r));
+    CHECK(r && r->rows == n);
+    for (size_t i = 0; r && i < r->rows; i++)
+        CHECK(((int64_t *)r->columns[A_COUNT])[i] == 2);
+    slash_ssb_result_free(r);
+    slash_ssb_get_stats(s, &st);
+    CHECK(st.records == 0 && st.memory_bytes < ((size_t)1 << 20) + st.index_bytes);
+    slash_ssb_close(s);
+    data_free(&d);
+}
+
+TEST(late_records_and_states)
+{
+    slash_window w;
+    CHECK_OK(slash_window_init(&w, SLASH_WINDOW_TUMBLING, 10, 0));
+    slash_ssb *s = open_store(&w, SLASH_KEY_INT64, 1);
+    data d = {3, (int64_t[]){1, 1, 1}, (int64_t[]){3, 12, 25}, (int64_t[]){1, 2, 3}};
+    CHECK_OK(update(s, SLASH_KEY_INT64, &d, 0, 3));
+    slash_ssb_result *r = NULL;
+    CHECK_OK(slash_ssb_emit(s, 20, &r));
+    CHECK(r && r->rows == 2);
+    slash_ssb_result_free(r);
+    CHECK(slash_ssb_watermark(s) == 20);
+    CHECK_OK(update(s, SLASH_KEY_INT64, &d, 0, 3)); /* 3 and 12 are late now */
+    slash_ssb_stats st;
+    slash_ssb_get_stats(s, &st);
+    CHECK(st.late == 2 && st.records == 1);
+    const void *a;
+    size_t len;
+    CHECK_ST(slash_ssb_delta(s, 0, &a, &len), SLASH_ESTATE);
+    CHECK_ST(slash_ssb_reset_delta(s), SLASH_ESTATE);
+    CHECK_OK(slash_ssb_begin_epoch(s));
+    CHECK_ST(slash_ssb_begin_epoch(s), SLASH_ESTATE);
+    CHECK_ST(slash_ssb_emit(s, 100, &r), SLASH_ESTATE);
+    CHECK_ST(slash_ssb_delta(s, 1, &a, &len), SLASH_ERANGE);
+    CHECK_OK(slash_ssb_delta(s, 0, &a, &len));
+    CHECK(len == st.record_bytes);
+    CHECK_OK(slash_ssb_reset_delta(s));
+    slash_ssb_close(s);
+}
+
+TEST(bad_input)
+{
+    slash_window w;
+    CHECK_OK(slash_window_init(&w, SLASH_WINDOW_TUMBLING, 10, 0));
+    slash_ssb *s = open_store(&w, SLASH_KEY_BYTES, 1);
+    slash_ssb_batch b = {0};
+    int64_t t[2] = {1, 2}, v[2] = {1, 2};
+    int32_t offs[3] = {0, 3, 70};
+    uint8_t keys[70] = {0};
+    b.n = 2, b.times = t, b.key_offsets = offs, b.key_data = keys;
+    for (int j = 1; j < NAGGS; j++)
+        b.values[j] = v;
+    CHECK_ST(slash_ssb_update(s, &b), SLASH_EINVAL); /* second key is 67 bytes */
+    CHECK(strstr(slash_last_error(), "row 1") != NULL);
+    offs[2] = 5;
+    b.values[A_MIN] = NULL;
+    CHECK_ST(slash_ssb_update(s, &b), SLASH_EINVAL);
+    b.values[A_MIN] = v;
+    b.times = NULL;
+    CHECK_ST(slash_ssb_update(s, &b), SLASH_EINVAL);
+    CHECK(strstr(slash_last_error(), "times") != NULL);
+    b.times = t;
+    CHECK_OK(slash_ssb_update(s, &b));
+    /* a region from a store with another config, and garbage */
+    slash_ssb *other = open_store(&w, SLASH_KEY_INT64, 1);
+    data d = {1, (int64_t[]){7}, (int64_t[]){3}, (int64_t[]){1}};
+    CHECK_OK(update(other, SLASH_KEY_INT64, &d, 0, 1));
+    CHECK_OK(slash_ssb_begin_epoch(other));
+    const void *a;
+    size_t len;
+    CHECK_OK(slash_ssb_delta(other, 0, &a, &len));
+    CHECK_ST(slash_ssb_merge_delta(s, a, len), SLASH_EPROTO);
+    CHECK_ST(slash_ssb_merge_delta(other, a, len - 8), SLASH_EPROTO); /* truncated */
+    uint8_t junk[64];
+    memset(junk, 0x5a, sizeof junk);
+    CHECK_ST(slash_ssb_merge_delta(other, junk, sizeof junk), SLASH_EPROTO);
+    /* unaligned copy of a good region merges */
+    uint8_t *copy = malloc(len + 1);
+    memcpy(copy + 1, a, len);
+    CHECK_OK(slash_ssb_merge_delta(other, copy + 1, len));
+    free(copy);
+    slash_ssb_close(other);
+    slash_ssb_config cfg = {0};
+    CHECK_ST(slash_ssb_open(&cfg, &other), SLASH_EINVAL);
+    cfg.window = w, cfg.key_type = SLASH_KEY_INT64, cfg.partitions = 0;
+    CHECK_ST(slash_ssb_open(&cfg, &other), SLASH_EINVAL);
+    CHECK(strstr(slash_last_error(), "partitions") != NULL);
+    slash_ssb_close(s);
+}
+
+int main(void)
+{
+    RUN(tumbling_int64);
+    RUN(tumbling_bytes_partitioned);
+    RUN(sliding_int64);
+    RUN(sliding_uneven_bytes);
+    RUN(session_int64);
+    RUN(session_bytes);
+    RUN(deltas_tumbling);
+    RUN(deltas_sliding_bytes);
+    RUN(deltas_session);
+    RUN(growth_without_preset_size);
+    RUN(late_records_and_states);
+    RUN(bad_input);
+    return UNIT_DONE();
+}

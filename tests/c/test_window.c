@@ -1,0 +1,66 @@
+/* test_window.c - window assignment: floor division for negative times,
+ * slice lengths, first/last windows of a slice, bad parameters. */
+#include "slash/window.h"
+#include "unit.h"
+
+TEST(floor_division)
+{
+    CHECK(slash_floor_div(7, 5) == 1);
+    CHECK(slash_floor_div(-1, 5) == -1);
+    CHECK(slash_floor_div(-5, 5) == -1);
+    CHECK(slash_floor_div(-6, 5) == -2);
+    CHECK(slash_floor_div(0, 5) == 0);
+}
+
+TEST(tumbling)
+{
+    slash_window w;
+    CHECK_OK(slash_window_init(&w, SLASH_WINDOW_TUMBLING, 10, 0));
+    CHECK(w.slice == 10 && w.slide == 10);
+    CHECK(slash_window_slice_start(&w, 19) == 10);
+    CHECK(slash_window_slice_start(&w, -1) == -10);
+    CHECK(slash_window_slice_start(&w, -10) == -10);
+    CHECK(slash_window_slice_last_end(&w, -10) == 0);
+    CHECK(slash_window_slice_first_start(&w, 10) == 10);
+}
+
+TEST(sliding_slices)
+{
+    slash_window w;
+    CHECK_OK(slash_window_init(&w, SLASH_WINDOW_SLIDING, 60, 10));
+    CHECK(w.slice == 10);
+    /* slice [20,30) is in windows starting -30..20 */
+    CHECK(slash_window_slice_first_start(&w, 20) == -30);
+    CHECK(slash_window_slice_last_end(&w, 20) == 80);
+    CHECK_OK(slash_window_init(&w, SLASH_WINDOW_SLIDING, 10, 4));
+    CHECK(w.slice == 2);
+    /* slice [6,8): windows [0,10) and [4,14) */
+    CHECK(slash_window_slice_first_start(&w, 6) == 0);
+    CHECK(slash_window_slice_last_end(&w, 6) == 14);
+    /* slice [-2,0): windows [-8,2) and [-4,6)... and [-12,-2)? no: it ends at -2 */
+    CHECK(slash_window_slice_first_start(&w, -2) == -8);
+    CHECK(slash_window_slice_last_end(&w, -2) == 6);
+}
+
+TEST(bad_parameters)
+{
+    slash_window w;
+    CHECK_ST(slash_window_init(&w, SLASH_WINDOW_TUMBLING, 0, 0), SLASH_EINVAL);
+    CHECK(strstr(slash_last_error(), "size") != NULL);
+    CHECK_ST(slash_window_init(&w, SLASH_WINDOW_TUMBLING, -5, 0), SLASH_EINVAL);
+    CHECK_ST(slash_window_init(&w, SLASH_WINDOW_SLIDING, 10, 0), SLASH_EINVAL);
+    CHECK(strstr(slash_last_error(), "slide") != NULL);
+    CHECK_ST(slash_window_init(&w, SLASH_WINDOW_SLIDING, 10, 20), SLASH_EINVAL);
+    CHECK_ST(slash_window_init(&w, SLASH_WINDOW_SESSION, 0, 0), SLASH_EINVAL);
+    CHECK(strstr(slash_last_error(), "gap") != NULL);
+    CHECK_ST(slash_window_init(&w, (slash_window_kind)9, 10, 10), SLASH_EINVAL);
+}
+
+int main(void)
+{
+    RUN(floor_division);
+    RUN(tumbling);
+    RUN(sliding_slices);
+    RUN(bad_parameters);
+    return UNIT_DONE();
+}
