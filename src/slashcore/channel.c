@@ -227,6 +227,8 @@ static slash_status wait_credit(slash_channel *ch, int timeout_ms)
         if (st != SLASH_OK)
             return slash_fail(st, "channel: consumer gone while waiting for a credit (%s)",
                               slash_last_error());
+        if (timeout_ms == 0)
+            return SLASH_ETIMEDOUT; /* a try-reserve: cheap, no detail */
         if (slash_deadline_passed(deadline))
             return slash_fail(SLASH_ETIMEDOUT,
                               "channel: no credit within %d ms (consumer is not releasing buffers)",
@@ -403,6 +405,8 @@ slash_status slash_channel_poll(slash_channel *ch, int timeout_ms, const void **
             if (st != SLASH_OK)
                 return slash_fail(st, "channel: producer gone before end-of-stream (%s)",
                                   slash_last_error());
+            if (timeout_ms == 0)
+                return SLASH_ETIMEDOUT; /* a try-poll: cheap, no detail */
             if (slash_deadline_passed(deadline))
                 return slash_fail(SLASH_ETIMEDOUT, "channel: no buffer within %d ms", timeout_ms);
             slash_backoff_wait(&b);
@@ -443,9 +447,12 @@ slash_status slash_channel_release(slash_channel *ch)
      * are batched to a quarter of the ring, and flushed when the ring runs dry
      * (in poll), so the producer never waits on a held-back credit. */
     uint32_t batch = ch->c / 4 ? ch->c / 4 : 1;
-    if (slash_remote_direct(ch->credit_remote) || ch->released - ch->released_sent >= batch)
-        return return_credits(ch);
-    return SLASH_OK;
+    if (!slash_remote_direct(ch->credit_remote) && ch->released - ch->released_sent < batch)
+        return SLASH_OK;
+    /* A producer that already left needs no credit: what it wrote is still
+     * here, and the next poll reports end-of-stream or its disappearance. */
+    slash_status st = return_credits(ch);
+    return st == SLASH_EPEER ? SLASH_OK : st;
 }
 
 slash_status slash_channel_recv(slash_channel *ch, void *dst, size_t cap, size_t *len,

@@ -100,6 +100,8 @@ slash_status slash_listen(slash_transport *tp, const char *bind_addr, const char
 
 const char *slash_listener_addr(const slash_listener *l) { return l->addr; }
 
+slash_transport *slash_listener_transport(const slash_listener *l) { return l->tp; }
+
 slash_status slash_accept(slash_listener *l, int timeout_ms, slash_endpoint **out)
 {
     *out = NULL;

@@ -74,6 +74,8 @@ const char *slash_listener_addr(const slash_listener *l);
  * (it gets SLASH_EAUTH) and accept returns SLASH_EAUTH too. */
 slash_status slash_accept(slash_listener *l, int timeout_ms, slash_endpoint **out);
 void slash_listener_close(slash_listener *l);
+/* The transport a listener belongs to. */
+slash_transport *slash_listener_transport(const slash_listener *l);
 
 /* Connects to a listener; SLASH_EAUTH if the token is refused, SLASH_EPEER
  * if nobody listens there, SLASH_ETIMEDOUT at the deadline. */
