@@ -222,9 +222,11 @@ static void format_addr(const struct sockaddr_storage *ss, char *out, size_t cap
     }
 }
 
-/* A copy of the transport's fi_info with src (listen) or no src (connect). */
-static slash_status info_for(ofi_transport *t, const struct sockaddr_storage *src, size_t srclen,
-                             struct fi_info **out)
+/* A copy of the transport's fi_info for one address: the source of a
+ * listener, or the destination of a connection (verbs resolves the route from
+ * info->dest_addr when the endpoint is created; tcp takes it in fi_connect). */
+static slash_status info_for(ofi_transport *t, const struct sockaddr_storage *ss, size_t sslen,
+                             bool is_src, struct fi_info **out)
 {
     struct fi_info *fi = fi_dupinfo(t->info);
     if (!fi)
@@ -233,16 +235,17 @@ static slash_status info_for(ofi_transport *t, const struct sockaddr_storage *sr
     free(fi->dest_addr);
     fi->src_addr = fi->dest_addr = NULL;
     fi->src_addrlen = fi->dest_addrlen = 0;
-    if (src) {
-        fi->src_addr = malloc(srclen);
-        if (!fi->src_addr) {
-            fi_freeinfo(fi);
-            return slash_fail(SLASH_ENOMEM, "out of memory for an address");
-        }
-        memcpy(fi->src_addr, src, srclen);
-        fi->src_addrlen = srclen;
-        fi->addr_format = src->ss_family == AF_INET6 ? FI_SOCKADDR_IN6 : FI_SOCKADDR_IN;
+    void *a = malloc(sslen);
+    if (!a) {
+        fi_freeinfo(fi);
+        return slash_fail(SLASH_ENOMEM, "out of memory for an address");
     }
+    memcpy(a, ss, sslen);
+    if (is_src)
+        fi->src_addr = a, fi->src_addrlen = sslen;
+    else
+        fi->dest_addr = a, fi->dest_addrlen = sslen;
+    fi->addr_format = ss->ss_family == AF_INET6 ? FI_SOCKADDR_IN6 : FI_SOCKADDR_IN;
     *out = fi;
     return SLASH_OK;
 }
@@ -834,8 +837,8 @@ static slash_status ofi_listen(slash_transport *tp, const char *bind_addr, const
     slash_status st = parse_addr(where, true, &ss, &sslen);
     if (st != SLASH_OK)
         return st;
-    struct fi_info *info;
-    if ((st = info_for(t, &ss, sslen, &info)) != SLASH_OK)
+    struct fi_info *info = NULL;
+    if ((st = info_for(t, &ss, sslen, true, &info)) != SLASH_OK)
         return st;
     ofi_listener *l = calloc(1, sizeof *l);
     if (!l) {
@@ -967,8 +970,8 @@ static slash_status ofi_connect(slash_transport *tp, const char *addr, const cha
     slash_status st = parse_addr(addr, false, &ss, &sslen);
     if (st != SLASH_OK)
         return st;
-    struct fi_info *info;
-    if ((st = info_for(t, NULL, 0, &info)) != SLASH_OK)
+    struct fi_info *info = NULL;
+    if ((st = info_for(t, &ss, sslen, false, &info)) != SLASH_OK)
         return st;
     ofi_endpoint *e;
     st = endpoint_open(t, info, addr, &e);

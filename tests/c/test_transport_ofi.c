@@ -39,7 +39,8 @@ int main(void)
 
 #else /* SLASH_HAVE_OFI */
 
-#define SPEC "ofi:tcp"
+/* SLASH_TEST_OFI_SPEC runs the same tests on another provider ("ofi:verbs"). */
+static const char *SPEC = "ofi:tcp";
 #define TOKEN "s3cret-token"
 #define TMO 10000 /* ms, generous for ASan builds */
 
@@ -270,6 +271,30 @@ TEST(connect_nobody_listens)
 }
 
 
+TEST(timeouts)
+{
+    slash_transport *tp;
+    slash_listener *l = NULL;
+    slash_endpoint *ep = NULL;
+    CHECK_OK(slash_transport_open(SPEC, &tp));
+    if (!tp)
+        return;
+    CHECK_OK(slash_listen(tp, NULL, TOKEN, &l));
+    if (l) {
+        uint64_t t0 = slash_now_ns();
+        CHECK_ST(slash_accept(l, 200, &ep), SLASH_ETIMEDOUT); /* nobody connects */
+        CHECK(strstr(slash_last_error(), "no peer within 200 ms") != NULL);
+        /* a listener that never accepts: connect gives up at its deadline */
+        CHECK_ST(slash_connect(tp, slash_listener_addr(l), TOKEN, 300, &ep), SLASH_ETIMEDOUT);
+        CHECK(ep == NULL);
+        double s = (double)(slash_now_ns() - t0) / 1e9;
+        CHECK(s >= 0.45 && s < 3.0);
+    }
+    CHECK_ST(slash_connect(tp, "256.1.1.1:1", TOKEN, 300, &ep), SLASH_EINVAL);
+    slash_listener_close(l);
+    slash_transport_close(tp);
+}
+
 /* ---- authentication ------------------------------------------------------- */
 
 /* Refuses one peer with a wrong token, then takes one with the right one. */
@@ -442,7 +467,7 @@ TEST(target_progress)
             landed = load_acq(&p[63]) == 0xCD;
             usleep(1000);
         }
-        fprintf(stderr, "  ofi:tcp: an incoming write is %s without target progress\n",
+        fprintf(stderr, "  %s: an incoming write is %s without target progress\n", SPEC,
                 landed ? "placed" : "NOT placed");
         slash_backoff b;
         slash_backoff_reset(&b);
@@ -452,7 +477,7 @@ TEST(target_progress)
             slash_backoff_wait(&b);
         }
         CHECK(p[63] == 0xCD && p[0] == 0x11 && p[62] == 0x11 && p[64] == 0);
-        fprintf(stderr, "  ofi:tcp: placed %.2f ms after the target began to drive progress\n",
+        fprintf(stderr, "  %s: placed %.2f ms after the target began to drive progress\n", SPEC,
                 (double)(slash_now_ns() - t1) / 1e6);
         CHECK_OK(slash_endpoint_send_msg(s.ep, "done", 4));
     }
@@ -704,17 +729,31 @@ TEST(writer_killed_target_sees_epeer)
     session_end(&s);
 }
 
-int main(void)
+/* argv[1], when given, runs only the tests whose name contains it. */
+static const char *only;
+#define RUN_SOME(name)                             \
+    do {                                           \
+        if (!only || strstr(#name, only) != NULL) \
+            RUN(name);                             \
+    } while (0)
+
+int main(int argc, char **argv)
 {
-    RUN(unknown_provider);
-    RUN(listen_addresses);
-    RUN(connect_nobody_listens);
-    RUN(auth_wrong_token_refused_on_both_sides);
-    RUN(messages_expose_attach_write_bounds);
-    RUN(target_progress);
-    RUN(many_ordered_writes);
-    RUN(target_killed_writer_sees_epeer);
-    RUN(writer_killed_target_sees_epeer);
+    const char *spec = getenv("SLASH_TEST_OFI_SPEC");
+    if (spec && *spec)
+        SPEC = spec;
+    only = argc > 1 ? argv[1] : NULL;
+    fprintf(stderr, "transport %s\n", SPEC);
+    RUN_SOME(unknown_provider);
+    RUN_SOME(listen_addresses);
+    RUN_SOME(connect_nobody_listens);
+    RUN_SOME(timeouts);
+    RUN_SOME(auth_wrong_token_refused_on_both_sides);
+    RUN_SOME(messages_expose_attach_write_bounds);
+    RUN_SOME(target_progress);
+    RUN_SOME(many_ordered_writes);
+    RUN_SOME(target_killed_writer_sees_epeer);
+    RUN_SOME(writer_killed_target_sees_epeer);
     return UNIT_DONE();
 }
 
