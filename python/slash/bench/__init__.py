@@ -7,7 +7,12 @@ benchmark; the CLI finds them with :func:`discover` and needs no list:
 * ``HELP``: one line for ``slash bench --help``;
 * ``add_arguments(parser)``: adds the benchmark's own options;
 * ``run(args) -> dict``: runs it and returns the result, one run as a flat
-  dict, several as ``{"runs": [dict, ...], ...}``.
+  dict, several as ``{"runs": [dict, ...], ...}``;
+* optionally ``summary(run) -> str``: the line the CLI prints per run
+  (default: the run's scalar fields as ``key=value``).
+
+The CLI adds ``--json PATH`` to every benchmark (it writes the returned dict),
+so a benchmark must not define that option itself.
 
 Modules whose name starts with ``_`` and helpers that lack those names
 (``baselines``, ``plot``) are not benchmarks. A module that fails to import
