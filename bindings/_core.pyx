@@ -5,3 +5,4 @@
 include "status.pxi"
 include "transport.pxi"
 include "channel.pxi"
+include "ssb.pxi"

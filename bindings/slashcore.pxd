@@ -77,3 +77,84 @@ cdef extern from "slash/channel.h" nogil:
                                     int timeout_ms)
     bint slash_channel_is_producer(const slash_channel *ch)
     void slash_channel_get_stats(const slash_channel *ch, slash_channel_stats *out)
+
+cdef extern from "slash/window.h" nogil:
+    ctypedef enum slash_window_kind:
+        SLASH_WINDOW_TUMBLING
+        SLASH_WINDOW_SLIDING
+        SLASH_WINDOW_SESSION
+    ctypedef struct slash_window:
+        slash_window_kind kind
+        int64_t size
+        int64_t slide
+        int64_t slice
+    slash_status slash_window_init(slash_window *w, slash_window_kind kind, int64_t size,
+                                   int64_t slide)
+
+cdef extern from "slash/crdt.h" nogil:
+    ctypedef enum slash_agg_kind:
+        SLASH_AGG_COUNT
+        SLASH_AGG_SUM_I64
+        SLASH_AGG_SUM_F64
+        SLASH_AGG_MIN_I64
+        SLASH_AGG_MIN_F64
+        SLASH_AGG_MAX_I64
+        SLASH_AGG_MAX_F64
+        SLASH_AGG_AVG_I64
+        SLASH_AGG_AVG_F64
+    bint slash_crdt_result_is_f64(slash_agg_kind k)
+    bint slash_crdt_input_is_f64(slash_agg_kind k)
+    bint slash_crdt_needs_input(slash_agg_kind k)
+
+cdef extern from "slash/ssb.h" nogil:
+    enum:
+        SLASH_SSB_MAX_AGGS
+        SLASH_SSB_KEY_MAX
+    ctypedef enum slash_key_type:
+        SLASH_KEY_INT64
+        SLASH_KEY_BYTES
+    ctypedef struct slash_ssb
+    ctypedef struct slash_ssb_config:
+        slash_window window
+        slash_key_type key_type
+        uint32_t partitions
+        uint32_t naggs
+        slash_agg_kind aggs[16]
+        size_t log_reserve
+    ctypedef struct slash_ssb_batch:
+        size_t n
+        const int64_t *times
+        const int64_t *keys
+        const void *key_offsets
+        int key_offsets_64
+        const uint8_t *key_data
+        const void *values[16]
+    ctypedef struct slash_ssb_result:
+        size_t rows
+        int64_t *window_start
+        int64_t *window_end
+        int64_t *keys
+        int64_t *key_offsets
+        uint8_t *key_data
+        size_t key_data_len
+        void *columns[16]
+    ctypedef struct slash_ssb_stats:
+        uint64_t records
+        uint64_t late
+        uint64_t epoch
+        size_t memory_bytes
+        size_t log_bytes
+        size_t index_bytes
+        size_t record_bytes
+        int sealed
+    slash_status slash_ssb_open(const slash_ssb_config *cfg, slash_ssb **out)
+    void slash_ssb_close(slash_ssb *s)
+    slash_status slash_ssb_update(slash_ssb *s, const slash_ssb_batch *b)
+    slash_status slash_ssb_begin_epoch(slash_ssb *s)
+    slash_status slash_ssb_delta(const slash_ssb *s, uint32_t part, const void **addr, size_t *len)
+    slash_status slash_ssb_merge_delta(slash_ssb *s, const void *region, size_t len)
+    slash_status slash_ssb_reset_delta(slash_ssb *s)
+    slash_status slash_ssb_emit(slash_ssb *s, int64_t up_to, slash_ssb_result **out)
+    void slash_ssb_result_free(slash_ssb_result *r)
+    void slash_ssb_get_stats(const slash_ssb *s, slash_ssb_stats *out)
+    int64_t slash_ssb_watermark(const slash_ssb *s)

@@ -12,3 +12,8 @@ from slash._core import Channel, Listener, Message, Transport, have_ofi
 __version__ = "0.1.0"
 
 __all__ = ["Channel", "Listener", "Message", "Transport", "errors", "have_ofi", "__version__"]
+from slash.state import Aggregate, StateBackend, StateConfig  # noqa: E402
+from slash.window import Session, Sliding, Tumbling, parse_window  # noqa: E402
+
+__all__ += ["Aggregate", "StateBackend", "StateConfig", "Session", "Sliding", "Tumbling",
+            "parse_window"]

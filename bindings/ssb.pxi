@@ -1,0 +1,237 @@
+# ssb.pxi - StateStore: the Python face of slash_ssb (one state backend with
+# its key partitions), and DeltaView, a zero-copy buffer over a sealed delta.
+# Column checks (dtypes, nulls, lengths) happen in slash.state before these
+# calls; here every column is already a C-contiguous NumPy array of the right
+# dtype, and the whole batch is folded in C without the GIL.
+from cpython.buffer cimport PyBuffer_FillInfo
+from libc.string cimport memcpy, memset
+from libc.stdint cimport int32_t
+import numpy as _np
+
+_AGG_KINDS = {
+    ("count", None): SLASH_AGG_COUNT,
+    ("sum", "int64"): SLASH_AGG_SUM_I64, ("sum", "float64"): SLASH_AGG_SUM_F64,
+    ("min", "int64"): SLASH_AGG_MIN_I64, ("min", "float64"): SLASH_AGG_MIN_F64,
+    ("max", "int64"): SLASH_AGG_MAX_I64, ("max", "float64"): SLASH_AGG_MAX_F64,
+    ("avg", "int64"): SLASH_AGG_AVG_I64, ("avg", "float64"): SLASH_AGG_AVG_F64,
+}
+_WINDOW_KINDS = {"tumbling": SLASH_WINDOW_TUMBLING, "sliding": SLASH_WINDOW_SLIDING,
+                 "session": SLASH_WINDOW_SESSION}
+
+
+cdef class DeltaView:
+    """Read-only buffer over one partition's sealed delta, without a copy.
+
+    Valid until the store's ``reset_delta()``; the store refuses to reset or
+    close while a view (or a memoryview of it) is alive.
+    """
+    cdef StateStore store
+    cdef const char *addr
+    cdef Py_ssize_t length
+    cdef int views
+
+    def __getbuffer__(self, Py_buffer *buf, int flags):
+        PyBuffer_FillInfo(buf, self, <void *>self.addr, self.length, 1, flags)
+        self.views += 1
+
+    def __releasebuffer__(self, Py_buffer *buf):
+        self.views -= 1
+
+    def __len__(self):
+        return self.length
+
+    def __dealloc__(self):
+        if self.store is not None:
+            self.store.exports -= 1
+
+
+cdef class StateStore(_Closeable):
+    """Low-level state backend; use :class:`slash.StateBackend` instead."""
+    cdef slash_ssb *s
+    cdef int exports
+    cdef readonly int naggs
+    cdef readonly bint string_keys
+    cdef list _result_f64
+
+    def __init__(self, str window_kind, int64_t size, int64_t slide, str key_type,
+                 int partitions, list aggregates, size_t log_reserve=0):
+        cdef slash_ssb_config cfg
+        memset(&cfg, 0, sizeof(cfg))
+        if window_kind not in _WINDOW_KINDS:
+            raise _errors.InvalidArgument(f"window kind must be one of {sorted(_WINDOW_KINDS)}, "
+                                          f"got {window_kind!r}")
+        check(slash_window_init(&cfg.window, _WINDOW_KINDS[window_kind], size, slide))
+        if key_type not in ("int64", "bytes"):
+            raise _errors.InvalidArgument(f"key_type must be 'int64' or 'bytes', got {key_type!r}")
+        cfg.key_type = SLASH_KEY_INT64 if key_type == "int64" else SLASH_KEY_BYTES
+        self.string_keys = key_type == "bytes"
+        if partitions < 1:
+            raise _errors.InvalidArgument(f"partitions must be >= 1, got {partitions}")
+        cfg.partitions = partitions
+        if len(aggregates) > SLASH_SSB_MAX_AGGS:
+            raise _errors.InvalidArgument(f"at most {SLASH_SSB_MAX_AGGS} aggregates, "
+                                          f"got {len(aggregates)}")
+        self._result_f64 = []
+        for j, a in enumerate(aggregates):
+            if a not in _AGG_KINDS:
+                raise _errors.InvalidArgument(f"unknown aggregate {a!r}")
+            cfg.aggs[j] = _AGG_KINDS[a]
+            self._result_f64.append(bool(slash_crdt_result_is_f64(cfg.aggs[j])))
+        cfg.naggs = len(aggregates)
+        self.naggs = cfg.naggs
+        cfg.log_reserve = log_reserve
+        cdef slash_status st
+        with nogil:
+            st = slash_ssb_open(&cfg, &self.s)
+        check(st)
+
+    cdef bint _is_open(self):
+        return self.s != NULL
+
+    cdef void _close_native(self):
+        if self.s != NULL and self.exports == 0:
+            slash_ssb_close(self.s)
+            self.s = NULL
+
+    def close(self):
+        """Frees the store. Fails while a delta view is still alive."""
+        if self.exports:
+            raise _errors.InvalidState("close: a delta view of this store is still alive")
+        _Closeable.close(self)
+
+    cdef slash_ssb *ptr(self) except NULL:
+        if self.s == NULL:
+            raise _errors.InvalidState("state backend is closed")
+        return self.s
+
+    def update(self, times, keys, list values, key_offsets=None, key_data=None):
+        """Folds one batch; arrays are C-contiguous int64/float64 (checked by the caller)."""
+        cdef slash_ssb *s = self.ptr()
+        cdef slash_ssb_batch b
+        memset(&b, 0, sizeof(b))
+        cdef const int64_t[::1] t = times
+        cdef const int64_t[::1] k
+        cdef const int32_t[::1] o32
+        cdef const int64_t[::1] o64
+        cdef const uint8_t[::1] kd
+        cdef const int64_t[::1] vi
+        cdef const double[::1] vf
+        b.n = t.shape[0]
+        if b.n == 0:
+            return
+        b.times = &t[0]
+        if keys is not None:
+            k = keys
+            b.keys = &k[0]
+        else:
+            if key_offsets.dtype == _np.int64:
+                o64 = key_offsets
+                b.key_offsets = &o64[0]
+                b.key_offsets_64 = 1
+            else:
+                o32 = key_offsets
+                b.key_offsets = &o32[0]
+            kd = key_data if len(key_data) else _np.zeros(1, _np.uint8)
+            b.key_data = &kd[0]
+        keep = []
+        for j, v in enumerate(values):
+            if v is None:
+                continue
+            if v.dtype == _np.float64:
+                vf = v
+                b.values[j] = &vf[0]
+                keep.append(vf)
+            else:
+                vi = v
+                b.values[j] = &vi[0]
+                keep.append(vi)
+        cdef slash_status st
+        with nogil:
+            st = slash_ssb_update(s, &b)
+        check(st)
+
+    def begin_epoch(self):
+        check(slash_ssb_begin_epoch(self.ptr()))
+
+    def delta(self, uint32_t partition):
+        cdef const void *addr
+        cdef size_t length
+        check(slash_ssb_delta(self.ptr(), partition, &addr, &length))
+        cdef DeltaView v = DeltaView.__new__(DeltaView)
+        v.store = self
+        v.addr = <const char *>addr
+        v.length = length
+        self.exports += 1
+        return v
+
+    def merge_delta(self, region):
+        cdef const uint8_t[::1] r = region
+        cdef slash_ssb *s = self.ptr()
+        cdef slash_status st
+        cdef size_t n = r.shape[0]
+        if n == 0:
+            return
+        with nogil:
+            st = slash_ssb_merge_delta(s, &r[0], n)
+        check(st)
+
+    def reset_delta(self):
+        if self.exports:
+            raise _errors.InvalidState("reset_delta: release the delta views first "
+                                       "(their memory is given back)")
+        check(slash_ssb_reset_delta(self.ptr()))
+
+    def emit(self, int64_t up_to):
+        """Returns (window_start, window_end, keys, [columns]) as NumPy arrays;
+        keys is int64 or a (offsets int64, data uint8) pair."""
+        cdef slash_ssb *s = self.ptr()
+        cdef slash_ssb_result *r = NULL
+        cdef slash_status st
+        with nogil:
+            st = slash_ssb_emit(s, up_to, &r)
+        check(st)
+        try:
+            return self._columns(r)
+        finally:
+            slash_ssb_result_free(r)
+
+    cdef object _columns(self, slash_ssb_result *r):
+        cdef size_t n = r.rows
+        ws = _np.empty(n, _np.int64)
+        we = _np.empty(n, _np.int64)
+        cdef int64_t[::1] a = ws
+        cdef int64_t[::1] b = we
+        cdef uint8_t[::1] d
+        if n:
+            memcpy(&a[0], r.window_start, n * 8)
+            memcpy(&b[0], r.window_end, n * 8)
+        if self.string_keys:
+            offs = _np.empty(n + 1, _np.int64)
+            a = offs
+            memcpy(&a[0], r.key_offsets, (n + 1) * 8)
+            data = _np.empty(r.key_data_len, _np.uint8)
+            if r.key_data_len:
+                d = data
+                memcpy(&d[0], r.key_data, r.key_data_len)
+            keys = (offs, data)
+        else:
+            keys = _np.empty(n, _np.int64)
+            if n:
+                a = keys
+                memcpy(&a[0], r.keys, n * 8)
+        cols = []
+        for j in range(self.naggs):
+            c = _np.empty(n, _np.float64 if self._result_f64[j] else _np.int64)
+            if n:
+                d = c.view(_np.uint8)
+                memcpy(&d[0], r.columns[j], n * 8)
+            cols.append(c)
+        return ws, we, keys, cols
+
+    def stats(self):
+        cdef slash_ssb_stats st
+        slash_ssb_get_stats(self.ptr(), &st)
+        return {"records": st.records, "late": st.late, "epoch": st.epoch,
+                "memory_bytes": st.memory_bytes, "log_bytes": st.log_bytes,
+                "index_bytes": st.index_bytes, "record_bytes": st.record_bytes,
+                "sealed": bool(st.sealed), "watermark": slash_ssb_watermark(self.s)}
