@@ -1,0 +1,73 @@
+"""Shared helpers of the state-backend tests: random batches and the DuckDB
+reference query for tumbling, sliding and session windows."""
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from slash.window import Session, Sliding, Tumbling
+
+AGGS = ["count", "sum:x", "min:x", "max:x", "avg:x", "sum:y", "min:y", "max:y", "avg:y"]
+VALUE_TYPES = {"x": "int64", "y": "float64"}
+
+
+def random_table(rng: np.random.Generator, n: int, nkeys: int, tspan: int, string_keys: bool) -> pa.Table:
+    keys = rng.integers(-nkeys // 3, nkeys - nkeys // 3, n)
+    times = rng.integers(-tspan, tspan, n)
+    x = rng.integers(-1000, 1000, n)
+    y = rng.integers(-1000, 1000, n).astype(np.float64) / 4  # exact in binary
+    k = pa.array([f"k{v}" for v in keys]) if string_keys else pa.array(keys, pa.int64())
+    return pa.table({"key": k, "time": pa.array(times, pa.int64()), "x": x, "y": y})
+
+
+def _start(col: str, n: int) -> str:
+    """floor-aligned start of `col` for length n (DuckDB's % truncates)."""
+    return f"({col} - ((({col} % {n}) + {n}) % {n}))"
+
+
+SELECT_AGGS = ("count(*) AS count, sum(x)::BIGINT AS sum_x, min(x) AS min_x, max(x) AS max_x, "
+               "avg(x) AS avg_x, sum(y) AS sum_y, min(y) AS min_y, max(y) AS max_y, avg(y) AS avg_y")
+
+
+def duckdb_reference(table: pa.Table, window) -> pa.Table:
+    con = duckdb.connect()
+    con.register("t", table)
+    if isinstance(window, Tumbling):
+        s = window.size_ms
+        q = f"""SELECT {_start('time', s)} AS window_start, {_start('time', s)} + {s} AS window_end,
+                key, {SELECT_AGGS} FROM t GROUP BY ALL"""
+    elif isinstance(window, Sliding):
+        size, slide = window.size_ms, window.slide_ms
+        q = f"""WITH w AS (
+                  SELECT {_start('time', slide)} - j * {slide} AS window_start, *
+                  FROM t, range(0, {(size + slide - 1) // slide}) AS r(j))
+                SELECT window_start, window_start + {size} AS window_end, key, {SELECT_AGGS}
+                FROM w WHERE time < window_start + {size} GROUP BY ALL"""
+    else:
+        assert isinstance(window, Session)
+        g = window.gap_ms
+        q = f"""WITH f AS (
+                  SELECT *, CASE WHEN time - lag(time) OVER (PARTITION BY key ORDER BY time)
+                                  < {g} THEN 0 ELSE 1 END AS new FROM t),
+                s AS (SELECT *, sum(new) OVER (PARTITION BY key ORDER BY time
+                                ROWS UNBOUNDED PRECEDING) AS sid FROM f)
+                SELECT min(time) AS window_start, max(time) + {g} AS window_end, key, {SELECT_AGGS}
+                FROM s GROUP BY key, sid"""
+    return con.sql(q).to_arrow_table()
+
+
+def sort_rows(t) -> list:
+    rows = t.to_pylist() if hasattr(t, "to_pylist") else t
+    return sorted(rows, key=lambda r: (r["window_start"], str(r["key"])))
+
+
+def assert_same(got, want) -> None:
+    g, w = sort_rows(got), sort_rows(want)
+    assert len(g) == len(w)
+    for a, b in zip(g, w):
+        for col, v in b.items():
+            if isinstance(v, float):
+                assert a[col] == __import__("pytest").approx(v, rel=1e-9, abs=1e-9), (col, a, b)
+            else:
+                assert a[col] == v, (col, a, b)
