@@ -19,9 +19,10 @@
  * and accept both return SLASH_EAUTH.
  *
  * What we rely on from libfabric (checked at open, see ofi_hints()):
- *  - FI_ORDER_WAW in tx and rx msg_order (and max_order_waw_size covering the
- *    write): RMA writes on one endpoint are placed at the target in the order
- *    posted. The tcp provider advertises this (max_order_waw_size = SIZE_MAX):
+ *  - FI_ORDER_WAW in tx and rx msg_order: RMA writes on one endpoint are
+ *    placed at the target in the order posted, for writes up to
+ *    ep_attr->max_order_waw_size bytes (a longer write fails with
+ *    SLASH_ETOOBIG rather than lose ordering). The tcp provider advertises this (max_order_waw_size = SIZE_MAX):
  *    it moves every operation of an endpoint through one TCP stream and
  *    recv()s each write's bytes straight into the target region in address
  *    order, so within a write the last byte lands last. That intra-write order
@@ -45,7 +46,9 @@
  * posted write holds one context from a free list of nwctx entries, so at most
  * nwctx writes are outstanding and posted - completed counts them; once an
  * endpoint fails (peer gone, CQ error) the failure is sticky and every later
- * call reports it; nothing waits without slash_backoff_wait and a deadline.
+ * call reports it; nothing waits without slash_backoff_wait and a deadline
+ * (a write whose send queue stays full for OFI_STALL_MS returns
+ * SLASH_ETIMEDOUT).
  * Objects are closed in the reverse order of opening.
  */
 #ifdef SLASH_HAVE_OFI
@@ -128,6 +131,7 @@ typedef struct ofi_transport {
     struct fid_fabric *fabric;
     struct fid_domain *domain;
     uint64_t mr_mode;
+    size_t max_waw; /* longest write still ordered with the others */
     uint64_t next_key; /* requested MR keys when the provider does not pick them */
 } ofi_transport;
 
@@ -340,6 +344,7 @@ slash_status slash_ofi_open(const char *spec, const char *provider, slash_transp
         return slash_fail(SLASH_ENOMEM, "fi_dupinfo failed");
     }
     t->mr_mode = t->info->domain_attr->mr_mode;
+    t->max_waw = t->info->ep_attr->max_order_waw_size;
     t->next_key = 1;
     rc = fi_fabric(t->info->fabric_attr, &t->fabric, NULL);
     if (rc != 0) {
@@ -1085,6 +1090,10 @@ static slash_status ofi_write(slash_endpoint *ep, const slash_region *src, size_
     const ofi_remote *rm = (const ofi_remote *)dst;
     if (e->dead != SLASH_OK)
         return ep_dead(e);
+    size_t max_waw = ((const ofi_transport *)ep->tp)->max_waw;
+    if (len > max_waw)
+        return slash_fail(SLASH_ETOOBIG, "write of %zu bytes: the provider orders writes only up "
+                                         "to %zu bytes", len, max_waw);
     slash_status st;
     /* With more than a few writes queued, drive progress now: on tcp the
      * provider moves queued bytes only inside its calls, and reaping only
