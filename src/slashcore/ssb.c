@@ -86,7 +86,9 @@ static slash_rec *append_rec(slash_ssb *s, ssb_part *p, uint64_t hash, int64_t w
     return r;
 }
 
-/* Rebuilds the index of p with nbuckets buckets from a scan of its log. */
+/* Rebuilds the index of p with nbuckets buckets from a scan of its log, in
+ * chunks: hash the next records and prefetch their buckets, then link them
+ * (each link is a random access into an index larger than the cache). */
 static slash_status rebuild_index(slash_ssb *s, ssb_part *p, uint64_t nbuckets)
 {
     slash_hidx fresh;
@@ -94,18 +96,27 @@ static slash_status rebuild_index(slash_ssb *s, ssb_part *p, uint64_t nbuckets)
     if (st != SLASH_OK)
         return st;
     slash_lss *l = &p->log;
+    uint64_t addr[SSB_CHUNK], hash[SSB_CHUNK];
     for (uint64_t a = l->begin; a < l->tail;) {
-        slash_rec *r = slash_lss_ptr(l, a);
-        if (!(r->flags & SLASH_REC_FREED)) {
-            uint64_t hash = ssb_hash_win(s, ssb_rec_key_hash(s, r), r->win);
+        int m = 0;
+        while (m < SSB_CHUNK && a < l->tail) {
+            slash_rec *r = slash_lss_ptr(l, a);
+            if (!(r->flags & SLASH_REC_FREED)) {
+                addr[m] = a;
+                hash[m] = ssb_hash_win(s, ssb_rec_key_hash(s, r), r->win);
+                __builtin_prefetch(slash_hidx_bucket_of(&fresh, hash[m]), 1, 0);
+                m++;
+            }
+            a += r->size;
+        }
+        for (int j = 0; j < m; j++) {
             slash_hidx_entry *e;
-            if ((st = slash_hidx_claim(&fresh, hash, l->begin, &e)) != SLASH_OK) {
+            if ((st = slash_hidx_claim(&fresh, hash[j], l->begin, &e)) != SLASH_OK) {
                 slash_hidx_destroy(&fresh);
                 return st;
             }
-            link_head(e, r, a, hash, l->begin);
+            link_head(e, slash_lss_ptr(l, addr[j]), addr[j], hash[j], l->begin);
         }
-        a += r->size;
     }
     slash_hidx_destroy(&p->index);
     p->index = fresh;
@@ -386,6 +397,26 @@ static inline void apply(const slash_ssb *s, uint8_t *part, const slash_ssb_batc
     }
 }
 
+/* The common case of only counts and int64 sums: each partial is an int64
+ * that grows by 1 (count) or by the input value, without a switch. */
+static bool all_additive_i64(const slash_ssb *s)
+{
+    for (uint32_t j = 0; j < s->cfg.naggs; j++)
+        if (s->cfg.aggs[j] != SLASH_AGG_COUNT && s->cfg.aggs[j] != SLASH_AGG_SUM_I64)
+            return false;
+    return true;
+}
+
+static inline void apply_additive(const slash_ssb *s, uint8_t *part, const slash_ssb_batch *b,
+                                  size_t i)
+{
+    for (uint32_t j = 0; j < s->cfg.naggs; j++) {
+        int64_t *p = (int64_t *)(part + s->agg_off[j]);
+        int64_t v = b->values[j] ? ((const int64_t *)b->values[j])[i] : 1;
+        *p = slash_wrap_add(*p, v);
+    }
+}
+
 static inline void batch_span(const slash_ssb_batch *b, size_t i, int64_t *lo, int64_t *hi)
 {
     if (b->key_offsets_64) {
@@ -485,6 +516,15 @@ static inline size_t part_bytes(const ssb_part *p)
     return (size_t)(p->log.tail - p->log.begin) + slash_hidx_memory(&p->index);
 }
 
+/* A direct-mapped cache of recently updated int64-key records, local to one
+ * update call: records neither move nor get sealed during a call, so a hit
+ * skips the index. */
+#define SSB_FAST 1024
+typedef struct fast_entry {
+    int64_t key, win;
+    uint8_t *partials;
+} fast_entry;
+
 /* Tumbling and sliding windows: in chunks, first hash every record and
  * prefetch its bucket (when the partition no longer fits in cache), then
  * prefetch chain heads, then upsert and apply. */
@@ -495,6 +535,11 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     int64_t win[SSB_CHUNK];
     uint32_t pidx[SSB_CHUNK];
     const bool i64 = s->cfg.key_type == SLASH_KEY_INT64;
+    const bool additive = all_additive_i64(s);
+    fast_entry *fast = i64 ? calloc(SSB_FAST, sizeof *fast) : NULL;
+    if (i64 && !fast)
+        return slash_fail(SLASH_ENOMEM, "update cache");
+    slash_status st = SLASH_OK;
     for (size_t base = 0; base < b->n; base += SSB_CHUNK) {
         size_t m = b->n - base < SSB_CHUNK ? b->n - base : SSB_CHUNK;
         bool prefetch = false;
@@ -537,20 +582,33 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 s->late++;
                 continue;
             }
-            const uint8_t *k;
-            uint32_t klen;
-            if (i64)
-                k = (const uint8_t *)&b->keys[i], klen = 8;
-            else
+            uint8_t *part;
+            if (i64) {
+                fast_entry *f = &fast[hash[j] & (SSB_FAST - 1)];
+                if (f->partials && f->key == b->keys[i] && f->win == win[j]) {
+                    part = f->partials;
+                } else {
+                    part = ssb_upsert(s, &s->parts[pidx[j]], hash[j], win[j],
+                                      (const uint8_t *)&b->keys[i], 8, &st);
+                    f->key = b->keys[i], f->win = win[j], f->partials = part;
+                }
+            } else {
+                const uint8_t *k;
+                uint32_t klen;
                 batch_key(b, i, &k, &klen);
-            slash_status st;
-            uint8_t *part = ssb_upsert(s, &s->parts[pidx[j]], hash[j], win[j], k, klen, &st);
+                part = ssb_upsert(s, &s->parts[pidx[j]], hash[j], win[j], k, klen, &st);
+            }
             if (!part)
-                return st;
-            apply(s, part, b, i);
+                goto out;
+            if (additive)
+                apply_additive(s, part, b, i);
+            else
+                apply(s, part, b, i);
         }
     }
-    return SLASH_OK;
+out:
+    free(fast);
+    return st;
 }
 
 slash_status slash_ssb_update(slash_ssb *s, const slash_ssb_batch *b)

@@ -97,6 +97,15 @@ static slash_status result_add(const slash_ssb *s, slash_ssb_result *res, int64_
 static slash_status emit_direct(slash_ssb *s, ssb_part *p, int64_t up_to, slash_ssb_result *res)
 {
     slash_lss *l = &p->log;
+    size_t rows = 0; /* count first: one allocation of the result columns */
+    for (uint64_t a = l->begin; a < l->tail;) {
+        slash_rec *r = slash_lss_ptr(l, a);
+        a += r->size;
+        rows += !(r->flags & SLASH_REC_FREED) && ssb_rec_end(s, r) <= up_to;
+    }
+    slash_status st0 = result_reserve(s, res, res->rows + rows);
+    if (st0 != SLASH_OK)
+        return st0;
     for (uint64_t a = l->begin; a < l->tail;) {
         slash_rec *r = slash_lss_ptr(l, a);
         a += r->size;
