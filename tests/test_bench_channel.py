@@ -41,6 +41,7 @@ def test_short_run(transport, api):
     assert r["baseline"] == ("shm-ring" if transport == "shm" else "tcp-socket")
     assert r["throughput_gbps"] > 0 and r["baseline_gbps"] > 0
     assert r["ratio"] == pytest.approx(r["throughput_gbps"] / r["baseline_gbps"])
+    assert r["ratio_runs"] == [pytest.approx(r["ratio"])]  # one repeat: one channel/baseline pair
     assert 0 < r["payload_bytes"] < r["buffer_size"]
     assert r["buffers"] > 0 and r["latency_samples"] > 0
     assert 0 < r["p50_us"] <= r["p99_us"]

@@ -55,7 +55,8 @@ from slash.bench._harness import HEADER, Measurement, consume, produce, python_f
 log = logging.getLogger(__name__)
 
 NAME = "channel"
-HELP = "ring-channel throughput (GB/s) and latency (p50/p99 us) against memcpy or a TCP socket"
+HELP = ("ring-channel throughput (GB/s) and latency (p50/p99 us) against a plain shared-memory "
+        "ring (shm) or a raw TCP socket (ofi:*), measured in the same run")
 
 APIS = ("reserve", "send")
 SWEEP_SIZES = (1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20)
@@ -329,6 +330,8 @@ def run_once(cfg: ChannelBenchConfig) -> Dict[str, Any]:
         "api": cfg.api, "repeat": cfg.repeat,
         "throughput_gbps": tput, "baseline": cfg.baseline, "baseline_gbps": btput,
         "ratio": tput / btput if btput > 0 else None,
+        "throughput_runs_gbps": [m.gbps for m in chans], "baseline_runs_gbps": [m.gbps for m in bases],
+        "ratio_runs": [c.gbps / b.gbps if b.gbps > 0 else None for c, b in zip(chans, bases)],
         "p50_us": ch.percentile_us(50), "p99_us": ch.percentile_us(99),
         "baseline_p50_us": base.percentile_us(50), "baseline_p99_us": base.percentile_us(99),
         "buffers": ch.buffers, "baseline_buffers": base.buffers,
