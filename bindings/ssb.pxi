@@ -182,50 +182,27 @@ cdef class StateStore(_Closeable):
         check(slash_ssb_reset_delta(self.ptr()))
 
     def emit(self, int64_t up_to):
-        """Returns (window_start, window_end, keys, [columns]) as NumPy arrays;
-        keys is int64 or a (offsets int64, data uint8) pair."""
+        """Returns (window_start, window_end, keys, [columns]) as NumPy arrays
+        viewing the core's result without a copy; keys is int64 or a
+        (offsets int64, data uint8) pair."""
         cdef slash_ssb *s = self.ptr()
         cdef slash_ssb_result *r = NULL
         cdef slash_status st
         with nogil:
             st = slash_ssb_emit(s, up_to, &r)
         check(st)
-        try:
-            return self._columns(r)
-        finally:
-            slash_ssb_result_free(r)
-
-    cdef object _columns(self, slash_ssb_result *r):
+        cdef _EmitResult res = _EmitResult.__new__(_EmitResult)
+        res.r = r
         cdef size_t n = r.rows
-        ws = _np.empty(n, _np.int64)
-        we = _np.empty(n, _np.int64)
-        cdef int64_t[::1] a = ws
-        cdef int64_t[::1] b = we
-        cdef uint8_t[::1] d
-        if n:
-            memcpy(&a[0], r.window_start, n * 8)
-            memcpy(&b[0], r.window_end, n * 8)
+        ws = res.column(r.window_start, n * 8, _np.int64)
+        we = res.column(r.window_end, n * 8, _np.int64)
         if self.string_keys:
-            offs = _np.empty(n + 1, _np.int64)
-            a = offs
-            memcpy(&a[0], r.key_offsets, (n + 1) * 8)
-            data = _np.empty(r.key_data_len, _np.uint8)
-            if r.key_data_len:
-                d = data
-                memcpy(&d[0], r.key_data, r.key_data_len)
-            keys = (offs, data)
+            keys = (res.column(r.key_offsets, (n + 1) * 8, _np.int64),
+                    res.column(r.key_data, r.key_data_len, _np.uint8))
         else:
-            keys = _np.empty(n, _np.int64)
-            if n:
-                a = keys
-                memcpy(&a[0], r.keys, n * 8)
-        cols = []
-        for j in range(self.naggs):
-            c = _np.empty(n, _np.float64 if self._result_f64[j] else _np.int64)
-            if n:
-                d = c.view(_np.uint8)
-                memcpy(&d[0], r.columns[j], n * 8)
-            cols.append(c)
+            keys = res.column(r.keys, n * 8, _np.int64)
+        cols = [res.column(r.columns[j], n * 8, _np.float64 if self._result_f64[j] else _np.int64)
+                for j in range(self.naggs)]
         return ws, we, keys, cols
 
     def stats(self):
@@ -235,3 +212,31 @@ cdef class StateStore(_Closeable):
                 "memory_bytes": st.memory_bytes, "log_bytes": st.log_bytes,
                 "index_bytes": st.index_bytes, "record_bytes": st.record_bytes,
                 "sealed": bool(st.sealed), "watermark": slash_ssb_watermark(self.s)}
+
+
+cdef class _EmitResult:
+    """Owns one slash_ssb_result; its columns are exported as NumPy views
+    that keep it alive."""
+    cdef slash_ssb_result *r
+
+    cdef object column(self, void *addr, size_t length, dtype):
+        cdef _ResultColumn c = _ResultColumn.__new__(_ResultColumn)
+        c.owner = self
+        c.addr = <char *>addr
+        c.length = length if addr != NULL else 0
+        return _np.frombuffer(c, dtype=dtype)
+
+    def __dealloc__(self):
+        slash_ssb_result_free(self.r)
+
+
+cdef class _ResultColumn:
+    cdef _EmitResult owner
+    cdef char *addr
+    cdef Py_ssize_t length
+
+    def __getbuffer__(self, Py_buffer *buf, int flags):
+        PyBuffer_FillInfo(buf, self, <void *>self.addr, self.length, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer *buf):
+        pass

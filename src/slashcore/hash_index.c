@@ -7,13 +7,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Zeroed, 64-byte aligned memory. calloc, not aligned_alloc + memset: for
+ * large sizes calloc takes fresh zero pages and skips writing them twice.
+ * The original pointer is kept just below the aligned block. */
 static void *zalloc_aligned(size_t bytes)
 {
-    void *p = aligned_alloc(64, bytes ? bytes : 64); /* bytes: a multiple of 64 */
-    if (!p)
+    uint8_t *raw = calloc(1, bytes + 64 + sizeof(void *));
+    if (!raw)
         return NULL;
-    memset(p, 0, bytes);
-    return p;
+    uintptr_t a = ((uintptr_t)raw + sizeof(void *) + 63) & ~(uintptr_t)63;
+    ((void **)a)[-1] = raw;
+    return (void *)a;
+}
+
+static void free_aligned(void *p)
+{
+    if (p)
+        free(((void **)p)[-1]);
 }
 
 slash_status slash_hidx_init(slash_hidx *h, uint64_t nbuckets)
@@ -32,8 +42,8 @@ slash_status slash_hidx_init(slash_hidx *h, uint64_t nbuckets)
 
 void slash_hidx_destroy(slash_hidx *h)
 {
-    free(h->buckets);
-    free(h->pool);
+    free_aligned(h->buckets);
+    free_aligned(h->pool);
     memset(h, 0, sizeof *h);
 }
 
@@ -47,7 +57,7 @@ static slash_status pool_take(slash_hidx *h, uint64_t *idx)
                               (unsigned long long)cap);
         if (h->pool)
             memcpy(p, h->pool, h->pool_used * sizeof *p);
-        free(h->pool);
+        free_aligned(h->pool);
         h->pool = p;
         h->pool_cap = cap;
     }

@@ -119,6 +119,7 @@ def run_duckdb(table: pa.Table, cfg: SsbBenchConfig) -> Tuple[float, pa.Table]:
     size = parse_window(cfg.window).size_ms
     con = duckdb.connect()
     con.execute("SET threads=1")
+    con.execute("SET enable_progress_bar=false")
     con.register("t", table)
     q = (f"SELECT time - (time % {size}) AS window_start, key, count(*) AS count, "
          f"sum(price)::BIGINT AS sum_price FROM t GROUP BY ALL")
