@@ -13,7 +13,8 @@ import slash
 from slash import errors
 from slash.bench import baselines
 from slash.bench._harness import HEADER, Measurement, SequenceError, consume, produce
-from slash.bench.channel import ChannelBenchConfig, parse_size, run_once, run_sweep
+from slash.bench.channel import (ChannelBenchConfig, _Child, _ProducerJob, parse_size, run_once,
+                                 run_sweep)
 
 TRANSPORTS = ["shm", pytest.param("ofi:tcp", marks=pytest.mark.skipif(
     not slash.have_ofi(), reason="this build has no ofi transport (apt-get install libfabric-dev)"))]
@@ -163,3 +164,18 @@ def test_produce_stops_at_deadline():
     calls = []
     n = produce(lambda now, seq: calls.append(seq), 0.05)
     assert n == len(calls) > 0 and calls == list(range(n))
+
+
+def test_producer_that_dies_is_reported_not_waited_for():
+    ring = baselines.ShmRing(slot_size=256, slots=2, payload=100)
+    try:
+        missing = ring.address.replace(ring.path, ring.path + "-missing")
+        child = _Child(_ProducerJob("shm-ring", missing, seconds=0.1))
+        try:
+            ring.watch = child.check
+            with pytest.raises(FileNotFoundError):
+                consume(ring.recv_into, memoryview(bytearray(100)), sample_every=1)
+        finally:
+            child.close()
+    finally:
+        ring.close()

@@ -183,25 +183,36 @@ class _Child:
         self.proc.start()
         child_conn.close()
         self.link = job.link
+        self._msg: Optional[Tuple[str, Any]] = None
 
-    def check(self) -> None:
-        """Raises the child's error if it reported one, or SystemFailure if it died silently."""
+    def check(self) -> bool:
+        """True once the child reported success; raises its error, or SystemFailure if it died mute.
+
+        The report is kept for :meth:`result`, so checking never loses it.
+        """
         from slash.errors import SystemFailure
 
-        if self.conn.poll():
-            status, value = self.conn.recv()
+        if self._msg is None and self.conn.poll():
+            self._msg = self.conn.recv()
+        if self._msg is not None:
+            status, value = self._msg
             if status == "error":
                 raise value
-            raise SystemFailure(f"{self.link} producer finished before the consumer connected")
+            return True
         if not self.proc.is_alive():
+            if self.conn.poll():  # it reported just before exiting
+                return self.check()
             raise SystemFailure(f"{self.link} producer exited with code {self.proc.exitcode}")
+        return False
 
     def result(self, timeout: float) -> Dict[str, Any]:
         from slash.errors import SystemFailure
 
-        if not self.conn.poll(timeout):
-            raise SystemFailure(f"{self.link} producer did not report within {timeout:.0f} s")
-        status, value = self.conn.recv()
+        if self._msg is None:
+            if not self.conn.poll(timeout):
+                raise SystemFailure(f"{self.link} producer did not report within {timeout:.0f} s")
+            self._msg = self.conn.recv()
+        status, value = self._msg
         if status == "error":
             raise value
         self.proc.join(timeout)
@@ -216,14 +227,15 @@ class _Child:
 
 def _accept_watching(accept: Callable[[float], Any], child: _Child) -> Any:
     """Calls accept(timeout) in short slices, checking the child in between."""
-    from slash.errors import Timeout
+    from slash.errors import SystemFailure, Timeout
 
     deadline = time.monotonic() + ACCEPT_TIMEOUT_S
     while True:
         try:
             return accept(0.25)
         except (Timeout, TimeoutError) as e:  # socket.timeout is a TimeoutError
-            child.check()
+            if child.check():
+                raise SystemFailure(f"the {child.link} producer finished without connecting") from e
             if time.monotonic() > deadline:
                 raise Timeout(f"no {child.link} producer connected within {ACCEPT_TIMEOUT_S:.0f} s") from e
 
