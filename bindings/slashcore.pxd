@@ -158,3 +158,184 @@ cdef extern from "slash/ssb.h" nogil:
     void slash_ssb_result_free(slash_ssb_result *r)
     void slash_ssb_get_stats(const slash_ssb *s, slash_ssb_stats *out)
     int64_t slash_ssb_watermark(const slash_ssb *s)
+
+cdef extern from "slash/group.h" nogil:
+    ctypedef struct slash_group
+    slash_status slash_group_join(slash_listener *l, uint32_t rank, uint32_t n,
+                                  const char *const *addrs, const char *token,
+                                  const slash_channel_config *cfg, int timeout_ms,
+                                  slash_group **out)
+    void slash_group_close(slash_group *g)
+
+cdef extern from "slash/exec.h" nogil:
+    ctypedef struct slash_exec
+    ctypedef struct slash_exec_config:
+        slash_ssb_config state
+        int64_t lateness_ms
+        uint64_t epoch_bytes
+        uint32_t epoch_ms
+        int timeout_ms
+    ctypedef struct slash_exec_metrics:
+        uint64_t records_in
+        uint64_t bytes_in
+        uint64_t late_records
+        uint64_t epochs
+        uint64_t delta_bytes_sent
+        uint64_t delta_bytes_received
+        uint64_t deltas_merged
+        uint64_t merge_ns
+        uint64_t sync_ns
+        uint64_t credit_stalls
+        uint64_t rows_emitted
+        int64_t watermark
+        int64_t group_watermark
+        uint32_t slowest_rank
+        uint32_t rank
+        uint32_t size
+        uint32_t partitions
+        uint32_t led_partitions
+    slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash_exec **out)
+    slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
+                                 size_t *n_late)
+    slash_status slash_exec_advance(slash_exec *ex, int64_t wm)
+    slash_status slash_exec_end_epoch(slash_exec *ex)
+    slash_status slash_exec_poll(slash_exec *ex, int timeout_ms)
+    slash_status slash_exec_finish(slash_exec *ex)
+    bint slash_exec_finished(const slash_exec *ex)
+    void slash_exec_take(slash_exec *ex, slash_ssb_result **out)
+    void slash_exec_get_metrics(const slash_exec *ex, slash_exec_metrics *out)
+    void slash_exec_close(slash_exec *ex)
+
+from libc.stdint cimport int8_t, int32_t
+
+cdef extern from "slash/gen.h" nogil:
+    ctypedef enum slash_gen_dist:
+        SLASH_GEN_UNIFORM
+        SLASH_GEN_ZIPF
+    ctypedef struct slash_gen_keys:
+        uint64_t n
+        slash_gen_dist dist
+        double exponent
+    uint64_t slash_gen_stream(uint64_t seed, uint64_t field)
+    slash_status slash_gen_keys_init(slash_gen_keys *k, uint64_t n, slash_gen_dist dist,
+                                     double exponent)
+    void slash_gen_keys_fill(const slash_gen_keys *k, uint64_t stream, uint64_t start, size_t n,
+                             int64_t *out)
+    double slash_gen_keys_pmf(const slash_gen_keys *k, uint64_t key)
+    slash_status slash_gen_range_check(const char *what, uint64_t start, size_t n, int64_t base_ms,
+                                       uint64_t rate)
+    void slash_gen_times_fill(int64_t base_ms, uint64_t rate, uint64_t start, size_t n,
+                              int64_t *out)
+
+cdef extern from "slash/gen_ysb.h" nogil:
+    enum:
+        SLASH_GEN_YSB_RECORD_BYTES
+    ctypedef struct slash_gen_ysb_config:
+        uint64_t seed
+        uint64_t campaigns
+        uint32_t ads_per_campaign
+        slash_gen_dist dist
+        double exponent
+        uint64_t rate
+        int64_t base_ms
+    ctypedef struct slash_gen_ysb:
+        slash_gen_ysb_config cfg
+    ctypedef struct slash_gen_ysb_columns:
+        int64_t *key
+        int64_t *event_time
+        uint8_t *user_id
+        uint8_t *page_id
+        uint8_t *ad_id
+        int64_t *ad_index
+        int8_t *ad_type
+        int8_t *event_type
+        uint32_t *ip_address
+    slash_status slash_gen_ysb_init(slash_gen_ysb *g, const slash_gen_ysb_config *cfg)
+    slash_status slash_gen_ysb_fill(const slash_gen_ysb *g, uint64_t start, size_t n,
+                                    const slash_gen_ysb_columns *out)
+    slash_status slash_gen_ysb_ads(const slash_gen_ysb *g, uint64_t first, size_t n,
+                                   uint8_t *ad_id, int64_t *ad_index, int64_t *campaign_id)
+
+cdef extern from "slash/gen_cm.h" nogil:
+    enum:
+        SLASH_GEN_CM_RECORD_BYTES
+    ctypedef struct slash_gen_cm_config:
+        uint64_t seed
+        uint64_t jobs
+        slash_gen_dist dist
+        double exponent
+        uint64_t machines
+        uint64_t rate
+        int64_t base_ms
+    ctypedef struct slash_gen_cm:
+        slash_gen_cm_config cfg
+    ctypedef struct slash_gen_cm_columns:
+        int64_t *timestamp
+        int64_t *job_id
+        int64_t *task_id
+        int64_t *machine_id
+        int32_t *event_type
+        int32_t *user_id
+        int32_t *category
+        int32_t *priority
+        float *cpu
+        float *ram
+        float *disk
+        int32_t *constraints
+    slash_status slash_gen_cm_init(slash_gen_cm *g, const slash_gen_cm_config *cfg)
+    slash_status slash_gen_cm_fill(const slash_gen_cm *g, uint64_t start, size_t n,
+                                   const slash_gen_cm_columns *out)
+
+cdef extern from "slash/gen_nexmark.h" nogil:
+    enum:
+        SLASH_GEN_NEXMARK_PERSON_BYTES
+        SLASH_GEN_NEXMARK_AUCTION_BYTES
+        SLASH_GEN_NEXMARK_BID_BYTES
+        SLASH_GEN_NEXMARK_NAME_MAX
+        SLASH_GEN_NEXMARK_EMAIL_MAX
+        SLASH_GEN_NEXMARK_CARD_MAX
+        SLASH_GEN_NEXMARK_CITY_MAX
+        SLASH_GEN_NEXMARK_STATE_MAX
+        SLASH_GEN_NEXMARK_ITEM_MAX
+        SLASH_GEN_NEXMARK_DESC_MAX
+        SLASH_GEN_NEXMARK_CHANNEL_MAX
+        SLASH_GEN_NEXMARK_URL_MAX
+        SLASH_GEN_NEXMARK_PERSON
+        SLASH_GEN_NEXMARK_AUCTION
+        SLASH_GEN_NEXMARK_BID
+    ctypedef struct slash_gen_nexmark_config:
+        uint64_t seed
+        int beam_seeds
+        uint64_t rate
+        int64_t base_ms
+        uint32_t hot_auction_ratio
+        uint32_t hot_bidders_ratio
+        uint32_t hot_sellers_ratio
+        uint32_t num_active_people
+        uint32_t num_in_flight_auctions
+    ctypedef struct slash_gen_nexmark:
+        slash_gen_nexmark_config cfg
+    ctypedef struct slash_gen_strcol:
+        int32_t *offsets
+        char *data
+    ctypedef struct slash_gen_nexmark_persons:
+        int64_t *id
+        slash_gen_strcol name, email, credit_card, city, state
+        int64_t *date_time
+    ctypedef struct slash_gen_nexmark_auctions:
+        int64_t *id
+        slash_gen_strcol item_name, description
+        int64_t *initial_bid, *reserve, *date_time, *expires, *seller, *category
+    ctypedef struct slash_gen_nexmark_bids:
+        int64_t *auction, *bidder, *price
+        slash_gen_strcol channel, url
+        int64_t *date_time
+    slash_status slash_gen_nexmark_init(slash_gen_nexmark *g, const slash_gen_nexmark_config *cfg)
+    slash_status slash_gen_nexmark_persons_fill(const slash_gen_nexmark *g, uint64_t first,
+                                                size_t n, const slash_gen_nexmark_persons *out)
+    slash_status slash_gen_nexmark_auctions_fill(const slash_gen_nexmark *g, uint64_t first,
+                                                 size_t n, const slash_gen_nexmark_auctions *out)
+    slash_status slash_gen_nexmark_bids_fill(const slash_gen_nexmark *g, uint64_t first, size_t n,
+                                             const slash_gen_nexmark_bids *out)
+    uint64_t slash_gen_nexmark_event_of(int kind, uint64_t k)
+    uint64_t slash_gen_nexmark_count(int kind, uint64_t events)

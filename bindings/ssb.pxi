@@ -19,6 +19,100 @@ _WINDOW_KINDS = {"tumbling": SLASH_WINDOW_TUMBLING, "sliding": SLASH_WINDOW_SLID
                  "session": SLASH_WINDOW_SESSION}
 
 
+cdef list fill_ssb_config(slash_ssb_config *cfg, str window_kind, int64_t size, int64_t slide,
+                           str key_type, int partitions, list aggregates):
+    """Fills a slash_ssb_config; returns, per aggregate, whether its result is float64."""
+    memset(cfg, 0, sizeof(cfg[0]))
+    if window_kind not in _WINDOW_KINDS:
+        raise _errors.InvalidArgument(f"window kind must be one of {sorted(_WINDOW_KINDS)}, "
+                                      f"got {window_kind!r}")
+    check(slash_window_init(&cfg.window, _WINDOW_KINDS[window_kind], size, slide))
+    if key_type not in ("int64", "bytes"):
+        raise _errors.InvalidArgument(f"key_type must be 'int64' or 'bytes', got {key_type!r}")
+    cfg.key_type = SLASH_KEY_INT64 if key_type == "int64" else SLASH_KEY_BYTES
+    if partitions < 1:
+        raise _errors.InvalidArgument(f"partitions must be >= 1, got {partitions}")
+    cfg.partitions = partitions
+    if len(aggregates) > SLASH_SSB_MAX_AGGS:
+        raise _errors.InvalidArgument(f"at most {SLASH_SSB_MAX_AGGS} aggregates, "
+                                      f"got {len(aggregates)}")
+    result_f64 = []
+    for j, a in enumerate(aggregates):
+        if a not in _AGG_KINDS:
+            raise _errors.InvalidArgument(f"unknown aggregate {a!r}")
+        cfg.aggs[j] = _AGG_KINDS[a]
+        result_f64.append(bool(slash_crdt_result_is_f64(cfg.aggs[j])))
+    cfg.naggs = len(aggregates)
+    return result_f64
+
+
+cdef list fill_batch(slash_ssb_batch *b, times, keys, list values, key_offsets, key_data):
+    """Points a slash_ssb_batch at C-contiguous NumPy columns (int64 times and
+    keys, or int32/int64 offsets + uint8 data; int64/float64 values). Returns
+    the memoryviews that must stay alive while b is used."""
+    memset(b, 0, sizeof(b[0]))
+    cdef const int64_t[::1] t = times
+    cdef const int64_t[::1] k
+    cdef const int32_t[::1] o32
+    cdef const int64_t[::1] o64
+    cdef const uint8_t[::1] kd
+    cdef const int64_t[::1] vi
+    cdef const double[::1] vf
+    keep = [t]
+    b.n = t.shape[0]
+    if b.n == 0:
+        return keep
+    b.times = &t[0]
+    if keys is not None:
+        k = keys
+        b.keys = &k[0]
+        keep.append(k)
+    else:
+        if key_offsets.dtype == _np.int64:
+            o64 = key_offsets
+            b.key_offsets = &o64[0]
+            b.key_offsets_64 = 1
+            keep.append(o64)
+        else:
+            o32 = key_offsets
+            b.key_offsets = &o32[0]
+            keep.append(o32)
+        kd = key_data if len(key_data) else _np.zeros(1, _np.uint8)
+        b.key_data = &kd[0]
+        keep.append(kd)
+    for j, v in enumerate(values):
+        if v is None:
+            continue
+        if v.dtype == _np.float64:
+            vf = v
+            b.values[j] = &vf[0]
+            keep.append(vf)
+        else:
+            vi = v
+            b.values[j] = &vi[0]
+            keep.append(vi)
+    return keep
+
+
+cdef object result_arrays(slash_ssb_result *r, bint string_keys, list result_f64):
+    """Takes ownership of r and returns (window_start, window_end, keys,
+    [columns]) as NumPy arrays viewing it without a copy; keys is int64 or an
+    (offsets int64, data uint8) pair. r is freed with the last view."""
+    cdef _EmitResult res = _EmitResult.__new__(_EmitResult)
+    res.r = r
+    cdef size_t n = r.rows
+    ws = res.column(r.window_start, n * 8, _np.int64)
+    we = res.column(r.window_end, n * 8, _np.int64)
+    if string_keys:
+        keys = (res.column(r.key_offsets, (n + 1) * 8, _np.int64),
+                res.column(r.key_data, r.key_data_len, _np.uint8))
+    else:
+        keys = res.column(r.keys, n * 8, _np.int64)
+    cols = [res.column(r.columns[j], n * 8, _np.float64 if result_f64[j] else _np.int64)
+            for j in range(len(result_f64))]
+    return ws, we, keys, cols
+
+
 cdef class DeltaView:
     """Read-only buffer over one partition's sealed delta, without a copy.
 
@@ -56,28 +150,9 @@ cdef class StateStore(_Closeable):
     def __init__(self, str window_kind, int64_t size, int64_t slide, str key_type,
                  int partitions, list aggregates, size_t log_reserve=0):
         cdef slash_ssb_config cfg
-        memset(&cfg, 0, sizeof(cfg))
-        if window_kind not in _WINDOW_KINDS:
-            raise _errors.InvalidArgument(f"window kind must be one of {sorted(_WINDOW_KINDS)}, "
-                                          f"got {window_kind!r}")
-        check(slash_window_init(&cfg.window, _WINDOW_KINDS[window_kind], size, slide))
-        if key_type not in ("int64", "bytes"):
-            raise _errors.InvalidArgument(f"key_type must be 'int64' or 'bytes', got {key_type!r}")
-        cfg.key_type = SLASH_KEY_INT64 if key_type == "int64" else SLASH_KEY_BYTES
-        self.string_keys = key_type == "bytes"
-        if partitions < 1:
-            raise _errors.InvalidArgument(f"partitions must be >= 1, got {partitions}")
-        cfg.partitions = partitions
-        if len(aggregates) > SLASH_SSB_MAX_AGGS:
-            raise _errors.InvalidArgument(f"at most {SLASH_SSB_MAX_AGGS} aggregates, "
-                                          f"got {len(aggregates)}")
-        self._result_f64 = []
-        for j, a in enumerate(aggregates):
-            if a not in _AGG_KINDS:
-                raise _errors.InvalidArgument(f"unknown aggregate {a!r}")
-            cfg.aggs[j] = _AGG_KINDS[a]
-            self._result_f64.append(bool(slash_crdt_result_is_f64(cfg.aggs[j])))
-        cfg.naggs = len(aggregates)
+        self._result_f64 = fill_ssb_config(&cfg, window_kind, size, slide, key_type, partitions,
+                                           aggregates)
+        self.string_keys = cfg.key_type == SLASH_KEY_BYTES
         self.naggs = cfg.naggs
         cfg.log_reserve = log_reserve
         cdef slash_status st
@@ -108,43 +183,9 @@ cdef class StateStore(_Closeable):
         """Folds one batch; arrays are C-contiguous int64/float64 (checked by the caller)."""
         cdef slash_ssb *s = self.ptr()
         cdef slash_ssb_batch b
-        memset(&b, 0, sizeof(b))
-        cdef const int64_t[::1] t = times
-        cdef const int64_t[::1] k
-        cdef const int32_t[::1] o32
-        cdef const int64_t[::1] o64
-        cdef const uint8_t[::1] kd
-        cdef const int64_t[::1] vi
-        cdef const double[::1] vf
-        b.n = t.shape[0]
+        keep = fill_batch(&b, times, keys, values, key_offsets, key_data)
         if b.n == 0:
             return
-        b.times = &t[0]
-        if keys is not None:
-            k = keys
-            b.keys = &k[0]
-        else:
-            if key_offsets.dtype == _np.int64:
-                o64 = key_offsets
-                b.key_offsets = &o64[0]
-                b.key_offsets_64 = 1
-            else:
-                o32 = key_offsets
-                b.key_offsets = &o32[0]
-            kd = key_data if len(key_data) else _np.zeros(1, _np.uint8)
-            b.key_data = &kd[0]
-        keep = []
-        for j, v in enumerate(values):
-            if v is None:
-                continue
-            if v.dtype == _np.float64:
-                vf = v
-                b.values[j] = &vf[0]
-                keep.append(vf)
-            else:
-                vi = v
-                b.values[j] = &vi[0]
-                keep.append(vi)
         cdef slash_status st
         with nogil:
             st = slash_ssb_update(s, &b)
@@ -191,19 +232,7 @@ cdef class StateStore(_Closeable):
         with nogil:
             st = slash_ssb_emit(s, up_to, &r)
         check(st)
-        cdef _EmitResult res = _EmitResult.__new__(_EmitResult)
-        res.r = r
-        cdef size_t n = r.rows
-        ws = res.column(r.window_start, n * 8, _np.int64)
-        we = res.column(r.window_end, n * 8, _np.int64)
-        if self.string_keys:
-            keys = (res.column(r.key_offsets, (n + 1) * 8, _np.int64),
-                    res.column(r.key_data, r.key_data_len, _np.uint8))
-        else:
-            keys = res.column(r.keys, n * 8, _np.int64)
-        cols = [res.column(r.columns[j], n * 8, _np.float64 if self._result_f64[j] else _np.int64)
-                for j in range(self.naggs)]
-        return ws, we, keys, cols
+        return result_arrays(r, self.string_keys, self._result_f64)
 
     def stats(self):
         cdef slash_ssb_stats st

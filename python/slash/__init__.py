@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from slash import errors
 from slash._core import Channel, Listener, Message, Transport, have_ofi
+from slash.executor import Executor, GroupConfig
+from slash.state import Aggregate, StateBackend, StateConfig
+from slash.window import Session, Sliding, Tumbling, parse_window
 
 __version__ = "0.1.0"
 
-__all__ = ["Channel", "Listener", "Message", "Transport", "errors", "have_ofi", "__version__"]
-from slash.state import Aggregate, StateBackend, StateConfig  # noqa: E402
-from slash.window import Session, Sliding, Tumbling, parse_window  # noqa: E402
-
-__all__ += ["Aggregate", "StateBackend", "StateConfig", "Session", "Sliding", "Tumbling",
-            "parse_window"]
+__all__ = ["Aggregate", "Channel", "Executor", "GroupConfig", "Listener", "Message", "Session",
+           "Sliding", "StateBackend", "StateConfig", "Transport", "Tumbling", "errors",
+           "have_ofi", "parse_window", "__version__"]

@@ -213,6 +213,65 @@ def _byte_keys(obj: Any, name: str) -> Tuple[np.ndarray, np.ndarray, int]:
     return np.ascontiguousarray(offsets), data, n
 
 
+def core_args(cfg: StateConfig, partitions: Optional[int] = None) -> Tuple[Any, ...]:
+    """The core's view of a config: (window kind, size, slide, key type,
+    partitions, [(aggregate kind, value type)])."""
+    kind, size, slide = _window_args(cfg.window)
+    aggs = [(a.kind, None if a.kind == "count" else cfg.value_type(a.column))
+            for a in cfg.aggregates]
+    key = "int64" if cfg.key_type == "int64" else "bytes"
+    return kind, size, slide, key, partitions or cfg.partitions, aggs
+
+
+def prepare_columns(cfg: StateConfig, keys: Any, times: Any,
+                    values: Optional[Mapping[str, Any]]) -> Tuple[Any, ...]:
+    """Checks and converts one batch's columns for the core: returns (times,
+    int64 keys or None, per-aggregate value arrays, key offsets, key data).
+    Raises SchemaError naming the column on nulls, wrong dtypes or lengths."""
+    t = _numeric(times, "times", "int64")
+    n = len(t)
+    if cfg.key_type == "int64":
+        k = _numeric(keys, "keys", "int64")
+        offsets = data = None
+        nk = len(k)
+    else:
+        offsets, data, nk = _byte_keys(keys, "keys")
+        k = None
+    if nk != n:
+        raise SchemaError(f"columns 'keys' and 'times' differ in length ({nk} != {n})")
+    values = dict(values or {})
+    unknown = set(values) - set(cfg.value_columns)
+    if unknown:
+        raise SchemaError(f"unknown value column(s) {sorted(unknown)}; the aggregates read "
+                          f"{cfg.value_columns}")
+    cols: Dict[str, np.ndarray] = {}
+    for c in cfg.value_columns:
+        if c not in values:
+            raise SchemaError(f"value column {c!r} is missing")
+        cols[c] = _numeric(values[c], c, cfg.value_type(c))
+        if len(cols[c]) != n:
+            raise SchemaError(f"column {c!r} has {len(cols[c])} values, 'times' has {n}")
+    per_agg = [None if a.kind == "count" else cols[a.column] for a in cfg.aggregates]
+    return t, k, per_agg, offsets, data
+
+
+def result_batch(cfg: StateConfig, ws: np.ndarray, we: np.ndarray, keys: Any,
+                 cols: List[np.ndarray]) -> pa.RecordBatch:
+    """The Arrow form of emitted results: window_start, window_end, key, then
+    one column per aggregate."""
+    if cfg.key_type == "int64":
+        key_arr = pa.array(keys, pa.int64())
+    else:
+        offs, data = keys
+        t = pa.large_string() if cfg.key_type == "string" else pa.large_binary()
+        key_arr = pa.Array.from_buffers(t, len(ws), [None, pa.py_buffer(offs), pa.py_buffer(data)])
+        key_arr = key_arr.cast(pa.string() if cfg.key_type == "string" else pa.binary())
+    arrays = [pa.array(ws, pa.int64()), pa.array(we, pa.int64()), key_arr]
+    arrays += [pa.array(c) for c in cols]
+    names = ["window_start", "window_end", "key"] + [a.name for a in cfg.aggregates]
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
 class StateBackend:
     """Windowed aggregation state of one executor: update, epoch deltas, emit.
 
@@ -241,12 +300,7 @@ class StateBackend:
         if not isinstance(config, StateConfig):
             raise InvalidArgument(f"config must be a StateConfig, got {type(config).__name__}")
         self.config = config
-        kind, size, slide = _window_args(config.window)
-        aggs = [(a.kind, None if a.kind == "count" else config.value_type(a.column))
-                for a in config.aggregates]
-        key = "int64" if config.key_type == "int64" else "bytes"
-        self._store = _core.StateStore(kind, size, slide, key, config.partitions, aggs,
-                                       log_reserve_bytes)
+        self._store = _core.StateStore(*core_args(config), log_reserve_bytes)
 
     # -- updates -----------------------------------------------------------
     def update(self, keys: Any, times: Any, values: Optional[Mapping[str, Any]] = None) -> None:
@@ -256,32 +310,7 @@ class StateBackend:
         Raises SchemaError naming the column on nulls, wrong dtypes or
         mismatched lengths; nothing of the batch is applied then.
         """
-        cfg = self.config
-        t = _numeric(times, "times", "int64")
-        n = len(t)
-        if cfg.key_type == "int64":
-            k = _numeric(keys, "keys", "int64")
-            offsets = data = None
-            nk = len(k)
-        else:
-            offsets, data, nk = _byte_keys(keys, "keys")
-            k = None
-        if nk != n:
-            raise SchemaError(f"columns 'keys' and 'times' differ in length ({nk} != {n})")
-        values = dict(values or {})
-        unknown = set(values) - set(cfg.value_columns)
-        if unknown:
-            raise SchemaError(f"unknown value column(s) {sorted(unknown)}; the aggregates read "
-                              f"{cfg.value_columns}")
-        cols: Dict[str, np.ndarray] = {}
-        for c in cfg.value_columns:
-            if c not in values:
-                raise SchemaError(f"value column {c!r} is missing")
-            cols[c] = _numeric(values[c], c, cfg.value_type(c))
-            if len(cols[c]) != n:
-                raise SchemaError(f"column {c!r} has {len(cols[c])} values, 'times' has {n}")
-        per_agg = [None if a.kind == "count" else cols[a.column] for a in cfg.aggregates]
-        self._store.update(t, k, per_agg, offsets, data)
+        self._store.update(*prepare_columns(self.config, keys, times, values))
 
     def update_batch(self, batch: Union[pa.RecordBatch, pa.Table], key: str = "key",
                      time: str = "time") -> None:
@@ -324,18 +353,7 @@ class StateBackend:
     def emit(self, up_to: int) -> pa.RecordBatch:
         """Every (window, key) result of windows ending at or before
         ``up_to`` ms not emitted before; frees their state."""
-        ws, we, keys, cols = self._store.emit(int(up_to))
-        if self.config.key_type == "int64":
-            key_arr = pa.array(keys, pa.int64())
-        else:
-            offs, data = keys
-            t = pa.large_string() if self.config.key_type == "string" else pa.large_binary()
-            key_arr = pa.Array.from_buffers(t, len(ws), [None, pa.py_buffer(offs), pa.py_buffer(data)])
-            key_arr = key_arr.cast(pa.string() if self.config.key_type == "string" else pa.binary())
-        arrays = [pa.array(ws, pa.int64()), pa.array(we, pa.int64()), key_arr]
-        arrays += [pa.array(c) for c in cols]
-        names = ["window_start", "window_end", "key"] + [a.name for a in self.config.aggregates]
-        return pa.RecordBatch.from_arrays(arrays, names=names)
+        return result_batch(self.config, *self._store.emit(int(up_to)))
 
     # -- introspection -------------------------------------------------------
     def stats(self) -> Dict[str, Any]:

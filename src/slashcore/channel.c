@@ -237,6 +237,21 @@ static slash_status wait_credit(slash_channel *ch, int timeout_ms)
     }
 }
 
+/* Producer over a remote transport: waits (bounded) until the consumer has
+ * released everything, end-of-stream included, so closing the endpoint cannot
+ * cut off bytes still in flight (a socket closed with unread input resets). */
+static void wait_drained(slash_channel *ch, int timeout_ms)
+{
+    uint64_t deadline = slash_deadline(timeout_ms);
+    slash_backoff b;
+    slash_backoff_reset(&b);
+    while (credits_returned(ch) < ch->next_seq && !slash_deadline_passed(deadline)) {
+        if (slash_endpoint_progress(ch->ep) != SLASH_OK)
+            return;
+        slash_backoff_wait(&b);
+    }
+}
+
 slash_status slash_channel_reserve(slash_channel *ch, int timeout_ms, void **buf, size_t *cap)
 {
     if (!ch->producer)
@@ -483,6 +498,8 @@ void slash_channel_close(slash_channel *ch)
         return;
     if (ch->producer && !ch->eof_sent && ch->ep)
         slash_channel_send_eof(ch, 1000);
+    if (ch->producer && ch->staging && ch->eof_sent)
+        wait_drained(ch, 2000);
     if (!ch->producer && ch->ep)
         return_credits(ch);
     channel_free(ch);

@@ -9,7 +9,7 @@ TEST(log_boundaries)
     slash_lss l;
     CHECK_OK(slash_lss_init(&l, (size_t)1 << 30));
     CHECK(l.begin == SLASH_LSS_FIRST && l.read_only == l.begin && l.tail == l.begin);
-    uint64_t a, b;
+    uint64_t a = 0, b = 0;
     CHECK_OK(slash_lss_append(&l, 48, &a));
     CHECK_OK(slash_lss_append(&l, 48, &b));
     CHECK(a == SLASH_LSS_FIRST && b == a + 48 && l.tail == b + 48);

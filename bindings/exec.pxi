@@ -1,0 +1,139 @@
+# exec.pxi - ExecutorCore: the Python face of slash_exec (one executor of a
+# group) and of joining its group. Column checks happen in slash.executor;
+# here batches go to C without the GIL, and fired results come back as NumPy
+# views of the core's result buffers.
+from libc.stdlib cimport malloc, free
+
+
+cdef class ExecutorCore(_Closeable):
+    """Low-level executor; use :class:`slash.Executor` instead."""
+    cdef slash_exec *ex
+    cdef bint string_keys
+    cdef list result_f64
+
+    def __init__(self, Listener listener, uint32_t rank, list addresses, str token,
+                 tuple state_args, int64_t lateness_ms, uint64_t epoch_bytes, uint32_t epoch_ms,
+                 size_t buffer_size, uint32_t credits, timeout):
+        cdef slash_exec_config cfg
+        memset(&cfg, 0, sizeof(cfg))
+        kind, size, slide, key_type, partitions, aggs = state_args
+        self.result_f64 = fill_ssb_config(&cfg.state, kind, size, slide, key_type, partitions, aggs)
+        self.string_keys = cfg.state.key_type == SLASH_KEY_BYTES
+        cfg.lateness_ms = lateness_ms
+        cfg.epoch_bytes = epoch_bytes
+        cfg.epoch_ms = epoch_ms
+        cfg.timeout_ms = timeout_ms(timeout)
+        cdef slash_channel_config cc
+        cc.buffer_size = buffer_size
+        cc.credits = credits
+        check(slash_channel_config_check(&cc))
+        cdef uint32_t n = len(addresses)
+        encoded = [to_bytes(a, "address") for a in addresses]
+        tok = to_bytes(token, "token")
+        cdef const char **addrs = <const char **>malloc(max(n, 1) * sizeof(char *))
+        if addrs == NULL:
+            raise MemoryError()
+        cdef slash_group *g = NULL
+        cdef slash_status st
+        cdef slash_listener *l = listener.ptr()
+        cdef const char *t = tok
+        cdef int tmo = cfg.timeout_ms
+        try:
+            for i in range(n):
+                addrs[i] = <const char *>encoded[i]
+            with nogil:
+                st = slash_group_join(l, rank, n, addrs, t, &cc, tmo, &g)
+        finally:
+            free(addrs)
+        check(st)
+        with nogil:
+            st = slash_exec_open(g, &cfg, &self.ex)
+        check(st)
+
+    cdef bint _is_open(self):
+        return self.ex != NULL
+
+    cdef void _close_native(self):
+        if self.ex != NULL:
+            with nogil:
+                slash_exec_close(self.ex)
+            self.ex = NULL
+
+    cdef slash_exec *ptr(self) except NULL:
+        if self.ex == NULL:
+            raise _errors.InvalidState("executor is closed")
+        return self.ex
+
+    def push(self, times, keys, list values, key_offsets=None, key_data=None, bint want_late=False):
+        """Applies one batch; returns (number of late records, uint8 mask or None)."""
+        cdef slash_exec *ex = self.ptr()
+        cdef slash_ssb_batch b
+        keep = fill_batch(&b, times, keys, values, key_offsets, key_data)
+        cdef size_t n_late = 0
+        cdef uint8_t[::1] m
+        cdef uint8_t *mp = NULL
+        mask = None
+        if want_late and b.n:
+            mask = _np.zeros(b.n, _np.uint8)
+            m = mask
+            mp = &m[0]
+        cdef slash_status st
+        with nogil:
+            st = slash_exec_push(ex, &b, mp, &n_late)
+        check(st)
+        return n_late, mask
+
+    def advance(self, int64_t watermark):
+        check(slash_exec_advance(self.ptr(), watermark))
+
+    def end_epoch(self):
+        cdef slash_exec *ex = self.ptr()
+        cdef slash_status st
+        with nogil:
+            st = slash_exec_end_epoch(ex)
+        check(st)
+
+    def poll(self, timeout):
+        cdef slash_exec *ex = self.ptr()
+        cdef int tmo = timeout_ms(timeout)
+        cdef slash_status st
+        with nogil:
+            st = slash_exec_poll(ex, tmo)
+        check(st)
+
+    def finish(self):
+        cdef slash_exec *ex = self.ptr()
+        cdef slash_status st
+        with nogil:
+            st = slash_exec_finish(ex)
+        check(st)
+
+    @property
+    def finished(self):
+        return bool(slash_exec_finished(self.ptr()))
+
+    def take(self):
+        """Every fired result not yet taken, as (ws, we, keys, [columns]) tuples."""
+        cdef slash_exec *ex = self.ptr()
+        cdef slash_ssb_result *r
+        out = []
+        while True:
+            slash_exec_take(ex, &r)
+            if r == NULL:
+                return out
+            out.append(result_arrays(r, self.string_keys, self.result_f64))
+
+    def metrics(self):
+        cdef slash_exec_metrics m
+        slash_exec_get_metrics(self.ptr(), &m)
+        return {
+            "rank": m.rank, "size": m.size, "partitions": m.partitions,
+            "led_partitions": m.led_partitions, "records_in": m.records_in,
+            "bytes_in": m.bytes_in, "late_records": m.late_records, "epochs": m.epochs,
+            "delta_bytes_sent": m.delta_bytes_sent,
+            "delta_bytes_received": m.delta_bytes_received, "deltas_merged": m.deltas_merged,
+            "merge_seconds": m.merge_ns / 1e9, "sync_seconds": m.sync_ns / 1e9,
+            "credit_stalls": m.credit_stalls, "rows_emitted": m.rows_emitted,
+            "watermark": m.watermark, "group_watermark": m.group_watermark,
+            "slowest_rank": m.slowest_rank,
+        }

@@ -1,0 +1,225 @@
+"""Executors: the distributed part of Slash (paper §5.1, §7.2.2).
+
+A group of N executors, one per process (or Spark task), each holding a rank.
+Every executor updates a local partial state with whatever records it is
+given (no repartitioning); at epoch ends it ships the changed part of each key
+partition to that partition's leader (rank ``p mod N``), which merges lazily
+and fires a window once every executor's published watermark has passed its
+end. Each (window, key) result is emitted exactly once in the group, by the
+leader of the key's partition.
+
+Forming a group takes two steps, so whoever launches the executors (Spark's
+``allGather``, a test, a script) can exchange the addresses in between:
+
+>>> import slash
+>>> lst = slash.Executor.listen("shm", token="secret")   # in every executor
+>>> # gather every executor's lst.address into `addresses` (rank order), then:
+>>> # ex = slash.Executor(lst, rank, addresses, slash.StateConfig(window="tumbling:10s"),
+>>> #                     token="secret")
+>>> lst.close()
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import pyarrow as pa
+
+from slash import _core
+from slash.errors import InvalidArgument, SchemaError
+from slash.state import StateConfig, core_args, prepare_columns, result_batch
+from slash.window import parse_duration
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """How executors sync: transport, key partitions, epochs, lateness, channels.
+
+    ``partitions``: key partitions P (>= N; default 4 x N). ``lateness``:
+    allowed out-of-orderness (ms or a duration like ``"2s"``); a record older
+    than its executor's published watermark (max event time seen minus the
+    lateness) is late: counted, optionally returned, never applied.
+    ``epoch_bytes`` / ``epoch_ms``: an epoch also ends after this much input
+    or time (and whenever a window can close). ``buffer_size`` / ``credits``:
+    the geometry of each sync channel's ring. ``timeout``: longest wait for a
+    peer (seconds) before failing.
+
+    >>> GroupConfig(lateness="2s").lateness_ms
+    2000
+    """
+
+    transport: str = "shm"
+    partitions: Optional[int] = None
+    lateness: Union[int, str] = 0
+    epoch_bytes: int = 16 << 20
+    epoch_ms: int = 200
+    buffer_size: int = 256 << 10
+    credits: int = 8
+    timeout: float = 120.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.transport, str) or not self.transport:
+            raise InvalidArgument(f"transport must be 'shm' or 'ofi:PROVIDER', got {self.transport!r}")
+        if self.partitions is not None and (isinstance(self.partitions, bool) or
+                                            not isinstance(self.partitions, int) or
+                                            not 1 <= self.partitions <= 4096):
+            raise InvalidArgument(f"partitions must be an int in 1..4096, got {self.partitions!r}")
+        for name in ("epoch_bytes", "epoch_ms", "buffer_size", "credits"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise InvalidArgument(f"{name} must be an int >= 0, got {v!r}")
+        if self.buffer_size < 1024 or self.credits < 1:
+            raise InvalidArgument("buffer_size must be >= 1024 and credits >= 1")
+        if not self.timeout or self.timeout <= 0:
+            raise InvalidArgument(f"timeout must be > 0 seconds, got {self.timeout!r}")
+        self.lateness_ms  # validates
+
+    @property
+    def lateness_ms(self) -> int:
+        if isinstance(self.lateness, bool):
+            raise InvalidArgument(f"lateness must be ms or a duration like '2s', got {self.lateness!r}")
+        if isinstance(self.lateness, int):
+            if self.lateness < 0:
+                raise InvalidArgument(f"lateness must be >= 0, got {self.lateness}")
+            return self.lateness
+        return parse_duration(self.lateness, "lateness") if self.lateness not in ("0", "") else 0
+
+    def partitions_for(self, n: int) -> int:
+        p = self.partitions if self.partitions is not None else 4 * n
+        if p < n:
+            raise InvalidArgument(f"partitions ({p}) must be at least the number of executors ({n})")
+        return p
+
+
+class Executor:
+    """One executor of a group; see the module docstring for forming a group.
+
+    ``push()`` folds a batch into the local state (in C, without the GIL) and
+    serves the sync channels; ``poll()`` serves them while idle; ``finish()``
+    ends the input and waits for the whole group. Fired windows come back from
+    ``push``/``poll``/``finish`` via :meth:`results` as Arrow record batches
+    with columns window_start, window_end, key, then the aggregates.
+    """
+
+    def __init__(self, listener: "_core.Listener", rank: int, addresses: Sequence[str],
+                 state: StateConfig, group: GroupConfig = GroupConfig(), *, token: str) -> None:
+        if not isinstance(state, StateConfig):
+            raise InvalidArgument(f"state must be a StateConfig, got {type(state).__name__}")
+        if not isinstance(group, GroupConfig):
+            raise InvalidArgument(f"group must be a GroupConfig, got {type(group).__name__}")
+        n = len(addresses)
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < max(n, 1):
+            raise InvalidArgument(f"rank must be in 0..{n - 1}, got {rank!r}")
+        self.state = state
+        self.group = group
+        self.rank = rank
+        self.size = n
+        args = core_args(state, group.partitions_for(n))
+        log.debug("executor %d/%d joining over %s", rank, n, group.transport)
+        self._core = _core.ExecutorCore(listener, rank, [str(a) for a in addresses], token, args,
+                                        group.lateness_ms, group.epoch_bytes, group.epoch_ms,
+                                        group.buffer_size, group.credits, group.timeout)
+
+    @staticmethod
+    def listen(transport: str = "shm", *, token: str, bind: Optional[str] = None) -> "_core.Listener":
+        """Step one: a listener whose ``address`` the other executors need."""
+        return _core.Listener(transport, token=token, bind=bind)
+
+    # -- input ---------------------------------------------------------------
+    def push(self, keys: Any, times: Any, values: Optional[Mapping[str, Any]] = None, *,
+             return_late: bool = False) -> Union[int, Tuple[int, np.ndarray]]:
+        """Folds one batch (NumPy or Arrow columns of one length).
+
+        Returns the number of late records; with ``return_late`` also the
+        indices of the late rows, for a side output.
+        """
+        t, k, per_agg, offsets, data = prepare_columns(self.state, keys, times, values)
+        n_late, mask = self._core.push(t, k, per_agg, offsets, data, return_late)
+        if return_late:
+            idx = np.flatnonzero(mask) if mask is not None else np.empty(0, np.int64)
+            return n_late, idx
+        return n_late
+
+    def push_batch(self, batch: Union[pa.RecordBatch, pa.Table], *, key: str = "key",
+                   time: str = "time", return_late: bool = False) -> Any:
+        """Folds an Arrow batch whose columns are ``key``, ``time`` and the
+        aggregates' value columns. With ``return_late`` returns the late rows
+        as a table (the side output), else their number."""
+        names = batch.schema.names
+        for c in [key, time] + self.state.value_columns:
+            if c not in names:
+                raise SchemaError(f"column {c!r} is missing from the batch (has {names})")
+        out = self.push(batch.column(key), batch.column(time),
+                        {c: batch.column(c) for c in self.state.value_columns},
+                        return_late=return_late)
+        if return_late:
+            _, idx = out
+            return batch.take(pa.array(idx, pa.int64()))
+        return out
+
+    def advance_watermark(self, time_ms: int) -> None:
+        """Promises no record older than ``time_ms`` follows (e.g. an idle source)."""
+        self._core.advance(int(time_ms))
+
+    def end_epoch(self) -> None:
+        """Ends an epoch now: ships deltas and publishes the watermark."""
+        self._core.end_epoch()
+
+    def poll(self, timeout: Optional[float] = 0.0) -> None:
+        """Serves the sync channels for up to ``timeout`` seconds (returns as
+        soon as a result is ready)."""
+        self._core.poll(timeout)
+
+    def finish(self) -> None:
+        """End of input: final epoch, then waits until every executor finished
+        and fires all remaining windows this executor leads."""
+        self._core.finish()
+
+    @property
+    def finished(self) -> bool:
+        return self._core.finished
+
+    # -- output --------------------------------------------------------------
+    def results(self) -> List[pa.RecordBatch]:
+        """Fired results not yet returned, oldest first."""
+        return [result_batch(self.state, *r) for r in self._core.take()]
+
+    def results_table(self) -> pa.Table:
+        """Fired results not yet returned, as one table (possibly empty)."""
+        return pa.Table.from_batches(self.results(), schema=self.result_schema())
+
+    def result_schema(self) -> pa.Schema:
+        key_t = {"int64": pa.int64(), "string": pa.string(), "binary": pa.binary()}[self.state.key_type]
+        fields = [pa.field("window_start", pa.int64()), pa.field("window_end", pa.int64()),
+                  pa.field("key", key_t)]
+        for a in self.state.aggregates:
+            is_f = a.kind == "avg" or (a.kind != "count" and self.state.value_type(a.column) == "float64")
+            fields.append(pa.field(a.name, pa.float64() if is_f else pa.int64()))
+        return pa.schema(fields)
+
+    @property
+    def metrics(self) -> Dict[str, Any]:
+        """records_in, epochs, delta bytes shipped/received, merge time,
+        watermark and its lag behind the group, credit stalls, late records."""
+        m = self._core.metrics()
+        lag = None
+        if m["watermark"] > -(1 << 63) and m["group_watermark"] > -(1 << 63):
+            lag = m["watermark"] - m["group_watermark"]
+        m["watermark_lag_ms"] = lag
+        return m
+
+    def close(self) -> None:
+        self._core.close()
+
+    def __enter__(self) -> "Executor":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Executor(rank={self.rank}, size={self.size}, transport={self.group.transport!r})"

@@ -1,0 +1,629 @@
+/* exec.c - a Slash executor: local eager state, epoch deltas shipped to
+ * partition leaders, lazy merging, and firing by vector clock (see exec.h).
+ *
+ * Wire format on the group's channels, one message per buffer: a 48-byte
+ * sync_msg header, then for DELTA a fragment of one partition's delta. A
+ * sender's messages arrive in order (channels are FIFO); per sender the
+ * leader checks that epochs are consecutive and that fragments of a delta
+ * arrive contiguously, so no update is applied twice, out of order or with a
+ * gap. Deltas of epoch e precede EPOCH(e) from the same sender, so when a
+ * leader learns watermark w from a sender it already holds every update that
+ * sender made below w.
+ *
+ * Invariants: published watermarks only grow; a record older than the
+ * executor's published watermark is never applied; a leader never emits a
+ * window ending after the minimum of the vector clock (P1).
+ */
+#define _GNU_SOURCE
+#include "slash/exec.h"
+
+#include "slash/backoff.h"
+#include "slash/vclock.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { SYNC_DELTA = 1, SYNC_EPOCH = 2 };
+
+typedef struct sync_msg {
+    uint32_t type;
+    uint32_t part;     /* DELTA: partition */
+    uint64_t epoch;    /* the sender's epoch this message belongs to */
+    uint64_t offset;   /* DELTA: offset of the fragment in the partition's delta */
+    uint64_t total;    /* DELTA: bytes of the whole partition delta */
+    int64_t watermark; /* EPOCH: sender's watermark (INT64_MAX: finished) */
+    uint64_t frag;     /* DELTA: bytes in this fragment */
+} sync_msg;
+static_assert(sizeof(sync_msg) == 48, "sync_msg travels between executors");
+
+typedef struct assembly {
+    uint8_t *buf;
+    size_t cap, len, total;
+    uint32_t part;
+    uint64_t epoch;
+} assembly;
+
+struct slash_exec {
+    slash_group *g;
+    uint32_t rank, n, parts;
+    slash_exec_config cfg;
+    slash_ssb *local, *leader;
+    slash_vclock vc;
+    int64_t max_seen, published, advanced, fired;
+    uint64_t epoch, bytes_since, epoch_start_ns;
+    uint64_t *peer_epoch;
+    bool *fin;
+    uint32_t nfin;
+    assembly *asm_;
+    bool finished, in_epoch;
+    uint32_t rr;
+    slash_ssb_result **q;
+    size_t qhead, qlen, qcap;
+    slash_exec_metrics m;
+};
+
+static int timeout_of(const slash_exec *ex)
+{
+    return ex->cfg.timeout_ms < 0 ? 120000 : ex->cfg.timeout_ms;
+}
+
+/* ---- results queue --------------------------------------------------------- */
+
+static slash_status queue_push(slash_exec *ex, slash_ssb_result *r)
+{
+    if (ex->qlen == ex->qcap) {
+        size_t nc = ex->qcap ? ex->qcap * 2 : 16;
+        slash_ssb_result **nq = malloc(nc * sizeof *nq);
+        if (!nq)
+            return slash_fail(SLASH_ENOMEM, "exec: out of memory for results");
+        for (size_t i = 0; i < ex->qlen; i++)
+            nq[i] = ex->q[(ex->qhead + i) % ex->qcap];
+        free(ex->q);
+        ex->q = nq, ex->qcap = nc, ex->qhead = 0;
+    }
+    ex->q[(ex->qhead + ex->qlen++) % ex->qcap] = r;
+    return SLASH_OK;
+}
+
+void slash_exec_take(slash_exec *ex, slash_ssb_result **out)
+{
+    *out = NULL;
+    if (!ex->qlen)
+        return;
+    *out = ex->q[ex->qhead];
+    ex->qhead = (ex->qhead + 1) % ex->qcap;
+    ex->qlen--;
+}
+
+/* ---- firing ---------------------------------------------------------------- */
+
+static slash_status fire(slash_exec *ex)
+{
+    int64_t w = slash_vclock_min(&ex->vc);
+    if (w == INT64_MIN || w <= ex->fired)
+        return SLASH_OK;
+    slash_ssb_result *r = NULL;
+    slash_status st = slash_ssb_emit(ex->leader, w, &r);
+    if (st != SLASH_OK)
+        return st;
+    ex->fired = w;
+    if (r && r->rows) {
+        ex->m.rows_emitted += r->rows;
+        return queue_push(ex, r);
+    }
+    slash_ssb_result_free(r);
+    return SLASH_OK;
+}
+
+/* ---- receiving ------------------------------------------------------------- */
+
+static slash_status merge_timed(slash_exec *ex, const void *addr, size_t len)
+{
+    uint64_t t0 = slash_now_ns();
+    slash_status st = slash_ssb_merge_delta(ex->leader, addr, len);
+    ex->m.merge_ns += slash_now_ns() - t0;
+    ex->m.deltas_merged++;
+    return st;
+}
+
+static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_t len)
+{
+    sync_msg h;
+    if (len < sizeof h)
+        return slash_fail(SLASH_EPROTO, "exec: short message (%zu bytes) from rank %u", len, r);
+    memcpy(&h, buf, sizeof h);
+    if (h.epoch != ex->peer_epoch[r] + 1)
+        return slash_fail(SLASH_EPROTO, "exec: rank %u sent epoch %llu after %llu", r,
+                          (unsigned long long)h.epoch, (unsigned long long)ex->peer_epoch[r]);
+    if (h.type == SYNC_EPOCH) {
+        ex->peer_epoch[r] = h.epoch;
+        if (ex->asm_[r].len != ex->asm_[r].total)
+            return slash_fail(SLASH_EPROTO, "exec: rank %u ended epoch %llu inside a delta", r,
+                              (unsigned long long)h.epoch);
+        slash_vclock_update(&ex->vc, r, h.watermark);
+        if (h.watermark == INT64_MAX && !ex->fin[r]) {
+            ex->fin[r] = true;
+            ex->nfin++;
+        }
+        return fire(ex);
+    }
+    if (h.type != SYNC_DELTA)
+        return slash_fail(SLASH_EPROTO, "exec: unknown message type %u from rank %u", h.type, r);
+    if (h.part >= ex->parts || h.part % ex->n != ex->rank)
+        return slash_fail(SLASH_EPROTO, "exec: rank %u sent partition %u, which rank %u does not lead",
+                          r, h.part, ex->rank);
+    assembly *a = &ex->asm_[r];
+    if (h.offset == 0) {
+        if (a->len != a->total)
+            return slash_fail(SLASH_EPROTO, "exec: rank %u started a delta inside another", r);
+        if (h.total > a->cap) {
+            uint8_t *nb = realloc(a->buf, h.total);
+            if (!nb)
+                return slash_fail(SLASH_ENOMEM, "exec: out of memory for a %llu-byte delta",
+                                  (unsigned long long)h.total);
+            a->buf = nb, a->cap = h.total;
+        }
+        a->len = 0, a->total = h.total, a->part = h.part, a->epoch = h.epoch;
+    }
+    if (h.offset != a->len || h.part != a->part || h.epoch != a->epoch ||
+        h.frag != len - sizeof h || h.offset + h.frag > a->total)
+        return slash_fail(SLASH_EPROTO, "exec: rank %u sent a delta fragment out of order", r);
+    memcpy(a->buf + a->len, buf + sizeof h, h.frag);
+    a->len += h.frag;
+    ex->m.delta_bytes_received += h.frag;
+    if (a->len < a->total)
+        return SLASH_OK;
+    return merge_timed(ex, a->buf, a->total);
+}
+
+/* Drains what the incoming channels hold right now (never sends). */
+static slash_status serve(slash_exec *ex, bool *progressed)
+{
+    for (uint32_t k = 0; k < ex->n; k++) {
+        uint32_t r = (ex->rr + k) % ex->n;
+        if (r == ex->rank || ex->fin[r])
+            continue;
+        slash_channel *ch = slash_group_in(ex->g, r);
+        for (int i = 0; i < 64 && !ex->fin[r]; i++) {
+            const void *buf;
+            size_t len;
+            uint64_t seq;
+            slash_status st = slash_channel_poll(ch, 0, &buf, &len, &seq);
+            if (st == SLASH_ETIMEDOUT)
+                break;
+            if (st == SLASH_EOF)
+                return slash_fail(SLASH_EPEER, "executor rank %u closed its channel before finishing", r);
+            if (st == SLASH_EPEER)
+                return slash_fail(SLASH_EPEER, "executor rank %u disconnected (%s)", r,
+                                  slash_last_error());
+            if (st != SLASH_OK)
+                return st;
+            st = handle(ex, r, buf, len);
+            slash_status st2 = slash_channel_release(ch);
+            if (st != SLASH_OK)
+                return st;
+            if (st2 != SLASH_OK && st2 != SLASH_EPEER)
+                return st2;
+            if (progressed)
+                *progressed = true;
+        }
+    }
+    ex->rr++;
+    return SLASH_OK;
+}
+
+/* ---- sending ---------------------------------------------------------------- */
+
+/* Sends one message to rank r; while r's ring is full, keeps serving the
+ * incoming channels (so two executors sending to each other both progress). */
+static slash_status ship(slash_exec *ex, uint32_t r, const sync_msg *h, const void *data,
+                         size_t len)
+{
+    slash_channel *ch = slash_group_out(ex->g, r);
+    uint64_t deadline = slash_deadline(timeout_of(ex));
+    slash_backoff b;
+    slash_backoff_reset(&b);
+    for (;;) {
+        void *slot;
+        size_t cap;
+        slash_status st = slash_channel_reserve(ch, 0, &slot, &cap);
+        if (st == SLASH_OK) {
+            memcpy(slot, h, sizeof *h);
+            if (len)
+                memcpy((uint8_t *)slot + sizeof *h, data, len);
+            return slash_channel_commit(ch, sizeof *h + len);
+        }
+        if (st == SLASH_EPEER)
+            return slash_fail(SLASH_EPEER, "executor rank %u disconnected (%s)", r,
+                              slash_last_error());
+        if (st != SLASH_ETIMEDOUT)
+            return st;
+        bool progressed = false;
+        st = serve(ex, &progressed);
+        if (st != SLASH_OK)
+            return st;
+        if (progressed) {
+            slash_backoff_reset(&b);
+            continue;
+        }
+        if (slash_deadline_passed(deadline))
+            return slash_fail(SLASH_ETIMEDOUT, "executor rank %u took no data for %d ms", r,
+                              timeout_of(ex));
+        slash_backoff_wait(&b);
+    }
+}
+
+static slash_status ship_delta(slash_exec *ex, uint32_t r, uint32_t part, const uint8_t *addr,
+                               size_t len)
+{
+    slash_channel_stats cs;
+    slash_channel_get_stats(slash_group_out(ex->g, r), &cs);
+    size_t room = slash_channel_payload_max(cs.buffer_size) - sizeof(sync_msg);
+    for (size_t off = 0; off < len; off += room) {
+        size_t frag = len - off < room ? len - off : room;
+        sync_msg h = {.type = SYNC_DELTA, .part = part, .epoch = ex->epoch + 1, .offset = off,
+                      .total = len, .frag = frag};
+        slash_status st = ship(ex, r, &h, addr + off, frag);
+        if (st != SLASH_OK)
+            return st;
+        ex->m.delta_bytes_sent += frag;
+    }
+    return SLASH_OK;
+}
+
+/* ---- epochs ------------------------------------------------------------------ */
+
+static int64_t current_watermark(const slash_exec *ex)
+{
+    int64_t w = INT64_MIN;
+    if (ex->max_seen != INT64_MIN)
+        w = ex->max_seen - ex->cfg.lateness_ms;
+    if (ex->advanced > w)
+        w = ex->advanced;
+    return w > ex->published ? w : ex->published;
+}
+
+static slash_status end_epoch(slash_exec *ex, bool final)
+{
+    uint64_t t0 = slash_now_ns();
+    int64_t wm = final ? INT64_MAX : current_watermark(ex);
+    slash_status st = slash_ssb_begin_epoch(ex->local);
+    for (uint32_t p = 0; p < ex->parts && st == SLASH_OK; p++) {
+        const void *addr;
+        size_t len;
+        st = slash_ssb_delta(ex->local, p, &addr, &len);
+        if (st != SLASH_OK || len == 0)
+            continue;
+        uint32_t lead = p % ex->n;
+        st = lead == ex->rank ? merge_timed(ex, addr, len) : ship_delta(ex, lead, p, addr, len);
+    }
+    if (st == SLASH_OK)
+        st = slash_ssb_reset_delta(ex->local);
+    if (st != SLASH_OK)
+        return st;
+    ex->epoch++;
+    sync_msg h = {.type = SYNC_EPOCH, .epoch = ex->epoch, .watermark = wm};
+    for (uint32_t r = 0; r < ex->n && st == SLASH_OK; r++)
+        if (r != ex->rank)
+            st = ship(ex, r, &h, NULL, 0);
+    if (st != SLASH_OK)
+        return st;
+    ex->published = wm;
+    slash_vclock_update(&ex->vc, ex->rank, wm);
+    ex->bytes_since = 0;
+    ex->epoch_start_ns = slash_now_ns();
+    ex->m.epochs++;
+    ex->m.sync_ns += ex->epoch_start_ns - t0;
+    return fire(ex);
+}
+
+/* True when a window can close: the watermark passed a window end that the
+ * published watermark had not. */
+static bool window_can_close(const slash_exec *ex)
+{
+    int64_t w = current_watermark(ex);
+    if (w == INT64_MIN || w <= ex->published)
+        return false;
+    if (ex->published == INT64_MIN)
+        return true;
+    const slash_window *win = &ex->cfg.state.window;
+    if (win->kind == SLASH_WINDOW_SESSION)
+        return w - ex->published >= win->size;
+    int64_t k_pub = slash_floor_div(ex->published - win->size, win->slide);
+    int64_t k_now = slash_floor_div(w - win->size, win->slide);
+    return k_now > k_pub;
+}
+
+static bool epoch_due(const slash_exec *ex)
+{
+    if (ex->cfg.epoch_bytes && ex->bytes_since >= ex->cfg.epoch_bytes)
+        return true;
+    if (ex->cfg.epoch_ms && slash_now_ns() - ex->epoch_start_ns >= (uint64_t)ex->cfg.epoch_ms * 1000000ull)
+        return ex->bytes_since > 0 || current_watermark(ex) > ex->published;
+    return window_can_close(ex);
+}
+
+/* ---- public ------------------------------------------------------------------- */
+
+slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash_exec **out)
+{
+    *out = NULL;
+    uint32_t n = slash_group_size(g);
+    if (cfg->state.partitions < n) {
+        slash_group_close(g);
+        return slash_fail(SLASH_EINVAL, "partitions (%u) must be at least the number of executors (%u)",
+                          cfg->state.partitions, n);
+    }
+    if (cfg->lateness_ms < 0) {
+        slash_group_close(g);
+        return slash_fail(SLASH_EINVAL, "lateness must be >= 0 ms, got %lld",
+                          (long long)cfg->lateness_ms);
+    }
+    slash_exec *ex = calloc(1, sizeof *ex);
+    if (!ex) {
+        slash_group_close(g);
+        return slash_fail(SLASH_ENOMEM, "exec: out of memory");
+    }
+    ex->g = g;
+    ex->rank = slash_group_rank(g);
+    ex->n = n;
+    ex->parts = cfg->state.partitions;
+    ex->cfg = *cfg;
+    ex->max_seen = ex->published = ex->advanced = ex->fired = INT64_MIN;
+    ex->epoch_start_ns = slash_now_ns();
+    slash_status st = slash_ssb_open(&cfg->state, &ex->local);
+    if (st == SLASH_OK)
+        st = slash_ssb_open(&cfg->state, &ex->leader);
+    if (st == SLASH_OK)
+        st = slash_vclock_init(&ex->vc, n);
+    if (st == SLASH_OK) {
+        ex->peer_epoch = calloc(n, sizeof *ex->peer_epoch);
+        ex->fin = calloc(n, sizeof *ex->fin);
+        ex->asm_ = calloc(n, sizeof *ex->asm_);
+        if (!ex->peer_epoch || !ex->fin || !ex->asm_)
+            st = slash_fail(SLASH_ENOMEM, "exec: out of memory");
+    }
+    if (st != SLASH_OK) {
+        slash_exec_close(ex);
+        return st;
+    }
+    ex->m.rank = ex->rank;
+    ex->m.size = n;
+    ex->m.partitions = ex->parts;
+    ex->m.led_partitions = ex->parts / n + (ex->rank < ex->parts % n);
+    *out = ex;
+    return SLASH_OK;
+}
+
+static size_t key_bytes_at(const slash_ssb_batch *b, size_t i)
+{
+    if (b->key_offsets_64) {
+        const int64_t *o = b->key_offsets;
+        return (size_t)(o[i + 1] - o[i]);
+    }
+    const int32_t *o = b->key_offsets;
+    return (size_t)(o[i + 1] - o[i]);
+}
+
+static size_t key_start_at(const slash_ssb_batch *b, size_t i)
+{
+    if (b->key_offsets_64)
+        return (size_t)((const int64_t *)b->key_offsets)[i];
+    return (size_t)((const int32_t *)b->key_offsets)[i];
+}
+
+/* Applies the records of b whose late[i] == 0, by building compacted columns. */
+static slash_status update_on_time(slash_exec *ex, const slash_ssb_batch *b, const uint8_t *late,
+                                   size_t keep)
+{
+    const slash_ssb_config *c = &ex->cfg.state;
+    slash_ssb_batch nb = {.n = keep, .key_offsets_64 = 1};
+    int64_t *times = malloc((keep ? keep : 1) * sizeof *times);
+    int64_t *keys = NULL, *offs = NULL;
+    uint8_t *kdata = NULL;
+    uint64_t *vals[SLASH_SSB_MAX_AGGS] = {0};
+    bool ok = times != NULL;
+    if (c->key_type == SLASH_KEY_INT64) {
+        ok = ok && (keys = malloc((keep ? keep : 1) * sizeof *keys));
+    } else {
+        size_t total = 0;
+        for (size_t i = 0; i < b->n; i++)
+            if (!late[i])
+                total += key_bytes_at(b, i);
+        ok = ok && (offs = malloc((keep + 1) * sizeof *offs)) && (kdata = malloc(total ? total : 1));
+    }
+    for (uint32_t j = 0; j < c->naggs && ok; j++)
+        if (b->values[j])
+            ok = (vals[j] = malloc((keep ? keep : 1) * sizeof(uint64_t))) != NULL;
+    slash_status st = SLASH_OK;
+    if (!ok) {
+        st = slash_fail(SLASH_ENOMEM, "exec: out of memory filtering late records");
+    } else {
+        size_t k = 0, kd = 0;
+        if (offs)
+            offs[0] = 0;
+        for (size_t i = 0; i < b->n; i++) {
+            if (late[i])
+                continue;
+            times[k] = b->times[i];
+            if (keys) {
+                keys[k] = b->keys[i];
+            } else {
+                size_t kl = key_bytes_at(b, i);
+                memcpy(kdata + kd, b->key_data + key_start_at(b, i), kl);
+                kd += kl;
+                offs[k + 1] = (int64_t)kd;
+            }
+            for (uint32_t j = 0; j < c->naggs; j++)
+                if (vals[j])
+                    memcpy(&vals[j][k], (const uint8_t *)b->values[j] + i * 8, 8);
+            k++;
+        }
+        nb.times = times;
+        nb.keys = keys;
+        nb.key_offsets = offs;
+        nb.key_data = kdata;
+        for (uint32_t j = 0; j < c->naggs; j++)
+            nb.values[j] = vals[j];
+        st = slash_ssb_update(ex->local, &nb);
+    }
+    free(times);
+    free(keys);
+    free(offs);
+    free(kdata);
+    for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS; j++)
+        free(vals[j]);
+    return st;
+}
+
+slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
+                             size_t *n_late)
+{
+    if (n_late)
+        *n_late = 0;
+    if (ex->finished)
+        return slash_fail(SLASH_ESTATE, "exec: push after finish");
+    if (b->n && !b->times)
+        return slash_fail(SLASH_EINVAL, "exec: batch has no event-time column");
+    size_t nl = 0;
+    int64_t mx = INT64_MIN;
+    for (size_t i = 0; i < b->n; i++) {
+        bool is_late = b->times[i] < ex->published;
+        nl += is_late;
+        if (late)
+            late[i] = is_late;
+        if (!is_late && b->times[i] > mx)
+            mx = b->times[i];
+    }
+    slash_status st;
+    if (nl == 0) {
+        st = slash_ssb_update(ex->local, b);
+    } else {
+        uint8_t *mask = late;
+        if (!mask) {
+            mask = calloc(b->n, 1);
+            if (!mask)
+                return slash_fail(SLASH_ENOMEM, "exec: out of memory");
+            for (size_t i = 0; i < b->n; i++)
+                mask[i] = b->times[i] < ex->published;
+        }
+        st = update_on_time(ex, b, mask, b->n - nl);
+        if (mask != late)
+            free(mask);
+    }
+    if (st != SLASH_OK)
+        return st;
+    if (n_late)
+        *n_late = nl;
+    if (mx > ex->max_seen)
+        ex->max_seen = mx;
+    size_t width = 8 + (ex->cfg.state.key_type == SLASH_KEY_INT64 ? 8 : 0);
+    for (uint32_t j = 0; j < ex->cfg.state.naggs; j++)
+        width += b->values[j] ? 8 : 0;
+    uint64_t bytes = (uint64_t)b->n * width;
+    if (ex->cfg.state.key_type == SLASH_KEY_BYTES && b->n)
+        bytes += (uint64_t)(key_start_at(b, b->n) - key_start_at(b, 0));
+    ex->m.records_in += b->n - nl;
+    ex->m.late_records += nl;
+    ex->m.bytes_in += bytes;
+    ex->bytes_since += bytes;
+    st = serve(ex, NULL);
+    if (st == SLASH_OK && epoch_due(ex))
+        st = end_epoch(ex, false);
+    return st;
+}
+
+slash_status slash_exec_advance(slash_exec *ex, int64_t wm)
+{
+    if (wm > ex->advanced)
+        ex->advanced = wm;
+    return SLASH_OK;
+}
+
+slash_status slash_exec_end_epoch(slash_exec *ex)
+{
+    if (ex->finished)
+        return slash_fail(SLASH_ESTATE, "exec: end_epoch after finish");
+    return end_epoch(ex, false);
+}
+
+slash_status slash_exec_poll(slash_exec *ex, int timeout_ms)
+{
+    uint64_t deadline = slash_deadline(timeout_ms);
+    slash_backoff b;
+    slash_backoff_reset(&b);
+    for (;;) {
+        bool progressed = false;
+        slash_status st = serve(ex, &progressed);
+        if (st == SLASH_OK && !ex->finished && epoch_due(ex))
+            st = end_epoch(ex, false);
+        if (st != SLASH_OK || ex->qlen || timeout_ms == 0 || slash_deadline_passed(deadline))
+            return st;
+        if (progressed)
+            slash_backoff_reset(&b);
+        else
+            slash_backoff_wait(&b);
+    }
+}
+
+slash_status slash_exec_finish(slash_exec *ex)
+{
+    if (ex->finished)
+        return SLASH_OK;
+    slash_status st = end_epoch(ex, true);
+    slash_backoff b;
+    slash_backoff_reset(&b);
+    while (st == SLASH_OK && ex->nfin < ex->n - 1) {
+        bool progressed = false;
+        st = serve(ex, &progressed);
+        if (progressed)
+            slash_backoff_reset(&b);
+        else
+            slash_backoff_wait(&b);
+    }
+    if (st == SLASH_OK)
+        st = fire(ex);
+    if (st == SLASH_OK)
+        ex->finished = true;
+    return st;
+}
+
+bool slash_exec_finished(const slash_exec *ex) { return ex->finished; }
+
+void slash_exec_get_metrics(const slash_exec *ex, slash_exec_metrics *out)
+{
+    *out = ex->m;
+    out->watermark = ex->published;
+    out->group_watermark = slash_vclock_min(&ex->vc);
+    out->slowest_rank = slash_vclock_argmin(&ex->vc);
+    out->credit_stalls = 0;
+    for (uint32_t r = 0; r < ex->n; r++) {
+        slash_channel *ch = slash_group_out(ex->g, r);
+        if (ch) {
+            slash_channel_stats cs;
+            slash_channel_get_stats(ch, &cs);
+            out->credit_stalls += cs.credit_stalls;
+        }
+    }
+}
+
+void slash_exec_close(slash_exec *ex)
+{
+    if (!ex)
+        return;
+    slash_group_close(ex->g);
+    slash_ssb_close(ex->local);
+    slash_ssb_close(ex->leader);
+    slash_vclock_free(&ex->vc);
+    if (ex->asm_)
+        for (uint32_t r = 0; r < ex->n; r++)
+            free(ex->asm_[r].buf);
+    free(ex->asm_);
+    free(ex->peer_epoch);
+    free(ex->fin);
+    for (size_t i = 0; i < ex->qlen; i++)
+        slash_ssb_result_free(ex->q[(ex->qhead + i) % ex->qcap]);
+    free(ex->q);
+    free(ex);
+}

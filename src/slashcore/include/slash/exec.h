@@ -1,0 +1,111 @@
+/* exec.h - one Slash executor of a group: eager local partial state, epochs,
+ * lazy merging at partition leaders, and window firing by vector clock
+ * (Slash §5.1, §7.2.2).
+ *
+ * Records pushed into an executor update its *local* store at once, whatever
+ * their key (no repartitioning). The key space is split into P partitions;
+ * partition p is led by rank p mod N. At each epoch end the executor seals
+ * its local store, ships each partition's changed span to that partition's
+ * leader over the group's channels (its own partitions are merged in place),
+ * resets the shipped records to zero, and publishes its low watermark. A
+ * leader merges the deltas it receives into its *leader* store and fires a
+ * window once every executor's published watermark has passed the window's
+ * end (P1); fired results wait in a queue for slash_exec_take().
+ *
+ * An epoch ends after epoch_bytes of input, after epoch_ms, when the
+ * executor's watermark passes a window end, on request, and at finish.
+ * A record older than the watermark the executor already published is late:
+ * it is counted, flagged for a side output, and not applied.
+ *
+ * The worker loop is the caller's thread: push(), poll() and finish() each
+ * serve the incoming channels while they work, and a send that waits for a
+ * credit keeps serving them, so executors never deadlock on full rings and an
+ * idle channel never blocks ready work. One thread at a time per executor.
+ */
+#ifndef SLASH_EXEC_H
+#define SLASH_EXEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "slash/group.h"
+#include "slash/ssb.h"
+#include "slash/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct slash_exec_config {
+    slash_ssb_config state; /* window, key type, partitions (P >= N), aggregates */
+    int64_t lateness_ms;    /* allowed out-of-orderness, >= 0 */
+    uint64_t epoch_bytes;   /* end an epoch after this much input (0: no limit) */
+    uint32_t epoch_ms;      /* end an epoch after this long (0: no limit) */
+    int timeout_ms;         /* longest wait for a peer before failing (< 0: 120 s) */
+} slash_exec_config;
+
+typedef struct slash_exec_metrics {
+    uint64_t records_in;
+    uint64_t bytes_in;
+    uint64_t late_records;
+    uint64_t epochs;
+    uint64_t delta_bytes_sent;
+    uint64_t delta_bytes_received;
+    uint64_t deltas_merged;
+    uint64_t merge_ns;
+    uint64_t sync_ns;        /* time spent in epoch ends (ship + merge + reset) */
+    uint64_t credit_stalls;
+    uint64_t rows_emitted;
+    int64_t watermark;       /* this executor's published watermark */
+    int64_t group_watermark; /* minimum over the vector clock */
+    uint32_t slowest_rank;   /* the rank holding the minimum */
+    uint32_t rank, size, partitions, led_partitions;
+} slash_exec_metrics;
+
+typedef struct slash_exec slash_exec;
+
+/* Starts an executor over a joined group, taking ownership of g (also on
+ * failure). Fails with SLASH_EINVAL naming a bad setting (partitions < N,
+ * negative lateness), SLASH_ENOMEM. */
+slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash_exec **out);
+
+/* Applies a batch to the local store and serves the channels; ends an epoch
+ * when one is due. late (optional, b->n bytes) gets 1 for each late record,
+ * 0 otherwise; *n_late (optional) their number. Errors of the batch are
+ * SLASH_EINVAL (nothing applied); errors of peers are SLASH_EPEER naming the
+ * rank. */
+slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
+                             size_t *n_late);
+
+/* Raises this executor's watermark to wm (a source's promise that nothing
+ * older follows, e.g. an idle input); takes effect at the next epoch end. */
+slash_status slash_exec_advance(slash_exec *ex, int64_t wm);
+
+/* Ends an epoch now. */
+slash_status slash_exec_end_epoch(slash_exec *ex);
+
+/* Serves the channels for up to timeout_ms (0: once), ending an epoch if one
+ * is due by time. Returns early when a result is ready. */
+slash_status slash_exec_poll(slash_exec *ex, int timeout_ms);
+
+/* End of input: a final epoch with watermark +infinity, then serves the
+ * channels until every executor has finished, and fires every remaining
+ * window of the partitions this executor leads. */
+slash_status slash_exec_finish(slash_exec *ex);
+
+/* True once finish() has completed. */
+bool slash_exec_finished(const slash_exec *ex);
+
+/* Pops the oldest fired result (caller owns it, free with
+ * slash_ssb_result_free), or sets *out = NULL when none is waiting. */
+void slash_exec_take(slash_exec *ex, slash_ssb_result **out);
+
+void slash_exec_get_metrics(const slash_exec *ex, slash_exec_metrics *out);
+
+/* Closes the executor and its group. NULL is fine. */
+void slash_exec_close(slash_exec *ex);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

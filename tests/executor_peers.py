@@ -1,0 +1,108 @@
+"""Executor processes for test_executor.py (importable, so the "spawn" start
+method finds them: every executor starts clean, as in a Spark worker)."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+import traceback
+
+import pyarrow as pa
+
+import slash
+
+
+def run(transport, rank, n, token, addr_q, addrs_q, out_q, table, state_kw, group_kw,
+        batch_rows=500, kill_after=None, bind=None):
+    """Joins the group, pushes `table` in batches, finishes, and reports
+    ("ok", rank, results table, metrics) or ("error", rank, exception text)."""
+    try:
+        lst = slash.Executor.listen(transport, token=token, bind=bind)
+        addr_q.put((rank, lst.address))
+        addresses = addrs_q.get(timeout=60)
+        state = slash.StateConfig(**state_kw)
+        group = slash.GroupConfig(transport=transport, **group_kw)
+        ex = slash.Executor(lst, rank, addresses, state, group, token=token)
+        lst.close()
+        late = 0
+        results = []
+        for i, batch in enumerate(table.to_batches(max_chunksize=batch_rows)):
+            if kill_after is not None and i == kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)
+            late += ex.push_batch(batch)
+            results += ex.results()
+        ex.finish()
+        results += ex.results()
+        m = ex.metrics
+        m["late_total"] = late
+        out = pa.Table.from_batches(results, schema=ex.result_schema())
+        ex.close()
+        out_q.put(("ok", rank, out, m))
+    except BaseException as e:  # reported to the test, which fails with it
+        out_q.put(("error", rank, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+
+
+def hold_then_advance(transport, rank, n, token, addr_q, addrs_q, out_q, state_kw, group_kw, ctl_q):
+    """An executor with no input whose watermark the test moves by hand:
+    it waits for ("advance", t) / ("finish",) commands on ctl_q."""
+    try:
+        lst = slash.Executor.listen(transport, token=token)
+        addr_q.put((rank, lst.address))
+        addresses = addrs_q.get(timeout=60)
+        ex = slash.Executor(lst, rank, addresses, slash.StateConfig(**state_kw),
+                            slash.GroupConfig(transport=transport, **group_kw), token=token)
+        lst.close()
+        results = []
+        while True:
+            cmd = ctl_q.get(timeout=120)
+            if cmd[0] == "advance":
+                ex.advance_watermark(cmd[1])
+                ex.end_epoch()
+                out_q.put(("advanced", rank))
+            elif cmd[0] == "poll":
+                ex.poll(0.2)
+                results += ex.results()
+                out_q.put(("polled", rank, pa.Table.from_batches(results, schema=ex.result_schema())))
+            else:
+                break
+        ex.finish()
+        results += ex.results()
+        out_q.put(("ok", rank, pa.Table.from_batches(results, schema=ex.result_schema()), ex.metrics))
+        ex.close()
+    except BaseException as e:
+        out_q.put(("error", rank, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+
+
+def push_then_wait(transport, rank, n, token, addr_q, addrs_q, out_q, table, state_kw, group_kw,
+                   ctl_q):
+    """Pushes its table, then reports what it emitted while polling, until
+    told to finish."""
+    try:
+        lst = slash.Executor.listen(transport, token=token)
+        addr_q.put((rank, lst.address))
+        addresses = addrs_q.get(timeout=60)
+        ex = slash.Executor(lst, rank, addresses, slash.StateConfig(**state_kw),
+                            slash.GroupConfig(transport=transport, **group_kw), token=token)
+        lst.close()
+        results = []
+        for batch in table.to_batches(max_chunksize=200):
+            ex.push_batch(batch)
+            results += ex.results()
+        ex.end_epoch()
+        out_q.put(("pushed", rank))
+        while True:
+            cmd = ctl_q.get(timeout=120)
+            if cmd[0] == "poll":
+                deadline = time.monotonic() + cmd[1]
+                while time.monotonic() < deadline:
+                    ex.poll(0.05)
+                    results += ex.results()
+                out_q.put(("polled", rank, pa.Table.from_batches(results, schema=ex.result_schema())))
+            else:
+                break
+        ex.finish()
+        results += ex.results()
+        out_q.put(("ok", rank, pa.Table.from_batches(results, schema=ex.result_schema()), ex.metrics))
+        ex.close()
+    except BaseException as e:
+        out_q.put(("error", rank, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
