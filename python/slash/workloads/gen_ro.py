@@ -1,0 +1,53 @@
+"""The read-only count (RO) stream of the Slash paper (section 8.1.2): 16-byte
+records, an 8-byte key drawn uniformly from 100 million keys (configurable,
+or skewed) and an 8-byte event time; the query counts records per key.
+
+Columns: ``key`` int64 in [0, keys), ``event_time`` int64 milliseconds
+(base_ms + floor(i * 1000 / rate)).
+
+>>> from slash.workloads import gen_ro as ro
+>>> t = ro.ro(4, seed=3)
+>>> t.column_names, t.num_rows
+(['key', 'event_time'], 4)
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import pyarrow as pa
+
+from slash import _core
+from slash.workloads._common import (DEFAULT_BATCH, MAX_EVENTS, check_int, chunks, concat,
+                                     parse_skew)
+
+__all__ = ["RECORD_BYTES", "ro", "ro_batches"]
+
+RECORD_BYTES = 16
+
+
+def ro_batches(records: int, *, keys: int = 100_000_000, seed: int = 0, skew: str = "uniform",
+               rate: int = 1_000_000, base_ms: int = 0, start: int = 0,
+               batch_size: int = DEFAULT_BATCH) -> Iterator[pa.RecordBatch]:
+    """Records [start, start + records) as RecordBatches; any split gives the same rows.
+
+    >>> sum(b.num_rows for b in ro_batches(10, batch_size=4))
+    10
+    """
+    keys = check_int("keys", keys, 1, 1 << 62)
+    seed = check_int("seed", seed, 0, (1 << 64) - 1)
+    rate = check_int("rate", rate, 1, (1 << 63) - 1)
+    base_ms = check_int("base_ms", base_ms, 0, (1 << 63) - 1)
+    records = check_int("records", records, 0)
+    start = check_int("start", start, 0, MAX_EVENTS - records)
+    batch_size = check_int("batch_size", batch_size, 1, 1 << 31)
+    dist, exponent = parse_skew(skew)
+    kg = _core.KeyGenerator(keys, dist, exponent, seed)
+    for first, n in chunks(start, records, batch_size):
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(kg.fill(first, n)), pa.array(_core.gen_times(base_ms, rate, first, n))],
+            names=["key", "event_time"])
+
+
+def ro(records: int, **kwargs) -> pa.Table:
+    """Records as one Table; keyword arguments as in :func:`ro_batches`."""
+    return concat(ro_batches(records, **kwargs))
