@@ -270,7 +270,7 @@ TEST(nexmark_counts_and_ids) {
 
 TEST(cm_shape) {
     slash_gen_cm g;
-    slash_gen_cm_config c = {.seed = 3, .jobs = 240, .dist = SLASH_GEN_ZIPF, .exponent = 1.6,
+    slash_gen_cm_config c = {.seed = 3, .jobs = 240, .dist = SLASH_GEN_ZIPF, .exponent = 1.42,
                              .machines = 12500, .rate = 25, .base_ms = 0};
     CHECK_OK(slash_gen_cm_init(&g, &c));
     enum { N = 3000 };

@@ -26,6 +26,17 @@ def check_int(name: str, value: object, lo: int, hi: int = MAX_EVENTS) -> int:
     return v
 
 
+def check_stream(records: int, start: int, batch_size: int, seed: int, rate: int,
+                 base_ms: int) -> Tuple[int, int, int, int, int, int]:
+    """The arguments every generator shares, checked and as ints, in order."""
+    records = check_int("records", records, 0)
+    return (records, check_int("start", start, 0, MAX_EVENTS - records),
+            check_int("batch_size", batch_size, 1, 1 << 31),
+            check_int("seed", seed, 0, (1 << 64) - 1),
+            check_int("rate", rate, 1, (1 << 63) - 1),
+            check_int("base_ms", base_ms, 0, (1 << 63) - 1))
+
+
 def parse_skew(skew: str) -> Tuple[str, float]:
     """``"uniform"`` or ``"zipf:S"`` (S > 0) to ``(dist, exponent)``.
 

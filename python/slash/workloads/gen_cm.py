@@ -14,8 +14,9 @@ Two sources with one schema (widths sum to :data:`RECORD_BYTES` = 64):
   generator here.
 * :func:`cm` / :func:`cm_batches` generate any number of events shaped like
   the sample (see ``slash/gen_cm.h``): jobs by zipf popularity (the sample
-  fits s = 1.6 over 240 jobs), per-job user/category/priority/cpu/ram/disk
-  from the sample's frequencies, event types as in the sample, 25 events/s.
+  fits s = 1.42 over 240 jobs by maximum likelihood), per-job
+  user/category/priority/cpu/ram/disk from the sample's frequencies, event
+  types as in the sample, 25 events/s.
 
 >>> from slash.workloads import gen_cm as cm
 >>> cm.cm(3, seed=1).schema.field("cpu").type
@@ -31,8 +32,8 @@ import numpy as np
 import pyarrow as pa
 
 from slash import _core
-from slash.workloads._common import (DEFAULT_BATCH, MAX_EVENTS, check_columns, check_int, chunks,
-                                     concat, parse_skew, to_batch)
+from slash.workloads._common import (DEFAULT_BATCH, check_columns, check_int, check_stream,
+                                     chunks, concat, parse_skew, to_batch)
 
 __all__ = ["COLUMNS", "RECORD_BYTES", "SAMPLE_FILE", "SAMPLE_ROWS", "cm", "cm_batches",
            "cm_sample", "find_sample"]
@@ -46,7 +47,7 @@ _DTYPES = {"timestamp": np.int64, "job_id": np.int64, "task_id": np.int64, "mach
            "priority": np.int32, "cpu": np.float32, "ram": np.float32, "disk": np.float32,
            "constraints": np.int32}
 #: fitted from the sample: job popularity, jobs, events per second
-SAMPLE_SKEW = "zipf:1.6"
+SAMPLE_SKEW = "zipf:1.42"
 SAMPLE_JOBS = 240
 SAMPLE_RATE = 25
 
@@ -109,12 +110,8 @@ def cm_batches(records: int, *, jobs: int = SAMPLE_JOBS, machines: int = 12_500,
     """
     jobs = check_int("jobs", jobs, 1, 1 << 62)
     machines = check_int("machines", machines, 1, 1 << 62)
-    seed = check_int("seed", seed, 0, (1 << 64) - 1)
-    rate = check_int("rate", rate, 1, (1 << 63) - 1)
-    base_ms = check_int("base_ms", base_ms, 0, (1 << 63) - 1)
-    records = check_int("records", records, 0)
-    start = check_int("start", start, 0, MAX_EVENTS - records)
-    batch_size = check_int("batch_size", batch_size, 1, 1 << 31)
+    records, start, batch_size, seed, rate, base_ms = check_stream(records, start, batch_size,
+                                                                   seed, rate, base_ms)
     cols = check_columns("columns", columns, COLUMNS)
     dist, exponent = parse_skew(skew)
     g = _core.CmGenerator(seed, jobs, dist, exponent, machines, rate, base_ms)

@@ -17,7 +17,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from slash import _core
-from slash.workloads._common import (DEFAULT_BATCH, MAX_EVENTS, check_int, chunks, concat,
+from slash.workloads._common import (DEFAULT_BATCH, check_int, check_stream, chunks, concat,
                                      parse_skew)
 
 __all__ = ["RECORD_BYTES", "ro", "ro_batches"]
@@ -34,12 +34,8 @@ def ro_batches(records: int, *, keys: int = 100_000_000, seed: int = 0, skew: st
     10
     """
     keys = check_int("keys", keys, 1, 1 << 62)
-    seed = check_int("seed", seed, 0, (1 << 64) - 1)
-    rate = check_int("rate", rate, 1, (1 << 63) - 1)
-    base_ms = check_int("base_ms", base_ms, 0, (1 << 63) - 1)
-    records = check_int("records", records, 0)
-    start = check_int("start", start, 0, MAX_EVENTS - records)
-    batch_size = check_int("batch_size", batch_size, 1, 1 << 31)
+    records, start, batch_size, seed, rate, base_ms = check_stream(records, start, batch_size,
+                                                                   seed, rate, base_ms)
     dist, exponent = parse_skew(skew)
     kg = _core.KeyGenerator(keys, dist, exponent, seed)
     for first, n in chunks(start, records, batch_size):

@@ -32,7 +32,7 @@ from typing import Iterator, Optional, Sequence
 import pyarrow as pa
 
 from slash import _core
-from slash.workloads._common import (DEFAULT_BATCH, MAX_EVENTS, check_columns, check_int, chunks,
+from slash.workloads._common import (DEFAULT_BATCH, check_columns, check_int, check_stream, chunks,
                                      concat, dictionary_array, parse_skew, to_batch, uuid_array)
 
 __all__ = ["COLUMNS", "RECORD_BYTES", "EVENT_TYPES", "AD_TYPES", "ysb", "ysb_batches", "ysb_ads"]
@@ -51,11 +51,9 @@ _CONVERT = {
 
 def _generator(keys: int, ads_per_campaign: int, seed: int, skew: str, rate: int,
                base_ms: int) -> "_core.YsbGenerator":
+    """seed, rate and base_ms are already checked."""
     keys = check_int("keys", keys, 1, 1 << 62)
     ads_per_campaign = check_int("ads_per_campaign", ads_per_campaign, 1, (1 << 32) - 1)
-    seed = check_int("seed", seed, 0, (1 << 64) - 1)
-    rate = check_int("rate", rate, 1, (1 << 63) - 1)
-    base_ms = check_int("base_ms", base_ms, 0, (1 << 63) - 1)
     dist, exponent = parse_skew(skew)
     return _core.YsbGenerator(seed, keys, ads_per_campaign, dist, exponent, rate, base_ms)
 
@@ -73,10 +71,9 @@ def ysb_batches(records: int, *, keys: int = 100, ads_per_campaign: int = 10, se
     >>> [b.num_rows for b in ysb_batches(5, batch_size=2, columns=["key"])]
     [2, 2, 1]
     """
+    records, start, batch_size, seed, rate, base_ms = check_stream(records, start, batch_size,
+                                                                   seed, rate, base_ms)
     g = _generator(keys, ads_per_campaign, seed, skew, rate, base_ms)
-    records = check_int("records", records, 0)
-    start = check_int("start", start, 0, MAX_EVENTS - records)
-    batch_size = check_int("batch_size", batch_size, 1, 1 << 31)
     cols = check_columns("columns", columns, COLUMNS)
     for first, n in chunks(start, records, batch_size):
         yield to_batch(g.fill(first, n, cols), cols, _CONVERT)
@@ -99,7 +96,8 @@ def ysb_ads(*, keys: int = 100, ads_per_campaign: int = 10, seed: int = 0) -> pa
     >>> ysb_ads(keys=100).num_rows
     1000
     """
-    g = _generator(keys, ads_per_campaign, seed, "uniform", 1, 0)
+    g = _generator(keys, ads_per_campaign, check_int("seed", seed, 0, (1 << 64) - 1), "uniform",
+                   1, 0)
     total = int(keys) * int(ads_per_campaign)
     check_int("keys * ads_per_campaign (ads in the table)", total, 1, 1 << 24)
     d = g.ads(0, total)

@@ -7,9 +7,10 @@
  *   event_type int32, user_id int32, category int32, priority int32,
  *   cpu float32, ram float32, disk float32, constraints int32.
  * Model (fitted from the sample): a job is chosen per event by rank from a
- * key distribution over `jobs` (the sample fits zipf with s ~ 1.6 over 240
- * jobs); user, category, priority, cpu, ram, disk, constraints and the task
- * count are per-job constants drawn from the sample's per-job frequencies;
+ * key distribution over `jobs` (the maximum-likelihood zipf for the sample
+ * is s = 1.42 over 240 jobs); user, category, priority, cpu, ram, disk,
+ * constraints and the task count are per-job constants drawn from the
+ * sample's per-job frequencies;
  * the event type follows the sample's frequencies; SUBMIT events (type 0)
  * have no machine (-1), KILL events (5) lack one with the sample's ratio.
  */
