@@ -66,6 +66,22 @@ def _add_bench(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", disco
         bp.set_defaults(func=_cmd_bench, benchmark=bench)
 
 
+def _add_run(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    from slash import cli_run
+
+    p = sub.add_parser("run", help="run a windowed aggregation over Parquet/Arrow files",
+                       description=cli_run.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli_run.add_arguments(p)
+    p.set_defaults(func=_cmd_run)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from slash import cli_run
+
+    print(cli_run.summary(cli_run.run(args)), flush=True)
+    return 0
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The argument parser. Benchmarks are imported only when ``argv`` asks for ``bench``."""
     parser = argparse.ArgumentParser(prog=PROG, description="Slash: shuffle-free stateful stream "
@@ -75,6 +91,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                         help="log progress (-v) or debug detail (-vv) to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_doctor(sub)
+    _add_run(sub)
     _add_bench(sub, discover="bench" in argv)
     return parser
 
