@@ -22,10 +22,23 @@ cdef inline void *_addr(object arr):
     return <void *><size_t>arr.ctypes.data
 
 
-cdef object _col(dict out, str name, object want, size_t n, object dtype, size_t width=1):
+cdef object _col(dict out, str name, object want, size_t n, object dtype, size_t width=1,
+                 dict into=None):
+    """The array column `name` is filled into: a slice of the caller's array
+    from `into` (checked: C-contiguous, dtype, at least n * width elements),
+    else a new one; None when the column is not wanted."""
     if name not in want:
         return None
-    a = _np.empty(n * width, dtype=dtype)
+    if into is not None and name in into:
+        a = into[name]
+        if (not isinstance(a, _np.ndarray) or a.dtype != _np.dtype(dtype) or a.ndim != 1
+                or not a.flags.c_contiguous or not a.flags.writeable or a.size < n * width):
+            raise _errors.InvalidArgument(
+                f"out[{name!r}] must be a writable contiguous 1-d {_np.dtype(dtype)} array of at "
+                f"least {n * width} elements")
+        a = a[:n * width]
+    else:
+        a = _np.empty(n * width, dtype=dtype)
     out[name] = a
     return a
 
@@ -40,10 +53,10 @@ cdef class KeyGenerator:
         check(slash_gen_keys_init(&self.k, n, _gen_dist(dist), exponent))
         self.stream = slash_gen_stream(seed, field)
 
-    def fill(self, uint64_t start, size_t n):
-        """int64 keys of events [start, start + n)."""
+    def fill(self, uint64_t start, size_t n, out=None):
+        """int64 keys of events [start, start + n), into `out` (an int64 array) if given."""
         check(slash_gen_range_check(b"keys", start, n, 0, 1000))
-        out = _np.empty(n, dtype=_np.int64)
+        out = _col({}, "key", ("key",), n, _np.int64, 1, None if out is None else {"key": out})
         cdef int64_t *p = <int64_t *>_addr(out)
         with nogil:
             slash_gen_keys_fill(&self.k, self.stream, start, n, p)
@@ -55,10 +68,11 @@ cdef class KeyGenerator:
                          dtype=_np.float64)
 
 
-def gen_times(int64_t base_ms, uint64_t rate, uint64_t start, size_t n):
-    """int64 times in ms of events [start, start + n): base_ms + floor(i * 1000 / rate)."""
+def gen_times(int64_t base_ms, uint64_t rate, uint64_t start, size_t n, out=None):
+    """int64 times in ms of events [start, start + n): base_ms + floor(i * 1000 / rate),
+    into `out` (an int64 array) if given."""
     check(slash_gen_range_check(b"times", start, n, base_ms, rate))
-    out = _np.empty(n, dtype=_np.int64)
+    out = _col({}, "time", ("time",), n, _np.int64, 1, None if out is None else {"time": out})
     cdef int64_t *p = <int64_t *>_addr(out)
     with nogil:
         slash_gen_times_fill(base_ms, rate, start, n, p)
@@ -86,19 +100,20 @@ cdef class YsbGenerator:
         c.base_ms = base_ms
         check(slash_gen_ysb_init(&self.g, &c))
 
-    def fill(self, uint64_t start, size_t n, columns=YSB_COLUMNS):
-        """Columns of events [start, start + n) by name (UUIDs: n * 16 uint8)."""
+    def fill(self, uint64_t start, size_t n, columns=YSB_COLUMNS, dict into=None):
+        """Columns of events [start, start + n) by name (UUIDs: n * 16 uint8),
+        written into the caller's arrays in `into` where given (reused buffers)."""
         cdef dict out = {}
         cdef slash_gen_ysb_columns o
-        o.key = <int64_t *>_addr(_col(out, "key", columns, n, _np.int64))
-        o.event_time = <int64_t *>_addr(_col(out, "event_time", columns, n, _np.int64))
-        o.user_id = <uint8_t *>_addr(_col(out, "user_id", columns, n, _np.uint8, 16))
-        o.page_id = <uint8_t *>_addr(_col(out, "page_id", columns, n, _np.uint8, 16))
-        o.ad_id = <uint8_t *>_addr(_col(out, "ad_id", columns, n, _np.uint8, 16))
-        o.ad_index = <int64_t *>_addr(_col(out, "ad_index", columns, n, _np.int64))
-        o.ad_type = <int8_t *>_addr(_col(out, "ad_type", columns, n, _np.int8))
-        o.event_type = <int8_t *>_addr(_col(out, "event_type", columns, n, _np.int8))
-        o.ip_address = <uint32_t *>_addr(_col(out, "ip_address", columns, n, _np.uint32))
+        o.key = <int64_t *>_addr(_col(out, "key", columns, n, _np.int64, 1, into))
+        o.event_time = <int64_t *>_addr(_col(out, "event_time", columns, n, _np.int64, 1, into))
+        o.user_id = <uint8_t *>_addr(_col(out, "user_id", columns, n, _np.uint8, 16, into))
+        o.page_id = <uint8_t *>_addr(_col(out, "page_id", columns, n, _np.uint8, 16, into))
+        o.ad_id = <uint8_t *>_addr(_col(out, "ad_id", columns, n, _np.uint8, 16, into))
+        o.ad_index = <int64_t *>_addr(_col(out, "ad_index", columns, n, _np.int64, 1, into))
+        o.ad_type = <int8_t *>_addr(_col(out, "ad_type", columns, n, _np.int8, 1, into))
+        o.event_type = <int8_t *>_addr(_col(out, "event_type", columns, n, _np.int8, 1, into))
+        o.ip_address = <uint32_t *>_addr(_col(out, "ip_address", columns, n, _np.uint32, 1, into))
         cdef slash_status st
         with nogil:
             st = slash_gen_ysb_fill(&self.g, start, n, &o)
@@ -136,21 +151,22 @@ cdef class CmGenerator:
         c.base_ms = base_ms
         check(slash_gen_cm_init(&self.g, &c))
 
-    def fill(self, uint64_t start, size_t n, columns=CM_COLUMNS):
+    def fill(self, uint64_t start, size_t n, columns=CM_COLUMNS, dict into=None):
+        """Columns of events [start, start + n) by name, into `into`'s arrays where given."""
         cdef dict out = {}
         cdef slash_gen_cm_columns o
-        o.timestamp = <int64_t *>_addr(_col(out, "timestamp", columns, n, _np.int64))
-        o.job_id = <int64_t *>_addr(_col(out, "job_id", columns, n, _np.int64))
-        o.task_id = <int64_t *>_addr(_col(out, "task_id", columns, n, _np.int64))
-        o.machine_id = <int64_t *>_addr(_col(out, "machine_id", columns, n, _np.int64))
-        o.event_type = <int32_t *>_addr(_col(out, "event_type", columns, n, _np.int32))
-        o.user_id = <int32_t *>_addr(_col(out, "user_id", columns, n, _np.int32))
-        o.category = <int32_t *>_addr(_col(out, "category", columns, n, _np.int32))
-        o.priority = <int32_t *>_addr(_col(out, "priority", columns, n, _np.int32))
-        o.cpu = <float *>_addr(_col(out, "cpu", columns, n, _np.float32))
-        o.ram = <float *>_addr(_col(out, "ram", columns, n, _np.float32))
-        o.disk = <float *>_addr(_col(out, "disk", columns, n, _np.float32))
-        o.constraints = <int32_t *>_addr(_col(out, "constraints", columns, n, _np.int32))
+        o.timestamp = <int64_t *>_addr(_col(out, "timestamp", columns, n, _np.int64, 1, into))
+        o.job_id = <int64_t *>_addr(_col(out, "job_id", columns, n, _np.int64, 1, into))
+        o.task_id = <int64_t *>_addr(_col(out, "task_id", columns, n, _np.int64, 1, into))
+        o.machine_id = <int64_t *>_addr(_col(out, "machine_id", columns, n, _np.int64, 1, into))
+        o.event_type = <int32_t *>_addr(_col(out, "event_type", columns, n, _np.int32, 1, into))
+        o.user_id = <int32_t *>_addr(_col(out, "user_id", columns, n, _np.int32, 1, into))
+        o.category = <int32_t *>_addr(_col(out, "category", columns, n, _np.int32, 1, into))
+        o.priority = <int32_t *>_addr(_col(out, "priority", columns, n, _np.int32, 1, into))
+        o.cpu = <float *>_addr(_col(out, "cpu", columns, n, _np.float32, 1, into))
+        o.ram = <float *>_addr(_col(out, "ram", columns, n, _np.float32, 1, into))
+        o.disk = <float *>_addr(_col(out, "disk", columns, n, _np.float32, 1, into))
+        o.constraints = <int32_t *>_addr(_col(out, "constraints", columns, n, _np.int32, 1, into))
         cdef slash_status st
         with nogil:
             st = slash_gen_cm_fill(&self.g, start, n, &o)

@@ -309,3 +309,18 @@ def test_empty_and_subset():
     t = w.ysb(10, columns=["event_time", "key"])
     assert t.column_names == ["key", "event_time"]
     assert t.column("key").equals(w.ysb(10).column("key"))
+
+
+def test_fill_into_caller_buffers():
+    from slash import _core
+    g = _core.YsbGenerator(1, 10_000_000, 10, "uniform", 0.0, 1_000_000, 0)
+    key, t = np.zeros(4096, np.int64), np.zeros(4096, np.int64)
+    got = g.fill(100, 1000, ("key", "event_time"), into={"key": key, "event_time": t})
+    assert np.shares_memory(got["key"], key) and got["key"].size == 1000
+    want = w.ysb(1000, keys=10_000_000, seed=1, start=100, columns=["key", "event_time"])
+    assert np.array_equal(key[:1000], want.column("key").to_numpy())
+    assert np.array_equal(t[:1000], want.column("event_time").to_numpy())
+    with pytest.raises(InvalidArgument, match="out\\['key'\\]"):
+        g.fill(0, 10, ("key",), into={"key": np.zeros(10, np.int32)})
+    with pytest.raises(InvalidArgument, match="out\\['key'\\]"):
+        g.fill(0, 10, ("key",), into={"key": np.zeros(5, np.int64)})
