@@ -10,6 +10,7 @@ cdef class ExecutorCore(_Closeable):
     cdef slash_exec *ex
     cdef bint string_keys
     cdef list result_f64
+    cdef readonly Transport transport  # the group's channels live on it: keep it open
 
     def __init__(self, Listener listener, uint32_t rank, list addresses, str token,
                  tuple state_args, int64_t lateness_ms, uint64_t epoch_bytes, uint32_t epoch_ms,
@@ -49,6 +50,8 @@ cdef class ExecutorCore(_Closeable):
         with nogil:
             st = slash_exec_open(g, &cfg, &self.ex)
         check(st)
+        self.transport = listener.transport
+        self.transport._children.add(self)
 
     cdef bint _is_open(self):
         return self.ex != NULL

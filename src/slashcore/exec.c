@@ -13,6 +13,13 @@
  * Invariants: published watermarks only grow; a record older than the
  * executor's published watermark is never applied; a leader never emits a
  * window ending after the minimum of the vector clock (P1).
+ *
+ * Threads: a service thread, started with the executor, serves the incoming
+ * channels whenever the caller is not inside the executor (a caller waiting
+ * on its source must not stall its peers' epoch ends). One mutex guards the
+ * whole executor; the caller's calls take it, and serve the channels
+ * themselves while they hold it. An error met by the service thread sticks
+ * and is returned by the caller's next call.
  */
 #define _GNU_SOURCE
 #include "slash/exec.h"
@@ -21,8 +28,12 @@
 #include "slash/vclock.h"
 
 #include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { SYNC_DELTA = 1, SYNC_EPOCH = 2 };
 
@@ -61,6 +72,12 @@ struct slash_exec {
     slash_ssb_result **q;
     size_t qhead, qlen, qcap;
     slash_exec_metrics m;
+    pthread_mutex_t mu;
+    pthread_t service;
+    bool service_started;
+    atomic_bool stop;
+    slash_status sticky; /* error met by the service thread */
+    char sticky_detail[512];
 };
 
 static int timeout_of(const slash_exec *ex)
@@ -89,11 +106,13 @@ static slash_status queue_push(slash_exec *ex, slash_ssb_result *r)
 void slash_exec_take(slash_exec *ex, slash_ssb_result **out)
 {
     *out = NULL;
-    if (!ex->qlen)
-        return;
-    *out = ex->q[ex->qhead];
-    ex->qhead = (ex->qhead + 1) % ex->qcap;
-    ex->qlen--;
+    pthread_mutex_lock(&ex->mu);
+    if (ex->qlen) {
+        *out = ex->q[ex->qhead];
+        ex->qhead = (ex->qhead + 1) % ex->qcap;
+        ex->qlen--;
+    }
+    pthread_mutex_unlock(&ex->mu);
 }
 
 /* ---- firing ---------------------------------------------------------------- */
@@ -344,6 +363,58 @@ static bool epoch_due(const slash_exec *ex)
     return window_can_close(ex);
 }
 
+/* ---- service thread and locking ------------------------------------------------ */
+
+static void *service_main(void *arg)
+{
+    slash_exec *ex = arg;
+    uint32_t idle = 0;
+    while (!atomic_load_explicit(&ex->stop, memory_order_acquire)) {
+        bool progressed = false;
+        pthread_mutex_lock(&ex->mu);
+        if (ex->sticky == SLASH_OK && !ex->finished) {
+            slash_status st = serve(ex, &progressed);
+            if (st != SLASH_OK) {
+                ex->sticky = st;
+                snprintf(ex->sticky_detail, sizeof ex->sticky_detail, "%s", slash_last_error());
+            }
+        }
+        pthread_mutex_unlock(&ex->mu);
+        idle = progressed ? 0 : idle + 1;
+        /* 20 us while busy, growing to 1 ms while idle */
+        long us = progressed ? 0 : (idle < 6 ? 20L << idle : 1000);
+        if (us > 1000)
+            us = 1000;
+        if (us) {
+            struct timespec ts = {0, us * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return NULL;
+}
+
+/* Takes the executor for a caller's call; fails with the sticky error. */
+static slash_status enter(slash_exec *ex)
+{
+    pthread_mutex_lock(&ex->mu);
+    if (ex->sticky != SLASH_OK) {
+        slash_status st = ex->sticky;
+        pthread_mutex_unlock(&ex->mu);
+        return slash_fail(st, "%s", ex->sticky_detail);
+    }
+    return SLASH_OK;
+}
+
+static slash_status leave(slash_exec *ex, slash_status st)
+{
+    if (st != SLASH_OK && st != SLASH_EINVAL && st != SLASH_ESTATE && ex->sticky == SLASH_OK) {
+        ex->sticky = st; /* a peer or protocol failure ends the executor */
+        snprintf(ex->sticky_detail, sizeof ex->sticky_detail, "%s", slash_last_error());
+    }
+    pthread_mutex_unlock(&ex->mu);
+    return st;
+}
+
 /* ---- public ------------------------------------------------------------------- */
 
 slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash_exec **out)
@@ -372,6 +443,7 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
     ex->cfg = *cfg;
     ex->max_seen = ex->published = ex->advanced = ex->fired = INT64_MIN;
     ex->epoch_start_ns = slash_now_ns();
+    pthread_mutex_init(&ex->mu, NULL);
     slash_status st = slash_ssb_open(&cfg->state, &ex->local);
     if (st == SLASH_OK)
         st = slash_ssb_open(&cfg->state, &ex->leader);
@@ -392,6 +464,13 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
     ex->m.size = n;
     ex->m.partitions = ex->parts;
     ex->m.led_partitions = ex->parts / n + (ex->rank < ex->parts % n);
+    if (n > 1) {
+        if (pthread_create(&ex->service, NULL, service_main, ex) != 0) {
+            slash_exec_close(ex);
+            return slash_fail(SLASH_ESYS, "exec: cannot start the service thread");
+        }
+        ex->service_started = true;
+    }
     *out = ex;
     return SLASH_OK;
 }
@@ -477,7 +556,7 @@ static slash_status update_on_time(slash_exec *ex, const slash_ssb_batch *b, con
     return st;
 }
 
-slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
+static slash_status push_locked(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
                              size_t *n_late)
 {
     if (n_late)
@@ -534,21 +613,42 @@ slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *
     return st;
 }
 
+
+slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
+                             size_t *n_late)
+{
+    slash_status st = enter(ex);
+    if (st != SLASH_OK)
+        return st;
+    return leave(ex, push_locked(ex, b, late, n_late));
+}
+
 slash_status slash_exec_advance(slash_exec *ex, int64_t wm)
 {
+    pthread_mutex_lock(&ex->mu);
     if (wm > ex->advanced)
         ex->advanced = wm;
+    pthread_mutex_unlock(&ex->mu);
     return SLASH_OK;
 }
 
-slash_status slash_exec_end_epoch(slash_exec *ex)
+static slash_status end_epoch_locked(slash_exec *ex)
 {
     if (ex->finished)
         return slash_fail(SLASH_ESTATE, "exec: end_epoch after finish");
     return end_epoch(ex, false);
 }
 
-slash_status slash_exec_poll(slash_exec *ex, int timeout_ms)
+
+slash_status slash_exec_end_epoch(slash_exec *ex)
+{
+    slash_status st = enter(ex);
+    if (st != SLASH_OK)
+        return st;
+    return leave(ex, end_epoch_locked(ex));
+}
+
+static slash_status poll_locked(slash_exec *ex, int timeout_ms)
 {
     uint64_t deadline = slash_deadline(timeout_ms);
     slash_backoff b;
@@ -567,7 +667,16 @@ slash_status slash_exec_poll(slash_exec *ex, int timeout_ms)
     }
 }
 
-slash_status slash_exec_finish(slash_exec *ex)
+
+slash_status slash_exec_poll(slash_exec *ex, int timeout_ms)
+{
+    slash_status st = enter(ex);
+    if (st != SLASH_OK)
+        return st;
+    return leave(ex, poll_locked(ex, timeout_ms));
+}
+
+static slash_status finish_locked(slash_exec *ex)
 {
     if (ex->finished)
         return SLASH_OK;
@@ -589,10 +698,21 @@ slash_status slash_exec_finish(slash_exec *ex)
     return st;
 }
 
+
+slash_status slash_exec_finish(slash_exec *ex)
+{
+    slash_status st = enter(ex);
+    if (st != SLASH_OK)
+        return st;
+    return leave(ex, finish_locked(ex));
+}
+
 bool slash_exec_finished(const slash_exec *ex) { return ex->finished; }
 
-void slash_exec_get_metrics(const slash_exec *ex, slash_exec_metrics *out)
+void slash_exec_get_metrics(const slash_exec *cex, slash_exec_metrics *out)
 {
+    slash_exec *ex = (slash_exec *)cex; /* locks; the counters stay unchanged */
+    pthread_mutex_lock(&ex->mu);
     *out = ex->m;
     out->watermark = ex->published;
     out->group_watermark = slash_vclock_min(&ex->vc);
@@ -606,12 +726,18 @@ void slash_exec_get_metrics(const slash_exec *ex, slash_exec_metrics *out)
             out->credit_stalls += cs.credit_stalls;
         }
     }
+    pthread_mutex_unlock(&ex->mu);
 }
 
 void slash_exec_close(slash_exec *ex)
 {
     if (!ex)
         return;
+    if (ex->service_started) {
+        atomic_store_explicit(&ex->stop, true, memory_order_release);
+        pthread_join(ex->service, NULL);
+    }
+    pthread_mutex_destroy(&ex->mu);
     slash_group_close(ex->g);
     slash_ssb_close(ex->local);
     slash_ssb_close(ex->leader);
