@@ -88,6 +88,19 @@ static inline slash_hidx_entry *slash_hidx_find(const slash_hidx *h, uint64_t ha
     }
 }
 
+/* Makes the record at addr the head of hash's chain in entry e (from
+ * slash_hidx_claim() for hash) and returns the address the record must link
+ * to: the old head when it is live and of the same tag, else 0 (end). */
+static inline uint64_t slash_hidx_push(slash_hidx_entry *e, uint64_t addr, uint64_t hash,
+                                       uint64_t begin)
+{
+    uint64_t head = slash_hidx_addr(e->word);
+    int same_tag = head >= begin &&
+                   ((e->word >> SLASH_HIDX_TAG_SHIFT) & SLASH_HIDX_TAG_MASK) == slash_hidx_tag(hash);
+    e->word = slash_hidx_make(addr, hash);
+    return same_tag ? head : 0;
+}
+
 /* Returns in *out the entry for hash's tag: the existing one, or a free one
  * (its old word is left for the caller to overwrite with slash_hidx_make()).
  * May allocate an overflow bucket; fails only with SLASH_ENOMEM. */

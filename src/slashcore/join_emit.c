@@ -1,0 +1,180 @@
+/* join_emit.c - emit of finished join windows: every left x right pair of
+ * each (window or session, key) group whose end is at or before the emit
+ * time, as columns.
+ *
+ * Three passes, so a failure changes nothing: count the pairs (and key
+ * bytes) of finished groups; allocate every result column once; fill them;
+ * only then free the emitted groups with their chunks and trim the logs.
+ * Within a group the pairs are laid out left-major: left row i meets right
+ * rows 0..R-1 in rows [i*R, (i+1)*R) of the group's block, so each right
+ * column is written once from the chunks and then copied block by block.
+ */
+#include "join_impl.h"
+
+#include <stdlib.h>
+
+void slash_join_result_free(slash_join_result *r)
+{
+    if (!r)
+        return;
+    free(r->window_start);
+    free(r->window_end);
+    free(r->keys);
+    free(r->key_offsets);
+    free(r->key_data);
+    for (int side = 0; side < 2; side++)
+        for (uint32_t c = 0; c < SLASH_JOIN_MAX_COLS; c++)
+            free(r->columns[side][c]);
+    free(r);
+}
+
+static inline bool finished(const join_group *g, int64_t up_to)
+{
+    return g->h.kind == JOIN_GROUP && !(g->h.flags & JOIN_FREED) && g->end <= up_to;
+}
+
+/* Pass 1: pairs and key bytes of the finished groups. */
+static slash_status count_pairs(const slash_join *s, int64_t up_to, size_t *rows, size_t *kbytes)
+{
+    size_t n = 0, kb = 0;
+    for (uint32_t i = 0; i < s->cfg.partitions; i++) {
+        const join_part *p = &s->parts[i];
+        for (uint64_t a = p->log.begin; a < p->log.tail;) {
+            join_group *g = join_ptr(p, a);
+            a += g->h.size;
+            if (!finished(g, up_to))
+                continue;
+            size_t pairs, gk;
+            if (__builtin_mul_overflow((size_t)g->rows[0], (size_t)g->rows[1], &pairs) ||
+                __builtin_add_overflow(n, pairs, &n) ||
+                __builtin_mul_overflow(pairs, (size_t)g->key_len, &gk) ||
+                __builtin_add_overflow(kb, gk, &kb))
+                return slash_fail(SLASH_ETOOBIG, "emit: the joined pairs up to %lld do not fit "
+                                  "in memory", (long long)up_to);
+        }
+    }
+    if (n > SIZE_MAX / 8 - 1)
+        return slash_fail(SLASH_ETOOBIG, "emit: %zu joined pairs do not fit in memory", n);
+    *rows = n;
+    *kbytes = kb;
+    return SLASH_OK;
+}
+
+static slash_status alloc_result(const slash_join *s, size_t rows, size_t kbytes,
+                                 slash_join_result **out)
+{
+    slash_join_result *r = calloc(1, sizeof *r);
+    if (!r)
+        return slash_fail(SLASH_ENOMEM, "emit result");
+    size_t bytes = (rows ? rows : 1) * 8;
+    bool ok = (r->window_start = malloc(bytes)) && (r->window_end = malloc(bytes));
+    if (s->cfg.key_type == SLASH_KEY_INT64)
+        ok = ok && (r->keys = malloc(bytes));
+    else
+        ok = ok && (r->key_offsets = malloc(bytes + 8)) && (r->key_data = malloc(kbytes ? kbytes : 1));
+    for (int side = 0; side < 2; side++) {
+        r->ncols[side] = s->cfg.ncols[side];
+        for (uint32_t c = 0; c < r->ncols[side]; c++)
+            ok = ok && (r->columns[side][c] = malloc(bytes));
+    }
+    if (!ok) {
+        slash_join_result_free(r);
+        return slash_fail(SLASH_ENOMEM, "emit result of %zu rows", rows);
+    }
+    if (r->key_offsets)
+        r->key_offsets[0] = 0;
+    *out = r;
+    return SLASH_OK;
+}
+
+/* Pass 2: writes the L x R pairs of g at row r->rows. */
+static void fill_group(const slash_join *s, const join_part *p, join_group *g, slash_join_result *r)
+{
+    const size_t L = g->rows[0], R = g->rows[1], n = L * R, o = r->rows;
+    if (!n)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        r->window_start[o + i] = g->win;
+        r->window_end[o + i] = g->end;
+    }
+    const uint8_t *key = join_group_key(g);
+    if (r->keys) {
+        int64_t k;
+        memcpy(&k, key, 8);
+        for (size_t i = 0; i < n; i++)
+            r->keys[o + i] = k;
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            memcpy(r->key_data + r->key_data_len, key, g->key_len);
+            r->key_data_len += g->key_len;
+            r->key_offsets[o + i + 1] = (int64_t)r->key_data_len;
+        }
+    }
+    /* right columns: block 0 from the chunks, then copies */
+    const uint32_t rc = s->cfg.ncols[1], lc = s->cfg.ncols[0];
+    size_t j = 0;
+    for (uint64_t a = g->head[1]; a;) {
+        join_chunk *c = join_ptr(p, a);
+        const uint8_t *row = join_chunk_rows(c);
+        for (uint32_t k = 0; k < c->rows; k++, j++, row += s->row_bytes[1])
+            for (uint32_t col = 0; col < rc; col++)
+                memcpy((uint8_t *)r->columns[1][col] + (o + j) * 8, row + col * 8, 8);
+        a = c->h.link;
+    }
+    for (uint32_t col = 0; col < rc; col++) {
+        uint8_t *base = (uint8_t *)r->columns[1][col] + o * 8;
+        for (size_t i = 1; i < L; i++)
+            memcpy(base + i * R * 8, base, R * 8);
+    }
+    /* left columns: each left row's values repeated R times */
+    size_t i = 0;
+    for (uint64_t a = g->head[0]; a;) {
+        join_chunk *c = join_ptr(p, a);
+        const uint8_t *row = join_chunk_rows(c);
+        for (uint32_t k = 0; k < c->rows; k++, i++, row += s->row_bytes[0])
+            for (uint32_t col = 0; col < lc; col++) {
+                uint64_t v;
+                memcpy(&v, row + col * 8, 8);
+                uint64_t *dst = (uint64_t *)r->columns[0][col] + o + i * R;
+                for (size_t q = 0; q < R; q++)
+                    dst[q] = v;
+            }
+        a = c->h.link;
+    }
+    r->rows += n;
+}
+
+slash_status slash_join_emit(slash_join *s, int64_t up_to, slash_join_result **out)
+{
+    *out = NULL;
+    if (s->sealed)
+        return slash_fail(SLASH_ESTATE, "emit: the delta of epoch %llu is sealed; reset it first",
+                          (unsigned long long)s->epoch);
+    size_t rows = 0, kbytes = 0;
+    slash_join_result *r = NULL;
+    slash_status st = count_pairs(s, up_to, &rows, &kbytes);
+    if (st == SLASH_OK)
+        st = alloc_result(s, rows, kbytes, &r);
+    if (st != SLASH_OK)
+        return st;
+    for (uint32_t i = 0; i < s->cfg.partitions; i++) {
+        join_part *p = &s->parts[i];
+        for (uint64_t a = p->log.begin; a < p->log.tail;) {
+            join_group *g = join_ptr(p, a);
+            a += g->h.size;
+            if (finished(g, up_to)) {
+                fill_group(s, p, g, r);
+                join_free_group(p, g);
+            }
+        }
+    }
+    /* the pairs are out and their state is freed: a compaction that fails
+     * for want of memory leaves the store correct, only larger, so it does
+     * not fail the emit (the next trim tries again) */
+    for (uint32_t i = 0; i < s->cfg.partitions; i++)
+        (void)join_part_trim(s, &s->parts[i]);
+    if (up_to > s->watermark)
+        s->watermark = up_to;
+    *out = r;
+    return SLASH_OK;
+}

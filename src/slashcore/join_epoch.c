@@ -1,0 +1,219 @@
+/* join_epoch.c - epoch deltas of the join store: sealing the changed span of
+ * each partition, handing it out, merging (appending) a peer's span and
+ * dropping a shipped one.
+ *
+ * Why one contiguous span suffices: a reset truncates the log up to the
+ * sealed boundary, and a row for a sealed group starts a fresh group (with
+ * its own chunks) at the tail; so every group changed since the last reset,
+ * and every chunk of it, lives in [begin, tail), and at begin_epoch the delta
+ * is exactly [begin, read_only := tail). A region is self-describing: each
+ * chunk names its group by a relative offset, and each group carries its
+ * window bounds and key, so a peer appends the rows of each live chunk to
+ * its own group of the same (window or session, key).
+ */
+#include "join_impl.h"
+
+#include <stdalign.h>
+#include <stdlib.h>
+
+slash_status slash_join_begin_epoch(slash_join *s)
+{
+    if (s->sealed)
+        return slash_fail(SLASH_ESTATE, "begin_epoch: the delta of epoch %llu was not reset",
+                          (unsigned long long)s->epoch);
+    for (uint32_t i = 0; i < s->cfg.partitions; i++)
+        s->parts[i].log.read_only = s->parts[i].log.tail;
+    s->sealed = true;
+    s->epoch++;
+    return SLASH_OK;
+}
+
+slash_status slash_join_delta(const slash_join *s, uint32_t part, const void **addr, size_t *len)
+{
+    if (!s->sealed)
+        return slash_fail(SLASH_ESTATE, "delta: no epoch is sealed (call begin_epoch first)");
+    if (part >= s->cfg.partitions)
+        return slash_fail(SLASH_ERANGE, "delta: partition %u of %u", part, s->cfg.partitions);
+    const slash_lss *l = &s->parts[part].log;
+    *addr = slash_lss_ptr(l, l->begin);
+    *len = (size_t)(l->read_only - l->begin);
+    return SLASH_OK;
+}
+
+slash_status slash_join_reset_delta(slash_join *s)
+{
+    if (!s->sealed)
+        return slash_fail(SLASH_ESTATE, "reset_delta: no epoch is sealed");
+    for (uint32_t i = 0; i < s->cfg.partitions; i++) {
+        join_part *p = &s->parts[i];
+        slash_lss *l = &p->log;
+        for (uint64_t a = l->begin; a < l->read_only;) {
+            join_rec *r = join_ptr(p, a);
+            a += r->size;
+            if (r->flags & JOIN_FREED) {
+                p->freed_bytes -= r->size;
+            } else if (r->kind == JOIN_GROUP) {
+                join_group *g = (join_group *)r;
+                p->groups--;
+                p->rows[0] -= g->rows[0];
+                p->rows[1] -= g->rows[1];
+            } else {
+                p->chunks--;
+            }
+        }
+        slash_lss_truncate(l, l->read_only);
+    }
+    s->sealed = false;
+    for (uint32_t i = 0; i < s->cfg.partitions; i++) {
+        slash_status st = join_part_trim(s, &s->parts[i]);
+        if (st != SLASH_OK)
+            return st;
+    }
+    return SLASH_OK;
+}
+
+/* ---- merging a peer's region ---------------------------------------------- */
+
+typedef struct region_group {
+    size_t off; /* offset of the group record in the region */
+    bool live;
+} region_group;
+
+static int cmp_off(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = ((const region_group *)b)->off;
+    return x < y ? -1 : x > y;
+}
+
+static slash_status check_group(const slash_join *s, const join_group *g, size_t off)
+{
+    uint32_t kmax = s->cfg.key_type == SLASH_KEY_INT64 ? 8 : SLASH_SSB_KEY_MAX;
+    if (g->key_len > kmax || (s->cfg.key_type == SLASH_KEY_INT64 && g->key_len != 8))
+        return slash_fail(SLASH_EPROTO, "delta: bad key length %u at offset %zu", g->key_len, off);
+    if (g->h.size != join_group_size(g->key_len))
+        return slash_fail(SLASH_EPROTO, "delta: bad group size %u at offset %zu", g->h.size, off);
+    const int64_t size = s->cfg.window.size;
+    if (s->session ? g->end <= g->win
+                   : (g->win % size != 0 ||
+                      g->end != (g->win > INT64_MAX - size ? INT64_MAX : g->win + size)))
+        return slash_fail(SLASH_EPROTO, "delta: bad window [%lld, %lld) at offset %zu",
+                          (long long)g->win, (long long)g->end, off);
+    return SLASH_OK;
+}
+
+/* Validates the whole region: headers, sizes, group bounds, and that every
+ * live chunk names a live group of the region. Fills *groups (sorted by
+ * offset, caller frees) and *ngroups. Fails with SLASH_EPROTO. */
+static slash_status check_region(const slash_join *s, const uint8_t *p, size_t len,
+                                 region_group **groups, size_t *ngroups)
+{
+    size_t n = 0, cap = len / sizeof(join_group) + 1;
+    region_group *gs = malloc(cap * sizeof *gs);
+    if (!gs)
+        return slash_fail(SLASH_ENOMEM, "merge_delta: group table");
+    slash_status st = SLASH_OK;
+    for (size_t off = 0; off < len && st == SLASH_OK;) {
+        join_rec h;
+        if (len - off < sizeof h) {
+            st = slash_fail(SLASH_EPROTO, "delta: truncated record header at offset %zu", off);
+            break;
+        }
+        memcpy(&h, p + off, sizeof h);
+        if (h.magic != JOIN_MAGIC)
+            st = slash_fail(SLASH_EPROTO, "delta: no join record at offset %zu (bad magic)", off);
+        else if (h.schema != s->schema)
+            st = slash_fail(SLASH_EPROTO, "delta: record at offset %zu comes from a store with "
+                            "another window, key type or columns", off);
+        else if (h.flags & ~JOIN_FREED)
+            st = slash_fail(SLASH_EPROTO, "delta: unknown flags 0x%x at offset %zu", h.flags, off);
+        else if (h.size % 8 || h.size > len - off)
+            st = slash_fail(SLASH_EPROTO, "delta: bad record size %u at offset %zu", h.size, off);
+        else if (h.kind == JOIN_GROUP) {
+            join_group g;
+            if (h.size < sizeof g) {
+                st = slash_fail(SLASH_EPROTO, "delta: short group at offset %zu", off);
+                break;
+            }
+            memcpy(&g, p + off, sizeof g);
+            if ((st = check_group(s, &g, off)) == SLASH_OK)
+                gs[n++] = (region_group){off, !(h.flags & JOIN_FREED)};
+        } else if (h.kind == JOIN_CHUNK_LEFT || h.kind == JOIN_CHUNK_LEFT + 1) {
+            join_chunk c;
+            if (h.size < sizeof c) {
+                st = slash_fail(SLASH_EPROTO, "delta: short chunk at offset %zu", off);
+                break;
+            }
+            memcpy(&c, p + off, sizeof c);
+            if (c.rows > c.cap || h.size != join_chunk_size(s, h.kind - JOIN_CHUNK_LEFT, c.cap))
+                st = slash_fail(SLASH_EPROTO, "delta: bad chunk of %u/%u rows in %u bytes at "
+                                "offset %zu", c.rows, c.cap, h.size, off);
+        } else {
+            st = slash_fail(SLASH_EPROTO, "delta: unknown record kind %u at offset %zu", h.kind, off);
+        }
+        off += h.size;
+    }
+    /* every live chunk names a live group: record sizes are now known good */
+    for (size_t off = 0; off < len && st == SLASH_OK;) {
+        join_chunk c;
+        memcpy(&c.h, p + off, sizeof c.h);
+        if (c.h.kind != JOIN_GROUP && !(c.h.flags & JOIN_FREED)) {
+            memcpy(&c, p + off, sizeof c);
+            /* off - group, computed without overflow */
+            bool ok = c.group > 0 ? (uint64_t)c.group <= off
+                                  : c.group < 0 && (uint64_t)-(c.group + 1) < len - off - 1;
+            region_group *g = NULL;
+            if (ok) {
+                size_t goff = (size_t)((uint64_t)off - (uint64_t)c.group);
+                g = bsearch(&goff, gs, n, sizeof *gs, cmp_off);
+            }
+            if (!g || !g->live)
+                st = slash_fail(SLASH_EPROTO, "delta: chunk at offset %zu names no live group "
+                                "(relative offset %lld)", off, (long long)c.group);
+        }
+        off += c.h.size;
+    }
+    if (st != SLASH_OK) {
+        free(gs);
+        return st;
+    }
+    *groups = gs;
+    *ngroups = n;
+    return SLASH_OK;
+}
+
+slash_status slash_join_merge_delta(slash_join *s, const void *region, size_t len)
+{
+    const uint8_t *p = region;
+    if (len && !p)
+        return slash_fail(SLASH_EINVAL, "merge_delta: NULL region of %zu bytes", len);
+    region_group *gs = NULL;
+    size_t ngroups = 0;
+    slash_status st = check_region(s, p, len, &gs, &ngroups);
+    if (st != SLASH_OK)
+        return st;
+    free(gs);
+    alignas(8) uint8_t gbuf[sizeof(join_group) + SLASH_SSB_KEY_MAX];
+    join_group *g = (join_group *)gbuf;
+    join_chunk c;
+    for (size_t off = 0; off < len && st == SLASH_OK; off += c.h.size) {
+        memcpy(&c.h, p + off, sizeof c.h);
+        if (c.h.kind == JOIN_GROUP || (c.h.flags & JOIN_FREED))
+            continue;
+        memcpy(&c, p + off, sizeof c);
+        size_t goff = (size_t)((uint64_t)off - (uint64_t)c.group);
+        memcpy(g, p + goff, sizeof *g);
+        memcpy(gbuf + sizeof *g, p + goff + sizeof *g, g->key_len);
+        if (g->end <= s->watermark) {
+            s->late += c.rows;
+            continue;
+        }
+        const uint8_t *key = join_group_key(g);
+        uint64_t kh = join_key_hash(s, key, g->key_len);
+        join_part *part = &s->parts[join_part_of(s, kh)];
+        join_group *dst = join_upsert(s, part, kh, g->win, g->end, key, g->key_len, &st);
+        if (dst)
+            st = join_append_rows(s, part, dst, c.h.kind - JOIN_CHUNK_LEFT,
+                                  p + off + sizeof c, c.rows);
+    }
+    return st;
+}
