@@ -14,7 +14,7 @@ cdef class ExecutorCore(_Closeable):
 
     def __init__(self, Listener listener, uint32_t rank, list addresses, str token,
                  tuple state_args, int64_t lateness_ms, uint64_t epoch_bytes, uint32_t epoch_ms,
-                 size_t buffer_size, uint32_t credits, timeout):
+                 size_t buffer_size, uint32_t credits, timeout, str mode="slash"):
         cdef slash_exec_config cfg
         memset(&cfg, 0, sizeof(cfg))
         kind, size, slide, key_type, partitions, aggs = state_args
@@ -24,6 +24,9 @@ cdef class ExecutorCore(_Closeable):
         cfg.epoch_bytes = epoch_bytes
         cfg.epoch_ms = epoch_ms
         cfg.timeout_ms = timeout_ms(timeout)
+        if mode not in ("slash", "repartition"):
+            raise _errors.InvalidArgument(f"mode must be 'slash' or 'repartition', got {mode!r}")
+        cfg.mode = SLASH_EXEC_SLASH if mode == "slash" else SLASH_EXEC_REPARTITION
         cdef slash_channel_config cc
         cc.buffer_size = buffer_size
         cc.credits = credits
@@ -135,6 +138,7 @@ cdef class ExecutorCore(_Closeable):
             "bytes_in": m.bytes_in, "late_records": m.late_records, "epochs": m.epochs,
             "delta_bytes_sent": m.delta_bytes_sent,
             "delta_bytes_received": m.delta_bytes_received, "deltas_merged": m.deltas_merged,
+            "records_shipped": m.records_shipped,
             "merge_seconds": m.merge_ns / 1e9, "sync_seconds": m.sync_ns / 1e9,
             "credit_stalls": m.credit_stalls, "rows_emitted": m.rows_emitted,
             "watermark": m.watermark, "group_watermark": m.group_watermark,

@@ -169,8 +169,12 @@ cdef extern from "slash/group.h" nogil:
 
 cdef extern from "slash/exec.h" nogil:
     ctypedef struct slash_exec
+    ctypedef enum slash_exec_mode:
+        SLASH_EXEC_SLASH
+        SLASH_EXEC_REPARTITION
     ctypedef struct slash_exec_config:
         slash_ssb_config state
+        slash_exec_mode mode
         int64_t lateness_ms
         uint64_t epoch_bytes
         uint32_t epoch_ms
@@ -182,6 +186,7 @@ cdef extern from "slash/exec.h" nogil:
         uint64_t epochs
         uint64_t delta_bytes_sent
         uint64_t delta_bytes_received
+        uint64_t records_shipped
         uint64_t deltas_merged
         uint64_t merge_ns
         uint64_t sync_ns
@@ -339,3 +344,62 @@ cdef extern from "slash/gen_nexmark.h" nogil:
                                              const slash_gen_nexmark_bids *out)
     uint64_t slash_gen_nexmark_event_of(int kind, uint64_t k)
     uint64_t slash_gen_nexmark_count(int kind, uint64_t events)
+
+cdef extern from "slash/join.h" nogil:
+    enum:
+        SLASH_JOIN_MAX_COLS
+    ctypedef enum slash_join_side:
+        SLASH_JOIN_LEFT
+        SLASH_JOIN_RIGHT
+    ctypedef enum slash_join_col_type:
+        SLASH_JOIN_I64
+        SLASH_JOIN_F64
+    ctypedef struct slash_join
+    ctypedef struct slash_join_config:
+        slash_window window
+        slash_key_type key_type
+        uint32_t partitions
+        uint32_t ncols[2]
+        slash_join_col_type cols[2][16]
+        size_t log_reserve
+    ctypedef struct slash_join_batch:
+        slash_join_side side
+        size_t n
+        const int64_t *times
+        const int64_t *keys
+        const void *key_offsets
+        int key_offsets_64
+        const uint8_t *key_data
+        const void *columns[16]
+    ctypedef struct slash_join_result:
+        size_t rows
+        int64_t *window_start
+        int64_t *window_end
+        int64_t *keys
+        int64_t *key_offsets
+        uint8_t *key_data
+        size_t key_data_len
+        void *columns[2][16]
+        uint32_t ncols[2]
+    ctypedef struct slash_join_stats:
+        uint64_t groups
+        uint64_t rows[2]
+        uint64_t chunks
+        uint64_t late
+        uint64_t epoch
+        size_t memory_bytes
+        size_t log_bytes
+        size_t index_bytes
+        int sealed
+    slash_status slash_join_open(const slash_join_config *cfg, slash_join **out)
+    void slash_join_close(slash_join *s)
+    slash_status slash_join_update(slash_join *s, const slash_join_batch *b)
+    slash_status slash_join_begin_epoch(slash_join *s)
+    slash_status slash_join_delta(const slash_join *s, uint32_t part, const void **addr,
+                                  size_t *len)
+    slash_status slash_join_merge_delta(slash_join *s, const void *region, size_t len)
+    slash_status slash_join_reset_delta(slash_join *s)
+    slash_status slash_join_emit(slash_join *s, int64_t up_to, slash_join_result **out)
+    void slash_join_result_free(slash_join_result *r)
+    void slash_join_get_stats(const slash_join *s, slash_join_stats *out)
+    int64_t slash_join_watermark(const slash_join *s)

@@ -105,12 +105,13 @@ QUERIES = {
 }
 
 
+@pytest.mark.parametrize("mode", ["slash", "repartition"])
 @pytest.mark.parametrize("n", [1, 2, 4])
 @pytest.mark.parametrize("name", list(QUERIES))
-def test_python_api_equals_duckdb(tmp_path, name, n):
+def test_python_api_equals_duckdb(tmp_path, name, n, mode):
     paths = make_files(tmp_path)
     q = QUERIES[name]
-    same(run(q, paths, executors=n), duck(q, paths), q)
+    same(run(q, paths, executors=n, mode=mode), duck(q, paths), q)
 
 
 def test_in_memory_table_source(tmp_path):
@@ -119,13 +120,15 @@ def test_in_memory_table_source(tmp_path):
     same(run(q, pq.read_table(paths[0]), executors=2), duck(q, paths), q)
 
 
+@pytest.mark.parametrize("mode", ["slash", "repartition"])
 @pytest.mark.parametrize("n", [1, 2, 4])
-def test_slash_run_cli_equals_duckdb(tmp_path, n):
+def test_slash_run_cli_equals_duckdb(tmp_path, n, mode):
     paths = make_files(tmp_path)
     out = tmp_path / "out.parquet"
     cmd = [sys.executable, "-m", "slash", "run", "--input", *paths, "--time", "ts",
            "--window", "tumbling:2s", "--key", "region,user", "--agg", "count", "--agg", "sum:price",
-           "--agg", "min:qty", "--filter", "kind == click", "--executors", str(n), "--output", str(out)]
+           "--agg", "min:qty", "--filter", "kind == click", "--executors", str(n), "--mode", mode,
+           "--output", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "records" in r.stdout

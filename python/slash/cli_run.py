@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executors", type=int, default=os.cpu_count() or 1, metavar="N",
                    help="executor processes (default: the number of cores)")
     p.add_argument("--transport", default="shm", help="shm | ofi:tcp | ofi:verbs (default shm)")
+    p.add_argument("--mode", default="slash", choices=["slash", "repartition"],
+                   help="slash: eager local state merged at leaders (default); repartition: the "
+                        "hash-repartitioning baseline over the same channels")
     p.add_argument("--output", required=True, metavar="OUT.parquet", help="result file")
 
 
@@ -43,14 +46,14 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     source = FileSource(args.input)
     t0 = time.perf_counter()
     result = run_query(query, source, executors=args.executors, transport=args.transport,
-                       output=args.output)
+                       mode=args.mode, output=args.output)
     secs = time.perf_counter() - t0
     return {"output": args.output, "rows_in": source.rows, "rows_out": result.num_rows,
             "seconds": round(secs, 3), "records_per_s": source.rows / secs if secs else None,
-            "executors": args.executors, "transport": args.transport}
+            "executors": args.executors, "transport": args.transport, "mode": args.mode}
 
 
 def summary(r: Dict[str, Any]) -> str:
     return (f"slash run: {r['rows_in']:,} records -> {r['rows_out']:,} rows in {r['seconds']:.2f} s "
             f"({r['records_per_s'] / 1e6:.2f} M records/s, {r['executors']} executors, "
-            f"{r['transport']}) -> {r['output']}")
+            f"{r['transport']}, {r['mode']} mode) -> {r['output']}")

@@ -60,8 +60,11 @@ class GroupConfig:
     buffer_size: int = 256 << 10
     credits: int = 8
     timeout: float = 120.0
+    mode: str = "slash"
 
     def __post_init__(self) -> None:
+        if self.mode not in ("slash", "repartition"):
+            raise InvalidArgument(f"mode must be 'slash' or 'repartition', got {self.mode!r}")
         if not isinstance(self.transport, str) or not self.transport:
             raise InvalidArgument(f"transport must be 'shm' or 'ofi:PROVIDER', got {self.transport!r}")
         if self.partitions is not None and (isinstance(self.partitions, bool) or
@@ -122,7 +125,8 @@ class Executor:
         log.debug("executor %d/%d joining over %s", rank, n, group.transport)
         self._core = _core.ExecutorCore(listener, rank, [str(a) for a in addresses], token, args,
                                         group.lateness_ms, group.epoch_bytes, group.epoch_ms,
-                                        group.buffer_size, group.credits, group.timeout)
+                                        group.buffer_size, group.credits, group.timeout,
+                                        group.mode)
 
     @staticmethod
     def listen(transport: str = "shm", *, token: str, bind: Optional[str] = None) -> "_core.Listener":

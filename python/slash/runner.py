@@ -24,7 +24,7 @@ import secrets
 import tempfile
 import time
 import traceback
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,10 +39,12 @@ log = logging.getLogger(__name__)
 
 def execute_split(query: Query, source: Source, rank: int, addresses: List[str], listener: Any,
                   group: GroupConfig, token: str,
-                  on_batch: Optional[Callable[[pa.RecordBatch], None]] = None) -> pa.Table:
+                  on_batch: Optional[Callable[[pa.RecordBatch], None]] = None,
+                  metrics: Optional[Dict[str, Any]] = None) -> pa.Table:
     """One executor's whole run: read split `rank`, push, finish; returns the
     results this executor leads (key column still named ``key``). With
-    ``on_batch`` each fired batch is also handed over as soon as it fires."""
+    ``on_batch`` each fired batch is also handed over as soon as it fires;
+    ``metrics``, if given, receives the executor's final metrics."""
     n = len(addresses)
     state = query.state_config(source.schema, group.partitions_for(n))
     ex = Executor(listener, rank, addresses, state, group, token=token)
@@ -61,6 +63,8 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
         ex.finish()
         drain()
         m = ex.metrics
+        if metrics is not None:
+            metrics.update(m)
         log.info("executor %d/%d: %d records in, %d epochs, %d late, %d rows out", rank, n,
                  m["records_in"], m["epochs"], m["late_records"], m["rows_emitted"])
         return pa.Table.from_batches(out, schema=ex.result_schema())
@@ -82,9 +86,12 @@ def _worker(query, source, rank, n, group, token, addr_q, addrs_q, out_q) -> Non
 
 
 def run(query: Query, source: Any, *, executors: Optional[int] = None, transport: str = "shm",
-        group: Optional[GroupConfig] = None, output: Optional[str] = None,
+        mode: str = "slash", group: Optional[GroupConfig] = None, output: Optional[str] = None,
         timeout: float = 3600.0) -> pa.Table:
     """Runs `query` over `source` on `executors` processes (default: cores).
+
+    ``mode="repartition"`` runs the same query by hash-repartitioning records
+    across the executors instead (the baseline Slash is compared with).
 
     Returns the result table (rows sorted by window, then key); with
     ``output`` also writes it as Parquet, atomically (nothing partial is left
@@ -98,7 +105,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
         raise InvalidArgument(f"executors must be an int in 1..1024, got {executors!r}")
     if group is None:
-        group = GroupConfig(transport=transport, lateness=query.lateness)
+        group = GroupConfig(transport=transport, lateness=query.lateness, mode=mode)
     group.partitions_for(n)
     token = secrets.token_hex(16)
     ctx = mp.get_context("spawn")

@@ -26,6 +26,7 @@
 
 #include "slash/backoff.h"
 #include "slash/vclock.h"
+#include "ssb_impl.h" /* the key hash, so repartitioning spreads keys like the store */
 
 #include <assert.h>
 #include <pthread.h>
@@ -35,7 +36,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { SYNC_DELTA = 1, SYNC_EPOCH = 2 };
+enum { SYNC_DELTA = 1, SYNC_EPOCH = 2, SYNC_ROWS = 3 };
 
 typedef struct sync_msg {
     uint32_t type;
@@ -44,9 +45,25 @@ typedef struct sync_msg {
     uint64_t offset;   /* DELTA: offset of the fragment in the partition's delta */
     uint64_t total;    /* DELTA: bytes of the whole partition delta */
     int64_t watermark; /* EPOCH: sender's watermark (INT64_MAX: finished) */
-    uint64_t frag;     /* DELTA: bytes in this fragment */
+    uint64_t frag;     /* DELTA, ROWS: bytes after the header */
 } sync_msg;
 static_assert(sizeof(sync_msg) == 48, "sync_msg travels between executors");
+
+/* Repartition mode: records bound for one owner, encoded as rows of
+ * [int64 time][key: int64 | uint8 length + bytes][8-byte value per input]. */
+typedef struct rowbuf {
+    uint8_t *buf;
+    size_t len, cap;
+    uint64_t rows;
+} rowbuf;
+
+/* Repartition mode: decoded columns of received rows (reused). */
+typedef struct columns {
+    int64_t *times, *keys, *offs;
+    uint8_t *data;
+    uint64_t *vals[SLASH_SSB_MAX_AGGS];
+    size_t cap, data_cap;
+} columns;
 
 typedef struct assembly {
     uint8_t *buf;
@@ -67,6 +84,8 @@ struct slash_exec {
     bool *fin;
     uint32_t nfin;
     assembly *asm_;
+    rowbuf *out_rows;
+    columns dec;
     bool finished, in_epoch;
     uint32_t rr;
     slash_ssb_result **q;
@@ -146,6 +165,11 @@ static slash_status merge_timed(slash_exec *ex, const void *addr, size_t len)
     return st;
 }
 
+static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, size_t len,
+                               uint64_t rows);
+static bool repartitioning(const slash_exec *ex);
+static slash_status flush_all_rows(slash_exec *ex);
+
 static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_t len)
 {
     sync_msg h;
@@ -166,6 +190,12 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
             ex->nfin++;
         }
         return fire(ex);
+    }
+    if (h.type == SYNC_ROWS) {
+        if (h.frag != len - sizeof h)
+            return slash_fail(SLASH_EPROTO, "exec: rank %u sent a truncated record message", r);
+        ex->m.delta_bytes_received += h.frag;
+        return apply_rows(ex, r, buf + sizeof h, h.frag, h.offset);
     }
     if (h.type != SYNC_DELTA)
         return slash_fail(SLASH_EPROTO, "exec: unknown message type %u from rank %u", h.type, r);
@@ -303,10 +333,19 @@ static int64_t current_watermark(const slash_exec *ex)
     return w > ex->published ? w : ex->published;
 }
 
+static slash_status publish_epoch(slash_exec *ex, int64_t wm, uint64_t t0);
+
 static slash_status end_epoch(slash_exec *ex, bool final)
 {
     uint64_t t0 = slash_now_ns();
     int64_t wm = final ? INT64_MAX : current_watermark(ex);
+    if (repartitioning(ex)) {
+        /* records went out as they came; only the watermark is left to send */
+        slash_status st = flush_all_rows(ex);
+        if (st != SLASH_OK)
+            return st;
+        return publish_epoch(ex, wm, t0);
+    }
     slash_status st = slash_ssb_begin_epoch(ex->local);
     for (uint32_t p = 0; p < ex->parts && st == SLASH_OK; p++) {
         const void *addr;
@@ -321,6 +360,13 @@ static slash_status end_epoch(slash_exec *ex, bool final)
         st = slash_ssb_reset_delta(ex->local);
     if (st != SLASH_OK)
         return st;
+    return publish_epoch(ex, wm, t0);
+}
+
+/* Tells every peer that this executor's epoch ended at watermark wm. */
+static slash_status publish_epoch(slash_exec *ex, int64_t wm, uint64_t t0)
+{
+    slash_status st = SLASH_OK;
     ex->epoch++;
     sync_msg h = {.type = SYNC_EPOCH, .epoch = ex->epoch, .watermark = wm};
     for (uint32_t r = 0; r < ex->n && st == SLASH_OK; r++)
@@ -453,8 +499,20 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
         ex->peer_epoch = calloc(n, sizeof *ex->peer_epoch);
         ex->fin = calloc(n, sizeof *ex->fin);
         ex->asm_ = calloc(n, sizeof *ex->asm_);
-        if (!ex->peer_epoch || !ex->fin || !ex->asm_)
+        ex->out_rows = calloc(n, sizeof *ex->out_rows);
+        if (!ex->peer_epoch || !ex->fin || !ex->asm_ || !ex->out_rows)
             st = slash_fail(SLASH_ENOMEM, "exec: out of memory");
+    }
+    for (uint32_t r = 0; r < n && st == SLASH_OK && cfg->mode == SLASH_EXEC_REPARTITION; r++) {
+        slash_channel *ch = slash_group_out(g, r);
+        if (!ch)
+            continue;
+        slash_channel_stats cs;
+        slash_channel_get_stats(ch, &cs);
+        ex->out_rows[r].cap = slash_channel_payload_max(cs.buffer_size) - sizeof(sync_msg);
+        if (ex->out_rows[r].cap < 8 + 1 + SLASH_SSB_KEY_MAX + 8 * SLASH_SSB_MAX_AGGS ||
+            !(ex->out_rows[r].buf = malloc(ex->out_rows[r].cap)))
+            st = slash_fail(SLASH_EINVAL, "exec: channel buffers too small for repartitioned records");
     }
     if (st != SLASH_OK) {
         slash_exec_close(ex);
@@ -492,9 +550,10 @@ static size_t key_start_at(const slash_ssb_batch *b, size_t i)
     return (size_t)((const int32_t *)b->key_offsets)[i];
 }
 
-/* Applies the records of b whose late[i] == 0, by building compacted columns. */
-static slash_status update_on_time(slash_exec *ex, const slash_ssb_batch *b, const uint8_t *late,
-                                   size_t keep)
+/* Applies to store the records of b whose skip[i] == 0 (keep of them), by
+ * building compacted columns. */
+static slash_status update_subset(slash_exec *ex, slash_ssb *store, const slash_ssb_batch *b,
+                                  const uint8_t *late, size_t keep)
 {
     const slash_ssb_config *c = &ex->cfg.state;
     slash_ssb_batch nb = {.n = keep, .key_offsets_64 = 1};
@@ -545,7 +604,7 @@ static slash_status update_on_time(slash_exec *ex, const slash_ssb_batch *b, con
         nb.key_data = kdata;
         for (uint32_t j = 0; j < c->naggs; j++)
             nb.values[j] = vals[j];
-        st = slash_ssb_update(ex->local, &nb);
+        st = slash_ssb_update(store, &nb);
     }
     free(times);
     free(keys);
@@ -553,6 +612,183 @@ static slash_status update_on_time(slash_exec *ex, const slash_ssb_batch *b, con
     free(kdata);
     for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS; j++)
         free(vals[j]);
+    return st;
+}
+
+/* ---- repartition mode (the baseline) --------------------------------------------- */
+
+static bool repartitioning(const slash_exec *ex) { return ex->cfg.mode == SLASH_EXEC_REPARTITION; }
+
+static uint32_t owner_of(const slash_exec *ex, const slash_ssb_batch *b, size_t i)
+{
+    uint64_t h = ex->cfg.state.key_type == SLASH_KEY_INT64
+                     ? ssb_hash_i64(b->keys[i])
+                     : ssb_hash_bytes(b->key_data + key_start_at(b, i), key_bytes_at(b, i));
+    return (uint32_t)((h >> 32) % ex->n);
+}
+
+static slash_status flush_rows(slash_exec *ex, uint32_t r)
+{
+    rowbuf *rb = &ex->out_rows[r];
+    if (!rb->len)
+        return SLASH_OK;
+    sync_msg h = {.type = SYNC_ROWS, .epoch = ex->epoch + 1, .offset = rb->rows, .frag = rb->len};
+    slash_status st = ship(ex, r, &h, rb->buf, rb->len);
+    ex->m.delta_bytes_sent += rb->len;
+    ex->m.records_shipped += rb->rows;
+    rb->len = 0;
+    rb->rows = 0;
+    return st;
+}
+
+static slash_status flush_all_rows(slash_exec *ex)
+{
+    slash_status st = SLASH_OK;
+    for (uint32_t r = 0; r < ex->n && st == SLASH_OK; r++)
+        if (r != ex->rank)
+            st = flush_rows(ex, r);
+    return st;
+}
+
+static slash_status append_row(slash_exec *ex, uint32_t r, const slash_ssb_batch *b, size_t i)
+{
+    const slash_ssb_config *c = &ex->cfg.state;
+    rowbuf *rb = &ex->out_rows[r];
+    size_t kl = c->key_type == SLASH_KEY_INT64 ? 8 : 1 + key_bytes_at(b, i);
+    size_t w = 8 + kl;
+    for (uint32_t j = 0; j < c->naggs; j++)
+        w += slash_crdt_needs_input(c->aggs[j]) ? 8 : 0;
+    if (rb->len + w > rb->cap) {
+        slash_status st = flush_rows(ex, r);
+        if (st != SLASH_OK)
+            return st;
+    }
+    uint8_t *p = rb->buf + rb->len;
+    memcpy(p, &b->times[i], 8);
+    p += 8;
+    if (c->key_type == SLASH_KEY_INT64) {
+        memcpy(p, &b->keys[i], 8);
+        p += 8;
+    } else {
+        *p++ = (uint8_t)(kl - 1);
+        memcpy(p, b->key_data + key_start_at(b, i), kl - 1);
+        p += kl - 1;
+    }
+    for (uint32_t j = 0; j < c->naggs; j++)
+        if (slash_crdt_needs_input(c->aggs[j])) {
+            memcpy(p, (const uint8_t *)b->values[j] + i * 8, 8);
+            p += 8;
+        }
+    rb->len += w;
+    rb->rows++;
+    return SLASH_OK;
+}
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    void *np = realloc(*p, need * elem);
+    if (!np)
+        return false;
+    *p = np;
+    *cap = need;
+    return true;
+}
+
+/* Decodes rows received from rank r and folds them into the leader store. */
+static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, size_t len,
+                               uint64_t rows)
+{
+    const slash_ssb_config *c = &ex->cfg.state;
+    columns *d = &ex->dec;
+    if (rows > d->cap) {
+        size_t cap = d->cap, need = (size_t)rows + 1;
+        bool ok = grow((void **)&d->times, &cap, need, 8);
+        cap = d->cap;
+        ok = ok && grow((void **)&d->keys, &cap, need, 8);
+        cap = d->cap;
+        ok = ok && grow((void **)&d->offs, &cap, need, 8);
+        for (uint32_t j = 0; j < c->naggs && ok; j++) {
+            cap = d->cap;
+            ok = grow((void **)&d->vals[j], &cap, need, 8);
+        }
+        if (!ok)
+            return slash_fail(SLASH_ENOMEM, "exec: out of memory decoding rows");
+        d->cap = need;
+    }
+    if (!grow((void **)&d->data, &d->data_cap, len ? len : 1, 1))
+        return slash_fail(SLASH_ENOMEM, "exec: out of memory decoding rows");
+    const uint8_t *end = p + len;
+    size_t kd = 0;
+    d->offs[0] = 0;
+    for (uint64_t k = 0; k < rows; k++) {
+        if (end - p < 8)
+            goto bad;
+        memcpy(&d->times[k], p, 8);
+        p += 8;
+        if (c->key_type == SLASH_KEY_INT64) {
+            if (end - p < 8)
+                goto bad;
+            memcpy(&d->keys[k], p, 8);
+            p += 8;
+        } else {
+            if (end - p < 1 || end - p - 1 < *p || *p > SLASH_SSB_KEY_MAX)
+                goto bad;
+            size_t kl = *p++;
+            memcpy(d->data + kd, p, kl);
+            p += kl;
+            kd += kl;
+            d->offs[k + 1] = (int64_t)kd;
+        }
+        for (uint32_t j = 0; j < c->naggs; j++)
+            if (slash_crdt_needs_input(c->aggs[j])) {
+                if (end - p < 8)
+                    goto bad;
+                memcpy(&d->vals[j][k], p, 8);
+                p += 8;
+            }
+    }
+    if (p != end)
+        goto bad;
+    slash_ssb_batch nb = {.n = (size_t)rows, .times = d->times, .key_offsets_64 = 1};
+    if (c->key_type == SLASH_KEY_INT64)
+        nb.keys = d->keys;
+    else
+        nb.key_offsets = d->offs, nb.key_data = d->data;
+    for (uint32_t j = 0; j < c->naggs; j++)
+        if (slash_crdt_needs_input(c->aggs[j]))
+            nb.values[j] = d->vals[j];
+    return slash_ssb_update(ex->leader, &nb);
+bad:
+    return slash_fail(SLASH_EPROTO, "exec: malformed records from rank %u", r);
+}
+
+/* Sends every on-time record to its owner; applies the own ones. */
+static slash_status route(slash_exec *ex, const slash_ssb_batch *b)
+{
+    uint8_t *skip = malloc(b->n ? b->n : 1);
+    if (!skip)
+        return slash_fail(SLASH_ENOMEM, "exec: out of memory");
+    size_t keep = 0;
+    slash_status st = SLASH_OK;
+    for (size_t i = 0; i < b->n && st == SLASH_OK; i++) {
+        skip[i] = 1;
+        if (b->times[i] < ex->published)
+            continue;
+        uint32_t o = owner_of(ex, b, i);
+        if (o == ex->rank) {
+            skip[i] = 0;
+            keep++;
+        } else {
+            st = append_row(ex, o, b, i);
+        }
+    }
+    if (st == SLASH_OK && keep)
+        st = keep == b->n ? slash_ssb_update(ex->leader, b) : update_subset(ex, ex->leader, b, skip, keep);
+    free(skip);
+    if (st == SLASH_OK)
+        st = flush_all_rows(ex);
     return st;
 }
 
@@ -576,7 +812,9 @@ static slash_status push_locked(slash_exec *ex, const slash_ssb_batch *b, uint8_
             mx = b->times[i];
     }
     slash_status st;
-    if (nl == 0) {
+    if (repartitioning(ex)) {
+        st = route(ex, b);
+    } else if (nl == 0) {
         st = slash_ssb_update(ex->local, b);
     } else {
         uint8_t *mask = late;
@@ -587,7 +825,7 @@ static slash_status push_locked(slash_exec *ex, const slash_ssb_batch *b, uint8_
             for (size_t i = 0; i < b->n; i++)
                 mask[i] = b->times[i] < ex->published;
         }
-        st = update_on_time(ex, b, mask, b->n - nl);
+        st = update_subset(ex, ex->local, b, mask, b->n - nl);
         if (mask != late)
             free(mask);
     }
@@ -746,6 +984,16 @@ void slash_exec_close(slash_exec *ex)
         for (uint32_t r = 0; r < ex->n; r++)
             free(ex->asm_[r].buf);
     free(ex->asm_);
+    if (ex->out_rows)
+        for (uint32_t r = 0; r < ex->n; r++)
+            free(ex->out_rows[r].buf);
+    free(ex->out_rows);
+    free(ex->dec.times);
+    free(ex->dec.keys);
+    free(ex->dec.offs);
+    free(ex->dec.data);
+    for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS; j++)
+        free(ex->dec.vals[j]);
     free(ex->peer_epoch);
     free(ex->fin);
     for (size_t i = 0; i < ex->qlen; i++)

@@ -50,6 +50,8 @@ static void make_stream(uint64_t seed, int n, int split)
     }
 }
 
+static slash_exec_mode MODE = SLASH_EXEC_SLASH;
+
 static slash_exec_config config(uint32_t parts)
 {
     slash_exec_config c;
@@ -64,6 +66,7 @@ static slash_exec_config config(uint32_t parts)
     c.lateness_ms = 100;
     c.epoch_bytes = 64 * 1024;
     c.timeout_ms = 60000;
+    c.mode = MODE;
     return c;
 }
 
@@ -182,6 +185,8 @@ static int executor(const char *spec, int rank, int n, uint32_t parts, int addr_
     slash_exec_get_metrics(ex, &m);
     if (m.epochs < 1)
         return 17;
+    if (c.mode == SLASH_EXEC_REPARTITION && n > 1 && m.records_shipped == 0 && m.records_in > 1000)
+        return 19;
     size_t bytes = nrows * sizeof(row);
     if (write(rows_out, &nrows, sizeof nrows) != sizeof nrows ||
         (bytes && write(rows_out, rows, bytes) != (ssize_t)bytes))
@@ -271,6 +276,16 @@ TEST(groups_equal_sequential_when_one_gets_everything)
 
 TEST(groups_equal_sequential_chunked_split_eight_executors) { run_group("shm", 8, 2, 16); }
 
+TEST(repartition_baseline_equals_sequential)
+{
+    MODE = SLASH_EXEC_REPARTITION;
+    for (int s = 0; s < nspecs; s++)
+        for (int n = 1; n <= 4; n += 3)
+            run_group(SPECS[s], n, 0, (uint32_t)(2 * n + 1));
+    run_group("shm", 3, 1, 3);
+    MODE = SLASH_EXEC_SLASH;
+}
+
 TEST(partitions_fewer_than_executors_rejected)
 {
     slash_exec_config c = config(1);
@@ -301,5 +316,6 @@ int main(void)
     RUN(groups_equal_sequential_random_split);
     RUN(groups_equal_sequential_when_one_gets_everything);
     RUN(groups_equal_sequential_chunked_split_eight_executors);
+    RUN(repartition_baseline_equals_sequential);
     return UNIT_DONE();
 }

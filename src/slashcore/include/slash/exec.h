@@ -36,8 +36,15 @@
 extern "C" {
 #endif
 
+/* How records reach the state. SLASH: eager local partial state merged at
+ * leaders (the product). REPARTITION: the baseline the paper calls UpPar:
+ * every record is hash-partitioned by key and sent to its owner executor over
+ * the same channels, and owners aggregate alone (no state sync). */
+typedef enum slash_exec_mode { SLASH_EXEC_SLASH = 0, SLASH_EXEC_REPARTITION = 1 } slash_exec_mode;
+
 typedef struct slash_exec_config {
     slash_ssb_config state; /* window, key type, partitions (P >= N), aggregates */
+    slash_exec_mode mode;
     int64_t lateness_ms;    /* allowed out-of-orderness, >= 0 */
     uint64_t epoch_bytes;   /* end an epoch after this much input (0: no limit) */
     uint32_t epoch_ms;      /* end an epoch after this long (0: no limit) */
@@ -49,8 +56,9 @@ typedef struct slash_exec_metrics {
     uint64_t bytes_in;
     uint64_t late_records;
     uint64_t epochs;
-    uint64_t delta_bytes_sent;
+    uint64_t delta_bytes_sent;     /* bytes shipped: deltas (or records, repartition mode) */
     uint64_t delta_bytes_received;
+    uint64_t records_shipped;      /* repartition mode: records sent to their owners */
     uint64_t deltas_merged;
     uint64_t merge_ns;
     uint64_t sync_ns;        /* time spent in epoch ends (ship + merge + reset) */
