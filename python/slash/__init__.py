@@ -9,6 +9,7 @@ from __future__ import annotations
 from slash import errors
 from slash._core import Channel, Listener, Message, Transport, have_ofi
 from slash.executor import Executor, GroupConfig
+from slash.join import JoinBackend, JoinConfig
 from slash.state import Aggregate, StateBackend, StateConfig
 from slash.window import Session, Sliding, Tumbling, parse_window
 
@@ -17,3 +18,4 @@ __version__ = "0.1.0"
 __all__ = ["Aggregate", "Channel", "Executor", "GroupConfig", "Listener", "Message", "Session",
            "Sliding", "StateBackend", "StateConfig", "Transport", "Tumbling", "errors",
            "have_ofi", "parse_window", "__version__"]
+__all__ += ["JoinBackend", "JoinConfig"]

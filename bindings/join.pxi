@@ -1,0 +1,195 @@
+# join.pxi - JoinStore: the Python face of slash_join (windowed join state of
+# one executor: append-sets of left and right rows per (window, key)). Column
+# checks happen in slash.join before these calls; here every column is a
+# C-contiguous NumPy array of the right dtype, and a whole batch is appended
+# in C without the GIL. Key columns are pointed at by the state backend's
+# fill_batch, delta views and emit results reuse its buffer classes.
+
+cdef class _JoinDeltaView(DeltaView):
+    """A DeltaView over a join store's sealed delta (keeps the store's count
+    of live views)."""
+    cdef JoinStore jstore
+
+    def __dealloc__(self):
+        if self.jstore is not None:
+            self.jstore.exports -= 1
+
+
+cdef class _JoinEmitResult(_EmitResult):
+    """Owns one slash_join_result; its columns are NumPy views keeping it alive."""
+    cdef slash_join_result *jr
+
+    def __dealloc__(self):
+        slash_join_result_free(self.jr)
+
+
+cdef class JoinStore(_Closeable):
+    """Low-level join state; use :class:`slash.JoinBackend` instead.
+
+    ``left_types``/``right_types`` list each side's column types, ``"int64"``
+    or ``"float64"``.
+    """
+    cdef slash_join *s
+    cdef int exports
+    cdef readonly bint string_keys
+    cdef list _types
+
+    def __init__(self, str window_kind, int64_t size, str key_type, int partitions,
+                 list left_types, list right_types, size_t log_reserve=0):
+        cdef slash_join_config cfg
+        memset(&cfg, 0, sizeof(cfg))
+        if window_kind not in ("tumbling", "session"):
+            raise _errors.InvalidArgument(f"a join window must be tumbling or session, "
+                                          f"got {window_kind!r}")
+        check(slash_window_init(&cfg.window, _WINDOW_KINDS[window_kind], size, size))
+        if key_type not in ("int64", "bytes"):
+            raise _errors.InvalidArgument(f"key_type must be 'int64' or 'bytes', got {key_type!r}")
+        cfg.key_type = SLASH_KEY_INT64 if key_type == "int64" else SLASH_KEY_BYTES
+        if partitions < 1:
+            raise _errors.InvalidArgument(f"partitions must be >= 1, got {partitions}")
+        cfg.partitions = partitions
+        self._types = [list(left_types), list(right_types)]
+        for side in range(2):
+            types = self._types[side]
+            if len(types) > SLASH_JOIN_MAX_COLS:
+                raise _errors.InvalidArgument(f"at most {SLASH_JOIN_MAX_COLS} columns per side, "
+                                              f"got {len(types)}")
+            cfg.ncols[side] = len(types)
+            for c, t in enumerate(types):
+                if t not in ("int64", "float64"):
+                    raise _errors.InvalidArgument(f"column type must be 'int64' or 'float64', "
+                                                  f"got {t!r}")
+                cfg.cols[side][c] = SLASH_JOIN_I64 if t == "int64" else SLASH_JOIN_F64
+        cfg.log_reserve = log_reserve
+        self.string_keys = cfg.key_type == SLASH_KEY_BYTES
+        cdef slash_status st
+        with nogil:
+            st = slash_join_open(&cfg, &self.s)
+        check(st)
+
+    cdef bint _is_open(self):
+        return self.s != NULL
+
+    cdef void _close_native(self):
+        if self.s != NULL and self.exports == 0:
+            slash_join_close(self.s)
+            self.s = NULL
+
+    def close(self):
+        """Frees the store. Fails while a delta view is still alive."""
+        if self.exports:
+            raise _errors.InvalidState("close: a delta view of this join store is still alive")
+        _Closeable.close(self)
+
+    cdef slash_join *ptr(self) except NULL:
+        if self.s == NULL:
+            raise _errors.InvalidState("join store is closed")
+        return self.s
+
+    def update(self, int side, times, keys, list columns, key_offsets=None, key_data=None):
+        """Appends one side's batch (0 left, 1 right); arrays are C-contiguous
+        int64/float64 of one length, checked by the caller."""
+        cdef slash_join *s = self.ptr()
+        if side != 0 and side != 1:
+            raise _errors.InvalidArgument(f"side must be 0 (left) or 1 (right), got {side}")
+        if len(columns) != len(self._types[side]):
+            raise _errors.InvalidArgument(f"expected {len(self._types[side])} columns, "
+                                          f"got {len(columns)}")
+        cdef slash_ssb_batch kb
+        keep = fill_batch(&kb, times, keys, [], key_offsets, key_data)
+        cdef slash_join_batch b
+        memset(&b, 0, sizeof(b))
+        b.side = <slash_join_side>side
+        b.n = kb.n
+        if b.n == 0:
+            return
+        b.times = kb.times
+        b.keys = kb.keys
+        b.key_offsets = kb.key_offsets
+        b.key_offsets_64 = kb.key_offsets_64
+        b.key_data = kb.key_data
+        cdef const int64_t[::1] vi
+        cdef const double[::1] vf
+        for c, col in enumerate(columns):
+            if col.shape[0] != b.n:
+                raise _errors.InvalidArgument(f"column {c} has {col.shape[0]} values, "
+                                              f"the batch has {b.n}")
+            if self._types[side][c] == "float64":
+                vf = col
+                b.columns[c] = &vf[0]
+                keep.append(vf)
+            else:
+                vi = col
+                b.columns[c] = &vi[0]
+                keep.append(vi)
+        cdef slash_status st
+        with nogil:
+            st = slash_join_update(s, &b)
+        check(st)
+
+    def begin_epoch(self):
+        check(slash_join_begin_epoch(self.ptr()))
+
+    def delta(self, uint32_t partition):
+        cdef const void *addr
+        cdef size_t length
+        check(slash_join_delta(self.ptr(), partition, &addr, &length))
+        cdef _JoinDeltaView v = _JoinDeltaView.__new__(_JoinDeltaView)
+        v.jstore = self
+        v.addr = <const char *>addr
+        v.length = length
+        self.exports += 1
+        return v
+
+    def merge_delta(self, region):
+        cdef const uint8_t[::1] r = region
+        cdef slash_join *s = self.ptr()
+        cdef slash_status st
+        cdef size_t n = r.shape[0]
+        if n == 0:
+            return
+        with nogil:
+            st = slash_join_merge_delta(s, &r[0], n)
+        check(st)
+
+    def reset_delta(self):
+        if self.exports:
+            raise _errors.InvalidState("reset_delta: release the delta views first "
+                                       "(their memory is given back)")
+        check(slash_join_reset_delta(self.ptr()))
+
+    def emit(self, int64_t up_to):
+        """Returns (window_start, window_end, keys, [left columns], [right
+        columns]) as NumPy arrays viewing the core's result without a copy;
+        keys is int64 or an (offsets int64, data uint8) pair."""
+        cdef slash_join *s = self.ptr()
+        cdef slash_join_result *r = NULL
+        cdef slash_status st
+        with nogil:
+            st = slash_join_emit(s, up_to, &r)
+        check(st)
+        cdef _JoinEmitResult res = _JoinEmitResult.__new__(_JoinEmitResult)
+        res.jr = r
+        cdef size_t n = r.rows
+        ws = res.column(r.window_start, n * 8, _np.int64)
+        we = res.column(r.window_end, n * 8, _np.int64)
+        if self.string_keys:
+            keys = (res.column(r.key_offsets, (n + 1) * 8, _np.int64),
+                    res.column(r.key_data, r.key_data_len, _np.uint8))
+        else:
+            keys = res.column(r.keys, n * 8, _np.int64)
+        sides = []
+        for side in range(2):
+            sides.append([res.column(r.columns[side][c], n * 8,
+                                     _np.float64 if t == "float64" else _np.int64)
+                          for c, t in enumerate(self._types[side])])
+        return ws, we, keys, sides[0], sides[1]
+
+    def stats(self):
+        cdef slash_join_stats st
+        slash_join_get_stats(self.ptr(), &st)
+        return {"groups": st.groups, "left_rows": st.rows[0], "right_rows": st.rows[1],
+                "chunks": st.chunks, "late": st.late, "epoch": st.epoch,
+                "memory_bytes": st.memory_bytes, "log_bytes": st.log_bytes,
+                "index_bytes": st.index_bytes, "sealed": bool(st.sealed),
+                "watermark": slash_join_watermark(self.s)}
