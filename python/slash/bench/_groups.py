@@ -1,0 +1,135 @@
+"""Shared body of the group benchmarks (scaling, modes): N executor processes,
+each generating its own YSB-shaped stream in C and pushing it into its
+executor, a count per key per tumbling window; the answer is checked against
+DuckDB over the same (regenerated) records.
+
+Each executor e generates ``records`` events with seed base_seed + e over the
+same event-time span, so all executors advance through time together.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List
+
+import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GroupBenchConfig:
+    executors: int = 2
+    records: int = 2_000_000  # per executor
+    keys: int = 1000
+    skew: str = "uniform"
+    window_ms: int = 10_000
+    mode: str = "slash"
+    transport: str = "shm"
+    rate: int = 200_000  # events per second of event time, per executor
+    batch: int = 1 << 16
+    seed: int = 1
+    verify: bool = True
+
+
+def _stream(cfg: GroupBenchConfig, rank: int):
+    from slash.workloads import ysb_batches
+
+    return ysb_batches(cfg.records, keys=cfg.keys, skew=cfg.skew, seed=cfg.seed + rank,
+                       rate=cfg.rate, batch_size=cfg.batch, columns=["key", "event_time"])
+
+
+def _worker(cfg: GroupBenchConfig, rank: int, token: str, addr_q, addrs_q, out_q) -> None:
+    try:
+        import slash
+
+        lst = slash.Executor.listen(cfg.transport, token=token)
+        addr_q.put((rank, lst.address))
+        addresses = addrs_q.get(timeout=120)
+        state = slash.StateConfig(window=f"tumbling:{cfg.window_ms}ms", aggregates=["count"])
+        group = slash.GroupConfig(transport=cfg.transport, mode=cfg.mode, epoch_bytes=8 << 20)
+        ex = slash.Executor(lst, rank, addresses, state, group, token=token)
+        lst.close()
+        batches = list(_stream(cfg, rank))  # generated before timing
+        out: List[pa.RecordBatch] = []
+        t0 = time.perf_counter()
+        for b in batches:
+            ex.push(b.column(0), b.column(1))
+            out += ex.results()
+        t_push = time.perf_counter() - t0
+        ex.finish()
+        out += ex.results()
+        elapsed = time.perf_counter() - t0
+        m = ex.metrics
+        table = pa.Table.from_batches(out, schema=ex.result_schema())
+        ex.close()
+        out_q.put(("ok", rank, elapsed, t_push, m, table))
+    except BaseException as e:
+        out_q.put(("error", rank, f"{type(e).__name__}: {e}"))
+
+
+def run_group(cfg: GroupBenchConfig) -> Dict[str, Any]:
+    """Runs one configuration and returns its measurements."""
+    from slash.errors import SystemFailure
+
+    n = cfg.executors
+    ctx = mp.get_context("spawn")
+    token = secrets.token_hex(8)
+    addr_q, out_q = ctx.Queue(), ctx.Queue()
+    addrs_qs = [ctx.Queue() for _ in range(n)]
+    procs = [ctx.Process(target=_worker, args=(cfg, r, token, addr_q, addrs_qs[r], out_q), daemon=True)
+             for r in range(n)]
+    for p in procs:
+        p.start()
+    try:
+        got = dict(addr_q.get(timeout=120) for _ in range(n))
+        for q in addrs_qs:
+            q.put([got[r] for r in range(n)])
+        reports = [out_q.get(timeout=3600) for _ in range(n)]
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+    errs = [r for r in reports if r[0] == "error"]
+    if errs:
+        raise SystemFailure("; ".join(f"executor {e[1]}: {e[2]}" for e in errs))
+    reports.sort(key=lambda r: r[1])
+    wall = max(r[2] for r in reports)
+    per_exec = [cfg.records / r[2] for r in reports]
+    sync = [r[4]["sync_seconds"] / r[2] for r in reports]
+    result = pa.concat_tables([r[5] for r in reports])
+    res: Dict[str, Any] = {
+        "executors": n, "mode": cfg.mode, "transport": cfg.transport, "skew": cfg.skew,
+        "keys": cfg.keys, "records_per_executor": cfg.records,
+        "records_per_s": n * cfg.records / wall,
+        "records_per_s_per_executor": sum(per_exec) / n,
+        "sync_share": sum(sync) / n,
+        "bytes_shipped": sum(r[4]["delta_bytes_sent"] for r in reports),
+        "epochs": sum(r[4]["epochs"] for r in reports) / n,
+        "result_rows": result.num_rows,
+    }
+    if cfg.verify:
+        res["verified"] = verify(cfg, result)
+        if not res["verified"]:
+            raise SystemFailure(f"benchmark answer differs from DuckDB's ({cfg})")
+    return res
+
+
+def verify(cfg: GroupBenchConfig, result: pa.Table) -> bool:
+    """Compares the group's answer with DuckDB's on the same records."""
+    import duckdb
+
+    data = pa.Table.from_batches([b for r in range(cfg.executors) for b in _stream(cfg, r)])
+    con = duckdb.connect()
+    con.execute("SET threads=1")
+    con.register("t", data)
+    w = cfg.window_ms
+    want = con.sql(f"SELECT event_time - (((event_time % {w}) + {w}) % {w}) AS ws, key, count(*) AS c "
+                   f"FROM t GROUP BY ALL ORDER BY ws, key").fetchall()
+    got = sorted(zip(result.column("window_start").to_pylist(), result.column("key").to_pylist(),
+                     result.column("count").to_pylist()))
+    return got == [tuple(r) for r in want]
