@@ -15,6 +15,7 @@
 
 #define JOIN_LOAD 4 /* live groups per bucket before doubling */
 #define JOIN_INITIAL_BUCKETS 256
+#define JOIN_PREFETCH_MIN ((size_t)4 << 20) /* prefetch when a partition exceeds this */
 
 /* ---- chunks ------------------------------------------------------------- */
 
@@ -489,6 +490,19 @@ static slash_status check_batch(const slash_join *s, const slash_join_batch *b)
     return SLASH_OK;
 }
 
+static inline size_t part_bytes(const join_part *p)
+{
+    return (size_t)(p->log.tail - p->log.begin) + slash_hidx_memory(&p->index);
+}
+
+/* In chunks of JOIN_CHUNK records: hash each record and (once the state no
+ * longer fits in cache) prefetch its bucket, then the group at the head of
+ * its chain, then that group's newest chunk of this side, and only then
+ * upsert and append: the three dependent cache misses of a row overlap
+ * with those of the rows around it. Prefetches are hints; a group that is
+ * not at the head of its chain is simply found by the upsert. */
+#define JOIN_CHUNK 32
+
 slash_status slash_join_update(slash_join *s, const slash_join_batch *b)
 {
     slash_status st = check_batch(s, b);
@@ -497,31 +511,65 @@ slash_status slash_join_update(slash_join *s, const slash_join_batch *b)
     const int side = b->side;
     const uint32_t ncols = s->cfg.ncols[side];
     const int64_t size = s->cfg.window.size;
-    for (size_t i = 0; i < b->n; i++) {
-        int64_t t = b->times[i];
-        int64_t win = s->session ? t : slash_floor_div(t, size) * size;
-        int64_t end = win > INT64_MAX - size ? INT64_MAX : win + size;
-        if (end <= s->watermark) {
-            s->late++;
-            continue;
+    uint64_t kh[JOIN_CHUNK];
+    int64_t win[JOIN_CHUNK], end[JOIN_CHUNK];
+    const uint8_t *key[JOIN_CHUNK];
+    uint32_t key_len[JOIN_CHUNK];
+    for (size_t base = 0; base < b->n; base += JOIN_CHUNK) {
+        size_t m = b->n - base < JOIN_CHUNK ? b->n - base : JOIN_CHUNK;
+        bool prefetch = false;
+        for (uint32_t q = 0; q < s->cfg.partitions && !prefetch; q++)
+            prefetch = part_bytes(&s->parts[q]) > JOIN_PREFETCH_MIN;
+        for (size_t j = 0; j < m; j++) {
+            size_t i = base + j;
+            int64_t t = b->times[i];
+            win[j] = s->session ? t : slash_floor_div(t, size) * size;
+            end[j] = win[j] > INT64_MAX - size ? INT64_MAX : win[j] + size;
+            if (s->cfg.key_type == SLASH_KEY_INT64) {
+                key[j] = (const uint8_t *)&b->keys[i], key_len[j] = 8;
+            } else {
+                int64_t lo, hi;
+                batch_key(b, i, &lo, &hi);
+                key[j] = b->key_data + lo, key_len[j] = (uint32_t)(hi - lo);
+            }
+            kh[j] = join_key_hash(s, key[j], key_len[j]);
+            if (prefetch) {
+                const join_part *p = &s->parts[join_part_of(s, kh[j])];
+                __builtin_prefetch(slash_hidx_bucket_of(&p->index, join_hash_win(s, kh[j], win[j])), 0, 0);
+            }
         }
-        const uint8_t *key;
-        uint32_t key_len;
-        if (s->cfg.key_type == SLASH_KEY_INT64) {
-            key = (const uint8_t *)&b->keys[i], key_len = 8;
-        } else {
-            int64_t lo, hi;
-            batch_key(b, i, &lo, &hi);
-            key = b->key_data + lo, key_len = (uint32_t)(hi - lo);
+        if (prefetch) {
+            for (size_t j = 0; j < m; j++) {
+                const join_part *p = &s->parts[join_part_of(s, kh[j])];
+                slash_hidx_entry *e = slash_hidx_find(&p->index, join_hash_win(s, kh[j], win[j]),
+                                                      p->log.begin);
+                if (e)
+                    __builtin_prefetch(join_ptr(p, slash_hidx_addr(e->word)), 0, 0);
+            }
+            for (size_t j = 0; j < m; j++) {
+                const join_part *p = &s->parts[join_part_of(s, kh[j])];
+                slash_hidx_entry *e = slash_hidx_find(&p->index, join_hash_win(s, kh[j], win[j]),
+                                                      p->log.begin);
+                if (!e)
+                    continue;
+                const join_group *g = join_ptr(p, slash_hidx_addr(e->word));
+                if (g->head[side])
+                    __builtin_prefetch(join_ptr(p, g->head[side]), 1, 0);
+            }
         }
-        uint64_t kh = join_key_hash(s, key, key_len);
-        join_part *p = &s->parts[join_part_of(s, kh)];
-        join_group *g = join_upsert(s, p, kh, win, end, key, key_len, &st);
-        uint8_t *slot = g ? join_row_slot(s, p, g, side, &st) : NULL;
-        if (!slot)
-            return st;
-        for (uint32_t c = 0; c < ncols; c++)
-            memcpy(slot + c * 8, (const uint8_t *)b->columns[c] + i * 8, 8);
+        for (size_t j = 0; j < m; j++) {
+            if (end[j] <= s->watermark) {
+                s->late++;
+                continue;
+            }
+            join_part *p = &s->parts[join_part_of(s, kh[j])];
+            join_group *g = join_upsert(s, p, kh[j], win[j], end[j], key[j], key_len[j], &st);
+            uint8_t *slot = g ? join_row_slot(s, p, g, side, &st) : NULL;
+            if (!slot)
+                return st;
+            for (uint32_t c = 0; c < ncols; c++)
+                memcpy(slot + c * 8, (const uint8_t *)b->columns[c] + (base + j) * 8, 8);
+        }
     }
     return SLASH_OK;
 }

@@ -42,7 +42,7 @@
 #define JOIN_GROUP 1
 #define JOIN_CHUNK_LEFT 2  /* JOIN_CHUNK_LEFT + side */
 #define JOIN_FREED 0x01    /* emitted, fused away or merged; skipped everywhere */
-#define JOIN_INITIAL_ROWS 4
+#define JOIN_INITIAL_ROWS 1
 #define JOIN_CHUNK_BYTES ((uint32_t)64 << 10) /* rows per chunk stop doubling here */
 #define JOIN_MAX_ROWS_NOCOLS ((uint32_t)1 << 20) /* a side without columns */
 
