@@ -12,18 +12,23 @@ import pyarrow as pa
 import slash
 
 
+def join(transport, rank, token, addr_q, addrs_q, state_kw, group_kw, bind=None):
+    """Listens, reports the address, learns everyone's, joins the group."""
+    lst = slash.Executor.listen(transport, token=token, bind=bind)
+    addr_q.put((rank, lst.address))
+    addresses = addrs_q.get(timeout=60)
+    ex = slash.Executor(lst, rank, addresses, slash.StateConfig(**state_kw),
+                        slash.GroupConfig(transport=transport, **group_kw), token=token)
+    lst.close()
+    return ex
+
+
 def run(transport, rank, n, token, addr_q, addrs_q, out_q, table, state_kw, group_kw,
         batch_rows=500, kill_after=None, bind=None):
     """Joins the group, pushes `table` in batches, finishes, and reports
     ("ok", rank, results table, metrics) or ("error", rank, exception text)."""
     try:
-        lst = slash.Executor.listen(transport, token=token, bind=bind)
-        addr_q.put((rank, lst.address))
-        addresses = addrs_q.get(timeout=60)
-        state = slash.StateConfig(**state_kw)
-        group = slash.GroupConfig(transport=transport, **group_kw)
-        ex = slash.Executor(lst, rank, addresses, state, group, token=token)
-        lst.close()
+        ex = join(transport, rank, token, addr_q, addrs_q, state_kw, group_kw, bind)
         late = 0
         results = []
         for i, batch in enumerate(table.to_batches(max_chunksize=batch_rows)):
@@ -46,12 +51,7 @@ def hold_then_advance(transport, rank, n, token, addr_q, addrs_q, out_q, state_k
     """An executor with no input whose watermark the test moves by hand:
     it waits for ("advance", t) / ("finish",) commands on ctl_q."""
     try:
-        lst = slash.Executor.listen(transport, token=token)
-        addr_q.put((rank, lst.address))
-        addresses = addrs_q.get(timeout=60)
-        ex = slash.Executor(lst, rank, addresses, slash.StateConfig(**state_kw),
-                            slash.GroupConfig(transport=transport, **group_kw), token=token)
-        lst.close()
+        ex = join(transport, rank, token, addr_q, addrs_q, state_kw, group_kw)
         results = []
         while True:
             cmd = ctl_q.get(timeout=120)
@@ -78,12 +78,7 @@ def push_then_wait(transport, rank, n, token, addr_q, addrs_q, out_q, table, sta
     """Pushes its table, then reports what it emitted while polling, until
     told to finish."""
     try:
-        lst = slash.Executor.listen(transport, token=token)
-        addr_q.put((rank, lst.address))
-        addresses = addrs_q.get(timeout=60)
-        ex = slash.Executor(lst, rank, addresses, slash.StateConfig(**state_kw),
-                            slash.GroupConfig(transport=transport, **group_kw), token=token)
-        lst.close()
+        ex = join(transport, rank, token, addr_q, addrs_q, state_kw, group_kw)
         results = []
         for batch in table.to_batches(max_chunksize=200):
             ex.push_batch(batch)

@@ -68,3 +68,17 @@ def hosts(n: int) -> Iterator[List[Tuple[str, str]]]:
 def run_in(ns: str, argv: List[str], **kw) -> subprocess.Popen:
     """Starts argv inside namespace ns."""
     return subprocess.Popen(["ip", "netns", "exec", ns, *argv], **kw)
+
+
+def needs_ofi_and_namespaces() -> list:
+    """pytest marks: skip (with the reason) without namespaces or libfabric."""
+    import pytest
+
+    import slash
+
+    reason = unavailable()
+    return [
+        pytest.mark.netns,
+        pytest.mark.skipif(reason is not None, reason=f"network namespaces unavailable: {reason}"),
+        pytest.mark.skipif(not slash.have_ofi(), reason="this build has no libfabric (ofi)"),
+    ]

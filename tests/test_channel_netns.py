@@ -13,13 +13,7 @@ import slash
 import netns
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REASON = netns.unavailable()
-
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.skipif(REASON is not None, reason=f"network namespaces unavailable: {REASON}"),
-    pytest.mark.skipif(not slash.have_ofi(), reason="this build has no libfabric (ofi)"),
-]
+pytestmark = netns.needs_ofi_and_namespaces()
 
 
 def test_channel_between_two_namespaces_over_ofi_tcp():

@@ -17,13 +17,7 @@ import netns
 import netns_executor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REASON = netns.unavailable()
-
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.skipif(REASON is not None, reason=f"network namespaces unavailable: {REASON}"),
-    pytest.mark.skipif(not slash.have_ofi(), reason="this build has no libfabric (ofi)"),
-]
+pytestmark = netns.needs_ofi_and_namespaces()
 
 
 def test_three_executors_in_three_namespaces_equal_duckdb(tmp_path):

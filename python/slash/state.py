@@ -74,6 +74,15 @@ class Aggregate:
         return "count" if self.kind == "count" else f"{self.kind}_{self.column}"
 
 
+def value_columns(aggregates: Sequence[Aggregate]) -> List[str]:
+    """The input columns some aggregates read, in first-use order."""
+    out: List[str] = []
+    for a in aggregates:
+        if a.column and a.column not in out:
+            out.append(a.column)
+    return out
+
+
 @dataclass(frozen=True)
 class StateConfig:
     """Configuration of a :class:`StateBackend`.
@@ -123,11 +132,7 @@ class StateConfig:
     @property
     def value_columns(self) -> List[str]:
         """Input columns the aggregates read, in first-use order."""
-        out: List[str] = []
-        for a in self.aggregates:
-            if a.column and a.column not in out:
-                out.append(a.column)
-        return out
+        return value_columns(self.aggregates)
 
 
 def _window_args(w: Window) -> Tuple[str, int, int]:
