@@ -37,8 +37,6 @@ static join_chunk *new_chunk(slash_join *s, join_part *p, join_group *g, int sid
     c->rows = 0;
     c->cap = cap;
     g->head[side] = addr;
-    if (!g->tail[side])
-        g->tail[side] = addr;
     p->chunks++;
     return c;
 }
@@ -104,7 +102,7 @@ void join_free_group(join_part *p, join_group *g)
             p->freed_bytes += c->h.size;
         }
         p->rows[side] -= g->rows[side];
-        g->head[side] = g->tail[side] = g->rows[side] = 0;
+        g->head[side] = g->rows[side] = 0;
     }
     g->h.flags |= JOIN_FREED;
     p->groups--;
@@ -186,8 +184,9 @@ static join_group *append_group(slash_join *s, join_part *p, uint64_t hash, int6
     return g;
 }
 
-/* Moves every row of `gone` into `keep` (their sessions overlap): the chunk
- * lists are concatenated and gone's chunks renamed to keep; gone is freed. */
+/* Moves every row of `gone` into `keep` (their sessions overlap): gone's
+ * chunks are renamed to keep and its list is put in front of keep's (one walk
+ * of gone's list, which the caller picks as the smaller); gone is freed. */
 static void fuse(join_part *p, join_group *keep, join_group *gone)
 {
     uint64_t kaddr = join_addr(p, keep);
@@ -198,18 +197,15 @@ static void fuse(join_part *p, join_group *keep, join_group *gone)
     for (int side = 0; side < 2; side++) {
         if (!gone->head[side])
             continue;
-        for (uint64_t a = gone->head[side]; a;) {
-            join_chunk *c = join_ptr(p, a);
-            c->group = (int64_t)(a - kaddr);
-            a = c->h.link;
+        join_chunk *last = NULL; /* gone's oldest chunk: it links on to keep's list */
+        for (uint64_t a = gone->head[side]; a; a = last->h.link) {
+            last = join_ptr(p, a);
+            last->group = (int64_t)(a - kaddr);
         }
-        if (keep->tail[side])
-            ((join_chunk *)join_ptr(p, keep->tail[side]))->h.link = gone->head[side];
-        else
-            keep->head[side] = gone->head[side];
-        keep->tail[side] = gone->tail[side];
+        last->h.link = keep->head[side];
+        keep->head[side] = gone->head[side];
         keep->rows[side] += gone->rows[side];
-        gone->head[side] = gone->tail[side] = gone->rows[side] = 0;
+        gone->head[side] = gone->rows[side] = 0;
     }
     gone->h.flags |= JOIN_FREED;
     p->groups--;
@@ -308,7 +304,7 @@ static slash_status compact(slash_join *s, join_part *p)
             break;
         join_group *ng = join_ptr(&np, to);
         memcpy(ng, g, g->h.size);
-        memset(ng->head, 0, sizeof ng->head + sizeof ng->tail + sizeof ng->rows);
+        memset(ng->head, 0, sizeof ng->head + sizeof ng->rows);
         np.groups++;
         for (int side = 0; side < 2 && st == SLASH_OK; side++)
             for (uint64_t c = g->head[side]; c && st == SLASH_OK;) {
@@ -497,7 +493,7 @@ static inline size_t part_bytes(const join_part *p)
 
 /* In chunks of JOIN_CHUNK records: hash each record and (once the state no
  * longer fits in cache) prefetch its bucket, then the group at the head of
- * its chain, then that group's newest chunk of this side, and only then
+ * its chain, then that group's first chunk of this side, and only then
  * upsert and append: the three dependent cache misses of a row overlap
  * with those of the rows around it. Prefetches are hints; a group that is
  * not at the head of its chain is simply found by the upsert. */

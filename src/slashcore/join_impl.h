@@ -5,7 +5,7 @@
  * opening with the same 16-byte header so a region can be walked record by
  * record:
  *   GROUP  one (window or session, key): bounds [win, end), the key, and
- *          per side the head and tail of a list of chunks and a row count;
+ *          per side the head of a list of chunks and a row count;
  *   CHUNK  up to `cap` rows of one side (row_bytes[side] bytes each) of one
  *          group; `group` is the chunk's address minus its group's address,
  *          so a peer finds the group inside a shipped region.
@@ -15,8 +15,8 @@
  * chunk is slack.
  *
  * Local fields, ignored by peers and changeable while a span is shipped:
- * `link` (group: next older group of its hash chain; chunk: next older chunk
- * of its list), and head, tail, rows of a group. Everything else of a sealed
+ * `link` (group: next older group of its hash chain; chunk: next chunk of its
+ * list), and head and rows of a group. Everything else of a sealed
  * record is immutable until reset.
  *
  * Invariants: a live group is reachable from the index and its chunks are
@@ -60,13 +60,12 @@ typedef struct join_group {
     join_rec h;
     int64_t win;      /* window start, or session start */
     int64_t end;      /* window end, or session end (last row + gap) */
-    uint64_t head[2]; /* local: newest chunk of each side, 0 = none */
-    uint64_t tail[2]; /* local: oldest chunk of each side */
+    uint64_t head[2]; /* local: first chunk of each side (takes new rows), 0 = none */
     uint64_t rows[2]; /* local: rows of each side */
     uint32_t key_len; /* key bytes (8 for int64 keys); the key follows, zero-padded */
     uint32_t pad;
 } join_group;
-static_assert(sizeof(join_group) == 88, "group record is shipped to peers");
+static_assert(sizeof(join_group) == 72, "group record is shipped to peers");
 
 typedef struct join_chunk {
     join_rec h;
