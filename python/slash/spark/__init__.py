@@ -1,0 +1,48 @@
+"""Slash from PySpark: windowed aggregations as one barrier stage of Slash
+executors, without a shuffle, returned as ordinary DataFrames; and streams
+that emit each window as it fires (:mod:`slash.spark.stream`).
+
+>>> # from slash.spark import session, window_aggregate
+>>> # spark = session("local[2]")
+>>> # df = window_aggregate(spark, "ysb/", time="event_time", window="tumbling:10s",
+>>> #                       key="key", aggs=["count"], filter="event_type == 'view'")
+>>> # df.orderBy("window_start", "key").show()
+
+``window_join`` is not offered yet: it waits for an executor-level join
+(the join store exists, but not a group operator over it).
+
+pyspark is imported only when a function is called, so ``import slash.spark``
+works without it and the functions raise :class:`SparkUnavailable`.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from slash.spark._env import NotEnoughSlots, SparkUnavailable, TaskFailed, task_slots
+from slash.spark.batch import AggregateResult, run_aggregate, window_aggregate
+from slash.spark.reference import spark_window_aggregate
+
+
+def session(master: str = "local[2]", app_name: str = "slash", conf: Optional[Dict[str, Any]] = None) -> Any:
+    """A SparkSession set up for Slash (Arrow on, UI off, quiet logs), after
+    checking that pyspark, pandas and Java are there (SparkUnavailable names
+    what is missing)."""
+    from slash.spark import _env
+
+    _env.require_pyspark()
+    _env.require_java()
+    from pyspark.sql import SparkSession
+
+    b = SparkSession.builder.master(master).appName(app_name)
+    defaults = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+                "spark.sql.execution.arrow.pyspark.enabled": "true",
+                "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    for k, v in {**defaults, **(conf or {})}.items():
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+__all__ = ["AggregateResult", "NotEnoughSlots", "SparkUnavailable", "TaskFailed", "run_aggregate",
+           "session", "spark_window_aggregate", "task_slots", "window_aggregate"]

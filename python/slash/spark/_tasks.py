@@ -1,0 +1,300 @@
+"""Pieces every Slash barrier task shares: forming the executor group with
+``BarrierTaskContext.allGather``, reading a Spark partition as a Slash source,
+writing results straight to storage, and carrying "which rank failed, why"
+from a task back to the driver through Spark's error text.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Tuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from slash.errors import Timeout
+from slash.executor import Executor
+from slash.spark._env import TaskFailed
+
+log = logging.getLogger(__name__)
+
+_MARK = "[slash-task rank="
+_MARK_RE = re.compile(r"\[slash-task rank=(\d+)\] ([^\n]*)")
+
+
+class RankError(RuntimeError):
+    """Raised inside a task; its text survives Spark's wrapping and names the rank."""
+
+
+@contextmanager
+def rank_errors(rank: int) -> Iterator[None]:
+    try:
+        yield
+    except RankError:
+        raise
+    except BaseException as e:
+        raise RankError(f"{_MARK}{rank}] {type(e).__name__}: {e}") from e
+
+
+def raise_task_failure(exc: BaseException, what: str,
+                       reported: Optional[Tuple[int, str, str]] = None) -> NoReturn:
+    """Turns the exception Spark raised for a failed barrier job into
+    TaskFailed naming the failed rank and its reason: the root cause the
+    tasks ``reported`` to the driver if any, else the first one in Spark's text."""
+    if reported is not None:
+        rank, kind, why = reported
+        raise TaskFailed(f"{what}: Slash executor rank {rank} failed: {kind}: {why}", rank,
+                         f"{kind}: {why}") from None
+    text = str(exc)
+    m = _MARK_RE.search(text)
+    if m:
+        rank, why = int(m.group(1)), m.group(2).strip()
+        raise TaskFailed(f"{what}: Slash executor rank {rank} failed: {why}", rank, why) from None
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    raise TaskFailed(f"{what}: the Spark barrier stage failed: {first[:500]}", None, first) from exc
+
+
+class Rendezvous:
+    """The driver's side of forming a group: an authenticated listener (HMAC
+    with the query's token) to which each task sends (stage id, rank,
+    listener address); once all N ranks arrived (a retried task replaces its
+    rank), each gets the address list. Spark's ``allGather`` does the same
+    but polls once a second, which costs every query about a second.
+
+    The connections stay open afterwards: tasks report errors on them (so the
+    driver can name the rank that failed first, not a peer that only saw it
+    leave), and streams send results and receive "stop". ``on_message(rank,
+    message)`` runs in a driver thread for every message.
+    """
+
+    def __init__(self, host: str, n: int, token: str,
+                 on_message: Optional[Callable[[int, Any], None]] = None) -> None:
+        from multiprocessing.connection import Listener
+
+        self.n = n
+        self._on_message = on_message
+        self._lst = Listener((host, 0), authkey=token.encode())
+        self.address: Tuple[str, int] = (host, self._lst.address[1])
+        self._pending: Dict[int, Dict[int, Tuple[Any, str]]] = {}
+        self._members: Dict[Any, int] = {}  # connection -> rank
+        self._lock = threading.Lock()
+        self.errors: List[Tuple[int, str, str]] = []  # (rank, exception type, message), arrival order
+        self._closed = False
+        self._threads = [threading.Thread(target=self._accept, name="slash-rendezvous", daemon=True),
+                         threading.Thread(target=self._read, name="slash-task-link", daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn = self._lst.accept()
+                stage, rank, addr = conn.recv()
+            except Exception as e:  # closed, or a peer without the token
+                if not self._closed:
+                    log.debug("rendezvous: dropped a connection: %s", e)
+                continue
+            group = self._pending.setdefault(stage, {})
+            old = group.pop(rank, None)
+            if old is not None:
+                old[0].close()
+            group[rank] = (conn, addr)
+            if len(group) == self.n:
+                del self._pending[stage]
+                addresses = [group[r][1] for r in range(self.n)]
+                for r in range(self.n):
+                    c = group[r][0]
+                    try:
+                        c.send(addresses)
+                    except OSError:
+                        c.close()
+                        continue
+                    with self._lock:
+                        self._members[c] = r
+
+    def _read(self) -> None:
+        from multiprocessing.connection import wait
+
+        while not self._closed:
+            with self._lock:
+                conns = list(self._members)
+            if not conns:
+                time.sleep(0.02)
+                continue
+            for c in wait(conns, timeout=0.1):
+                rank = self._members[c]
+                try:
+                    msg = c.recv()
+                except (EOFError, OSError):
+                    with self._lock:
+                        self._members.pop(c, None)
+                    c.close()
+                    continue
+                if msg[0] == "error":
+                    self.errors.append((rank, msg[1], msg[2]))
+                if self._on_message is not None:
+                    try:
+                        self._on_message(rank, msg)
+                    except Exception:
+                        log.exception("slash.spark: handling a message from rank %d failed", rank)
+
+    def send_all(self, msg: Any) -> None:
+        with self._lock:
+            conns = list(self._members)
+        for c in conns:
+            try:
+                c.send(msg)
+            except OSError:
+                pass
+
+    def root_cause(self, wait: float = 2.0) -> Optional[Tuple[int, str, str]]:
+        """The first error a task reported that is not only a consequence of
+        another's (a peer gone, a timeout); waits up to ``wait`` s for one."""
+        deadline = time.monotonic() + wait
+        while not self.errors and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)  # the others' reports arrive together
+        for e in self.errors:
+            if e[1] not in _CONSEQUENCES:
+                return e
+        return self.errors[0] if self.errors else None
+
+    def close(self) -> None:
+        self._closed = True
+        self._lst.close()
+        with self._lock:
+            conns = list(self._members)
+            self._members.clear()
+        for c in conns:
+            c.close()
+        for group in self._pending.values():
+            for c, _ in group.values():
+                c.close()
+
+
+_CONSEQUENCES = ("PeerDisconnected", "Timeout", "ProtocolError")
+
+
+def report_error(conn: Any, e: BaseException) -> None:
+    """Best effort: tells the driver why this task fails."""
+    if conn is None:
+        return
+    try:
+        conn.send(("error", type(e).__name__, str(e)))
+    except Exception:
+        pass
+
+
+def driver_host(spark: Any) -> str:
+    conf = spark.sparkContext.getConf()
+    return conf.get("spark.driver.host", None) or conf.get("spark.driver.bindAddress", "127.0.0.1")
+
+
+def join_group(transport: str, token: str, rendezvous: Optional[Tuple[str, int]] = None,
+               timeout: float = 120.0) -> Tuple[int, List[str], Any, Any]:
+    """In a barrier task: this task's rank, every executor's listener address
+    (rank order), this executor's listener, and the connection to the driver
+    (None without ``rendezvous``: then the addresses go through allGather)."""
+    from pyspark import BarrierTaskContext
+
+    ctx = BarrierTaskContext.get()
+    rank = ctx.partitionId()
+    lst = Executor.listen(transport, token=token)
+    conn = None
+    try:
+        if rendezvous is None:
+            addresses = ctx.allGather(lst.address)
+        else:
+            from multiprocessing.connection import Client
+
+            conn = Client(tuple(rendezvous), authkey=token.encode())
+            conn.send((ctx.stageId(), rank, lst.address))
+            if not conn.poll(timeout):
+                raise Timeout(f"rank {rank}: the other executors did not join within {timeout} s")
+            addresses = conn.recv()
+    except BaseException:
+        lst.close()
+        if conn is not None:
+            conn.close()
+        raise
+    return rank, list(addresses), lst, conn
+
+
+class PartitionSource:
+    """A Spark partition's Arrow batches as a one-shot Slash source.
+
+    ``time_columns`` are Spark timestamps (microseconds): they reach the
+    executor as int64 milliseconds, floored, as Spark's own windows floor them.
+    """
+
+    def __init__(self, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
+                 time_columns: Tuple[str, ...] = ()) -> None:
+        self.schema = schema
+        self._batches = batches
+        self._time_columns = time_columns
+
+    def read(self, rank: int, n: int, columns: Optional[List[str]] = None,
+             batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
+        for b in self._batches:
+            if not b.num_rows:
+                continue
+            if columns:
+                b = b.select(columns)
+            for c in self._time_columns:
+                if c in b.schema.names:
+                    i = b.schema.get_field_index(c)
+                    col = b.column(i)
+                    us = col.cast(pa.int64()).to_numpy(zero_copy_only=False)
+                    ms = pa.array(np.floor_divide(us, 1000), pa.int64(),
+                                  mask=col.is_null().to_numpy(zero_copy_only=False)
+                                  if col.null_count else None)
+                    b = b.set_column(i, pa.field(c, pa.int64()), ms)
+            yield b
+
+
+def spark_input_schema(df: Any) -> Tuple[pa.Schema, Tuple[str, ...]]:
+    """The Arrow schema a query checks a Spark DataFrame against, and its
+    timestamp columns (which the tasks turn into int64 ms)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import TimestampNTZType, TimestampType
+
+    ts = tuple(f.name for f in df.schema.fields if isinstance(f.dataType, (TimestampType, TimestampNTZType)))
+    schema = to_arrow_schema(df.schema, timezone="UTC")
+    for c in ts:
+        i = schema.get_field_index(c)
+        schema = schema.set(i, pa.field(c, pa.int64(), schema.field(i).nullable))
+    return schema, ts
+
+
+def open_fs(root: str) -> Tuple[Any, str]:
+    """A pyarrow filesystem and path for a local directory or a URI (hdfs://, s3://, ...)."""
+    from pyarrow import fs
+
+    if "://" in root:
+        return fs.FileSystem.from_uri(root)
+    return fs.LocalFileSystem(), os.path.abspath(root)
+
+
+def write_table(table: pa.Table, directory: str, name: str) -> str:
+    """Writes ``table`` as ``directory/name`` atomically (temp file, then rename)."""
+    fsys, d = open_fs(directory)
+    fsys.create_dir(d, recursive=True)
+    final = f"{d}/{name}"
+    tmp = f"{d}/_tmp-{uuid.uuid4().hex}-{name}"
+    try:
+        pq.write_table(table, tmp, filesystem=fsys)
+        fsys.move(tmp, final)
+    except BaseException:
+        try:
+            fsys.delete_file(tmp)
+        except Exception:
+            pass
+        raise
+    return final
+

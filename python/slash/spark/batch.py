@@ -1,0 +1,303 @@
+"""A windowed aggregation as one Spark barrier stage, without a shuffle.
+
+N barrier tasks are the N Slash executors. Each opens a listener, learns the
+others' addresses with ``BarrierTaskContext.allGather`` (rank = partition id),
+joins the group with a token made for this query on the driver, runs
+:func:`slash.runner.execute_split`, and writes the windows it leads as one
+Parquet file with pyarrow. The driver receives one summary row per task and
+returns ``spark.read.parquet`` of those files: an ordinary DataFrame (show,
+limit, join, write all work; a barrier RDD would refuse ``take``), computed
+once, so every action sees the same rows, and results never pass through the
+driver.
+
+Two sources:
+
+* the fast path, Parquet/Arrow paths (or a :class:`slash.sources.FileSource`
+  / ``GeneratorSource``): ``spark.range(N, numPartitions=N)`` drives the
+  stage and each task reads its own contiguous split with pyarrow, so input
+  rows never pass through the JVM;
+* the general path, any Spark DataFrame: ``df.mapInArrow(..., barrier=True)``
+  hands each partition's rows from the JVM to its task; N is the number of
+  partitions (``executors=`` repartitions round-robin first). Spark's JVM to
+  Python transfer caps this path (docs/spark.md gives measured rates), and the
+  rows of a partition must arrive in time order up to ``lateness``.
+
+>>> # df = window_aggregate(spark, "events/", time="t", window="tumbling:10s",
+>>> #                       key="user", aggs=["count", "sum:price"])
+>>> # df.orderBy("window_start", "user").show()
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import pyarrow as pa
+
+from slash.errors import InvalidArgument
+from slash.executor import GroupConfig
+from slash.query import Query
+from slash.runner import execute_split
+from slash.sources import FileSource, GeneratorSource
+from slash.spark import _env
+from slash.spark._tasks import (PartitionSource, Rendezvous, driver_host, join_group, rank_errors,
+                                open_fs, raise_task_failure, report_error, spark_input_schema,
+                                write_table)
+
+log = logging.getLogger(__name__)
+
+#: one row per barrier task, collected on the driver
+SUMMARY_SCHEMA = ("rank int, rows long, records_in long, late_records long, epochs long, "
+                  "seconds double, path string, metrics string")
+
+
+@dataclass(frozen=True)
+class AggregateResult:
+    """What :func:`run_aggregate` returns: the result DataFrame, where its files
+    are, and each executor's metrics (rank order)."""
+
+    df: Any
+    path: str
+    executors: int
+    seconds: float
+    metrics: List[Dict[str, Any]] = field(repr=False)
+    fast_path: bool = True
+    plan: str = field(default="", repr=False)  # the barrier stage's executed plan
+
+    @property
+    def records_in(self) -> int:
+        return sum(m["records_in"] for m in self.metrics)
+
+    @property
+    def late_records(self) -> int:
+        return sum(m["late_records"] for m in self.metrics)
+
+    @property
+    def rows(self) -> int:
+        return sum(m["rows"] for m in self.metrics)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything a task needs; pickled into each task by Spark."""
+
+    query: Query
+    schema: pa.Schema
+    group: GroupConfig
+    token: str
+    out_dir: str
+    source: Any = None  # FileSource / GeneratorSource: fast path; None: the task's partition
+    time_columns: tuple = ()
+    rendezvous: Optional[Tuple[str, int]] = None  # the driver's; None: allGather
+
+
+def _summary(rank: int, out: pa.Table, m: Dict[str, Any], seconds: float, path: str) -> pa.RecordBatch:
+    plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
+    return pa.RecordBatch.from_pydict({
+        "rank": pa.array([rank], pa.int32()), "rows": [out.num_rows],
+        "records_in": [int(m.get("records_in", 0))], "late_records": [int(m.get("late_records", 0))],
+        "epochs": [int(m.get("epochs", 0))], "seconds": [seconds], "path": [path],
+        "metrics": [json.dumps(plain)]})
+
+
+def _make_task(plan: _Plan):
+    def task(batches):
+        t0 = time.perf_counter()
+        from pyspark import BarrierTaskContext
+        rank = BarrierTaskContext.get().partitionId()
+        with rank_errors(rank):
+            if plan.source is not None:
+                for _ in batches:  # spark.range's one row: only the trigger
+                    pass
+                source = plan.source
+            else:
+                source = PartitionSource(plan.schema, batches, plan.time_columns)
+            rank, addresses, lst, conn = join_group(plan.group.transport, plan.token, plan.rendezvous,
+                                                    plan.group.timeout)
+            try:
+                t1 = time.perf_counter()
+                m: Dict[str, Any] = {}
+                try:
+                    res = execute_split(plan.query, source, rank, addresses, lst, plan.group,
+                                        plan.token, metrics=m)
+                finally:
+                    lst.close()
+                t2 = time.perf_counter()
+                out = plan.query.finalize(res, plan.schema)
+                path = write_table(out, plan.out_dir, f"part-{rank:05d}.parquet")
+                m.update(join_seconds=t1 - t0, run_seconds=t2 - t1,
+                         write_seconds=time.perf_counter() - t2)
+            except BaseException as e:
+                report_error(conn, e)
+                raise
+            finally:
+                if conn is not None:
+                    conn.close()
+            yield _summary(rank, out, m, time.perf_counter() - t0, path)
+    return task
+
+
+def _as_list(v: Union[None, str, Sequence[str]]) -> List[str]:
+    if v is None:
+        return []
+    return [v] if isinstance(v, str) else list(v)
+
+
+def make_query(time: str, window: str, key: Union[str, Sequence[str]], aggs: Sequence[str],
+               filter: Union[None, str, Sequence[str]], lateness: Union[None, int, str]) -> Query:
+    return Query(time=time, window=window, key=key, aggregates=list(aggs) if not isinstance(aggs, str)
+                 else aggs, filters=_as_list(filter), lateness=0 if lateness is None else lateness)
+
+
+def _is_dataframe(obj: Any) -> bool:
+    try:
+        from pyspark.sql import DataFrame
+    except ImportError:
+        return False
+    return isinstance(obj, DataFrame)
+
+
+def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
+                  key: Union[str, Sequence[str]], aggs: Sequence[str] = ("count",),
+                  filter: Union[None, str, Sequence[str]] = None,
+                  lateness: Union[None, int, str] = None, executors: Optional[int] = None,
+                  transport: str = "shm", group: Optional[GroupConfig] = None,
+                  result_dir: Optional[str] = None, slots_wait: float = 30.0,
+                  rendezvous: str = "driver") -> AggregateResult:
+    """Runs the aggregation now as one barrier stage; see :func:`window_aggregate`.
+
+    ``rendezvous``: how the tasks exchange listener addresses: ``"driver"``
+    (an authenticated socket on the driver, milliseconds) or ``"allgather"``
+    (``BarrierTaskContext.allGather``, which costs about a second).
+
+    Returns the DataFrame with the executors' metrics. Raises the slash.errors
+    classes: SchemaError / UnknownName / InvalidArgument before anything runs,
+    NotEnoughSlots when the cluster has fewer task slots than executors,
+    TaskFailed naming the rank when an executor fails.
+    """
+    _env.require_pyspark()
+    import pyspark.sql.functions  # noqa: F401  (fail here, not in a task)
+
+    query = make_query(time, window, key, aggs, filter, lateness)
+    fast = not _is_dataframe(source)
+    time_columns: tuple = ()
+    if fast:
+        src = source if isinstance(source, (FileSource, GeneratorSource)) else None
+        if src is None:
+            if not (isinstance(source, (str, os.PathLike)) or
+                    (isinstance(source, (list, tuple)) and source and
+                     all(isinstance(p, (str, os.PathLike)) for p in source))):
+                raise InvalidArgument("source must be Parquet/Arrow path(s), a FileSource, a "
+                                      f"GeneratorSource or a Spark DataFrame, got {type(source).__name__}")
+            src = FileSource(source)  # UnknownName for a missing path, SchemaError for a bad file
+        schema = src.schema
+    else:
+        schema, time_columns = spark_input_schema(source)
+    query.check(schema)
+
+    if fast:
+        n = executors if executors is not None else _env.default_executors(spark)
+    else:
+        parts = source.rdd.getNumPartitions()
+        n = executors if executors is not None else min(parts, _env.default_executors(spark))
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
+        raise InvalidArgument(f"executors must be an int in 1..1024, got {executors!r}")
+    if group is None:
+        group = GroupConfig(transport=transport, lateness=query.lateness)
+    group.partitions_for(n)
+    _env.check_slots(spark, n, slots_wait)
+
+    token = secrets.token_hex(16)
+    out_dir = f"{_env.result_root(spark, result_dir).rstrip('/')}/q-{token[:12]}"
+    if rendezvous not in ("driver", "allgather"):
+        raise InvalidArgument(f"rendezvous must be 'driver' or 'allgather', got {rendezvous!r}")
+    rdv = Rendezvous(driver_host(spark), n, token) if rendezvous == "driver" else None
+    plan = _Plan(query, schema, group, token, out_dir, src if fast else None, time_columns,
+                 rdv.address if rdv else None)
+    task = _make_task(plan)
+    if fast:
+        stage = spark.range(n, numPartitions=n).mapInArrow(task, SUMMARY_SCHEMA, barrier=True)
+    else:
+        df = source.select(*query.input_columns)
+        if df.rdd.getNumPartitions() != n:
+            log.info("general path: repartitioning the input round-robin to %d partitions", n)
+            df = df.repartition(n)
+        stage = df.mapInArrow(task, SUMMARY_SCHEMA, barrier=True)
+
+    sc = spark.sparkContext
+    sc.setJobDescription(f"slash {query.window} by {list(query.key)} on {n} executors")
+    t0 = _now()
+    try:
+        rows = stage.collect()
+    except Exception as e:  # py4j / PythonException: name the rank that failed first
+        raise_task_failure(e, "slash.spark.window_aggregate", rdv.root_cause() if rdv else None)
+    finally:
+        sc.setJobDescription(None)
+        if rdv is not None:
+            rdv.close()
+    seconds = _now() - t0
+    metrics = []
+    for r in sorted(rows, key=lambda r: r["rank"]):
+        m = json.loads(r["metrics"])
+        m.update(rank=r["rank"], rows=r["rows"], seconds=r["seconds"], path=r["path"])
+        metrics.append(m)
+    late = sum(m["late_records"] for m in metrics)
+    if late:
+        log.warning("slash.spark: %d late record(s) were not applied (raise lateness=, now %d ms)",
+                    late, query.lateness)
+    log.info("slash.spark: %d executors, %d records in, %d result rows in %.2f s", n,
+             sum(m["records_in"] for m in metrics), sum(m["rows"] for m in metrics), seconds)
+    schema_ = _spark_schema(metrics[0]["path"]) if metrics else None
+    df = (spark.read.schema(schema_) if schema_ is not None else spark.read).parquet(out_dir)
+    plan = stage._jdf.queryExecution().executedPlan().toString()
+    return AggregateResult(df, out_dir, n, seconds, metrics, fast, plan)
+
+
+def _spark_schema(path: str) -> Any:
+    """The result files' Spark schema, from one footer (no inference job)."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    fsys, p = open_fs(path)
+    schema = pq.read_schema(p, filesystem=fsys)
+    try:
+        return from_arrow_schema(schema)
+    except Exception:  # e.g. an unsigned key column: Spark reads it as the next wider type
+        return None
+
+
+def _now() -> float:
+    return time.perf_counter()
+
+
+def window_aggregate(spark: Any, source: Any, *, time: str, window: str,
+                     key: Union[str, Sequence[str]], aggs: Sequence[str] = ("count",),
+                     filter: Union[None, str, Sequence[str]] = None,
+                     lateness: Union[None, int, str] = None, executors: Optional[int] = None,
+                     transport: str = "shm", **options: Any) -> Any:
+    """A windowed aggregation computed by Slash executors in one Spark barrier
+    stage, returned as an ordinary Spark DataFrame.
+
+    ``source``: Parquet/Arrow file(s) or directories (fast path: each task
+    reads its split with pyarrow) or a Spark DataFrame (general path). The
+    spellings are those of ``slash run``: ``window="tumbling:10s"``,
+    ``"sliding:60s/10s"`` or ``"session:5s"``; ``aggs=["count", "sum:price"]``
+    (count, sum, min, max, avg); ``filter="event_type == 'view'"`` (or a
+    list, all must hold); ``lateness="2s"``. Output columns: ``window_start``,
+    ``window_end`` (int64 ms; start inclusive, end exclusive), the key
+    columns, then ``count``, ``sum_price``, ...
+
+    ``executors``: Slash executors = barrier tasks (default: all task slots);
+    ``transport``: ``"shm"`` (one host) or ``"ofi:tcp"``. Other options go to
+    :func:`run_aggregate` (``group=GroupConfig(...)``, ``result_dir=``).
+
+    The stage runs when this function is called; the DataFrame reads the
+    result files it wrote, so it is computed once whatever actions follow.
+    """
+    return run_aggregate(spark, source, time=time, window=window, key=key, aggs=aggs,
+                         filter=filter, lateness=lateness, executors=executors,
+                         transport=transport, **options).df
