@@ -9,6 +9,7 @@ from libc.string cimport memcpy
 cdef char *_FORMAT_B = "B"
 
 
+@cython.no_gc_clear  # its parent must outlive it, even in a GC cycle
 cdef class Message:
     """A buffer received in place: a read-only, zero-copy view of a ring slot.
 
@@ -79,6 +80,7 @@ cdef class Message:
         return f"<Message seq={self.seq} nbytes={self.nbytes}{' released' if self.released else ''}>"
 
 
+@cython.no_gc_clear  # its parent must outlive it, even in a GC cycle
 cdef class Channel(_Closeable):
     """One end of a credit-flow-controlled ring channel (Slash §6).
 
@@ -159,6 +161,9 @@ cdef class Channel(_Closeable):
         if self.current is not None and self.current.exports:
             raise BufferError("a received message is still in use; release it before closing")
         _Closeable.close(self)
+
+    def __dealloc__(self):
+        self._finalize()
 
     cdef slash_channel *ptr(self) except NULL:
         if self.ch == NULL:

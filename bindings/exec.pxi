@@ -5,21 +5,36 @@
 from libc.stdlib cimport malloc, free
 
 
+@cython.no_gc_clear  # its parent must outlive it, even in a GC cycle
 cdef class ExecutorCore(_Closeable):
     """Low-level executor; use :class:`slash.Executor` instead."""
     cdef slash_exec *ex
     cdef bint string_keys
-    cdef list result_f64
+    cdef bint is_join
+    cdef list result_f64   # aggregates: per aggregate, float64 result?
+    cdef list join_types   # joins: [left types, right types]
     cdef readonly Transport transport  # the group's channels live on it: keep it open
 
     def __init__(self, Listener listener, uint32_t rank, list addresses, str token,
                  tuple state_args, int64_t lateness_ms, uint64_t epoch_bytes, uint32_t epoch_ms,
-                 size_t buffer_size, uint32_t credits, timeout, str mode="slash"):
+                 size_t buffer_size, uint32_t credits, timeout, str mode="slash",
+                 str kind="aggregate"):
         cdef slash_exec_config cfg
         memset(&cfg, 0, sizeof(cfg))
-        kind, size, slide, key_type, partitions, aggs = state_args
-        self.result_f64 = fill_ssb_config(&cfg.state, kind, size, slide, key_type, partitions, aggs)
-        self.string_keys = cfg.state.key_type == SLASH_KEY_BYTES
+        if kind == "aggregate":
+            wkind, size, slide, key_type, partitions, aggs = state_args
+            self.result_f64 = fill_ssb_config(&cfg.state, wkind, size, slide, key_type, partitions,
+                                              aggs)
+            self.string_keys = cfg.state.key_type == SLASH_KEY_BYTES
+        elif kind == "join":
+            wkind, size, key_type, partitions, left_types, right_types = state_args
+            self.join_types = fill_join_config(&cfg.join, wkind, size, key_type, partitions,
+                                               left_types, right_types)
+            self.string_keys = cfg.join.key_type == SLASH_KEY_BYTES
+            self.is_join = True
+            cfg.kind = SLASH_EXEC_JOIN
+        else:
+            raise _errors.InvalidArgument(f"kind must be 'aggregate' or 'join', got {kind!r}")
         cfg.lateness_ms = lateness_ms
         cfg.epoch_bytes = epoch_bytes
         cfg.epoch_ms = epoch_ms
@@ -65,6 +80,9 @@ cdef class ExecutorCore(_Closeable):
                 slash_exec_close(self.ex)
             self.ex = NULL
 
+    def __dealloc__(self):
+        self._finalize()
+
     cdef slash_exec *ptr(self) except NULL:
         if self.ex == NULL:
             raise _errors.InvalidState("executor is closed")
@@ -86,6 +104,29 @@ cdef class ExecutorCore(_Closeable):
         cdef slash_status st
         with nogil:
             st = slash_exec_push(ex, &b, mp, &n_late)
+        check(st)
+        return n_late, mask
+
+    def push_join(self, int side, times, keys, list columns, key_offsets=None, key_data=None,
+                  bint want_late=False):
+        """Applies one side's batch (0 left, 1 right); returns (late count, mask or None)."""
+        cdef slash_exec *ex = self.ptr()
+        if side != 0 and side != 1:
+            raise _errors.InvalidArgument(f"side must be 0 (left) or 1 (right), got {side}")
+        cdef slash_join_batch b
+        keep = fill_join_batch(&b, side, self.join_types[side], times, keys, columns, key_offsets,
+                               key_data)
+        cdef size_t n_late = 0
+        cdef uint8_t[::1] m
+        cdef uint8_t *mp = NULL
+        mask = None
+        if want_late and b.n:
+            mask = _np.zeros(b.n, _np.uint8)
+            m = mask
+            mp = &m[0]
+        cdef slash_status st
+        with nogil:
+            st = slash_exec_push_join(ex, &b, mp, &n_late)
         check(st)
         return n_late, mask
 
@@ -122,12 +163,19 @@ cdef class ExecutorCore(_Closeable):
         """Every fired result not yet taken, as (ws, we, keys, [columns]) tuples."""
         cdef slash_exec *ex = self.ptr()
         cdef slash_ssb_result *r
+        cdef slash_join_result *jr
         out = []
         while True:
-            slash_exec_take(ex, &r)
-            if r == NULL:
-                return out
-            out.append(result_arrays(r, self.string_keys, self.result_f64))
+            if self.is_join:
+                slash_exec_take_join(ex, &jr)
+                if jr == NULL:
+                    return out
+                out.append(join_result_arrays(jr, self.string_keys, self.join_types))
+            else:
+                slash_exec_take(ex, &r)
+                if r == NULL:
+                    return out
+                out.append(result_arrays(r, self.string_keys, self.result_f64))
 
     def metrics(self):
         cdef slash_exec_metrics m

@@ -23,6 +23,87 @@ cdef class _JoinEmitResult(_EmitResult):
         slash_join_result_free(self.jr)
 
 
+cdef list fill_join_config(slash_join_config *cfg, str window_kind, int64_t size, str key_type,
+                           int partitions, list left_types, list right_types):
+    """Fills a slash_join_config; returns [left types, right types]."""
+    memset(cfg, 0, sizeof(cfg[0]))
+    if window_kind not in ("tumbling", "session"):
+        raise _errors.InvalidArgument(f"a join window must be tumbling or session, "
+                                      f"got {window_kind!r}")
+    check(slash_window_init(&cfg.window, _WINDOW_KINDS[window_kind], size, size))
+    if key_type not in ("int64", "bytes"):
+        raise _errors.InvalidArgument(f"key_type must be 'int64' or 'bytes', got {key_type!r}")
+    cfg.key_type = SLASH_KEY_INT64 if key_type == "int64" else SLASH_KEY_BYTES
+    if partitions < 1:
+        raise _errors.InvalidArgument(f"partitions must be >= 1, got {partitions}")
+    cfg.partitions = partitions
+    types = [list(left_types), list(right_types)]
+    for side in range(2):
+        if len(types[side]) > SLASH_JOIN_MAX_COLS:
+            raise _errors.InvalidArgument(f"at most {SLASH_JOIN_MAX_COLS} columns per side, "
+                                          f"got {len(types[side])}")
+        cfg.ncols[side] = len(types[side])
+        for c, t in enumerate(types[side]):
+            if t not in ("int64", "float64"):
+                raise _errors.InvalidArgument(f"column type must be 'int64' or 'float64', got {t!r}")
+            cfg.cols[side][c] = SLASH_JOIN_I64 if t == "int64" else SLASH_JOIN_F64
+    return types
+
+
+cdef object join_result_arrays(slash_join_result *r, bint string_keys, list types):
+    """Takes ownership of r: (window_start, window_end, keys, [left columns],
+    [right columns]) as NumPy views that keep r alive."""
+    cdef _JoinEmitResult res = _JoinEmitResult.__new__(_JoinEmitResult)
+    res.jr = r
+    cdef size_t n = r.rows
+    ws = res.column(r.window_start, n * 8, _np.int64)
+    we = res.column(r.window_end, n * 8, _np.int64)
+    if string_keys:
+        keys = (res.column(r.key_offsets, (n + 1) * 8, _np.int64),
+                res.column(r.key_data, r.key_data_len, _np.uint8))
+    else:
+        keys = res.column(r.keys, n * 8, _np.int64)
+    sides = []
+    for side in range(2):
+        sides.append([res.column(r.columns[side][c], n * 8,
+                                 _np.float64 if t == "float64" else _np.int64)
+                      for c, t in enumerate(types[side])])
+    return ws, we, keys, sides[0], sides[1]
+
+
+cdef list fill_join_batch(slash_join_batch *b, int side, list types, times, keys, list columns,
+                          key_offsets, key_data):
+    """Points a slash_join_batch at one side's C-contiguous NumPy columns;
+    returns the memoryviews that must stay alive while b is used."""
+    cdef slash_ssb_batch kb
+    keep = fill_batch(&kb, times, keys, [], key_offsets, key_data)
+    memset(b, 0, sizeof(b[0]))
+    b.side = <slash_join_side>side
+    b.n = kb.n
+    if b.n == 0:
+        return keep
+    b.times = kb.times
+    b.keys = kb.keys
+    b.key_offsets = kb.key_offsets
+    b.key_offsets_64 = kb.key_offsets_64
+    b.key_data = kb.key_data
+    cdef const int64_t[::1] vi
+    cdef const double[::1] vf
+    for c, col in enumerate(columns):
+        if col.shape[0] != b.n:
+            raise _errors.InvalidArgument(f"column {c} has {col.shape[0]} values, "
+                                          f"the batch has {b.n}")
+        if types[c] == "float64":
+            vf = col
+            b.columns[c] = &vf[0]
+            keep.append(vf)
+        else:
+            vi = col
+            b.columns[c] = &vi[0]
+            keep.append(vi)
+    return keep
+
+
 cdef class JoinStore(_Closeable):
     """Low-level join state; use :class:`slash.JoinBackend` instead.
 
@@ -37,29 +118,8 @@ cdef class JoinStore(_Closeable):
     def __init__(self, str window_kind, int64_t size, str key_type, int partitions,
                  list left_types, list right_types, size_t log_reserve=0):
         cdef slash_join_config cfg
-        memset(&cfg, 0, sizeof(cfg))
-        if window_kind not in ("tumbling", "session"):
-            raise _errors.InvalidArgument(f"a join window must be tumbling or session, "
-                                          f"got {window_kind!r}")
-        check(slash_window_init(&cfg.window, _WINDOW_KINDS[window_kind], size, size))
-        if key_type not in ("int64", "bytes"):
-            raise _errors.InvalidArgument(f"key_type must be 'int64' or 'bytes', got {key_type!r}")
-        cfg.key_type = SLASH_KEY_INT64 if key_type == "int64" else SLASH_KEY_BYTES
-        if partitions < 1:
-            raise _errors.InvalidArgument(f"partitions must be >= 1, got {partitions}")
-        cfg.partitions = partitions
-        self._types = [list(left_types), list(right_types)]
-        for side in range(2):
-            types = self._types[side]
-            if len(types) > SLASH_JOIN_MAX_COLS:
-                raise _errors.InvalidArgument(f"at most {SLASH_JOIN_MAX_COLS} columns per side, "
-                                              f"got {len(types)}")
-            cfg.ncols[side] = len(types)
-            for c, t in enumerate(types):
-                if t not in ("int64", "float64"):
-                    raise _errors.InvalidArgument(f"column type must be 'int64' or 'float64', "
-                                                  f"got {t!r}")
-                cfg.cols[side][c] = SLASH_JOIN_I64 if t == "int64" else SLASH_JOIN_F64
+        self._types = fill_join_config(&cfg, window_kind, size, key_type, partitions,
+                                       left_types, right_types)
         cfg.log_reserve = log_reserve
         self.string_keys = cfg.key_type == SLASH_KEY_BYTES
         cdef slash_status st
@@ -95,33 +155,11 @@ cdef class JoinStore(_Closeable):
         if len(columns) != len(self._types[side]):
             raise _errors.InvalidArgument(f"expected {len(self._types[side])} columns, "
                                           f"got {len(columns)}")
-        cdef slash_ssb_batch kb
-        keep = fill_batch(&kb, times, keys, [], key_offsets, key_data)
         cdef slash_join_batch b
-        memset(&b, 0, sizeof(b))
-        b.side = <slash_join_side>side
-        b.n = kb.n
+        keep = fill_join_batch(&b, side, self._types[side], times, keys, columns, key_offsets,
+                               key_data)
         if b.n == 0:
             return
-        b.times = kb.times
-        b.keys = kb.keys
-        b.key_offsets = kb.key_offsets
-        b.key_offsets_64 = kb.key_offsets_64
-        b.key_data = kb.key_data
-        cdef const int64_t[::1] vi
-        cdef const double[::1] vf
-        for c, col in enumerate(columns):
-            if col.shape[0] != b.n:
-                raise _errors.InvalidArgument(f"column {c} has {col.shape[0]} values, "
-                                              f"the batch has {b.n}")
-            if self._types[side][c] == "float64":
-                vf = col
-                b.columns[c] = &vf[0]
-                keep.append(vf)
-            else:
-                vi = col
-                b.columns[c] = &vi[0]
-                keep.append(vi)
         cdef slash_status st
         with nogil:
             st = slash_join_update(s, &b)
@@ -168,22 +206,7 @@ cdef class JoinStore(_Closeable):
         with nogil:
             st = slash_join_emit(s, up_to, &r)
         check(st)
-        cdef _JoinEmitResult res = _JoinEmitResult.__new__(_JoinEmitResult)
-        res.jr = r
-        cdef size_t n = r.rows
-        ws = res.column(r.window_start, n * 8, _np.int64)
-        we = res.column(r.window_end, n * 8, _np.int64)
-        if self.string_keys:
-            keys = (res.column(r.key_offsets, (n + 1) * 8, _np.int64),
-                    res.column(r.key_data, r.key_data_len, _np.uint8))
-        else:
-            keys = res.column(r.keys, n * 8, _np.int64)
-        sides = []
-        for side in range(2):
-            sides.append([res.column(r.columns[side][c], n * 8,
-                                     _np.float64 if t == "float64" else _np.int64)
-                          for c, t in enumerate(self._types[side])])
-        return ws, we, keys, sides[0], sides[1]
+        return join_result_arrays(r, self.string_keys, self._types)
 
     def stats(self):
         cdef slash_join_stats st

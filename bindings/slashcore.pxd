@@ -159,6 +159,65 @@ cdef extern from "slash/ssb.h" nogil:
     void slash_ssb_get_stats(const slash_ssb *s, slash_ssb_stats *out)
     int64_t slash_ssb_watermark(const slash_ssb *s)
 
+cdef extern from "slash/join.h" nogil:
+    enum:
+        SLASH_JOIN_MAX_COLS
+    ctypedef enum slash_join_side:
+        SLASH_JOIN_LEFT
+        SLASH_JOIN_RIGHT
+    ctypedef enum slash_join_col_type:
+        SLASH_JOIN_I64
+        SLASH_JOIN_F64
+    ctypedef struct slash_join
+    ctypedef struct slash_join_config:
+        slash_window window
+        slash_key_type key_type
+        uint32_t partitions
+        uint32_t ncols[2]
+        slash_join_col_type cols[2][16]
+        size_t log_reserve
+    ctypedef struct slash_join_batch:
+        slash_join_side side
+        size_t n
+        const int64_t *times
+        const int64_t *keys
+        const void *key_offsets
+        int key_offsets_64
+        const uint8_t *key_data
+        const void *columns[16]
+    ctypedef struct slash_join_result:
+        size_t rows
+        int64_t *window_start
+        int64_t *window_end
+        int64_t *keys
+        int64_t *key_offsets
+        uint8_t *key_data
+        size_t key_data_len
+        void *columns[2][16]
+        uint32_t ncols[2]
+    ctypedef struct slash_join_stats:
+        uint64_t groups
+        uint64_t rows[2]
+        uint64_t chunks
+        uint64_t late
+        uint64_t epoch
+        size_t memory_bytes
+        size_t log_bytes
+        size_t index_bytes
+        int sealed
+    slash_status slash_join_open(const slash_join_config *cfg, slash_join **out)
+    void slash_join_close(slash_join *s)
+    slash_status slash_join_update(slash_join *s, const slash_join_batch *b)
+    slash_status slash_join_begin_epoch(slash_join *s)
+    slash_status slash_join_delta(const slash_join *s, uint32_t part, const void **addr,
+                                  size_t *len)
+    slash_status slash_join_merge_delta(slash_join *s, const void *region, size_t len)
+    slash_status slash_join_reset_delta(slash_join *s)
+    slash_status slash_join_emit(slash_join *s, int64_t up_to, slash_join_result **out)
+    void slash_join_result_free(slash_join_result *r)
+    void slash_join_get_stats(const slash_join *s, slash_join_stats *out)
+    int64_t slash_join_watermark(const slash_join *s)
+
 cdef extern from "slash/group.h" nogil:
     ctypedef struct slash_group
     slash_status slash_group_join(slash_listener *l, uint32_t rank, uint32_t n,
@@ -172,8 +231,13 @@ cdef extern from "slash/exec.h" nogil:
     ctypedef enum slash_exec_mode:
         SLASH_EXEC_SLASH
         SLASH_EXEC_REPARTITION
+    ctypedef enum slash_exec_kind:
+        SLASH_EXEC_AGGREGATE
+        SLASH_EXEC_JOIN
     ctypedef struct slash_exec_config:
+        slash_exec_kind kind
         slash_ssb_config state
+        slash_join_config join
         slash_exec_mode mode
         int64_t lateness_ms
         uint64_t epoch_bytes
@@ -202,6 +266,9 @@ cdef extern from "slash/exec.h" nogil:
     slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash_exec **out)
     slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
                                  size_t *n_late)
+    slash_status slash_exec_push_join(slash_exec *ex, const slash_join_batch *b, uint8_t *late,
+                                      size_t *n_late)
+    void slash_exec_take_join(slash_exec *ex, slash_join_result **out)
     slash_status slash_exec_advance(slash_exec *ex, int64_t wm)
     slash_status slash_exec_end_epoch(slash_exec *ex)
     slash_status slash_exec_poll(slash_exec *ex, int timeout_ms)
@@ -344,62 +411,3 @@ cdef extern from "slash/gen_nexmark.h" nogil:
                                              const slash_gen_nexmark_bids *out)
     uint64_t slash_gen_nexmark_event_of(int kind, uint64_t k)
     uint64_t slash_gen_nexmark_count(int kind, uint64_t events)
-
-cdef extern from "slash/join.h" nogil:
-    enum:
-        SLASH_JOIN_MAX_COLS
-    ctypedef enum slash_join_side:
-        SLASH_JOIN_LEFT
-        SLASH_JOIN_RIGHT
-    ctypedef enum slash_join_col_type:
-        SLASH_JOIN_I64
-        SLASH_JOIN_F64
-    ctypedef struct slash_join
-    ctypedef struct slash_join_config:
-        slash_window window
-        slash_key_type key_type
-        uint32_t partitions
-        uint32_t ncols[2]
-        slash_join_col_type cols[2][16]
-        size_t log_reserve
-    ctypedef struct slash_join_batch:
-        slash_join_side side
-        size_t n
-        const int64_t *times
-        const int64_t *keys
-        const void *key_offsets
-        int key_offsets_64
-        const uint8_t *key_data
-        const void *columns[16]
-    ctypedef struct slash_join_result:
-        size_t rows
-        int64_t *window_start
-        int64_t *window_end
-        int64_t *keys
-        int64_t *key_offsets
-        uint8_t *key_data
-        size_t key_data_len
-        void *columns[2][16]
-        uint32_t ncols[2]
-    ctypedef struct slash_join_stats:
-        uint64_t groups
-        uint64_t rows[2]
-        uint64_t chunks
-        uint64_t late
-        uint64_t epoch
-        size_t memory_bytes
-        size_t log_bytes
-        size_t index_bytes
-        int sealed
-    slash_status slash_join_open(const slash_join_config *cfg, slash_join **out)
-    void slash_join_close(slash_join *s)
-    slash_status slash_join_update(slash_join *s, const slash_join_batch *b)
-    slash_status slash_join_begin_epoch(slash_join *s)
-    slash_status slash_join_delta(const slash_join *s, uint32_t part, const void **addr,
-                                  size_t *len)
-    slash_status slash_join_merge_delta(slash_join *s, const void *region, size_t len)
-    slash_status slash_join_reset_delta(slash_join *s)
-    slash_status slash_join_emit(slash_join *s, int64_t up_to, slash_join_result **out)
-    void slash_join_result_free(slash_join_result *r)
-    void slash_join_get_stats(const slash_join *s, slash_join_stats *out)
-    int64_t slash_join_watermark(const slash_join *s)

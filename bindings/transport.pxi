@@ -36,13 +36,19 @@ cdef class _Closeable:
     def __exit__(self, *exc):
         self.close()
 
-    def __dealloc__(self):
+    cdef void _finalize(self):
         if self._is_open():
             try:
                 _warnings.warn(f"unclosed {type(self).__name__}", ResourceWarning)
             except BaseException:
                 pass
             self._close_native()
+
+    def __dealloc__(self):
+        # Subclasses holding a parent (a Transport) define their own
+        # __dealloc__ calling _finalize(): Cython clears a subclass's object
+        # fields before the base's __dealloc__ runs, and closing needs them.
+        self._finalize()
 
 
 def have_ofi():
@@ -97,6 +103,7 @@ cdef Transport as_transport(object t):
     return Transport(t)
 
 
+@cython.no_gc_clear  # its parent must outlive it, even in a GC cycle
 cdef class Listener(_Closeable):
     """Waits for producers to connect; each accepted connection is a channel.
 
@@ -129,6 +136,9 @@ cdef class Listener(_Closeable):
         if self.l != NULL:
             slash_listener_close(self.l)
             self.l = NULL
+
+    def __dealloc__(self):
+        self._finalize()
 
     cdef slash_listener *ptr(self) except NULL:
         if self.l == NULL:

@@ -101,3 +101,32 @@ def push_then_wait(transport, rank, n, token, addr_q, addrs_q, out_q, table, sta
         ex.close()
     except BaseException as e:
         out_q.put(("error", rank, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+
+
+def run_join(transport, rank, n, token, addr_q, addrs_q, out_q, left, right, join_kw, group_kw):
+    """A join executor: pushes its left and right splits interleaved in time
+    order, finishes, reports ("ok", rank, results, metrics)."""
+    try:
+        lst = slash.Executor.listen(transport, token=token)
+        addr_q.put((rank, lst.address))
+        addresses = addrs_q.get(timeout=60)
+        ex = slash.Executor(lst, rank, addresses, slash.JoinConfig(**join_kw),
+                            slash.GroupConfig(transport=transport, **group_kw), token=token)
+        lst.close()
+        results = []
+        import pyarrow.compute as pc
+        tmax = max(pc.max(t.column("time")).as_py() or 0 for t in (left, right))
+        for lo in range(0, tmax + 500, 500):  # both sides advance through time together
+            for name, t in (("left", left), ("right", right)):
+                part = t.filter(pc.and_(pc.greater_equal(t.column("time"), lo),
+                                        pc.less(t.column("time"), lo + 500)))
+                if part.num_rows:
+                    late = ex.push_side_batch(name, part)
+                    assert late == 0, f"{late} late {name} rows"
+            results += ex.results()
+        ex.finish()
+        results += ex.results()
+        out_q.put(("ok", rank, pa.Table.from_batches(results, schema=ex.result_schema()), ex.metrics))
+        ex.close()
+    except BaseException as e:
+        out_q.put(("error", rank, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))

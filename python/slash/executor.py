@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from slash import _core
 from slash.errors import InvalidArgument, SchemaError
+from slash.join import JoinConfig, join_core_args, join_result_batch, prepare_side
 from slash.state import StateConfig, core_args, prepare_columns, result_batch
 from slash.window import parse_duration
 
@@ -110,8 +111,9 @@ class Executor:
 
     def __init__(self, listener: "_core.Listener", rank: int, addresses: Sequence[str],
                  state: StateConfig, group: GroupConfig = GroupConfig(), *, token: str) -> None:
-        if not isinstance(state, StateConfig):
-            raise InvalidArgument(f"state must be a StateConfig, got {type(state).__name__}")
+        if not isinstance(state, (StateConfig, JoinConfig)):
+            raise InvalidArgument(f"state must be a StateConfig (aggregates) or a JoinConfig (a "
+                                  f"windowed join), got {type(state).__name__}")
         if not isinstance(group, GroupConfig):
             raise InvalidArgument(f"group must be a GroupConfig, got {type(group).__name__}")
         n = len(addresses)
@@ -121,12 +123,14 @@ class Executor:
         self.group = group
         self.rank = rank
         self.size = n
-        args = core_args(state, group.partitions_for(n))
+        self.is_join = isinstance(state, JoinConfig)
+        parts = group.partitions_for(n)
+        args = join_core_args(state, parts) if self.is_join else core_args(state, parts)
         log.debug("executor %d/%d joining over %s", rank, n, group.transport)
         self._core = _core.ExecutorCore(listener, rank, [str(a) for a in addresses], token, args,
                                         group.lateness_ms, group.epoch_bytes, group.epoch_ms,
                                         group.buffer_size, group.credits, group.timeout,
-                                        group.mode)
+                                        group.mode, "join" if self.is_join else "aggregate")
 
     @staticmethod
     def listen(transport: str = "shm", *, token: str, bind: Optional[str] = None) -> "_core.Listener":
@@ -141,8 +145,34 @@ class Executor:
         Returns the number of late records; with ``return_late`` also the
         indices of the late rows, for a side output.
         """
+        if self.is_join:
+            raise InvalidArgument("this executor runs a join: use push_left/push_right")
         t, k, per_agg, offsets, data = prepare_columns(self.state, keys, times, values)
         n_late, mask = self._core.push(t, k, per_agg, offsets, data, return_late)
+        return self._late(n_late, mask, return_late)
+
+    def push_left(self, keys: Any, times: Any, columns: Optional[Mapping[str, Any]] = None, *,
+                  return_late: bool = False) -> Union[int, Tuple[int, np.ndarray]]:
+        """Join executors: folds a batch of left rows (key, time, the left
+        columns); returns the number of late rows (and their indices)."""
+        return self._push_side("left", keys, times, columns, return_late)
+
+    def push_right(self, keys: Any, times: Any, columns: Optional[Mapping[str, Any]] = None, *,
+                   return_late: bool = False) -> Union[int, Tuple[int, np.ndarray]]:
+        """Join executors: folds a batch of right rows; as :meth:`push_left`."""
+        return self._push_side("right", keys, times, columns, return_late)
+
+    def _push_side(self, side: str, keys: Any, times: Any, columns: Optional[Mapping[str, Any]],
+                   return_late: bool) -> Union[int, Tuple[int, np.ndarray]]:
+        if not self.is_join:
+            raise InvalidArgument("this executor computes aggregates: use push/push_batch")
+        idx, t, k, cols, offsets, data = prepare_side(self.state, side, keys, times, columns)
+        n_late, mask = self._core.push_join(idx, t, k, cols, offsets, data, return_late)
+        return self._late(n_late, mask, return_late)
+
+    @staticmethod
+    def _late(n_late: int, mask: Optional[np.ndarray],
+              return_late: bool) -> Union[int, Tuple[int, np.ndarray]]:
         if return_late:
             idx = np.flatnonzero(mask) if mask is not None else np.empty(0, np.int64)
             return n_late, idx
@@ -154,6 +184,8 @@ class Executor:
         aggregates' value columns. With ``return_late`` returns the late rows
         as a table (the side output), else their number."""
         names = batch.schema.names
+        if self.is_join:
+            raise InvalidArgument("this executor runs a join: use push_side_batch")
         for c in [key, time] + self.state.value_columns:
             if c not in names:
                 raise SchemaError(f"column {c!r} is missing from the batch (has {names})")
@@ -163,6 +195,22 @@ class Executor:
         if return_late:
             _, idx = out
             return batch.take(pa.array(idx, pa.int64()))
+        return out
+
+    def push_side_batch(self, side: str, batch: Union[pa.RecordBatch, pa.Table], *,
+                        key: str = "key", time: str = "time", return_late: bool = False) -> Any:
+        """Join executors: folds an Arrow batch of one side (``"left"`` or
+        ``"right"``) with columns ``key``, ``time`` and the side's columns.
+        With ``return_late`` returns the late rows (side output), else their number."""
+        cols = list(self.state.columns(side)) if side in ("left", "right") else []
+        names = batch.schema.names
+        for c in [key, time] + cols:
+            if c not in names:
+                raise SchemaError(f"column {c!r} is missing from the {side} batch (has {names})")
+        out = self._push_side(side, batch.column(key), batch.column(time),
+                              {c: batch.column(c) for c in cols}, return_late)
+        if return_late:
+            return batch.take(pa.array(out[1], pa.int64()))
         return out
 
     def advance_watermark(self, time_ms: int) -> None:
@@ -190,6 +238,8 @@ class Executor:
     # -- output --------------------------------------------------------------
     def results(self) -> List[pa.RecordBatch]:
         """Fired results not yet returned, oldest first."""
+        if self.is_join:
+            return [join_result_batch(self.state, *r) for r in self._core.take()]
         return [result_batch(self.state, *r) for r in self._core.take()]
 
     def results_table(self) -> pa.Table:
@@ -200,6 +250,11 @@ class Executor:
         key_t = {"int64": pa.int64(), "string": pa.string(), "binary": pa.binary()}[self.state.key_type]
         fields = [pa.field("window_start", pa.int64()), pa.field("window_end", pa.int64()),
                   pa.field("key", key_t)]
+        if self.is_join:
+            for side in ("left", "right"):
+                for c, t in self.state.columns(side).items():
+                    fields.append(pa.field(f"{side}_{c}", pa.float64() if t == "float64" else pa.int64()))
+            return pa.schema(fields)
         for a in self.state.aggregates:
             is_f = a.kind == "avg" or (a.kind != "count" and self.state.value_type(a.column) == "float64")
             fields.append(pa.field(a.name, pa.float64() if is_f else pa.int64()))

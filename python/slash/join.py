@@ -114,6 +114,54 @@ def _window_args(w: Window) -> tuple:
     return "session", w.gap_ms
 
 
+def _key_config(config: JoinConfig) -> StateConfig:
+    """The state backend's view of the key and window, whose helpers check key
+    and time columns and build the window/key columns of results."""
+    return StateConfig(window=config.window, aggregates=(), key_type=config.key_type)
+
+
+def join_core_args(config: JoinConfig, partitions: Optional[int] = None) -> tuple:
+    """The core's view of a join config: (window kind, size, key type,
+    partitions, left column types, right column types)."""
+    kind, size = _window_args(config.window)
+    return (kind, size, "int64" if config.key_type == "int64" else "bytes",
+            partitions or config.partitions, list(config.left_columns.values()),
+            list(config.right_columns.values()))
+
+
+def prepare_side(config: JoinConfig, side: str, keys: Any, times: Any,
+                 columns: Optional[Mapping[str, Any]]) -> tuple:
+    """Checks one side's batch: returns (side index, times, int64 keys or None,
+    columns, key offsets, key data). SchemaError names the bad column."""
+    if side not in SIDES:
+        raise InvalidArgument(f"side must be 'left' or 'right', got {side!r}")
+    t, k, _, offsets, data = prepare_columns(_key_config(config), keys, times, None)
+    want = config.columns(side)
+    columns = dict(columns or {})
+    unknown = set(columns) - set(want)
+    if unknown:
+        raise SchemaError(f"unknown {side} column(s) {sorted(unknown)}; the {side} side has "
+                          f"{list(want)}")
+    cols = []
+    for name, dtype in want.items():
+        if name not in columns:
+            raise SchemaError(f"{side} column {name!r} is missing")
+        col = _numeric(columns[name], f"{side}_{name}", dtype)
+        if len(col) != len(t):
+            raise SchemaError(f"column '{side}_{name}' has {len(col)} values, 'times' has "
+                              f"{len(t)}")
+        cols.append(col)
+    return SIDES.index(side), t, k, cols, offsets, data
+
+
+def join_result_batch(config: JoinConfig, ws: Any, we: Any, keys: Any, left: List[Any],
+                      right: List[Any]) -> pa.RecordBatch:
+    """The Arrow form of emitted join pairs."""
+    head = result_batch(_key_config(config), ws, we, keys, [])
+    arrays = list(head.columns) + [pa.array(c) for c in left] + [pa.array(c) for c in right]
+    return pa.RecordBatch.from_arrays(arrays, names=config.output_names)
+
+
 class JoinBackend:
     """Windowed inner equi-join state of one executor: update each side,
     epoch deltas, emit.
@@ -144,33 +192,13 @@ class JoinBackend:
         self.config = config
         # the key and time columns are checked, and the window/key columns of
         # results built, by the state backend's helpers through this config
-        self._keys = StateConfig(window=config.window, aggregates=(), key_type=config.key_type)
-        kind, size = _window_args(config.window)
-        self._store = _core.JoinStore(kind, size, "int64" if config.key_type == "int64" else "bytes",
-                                      config.partitions, list(config.left_columns.values()),
-                                      list(config.right_columns.values()), log_reserve_bytes)
+        self._store = _core.JoinStore(*join_core_args(config), log_reserve_bytes)
         log.debug("join backend opened: %s", config)
 
     # -- updates -----------------------------------------------------------
     def _update(self, side: str, keys: Any, times: Any,
                 columns: Optional[Mapping[str, Any]]) -> None:
-        t, k, _, offsets, data = prepare_columns(self._keys, keys, times, None)
-        want = self.config.columns(side)
-        columns = dict(columns or {})
-        unknown = set(columns) - set(want)
-        if unknown:
-            raise SchemaError(f"unknown {side} column(s) {sorted(unknown)}; the {side} side has "
-                              f"{list(want)}")
-        cols = []
-        for name, dtype in want.items():
-            if name not in columns:
-                raise SchemaError(f"{side} column {name!r} is missing")
-            col = _numeric(columns[name], f"{side}_{name}", dtype)
-            if len(col) != len(t):
-                raise SchemaError(f"column '{side}_{name}' has {len(col)} values, 'times' has "
-                                  f"{len(t)}")
-            cols.append(col)
-        self._store.update(SIDES.index(side), t, k, cols, offsets, data)
+        self._store.update(*prepare_side(self.config, side, keys, times, columns))
 
     def update_left(self, keys: Any, times: Any,
                     columns: Optional[Mapping[str, Any]] = None) -> None:
@@ -223,10 +251,7 @@ class JoinBackend:
     def emit(self, up_to: int) -> pa.RecordBatch:
         """Every left x right pair of each (window, key) ending at or before
         ``up_to`` ms not emitted before; frees their state."""
-        ws, we, keys, left, right = self._store.emit(int(up_to))
-        head = result_batch(self._keys, ws, we, keys, [])
-        arrays = list(head.columns) + [pa.array(c) for c in left] + [pa.array(c) for c in right]
-        return pa.RecordBatch.from_arrays(arrays, names=self.config.output_names)
+        return join_result_batch(self.config, *self._store.emit(int(up_to)))
 
     # -- introspection -------------------------------------------------------
     def stats(self) -> Dict[str, Any]:

@@ -26,6 +26,7 @@
 
 #include "slash/backoff.h"
 #include "slash/vclock.h"
+#include "exec_store.h"
 #include "ssb_impl.h" /* the key hash, so repartitioning spreads keys like the store */
 
 #include <assert.h>
@@ -76,7 +77,8 @@ struct slash_exec {
     slash_group *g;
     uint32_t rank, n, parts;
     slash_exec_config cfg;
-    slash_ssb *local, *leader;
+    const exec_store_ops *ops; /* aggregate or join store */
+    void *local, *leader;
     slash_vclock vc;
     int64_t max_seen, published, advanced, fired;
     uint64_t epoch, bytes_since, epoch_start_ns;
@@ -88,7 +90,7 @@ struct slash_exec {
     columns dec;
     bool finished, in_epoch;
     uint32_t rr;
-    slash_ssb_result **q;
+    void **q; /* fired results: slash_ssb_result or slash_join_result */
     size_t qhead, qlen, qcap;
     slash_exec_metrics m;
     pthread_mutex_t mu;
@@ -106,11 +108,11 @@ static int timeout_of(const slash_exec *ex)
 
 /* ---- results queue --------------------------------------------------------- */
 
-static slash_status queue_push(slash_exec *ex, slash_ssb_result *r)
+static slash_status queue_push(slash_exec *ex, void *r)
 {
     if (ex->qlen == ex->qcap) {
         size_t nc = ex->qcap ? ex->qcap * 2 : 16;
-        slash_ssb_result **nq = malloc(nc * sizeof *nq);
+        void **nq = malloc(nc * sizeof *nq);
         if (!nq)
             return slash_fail(SLASH_ENOMEM, "exec: out of memory for results");
         for (size_t i = 0; i < ex->qlen; i++)
@@ -122,16 +124,27 @@ static slash_status queue_push(slash_exec *ex, slash_ssb_result *r)
     return SLASH_OK;
 }
 
-void slash_exec_take(slash_exec *ex, slash_ssb_result **out)
+static void *take(slash_exec *ex)
 {
-    *out = NULL;
+    void *out = NULL;
     pthread_mutex_lock(&ex->mu);
     if (ex->qlen) {
-        *out = ex->q[ex->qhead];
+        out = ex->q[ex->qhead];
         ex->qhead = (ex->qhead + 1) % ex->qcap;
         ex->qlen--;
     }
     pthread_mutex_unlock(&ex->mu);
+    return out;
+}
+
+void slash_exec_take(slash_exec *ex, slash_ssb_result **out)
+{
+    *out = ex->cfg.kind == SLASH_EXEC_AGGREGATE ? take(ex) : NULL;
+}
+
+void slash_exec_take_join(slash_exec *ex, slash_join_result **out)
+{
+    *out = ex->cfg.kind == SLASH_EXEC_JOIN ? take(ex) : NULL;
 }
 
 /* ---- firing ---------------------------------------------------------------- */
@@ -141,16 +154,20 @@ static slash_status fire(slash_exec *ex)
     int64_t w = slash_vclock_min(&ex->vc);
     if (w == INT64_MIN || w <= ex->fired)
         return SLASH_OK;
-    slash_ssb_result *r = NULL;
-    slash_status st = slash_ssb_emit(ex->leader, w, &r);
+    void *r = NULL;
+    size_t rows = 0;
+    slash_status st = ex->ops->emit(ex->leader, w, &r, &rows);
     if (st != SLASH_OK)
         return st;
     ex->fired = w;
-    if (r && r->rows) {
-        ex->m.rows_emitted += r->rows;
-        return queue_push(ex, r);
+    if (r && rows) {
+        ex->m.rows_emitted += rows;
+        st = queue_push(ex, r);
+        if (st != SLASH_OK)
+            ex->ops->result_free(r);
+        return st;
     }
-    slash_ssb_result_free(r);
+    ex->ops->result_free(r);
     return SLASH_OK;
 }
 
@@ -159,7 +176,7 @@ static slash_status fire(slash_exec *ex)
 static slash_status merge_timed(slash_exec *ex, const void *addr, size_t len)
 {
     uint64_t t0 = slash_now_ns();
-    slash_status st = slash_ssb_merge_delta(ex->leader, addr, len);
+    slash_status st = ex->ops->merge_delta(ex->leader, addr, len);
     ex->m.merge_ns += slash_now_ns() - t0;
     ex->m.deltas_merged++;
     return st;
@@ -346,18 +363,18 @@ static slash_status end_epoch(slash_exec *ex, bool final)
             return st;
         return publish_epoch(ex, wm, t0);
     }
-    slash_status st = slash_ssb_begin_epoch(ex->local);
+    slash_status st = ex->ops->begin_epoch(ex->local);
     for (uint32_t p = 0; p < ex->parts && st == SLASH_OK; p++) {
         const void *addr;
         size_t len;
-        st = slash_ssb_delta(ex->local, p, &addr, &len);
+        st = ex->ops->delta(ex->local, p, &addr, &len);
         if (st != SLASH_OK || len == 0)
             continue;
         uint32_t lead = p % ex->n;
         st = lead == ex->rank ? merge_timed(ex, addr, len) : ship_delta(ex, lead, p, addr, len);
     }
     if (st == SLASH_OK)
-        st = slash_ssb_reset_delta(ex->local);
+        st = ex->ops->reset_delta(ex->local);
     if (st != SLASH_OK)
         return st;
     return publish_epoch(ex, wm, t0);
@@ -392,7 +409,8 @@ static bool window_can_close(const slash_exec *ex)
         return false;
     if (ex->published == INT64_MIN)
         return true;
-    const slash_window *win = &ex->cfg.state.window;
+    const slash_window *win = ex->cfg.kind == SLASH_EXEC_JOIN ? &ex->cfg.join.window
+                                                               : &ex->cfg.state.window;
     if (win->kind == SLASH_WINDOW_SESSION)
         return w - ex->published >= win->size;
     int64_t k_pub = slash_floor_div(ex->published - win->size, win->slide);
@@ -467,10 +485,15 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
 {
     *out = NULL;
     uint32_t n = slash_group_size(g);
-    if (cfg->state.partitions < n) {
+    uint32_t parts = cfg->kind == SLASH_EXEC_JOIN ? cfg->join.partitions : cfg->state.partitions;
+    if (parts < n) {
         slash_group_close(g);
         return slash_fail(SLASH_EINVAL, "partitions (%u) must be at least the number of executors (%u)",
-                          cfg->state.partitions, n);
+                          parts, n);
+    }
+    if (cfg->kind == SLASH_EXEC_JOIN && cfg->mode == SLASH_EXEC_REPARTITION) {
+        slash_group_close(g);
+        return slash_fail(SLASH_ENOTSUP, "repartition mode runs aggregations; run joins in slash mode");
     }
     if (cfg->lateness_ms < 0) {
         slash_group_close(g);
@@ -485,14 +508,15 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
     ex->g = g;
     ex->rank = slash_group_rank(g);
     ex->n = n;
-    ex->parts = cfg->state.partitions;
+    ex->parts = parts;
+    ex->ops = cfg->kind == SLASH_EXEC_JOIN ? &exec_store_join : &exec_store_aggregate;
     ex->cfg = *cfg;
     ex->max_seen = ex->published = ex->advanced = ex->fired = INT64_MIN;
     ex->epoch_start_ns = slash_now_ns();
     pthread_mutex_init(&ex->mu, NULL);
-    slash_status st = slash_ssb_open(&cfg->state, &ex->local);
+    slash_status st = ex->ops->open(cfg, &ex->local);
     if (st == SLASH_OK)
-        st = slash_ssb_open(&cfg->state, &ex->leader);
+        st = ex->ops->open(cfg, &ex->leader);
     if (st == SLASH_OK)
         st = slash_vclock_init(&ex->vc, n);
     if (st == SLASH_OK) {
@@ -550,68 +574,113 @@ static size_t key_start_at(const slash_ssb_batch *b, size_t i)
     return (size_t)((const int32_t *)b->key_offsets)[i];
 }
 
-/* Applies to store the records of b whose skip[i] == 0 (keep of them), by
- * building compacted columns. */
-static slash_status update_subset(slash_exec *ex, slash_ssb *store, const slash_ssb_batch *b,
-                                  const uint8_t *late, size_t keep)
+/* Records kept out of a batch (the on-time ones, or the own ones), copied
+ * into columns of their own. */
+typedef struct compacted {
+    int64_t *times, *keys, *offs;
+    uint8_t *data;
+    uint64_t *vals[SLASH_SSB_MAX_AGGS];
+} compacted;
+
+static void compacted_free(compacted *c)
 {
-    const slash_ssb_config *c = &ex->cfg.state;
-    slash_ssb_batch nb = {.n = keep, .key_offsets_64 = 1};
-    int64_t *times = malloc((keep ? keep : 1) * sizeof *times);
-    int64_t *keys = NULL, *offs = NULL;
-    uint8_t *kdata = NULL;
-    uint64_t *vals[SLASH_SSB_MAX_AGGS] = {0};
-    bool ok = times != NULL;
-    if (c->key_type == SLASH_KEY_INT64) {
-        ok = ok && (keys = malloc((keep ? keep : 1) * sizeof *keys));
+    free(c->times);
+    free(c->keys);
+    free(c->offs);
+    free(c->data);
+    for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS; j++)
+        free(c->vals[j]);
+}
+
+/* Copies the records with skip[i] == 0 (keep of them): times and keys as in
+ * kv, and the nvals 8-byte value columns (NULL columns stay NULL). */
+static slash_status compact(const slash_ssb_batch *kv, slash_key_type kt, const void *const *values,
+                            uint32_t nvals, const uint8_t *skip, size_t keep, compacted *c)
+{
+    memset(c, 0, sizeof *c);
+    size_t rows = keep ? keep : 1;
+    bool ok = (c->times = malloc(rows * sizeof *c->times)) != NULL;
+    if (kt == SLASH_KEY_INT64) {
+        ok = ok && (c->keys = malloc(rows * sizeof *c->keys));
     } else {
         size_t total = 0;
-        for (size_t i = 0; i < b->n; i++)
-            if (!late[i])
-                total += key_bytes_at(b, i);
-        ok = ok && (offs = malloc((keep + 1) * sizeof *offs)) && (kdata = malloc(total ? total : 1));
+        for (size_t i = 0; i < kv->n; i++)
+            if (!skip[i])
+                total += key_bytes_at(kv, i);
+        ok = ok && (c->offs = malloc((keep + 1) * sizeof *c->offs)) && (c->data = malloc(total ? total : 1));
     }
-    for (uint32_t j = 0; j < c->naggs && ok; j++)
-        if (b->values[j])
-            ok = (vals[j] = malloc((keep ? keep : 1) * sizeof(uint64_t))) != NULL;
-    slash_status st = SLASH_OK;
+    for (uint32_t j = 0; j < nvals && ok; j++)
+        if (values[j])
+            ok = (c->vals[j] = malloc(rows * sizeof(uint64_t))) != NULL;
     if (!ok) {
-        st = slash_fail(SLASH_ENOMEM, "exec: out of memory filtering late records");
-    } else {
-        size_t k = 0, kd = 0;
-        if (offs)
-            offs[0] = 0;
-        for (size_t i = 0; i < b->n; i++) {
-            if (late[i])
-                continue;
-            times[k] = b->times[i];
-            if (keys) {
-                keys[k] = b->keys[i];
-            } else {
-                size_t kl = key_bytes_at(b, i);
-                memcpy(kdata + kd, b->key_data + key_start_at(b, i), kl);
-                kd += kl;
-                offs[k + 1] = (int64_t)kd;
-            }
-            for (uint32_t j = 0; j < c->naggs; j++)
-                if (vals[j])
-                    memcpy(&vals[j][k], (const uint8_t *)b->values[j] + i * 8, 8);
-            k++;
-        }
-        nb.times = times;
-        nb.keys = keys;
-        nb.key_offsets = offs;
-        nb.key_data = kdata;
-        for (uint32_t j = 0; j < c->naggs; j++)
-            nb.values[j] = vals[j];
-        st = slash_ssb_update(store, &nb);
+        compacted_free(c);
+        return slash_fail(SLASH_ENOMEM, "exec: out of memory filtering records");
     }
-    free(times);
-    free(keys);
-    free(offs);
-    free(kdata);
-    for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS; j++)
-        free(vals[j]);
+    size_t k = 0, kd = 0;
+    if (c->offs)
+        c->offs[0] = 0;
+    for (size_t i = 0; i < kv->n; i++) {
+        if (skip[i])
+            continue;
+        c->times[k] = kv->times[i];
+        if (c->keys) {
+            c->keys[k] = kv->keys[i];
+        } else {
+            size_t kl = key_bytes_at(kv, i);
+            memcpy(c->data + kd, kv->key_data + key_start_at(kv, i), kl);
+            kd += kl;
+            c->offs[k + 1] = (int64_t)kd;
+        }
+        for (uint32_t j = 0; j < nvals; j++)
+            if (c->vals[j])
+                memcpy(&c->vals[j][k], (const uint8_t *)values[j] + i * 8, 8);
+        k++;
+    }
+    return SLASH_OK;
+}
+
+/* Applies to an aggregate store the records of b whose skip[i] == 0. */
+static slash_status update_subset(slash_exec *ex, void *store, const slash_ssb_batch *b,
+                                  const uint8_t *skip, size_t keep)
+{
+    const slash_ssb_config *cfg = &ex->cfg.state;
+    compacted c;
+    slash_status st = compact(b, cfg->key_type, b->values, cfg->naggs, skip, keep, &c);
+    if (st != SLASH_OK)
+        return st;
+    slash_ssb_batch nb = {.n = keep, .times = c.times, .keys = c.keys, .key_offsets = c.offs,
+                          .key_offsets_64 = 1, .key_data = c.data};
+    for (uint32_t j = 0; j < cfg->naggs; j++)
+        nb.values[j] = c.vals[j];
+    st = slash_ssb_update(store, &nb);
+    compacted_free(&c);
+    return st;
+}
+
+/* The key and time columns of a join batch, seen as an aggregate batch. */
+static slash_ssb_batch key_view(const slash_join_batch *b)
+{
+    slash_ssb_batch kv = {.n = b->n, .times = b->times, .keys = b->keys, .key_offsets = b->key_offsets,
+                          .key_offsets_64 = b->key_offsets_64, .key_data = b->key_data};
+    return kv;
+}
+
+/* Applies to the local join store the records of b whose skip[i] == 0. */
+static slash_status join_subset(slash_exec *ex, const slash_join_batch *b, const uint8_t *skip,
+                                size_t keep)
+{
+    slash_ssb_batch kv = key_view(b);
+    uint32_t ncols = b->side == SLASH_JOIN_RIGHT ? ex->cfg.join.ncols[1] : ex->cfg.join.ncols[0];
+    compacted c;
+    slash_status st = compact(&kv, ex->cfg.join.key_type, b->columns, ncols, skip, keep, &c);
+    if (st != SLASH_OK)
+        return st;
+    slash_join_batch nb = {.side = b->side, .n = keep, .times = c.times, .keys = c.keys,
+                           .key_offsets = c.offs, .key_offsets_64 = 1, .key_data = c.data};
+    for (uint32_t j = 0; j < ncols; j++)
+        nb.columns[j] = c.vals[j];
+    st = slash_join_update(ex->local, &nb);
+    compacted_free(&c);
     return st;
 }
 
@@ -792,40 +861,81 @@ static slash_status route(slash_exec *ex, const slash_ssb_batch *b)
     return st;
 }
 
-static slash_status push_locked(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
-                             size_t *n_late)
+/* Marks the records older than the published watermark (late[i] = 1 when
+ * late is given), counts them into *nl and finds the newest on-time time. */
+static void scan_late(const slash_exec *ex, size_t n, const int64_t *times, uint8_t *late,
+                      size_t *nl, int64_t *mx)
 {
-    if (n_late)
-        *n_late = 0;
-    if (ex->finished)
-        return slash_fail(SLASH_ESTATE, "exec: push after finish");
-    if (b->n && !b->times)
-        return slash_fail(SLASH_EINVAL, "exec: batch has no event-time column");
-    size_t nl = 0;
-    int64_t mx = INT64_MIN;
-    for (size_t i = 0; i < b->n; i++) {
-        bool is_late = b->times[i] < ex->published;
-        nl += is_late;
+    *nl = 0;
+    *mx = INT64_MIN;
+    for (size_t i = 0; i < n; i++) {
+        bool is_late = times[i] < ex->published;
+        *nl += is_late;
         if (late)
             late[i] = is_late;
-        if (!is_late && b->times[i] > mx)
-            mx = b->times[i];
+        if (!is_late && times[i] > *mx)
+            *mx = times[i];
     }
-    slash_status st;
+}
+
+/* A skip mask of the late records: late itself, or a new one (freed by the caller
+ * when it differs from late). */
+static uint8_t *late_mask(const slash_exec *ex, size_t n, const int64_t *times, uint8_t *late)
+{
+    if (late)
+        return late;
+    uint8_t *mask = calloc(n ? n : 1, 1);
+    if (mask)
+        for (size_t i = 0; i < n; i++)
+            mask[i] = times[i] < ex->published;
+    return mask;
+}
+
+/* Counts a pushed batch, then serves the channels and ends an epoch if due. */
+static slash_status account(slash_exec *ex, size_t n, size_t nl, int64_t mx, uint64_t bytes)
+{
+    if (mx > ex->max_seen)
+        ex->max_seen = mx;
+    ex->m.records_in += n - nl;
+    ex->m.late_records += nl;
+    ex->m.bytes_in += bytes;
+    ex->bytes_since += bytes;
+    slash_status st = serve(ex, NULL);
+    if (st == SLASH_OK && epoch_due(ex))
+        st = end_epoch(ex, false);
+    return st;
+}
+
+static slash_status push_check(slash_exec *ex, slash_exec_kind kind, size_t n, const int64_t *times)
+{
+    if (ex->cfg.kind != kind)
+        return slash_fail(SLASH_EINVAL, "exec: this executor computes %s; push %s",
+                          ex->cfg.kind == SLASH_EXEC_JOIN ? "a join" : "aggregates",
+                          ex->cfg.kind == SLASH_EXEC_JOIN ? "join sides" : "aggregate batches");
+    if (ex->finished)
+        return slash_fail(SLASH_ESTATE, "exec: push after finish");
+    if (n && !times)
+        return slash_fail(SLASH_EINVAL, "exec: batch has no event-time column");
+    return SLASH_OK;
+}
+
+static slash_status push_locked(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
+                                size_t *n_late)
+{
+    slash_status st = push_check(ex, SLASH_EXEC_AGGREGATE, b->n, b->times);
+    if (st != SLASH_OK)
+        return st;
+    size_t nl;
+    int64_t mx;
+    scan_late(ex, b->n, b->times, late, &nl, &mx);
     if (repartitioning(ex)) {
         st = route(ex, b);
     } else if (nl == 0) {
         st = slash_ssb_update(ex->local, b);
     } else {
-        uint8_t *mask = late;
-        if (!mask) {
-            mask = calloc(b->n, 1);
-            if (!mask)
-                return slash_fail(SLASH_ENOMEM, "exec: out of memory");
-            for (size_t i = 0; i < b->n; i++)
-                mask[i] = b->times[i] < ex->published;
-        }
-        st = update_subset(ex, ex->local, b, mask, b->n - nl);
+        uint8_t *mask = late_mask(ex, b->n, b->times, late);
+        st = mask ? update_subset(ex, ex->local, b, mask, b->n - nl)
+                  : slash_fail(SLASH_ENOMEM, "exec: out of memory");
         if (mask != late)
             free(mask);
     }
@@ -833,32 +943,65 @@ static slash_status push_locked(slash_exec *ex, const slash_ssb_batch *b, uint8_
         return st;
     if (n_late)
         *n_late = nl;
-    if (mx > ex->max_seen)
-        ex->max_seen = mx;
     size_t width = 8 + (ex->cfg.state.key_type == SLASH_KEY_INT64 ? 8 : 0);
     for (uint32_t j = 0; j < ex->cfg.state.naggs; j++)
         width += b->values[j] ? 8 : 0;
     uint64_t bytes = (uint64_t)b->n * width;
     if (ex->cfg.state.key_type == SLASH_KEY_BYTES && b->n)
         bytes += (uint64_t)(key_start_at(b, b->n) - key_start_at(b, 0));
-    ex->m.records_in += b->n - nl;
-    ex->m.late_records += nl;
-    ex->m.bytes_in += bytes;
-    ex->bytes_since += bytes;
-    st = serve(ex, NULL);
-    if (st == SLASH_OK && epoch_due(ex))
-        st = end_epoch(ex, false);
-    return st;
+    return account(ex, b->n, nl, mx, bytes);
+}
+
+static slash_status push_join_locked(slash_exec *ex, const slash_join_batch *b, uint8_t *late,
+                                     size_t *n_late)
+{
+    slash_status st = push_check(ex, SLASH_EXEC_JOIN, b->n, b->times);
+    if (st != SLASH_OK)
+        return st;
+    size_t nl;
+    int64_t mx;
+    scan_late(ex, b->n, b->times, late, &nl, &mx);
+    if (nl == 0) {
+        st = slash_join_update(ex->local, b);
+    } else {
+        uint8_t *mask = late_mask(ex, b->n, b->times, late);
+        st = mask ? join_subset(ex, b, mask, b->n - nl) : slash_fail(SLASH_ENOMEM, "exec: out of memory");
+        if (mask != late)
+            free(mask);
+    }
+    if (st != SLASH_OK)
+        return st;
+    if (n_late)
+        *n_late = nl;
+    uint32_t ncols = b->side == SLASH_JOIN_RIGHT ? ex->cfg.join.ncols[1] : ex->cfg.join.ncols[0];
+    uint64_t bytes = (uint64_t)b->n * (8 + 8 * ncols + (ex->cfg.join.key_type == SLASH_KEY_INT64 ? 8 : 0));
+    slash_ssb_batch kv = key_view(b);
+    if (ex->cfg.join.key_type == SLASH_KEY_BYTES && b->n)
+        bytes += (uint64_t)(key_start_at(&kv, b->n) - key_start_at(&kv, 0));
+    return account(ex, b->n, nl, mx, bytes);
 }
 
 
 slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
                              size_t *n_late)
 {
+    if (n_late)
+        *n_late = 0;
     slash_status st = enter(ex);
     if (st != SLASH_OK)
         return st;
     return leave(ex, push_locked(ex, b, late, n_late));
+}
+
+slash_status slash_exec_push_join(slash_exec *ex, const slash_join_batch *b, uint8_t *late,
+                                  size_t *n_late)
+{
+    if (n_late)
+        *n_late = 0;
+    slash_status st = enter(ex);
+    if (st != SLASH_OK)
+        return st;
+    return leave(ex, push_join_locked(ex, b, late, n_late));
 }
 
 slash_status slash_exec_advance(slash_exec *ex, int64_t wm)
@@ -977,8 +1120,10 @@ void slash_exec_close(slash_exec *ex)
     }
     pthread_mutex_destroy(&ex->mu);
     slash_group_close(ex->g);
-    slash_ssb_close(ex->local);
-    slash_ssb_close(ex->leader);
+    if (ex->ops) {
+        ex->ops->close(ex->local);
+        ex->ops->close(ex->leader);
+    }
     slash_vclock_free(&ex->vc);
     if (ex->asm_)
         for (uint32_t r = 0; r < ex->n; r++)
@@ -997,7 +1142,7 @@ void slash_exec_close(slash_exec *ex)
     free(ex->peer_epoch);
     free(ex->fin);
     for (size_t i = 0; i < ex->qlen; i++)
-        slash_ssb_result_free(ex->q[(ex->qhead + i) % ex->qcap]);
+        ex->ops->result_free(ex->q[(ex->qhead + i) % ex->qcap]);
     free(ex->q);
     free(ex);
 }

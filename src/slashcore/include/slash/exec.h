@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "slash/group.h"
+#include "slash/join.h"
 #include "slash/ssb.h"
 #include "slash/status.h"
 
@@ -42,9 +43,15 @@ extern "C" {
  * the same channels, and owners aggregate alone (no state sync). */
 typedef enum slash_exec_mode { SLASH_EXEC_SLASH = 0, SLASH_EXEC_REPARTITION = 1 } slash_exec_mode;
 
+/* What the executor computes: windowed aggregates (state) or a windowed
+ * equi-join of two inputs (join). */
+typedef enum slash_exec_kind { SLASH_EXEC_AGGREGATE = 0, SLASH_EXEC_JOIN = 1 } slash_exec_kind;
+
 typedef struct slash_exec_config {
-    slash_ssb_config state; /* window, key type, partitions (P >= N), aggregates */
-    slash_exec_mode mode;
+    slash_exec_kind kind;
+    slash_ssb_config state; /* AGGREGATE: window, key type, partitions (P >= N), aggregates */
+    slash_join_config join; /* JOIN: window, key type, partitions (P >= N), columns per side */
+    slash_exec_mode mode;   /* REPARTITION supports AGGREGATE only */
     int64_t lateness_ms;    /* allowed out-of-orderness, >= 0 */
     uint64_t epoch_bytes;   /* end an epoch after this much input (0: no limit) */
     uint32_t epoch_ms;      /* end an epoch after this long (0: no limit) */
@@ -85,6 +92,10 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
 slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
                              size_t *n_late);
 
+/* JOIN executors: applies one side's batch, as slash_exec_push does. */
+slash_status slash_exec_push_join(slash_exec *ex, const slash_join_batch *b, uint8_t *late,
+                                  size_t *n_late);
+
 /* Raises this executor's watermark to wm (a source's promise that nothing
  * older follows, e.g. an idle input); takes effect at the next epoch end. */
 slash_status slash_exec_advance(slash_exec *ex, int64_t wm);
@@ -107,6 +118,9 @@ bool slash_exec_finished(const slash_exec *ex);
 /* Pops the oldest fired result (caller owns it, free with
  * slash_ssb_result_free), or sets *out = NULL when none is waiting. */
 void slash_exec_take(slash_exec *ex, slash_ssb_result **out);
+/* JOIN executors: pops the oldest fired join result (free with
+ * slash_join_result_free), or NULL. */
+void slash_exec_take_join(slash_exec *ex, slash_join_result **out);
 
 void slash_exec_get_metrics(const slash_exec *ex, slash_exec_metrics *out);
 

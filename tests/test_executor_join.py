@@ -1,0 +1,86 @@
+"""Windowed equi-joins across executor groups: each executor appends the rows
+of its own splits to append-set CRDTs, deltas travel to partition leaders,
+and leaders emit every left x right pair of a (window, key) once its window
+closed everywhere. Tumbling joins against DuckDB, session joins against a
+direct reference, on 1-3 executor processes."""
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import slash
+from slash import errors
+
+import executor_peers as peers
+from test_executor import OFI, collect, launch, split
+from test_join import duckdb_tumbling_join, rows_of, session_reference
+
+
+def side(seed: int, n: int, nkeys: int, cols: dict, id_base: int, span: int = 20000) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    data = {"key": pa.array(rng.integers(0, nkeys, n), pa.int64()),
+            "time": pa.array(np.sort(rng.integers(0, span, n)) + rng.integers(0, 50, n), pa.int64())}
+    for name, t in cols.items():
+        data[name] = (pa.array(np.arange(id_base, id_base + n), pa.int64()) if t == "int64"
+                      else pa.array(rng.integers(-1000, 1000, n) / 4.0))
+    return pa.table(data)
+
+
+LEFT, RIGHT = {"a": "int64", "x": "float64"}, {"b": "int64"}
+
+
+def run_join(n, transport, window, left, right):
+    lparts, rparts = split(left, n, "random", 1), split(right, n, "random", 2)
+    join_kw = dict(window=window, left_columns=LEFT, right_columns=RIGHT)
+    group_kw = dict(lateness="1s", epoch_bytes=16 << 10, buffer_size=64 << 10)
+    procs, out_q = launch(peers.run_join, n, transport,
+                          lambda r: (lparts[r], rparts[r], join_kw, group_kw), secrets.token_hex(8))
+    reports = collect(procs, out_q, n)
+    return pa.concat_tables([r[2] for r in reports]), [r[3] for r in reports]
+
+
+GROUPS = [pytest.param("shm", n, id=f"shm-{n}") for n in (1, 2, 3)]
+GROUPS += [pytest.param("ofi:tcp", 2, id="ofi-tcp-2", marks=OFI)]
+
+
+@pytest.mark.parametrize("transport,n", GROUPS)
+def test_tumbling_join_equals_duckdb(transport, n):
+    left = side(1, 3000, 40, LEFT, 0)
+    right = side(2, 2000, 40, RIGHT, 100000)
+    got, metrics = run_join(n, transport, "tumbling:1s", left, right)
+    want = duckdb_tumbling_join(left, right, 1000)
+    assert got.num_rows == want.num_rows > 0
+    assert rows_of(got) == rows_of(want)
+    if n > 1:
+        assert sum(m["delta_bytes_sent"] for m in metrics) > 0
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_session_join_equals_reference(n):
+    left = side(3, 800, 15, LEFT, 0, span=30000)
+    right = side(4, 600, 15, RIGHT, 100000, span=30000)
+    got, _ = run_join(n, "shm", "session:300ms", left, right)
+    want = session_reference(left, right, 300)
+    assert len(want) > 0
+    assert rows_of(got) == want
+
+
+def test_join_executor_rejects_aggregate_pushes():
+    token = secrets.token_hex(8)
+    lst = slash.Executor.listen("shm", token=token)
+    ex = slash.Executor(lst, 0, [lst.address],
+                        slash.JoinConfig(window="tumbling:1s", left_columns=LEFT, right_columns=RIGHT),
+                        token=token)
+    lst.close()
+    with pytest.raises(errors.InvalidArgument, match="push_left"):
+        ex.push(np.arange(3), np.arange(3))
+    with pytest.raises(errors.SchemaError, match="'b'"):
+        ex.push_right(np.arange(3), np.arange(3), {})
+    with pytest.raises(errors.NotSupported, match="repartition"):
+        slash.Executor(slash.Executor.listen("shm", token=token), 0, ["x"],
+                       slash.JoinConfig(window="tumbling:1s"), slash.GroupConfig(mode="repartition"),
+                       token=token)
+    ex.close()
