@@ -1,8 +1,10 @@
-"""``slash run``: a windowed aggregation over Parquet / Arrow files.
+"""``slash run``: a windowed aggregation or join over Parquet / Arrow files.
 
     slash run --input data/*.parquet --time ts --window tumbling:10s --key campaign \\
               --agg count --agg sum:price --filter "event_type == view" \\
               --executors 2 --transport shm --output out.parquet
+    slash run --join --left persons/ --right auctions/ --on id --time ts \\
+              --window tumbling:12h --output matches.parquet
 """
 from __future__ import annotations
 
@@ -16,14 +18,19 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input", nargs="+", required=True, metavar="PATH",
+    p.add_argument("--input", nargs="+", metavar="PATH",
                    help="Parquet or Arrow IPC files, directories or glob patterns")
     p.add_argument("--time", required=True, metavar="COL", help="event-time column (int64 ms)")
     p.add_argument("--window", required=True, metavar="SPEC",
                    help="tumbling:10s | sliding:60s/10s | session:10s (units ms, s, m, h)")
-    p.add_argument("--key", required=True, metavar="COL[,COL]", help="key column(s)")
-    p.add_argument("--agg", action="append", required=True, metavar="AGG",
+    p.add_argument("--key", metavar="COL[,COL]", help="key column(s) of an aggregation")
+    p.add_argument("--agg", action="append", metavar="AGG",
                    help="count | sum:COL | min:COL | max:COL | avg:COL (repeatable)")
+    p.add_argument("--join", action="store_true",
+                   help="a windowed equi-join of --left and --right on --on (tumbling or session)")
+    p.add_argument("--left", nargs="+", metavar="PATH", help="left input of a join")
+    p.add_argument("--right", nargs="+", metavar="PATH", help="right input of a join")
+    p.add_argument("--on", metavar="COL[,COL]", help="join key column(s), named alike on both sides")
     p.add_argument("--filter", action="append", default=[], metavar="'COL OP VALUE'",
                    help="keep records where it holds; OP: == != < <= > >= in (repeatable)")
     p.add_argument("--lateness", default="0ms", metavar="DUR", help="allowed out-of-orderness")
@@ -37,19 +44,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
-    from slash.query import Query
+    from slash.errors import InvalidArgument
+    from slash.query import JoinQuery, Query
     from slash.runner import run as run_query
     from slash.sources import FileSource
 
-    query = Query(time=args.time, window=args.window, key=[k for k in args.key.split(",") if k],
-                  aggregates=args.agg, filters=args.filter, lateness=args.lateness)
-    source = FileSource(args.input)
+    def cols(text: str) -> list:
+        return [k for k in text.split(",") if k]
+
+    if args.join:
+        if not (args.left and args.right and args.on):
+            raise InvalidArgument("--join needs --left PATH, --right PATH and --on COL")
+        if args.input or args.agg or args.key or args.filter:
+            raise InvalidArgument("--join takes --left/--right/--on, not --input/--key/--agg/--filter")
+        query = JoinQuery(time=args.time, window=args.window, on=cols(args.on),
+                          lateness=args.lateness)
+        source = (FileSource(args.left), FileSource(args.right))
+        rows_in = source[0].rows + source[1].rows
+    else:
+        if not (args.input and args.key and args.agg):
+            raise InvalidArgument("an aggregation needs --input PATH, --key COL and --agg AGG "
+                                  "(or --join with --left/--right/--on)")
+        query = Query(time=args.time, window=args.window, key=cols(args.key), aggregates=args.agg,
+                      filters=args.filter, lateness=args.lateness)
+        source = FileSource(args.input)
+        rows_in = source.rows
     t0 = time.perf_counter()
     result = run_query(query, source, executors=args.executors, transport=args.transport,
                        mode=args.mode, output=args.output)
     secs = time.perf_counter() - t0
-    return {"output": args.output, "rows_in": source.rows, "rows_out": result.num_rows,
-            "seconds": round(secs, 3), "records_per_s": source.rows / secs if secs else None,
+    return {"output": args.output, "rows_in": rows_in, "rows_out": result.num_rows,
+            "seconds": round(secs, 3), "records_per_s": rows_in / secs if secs else None,
             "executors": args.executors, "transport": args.transport, "mode": args.mode}
 
 

@@ -267,40 +267,160 @@ class Query:
                                  for kind, p in parts))
         return pa.array(rows, pa.binary())
 
-    def finalize(self, results: pa.Table, schema: pa.Schema) -> pa.Table:
-        """Executor results (key column ``key``) to the output shape: the key
-        decoded into its columns, named as in the input, rows sorted."""
-        key_col = results.column("key")
-        cols: Dict[str, pa.Array] = {"window_start": results.column("window_start"),
-                                     "window_end": results.column("window_end")}
+    def decode_keys(self, key_col: Any, schema: pa.Schema) -> Dict[str, pa.Array]:
+        """The executor's ``key`` column back into the key columns, in order."""
         if len(self.key) == 1:
             kt = schema.field(self.key[0]).type
-            cols[self.key[0]] = key_col.cast(kt) if _is_int(kt) else key_col
-        else:
-            decoded: List[List[Any]] = [[] for _ in self.key]
-            for raw in key_col.to_pylist():
-                pos = 0
-                for j, k in enumerate(self.key):
-                    if _is_int(schema.field(k).type):
-                        u = int.from_bytes(raw[pos:pos + 8], "big") ^ (1 << 63)
-                        decoded[j].append(u - (1 << 64) if u >= 1 << 63 else u)
-                        pos += 8
-                    else:
-                        end = raw.index(b"\x00", pos)
-                        decoded[j].append(raw[pos:end])
-                        pos = end + 1
+            return {self.key[0]: key_col.cast(kt) if _is_int(kt) else key_col}
+        decoded: List[List[Any]] = [[] for _ in self.key]
+        for raw in key_col.to_pylist():
+            pos = 0
             for j, k in enumerate(self.key):
-                kt = schema.field(k).type
-                if _is_int(kt):
-                    cols[k] = pa.array(decoded[j], pa.int64()).cast(kt)
-                elif pa.types.is_string(kt) or pa.types.is_large_string(kt):
-                    cols[k] = pa.array([b.decode() for b in decoded[j]], kt)
+                if _is_int(schema.field(k).type):
+                    u = int.from_bytes(raw[pos:pos + 8], "big") ^ (1 << 63)
+                    decoded[j].append(u - (1 << 64) if u >= 1 << 63 else u)
+                    pos += 8
                 else:
-                    cols[k] = pa.array(decoded[j], kt)
+                    end = raw.index(b"\x00", pos)
+                    decoded[j].append(raw[pos:end])
+                    pos = end + 1
+        cols: Dict[str, pa.Array] = {}
+        for j, k in enumerate(self.key):
+            kt = schema.field(k).type
+            if _is_int(kt):
+                cols[k] = pa.array(decoded[j], pa.int64()).cast(kt)
+            elif pa.types.is_string(kt) or pa.types.is_large_string(kt):
+                cols[k] = pa.array([b.decode() for b in decoded[j]], kt)
+            else:
+                cols[k] = pa.array(decoded[j], kt)
+        return cols
+
+    def finalize(self, results: pa.Table, schema: pa.Schema, sort: bool = True) -> pa.Table:
+        """Executor results (key column ``key``) to the output shape: the key
+        decoded into its columns, named as in the input, rows sorted (unless
+        ``sort`` is false: a Spark task's part need not be, and sorting
+        millions of rows costs more than the rest)."""
+        cols: Dict[str, Any] = {"window_start": results.column("window_start"),
+                                "window_end": results.column("window_end")}
+        cols.update(self.decode_keys(results.column("key"), schema))
         for a in self.aggregates:
             cols[a.name] = results.column(a.name)
         out = pa.table(cols)
-        if out.num_rows:
+        if out.num_rows and sort:
             out = out.sort_by([("window_start", "ascending")] +
                               [(k, "ascending") for k in self.key])
+        return out
+
+
+def _is_numeric_payload(t: pa.DataType) -> bool:
+    return _is_int(t) or pa.types.is_floating(t) or (pa.types.is_timestamp(t) and t.unit == "ms")
+
+
+@dataclass(frozen=True)
+class JoinQuery:
+    """A windowed inner equi-join of two inputs (NEXMark Q8's shape).
+
+    ``time``: the event-time column of both sides; ``window``:
+    ``"tumbling:SIZE"`` (pairs whose rows fall in the same window) or
+    ``"session:GAP"`` (pairs within one session of the key, sessions formed
+    over both sides' rows); ``on``: the key column(s), named alike on both
+    sides; ``left_columns`` / ``right_columns``: the payload each side
+    carries (default: every column but the keys; each must be numeric, since
+    rows travel between executors as 8-byte values).
+
+    Output: ``window_start``, ``window_end``, the key columns, then
+    ``left_COL`` for each left payload column and ``right_COL`` for each right one.
+    """
+
+    time: str
+    window: Union[str, Window]
+    on: Sequence[str]
+    left_columns: Optional[Sequence[str]] = None
+    right_columns: Optional[Sequence[str]] = None
+    lateness: Union[int, str] = 0
+
+    def __post_init__(self) -> None:
+        helper = Query(time=self.time, window=self.window, key=self.on, lateness=self.lateness)
+        object.__setattr__(self, "window", helper.window)
+        object.__setattr__(self, "on", helper.key)
+        object.__setattr__(self, "lateness", helper.lateness)
+        from slash.window import Sliding
+
+        if isinstance(self.window, Sliding):
+            raise InvalidArgument("window: a join takes tumbling or session windows, not sliding")
+        for name in ("left_columns", "right_columns"):
+            v = getattr(self, name)
+            if v is not None:
+                object.__setattr__(self, name, tuple([v] if isinstance(v, str) else v))
+
+    @property
+    def _keys(self) -> Query:
+        return Query(time=self.time, window=self.window, key=self.on, lateness=self.lateness)
+
+    def payload(self, side: str, schema: pa.Schema) -> List[str]:
+        given = self.left_columns if side == "left" else self.right_columns
+        if given is None:
+            return [c for c in schema.names if c not in self.on]
+        return list(given)
+
+    def check(self, left: pa.Schema, right: pa.Schema) -> None:
+        """Raises SchemaError naming the side and column that cannot run."""
+        for side, schema in (("left", left), ("right", right)):
+            try:
+                self._keys.check(schema)
+            except SchemaError as e:
+                raise SchemaError(f"{side} input: {e}") from None
+            for c in self.payload(side, schema):
+                if c not in schema.names:
+                    raise SchemaError(f"{side} input: payload column {c!r} is missing "
+                                      f"(has {schema.names})")
+                t = schema.field(c).type
+                if not _is_numeric_payload(t):
+                    raise SchemaError(f"{side} input: join payload column {c!r} is {t}; joins carry "
+                                      "integer, float or timestamp[ms] columns (select others out)")
+        kt = [self._keys.key_type(s) for s in (left, right)]
+        if kt[0] != kt[1]:
+            raise SchemaError(f"join keys {list(self.on)} have different types on the two sides "
+                              f"({kt[0]} vs {kt[1]})")
+
+    def join_config(self, left: pa.Schema, right: pa.Schema, partitions: int = 1):
+        from slash.join import JoinConfig
+
+        self.check(left, right)
+
+        def types(side: str, schema: pa.Schema) -> Dict[str, str]:
+            return {c: "float64" if pa.types.is_floating(schema.field(c).type) else "int64"
+                    for c in self.payload(side, schema)}
+
+        return JoinConfig(window=self.window, key_type=self._keys.key_type(left),
+                          left_columns=types("left", left), right_columns=types("right", right),
+                          partitions=partitions)
+
+    def input_columns(self, side: str, schema: pa.Schema) -> List[str]:
+        return list(dict.fromkeys([self.time, *self.on, *self.payload(side, schema)]))
+
+    def prepare(self, side: str, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+        """One side's batch as the executor takes it: key, time, payload."""
+        t = batch.column(self.time)
+        if pa.types.is_timestamp(t.type):
+            t = t.view(pa.int64())
+        cols = {"key": self._keys._encode_keys(batch), "time": t}
+        for c in self.payload(side, schema):
+            col = batch.column(c)
+            cols[c] = col.view(pa.int64()) if pa.types.is_timestamp(col.type) else col
+        return pa.RecordBatch.from_pydict(cols)
+
+    def finalize(self, results: pa.Table, left: pa.Schema, right: pa.Schema) -> pa.Table:
+        """Executor results to the output shape: keys decoded, rows sorted."""
+        cols: Dict[str, Any] = {"window_start": results.column("window_start"),
+                                "window_end": results.column("window_end")}
+        cols.update(self._keys.decode_keys(results.column("key"), left))
+        for side, schema in (("left", left), ("right", right)):
+            for c in self.payload(side, schema):
+                t = schema.field(c).type
+                col = results.column(f"{side}_{c}")
+                cols[f"{side}_{c}"] = col.cast(t) if _is_int(t) or pa.types.is_timestamp(t) else col
+        out = pa.table(cols)
+        if out.num_rows:
+            out = out.sort_by([(c, "ascending") for c in out.column_names])
         return out

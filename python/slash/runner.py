@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from slash.errors import InvalidArgument, SlashError, SystemFailure
 from slash.executor import Executor, GroupConfig
-from slash.query import Query
+from slash.query import JoinQuery, Query
 from slash.sources import Source, as_source
 
 log = logging.getLogger(__name__)
@@ -72,12 +72,72 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
         ex.close()
 
 
+def _time_ordered(query: JoinQuery, left: Source, right: Source, rank: int, n: int,
+                  batch_rows: int) -> Iterator[Tuple[str, pa.RecordBatch]]:
+    """Both sides' rows of one split merged by event time at batch grain:
+    each step yields the rows of one side that come before the other side's
+    next row, so neither side runs ahead of the other (rows out of order
+    within one side are kept in their place; the lateness covers them)."""
+    import pyarrow.compute as pc
+
+    its = {"left": left.read(rank, n, query.input_columns("left", left.schema), batch_rows),
+           "right": right.read(rank, n, query.input_columns("right", right.schema), batch_rows)}
+
+    def pull(side: str) -> Optional[pa.RecordBatch]:
+        for b in its[side]:
+            if b.num_rows:
+                return b
+        return None
+
+    def first_time(b: pa.RecordBatch) -> int:
+        return pc.min(b.column(query.time)).cast(pa.int64()).as_py()
+
+    cur = {side: pull(side) for side in its}
+    while cur["left"] is not None or cur["right"] is not None:
+        live = [s for s in cur if cur[s] is not None]
+        if len(live) == 1:
+            yield live[0], cur[live[0]]
+            cur[live[0]] = pull(live[0])
+            continue
+        side = min(live, key=lambda s: first_time(cur[s]))
+        other = "right" if side == "left" else "left"
+        times = cur[side].column(query.time).cast(pa.int64())
+        before = pc.less_equal(times, first_time(cur[other]))
+        yield side, cur[side].filter(before)
+        rest = cur[side].filter(pc.invert(before))
+        cur[side] = rest if rest.num_rows else pull(side)
+
+
+def execute_join_split(query: JoinQuery, left: Source, right: Source, rank: int,
+                       addresses: List[str], listener: Any, group: GroupConfig, token: str,
+                       batch_rows: int = 8192) -> pa.Table:
+    """One join executor's run: its splits of both inputs, in time order."""
+    n = len(addresses)
+    cfg = query.join_config(left.schema, right.schema, group.partitions_for(n))
+    ex = Executor(listener, rank, addresses, cfg, group, token=token)
+    out: List[pa.RecordBatch] = []
+    try:
+        schemas = {"left": left.schema, "right": right.schema}
+        for side, batch in _time_ordered(query, left, right, rank, n, batch_rows):
+            ex.push_side_batch(side, query.prepare(side, batch, schemas[side]))
+            out += ex.results()
+        ex.finish()
+        out += ex.results()
+        return pa.Table.from_batches(out, schema=ex.result_schema())
+    finally:
+        ex.close()
+
+
 def _worker(query, source, rank, n, group, token, addr_q, addrs_q, out_q) -> None:
     try:
         lst = Executor.listen(group.transport, token=token)
         addr_q.put((rank, lst.address))
         addresses = addrs_q.get(timeout=group.timeout)
-        result = execute_split(query, source, rank, addresses, lst, group, token)
+        if isinstance(query, JoinQuery):
+            result = execute_join_split(query, source[0], source[1], rank, addresses, lst, group,
+                                        token)
+        else:
+            result = execute_split(query, source, rank, addresses, lst, group, token)
         lst.close()
         out_q.put(("ok", rank, result))
     except BaseException as e:  # the parent raises it, naming the rank
@@ -97,10 +157,20 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     ``output`` also writes it as Parquet, atomically (nothing partial is left
     on failure). Raises the first executor's error, naming its rank.
     """
-    if not isinstance(query, Query):
-        raise InvalidArgument(f"query must be a slash.query.Query, got {type(query).__name__}")
-    src = as_source(source)
-    query.check(src.schema)  # every schema error before any process starts
+    if isinstance(query, JoinQuery):
+        if not (isinstance(source, (tuple, list)) and len(source) == 2):
+            raise InvalidArgument("a join runs over two sources: source=(left, right)")
+        src = (as_source(source[0]), as_source(source[1]))
+        query.check(src[0].schema, src[1].schema)  # every schema error before any process starts
+        if mode != "slash":
+            raise InvalidArgument("joins run in slash mode only (the repartition baseline covers "
+                                  "aggregations)")
+    elif isinstance(query, Query):
+        src = as_source(source)
+        query.check(src.schema)  # every schema error before any process starts
+    else:
+        raise InvalidArgument(f"query must be a slash.query.Query or JoinQuery, got "
+                              f"{type(query).__name__}")
     n = executors if executors is not None else (os.cpu_count() or 1)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
         raise InvalidArgument(f"executors must be an int in 1..1024, got {executors!r}")
@@ -152,7 +222,10 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
             p.join(5)
             if p.is_alive():
                 p.kill()
-    result = query.finalize(pa.concat_tables(parts), src.schema)
+    if isinstance(query, JoinQuery):
+        result = query.finalize(pa.concat_tables(parts), src[0].schema, src[1].schema)
+    else:
+        result = query.finalize(pa.concat_tables(parts), src.schema)
     log.info("query ran on %d executors in %.2f s: %d result rows", n, time.monotonic() - t0,
              result.num_rows)
     if output:
