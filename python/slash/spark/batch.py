@@ -66,7 +66,12 @@ class AggregateResult:
     seconds: float
     metrics: List[Dict[str, Any]] = field(repr=False)
     fast_path: bool = True
-    plan: str = field(default="", repr=False)  # the barrier stage's executed plan
+    stage: Any = field(default=None, repr=False)  # the barrier stage's DataFrame (already run)
+
+    @property
+    def plan(self) -> str:
+        """The barrier stage's executed plan (MapInArrow over Range: no Exchange)."""
+        return self.stage._jdf.queryExecution().executedPlan().toString() if self.stage is not None else ""
 
     @property
     def records_in(self) -> int:
@@ -127,7 +132,7 @@ def _make_task(plan: _Plan):
                 finally:
                     lst.close()
                 t2 = time.perf_counter()
-                out = plan.query.finalize(res, plan.schema)
+                out = plan.query.finalize(res, plan.schema, sort=False)
                 path = write_table(out, plan.out_dir, f"part-{rank:05d}.parquet")
                 m.update(join_seconds=t1 - t0, run_seconds=t2 - t1,
                          write_seconds=time.perf_counter() - t2)
@@ -253,8 +258,7 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
              sum(m["records_in"] for m in metrics), sum(m["rows"] for m in metrics), seconds)
     schema_ = _spark_schema(metrics[0]["path"]) if metrics else None
     df = (spark.read.schema(schema_) if schema_ is not None else spark.read).parquet(out_dir)
-    plan = stage._jdf.queryExecution().executedPlan().toString()
-    return AggregateResult(df, out_dir, n, seconds, metrics, fast, plan)
+    return AggregateResult(df, out_dir, n, seconds, metrics, fast, stage)
 
 
 def _spark_schema(path: str) -> Any:
