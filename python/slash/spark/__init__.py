@@ -21,6 +21,7 @@ from typing import Any, Dict, Optional
 from slash.spark._env import NotEnoughSlots, SparkUnavailable, TaskFailed, task_slots
 from slash.spark.batch import AggregateResult, run_aggregate, window_aggregate
 from slash.spark.reference import spark_window_aggregate
+from slash.spark.stream import DirectorySource, RateSource, StreamHandle, stream
 
 
 def session(master: str = "local[2]", app_name: str = "slash", conf: Optional[Dict[str, Any]] = None) -> Any:
@@ -44,5 +45,6 @@ def session(master: str = "local[2]", app_name: str = "slash", conf: Optional[Di
     return spark
 
 
-__all__ = ["AggregateResult", "NotEnoughSlots", "SparkUnavailable", "TaskFailed", "run_aggregate",
-           "session", "spark_window_aggregate", "task_slots", "window_aggregate"]
+__all__ = ["AggregateResult", "DirectorySource", "NotEnoughSlots", "RateSource", "SparkUnavailable",
+           "StreamHandle", "TaskFailed", "run_aggregate", "session", "spark_window_aggregate", "stream",
+           "task_slots", "window_aggregate"]

@@ -86,6 +86,7 @@ class Rendezvous:
         self._lock = threading.Lock()
         self.errors: List[Tuple[int, str, str]] = []  # (rank, exception type, message), arrival order
         self._closed = False
+        self.started_ms: Optional[int] = None  # wall clock when the group formed
         self._threads = [threading.Thread(target=self._accept, name="slash-rendezvous", daemon=True),
                          threading.Thread(target=self._read, name="slash-task-link", daemon=True)]
         for t in self._threads:
@@ -108,10 +109,11 @@ class Rendezvous:
             if len(group) == self.n:
                 del self._pending[stage]
                 addresses = [group[r][1] for r in range(self.n)]
+                self.started_ms = int(time.time() * 1000)
                 for r in range(self.n):
                     c = group[r][0]
                     try:
-                        c.send(addresses)
+                        c.send((addresses, self.started_ms))
                     except OSError:
                         c.close()
                         continue
@@ -197,16 +199,18 @@ def driver_host(spark: Any) -> str:
 
 
 def join_group(transport: str, token: str, rendezvous: Optional[Tuple[str, int]] = None,
-               timeout: float = 120.0) -> Tuple[int, List[str], Any, Any]:
+               timeout: float = 120.0) -> Tuple[int, List[str], Any, Any, Optional[int]]:
     """In a barrier task: this task's rank, every executor's listener address
-    (rank order), this executor's listener, and the connection to the driver
-    (None without ``rendezvous``: then the addresses go through allGather)."""
+    (rank order), this executor's listener, the connection to the driver and
+    the wall clock (ms) when the group formed (both None without
+    ``rendezvous``: then the addresses go through allGather)."""
     from pyspark import BarrierTaskContext
 
     ctx = BarrierTaskContext.get()
     rank = ctx.partitionId()
     lst = Executor.listen(transport, token=token)
     conn = None
+    started_ms = None
     try:
         if rendezvous is None:
             addresses = ctx.allGather(lst.address)
@@ -217,13 +221,13 @@ def join_group(transport: str, token: str, rendezvous: Optional[Tuple[str, int]]
             conn.send((ctx.stageId(), rank, lst.address))
             if not conn.poll(timeout):
                 raise Timeout(f"rank {rank}: the other executors did not join within {timeout} s")
-            addresses = conn.recv()
+            addresses, started_ms = conn.recv()
     except BaseException:
         lst.close()
         if conn is not None:
             conn.close()
         raise
-    return rank, list(addresses), lst, conn
+    return rank, list(addresses), lst, conn, started_ms
 
 
 class PartitionSource:

@@ -121,7 +121,7 @@ def _make_task(plan: _Plan):
                 source = plan.source
             else:
                 source = PartitionSource(plan.schema, batches, plan.time_columns)
-            rank, addresses, lst, conn = join_group(plan.group.transport, plan.token, plan.rendezvous,
+            rank, addresses, lst, conn, _ = join_group(plan.group.transport, plan.token, plan.rendezvous,
                                                     plan.group.timeout)
             try:
                 t1 = time.perf_counter()
