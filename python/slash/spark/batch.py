@@ -146,6 +146,20 @@ def _make_task(plan: _Plan):
     return task
 
 
+def group_for(spark: Any, query: Query, executors: Optional[int], transport: str,
+              group: Optional[GroupConfig], slots_wait: float) -> Tuple[int, GroupConfig]:
+    """The number of executors (default: every task slot) and their GroupConfig,
+    checked, with the slots there to run them (else NotEnoughSlots)."""
+    n = executors if executors is not None else _env.default_executors(spark)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
+        raise InvalidArgument(f"executors must be an int in 1..1024, got {executors!r}")
+    if group is None:
+        group = GroupConfig(transport=transport, lateness=query.lateness)
+    group.partitions_for(n)
+    _env.check_slots(spark, n, slots_wait)
+    return n, group
+
+
 def _as_list(v: Union[None, str, Sequence[str]]) -> List[str]:
     if v is None:
         return []
@@ -204,17 +218,9 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
         schema, time_columns = spark_input_schema(source)
     query.check(schema)
 
-    if fast:
-        n = executors if executors is not None else _env.default_executors(spark)
-    else:
-        parts = source.rdd.getNumPartitions()
-        n = executors if executors is not None else min(parts, _env.default_executors(spark))
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
-        raise InvalidArgument(f"executors must be an int in 1..1024, got {executors!r}")
-    if group is None:
-        group = GroupConfig(transport=transport, lateness=query.lateness)
-    group.partitions_for(n)
-    _env.check_slots(spark, n, slots_wait)
+    if executors is None and not fast:
+        executors = min(source.rdd.getNumPartitions(), _env.default_executors(spark))
+    n, group = group_for(spark, query, executors, transport, group, slots_wait)
 
     token = secrets.token_hex(16)
     out_dir = f"{_env.result_root(spark, result_dir).rstrip('/')}/q-{token[:12]}"

@@ -46,7 +46,7 @@ from slash.query import Query
 from slash.spark import _env
 from slash.spark._tasks import (Rendezvous, driver_host, join_group, rank_errors, raise_task_failure,
                                 report_error, write_table)
-from slash.spark.batch import make_query
+from slash.spark.batch import group_for, make_query
 
 log = logging.getLogger(__name__)
 
@@ -451,13 +451,7 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
     sink_dir = None if callable(sink) else os.fspath(sink)
     if sink_dir is not None and "://" not in sink_dir:
         os.makedirs(sink_dir, exist_ok=True)
-    n = executors if executors is not None else _env.default_executors(spark)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
-        raise InvalidArgument(f"executors must be an int in 1..1024, got {executors!r}")
-    if group is None:
-        group = GroupConfig(transport=transport, lateness=query.lateness)
-    group.partitions_for(n)
-    _env.check_slots(spark, n, slots_wait)
+    n, group = group_for(spark, query, executors, transport, group, slots_wait)
 
     token = secrets.token_hex(16)
     handle = StreamHandle(n, sink)
