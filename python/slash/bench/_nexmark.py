@@ -7,7 +7,7 @@ input records. Event time follows Beam's default of 10,000 events/s
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict
+from typing import Any, Callable, Dict
 
 from slash.bench import _suite
 from slash.errors import InvalidArgument
@@ -26,7 +26,10 @@ def check_skew(args: argparse.Namespace) -> None:
                               f"--skew {args.skew!r} does not apply")
 
 
-def run(args: argparse.Namespace, plan: _suite.Plan, spark_plan: Any) -> Dict[str, Any]:
+def run(args: argparse.Namespace, make_plan: Callable[..., _suite.Plan],
+        spark_plan: Any) -> Dict[str, Any]:
+    """Checks the arguments, builds the plan with make_plan(events, rate, seed, block), runs it."""
     check_skew(args)
+    plan = make_plan(args.records, args.rate, args.seed, args.block)
     res = _suite.run_suite(plan, _suite.suite_config(args), spark_plan, _suite.parameters(args))
     return _suite.finish(res, args)

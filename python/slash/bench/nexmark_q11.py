@@ -57,7 +57,7 @@ add_arguments = _nexmark.add_arguments
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
-    return _nexmark.run(args, plan(args.records, args.rate, args.seed, args.block), spark_plan)
+    return _nexmark.run(args, plan, spark_plan)
 
 
 summary = _suite.summary

@@ -46,17 +46,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tumbling window covering the run (default tumbling:1h)")
 
 
-def run(args: argparse.Namespace) -> Dict[str, Any]:
-    pl = plan(args.records, args.keys, args.skew, args.rate, args.seed, args.block, args.window)
-    w = pl.query.window  # type: ignore[union-attr]
-
-    def spark_plan(spark: Any, paths: Dict[str, str]) -> Any:
+def spark_plan(window_ms: int) -> _suite.SparkBuilder:
+    """Spark's own count per key per tumbling window of window_ms."""
+    def build(spark: Any, paths: Dict[str, str]) -> Any:
         from slash.spark.reference import spark_window_aggregate
 
         return spark_window_aggregate(spark, paths["events"], time="event_time",
-                                      window=f"tumbling:{w.size_ms}ms", key="key", aggs=["count"])
+                                      window=f"tumbling:{window_ms}ms", key="key", aggs=["count"])
+    return build
 
-    res = _suite.run_suite(pl, _suite.suite_config(args), spark_plan, _suite.parameters(args))
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    pl = plan(args.records, args.keys, args.skew, args.rate, args.seed, args.block, args.window)
+    size = parse_window(args.window).size_ms  # type: ignore[union-attr]
+    res = _suite.run_suite(pl, _suite.suite_config(args), spark_plan(size), _suite.parameters(args))
     return _suite.finish(res, args)
 
 
