@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/install.sh
-slash_install "pytest hypothesis duckdb pyspark matplotlib rich"
+slash_install "pytest hypothesis duckdb scipy pyspark pandas matplotlib rich"
 
 JOBS=$(nproc)
 

@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional
 
 from slash.spark._env import NotEnoughSlots, SparkUnavailable, TaskFailed, task_slots
 from slash.spark.batch import AggregateResult, run_aggregate, window_aggregate
+from slash.spark.join import window_join
 from slash.spark.reference import spark_window_aggregate
 from slash.spark.stream import DirectorySource, RateSource, StreamHandle, stream
 
@@ -45,6 +46,6 @@ def session(master: str = "local[2]", app_name: str = "slash", conf: Optional[Di
     return spark
 
 
-__all__ = ["AggregateResult", "DirectorySource", "NotEnoughSlots", "RateSource", "SparkUnavailable",
+__all__ = ["window_join", "AggregateResult", "DirectorySource", "NotEnoughSlots", "RateSource", "SparkUnavailable",
            "StreamHandle", "TaskFailed", "run_aggregate", "session", "spark_window_aggregate", "stream",
            "task_slots", "window_aggregate"]

@@ -1,0 +1,116 @@
+"""``slash.spark.window_join``: a windowed equi-join of two inputs computed by
+Slash executors in one Spark barrier stage (fast path only).
+
+Each barrier task reads its own split of both inputs with pyarrow (rows never
+pass through the JVM), merges them by event time into its join executor,
+and writes the pairs of the (window, key) groups it leads as Parquet; the
+returned DataFrame reads those files, like :func:`slash.spark.window_aggregate`.
+Spark DataFrames as inputs are not taken here: a barrier stage has one input
+partition per task, so two inputs would need a union of different schemas;
+write them to Parquet first.
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence, Union
+
+from slash.errors import InvalidArgument
+from slash.executor import GroupConfig
+from slash.query import JoinQuery
+from slash.runner import execute_join_split
+from slash.sources import FileSource
+from slash.spark import _env
+from slash.spark._tasks import (Rendezvous, driver_host, join_group, rank_errors, raise_task_failure,
+                                report_error, write_table)
+from slash.spark.batch import SUMMARY_SCHEMA, _is_dataframe, _spark_schema, _summary, group_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _JoinPlan:
+    query: JoinQuery
+    left: FileSource
+    right: FileSource
+    group: GroupConfig
+    token: str
+    out_dir: str
+    rendezvous: Optional[tuple]
+
+
+def _make_join_task(plan: _JoinPlan):
+    def task(batches):
+        t0 = time.perf_counter()
+        from pyspark import BarrierTaskContext
+
+        rank = BarrierTaskContext.get().partitionId()
+        with rank_errors(rank):
+            for _ in batches:  # spark.range's one row: only the trigger
+                pass
+            rank, addresses, lst, conn, _ = join_group(plan.group.transport, plan.token,
+                                                       plan.rendezvous, plan.group.timeout)
+            try:
+                try:
+                    res = execute_join_split(plan.query, plan.left, plan.right, rank, addresses, lst,
+                                             plan.group, plan.token)
+                finally:
+                    lst.close()
+                out = plan.query.finalize(res, plan.left.schema, plan.right.schema)
+                path = write_table(out, plan.out_dir, f"part-{rank:05d}.parquet")
+            except BaseException as e:
+                report_error(conn, e)
+                raise
+            finally:
+                if conn is not None:
+                    conn.close()
+            yield _summary(rank, out, {}, time.perf_counter() - t0, path)
+    return task
+
+
+def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[str]], time: str,
+                window: str, lateness: Union[None, int, str] = None,
+                left_columns: Optional[Sequence[str]] = None,
+                right_columns: Optional[Sequence[str]] = None, executors: Optional[int] = None,
+                transport: str = "shm", result_dir: Optional[str] = None,
+                slots_wait: float = 30.0) -> Any:
+    """Joins ``left`` and ``right`` (Parquet/Arrow paths) on ``on`` within
+    ``window`` (``"tumbling:12h"`` or ``"session:10s"``) and returns an
+    ordinary Spark DataFrame: ``window_start``, ``window_end``, the key
+    columns, then ``left_COL`` and ``right_COL`` for each side's (numeric)
+    payload columns, as ``slash run --join`` writes them.
+
+    >>> # df = window_join(spark, "persons/", "auctions/", on="id", time="ts", window="tumbling:12h")
+    """
+    _env.require_pyspark()
+    for name, src in (("left", left), ("right", right)):
+        if _is_dataframe(src):
+            raise InvalidArgument(f"window_join reads Parquet/Arrow paths; write the {name} DataFrame "
+                                  "to Parquet first (df.write.parquet(PATH))")
+    query = JoinQuery(time=time, window=window, on=on, left_columns=left_columns,
+                      right_columns=right_columns, lateness=0 if lateness is None else lateness)
+    lsrc, rsrc = FileSource(left), FileSource(right)  # UnknownName / SchemaError before work
+    query.check(lsrc.schema, rsrc.schema)
+    n, group = group_for(spark, query, executors, transport, None, slots_wait)
+    token = secrets.token_hex(16)
+    out_dir = f"{_env.result_root(spark, result_dir).rstrip('/')}/j-{token[:12]}"
+    rdv = Rendezvous(driver_host(spark), n, token)
+    plan = _JoinPlan(query, lsrc, rsrc, group, token, out_dir, rdv.address)
+    stage = spark.range(n, numPartitions=n).mapInArrow(_make_join_task(plan), SUMMARY_SCHEMA,
+                                                        barrier=True)
+    sc = spark.sparkContext
+    sc.setJobDescription(f"slash join on {list(query.on)} within {query.window}, {n} executors")
+    try:
+        rows = stage.collect()
+    except Exception as e:
+        raise_task_failure(e, "slash.spark.window_join", rdv.root_cause())
+    finally:
+        sc.setJobDescription(None)
+        rdv.close()
+    paths = [r["path"] for r in sorted(rows, key=lambda r: r["rank"])]
+    log.info("slash.spark.window_join: %d executors, %d result rows", n, sum(r["rows"] for r in rows))
+    schema = _spark_schema(paths[0]) if paths else None
+    return (spark.read.schema(schema) if schema is not None else spark.read).parquet(out_dir)
+
