@@ -32,10 +32,10 @@ def side(seed: int, n: int, nkeys: int, cols: dict, id_base: int, span: int = 20
 LEFT, RIGHT = {"a": "int64", "x": "float64"}, {"b": "int64"}
 
 
-def run_join(n, transport, window, left, right):
+def run_join(n, transport, window, left, right, mode="slash"):
     lparts, rparts = split(left, n, "random", 1), split(right, n, "random", 2)
     join_kw = dict(window=window, left_columns=LEFT, right_columns=RIGHT)
-    group_kw = dict(lateness="1s", epoch_bytes=16 << 10, buffer_size=64 << 10)
+    group_kw = dict(lateness="1s", epoch_bytes=16 << 10, buffer_size=64 << 10, mode=mode)
     procs, out_q = launch(peers.run_join, n, transport,
                           lambda r: (lparts[r], rparts[r], join_kw, group_kw), secrets.token_hex(8))
     reports = collect(procs, out_q, n)
@@ -46,23 +46,27 @@ GROUPS = [pytest.param("shm", n, id=f"shm-{n}") for n in (1, 2, 3)]
 GROUPS += [pytest.param("ofi:tcp", 2, id="ofi-tcp-2", marks=OFI)]
 
 
+@pytest.mark.parametrize("mode", ["slash", "repartition"])
 @pytest.mark.parametrize("transport,n", GROUPS)
-def test_tumbling_join_equals_duckdb(transport, n):
+def test_tumbling_join_equals_duckdb(transport, n, mode):
     left = side(1, 3000, 40, LEFT, 0)
     right = side(2, 2000, 40, RIGHT, 100000)
-    got, metrics = run_join(n, transport, "tumbling:1s", left, right)
+    got, metrics = run_join(n, transport, "tumbling:1s", left, right, mode)
     want = duckdb_tumbling_join(left, right, 1000)
     assert got.num_rows == want.num_rows > 0
     assert rows_of(got) == rows_of(want)
     if n > 1:
         assert sum(m["delta_bytes_sent"] for m in metrics) > 0
+        if mode == "repartition":
+            assert sum(m["records_shipped"] for m in metrics) > 0
 
 
+@pytest.mark.parametrize("mode", ["slash", "repartition"])
 @pytest.mark.parametrize("n", [1, 3])
-def test_session_join_equals_reference(n):
+def test_session_join_equals_reference(n, mode):
     left = side(3, 800, 15, LEFT, 0, span=30000)
     right = side(4, 600, 15, RIGHT, 100000, span=30000)
-    got, _ = run_join(n, "shm", "session:300ms", left, right)
+    got, _ = run_join(n, "shm", "session:300ms", left, right, mode)
     want = session_reference(left, right, 300)
     assert len(want) > 0
     assert rows_of(got) == want
@@ -79,8 +83,4 @@ def test_join_executor_rejects_aggregate_pushes():
         ex.push(np.arange(3), np.arange(3))
     with pytest.raises(errors.SchemaError, match="'b'"):
         ex.push_right(np.arange(3), np.arange(3), {})
-    with pytest.raises(errors.NotSupported, match="repartition"):
-        slash.Executor(slash.Executor.listen("shm", token=token), 0, ["x"],
-                       slash.JoinConfig(window="tumbling:1s"), slash.GroupConfig(mode="repartition"),
-                       token=token)
     ex.close()

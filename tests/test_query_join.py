@@ -50,11 +50,12 @@ def sides(tmp_path):
     return str(lp), str(rp), left, right
 
 
+@pytest.mark.parametrize("mode", ["slash", "repartition"])
 @pytest.mark.parametrize("n", [1, 2])
-def test_tumbling_join_equals_duckdb(sides, n):
+def test_tumbling_join_equals_duckdb(sides, n, mode):
     lp, rp, left, right = sides
     got = run(JoinQuery(time="ts", window="tumbling:2s", on="id", lateness="1s"), (lp, rp),
-              executors=n)
+              executors=n, mode=mode)
     want = duck_join(left, right, 2000)
     assert got.num_rows == want.num_rows > 0
     assert rows_of(got) == rows_of(want.select(got.column_names))

@@ -162,9 +162,6 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
             raise InvalidArgument("a join runs over two sources: source=(left, right)")
         src = (as_source(source[0]), as_source(source[1]))
         query.check(src[0].schema, src[1].schema)  # every schema error before any process starts
-        if mode != "slash":
-            raise InvalidArgument("joins run in slash mode only (the repartition baseline covers "
-                                  "aggregations)")
     elif isinstance(query, Query):
         src = as_source(source)
         query.check(src.schema)  # every schema error before any process starts

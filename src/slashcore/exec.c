@@ -56,6 +56,7 @@ typedef struct rowbuf {
     uint8_t *buf;
     size_t len, cap;
     uint64_t rows;
+    uint32_t side; /* joins: the side of the rows buffered (one side a message) */
 } rowbuf;
 
 /* Repartition mode: decoded columns of received rows (reused). */
@@ -183,7 +184,7 @@ static slash_status merge_timed(slash_exec *ex, const void *addr, size_t len)
 }
 
 static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, size_t len,
-                               uint64_t rows);
+                               uint64_t rows, uint32_t side);
 static bool repartitioning(const slash_exec *ex);
 static slash_status flush_all_rows(slash_exec *ex);
 
@@ -212,7 +213,7 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
         if (h.frag != len - sizeof h)
             return slash_fail(SLASH_EPROTO, "exec: rank %u sent a truncated record message", r);
         ex->m.delta_bytes_received += h.frag;
-        return apply_rows(ex, r, buf + sizeof h, h.frag, h.offset);
+        return apply_rows(ex, r, buf + sizeof h, h.frag, h.offset, h.part);
     }
     if (h.type != SYNC_DELTA)
         return slash_fail(SLASH_EPROTO, "exec: unknown message type %u from rank %u", h.type, r);
@@ -491,10 +492,6 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
         return slash_fail(SLASH_EINVAL, "partitions (%u) must be at least the number of executors (%u)",
                           parts, n);
     }
-    if (cfg->kind == SLASH_EXEC_JOIN && cfg->mode == SLASH_EXEC_REPARTITION) {
-        slash_group_close(g);
-        return slash_fail(SLASH_ENOTSUP, "repartition mode runs aggregations; run joins in slash mode");
-    }
     if (cfg->lateness_ms < 0) {
         slash_group_close(g);
         return slash_fail(SLASH_EINVAL, "lateness must be >= 0 ms, got %lld",
@@ -666,7 +663,8 @@ static slash_ssb_batch key_view(const slash_join_batch *b)
 }
 
 /* Applies to the local join store the records of b whose skip[i] == 0. */
-static slash_status join_subset(slash_exec *ex, const slash_join_batch *b, const uint8_t *skip,
+static slash_status join_subset(slash_exec *ex, void *store, const slash_join_batch *b,
+                                const uint8_t *skip,
                                 size_t keep)
 {
     slash_ssb_batch kv = key_view(b);
@@ -679,7 +677,7 @@ static slash_status join_subset(slash_exec *ex, const slash_join_batch *b, const
                            .key_offsets = c.offs, .key_offsets_64 = 1, .key_data = c.data};
     for (uint32_t j = 0; j < ncols; j++)
         nb.columns[j] = c.vals[j];
-    st = slash_join_update(ex->local, &nb);
+    st = slash_join_update(store, &nb);
     compacted_free(&c);
     return st;
 }
@@ -688,12 +686,28 @@ static slash_status join_subset(slash_exec *ex, const slash_join_batch *b, const
 
 static bool repartitioning(const slash_exec *ex) { return ex->cfg.mode == SLASH_EXEC_REPARTITION; }
 
+static slash_key_type exec_key_type(const slash_exec *ex)
+{
+    return ex->cfg.kind == SLASH_EXEC_JOIN ? ex->cfg.join.key_type : ex->cfg.state.key_type;
+}
+
 static uint32_t owner_of(const slash_exec *ex, const slash_ssb_batch *b, size_t i)
 {
-    uint64_t h = ex->cfg.state.key_type == SLASH_KEY_INT64
+    uint64_t h = exec_key_type(ex) == SLASH_KEY_INT64
                      ? ssb_hash_i64(b->keys[i])
                      : ssb_hash_bytes(b->key_data + key_start_at(b, i), key_bytes_at(b, i));
     return (uint32_t)((h >> 32) % ex->n);
+}
+
+/* Value columns a row carries: aggregates, the inputs they read; joins, the
+ * side's columns. present[j] says whether column j travels. */
+static uint32_t row_columns(const slash_exec *ex, uint32_t side, bool present[SLASH_SSB_MAX_AGGS])
+{
+    uint32_t n = ex->cfg.kind == SLASH_EXEC_JOIN ? ex->cfg.join.ncols[side ? 1 : 0] : ex->cfg.state.naggs;
+    for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS; j++)
+        present[j] = j < n && (ex->cfg.kind == SLASH_EXEC_JOIN ||
+                               slash_crdt_needs_input(ex->cfg.state.aggs[j]));
+    return n;
 }
 
 static slash_status flush_rows(slash_exec *ex, uint32_t r)
@@ -701,7 +715,8 @@ static slash_status flush_rows(slash_exec *ex, uint32_t r)
     rowbuf *rb = &ex->out_rows[r];
     if (!rb->len)
         return SLASH_OK;
-    sync_msg h = {.type = SYNC_ROWS, .epoch = ex->epoch + 1, .offset = rb->rows, .frag = rb->len};
+    sync_msg h = {.type = SYNC_ROWS, .part = rb->side, .epoch = ex->epoch + 1, .offset = rb->rows,
+                  .frag = rb->len};
     slash_status st = ship(ex, r, &h, rb->buf, rb->len);
     ex->m.delta_bytes_sent += rb->len;
     ex->m.records_shipped += rb->rows;
@@ -719,33 +734,38 @@ static slash_status flush_all_rows(slash_exec *ex)
     return st;
 }
 
-static slash_status append_row(slash_exec *ex, uint32_t r, const slash_ssb_batch *b, size_t i)
+/* Appends record i (times and keys as in kv, columns in values) to the rows
+ * bound for owner r. */
+static slash_status append_row(slash_exec *ex, uint32_t r, const slash_ssb_batch *kv,
+                               const void *const *values, uint32_t side, size_t i)
 {
-    const slash_ssb_config *c = &ex->cfg.state;
     rowbuf *rb = &ex->out_rows[r];
-    size_t kl = c->key_type == SLASH_KEY_INT64 ? 8 : 1 + key_bytes_at(b, i);
+    bool present[SLASH_SSB_MAX_AGGS];
+    uint32_t n = row_columns(ex, side, present);
+    size_t kl = exec_key_type(ex) == SLASH_KEY_INT64 ? 8 : 1 + key_bytes_at(kv, i);
     size_t w = 8 + kl;
-    for (uint32_t j = 0; j < c->naggs; j++)
-        w += slash_crdt_needs_input(c->aggs[j]) ? 8 : 0;
-    if (rb->len + w > rb->cap) {
+    for (uint32_t j = 0; j < n; j++)
+        w += present[j] ? 8 : 0;
+    if (rb->len + w > rb->cap || (rb->rows && rb->side != side)) {
         slash_status st = flush_rows(ex, r);
         if (st != SLASH_OK)
             return st;
     }
+    rb->side = side;
     uint8_t *p = rb->buf + rb->len;
-    memcpy(p, &b->times[i], 8);
+    memcpy(p, &kv->times[i], 8);
     p += 8;
-    if (c->key_type == SLASH_KEY_INT64) {
-        memcpy(p, &b->keys[i], 8);
+    if (exec_key_type(ex) == SLASH_KEY_INT64) {
+        memcpy(p, &kv->keys[i], 8);
         p += 8;
     } else {
         *p++ = (uint8_t)(kl - 1);
-        memcpy(p, b->key_data + key_start_at(b, i), kl - 1);
+        memcpy(p, kv->key_data + key_start_at(kv, i), kl - 1);
         p += kl - 1;
     }
-    for (uint32_t j = 0; j < c->naggs; j++)
-        if (slash_crdt_needs_input(c->aggs[j])) {
-            memcpy(p, (const uint8_t *)b->values[j] + i * 8, 8);
+    for (uint32_t j = 0; j < n; j++)
+        if (present[j]) {
+            memcpy(p, (const uint8_t *)values[j] + i * 8, 8);
             p += 8;
         }
     rb->len += w;
@@ -767,10 +787,12 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem)
 
 /* Decodes rows received from rank r and folds them into the leader store. */
 static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, size_t len,
-                               uint64_t rows)
+                               uint64_t rows, uint32_t side)
 {
-    const slash_ssb_config *c = &ex->cfg.state;
     columns *d = &ex->dec;
+    bool present[SLASH_SSB_MAX_AGGS];
+    uint32_t ncols = row_columns(ex, side, present);
+    slash_key_type kt = exec_key_type(ex);
     if (rows > d->cap) {
         size_t cap = d->cap, need = (size_t)rows + 1;
         bool ok = grow((void **)&d->times, &cap, need, 8);
@@ -778,7 +800,7 @@ static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, siz
         ok = ok && grow((void **)&d->keys, &cap, need, 8);
         cap = d->cap;
         ok = ok && grow((void **)&d->offs, &cap, need, 8);
-        for (uint32_t j = 0; j < c->naggs && ok; j++) {
+        for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS && ok; j++) {
             cap = d->cap;
             ok = grow((void **)&d->vals[j], &cap, need, 8);
         }
@@ -796,7 +818,7 @@ static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, siz
             goto bad;
         memcpy(&d->times[k], p, 8);
         p += 8;
-        if (c->key_type == SLASH_KEY_INT64) {
+        if (kt == SLASH_KEY_INT64) {
             if (end - p < 8)
                 goto bad;
             memcpy(&d->keys[k], p, 8);
@@ -810,8 +832,8 @@ static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, siz
             kd += kl;
             d->offs[k + 1] = (int64_t)kd;
         }
-        for (uint32_t j = 0; j < c->naggs; j++)
-            if (slash_crdt_needs_input(c->aggs[j])) {
+        for (uint32_t j = 0; j < ncols; j++)
+            if (present[j]) {
                 if (end - p < 8)
                     goto bad;
                 memcpy(&d->vals[j][k], p, 8);
@@ -820,17 +842,47 @@ static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, siz
     }
     if (p != end)
         goto bad;
-    slash_ssb_batch nb = {.n = (size_t)rows, .times = d->times, .key_offsets_64 = 1};
-    if (c->key_type == SLASH_KEY_INT64)
-        nb.keys = d->keys;
-    else
-        nb.key_offsets = d->offs, nb.key_data = d->data;
-    for (uint32_t j = 0; j < c->naggs; j++)
-        if (slash_crdt_needs_input(c->aggs[j]))
+    const int64_t *keys = kt == SLASH_KEY_INT64 ? d->keys : NULL;
+    const int64_t *offs = kt == SLASH_KEY_INT64 ? NULL : d->offs;
+    const uint8_t *data = kt == SLASH_KEY_INT64 ? NULL : d->data;
+    if (ex->cfg.kind == SLASH_EXEC_JOIN) {
+        slash_join_batch jb = {.side = side ? SLASH_JOIN_RIGHT : SLASH_JOIN_LEFT, .n = (size_t)rows,
+                               .times = d->times, .keys = keys, .key_offsets = offs,
+                               .key_offsets_64 = 1, .key_data = data};
+        for (uint32_t j = 0; j < ncols; j++)
+            jb.columns[j] = d->vals[j];
+        return slash_join_update(ex->leader, &jb);
+    }
+    slash_ssb_batch nb = {.n = (size_t)rows, .times = d->times, .keys = keys, .key_offsets = offs,
+                          .key_offsets_64 = 1, .key_data = data};
+    for (uint32_t j = 0; j < ncols; j++)
+        if (present[j])
             nb.values[j] = d->vals[j];
     return slash_ssb_update(ex->leader, &nb);
 bad:
     return slash_fail(SLASH_EPROTO, "exec: malformed records from rank %u", r);
+}
+
+/* Marks the on-time records of (kv, values) for their owners: the own ones
+ * get skip[i] = 0 (returned count), the others go out as rows. */
+static slash_status route_rows(slash_exec *ex, const slash_ssb_batch *kv, const void *const *values,
+                               uint32_t side, uint8_t *skip, size_t *keep)
+{
+    *keep = 0;
+    slash_status st = SLASH_OK;
+    for (size_t i = 0; i < kv->n && st == SLASH_OK; i++) {
+        skip[i] = 1;
+        if (kv->times[i] < ex->published)
+            continue;
+        uint32_t o = owner_of(ex, kv, i);
+        if (o == ex->rank) {
+            skip[i] = 0;
+            (*keep)++;
+        } else {
+            st = append_row(ex, o, kv, values, side, i);
+        }
+    }
+    return st;
 }
 
 /* Sends every on-time record to its owner; applies the own ones. */
@@ -840,21 +892,27 @@ static slash_status route(slash_exec *ex, const slash_ssb_batch *b)
     if (!skip)
         return slash_fail(SLASH_ENOMEM, "exec: out of memory");
     size_t keep = 0;
-    slash_status st = SLASH_OK;
-    for (size_t i = 0; i < b->n && st == SLASH_OK; i++) {
-        skip[i] = 1;
-        if (b->times[i] < ex->published)
-            continue;
-        uint32_t o = owner_of(ex, b, i);
-        if (o == ex->rank) {
-            skip[i] = 0;
-            keep++;
-        } else {
-            st = append_row(ex, o, b, i);
-        }
-    }
+    slash_status st = route_rows(ex, b, b->values, 0, skip, &keep);
     if (st == SLASH_OK && keep)
         st = keep == b->n ? slash_ssb_update(ex->leader, b) : update_subset(ex, ex->leader, b, skip, keep);
+    free(skip);
+    if (st == SLASH_OK)
+        st = flush_all_rows(ex);
+    return st;
+}
+
+/* route() for one side of a join. */
+static slash_status route_join(slash_exec *ex, const slash_join_batch *b)
+{
+    uint8_t *skip = malloc(b->n ? b->n : 1);
+    if (!skip)
+        return slash_fail(SLASH_ENOMEM, "exec: out of memory");
+    size_t keep = 0;
+    slash_ssb_batch kv = key_view(b);
+    slash_status st = route_rows(ex, &kv, b->columns, b->side == SLASH_JOIN_RIGHT, skip, &keep);
+    if (st == SLASH_OK && keep)
+        st = keep == b->n ? slash_join_update(ex->leader, b)
+                          : join_subset(ex, ex->leader, b, skip, keep);
     free(skip);
     if (st == SLASH_OK)
         st = flush_all_rows(ex);
@@ -961,11 +1019,14 @@ static slash_status push_join_locked(slash_exec *ex, const slash_join_batch *b, 
     size_t nl;
     int64_t mx;
     scan_late(ex, b->n, b->times, late, &nl, &mx);
-    if (nl == 0) {
+    if (repartitioning(ex)) {
+        st = route_join(ex, b);
+    } else if (nl == 0) {
         st = slash_join_update(ex->local, b);
     } else {
         uint8_t *mask = late_mask(ex, b->n, b->times, late);
-        st = mask ? join_subset(ex, b, mask, b->n - nl) : slash_fail(SLASH_ENOMEM, "exec: out of memory");
+        st = mask ? join_subset(ex, ex->local, b, mask, b->n - nl)
+                  : slash_fail(SLASH_ENOMEM, "exec: out of memory");
         if (mask != late)
             free(mask);
     }

@@ -51,7 +51,7 @@ typedef struct slash_exec_config {
     slash_exec_kind kind;
     slash_ssb_config state; /* AGGREGATE: window, key type, partitions (P >= N), aggregates */
     slash_join_config join; /* JOIN: window, key type, partitions (P >= N), columns per side */
-    slash_exec_mode mode;   /* REPARTITION supports AGGREGATE only */
+    slash_exec_mode mode;
     int64_t lateness_ms;    /* allowed out-of-orderness, >= 0 */
     uint64_t epoch_bytes;   /* end an epoch after this much input (0: no limit) */
     uint32_t epoch_ms;      /* end an epoch after this long (0: no limit) */
