@@ -56,6 +56,8 @@ def _label(name: str, run: Dict[str, Any], params: Dict[str, Any]) -> str:
     """The workload's name plus what sets this run apart (keys, skew) when present."""
     parts = [run.get("workload") or name]
     merged = {**params, **run.get("parameters", {}), **run}
+    if merged.get("sample"):  # the real trace: the generator's keys and skew do not apply
+        return " ".join([*map(str, parts), "trace sample"])
     for k in ("keys", "skew", "dist"):
         v = merged.get(k)
         if v is not None and v != "uniform" and not isinstance(v, (dict, list)):
@@ -72,7 +74,7 @@ def _classify(name: str, run: Dict[str, Any], params: Dict[str, Any], g: Gathere
         g.skew_runs.append(run)
         return True
     if "engine" in run and "records_per_s" in run:
-        g.engine_rows.append({"workload": _label(name, run, params), **run})
+        g.engine_rows.append({**run, "workload": _label(name, run, params)})
         return True
     if "records_per_s_per_executor" in run and "executors" in run:
         g.scaling_runs.append({"benchmark": name, **run})
