@@ -12,12 +12,13 @@ import pyarrow as pa
 import slash
 
 
-def join(transport, rank, token, addr_q, addrs_q, state_kw, group_kw, bind=None):
-    """Listens, reports the address, learns everyone's, joins the group."""
+def join(transport, rank, token, addr_q, addrs_q, state_kw, group_kw, bind=None, config=None):
+    """Listens, reports the address, learns everyone's, joins the group (an
+    aggregation after state_kw, or the given config, e.g. a JoinConfig)."""
     lst = slash.Executor.listen(transport, token=token, bind=bind)
     addr_q.put((rank, lst.address))
     addresses = addrs_q.get(timeout=60)
-    ex = slash.Executor(lst, rank, addresses, slash.StateConfig(**state_kw),
+    ex = slash.Executor(lst, rank, addresses, config or slash.StateConfig(**state_kw),
                         slash.GroupConfig(transport=transport, **group_kw), token=token)
     lst.close()
     return ex
@@ -107,12 +108,8 @@ def run_join(transport, rank, n, token, addr_q, addrs_q, out_q, left, right, joi
     """A join executor: pushes its left and right splits interleaved in time
     order, finishes, reports ("ok", rank, results, metrics)."""
     try:
-        lst = slash.Executor.listen(transport, token=token)
-        addr_q.put((rank, lst.address))
-        addresses = addrs_q.get(timeout=60)
-        ex = slash.Executor(lst, rank, addresses, slash.JoinConfig(**join_kw),
-                            slash.GroupConfig(transport=transport, **group_kw), token=token)
-        lst.close()
+        ex = join(transport, rank, token, addr_q, addrs_q, None, group_kw,
+                  config=slash.JoinConfig(**join_kw))
         results = []
         import pyarrow.compute as pc
         tmax = max(pc.max(t.column("time")).as_py() or 0 for t in (left, right))

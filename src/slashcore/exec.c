@@ -885,39 +885,7 @@ static slash_status route_rows(slash_exec *ex, const slash_ssb_batch *kv, const 
     return st;
 }
 
-/* Sends every on-time record to its owner; applies the own ones. */
-static slash_status route(slash_exec *ex, const slash_ssb_batch *b)
-{
-    uint8_t *skip = malloc(b->n ? b->n : 1);
-    if (!skip)
-        return slash_fail(SLASH_ENOMEM, "exec: out of memory");
-    size_t keep = 0;
-    slash_status st = route_rows(ex, b, b->values, 0, skip, &keep);
-    if (st == SLASH_OK && keep)
-        st = keep == b->n ? slash_ssb_update(ex->leader, b) : update_subset(ex, ex->leader, b, skip, keep);
-    free(skip);
-    if (st == SLASH_OK)
-        st = flush_all_rows(ex);
-    return st;
-}
 
-/* route() for one side of a join. */
-static slash_status route_join(slash_exec *ex, const slash_join_batch *b)
-{
-    uint8_t *skip = malloc(b->n ? b->n : 1);
-    if (!skip)
-        return slash_fail(SLASH_ENOMEM, "exec: out of memory");
-    size_t keep = 0;
-    slash_ssb_batch kv = key_view(b);
-    slash_status st = route_rows(ex, &kv, b->columns, b->side == SLASH_JOIN_RIGHT, skip, &keep);
-    if (st == SLASH_OK && keep)
-        st = keep == b->n ? slash_join_update(ex->leader, b)
-                          : join_subset(ex, ex->leader, b, skip, keep);
-    free(skip);
-    if (st == SLASH_OK)
-        st = flush_all_rows(ex);
-    return st;
-}
 
 /* Marks the records older than the published watermark (late[i] = 1 when
  * late is given), counts them into *nl and finds the newest on-time time. */
@@ -977,22 +945,94 @@ static slash_status push_check(slash_exec *ex, slash_exec_kind kind, size_t n, c
     return SLASH_OK;
 }
 
-static slash_status push_locked(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
-                                size_t *n_late)
+
+
+
+/* The two kinds of input batch, seen alike: its key and time columns, its
+ * value columns and side, and how a store takes all or some of its records. */
+typedef struct batch_kind {
+    slash_exec_kind kind;
+    slash_ssb_batch (*keys)(const void *b);
+    const void *const *(*values)(const void *b);
+    uint32_t (*side)(const void *b);
+    slash_status (*whole)(void *store, const void *b);
+    slash_status (*subset)(slash_exec *ex, void *store, const void *b, const uint8_t *skip,
+                           size_t keep);
+} batch_kind;
+
+static slash_ssb_batch agg_keys(const void *b) { return *(const slash_ssb_batch *)b; }
+static const void *const *agg_values(const void *b) { return ((const slash_ssb_batch *)b)->values; }
+static uint32_t agg_side(const void *b) { (void)b; return 0; }
+static slash_status agg_whole(void *store, const void *b) { return slash_ssb_update(store, b); }
+static slash_status agg_subset(slash_exec *ex, void *store, const void *b, const uint8_t *skip,
+                               size_t keep)
 {
-    slash_status st = push_check(ex, SLASH_EXEC_AGGREGATE, b->n, b->times);
+    return update_subset(ex, store, b, skip, keep);
+}
+
+static slash_ssb_batch join_keys(const void *b) { return key_view(b); }
+static const void *const *join_values(const void *b) { return ((const slash_join_batch *)b)->columns; }
+static uint32_t join_side(const void *b) { return ((const slash_join_batch *)b)->side == SLASH_JOIN_RIGHT; }
+static slash_status join_whole(void *store, const void *b) { return slash_join_update(store, b); }
+static slash_status join_some(slash_exec *ex, void *store, const void *b, const uint8_t *skip,
+                              size_t keep)
+{
+    return join_subset(ex, store, b, skip, keep);
+}
+
+static const batch_kind AGG_BATCH = {SLASH_EXEC_AGGREGATE, agg_keys, agg_values, agg_side,
+                                     agg_whole, agg_subset};
+static const batch_kind JOIN_BATCH = {SLASH_EXEC_JOIN, join_keys, join_values, join_side,
+                                      join_whole, join_some};
+
+/* Repartition mode: sends every on-time record to its owner; applies the own ones. */
+static slash_status route(slash_exec *ex, const batch_kind *k, const void *b)
+{
+    slash_ssb_batch kv = k->keys(b);
+    uint8_t *skip = malloc(kv.n ? kv.n : 1);
+    if (!skip)
+        return slash_fail(SLASH_ENOMEM, "exec: out of memory");
+    size_t keep = 0;
+    slash_status st = route_rows(ex, &kv, k->values(b), k->side(b), skip, &keep);
+    if (st == SLASH_OK && keep)
+        st = keep == kv.n ? k->whole(ex->leader, b) : k->subset(ex, ex->leader, b, skip, keep);
+    free(skip);
+    if (st == SLASH_OK)
+        st = flush_all_rows(ex);
+    return st;
+}
+
+/* Input bytes of a batch: times, keys and the value columns it carries. */
+static uint64_t batch_bytes(const slash_exec *ex, const slash_ssb_batch *kv, uint32_t side)
+{
+    bool present[SLASH_SSB_MAX_AGGS];
+    uint32_t n = row_columns(ex, side, present);
+    size_t width = 8 + (exec_key_type(ex) == SLASH_KEY_INT64 ? 8 : 0);
+    for (uint32_t j = 0; j < n; j++)
+        width += present[j] ? 8 : 0;
+    uint64_t bytes = (uint64_t)kv->n * width;
+    if (exec_key_type(ex) == SLASH_KEY_BYTES && kv->n)
+        bytes += (uint64_t)(key_start_at(kv, kv->n) - key_start_at(kv, 0));
+    return bytes;
+}
+
+static slash_status push_any(slash_exec *ex, const batch_kind *k, const void *b, uint8_t *late,
+                             size_t *n_late)
+{
+    slash_ssb_batch kv = k->keys(b);
+    slash_status st = push_check(ex, k->kind, kv.n, kv.times);
     if (st != SLASH_OK)
         return st;
     size_t nl;
     int64_t mx;
-    scan_late(ex, b->n, b->times, late, &nl, &mx);
+    scan_late(ex, kv.n, kv.times, late, &nl, &mx);
     if (repartitioning(ex)) {
-        st = route(ex, b);
+        st = route(ex, k, b);
     } else if (nl == 0) {
-        st = slash_ssb_update(ex->local, b);
+        st = k->whole(ex->local, b);
     } else {
-        uint8_t *mask = late_mask(ex, b->n, b->times, late);
-        st = mask ? update_subset(ex, ex->local, b, mask, b->n - nl)
+        uint8_t *mask = late_mask(ex, kv.n, kv.times, late);
+        st = mask ? k->subset(ex, ex->local, b, mask, kv.n - nl)
                   : slash_fail(SLASH_ENOMEM, "exec: out of memory");
         if (mask != late)
             free(mask);
@@ -1001,47 +1041,8 @@ static slash_status push_locked(slash_exec *ex, const slash_ssb_batch *b, uint8_
         return st;
     if (n_late)
         *n_late = nl;
-    size_t width = 8 + (ex->cfg.state.key_type == SLASH_KEY_INT64 ? 8 : 0);
-    for (uint32_t j = 0; j < ex->cfg.state.naggs; j++)
-        width += b->values[j] ? 8 : 0;
-    uint64_t bytes = (uint64_t)b->n * width;
-    if (ex->cfg.state.key_type == SLASH_KEY_BYTES && b->n)
-        bytes += (uint64_t)(key_start_at(b, b->n) - key_start_at(b, 0));
-    return account(ex, b->n, nl, mx, bytes);
+    return account(ex, kv.n, nl, mx, batch_bytes(ex, &kv, k->side(b)));
 }
-
-static slash_status push_join_locked(slash_exec *ex, const slash_join_batch *b, uint8_t *late,
-                                     size_t *n_late)
-{
-    slash_status st = push_check(ex, SLASH_EXEC_JOIN, b->n, b->times);
-    if (st != SLASH_OK)
-        return st;
-    size_t nl;
-    int64_t mx;
-    scan_late(ex, b->n, b->times, late, &nl, &mx);
-    if (repartitioning(ex)) {
-        st = route_join(ex, b);
-    } else if (nl == 0) {
-        st = slash_join_update(ex->local, b);
-    } else {
-        uint8_t *mask = late_mask(ex, b->n, b->times, late);
-        st = mask ? join_subset(ex, ex->local, b, mask, b->n - nl)
-                  : slash_fail(SLASH_ENOMEM, "exec: out of memory");
-        if (mask != late)
-            free(mask);
-    }
-    if (st != SLASH_OK)
-        return st;
-    if (n_late)
-        *n_late = nl;
-    uint32_t ncols = b->side == SLASH_JOIN_RIGHT ? ex->cfg.join.ncols[1] : ex->cfg.join.ncols[0];
-    uint64_t bytes = (uint64_t)b->n * (8 + 8 * ncols + (ex->cfg.join.key_type == SLASH_KEY_INT64 ? 8 : 0));
-    slash_ssb_batch kv = key_view(b);
-    if (ex->cfg.join.key_type == SLASH_KEY_BYTES && b->n)
-        bytes += (uint64_t)(key_start_at(&kv, b->n) - key_start_at(&kv, 0));
-    return account(ex, b->n, nl, mx, bytes);
-}
-
 
 slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
                              size_t *n_late)
@@ -1051,7 +1052,7 @@ slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *
     slash_status st = enter(ex);
     if (st != SLASH_OK)
         return st;
-    return leave(ex, push_locked(ex, b, late, n_late));
+    return leave(ex, push_any(ex, &AGG_BATCH, b, late, n_late));
 }
 
 slash_status slash_exec_push_join(slash_exec *ex, const slash_join_batch *b, uint8_t *late,
@@ -1062,7 +1063,7 @@ slash_status slash_exec_push_join(slash_exec *ex, const slash_join_batch *b, uin
     slash_status st = enter(ex);
     if (st != SLASH_OK)
         return st;
-    return leave(ex, push_join_locked(ex, b, late, n_late));
+    return leave(ex, push_any(ex, &JOIN_BATCH, b, late, n_late));
 }
 
 slash_status slash_exec_advance(slash_exec *ex, int64_t wm)
