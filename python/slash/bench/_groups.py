@@ -33,6 +33,7 @@ class GroupBenchConfig:
     batch: int = 1 << 16
     seed: int = 1
     verify: bool = True
+    epoch_bytes: int = 64 << 20  # epochs also end at every window close
 
 
 def _stream(cfg: GroupBenchConfig, rank: int):
@@ -50,7 +51,7 @@ def _worker(cfg: GroupBenchConfig, rank: int, token: str, addr_q, addrs_q, out_q
         addr_q.put((rank, lst.address))
         addresses = addrs_q.get(timeout=120)
         state = slash.StateConfig(window=f"tumbling:{cfg.window_ms}ms", aggregates=["count"])
-        group = slash.GroupConfig(transport=cfg.transport, mode=cfg.mode, epoch_bytes=8 << 20)
+        group = slash.GroupConfig(transport=cfg.transport, mode=cfg.mode, epoch_bytes=cfg.epoch_bytes)
         ex = slash.Executor(lst, rank, addresses, state, group, token=token)
         lst.close()
         batches = list(_stream(cfg, rank))  # generated before timing
