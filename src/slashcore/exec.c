@@ -14,6 +14,10 @@
  * executor's published watermark is never applied; a leader never emits a
  * window ending after the minimum of the vector clock (P1).
  *
+ * Failure: an executor that fails sends ABORT with its reason to every peer
+ * whose ring has room before it closes, so the others name the root cause
+ * (the rank that died first) rather than the executor that noticed it.
+ *
  * Threads: a service thread, started with the executor, serves the incoming
  * channels whenever the caller is not inside the executor (a caller waiting
  * on its source must not stall its peers' epoch ends). One mutex guards the
@@ -37,7 +41,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { SYNC_DELTA = 1, SYNC_EPOCH = 2, SYNC_ROWS = 3 };
+enum { SYNC_DELTA = 1, SYNC_EPOCH = 2, SYNC_ROWS = 3, SYNC_ABORT = 4 };
 
 typedef struct sync_msg {
     uint32_t type;
@@ -194,6 +198,11 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
     if (len < sizeof h)
         return slash_fail(SLASH_EPROTO, "exec: short message (%zu bytes) from rank %u", len, r);
     memcpy(&h, buf, sizeof h);
+    if (h.type == SYNC_ABORT) {
+        size_t n = len - sizeof h < h.frag ? len - sizeof h : h.frag;
+        return slash_fail(SLASH_EPEER, "executor rank %u failed: %.*s", r, (int)n,
+                          (const char *)buf + sizeof h);
+    }
     if (h.epoch != ex->peer_epoch[r] + 1)
         return slash_fail(SLASH_EPROTO, "exec: rank %u sent epoch %llu after %llu", r,
                           (unsigned long long)h.epoch, (unsigned long long)ex->peer_epoch[r]);
@@ -244,6 +253,22 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
     return merge_timed(ex, a->buf, a->total);
 }
 
+/* Names the other peers already gone, for an error about rank r: the rank
+ * that died first may not be the one whose channel reported first. */
+static const char *also_gone(slash_exec *ex, uint32_t r, char *out, size_t cap)
+{
+    size_t used = 0;
+    out[0] = 0;
+    for (uint32_t k = 0; k < ex->n && used + 32 < cap; k++) {
+        if (k == ex->rank || k == r || ex->fin[k])
+            continue;
+        slash_endpoint *ep = slash_channel_endpoint(slash_group_in(ex->g, k));
+        if (ep && slash_endpoint_alive(ep) == SLASH_EPEER)
+            used += (size_t)snprintf(out + used, cap - used, "%s rank %u", used ? "," : "; gone too:", k);
+    }
+    return out;
+}
+
 /* Drains what the incoming channels hold right now (never sends). */
 static slash_status serve(slash_exec *ex, bool *progressed)
 {
@@ -259,11 +284,16 @@ static slash_status serve(slash_exec *ex, bool *progressed)
             slash_status st = slash_channel_poll(ch, 0, &buf, &len, &seq);
             if (st == SLASH_ETIMEDOUT)
                 break;
+            char gone[256];
             if (st == SLASH_EOF)
-                return slash_fail(SLASH_EPEER, "executor rank %u closed its channel before finishing", r);
-            if (st == SLASH_EPEER)
-                return slash_fail(SLASH_EPEER, "executor rank %u disconnected (%s)", r,
-                                  slash_last_error());
+                return slash_fail(SLASH_EPEER, "executor rank %u closed its channel before finishing%s",
+                                  r, also_gone(ex, r, gone, sizeof gone));
+            if (st == SLASH_EPEER) {
+                char why[256];
+                snprintf(why, sizeof why, "%s", slash_last_error());
+                return slash_fail(SLASH_EPEER, "executor rank %u disconnected (%s)%s", r, why,
+                                  also_gone(ex, r, gone, sizeof gone));
+            }
             if (st != SLASH_OK)
                 return st;
             st = handle(ex, r, buf, len);
@@ -1172,6 +1202,25 @@ void slash_exec_get_metrics(const slash_exec *cex, slash_exec_metrics *out)
     pthread_mutex_unlock(&ex->mu);
 }
 
+/* Tells every peer whose ring has room right now why this executor failed
+ * (best effort: a full ring or a dead peer is skipped, never waited for). */
+static void send_abort(slash_exec *ex)
+{
+    size_t n = strnlen(ex->sticky_detail, sizeof ex->sticky_detail);
+    for (uint32_t r = 0; r < ex->n; r++) {
+        slash_channel *ch = r == ex->rank ? NULL : slash_group_out(ex->g, r);
+        void *slot;
+        size_t cap;
+        if (!ch || slash_channel_reserve(ch, 0, &slot, &cap) != SLASH_OK)
+            continue;
+        size_t m = cap - sizeof(sync_msg) < n ? cap - sizeof(sync_msg) : n;
+        sync_msg h = {.type = SYNC_ABORT, .frag = m};
+        memcpy(slot, &h, sizeof h);
+        memcpy((uint8_t *)slot + sizeof h, ex->sticky_detail, m);
+        (void)slash_channel_commit(ch, sizeof h + m);
+    }
+}
+
 void slash_exec_close(slash_exec *ex)
 {
     if (!ex)
@@ -1181,6 +1230,8 @@ void slash_exec_close(slash_exec *ex)
         pthread_join(ex->service, NULL);
     }
     pthread_mutex_destroy(&ex->mu);
+    if (ex->sticky != SLASH_OK)
+        send_abort(ex);
     slash_group_close(ex->g);
     if (ex->ops) {
         ex->ops->close(ex->local);

@@ -189,6 +189,8 @@ slash_status slash_endpoint_write(slash_endpoint *ep, const slash_region *src, s
 
 slash_status slash_endpoint_progress(slash_endpoint *ep) { return ep->tp->ops->progress(ep); }
 
+slash_status slash_endpoint_alive(slash_endpoint *ep) { return ep->tp->ops->alive(ep); }
+
 slash_status slash_endpoint_flush(slash_endpoint *ep, int timeout_ms)
 {
     return ep->tp->ops->flush(ep, timeout_ms);

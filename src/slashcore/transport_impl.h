@@ -32,6 +32,7 @@ typedef struct slash_transport_ops {
     slash_status (*write)(slash_endpoint *ep, const slash_region *src, size_t src_off,
                           slash_remote *dst, size_t dst_off, size_t len);
     slash_status (*progress)(slash_endpoint *ep);
+    slash_status (*alive)(slash_endpoint *ep); /* checks the peer now */
     slash_status (*flush)(slash_endpoint *ep, int timeout_ms);
 } slash_transport_ops;
 

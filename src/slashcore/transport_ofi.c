@@ -1157,6 +1157,7 @@ static const slash_transport_ops ofi_ops = {
     .detach = ofi_detach,
     .write = ofi_write,
     .progress = ofi_progress,
+    .alive = ofi_progress,
     .flush = ofi_flush,
 };
 

@@ -536,6 +536,8 @@ static slash_status shm_progress(slash_endpoint *base)
     return check_alive(ep);
 }
 
+static slash_status shm_alive(slash_endpoint *base) { return check_alive((shm_endpoint *)base); }
+
 static slash_status shm_flush(slash_endpoint *base, int timeout_ms)
 {
     (void)timeout_ms;
@@ -560,5 +562,6 @@ static const slash_transport_ops shm_ops = {
     .detach = shm_detach,
     .write = shm_write,
     .progress = shm_progress,
+    .alive = shm_alive,
     .flush = shm_flush,
 };

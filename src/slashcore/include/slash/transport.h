@@ -114,6 +114,10 @@ slash_status slash_endpoint_write(slash_endpoint *ep, const slash_region *src, s
  * and checks the peer: SLASH_OK or SLASH_EPEER. Cheap; call while polling. */
 slash_status slash_endpoint_progress(slash_endpoint *ep);
 
+/* Checks now whether the peer is still there: SLASH_OK or SLASH_EPEER.
+ * Dearer than progress (a system call on shm); for error paths. */
+slash_status slash_endpoint_alive(slash_endpoint *ep);
+
 /* Waits until every posted write has completed locally. */
 slash_status slash_endpoint_flush(slash_endpoint *ep, int timeout_ms);
 
