@@ -127,7 +127,9 @@ def result_root(spark: Any, result_dir: Optional[str]) -> str:
     caller's (``result_dir`` or the ``spark.slash.resultDir`` conf), else one
     temporary directory per driver process, removed at exit. Executors write
     there, so on a cluster of several hosts it must be shared storage."""
-    d = result_dir or spark.sparkContext.getConf().get("spark.slash.resultDir", None)
+    from slash.spark._tasks import conf_get
+
+    d = result_dir or conf_get(spark, "spark.slash.resultDir")
     if d:
         if "://" not in d:
             os.makedirs(d, exist_ok=True)

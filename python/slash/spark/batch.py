@@ -13,7 +13,7 @@ driver.
 Two sources:
 
 * the fast path, Parquet/Arrow paths (or a :class:`slash.sources.FileSource`
-  / ``GeneratorSource``): ``spark.range(N, numPartitions=N)`` drives the
+  / ``GeneratorSource``): a barrier RDD of N empty partitions drives the
   stage and each task reads its own contiguous split with pyarrow, so input
   rows never pass through the JVM;
 * the general path, any Spark DataFrame: ``df.mapInArrow(..., barrier=True)``
@@ -44,15 +44,20 @@ from slash.query import Query
 from slash.runner import execute_split
 from slash.sources import FileSource, GeneratorSource
 from slash.spark import _env
-from slash.spark._tasks import (PartitionSource, Rendezvous, driver_host, join_group, rank_errors,
-                                open_fs, raise_task_failure, report_error, spark_input_schema,
-                                write_table)
+from slash.spark._tasks import (PartitionSource, Rendezvous, barrier_stage, driver_host, join_group,
+                                open_fs, rank_errors, raise_task_failure, report_error,
+                                spark_input_schema, write_table)
 
 log = logging.getLogger(__name__)
 
 #: one row per barrier task, collected on the driver
 SUMMARY_SCHEMA = ("rank int, rows long, records_in long, late_records long, epochs long, "
                   "seconds double, path string, metrics string")
+
+_SUMMARY_ARROW = pa.schema([("rank", pa.int32()), ("rows", pa.int64()), ("records_in", pa.int64()),
+                            ("late_records", pa.int64()), ("epochs", pa.int64()),
+                            ("seconds", pa.float64()), ("path", pa.string()),
+                            ("metrics", pa.string())])
 
 
 @dataclass(frozen=True)
@@ -66,12 +71,19 @@ class AggregateResult:
     seconds: float
     metrics: List[Dict[str, Any]] = field(repr=False)
     fast_path: bool = True
-    stage: Any = field(default=None, repr=False)  # the barrier stage's DataFrame (already run)
+    stage: Any = field(default=None, repr=False)  # the barrier stage (already run): RDD or DataFrame
 
     @property
     def plan(self) -> str:
-        """The barrier stage's executed plan (MapInArrow over Range: no Exchange)."""
-        return self.stage._jdf.queryExecution().executedPlan().toString() if self.stage is not None else ""
+        """The barrier stage's plan: the RDD lineage on the fast path (no
+        ShuffledRDD), the executed plan on the general path (MapInArrow, no
+        Exchange)."""
+        if self.stage is None:
+            return ""
+        if hasattr(self.stage, "toDebugString"):
+            text = self.stage.toDebugString()
+            return text.decode() if isinstance(text, bytes) else str(text)
+        return self.stage._jdf.queryExecution().executedPlan().toString()
 
     @property
     def records_in(self) -> int:
@@ -100,13 +112,19 @@ class _Plan:
     rendezvous: Optional[Tuple[str, int]] = None  # the driver's; None: allGather
 
 
-def _summary(rank: int, out: pa.Table, m: Dict[str, Any], seconds: float, path: str) -> pa.RecordBatch:
+def _summary(rank: int, out: pa.Table, m: Dict[str, Any], seconds: float, path: str) -> Dict[str, Any]:
     plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
-    return pa.RecordBatch.from_pydict({
-        "rank": pa.array([rank], pa.int32()), "rows": [out.num_rows],
-        "records_in": [int(m.get("records_in", 0))], "late_records": [int(m.get("late_records", 0))],
-        "epochs": [int(m.get("epochs", 0))], "seconds": [seconds], "path": [path],
-        "metrics": [json.dumps(plain)]})
+    return {"rank": rank, "rows": out.num_rows, "records_in": int(m.get("records_in", 0)),
+            "late_records": int(m.get("late_records", 0)), "epochs": int(m.get("epochs", 0)),
+            "seconds": seconds, "path": path, "metrics": json.dumps(plain)}
+
+
+def _as_arrow(task):
+    """A task yielding summary dicts as a mapInArrow function (general path)."""
+    def arrow_task(batches):
+        for row in task(batches):
+            yield pa.RecordBatch.from_pylist([row], schema=_SUMMARY_ARROW)
+    return arrow_task
 
 
 def _make_task(plan: _Plan):
@@ -116,7 +134,7 @@ def _make_task(plan: _Plan):
         rank = BarrierTaskContext.get().partitionId()
         with rank_errors(rank):
             if plan.source is not None:
-                for _ in batches:  # spark.range's one row: only the trigger
+                for _ in batches:  # the partition's id: only the trigger
                     pass
                 source = plan.source
             else:
@@ -231,13 +249,13 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
                  rdv.address if rdv else None)
     task = _make_task(plan)
     if fast:
-        stage = spark.range(n, numPartitions=n).mapInArrow(task, SUMMARY_SCHEMA, barrier=True)
+        stage = barrier_stage(spark, n, task)
     else:
         df = source.select(*query.input_columns)
         if df.rdd.getNumPartitions() != n:
             log.info("general path: repartitioning the input round-robin to %d partitions", n)
             df = df.repartition(n)
-        stage = df.mapInArrow(task, SUMMARY_SCHEMA, barrier=True)
+        stage = df.mapInArrow(_as_arrow(task), SUMMARY_SCHEMA, barrier=True)
 
     sc = spark.sparkContext
     sc.setJobDescription(f"slash {query.window} by {list(query.key)} on {n} executors")

@@ -23,9 +23,9 @@ from slash.query import JoinQuery
 from slash.runner import execute_join_split
 from slash.sources import FileSource
 from slash.spark import _env
-from slash.spark._tasks import (Rendezvous, driver_host, join_group, rank_errors, raise_task_failure,
-                                report_error, write_table)
-from slash.spark.batch import SUMMARY_SCHEMA, _is_dataframe, _spark_schema, _summary, group_for
+from slash.spark._tasks import (Rendezvous, barrier_stage, driver_host, join_group, rank_errors,
+                                raise_task_failure, report_error, write_table)
+from slash.spark.batch import _is_dataframe, _spark_schema, _summary, group_for
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def _make_join_task(plan: _JoinPlan):
 
         rank = BarrierTaskContext.get().partitionId()
         with rank_errors(rank):
-            for _ in batches:  # spark.range's one row: only the trigger
+            for _ in batches:  # the partition's id: only the trigger
                 pass
             rank, addresses, lst, conn, _ = join_group(plan.group.transport, plan.token,
                                                        plan.rendezvous, plan.group.timeout)
@@ -98,8 +98,7 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
     out_dir = f"{_env.result_root(spark, result_dir).rstrip('/')}/j-{token[:12]}"
     rdv = Rendezvous(driver_host(spark), n, token)
     plan = _JoinPlan(query, lsrc, rsrc, group, token, out_dir, rdv.address)
-    stage = spark.range(n, numPartitions=n).mapInArrow(_make_join_task(plan), SUMMARY_SCHEMA,
-                                                        barrier=True)
+    stage = barrier_stage(spark, n, _make_join_task(plan))
     sc = spark.sparkContext
     sc.setJobDescription(f"slash join on {list(query.on)} within {query.window}, {n} executors")
     try:

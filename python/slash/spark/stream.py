@@ -44,7 +44,7 @@ from slash.errors import InvalidArgument, InvalidState, UnknownName
 from slash.executor import Executor, GroupConfig
 from slash.query import Query
 from slash.spark import _env
-from slash.spark._tasks import (Rendezvous, driver_host, join_group, rank_errors, raise_task_failure,
+from slash.spark._tasks import (Rendezvous, barrier_stage, driver_host, join_group, rank_errors, raise_task_failure,
                                 report_error, write_table)
 from slash.spark.batch import group_for, make_query
 
@@ -220,9 +220,8 @@ def _stream_task(plan: _StreamPlan):
             finally:
                 lst.close()
                 conn.close()
-            yield pa.RecordBatch.from_pydict({"rank": pa.array([rank], pa.int32()),
-                                              "records_in": [int(m["records_in"])],
-                                              "late_records": [int(m["late_records"])]})
+            yield {"rank": rank, "records_in": int(m["records_in"]),
+                   "late_records": int(m["late_records"])}
     return task
 
 
@@ -458,8 +457,7 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
     rdv = Rendezvous(driver_host(spark), n, token, on_message=handle._on_message)
     handle._rdv = rdv
     plan = _StreamPlan(query, schema, source, group, token, rdv.address, sink_dir)
-    stage = spark.range(n, numPartitions=n).mapInArrow(_stream_task(plan), "rank int, records_in long, "
-                                                       "late_records long", barrier=True)
+    stage = barrier_stage(spark, n, _stream_task(plan))
 
     def run() -> None:
         try:
