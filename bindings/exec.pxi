@@ -88,11 +88,13 @@ cdef class ExecutorCore(_Closeable):
             raise _errors.InvalidState("executor is closed")
         return self.ex
 
-    def push(self, times, keys, list values, key_offsets=None, key_data=None, bint want_late=False):
-        """Applies one batch; returns (number of late records, uint8 mask or None)."""
+    def push(self, times, keys, list values, key_offsets=None, key_data=None, bint want_late=False,
+             skip=None):
+        """Applies one batch (only the rows where ``skip`` is 0, if given);
+        returns (number of late records, uint8 mask or None)."""
         cdef slash_exec *ex = self.ptr()
         cdef slash_ssb_batch b
-        keep = fill_batch(&b, times, keys, values, key_offsets, key_data)
+        keep = fill_batch(&b, times, keys, values, key_offsets, key_data, skip)
         cdef size_t n_late = 0
         cdef uint8_t[::1] m
         cdef uint8_t *mp = NULL

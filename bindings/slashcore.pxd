@@ -129,6 +129,7 @@ cdef extern from "slash/ssb.h" nogil:
         int key_offsets_64
         const uint8_t *key_data
         const void *values[16]
+        const uint8_t *skip
     ctypedef struct slash_ssb_result:
         size_t rows
         int64_t *window_start

@@ -46,11 +46,14 @@ cdef list fill_ssb_config(slash_ssb_config *cfg, str window_kind, int64_t size, 
     return result_f64
 
 
-cdef list fill_batch(slash_ssb_batch *b, times, keys, list values, key_offsets, key_data):
+cdef list fill_batch(slash_ssb_batch *b, times, keys, list values, key_offsets, key_data,
+                     skip=None):
     """Points a slash_ssb_batch at C-contiguous NumPy columns (int64 times and
-    keys, or int32/int64 offsets + uint8 data; int64/float64 values). Returns
-    the memoryviews that must stay alive while b is used."""
+    keys, or int32/int64 offsets + uint8 data; int64/float64 values; an
+    optional uint8 selection, nonzero = row not selected). Returns the
+    memoryviews that must stay alive while b is used."""
     memset(b, 0, sizeof(b[0]))
+    cdef const uint8_t[::1] sk
     cdef const int64_t[::1] t = times
     cdef const int64_t[::1] k
     cdef const int32_t[::1] o32
@@ -63,6 +66,12 @@ cdef list fill_batch(slash_ssb_batch *b, times, keys, list values, key_offsets, 
     if b.n == 0:
         return keep
     b.times = &t[0]
+    if skip is not None:
+        sk = skip
+        if <size_t>sk.shape[0] != b.n:
+            raise _errors.InvalidArgument(f"selection has {sk.shape[0]} rows, the batch {b.n}")
+        b.skip = &sk[0]
+        keep.append(sk)
     if keys is not None:
         k = keys
         b.keys = &k[0]

@@ -219,6 +219,27 @@ def test_late_records_are_counted_returned_and_not_applied():
     ex.close()
 
 
+def test_skipped_rows_are_neither_applied_nor_late_nor_counted():
+    ex = one_executor()
+    t = pa.table({"key": pa.array([1, 1, 2, 3], pa.int64()), "time": [100, 2500, 9999, 150],
+                  "x": [1, 2, 3, 4]})
+    assert ex.push_batch(t, skip=np.array([False, False, False, True])) == 0
+    ex.end_epoch()  # watermark 9499
+    mixed = pa.table({"key": pa.array([1, 2, 1, 2], pa.int64()), "time": [9600, 3000, 9498, 100],
+                      "x": [10, 20, 30, 40]})
+    late = ex.push_batch(mixed, return_late=True, skip=np.array([0, 0, 1, 1], np.uint8))
+    assert late.column("time").to_pylist() == [3000]  # the skipped late rows are not late
+    m = ex.metrics
+    assert m["late_records"] == 1 and m["records_in"] == 3 + 1
+    with pytest.raises(errors.SchemaError, match="skip has 2 values"):
+        ex.push_batch(mixed, skip=np.array([0, 1], np.uint8))
+    ex.finish()
+    got = sorted((r["window_start"], r["key"], r["count"], r["sum_x"])
+                 for r in ex.results_table().to_pylist())
+    assert got == sorted([(0, 1, 1, 1), (2000, 1, 1, 2), (9000, 2, 1, 3), (9000, 1, 1, 10)])
+    ex.close()
+
+
 def test_out_of_order_within_lateness_is_applied():
     ex = one_executor(lateness="2s")
     t = pa.table({"key": pa.array([5] * 6, pa.int64()), "time": [3000, 1500, 2999, 1000, 4000, 2100],

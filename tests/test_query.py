@@ -189,3 +189,43 @@ def test_bad_specs_are_invalid_arguments():
         Query(time="t", window="tumbling:1s", key="k", aggregates=["median:x"])
     with pytest.raises(errors.InvalidArgument, match="window"):
         Query(time="t", window="hopping:1s", key="k")
+
+
+@pytest.mark.parametrize("spec", ["ev == 'view'", "ev != 'view'", "ev in ('view', 'buy')",
+                                  "ev in ('view', 'buy', 'click')", "ev == 'none'",
+                                  "plain == 'buy'", "x > 5", "x in (1, 2)"])
+@pytest.mark.parametrize("nulls", [False, True])
+def test_filter_selection_drops_exactly_the_rows_the_filter_drops(spec, nulls):
+    from slash.query import Filter
+
+    rng = np.random.default_rng(7)
+    words = np.array(["view", "buy", "click"])[rng.integers(0, 3, 5000)].tolist()
+    xs = rng.integers(0, 10, 5000).tolist()
+    if nulls:
+        for i in range(0, 5000, 7):
+            words[i] = None
+            xs[i] = None
+    batch = pa.record_batch({"ev": pa.array(words).dictionary_encode(), "plain": pa.array(words),
+                             "x": pa.array(xs, pa.int64())})
+    f = Filter.parse(spec)
+    skip = f.skip(batch)
+    assert skip.dtype == np.bool_ and len(skip) == 5000
+    assert np.array_equal(skip, ~f.mask(batch).to_numpy(zero_copy_only=False))
+
+
+def test_prepare_selected_feeds_the_same_rows_as_prepare():
+    q = Query(time="t", window="tumbling:10s", key="k", aggregates=["count", "sum:x"],
+              filters=["ev == 'view'", "x >= 3"])
+    rng = np.random.default_rng(3)
+    batch = pa.record_batch({"t": pa.array(rng.integers(0, 10**5, 4000), pa.int64()),
+                             "k": pa.array(rng.integers(0, 50, 4000), pa.int64()),
+                             "ev": pa.array(np.array(["view", "buy"])[rng.integers(0, 2, 4000)])
+                             .dictionary_encode(),
+                             "x": pa.array(rng.integers(0, 9, 4000), pa.int64())})
+    full, skip = q.prepare_selected(batch)
+    assert skip is not None and full.num_rows == 4000
+    assert full.filter(pa.array(~skip)).equals(q.prepare(batch))
+    # a null in a column the executor reads: the rows are filtered instead
+    with_null = batch.set_column(3, "x", pa.array([None] + batch.column(3).to_pylist()[1:], pa.int64()))
+    b, none = q.prepare_selected(with_null)
+    assert none is None and b.equals(q.prepare(with_null))

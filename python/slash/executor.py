@@ -139,8 +139,12 @@ class Executor:
 
     # -- input ---------------------------------------------------------------
     def push(self, keys: Any, times: Any, values: Optional[Mapping[str, Any]] = None, *,
-             return_late: bool = False) -> Union[int, Tuple[int, np.ndarray]]:
+             return_late: bool = False, skip: Optional[np.ndarray] = None) -> Union[int, Tuple[int, np.ndarray]]:
         """Folds one batch (NumPy or Arrow columns of one length).
+
+        ``skip``: an optional selection (bool or uint8 per row, nonzero = the
+        row is not part of the batch), e.g. a filter's, applied in the core
+        without copying the selected rows out.
 
         Returns the number of late records; with ``return_late`` also the
         indices of the late rows, for a side output.
@@ -148,7 +152,12 @@ class Executor:
         if self.is_join:
             raise InvalidArgument("this executor runs a join: use push_left/push_right")
         t, k, per_agg, offsets, data = prepare_columns(self.state, keys, times, values)
-        n_late, mask = self._core.push(t, k, per_agg, offsets, data, return_late)
+        if skip is not None:
+            skip = np.ascontiguousarray(skip).view(np.uint8) if np.asarray(skip).dtype == np.bool_ \
+                else np.ascontiguousarray(skip, dtype=np.uint8)
+            if skip.ndim != 1 or len(skip) != len(t):
+                raise SchemaError(f"skip has {skip.size} values, 'times' has {len(t)}")
+        n_late, mask = self._core.push(t, k, per_agg, offsets, data, return_late, skip)
         return self._late(n_late, mask, return_late)
 
     def push_left(self, keys: Any, times: Any, columns: Optional[Mapping[str, Any]] = None, *,
@@ -179,10 +188,12 @@ class Executor:
         return n_late
 
     def push_batch(self, batch: Union[pa.RecordBatch, pa.Table], *, key: str = "key",
-                   time: str = "time", return_late: bool = False) -> Any:
+                   time: str = "time", return_late: bool = False,
+                   skip: Optional[np.ndarray] = None) -> Any:
         """Folds an Arrow batch whose columns are ``key``, ``time`` and the
-        aggregates' value columns. With ``return_late`` returns the late rows
-        as a table (the side output), else their number."""
+        aggregates' value columns (only the rows ``skip`` leaves, if given; see
+        :meth:`push`). With ``return_late`` returns the late rows as a table
+        (the side output), else their number."""
         names = batch.schema.names
         if self.is_join:
             raise InvalidArgument("this executor runs a join: use push_side_batch")
@@ -191,7 +202,7 @@ class Executor:
                 raise SchemaError(f"column {c!r} is missing from the batch (has {names})")
         out = self.push(batch.column(key), batch.column(time),
                         {c: batch.column(c) for c in self.state.value_columns},
-                        return_late=return_late)
+                        return_late=return_late, skip=skip)
         if return_late:
             _, idx = out
             return batch.take(pa.array(idx, pa.int64()))

@@ -90,6 +90,26 @@ class Filter:
             return pc.fill_null(pc.take(self._mask_values(col.dictionary), col.indices), False)
         return self._mask_values(col)
 
+    def skip(self, batch: pa.RecordBatch) -> np.ndarray:
+        """The rows this filter drops, as a NumPy bool array (the executor's
+        selection form: no rows are copied)."""
+        col = batch.column(self.column)
+        if pa.types.is_dictionary(col.type) and not col.null_count:
+            keep = self._mask_values(col.dictionary).to_numpy(zero_copy_only=False)
+            codes = col.indices.to_numpy()
+            passing = np.flatnonzero(keep)
+            if len(passing) == 0:
+                return np.ones(len(col), np.bool_)
+            if len(passing) == 1:  # one SIMD compare, 30x a gather (YSB's 'view')
+                return codes != passing[0]
+            failing = np.flatnonzero(~keep)
+            if len(failing) == 0:
+                return np.zeros(len(col), np.bool_)
+            if len(failing) == 1:
+                return codes == failing[0]
+            return np.take(~keep, codes)
+        return np.logical_not(self.mask(batch).to_numpy(zero_copy_only=False))
+
     def _mask_values(self, col: pa.Array) -> pa.BooleanArray:
         if self.op == "in":
             return pc.fill_null(pc.is_in(col, value_set=pa.array(list(self.value), col.type)), False)
@@ -229,6 +249,32 @@ class Query:
         for c in self.value_columns:
             cols[c] = batch.column(c)
         return pa.RecordBatch.from_pydict(cols)
+
+    def prepare_selected(self, batch: Union[pa.RecordBatch, pa.Table]
+                         ) -> Tuple[pa.RecordBatch, Optional[np.ndarray]]:
+        """As :meth:`prepare`, but the filters become a selection for
+        :meth:`slash.Executor.push_batch` (``skip=``, True = dropped) instead
+        of a copy of the rows that pass: (batch of every row, skip or None).
+        A batch whose key, time or value columns have nulls, or whose key is
+        not one integer column, is filtered as :meth:`prepare` does (a dropped
+        row may hold what the executor would refuse)."""
+        if isinstance(batch, pa.Table):
+            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else \
+                pa.RecordBatch.from_pylist([], schema=batch.schema)
+        if not self.filters or not batch.num_rows or len(self.key) != 1 or \
+                not _is_int(batch.schema.field(self.key[0]).type) or any(
+                batch.column(c).null_count for c in (self.time, *self.key, *self.value_columns)):
+            return self.prepare(batch), None  # (a dropped row's string key may be too long)
+        skip = self.filters[0].skip(batch)
+        for f in self.filters[1:]:
+            skip |= f.skip(batch)
+        t = batch.column(self.time)
+        if pa.types.is_timestamp(t.type):
+            t = t.view(pa.int64())
+        cols = {"key": self._encode_keys(batch), "time": t}
+        for c in self.value_columns:
+            cols[c] = batch.column(c)
+        return pa.RecordBatch.from_pydict(cols), skip
 
     def _encode_keys(self, batch: pa.RecordBatch) -> pa.Array:
         if len(self.key) == 1:

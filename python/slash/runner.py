@@ -58,7 +58,8 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
 
     try:
         for batch in source.read(rank, n, query.input_columns):
-            ex.push_batch(query.prepare(batch))
+            b, skip = query.prepare_selected(batch)
+            ex.push_batch(b, skip=skip)
             drain()
         ex.finish()
         drain()

@@ -902,7 +902,7 @@ static slash_status route_rows(slash_exec *ex, const slash_ssb_batch *kv, const 
     slash_status st = SLASH_OK;
     for (size_t i = 0; i < kv->n && st == SLASH_OK; i++) {
         skip[i] = 1;
-        if (kv->times[i] < ex->published)
+        if ((kv->skip && kv->skip[i]) || kv->times[i] < ex->published)
             continue;
         uint32_t o = owner_of(ex, kv, i);
         if (o == ex->rank) {
@@ -917,33 +917,38 @@ static slash_status route_rows(slash_exec *ex, const slash_ssb_batch *kv, const 
 
 
 
-/* Marks the records older than the published watermark (late[i] = 1 when
- * late is given), counts them into *nl and finds the newest on-time time. */
-static void scan_late(const slash_exec *ex, size_t n, const int64_t *times, uint8_t *late,
-                      size_t *nl, int64_t *mx)
+/* Marks the selected records older than the published watermark (late[i] =
+ * 1 when late is given), counts them into *nl, the rows not selected into
+ * *ns, and finds the newest on-time time. */
+static void scan_late(const slash_exec *ex, const slash_ssb_batch *kv, uint8_t *late, size_t *nl,
+                      size_t *ns, int64_t *mx)
 {
-    *nl = 0;
-    *mx = INT64_MIN;
-    for (size_t i = 0; i < n; i++) {
-        bool is_late = times[i] < ex->published;
-        *nl += is_late;
+    size_t l = 0, o = 0;
+    int64_t m = INT64_MIN;
+    for (size_t i = 0; i < kv->n; i++) { /* branch-free: selections are random */
+        int out = kv->skip ? kv->skip[i] != 0 : 0;
+        int is_late = !out & (kv->times[i] < ex->published);
+        o += (size_t)out;
+        l += (size_t)is_late;
         if (late)
-            late[i] = is_late;
-        if (!is_late && times[i] > *mx)
-            *mx = times[i];
+            late[i] = (uint8_t)is_late;
+        int64_t t = (out | is_late) ? INT64_MIN : kv->times[i];
+        m = t > m ? t : m;
     }
+    *nl = l, *ns = o, *mx = m;
 }
 
-/* A skip mask of the late records: late itself, or a new one (freed by the caller
- * when it differs from late). */
-static uint8_t *late_mask(const slash_exec *ex, size_t n, const int64_t *times, uint8_t *late)
+/* A skip mask of the late and the unselected records: late itself when
+ * every row is selected, else a new one (freed by the caller when it differs
+ * from late). */
+static uint8_t *late_mask(const slash_exec *ex, const slash_ssb_batch *kv, uint8_t *late)
 {
-    if (late)
+    if (late && !kv->skip)
         return late;
-    uint8_t *mask = calloc(n ? n : 1, 1);
+    uint8_t *mask = calloc(kv->n ? kv->n : 1, 1);
     if (mask)
-        for (size_t i = 0; i < n; i++)
-            mask[i] = times[i] < ex->published;
+        for (size_t i = 0; i < kv->n; i++)
+            mask[i] = (kv->skip && kv->skip[i]) || kv->times[i] < ex->published;
     return mask;
 }
 
@@ -1033,16 +1038,21 @@ static slash_status route(slash_exec *ex, const batch_kind *k, const void *b)
 }
 
 /* Input bytes of a batch: times, keys and the value columns it carries. */
-static uint64_t batch_bytes(const slash_exec *ex, const slash_ssb_batch *kv, uint32_t side)
+/* Input bytes of the `rows` selected records of a batch (byte-string keys:
+ * their share of the key data). */
+static uint64_t batch_bytes(const slash_exec *ex, const slash_ssb_batch *kv, uint32_t side,
+                            size_t rows)
 {
     bool present[SLASH_SSB_MAX_AGGS];
     uint32_t n = row_columns(ex, side, present);
     size_t width = 8 + (exec_key_type(ex) == SLASH_KEY_INT64 ? 8 : 0);
     for (uint32_t j = 0; j < n; j++)
         width += present[j] ? 8 : 0;
-    uint64_t bytes = (uint64_t)kv->n * width;
-    if (exec_key_type(ex) == SLASH_KEY_BYTES && kv->n)
-        bytes += (uint64_t)(key_start_at(kv, kv->n) - key_start_at(kv, 0));
+    uint64_t bytes = (uint64_t)rows * width;
+    if (exec_key_type(ex) == SLASH_KEY_BYTES && kv->n) {
+        uint64_t keys = (uint64_t)(key_start_at(kv, kv->n) - key_start_at(kv, 0));
+        bytes += rows == kv->n ? keys : (uint64_t)((double)keys * (double)rows / (double)kv->n);
+    }
     return bytes;
 }
 
@@ -1053,16 +1063,16 @@ static slash_status push_any(slash_exec *ex, const batch_kind *k, const void *b,
     slash_status st = push_check(ex, k->kind, kv.n, kv.times);
     if (st != SLASH_OK)
         return st;
-    size_t nl;
+    size_t nl, ns;
     int64_t mx;
-    scan_late(ex, kv.n, kv.times, late, &nl, &mx);
+    scan_late(ex, &kv, late, &nl, &ns, &mx);
     if (repartitioning(ex)) {
         st = route(ex, k, b);
     } else if (nl == 0) {
-        st = k->whole(ex->local, b);
+        st = k->whole(ex->local, b); /* the store honours kv.skip itself */
     } else {
-        uint8_t *mask = late_mask(ex, kv.n, kv.times, late);
-        st = mask ? k->subset(ex, ex->local, b, mask, kv.n - nl)
+        uint8_t *mask = late_mask(ex, &kv, late);
+        st = mask ? k->subset(ex, ex->local, b, mask, kv.n - nl - ns)
                   : slash_fail(SLASH_ENOMEM, "exec: out of memory");
         if (mask != late)
             free(mask);
@@ -1071,7 +1081,7 @@ static slash_status push_any(slash_exec *ex, const batch_kind *k, const void *b,
         return st;
     if (n_late)
         *n_late = nl;
-    return account(ex, kv.n, nl, mx, batch_bytes(ex, &kv, k->side(b)));
+    return account(ex, kv.n - ns, nl, mx, batch_bytes(ex, &kv, k->side(b), kv.n - ns));
 }
 
 slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,

@@ -486,6 +486,8 @@ static slash_status update_session(slash_ssb *s, const slash_ssb_batch *b)
 {
     const int64_t gap = s->cfg.window.size;
     for (size_t i = 0; i < b->n; i++) {
+        if (b->skip && b->skip[i])
+            continue;
         int64_t t = b->times[i];
         int64_t end = t > INT64_MAX - gap ? INT64_MAX : t + gap;
         if (end <= s->watermark) {
@@ -534,6 +536,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     uint64_t hash[SSB_CHUNK];
     int64_t win[SSB_CHUNK];
     uint32_t pidx[SSB_CHUNK];
+    size_t rows[SSB_CHUNK];
     const bool i64 = s->cfg.key_type == SLASH_KEY_INT64;
     const bool additive = all_additive_i64(s);
     fast_entry *fast = i64 ? calloc(SSB_FAST, sizeof *fast) : NULL;
@@ -541,12 +544,24 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
         return slash_fail(SLASH_ENOMEM, "update cache");
     slash_status st = SLASH_OK;
     for (size_t base = 0; base < b->n; base += SSB_CHUNK) {
-        size_t m = b->n - base < SSB_CHUNK ? b->n - base : SSB_CHUNK;
+        size_t lim = b->n - base < SSB_CHUNK ? b->n - base : SSB_CHUNK, m = 0;
+        /* the chunk's selected rows, gathered without branches (a random
+         * selection mispredicts a branch per row) */
+        if (b->skip) {
+            for (size_t j = 0; j < lim; j++) {
+                rows[m] = base + j;
+                m += !b->skip[base + j];
+            }
+        } else {
+            for (size_t j = 0; j < lim; j++)
+                rows[j] = base + j;
+            m = lim;
+        }
         bool prefetch = false;
         for (uint32_t q = 0; q < s->cfg.partitions && !prefetch; q++)
             prefetch = part_bytes(&s->parts[q]) > SSB_PREFETCH_MIN;
         for (size_t j = 0; j < m; j++) {
-            size_t i = base + j;
+            size_t i = rows[j];
             if (!slice_of(s, &c, b->times[i])) {
                 win[j] = INT64_MIN; /* late */
                 continue;
@@ -577,7 +592,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
             }
         }
         for (size_t j = 0; j < m; j++) {
-            size_t i = base + j;
+            size_t i = rows[j];
             if (win[j] == INT64_MIN) {
                 s->late++;
                 continue;

@@ -233,6 +233,56 @@ static void check_single(slash_window_kind kind, int64_t size, int64_t slide, sl
     data_free(&d);
 }
 
+/* a selection (skip[i] != 0: not part of the batch) gives exactly the
+ * result of the selected rows alone, for every window kind */
+static void check_selection(slash_window_kind kind, int64_t size, int64_t slide)
+{
+    slash_window w;
+    CHECK_OK(slash_window_init(&w, kind, size, slide));
+    data d = gen(3000, 40, 200);
+    uint8_t *skip = malloc(d.n);
+    data sel = {0, malloc(d.n * 8), malloc(d.n * 8), malloc(d.n * 8)};
+    for (size_t i = 0; i < d.n; i++) {
+        skip[i] = (next_rand() % 3) != 0;
+        if (!skip[i])
+            sel.keys[sel.n] = d.keys[i], sel.times[sel.n] = d.times[i], sel.vals[sel.n++] = d.vals[i];
+    }
+    slash_ssb *s = open_store(&w, SLASH_KEY_INT64, 2);
+    CHECK(s != NULL);
+    if (s) {
+        for (size_t lo = 0; lo < d.n; lo += 700) {
+            size_t hi = lo + 700 < d.n ? lo + 700 : d.n;
+            slash_ssb_batch b = {.n = hi - lo, .times = d.times + lo, .keys = d.keys + lo,
+                                 .skip = skip + lo};
+            for (int j = 0; j < NAGGS; j++)
+                b.values[j] = j == A_COUNT ? NULL : d.vals + lo;
+            CHECK_OK(slash_ssb_update(s, &b));
+        }
+        row *got = NULL;
+        size_t ngot = 0;
+        slash_ssb_result *r = NULL;
+        CHECK_OK(slash_ssb_emit(s, INT64_MAX, &r));
+        if (r)
+            collect(r, SLASH_KEY_INT64, &got, &ngot);
+        slash_ssb_result_free(r);
+        slash_ssb_stats stats;
+        slash_ssb_get_stats(s, &stats);
+        CHECK(stats.late == 0); /* rows not selected are not late */
+        size_t nwant;
+        row *want = reference(&w, &sel, &nwant);
+        CHECK(nwant > 0 && same_rows(got, ngot, want, nwant));
+        free(got), free(want);
+        slash_ssb_close(s);
+    }
+    free(skip);
+    data_free(&sel);
+    data_free(&d);
+}
+
+TEST(selection_tumbling) { check_selection(SLASH_WINDOW_TUMBLING, 30, 0); }
+TEST(selection_sliding) { check_selection(SLASH_WINDOW_SLIDING, 60, 20); }
+TEST(selection_session) { check_selection(SLASH_WINDOW_SESSION, 15, 0); }
+
 TEST(tumbling_int64) { check_single(SLASH_WINDOW_TUMBLING, 30, 0, SLASH_KEY_INT64, 1); }
 TEST(tumbling_bytes_partitioned) { check_single(SLASH_WINDOW_TUMBLING, 25, 0, SLASH_KEY_BYTES, 3); }
 TEST(sliding_int64) { check_single(SLASH_WINDOW_SLIDING, 60, 20, SLASH_KEY_INT64, 1); }
@@ -424,6 +474,9 @@ int main(void)
     RUN(sliding_uneven_bytes);
     RUN(session_int64);
     RUN(session_bytes);
+    RUN(selection_tumbling);
+    RUN(selection_sliding);
+    RUN(selection_session);
     RUN(deltas_tumbling);
     RUN(deltas_sliding_bytes);
     RUN(deltas_session);

@@ -275,7 +275,8 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
             it = src.batches(rank, n, q.time, q.lateness, wait)
         for batch, advance in it:
             if batch is not None and batch.num_rows:
-                ex.push_batch(q.prepare(batch))
+                b, skip = q.prepare_selected(batch)
+                ex.push_batch(b, skip=skip)
             if advance is not None:
                 ex.advance_watermark(advance)
                 ex.end_epoch()

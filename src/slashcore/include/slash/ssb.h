@@ -53,6 +53,8 @@ typedef struct slash_ssb_batch {
     const uint8_t *key_data;
     const void *values[SLASH_SSB_MAX_AGGS]; /* per aggregate: int64 or double column
                                                (slash_crdt_input_is_f64), NULL for count */
+    const uint8_t *skip;     /* optional selection (a filter's): rows with skip[i] != 0 are
+                                not part of the batch; NULL = every row */
 } slash_ssb_batch;
 
 /* Rows of an emit, as columns owned by the result (free with
