@@ -127,6 +127,13 @@ class Filter:
                                   f"type {t}") from None
 
 
+def _one_batch(batch: Union[pa.RecordBatch, pa.Table]) -> pa.RecordBatch:
+    if isinstance(batch, pa.Table):
+        return batch.combine_chunks().to_batches()[0] if batch.num_rows else \
+            pa.RecordBatch.from_pylist([], schema=batch.schema)
+    return batch
+
+
 def _is_int(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_boolean(t)
 
@@ -234,14 +241,15 @@ class Query:
     def prepare(self, batch: Union[pa.RecordBatch, pa.Table]) -> pa.RecordBatch:
         """Filter and projection: a batch of columns ``key``, ``time`` and the
         value columns, as the executor takes them."""
-        if isinstance(batch, pa.Table):
-            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else \
-                pa.RecordBatch.from_pylist([], schema=batch.schema)
+        batch = _one_batch(batch)
         if self.filters and batch.num_rows:
             m = self.filters[0].mask(batch)
             for f in self.filters[1:]:
                 m = pc.and_(m, f.mask(batch))
             batch = batch.filter(m)
+        return self._project(batch)
+
+    def _project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         t = batch.column(self.time)
         if pa.types.is_timestamp(t.type):
             t = t.view(pa.int64())
@@ -258,9 +266,7 @@ class Query:
         A batch whose key, time or value columns have nulls, or whose key is
         not one integer column, is filtered as :meth:`prepare` does (a dropped
         row may hold what the executor would refuse)."""
-        if isinstance(batch, pa.Table):
-            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else \
-                pa.RecordBatch.from_pylist([], schema=batch.schema)
+        batch = _one_batch(batch)
         if not self.filters or not batch.num_rows or len(self.key) != 1 or \
                 not _is_int(batch.schema.field(self.key[0]).type) or any(
                 batch.column(c).null_count for c in (self.time, *self.key, *self.value_columns)):
@@ -268,13 +274,7 @@ class Query:
         skip = self.filters[0].skip(batch)
         for f in self.filters[1:]:
             skip |= f.skip(batch)
-        t = batch.column(self.time)
-        if pa.types.is_timestamp(t.type):
-            t = t.view(pa.int64())
-        cols = {"key": self._encode_keys(batch), "time": t}
-        for c in self.value_columns:
-            cols[c] = batch.column(c)
-        return pa.RecordBatch.from_pydict(cols), skip
+        return self._project(batch), skip
 
     def _encode_keys(self, batch: pa.RecordBatch) -> pa.Array:
         if len(self.key) == 1:
