@@ -96,6 +96,89 @@ static slash_status check_region(const slash_ssb *s, const uint8_t *p, size_t le
     return SLASH_OK;
 }
 
+/* Session windows: one record at a time (a merge may fuse sessions). */
+static slash_status merge_sessions(slash_ssb *s, const uint8_t *p, size_t len)
+{
+    slash_status st = SLASH_OK;
+    alignas(8) uint8_t buf[REC_MAX];
+    slash_rec *r = (slash_rec *)buf;
+    for (size_t off = 0; off < len; off += r->size) {
+        memcpy(buf, p + off, sizeof(slash_rec));
+        memcpy(buf, p + off, r->size); /* aligned copy: the region may be unaligned */
+        if (r->flags & SLASH_REC_FREED)
+            continue;
+        int64_t end = *ssb_rec_session_end(r);
+        if (end <= s->watermark) {
+            s->late++;
+            continue;
+        }
+        uint64_t kh = ssb_rec_key_hash(s, r);
+        uint8_t *dst = ssb_upsert_session(s, &s->parts[ssb_part_of(s, kh)], kh, r->win, end,
+                                          ssb_rec_key(s, r), r->key_len, &st);
+        if (!dst)
+            return st;
+        ssb_merge_partials(s, dst, ssb_rec_partials(s, r));
+    }
+    return SLASH_OK;
+}
+
+/* Slices: in chunks, as update_slices does, so the index and record misses of
+ * a chunk overlap: hash every record and prefetch its bucket, then prefetch
+ * the chain heads, then upsert and merge. A merge of a large delta into a
+ * large store is otherwise one cache miss after another. Records are read in
+ * place when the region is 8-byte aligned, else copied out first. */
+static slash_status merge_slices(slash_ssb *s, const uint8_t *p, size_t len)
+{
+    enum { CHUNK = 32 };
+    const bool aligned = ((uintptr_t)p & 7) == 0;
+    alignas(8) uint8_t bufs[CHUNK][REC_MAX]; /* only used for an unaligned region */
+    slash_rec *recs[CHUNK];
+    uint64_t hash[CHUNK];
+    uint32_t pidx[CHUNK];
+    slash_status st = SLASH_OK;
+    size_t off = 0;
+    while (off < len) {
+        size_t m = 0;
+        while (m < CHUNK && off < len) {
+            slash_rec *r;
+            if (aligned) {
+                r = (slash_rec *)(uintptr_t)(p + off);
+            } else {
+                r = (slash_rec *)bufs[m];
+                memcpy(r, p + off, sizeof(slash_rec));
+                memcpy(r, p + off, r->size);
+            }
+            off += r->size;
+            if (r->flags & SLASH_REC_FREED)
+                continue;
+            if (slash_window_slice_last_end(&s->cfg.window, r->win) <= s->watermark) {
+                s->late++;
+                continue;
+            }
+            uint64_t kh = ssb_rec_key_hash(s, r);
+            pidx[m] = ssb_part_of(s, kh);
+            hash[m] = ssb_hash_win(s, kh, r->win);
+            __builtin_prefetch(slash_hidx_bucket_of(&s->parts[pidx[m]].index, hash[m]), 0, 0);
+            recs[m++] = r;
+        }
+        for (size_t j = 0; j < m; j++) {
+            ssb_part *part = &s->parts[pidx[j]];
+            slash_hidx_entry *e = slash_hidx_find(&part->index, hash[j], part->log.begin);
+            if (e)
+                __builtin_prefetch(slash_lss_ptr(&part->log, slash_hidx_addr(e->word)), 1, 0);
+        }
+        for (size_t j = 0; j < m; j++) {
+            slash_rec *r = recs[j];
+            uint8_t *dst = ssb_upsert(s, &s->parts[pidx[j]], hash[j], r->win, ssb_rec_key(s, r),
+                                      r->key_len, &st);
+            if (!dst)
+                return st;
+            ssb_merge_partials(s, dst, ssb_rec_partials(s, r));
+        }
+    }
+    return SLASH_OK;
+}
+
 slash_status slash_ssb_merge_delta(slash_ssb *s, const void *region, size_t len)
 {
     const uint8_t *p = region;
@@ -104,34 +187,5 @@ slash_status slash_ssb_merge_delta(slash_ssb *s, const void *region, size_t len)
     slash_status st = check_region(s, p, len);
     if (st != SLASH_OK)
         return st;
-    alignas(8) uint8_t buf[REC_MAX];
-    slash_rec *r = (slash_rec *)buf;
-    for (size_t off = 0; off < len; off += r->size) {
-        memcpy(buf, p + off, sizeof(slash_rec));
-        memcpy(buf, p + off, r->size); /* aligned copy: the region may be unaligned */
-        if (r->flags & SLASH_REC_FREED)
-            continue;
-        const uint8_t *key = ssb_rec_key(s, r);
-        uint64_t kh = ssb_rec_key_hash(s, r);
-        ssb_part *part = &s->parts[ssb_part_of(s, kh)];
-        uint8_t *dst;
-        if (s->session) {
-            int64_t end = *ssb_rec_session_end(r);
-            if (end <= s->watermark) {
-                s->late++;
-                continue;
-            }
-            dst = ssb_upsert_session(s, part, kh, r->win, end, key, r->key_len, &st);
-        } else {
-            if (slash_window_slice_last_end(&s->cfg.window, r->win) <= s->watermark) {
-                s->late++;
-                continue;
-            }
-            dst = ssb_upsert(s, part, ssb_hash_win(s, kh, r->win), r->win, key, r->key_len, &st);
-        }
-        if (!dst)
-            return st;
-        ssb_merge_partials(s, dst, ssb_rec_partials(s, r));
-    }
-    return SLASH_OK;
+    return s->session ? merge_sessions(s, p, len) : merge_slices(s, p, len);
 }
