@@ -119,6 +119,8 @@ class Filter:
         if self.column not in schema.names:
             raise SchemaError(f"filter on missing column {self.column!r} (input has {schema.names})")
         t = schema.field(self.column).type
+        if pa.types.is_dictionary(t):  # a value is checked against the dictionary's values
+            t = t.value_type
         for v in self.values:
             try:
                 pa.scalar(v, t)
