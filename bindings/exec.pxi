@@ -18,7 +18,7 @@ cdef class ExecutorCore(_Closeable):
     def __init__(self, Listener listener, uint32_t rank, list addresses, str token,
                  tuple state_args, int64_t lateness_ms, uint64_t epoch_bytes, uint32_t epoch_ms,
                  size_t buffer_size, uint32_t credits, timeout, str mode="slash",
-                 str kind="aggregate"):
+                 str kind="aggregate", str own_rows="auto"):
         cdef slash_exec_config cfg
         memset(&cfg, 0, sizeof(cfg))
         if kind == "aggregate":
@@ -42,6 +42,10 @@ cdef class ExecutorCore(_Closeable):
         if mode not in ("slash", "repartition"):
             raise _errors.InvalidArgument(f"mode must be 'slash' or 'repartition', got {mode!r}")
         cfg.mode = SLASH_EXEC_SLASH if mode == "slash" else SLASH_EXEC_REPARTITION
+        own = {"auto": SLASH_OWN_AUTO, "local": SLASH_OWN_LOCAL, "leader": SLASH_OWN_LEADER}
+        if own_rows not in own:
+            raise _errors.InvalidArgument(f"own_rows must be 'auto', 'local' or 'leader', got {own_rows!r}")
+        cfg.own_rows = own[own_rows]
         cdef slash_channel_config cc
         cc.buffer_size = buffer_size
         cc.credits = credits
@@ -188,7 +192,7 @@ cdef class ExecutorCore(_Closeable):
             "bytes_in": m.bytes_in, "late_records": m.late_records, "epochs": m.epochs,
             "delta_bytes_sent": m.delta_bytes_sent,
             "delta_bytes_received": m.delta_bytes_received, "deltas_merged": m.deltas_merged,
-            "records_shipped": m.records_shipped,
+            "records_shipped": m.records_shipped, "own_rows_direct": m.own_rows_direct,
             "merge_seconds": m.merge_ns / 1e9, "sync_seconds": m.sync_ns / 1e9,
             "credit_stalls": m.credit_stalls, "rows_emitted": m.rows_emitted,
             "watermark": m.watermark, "group_watermark": m.group_watermark,

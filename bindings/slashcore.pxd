@@ -235,6 +235,10 @@ cdef extern from "slash/exec.h" nogil:
     ctypedef enum slash_exec_kind:
         SLASH_EXEC_AGGREGATE
         SLASH_EXEC_JOIN
+    ctypedef enum slash_exec_own:
+        SLASH_OWN_AUTO
+        SLASH_OWN_LOCAL
+        SLASH_OWN_LEADER
     ctypedef struct slash_exec_config:
         slash_exec_kind kind
         slash_ssb_config state
@@ -244,6 +248,7 @@ cdef extern from "slash/exec.h" nogil:
         uint64_t epoch_bytes
         uint32_t epoch_ms
         int timeout_ms
+        slash_exec_own own_rows
     ctypedef struct slash_exec_metrics:
         uint64_t records_in
         uint64_t bytes_in
@@ -264,6 +269,7 @@ cdef extern from "slash/exec.h" nogil:
         uint32_t size
         uint32_t partitions
         uint32_t led_partitions
+        uint64_t own_rows_direct
     slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash_exec **out)
     slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
                                  size_t *n_late)

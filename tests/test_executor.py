@@ -130,6 +130,35 @@ def test_any_split_any_skew(how, skew):
     check_against_duckdb(table, results, metrics, "tumbling:5s")
 
 
+@pytest.mark.parametrize("window", ["tumbling:5s", "sliding:10s/2s", "session:2s"])
+@pytest.mark.parametrize("own_rows", ["local", "leader"])
+@pytest.mark.parametrize("string_keys", [False, True], ids=["int-keys", "string-keys"])
+def test_own_rows_local_or_straight_to_leader_give_the_same_answer(window, own_rows, string_keys):
+    table = stream(seed=13, n=10000, string_keys=string_keys)
+    late = table.slice(0, 400)  # replayed at the end: late, counted, never applied
+    results, metrics = run_group(pa.concat_tables([table, late]), 3, "shm", "chunks", window,
+                                 string_keys=string_keys, group_kw={"own_rows": own_rows})
+    assert sum(m["late_total"] for m in metrics) > 0
+    keys = list(zip(results.column("window_start").to_pylist(), results.column("key").to_pylist()))
+    assert len(keys) == len(set(keys))
+    direct = sum(m["own_rows_direct"] for m in metrics)
+    assert (direct > 0) == (own_rows == "leader")
+    assert_same(results, duckdb_reference(table, slash.parse_window(window)))
+
+
+def test_own_rows_auto_goes_to_the_leader_when_keys_hardly_repeat():
+    table = stream(seed=17, n=30000, nkeys=10**9, skew="uniform")
+    results, metrics = run_group(table, 2, "shm", "random", "tumbling:5s",
+                                 group_kw={"epoch_bytes": 128 << 10})
+    check_against_duckdb(table, results, metrics, "tumbling:5s")
+    assert sum(m["own_rows_direct"] for m in metrics) > 0
+    few = stream(seed=17, n=30000, nkeys=5, skew="uniform")
+    results, metrics = run_group(few, 2, "shm", "random", "tumbling:5s",
+                                 group_kw={"epoch_bytes": 128 << 10})
+    check_against_duckdb(few, results, metrics, "tumbling:5s")
+    assert sum(m["own_rows_direct"] for m in metrics) == 0
+
+
 def test_session_windows_across_executors_with_skew():
     table = stream(seed=5, n=8000, nkeys=50, skew="zipf:1.5")
     results, metrics = run_group(table, 4, "shm", "random", "session:1500ms")

@@ -47,7 +47,12 @@ class GroupConfig:
     ``epoch_bytes`` / ``epoch_ms``: an epoch also ends after this much input
     or time (and whenever a window can close). ``buffer_size`` / ``credits``:
     the geometry of each sync channel's ring. ``timeout``: longest wait for a
-    peer (seconds) before failing.
+    peer (seconds) before failing. ``own_rows`` (slash mode, aggregates):
+    where an executor folds the records of the partitions it leads:
+    ``"local"`` (its local store, merged into the leader store at the epoch's
+    end), ``"leader"`` (straight into the leader store: no second upsert, one
+    more hash per record) or ``"auto"`` (by the last epoch: ``"leader"`` while
+    the local store saw fewer than 3 records per (window, key)).
 
     >>> GroupConfig(lateness="2s").lateness_ms
     2000
@@ -62,10 +67,13 @@ class GroupConfig:
     credits: int = 8
     timeout: float = 120.0
     mode: str = "slash"
+    own_rows: str = "auto"
 
     def __post_init__(self) -> None:
         if self.mode not in ("slash", "repartition"):
             raise InvalidArgument(f"mode must be 'slash' or 'repartition', got {self.mode!r}")
+        if self.own_rows not in ("auto", "local", "leader"):
+            raise InvalidArgument(f"own_rows must be 'auto', 'local' or 'leader', got {self.own_rows!r}")
         if not isinstance(self.transport, str) or not self.transport:
             raise InvalidArgument(f"transport must be 'shm' or 'ofi:PROVIDER', got {self.transport!r}")
         if self.partitions is not None and (isinstance(self.partitions, bool) or
@@ -130,7 +138,8 @@ class Executor:
         self._core = _core.ExecutorCore(listener, rank, [str(a) for a in addresses], token, args,
                                         group.lateness_ms, group.epoch_bytes, group.epoch_ms,
                                         group.buffer_size, group.credits, group.timeout,
-                                        group.mode, "join" if self.is_join else "aggregate")
+                                        group.mode, "join" if self.is_join else "aggregate",
+                                        group.own_rows)
 
     @staticmethod
     def listen(transport: str = "shm", *, token: str, bind: Optional[str] = None) -> "_core.Listener":

@@ -94,6 +94,8 @@ struct slash_exec {
     rowbuf *out_rows;
     columns dec;
     bool finished, in_epoch;
+    bool direct;           /* own partitions' records go straight to the leader store */
+    uint64_t local_rows;   /* records folded into the local store this epoch */
     uint32_t rr;
     void **q; /* fired results: slash_ssb_result or slash_join_result */
     size_t qhead, qlen, qcap;
@@ -383,6 +385,22 @@ static int64_t current_watermark(const slash_exec *ex)
 
 static slash_status publish_epoch(slash_exec *ex, int64_t wm, uint64_t t0);
 
+/* At an epoch's end, before sealing: picks where the next epoch folds the
+ * records of the partitions this executor leads (slash_exec_own). AUTO goes
+ * by this epoch's aggregation in the local store: fewer than 3 records per
+ * live (window, key) means the merge would redo most upserts. */
+static void choose_own_path(slash_exec *ex)
+{
+    if (ex->cfg.kind != SLASH_EXEC_AGGREGATE || ex->n == 1 || ex->cfg.own_rows != SLASH_OWN_AUTO)
+        return;
+    if (ex->local_rows >= 1024) { /* else too few to tell: keep the path */
+        slash_ssb_stats s;
+        slash_ssb_get_stats(ex->local, &s);
+        ex->direct = s.records * 3 > ex->local_rows;
+    }
+    ex->local_rows = 0;
+}
+
 static slash_status end_epoch(slash_exec *ex, bool final)
 {
     uint64_t t0 = slash_now_ns();
@@ -394,6 +412,7 @@ static slash_status end_epoch(slash_exec *ex, bool final)
             return st;
         return publish_epoch(ex, wm, t0);
     }
+    choose_own_path(ex);
     slash_status st = ex->ops->begin_epoch(ex->local);
     for (uint32_t p = 0; p < ex->parts && st == SLASH_OK; p++) {
         const void *addr;
@@ -522,6 +541,11 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
         return slash_fail(SLASH_EINVAL, "partitions (%u) must be at least the number of executors (%u)",
                           parts, n);
     }
+    if (cfg->own_rows < SLASH_OWN_AUTO || cfg->own_rows > SLASH_OWN_LEADER) {
+        slash_group_close(g);
+        return slash_fail(SLASH_EINVAL, "own_rows must be AUTO, LOCAL or LEADER, got %d",
+                          (int)cfg->own_rows);
+    }
     if (cfg->lateness_ms < 0) {
         slash_group_close(g);
         return slash_fail(SLASH_EINVAL, "lateness must be >= 0 ms, got %lld",
@@ -539,6 +563,7 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
     ex->ops = cfg->kind == SLASH_EXEC_JOIN ? &exec_store_join : &exec_store_aggregate;
     ex->cfg = *cfg;
     ex->max_seen = ex->published = ex->advanced = ex->fired = INT64_MIN;
+    ex->direct = cfg->kind == SLASH_EXEC_AGGREGATE && n > 1 && cfg->own_rows == SLASH_OWN_LEADER;
     ex->epoch_start_ns = slash_now_ns();
     pthread_mutex_init(&ex->mu, NULL);
     slash_status st = ex->ops->open(cfg, &ex->local);
@@ -823,7 +848,7 @@ static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, siz
     bool present[SLASH_SSB_MAX_AGGS];
     uint32_t ncols = row_columns(ex, side, present);
     slash_key_type kt = exec_key_type(ex);
-    if (rows > d->cap) {
+    if ((size_t)rows + 1 > d->cap) { /* offs holds rows + 1 entries */
         size_t cap = d->cap, need = (size_t)rows + 1;
         bool ok = grow((void **)&d->times, &cap, need, 8);
         cap = d->cap;
@@ -1056,6 +1081,47 @@ static uint64_t batch_bytes(const slash_exec *ex, const slash_ssb_batch *kv, uin
     return bytes;
 }
 
+/* Slash mode, aggregates: the selected on-time rows of b whose partitions
+ * this executor leads go straight into the leader store, the others into
+ * the local store (shipped at the epoch's end). Folding own rows locally
+ * first would cost a second upsert per (window, key) when the epoch's delta
+ * is merged, which at high key cardinality is a second upsert per record. */
+static slash_status apply_split(slash_exec *ex, const slash_ssb_batch *b)
+{
+    size_t n = b->n;
+    uint8_t *m = malloc(2 * (n ? n : 1)); /* [0, n): local's skip; [n, 2n): leader's */
+    if (!m)
+        return slash_fail(SLASH_ENOMEM, "exec: out of memory");
+    const bool bytes = exec_key_type(ex) == SLASH_KEY_BYTES;
+    size_t own = 0, other = 0;
+    for (size_t i = 0; i < n; i++) { /* branch-free: the split is random */
+        int out = (b->skip ? b->skip[i] != 0 : 0) | (b->times[i] < ex->published);
+        uint64_t kh = bytes ? ssb_hash_bytes(b->key_data + key_start_at(b, i), key_bytes_at(b, i))
+                            : ssb_hash_i64(b->keys[i]);
+        int mine = ssb_part_of_n(ex->parts, kh) % ex->n == ex->rank;
+        m[i] = (uint8_t)(out | mine);
+        m[n + i] = (uint8_t)(out | (mine ^ 1));
+        own += (size_t)((out ^ 1) & mine);
+        other += (size_t)((out ^ 1) & (mine ^ 1));
+    }
+    slash_ssb_batch nb = *b;
+    slash_status st = SLASH_OK;
+    if (other) {
+        nb.skip = m;
+        st = slash_ssb_update(ex->local, &nb);
+    }
+    if (st == SLASH_OK && own) {
+        nb.skip = m + n;
+        st = slash_ssb_update(ex->leader, &nb);
+    }
+    free(m);
+    if (st == SLASH_OK) {
+        ex->local_rows += other;
+        ex->m.own_rows_direct += own;
+    }
+    return st;
+}
+
 static slash_status push_any(slash_exec *ex, const batch_kind *k, const void *b, uint8_t *late,
                              size_t *n_late)
 {
@@ -1068,6 +1134,8 @@ static slash_status push_any(slash_exec *ex, const batch_kind *k, const void *b,
     scan_late(ex, &kv, late, &nl, &ns, &mx);
     if (repartitioning(ex)) {
         st = route(ex, k, b);
+    } else if (ex->direct) {
+        st = apply_split(ex, b);
     } else if (nl == 0) {
         st = k->whole(ex->local, b); /* the store honours kv.skip itself */
     } else {
@@ -1079,6 +1147,8 @@ static slash_status push_any(slash_exec *ex, const batch_kind *k, const void *b,
     }
     if (st != SLASH_OK)
         return st;
+    if (!ex->direct)
+        ex->local_rows += kv.n - nl - ns;
     if (n_late)
         *n_late = nl;
     return account(ex, kv.n - ns, nl, mx, batch_bytes(ex, &kv, k->side(b), kv.n - ns));

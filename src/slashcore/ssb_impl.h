@@ -98,11 +98,18 @@ static inline uint64_t ssb_hash_win(const slash_ssb *s, uint64_t kh, int64_t win
     return s->session ? kh : kh ^ ((uint64_t)win * UINT64_C(0x9e3779b97f4a7c15));
 }
 
+/* The partition of a key hash among `parts` (the executor uses it too, to
+ * find the partitions it leads). */
+static inline uint32_t ssb_part_of_n(uint32_t parts, uint64_t kh)
+{
+    if (parts == 1)
+        return 0;
+    return (uint32_t)(((ssb_mix(kh + 0x632be59bd9b4e019ULL) >> 32) * parts) >> 32);
+}
+
 static inline uint32_t ssb_part_of(const slash_ssb *s, uint64_t kh)
 {
-    if (s->cfg.partitions == 1)
-        return 0;
-    return (uint32_t)(((ssb_mix(kh + 0x632be59bd9b4e019ULL) >> 32) * s->cfg.partitions) >> 32);
+    return ssb_part_of_n(s->cfg.partitions, kh);
 }
 
 static inline uint32_t ssb_round8(uint32_t x) { return (x + 7u) & ~7u; }

@@ -47,6 +47,20 @@ typedef enum slash_exec_mode { SLASH_EXEC_SLASH = 0, SLASH_EXEC_REPARTITION = 1 
  * equi-join of two inputs (join). */
 typedef enum slash_exec_kind { SLASH_EXEC_AGGREGATE = 0, SLASH_EXEC_JOIN = 1 } slash_exec_kind;
 
+/* Slash mode, aggregates: where an executor folds the records of the
+ * partitions it leads itself. LOCAL: into its local store like every other
+ * record, merged into its leader store at the epoch's end (cheap when each
+ * (window, key) gets many records per epoch); LEADER: straight into the
+ * leader store (saves that second upsert when most keys get one record per
+ * epoch, at the price of hashing every record once more); AUTO: LOCAL, then
+ * per epoch LEADER while the last epoch folded fewer than 3 records per
+ * (window, key) into the local store. */
+typedef enum slash_exec_own {
+    SLASH_OWN_AUTO = 0,
+    SLASH_OWN_LOCAL = 1,
+    SLASH_OWN_LEADER = 2
+} slash_exec_own;
+
 typedef struct slash_exec_config {
     slash_exec_kind kind;
     slash_ssb_config state; /* AGGREGATE: window, key type, partitions (P >= N), aggregates */
@@ -56,6 +70,7 @@ typedef struct slash_exec_config {
     uint64_t epoch_bytes;   /* end an epoch after this much input (0: no limit) */
     uint32_t epoch_ms;      /* end an epoch after this long (0: no limit) */
     int timeout_ms;         /* longest wait for a peer before failing (< 0: 120 s) */
+    slash_exec_own own_rows; /* slash mode, aggregates: see slash_exec_own */
 } slash_exec_config;
 
 typedef struct slash_exec_metrics {
@@ -75,6 +90,7 @@ typedef struct slash_exec_metrics {
     int64_t group_watermark; /* minimum over the vector clock */
     uint32_t slowest_rank;   /* the rank holding the minimum */
     uint32_t rank, size, partitions, led_partitions;
+    uint64_t own_rows_direct; /* records folded straight into the leader store */
 } slash_exec_metrics;
 
 typedef struct slash_exec slash_exec;
