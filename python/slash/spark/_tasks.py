@@ -68,6 +68,12 @@ def _no_delay(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+def _timeval(seconds: float) -> bytes:
+    import struct
+
+    return struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
+
+
 def link_connect(address: Tuple[str, int], token: str, timeout: float) -> Any:
     """A ``multiprocessing`` Connection to a :class:`LinkListener`,
     authenticated with ``token`` (HMAC challenge both ways), Nagle off."""
@@ -94,6 +100,8 @@ class LinkListener:
     authenticated Connection; a peer without the token raises
     ``AuthenticationError``; ``close()`` wakes a blocked ``accept()``."""
 
+    handshake_timeout = 10.0  # seconds a connecting peer has to authenticate
+
     def __init__(self, host: str, token: str) -> None:
         self._key = token.encode()
         self._sock = socket.create_server((host, 0), backlog=128)
@@ -114,6 +122,9 @@ class LinkListener:
                 continue
         s.settimeout(None)
         _no_delay(s)
+        # a peer that connects and then says nothing must not hold the
+        # accepting thread: the kernel times the handshake's reads out
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(self.handshake_timeout))
         conn = Connection(s.detach())
         try:
             deliver_challenge(conn, self._key)
@@ -121,6 +132,11 @@ class LinkListener:
         except BaseException:
             conn.close()
             raise
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(0))
+        finally:
+            sock.close()
         return conn
 
     def close(self) -> None:
@@ -195,8 +211,14 @@ class Rendezvous:
             if not conns:
                 time.sleep(0.02)
                 continue
-            for c in wait(conns, timeout=0.1):
-                rank = self._members[c]
+            try:
+                ready = wait(conns, timeout=0.1)
+            except (OSError, ValueError):  # a link closed meanwhile (close())
+                continue
+            for c in ready:
+                rank = self._members.get(c)
+                if rank is None:  # closed by close() meanwhile
+                    continue
                 try:
                     msg = c.recv()
                 except (EOFError, OSError):
