@@ -32,10 +32,10 @@ def side(seed: int, n: int, nkeys: int, cols: dict, id_base: int, span: int = 20
 LEFT, RIGHT = {"a": "int64", "x": "float64"}, {"b": "int64"}
 
 
-def run_join(n, transport, window, left, right, mode="slash"):
+def run_join(n, transport, window, left, right, mode="slash", **group):
     lparts, rparts = split(left, n, "random", 1), split(right, n, "random", 2)
     join_kw = dict(window=window, left_columns=LEFT, right_columns=RIGHT)
-    group_kw = dict(lateness="1s", epoch_bytes=16 << 10, buffer_size=64 << 10, mode=mode)
+    group_kw = {**dict(lateness="1s", epoch_bytes=16 << 10, buffer_size=64 << 10, mode=mode), **group}
     procs, out_q = launch(peers.run_join, n, transport,
                           lambda r: (lparts[r], rparts[r], join_kw, group_kw), secrets.token_hex(8))
     reports = collect(procs, out_q, n)
@@ -70,6 +70,40 @@ def test_session_join_equals_reference(n, mode):
     want = session_reference(left, right, 300)
     assert len(want) > 0
     assert rows_of(got) == want
+
+
+@pytest.mark.parametrize("own_rows", ["local", "leader"])
+def test_tumbling_join_own_rows_local_or_straight_to_leader_equal_duckdb(own_rows):
+    left = side(5, 3000, 40, LEFT, 0)
+    right = side(6, 2000, 40, RIGHT, 100000)
+    got, metrics = run_join(3, "shm", "tumbling:1s", left, right, own_rows=own_rows)
+    want = duckdb_tumbling_join(left, right, 1000)
+    assert got.num_rows == want.num_rows > 0
+    assert rows_of(got) == rows_of(want)
+    assert (sum(m["own_rows_direct"] for m in metrics) > 0) == (own_rows == "leader")
+
+
+@pytest.mark.parametrize("own_rows", ["local", "leader"])
+def test_session_join_own_rows_local_or_straight_to_leader_equal_reference(own_rows):
+    left = side(7, 800, 15, LEFT, 0, span=30000)
+    right = side(8, 600, 15, RIGHT, 100000, span=30000)
+    got, metrics = run_join(3, "shm", "session:300ms", left, right, own_rows=own_rows)
+    want = session_reference(left, right, 300)
+    assert len(want) > 0
+    assert rows_of(got) == want
+    assert (sum(m["own_rows_direct"] for m in metrics) > 0) == (own_rows == "leader")
+
+
+@pytest.mark.parametrize("keys,right_rows,direct", [(20000, 20000, True), (3, 60, False)],
+                         ids=["one-row-per-key-goes-to-leader", "many-rows-per-key-fold-locally"])
+def test_join_own_rows_auto_goes_to_the_leader_when_keys_hardly_repeat(keys, right_rows, direct):
+    left = side(9, 20000, keys, LEFT, 0)
+    right = side(10, right_rows, keys, RIGHT, 100000)
+    got, metrics = run_join(2, "shm", "tumbling:10s", left, right, epoch_bytes=1 << 20)
+    want = duckdb_tumbling_join(left, right, 10000)
+    assert got.num_rows == want.num_rows > 0
+    assert rows_of(got) == rows_of(want)
+    assert (sum(m["own_rows_direct"] for m in metrics) > 0) == direct
 
 
 def test_join_executor_rejects_aggregate_pushes():

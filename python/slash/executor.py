@@ -47,12 +47,12 @@ class GroupConfig:
     ``epoch_bytes`` / ``epoch_ms``: an epoch also ends after this much input
     or time (and whenever a window can close). ``buffer_size`` / ``credits``:
     the geometry of each sync channel's ring. ``timeout``: longest wait for a
-    peer (seconds) before failing. ``own_rows`` (slash mode, aggregates):
+    peer (seconds) before failing. ``own_rows`` (slash mode, aggregates and joins):
     where an executor folds the records of the partitions it leads:
     ``"local"`` (its local store, merged into the leader store at the epoch's
     end), ``"leader"`` (straight into the leader store: no second upsert, one
     more hash per record) or ``"auto"`` (by the last epoch: ``"leader"`` while
-    the local store saw fewer than 3 records per (window, key)).
+    the local store saw fewer than 3 records per (window, key) group).
 
     >>> GroupConfig(lateness="2s").lateness_ms
     2000

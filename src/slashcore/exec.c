@@ -391,12 +391,20 @@ static slash_status publish_epoch(slash_exec *ex, int64_t wm, uint64_t t0);
  * live (window, key) means the merge would redo most upserts. */
 static void choose_own_path(slash_exec *ex)
 {
-    if (ex->cfg.kind != SLASH_EXEC_AGGREGATE || ex->n == 1 || ex->cfg.own_rows != SLASH_OWN_AUTO)
+    if (ex->n == 1 || ex->cfg.own_rows != SLASH_OWN_AUTO)
         return;
     if (ex->local_rows >= 1024) { /* else too few to tell: keep the path */
-        slash_ssb_stats s;
-        slash_ssb_get_stats(ex->local, &s);
-        ex->direct = s.records * 3 > ex->local_rows;
+        uint64_t groups;
+        if (ex->cfg.kind == SLASH_EXEC_JOIN) {
+            slash_join_stats s;
+            slash_join_get_stats(ex->local, &s);
+            groups = s.groups;
+        } else {
+            slash_ssb_stats s;
+            slash_ssb_get_stats(ex->local, &s);
+            groups = s.records;
+        }
+        ex->direct = groups * 3 > ex->local_rows;
     }
     ex->local_rows = 0;
 }
@@ -563,7 +571,7 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
     ex->ops = cfg->kind == SLASH_EXEC_JOIN ? &exec_store_join : &exec_store_aggregate;
     ex->cfg = *cfg;
     ex->max_seen = ex->published = ex->advanced = ex->fired = INT64_MIN;
-    ex->direct = cfg->kind == SLASH_EXEC_AGGREGATE && n > 1 && cfg->own_rows == SLASH_OWN_LEADER;
+    ex->direct = n > 1 && cfg->own_rows == SLASH_OWN_LEADER;
     ex->epoch_start_ns = slash_now_ns();
     pthread_mutex_init(&ex->mu, NULL);
     slash_status st = ex->ops->open(cfg, &ex->local);
@@ -1081,38 +1089,44 @@ static uint64_t batch_bytes(const slash_exec *ex, const slash_ssb_batch *kv, uin
     return bytes;
 }
 
-/* Slash mode, aggregates: the selected on-time rows of b whose partitions
+/* Slash mode: the selected on-time rows of b whose partitions
  * this executor leads go straight into the leader store, the others into
  * the local store (shipped at the epoch's end). Folding own rows locally
  * first would cost a second upsert per (window, key) when the epoch's delta
  * is merged, which at high key cardinality is a second upsert per record. */
-static slash_status apply_split(slash_exec *ex, const slash_ssb_batch *b)
+static slash_status apply_split(slash_exec *ex, const batch_kind *k, const void *b)
 {
-    size_t n = b->n;
+    const slash_ssb_batch kv = k->keys(b);
+    size_t n = kv.n;
     uint8_t *m = malloc(2 * (n ? n : 1)); /* [0, n): local's skip; [n, 2n): leader's */
     if (!m)
         return slash_fail(SLASH_ENOMEM, "exec: out of memory");
     const bool bytes = exec_key_type(ex) == SLASH_KEY_BYTES;
     size_t own = 0, other = 0;
     for (size_t i = 0; i < n; i++) { /* branch-free: the split is random */
-        int out = (b->skip ? b->skip[i] != 0 : 0) | (b->times[i] < ex->published);
-        uint64_t kh = bytes ? ssb_hash_bytes(b->key_data + key_start_at(b, i), key_bytes_at(b, i))
-                            : ssb_hash_i64(b->keys[i]);
+        int out = (kv.skip ? kv.skip[i] != 0 : 0) | (kv.times[i] < ex->published);
+        uint64_t kh = bytes ? ssb_hash_bytes(kv.key_data + key_start_at(&kv, i), key_bytes_at(&kv, i))
+                            : ssb_hash_i64(kv.keys[i]);
         int mine = ssb_part_of_n(ex->parts, kh) % ex->n == ex->rank;
         m[i] = (uint8_t)(out | mine);
         m[n + i] = (uint8_t)(out | (mine ^ 1));
         own += (size_t)((out ^ 1) & mine);
         other += (size_t)((out ^ 1) & (mine ^ 1));
     }
-    slash_ssb_batch nb = *b;
     slash_status st = SLASH_OK;
-    if (other) {
+    if (k->kind == SLASH_EXEC_AGGREGATE) { /* the aggregate store honours a skip mask itself */
+        slash_ssb_batch nb = kv;
         nb.skip = m;
-        st = slash_ssb_update(ex->local, &nb);
-    }
-    if (st == SLASH_OK && own) {
+        if (other)
+            st = slash_ssb_update(ex->local, &nb);
         nb.skip = m + n;
-        st = slash_ssb_update(ex->leader, &nb);
+        if (st == SLASH_OK && own)
+            st = slash_ssb_update(ex->leader, &nb);
+    } else {
+        if (other)
+            st = k->subset(ex, ex->local, b, m, other);
+        if (st == SLASH_OK && own)
+            st = k->subset(ex, ex->leader, b, m + n, own);
     }
     free(m);
     if (st == SLASH_OK) {
@@ -1135,7 +1149,7 @@ static slash_status push_any(slash_exec *ex, const batch_kind *k, const void *b,
     if (repartitioning(ex)) {
         st = route(ex, k, b);
     } else if (ex->direct) {
-        st = apply_split(ex, b);
+        st = apply_split(ex, k, b);
     } else if (nl == 0) {
         st = k->whole(ex->local, b); /* the store honours kv.skip itself */
     } else {

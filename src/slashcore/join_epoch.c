@@ -74,15 +74,11 @@ slash_status slash_join_reset_delta(slash_join *s)
 
 /* ---- merging a peer's region ---------------------------------------------- */
 
-typedef struct region_group {
-    size_t off; /* offset of the group record in the region */
-    bool live;
-} region_group;
-
-static int cmp_off(const void *a, const void *b)
+/* Record starts are 8-byte aligned: bit off/8 of a region's map is set when
+ * a live group record starts at offset off. */
+static inline bool map_has(const uint64_t *map, size_t off)
 {
-    size_t x = *(const size_t *)a, y = ((const region_group *)b)->off;
-    return x < y ? -1 : x > y;
+    return (map[off / 8 / 64] >> (off / 8 % 64)) & 1;
 }
 
 static slash_status check_group(const slash_join *s, const join_group *g, size_t off)
@@ -102,15 +98,13 @@ static slash_status check_group(const slash_join *s, const join_group *g, size_t
 }
 
 /* Validates the whole region: headers, sizes, group bounds, and that every
- * live chunk names a live group of the region. Fills *groups (sorted by
- * offset, caller frees) and *ngroups. Fails with SLASH_EPROTO. */
-static slash_status check_region(const slash_join *s, const uint8_t *p, size_t len,
-                                 region_group **groups, size_t *ngroups)
+ * live chunk names a live group of the region (checked in a bitmap of the
+ * live groups' offsets, one bit per 8 bytes). Fails with SLASH_EPROTO. */
+static slash_status check_region(const slash_join *s, const uint8_t *p, size_t len)
 {
-    size_t n = 0, cap = len / sizeof(join_group) + 1;
-    region_group *gs = malloc(cap * sizeof *gs);
-    if (!gs)
-        return slash_fail(SLASH_ENOMEM, "merge_delta: group table");
+    uint64_t *map = calloc(len / 8 / 64 + 1, sizeof *map);
+    if (!map)
+        return slash_fail(SLASH_ENOMEM, "merge_delta: group map");
     slash_status st = SLASH_OK;
     for (size_t off = 0; off < len && st == SLASH_OK;) {
         join_rec h;
@@ -126,7 +120,7 @@ static slash_status check_region(const slash_join *s, const uint8_t *p, size_t l
                             "another window, key type or columns", off);
         else if (h.flags & ~JOIN_FREED)
             st = slash_fail(SLASH_EPROTO, "delta: unknown flags 0x%x at offset %zu", h.flags, off);
-        else if (h.size % 8 || h.size > len - off)
+        else if (h.size % 8 || h.size == 0 || h.size > len - off)
             st = slash_fail(SLASH_EPROTO, "delta: bad record size %u at offset %zu", h.size, off);
         else if (h.kind == JOIN_GROUP) {
             join_group g;
@@ -135,8 +129,8 @@ static slash_status check_region(const slash_join *s, const uint8_t *p, size_t l
                 break;
             }
             memcpy(&g, p + off, sizeof g);
-            if ((st = check_group(s, &g, off)) == SLASH_OK)
-                gs[n++] = (region_group){off, !(h.flags & JOIN_FREED)};
+            if ((st = check_group(s, &g, off)) == SLASH_OK && !(h.flags & JOIN_FREED))
+                map[off / 8 / 64] |= UINT64_C(1) << (off / 8 % 64);
         } else if (h.kind == JOIN_CHUNK_LEFT || h.kind == JOIN_CHUNK_LEFT + 1) {
             join_chunk c;
             if (h.size < sizeof c) {
@@ -161,59 +155,79 @@ static slash_status check_region(const slash_join *s, const uint8_t *p, size_t l
             /* off - group, computed without overflow */
             bool ok = c.group > 0 ? (uint64_t)c.group <= off
                                   : c.group < 0 && (uint64_t)-(c.group + 1) < len - off - 1;
-            region_group *g = NULL;
-            if (ok) {
-                size_t goff = (size_t)((uint64_t)off - (uint64_t)c.group);
-                g = bsearch(&goff, gs, n, sizeof *gs, cmp_off);
-            }
-            if (!g || !g->live)
+            size_t goff = ok ? (size_t)((uint64_t)off - (uint64_t)c.group) : 0;
+            if (!ok || goff % 8 || !map_has(map, goff))
                 st = slash_fail(SLASH_EPROTO, "delta: chunk at offset %zu names no live group "
                                 "(relative offset %lld)", off, (long long)c.group);
         }
         off += c.h.size;
     }
-    if (st != SLASH_OK) {
-        free(gs);
-        return st;
-    }
-    *groups = gs;
-    *ngroups = n;
-    return SLASH_OK;
+    free(map);
+    return st;
 }
+
+/* One live chunk of a region on its way into the store: its group's window
+ * and key (pointing into the region), the key's hash and its partition. */
+typedef struct merge_item {
+    const uint8_t *rows;
+    const uint8_t *key;
+    int64_t win, end;
+    uint64_t kh;
+    uint32_t nrows, key_len;
+    int side;
+    join_part *part;
+} merge_item;
+
+#define MERGE_AHEAD 16 /* chunks whose index buckets are prefetched ahead of their upsert */
 
 slash_status slash_join_merge_delta(slash_join *s, const void *region, size_t len)
 {
     const uint8_t *p = region;
     if (len && !p)
         return slash_fail(SLASH_EINVAL, "merge_delta: NULL region of %zu bytes", len);
-    region_group *gs = NULL;
-    size_t ngroups = 0;
-    slash_status st = check_region(s, p, len, &gs, &ngroups);
+    slash_status st = check_region(s, p, len);
     if (st != SLASH_OK)
         return st;
-    free(gs);
-    alignas(8) uint8_t gbuf[sizeof(join_group) + SLASH_SSB_KEY_MAX];
-    join_group *g = (join_group *)gbuf;
-    join_chunk c;
-    for (size_t off = 0; off < len && st == SLASH_OK; off += c.h.size) {
-        memcpy(&c.h, p + off, sizeof c.h);
-        if (c.h.kind == JOIN_GROUP || (c.h.flags & JOIN_FREED))
-            continue;
-        memcpy(&c, p + off, sizeof c);
-        size_t goff = (size_t)((uint64_t)off - (uint64_t)c.group);
-        memcpy(g, p + goff, sizeof *g);
-        memcpy(gbuf + sizeof *g, p + goff + sizeof *g, g->key_len);
-        if (g->end <= s->watermark) {
-            s->late += c.rows;
-            continue;
+    merge_item q[MERGE_AHEAD];
+    size_t off = 0;
+    while (off < len && st == SLASH_OK) {
+        /* gather up to MERGE_AHEAD live chunks, prefetching each one's bucket */
+        size_t m = 0;
+        for (; off < len && m < MERGE_AHEAD; ) {
+            join_chunk c;
+            memcpy(&c.h, p + off, sizeof c.h);
+            size_t here = off;
+            off += c.h.size;
+            if (c.h.kind == JOIN_GROUP || (c.h.flags & JOIN_FREED))
+                continue;
+            memcpy(&c, p + here, sizeof c);
+            const uint8_t *gp = p + (size_t)((uint64_t)here - (uint64_t)c.group);
+            join_group g;
+            memcpy(&g, gp, sizeof g);
+            if (g.end <= s->watermark) {
+                s->late += c.rows;
+                continue;
+            }
+            merge_item *it = &q[m++];
+            it->rows = p + here + sizeof c;
+            it->key = gp + sizeof g;
+            it->key_len = g.key_len;
+            it->win = g.win;
+            it->end = g.end;
+            it->nrows = c.rows;
+            it->side = c.h.kind - JOIN_CHUNK_LEFT;
+            it->kh = join_key_hash(s, it->key, it->key_len);
+            it->part = &s->parts[join_part_of(s, it->kh)];
+            __builtin_prefetch(slash_hidx_bucket_of(&it->part->index,
+                                                    join_hash_win(s, it->kh, it->win)), 0, 0);
         }
-        const uint8_t *key = join_group_key(g);
-        uint64_t kh = join_key_hash(s, key, g->key_len);
-        join_part *part = &s->parts[join_part_of(s, kh)];
-        join_group *dst = join_upsert(s, part, kh, g->win, g->end, key, g->key_len, &st);
-        if (dst)
-            st = join_append_rows(s, part, dst, c.h.kind - JOIN_CHUNK_LEFT,
-                                  p + off + sizeof c, c.rows);
+        for (size_t j = 0; j < m && st == SLASH_OK; j++) {
+            merge_item *it = &q[j];
+            join_group *dst = join_upsert(s, it->part, it->kh, it->win, it->end, it->key,
+                                          it->key_len, &st);
+            if (dst)
+                st = join_append_rows(s, it->part, dst, it->side, it->rows, it->nrows);
+        }
     }
     return st;
 }

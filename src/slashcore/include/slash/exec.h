@@ -47,14 +47,15 @@ typedef enum slash_exec_mode { SLASH_EXEC_SLASH = 0, SLASH_EXEC_REPARTITION = 1 
  * equi-join of two inputs (join). */
 typedef enum slash_exec_kind { SLASH_EXEC_AGGREGATE = 0, SLASH_EXEC_JOIN = 1 } slash_exec_kind;
 
-/* Slash mode, aggregates: where an executor folds the records of the
- * partitions it leads itself. LOCAL: into its local store like every other
+/* Slash mode (aggregates and joins): where an executor folds the records of
+ * the partitions it leads itself. LOCAL: into its local store like every other
  * record, merged into its leader store at the epoch's end (cheap when each
  * (window, key) gets many records per epoch); LEADER: straight into the
  * leader store (saves that second upsert when most keys get one record per
  * epoch, at the price of hashing every record once more); AUTO: LOCAL, then
  * per epoch LEADER while the last epoch folded fewer than 3 records per
- * (window, key) into the local store. */
+ * (window, key) into the local store (for a join: rows per (window or
+ * session, key) group). */
 typedef enum slash_exec_own {
     SLASH_OWN_AUTO = 0,
     SLASH_OWN_LOCAL = 1,
@@ -70,7 +71,7 @@ typedef struct slash_exec_config {
     uint64_t epoch_bytes;   /* end an epoch after this much input (0: no limit) */
     uint32_t epoch_ms;      /* end an epoch after this long (0: no limit) */
     int timeout_ms;         /* longest wait for a peer before failing (< 0: 120 s) */
-    slash_exec_own own_rows; /* slash mode, aggregates: see slash_exec_own */
+    slash_exec_own own_rows; /* slash mode: see slash_exec_own */
 } slash_exec_config;
 
 typedef struct slash_exec_metrics {
