@@ -15,7 +15,8 @@
 
 #define JOIN_LOAD 4 /* live groups per bucket before doubling */
 #define JOIN_INITIAL_BUCKETS 256
-#define JOIN_PREFETCH_MIN ((size_t)4 << 20) /* prefetch when a partition exceeds this */
+#define JOIN_PREFETCH_MIN ((size_t)1 << 20) /* prefetch when the partitions together exceed this
+                                              (about a core's L2) */
 
 /* ---- chunks ------------------------------------------------------------- */
 
@@ -513,9 +514,10 @@ slash_status slash_join_update(slash_join *s, const slash_join_batch *b)
     uint32_t key_len[JOIN_CHUNK];
     for (size_t base = 0; base < b->n; base += JOIN_CHUNK) {
         size_t m = b->n - base < JOIN_CHUNK ? b->n - base : JOIN_CHUNK;
-        bool prefetch = false;
-        for (uint32_t q = 0; q < s->cfg.partitions && !prefetch; q++)
-            prefetch = part_bytes(&s->parts[q]) > JOIN_PREFETCH_MIN;
+        size_t held = 0;
+        for (uint32_t q = 0; q < s->cfg.partitions; q++)
+            held += part_bytes(&s->parts[q]);
+        const bool prefetch = held > JOIN_PREFETCH_MIN;
         for (size_t j = 0; j < m; j++) {
             size_t i = base + j;
             int64_t t = b->times[i];
