@@ -103,7 +103,7 @@ static inline void *join_ptr(const join_part *p, uint64_t a) { return slash_lss_
 
 static inline uint64_t join_addr(const join_part *p, const void *r)
 {
-    return (uint64_t)((const uint8_t *)r - p->log.base);
+    return slash_lss_addr(&p->log, r);
 }
 
 static inline uint8_t *join_group_key(join_group *g) { return (uint8_t *)(g + 1); }

@@ -1,6 +1,6 @@
 /* lss.c - reservation, truncation and accounting of the log (see lss.h).
- * Invariant: pages below `released` are MADV_DONTNEED'd and hold no record
- * that is still reachable (released <= begin). */
+ * Invariant: pages of the reservation below `released` are MADV_DONTNEED'd
+ * and hold no record that is still reachable (released <= begin - shift). */
 #define _GNU_SOURCE
 #include "slash/lss.h"
 
@@ -42,7 +42,19 @@ void slash_lss_truncate(slash_lss *l, uint64_t a)
     if (a <= l->begin)
         return;
     l->begin = a;
-    uint64_t upto = a & ~(LSS_RELEASE_GRAIN - 1);
+    uint64_t used = a - l->shift; /* offset of begin in the reservation */
+    if (a == l->tail && l->tail <= SLASH_LSS_ADDR_LIMIT) {
+        /* empty: reuse the faulted pages from the start, keep at most KEEP */
+        uint64_t end = (used + LSS_RELEASE_GRAIN - 1) & ~(LSS_RELEASE_GRAIN - 1);
+        uint64_t keep = SLASH_LSS_KEEP & ~(LSS_RELEASE_GRAIN - 1);
+        uint64_t from = l->released > keep ? l->released : keep;
+        if (end > from && end <= l->reserved)
+            (void)madvise(l->base + from, end - from, MADV_DONTNEED);
+        l->shift = a - SLASH_LSS_FIRST;
+        l->released = 0;
+        return;
+    }
+    uint64_t upto = used & ~(LSS_RELEASE_GRAIN - 1);
     if (upto > l->released) {
         uint64_t from = l->released & ~(LSS_RELEASE_GRAIN - 1);
         (void)madvise(l->base + from, upto - from, MADV_DONTNEED);
@@ -52,8 +64,10 @@ void slash_lss_truncate(slash_lss *l, uint64_t a)
 
 size_t slash_lss_memory(const slash_lss *l)
 {
+    if (l->tail == l->begin)
+        return 0;
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t lo = l->begin & ~(page - 1);
-    uint64_t hi = (l->tail + page - 1) & ~(page - 1);
+    uint64_t lo = (l->begin - l->shift) & ~(page - 1);
+    uint64_t hi = (l->tail - l->shift + page - 1) & ~(page - 1);
     return (size_t)(hi - lo);
 }

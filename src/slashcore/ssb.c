@@ -298,7 +298,7 @@ slash_status ssb_part_trim(slash_ssb *s, ssb_part *p)
     slash_lss_truncate(l, a);
     l->read_only = l->begin;
     uint64_t used = l->tail - l->begin;
-    if ((p->freed_bytes > used / 2 && used > ((uint64_t)4 << 20)) || l->tail > l->reserved / 2)
+    if ((p->freed_bytes > used / 2 && used > ((uint64_t)4 << 20)) || slash_lss_crowded(l))
         return ssb_part_compact(s, p);
     return SLASH_OK;
 }

@@ -38,6 +38,43 @@ TEST(log_full)
     slash_lss_destroy(&l);
 }
 
+TEST(emptied_log_reuses_its_memory_and_addresses_keep_growing)
+{
+    slash_lss l;
+    CHECK_OK(slash_lss_init(&l, (size_t)1 << 30));
+    uint64_t a = 0, first = 0;
+    CHECK_OK(slash_lss_append(&l, 64, &first));
+    uint8_t *start = slash_lss_ptr(&l, first);
+    for (int i = 0; i < 1000; i++)
+        CHECK_OK(slash_lss_append(&l, 64, &a));
+    uint64_t old_tail = l.tail;
+    slash_lss_truncate(&l, l.tail); /* everything shipped: empty */
+    CHECK(l.begin == old_tail && slash_lss_memory(&l) == 0);
+    CHECK_OK(slash_lss_append(&l, 64, &a));
+    CHECK(a == old_tail);                    /* addresses never go back ... */
+    CHECK(slash_lss_ptr(&l, a) == start);    /* ... but the memory does */
+    CHECK(slash_lss_addr(&l, start) == a);
+    memset(slash_lss_ptr(&l, a), 7, 64);
+    /* a log that is not empty keeps its span contiguous: no rewind */
+    uint64_t b;
+    CHECK_OK(slash_lss_append(&l, 64, &b));
+    slash_lss_truncate(&l, b);
+    CHECK(l.begin == b && (uint8_t *)slash_lss_ptr(&l, b) == start + 64);
+    /* filling half the reservation's bytes asks for compaction, however often it rewound */
+    CHECK(!slash_lss_crowded(&l));
+    slash_lss_destroy(&l);
+
+    CHECK_OK(slash_lss_init(&l, (size_t)1 << 20));
+    for (int round = 0; round < 64; round++) { /* 64 x 256 KiB through a 1 MiB reservation */
+        for (int i = 0; i < 4096; i++)
+            CHECK_OK(slash_lss_append(&l, 64, &a));
+        memset(slash_lss_ptr(&l, l.begin), round, l.tail - l.begin);
+        slash_lss_truncate(&l, l.tail);
+    }
+    CHECK(l.tail > ((uint64_t)1 << 20) && !slash_lss_crowded(&l));
+    slash_lss_destroy(&l);
+}
+
 TEST(index_claim_find_overflow)
 {
     slash_hidx h;
@@ -76,6 +113,7 @@ int main(void)
 {
     RUN(log_boundaries);
     RUN(log_full);
+    RUN(emptied_log_reuses_its_memory_and_addresses_keep_growing);
     RUN(index_claim_find_overflow);
     return UNIT_DONE();
 }
