@@ -193,6 +193,7 @@ cdef class ExecutorCore(_Closeable):
             "delta_bytes_sent": m.delta_bytes_sent,
             "delta_bytes_received": m.delta_bytes_received, "deltas_merged": m.deltas_merged,
             "records_shipped": m.records_shipped, "own_rows_direct": m.own_rows_direct,
+            "epochs_routed": m.epochs_routed,
             "merge_seconds": m.merge_ns / 1e9, "sync_seconds": m.sync_ns / 1e9,
             "credit_stalls": m.credit_stalls, "rows_emitted": m.rows_emitted,
             "watermark": m.watermark, "group_watermark": m.group_watermark,

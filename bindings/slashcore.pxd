@@ -270,6 +270,7 @@ cdef extern from "slash/exec.h" nogil:
         uint32_t partitions
         uint32_t led_partitions
         uint64_t own_rows_direct
+        uint64_t epochs_routed
     slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash_exec **out)
     slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
                                  size_t *n_late)

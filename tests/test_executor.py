@@ -159,6 +159,31 @@ def test_own_rows_auto_goes_to_the_leader_when_keys_hardly_repeat():
     assert sum(m["own_rows_direct"] for m in metrics) == 0
 
 
+@pytest.mark.parametrize("window", ["tumbling:5s", "session:2s"])
+def test_auto_routes_records_to_their_leaders_when_a_local_partial_would_not_reduce(window):
+    table = stream(seed=19, n=60000, nkeys=10**9, skew="uniform")
+    results, metrics = run_group(table, 3, "shm", "random", window,
+                                 group_kw={"epoch_bytes": 1 << 20})
+    check_against_duckdb(table, results, metrics, window)
+    assert sum(m["epochs_routed"] for m in metrics) > 0
+    assert sum(m["records_shipped"] for m in metrics) > 0
+
+
+def test_routing_stops_once_keys_repeat_again():
+    unique = stream(seed=23, n=30000, nkeys=10**9, skew="uniform", span_ms=30000)
+    few = stream(seed=29, n=120000, nkeys=5, skew="uniform", span_ms=120000)
+    few = few.set_column(1, "time", pa.compute.add(few.column("time"), 30500))
+    table = pa.concat_tables([unique, few])
+    results, metrics = run_group(table, 2, "shm", "random", "tumbling:5s",
+                                 group_kw={"epoch_bytes": 1 << 20})
+    check_against_duckdb(table, results, metrics, "tumbling:5s")
+    routed = max(m["epochs_routed"] for m in metrics)
+    epochs = min(m["epochs"] for m in metrics)
+    assert routed > 0
+    # the few-keys half alone spans many more epochs than one probe period
+    assert epochs - routed > 10, (epochs, routed)
+
+
 def test_session_windows_across_executors_with_skew():
     table = stream(seed=5, n=8000, nkeys=50, skew="zipf:1.5")
     results, metrics = run_group(table, 4, "shm", "random", "session:1500ms")

@@ -104,6 +104,7 @@ def test_join_own_rows_auto_goes_to_the_leader_when_keys_hardly_repeat(keys, rig
     assert got.num_rows == want.num_rows > 0
     assert rows_of(got) == rows_of(want)
     assert (sum(m["own_rows_direct"] for m in metrics) > 0) == direct
+    assert (sum(m["epochs_routed"] for m in metrics) > 0) == direct
 
 
 def test_join_executor_rejects_aggregate_pushes():

@@ -51,8 +51,11 @@ class GroupConfig:
     where an executor folds the records of the partitions it leads:
     ``"local"`` (its local store, merged into the leader store at the epoch's
     end), ``"leader"`` (straight into the leader store: no second upsert, one
-    more hash per record) or ``"auto"`` (by the last epoch: ``"leader"`` while
-    the local store saw fewer than 3 records per (window, key) group).
+    more hash per record) or ``"auto"`` (measured in the local store: under 3
+    records per (window, key) group, ``"leader"``; under 1.5, where a local
+    partial reduces nothing, the other partitions' records also go straight to
+    their leaders as rows, as in the repartition mode: ``epochs_routed`` in
+    the metrics; re-measured every 8 routed epochs).
 
     >>> GroupConfig(lateness="2s").lateness_ms
     2000

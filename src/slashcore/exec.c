@@ -95,7 +95,11 @@ struct slash_exec {
     columns dec;
     bool finished, in_epoch;
     bool direct;           /* own partitions' records go straight to the leader store */
-    uint64_t local_rows;   /* records folded into the local store this epoch */
+    bool routing;          /* and the others' go to their leaders as records (AUTO) */
+    uint32_t routed_epochs; /* epochs routed since the aggregation was last measured */
+    bool measuring;         /* AUTO: the local store measures the aggregation this epoch */
+    uint64_t local_rows;   /* records folded into the local store since the last choice */
+    uint64_t local_groups; /* and the (window, key) partials they made, epoch by epoch */
     uint32_t rr;
     void **q; /* fired results: slash_ssb_result or slash_join_result */
     size_t qhead, qlen, qcap;
@@ -385,28 +389,45 @@ static int64_t current_watermark(const slash_exec *ex)
 
 static slash_status publish_epoch(slash_exec *ex, int64_t wm, uint64_t t0);
 
+#define EXEC_ROUTE_PROBE 8 /* routed epochs before the local store measures again */
+#define EXEC_MEASURE_ROWS 65536 /* a measuring epoch ends after this many local records */
+
 /* At an epoch's end, before sealing: picks where the next epoch folds the
  * records of the partitions this executor leads (slash_exec_own). AUTO goes
  * by this epoch's aggregation in the local store: fewer than 3 records per
- * live (window, key) means the merge would redo most upserts. */
+ * live (window, key) means the merge would redo most upserts, so own records
+ * go straight to the leader store; fewer than 1.5 means a local partial
+ * hardly reduces anything, so the others' records also go straight to their
+ * leaders, as rows (as the repartition mode sends them). While routing
+ * nothing reaches the local store, so every EXEC_ROUTE_PROBE epochs one
+ * epoch folds locally again to measure. */
 static void choose_own_path(slash_exec *ex)
 {
     if (ex->n == 1 || ex->cfg.own_rows != SLASH_OWN_AUTO)
         return;
-    if (ex->local_rows >= 1024) { /* else too few to tell: keep the path */
-        uint64_t groups;
-        if (ex->cfg.kind == SLASH_EXEC_JOIN) {
-            slash_join_stats s;
-            slash_join_get_stats(ex->local, &s);
-            groups = s.groups;
-        } else {
-            slash_ssb_stats s;
-            slash_ssb_get_stats(ex->local, &s);
-            groups = s.records;
-        }
-        ex->direct = groups * 3 > ex->local_rows;
+    if (ex->routing) {
+        if (++ex->routed_epochs >= EXEC_ROUTE_PROBE)
+            ex->routing = ex->direct = false, ex->routed_epochs = 0, ex->measuring = true;
+        return;
     }
-    ex->local_rows = 0;
+    uint64_t groups; /* this epoch's live (window, key) partials in the local store */
+    if (ex->cfg.kind == SLASH_EXEC_JOIN) {
+        slash_join_stats s;
+        slash_join_get_stats(ex->local, &s);
+        groups = s.groups;
+    } else {
+        slash_ssb_stats s;
+        slash_ssb_get_stats(ex->local, &s);
+        groups = s.records;
+    }
+    ex->local_groups += groups;
+    if (ex->local_rows < 1024) /* too few to tell yet: keep the path, keep counting */
+        return;
+    ex->direct = ex->local_groups * 3 > ex->local_rows;
+    ex->routing = ex->direct && ex->local_groups * 3 > ex->local_rows * 2;
+    ex->routed_epochs = 0;
+    ex->measuring = false;
+    ex->local_rows = ex->local_groups = 0;
 }
 
 static slash_status end_epoch(slash_exec *ex, bool final)
@@ -420,8 +441,12 @@ static slash_status end_epoch(slash_exec *ex, bool final)
             return st;
         return publish_epoch(ex, wm, t0);
     }
+    slash_status st = flush_all_rows(ex); /* records routed this epoch go first */
+    if (st != SLASH_OK)
+        return st;
+    ex->m.epochs_routed += ex->routing;
     choose_own_path(ex);
-    slash_status st = ex->ops->begin_epoch(ex->local);
+    st = ex->ops->begin_epoch(ex->local);
     for (uint32_t p = 0; p < ex->parts && st == SLASH_OK; p++) {
         const void *addr;
         size_t len;
@@ -480,6 +505,8 @@ static bool epoch_due(const slash_exec *ex)
 {
     if (ex->cfg.epoch_bytes && ex->bytes_since >= ex->cfg.epoch_bytes)
         return true;
+    if (ex->measuring && ex->local_rows >= EXEC_MEASURE_ROWS)
+        return true; /* enough to choose the path: do not fold more locally than that */
     if (ex->cfg.epoch_ms && slash_now_ns() - ex->epoch_start_ns >= (uint64_t)ex->cfg.epoch_ms * 1000000ull)
         return ex->bytes_since > 0 || current_watermark(ex) > ex->published;
     return window_can_close(ex);
@@ -572,6 +599,7 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
     ex->cfg = *cfg;
     ex->max_seen = ex->published = ex->advanced = ex->fired = INT64_MIN;
     ex->direct = n > 1 && cfg->own_rows == SLASH_OWN_LEADER;
+    ex->measuring = n > 1 && cfg->own_rows == SLASH_OWN_AUTO && cfg->mode == SLASH_EXEC_SLASH;
     ex->epoch_start_ns = slash_now_ns();
     pthread_mutex_init(&ex->mu, NULL);
     slash_status st = ex->ops->open(cfg, &ex->local);
@@ -587,7 +615,7 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
         if (!ex->peer_epoch || !ex->fin || !ex->asm_ || !ex->out_rows)
             st = slash_fail(SLASH_ENOMEM, "exec: out of memory");
     }
-    for (uint32_t r = 0; r < n && st == SLASH_OK && cfg->mode == SLASH_EXEC_REPARTITION; r++) {
+    for (uint32_t r = 0; r < n && st == SLASH_OK; r++) { /* row buffers: repartition, or routing */
         slash_channel *ch = slash_group_out(g, r);
         if (!ch)
             continue;
@@ -759,6 +787,8 @@ static uint32_t owner_of(const slash_exec *ex, const slash_ssb_batch *b, size_t 
     uint64_t h = exec_key_type(ex) == SLASH_KEY_INT64
                      ? ssb_hash_i64(b->keys[i])
                      : ssb_hash_bytes(b->key_data + key_start_at(b, i), key_bytes_at(b, i));
+    if (!repartitioning(ex)) /* slash mode, routing: the leader of the key's partition */
+        return ssb_part_of_n(ex->parts, h) % ex->n;
     return (uint32_t)((h >> 32) % ex->n);
 }
 
@@ -1053,7 +1083,8 @@ static const batch_kind AGG_BATCH = {SLASH_EXEC_AGGREGATE, agg_keys, agg_values,
 static const batch_kind JOIN_BATCH = {SLASH_EXEC_JOIN, join_keys, join_values, join_side,
                                       join_whole, join_some};
 
-/* Repartition mode: sends every on-time record to its owner; applies the own ones. */
+/* Repartition mode, and slash mode while routing: sends every on-time record
+ * to its owner; applies the own ones to the leader store. */
 static slash_status route(slash_exec *ex, const batch_kind *k, const void *b)
 {
     slash_ssb_batch kv = k->keys(b);
@@ -1064,6 +1095,8 @@ static slash_status route(slash_exec *ex, const batch_kind *k, const void *b)
     slash_status st = route_rows(ex, &kv, k->values(b), k->side(b), skip, &keep);
     if (st == SLASH_OK && keep)
         st = keep == kv.n ? k->whole(ex->leader, b) : k->subset(ex, ex->leader, b, skip, keep);
+    if (st == SLASH_OK && !repartitioning(ex))
+        ex->m.own_rows_direct += keep;
     free(skip);
     if (st == SLASH_OK)
         st = flush_all_rows(ex);
@@ -1146,7 +1179,7 @@ static slash_status push_any(slash_exec *ex, const batch_kind *k, const void *b,
     size_t nl, ns;
     int64_t mx;
     scan_late(ex, &kv, late, &nl, &ns, &mx);
-    if (repartitioning(ex)) {
+    if (repartitioning(ex) || ex->routing) {
         st = route(ex, k, b);
     } else if (ex->direct) {
         st = apply_split(ex, k, b);

@@ -52,10 +52,14 @@ typedef enum slash_exec_kind { SLASH_EXEC_AGGREGATE = 0, SLASH_EXEC_JOIN = 1 } s
  * record, merged into its leader store at the epoch's end (cheap when each
  * (window, key) gets many records per epoch); LEADER: straight into the
  * leader store (saves that second upsert when most keys get one record per
- * epoch, at the price of hashing every record once more); AUTO: LOCAL, then
- * per epoch LEADER while the last epoch folded fewer than 3 records per
- * (window, key) into the local store (for a join: rows per (window or
- * session, key) group). */
+ * epoch, at the price of hashing every record once more); AUTO: a short
+ * first epoch (64 Ki records) folds LOCAL and measures how many records the
+ * local store folded per (window, key) partial (for a join: rows per (window
+ * or session, key) group); then, re-measured every epoch it folds locally:
+ * 3 or more, LOCAL; under 3, LEADER; under 1.5 (a local partial reduces
+ * nothing), LEADER and the other partitions' records go to their leaders as
+ * rows too, as in the repartition mode ("routing": metrics.epochs_routed),
+ * with one measuring epoch after every 8 routed ones. */
 typedef enum slash_exec_own {
     SLASH_OWN_AUTO = 0,
     SLASH_OWN_LOCAL = 1,
@@ -81,7 +85,7 @@ typedef struct slash_exec_metrics {
     uint64_t epochs;
     uint64_t delta_bytes_sent;     /* bytes shipped: deltas (or records, repartition mode) */
     uint64_t delta_bytes_received;
-    uint64_t records_shipped;      /* repartition mode: records sent to their owners */
+    uint64_t records_shipped;      /* records sent to their owners (repartition, or routing) */
     uint64_t deltas_merged;
     uint64_t merge_ns;
     uint64_t sync_ns;        /* time spent in epoch ends (ship + merge + reset) */
@@ -92,6 +96,7 @@ typedef struct slash_exec_metrics {
     uint32_t slowest_rank;   /* the rank holding the minimum */
     uint32_t rank, size, partitions, led_partitions;
     uint64_t own_rows_direct; /* records folded straight into the leader store */
+    uint64_t epochs_routed;   /* slash mode: epochs whose records went to their leaders as rows */
 } slash_exec_metrics;
 
 typedef struct slash_exec slash_exec;
