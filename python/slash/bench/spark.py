@@ -189,7 +189,7 @@ def run_all(configs: List[SparkBenchConfig], data_dir: Optional[str] = None,
         progress.step("Spark started")
         with _workdir(data_dir) as d:
             for cfg in configs:
-                name = f"ysb-{cfg.records}-{cfg.keys}-{cfg.dist.replace(':', '')}-{cfg.seed}.parquet"
+                name = f"ysb-nn-{cfg.records}-{cfg.keys}-{cfg.dist.replace(':', '')}-{cfg.seed}.parquet"
                 path = os.path.join(d, name)
                 progress.describe(f"writing {cfg.records:,} YSB records ({cfg.keys:,} keys {cfg.dist})")
                 if not os.path.exists(path):

@@ -93,7 +93,7 @@ def cm_sample(path: Union[str, os.PathLike, None] = None) -> pa.Table:
         else:
             cols[name] = v.astype(np.int64).astype(_DTYPES[name])
     cols["timestamp"] = cols["timestamp"] * 1000
-    return pa.table(cols)
+    return pa.Table.from_batches([to_batch(cols, COLUMNS, {})])  # non-null, as generated
 
 
 def cm_batches(records: int, *, jobs: int = SAMPLE_JOBS, machines: int = 12_500, seed: int = 0,
