@@ -100,13 +100,14 @@ class Filter:
             passing = np.flatnonzero(keep)
             if len(passing) == 0:
                 return np.ones(len(col), np.bool_)
+            code = codes.dtype.type  # compare in the codes' own width, not widened to int64
             if len(passing) == 1:  # one SIMD compare, 30x a gather (YSB's 'view')
-                return codes != passing[0]
+                return codes != code(passing[0])
             failing = np.flatnonzero(~keep)
             if len(failing) == 0:
                 return np.zeros(len(col), np.bool_)
             if len(failing) == 1:
-                return codes == failing[0]
+                return codes == code(failing[0])
             return np.take(~keep, codes)
         return np.logical_not(self.mask(batch).to_numpy(zero_copy_only=False))
 
