@@ -986,17 +986,52 @@ static slash_status route_rows(slash_exec *ex, const slash_ssb_batch *kv, const 
 static void scan_late(const slash_exec *ex, const slash_ssb_batch *kv, uint8_t *late, size_t *nl,
                       size_t *ns, int64_t *mx)
 {
+    /* locals, not kv-> and ex-> fields: a store to late (uint8_t, which may
+     * alias anything) would make the compiler reload them every row */
+    const size_t n = kv->n;
+    const int64_t *times = kv->times;
+    const uint8_t *skip = kv->skip;
+    const int64_t pub = ex->published;
     size_t l = 0, o = 0;
     int64_t m = INT64_MIN;
-    for (size_t i = 0; i < kv->n; i++) { /* branch-free: selections are random */
-        int out = kv->skip ? kv->skip[i] != 0 : 0;
-        int is_late = !out & (kv->times[i] < ex->published);
-        o += (size_t)out;
-        l += (size_t)is_late;
-        if (late)
+    if (!late) { /* the common case: masks, not branches (a random selection
+                  * mispredicts), four maxima so no row waits on the last */
+        int64_t mm[4] = {INT64_MIN, INT64_MIN, INT64_MIN, INT64_MIN};
+        size_t i = 0;
+        for (; i + 4 <= n; i += 4) {
+            for (int u = 0; u < 4; u++) {
+                int64_t t = times[i + u];
+                uint64_t out = skip ? (uint64_t)(skip[i + u] != 0) : 0;
+                uint64_t is_late = (out ^ 1) & (uint64_t)(t < pub);
+                uint64_t drop = (uint64_t)0 - (out | is_late); /* all ones: not in the max */
+                int64_t v = (int64_t)(((uint64_t)t & ~drop) | ((uint64_t)INT64_MIN & drop));
+                o += out;
+                l += is_late;
+                mm[u] = v > mm[u] ? v : mm[u];
+            }
+        }
+        for (; i < n; i++) {
+            int64_t t = times[i];
+            uint64_t out = skip ? (uint64_t)(skip[i] != 0) : 0;
+            uint64_t is_late = (out ^ 1) & (uint64_t)(t < pub);
+            o += out;
+            l += is_late;
+            if (!(out | is_late) && t > mm[0])
+                mm[0] = t;
+        }
+        for (int u = 0; u < 4; u++)
+            m = mm[u] > m ? mm[u] : m;
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            int64_t t = times[i];
+            int out = skip ? skip[i] != 0 : 0;
+            int is_late = !out & (t < pub);
+            o += (size_t)out;
+            l += (size_t)is_late;
             late[i] = (uint8_t)is_late;
-        int64_t t = (out | is_late) ? INT64_MIN : kv->times[i];
-        m = t > m ? t : m;
+            t = (out | is_late) ? INT64_MIN : t;
+            m = t > m ? t : m;
+        }
     }
     *nl = l, *ns = o, *mx = m;
 }

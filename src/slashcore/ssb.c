@@ -527,9 +527,22 @@ typedef struct fast_entry {
     uint8_t *partials;
 } fast_entry;
 
+/* The cache slot of (key, slice): two multiplies, no full mix; a poor
+ * spread only costs hits, never correctness (the entry holds key and win). */
+static inline size_t fast_slot(int64_t key, int64_t win)
+{
+    uint64_t x = (uint64_t)key * UINT64_C(0x9e3779b97f4a7c15) ^
+                 (uint64_t)win * UINT64_C(0xc2b2ae3d27d4eb4f);
+    return (size_t)(x >> 54); /* SSB_FAST = 2^10 slots */
+}
+
+#define SSB_PREFETCH_RECHECK 16 /* chunks between checks of the partitions' size */
+
 /* Tumbling and sliding windows: in chunks, first hash every record and
  * prefetch its bucket (when the partition no longer fits in cache), then
- * prefetch chain heads, then upsert and apply. */
+ * prefetch chain heads, then upsert and apply. Int64 keys look in the
+ * direct-mapped cache first; while nothing is prefetched, a record is hashed
+ * only when the cache misses (at low cardinality nearly never). */
 static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
 {
     slice_cache c = {1, 0, false}; /* empty: lo > hi */
@@ -543,7 +556,9 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     if (i64 && !fast)
         return slash_fail(SLASH_ENOMEM, "update cache");
     slash_status st = SLASH_OK;
-    for (size_t base = 0; base < b->n; base += SSB_CHUNK) {
+    bool prefetch = false;
+    size_t chunk = 0;
+    for (size_t base = 0; base < b->n; base += SSB_CHUNK, chunk++) {
         size_t lim = b->n - base < SSB_CHUNK ? b->n - base : SSB_CHUNK, m = 0;
         /* the chunk's selected rows, gathered without branches (a random
          * selection mispredicts a branch per row) */
@@ -557,9 +572,10 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 rows[j] = base + j;
             m = lim;
         }
-        bool prefetch = false;
-        for (uint32_t q = 0; q < s->cfg.partitions && !prefetch; q++)
-            prefetch = part_bytes(&s->parts[q]) > SSB_PREFETCH_MIN;
+        if (chunk % SSB_PREFETCH_RECHECK == 0)
+            for (uint32_t q = 0; q < s->cfg.partitions && !prefetch; q++)
+                prefetch = part_bytes(&s->parts[q]) > SSB_PREFETCH_MIN;
+        const bool hashed = prefetch || !i64; /* else hashed on a cache miss */
         for (size_t j = 0; j < m; j++) {
             size_t i = rows[j];
             if (!slice_of(s, &c, b->times[i])) {
@@ -567,6 +583,8 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 continue;
             }
             win[j] = c.lo;
+            if (!hashed)
+                continue;
             uint64_t kh;
             if (i64) {
                 kh = ssb_hash_i64(b->keys[i]);
@@ -599,13 +617,19 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
             }
             uint8_t *part;
             if (i64) {
-                fast_entry *f = &fast[hash[j] & (SSB_FAST - 1)];
-                if (f->partials && f->key == b->keys[i] && f->win == win[j]) {
+                const int64_t key = b->keys[i];
+                fast_entry *f = &fast[fast_slot(key, win[j])];
+                if (f->partials && f->key == key && f->win == win[j]) {
                     part = f->partials;
                 } else {
+                    if (!hashed) {
+                        uint64_t kh = ssb_hash_i64(key);
+                        pidx[j] = ssb_part_of(s, kh);
+                        hash[j] = ssb_hash_win(s, kh, win[j]);
+                    }
                     part = ssb_upsert(s, &s->parts[pidx[j]], hash[j], win[j],
                                       (const uint8_t *)&b->keys[i], 8, &st);
-                    f->key = b->keys[i], f->win = win[j], f->partials = part;
+                    f->key = key, f->win = win[j], f->partials = part;
                 }
             } else {
                 const uint8_t *k;
