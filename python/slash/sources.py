@@ -114,7 +114,9 @@ class FileSource:
         return out
 
     def read(self, rank: int, n: int, columns: Optional[List[str]] = None,
-             batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
+             batch_rows: int = 1 << 20) -> Iterator[pa.RecordBatch]:
+        # batches of up to a whole (1 Mi-row) row group: each batch costs a
+        # few Python calls; 64 Ki-row slices made a 100-key YSB split 11% slower
         for u in self.split(rank, n):
             if _is_ipc(u.path):
                 b = _open_ipc(u.path).get_batch(u.index)
