@@ -17,7 +17,7 @@ from __future__ import annotations
 import glob
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -117,6 +117,7 @@ class FileSource:
              batch_rows: int = 1 << 20) -> Iterator[pa.RecordBatch]:
         # batches of up to a whole (1 Mi-row) row group: each batch costs a
         # few Python calls; 64 Ki-row slices made a 100-key YSB split 11% slower
+        files: Dict[str, pq.ParquetFile] = {}  # reopening parsed the footer per row group (12%)
         for u in self.split(rank, n):
             if _is_ipc(u.path):
                 b = _open_ipc(u.path).get_batch(u.index)
@@ -126,7 +127,11 @@ class FileSource:
                     yield b.slice(off, batch_rows)
             else:
                 # a whole row group in one call, one thread: 1.6x iter_batches' rate
-                t = pq.ParquetFile(u.path).read_row_group(u.index, columns=columns, use_threads=False)
+                f = files.get(u.path)
+                if f is None:
+                    files.clear()  # units come file by file
+                    f = files[u.path] = pq.ParquetFile(u.path)
+                t = f.read_row_group(u.index, columns=columns, use_threads=False)
                 yield from t.to_batches(max_chunksize=batch_rows)
 
 

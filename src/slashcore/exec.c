@@ -978,7 +978,41 @@ static slash_status route_rows(slash_exec *ex, const slash_ssb_batch *kv, const 
     return st;
 }
 
-
+/* The late scan's common case (no late mask wanted): selected, late and
+ * the latest on-time event time, with masks instead of branches (a random
+ * selection mispredicts) so that it vectorises. Baseline x86-64 has no
+ * 64-bit vector compare, so on x86-64 GCC also builds an AVX2 clone, picked
+ * at load time where the CPU has it. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+static void scan_counts(const int64_t *times, const uint8_t *skip, size_t n, int64_t pub,
+                        size_t *ns, size_t *nl, int64_t *mx)
+{
+    size_t o = 0, l = 0;
+    int64_t m = INT64_MIN;
+    if (skip) {
+        for (size_t i = 0; i < n; i++) {
+            int64_t t = times[i];
+            uint64_t out = (uint64_t)(skip[i] != 0);
+            uint64_t is_late = (out ^ 1) & (uint64_t)(t < pub);
+            uint64_t drop = (uint64_t)0 - (out | is_late); /* all ones: not in the max */
+            int64_t v = (int64_t)(((uint64_t)t & ~drop) | ((uint64_t)INT64_MIN & drop));
+            o += out;
+            l += is_late;
+            m = v > m ? v : m;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            int64_t t = times[i];
+            uint64_t is_late = (uint64_t)(t < pub);
+            int64_t v = is_late ? INT64_MIN : t;
+            l += is_late;
+            m = v > m ? v : m;
+        }
+    }
+    *ns = o, *nl = l, *mx = m;
+}
 
 /* Marks the selected records older than the published watermark (late[i] =
  * 1 when late is given), counts them into *nl, the rows not selected into
@@ -994,33 +1028,8 @@ static void scan_late(const slash_exec *ex, const slash_ssb_batch *kv, uint8_t *
     const int64_t pub = ex->published;
     size_t l = 0, o = 0;
     int64_t m = INT64_MIN;
-    if (!late) { /* the common case: masks, not branches (a random selection
-                  * mispredicts), four maxima so no row waits on the last */
-        int64_t mm[4] = {INT64_MIN, INT64_MIN, INT64_MIN, INT64_MIN};
-        size_t i = 0;
-        for (; i + 4 <= n; i += 4) {
-            for (int u = 0; u < 4; u++) {
-                int64_t t = times[i + u];
-                uint64_t out = skip ? (uint64_t)(skip[i + u] != 0) : 0;
-                uint64_t is_late = (out ^ 1) & (uint64_t)(t < pub);
-                uint64_t drop = (uint64_t)0 - (out | is_late); /* all ones: not in the max */
-                int64_t v = (int64_t)(((uint64_t)t & ~drop) | ((uint64_t)INT64_MIN & drop));
-                o += out;
-                l += is_late;
-                mm[u] = v > mm[u] ? v : mm[u];
-            }
-        }
-        for (; i < n; i++) {
-            int64_t t = times[i];
-            uint64_t out = skip ? (uint64_t)(skip[i] != 0) : 0;
-            uint64_t is_late = (out ^ 1) & (uint64_t)(t < pub);
-            o += out;
-            l += is_late;
-            if (!(out | is_late) && t > mm[0])
-                mm[0] = t;
-        }
-        for (int u = 0; u < 4; u++)
-            m = mm[u] > m ? mm[u] : m;
+    if (!late) {
+        scan_counts(times, skip, n, pub, &o, &l, &m);
     } else {
         for (size_t i = 0; i < n; i++) {
             int64_t t = times[i];
