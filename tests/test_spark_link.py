@@ -61,3 +61,56 @@ def test_a_mute_peer_does_not_block_the_others(monkeypatch):
     finally:
         mute.close()
         r.close()
+
+
+class _Reader:
+    """Stands in for ``spark.read``: counts listings and returns a marker."""
+
+    def __init__(self):
+        self.listed = []
+
+    def schema(self, _):
+        return self
+
+    def parquet(self, d):
+        self.listed.append(d)
+        return ("frame", len(self.listed))
+
+
+class _Spark:
+    def __init__(self):
+        self.read = _Reader()
+
+
+def _early(monkeypatch, n):
+    from slash.spark import batch
+
+    monkeypatch.setattr(batch, "_spark_schema", lambda path: None)
+    spark = _Spark()
+    return batch._EarlyFrame(spark, "/results/q", n), spark.read
+
+
+def test_results_are_listed_once_every_task_has_written(monkeypatch):
+    early, reader = _early(monkeypatch, 2)
+    early.on_message(1, ("written", 11, "/results/q/part-00001.parquet"))
+    assert reader.listed == []  # rank 0 has not written yet
+    early.on_message(0, ("written", 10, "/results/q/part-00000.parquet"))
+    final = {0: (10, "/results/q/part-00000.parquet"), 1: (11, "/results/q/part-00001.parquet")}
+    assert early.frame(final) == ("frame", 1)
+    assert reader.listed == ["/results/q"]  # not listed a second time
+
+
+def test_results_of_another_attempt_are_listed_again(monkeypatch):
+    early, reader = _early(monkeypatch, 2)
+    early.on_message(0, ("written", 10, "/results/q/part-00000.parquet"))
+    early.on_message(1, ("written", 11, "/results/q/part-00001.parquet"))
+    # the stage was retried: rank 1's file that counts is another attempt's
+    final = {0: (10, "/results/q/part-00000.parquet"), 1: (12, "/results/q/part-00001.parquet")}
+    assert early.frame(final) == ("frame", 2)
+    assert reader.listed == ["/results/q", "/results/q"]
+
+
+def test_results_are_listed_after_the_job_without_written_messages(monkeypatch):
+    early, reader = _early(monkeypatch, 1)
+    early.on_message(0, ("error", "Timeout", "x"))  # other messages are not "written"
+    assert early.frame({0: (3, "/results/q/part-00000.parquet")}) == ("frame", 1)

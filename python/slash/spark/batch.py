@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import secrets
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -152,8 +153,14 @@ def _make_task(plan: _Plan):
                 t2 = time.perf_counter()
                 out = plan.query.finalize(res, plan.schema, sort=False)
                 path = write_table(out, plan.out_dir, f"part-{rank:05d}.parquet")
+                attempt = BarrierTaskContext.get().taskAttemptId()  # unique per attempt
+                if conn is not None:  # the driver may list the results while the job winds down
+                    try:
+                        conn.send(("written", attempt, path))
+                    except OSError:  # best effort: the driver lists them after the job otherwise
+                        pass
                 m.update(join_seconds=t1 - t0, run_seconds=t2 - t1,
-                         write_seconds=time.perf_counter() - t2)
+                         write_seconds=time.perf_counter() - t2, attempt=attempt)
             except BaseException as e:
                 report_error(conn, e)
                 raise
@@ -244,7 +251,9 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     out_dir = f"{_env.result_root(spark, result_dir).rstrip('/')}/q-{token[:12]}"
     if rendezvous not in ("driver", "allgather"):
         raise InvalidArgument(f"rendezvous must be 'driver' or 'allgather', got {rendezvous!r}")
-    rdv = Rendezvous(driver_host(spark), n, token) if rendezvous == "driver" else None
+    early = _EarlyFrame(spark, out_dir, n)
+    rdv = Rendezvous(driver_host(spark), n, token, on_message=early.on_message) \
+        if rendezvous == "driver" else None
     plan = _Plan(query, schema, group, token, out_dir, src if fast else None, time_columns,
                  rdv.address if rdv else None)
     task = _make_task(plan)
@@ -280,9 +289,56 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
                     late, query.lateness)
     log.info("slash.spark: %d executors, %d records in, %d result rows in %.2f s", n,
              sum(m["records_in"] for m in metrics), sum(m["rows"] for m in metrics), seconds)
-    schema_ = _spark_schema(metrics[0]["path"]) if metrics else None
-    df = (spark.read.schema(schema_) if schema_ is not None else spark.read).parquet(out_dir)
+    df = early.frame({m["rank"]: (m.get("attempt"), m["path"]) for m in metrics})
     return AggregateResult(df, out_dir, n, seconds, metrics, fast, stage)
+
+
+def _result_frame(spark: Any, out_dir: str, first_path: Optional[str]) -> Any:
+    schema = _spark_schema(first_path) if first_path else None
+    return (spark.read.schema(schema) if schema is not None else spark.read).parquet(out_dir)
+
+
+class _EarlyFrame:
+    """The result DataFrame, built while the barrier job winds down: each
+    task says when its file is written (rank, task attempt id, path); once all
+    N have, a thread lists the directory (``spark.read.parquet`` costs 10-30
+    ms here, about what the job takes from its last task's end to collect()).
+    :meth:`frame` takes it only if the files it saw are those of the attempt
+    that succeeded; otherwise (a retried stage, allGather) it lists again."""
+
+    def __init__(self, spark: Any, out_dir: str, n: int) -> None:
+        self._spark, self._dir, self._n = spark, out_dir, n
+        self._written: Dict[int, Tuple[int, str]] = {}
+        self._lock = threading.Lock()
+        self._thread: Optional[threading.Thread] = None
+        self._seen: Optional[Dict[int, Tuple[int, str]]] = None
+        self._df: Any = None
+
+    def on_message(self, rank: int, msg: Tuple[Any, ...]) -> None:
+        if msg[0] != "written":
+            return
+        with self._lock:
+            self._written[rank] = (msg[1], msg[2])
+            if len(self._written) == self._n and self._thread is None:
+                self._thread = threading.Thread(target=self._build, args=(dict(self._written),),
+                                                name="slash-result-frame", daemon=True)
+                self._thread.start()
+
+    def _build(self, seen: Dict[int, Tuple[int, str]]) -> None:
+        try:
+            self._df = _result_frame(self._spark, self._dir, seen[0][1])
+            self._seen = seen
+        except Exception as e:  # listed again by frame()
+            log.debug("slash.spark: listing the results early failed: %s", e)
+
+    def frame(self, final: Dict[int, Tuple[Any, str]]) -> Any:
+        with self._lock:
+            t = self._thread
+        if t is not None:
+            t.join()
+            if self._df is not None and self._seen == final:
+                return self._df
+        return _result_frame(self._spark, self._dir, final[0][1] if final else None)
 
 
 def _spark_schema(path: str) -> Any:
