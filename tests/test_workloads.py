@@ -279,6 +279,22 @@ def test_parquet_round_trip(tmp_path):
     assert pq.read_table(q).equals(w.bids(500))
 
 
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_generated_columns_are_declared_non_null(name):
+    make, size = GENERATORS[name]
+    t = make(size)
+    assert t.num_rows > 0
+    assert all(not f.nullable for f in t.schema), t.schema
+    assert all(c.null_count == 0 for c in t.columns)
+
+
+def test_parquet_of_a_generator_stores_required_columns(tmp_path):
+    # required columns: a reader decodes no definition levels
+    p = w.write_parquet(tmp_path / "ysb.parquet", "ysb", records=2000, row_group_size=1024)
+    f = pq.ParquetFile(p)
+    assert {f.schema.column(i).max_definition_level for i in range(len(f.schema))} == {0}
+
+
 @pytest.mark.parametrize("call, param", [
     (lambda: w.ysb(-1), "records"),
     (lambda: w.ysb(10, keys=0), "keys"),

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from slash import _core
 from slash.workloads._common import (DEFAULT_BATCH, check_int, check_stream, chunks, concat,
-                                     parse_skew)
+                                     parse_skew, to_batch)
 
 __all__ = ["RECORD_BYTES", "ro", "ro_batches"]
 
@@ -39,9 +39,8 @@ def ro_batches(records: int, *, keys: int = 100_000_000, seed: int = 0, skew: st
     dist, exponent = parse_skew(skew)
     kg = _core.KeyGenerator(keys, dist, exponent, seed)
     for first, n in chunks(start, records, batch_size):
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(kg.fill(first, n)), pa.array(_core.gen_times(base_ms, rate, first, n))],
-            names=["key", "event_time"])
+        yield to_batch({"key": kg.fill(first, n), "event_time": _core.gen_times(base_ms, rate, first, n)},
+                       ("key", "event_time"), {})
 
 
 def ro(records: int, **kwargs) -> pa.Table:
