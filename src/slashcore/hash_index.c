@@ -6,24 +6,53 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
-/* Zeroed, 64-byte aligned memory. calloc, not aligned_alloc + memset: for
- * large sizes calloc takes fresh zero pages and skips writing them twice.
- * The original pointer is kept just below the aligned block. */
+/* Zeroed, 64-byte aligned memory, with its origin in the two words just
+ * below the block: [-1] the pointer to release, [-2] the mapped length (0:
+ * from calloc). Small blocks come from calloc (fresh zero pages, not written
+ * twice). Blocks of HIDX_HUGE bytes or more are their own anonymous mapping
+ * advised to use transparent huge pages: an index is probed at random, and
+ * with 4 KiB pages every probe of a large one missed the TLB and every page
+ * cost two faults (a read maps the zero page, the first write copies it). */
+#define HIDX_HUGE ((size_t)4 << 20)
+#define HIDX_HEAD 64 /* header room: keeps the block 64-byte aligned */
+
 static void *zalloc_aligned(size_t bytes)
 {
-    uint8_t *raw = calloc(1, bytes + 64 + sizeof(void *));
+    if (bytes >= HIDX_HUGE) {
+        size_t len = bytes + HIDX_HEAD;
+        uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m != MAP_FAILED) {
+#ifdef MADV_HUGEPAGE
+            (void)madvise(m, len, MADV_HUGEPAGE); /* best effort */
+#endif
+            void **a = (void **)(m + HIDX_HEAD);
+            a[-1] = m;
+            a[-2] = (void *)(uintptr_t)len;
+            return a;
+        }
+        /* no mapping: calloc may still find the memory */
+    }
+    uint8_t *raw = calloc(1, bytes + HIDX_HEAD + 2 * sizeof(void *));
     if (!raw)
         return NULL;
-    uintptr_t a = ((uintptr_t)raw + sizeof(void *) + 63) & ~(uintptr_t)63;
+    uintptr_t a = ((uintptr_t)raw + 2 * sizeof(void *) + 63) & ~(uintptr_t)63;
     ((void **)a)[-1] = raw;
+    ((void **)a)[-2] = NULL;
     return (void *)a;
 }
 
 static void free_aligned(void *p)
 {
-    if (p)
-        free(((void **)p)[-1]);
+    if (!p)
+        return;
+    void **a = p;
+    size_t len = (size_t)(uintptr_t)a[-2];
+    if (len)
+        munmap(a[-1], len);
+    else
+        free(a[-1]);
 }
 
 slash_status slash_hidx_init(slash_hidx *h, uint64_t nbuckets)
