@@ -21,7 +21,7 @@ import json
 res = json.load(open("bench/results/spark.json"))
 for r in res["runs"]:
     print(f"slash.spark {r['slash_records_per_s'] / 1e6:.1f} M records/s, Spark {r['spark_records_per_s'] / 1e6:.1f} "
-          f"M records/s: {r['ratio']:.2f}x ({r['keys']:,} keys, {r['dist']}); answers "
+          f"M records/s: {r['ratio']:.2f}x, medians {r['median_ratio']:.2f}x ({r['keys']:,} keys, {r['dist']}); answers "
           f"{'equal' if r['verified'] else 'DIFFER'}")
 raise SystemExit(0 if res["all_verified"] else 1)
 EOF

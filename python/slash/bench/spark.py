@@ -8,8 +8,9 @@ rows; event time rises at 1 M events/s. The query (the paper's YSB): keep
 window. By default three configurations run: 100 keys, 10 M keys, and zipf
 1.5 over 10 M keys (``--keys``/``--dist`` pick one).
 
-Both sides run ``--warmup`` times to warm up, then ``--repeat`` times; the
-best time of each is kept (the machine is shared). The warm-up matters on two
+The sides take turns: ``--warmup`` untimed rounds, then ``--repeat`` timed
+ones; the best time of each side is kept (the machine is shared), and the
+ratio of the medians is reported too (``median_ratio``). The warm-up matters on two
 cores: for the first tens of jobs the JVM's JIT compilers burn 60-70 ms of
 CPU per job (measured per thread), which a short query's tasks then share
 two cores with; a long-lived Spark application has long compiled them.
@@ -29,6 +30,7 @@ import argparse
 import logging
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from contextlib import contextmanager
@@ -53,7 +55,7 @@ class SparkBenchConfig:
     records: int = 20_000_000
     keys: int = 100
     dist: str = "uniform"
-    repeat: int = 3
+    repeat: int = 5
     warmup: int = 5
     executors: int = 2
     master: str = "local[2]"
@@ -118,19 +120,26 @@ def make_data(path: str, cfg: SparkBenchConfig) -> str:
     return path
 
 
-def _best(fn: Callable[[], Any], warmup: int, repeat: int, progress: Progress,
-          label: str) -> Tuple[float, Any]:
-    best, out = float("inf"), None
-    for i in range(warmup + repeat):  # warm-ups first (JIT, Python workers, page cache)
+def _interleaved(sides: List[Tuple[str, Callable[[], Any]]], warmup: int, repeat: int,
+                 progress: Progress) -> Tuple[List[List[float]], List[Any]]:
+    """Runs the sides in turn, ``warmup`` untimed rounds then ``repeat`` timed
+    ones (a side's runs are spread over the whole measurement, so a busy
+    spell on the shared machine hits both sides alike); returns each side's
+    times and last result."""
+    times: List[List[float]] = [[] for _ in sides]
+    outs: List[Any] = [None] * len(sides)
+    for i in range(warmup + repeat):
         warm = i < warmup
-        progress.describe(f"{label} {f'warm-up {i + 1}/{warmup}' if warm else f'run {i - warmup + 1}/{repeat}'}")
-        t0 = time.perf_counter()
-        out = fn()
-        dt = time.perf_counter() - t0
-        if not warm:
-            best = min(best, dt)
-        progress.step(f"{label} {dt:.2f} s")
-    return best, out
+        for j, (label, fn) in enumerate(sides):
+            what = f"warm-up {i + 1}/{warmup}" if warm else f"run {i - warmup + 1}/{repeat}"
+            progress.describe(f"{label} {what}")
+            t0 = time.perf_counter()
+            outs[j] = fn()
+            dt = time.perf_counter() - t0
+            if not warm:
+                times[j].append(dt)
+            progress.step(f"{label} {dt:.2f} s")
+    return times, outs
 
 
 def _sorted_columns(table) -> Dict[str, Any]:
@@ -152,11 +161,12 @@ def run_config(spark: Any, path: str, cfg: SparkBenchConfig, progress: Progress)
     from slash.spark import run_aggregate, spark_window_aggregate
 
     label = f"{cfg.keys} keys {cfg.dist}:"
-    t_slash, res = _best(lambda: run_aggregate(spark, path, executors=cfg.executors, **QUERY),
-                         cfg.warmup, cfg.repeat, progress, f"{label} slash.spark")
     ref = spark_window_aggregate(spark, path, **QUERY)
-    t_spark, _ = _best(lambda: ref.write.format("noop").mode("overwrite").save(), cfg.warmup, cfg.repeat,
-                       progress, f"{label} Spark groupBy(window)")
+    (ts_slash, ts_spark), (res, _) = _interleaved(
+        [(f"{label} slash.spark", lambda: run_aggregate(spark, path, executors=cfg.executors, **QUERY)),
+         (f"{label} Spark groupBy(window)", lambda: ref.write.format("noop").mode("overwrite").save())],
+        cfg.warmup, cfg.repeat, progress)
+    t_slash, t_spark = min(ts_slash), min(ts_spark)
     progress.describe(f"{label} comparing answers")
     ours, theirs = res.df.toArrow(), ref.toArrow()
     ok = verify(ours, theirs)
@@ -165,7 +175,9 @@ def run_config(spark: Any, path: str, cfg: SparkBenchConfig, progress: Progress)
     return {"keys": cfg.keys, "dist": cfg.dist, "records": cfg.records,
             "slash_records_per_s": rate, "spark_records_per_s": srate, "ratio": rate / srate,
             "verified": ok, "result_rows": ours.num_rows, "slash_seconds": t_slash,
-            "spark_seconds": t_spark, "records_after_filter": res.records_in,
+            "spark_seconds": t_spark, "median_ratio": statistics.median(ts_spark) / statistics.median(ts_slash),
+            "slash_run_seconds": ts_slash, "spark_run_seconds": ts_spark,
+            "records_after_filter": res.records_in,
             "late_records": res.late_records, "parameters": asdict(cfg)}
 
 
@@ -213,7 +225,8 @@ def summary(run: Dict[str, Any]) -> str:
     return (f"spark  keys={run['keys']:<9} dist={run['dist']:<8} records={run['records']:,}  "
             f"slash.spark {run['slash_records_per_s'] / 1e6:7.1f} M rec/s  "
             f"Spark groupBy(window) {run['spark_records_per_s'] / 1e6:6.1f} M rec/s  "
-            f"ratio {run['ratio']:5.2f}x  answers {'equal' if run['verified'] else 'DIFFER'}")
+            f"ratio {run['ratio']:5.2f}x (medians {run['median_ratio']:.2f}x)  "
+            f"answers {'equal' if run['verified'] else 'DIFFER'}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -225,8 +238,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dist", default=None, help="uniform or zipf:S (default: see --keys)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed runs per side first "
                         "(default 5)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per side after the warm-up "
-                        "(best kept; default 3)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs per side after the warm-up "
+                        "(best kept; default 5)")
     parser.add_argument("--executors", type=int, default=2, help="Slash executors (default 2)")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     parser.add_argument("--data-dir", default=None, metavar="DIR",
