@@ -8,12 +8,14 @@ rows; event time rises at 1 M events/s. The query (the paper's YSB): keep
 window. By default three configurations run: 100 keys, 10 M keys, and zipf
 1.5 over 10 M keys (``--keys``/``--dist`` pick one).
 
-The sides take turns: ``--warmup`` untimed rounds, then ``--repeat`` timed
-ones; the best time of each side is kept (the machine is shared), and the
-ratio of the medians is reported too (``median_ratio``). The warm-up matters on two
-cores: for the first tens of jobs the JVM's JIT compilers burn 60-70 ms of
-CPU per job (measured per thread), which a short query's tasks then share
-two cores with; a long-lived Spark application has long compiled them.
+The sides take turns: untimed rounds (at least ``--warmup`` of them and
+``--warmup-seconds``), then ``--repeat`` timed ones; the best time of each
+side is kept (the machine is shared), and the ratio of the medians is
+reported too (``median_ratio``). The warm-up matters on two cores: after 5
+slash.spark queries the JVM's JIT compilers still burned 86 ms of CPU per
+query, after 40 still 39 ms (measured per thread), CPU that a short query's
+tasks share the two cores with; a long-lived Spark application has long
+compiled that code.
 
 * slash: :func:`slash.spark.run_aggregate`, the whole barrier stage until
   the result DataFrame exists (the results written as Parquet);
@@ -57,6 +59,7 @@ class SparkBenchConfig:
     dist: str = "uniform"
     repeat: int = 5
     warmup: int = 5
+    warmup_seconds: float = 20.0
     executors: int = 2
     master: str = "local[2]"
     seed: int = 1
@@ -67,6 +70,10 @@ class SparkBenchConfig:
 
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
             raise InvalidArgument(f"warmup must be an int >= 0, got {self.warmup!r}")
+        if isinstance(self.warmup_seconds, bool) or not isinstance(self.warmup_seconds, (int, float)) \
+                or not 0 <= self.warmup_seconds < 86400:
+            raise InvalidArgument(f"warmup_seconds must be a number of seconds >= 0, got "
+                                  f"{self.warmup_seconds!r}")
         for name in ("records", "keys", "repeat", "executors", "row_group"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -120,24 +127,29 @@ def make_data(path: str, cfg: SparkBenchConfig) -> str:
     return path
 
 
-def _interleaved(sides: List[Tuple[str, Callable[[], Any]]], warmup: int, repeat: int,
-                 progress: Progress) -> Tuple[List[List[float]], List[Any]]:
-    """Runs the sides in turn, ``warmup`` untimed rounds then ``repeat`` timed
-    ones (a side's runs are spread over the whole measurement, so a busy
-    spell on the shared machine hits both sides alike); returns each side's
-    times and last result."""
+def _interleaved(sides: List[Tuple[str, Callable[[], Any]]], warmup: int, warmup_seconds: float,
+                 repeat: int, progress: Progress) -> Tuple[List[List[float]], List[Any]]:
+    """Runs the sides in turn: untimed rounds until ``warmup`` of them and
+    ``warmup_seconds`` have passed, then ``repeat`` timed rounds (a side's
+    runs are spread over the whole measurement, so a busy spell on the shared
+    machine hits both sides alike); returns each side's times and last result."""
     times: List[List[float]] = [[] for _ in sides]
     outs: List[Any] = [None] * len(sides)
-    for i in range(warmup + repeat):
-        warm = i < warmup
+    start = time.perf_counter()
+    rounds = 0
+    while rounds < warmup or time.perf_counter() - start < warmup_seconds:
+        rounds += 1
+        for label, fn in sides:
+            progress.describe(f"{label} warm-up {rounds}")
+            fn()
+    progress.step(f"warmed up: {rounds} rounds in {time.perf_counter() - start:.0f} s")
+    for i in range(repeat):
         for j, (label, fn) in enumerate(sides):
-            what = f"warm-up {i + 1}/{warmup}" if warm else f"run {i - warmup + 1}/{repeat}"
-            progress.describe(f"{label} {what}")
+            progress.describe(f"{label} run {i + 1}/{repeat}")
             t0 = time.perf_counter()
             outs[j] = fn()
             dt = time.perf_counter() - t0
-            if not warm:
-                times[j].append(dt)
+            times[j].append(dt)
             progress.step(f"{label} {dt:.2f} s")
     return times, outs
 
@@ -165,7 +177,7 @@ def run_config(spark: Any, path: str, cfg: SparkBenchConfig, progress: Progress)
     (ts_slash, ts_spark), (res, _) = _interleaved(
         [(f"{label} slash.spark", lambda: run_aggregate(spark, path, executors=cfg.executors, **QUERY)),
          (f"{label} Spark groupBy(window)", lambda: ref.write.format("noop").mode("overwrite").save())],
-        cfg.warmup, cfg.repeat, progress)
+        cfg.warmup, cfg.warmup_seconds, cfg.repeat, progress)
     t_slash, t_spark = min(ts_slash), min(ts_spark)
     progress.describe(f"{label} comparing answers")
     ours, theirs = res.df.toArrow(), ref.toArrow()
@@ -198,7 +210,7 @@ def run_all(configs: List[SparkBenchConfig], data_dir: Optional[str] = None,
             driver_memory: str = "6g") -> Dict[str, Any]:
     from slash.spark import session
 
-    per = 2 * (configs[0].warmup + configs[0].repeat) + 2  # data, both sides' runs, the check
+    per = 2 * configs[0].repeat + 3  # data, warm-up, both sides' runs, the check
     progress = Progress(per * len(configs) + 1)
     runs = []
     try:
@@ -236,8 +248,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="campaigns; with --dist picks one configuration (default: 100, 10M, "
                              "zipf:1.5 over 10M)")
     parser.add_argument("--dist", default=None, help="uniform or zipf:S (default: see --keys)")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed runs per side first "
-                        "(default 5)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed rounds of both sides first, "
+                        "at least (default 5)")
+    parser.add_argument("--warmup-seconds", type=float, default=20.0, metavar="S",
+                        help="and warm up for at least S seconds (default 20): the JVM's JIT "
+                        "still compiles for the first tens of jobs")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per side after the warm-up "
                         "(best kept; default 5)")
     parser.add_argument("--executors", type=int, default=2, help="Slash executors (default 2)")
@@ -253,6 +268,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     else:
         pairs = ((args.keys if args.keys is not None else 100, args.dist or "uniform"),)
     configs = [SparkBenchConfig(records=args.records, keys=k, dist=d, repeat=args.repeat, warmup=args.warmup,
+                                warmup_seconds=args.warmup_seconds,
                                 executors=args.executors, master=args.master, seed=args.seed)
                for k, d in pairs]
     return run_all(configs, args.data_dir)
