@@ -87,7 +87,7 @@ def _early(monkeypatch, n):
 
     monkeypatch.setattr(batch, "_spark_schema", lambda path: None)
     spark = _Spark()
-    return batch._EarlyFrame(spark, "/results/q", n), spark.read
+    return batch.EarlyFrame(spark, "/results/q", n), spark.read
 
 
 def test_results_are_listed_once_every_task_has_written(monkeypatch):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import glob
 import os
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 import pyarrow as pa
 import pyarrow.ipc as ipc

@@ -153,12 +153,7 @@ def _make_task(plan: _Plan):
                 t2 = time.perf_counter()
                 out = plan.query.finalize(res, plan.schema, sort=False)
                 path = write_table(out, plan.out_dir, f"part-{rank:05d}.parquet")
-                attempt = BarrierTaskContext.get().taskAttemptId()  # unique per attempt
-                if conn is not None:  # the driver may list the results while the job winds down
-                    try:
-                        conn.send(("written", attempt, path))
-                    except OSError:  # best effort: the driver lists them after the job otherwise
-                        pass
+                attempt = announce_written(conn, path)
                 m.update(join_seconds=t1 - t0, run_seconds=t2 - t1,
                          write_seconds=time.perf_counter() - t2, attempt=attempt)
             except BaseException as e:
@@ -251,7 +246,7 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     out_dir = f"{_env.result_root(spark, result_dir).rstrip('/')}/q-{token[:12]}"
     if rendezvous not in ("driver", "allgather"):
         raise InvalidArgument(f"rendezvous must be 'driver' or 'allgather', got {rendezvous!r}")
-    early = _EarlyFrame(spark, out_dir, n)
+    early = EarlyFrame(spark, out_dir, n)
     rdv = Rendezvous(driver_host(spark), n, token, on_message=early.on_message) \
         if rendezvous == "driver" else None
     plan = _Plan(query, schema, group, token, out_dir, src if fast else None, time_columns,
@@ -298,7 +293,22 @@ def _result_frame(spark: Any, out_dir: str, first_path: Optional[str]) -> Any:
     return (spark.read.schema(schema) if schema is not None else spark.read).parquet(out_dir)
 
 
-class _EarlyFrame:
+def announce_written(conn: Any, path: str) -> int:
+    """In a task: tells the driver this task's result file is in place (so
+    it may list the results while the job winds down); returns the task
+    attempt's id, which the task's summary carries too."""
+    from pyspark import BarrierTaskContext
+
+    attempt = BarrierTaskContext.get().taskAttemptId()  # unique per attempt
+    if conn is not None:
+        try:
+            conn.send(("written", attempt, path))
+        except OSError:  # best effort: the driver lists them after the job otherwise
+            pass
+    return attempt
+
+
+class EarlyFrame:
     """The result DataFrame, built while the barrier job winds down: each
     task says when its file is written (rank, task attempt id, path); once all
     N have, a thread lists the directory (``spark.read.parquet`` costs 10-30

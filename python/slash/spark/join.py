@@ -11,11 +11,12 @@ write them to Parquet first.
 """
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
@@ -25,7 +26,7 @@ from slash.sources import FileSource
 from slash.spark import _env
 from slash.spark._tasks import (Rendezvous, barrier_stage, driver_host, join_group, rank_errors,
                                 raise_task_failure, report_error, write_table)
-from slash.spark.batch import _is_dataframe, _spark_schema, _summary, group_for
+from slash.spark.batch import EarlyFrame, _is_dataframe, _summary, announce_written, group_for
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +61,14 @@ def _make_join_task(plan: _JoinPlan):
                     lst.close()
                 out = plan.query.finalize(res, plan.left.schema, plan.right.schema)
                 path = write_table(out, plan.out_dir, f"part-{rank:05d}.parquet")
+                attempt = announce_written(conn, path)
             except BaseException as e:
                 report_error(conn, e)
                 raise
             finally:
                 if conn is not None:
                     conn.close()
-            yield _summary(rank, out, {}, time.perf_counter() - t0, path)
+            yield _summary(rank, out, {"attempt": attempt}, time.perf_counter() - t0, path)
     return task
 
 
@@ -96,7 +98,8 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
     n, group = group_for(spark, query, executors, transport, None, slots_wait)
     token = secrets.token_hex(16)
     out_dir = f"{_env.result_root(spark, result_dir).rstrip('/')}/j-{token[:12]}"
-    rdv = Rendezvous(driver_host(spark), n, token)
+    early = EarlyFrame(spark, out_dir, n)
+    rdv = Rendezvous(driver_host(spark), n, token, on_message=early.on_message)
     plan = _JoinPlan(query, lsrc, rsrc, group, token, out_dir, rdv.address)
     stage = barrier_stage(spark, n, _make_join_task(plan))
     sc = spark.sparkContext
@@ -108,8 +111,6 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
     finally:
         sc.setJobDescription(None)
         rdv.close()
-    paths = [r["path"] for r in sorted(rows, key=lambda r: r["rank"])]
     log.info("slash.spark.window_join: %d executors, %d result rows", n, sum(r["rows"] for r in rows))
-    schema = _spark_schema(paths[0]) if paths else None
-    return (spark.read.schema(schema) if schema is not None else spark.read).parquet(out_dir)
+    return early.frame({r["rank"]: (json.loads(r["metrics"]).get("attempt"), r["path"]) for r in rows})
 

@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from slash import _core
 from slash.errors import InvalidArgument
-from slash.workloads._common import (DEFAULT_BATCH, MAX_EVENTS, check_columns, check_int, chunks,
+from slash.workloads._common import (DEFAULT_BATCH, check_columns, check_int, chunks,
                                      concat, string_array, to_batch)
 
 __all__ = ["KINDS", "PERSON_COLUMNS", "AUCTION_COLUMNS", "BID_COLUMNS", "RECORD_BYTES", "count",
