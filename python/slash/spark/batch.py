@@ -130,7 +130,7 @@ def _as_arrow(task):
 
 def _make_task(plan: _Plan):
     def task(batches):
-        t0 = time.perf_counter()
+        t0, started_at = time.perf_counter(), time.time()
         from pyspark import BarrierTaskContext
         rank = BarrierTaskContext.get().partitionId()
         with rank_errors(rank):
@@ -155,7 +155,8 @@ def _make_task(plan: _Plan):
                 path = write_table(out, plan.out_dir, f"part-{rank:05d}.parquet")
                 attempt = announce_written(conn, path)
                 m.update(join_seconds=t1 - t0, run_seconds=t2 - t1,
-                         write_seconds=time.perf_counter() - t2, attempt=attempt)
+                         write_seconds=time.perf_counter() - t2, attempt=attempt,
+                         started_at=started_at, ended_at=time.time())
             except BaseException as e:
                 report_error(conn, e)
                 raise
