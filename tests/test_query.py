@@ -225,7 +225,7 @@ def test_prepare_selected_feeds_the_same_rows_as_prepare():
     full, skip = q.prepare_selected(batch)
     assert skip is not None and full.num_rows == 4000
     assert full.filter(pa.array(~skip)).equals(q.prepare(batch))
-    # a null in a column the executor reads: the rows are filtered instead
+    # a null in a column the executor reads stays a selection: the executor takes nulls
     with_null = batch.set_column(3, "x", pa.array([None] + batch.column(3).to_pylist()[1:], pa.int64()))
-    b, none = q.prepare_selected(with_null)
-    assert none is None and b.equals(q.prepare(with_null))
+    b, skip = q.prepare_selected(with_null)
+    assert skip is not None and b.filter(pa.array(~skip)).equals(q.prepare(with_null))

@@ -49,13 +49,44 @@ def test_bad_config(kwargs, word):
         StateConfig(**kwargs)
 
 
-def test_null_keys_and_times(sb):
-    with pytest.raises(errors.SchemaError, match="'keys'.*null"):
-        sb.update(pa.array([1, None]), [1, 2], {"v": [1, 2]})
-    with pytest.raises(errors.SchemaError, match="'times'.*null"):
-        sb.update([1, 2], pa.array([1, None]), {"v": [1, 2]})
-    with pytest.raises(errors.SchemaError, match="'v'.*null"):
-        sb.update([1, 2], [1, 2], {"v": pa.array([1, None])})
+def test_a_null_key_is_a_group_of_its_own(sb):
+    sb.update(pa.array([1, None, None, 1]), [1, 2, 3, 4], {"v": [1, 2, 3, 4]})
+    rows = {r["key"]: (r["count"], r["sum_v"]) for r in sb.emit(10_000).to_pylist()}
+    assert rows == {1: (2, 5), None: (2, 5)}
+
+
+def test_a_null_time_is_in_no_window_and_counted(sb):
+    sb.update([1, 2, 2], pa.array([1, None, 3]), {"v": [1, 2, 3]})
+    assert sb.null_times == 1
+    assert sorted((r["key"], r["count"]) for r in sb.emit(10_000).to_pylist()) == [(1, 1), (2, 1)]
+
+
+def test_aggregates_skip_null_values_and_all_null_gives_null():
+    cfg = StateConfig(window="tumbling:10s", aggregates=["count", "count:v", "sum:v", "min:v", "avg:v"],
+                      value_types={"v": "int64"})
+    with StateBackend(cfg) as b:
+        b.update([1, 1, 2], [1, 2, 3], {"v": pa.array([None, 4, None])})
+        rows = {r["key"]: r for r in b.emit(10_000).to_pylist()}
+    assert (rows[1]["count"], rows[1]["count_v"], rows[1]["sum_v"], rows[1]["min_v"], rows[1]["avg_v"]) \
+        == (2, 1, 4, 4, 4.0)
+    assert (rows[2]["count"], rows[2]["count_v"], rows[2]["sum_v"], rows[2]["min_v"], rows[2]["avg_v"]) \
+        == (1, 0, None, None, None)
+
+
+def test_nulls_where_the_config_allows_none_are_refused_naming_the_column():
+    cfg = StateConfig(window="tumbling:10s", aggregates=["sum:v"], value_types={"v": "int64"},
+                      nullable=(), key_nullable=False)
+    with StateBackend(cfg) as b:
+        with pytest.raises(errors.SchemaError, match="'keys'.*null"):
+            b.update(pa.array([1, None]), [1, 2], {"v": [1, 2]})
+        with pytest.raises(errors.SchemaError, match="'v'.*null"):
+            b.update([1, 2], [1, 2], {"v": pa.array([1, None])})
+        assert b.records == 0
+
+
+def test_the_reserved_null_key_value_is_refused_in_a_nullable_int64_key(sb):
+    with pytest.raises(errors.SchemaError, match="stands for a null key"):
+        sb.update(pa.array([-(1 << 63), 1], pa.int64()), [1, 2], {"v": [1, 2]})
     assert sb.records == 0
 
 
@@ -65,7 +96,7 @@ def test_wrong_dtypes(sb):
     with pytest.raises(errors.SchemaError, match="'times'"):
         sb.update([1], ["yesterday"], {"v": [1]})
     with pytest.raises(errors.SchemaError, match="'v'.*uint64"):
-        sb.update([1], [1], {"v": np.array([1], np.uint64)})
+        sb.update([1], [1], {"v": np.array([1 << 63], np.uint64)})
     with pytest.raises(errors.SchemaError, match="'times'.*ms"):
         sb.update([1], pa.array(np.array([1], "datetime64[us]")), {"v": [1]})
     with pytest.raises(errors.SchemaError, match="'keys'.*string"):

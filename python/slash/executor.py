@@ -31,6 +31,9 @@ from slash import _core
 from slash.errors import InvalidArgument, SchemaError
 from slash.join import JoinConfig, join_core_args, join_result_batch, prepare_side
 from slash.state import StateConfig, core_args, prepare_columns, result_batch
+
+#: the lateness that marks a bounded input (the core's SLASH_LATENESS_BOUNDED)
+LATENESS_BOUNDED = (1 << 63) - 1
 from slash.window import parse_duration
 
 log = logging.getLogger(__name__)
@@ -121,7 +124,8 @@ class Executor:
     """
 
     def __init__(self, listener: "_core.Listener", rank: int, addresses: Sequence[str],
-                 state: StateConfig, group: GroupConfig = GroupConfig(), *, token: str) -> None:
+                 state: StateConfig, group: GroupConfig = GroupConfig(), *, token: str,
+                 bounded: bool = False) -> None:
         if not isinstance(state, (StateConfig, JoinConfig)):
             raise InvalidArgument(f"state must be a StateConfig (aggregates) or a JoinConfig (a "
                                   f"windowed join), got {type(state).__name__}")
@@ -137,9 +141,15 @@ class Executor:
         self.is_join = isinstance(state, JoinConfig)
         parts = group.partitions_for(n)
         args = join_core_args(state, parts) if self.is_join else core_args(state, parts)
+        self.bounded = bounded
+        self._null_times = 0
+        # a bounded input (files, a table) has no lateness: its watermark moves
+        # only by advance_watermark, from what the source has left to read
+        lateness = LATENESS_BOUNDED if bounded else min(
+            group.lateness_ms * state.ticks_per_ms, LATENESS_BOUNDED - 1)
         log.debug("executor %d/%d joining over %s", rank, n, group.transport)
         self._core = _core.ExecutorCore(listener, rank, [str(a) for a in addresses], token, args,
-                                        group.lateness_ms, group.epoch_bytes, group.epoch_ms,
+                                        lateness, group.epoch_bytes, group.epoch_ms,
                                         group.buffer_size, group.credits, group.timeout,
                                         group.mode, "join" if self.is_join else "aggregate",
                                         group.own_rows)
@@ -163,12 +173,17 @@ class Executor:
         """
         if self.is_join:
             raise InvalidArgument("this executor runs a join: use push_left/push_right")
-        t, k, per_agg, offsets, data = prepare_columns(self.state, keys, times, values)
+        t, k, per_agg, offsets, data, null_times = prepare_columns(self.state, keys, times, values)
         if skip is not None:
             skip = np.ascontiguousarray(skip).view(np.uint8) if np.asarray(skip).dtype == np.bool_ \
                 else np.ascontiguousarray(skip, dtype=np.uint8)
             if skip.ndim != 1 or len(skip) != len(t):
                 raise SchemaError(f"skip has {skip.size} values, 'times' has {len(t)}")
+        if null_times is not None:  # in no window: skipped and counted
+            self._null_times += int(np.count_nonzero(null_times & (skip == 0))
+                                    if skip is not None else np.count_nonzero(null_times))
+            skip = null_times.view(np.uint8) if skip is None else (skip | null_times.view(np.uint8))
+            skip = np.ascontiguousarray(skip)
         n_late, mask = self._core.push(t, k, per_agg, offsets, data, return_late, skip)
         return self._late(n_late, mask, return_late)
 
@@ -187,7 +202,11 @@ class Executor:
                    return_late: bool) -> Union[int, Tuple[int, np.ndarray]]:
         if not self.is_join:
             raise InvalidArgument("this executor computes aggregates: use push/push_batch")
-        idx, t, k, cols, offsets, data = prepare_side(self.state, side, keys, times, columns)
+        idx, t, k, cols, offsets, data, null_times = prepare_side(self.state, side, keys, times,
+                                                                  columns)
+        if null_times is not None:
+            raise SchemaError(f"column 'times' of the {side} side has {int(null_times.sum())} null "
+                              "value(s); drop them first (slash.query.JoinQuery does)")
         n_late, mask = self._core.push_join(idx, t, k, cols, offsets, data, return_late)
         return self._late(n_late, mask, return_late)
 
@@ -237,7 +256,8 @@ class Executor:
         return out
 
     def advance_watermark(self, time_ms: int) -> None:
-        """Promises no record older than ``time_ms`` follows (e.g. an idle source)."""
+        """Promises no record older than ``time_ms`` (in the state's time
+        unit) follows: an idle stream, or what a bounded source has left."""
         self._core.advance(int(time_ms))
 
     def end_epoch(self) -> None:
@@ -270,6 +290,7 @@ class Executor:
         return pa.Table.from_batches(self.results(), schema=self.result_schema())
 
     def result_schema(self) -> pa.Schema:
+        """Schema of :meth:`results` batches (window bounds in the state's time unit)."""
         key_t = {"int64": pa.int64(), "string": pa.string(), "binary": pa.binary()}[self.state.key_type]
         fields = [pa.field("window_start", pa.int64()), pa.field("window_end", pa.int64()),
                   pa.field("key", key_t)]
@@ -291,7 +312,8 @@ class Executor:
         lag = None
         if m["watermark"] > -(1 << 63) and m["group_watermark"] > -(1 << 63):
             lag = m["watermark"] - m["group_watermark"]
-        m["watermark_lag_ms"] = lag
+        m["watermark_lag_ms"] = lag if lag is None else lag // self.state.ticks_per_ms
+        m["null_time_records"] = self._null_times
         return m
 
     def close(self) -> None:

@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from slash import _core
 from slash.errors import InvalidArgument, SchemaError
-from slash.state import KEY_TYPES, VALUE_TYPES, StateBackend, StateConfig, _numeric, \
+from slash.state import KEY_TYPES, TIME_UNITS, VALUE_TYPES, StateBackend, StateConfig, _numeric, \
     prepare_columns, result_batch
 from slash.window import Session, Sliding, Tumbling, Window, parse_window
 
@@ -80,8 +80,11 @@ class JoinConfig:
     left_columns: Mapping[str, str] = field(default_factory=dict)
     right_columns: Mapping[str, str] = field(default_factory=dict)
     partitions: int = 1
+    time_unit: str = "ms"
 
     def __post_init__(self) -> None:
+        if self.time_unit not in TIME_UNITS:
+            raise InvalidArgument(f"time_unit must be one of {list(TIME_UNITS)}, got {self.time_unit!r}")
         w = parse_window(self.window)
         if isinstance(w, Sliding):
             raise InvalidArgument(f"window: a join takes a tumbling or session window, got {w} "
@@ -96,6 +99,10 @@ class JoinConfig:
         object.__setattr__(self, "right_columns",
                            _check_columns(self.right_columns, "right_columns"))
 
+    @property
+    def ticks_per_ms(self) -> int:
+        return TIME_UNITS[self.time_unit]
+
     def columns(self, side: str) -> Dict[str, str]:
         return self.left_columns if side == "left" else self.right_columns
 
@@ -107,23 +114,24 @@ class JoinConfig:
                 + [f"right_{c}" for c in self.right_columns])
 
 
-def _window_args(w: Window) -> tuple:
+def _window_args(w: Window, ticks_per_ms: int = 1) -> tuple:
     if isinstance(w, Tumbling):
-        return "tumbling", w.size_ms
+        return "tumbling", w.size_ms * ticks_per_ms
     assert isinstance(w, Session)
-    return "session", w.gap_ms
+    return "session", w.gap_ms * ticks_per_ms
 
 
 def _key_config(config: JoinConfig) -> StateConfig:
     """The state backend's view of the key and window, whose helpers check key
     and time columns and build the window/key columns of results."""
-    return StateConfig(window=config.window, aggregates=(), key_type=config.key_type)
+    return StateConfig(window=config.window, aggregates=(), key_type=config.key_type,
+                       time_unit=config.time_unit, key_nullable=False)
 
 
 def join_core_args(config: JoinConfig, partitions: Optional[int] = None) -> tuple:
     """The core's view of a join config: (window kind, size, key type,
     partitions, left column types, right column types)."""
-    kind, size = _window_args(config.window)
+    kind, size = _window_args(config.window, config.ticks_per_ms)
     return (kind, size, "int64" if config.key_type == "int64" else "bytes",
             partitions or config.partitions, list(config.left_columns.values()),
             list(config.right_columns.values()))
@@ -135,7 +143,7 @@ def prepare_side(config: JoinConfig, side: str, keys: Any, times: Any,
     columns, key offsets, key data). SchemaError names the bad column."""
     if side not in SIDES:
         raise InvalidArgument(f"side must be 'left' or 'right', got {side!r}")
-    t, k, _, offsets, data = prepare_columns(_key_config(config), keys, times, None)
+    t, k, _, offsets, data, null_times = prepare_columns(_key_config(config), keys, times, None)
     want = config.columns(side)
     columns = dict(columns or {})
     unknown = set(columns) - set(want)
@@ -151,7 +159,7 @@ def prepare_side(config: JoinConfig, side: str, keys: Any, times: Any,
             raise SchemaError(f"column '{side}_{name}' has {len(col)} values, 'times' has "
                               f"{len(t)}")
         cols.append(col)
-    return SIDES.index(side), t, k, cols, offsets, data
+    return SIDES.index(side), t, k, cols, offsets, data, null_times
 
 
 def join_result_batch(config: JoinConfig, ws: Any, we: Any, keys: Any, left: List[Any],
@@ -198,7 +206,11 @@ class JoinBackend:
     # -- updates -----------------------------------------------------------
     def _update(self, side: str, keys: Any, times: Any,
                 columns: Optional[Mapping[str, Any]]) -> None:
-        self._store.update(*prepare_side(self.config, side, keys, times, columns))
+        *args, null_times = prepare_side(self.config, side, keys, times, columns)
+        if null_times is not None:
+            raise SchemaError(f"column 'times' of the {side} side has {int(null_times.sum())} null "
+                              "value(s); drop them first (slash.query.JoinQuery does)")
+        self._store.update(*args)
 
     def update_left(self, keys: Any, times: Any,
                     columns: Optional[Mapping[str, Any]] = None) -> None:

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from slash.errors import InvalidArgument, SchemaError
-from slash.state import KEY_MAX_BYTES, Aggregate, StateConfig, value_columns
+from slash.state import KEY_MAX_BYTES, TIME_UNITS, Aggregate, StateConfig, value_columns
 from slash.window import Window, parse_duration, parse_window
 
 log = logging.getLogger(__name__)
@@ -141,16 +141,117 @@ def _is_int(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_boolean(t)
 
 
+def _is_str(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _is_bin(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t)
+
+
+def _is_time_like(t: pa.DataType) -> bool:
+    """Kept as int64 in the core: timestamps and dates."""
+    return pa.types.is_timestamp(t) or pa.types.is_date(t)
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """A dictionary column's value type; any other type as it is."""
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
+def _int_like(t: pa.DataType) -> bool:
+    """A key held as one int64: integers, booleans, dates, timestamps."""
+    return _is_int(t) or _is_time_like(t)
+
+
+def _as_int64(col: pa.Array) -> pa.Array:
+    """An integer, boolean, date or timestamp column as int64, nulls kept."""
+    t = col.type
+    if pa.types.is_dictionary(t):
+        col = col.dictionary_decode()
+        t = col.type
+    if pa.types.is_timestamp(t) or pa.types.is_date64(t):
+        return col.view(pa.int64())
+    if pa.types.is_date32(t):
+        return col.view(pa.int32()).cast(pa.int64())
+    if t == pa.int64():
+        return col
+    try:
+        return col.cast(pa.int64())
+    except pa.ArrowInvalid as e:
+        raise SchemaError(f"{t} values do not fit int64: {e}") from None
+
+
+def _from_int64(col: pa.Array, t: pa.DataType) -> pa.Array:
+    """The inverse of _as_int64."""
+    t = _plain(t)
+    if pa.types.is_timestamp(t) or pa.types.is_date64(t):
+        return col.view(t)
+    if pa.types.is_date32(t):
+        return col.cast(pa.int32()).view(t)
+    return col if t == pa.int64() else col.cast(t)
+
+
+_TIME_UNITS = ("s", "ms", "us", "ns")
+_SCALE_TO_MS = {"s": 1000, "ms": 1}
+
+
+def _decimal_unscaled(col: pa.Array) -> pa.Array:
+    """A decimal128 column (precision <= 18) as its unscaled int64 values."""
+    n, off = len(col), col.offset
+    words = np.frombuffer(col.buffers()[1], np.int64, count=2 * (off + n))[2 * off::2]
+    return pa.array(np.ascontiguousarray(words), pa.int64(),
+                    mask=col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None)
+
+
+def _decimal_from_unscaled(col: pa.Array, t: pa.DataType) -> pa.Array:
+    """int64 unscaled values (nulls kept) as a decimal128 column of type t."""
+    v = col.to_numpy(zero_copy_only=False) if not col.null_count else \
+        pc.fill_null(col, 0).to_numpy(zero_copy_only=False)
+    words = np.empty((len(v), 2), np.int64)
+    words[:, 0] = v
+    words[:, 1] = np.where(v < 0, -1, 0)
+    validity = col.buffers()[0] if col.null_count else None
+    if validity is not None and col.offset:
+        validity = pa.array(col.is_valid().to_numpy(zero_copy_only=False)).buffers()[1]
+    return pa.Array.from_buffers(t, len(v), [validity, pa.py_buffer(words.tobytes())])
+
+
+def _value_ok(t: pa.DataType) -> bool:
+    return _is_int(t) or pa.types.is_floating(t) or (
+        pa.types.is_decimal(t) and t.bit_width == 128 and t.precision <= 18)
+
+
+def _sum_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_floating(t):
+        return pa.float64()
+    if pa.types.is_decimal(t):
+        return pa.decimal128(min(38, t.precision + 10), t.scale)
+    return pa.int64()
+
+
 @dataclass(frozen=True)
 class Query:
     """A windowed aggregation: see the module docstring.
 
-    ``time``: an int64 (ms) or timestamp[ms] column; ``window``: a spec such as
-    ``"tumbling:10s"``, ``"sliding:60s/10s"``, ``"session:10s"``; ``key``: one
-    or more columns (int, string or binary; composite keys encode to at most
-    64 bytes); ``aggregates``: ``"count"``, ``"sum|min|max|avg:COL"``;
-    ``filters``: ``"COL OP VALUE"`` strings, all of which must hold;
-    ``lateness``: allowed out-of-orderness (``"2s"`` or ms).
+    ``time``: the event-time column: any integer (milliseconds, or the unit
+    ``time_unit`` names: ``"s"``, ``"ms"``, ``"us"``, ``"ns"``), a
+    timestamp of any unit with or without a time zone (Spark's INT96 too),
+    or a date. ``window``: ``"tumbling:10s"``, ``"sliding:60s/10s"``,
+    ``"session:10s"``, ``"tumbling:1d"``, Spark's ``"tumbling:1 day"``;
+    ``key``: one or more columns (integers, booleans, strings, binary,
+    dictionary-encoded strings, dates, timestamps; composite keys encode to
+    at most 64 bytes); ``aggregates``: ``"count"``, ``"count:COL"``,
+    ``"sum|min|max|avg:COL"`` over integer, float or decimal128 (precision
+    <= 18) columns; ``filters``: ``"COL OP VALUE"`` strings, all of which
+    must hold; ``lateness``: allowed out-of-orderness of a stream
+    (``"2s"`` or ms; bounded inputs never need it).
+
+    Nulls follow Spark's ``groupBy`` and SQL: a null key is a group of its
+    own (per column of a composite key); aggregates skip nulls (a window
+    whose values are all null gives null); ``count`` counts records and
+    ``count:COL`` non-null values; a record whose time is null is in no
+    window (counted and warned about, never an error).
     """
 
     time: str
@@ -159,6 +260,7 @@ class Query:
     aggregates: Sequence[Union[str, Aggregate]] = ("count",)
     filters: Sequence[Union[str, Filter]] = ()
     lateness: Union[int, str] = 0
+    time_unit: Optional[str] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "window", parse_window(self.window))
@@ -173,6 +275,10 @@ class Query:
         aggs = tuple(Aggregate.parse(a) for a in self.aggregates)
         if not aggs:
             raise InvalidArgument("at least one aggregate is needed (e.g. 'count')")
+        names = [a.name for a in aggs]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise InvalidArgument(f"aggregates: duplicate output column(s) {dup}")
         object.__setattr__(self, "aggregates", aggs)
         filters = [self.filters] if isinstance(self.filters, (str, Filter)) else list(self.filters)
         object.__setattr__(self, "filters", tuple(Filter.parse(f) for f in filters))
@@ -182,6 +288,8 @@ class Query:
             object.__setattr__(self, "lateness", parse_duration(self.lateness, "lateness"))
         if isinstance(self.lateness, bool) or not isinstance(self.lateness, int) or self.lateness < 0:
             raise InvalidArgument(f"lateness must be >= 0 ms or a duration like '2s', got {self.lateness!r}")
+        if self.time_unit is not None and self.time_unit not in _TIME_UNITS:
+            raise InvalidArgument(f"time_unit must be one of {list(_TIME_UNITS)}, got {self.time_unit!r}")
 
     # -- schema ----------------------------------------------------------------
     @property
@@ -200,15 +308,19 @@ class Query:
         if self.time not in names:
             raise SchemaError(f"time column {self.time!r} is missing (input has {names})")
         t = schema.field(self.time).type
-        if not (_is_int(t) or (pa.types.is_timestamp(t) and t.unit == "ms")):
-            raise SchemaError(f"time column {self.time!r} must be int64 ms or timestamp[ms], got {t}")
+        if not (pa.types.is_integer(t) or _is_time_like(t)):
+            raise SchemaError(f"time column {self.time!r} must be an integer (ms, or time_unit=), "
+                              f"a timestamp or a date, got {t}")
+        if self.time_unit is not None and not pa.types.is_integer(t):
+            raise SchemaError(f"time_unit={self.time_unit!r} applies to integer time columns; "
+                              f"{self.time!r} is {t}, which carries its own unit")
         for k in self.key:
             if k not in names:
                 raise SchemaError(f"key column {k!r} is missing (input has {names})")
-            kt = schema.field(k).type
-            if not (_is_int(kt) or pa.types.is_string(kt) or pa.types.is_large_string(kt)
-                    or pa.types.is_binary(kt) or pa.types.is_large_binary(kt)):
-                raise SchemaError(f"key column {k!r} must be an integer, string or binary column, got {kt}")
+            kt = _plain(schema.field(k).type)
+            if not (_int_like(kt) or _is_str(kt) or _is_bin(kt)):
+                raise SchemaError(f"key column {k!r} must be an integer, boolean, string, binary, "
+                                  f"date or timestamp column, got {schema.field(k).type}")
         for a in self.aggregates:
             if a.column is None:
                 continue
@@ -216,34 +328,114 @@ class Query:
                 raise SchemaError(f"aggregate {a.kind}:{a.column} reads missing column {a.column!r} "
                                   f"(input has {names})")
             vt = schema.field(a.column).type
-            if not (_is_int(vt) or pa.types.is_floating(vt)):
+            if a.kind != "count" and not _value_ok(vt):
+                hint = " (decimal precision must be <= 18)" if pa.types.is_decimal(vt) else ""
                 raise SchemaError(f"aggregate {a.kind}:{a.column} needs a numeric column; "
-                                  f"{a.column!r} is {vt}")
+                                  f"{a.column!r} is {vt}{hint}")
         for f in self.filters:
             f.check(schema)
 
-    def key_type(self, schema: pa.Schema) -> str:
-        if len(self.key) == 1:
-            t = schema.field(self.key[0]).type
-            if _is_int(t):
-                return "int64"
-            return "string" if pa.types.is_string(t) or pa.types.is_large_string(t) else "binary"
-        return "binary"  # composite: encoded in _encode_keys
+    def tick_unit(self, schema: pa.Schema) -> str:
+        """The unit the state runs in: the time column's own where it is
+        finer than ms (us, ns), else ms."""
+        t = schema.field(self.time).type
+        if pa.types.is_timestamp(t):
+            return t.unit if t.unit in ("us", "ns") else "ms"
+        if pa.types.is_integer(t) and self.time_unit in ("us", "ns"):
+            return self.time_unit
+        return "ms"
 
-    def state_config(self, schema: pa.Schema, partitions: int = 1) -> StateConfig:
+    def _key_mode(self, schema: pa.Schema) -> str:
+        """How keys reach the core: 'int' (one int64), 'string' (one string
+        column) or 'composite' (encoded bytes; also a single binary column)."""
+        if len(self.key) == 1:
+            t = _plain(schema.field(self.key[0]).type)
+            if _int_like(t):
+                return "int"
+            if _is_str(t):
+                return "string"
+        return "composite"
+
+    def key_type(self, schema: pa.Schema) -> str:
+        return {"int": "int64", "string": "string", "composite": "binary"}[self._key_mode(schema)]
+
+    def state_config(self, schema: pa.Schema, partitions: int = 1,
+                     nullable: Optional[Sequence[str]] = None) -> StateConfig:
+        """The state's config for this query over `schema`. ``nullable``: the
+        columns that may hold nulls (default: the schema's nullable fields);
+        a column known to hold none costs no null tracking."""
         self.check(schema)
+        may_null = set(nullable) if nullable is not None else \
+            {f.name for f in schema if f.nullable}
         types = {c: "float64" if pa.types.is_floating(schema.field(c).type) else "int64"
                  for c in self.value_columns}
+        mode = self._key_mode(schema)
         return StateConfig(window=self.window, aggregates=self.aggregates,
-                           key_type=self.key_type(schema), partitions=partitions, value_types=types)
+                           key_type=self.key_type(schema), partitions=partitions, value_types=types,
+                           time_unit=self.tick_unit(schema),
+                           nullable=[c for c in self.value_columns if c in may_null],
+                           key_nullable=mode != "composite" and self.key[0] in may_null)
 
     def output_names(self, schema: pa.Schema) -> List[str]:
         return ["window_start", "window_end", *self.key, *(a.name for a in self.aggregates)]
 
+    # -- time ------------------------------------------------------------------
+    def time_ticks(self, col: Any, schema: pa.Schema) -> pa.Array:
+        """The time column as int64 in :meth:`tick_unit` (nulls kept; floored)."""
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        t = col.type
+        if pa.types.is_timestamp(t):
+            if t.unit == "s":
+                return pc.multiply(col.view(pa.int64()), 1000)
+            return col.view(pa.int64())
+        if pa.types.is_date32(t):
+            return pc.multiply(col.view(pa.int32()).cast(pa.int64()), 86_400_000)
+        if pa.types.is_date64(t):
+            return col.view(pa.int64())
+        col = col if t == pa.int64() else col.cast(pa.int64())
+        scale = _SCALE_TO_MS.get(self.time_unit or "ms", 1)
+        return col if scale == 1 else pc.multiply(col, scale)
+
+    def watermark_ticks(self, value: Any, schema: pa.Schema) -> Optional[int]:
+        """A source's promise (a scalar of the time column's type) in ticks."""
+        if value is None:
+            return None
+        if isinstance(value, pa.Scalar):
+            if not value.is_valid:
+                return None
+            arr = pa.array([value.as_py()], value.type) if not pa.types.is_timestamp(value.type) \
+                else pa.array([value.cast(pa.int64()).as_py()], pa.int64()).view(value.type)
+        else:
+            arr = pa.array([value], schema.field(self.time).type)
+        want = schema.field(self.time).type
+        if arr.type != want:
+            arr = arr.cast(want)
+        return self.time_ticks(arr, schema)[0].as_py()
+
+    def ticks_to_ms(self, ticks: int, schema: pa.Schema) -> int:
+        return ticks // TIME_UNITS[self.tick_unit(schema)]
+
+    def _window_column(self, col: Any, schema: pa.Schema) -> pa.Array:
+        """Window bounds (int64 ticks) in the input's kind: timestamps for
+        timestamps and dates, int64 ms for integers."""
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        t = schema.field(self.time).type
+        unit = self.tick_unit(schema)
+        if pa.types.is_timestamp(t):
+            return col.view(pa.timestamp(unit, t.tz))
+        if pa.types.is_date(t):
+            return col.view(pa.timestamp("ms"))
+        div = TIME_UNITS[unit]
+        if div == 1:
+            return col
+        return pa.array(np.floor_divide(col.to_numpy(zero_copy_only=False), div), pa.int64())
+
     # -- per batch -------------------------------------------------------------
     def prepare(self, batch: Union[pa.RecordBatch, pa.Table]) -> pa.RecordBatch:
-        """Filter and projection: a batch of columns ``key``, ``time`` and the
-        value columns, as the executor takes them."""
+        """Filter and projection: a batch of columns ``key``, ``time`` (int64
+        ticks) and the value columns, as the executor takes them."""
         batch = _one_batch(batch)
         if self.filters and batch.num_rows:
             m = self.filters[0].mask(batch)
@@ -253,12 +445,16 @@ class Query:
         return self._project(batch)
 
     def _project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        t = batch.column(self.time)
-        if pa.types.is_timestamp(t.type):
-            t = t.view(pa.int64())
-        cols = {"key": self._encode_keys(batch), "time": t}
+        cols = {"key": self._encode_keys(batch),
+                "time": self.time_ticks(batch.column(self.time), batch.schema)}
         for c in self.value_columns:
-            cols[c] = batch.column(c)
+            col = batch.column(c)
+            t = col.type
+            if pa.types.is_decimal(t):
+                col = _decimal_unscaled(col)
+            elif pa.types.is_dictionary(t):
+                col = col.dictionary_decode()
+            cols[c] = col
         return pa.RecordBatch.from_pydict(cols)
 
     def prepare_selected(self, batch: Union[pa.RecordBatch, pa.Table]
@@ -266,94 +462,65 @@ class Query:
         """As :meth:`prepare`, but the filters become a selection for
         :meth:`slash.Executor.push_batch` (``skip=``, True = dropped) instead
         of a copy of the rows that pass: (batch of every row, skip or None).
-        A batch whose key, time or value columns have nulls, or whose key is
-        not one integer column, is filtered as :meth:`prepare` does (a dropped
-        row may hold what the executor would refuse)."""
+        A batch whose key is not one integer column is filtered as
+        :meth:`prepare` does (a dropped row's string key may be too long)."""
         batch = _one_batch(batch)
         if not self.filters or not batch.num_rows or len(self.key) != 1 or \
-                not _is_int(batch.schema.field(self.key[0]).type) or any(
-                batch.column(c).null_count for c in (self.time, *self.key, *self.value_columns)):
-            return self.prepare(batch), None  # (a dropped row's string key may be too long)
+                not _int_like(_plain(batch.schema.field(self.key[0]).type)):
+            return self.prepare(batch), None
         skip = self.filters[0].skip(batch)
         for f in self.filters[1:]:
             skip |= f.skip(batch)
         return self._project(batch), skip
 
     def _encode_keys(self, batch: pa.RecordBatch) -> pa.Array:
-        if len(self.key) == 1:
-            return batch.column(self.key[0])
-        # composite key: fixed 8-byte big-endian ints (sign flipped, so byte
-        # order = numeric order) and NUL-terminated strings, concatenated
-        n = batch.num_rows
-        parts: List[np.ndarray] = []
-        widths = np.zeros(n, np.int64)
-        for k in self.key:
-            col = batch.column(k)
-            if col.null_count:
-                raise SchemaError(f"key column {k!r} has {col.null_count} null value(s)")
-            if _is_int(col.type):
-                v = col.cast(pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
-                b = (v.view(np.uint64) ^ np.uint64(1 << 63)).astype(">u8").view(np.uint8).reshape(n, 8)
-                parts.append(("fixed", b))
-                widths += 8
-            else:
-                vals = col.cast(pa.binary()).to_pylist()
-                if any(b"\x00" in v for v in vals):
-                    raise SchemaError(f"key column {k!r}: values with NUL bytes cannot be part of a "
-                                      "composite key")
-                parts.append(("str", vals))
-                widths += np.fromiter((len(v) + 1 for v in vals), np.int64, n)
-        if n and widths.max() > KEY_MAX_BYTES:
-            raise SchemaError(f"composite key {list(self.key)} is {int(widths.max())} bytes for some "
-                              f"records; at most {KEY_MAX_BYTES} are allowed")
-        if all(kind == "fixed" for kind, _ in parts):
-            data = np.hstack([p for _, p in parts]).reshape(-1) if n else np.zeros(0, np.uint8)
-            offsets = np.arange(n + 1, dtype=np.int32) * (8 * len(parts))
-            return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-        rows = []
-        for i in range(n):
-            rows.append(b"".join(p[i].tobytes() if kind == "fixed" else p[i] + b"\x00"
-                                 for kind, p in parts))
-        return pa.array(rows, pa.binary())
+        mode = self._key_mode(batch.schema)
+        if mode == "int":
+            return _as_int64(batch.column(self.key[0]))
+        if mode == "string":
+            col = batch.column(self.key[0])
+            return col.dictionary_decode() if pa.types.is_dictionary(col.type) else col
+        return _encode_composite([batch.column(k) for k in self.key], list(self.key))
 
     def decode_keys(self, key_col: Any, schema: pa.Schema) -> Dict[str, pa.Array]:
         """The executor's ``key`` column back into the key columns, in order."""
-        if len(self.key) == 1:
-            kt = schema.field(self.key[0]).type
-            return {self.key[0]: key_col.cast(kt) if _is_int(kt) else key_col}
-        decoded: List[List[Any]] = [[] for _ in self.key]
-        for raw in key_col.to_pylist():
-            pos = 0
-            for j, k in enumerate(self.key):
-                if _is_int(schema.field(k).type):
-                    u = int.from_bytes(raw[pos:pos + 8], "big") ^ (1 << 63)
-                    decoded[j].append(u - (1 << 64) if u >= 1 << 63 else u)
-                    pos += 8
-                else:
-                    end = raw.index(b"\x00", pos)
-                    decoded[j].append(raw[pos:end])
-                    pos = end + 1
-        cols: Dict[str, pa.Array] = {}
-        for j, k in enumerate(self.key):
-            kt = schema.field(k).type
-            if _is_int(kt):
-                cols[k] = pa.array(decoded[j], pa.int64()).cast(kt)
-            elif pa.types.is_string(kt) or pa.types.is_large_string(kt):
-                cols[k] = pa.array([b.decode() for b in decoded[j]], kt)
-            else:
-                cols[k] = pa.array(decoded[j], kt)
-        return cols
+        if isinstance(key_col, pa.ChunkedArray):
+            key_col = key_col.combine_chunks()
+        mode = self._key_mode(schema)
+        k0 = schema.field(self.key[0]).type
+        if mode == "int":
+            return {self.key[0]: _from_int64(key_col.cast(pa.int64()), k0)}
+        if mode == "string":
+            return {self.key[0]: key_col.cast(_plain(k0))}
+        return _decode_composite(key_col, [(k, schema.field(k).type) for k in self.key])
 
     def finalize(self, results: pa.Table, schema: pa.Schema, sort: bool = True) -> pa.Table:
-        """Executor results (key column ``key``) to the output shape: the key
-        decoded into its columns, named as in the input, rows sorted (unless
+        """Executor results (key column ``key``, window bounds in ticks) to
+        the output shape: window bounds in the input's kind, the key decoded
+        into its columns (types as in the input), min/max in the value
+        column's type, sums of decimals as decimals; rows sorted (unless
         ``sort`` is false: a Spark task's part need not be, and sorting
         millions of rows costs more than the rest)."""
-        cols: Dict[str, Any] = {"window_start": results.column("window_start"),
-                                "window_end": results.column("window_end")}
+        cols: Dict[str, Any] = {"window_start": self._window_column(results.column("window_start"), schema),
+                                "window_end": self._window_column(results.column("window_end"), schema)}
         cols.update(self.decode_keys(results.column("key"), schema))
         for a in self.aggregates:
-            cols[a.name] = results.column(a.name)
+            col = results.column(a.name)
+            if isinstance(col, pa.ChunkedArray):
+                col = col.combine_chunks()
+            vt = schema.field(a.column).type if a.column else None
+            if vt is not None and pa.types.is_dictionary(vt):
+                vt = vt.value_type
+            if vt is not None and a.kind != "count":
+                if pa.types.is_decimal(vt):
+                    if a.kind == "avg":
+                        col = pc.divide(col, float(10 ** vt.scale))
+                    else:
+                        col = _decimal_from_unscaled(col.cast(pa.int64()),
+                                                     _sum_type(vt) if a.kind == "sum" else vt)
+                elif a.kind in ("min", "max") and col.type != vt:
+                    col = col.cast(vt)
+            cols[a.name] = col
         out = pa.table(cols)
         if out.num_rows and sort:
             out = out.sort_by([("window_start", "ascending")] +
@@ -361,21 +528,120 @@ class Query:
         return out
 
 
+def _encode_composite(cols: List[pa.Array], names: List[str]) -> pa.Array:
+    """Composite (or binary) keys as bytes: per column a flag byte (0: null,
+    1: a value), then an int64 as 8 big-endian bytes, or a string's length
+    (one byte) and its bytes. Vectorised: no Python per row."""
+    n = len(cols[0]) if cols else 0
+    widths = np.zeros(n, np.int64)
+    parts: List[Tuple[str, Any]] = []
+    for col, name in zip(cols, names):
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        if pa.types.is_dictionary(col.type):
+            col = col.dictionary_decode()
+        valid = col.is_valid().to_numpy(zero_copy_only=False) if col.null_count else np.ones(n, bool)
+        if _int_like(col.type):
+            try:
+                v = _as_int64(col)
+            except SchemaError as e:
+                raise SchemaError(f"key column {name!r}: {e}") from None
+            v = pc.fill_null(v, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+            b = v.astype(">i8").view(np.uint8).reshape(n, 8)
+            parts.append(("fixed", (valid, b)))
+            widths += 1 + 8 * valid
+        else:
+            bcol = col.cast(pa.large_binary())
+            offs = np.frombuffer(bcol.buffers()[1], np.int64, count=bcol.offset + n + 1)[bcol.offset:]
+            data = np.frombuffer(bcol.buffers()[2], np.uint8) if bcol.buffers()[2] is not None \
+                else np.zeros(0, np.uint8)
+            lens = np.diff(offs) * valid
+            if n and lens.max() > KEY_MAX_BYTES:
+                raise SchemaError(f"key column {name!r}: a value is longer than {KEY_MAX_BYTES} bytes")
+            parts.append(("var", (valid, offs, data, lens)))
+            widths += 1 + (1 + lens) * valid
+    if n and widths.max() > KEY_MAX_BYTES:
+        raise SchemaError(f"composite key {names} is {int(widths.max())} bytes for some records; "
+                          f"at most {KEY_MAX_BYTES} are allowed")
+    out_offs = np.zeros(n + 1, np.int64)
+    np.cumsum(widths, out=out_offs[1:])
+    buf = np.zeros(int(out_offs[-1]), np.uint8)
+    pos = out_offs[:-1].copy()
+    for kind, p in parts:
+        valid = p[0]
+        buf[pos] = valid
+        pos += 1
+        if kind == "fixed":
+            b = p[1]
+            vi = np.flatnonzero(valid)
+            for j in range(8):
+                buf[pos[vi] + j] = b[vi, j]
+            pos += 8 * valid
+        else:
+            _, offs, data, lens = p
+            vi = np.flatnonzero(valid)
+            buf[pos[vi]] = lens[vi]
+            pos += valid
+            total = int(lens.sum())
+            if total:
+                rows = np.repeat(np.arange(n), lens)
+                within = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
+                buf[pos[rows] + within] = data[offs[:-1][rows] + within]
+            pos += lens
+    return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(out_offs),
+                                                        pa.py_buffer(buf)]).cast(pa.binary())
+
+
+def _decode_composite(key_col: pa.Array, fields: List[Tuple[str, pa.DataType]]) -> Dict[str, pa.Array]:
+    """The inverse of _encode_composite."""
+    decoded: List[List[Any]] = [[] for _ in fields]
+    for raw in key_col.to_pylist():
+        pos = 0
+        for j, (_, t) in enumerate(fields):
+            flag = raw[pos]
+            pos += 1
+            if not flag:
+                decoded[j].append(None)
+            elif _int_like(_plain(t)):
+                decoded[j].append(int.from_bytes(raw[pos:pos + 8], "big", signed=True))
+                pos += 8
+            else:
+                ln = raw[pos]
+                decoded[j].append(raw[pos + 1:pos + 1 + ln])
+                pos += 1 + ln
+    cols: Dict[str, pa.Array] = {}
+    for j, (k, t) in enumerate(fields):
+        pt = _plain(t)
+        if _int_like(pt):
+            cols[k] = _from_int64(pa.array(decoded[j], pa.int64()), pt)
+        elif _is_str(pt):
+            cols[k] = pa.array([None if b is None else b.decode() for b in decoded[j]], pt)
+        else:
+            cols[k] = pa.array(decoded[j], pt)
+    return cols
+
+
 def _is_numeric_payload(t: pa.DataType) -> bool:
-    return _is_int(t) or pa.types.is_floating(t) or (pa.types.is_timestamp(t) and t.unit == "ms")
+    return _is_int(t) or pa.types.is_floating(t) or _is_time_like(t)
+
+
+_VALID = "__valid"  # a side's payload validity: bit j set = column j not null
 
 
 @dataclass(frozen=True)
 class JoinQuery:
     """A windowed inner equi-join of two inputs (NEXMark Q8's shape).
 
-    ``time``: the event-time column of both sides; ``window``:
+    ``time``: the event-time column of both sides (as :class:`Query` takes
+    it: integers with ``time_unit``, timestamps, dates); ``window``:
     ``"tumbling:SIZE"`` (pairs whose rows fall in the same window) or
     ``"session:GAP"`` (pairs within one session of the key, sessions formed
     over both sides' rows); ``on``: the key column(s), named alike on both
     sides; ``left_columns`` / ``right_columns``: the payload each side
-    carries (default: every column but the keys; each must be numeric, since
-    rows travel between executors as 8-byte values).
+    carries (default: every column but the keys; each must be numeric, a
+    date or a timestamp, since rows travel between executors as 8-byte
+    values). Null keys never match (SQL); rows with a null time are in no
+    window; null payload values come back as nulls.
 
     Output: ``window_start``, ``window_end``, the key columns, then
     ``left_COL`` for each left payload column and ``right_COL`` for each right one.
@@ -387,9 +653,11 @@ class JoinQuery:
     left_columns: Optional[Sequence[str]] = None
     right_columns: Optional[Sequence[str]] = None
     lateness: Union[int, str] = 0
+    time_unit: Optional[str] = None
 
     def __post_init__(self) -> None:
-        helper = Query(time=self.time, window=self.window, key=self.on, lateness=self.lateness)
+        helper = Query(time=self.time, window=self.window, key=self.on, lateness=self.lateness,
+                       time_unit=self.time_unit)
         object.__setattr__(self, "window", helper.window)
         object.__setattr__(self, "on", helper.key)
         object.__setattr__(self, "lateness", helper.lateness)
@@ -404,12 +672,13 @@ class JoinQuery:
 
     @property
     def _keys(self) -> Query:
-        return Query(time=self.time, window=self.window, key=self.on, lateness=self.lateness)
+        return Query(time=self.time, window=self.window, key=self.on, lateness=self.lateness,
+                     time_unit=self.time_unit)
 
     def payload(self, side: str, schema: pa.Schema) -> List[str]:
         given = self.left_columns if side == "left" else self.right_columns
         if given is None:
-            return [c for c in schema.names if c not in self.on]
+            return [c for c in schema.names if c not in self.on and c != _VALID]
         return list(given)
 
     def check(self, left: pa.Schema, right: pa.Schema) -> None:
@@ -419,18 +688,25 @@ class JoinQuery:
                 self._keys.check(schema)
             except SchemaError as e:
                 raise SchemaError(f"{side} input: {e}") from None
-            for c in self.payload(side, schema):
+            cols = self.payload(side, schema)
+            if len(cols) > 15:
+                raise SchemaError(f"{side} input: at most 15 payload columns, got {len(cols)}")
+            for c in cols:
                 if c not in schema.names:
                     raise SchemaError(f"{side} input: payload column {c!r} is missing "
                                       f"(has {schema.names})")
                 t = schema.field(c).type
                 if not _is_numeric_payload(t):
                     raise SchemaError(f"{side} input: join payload column {c!r} is {t}; joins carry "
-                                      "integer, float or timestamp[ms] columns (select others out)")
+                                      "integer, float, date or timestamp columns (select others out)")
         kt = [self._keys.key_type(s) for s in (left, right)]
         if kt[0] != kt[1]:
             raise SchemaError(f"join keys {list(self.on)} have different types on the two sides "
                               f"({kt[0]} vs {kt[1]})")
+        units = [self._keys.tick_unit(s) for s in (left, right)]
+        if units[0] != units[1]:
+            raise SchemaError(f"time column {self.time!r} has different units on the two sides "
+                              f"({left.field(self.time).type} vs {right.field(self.time).type})")
 
     def join_config(self, left: pa.Schema, right: pa.Schema, partitions: int = 1):
         from slash.join import JoinConfig
@@ -438,37 +714,77 @@ class JoinQuery:
         self.check(left, right)
 
         def types(side: str, schema: pa.Schema) -> Dict[str, str]:
-            return {c: "float64" if pa.types.is_floating(schema.field(c).type) else "int64"
-                    for c in self.payload(side, schema)}
+            out = {c: "float64" if pa.types.is_floating(schema.field(c).type) else "int64"
+                   for c in self.payload(side, schema)}
+            out[_VALID] = "int64"
+            return out
 
         return JoinConfig(window=self.window, key_type=self._keys.key_type(left),
                           left_columns=types("left", left), right_columns=types("right", right),
-                          partitions=partitions)
+                          partitions=partitions, time_unit=self._keys.tick_unit(left))
 
     def input_columns(self, side: str, schema: pa.Schema) -> List[str]:
         return list(dict.fromkeys([self.time, *self.on, *self.payload(side, schema)]))
 
     def prepare(self, side: str, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-        """One side's batch as the executor takes it: key, time, payload."""
-        t = batch.column(self.time)
-        if pa.types.is_timestamp(t.type):
-            t = t.view(pa.int64())
-        cols = {"key": self._keys._encode_keys(batch), "time": t}
-        for c in self.payload(side, schema):
+        """One side's batch as the executor takes it: key, time, payload
+        (rows with a null key or time left out)."""
+        return self.prepare_counted(side, batch, schema)[0]
+
+    def prepare_counted(self, side: str, batch: pa.RecordBatch,
+                        schema: pa.Schema) -> Tuple[pa.RecordBatch, int]:
+        """As :meth:`prepare`, with the number of rows left out for a null time."""
+        batch = _one_batch(batch)
+        null_times = batch.column(self.time).null_count
+        drop = None
+        for c in (self.time, *self.on):
             col = batch.column(c)
-            cols[c] = col.view(pa.int64()) if pa.types.is_timestamp(col.type) else col
-        return pa.RecordBatch.from_pydict(cols)
+            if col.null_count:
+                ok = col.is_valid()
+                drop = ok if drop is None else pc.and_(drop, ok)
+        if drop is not None:
+            batch = batch.filter(drop)
+        keys = self._keys
+        cols = {"key": keys._encode_keys(batch),
+                "time": keys.time_ticks(batch.column(self.time), batch.schema)}
+        valid = np.zeros(batch.num_rows, np.int64)
+        for j, c in enumerate(self.payload(side, schema)):
+            col = batch.column(c)
+            if _is_time_like(col.type):
+                col = _as_int64(col)
+            if col.null_count:
+                valid |= col.is_valid().to_numpy(zero_copy_only=False).astype(np.int64) << j
+                col = pc.fill_null(col, 0)
+            else:
+                valid |= 1 << j
+            cols[c] = col
+        cols[_VALID] = pa.array(valid, pa.int64())
+        return pa.RecordBatch.from_pydict(cols), null_times
 
     def finalize(self, results: pa.Table, left: pa.Schema, right: pa.Schema) -> pa.Table:
-        """Executor results to the output shape: keys decoded, rows sorted."""
-        cols: Dict[str, Any] = {"window_start": results.column("window_start"),
-                                "window_end": results.column("window_end")}
-        cols.update(self._keys.decode_keys(results.column("key"), left))
+        """Executor results to the output shape: window bounds in the input's
+        kind, keys decoded, payload types and nulls restored, rows sorted."""
+        keys = self._keys
+        cols: Dict[str, Any] = {"window_start": keys._window_column(results.column("window_start"), left),
+                                "window_end": keys._window_column(results.column("window_end"), left)}
+        cols.update(keys.decode_keys(results.column("key"), left))
         for side, schema in (("left", left), ("right", right)):
-            for c in self.payload(side, schema):
+            valid = results.column(f"{side}_{_VALID}").to_numpy()
+            for j, c in enumerate(self.payload(side, schema)):
                 t = schema.field(c).type
                 col = results.column(f"{side}_{c}")
-                cols[f"{side}_{c}"] = col.cast(t) if _is_int(t) or pa.types.is_timestamp(t) else col
+                if isinstance(col, pa.ChunkedArray):
+                    col = col.combine_chunks()
+                if _is_time_like(t):
+                    col = _from_int64(col.cast(pa.int64()), t)
+                elif _is_int(t):
+                    col = col.cast(t)
+                elif col.type != t:
+                    col = col.cast(t)
+                mask = (valid >> j) & 1 == 0
+                if mask.any():
+                    col = pc.if_else(pa.array(mask), pa.scalar(None, col.type), col)
+                cols[f"{side}_{c}"] = col
         out = pa.table(cols)
         if out.num_rows:
             out = out.sort_by([(c, "ascending") for c in out.column_names])

@@ -18,6 +18,7 @@ barrier task in the same way.
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 import multiprocessing as mp
 import os
@@ -53,17 +54,59 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
+def source_nullable(source: Any, columns: List[str]) -> List[str]:
+    """The columns that may hold nulls, as the source knows it (Parquet
+    statistics, a table's null counts), else as its schema declares."""
+    ask = getattr(source, "may_have_nulls", None)
+    schema = source.schema
+    out = []
+    for c in columns:
+        if c not in schema.names:
+            continue
+        if ask is not None:
+            if ask(c):
+                out.append(c)
+        elif schema.field(c).nullable:
+            out.append(c)
+    return out
+
+
+def _read_with_watermarks(source: Any, rank: int, n: int, query: Query) -> Iterator[Any]:
+    """A bounded source's batches with its Watermark promises, where it
+    makes them (``read(..., time=COL)``); any other source's batches."""
+    if getattr(source, "bounded", True):
+        try:
+            params = inspect.signature(source.read).parameters
+        except (TypeError, ValueError):
+            params = {}
+        if "time" in params:
+            return source.read(rank, n, query.input_columns, time=query.time)
+    return source.read(rank, n, query.input_columns)
+
+
 def execute_split(query: Query, source: Source, rank: int, addresses: List[str], listener: Any,
                   group: GroupConfig, token: str,
                   on_batch: Optional[Callable[[pa.RecordBatch], None]] = None,
-                  metrics: Optional[Dict[str, Any]] = None) -> pa.Table:
+                  metrics: Optional[Dict[str, Any]] = None,
+                  late_rows: Optional[List[pa.RecordBatch]] = None) -> pa.Table:
     """One executor's whole run: read split `rank`, push, finish; returns the
-    results this executor leads (key column still named ``key``). With
-    ``on_batch`` each fired batch is also handed over as soon as it fires;
-    ``metrics``, if given, receives the executor's final metrics."""
+    results this executor leads (key column still named ``key``, window
+    bounds in the state's time unit: :meth:`Query.finalize` converts them).
+
+    A bounded source (files, tables, a Spark partition: ``bounded`` true or
+    absent) loses nothing whatever its layout: the executor's watermark moves
+    only by what the source promises it has left to read (its Watermark
+    markers, from Parquet row-group statistics), and finish() fires the rest.
+    An unbounded source keeps the group's lateness. With ``on_batch`` each
+    fired batch is also handed over as soon as it fires; ``metrics``, if
+    given, receives the executor's final metrics; ``late_rows``, if given,
+    receives the input rows that were late (projected as pushed)."""
     n = len(addresses)
-    state = query.state_config(source.schema, group.partitions_for(n))
-    ex = Executor(listener, rank, addresses, state, group, token=token)
+    schema = source.schema
+    bounded = bool(getattr(source, "bounded", True))
+    nullable = source_nullable(source, [*query.key, *query.value_columns])
+    state = query.state_config(schema, group.partitions_for(n), nullable)
+    ex = Executor(listener, rank, addresses, state, group, token=token, bounded=bounded)
     out: List[pa.RecordBatch] = []
 
     def drain() -> None:
@@ -74,17 +117,32 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
 
     try:
         with _no_cyclic_gc():
-            for batch in source.read(rank, n, query.input_columns):
-                b, skip = query.prepare_selected(batch)
-                ex.push_batch(b, skip=skip)
+            for item in _read_with_watermarks(source, rank, n, query):
+                if isinstance(item, (pa.RecordBatch, pa.Table)):
+                    b, skip = query.prepare_selected(item)
+                    if late_rows is not None:
+                        late = ex.push_batch(b, skip=skip, return_late=True)
+                        if late.num_rows:
+                            late_rows.append(late)
+                    else:
+                        ex.push_batch(b, skip=skip)
+                else:  # a Watermark: no later row is older than its value
+                    wm = query.watermark_ticks(getattr(item, "value", None), schema)
+                    if wm is not None:
+                        ex.advance_watermark(wm)
                 drain()
             ex.finish()
             drain()
         m = ex.metrics
         if metrics is not None:
             metrics.update(m)
-        log.info("executor %d/%d: %d records in, %d epochs, %d late, %d rows out", rank, n,
-                 m["records_in"], m["epochs"], m["late_records"], m["rows_emitted"])
+        log.info("executor %d/%d: %d records in, %d epochs, %d late, %d null times, %d rows out",
+                 rank, n, m["records_in"], m["epochs"], m["late_records"], m["null_time_records"],
+                 m["rows_emitted"])
+        if bounded and m["late_records"]:
+            log.warning("executor %d/%d: %d record(s) of a bounded input came after the watermark "
+                        "their source had promised (row-group statistics that do not match the "
+                        "data?) and were not applied", rank, n, m["late_records"])
         return pa.Table.from_batches(out, schema=ex.result_schema())
     finally:
         ex.close()
@@ -108,7 +166,8 @@ def _time_ordered(query: JoinQuery, left: Source, right: Source, rank: int, n: i
         return None
 
     def first_time(b: pa.RecordBatch) -> int:
-        return pc.min(b.column(query.time)).cast(pa.int64()).as_py()
+        t = pc.min(query._keys.time_ticks(b.column(query.time), b.schema)).as_py()
+        return -(1 << 63) if t is None else t  # all times null: dropped at once
 
     cur = {side: pull(side) for side in its}
     while cur["left"] is not None or cur["right"] is not None:
@@ -119,8 +178,8 @@ def _time_ordered(query: JoinQuery, left: Source, right: Source, rank: int, n: i
             continue
         side = min(live, key=lambda s: first_time(cur[s]))
         other = "right" if side == "left" else "left"
-        times = cur[side].column(query.time).cast(pa.int64())
-        before = pc.less_equal(times, first_time(cur[other]))
+        times = query._keys.time_ticks(cur[side].column(query.time), cur[side].schema)
+        before = pc.fill_null(pc.less_equal(times, first_time(cur[other])), True)
         yield side, cur[side].filter(before)
         rest = cur[side].filter(pc.invert(before))
         cur[side] = rest if rest.num_rows else pull(side)
@@ -128,36 +187,49 @@ def _time_ordered(query: JoinQuery, left: Source, right: Source, rank: int, n: i
 
 def execute_join_split(query: JoinQuery, left: Source, right: Source, rank: int,
                        addresses: List[str], listener: Any, group: GroupConfig, token: str,
-                       batch_rows: int = 8192) -> pa.Table:
-    """One join executor's run: its splits of both inputs, in time order."""
+                       batch_rows: int = 8192, metrics: Optional[Dict[str, Any]] = None) -> pa.Table:
+    """One join executor's run: its splits of both inputs, in time order.
+    Rows with a null key never match (SQL) and are left out; rows with a
+    null time are in no window and are counted (``null_time_records``)."""
     n = len(addresses)
     cfg = query.join_config(left.schema, right.schema, group.partitions_for(n))
-    ex = Executor(listener, rank, addresses, cfg, group, token=token)
+    bounded = bool(getattr(left, "bounded", True)) and bool(getattr(right, "bounded", True))
+    ex = Executor(listener, rank, addresses, cfg, group, token=token, bounded=bounded)
     out: List[pa.RecordBatch] = []
+    dropped = 0
     try:
         schemas = {"left": left.schema, "right": right.schema}
         for side, batch in _time_ordered(query, left, right, rank, n, batch_rows):
-            ex.push_side_batch(side, query.prepare(side, batch, schemas[side]))
+            b, gone = query.prepare_counted(side, batch, schemas[side])
+            dropped += gone
+            ex.push_side_batch(side, b)
             out += ex.results()
         ex.finish()
         out += ex.results()
+        if metrics is not None:
+            metrics.update(ex.metrics)
+            metrics["null_time_records"] = dropped
         return pa.Table.from_batches(out, schema=ex.result_schema())
     finally:
         ex.close()
 
 
-def _worker(query, source, rank, n, group, token, addr_q, addrs_q, out_q) -> None:
+def _worker(query, source, rank, n, group, token, addr_q, addrs_q, out_q, want_late=False) -> None:
     try:
         lst = Executor.listen(group.transport, token=token)
         addr_q.put((rank, lst.address))
         addresses = addrs_q.get(timeout=group.timeout)
+        m: Dict[str, Any] = {}
+        late: Optional[List[pa.RecordBatch]] = [] if want_late else None
         if isinstance(query, JoinQuery):
             result = execute_join_split(query, source[0], source[1], rank, addresses, lst, group,
-                                        token)
+                                        token, metrics=m)
         else:
-            result = execute_split(query, source, rank, addresses, lst, group, token)
+            result = execute_split(query, source, rank, addresses, lst, group, token, metrics=m,
+                                   late_rows=late)
         lst.close()
-        out_q.put(("ok", rank, result))
+        plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
+        out_q.put(("ok", rank, result, plain, pa.Table.from_batches(late) if late else None))
     except BaseException as e:  # the parent raises it, naming the rank
         out_q.put(("error", rank, e if isinstance(e, SlashError) else None,
                    f"{type(e).__name__}: {e}", traceback.format_exc()))
@@ -165,15 +237,24 @@ def _worker(query, source, rank, n, group, token, addr_q, addrs_q, out_q) -> Non
 
 def run(query: Query, source: Any, *, executors: Optional[int] = None, transport: str = "shm",
         mode: str = "slash", group: Optional[GroupConfig] = None, output: Optional[str] = None,
-        timeout: float = 3600.0) -> pa.Table:
+        timeout: float = 3600.0, metrics: Optional[Dict[str, Any]] = None,
+        late_output: Optional[str] = None) -> pa.Table:
     """Runs `query` over `source` on `executors` processes (default: cores).
 
     ``mode="repartition"`` runs the same query by hash-repartitioning records
     across the executors instead (the baseline Slash is compared with).
 
+    Files and tables are bounded: every record is applied whatever the
+    layout (see :func:`execute_split`). Records whose time is null are in no
+    window: they are counted and a warning says how many.
+
     Returns the result table (rows sorted by window, then key); with
     ``output`` also writes it as Parquet, atomically (nothing partial is left
-    on failure). Raises the first executor's error, naming its rank.
+    on failure). ``metrics``, if given, receives the totals (records_in,
+    late_records, null_time_records, rows, executors) and ``per_executor``.
+    ``late_output``: a Parquet file for rows that were not applied as late
+    (a stream's; a bounded input has none unless its statistics are wrong).
+    Raises the first executor's error, naming its rank.
     """
     if isinstance(query, JoinQuery):
         if not (isinstance(source, (tuple, list)) and len(source) == 2):
@@ -197,7 +278,8 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     addr_q, out_q = ctx.Queue(), ctx.Queue()
     addrs_qs = [ctx.Queue() for _ in range(n)]
     procs = [ctx.Process(target=_worker, daemon=True,
-                         args=(query, src, r, n, group, token, addr_q, addrs_qs[r], out_q))
+                         args=(query, src, r, n, group, token, addr_q, addrs_qs[r], out_q,
+                               late_output is not None))
              for r in range(n)]
     t0 = time.monotonic()
     for p in procs:
@@ -215,6 +297,8 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         for q in addrs_qs:
             q.put([got[r] for r in range(n)])
         parts: List[pa.Table] = [None] * n  # type: ignore[list-item]
+        per_exec: List[Dict[str, Any]] = [{} for _ in range(n)]
+        late_parts: List[pa.Table] = []
         done = 0
         while done < n:
             try:
@@ -231,6 +315,9 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
                     raise type(exc)(f"executor rank {rank}: {exc}")
                 raise SystemFailure(f"executor rank {rank} failed: {text}")
             parts[rep[1]] = rep[2]
+            per_exec[rep[1]] = rep[3]
+            if rep[4] is not None:
+                late_parts.append(rep[4])
             done += 1
     finally:
         for p in procs:
@@ -243,8 +330,23 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         result = query.finalize(pa.concat_tables(parts), src.schema)
     log.info("query ran on %d executors in %.2f s: %d result rows", n, time.monotonic() - t0,
              result.num_rows)
+    totals = {k: sum(int(m.get(k, 0) or 0) for m in per_exec)
+              for k in ("records_in", "late_records", "null_time_records")}
+    if totals["null_time_records"]:
+        log.warning("%d record(s) have a null time %r: they are in no window and were not "
+                    "aggregated", totals["null_time_records"], query.time)
+    if totals["late_records"]:
+        log.warning("%d late record(s) were not applied%s", totals["late_records"],
+                    f" (written to {late_output})" if late_output else
+                    " (late_output= keeps them)")
+    if metrics is not None:
+        metrics.update(totals, rows=result.num_rows, executors=n, per_executor=per_exec)
     if output:
         write_parquet_atomically(result, output)
+    if late_output is not None:
+        late = pa.concat_tables(late_parts) if late_parts else None
+        if late is not None and late.num_rows:
+            write_parquet_atomically(late, late_output)
     return result
 
 

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from slash import _core
 from slash.errors import InvalidArgument, SchemaError
@@ -36,13 +37,24 @@ AGGREGATE_KINDS = ("count", "sum", "min", "max", "avg")
 VALUE_TYPES = ("int64", "float64")
 KEY_TYPES = ("int64", "string", "binary")
 KEY_MAX_BYTES = 64
+#: the time units a state runs in, as ticks per millisecond
+TIME_UNITS = {"ms": 1, "us": 1000, "ns": 1_000_000}
+#: a null int64 key is held as this value (a real key equal to it is refused
+#: while the key may be null); a null string key as NULL_KEY_BYTES, which is
+#: never valid UTF-8, so no string can collide with it
+NULL_KEY_INT = -(1 << 63)
+NULL_KEY_BYTES = b"\xff"
+_I64 = np.iinfo(np.int64)
 
 
 @dataclass(frozen=True)
 class Aggregate:
-    """One output column: ``kind`` over input ``column`` (none for count).
+    """One output column: ``kind`` over input ``column``.
 
-    Output names: ``count``, ``sum_COL``, ``min_COL``, ``max_COL``, ``avg_COL``.
+    ``count`` counts records; ``count:COL`` counts the non-null values of
+    COL; ``sum|min|max|avg:COL`` skip nulls (a window whose values are all
+    null gives null), as Spark's and SQL's aggregates do.
+    Output names: ``count``, ``count_COL``, ``sum_COL``, ``min_COL``, ``max_COL``, ``avg_COL``.
 
     >>> Aggregate.parse("sum:price").name
     'sum_price'
@@ -54,8 +66,6 @@ class Aggregate:
     def __post_init__(self) -> None:
         if self.kind not in AGGREGATE_KINDS:
             raise InvalidArgument(f"aggregate kind must be one of {AGGREGATE_KINDS}, got {self.kind!r}")
-        if self.kind == "count" and self.column is not None:
-            raise InvalidArgument("aggregate 'count' takes no column (it counts records)")
         if self.kind != "count" and not self.column:
             raise InvalidArgument(f"aggregate {self.kind!r} needs a column: '{self.kind}:COLUMN'")
 
@@ -71,7 +81,44 @@ class Aggregate:
 
     @property
     def name(self) -> str:
-        return "count" if self.kind == "count" else f"{self.kind}_{self.column}"
+        return "count" if self.column is None else f"{self.kind}_{self.column}"
+
+
+@dataclass(frozen=True)
+class CoreSlot:
+    """One aggregate of the C core. Null handling lives above the core: a
+    nullable column's nulls reach it as the aggregate's identity (0, the
+    largest or smallest value), and a ``valid`` slot sums the column's
+    validity (1 per non-null value), which gives ``count:COL``, tells an
+    all-null window (null result) and divides an average."""
+
+    kind: str
+    column: Optional[str] = None
+    valid: bool = False
+
+
+def core_slots(aggregates: Sequence[Aggregate], nullable: Sequence[str]) -> Tuple[CoreSlot, ...]:
+    """The core aggregates that compute `aggregates` when the columns in
+    `nullable` may hold nulls (shared where two outputs need the same)."""
+    slots: List[CoreSlot] = []
+
+    def add(slot: CoreSlot) -> None:
+        if slot not in slots:
+            slots.append(slot)
+
+    for a in aggregates:
+        c = a.column
+        if c is None:
+            add(CoreSlot("count"))
+        elif c not in nullable:
+            add(CoreSlot("count") if a.kind == "count" else CoreSlot(a.kind, c))
+        else:
+            if a.kind in ("sum", "min", "max"):
+                add(CoreSlot(a.kind, c))
+            elif a.kind == "avg":
+                add(CoreSlot("sum", c))
+            add(CoreSlot("sum", c, valid=True))
+    return tuple(slots)
 
 
 def value_columns(aggregates: Sequence[Aggregate]) -> List[str]:
@@ -93,6 +140,15 @@ class StateConfig:
     value column's type, ``"int64"`` or ``"float64"`` (default float64).
     ``key_type``: ``"int64"``, ``"string"`` or ``"binary"`` (at most 64 bytes).
     ``partitions``: key partitions (each with its own index, log and delta).
+    ``time_unit``: the unit of event times, ``"ms"`` (int64 ms or
+    timestamp[ms]), ``"us"`` or ``"ns"``; window sizes are converted to it.
+    ``nullable``: the value columns that may hold nulls (None: all of them);
+    a column left out costs no validity tracking, and a null in it is an
+    error. ``key_nullable``: keys may be null (a null key is a group of its
+    own); False refuses null keys and skips the reserved-value check.
+
+    Null times are in no window: such records are skipped and counted
+    (:attr:`StateBackend.null_times`).
 
     >>> StateConfig(window="session:5s", aggregates=["count", "max:x"]).window
     Session(gap_ms=5000)
@@ -103,9 +159,14 @@ class StateConfig:
     key_type: str = "int64"
     partitions: int = 1
     value_types: Mapping[str, str] = field(default_factory=dict)
+    time_unit: str = "ms"
+    nullable: Optional[Sequence[str]] = None
+    key_nullable: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "window", parse_window(self.window))
+        if self.time_unit not in TIME_UNITS:
+            raise InvalidArgument(f"time_unit must be one of {list(TIME_UNITS)}, got {self.time_unit!r}")
         if isinstance(self.aggregates, (str, Aggregate)):
             raise InvalidArgument("aggregates must be a list, e.g. ['count', 'sum:price']")
         aggs = tuple(Aggregate.parse(a) for a in self.aggregates)
@@ -125,6 +186,22 @@ class StateConfig:
             if t not in VALUE_TYPES:
                 raise InvalidArgument(f"value_types[{col!r}] must be one of {VALUE_TYPES}, got {t!r}")
         object.__setattr__(self, "value_types", dict(self.value_types))
+        nullable = value_columns(aggs) if self.nullable is None else list(self.nullable)
+        object.__setattr__(self, "nullable", tuple(c for c in nullable if c in value_columns(aggs)))
+        slots = core_slots(aggs, self.nullable)
+        if len(slots) > 16:
+            raise InvalidArgument(f"aggregates: at most 16 core aggregates, these need {len(slots)} "
+                                  "(each nullable column adds one to count its values)")
+        object.__setattr__(self, "_slots", slots)
+
+    @property
+    def slots(self) -> Tuple[CoreSlot, ...]:
+        """The core's aggregates (see :class:`CoreSlot`)."""
+        return self._slots  # type: ignore[attr-defined]
+
+    @property
+    def ticks_per_ms(self) -> int:
+        return TIME_UNITS[self.time_unit]
 
     def value_type(self, column: str) -> str:
         return self.value_types.get(column, "float64")
@@ -135,13 +212,15 @@ class StateConfig:
         return value_columns(self.aggregates)
 
 
-def _window_args(w: Window) -> Tuple[str, int, int]:
+def _window_args(w: Window, ticks_per_ms: int = 1) -> Tuple[str, int, int]:
+    """(kind, size, slide) in the state's time unit."""
+    f = ticks_per_ms
     if isinstance(w, Tumbling):
-        return "tumbling", w.size_ms, w.size_ms
+        return "tumbling", w.size_ms * f, w.size_ms * f
     if isinstance(w, Sliding):
-        return "sliding", w.size_ms, w.slide_ms
+        return "sliding", w.size_ms * f, w.slide_ms * f
     assert isinstance(w, Session)
-    return "session", w.gap_ms, w.gap_ms
+    return "session", w.gap_ms * f, w.gap_ms * f
 
 
 # --- input columns --------------------------------------------------------
@@ -159,19 +238,27 @@ def _to_arrow_or_numpy(obj: Any, name: str) -> Union[pa.Array, np.ndarray]:
         raise SchemaError(f"column {name!r}: cannot read it as an array ({e})") from None
 
 
-def _numeric(obj: Any, name: str, dtype: str) -> np.ndarray:
-    """A C-contiguous int64 or float64 NumPy array without nulls; safe casts only."""
+def _numeric(obj: Any, name: str, dtype: str, fill: Any = None, unit: str = "ms") -> np.ndarray:
+    """A C-contiguous int64 or float64 NumPy array; safe casts only. Nulls
+    are an error unless ``fill`` is given (they become ``fill``).
+    Timestamps must be in ``unit``."""
     arr = _to_arrow_or_numpy(obj, name)
     if isinstance(arr, pa.Array):
-        if arr.null_count:
-            raise SchemaError(f"column {name!r} has {arr.null_count} null value(s)")
         t = arr.type
         if pa.types.is_timestamp(t) or pa.types.is_date64(t) or pa.types.is_duration(t):
             if dtype != "int64":
                 raise SchemaError(f"column {name!r}: {t} where {dtype} is expected")
-            if pa.types.is_timestamp(t) and t.unit != "ms":
-                raise SchemaError(f"column {name!r}: timestamps must be in ms, got {t}")
+            if pa.types.is_timestamp(t) and t.unit != unit:
+                raise SchemaError(f"column {name!r}: timestamps must be in {unit}, got {t}")
             arr = arr.view(pa.int64())
+        if arr.null_count:
+            if fill is None:
+                raise SchemaError(f"column {name!r} has {arr.null_count} null value(s)")
+            try:
+                arr = arr.cast(pa.int64() if dtype == "int64" else pa.float64())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise SchemaError(f"column {name!r}: {arr.type} does not fit {dtype} ({e})") from None
+            arr = pc.fill_null(arr, pa.scalar(fill, arr.type))
         arr = arr.to_numpy(zero_copy_only=False)
     if isinstance(arr, np.ma.MaskedArray) and np.ma.is_masked(arr):
         raise SchemaError(f"column {name!r} has masked (null) values")
@@ -183,14 +270,62 @@ def _numeric(obj: Any, name: str, dtype: str) -> np.ndarray:
         if arr.dtype.kind not in "iub" and not (arr.dtype.kind == "f" and want.kind == "f"):
             raise SchemaError(f"column {name!r} has dtype {arr.dtype}, expected {dtype}")
         if not np.can_cast(arr.dtype, want, "safe"):
+            if arr.dtype == np.uint64 and want == np.int64 and (not len(arr) or arr.max() <= _I64.max):
+                return np.ascontiguousarray(arr.astype(want))
             raise SchemaError(f"column {name!r} has dtype {arr.dtype}, which does not fit "
                               f"{dtype} exactly")
         arr = arr.astype(want)
     return np.ascontiguousarray(arr)
 
 
-def _byte_keys(obj: Any, name: str) -> Tuple[np.ndarray, np.ndarray, int]:
-    """(offsets int32|int64, data uint8, n) of a string/binary column."""
+def _times(obj: Any, cfg: StateConfig) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+    """Event times as int64 in the config's unit, and a mask of the null
+    times (None when there are none): such records are in no window."""
+    arr = _to_arrow_or_numpy(obj, "times")
+    nulls = None
+    if isinstance(arr, pa.Array) and arr.null_count:
+        nulls = arr.is_null().to_numpy(zero_copy_only=False)
+        return _numeric(arr, "times", "int64", fill=0, unit=cfg.time_unit), nulls
+    return _numeric(arr, "times", "int64", unit=cfg.time_unit), nulls
+
+
+def _int_keys(obj: Any, cfg: StateConfig) -> np.ndarray:
+    """int64 keys; nulls become NULL_KEY_INT while keys may be null."""
+    arr = _to_arrow_or_numpy(obj, "keys")
+    if isinstance(arr, pa.Array) and arr.null_count:
+        if not cfg.key_nullable:
+            raise SchemaError(f"column 'keys' has {arr.null_count} null value(s) and the state "
+                              "was configured with key_nullable=False")
+        out = _numeric(arr, "keys", "int64", fill=0)
+        _check_reserved(out, arr)
+        return np.where(arr.is_null().to_numpy(zero_copy_only=False), NULL_KEY_INT, out)
+    out = _numeric(arr, "keys", "int64")
+    if cfg.key_nullable and out.dtype == np.int64 and len(out) and _may_hold_min(arr):
+        _check_reserved(out, arr)
+    return out
+
+
+def _may_hold_min(arr: Any) -> bool:
+    """Only 64-bit integers (or untyped input) can hold NULL_KEY_INT."""
+    t = arr.type if isinstance(arr, pa.Array) else None
+    if t is None:
+        return np.asarray(arr).dtype.itemsize >= 8
+    return t in (pa.int64(), pa.uint64()) or pa.types.is_timestamp(t) or pa.types.is_date64(t)
+
+
+def _check_reserved(out: np.ndarray, arr: Any) -> None:
+    valid = out if not (isinstance(arr, pa.Array) and arr.null_count) else \
+        out[arr.is_valid().to_numpy(zero_copy_only=False)]
+    if len(valid) and valid.min() == NULL_KEY_INT:
+        raise SchemaError(f"column 'keys' holds the value {NULL_KEY_INT}, which stands for a null "
+                          "key in a nullable int64 key column; declare the key non-null "
+                          "(key_nullable=False) or use another value")
+
+
+def _byte_keys(obj: Any, name: str, nullable: bool = False,
+               is_string: bool = True) -> Tuple[np.ndarray, np.ndarray, int]:
+    """(offsets int32|int64, data uint8, n) of a string/binary column; nulls
+    of a string column become NULL_KEY_BYTES when ``nullable``."""
     arr = _to_arrow_or_numpy(obj, name)
     if isinstance(arr, np.ndarray):
         if arr.dtype.kind not in "OUS":
@@ -200,8 +335,22 @@ def _byte_keys(obj: Any, name: str) -> Tuple[np.ndarray, np.ndarray, int]:
         except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
             raise SchemaError(f"column {name!r}: {e}") from None
     t = arr.type
+    if pa.types.is_dictionary(t):
+        arr = arr.cast(t.value_type)
+        t = arr.type
     if arr.null_count:
-        raise SchemaError(f"column {name!r} has {arr.null_count} null value(s)")
+        if not nullable:
+            raise SchemaError(f"column {name!r} has {arr.null_count} null value(s)")
+        if not is_string:
+            raise SchemaError(f"column {name!r} has {arr.null_count} null value(s): binary keys "
+                              "cannot be null in the state backend (slash.query.Query encodes "
+                              "them)")
+        if pa.types.is_string(t) or pa.types.is_binary(t):
+            arr = pc.fill_null(arr.cast(pa.binary()), pa.scalar(NULL_KEY_BYTES, pa.binary()))
+        elif pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+            arr = pc.fill_null(arr.cast(pa.large_binary()),
+                               pa.scalar(NULL_KEY_BYTES, pa.large_binary()))
+        t = arr.type
     if pa.types.is_string(t) or pa.types.is_binary(t):
         otype = np.int32
     elif pa.types.is_large_string(t) or pa.types.is_large_binary(t):
@@ -219,28 +368,59 @@ def _byte_keys(obj: Any, name: str) -> Tuple[np.ndarray, np.ndarray, int]:
 
 
 def core_args(cfg: StateConfig, partitions: Optional[int] = None) -> Tuple[Any, ...]:
-    """The core's view of a config: (window kind, size, slide, key type,
-    partitions, [(aggregate kind, value type)])."""
-    kind, size, slide = _window_args(cfg.window)
-    aggs = [(a.kind, None if a.kind == "count" else cfg.value_type(a.column))
-            for a in cfg.aggregates]
+    """The core's view of a config: (window kind, size, slide in the time
+    unit, key type, partitions, [(aggregate kind, value type)] per core slot)."""
+    kind, size, slide = _window_args(cfg.window, cfg.ticks_per_ms)
+    aggs = [(s.kind, None if s.kind == "count" else "int64" if s.valid else cfg.value_type(s.column))
+            for s in cfg.slots]
     key = "int64" if cfg.key_type == "int64" else "bytes"
     return kind, size, slide, key, partitions or cfg.partitions, aggs
+
+
+_ONES = np.ones(1 << 16, np.int64)
+
+
+def _ones(n: int) -> np.ndarray:
+    global _ONES
+    if n > len(_ONES):
+        _ONES = np.ones(max(n, 2 * len(_ONES)), np.int64)
+    return _ONES[:n]
+
+
+def _identity(kind: str, dtype: str) -> Any:
+    if kind == "min":
+        return _I64.max if dtype == "int64" else float("inf")
+    if kind == "max":
+        return _I64.min if dtype == "int64" else float("-inf")
+    return 0 if dtype == "int64" else 0.0
+
+
+def _slot_values(cfg: StateConfig, slot: CoreSlot, col: Any, n: int) -> np.ndarray:
+    if slot.valid:
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        if isinstance(col, pa.Array) and col.null_count:
+            return np.ascontiguousarray(col.is_valid().to_numpy(zero_copy_only=False), np.int64)
+        return _ones(n)
+    dtype = cfg.value_type(slot.column)
+    fill = _identity(slot.kind, dtype) if slot.column in cfg.nullable else None
+    return _numeric(col, slot.column, dtype, fill=fill)
 
 
 def prepare_columns(cfg: StateConfig, keys: Any, times: Any,
                     values: Optional[Mapping[str, Any]]) -> Tuple[Any, ...]:
     """Checks and converts one batch's columns for the core: returns (times,
-    int64 keys or None, per-aggregate value arrays, key offsets, key data).
-    Raises SchemaError naming the column on nulls, wrong dtypes or lengths."""
-    t = _numeric(times, "times", "int64")
+    int64 keys or None, per-core-slot value arrays, key offsets, key data,
+    mask of null times or None). Raises SchemaError naming the column on
+    nulls where none may be, wrong dtypes or lengths."""
+    t, null_times = _times(times, cfg)
     n = len(t)
     if cfg.key_type == "int64":
-        k = _numeric(keys, "keys", "int64")
+        k = _int_keys(keys, cfg)
         offsets = data = None
         nk = len(k)
     else:
-        offsets, data, nk = _byte_keys(keys, "keys")
+        offsets, data, nk = _byte_keys(keys, "keys", cfg.key_nullable, cfg.key_type == "string")
         k = None
     if nk != n:
         raise SchemaError(f"columns 'keys' and 'times' differ in length ({nk} != {n})")
@@ -249,30 +429,78 @@ def prepare_columns(cfg: StateConfig, keys: Any, times: Any,
     if unknown:
         raise SchemaError(f"unknown value column(s) {sorted(unknown)}; the aggregates read "
                           f"{cfg.value_columns}")
-    cols: Dict[str, np.ndarray] = {}
     for c in cfg.value_columns:
         if c not in values:
             raise SchemaError(f"value column {c!r} is missing")
-        cols[c] = _numeric(values[c], c, cfg.value_type(c))
-        if len(cols[c]) != n:
-            raise SchemaError(f"column {c!r} has {len(cols[c])} values, 'times' has {n}")
-    per_agg = [None if a.kind == "count" else cols[a.column] for a in cfg.aggregates]
-    return t, k, per_agg, offsets, data
+        if len(values[c]) != n:
+            raise SchemaError(f"column {c!r} has {len(values[c])} values, 'times' has {n}")
+    per_slot = [None if s.kind == "count" else _slot_values(cfg, s, values[s.column], n)
+                for s in cfg.slots]
+    return t, k, per_slot, offsets, data, null_times
+
+
+def _key_array(cfg: StateConfig, keys: Any, n: int) -> pa.Array:
+    if cfg.key_type == "int64":
+        k = np.asarray(keys)
+        if cfg.key_nullable:
+            mask = k == NULL_KEY_INT
+            if mask.any():
+                return pa.array(k, pa.int64(), mask=mask)
+        return pa.array(k, pa.int64())
+    offs, data = keys
+    t = pa.large_string() if cfg.key_type == "string" else pa.large_binary()
+    if cfg.key_nullable and cfg.key_type == "string":
+        raw = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offs), pa.py_buffer(data)])
+        mask = pc.equal(raw, pa.scalar(NULL_KEY_BYTES, pa.large_binary()))
+        if pc.any(mask).as_py():
+            raw = pc.if_else(mask, pa.scalar(None, pa.large_binary()), raw)
+            return raw.cast(pa.large_string()).cast(pa.string())
+    key_arr = pa.Array.from_buffers(t, n, [None, pa.py_buffer(offs), pa.py_buffer(data)])
+    return key_arr.cast(pa.string() if cfg.key_type == "string" else pa.binary())
+
+
+def _masked(values: np.ndarray, valid: Optional[np.ndarray], t: pa.DataType) -> pa.Array:
+    if valid is None:
+        return pa.array(values, t)
+    mask = valid == 0
+    return pa.array(values, t, mask=mask) if mask.any() else pa.array(values, t)
+
+
+def aggregate_columns(cfg: StateConfig, cols: List[np.ndarray]) -> List[pa.Array]:
+    """The user's aggregate columns from the core slots' columns: nulls
+    where a window saw no non-null value, averages of nullable columns."""
+    by_slot = dict(zip(cfg.slots, cols))
+    out: List[pa.Array] = []
+    for a in cfg.aggregates:
+        c = a.column
+        if c is None or (a.kind == "count" and c not in cfg.nullable):
+            out.append(pa.array(by_slot[CoreSlot("count")], pa.int64()))
+            continue
+        ftype = pa.float64() if cfg.value_type(c) == "float64" else pa.int64()
+        if c not in cfg.nullable:
+            out.append(pa.array(by_slot[CoreSlot(a.kind, c)],
+                                pa.float64() if a.kind == "avg" else ftype))
+            continue
+        valid = np.asarray(by_slot[CoreSlot("sum", c, valid=True)])
+        if a.kind == "count":
+            out.append(pa.array(valid, pa.int64()))
+        elif a.kind == "avg":
+            total = np.asarray(by_slot[CoreSlot("sum", c)], np.float64)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                avg = total / np.where(valid == 0, 1, valid)
+            out.append(_masked(avg, valid, pa.float64()))
+        else:
+            out.append(_masked(np.asarray(by_slot[CoreSlot(a.kind, c)]), valid, ftype))
+    return out
 
 
 def result_batch(cfg: StateConfig, ws: np.ndarray, we: np.ndarray, keys: Any,
                  cols: List[np.ndarray]) -> pa.RecordBatch:
-    """The Arrow form of emitted results: window_start, window_end, key, then
-    one column per aggregate."""
-    if cfg.key_type == "int64":
-        key_arr = pa.array(keys, pa.int64())
-    else:
-        offs, data = keys
-        t = pa.large_string() if cfg.key_type == "string" else pa.large_binary()
-        key_arr = pa.Array.from_buffers(t, len(ws), [None, pa.py_buffer(offs), pa.py_buffer(data)])
-        key_arr = key_arr.cast(pa.string() if cfg.key_type == "string" else pa.binary())
+    """The Arrow form of emitted results: window_start, window_end (int64 in
+    the config's time unit), key, then one column per aggregate."""
+    key_arr = _key_array(cfg, keys, len(ws))
     arrays = [pa.array(ws, pa.int64()), pa.array(we, pa.int64()), key_arr]
-    arrays += [pa.array(c) for c in cols]
+    arrays += aggregate_columns(cfg, cols)
     names = ["window_start", "window_end", "key"] + [a.name for a in cfg.aggregates]
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
@@ -306,16 +534,39 @@ class StateBackend:
             raise InvalidArgument(f"config must be a StateConfig, got {type(config).__name__}")
         self.config = config
         self._store = _core.StateStore(*core_args(config), log_reserve_bytes)
+        self._null_times = 0
 
     # -- updates -----------------------------------------------------------
     def update(self, keys: Any, times: Any, values: Optional[Mapping[str, Any]] = None) -> None:
-        """Folds a batch: ``keys``, event ``times`` (int64 ms or timestamp[ms])
-        and one array per value column, all of one length, NumPy or Arrow.
+        """Folds a batch: ``keys``, event ``times`` (int64 or timestamps in
+        the config's time unit) and one array per value column, all of one
+        length, NumPy or Arrow. Nulls follow :class:`StateConfig`: null keys
+        are a group, null values are skipped by the aggregates, and records
+        with a null time are in no window (counted in :attr:`null_times`).
 
-        Raises SchemaError naming the column on nulls, wrong dtypes or
-        mismatched lengths; nothing of the batch is applied then.
+        Raises SchemaError naming the column on wrong dtypes, mismatched
+        lengths or nulls where the config allows none; nothing of the batch
+        is applied then.
         """
-        self._store.update(*prepare_columns(self.config, keys, times, values))
+        t, k, per_slot, offsets, data, null_times = prepare_columns(self.config, keys, times, values)
+        if null_times is not None:  # rare: copy the rows that have a time
+            keep = ~null_times
+            t = np.ascontiguousarray(t[keep])
+            per_slot = [None if v is None else np.ascontiguousarray(v[keep]) for v in per_slot]
+            if k is not None:
+                k = np.ascontiguousarray(k[keep])
+            else:
+                sel = pa.Array.from_buffers(pa.large_binary() if offsets.dtype == np.int64 else pa.binary(),
+                                            len(keep), [None, pa.py_buffer(offsets),
+                                                        pa.py_buffer(data)]).filter(pa.array(keep))
+                offsets, data, _ = _byte_keys(sel, "keys")
+            self._null_times += int(null_times.sum())
+        self._store.update(t, k, per_slot, offsets, data)
+
+    @property
+    def null_times(self) -> int:
+        """Records skipped because their time was null (in no window)."""
+        return self._null_times
 
     def update_batch(self, batch: Union[pa.RecordBatch, pa.Table], key: str = "key",
                      time: str = "time") -> None:

@@ -1,13 +1,19 @@
 """Window specifications: the one parser of ``"tumbling:10s"``-style strings.
 
-Durations are integers with a unit: ``ms``, ``s``, ``m``, ``h`` (``"250ms"``,
-``"10s"``, ``"1m"``). Event times are int64 milliseconds. All windows are
-aligned at time 0, start inclusive, end exclusive.
+Durations are integers with a unit: ``ms``, ``s``, ``m``, ``h``, ``d``
+(``"250ms"``, ``"10s"``, ``"1m"``, ``"1d"``), or Spark's spellings
+(``"10 seconds"``, ``"1 hour"``, ``"1 day"``, ``"7 days"``, ``"500 milliseconds"``).
+Window sizes are kept in milliseconds; the state runs them in the time
+column's own unit (see :class:`slash.state.StateConfig`). All windows are
+aligned at the Unix epoch (time 0), start inclusive, end exclusive, as Spark's
+``window()`` aligns them.
 
 >>> parse_window("sliding:60s/10s")
 Sliding(size_ms=60000, slide_ms=10000)
 >>> parse_window("session:5s").gap_ms
 5000
+>>> parse_window("tumbling:1 day")
+Tumbling(size_ms=86400000)
 """
 from __future__ import annotations
 
@@ -17,17 +23,36 @@ from typing import Union
 
 from slash.errors import InvalidArgument
 
-_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
-_DURATION = re.compile(r"^\s*(-?\d+)\s*(ms|s|m|h)\s*$")
+_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
+# Spark's interval spellings ("10 seconds", "1 day") and a few common short forms
+_WORDS = {"millisecond": "ms", "milliseconds": "ms", "msec": "ms", "msecs": "ms",
+          "sec": "s", "secs": "s", "second": "s", "seconds": "s",
+          "min": "m", "mins": "m", "minute": "m", "minutes": "m",
+          "hour": "h", "hours": "h", "hr": "h", "hrs": "h",
+          "day": "d", "days": "d", "week": "w", "weeks": "w"}
+_PART = re.compile(r"(-?\d+)\s*([a-z]+)")
 
 
 def parse_duration(text: str, what: str = "duration") -> int:
-    """Parses ``"10s"`` into milliseconds (10000). Raises InvalidArgument naming `what`."""
-    m = _DURATION.match(text) if isinstance(text, str) else None
-    if not m:
-        raise InvalidArgument(f"{what}: expected an integer with a unit ms, s, m or h "
-                              f"(e.g. '10s'), got {text!r}")
-    return int(m.group(1)) * _UNITS[m.group(2)]
+    """Parses a duration into milliseconds: ``"10s"`` (10000), ``"1d"``,
+    ``"10 seconds"``, ``"1 day"``, or a sum of parts as Spark writes them
+    (``"1 hour 30 minutes"``). Raises InvalidArgument naming `what`."""
+    parts = _PART.findall(text.strip().lower()) if isinstance(text, str) else []
+    rest = _PART.sub("", text.strip().lower()).replace("interval", "").strip() \
+        if isinstance(text, str) else "?"
+    if not parts or rest:
+        raise InvalidArgument(f"{what}: expected an integer with a unit ms, s, m, h or d "
+                              f"(e.g. '10s', '1d') or Spark's spelling ('10 seconds', '1 day'), "
+                              f"got {text!r}")
+    total = 0
+    for num, unit in parts:
+        u = _WORDS.get(unit, unit)
+        if u not in _MS:
+            raise InvalidArgument(f"{what}: unknown unit {unit!r} in {text!r} (units: ms, s, m, h, "
+                                  "d or Spark's 'milliseconds', 'seconds', 'minutes', 'hours', "
+                                  "'days', 'weeks')")
+        total += int(num) * _MS[u]
+    return total
 
 
 def _positive(value: int, what: str) -> None:

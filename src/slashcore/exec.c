@@ -380,8 +380,10 @@ static slash_status ship_delta(slash_exec *ex, uint32_t r, uint32_t part, const 
 static int64_t current_watermark(const slash_exec *ex)
 {
     int64_t w = INT64_MIN;
-    if (ex->max_seen != INT64_MIN)
-        w = ex->max_seen - ex->cfg.lateness_ms;
+    /* SLASH_LATENESS_BOUNDED: only the source moves the watermark (advance) */
+    if (ex->max_seen != INT64_MIN && ex->cfg.lateness_ms != SLASH_LATENESS_BOUNDED)
+        w = ex->max_seen < INT64_MIN + ex->cfg.lateness_ms ? INT64_MIN
+                                                           : ex->max_seen - ex->cfg.lateness_ms;
     if (ex->advanced > w)
         w = ex->advanced;
     return w > ex->published ? w : ex->published;

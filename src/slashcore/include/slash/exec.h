@@ -66,12 +66,20 @@ typedef enum slash_exec_own {
     SLASH_OWN_LEADER = 2
 } slash_exec_own;
 
+/* lateness_ms of a bounded input (files, tables): nothing is late by
+ * arrival order; the source promises its watermark through
+ * slash_exec_advance, and finish fires the rest. */
+#define SLASH_LATENESS_BOUNDED INT64_MAX
+
 typedef struct slash_exec_config {
     slash_exec_kind kind;
     slash_ssb_config state; /* AGGREGATE: window, key type, partitions (P >= N), aggregates */
     slash_join_config join; /* JOIN: window, key type, partitions (P >= N), columns per side */
     slash_exec_mode mode;
-    int64_t lateness_ms;    /* allowed out-of-orderness, >= 0 */
+    int64_t lateness_ms;    /* allowed out-of-orderness, >= 0, in the state's time unit;
+                             * SLASH_LATENESS_BOUNDED: a bounded input, whose watermark
+                             * moves only by slash_exec_advance (what the source has left
+                             * to read), never by the times it has seen */
     uint64_t epoch_bytes;   /* end an epoch after this much input (0: no limit) */
     uint32_t epoch_ms;      /* end an epoch after this long (0: no limit) */
     int timeout_ms;         /* longest wait for a peer before failing (< 0: 120 s) */
