@@ -277,13 +277,15 @@ def _partitions(files: List[Tuple[str, Optional[str]]]) -> Tuple[List[pa.Field],
                 d = ds.dataset(group, format=fmt, partitioning="hive", partition_base_dir=base)
             except (pa.ArrowInvalid, OSError) as e:
                 raise SchemaError(f"cannot read the partitions of input directory {base!r}: {e}") from None
-            if d.partitioning is None:
-                continue
-            for fld in d.partitioning.schema:
-                if fld.name not in [x.name for x in fields]:
-                    fields.append(fld)
+            names = set()
             for frag in d.get_fragments():
-                values[os.path.normpath(frag.path)] = ds.get_partition_keys(frag.partition_expression)
+                keys = ds.get_partition_keys(frag.partition_expression)
+                values[os.path.normpath(frag.path)] = keys
+                names.update(keys)
+            # (d.partitioning.schema may list the files' columns too: the
+            # fragments' keys say which fields are partitions)
+            fields += [f for f in d.schema if f.name in names and f.name not in
+                       [x.name for x in fields]]
     return fields, values
 
 
