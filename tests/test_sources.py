@@ -7,7 +7,6 @@ every row is read exactly once (against pyarrow.dataset's own read), no rank
 yields a row older than a Watermark it yielded before (checked with NumPy), and
 time-ordered input still advances its Watermarks and balances the ranks. A
 directory written by Spark (micros and INT96 timestamps) closes the loop."""
-import datetime
 import os
 import pickle
 
@@ -23,8 +22,6 @@ from slash.errors import SchemaError, UnknownName
 from slash.sources import (FileSource, GeneratorSource, TableSource, Unit, Watermark,
                            as_source)
 
-RNG_SEED = 11
-UTC = datetime.timezone.utc
 DAY_US = 86_400_000_000
 
 

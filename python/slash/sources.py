@@ -391,6 +391,8 @@ class FileSource:
             nullable = {f.name: f.nullable for f in self.schema}
         self.schema = pa.schema([pa.field(f.name, f.type, nullable[f.name]) for f in self.schema])
         self._part_names = {f.name for f in part_fields}
+        log.debug("input: %d files, %d units, %d rows, partitions %s", len(self.paths),
+                  len(self.units), self.rows, sorted(self._part_names))
         self._bounds: Dict[str, List[_Bound]] = {}
         self._nulls: Dict[str, bool] = {}
         if time is not None:
