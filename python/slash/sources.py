@@ -1,65 +1,292 @@
 """Sources: where executors read their input, split without a shuffle.
 
-* :class:`FileSource`: Parquet and Arrow IPC files, split by file and row
-  group (Parquet) or record batch (IPC) into contiguous runs of about equal
-  rows, one run per executor, so a time-ordered set of files stays
-  time-ordered in every split. Every file must have the same schema; a file
-  that differs is named in the error, before any work starts.
-* :class:`TableSource`: an in-memory Arrow table, split into contiguous slices.
+* :class:`FileSource`: Parquet and Arrow IPC files, or directories of them
+  (Hive-style ``day=2013-01-01/`` partition directories included), split by
+  file and row group (Parquet) or record batch (IPC) into *units*. Every file
+  must have the same schema up to nullability and metadata; a file that differs
+  is named in the error, before any work starts.
+* :class:`TableSource`: an in-memory Arrow table, split into slices.
 * :class:`GeneratorSource`: a picklable ``make(rank, n) -> iterable of
-  RecordBatch`` with a declared schema (the benchmarks' generators).
+  RecordBatch (and Watermark)`` with a declared schema (the benchmarks'
+  generators).
 
-Each executor calls ``read(rank, n, columns)`` and reads its split itself;
-rows never pass through a coordinator.
+Each executor calls ``read(rank, n, columns, time=...)`` and reads its split
+itself; rows never pass through a coordinator. Every source here is bounded.
+
+The split, given a time column (bounded inputs, any layout): all units are
+sorted by (no time statistics first, then minimum time, then path, then index)
+and dealt greedily, each to the rank with the fewest rows so far (ties: the
+lowest rank); each rank reads its units in that order. Every rank computes the
+same assignment by itself. With ``read(..., time=COL)`` a rank yields, after
+each unit it finishes, a :class:`Watermark` promising the smallest minimum of
+COL over the units it has left, when all of those have statistics. That
+promise, not the order rows arrive in, is what a bounded executor's watermark
+may rest on: a Spark directory whose part files each span the whole time range
+loses no record. Without a time column, units keep file / row-group order and
+each rank reads a contiguous run of about rows / n rows.
+
+Invariant of every ``read(..., time=COL)``: no batch yielded after a
+``Watermark(v)`` holds a non-null COL value smaller than ``v``.
 """
 from __future__ import annotations
 
 import glob
+import heapq
+import json
+import logging
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
+                    Union)
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from slash.errors import InvalidArgument, SchemaError, UnknownName
 
+log = logging.getLogger(__name__)
+
 _PARQUET = (".parquet", ".parq", ".pq")
 _IPC = (".arrow", ".feather", ".ipc", ".arrows")
+_TABLE = "<table>"
+_OPEN_FILES = 128  # ParquetFile / IPC readers kept open by one read(): an LRU, not one per file
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """A promise, yielded by ``read(..., time=COL)`` between batches: no batch
+    yielded after it by the same iterator holds a non-null COL value smaller
+    than ``value``.
+
+    ``value`` is a pyarrow Scalar of COL's Arrow type as the source reads it::
+
+        >>> Watermark(pa.scalar(5, pa.int64())).value.as_py()
+        5
+    """
+
+    value: pa.Scalar
 
 
 @dataclass(frozen=True)
 class Unit:
-    """A piece of a file one executor reads: a Parquet row group or an IPC batch."""
+    """A piece of input one executor reads whole: a Parquet row group, an IPC
+    record batch, or (``path == "<table>"``) the slice of an in-memory table
+    starting at row ``index``."""
 
     path: str
     index: int
     rows: int
 
 
-def _expand(paths: Sequence[str]) -> List[str]:
-    out: List[str] = []
+# ---- time bounds of units -------------------------------------------------------
+# A unit's bound on the time column is one of: None (no statistics: it may hold
+# any time), _ALL_NULL (it holds no non-null time: it bounds nothing), or a
+# pa.Scalar no larger than every non-null time it holds.
+class _AllNull:
+    def __repr__(self) -> str:
+        return "<all null>"
+
+    def __reduce__(self) -> str:  # stays a singleton through pickling
+        return "_ALL_NULL"
+
+
+_ALL_NULL = _AllNull()
+_Bound = Union[None, _AllNull, pa.Scalar]
+
+
+def _key(s: pa.Scalar) -> Any:
+    """An orderable Python value of a time scalar (temporal types by their integer value)."""
+    t = s.type
+    if pa.types.is_temporal(t):
+        return pa.array([s], t).cast(pa.int32() if t.bit_width == 32 else pa.int64())[0].as_py()
+    return s.as_py()
+
+
+def _order_key(b: _Bound) -> Tuple[int, Any]:
+    if b is None:
+        return (0, 0)
+    if b is _ALL_NULL:
+        return (2, 0)
+    return (1, _key(b))
+
+
+def _deal(units: Sequence[Unit], bounds: Sequence[_Bound], n: int) -> List[List[int]]:
+    """Unit indices per rank: sorted by (no statistics, min time, path, index),
+    each dealt to the rank with the fewest rows so far (ties: lowest rank)."""
+    order = sorted(range(len(units)),
+                   key=lambda i: (_order_key(bounds[i]), units[i].path, units[i].index))
+    heap = [(0, r) for r in range(n)]
+    out: List[List[int]] = [[] for _ in range(n)]
+    for i in order:
+        rows, r = heapq.heappop(heap)
+        out[r].append(i)
+        heapq.heappush(heap, (rows + units[i].rows, r))
+    return out
+
+
+def _contiguous(units: Sequence[Unit], rank: int, n: int) -> List[int]:
+    """Unit indices of rank's contiguous run (about rows / n rows): a unit
+    belongs where its middle row falls."""
+    total = sum(u.rows for u in units)
+    lo, hi = total * rank // n, total * (rank + 1) // n
+    out, seen = [], 0
+    for i, u in enumerate(units):
+        if lo <= seen + u.rows / 2 < hi:
+            out.append(i)
+        seen += u.rows
+    return out
+
+
+def _promises(bounds: Sequence[_Bound]) -> List[Optional[pa.Scalar]]:
+    """For each position i, the watermark the units from i on allow: the
+    smallest of their minima, or None if one lacks statistics or none holds a
+    non-null time."""
+    out: List[Optional[pa.Scalar]] = [None] * (len(bounds) + 1)
+    best: Optional[pa.Scalar] = None
+    known = True
+    for i in range(len(bounds) - 1, -1, -1):
+        b = bounds[i]
+        if b is None:
+            known = False
+        elif b is not _ALL_NULL and (best is None or _key(b) < _key(best)):
+            best = b
+        out[i] = best if known else None
+    return out
+
+
+def _with_markers(parts: Iterable[Iterator[pa.RecordBatch]], bounds: Sequence[_Bound],
+                  markers: bool) -> Iterator[Union[pa.RecordBatch, Watermark]]:
+    """Each unit's batches, then (when ``markers``) a Watermark after every
+    unit but the last whenever the promise of the units left has advanced."""
+    promise = _promises(bounds) if markers else []
+    last = None
+    for i, batches in enumerate(parts):
+        yield from batches
+        if markers and i + 1 < len(bounds):
+            w = promise[i + 1]
+            if w is not None and (last is None or _key(w) > last):
+                last = _key(w)
+                yield Watermark(w)
+
+
+# ---- Parquet statistics -----------------------------------------------------------
+_UNITS = {"s": 0, "ms": 1, "us": 2, "ns": 3}
+_PQ_UNITS = {"milliseconds": "ms", "microseconds": "us", "nanoseconds": "ns",
+             "TIMESTAMP_MILLIS": "ms", "TIMESTAMP_MICROS": "us"}
+
+
+def _parquet_time_unit(col: Any) -> Optional[str]:
+    """The unit a Parquet INT64 timestamp column stores, or None."""
+    lt = col.logical_type
+    if lt is not None and lt.type == "TIMESTAMP":
+        return _PQ_UNITS.get(json.loads(lt.to_json()).get("timeUnit"))
+    return _PQ_UNITS.get(col.converted_type)
+
+
+def _parquet_min(stats: Any, rows: int, col: Any, t: pa.DataType) -> _Bound:
+    """A row group's bound on a column of Arrow type ``t`` from its Parquet
+    statistics; a value that cannot be converted exactly is floored."""
+    if stats is None:
+        return None
+    if stats.has_null_count and stats.null_count == rows:
+        return _ALL_NULL
+    if not stats.has_min_max or col.physical_type == "INT96":  # Spark's legacy INT96: no usable order
+        return None
+    if pa.types.is_timestamp(t):
+        unit = _parquet_time_unit(col)
+        if unit is None or col.physical_type != "INT64":
+            return None
+        raw, shift = int(stats.min_raw), _UNITS[t.unit] - _UNITS[unit]
+        v = raw * 10 ** shift if shift >= 0 else raw // 10 ** -shift  # floor, never up
+        return pa.scalar(v, t)
+    if pa.types.is_date32(t) and col.physical_type == "INT32":
+        return pa.scalar(int(stats.min_raw), pa.int32()).cast(t)
+    if pa.types.is_date64(t) and col.physical_type == "INT32":  # Parquet DATE is days
+        return pa.scalar(int(stats.min_raw) * 86_400_000, pa.int64()).cast(t)
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return pa.scalar(stats.min, t)
+    return None
+
+
+def _leaf_index(md: pq.FileMetaData, name: str) -> Optional[int]:
+    """The Parquet column index of top-level primitive field ``name``, or None."""
+    for j in range(md.num_columns):
+        if md.schema.column(j).path == name:
+            return j
+    return None
+
+
+def _batch_min(arr: Union[pa.Array, pa.ChunkedArray]) -> _Bound:
+    if arr.null_count == len(arr):
+        return _ALL_NULL
+    return pc.min(arr)
+
+
+# ---- discovery -------------------------------------------------------------------
+def _hidden(rel: str) -> bool:
+    """A path below an input directory Spark and Hive would skip (``_SUCCESS``,
+    ``_temporary/``, ``.part-0.crc``)."""
+    return any(part.startswith(("_", ".")) for part in rel.split(os.sep))
+
+
+def _expand(paths: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
+    """Input files as (path, directory their Hive partitions are relative to)."""
+    out: List[Tuple[str, Optional[str]]] = []
     for p in paths:
         p = os.fspath(p)
         if os.path.isdir(p):
             found = sorted(f for f in glob.glob(os.path.join(p, "**", "*"), recursive=True)
-                           if f.endswith(_PARQUET + _IPC))
+                           if f.endswith(_PARQUET + _IPC) and os.path.isfile(f)
+                           and not _hidden(os.path.relpath(f, p)))
             if not found:
                 raise UnknownName(f"input directory {p!r} holds no Parquet or Arrow files")
-            out += found
+            out += [(f, p) for f in found]
         elif any(ch in p for ch in "*?["):
             found = sorted(glob.glob(p))
             if not found:
                 raise UnknownName(f"input pattern {p!r} matches no file")
-            out += found
+            out += [(f, None) for f in found]
         elif not os.path.exists(p):
             raise UnknownName(f"input path {p!r} does not exist")
         else:
-            out.append(p)
+            out.append((p, None))
     if not out:
         raise InvalidArgument("no input paths given")
     return out
+
+
+def _partitions(files: List[Tuple[str, Optional[str]]]) -> Tuple[List[pa.Field], Dict[str, Dict[str, Any]]]:
+    """Hive partition fields (as pyarrow.dataset infers them, per input
+    directory) and each file's partition values (None for a null partition)."""
+    fields: List[pa.Field] = []
+    values: Dict[str, Dict[str, Any]] = {}
+    bases: Dict[str, List[str]] = {}
+    for f, base in files:
+        if base is not None:
+            bases.setdefault(base, []).append(f)
+    for base, members in bases.items():
+        for fmt, ends in (("parquet", _PARQUET), ("ipc", _IPC)):
+            group = [f for f in members if f.endswith(ends)]
+            if not group:
+                continue
+            try:
+                d = ds.dataset(group, format=fmt, partitioning="hive", partition_base_dir=base)
+            except (pa.ArrowInvalid, OSError) as e:
+                raise SchemaError(f"cannot read the partitions of input directory {base!r}: {e}") from None
+            names = set()
+            for frag in d.get_fragments():
+                keys = ds.get_partition_keys(frag.partition_expression)
+                values[os.path.normpath(frag.path)] = keys
+                names.update(keys)
+            # (d.partitioning.schema may list the files' columns too: the
+            # fragments' keys say which fields are partitions)
+            fields += [f for f in d.schema if f.name in names and f.name not in
+                       [x.name for x in fields]]
+    return fields, values
 
 
 def _is_ipc(path: str) -> bool:
@@ -70,13 +297,65 @@ def _open_ipc(path: str) -> ipc.RecordBatchFileReader:
     return ipc.open_file(pa.memory_map(path, "r"))
 
 
-class FileSource:
-    """Parquet / Arrow IPC files (or directories of them)."""
+class _Readers:
+    """Open ParquetFile / IPC readers of one read(), least recently used closed first."""
 
-    def __init__(self, paths: Union[str, Sequence[str]]) -> None:
-        self.paths = _expand([paths] if isinstance(paths, (str, os.PathLike)) else list(paths))
+    def __init__(self) -> None:
+        self.open: "OrderedDict[str, Any]" = OrderedDict()
+
+    def get(self, path: str) -> Any:
+        r = self.open.get(path)
+        if r is None:
+            if len(self.open) >= _OPEN_FILES:
+                self._close(self.open.popitem(last=False)[1])
+            r = self.open[path] = _open_ipc(path) if _is_ipc(path) else pq.ParquetFile(path)
+        else:
+            self.open.move_to_end(path)
+        return r
+
+    @staticmethod
+    def _close(r: Any) -> None:
+        if isinstance(r, pq.ParquetFile):
+            r.close()
+
+    def close(self) -> None:
+        for r in self.open.values():
+            self._close(r)
+        self.open.clear()
+
+
+def _no_column(name: str, schema: pa.Schema) -> UnknownName:
+    return UnknownName(f"input has no column {name!r} (columns: {', '.join(schema.names)})")
+
+
+class FileSource:
+    """Parquet / Arrow IPC files, or directories of them (Hive partitions included).
+
+    ``time`` names the event-time column whose statistics order the split
+    (``read(time=...)`` overrides it)::
+
+        src = FileSource("events/", time="ts")   # events/day=2013-01-01/part-0.parquet ...
+        for item in src.read(rank=0, n=4, columns=["ts", "day"], time="ts"):
+            ...  # RecordBatch, or Watermark between units
+
+    Files and directories whose names start with ``_`` or ``.`` and files
+    without rows are skipped. Parquet units are bounded by their row-group
+    statistics; Arrow IPC units by the minimum of each record batch, computed
+    at open from the memory-mapped file.
+    """
+
+    bounded = True
+
+    def __init__(self, paths: Union[str, Sequence[str]], time: Optional[str] = None) -> None:
+        files = _expand([paths] if isinstance(paths, (str, os.PathLike)) else list(paths))
+        self.paths = [f for f, _ in files]
+        self.time = time
+        part_fields, self._parts = _partitions(files)
         self.units: List[Unit] = []
         self.schema: Optional[pa.Schema] = None
+        first: Optional[str] = None
+        empty: Optional[Tuple[str, pa.Schema]] = None  # the first file, if no file has rows
+        nullable: Dict[str, bool] = {}
         for p in self.paths:
             try:
                 if _is_ipc(p):
@@ -84,98 +363,292 @@ class FileSource:
                     schema = r.schema
                     units = [Unit(p, i, r.get_batch(i).num_rows) for i in range(r.num_record_batches)]
                 else:
-                    md = pq.ParquetFile(p).metadata
-                    schema = pq.read_schema(p)
+                    with pq.ParquetFile(p) as f:
+                        md, schema = f.metadata, f.schema_arrow
                     units = [Unit(p, i, md.row_group(i).num_rows) for i in range(md.num_row_groups)]
             except (pa.ArrowInvalid, OSError) as e:
                 raise SchemaError(f"cannot read input file {p!r}: {e}") from None
-            schema = schema.remove_metadata()
+            units = [u for u in units if u.rows]
+            if not units:  # a file without rows is skipped
+                empty = empty or (p, schema)
+                continue
+            for fld in part_fields:
+                if fld.name in schema.names:
+                    raise SchemaError(f"input file {p!r} holds a column {fld.name!r} that is also "
+                                      "a partition directory name")
+            schema = pa.schema(list(schema) + part_fields)
             if self.schema is None:
-                self.schema = schema
-            elif not schema.equals(self.schema):
-                raise SchemaError(f"input file {p!r} has schema {schema} which differs from the "
-                                  f"first file's {self.schema}")
-            self.units += [u for u in units if u.rows]
+                self.schema, first = schema, p
+            elif not _same_columns(schema, self.schema):
+                raise SchemaError(f"input file {p!r} has schema {_plain(schema)} which differs "
+                                  f"from that of input file {first!r}: {_plain(self.schema)}")
+            for fld in schema:
+                nullable[fld.name] = nullable.get(fld.name, False) or fld.nullable
+            self.units += units
+        if self.schema is None:  # no file has rows: the first one's schema
+            assert empty is not None
+            self.schema = pa.schema(list(empty[1]) + part_fields)
+            nullable = {f.name: f.nullable for f in self.schema}
+        self.schema = pa.schema([pa.field(f.name, f.type, nullable[f.name]) for f in self.schema])
+        self._part_names = {f.name for f in part_fields}
+        log.debug("input: %d files, %d units, %d rows, partitions %s", len(self.paths),
+                  len(self.units), self.rows, sorted(self._part_names))
+        self._bounds: Dict[str, List[_Bound]] = {}
+        self._nulls: Dict[str, bool] = {}
+        if time is not None:
+            self._bounds_of(time)  # statistics of the time column: read once, at open
 
     @property
     def rows(self) -> int:
         return sum(u.rows for u in self.units)
 
+    # -- the split --------------------------------------------------------------
+    def _plan(self, rank: int, n: int, time: Optional[str]) -> Tuple[List[Unit], List[_Bound]]:
+        if not 0 <= rank < n:
+            raise InvalidArgument(f"rank {rank} is outside 0..{n - 1}")
+        if time is None:
+            idx = _contiguous(self.units, rank, n)
+            return [self.units[i] for i in idx], [None] * len(idx)
+        bounds = self._bounds_of(time)
+        idx = _deal(self.units, bounds, n)[rank]
+        return [self.units[i] for i in idx], [bounds[i] for i in idx]
+
     def split(self, rank: int, n: int) -> List[Unit]:
-        """Executor rank's contiguous run of units (about rows / n rows)."""
-        total = self.rows
-        lo, hi = total * rank // n, total * (rank + 1) // n
-        out, seen = [], 0
-        for u in self.units:
-            mid = seen + u.rows / 2  # a unit belongs where its middle row falls
-            if lo <= mid < hi:
-                out.append(u)
-            seen += u.rows
+        """Executor rank's units in read order: dealt by the time column's
+        statistics when the source has a ``time``, else a contiguous run."""
+        return self._plan(rank, n, self.time)[0]
+
+    def _bounds_of(self, time: str) -> List[_Bound]:
+        """Each unit's bound on column ``time`` (from statistics; cached)."""
+        got = self._bounds.get(time)
+        if got is not None:
+            return got
+        assert self.schema is not None
+        if time not in self.schema.names:
+            raise _no_column(time, self.schema)
+        t = self.schema.field(time).type
+        out: List[_Bound] = []
+        if time in self._part_names:
+            for u in self.units:
+                v = self._parts.get(os.path.normpath(u.path), {}).get(time)
+                out.append(_ALL_NULL if v is None else pa.scalar(v, t))
+        else:
+            for path, units in self._by_file():
+                if _is_ipc(path):
+                    r = _open_ipc(path)
+                    out += [_batch_min(r.get_batch(u.index).column(time)) for u in units]
+                    continue
+                with pq.ParquetFile(path) as f:
+                    md = f.metadata
+                j = _leaf_index(md, time)
+                for u in units:
+                    if j is None:
+                        out.append(None)
+                    else:
+                        rg = md.row_group(u.index)
+                        out.append(_parquet_min(rg.column(j).statistics, rg.num_rows,
+                                                md.schema.column(j), t))
+        self._bounds[time] = out
         return out
 
+    def _by_file(self) -> Iterator[Tuple[str, List[Unit]]]:
+        """Units grouped by file, in self.units order."""
+        i = 0
+        while i < len(self.units):
+            j = i
+            while j < len(self.units) and self.units[j].path == self.units[i].path:
+                j += 1
+            yield self.units[i].path, self.units[i:j]
+            i = j
+
+    def may_have_nulls(self, column: str) -> bool:
+        """False only when the statistics of every unit say ``column`` holds no null."""
+        assert self.schema is not None
+        if column not in self.schema.names:
+            raise _no_column(column, self.schema)
+        got = self._nulls.get(column)
+        if got is not None:
+            return got
+        if column in self._part_names:
+            got = any(self._parts.get(os.path.normpath(u.path), {}).get(column) is None
+                      for u in self.units)
+        else:
+            got = False
+            for path, units in self._by_file():
+                if _is_ipc(path):
+                    r = _open_ipc(path)
+                    got = any(r.get_batch(u.index).column(column).null_count for u in units)
+                else:
+                    with pq.ParquetFile(path) as f:
+                        md = f.metadata
+                    j = _leaf_index(md, column)
+                    for u in units:
+                        s = md.row_group(u.index).column(j).statistics if j is not None else None
+                        if s is None or not s.has_null_count or s.null_count:
+                            got = True
+                            break
+                if got:
+                    break
+        self._nulls[column] = got
+        return got
+
+    # -- reading ----------------------------------------------------------------
     def read(self, rank: int, n: int, columns: Optional[List[str]] = None,
-             batch_rows: int = 1 << 20) -> Iterator[pa.RecordBatch]:
+             batch_rows: int = 1 << 20, time: Optional[str] = None
+             ) -> Iterator[Union[pa.RecordBatch, Watermark]]:
+        """Executor rank's RecordBatches (only ``columns``, in that order, if
+        given); with ``time``, also a :class:`Watermark` after each unit when
+        the units left promise one."""
+        assert self.schema is not None
+        units, bounds = self._plan(rank, n, time if time is not None else self.time)
+        names = list(columns) if columns else self.schema.names
+        for c in names:
+            if c not in self.schema.names:
+                raise _no_column(c, self.schema)
+        file_cols = [c for c in names if c not in self._part_names]
+        readers = _Readers()
+        try:
+            parts = (self._read_unit(readers, u, names, file_cols, batch_rows) for u in units)
+            yield from _with_markers(parts, bounds, time is not None)
+        finally:
+            readers.close()
+
+    def _read_unit(self, readers: _Readers, u: Unit, names: List[str], file_cols: List[str],
+                   batch_rows: int) -> Iterator[pa.RecordBatch]:
         # batches of up to a whole (1 Mi-row) row group: each batch costs a
         # few Python calls; 64 Ki-row slices made a 100-key YSB split 11% slower
-        files: Dict[str, pq.ParquetFile] = {}  # reopening parsed the footer per row group (12%)
-        for u in self.split(rank, n):
-            if _is_ipc(u.path):
-                b = _open_ipc(u.path).get_batch(u.index)
-                if columns:
-                    b = b.select(columns)
-                for off in range(0, b.num_rows, batch_rows):
-                    yield b.slice(off, batch_rows)
-            else:
-                # a whole row group in one call, one thread: 1.6x iter_batches' rate
-                f = files.get(u.path)
-                if f is None:
-                    files.clear()  # units come file by file
-                    f = files[u.path] = pq.ParquetFile(u.path)
-                t = f.read_row_group(u.index, columns=columns, use_threads=False)
-                yield from t.to_batches(max_chunksize=batch_rows)
+        r = readers.get(u.path)  # reopening parsed the footer per row group (12%)
+        if _is_ipc(u.path):
+            t = pa.Table.from_batches([r.get_batch(u.index).select(file_cols)])
+        else:
+            # a whole row group in one call, one thread: 1.6x iter_batches' rate
+            t = r.read_row_group(u.index, columns=file_cols, use_threads=False)
+        if len(file_cols) < len(names):  # partition columns: constant per unit
+            keys = self._parts.get(os.path.normpath(u.path), {})
+            arrays = [t.column(c) if c in file_cols else
+                      pa.repeat(pa.scalar(keys.get(c), self.schema.field(c).type), t.num_rows)
+                      for c in names]
+            t = pa.Table.from_arrays(arrays, schema=pa.schema([self.schema.field(c) for c in names]))
+        yield from t.to_batches(max_chunksize=batch_rows)
+
+
+def _plain(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in schema)
+
+
+def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
+    """Equal names and types; nullability and metadata may differ."""
+    return a.names == b.names and all(x.type.equals(y.type) for x, y in zip(a, b))
 
 
 class TableSource:
-    """An in-memory Arrow table, split into contiguous slices."""
+    """An in-memory Arrow table.
 
-    def __init__(self, table: pa.Table) -> None:
+    Without a time column each rank reads one contiguous slice; with one
+    (``time`` here or in ``read``) the table is cut into slices of up to 64 Ki
+    rows, ordered by their minimum time and dealt like :class:`FileSource`'s
+    units::
+
+        for item in TableSource(table).read(0, 2, time="ts"):
+            ...  # RecordBatch, or Watermark
+    """
+
+    bounded = True
+    max_unit_rows = 65536
+
+    def __init__(self, table: pa.Table, time: Optional[str] = None) -> None:
         if not isinstance(table, pa.Table):
             raise InvalidArgument(f"TableSource takes a pyarrow.Table, got {type(table).__name__}")
         self.table = table
         self.schema = table.schema
+        self.time = time
+        if time is not None and time not in self.schema.names:
+            raise _no_column(time, self.schema)
 
     @property
     def rows(self) -> int:
         return self.table.num_rows
 
+    def _plan(self, rank: int, n: int, time: Optional[str]) -> Tuple[List[Unit], List[_Bound]]:
+        if not 0 <= rank < n:
+            raise InvalidArgument(f"rank {rank} is outside 0..{n - 1}")
+        if time is None:
+            lo, hi = self.rows * rank // n, self.rows * (rank + 1) // n
+            units = [Unit(_TABLE, lo, hi - lo)] if hi > lo else []
+            return units, [None] * len(units)
+        if time not in self.schema.names:
+            raise _no_column(time, self.schema)
+        # units small enough that n ranks each get several, never above 64 Ki rows
+        size = min(self.max_unit_rows, max(1024, -(-self.rows // (4 * n))))
+        units = [Unit(_TABLE, off, min(size, self.rows - off)) for off in range(0, self.rows, size)]
+        col = self.table.column(time)
+        bounds = [_batch_min(col.slice(u.index, u.rows)) for u in units]
+        idx = _deal(units, bounds, n)[rank]
+        return [units[i] for i in idx], [bounds[i] for i in idx]
+
+    def split(self, rank: int, n: int) -> List[Unit]:
+        """Executor rank's slices in read order (``index`` is the first row)."""
+        return self._plan(rank, n, self.time)[0]
+
+    def may_have_nulls(self, column: str) -> bool:
+        """Whether ``column`` holds a null."""
+        if column not in self.schema.names:
+            raise _no_column(column, self.schema)
+        return self.table.column(column).null_count > 0
+
     def read(self, rank: int, n: int, columns: Optional[List[str]] = None,
-             batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
-        lo, hi = self.rows * rank // n, self.rows * (rank + 1) // n
-        part = self.table.slice(lo, hi - lo)
-        if columns:
-            part = part.select(columns)
-        yield from part.to_batches(max_chunksize=batch_rows)
+             batch_rows: int = 65536, time: Optional[str] = None
+             ) -> Iterator[Union[pa.RecordBatch, Watermark]]:
+        """Executor rank's RecordBatches; with ``time``, Watermarks between slices."""
+        units, bounds = self._plan(rank, n, time if time is not None else self.time)
+        for c in columns or []:
+            if c not in self.schema.names:
+                raise _no_column(c, self.schema)
+        table = self.table.select(columns) if columns else self.table
+        parts = (iter(table.slice(u.index, u.rows).to_batches(max_chunksize=batch_rows))
+                 for u in units)
+        yield from _with_markers(parts, bounds, time is not None)
 
 
 class GeneratorSource:
-    """Batches made by ``make(rank, n)`` in each executor (must be picklable)."""
+    """Batches made by ``make(rank, n)`` in each executor (must be picklable).
 
-    def __init__(self, make: Callable[[int, int], Iterable[pa.RecordBatch]], schema: pa.Schema) -> None:
+    ``make`` may yield :class:`Watermark` objects between batches, with the
+    meaning ``read(..., time=...)`` gives them; they are passed through when
+    ``read`` is given a time column and dropped otherwise.
+    """
+
+    bounded = True
+
+    def __init__(self, make: Callable[[int, int], Iterable[Union[pa.RecordBatch, Watermark]]],
+                 schema: pa.Schema) -> None:
         if not callable(make):
             raise InvalidArgument("GeneratorSource needs a callable make(rank, n)")
         self.make = make
         self.schema = schema
 
+    def may_have_nulls(self, column: str) -> bool:
+        """The declared schema field's ``nullable`` flag."""
+        if column not in self.schema.names:
+            raise _no_column(column, self.schema)
+        return self.schema.field(column).nullable
+
     def read(self, rank: int, n: int, columns: Optional[List[str]] = None,
-             batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
+             batch_rows: int = 65536, time: Optional[str] = None
+             ) -> Iterator[Union[pa.RecordBatch, Watermark]]:
+        """The batches ``make(rank, n)`` yields (and its Watermarks, given ``time``)."""
         for b in self.make(rank, n):
-            yield b.select(columns) if columns else b
+            if isinstance(b, Watermark):
+                if time is not None:
+                    yield b
+            else:
+                yield b.select(columns) if columns else b
 
 
 Source = Union[FileSource, TableSource, GeneratorSource]
 
 
-def as_source(obj) -> Source:
+def as_source(obj: Any) -> Source:
     """A path, list of paths, pyarrow.Table or Source as a Source."""
     if isinstance(obj, (FileSource, TableSource, GeneratorSource)):
         return obj
