@@ -109,7 +109,8 @@ static int cmp_ent(const void *a, const void *b)
 }
 
 /* The reference: every left x right pair of one key in one window. Sessions
- * are computed per key over both sides' rows sorted by time. */
+ * are computed per key over both sides' rows sorted by time; rows at most
+ * `size` apart share one (Spark's and Flink's rule). */
 static rows reference(const in_row *d, size_t n, slash_window_kind kind, int64_t size)
 {
     ref_ent *e = malloc((n + 1) * sizeof *e);
@@ -125,7 +126,7 @@ static rows reference(const in_row *d, size_t n, slash_window_kind kind, int64_t
         qsort(o, n, sizeof *o, cmp_key_time);
         for (size_t i = 0; i < n;) {
             size_t j = i + 1;
-            while (j < n && o[j]->key == o[i]->key && o[j]->time < o[j - 1]->time + size)
+            while (j < n && o[j]->key == o[i]->key && o[j]->time <= o[j - 1]->time + size)
                 j++;
             for (size_t k = i; k < j; k++)
                 e[k] = (ref_ent){o[k]->key, o[i]->time, o[j - 1]->time + size, o[k]};

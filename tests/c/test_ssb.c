@@ -154,14 +154,15 @@ static row *reference(const slash_window *w, const data *d, size_t *n)
                 ref_add(&rows, n, s, s + w->size, d->keys[i], d->vals[i]);
         }
     } else {
-        /* sort (key, time, value) triples; a gap >= size starts a new session */
+        /* sort (key, time, value) triples; a gap > size starts a new session
+         * (events exactly `size` apart share one, as in Spark and Flink) */
         int64_t *kt = malloc(d->n * 3 * 8);
         for (size_t i = 0; i < d->n; i++)
             kt[3 * i] = d->keys[i], kt[3 * i + 1] = d->times[i], kt[3 * i + 2] = d->vals[i];
         qsort(kt, d->n, 24, cmp_kt);
         size_t start = 0;
         for (size_t i = 1; i <= d->n; i++) {
-            if (i == d->n || kt[3 * i] != kt[3 * start] || kt[3 * i + 1] - kt[3 * (i - 1) + 1] >= w->size) {
+            if (i == d->n || kt[3 * i] != kt[3 * start] || kt[3 * i + 1] - kt[3 * (i - 1) + 1] > w->size) {
                 for (size_t j = start; j < i; j++)
                     ref_add(&rows, n, kt[3 * start + 1], kt[3 * (i - 1) + 1] + w->size, kt[3 * start], kt[3 * j + 2]);
                 start = i;
