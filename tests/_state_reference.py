@@ -49,7 +49,7 @@ def duckdb_reference(table: pa.Table, window) -> pa.Table:
         g = window.gap_ms
         q = f"""WITH f AS (
                   SELECT *, CASE WHEN time - lag(time) OVER (PARTITION BY key ORDER BY time)
-                                  < {g} THEN 0 ELSE 1 END AS new FROM t),
+                                  <= {g} THEN 0 ELSE 1 END AS new FROM t),
                 s AS (SELECT *, sum(new) OVER (PARTITION BY key ORDER BY time
                                 ROWS UNBOUNDED PRECEDING) AS sid FROM f)
                 SELECT min(time) AS window_start, max(time) + {g} AS window_end, key, {SELECT_AGGS}

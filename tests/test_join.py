@@ -50,8 +50,9 @@ def duckdb_tumbling_join(left: pa.Table, right: pa.Table, size: int) -> pa.Table
 
 def session_reference(left: pa.Table, right: pa.Table, gap: int) -> list:
     """Per key, sort both sides' rows by time; a new session starts where
-    the distance to the previous row is >= gap; every left x right pair of
-    one session is a result row."""
+    the distance to the previous row is > gap (rows exactly gap apart share a
+    session, as in Spark and Flink); every left x right pair of one session
+    is a result row."""
     rows = [("L", k, t, (a, x)) for k, t, a, x in zip(*(left.column(c).to_pylist()
                                                      for c in ("key", "time", "a", "x")))]
     rows += [("R", k, t, (b,)) for k, t, b in zip(*(right.column(c).to_pylist()
@@ -59,7 +60,7 @@ def session_reference(left: pa.Table, right: pa.Table, gap: int) -> list:
     rows.sort(key=lambda r: (str(r[1]), r[2]))
     sessions, cur = [], []
     for r in rows:
-        if cur and (r[1] != cur[-1][1] or r[2] - cur[-1][2] >= gap):
+        if cur and (r[1] != cur[-1][1] or r[2] - cur[-1][2] > gap):
             sessions.append(cur)
             cur = []
         cur.append(r)

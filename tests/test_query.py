@@ -69,7 +69,7 @@ def duck(q: Query, paths) -> pa.Table:
     else:
         g = w.gap_ms
         sql = (f"WITH f AS (SELECT *, CASE WHEN {q.time} - lag({q.time}) OVER (PARTITION BY {keys} "
-               f"ORDER BY {q.time}) < {g} THEN 0 ELSE 1 END AS new FROM src WHERE {where}), "
+               f"ORDER BY {q.time}) <= {g} THEN 0 ELSE 1 END AS new FROM src WHERE {where}), "
                f"s AS (SELECT *, sum(new) OVER (PARTITION BY {keys} ORDER BY {q.time} "
                f"ROWS UNBOUNDED PRECEDING) AS sid FROM f) "
                f"SELECT min({q.time}) AS window_start, max({q.time}) + {g} AS window_end, {keys}, "

@@ -12,7 +12,8 @@ results are a multiset: their row order is unspecified (sort to compare).
 Windows: ``tumbling:SIZE`` puts a row at t in ``[floor(t/size)*size, +size)``
 (start inclusive, end exclusive, aligned at 0); ``session:GAP`` forms, per
 key and over the rows of *both* sides, sessions ``[first row, last row +
-gap)`` in which consecutive rows are less than ``gap`` apart; a row that
+gap)`` in which consecutive rows are at most ``gap`` apart (as Spark's
+``session_window`` and Flink's session windows form them); a row that
 bridges two sessions fuses them. A pair is joined when both rows have the
 same key and fall in the same window or session (the NEXMark Q8 shape).
 

@@ -94,8 +94,17 @@ class Sliding:
 
 @dataclass(frozen=True)
 class Session:
-    """Per key, events less than ``gap`` apart form one session window
-    ``[first event, last event + gap)``; an event bridging two sessions merges them."""
+    """Per key, events at most ``gap`` apart form one session window
+    ``[first event, last event + gap)``; an event bridging two sessions merges them.
+
+    An event at ``t`` joins the session ``[s, e)`` when ``s - gap <= t <= e``:
+    sessions that touch (one's end is the next one's start) merge, as Spark's
+    ``session_window`` and Flink's session windows have it. A session is
+    emitted once the watermark is strictly past its end.
+
+    >>> Session(gap_ms=5000).gap_ms
+    5000
+    """
 
     gap_ms: int
     kind = "session"

@@ -185,7 +185,7 @@ static join_group *append_group(slash_join *s, join_part *p, uint64_t hash, int6
     return g;
 }
 
-/* Moves every row of `gone` into `keep` (their sessions overlap): gone's
+/* Moves every row of `gone` into `keep` (their sessions overlap or touch): gone's
  * chunks are renamed to keep and its list is put in front of keep's (one walk
  * of gone's list, which the caller picks as the smaller); gone is freed. */
 static void fuse(join_part *p, join_group *keep, join_group *gone)
@@ -244,8 +244,8 @@ join_group *join_upsert(slash_join *s, join_part *p, uint64_t kh, int64_t win, i
                 return g;
             break; /* sealed: start an empty set at the tail */
         }
-        if (sealed || !(g->win < end && win < g->end))
-            continue;
+        if (sealed || !(g->win <= end && win <= g->end))
+            continue; /* neither overlaps nor touches [win, end) */
         if (!target) {
             target = g;
         } else if (g->rows[0] + g->rows[1] > target->rows[0] + target->rows[1]) {
@@ -556,7 +556,7 @@ slash_status slash_join_update(slash_join *s, const slash_join_batch *b)
             }
         }
         for (size_t j = 0; j < m; j++) {
-            if (end[j] <= s->watermark) {
+            if (slash_window_closed(&s->cfg.window, end[j], s->watermark)) {
                 s->late++;
                 continue;
             }

@@ -1,6 +1,7 @@
 /* join_emit.c - emit of finished join windows: every left x right pair of
- * each (window or session, key) group whose end is at or before the emit
- * time, as columns.
+ * each (window or session, key) group closed at the emit time (its end at or
+ * before it; a session's strictly before, since a row at its end still joins
+ * it: slash_window_closed), as columns.
  *
  * Three passes, so a failure changes nothing: count the pairs (and key
  * bytes) of finished groups; allocate every result column once; fill them;
@@ -28,9 +29,10 @@ void slash_join_result_free(slash_join_result *r)
     free(r);
 }
 
-static inline bool finished(const join_group *g, int64_t up_to)
+static inline bool finished(const slash_join *s, const join_group *g, int64_t up_to)
 {
-    return g->h.kind == JOIN_GROUP && !(g->h.flags & JOIN_FREED) && g->end <= up_to;
+    return g->h.kind == JOIN_GROUP && !(g->h.flags & JOIN_FREED) &&
+           slash_window_closed(&s->cfg.window, g->end, up_to);
 }
 
 /* Pass 1: pairs and key bytes of the finished groups. */
@@ -42,7 +44,7 @@ static slash_status count_pairs(const slash_join *s, int64_t up_to, size_t *rows
         for (uint64_t a = p->log.begin; a < p->log.tail;) {
             join_group *g = join_ptr(p, a);
             a += g->h.size;
-            if (!finished(g, up_to))
+            if (!finished(s, g, up_to))
                 continue;
             size_t pairs, gk;
             if (__builtin_mul_overflow((size_t)g->rows[0], (size_t)g->rows[1], &pairs) ||
@@ -162,7 +164,7 @@ slash_status slash_join_emit(slash_join *s, int64_t up_to, slash_join_result **o
         for (uint64_t a = p->log.begin; a < p->log.tail;) {
             join_group *g = join_ptr(p, a);
             a += g->h.size;
-            if (finished(g, up_to)) {
+            if (finished(s, g, up_to)) {
                 fill_group(s, p, g, r);
                 join_free_group(p, g);
             }

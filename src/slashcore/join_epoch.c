@@ -204,7 +204,7 @@ slash_status slash_join_merge_delta(slash_join *s, const void *region, size_t le
             const uint8_t *gp = p + (size_t)((uint64_t)here - (uint64_t)c.group);
             join_group g;
             memcpy(&g, gp, sizeof g);
-            if (g.end <= s->watermark) {
+            if (slash_window_closed(&s->cfg.window, g.end, s->watermark)) {
                 s->late += c.rows;
                 continue;
             }

@@ -23,7 +23,7 @@
  * live and on its lists; every chunk of a group in the mutable span (at or
  * above read_only) is in the mutable span; without a sealed delta each
  * tumbling (window, key) has at most one live group; live session groups of
- * one key never overlap in the mutable span; a chunk's `group` always names
+ * one key neither overlap nor touch in the mutable span; a chunk's `group` always names
  * its group (rewritten when a session is fused into another).
  */
 #ifndef SLASH_JOIN_IMPL_H
@@ -147,7 +147,8 @@ static inline uint32_t join_part_of(const slash_join *s, uint64_t kh)
 }
 
 /* Finds the mutable group of (win, key) (tumbling) or fuses every mutable
- * session of key overlapping [win, end) into one that covers it (session),
+ * session of key overlapping or touching [win, end) (g.win <= end and
+ * win <= g.end) into one that covers it (session),
  * creating the group when there is none. Returns it, or NULL with *st set
  * (SLASH_ENOMEM). */
 join_group *join_upsert(slash_join *s, join_part *p, uint64_t kh, int64_t win, int64_t end,

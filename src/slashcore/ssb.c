@@ -197,8 +197,8 @@ uint8_t *ssb_upsert_session(slash_ssb *s, ssb_part *p, uint64_t kh, int64_t star
             if (sealed || !key_eq(s, r, key, key_len))
                 continue;
             int64_t *rend = ssb_rec_session_end(r);
-            if (!(r->win < end && start < *rend))
-                continue; /* no overlap with the new cover */
+            if (!(r->win <= end && start <= *rend))
+                continue; /* neither overlaps nor touches the new cover */
             if (!target) {
                 target = r;
                 continue;
@@ -490,7 +490,7 @@ static slash_status update_session(slash_ssb *s, const slash_ssb_batch *b)
             continue;
         int64_t t = b->times[i];
         int64_t end = t > INT64_MAX - gap ? INT64_MAX : t + gap;
-        if (end <= s->watermark) {
+        if (slash_window_closed(&s->cfg.window, end, s->watermark)) {
             s->late++;
             continue;
         }

@@ -5,7 +5,9 @@
  * into every not-yet-emitted window ending at or before the emit time that
  * contains it, in a scratch partition keyed by (window start, key); a slice
  * is freed once the last window containing it is emitted. Sessions are
- * emitted when their end (last event + gap) is at or before the emit time.
+ * emitted when their end (last event + gap) is strictly before the emit time
+ * (or the emit time is INT64_MAX): a record at exactly the end still joins
+ * the session, since sessions that touch merge.
  * Emitting raises the watermark, and later records for emitted windows are
  * counted as late.
  */
@@ -92,16 +94,18 @@ static slash_status result_add(const slash_ssb *s, slash_ssb_result *res, int64_
     return SLASH_OK;
 }
 
-/* Tumbling windows and sessions: every live record whose end <= up_to is a
+/* Tumbling windows and sessions: every live record whose window is closed
+ * at up_to (slash_window_closed: end <= up_to; a session's end < up_to) is a
  * finished window. */
 static slash_status emit_direct(slash_ssb *s, ssb_part *p, int64_t up_to, slash_ssb_result *res)
 {
+    const slash_window *w = &s->cfg.window;
     slash_lss *l = &p->log;
     size_t rows = 0; /* count first: one allocation of the result columns */
     for (uint64_t a = l->begin; a < l->tail;) {
         slash_rec *r = slash_lss_ptr(l, a);
         a += r->size;
-        rows += !(r->flags & SLASH_REC_FREED) && ssb_rec_end(s, r) <= up_to;
+        rows += !(r->flags & SLASH_REC_FREED) && slash_window_closed(w, ssb_rec_end(s, r), up_to);
     }
     slash_status st0 = result_reserve(s, res, res->rows + rows);
     if (st0 != SLASH_OK)
@@ -112,7 +116,7 @@ static slash_status emit_direct(slash_ssb *s, ssb_part *p, int64_t up_to, slash_
         if (r->flags & SLASH_REC_FREED)
             continue;
         int64_t end = ssb_rec_end(s, r);
-        if (end > up_to)
+        if (!slash_window_closed(w, end, up_to))
             continue;
         slash_status st = result_add(s, res, r->win, end, r, ssb_rec_partials(s, r));
         if (st != SLASH_OK)

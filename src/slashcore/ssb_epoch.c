@@ -108,7 +108,7 @@ static slash_status merge_sessions(slash_ssb *s, const uint8_t *p, size_t len)
         if (r->flags & SLASH_REC_FREED)
             continue;
         int64_t end = *ssb_rec_session_end(r);
-        if (end <= s->watermark) {
+        if (slash_window_closed(&s->cfg.window, end, s->watermark)) {
             s->late++;
             continue;
         }

@@ -11,8 +11,8 @@
  * immutable until reset. Invariants: a live (not FREED) record is reachable
  * from the index; chain addresses strictly decrease; without a sealed delta
  * each (window, key) has at most one live record and all live records are in
- * the mutable span; live session records of one key never overlap in the
- * mutable span.
+ * the mutable span; live session records of one key neither overlap nor
+ * touch (one's end equal to another's start) in the mutable span.
  */
 #ifndef SLASH_SSB_IMPL_H
 #define SLASH_SSB_IMPL_H
@@ -150,7 +150,8 @@ uint8_t *ssb_upsert(slash_ssb *s, ssb_part *p, uint64_t hash, int64_t win, const
                     uint32_t key_len, slash_status *st);
 
 /* Merges the session [start, end) of key into the partition, fusing every
- * mutable session of the key it overlaps; returns the partials to update. */
+ * mutable session of the key it overlaps or touches (r.start <= end and
+ * start <= r.end); returns the partials to update. */
 uint8_t *ssb_upsert_session(slash_ssb *s, ssb_part *p, uint64_t kh, int64_t start, int64_t end,
                             const uint8_t *key, uint32_t key_len, slash_status *st);
 

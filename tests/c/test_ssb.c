@@ -1,7 +1,9 @@
 /* test_ssb.c - the state backend against a brute-force reference: tumbling,
  * sliding and session windows, int64 and byte-string keys, one store and
  * several stores merged through epoch deltas (also updating while a delta is
- * sealed), growth without a preset size, late records and bad input. */
+ * sealed), growth without a preset size, late records and bad input; and
+ * session bounds case by case: records exactly one gap apart share a session
+ * (Spark's and Flink's rule), in one store and across deltas and epochs. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -154,14 +156,15 @@ static row *reference(const slash_window *w, const data *d, size_t *n)
                 ref_add(&rows, n, s, s + w->size, d->keys[i], d->vals[i]);
         }
     } else {
-        /* sort (key, time, value) triples; a gap >= size starts a new session */
+        /* sort (key, time, value) triples; a gap > size starts a new session
+         * (events exactly `size` apart share one, as in Spark and Flink) */
         int64_t *kt = malloc(d->n * 3 * 8);
         for (size_t i = 0; i < d->n; i++)
             kt[3 * i] = d->keys[i], kt[3 * i + 1] = d->times[i], kt[3 * i + 2] = d->vals[i];
         qsort(kt, d->n, 24, cmp_kt);
         size_t start = 0;
         for (size_t i = 1; i <= d->n; i++) {
-            if (i == d->n || kt[3 * i] != kt[3 * start] || kt[3 * i + 1] - kt[3 * (i - 1) + 1] >= w->size) {
+            if (i == d->n || kt[3 * i] != kt[3 * start] || kt[3 * i + 1] - kt[3 * (i - 1) + 1] > w->size) {
                 for (size_t j = start; j < i; j++)
                     ref_add(&rows, n, kt[3 * start + 1], kt[3 * (i - 1) + 1] + w->size, kt[3 * start], kt[3 * j + 2]);
                 start = i;
@@ -213,8 +216,8 @@ static void check_single(slash_window_kind kind, int64_t size, int64_t slide, sl
     size_t ngot = 0;
     slash_ssb_result *r = NULL;
     CHECK_OK(slash_ssb_emit(s, 0, &r));
-    for (size_t i = 0; r && i < r->rows; i++)
-        CHECK(r->window_end[i] <= 0);
+    for (size_t i = 0; r && i < r->rows; i++) /* a session ending at 0 may still grow */
+        CHECK(kind == SLASH_WINDOW_SESSION ? r->window_end[i] < 0 : r->window_end[i] <= 0);
     if (r)
         collect(r, kt, &got, &ngot);
     slash_ssb_result_free(r);
@@ -466,6 +469,184 @@ TEST(bad_input)
     slash_ssb_close(s);
 }
 
+/* ---- sessions that touch merge (Spark's and Flink's rule) -------------------- */
+
+/* Updates s with one record of int64 key k at time t with value v. */
+static void put1(slash_ssb *s, int64_t k, int64_t t, int64_t v)
+{
+    data d = {1, &k, &t, &v};
+    CHECK_OK(update(s, SLASH_KEY_INT64, &d, 0, 1));
+}
+
+/* Emits up to up_to; returns the rows sorted by (start, key), *n of them. */
+static row *emit_rows(slash_ssb *s, int64_t up_to, size_t *n)
+{
+    row *rows = NULL;
+    *n = 0;
+    slash_ssb_result *r = NULL;
+    CHECK_OK(slash_ssb_emit(s, up_to, &r));
+    if (r)
+        collect(r, SLASH_KEY_INT64, &rows, n);
+    slash_ssb_result_free(r);
+    if (*n)
+        qsort(rows, *n, sizeof(row), row_cmp);
+    return rows;
+}
+
+static int is_row(const row *r, int64_t ws, int64_t we, int64_t key, int64_t count, int64_t sum)
+{
+    return r->ws == ws && r->we == we && r->key == key && r->count == count && r->sum == sum;
+}
+
+/* Seals from's epoch, merges every partition's delta into to, resets. */
+static void ship_ssb(slash_ssb *from, slash_ssb *to, uint32_t parts)
+{
+    CHECK_OK(slash_ssb_begin_epoch(from));
+    for (uint32_t q = 0; q < parts; q++) {
+        const void *a;
+        size_t len;
+        CHECK_OK(slash_ssb_delta(from, q, &a, &len));
+        CHECK_OK(slash_ssb_merge_delta(to, a, len));
+    }
+    CHECK_OK(slash_ssb_reset_delta(from));
+}
+
+static slash_ssb *open_session(int64_t gap, uint32_t parts)
+{
+    slash_window w;
+    if (slash_window_init(&w, SLASH_WINDOW_SESSION, gap, 0) != SLASH_OK)
+        return NULL;
+    return open_store(&w, SLASH_KEY_INT64, parts);
+}
+
+TEST(session_records_exactly_one_gap_apart_merge)
+{
+    slash_ssb *s = open_session(10, 1);
+    put1(s, 1, 0, 1);
+    put1(s, 1, 10, 2); /* [0,10) and [10,20) touch */
+    put1(s, 1, 20, 4);
+    put1(s, 2, 30, 1); /* and in the other order */
+    put1(s, 2, 20, 2);
+    size_t n;
+    row *got = emit_rows(s, INT64_MAX, &n);
+    CHECK(n == 2 && is_row(&got[0], 0, 30, 1, 3, 7) && is_row(&got[1], 20, 40, 2, 2, 3));
+    free(got);
+    slash_ssb_close(s);
+}
+
+TEST(session_records_gap_plus_one_apart_stay_apart)
+{
+    slash_ssb *s = open_session(10, 1);
+    put1(s, 1, 0, 1);
+    put1(s, 1, 11, 2);
+    put1(s, 1, -11, 4);
+    size_t n;
+    row *got = emit_rows(s, INT64_MAX, &n);
+    CHECK(n == 3 && is_row(&got[0], -11, -1, 1, 1, 4) && is_row(&got[1], 0, 10, 1, 1, 1) &&
+          is_row(&got[2], 11, 21, 1, 1, 2));
+    free(got);
+    slash_ssb_close(s);
+}
+
+TEST(session_record_touching_two_sessions_bridges_them)
+{
+    /* [0,10) and [20,30); a record at 10 covers [10,20), touching both */
+    slash_ssb *s = open_session(10, 1);
+    put1(s, 1, 0, 1);
+    put1(s, 1, 20, 2);
+    slash_ssb_stats st;
+    slash_ssb_get_stats(s, &st);
+    CHECK(st.records == 2);
+    put1(s, 1, 10, 4);
+    slash_ssb_get_stats(s, &st);
+    CHECK(st.records == 1);
+    size_t n;
+    row *got = emit_rows(s, INT64_MAX, &n);
+    CHECK(n == 1 && is_row(&got[0], 0, 30, 1, 3, 7));
+    free(got);
+    slash_ssb_close(s);
+}
+
+TEST(session_ties_merge_across_deltas)
+{
+    slash_ssb *a = open_session(10, 2), *b = open_session(10, 2), *leader = open_session(10, 2);
+    put1(a, 1, 0, 1);   /* key 1: the tie is split over two helpers */
+    put1(b, 1, 10, 2);
+    put1(a, 5, 0, 1);   /* key 5: b's record bridges a's two sessions, touching both */
+    put1(a, 5, 20, 4);
+    put1(b, 5, 10, 2);
+    put1(a, 7, 0, 1);   /* key 7: gap + 1 apart stays two sessions */
+    put1(b, 7, 11, 2);
+    ship_ssb(b, leader, 2);
+    ship_ssb(a, leader, 2);
+    size_t n;
+    row *got = emit_rows(leader, INT64_MAX, &n);
+    CHECK(n == 4 && is_row(&got[0], 0, 20, 1, 2, 3) && is_row(&got[1], 0, 30, 5, 3, 7) &&
+          is_row(&got[2], 0, 10, 7, 1, 1) && is_row(&got[3], 11, 21, 7, 1, 2));
+    free(got);
+    slash_ssb_close(a), slash_ssb_close(b), slash_ssb_close(leader);
+}
+
+TEST(session_ties_merge_across_epochs)
+{
+    /* the second record comes while the first one's delta is sealed: it
+     * starts a record of its own, and the two fuse at the leader */
+    slash_ssb *h = open_session(10, 1), *leader = open_session(10, 1);
+    put1(h, 1, 0, 1);
+    CHECK_OK(slash_ssb_begin_epoch(h));
+    put1(h, 1, 10, 2);
+    const void *a;
+    size_t len;
+    CHECK_OK(slash_ssb_delta(h, 0, &a, &len));
+    CHECK_OK(slash_ssb_merge_delta(leader, a, len));
+    CHECK_OK(slash_ssb_reset_delta(h));
+    ship_ssb(h, leader, 1);
+    size_t n;
+    row *got = emit_rows(leader, INT64_MAX, &n);
+    CHECK(n == 1 && is_row(&got[0], 0, 20, 1, 2, 3));
+    free(got);
+    slash_ssb_close(h), slash_ssb_close(leader);
+}
+
+TEST(session_emitted_only_once_the_watermark_is_past_its_end)
+{
+    slash_ssb *s = open_session(10, 1);
+    put1(s, 1, 0, 1);
+    size_t n;
+    row *got = emit_rows(s, 10, &n); /* a record at 10 may still come */
+    CHECK(n == 0);
+    free(got);
+    put1(s, 1, 10, 2); /* it does, on time, and extends the session */
+    got = emit_rows(s, 20, &n);
+    CHECK(n == 0);
+    free(got);
+    got = emit_rows(s, 21, &n);
+    CHECK(n == 1 && is_row(&got[0], 0, 20, 1, 2, 3));
+    free(got);
+    put1(s, 1, 10, 4); /* its cover [10,20) ends before the watermark: late */
+    slash_ssb_stats st;
+    slash_ssb_get_stats(s, &st);
+    CHECK(st.late == 1 && st.records == 0);
+    slash_ssb_close(s);
+}
+
+TEST(session_end_saturating_at_int64_max_closes_at_the_end)
+{
+    const int64_t t = INT64_MAX - 15;
+    slash_ssb *h = open_session(10, 1), *leader = open_session(10, 1);
+    put1(h, 1, t, 1);
+    put1(h, 1, t + 10, 2); /* its cover saturates: [t + 10, INT64_MAX) */
+    ship_ssb(h, leader, 1);
+    size_t n;
+    row *got = emit_rows(leader, INT64_MAX - 1, &n);
+    CHECK(n == 0);
+    free(got);
+    got = emit_rows(leader, INT64_MAX, &n);
+    CHECK(n == 1 && is_row(&got[0], t, INT64_MAX, 1, 2, 3));
+    free(got);
+    slash_ssb_close(h), slash_ssb_close(leader);
+}
+
 int main(void)
 {
     RUN(tumbling_int64);
@@ -480,6 +661,13 @@ int main(void)
     RUN(deltas_tumbling);
     RUN(deltas_sliding_bytes);
     RUN(deltas_session);
+    RUN(session_records_exactly_one_gap_apart_merge);
+    RUN(session_records_gap_plus_one_apart_stay_apart);
+    RUN(session_record_touching_two_sessions_bridges_them);
+    RUN(session_ties_merge_across_deltas);
+    RUN(session_ties_merge_across_epochs);
+    RUN(session_emitted_only_once_the_watermark_is_past_its_end);
+    RUN(session_end_saturating_at_int64_max_closes_at_the_end);
     RUN(growth_without_preset_size);
     RUN(late_records_and_states);
     RUN(bad_input);

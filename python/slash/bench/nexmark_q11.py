@@ -3,7 +3,8 @@ bids per bidder per session window with a 10 s gap.
 
 The definition is Beam's (``Query11``, and the nexmark SQL suite's
 ``SESSION(dateTime, INTERVAL '10' SECOND)``): per bidder, a session is a run
-of bids in which consecutive bids are less than 10 s apart; it spans
+of bids in which consecutive bids are at most 10 s apart (Spark's
+``session_window`` and Flink merge sessions that touch); it spans
 ``[first bid, last bid + 10 s)`` and the output is (window_start,
 window_end, bidder, count). Some write-ups instead count bids per bidder
 in fixed windows, or cap a session at a maximum number of events (Beam's
@@ -11,7 +12,7 @@ in fixed windows, or cap a session at a maximum number of events (Beam's
 
 Slash runs it as a session-window count keyed by bidder (sessions fragment
 across executors and fuse when merged at the leader); DuckDB with window
-functions (a new session where the gap to the bidder's previous bid is >=
+functions (a new session where the gap to the bidder's previous bid is >
 10 s); Spark with ``session_window``. See :mod:`slash.bench._nexmark` for
 ``--records`` and the rate.
 """
@@ -38,7 +39,7 @@ def plan(events: int, rate: int = _nexmark.DEFAULT_RATE, seed: int = 1,
         name=NAME, inputs=(("bids", bids),),
         query=Query(time="date_time", window=f"session:{g}ms", key="bidder", aggregates=["count"]),
         sql=(f"WITH s AS (SELECT bidder, date_time, CASE WHEN date_time - lag(date_time) OVER "
-             f"(PARTITION BY bidder ORDER BY date_time) < {g} THEN 0 ELSE 1 END AS fresh "
+             f"(PARTITION BY bidder ORDER BY date_time) <= {g} THEN 0 ELSE 1 END AS fresh "
              f"FROM bids), "
              f"n AS (SELECT bidder, date_time, sum(fresh) OVER (PARTITION BY bidder ORDER BY "
              f"date_time ROWS UNBOUNDED PRECEDING) AS session FROM s) "

@@ -13,9 +13,10 @@
  *
  * Windows: tumbling, where a row at t belongs to
  * [floor(t/size)*size, +size); and session with gap g, where per key a row at
- * t covers [t, t+g) over the union of BOTH sides' rows, strictly overlapping
- * covers fuse into one session [first row, last row + g), and a row that
- * bridges two sessions fuses them with all their rows. Sliding windows are
+ * t covers [t, t+g) over the union of BOTH sides' rows, covers that overlap
+ * or touch fuse into one session [first row, last row + g) (rows exactly g
+ * apart share a session, as in Spark and Flink), and a row that bridges two
+ * sessions fuses them with all their rows. Sliding windows are
  * refused (a row would belong to several windows' sets).
  *
  * A row is the side's fixed set of 8-byte columns (int64 or float64), copied
@@ -132,8 +133,10 @@ slash_status slash_join_merge_delta(slash_join *s, const void *region, size_t le
  * unseals. Fails with SLASH_ESTATE when no delta is sealed. */
 slash_status slash_join_reset_delta(slash_join *s);
 
-/* Emits every left x right pair of each (window, key) whose window ends at
- * or before up_to and was not emitted before, frees those sets, and raises
+/* Emits every left x right pair of each (window, key) whose window is
+ * closed at up_to (ends at or before it; a session only when it ends strictly
+ * before up_to or up_to is INT64_MAX: slash_window_closed) and was not
+ * emitted before, frees those sets, and raises
  * the watermark to up_to. *out is a new result owned by the caller. Fails
  * with SLASH_ESTATE while a delta is sealed, SLASH_ETOOBIG when the pairs
  * would not fit in memory, SLASH_ENOMEM; on failure nothing is freed. */

@@ -9,7 +9,7 @@
  * slash_ssb_merge_delta() folds such a region from a peer with the same
  * config into this store, and slash_ssb_reset_delta() drops the shipped
  * records (they restart from the CRDT zero value). slash_ssb_emit() returns
- * and frees every window ending at or before a time. One thread at a time
+ * and frees every window closed at a time (slash_window_closed). One thread at a time
  * may use a store.
  */
 #ifndef SLASH_SSB_H
@@ -118,9 +118,11 @@ slash_status slash_ssb_merge_delta(slash_ssb *s, const void *region, size_t len)
  * and unseals. Fails with SLASH_ESTATE when no delta is sealed. */
 slash_status slash_ssb_reset_delta(slash_ssb *s);
 
-/* Emits every (window, key) result of windows ending at or before up_to
- * that was not emitted before, frees their state, and raises the
- * watermark to up_to. *out is a new result owned by the caller. Fails with
+/* Emits every (window, key) result of windows closed at up_to (ending at or
+ * before it; a session only when it ends strictly before up_to, or up_to is
+ * INT64_MAX, as a record at its end would still join it: see
+ * slash_window_closed) that was not emitted before, frees their state, and
+ * raises the watermark to up_to. *out is a new result owned by the caller. Fails with
  * SLASH_ESTATE while a delta is sealed, SLASH_ENOMEM. */
 slash_status slash_ssb_emit(slash_ssb *s, int64_t up_to, slash_ssb_result **out);
 
@@ -130,8 +132,8 @@ void slash_ssb_result_free(slash_ssb_result *r);
 /* Fills *out with counters and memory use. */
 void slash_ssb_get_stats(const slash_ssb *s, slash_ssb_stats *out);
 
-/* Emitted watermark: every window ending at or before it was emitted
- * (INT64_MIN before the first emit). */
+/* Emitted watermark: every window closed at it was emitted (INT64_MIN
+ * before the first emit). */
 int64_t slash_ssb_watermark(const slash_ssb *s);
 
 #ifdef __cplusplus

@@ -4,8 +4,12 @@
  *  - tumbling(size):       windows [k*size, (k+1)*size) for every integer k;
  *  - sliding(size, slide): windows [k*slide, k*slide + size);
  *  - session(gap):         per key, an event at t covers [t, t + gap); covers
- *                          that overlap (strictly) merge into one session
- *                          [first event, last event + gap).
+ *                          that overlap or touch merge into one session
+ *                          [first event, last event + gap): an event at t
+ *                          joins the session [s, e) when s - gap <= t <= e,
+ *                          so events exactly one gap apart share a session
+ *                          (as Spark's session_window and Flink's session
+ *                          windows have it). t + gap saturates at INT64_MAX.
  * Tumbling and sliding state is kept per *slice* of length gcd(size, slide)
  * (= size for tumbling), so one record updates exactly one slice; a window is
  * the merge of the size/slice slices it spans. Every division here is floor
@@ -41,6 +45,19 @@ typedef struct slash_window {
  * <= 0 or slide > size. */
 slash_status slash_window_init(slash_window *w, slash_window_kind kind, int64_t size,
                                int64_t slide);
+
+/* True when a window ending at `end` is finished at watermark wm (no record
+ * older than wm is still to come; INT64_MAX: the input is over): a tumbling
+ * or sliding window when end <= wm; a session only when end < wm, because a
+ * record at exactly `end` still joins it, or when wm is INT64_MAX (a session
+ * whose end saturated there must close too). The same test tells whether a
+ * record whose own window or cover ends at `end` is late. */
+static inline bool slash_window_closed(const slash_window *w, int64_t end, int64_t wm)
+{
+    if (w->kind == SLASH_WINDOW_SESSION)
+        return end < wm || wm == INT64_MAX;
+    return end <= wm;
+}
 
 /* floor(a / b) for b > 0, correct for negative a. */
 static inline int64_t slash_floor_div(int64_t a, int64_t b)
