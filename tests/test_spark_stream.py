@@ -212,7 +212,8 @@ def test_a_sink_may_read_the_handles_metrics(spark):
     handle.append(h)
     started.set()
     m = h.wait(120)
-    assert m["windows"] >= 4 and seen == list(range(m["windows"]))
+    assert m["windows"] >= 4, m
+    assert seen == list(range(m["windows"])), (seen, h.emitted_windows)
 
 
 def test_a_sink_that_raises_stops_the_stream_and_keeps_the_windows_it_did_not_take(spark):

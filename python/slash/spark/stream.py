@@ -20,9 +20,32 @@ learns each rank's group watermark with its results and hands a window over
 only when every rank has passed its end, so a window is never split or
 repeated. Latency per window = emit time (wall clock, ms) - window end.
 
+A callable sink runs in a delivery thread of the handle's, never under its
+lock (it may read ``handle.metrics``). If it raises, the stream stops, and
+``stop()``/``wait()`` raise :class:`slash.errors.SinkFailed` with the sink's
+exception as ``__cause__`` and the window it failed on as ``window``; the
+windows the sink did not accept (that one first, then every window that fired
+after it, in event-time order) stay in ``handle.undelivered()``.
+
+Lateness: unlike files and tables (whose watermark comes from what is left to
+read, so nothing is ever late), an unbounded stream cannot know what is still
+to come. Each executor's watermark is the latest event time it has seen (or,
+for a DirectorySource, the end of the last file read) minus ``lateness``; a
+record older than that is late: counted, never applied. The driver then logs a
+WARNING with the count so far (at most once per
+``StreamHandle.late_warning_interval`` = 5 s while running, and once more in
+the final summary); ``metrics["late_records"]`` counts them and
+``metrics["late_records_by_window"]`` maps each (window_start, window_end) to
+the late records that would have fallen in it (every tumbling or sliding
+window holding the record's time; for sessions the record's own
+``[t, t + gap)``). With ``late_output=PATH`` each task writes the late records
+themselves (the source's columns as read) as Parquet parts
+``PATH/late-rank{r}-{seq}.parquet``, each written atomically.
+
 >>> # h = stream(spark, RateSource(rate=50_000), time="event_time", window="tumbling:1s",
->>> #            key="key", aggs=["count"], sink=lambda t: print(t.num_rows))
->>> # ...; print(h.stop()["latency_ms"])
+>>> #            key="key", aggs=["count"], sink=lambda t: print(t.num_rows),
+>>> #            lateness="2s", late_output="late/")
+>>> # ...; m = h.stop(); print(m["latency_ms"], m["late_records"])
 """
 from __future__ import annotations
 
@@ -426,6 +449,7 @@ class StreamHandle:
         self._late_final: Optional[int] = None  # the executors' own count, at the end
         self._late_by_window: Dict[Tuple[int, int], int] = {}
         self._late_warned_at = -float("inf")
+        self._late_warned = 0  # the live count the last warning gave
         self._done: Set[int] = set()
         self._stage_over = False
         self._error: Optional[BaseException] = None
@@ -458,16 +482,18 @@ class StreamHandle:
                 self._late_live += msg[2]
                 for s, e, c in msg[3]:
                     self._late_by_window[(s, e)] = self._late_by_window.get((s, e), 0) + c
-                now = time.monotonic()
-                if now - self._late_warned_at >= self.late_warning_interval:
-                    self._late_warned_at = now
-                    warn = self._late_records()
             elif kind == "done":
                 self._gw[rank] = _DONE
                 self._done.add(rank)
                 if callable(self._sink):
                     self._take()
                 self._cond.notify_all()
+            # late records not yet warned about: now, or with a later message
+            # (watermarks keep coming) once the interval has passed
+            if self._late_live > self._late_warned and \
+                    time.monotonic() - self._late_warned_at >= self.late_warning_interval:
+                self._late_warned_at, self._late_warned = time.monotonic(), self._late_live
+                warn = self._late_live
         if warn:
             self._warn_late(warn)
 
