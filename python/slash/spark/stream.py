@@ -429,6 +429,8 @@ class StreamHandle:
 
     #: seconds between two warnings about late records while running
     late_warning_interval: float = 5.0
+    #: seconds the driver waits, once the stage ended, for the ranks' last messages
+    last_messages_timeout: float = 30.0
 
     def __init__(self, n: int, sink: Sink, lateness_ms: int = 0, late_output: Optional[str] = None) -> None:
         self.executors = n
@@ -525,7 +527,8 @@ class StreamHandle:
         out = out.sort_by([("window_end", "ascending"), ("window_start", "ascending")])
         ws, wend = out.column("window_start").to_numpy(), out.column("window_end").to_numpy()
         cut = np.flatnonzero((np.diff(ws) != 0) | (np.diff(wend) != 0)) + 1
-        dest = self._undelivered if self._sink_error is not None else self._queue
+        # after a sink failure, or once the delivery thread ended, nothing takes the queue
+        dest = self._undelivered if self._sink_error is not None or self._stage_over else self._queue
         for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(ws)]):
             dest.append(out.slice(int(lo), int(hi - lo)))
         self._cond.notify_all()
@@ -575,8 +578,12 @@ class StreamHandle:
         summaries, None if it failed): waits for every rank's last messages,
         takes the remaining windows and logs the late records' summary."""
         with self._cond:
+            if rows is not None and not self._cond.wait_for(
+                    lambda: len(self._done) == self.executors, timeout=self.last_messages_timeout):
+                log.warning("slash.spark.stream: ranks %s ended without their last message within %s s; "
+                            "windows they still send are kept in undelivered()",
+                            sorted(set(range(self.executors)) - self._done), self.last_messages_timeout)
             if rows is not None:
-                self._cond.wait_for(lambda: len(self._done) == self.executors, timeout=10.0)
                 self._records_in = sum(r["records_in"] for r in rows)
                 self._late_final = sum(r["late_records"] for r in rows)
                 if callable(self._sink):
@@ -628,7 +635,9 @@ class StreamHandle:
     def undelivered(self) -> List[pa.Table]:
         """After the sink raised: the windows it did not accept, one table per
         window in event-time order (the one it raised on first); complete
-        once :meth:`stop` or :meth:`wait` returned or raised. Empty otherwise."""
+        once :meth:`stop` or :meth:`wait` returned or raised. Otherwise empty,
+        unless a rank's last rows reached the driver only after the stage's end
+        (then logged as a warning)."""
         with self._lock:
             return list(self._undelivered)
 
