@@ -90,6 +90,15 @@ class ProtocolError(SystemFailure):
     status = "protocol violation"
 
 
+class SinkFailed(SlashError):
+    """A stream's sink callback raised, so the stream stopped. ``window`` is
+    the (window_start, window_end) it raised on; the sink's own exception is
+    ``__cause__``. Neither family: the failing code is the caller's callback."""
+
+    status = "sink failed"
+    window: "tuple[int, int] | None" = None
+
+
 class EndOfStream(SlashError, EOFError):
     """The producer closed the channel; no more buffers will arrive."""
 

@@ -20,9 +20,32 @@ learns each rank's group watermark with its results and hands a window over
 only when every rank has passed its end, so a window is never split or
 repeated. Latency per window = emit time (wall clock, ms) - window end.
 
+A callable sink runs in a delivery thread of the handle's, never under its
+lock (it may read ``handle.metrics``). If it raises, the stream stops, and
+``stop()``/``wait()`` raise :class:`slash.errors.SinkFailed` with the sink's
+exception as ``__cause__`` and the window it failed on as ``window``; the
+windows the sink did not accept (that one first, then every window that fired
+after it, in event-time order) stay in ``handle.undelivered()``.
+
+Lateness: unlike files and tables (whose watermark comes from what is left to
+read, so nothing is ever late), an unbounded stream cannot know what is still
+to come. Each executor's watermark is the latest event time it has seen (or,
+for a DirectorySource, the end of the last file read) minus ``lateness``; a
+record older than that is late: counted, never applied. The driver then logs a
+WARNING with the count so far (at most once per
+``StreamHandle.late_warning_interval`` = 5 s while running, and once more in
+the final summary); ``metrics["late_records"]`` counts them and
+``metrics["late_records_by_window"]`` maps each (window_start, window_end) to
+the late records that would have fallen in it (every tumbling or sliding
+window holding the record's time; for sessions the record's own
+``[t, t + gap)``). With ``late_output=PATH`` each task writes the late records
+themselves (the source's columns as read) as Parquet parts
+``PATH/late-rank{r}-{seq}.parquet``, each written atomically.
+
 >>> # h = stream(spark, RateSource(rate=50_000), time="event_time", window="tumbling:1s",
->>> #            key="key", aggs=["count"], sink=lambda t: print(t.num_rows))
->>> # ...; print(h.stop()["latency_ms"])
+>>> #            key="key", aggs=["count"], sink=lambda t: print(t.num_rows),
+>>> #            lateness="2s", late_output="late/")
+>>> # ...; m = h.stop(); print(m["latency_ms"], m["late_records"])
 """
 from __future__ import annotations
 
@@ -34,19 +57,22 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from collections import deque
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from slash.errors import InvalidArgument, InvalidState, UnknownName
+from slash.errors import InvalidArgument, InvalidState, SinkFailed, UnknownName
 from slash.executor import Executor, GroupConfig
 from slash.query import Query
 from slash.spark import _env
 from slash.spark._tasks import (Rendezvous, barrier_stage, driver_host, join_group, rank_errors, raise_task_failure,
                                 report_error, write_table)
 from slash.spark.batch import group_for, make_query
+from slash.window import Session, Sliding, Tumbling, Window
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +206,7 @@ class _StreamPlan:
     token: str
     rendezvous: Tuple[str, int]
     sink_dir: Optional[str]
+    late_dir: Optional[str] = None
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -201,6 +228,91 @@ def _window_latencies(table: pa.Table, now_ms: int) -> List[Tuple[int, int, int,
     return [(s, e, now_ms - e, c) for s, e, c in zip(g.column("window_start").to_pylist(),
                                                       g.column("window_end").to_pylist(),
                                                       g.column("window_start_count").to_pylist())]
+
+
+def late_windows(times: np.ndarray, window: Window) -> List[Tuple[int, int, int]]:
+    """(window_start, window_end, records) for the windows late records at
+    ``times`` (int64 ms) would have fallen in: every tumbling or sliding
+    window containing the time, or for sessions the record's own
+    ``[t, t + gap)``. Sorted by (start, end).
+
+    >>> late_windows(np.array([1500, 1700, 2100]), Tumbling(1000))
+    [(1000, 2000, 2), (2000, 3000, 1)]
+    """
+    t = np.asarray(times, dtype=np.int64)
+    if not len(t):
+        return []
+    if isinstance(window, Tumbling):
+        starts, size = t - t % window.size_ms, window.size_ms
+    elif isinstance(window, Sliding):
+        size, slide = window.size_ms, window.slide_ms
+        last = t // slide  # the latest window start (in slides) at or before t
+        first = (t - size) // slide + 1  # the earliest whose end is after t
+        per = -(-size // slide)  # at most this many windows hold one time
+        ks = last[None, :] - np.arange(per, dtype=np.int64)[:, None]
+        starts = (ks[ks >= first[None, :]]) * slide
+    elif isinstance(window, Session):
+        starts, size = t, window.gap_ms
+    else:
+        raise InvalidArgument(f"unknown window {window!r}")
+    u, c = np.unique(starts, return_counts=True)
+    return [(int(a), int(a) + size, int(b)) for a, b in zip(u, c)]
+
+
+def _selected_rows(query: Query, batch: pa.RecordBatch, skip: Optional[np.ndarray]) -> pa.RecordBatch:
+    """The source rows the prepared batch holds, in its order: all of them
+    when the filters became a ``skip`` selection (or there are none), else
+    the rows the filters keep (as :meth:`Query.prepare` keeps them)."""
+    if skip is not None or not query.filters or not batch.num_rows:
+        return batch
+    m = query.filters[0].mask(batch)
+    for f in query.filters[1:]:
+        m = pc.and_(m, f.mask(batch))
+    return batch.filter(m)
+
+
+class _LateBuffer:
+    """A task's late records since it last told the driver: their number,
+    per-window counts and, with a side output, the source rows themselves
+    (written as ``late-rank{r}-{seq}.parquet`` part files at each flush)."""
+
+    def __init__(self, rank: int, window: Window, late_dir: Optional[str]) -> None:
+        self.rank = rank
+        self.window = window
+        self.late_dir = late_dir
+        self.count = 0
+        self.times: List[np.ndarray] = []
+        self.rows: List[pa.Table] = []
+        self.seq = 0
+        self.flushed_at = time.monotonic()
+
+    def add(self, query: Query, batch: pa.RecordBatch, prepared: pa.RecordBatch,
+            skip: Optional[np.ndarray], idx: np.ndarray) -> None:
+        """Records the late rows ``idx`` (positions in ``prepared``)."""
+        take = pa.array(idx, pa.int64())
+        self.count += len(idx)
+        self.times.append(prepared.column("time").take(take).to_numpy(zero_copy_only=False))
+        if self.late_dir is not None:
+            self.rows.append(pa.Table.from_batches([_selected_rows(query, batch, skip).take(take)]))
+
+    def flush(self, conn: Any) -> None:
+        """Writes the late rows' part files, then sends ("late", rank, count,
+        per-window counts) to the driver; nothing when no record was late."""
+        self.flushed_at = time.monotonic()
+        if not self.count:
+            return
+        groups: List[List[pa.Table]] = []
+        for t in self.rows:  # one part per run of rows with one schema (files may differ)
+            if groups and groups[-1][0].schema.equals(t.schema):
+                groups[-1].append(t)
+            else:
+                groups.append([t])
+        for g in groups:
+            write_table(pa.concat_tables(g), self.late_dir,  # type: ignore[arg-type]
+                        f"late-rank{self.rank}-{self.seq:08d}.parquet")
+            self.seq += 1
+        conn.send(("late", self.rank, self.count, late_windows(np.concatenate(self.times), self.window)))
+        self.count, self.times, self.rows = 0, [], []
 
 
 def _stream_task(plan: _StreamPlan):
@@ -232,9 +344,11 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
     state = q.state_config(plan.schema, plan.group.partitions_for(n))
     seq = [0]
     stop = [False]
+    late = _LateBuffer(rank, q.window, plan.late_dir)
     ex = Executor(lst, rank, addresses, state, plan.group, token=plan.token)
     try:
         def drain() -> None:
+            late.flush(conn)
             gw = ex.metrics["group_watermark"]  # before taking: everything up to it has fired
             parts = ex.results()
             table = q.finalize(pa.Table.from_batches(parts, schema=ex.result_schema()), plan.schema,
@@ -265,6 +379,8 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
                 if gw != last[0]:
                     last[0] = gw
                     drain()
+                elif late.count and time.monotonic() - late.flushed_at >= 0.5:
+                    late.flush(conn)
                 if time.monotonic() >= deadline:
                     return False
 
@@ -276,7 +392,13 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
         for batch, advance in it:
             if batch is not None and batch.num_rows:
                 b, skip = q.prepare_selected(batch)
-                ex.push_batch(b, skip=skip)
+                # the late rows' positions (push_batch(return_late=True) would
+                # give the prepared rows; the side output wants the source's)
+                n_late, idx = ex.push(b.column("key"), b.column("time"),
+                                      {c: b.column(c) for c in state.value_columns},
+                                      return_late=True, skip=skip)
+                if n_late:
+                    late.add(q, batch, b, skip, idx)
             if advance is not None:
                 ex.advance_watermark(advance)
                 ex.end_epoch()
@@ -295,47 +417,102 @@ class StreamHandle:
     """A running stream: :meth:`stop` (or leaving a ``with`` block) ends it
     cleanly (every executor finishes its input, the remaining windows fire);
     :meth:`wait` waits for a bounded source to end; :attr:`metrics` counts
-    windows, rows and per-window latency."""
+    windows, rows, late records and per-window latency.
 
-    def __init__(self, n: int, sink: Sink) -> None:
+    A callable sink runs in a delivery thread of its own, never under the
+    handle's lock (so it may read :attr:`metrics`), once per window in event
+    time order. If it raises, the stream stops; :meth:`stop` and :meth:`wait`
+    raise :class:`slash.errors.SinkFailed` (its ``__cause__`` is the sink's
+    exception) and :meth:`undelivered` holds every window the sink did not
+    accept: the one it raised on, then all that fired after.
+    """
+
+    #: seconds between two warnings about late records while running
+    late_warning_interval: float = 5.0
+    #: seconds the driver waits, once the stage ended, for the ranks' last messages
+    last_messages_timeout: float = 30.0
+
+    def __init__(self, n: int, sink: Sink, lateness_ms: int = 0, late_output: Optional[str] = None) -> None:
         self.executors = n
         self._sink = sink
+        self._lateness_ms = lateness_ms
+        self._late_output = late_output
         self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)  # queue, stage end, ranks done
         self._gw = [_NEVER] * n
-        self._pending: List[pa.Table] = []
+        self._pending: List[pa.Table] = []  # rows of windows not yet complete
+        self._queue: Deque[pa.Table] = deque()  # whole windows for the sink, oldest first
+        self._undelivered: List[pa.Table] = []
         self._latencies: List[Tuple[int, int, int, int]] = []
         self._emitted: List[Tuple[int, int]] = []
         self._rows = 0
         self._records_in = 0
-        self._late = 0
+        self._late_live = 0  # from the tasks' "late" messages, as they come
+        self._late_final: Optional[int] = None  # the executors' own count, at the end
+        self._late_by_window: Dict[Tuple[int, int], int] = {}
+        self._late_warned_at = -float("inf")
+        self._late_warned = 0  # the live count the last warning gave
+        self._done: Set[int] = set()
+        self._stage_over = False
         self._error: Optional[BaseException] = None
+        self._sink_error: Optional[SinkFailed] = None
+        self._stop_lock = threading.Lock()
+        self._stop_sent = False
         self._thread: Optional[threading.Thread] = None
+        self._delivery: Optional[threading.Thread] = None
         self._rdv: Optional[Rendezvous] = None
         self._started = time.time()
 
     # messages from the tasks (the rendezvous thread)
     def _on_message(self, rank: int, msg: Tuple[Any, ...]) -> None:
         kind = msg[0]
-        with self._lock:
+        warn = None
+        with self._cond:
             if kind == "rows":
                 _, _, gw, data = msg
                 if data is not None:
                     self._pending.append(_from_ipc(data))
                 self._gw[rank] = max(self._gw[rank], gw)
-                self._deliver()
+                self._take()
             elif kind == "watermark":
                 self._gw[rank] = max(self._gw[rank], msg[2])
             elif kind == "latency":
                 for s, e, lat, rows in msg[2]:
                     self._latencies.append((s, e, lat, rows))
                     self._rows += rows
+            elif kind == "late":
+                self._late_live += msg[2]
+                for s, e, c in msg[3]:
+                    self._late_by_window[(s, e)] = self._late_by_window.get((s, e), 0) + c
             elif kind == "done":
                 self._gw[rank] = _DONE
+                self._done.add(rank)
                 if callable(self._sink):
-                    self._deliver()
+                    self._take()
+                self._cond.notify_all()
+            # late records not yet warned about: now, or with a later message
+            # (watermarks keep coming) once the interval has passed
+            if self._late_live > self._late_warned and \
+                    time.monotonic() - self._late_warned_at >= self.late_warning_interval:
+                self._late_warned_at, self._late_warned = time.monotonic(), self._late_live
+                warn = self._late_live
+        if warn:
+            self._warn_late(warn)
 
-    def _deliver(self) -> None:
-        """Hands every complete window to the callback, oldest first."""
+    def _late_records(self) -> int:
+        return self._late_final if self._late_final is not None else self._late_live
+
+    def _warn_late(self, count: int, final: bool = False) -> None:
+        where = (f"the late rows are in {self._late_output}" if self._late_output is not None
+                 else "or see late_output=")
+        log.warning("slash.spark.stream: %s%s late record(s) not applied (older than the watermark "
+                    "minus lateness=%d ms); raise lateness= %s", "in all, " if final else "",
+                    f"{count:,}", self._lateness_ms, where)
+
+    def _take(self) -> None:
+        """With the lock held: moves every complete window (all ranks passed
+        its end) from the pending rows to the sink's queue, oldest first, one
+        table per window; after a sink failure, to the undelivered list."""
         if not self._pending:
             return
         upto = min(self._gw)
@@ -350,14 +527,73 @@ class StreamHandle:
         out = out.sort_by([("window_end", "ascending"), ("window_start", "ascending")])
         ws, wend = out.column("window_start").to_numpy(), out.column("window_end").to_numpy()
         cut = np.flatnonzero((np.diff(ws) != 0) | (np.diff(wend) != 0)) + 1
+        # after a sink failure, or once the delivery thread ended, nothing takes the queue
+        dest = self._undelivered if self._sink_error is not None or self._stage_over else self._queue
         for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(ws)]):
-            w = out.slice(int(lo), int(hi - lo))
-            self._sink(w)  # type: ignore[operator]
+            dest.append(out.slice(int(lo), int(hi - lo)))
+        self._cond.notify_all()
+
+    def _deliver(self) -> None:
+        """The delivery thread: hands each queued window to the sink, outside
+        the lock, until the stage is over and the queue empty, or the sink
+        raised (then the stream is asked to stop)."""
+        while True:
+            with self._cond:
+                while not self._queue and not self._stage_over:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                w = self._queue.popleft()
+            s, e = int(w.column("window_start")[0].as_py()), int(w.column("window_end")[0].as_py())
+            try:
+                self._sink(w)  # type: ignore[operator]
+            except BaseException as exc:  # noqa: BLE001 -- any failure of the user's sink stops the stream
+                err = SinkFailed(f"slash.spark.stream: the sink raised on window [{s}, {e}): "
+                                 f"{type(exc).__name__}: {exc}; the stream stopped, and the windows the "
+                                 "sink did not accept are in StreamHandle.undelivered()")
+                err.window = (s, e)
+                err.__cause__ = exc
+                with self._cond:
+                    self._sink_error = err
+                    self._undelivered = [w, *self._queue, *self._undelivered]
+                    self._queue.clear()
+                log.error("%s", err)
+                self._send_stop()
+                return
             now = int(time.time() * 1000)
-            s, e = int(ws[lo]), int(wend[lo])
-            self._latencies.append((s, e, now - e, w.num_rows))
-            self._emitted.append((s, e))
-            self._rows += w.num_rows
+            with self._cond:
+                self._latencies.append((s, e, now - e, w.num_rows))
+                self._emitted.append((s, e))
+                self._rows += w.num_rows
+
+    def _send_stop(self) -> None:
+        with self._stop_lock:  # two senders on one connection would interleave bytes
+            if self._stop_sent or self._rdv is None:
+                return
+            self._stop_sent = True
+            self._rdv.send_all(("stop",))
+
+    def _stage_ended(self, rows: Optional[List[Dict[str, Any]]]) -> None:
+        """The stage thread, once the stage returned (``rows``: the tasks'
+        summaries, None if it failed): waits for every rank's last messages,
+        takes the remaining windows and logs the late records' summary."""
+        with self._cond:
+            if rows is not None and not self._cond.wait_for(
+                    lambda: len(self._done) == self.executors, timeout=self.last_messages_timeout):
+                log.warning("slash.spark.stream: ranks %s ended without their last message within %s s; "
+                            "windows they still send are kept in undelivered()",
+                            sorted(set(range(self.executors)) - self._done), self.last_messages_timeout)
+            if rows is not None:
+                self._records_in = sum(r["records_in"] for r in rows)
+                self._late_final = sum(r["late_records"] for r in rows)
+                if callable(self._sink):
+                    self._gw = [_DONE] * self.executors
+                    self._take()
+            self._stage_over = True
+            self._cond.notify_all()
+            late = self._late_records()
+        if late:
+            self._warn_late(late, final=True)
 
     @property
     def base_ms(self) -> Optional[int]:
@@ -372,13 +608,17 @@ class StreamHandle:
     @property
     def metrics(self) -> Dict[str, Any]:
         """windows and rows emitted, per-window latency (ms: emit wall clock -
-        window end) with its percentiles, records in and late, seconds."""
+        window end) with its percentiles, records in, seconds; late records:
+        ``late_records`` (in all) and ``late_records_by_window``
+        ({(window_start, window_end): records} for the windows they would
+        have fallen in); ``undelivered_windows`` after a sink failure."""
         with self._lock:
             lats = [x[2] for x in self._latencies]
             windows = len({(s, e) for s, e, _, _ in self._latencies})
             out: Dict[str, Any] = {
                 "windows": windows, "rows": self._rows, "records_in": self._records_in,
-                "late_records": self._late, "seconds": time.time() - self._started,
+                "late_records": self._late_records(), "late_records_by_window": dict(self._late_by_window),
+                "undelivered_windows": len(self._undelivered), "seconds": time.time() - self._started,
                 "window_latencies": list(self._latencies), "running": self.running}
         if lats:
             a = np.asarray(lats, dtype=np.float64)
@@ -392,23 +632,44 @@ class StreamHandle:
         with self._lock:
             return list(self._emitted)
 
+    def undelivered(self) -> List[pa.Table]:
+        """After the sink raised: the windows it did not accept, one table per
+        window in event-time order (the one it raised on first); complete
+        once :meth:`stop` or :meth:`wait` returned or raised. Otherwise empty,
+        unless a rank's last rows reached the driver only after the stage's end
+        (then logged as a warning)."""
+        with self._lock:
+            return list(self._undelivered)
+
     def wait(self, timeout: Optional[float] = None) -> Dict[str, Any]:
-        """Waits for the stream to end by itself (a bounded source); raises
-        the failure, naming the rank, if it failed."""
+        """Waits for the stream to end by itself (a bounded source) and for
+        the sink to take every window; raises :class:`SinkFailed` if the sink
+        raised, the failure (naming the rank) if a task failed."""
+        if self._delivery is not None and threading.current_thread() is self._delivery:
+            raise InvalidState("stop()/wait() called from inside the stream's sink: the sink would wait "
+                               "for itself; raise from the sink to stop the stream instead")
+        deadline = None if timeout is None else time.monotonic() + timeout
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 raise InvalidState(f"the stream is still running after {timeout} s")
+        if self._delivery is not None:
+            self._delivery.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if self._delivery.is_alive():
+                raise InvalidState(f"the sink is still taking the stream's windows after {timeout} s")
         if self._rdv is not None:
             self._rdv.close()
+        if self._sink_error is not None:
+            raise self._sink_error
         if self._error is not None:
             raise self._error
         return self.metrics
 
     def stop(self, timeout: float = 120.0) -> Dict[str, Any]:
-        """Asks every executor to stop, waits until all finished; final metrics."""
-        if self._rdv is not None and self.running:
-            self._rdv.send_all(("stop",))
+        """Asks every executor to stop, waits until all finished and the sink
+        took every window; final metrics (raises as :meth:`wait`)."""
+        if self.running:
+            self._send_stop()
         return self.wait(timeout)
 
     def __enter__(self) -> "StreamHandle":
@@ -422,15 +683,20 @@ class StreamHandle:
 def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time: str, window: str,
            key: Union[str, Sequence[str]], aggs: Sequence[str] = ("count",),
            filter: Union[None, str, Sequence[str]] = None, lateness: Union[None, int, str] = None,
-           sink: Sink, executors: Optional[int] = None, transport: str = "shm",
-           group: Optional[GroupConfig] = None, slots_wait: float = 30.0) -> StreamHandle:
+           sink: Sink, late_output: Optional[str] = None, executors: Optional[int] = None,
+           transport: str = "shm", group: Optional[GroupConfig] = None,
+           slots_wait: float = 30.0) -> StreamHandle:
     """Starts a streaming aggregation; returns at once with its handle.
 
     The query spellings are those of :func:`slash.spark.window_aggregate`.
     ``source``: a RateSource, a DirectorySource or a directory path. ``sink``:
     a directory for Parquet parts (written by the tasks) or a callable taking
-    one window's rows (called on the driver, in event-time order). The stage
-    holds ``executors`` task slots until stopped.
+    one window's rows (called on the driver, in event-time order, in a thread
+    of its own; see :class:`StreamHandle` for a sink that raises).
+    ``late_output``: a directory where each task writes the records it could
+    not apply (older than its watermark minus ``lateness``), as read from the
+    source, as ``late-rank{r}-{seq}.parquet``. The stage holds ``executors``
+    task slots until stopped.
     """
     _env.require_pyspark()
     import pyspark.sql.functions  # noqa: F401
@@ -449,33 +715,36 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
     if not (callable(sink) or isinstance(sink, (str, os.PathLike))):
         raise InvalidArgument(f"sink must be a directory or a callable, got {type(sink).__name__}")
     sink_dir = None if callable(sink) else os.fspath(sink)
-    if sink_dir is not None and "://" not in sink_dir:
-        os.makedirs(sink_dir, exist_ok=True)
+    if late_output is not None and not isinstance(late_output, (str, os.PathLike)):
+        raise InvalidArgument(f"late_output must be a directory, got {type(late_output).__name__}")
+    late_dir = None if late_output is None else os.fspath(late_output)
+    for d in (sink_dir, late_dir):
+        if d is not None and "://" not in d:
+            os.makedirs(d, exist_ok=True)
     n, group = group_for(spark, query, executors, transport, group, slots_wait)
 
     token = secrets.token_hex(16)
-    handle = StreamHandle(n, sink)
+    handle = StreamHandle(n, sink, group.lateness_ms, late_dir)
     rdv = Rendezvous(driver_host(spark), n, token, on_message=handle._on_message)
     handle._rdv = rdv
-    plan = _StreamPlan(query, schema, source, group, token, rdv.address, sink_dir)
+    plan = _StreamPlan(query, schema, source, group, token, rdv.address, sink_dir, late_dir)
     stage = barrier_stage(spark, n, _stream_task(plan))
 
     def run() -> None:
+        rows = None
         try:
             spark.sparkContext.setJobDescription(f"slash stream {query.window} by {list(query.key)}")
             rows = stage.collect()
-            with handle._lock:
-                handle._records_in = sum(r["records_in"] for r in rows)
-                handle._late = sum(r["late_records"] for r in rows)
-                if callable(sink):
-                    handle._gw = [_DONE] * n
-                    handle._deliver()
         except Exception as e:
             try:
                 raise_task_failure(e, "slash.spark.stream", rdv.root_cause())
             except Exception as err:
                 handle._error = err
+        finally:
+            handle._stage_ended(rows)
     handle._thread = threading.Thread(target=run, name="slash-stream", daemon=True)
+    if callable(sink):
+        handle._delivery = threading.Thread(target=handle._deliver, name="slash-stream-sink", daemon=True)
+        handle._delivery.start()
     handle._thread.start()
     return handle
-
