@@ -2,6 +2,13 @@
 # Installs what Slash needs on a fresh Debian machine, then builds and installs
 # the package. Sourced by run.sh and test.sh; safe to run again (each step is
 # skipped when already done). Set SLASH_SKIP_INSTALL=1 to skip everything.
+#
+# Python packages go into a virtual environment, since Debian's own python3
+# refuses a system-wide pip (PEP 668): an active one ($VIRTUAL_ENV or a conda
+# environment) is used as it is; otherwise .venv/ in the checkout, made on the
+# first run and reused after (with --system-site-packages, so what the base
+# interpreter already has is not downloaded again). Its bin/ goes first on
+# PATH, so python3, slash and Spark's Python workers are the venv's.
 set -euo pipefail
 
 SLASH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,8 +31,27 @@ need_apt() {
 }
 
 install_system() {
-    # compiler, libfabric (the ofi transport), iproute2 (namespace tests), a JRE (Spark)
-    need_apt build-essential libfabric-dev libfabric-bin iproute2 openjdk-17-jre-headless
+    # compiler, Python headers and venv, libfabric (the ofi transport), iproute2 (namespace tests), a JRE (Spark)
+    need_apt build-essential python3-dev python3-venv libfabric-dev libfabric-bin iproute2 openjdk-17-jre-headless
+}
+
+use_venv() {
+    if [ -n "${VIRTUAL_ENV:-}" ] || [ -n "${CONDA_PREFIX:-}" ]; then
+        log "using the active Python environment ${VIRTUAL_ENV:-$CONDA_PREFIX}"
+        return
+    fi
+    local venv="${SLASH_VENV:-$SLASH_ROOT/.venv}"
+    if [ ! -x "$venv/bin/python3" ]; then
+        log "creating a virtual environment in $venv"
+        if ! "$PYTHON" -m venv --system-site-packages "$venv" 2>/dev/null; then
+            rm -rf "$venv"
+            need_apt python3-venv
+            "$PYTHON" -m venv --system-site-packages "$venv"
+        fi
+    fi
+    export VIRTUAL_ENV="$venv"
+    export PATH="$venv/bin:$PATH"
+    PYTHON="$venv/bin/python3"
 }
 
 install_python() {
@@ -44,9 +70,12 @@ build_package() {
 slash_install() {
     local extras="${1:-}"
     if [ "${SLASH_SKIP_INSTALL:-0}" = 1 ]; then
+        [ -x "$SLASH_ROOT/.venv/bin/python3" ] && [ -z "${VIRTUAL_ENV:-}" ] && \
+            export VIRTUAL_ENV="$SLASH_ROOT/.venv" PATH="$SLASH_ROOT/.venv/bin:$PATH"
         return
     fi
     install_system
+    use_venv
     install_python "$extras"
     build_package
 }

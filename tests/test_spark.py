@@ -167,9 +167,10 @@ def test_failed_task_names_rank(spark, data, tmp_path):
     pq.write_table(table.slice(3000), b)
     from slash.sources import FileSource
 
-    src = FileSource([a, b])  # rank 0 reads a, rank 1 reads b
+    src = FileSource([a, b])
+    readers_of_b = {r for r in range(2) if any(u.path.endswith("b.parquet") for u in src.split(r, 2))}
     os.unlink(b)
-    with pytest.raises(TaskFailed, match="rank 1 failed: .*b.parquet") as e:
+    with pytest.raises(TaskFailed, match=r"rank \d failed: .*b.parquet") as e:
         window_aggregate(spark, src, time="t", window="tumbling:10s", key="k", aggs=["count"],
                          executors=2)
-    assert e.value.rank == 1
+    assert e.value.rank in readers_of_b

@@ -20,12 +20,18 @@ log = logging.getLogger(__name__)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", nargs="+", metavar="PATH",
                    help="Parquet or Arrow IPC files, directories or glob patterns")
-    p.add_argument("--time", required=True, metavar="COL", help="event-time column (int64 ms)")
+    p.add_argument("--time", required=True, metavar="COL",
+                   help="event-time column: an integer (ms unless --time-unit), a timestamp of any "
+                        "unit (Spark's INT96 too) or a date")
+    p.add_argument("--time-unit", choices=["s", "ms", "us", "ns"], default=None,
+                   help="unit of an integer time column (default ms)")
     p.add_argument("--window", required=True, metavar="SPEC",
-                   help="tumbling:10s | sliding:60s/10s | session:10s (units ms, s, m, h)")
+                   help="tumbling:10s | sliding:7d/1d | session:10s (units ms, s, m, h, d, or "
+                        "Spark's '10 seconds', '1 day')")
     p.add_argument("--key", metavar="COL[,COL]", help="key column(s) of an aggregation")
     p.add_argument("--agg", action="append", metavar="AGG",
-                   help="count | sum:COL | min:COL | max:COL | avg:COL (repeatable)")
+                   help="count | count:COL | sum:COL | min:COL | max:COL | avg:COL (repeatable; "
+                        "nulls are skipped, as in SQL)")
     p.add_argument("--join", action="store_true",
                    help="a windowed equi-join of --left and --right on --on (tumbling or session)")
     p.add_argument("--left", nargs="+", metavar="PATH", help="left input of a join")
@@ -33,7 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--on", metavar="COL[,COL]", help="join key column(s), named alike on both sides")
     p.add_argument("--filter", action="append", default=[], metavar="'COL OP VALUE'",
                    help="keep records where it holds; OP: == != < <= > >= in (repeatable)")
-    p.add_argument("--lateness", default="0ms", metavar="DUR", help="allowed out-of-orderness")
+    p.add_argument("--lateness", default="0ms", metavar="DUR",
+                   help="allowed out-of-orderness of a stream; files are bounded and need none "
+                        "(every record is applied, whatever the layout)")
+    p.add_argument("--late-output", metavar="PATH",
+                   help="Parquet file for records not applied as late (none for files unless "
+                        "their statistics are wrong)")
     p.add_argument("--executors", type=int, default=os.cpu_count() or 1, metavar="N",
                    help="executor processes (default: the number of cores)")
     p.add_argument("--transport", default="shm", help="shm | ofi:tcp | ofi:verbs (default shm)")
@@ -58,7 +69,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         if args.input or args.agg or args.key or args.filter:
             raise InvalidArgument("--join takes --left/--right/--on, not --input/--key/--agg/--filter")
         query = JoinQuery(time=args.time, window=args.window, on=cols(args.on),
-                          lateness=args.lateness)
+                          lateness=args.lateness, time_unit=args.time_unit)
         source = (FileSource(args.left), FileSource(args.right))
         rows_in = source[0].rows + source[1].rows
     else:
@@ -66,19 +77,32 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             raise InvalidArgument("an aggregation needs --input PATH, --key COL and --agg AGG "
                                   "(or --join with --left/--right/--on)")
         query = Query(time=args.time, window=args.window, key=cols(args.key), aggregates=args.agg,
-                      filters=args.filter, lateness=args.lateness)
+                      filters=args.filter, lateness=args.lateness, time_unit=args.time_unit)
         source = FileSource(args.input)
         rows_in = source.rows
     t0 = time.perf_counter()
+    m: Dict[str, Any] = {}
     result = run_query(query, source, executors=args.executors, transport=args.transport,
-                       mode=args.mode, output=args.output)
+                       mode=args.mode, output=args.output, metrics=m,
+                       late_output=args.late_output)
     secs = time.perf_counter() - t0
     return {"output": args.output, "rows_in": rows_in, "rows_out": result.num_rows,
             "seconds": round(secs, 3), "records_per_s": rows_in / secs if secs else None,
-            "executors": args.executors, "transport": args.transport, "mode": args.mode}
+            "executors": args.executors, "transport": args.transport, "mode": args.mode,
+            "late_records": m.get("late_records", 0),
+            "null_time_records": m.get("null_time_records", 0),
+            "late_output": args.late_output}
 
 
 def summary(r: Dict[str, Any]) -> str:
-    return (f"slash run: {r['rows_in']:,} records -> {r['rows_out']:,} rows in {r['seconds']:.2f} s "
+    text = (f"slash run: {r['rows_in']:,} records -> {r['rows_out']:,} rows in {r['seconds']:.2f} s "
             f"({r['records_per_s'] / 1e6:.2f} M records/s, {r['executors']} executors, "
             f"{r['transport']}, {r['mode']} mode) -> {r['output']}")
+    if r.get("null_time_records"):
+        text += (f"\n  {r['null_time_records']:,} record(s) with a null time are in no window "
+                 "(not aggregated)")
+    if r.get("late_records"):
+        text += f"\n  WARNING: {r['late_records']:,} late record(s) not applied"
+        text += f" (written to {r['late_output']})" if r.get("late_output") else \
+            " (--late-output PATH keeps them)"
+    return text

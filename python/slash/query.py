@@ -5,9 +5,11 @@ A :class:`Query` is checked against the input schema before any work starts
 the column or spec). Per batch, filters run as Arrow compute kernels and the
 surviving columns go to the executor's C core; no Python runs per record.
 
-Output columns: ``window_start``, ``window_end`` (int64 ms), the key columns,
-then one column per aggregate (``count``, ``sum_COL``, ``min_COL``,
-``max_COL``, ``avg_COL``).
+Output columns: ``window_start``, ``window_end`` (timestamps of the input's
+unit and zone when the time column is a timestamp or a date, int64 ms when it
+is an integer), the key columns (their input types, nulls kept), then one
+column per aggregate (``count``, ``count_COL``, ``sum_COL``, ``min_COL``,
+``max_COL``, ``avg_COL``). Nulls follow Spark and SQL (see :class:`Query`).
 
 >>> q = Query(time="t", window="tumbling:10s", key=["user"],
 ...           aggregates=["count", "sum:price"], filters=["price > 0"])

@@ -336,9 +336,13 @@ def join_group(transport: str, token: str, rendezvous: Optional[Tuple[str, int]]
 class PartitionSource:
     """A Spark partition's Arrow batches as a one-shot Slash source.
 
-    ``time_columns`` are Spark timestamps (microseconds): they reach the
-    executor as int64 milliseconds, floored, as Spark's own windows floor them.
+    Bounded, with no promise about its order (a DataFrame's rows come in any
+    order): the executor fires its windows at the end, so nothing is late.
+    Spark timestamps arrive as timestamp[us, UTC] and stay so: windows are
+    computed on microseconds, as Spark's own.
     """
+
+    bounded = True
 
     def __init__(self, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
                  time_columns: Tuple[str, ...] = ()) -> None:
@@ -353,29 +357,23 @@ class PartitionSource:
                 continue
             if columns:
                 b = b.select(columns)
-            for c in self._time_columns:
-                if c in b.schema.names:
-                    i = b.schema.get_field_index(c)
-                    col = b.column(i)
-                    us = col.cast(pa.int64()).to_numpy(zero_copy_only=False)
-                    ms = pa.array(np.floor_divide(us, 1000), pa.int64(),
-                                  mask=col.is_null().to_numpy(zero_copy_only=False)
-                                  if col.null_count else None)
-                    b = b.set_column(i, pa.field(c, pa.int64()), ms)
             yield b
 
 
 def spark_input_schema(df: Any) -> Tuple[pa.Schema, Tuple[str, ...]]:
-    """The Arrow schema a query checks a Spark DataFrame against, and its
-    timestamp columns (which the tasks turn into int64 ms)."""
+    """The Arrow schema a query checks a Spark DataFrame against (as
+    mapInArrow hands the rows over: timestamps as timestamp[us, UTC]), and
+    its timestamp columns."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import TimestampNTZType, TimestampType
 
     ts = tuple(f.name for f in df.schema.fields if isinstance(f.dataType, (TimestampType, TimestampNTZType)))
     schema = to_arrow_schema(df.schema, timezone="UTC")
-    for c in ts:
+    for c in ts:  # mapInArrow hands TimestampNTZ over as timestamp[us] without a zone
         i = schema.get_field_index(c)
-        schema = schema.set(i, pa.field(c, pa.int64(), schema.field(i).nullable))
+        f = schema.field(i)
+        if pa.types.is_timestamp(f.type) and f.type.unit != "us":
+            schema = schema.set(i, pa.field(c, pa.timestamp("us", f.type.tz), f.nullable))
     return schema, ts
 
 
@@ -396,7 +394,9 @@ def write_table(table: pa.Table, directory: str, name: str) -> str:
     tmp = f"{d}/_tmp-{uuid.uuid4().hex}-{name}"
     try:
         # lz4 without dictionaries: 1.6x snappy's write rate on 8-byte keys
-        pq.write_table(table, tmp, filesystem=fsys, compression="lz4", use_dictionary=False)
+        # timestamps as microseconds: Spark reads no nanosecond timestamps
+        pq.write_table(table, tmp, filesystem=fsys, compression="lz4", use_dictionary=False,
+                       coerce_timestamps="us", allow_truncated_timestamps=True)
         fsys.move(tmp, final)
     except BaseException:
         try:

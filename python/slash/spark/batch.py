@@ -382,9 +382,16 @@ def window_aggregate(spark: Any, source: Any, *, time: str, window: str,
     spellings are those of ``slash run``: ``window="tumbling:10s"``,
     ``"sliding:60s/10s"`` or ``"session:5s"``; ``aggs=["count", "sum:price"]``
     (count, sum, min, max, avg); ``filter="event_type == 'view'"`` (or a
-    list, all must hold); ``lateness="2s"``. Output columns: ``window_start``,
-    ``window_end`` (int64 ms; start inclusive, end exclusive), the key
-    columns, then ``count``, ``sum_price``, ...
+    list, all must hold). Windows and durations also take ``d`` and Spark's
+    spellings (``"tumbling:1 day"``). Output columns: ``window_start``,
+    ``window_end`` (start inclusive, end exclusive; Spark timestamps when the
+    time column is a timestamp or a date, int64 ms when it is an integer),
+    the key columns (nulls kept: a null key is a group), then ``count``,
+    ``count_COL``, ``sum_price``, ... (aggregates skip nulls, as Spark's).
+
+    Every record of a bounded input is applied whatever its layout (part
+    files that each span the time range, shuffled rows): no lateness is
+    needed, and ``lateness`` is ignored there (it applies to streams).
 
     ``executors``: Slash executors = barrier tasks (default: all task slots);
     ``transport``: ``"shm"`` (one host) or ``"ofi:tcp"``. Other options go to

@@ -35,7 +35,11 @@ def spark_window_aggregate(spark: Any, source: Any, *, time: str, window: str,
     for f in q.filters:
         df = df.where(_spark_filter(F, f))
     tt = df.schema[q.time].dataType
+    from pyspark.sql.types import DateType
+
+    is_ts = isinstance(tt, (TimestampType, TimestampNTZType, DateType))
     ts = F.col(q.time) if isinstance(tt, (TimestampType, TimestampNTZType)) else \
+        F.col(q.time).cast("timestamp") if isinstance(tt, DateType) else \
         F.timestamp_millis(F.col(q.time).cast("long"))
     w = q.window
     if isinstance(w, Tumbling):
@@ -49,7 +53,8 @@ def spark_window_aggregate(spark: Any, source: Any, *, time: str, window: str,
     outs = []
     for a in q.aggregates:
         if a.kind == "count":
-            outs.append(F.count(F.lit(1)).alias("count"))
+            outs.append((F.count(F.lit(1)) if a.column is None else F.count(F.col(a.column)))
+                        .cast("long").alias(a.name))
             continue
         col = F.col(a.column)
         is_int = isinstance(df.schema[a.column].dataType, NumericType) and \
@@ -58,9 +63,12 @@ def spark_window_aggregate(spark: Any, source: Any, *, time: str, window: str,
         out = fn(col)
         if a.kind == "avg" or not is_int:
             out = out.cast("double")
-        else:
+        elif a.kind == "sum":
             out = out.cast("long")
         outs.append(out.alias(a.name))
     g = df.groupBy(wcol.alias("w"), *q.key).agg(*outs)
-    return g.select(F.unix_millis(F.col("w.start")).alias("window_start"),
-                    F.unix_millis(F.col("w.end")).alias("window_end"), *q.key, *(a.name for a in q.aggregates))
+    # window bounds as Slash gives them: timestamps for a timestamp (or date)
+    # time column, int64 ms for an integer one
+    bound = (lambda c: c) if is_ts else F.unix_millis
+    return g.select(bound(F.col("w.start")).alias("window_start"),
+                    bound(F.col("w.end")).alias("window_end"), *q.key, *(a.name for a in q.aggregates))
