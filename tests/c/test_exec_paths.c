@@ -1,8 +1,9 @@
 /* test_exec_paths.c - executor paths that only ran from pytest against the -O3
  * extension, here under the sanitizer build: groups of executors as threads
  * over shm with string keys (slash and repartition modes), own_rows LEADER and
- * AUTO with records routed to their leaders (keys that hardly repeat), each
- * checked row for row against one sequential store; and a peer that sends
+ * AUTO with records routed to their leaders (keys that hardly repeat), and a
+ * join executor pair, each checked row for row against one sequential store
+ * (aggregate or join); and a peer that sends
  * malformed or truncated sync messages (each wire-header field wrong in turn),
  * which must end in a clean SLASH_EPROTO/SLASH_EPEER naming the rank, never a
  * crash, a hang or a sanitizer report. */
@@ -301,6 +302,179 @@ TEST(own_rows_auto_routes_keys_that_hardly_repeat)
     }
 }
 
+/* ---- a join executor pair ---------------------------------------------------- */
+
+#define NJ 3000 /* rows per side */
+static int64_t jt[2][NJ], jk[2][NJ], jv[2][NJ];
+static int jowner[2][NJ];
+
+typedef struct jrow {
+    int64_t ws, key, l, r;
+} jrow;
+
+static int cmp_jrow(const void *a, const void *b)
+{
+    const jrow *x = a, *y = b;
+    if (x->ws != y->ws)
+        return x->ws < y->ws ? -1 : 1;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    if (x->l != y->l)
+        return x->l < y->l ? -1 : 1;
+    return x->r < y->r ? -1 : x->r > y->r;
+}
+
+static slash_join_config join_config(uint32_t parts)
+{
+    slash_join_config c;
+    memset(&c, 0, sizeof c);
+    slash_window_init(&c.window, SLASH_WINDOW_TUMBLING, 1000, 0);
+    c.key_type = SLASH_KEY_INT64;
+    c.partitions = parts;
+    c.ncols[0] = c.ncols[1] = 1;
+    c.cols[0][0] = c.cols[1][0] = SLASH_JOIN_I64;
+    return c;
+}
+
+static size_t append_jrows(const slash_join_result *r, jrow *out, size_t at, size_t cap)
+{
+    for (size_t i = 0; i < r->rows && at < cap; i++) {
+        jrow x = {r->window_start[i], r->keys[i], ((int64_t *)r->columns[0][0])[i],
+                  ((int64_t *)r->columns[1][0])[i]};
+        out[at++] = x;
+    }
+    return at;
+}
+
+#define JMAX 200000
+typedef struct jrank_ctx {
+    int rank;
+    slash_listener *l;
+    const char **addrs;
+    jrow *rows;
+    size_t nrows;
+    slash_status st;
+    char err[512];
+} jrank_ctx;
+
+static void *jrank_main(void *p)
+{
+    jrank_ctx *c = p;
+    slash_channel_config cc = {.buffer_size = 8192, .credits = 8};
+    slash_group *g;
+    slash_status st = slash_group_join(c->l, (uint32_t)c->rank, 2, c->addrs, TOKEN, &cc, 30000, &g);
+    slash_exec *ex = NULL;
+    if (st == SLASH_OK) {
+        slash_exec_config ec;
+        memset(&ec, 0, sizeof ec);
+        ec.kind = SLASH_EXEC_JOIN;
+        ec.join = join_config(5);
+        ec.lateness_ms = 300; /* a side's batch may run 130 ms ahead of the other's */
+        ec.epoch_bytes = 8 * 1024;
+        ec.timeout_ms = 30000;
+        st = slash_exec_open(g, &ec, &ex);
+    }
+    static _Thread_local int64_t bt[100], bk[100], bv[100];
+    for (int lo = 0; lo < NJ && st == SLASH_OK; lo += 100)
+        for (int side = 0; side < 2 && st == SLASH_OK; side++) {
+            size_t k = 0;
+            for (int i = lo; i < lo + 100 && i < NJ; i++)
+                if (jowner[side][i] == c->rank)
+                    bt[k] = jt[side][i], bk[k] = jk[side][i], bv[k] = jv[side][i], k++;
+            if (!k)
+                continue;
+            slash_join_batch b;
+            memset(&b, 0, sizeof b);
+            b.side = side ? SLASH_JOIN_RIGHT : SLASH_JOIN_LEFT;
+            b.n = k, b.times = bt, b.keys = bk, b.columns[0] = bv;
+            size_t late = 0;
+            st = slash_exec_push_join(ex, &b, NULL, &late);
+            if (st == SLASH_OK && late)
+                st = slash_fail(SLASH_ESTATE, "%zu late rows", late);
+        }
+    if (st == SLASH_OK)
+        st = slash_exec_finish(ex);
+    if (st == SLASH_OK) {
+        slash_join_result *r;
+        for (slash_exec_take_join(ex, &r); r; slash_exec_take_join(ex, &r)) {
+            c->nrows = append_jrows(r, c->rows, c->nrows, JMAX);
+            slash_join_result_free(r);
+        }
+    } else {
+        snprintf(c->err, sizeof c->err, "join rank %d: %s (%s)", c->rank, slash_strerror(st),
+                 slash_last_error());
+    }
+    c->st = st;
+    if (ex)
+        slash_exec_close(ex);
+    return NULL;
+}
+
+TEST(join_executor_pair_equals_one_join_store)
+{
+    uint64_t s = 77;
+    for (int side = 0; side < 2; side++)
+        for (int i = 0; i < NJ; i++) {
+            jt[side][i] = i + (int64_t)(rng(&s) % 30);
+            jk[side][i] = (int64_t)(rng(&s) % 200);
+            jv[side][i] = (int64_t)(rng(&s) % 100000) * 2 + side;
+            jowner[side][i] = (int)(rng(&s) % 2);
+        }
+    static jrow want[JMAX], got[JMAX];
+    slash_join_config jc = join_config(1);
+    slash_join *js;
+    CHECK_OK(slash_join_open(&jc, &js));
+    for (int side = 0; side < 2; side++) {
+        slash_join_batch b;
+        memset(&b, 0, sizeof b);
+        b.side = side ? SLASH_JOIN_RIGHT : SLASH_JOIN_LEFT;
+        b.n = NJ, b.times = jt[side], b.keys = jk[side], b.columns[0] = jv[side];
+        CHECK_OK(slash_join_update(js, &b));
+    }
+    slash_join_result *r;
+    size_t nwant = 0;
+    CHECK_OK(slash_join_emit(js, INT64_MAX, &r));
+    nwant = append_jrows(r, want, 0, JMAX);
+    slash_join_result_free(r);
+    slash_join_close(js);
+    qsort(want, nwant, sizeof *want, cmp_jrow);
+    CHECK(nwant > 1000);
+
+    slash_transport *tp;
+    CHECK_OK(slash_transport_open("shm", &tp));
+    jrank_ctx ctx[2];
+    const char *addrs[2];
+    pthread_t th[2];
+    for (int q = 0; q < 2; q++) {
+        memset(&ctx[q], 0, sizeof ctx[q]);
+        ctx[q].rank = q, ctx[q].addrs = addrs;
+        ctx[q].rows = malloc(sizeof(jrow) * JMAX);
+        CHECK_OK(slash_listen(tp, NULL, TOKEN, &ctx[q].l));
+        addrs[q] = slash_listener_addr(ctx[q].l);
+    }
+    for (int q = 0; q < 2; q++)
+        pthread_create(&th[q], NULL, jrank_main, &ctx[q]);
+    size_t ngot = 0;
+    for (int q = 0; q < 2; q++) {
+        pthread_join(th[q], NULL);
+        if (ctx[q].st != SLASH_OK)
+            fprintf(stderr, "  %s\n", ctx[q].err);
+        CHECK(ctx[q].st == SLASH_OK);
+        for (size_t i = 0; i < ctx[q].nrows && ngot < JMAX; i++)
+            got[ngot++] = ctx[q].rows[i];
+        free(ctx[q].rows);
+        slash_listener_close(ctx[q].l);
+    }
+    slash_transport_close(tp);
+    qsort(got, ngot, sizeof *got, cmp_jrow);
+    size_t diff = 0;
+    for (size_t i = 0; i < ngot && i < nwant; i++)
+        diff += memcmp(&got[i], &want[i], sizeof(jrow)) != 0;
+    if (diff || ngot != nwant)
+        fprintf(stderr, "  join pair: %zu rows, want %zu, %zu differ\n", ngot, nwant, diff);
+    CHECK(ngot == nwant && diff == 0);
+}
+
 /* ---- malformed sync messages ------------------------------------------------- */
 
 /* the wire header, as exec.c lays it out (static_assert'ed there at 48 bytes) */
@@ -456,6 +630,7 @@ int main(void)
     RUN(string_keys_repartition_mode_equal_sequential);
     RUN(own_rows_leader_folds_rows_straight_into_leaders);
     RUN(own_rows_auto_routes_keys_that_hardly_repeat);
+    RUN(join_executor_pair_equals_one_join_store);
     RUN(malformed_sync_messages_are_clean_errors);
     RUN(garbage_delta_and_rows_payloads_are_clean_errors);
     return UNIT_DONE();
