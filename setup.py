@@ -8,6 +8,7 @@ that names the package to install. SLASH_NO_OFI=1 forces a build without it.
 """
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,31 @@ def have_libfabric() -> bool:
         return r.returncode == 0
 
 
+def public_symbols() -> list:
+    """Names of the public C API: the slash_* functions declared in the public
+    headers (src/slashcore/include/slash/*.h)."""
+    names = set()
+    for h in sorted(glob.glob(os.path.join(HERE, "src/slashcore/include/slash/*.h"))):
+        with open(h) as f:
+            names |= set(re.findall(r"\b(slash_\w+)\s*\(", f.read()))
+    return sorted(names)
+
+
+def export_map() -> str:
+    """Writes a linker version script that exports only PyInit__core and the
+    public C API; every other symbol of the core (ssb_*, join_*, the
+    transports' internals) stays local to the extension. Returns its path."""
+    path = os.path.join(HERE, "build", "slash_exports.map")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    body = "".join(f"    {n};\n" for n in ["PyInit__core"] + public_symbols())
+    text = "{\n  global:\n" + body + "  local: *;\n};\n"
+    old = open(path).read() if os.path.exists(path) else None
+    if old != text:
+        with open(path, "w") as f:
+            f.write(text)
+    return path
+
+
 def extensions():
     from Cython.Build import cythonize
 
@@ -54,6 +80,7 @@ def extensions():
         libraries=libs,
         extra_compile_args=["-std=gnu11", "-O3", "-Wall", "-Wextra", "-Wno-unused-function",
                             "-Wno-unused-parameter", "-fno-strict-aliasing"],
+        extra_link_args=[f"-Wl,--version-script={export_map()}"],
     )
     return cythonize([ext], language_level=3, include_path=["bindings"],
                      compiler_directives={"embedsignature": True})

@@ -22,6 +22,7 @@ cdef extern from "slash/status.h" nogil:
         SLASH_EOF
     const char *slash_strerror(slash_status st)
     const char *slash_last_error()
+    slash_status slash_last_error_status()
     void slash_clear_error()
 
 cdef extern from "slash/mem.h" nogil:

@@ -21,11 +21,19 @@ _STATUS_EXC = {
 
 
 cdef object convert_error(slash_status st):
-    """Builds the exception for a failed core call, with the core's detail."""
-    detail = slash_last_error().decode("utf-8", "replace")
+    """Builds the exception for a failed core call, with the core's detail.
+
+    The detail is used only if the core recorded it for this very status, and
+    it is consumed (cleared) here, so a failure that recorded no detail of its
+    own reads "<status name> (no detail)" instead of an earlier, unrelated
+    failure's message."""
     name = slash_strerror(st).decode()
+    detail = ""
+    if slash_last_error_status() == st:
+        detail = slash_last_error().decode("utf-8", "replace")
+    slash_clear_error()
     exc = _STATUS_EXC.get(st, _errors.SlashError)
-    return exc(f"{detail}" if detail else name)
+    return exc(detail if detail else f"{name} (no detail)")
 
 
 cdef inline int check(slash_status st) except -1:

@@ -228,7 +228,7 @@ static slash_status wait_credit(slash_channel *ch, int timeout_ms)
             return slash_fail(st, "channel: consumer gone while waiting for a credit (%s)",
                               slash_last_error());
         if (timeout_ms == 0)
-            return SLASH_ETIMEDOUT; /* a try-reserve: cheap, no detail */
+            return slash_fail_static(SLASH_ETIMEDOUT, "channel: no credit free (try-reserve, timeout 0)");
         if (slash_deadline_passed(deadline))
             return slash_fail(SLASH_ETIMEDOUT,
                               "channel: no credit within %d ms (consumer is not releasing buffers)",
@@ -421,7 +421,8 @@ slash_status slash_channel_poll(slash_channel *ch, int timeout_ms, const void **
                 return slash_fail(st, "channel: producer gone before end-of-stream (%s)",
                                   slash_last_error());
             if (timeout_ms == 0)
-                return SLASH_ETIMEDOUT; /* a try-poll: cheap, no detail */
+                return slash_fail_static(SLASH_ETIMEDOUT,
+                                         "channel: no buffer ready (try-poll, timeout 0)");
             if (slash_deadline_passed(deadline))
                 return slash_fail(SLASH_ETIMEDOUT, "channel: no buffer within %d ms", timeout_ms);
             slash_backoff_wait(&b);

@@ -256,7 +256,11 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
     ex->m.delta_bytes_received += h.frag;
     if (a->len < a->total)
         return SLASH_OK;
-    return merge_timed(ex, a->buf, a->total);
+    slash_status st = merge_timed(ex, a->buf, a->total);
+    if (st == SLASH_EPROTO || st == SLASH_EINVAL) /* a bad delta: say whose */
+        return slash_fail(SLASH_EPROTO, "exec: rank %u sent a bad delta for partition %u: %s", r,
+                          a->part, slash_last_error());
+    return st;
 }
 
 /* Names the other peers already gone, for an error about rank r: the rank

@@ -270,7 +270,8 @@ join_group *join_upsert(slash_join *s, join_part *p, uint64_t kh, int64_t win, i
 slash_status join_part_init(slash_join *s, join_part *p)
 {
     memset(p, 0, sizeof *p);
-    slash_status st = slash_lss_init(&p->log, s->cfg.log_reserve);
+    slash_status st = slash_lss_init(&p->log, s->cfg.log_reserve ? s->cfg.log_reserve
+                                                             : slash_lss_default_reserve(s->cfg.partitions));
     if (st != SLASH_OK)
         return st;
     if ((st = slash_hidx_init(&p->index, JOIN_INITIAL_BUCKETS)) != SLASH_OK) {
@@ -292,7 +293,7 @@ static slash_status compact(slash_join *s, join_part *p)
 {
     join_part np;
     memset(&np, 0, sizeof np);
-    slash_status st = slash_lss_init(&np.log, p->log.reserved);
+    slash_status st = slash_lss_init(&np.log, slash_lss_next_reserve(&p->log));
     if (st != SLASH_OK)
         return st;
     for (uint64_t a = p->log.begin; a < p->log.tail && st == SLASH_OK;) {

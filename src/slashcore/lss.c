@@ -1,6 +1,9 @@
-/* lss.c - reservation, truncation and accounting of the log (see lss.h).
- * Invariant: pages of the reservation below `released` are MADV_DONTNEED'd
- * and hold no record that is still reachable (released <= begin - shift). */
+/* lss.c - lazy, growing reservation, truncation and accounting of the log
+ * (see lss.h).
+ * Invariants: pages of the reservation below `released` are MADV_DONTNEED'd
+ * and hold no record that is still reachable (released <= begin - shift);
+ * reserved == 0 exactly when base points at the static empty block, and then
+ * the log is empty (begin == tail) and no system call touches base. */
 #define _GNU_SOURCE
 #include "slash/lss.h"
 
@@ -11,28 +14,92 @@
 
 #define LSS_RELEASE_GRAIN ((uint64_t)2 << 20)
 
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+/* base of a log with no reservation: ptr(begin) of an empty log is one past
+ * its end, a valid pointer that is never dereferenced */
+static uint8_t lss_unreserved[SLASH_LSS_FIRST];
+
+static size_t round_to(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
 slash_status slash_lss_init(slash_lss *l, size_t reserve)
 {
     memset(l, 0, sizeof *l);
-    if (reserve == 0)
-        reserve = SLASH_LSS_DEFAULT_RESERVE;
-    void *p = mmap(NULL, reserve, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
-        return slash_fail(SLASH_ENOMEM, "reserving %zu bytes for the log: %s", reserve,
-                          strerror(errno));
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, reserve, MADV_HUGEPAGE); /* best effort: fewer TLB misses */
-#endif
-    l->base = p;
-    l->reserved = reserve;
+    l->base = lss_unreserved;
+    l->hint = reserve ? reserve : SLASH_LSS_DEFAULT_RESERVE;
     l->begin = l->read_only = l->tail = l->released = SLASH_LSS_FIRST;
     return SLASH_OK;
 }
 
+size_t slash_lss_default_reserve(uint32_t partitions)
+{
+    size_t r = SLASH_LSS_STORE_BUDGET / (partitions ? partitions : 1);
+    if (r < SLASH_LSS_MIN_RESERVE)
+        r = SLASH_LSS_MIN_RESERVE;
+    return r > SLASH_LSS_DEFAULT_RESERVE ? SLASH_LSS_DEFAULT_RESERVE : r;
+}
+
+size_t slash_lss_next_reserve(const slash_lss *l)
+{
+    size_t r = l->reserved ? l->reserved : l->hint;
+    uint64_t live = l->tail - l->begin;
+    while (r < SLASH_LSS_MAX_RESERVE && r / 4 < live)
+        r *= 2;
+    return r;
+}
+
+static void advise_huge(void *p, size_t len)
+{
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, len, MADV_HUGEPAGE); /* best effort: fewer TLB misses */
+#else
+    (void)p, (void)len;
+#endif
+}
+
+slash_status slash_lss_grow(slash_lss *l, uint32_t size)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t need = round_to((size_t)slash_lss_extent(l) + size, page);
+    if (!l->reserved) {
+        size_t want = l->hint > need ? round_to(l->hint, page) : need;
+        void *p = mmap(NULL, want, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED)
+            return slash_fail(SLASH_ENOMEM, "reserving %zu bytes of address space for the log: %s",
+                              want, strerror(errno));
+        /* small logs (most partitions of a many-partition store) stay on 4 KiB
+         * pages: a huge page at the first record would cost 2 MiB each */
+        if (want > LSS_RELEASE_GRAIN)
+            advise_huge((uint8_t *)p + LSS_RELEASE_GRAIN, want - LSS_RELEASE_GRAIN);
+        l->base = p;
+        l->reserved = want;
+        return SLASH_OK;
+    }
+    size_t total = l->reserved * 2 > need ? l->reserved * 2 : need;
+    size_t more = total - l->reserved;
+    uint8_t *at = l->base + l->reserved;
+    void *p = mmap(at, more, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == at) {
+        advise_huge(p, more);
+        l->reserved = total;
+        return SLASH_OK;
+    }
+    int err = p == MAP_FAILED ? errno : EEXIST;
+    if (p != MAP_FAILED)
+        munmap(p, more); /* a kernel without MAP_FIXED_NOREPLACE put it elsewhere */
+    return slash_fail(SLASH_ENOMEM,
+                      "the log's reservation of %zu bytes is full and cannot grow in place "
+                      "(%s); give the store a larger log_reserve or more partitions",
+                      l->reserved, strerror(err));
+}
+
 void slash_lss_destroy(slash_lss *l)
 {
-    if (l->base)
+    if (l->reserved)
         munmap(l->base, l->reserved);
     memset(l, 0, sizeof *l);
 }

@@ -234,10 +234,15 @@ uint8_t *ssb_upsert_session(slash_ssb *s, ssb_part *p, uint64_t kh, int64_t star
 slash_status ssb_part_init(slash_ssb *s, ssb_part *p)
 {
     memset(p, 0, sizeof *p);
-    slash_status st = slash_lss_init(&p->log, s->cfg.log_reserve);
+    slash_status st = slash_lss_init(&p->log, s->cfg.log_reserve ? s->cfg.log_reserve
+                                                             : slash_lss_default_reserve(s->cfg.partitions));
     if (st != SLASH_OK)
         return st;
-    if ((st = slash_hidx_init(&p->index, SSB_INITIAL_BUCKETS)) != SLASH_OK) {
+    /* many partitions share the keys: start each index smaller (it grows) */
+    uint64_t nb = SSB_INITIAL_BUCKETS;
+    while (nb > 64 && nb * s->cfg.partitions > ((uint64_t)16 << 10))
+        nb /= 2;
+    if ((st = slash_hidx_init(&p->index, nb)) != SLASH_OK) {
         slash_lss_destroy(&p->log);
         return st;
     }
@@ -253,7 +258,7 @@ void ssb_part_destroy(ssb_part *p)
 slash_status ssb_part_compact(slash_ssb *s, ssb_part *p)
 {
     slash_lss fresh;
-    slash_status st = slash_lss_init(&fresh, p->log.reserved);
+    slash_status st = slash_lss_init(&fresh, slash_lss_next_reserve(&p->log));
     if (st != SLASH_OK)
         return st;
     for (uint64_t a = p->log.begin; a < p->log.tail;) {

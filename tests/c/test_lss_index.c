@@ -1,8 +1,15 @@
 /* test_lss_index.c - the log (append, truncate, memory) and the bucket
  * index (find, claim, overflow buckets, entries below begin are empty). */
+#define _GNU_SOURCE
 #include "slash/hash_index.h"
 #include "slash/lss.h"
 #include "unit.h"
+
+#include <sys/mman.h>
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
 
 TEST(log_boundaries)
 {
@@ -29,12 +36,84 @@ TEST(log_boundaries)
     slash_lss_destroy(&l); /* safe twice */
 }
 
-TEST(log_full)
+TEST(idle_log_reserves_nothing_until_its_first_append)
+{
+    slash_lss l;
+    CHECK_OK(slash_lss_init(&l, (size_t)1 << 30));
+    CHECK(l.reserved == 0);
+    CHECK(slash_lss_memory(&l) == 0 && !slash_lss_crowded(&l));
+    slash_lss_truncate(&l, l.begin); /* nothing to do, no system call on the empty block */
+    uint64_t a;
+    CHECK_OK(slash_lss_append(&l, 64, &a));
+    CHECK(l.reserved == (size_t)1 << 30);
+    slash_lss_destroy(&l);
+}
+
+TEST(full_log_grows_in_place_keeping_its_records)
+{
+    slash_lss l;
+    CHECK_OK(slash_lss_init(&l, 4096));
+    uint64_t a, b;
+    CHECK_OK(slash_lss_append(&l, 1024, &a));
+    memset(slash_lss_ptr(&l, a), 0x5a, 1024);
+    uint8_t *before = slash_lss_ptr(&l, a);
+    size_t reserved = l.reserved;
+    /* the space after a fresh mapping may be taken: make sure it is free */
+    slash_status st = slash_lss_append(&l, 8192, &b);
+    if (st == SLASH_OK) {
+        CHECK(l.reserved > reserved && l.reserved >= 64 + 1024 + 8192);
+        CHECK(slash_lss_ptr(&l, a) == before); /* never moved */
+        CHECK(b == a + 1024);
+        memset(slash_lss_ptr(&l, b), 0x33, 8192); /* the new pages are usable */
+        uint8_t *p = slash_lss_ptr(&l, a);
+        CHECK(p[0] == 0x5a && p[1023] == 0x5a);
+    } else {
+        CHECK(st == SLASH_ENOMEM && l.reserved == reserved && l.tail == a + 1024);
+    }
+    slash_lss_destroy(&l);
+}
+
+TEST(full_log_that_cannot_grow_in_place_fails_cleanly)
 {
     slash_lss l;
     CHECK_OK(slash_lss_init(&l, 4096));
     uint64_t a;
-    CHECK_ST(slash_lss_append(&l, 8192, &a), SLASH_ENOMEM);
+    CHECK_OK(slash_lss_append(&l, 64, &a));
+    size_t page = 4096;
+    void *blocker = mmap(l.base + l.reserved, page, PROT_NONE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (blocker == l.base + l.reserved) {
+        uint64_t tail = l.tail;
+        CHECK_ST(slash_lss_append(&l, 8192, &a), SLASH_ENOMEM);
+        CHECK(strstr(slash_last_error(), "cannot grow in place") != NULL);
+        CHECK(l.tail == tail && l.reserved == 4096);
+        CHECK_OK(slash_lss_append(&l, 64, &a)); /* what still fits does */
+        munmap(blocker, page);
+    } else if (blocker != MAP_FAILED) {
+        munmap(blocker, page);
+    }
+    slash_lss_destroy(&l);
+}
+
+TEST(default_reservation_splits_a_store_budget)
+{
+    CHECK(slash_lss_default_reserve(1) == SLASH_LSS_DEFAULT_RESERVE);
+    CHECK(slash_lss_default_reserve(64) == SLASH_LSS_DEFAULT_RESERVE);
+    CHECK(slash_lss_default_reserve(4096) == (size_t)1 << 30);
+    CHECK((size_t)4096 * 2 * slash_lss_default_reserve(4096) <= (size_t)8 << 40);
+    CHECK(slash_lss_default_reserve(1u << 31) == SLASH_LSS_MIN_RESERVE);
+}
+
+TEST(compaction_target_grows_with_live_data)
+{
+    slash_lss l;
+    CHECK_OK(slash_lss_init(&l, (size_t)1 << 20));
+    CHECK(slash_lss_next_reserve(&l) == (size_t)1 << 20);
+    uint64_t a;
+    for (int i = 0; i < 8192; i++) /* 512 KiB live: more than a quarter of 1 MiB */
+        CHECK_OK(slash_lss_append(&l, 64, &a));
+    CHECK(slash_lss_next_reserve(&l) >= 4 * (l.tail - l.begin));
+    CHECK(slash_lss_next_reserve(&l) <= SLASH_LSS_MAX_RESERVE);
     slash_lss_destroy(&l);
 }
 
@@ -112,7 +191,11 @@ TEST(index_claim_find_overflow)
 int main(void)
 {
     RUN(log_boundaries);
-    RUN(log_full);
+    RUN(idle_log_reserves_nothing_until_its_first_append);
+    RUN(full_log_grows_in_place_keeping_its_records);
+    RUN(full_log_that_cannot_grow_in_place_fails_cleanly);
+    RUN(default_reservation_splits_a_store_budget);
+    RUN(compaction_target_grows_with_live_data);
     RUN(emptied_log_reuses_its_memory_and_addresses_keep_growing);
     RUN(index_claim_find_overflow);
     return UNIT_DONE();

@@ -82,7 +82,7 @@ void slash_channel_close(slash_channel *ch);
 
 /* Waits for a credit and returns the slot's payload area (*buf, capacity
  * *cap). SLASH_ETIMEDOUT at the deadline, SLASH_EPEER if the consumer died.
- * With timeout_ms == 0 it only tries, and a miss sets no error detail. */
+ * With timeout_ms == 0 it only tries, and a miss records a fixed detail (no formatting). */
 slash_status slash_channel_reserve(slash_channel *ch, int timeout_ms, void **buf, size_t *cap);
 /* Publishes the reserved slot with len payload bytes (1..cap). */
 slash_status slash_channel_commit(slash_channel *ch, size_t len);
@@ -95,7 +95,7 @@ slash_status slash_channel_send_eof(slash_channel *ch, int timeout_ms);
 
 /* Waits for the next buffer and returns it in place: *buf is valid until
  * slash_channel_release(). *seq is its sequence number (0, 1, 2, ...).
- * With timeout_ms == 0 it only tries, and a miss sets no error detail.
+ * With timeout_ms == 0 it only tries, and a miss records a fixed detail (no formatting).
  * SLASH_EOF after the producer's end-of-stream, SLASH_EPEER if it died. */
 slash_status slash_channel_poll(slash_channel *ch, int timeout_ms, const void **buf, size_t *len,
                                 uint64_t *seq);

@@ -12,7 +12,20 @@
  * When no delta is sealed, read_only == begin. The region is one contiguous
  * virtual reservation (MAP_NORESERVE) touched page by page as the tail grows,
  * so [begin, read_only) is always one (address, length) span a channel can
- * ship without copying, and the store grows without a preset capacity.
+ * ship without copying.
+ *
+ * Address space is reserved lazily and grows: an idle log holds no mapping at
+ * all (base points at a static empty block; nothing is ever read through it),
+ * the first append reserves `hint` bytes, and an append that finds the
+ * reservation full extends it in place (a fixed, non-replacing mapping right
+ * after it; never a move, so pointers into the log stay valid across appends)
+ * when the address space there is free. Compaction into a fresh log (the
+ * store's own, at an epoch boundary) sizes it from the live data
+ * (slash_lss_next_reserve), so a partition outgrowing its first reservation
+ * moves to a bigger one there. The default hint is a per-store budget of
+ * address space split among its partitions (slash_lss_default_reserve): 64 GiB
+ * for one partition, 1 GiB each for 4,096. The first 2 MiB of a reservation
+ * use normal pages (a small log costs a few KiB, not a huge page).
  * Address 0 means "none"; the first record is at LSS_FIRST.
  *
  * Addresses only grow (the hash index treats every address below begin as
@@ -37,13 +50,17 @@ extern "C" {
 #endif
 
 #define SLASH_LSS_FIRST 64u
-#define SLASH_LSS_DEFAULT_RESERVE ((size_t)64 << 30) /* virtual bytes per partition */
+#define SLASH_LSS_DEFAULT_RESERVE ((size_t)64 << 30) /* virtual bytes of a one-partition log */
+#define SLASH_LSS_MAX_RESERVE ((size_t)64 << 30) /* largest reservation growth asks for */
+#define SLASH_LSS_STORE_BUDGET ((size_t)4 << 40) /* default address space per store */
+#define SLASH_LSS_MIN_RESERVE ((size_t)64 << 20) /* smallest default reservation */
 #define SLASH_LSS_KEEP ((uint64_t)32 << 20) /* faulted bytes an emptied log keeps for reuse */
 #define SLASH_LSS_ADDR_LIMIT ((uint64_t)1 << 46) /* addresses fit the index's 48 bits with room */
 
 typedef struct slash_lss {
     uint8_t *base;     /* start of the reservation; record at address a is base + a - shift */
-    size_t reserved;   /* virtual bytes reserved */
+    size_t reserved;   /* virtual bytes reserved (0 until the first append) */
+    size_t hint;       /* bytes the first reservation asks for */
     uint64_t begin;
     uint64_t read_only;
     uint64_t tail;
@@ -51,9 +68,27 @@ typedef struct slash_lss {
     uint64_t shift;    /* address minus offset in the reservation */
 } slash_lss;
 
-/* Reserves `reserve` virtual bytes (0 = default). Fails with SLASH_ENOMEM.
+/* Sets up an empty log that will reserve `reserve` virtual bytes at its first
+ * append (0 = SLASH_LSS_DEFAULT_RESERVE). Maps nothing, so it cannot fail
+ * today; it returns a status for callers written against a reserving init.
  * The caller owns the log and calls slash_lss_destroy(). */
 slash_status slash_lss_init(slash_lss *l, size_t reserve);
+
+/* Default reservation of one partition's log in a store of `partitions`:
+ * SLASH_LSS_STORE_BUDGET / partitions, within [SLASH_LSS_MIN_RESERVE,
+ * SLASH_LSS_DEFAULT_RESERVE]. Cannot fail. */
+size_t slash_lss_default_reserve(uint32_t partitions);
+
+/* Reservation for a fresh log that will receive l's live records (compaction):
+ * l's reservation (or hint), doubled until it is at least four times the live
+ * bytes, capped at SLASH_LSS_MAX_RESERVE. Cannot fail. */
+size_t slash_lss_next_reserve(const slash_lss *l);
+
+/* The append slow path: reserves the log's first mapping, or extends the
+ * reservation in place so `size` more bytes fit. SLASH_ENOMEM (with a detail)
+ * when the address space after the reservation is taken or the kernel refuses;
+ * the log is unchanged then. */
+slash_status slash_lss_grow(slash_lss *l, uint32_t size);
 
 /* Unmaps; safe on a zeroed or destroyed log. */
 void slash_lss_destroy(slash_lss *l);
@@ -71,19 +106,24 @@ static inline uint64_t slash_lss_addr(const slash_lss *l, const void *p)
 static inline uint64_t slash_lss_extent(const slash_lss *l) { return l->tail - l->shift; }
 
 /* True when the log should be compacted into a fresh one: half the
- * reservation is used, or addresses near the index's limit. */
+ * reservation is used, or addresses near the index's limit. A log with no
+ * reservation yet is never crowded. */
 static inline int slash_lss_crowded(const slash_lss *l)
 {
-    return slash_lss_extent(l) > l->reserved / 2 || l->tail > SLASH_LSS_ADDR_LIMIT;
+    return (l->reserved && slash_lss_extent(l) > l->reserved / 2) || l->tail > SLASH_LSS_ADDR_LIMIT;
 }
 
 /* Appends `size` bytes (a multiple of 8) at the tail and returns their
- * address in *addr; the bytes are zero the first time a page is used. Fails
- * with SLASH_ENOMEM when the reservation is full. */
+ * address in *addr; the bytes are zero the first time a page is used. The
+ * first append reserves; a full reservation is extended in place (see above).
+ * Never moves the log. Fails with SLASH_ENOMEM when it cannot grow. */
 static inline slash_status slash_lss_append(slash_lss *l, uint32_t size, uint64_t *addr)
 {
-    if (slash_lss_extent(l) + size > l->reserved)
-        return slash_fail(SLASH_ENOMEM, "log reservation of %zu bytes is full", l->reserved);
+    if (__builtin_expect(slash_lss_extent(l) + size > l->reserved, 0)) {
+        slash_status st = slash_lss_grow(l, size);
+        if (st != SLASH_OK)
+            return st;
+    }
     *addr = l->tail;
     l->tail += size;
     return SLASH_OK;

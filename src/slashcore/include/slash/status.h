@@ -40,15 +40,25 @@ const char *slash_strerror(slash_status st);
 
 /* Returns the detail message recorded by the last failing call on this thread
  * (empty string if none). The pointer stays valid until the next failing call
- * on the same thread. */
+ * on the same thread. A detail may be left over from an earlier failure: check
+ * slash_last_error_status() equals the status at hand before trusting it. */
 const char *slash_last_error(void);
+
+/* Returns the status the current detail was recorded with (SLASH_OK if there
+ * is none, e.g. after slash_clear_error()). Cannot fail. */
+slash_status slash_last_error_status(void);
 
 /* Records a printf-style detail for the current thread and returns st, so a
  * failing path can be written `return slash_fail(SLASH_EINVAL, "...", ...)`. */
 slash_status slash_fail(slash_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Clears the thread-local detail. */
+/* Like slash_fail() with a fixed message: records a pointer to msg, which must
+ * be a string literal (or otherwise outlive the thread); no formatting, so hot
+ * paths (a try-poll that finds nothing) can afford it. Returns st. */
+slash_status slash_fail_static(slash_status st, const char *msg);
+
+/* Clears the thread-local detail (and its status). Cannot fail. */
 void slash_clear_error(void);
 
 #ifdef __cplusplus
