@@ -60,6 +60,11 @@ class GroupConfig:
     their leaders as rows, as in the repartition mode: ``epochs_routed`` in
     the metrics; re-measured every 8 routed epochs).
 
+    A call that takes ``group=`` beside its own ``transport=``, ``mode=``
+    or ``lateness=`` (``slash.runner.run``, ``slash.spark.window_aggregate``,
+    ``stream``) uses the group; a setting given to the call too must agree
+    with it, else InvalidArgument (:meth:`for_call`).
+
     >>> GroupConfig(lateness="2s").lateness_ms
     2000
     """
@@ -105,6 +110,39 @@ class GroupConfig:
                 raise InvalidArgument(f"lateness must be >= 0, got {self.lateness}")
             return self.lateness
         return parse_duration(self.lateness, "lateness") if self.lateness not in ("0", "") else 0
+
+    @classmethod
+    def for_call(cls, group: Optional["GroupConfig"], *, transport: Optional[str] = None,
+                 mode: Optional[str] = None, lateness: Union[None, int, str] = None) -> "GroupConfig":
+        """The group of a call that takes ``group=`` beside its own
+        ``transport=``, ``mode=`` and ``lateness=`` (one source of truth per
+        setting). Without a group, one is made from those (defaults: shm,
+        slash, 0). With a group, it is the truth: a setting also given to the
+        call must agree with it (None and the default say nothing), else
+        InvalidArgument names both values.
+
+        >>> GroupConfig.for_call(None, transport="ofi:tcp").transport
+        'ofi:tcp'
+        >>> GroupConfig.for_call(GroupConfig(lateness="2s"), lateness=2000).lateness_ms
+        2000
+        """
+        if group is None:
+            return cls(transport=transport or "shm", mode=mode or "slash",
+                       lateness=0 if lateness is None else lateness)
+        if not isinstance(group, GroupConfig):
+            raise InvalidArgument(f"group must be a GroupConfig, got {type(group).__name__}")
+        if transport not in (None, "shm", group.transport):
+            raise InvalidArgument(f"transport={transport!r} disagrees with group.transport="
+                                  f"{group.transport!r}; set it in one place")
+        if mode not in (None, "slash", group.mode):
+            raise InvalidArgument(f"mode={mode!r} disagrees with group.mode={group.mode!r}; set it "
+                                  "in one place")
+        if lateness not in (None, 0, "0", ""):
+            ms = GroupConfig(lateness=lateness).lateness_ms
+            if ms != group.lateness_ms:
+                raise InvalidArgument(f"lateness={lateness!r} ({ms} ms) disagrees with "
+                                      f"group.lateness ({group.lateness_ms} ms); set it in one place")
+        return group
 
     def partitions_for(self, n: int) -> int:
         p = self.partitions if self.partitions is not None else 4 * n

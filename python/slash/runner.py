@@ -270,8 +270,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     n = executors if executors is not None else (os.cpu_count() or 1)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
         raise InvalidArgument(f"executors must be an int in 1..1024, got {executors!r}")
-    if group is None:
-        group = GroupConfig(transport=transport, lateness=query.lateness, mode=mode)
+    group = GroupConfig.for_call(group, transport=transport, mode=mode, lateness=query.lateness)
     group.partitions_for(n)
     token = secrets.token_hex(16)
     ctx = mp.get_context("spawn")

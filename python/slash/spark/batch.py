@@ -174,8 +174,7 @@ def group_for(spark: Any, query: Query, executors: Optional[int], transport: str
     n = executors if executors is not None else _env.default_executors(spark)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
         raise InvalidArgument(f"executors must be an int in 1..1024, got {executors!r}")
-    if group is None:
-        group = GroupConfig(transport=transport, lateness=query.lateness)
+    group = GroupConfig.for_call(group, transport=transport, lateness=query.lateness)
     group.partitions_for(n)
     _env.check_slots(spark, n, slots_wait)
     return n, group
