@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import json
 import os
 import subprocess
 import sys
@@ -104,8 +103,8 @@ def check(result: pa.Table, source: pa.Table, time: str, window: str, keys, aggs
     """``result`` is DuckDB's answer over ``source``, row for row, with the
     promised output types and row order."""
     ref = L.duckdb_window_agg(source, time, window, keys, aggs, time_unit=time_unit)
-    L.assert_output_types(result, source.schema, time, keys, aggs)
     L.assert_same_rows(result, ref, what=what)
+    L.assert_output_types(result, source.schema, time, keys, aggs)
     L.assert_sorted_by_window_then_key(result, keys)
 
 
@@ -388,9 +387,10 @@ def test_key_type_with_nulls_equals_duckdb(name):
     check(res, t, "ts", TUMBLING, ["key"], aggs, name)
 
 
-VALUE_GROUPS = {
-    "integers": [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(),
-                 pa.uint64()],
+VALUE_GROUPS = {  # at most 3 columns per query: count + 5 aggregates each stays within 16
+    "signed": [pa.int8(), pa.int16(), pa.int32()],
+    "unsigned": [pa.uint8(), pa.uint16(), pa.uint32()],
+    "wide": [pa.int64(), pa.uint64()],
     "floats": [pa.float32(), pa.float64()],
     "decimal": [pa.decimal128(12, 2), pa.decimal128(18, 4)],
 }
@@ -404,7 +404,8 @@ def test_value_types_sum_min_max_avg_equal_duckdb(group):
     for i, typ in enumerate(VALUE_GROUPS[group]):
         name = f"v{i}"
         if pa.types.is_decimal(typ):
-            raw = [decimal.Decimal(int(x)).scaleb(-typ.scale) for x in rng.integers(-10**6, 10**6, base.num_rows)]
+            raw = [decimal.Decimal(int(x)).scaleb(-typ.scale)
+                   for x in rng.integers(-10**6, 10**6, base.num_rows)]
         elif pa.types.is_floating(typ):
             raw = rng.normal(0, 100, base.num_rows).astype(typ.to_pandas_dtype()).tolist()
         else:
