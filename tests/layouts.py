@@ -219,7 +219,7 @@ def write_pandas(table: pa.Table, d: str) -> Layout:
     df = table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
     t = table.column("ts")
     if not pa.types.is_timestamp(t.type):
-        df["ts"] = pd.to_datetime(t.to_pandas(), unit="ms")
+        df["ts"] = pd.to_datetime(t.to_pandas(), unit="ms").astype("datetime64[ns]")
     else:
         df["ts"] = t.to_pandas().astype("datetime64[ns]" if t.type.tz is None
                                         else f"datetime64[ns, {t.type.tz}]")

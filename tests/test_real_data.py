@@ -427,14 +427,17 @@ def _cli(*argv: str) -> subprocess.CompletedProcess:
                           timeout=180, env=env)
 
 
-def test_cli_run_over_spanning_parts_equals_duckdb(layouts, tmp_path):
+def test_cli_run_over_spanning_parts_equals_duckdb_and_spark(spark, layouts, tmp_path):
     lay = layouts["spanning"]
     out = str(tmp_path / "out.parquet")
     r = _cli("run", "--input", lay.path, "--time", "ts", "--window", "tumbling:10s", "--key", "k",
              *[a for agg in AGGS for a in ("--agg", agg)], "--executors", "2", "--transport", "shm",
              "--output", out)
     assert r.returncode == 0, r.stderr[-2000:]
-    check(pq.read_table(out), lay.table, "ts", TUMBLING, ["k"], AGGS, "CLI spanning")
+    ours = pq.read_table(out)
+    check(ours, lay.table, "ts", TUMBLING, ["k"], AGGS, "CLI spanning")
+    theirs = L.spark_window_agg(spark, lay.path, "ts", TUMBLING, ["k"], AGGS)
+    L.assert_same_rows(ours, theirs, what="CLI spanning vs Spark groupBy(window)")
 
 
 def test_cli_run_with_time_unit_and_spark_spelling(events, tmp_path):
