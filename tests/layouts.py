@@ -418,6 +418,36 @@ def duckdb_window_agg(table_or_path: Any, time: str, window: str, keys: Sequence
     return out
 
 
+def duckdb_window_join(left: pa.Table, right: pa.Table, time: str, window: str,
+                       on: Sequence[str]) -> pa.Table:
+    """A tumbling-window inner equi-join in DuckDB SQL: every pair of a left
+    and a right row with equal keys (SQL's ``=``: a null key matches nothing)
+    whose times (int64 ms) fall in the same window. Columns:
+    ``window_start``, ``window_end`` (int64 ns), the keys, ``left_COL`` for
+    each other left column (the time included), ``right_COL`` likewise."""
+    import duckdb
+
+    kind, size, _ = parse_window(window)
+    if kind != "tumbling":
+        raise ValueError("duckdb_window_join: tumbling windows only")
+    q = lambda c: '"' + c.replace('"', '""') + '"'  # noqa: E731
+    lcols = [c for c in left.column_names if c not in on]  # the time is payload too
+    rcols = [c for c in right.column_names if c not in on]
+    ws = f"(l.{q(time)} - ((l.{q(time)} % {size}) + {size}) % {size})"
+    sel = [f"{ws} * 1000000 AS window_start", f"({ws} + {size}) * 1000000 AS window_end",
+           *(f"l.{q(k)}" for k in on), *(f"l.{q(c)} AS {q('left_' + c)}" for c in lcols),
+           *(f"r.{q(c)} AS {q('right_' + c)}" for c in rcols)]
+    cond = " AND ".join([f"l.{q(k)} = r.{q(k)}" for k in on] +
+                        [f"{ws} = (r.{q(time)} - ((r.{q(time)} % {size}) + {size}) % {size})"])
+    con = duckdb.connect()
+    try:
+        con.register("l", left)
+        con.register("r", right)
+        return con.sql(f"SELECT {', '.join(sel)} FROM l JOIN r ON {cond}").to_arrow_table()
+    finally:
+        con.close()
+
+
 # -- the Spark reference ------------------------------------------------------------------------
 def spark_window_agg(spark: Any, source: Any, time: str, window: str, keys: Sequence[str],
                      aggs: Sequence[str], time_unit: Optional[str] = None) -> pa.Table:
