@@ -621,6 +621,23 @@ def assert_output_types(ours: pa.Table, schema: pa.Schema, time: str, keys: Sequ
 
 
 def assert_sorted_by_window_then_key(ours: pa.Table, keys: Sequence[str]) -> None:
-    """Rows come sorted by window_start, then (nulls aside) the keys."""
+    """Rows come sorted by window_start, then by the keys (checked among the
+    rows of one window_start whose keys are all non-null: where nulls sort
+    is not promised)."""
     starts = bounds_ns(ours.column("window_start"))
     assert starts == sorted(starts), "rows are not sorted by window_start"
+    cols = []
+    for k in keys:
+        c = ours.column(k)
+        if pa.types.is_dictionary(c.type):
+            c = c.cast(c.type.value_type)
+        cols.append([_plain(v) for v in c.to_pylist()])
+    prev: Dict[int, tuple] = {}
+    for i, start in enumerate(starts):
+        key = tuple(col[i] for col in cols)
+        if any(v is None for v in key):
+            continue
+        if start in prev:
+            assert prev[start] <= key, f"rows of window {start} ns are not sorted by {list(keys)}: " \
+                                       f"{prev[start]} before {key}"
+        prev[start] = key
