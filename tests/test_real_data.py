@@ -27,6 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 import layouts as L
 import slash
@@ -216,6 +218,32 @@ def test_layout_tumbling_equals_duckdb(layouts, name, executors):
     q = Query(time="ts", window=TUMBLING, key=["k"], aggregates=AGGS)
     check(run(q, lay.path, executors=executors), lay.table, "ts", TUMBLING, ["k"], AGGS,
           f"{name} x {executors}")
+
+
+@settings(max_examples=6, deadline=None, derandomize=True,  # no shrinking: each example runs a query
+          phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(parts=st.integers(1, 5), shuffle=st.booleans(), row_groups=st.integers(1, 6),
+       executors=st.integers(1, 3), window=st.sampled_from([TUMBLING, "sliding:30s/10s", "session:2s"]),
+       seed=st.integers(0, 2**16))
+def test_any_split_of_the_events_equals_duckdb(events, tmp_path_factory, parts, shuffle, row_groups,
+                                                executors, window, seed):
+    """P3 over random layouts: the events dealt at random into 1-5 files of
+    1-6 row groups, time-ordered or shuffled within each file, any executor
+    count: the answer is DuckDB's."""
+    d = tmp_path_factory.mktemp("split")
+    rng = np.random.default_rng(seed)
+    owner = rng.integers(0, parts, events.num_rows)
+    for i in range(parts):
+        part = events.filter(pa.array(owner == i))
+        part = part.take(pa.array(rng.permutation(part.num_rows))) if shuffle else \
+            part.sort_by([("ts", "ascending")])
+        pq.write_table(part, str(d / f"part-{i}.parquet"),
+                       row_group_size=max(1, -(-part.num_rows // row_groups)))
+    table = pa.concat_tables([pq.read_table(str(d / f"part-{i}.parquet")) for i in range(parts)])
+    q = Query(time="ts", window=window, key=["k"], aggregates=AGGS)
+    check(run(q, str(d), executors=executors), table, "ts", window, ["k"], AGGS,
+          f"{parts} parts, shuffled={shuffle}, {row_groups} row groups, {executors} executors")
 
 
 @pytest.mark.parametrize("window", ["sliding:30s/10s", "session:2s"])
