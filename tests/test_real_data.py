@@ -25,6 +25,7 @@ import sys
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -81,16 +82,16 @@ def _as_timestamps(table: pa.Table) -> pa.Table:
     """The same events with ``ts`` as timestamp[us, UTC] (what Spark and
     pandas users hold)."""
     ts = table.column("ts").cast(pa.int64())
-    us = pa.compute.multiply(ts, 1000).cast(pa.timestamp("us", "UTC"))
+    us = pc.multiply(ts, 1000).cast(pa.timestamp("us", "UTC"))
     return table.set_column(0, "ts", us)
 
 
 class Layouts(dict):
-    """name -> Layout; a Spark-written layout is missing where Spark is, and
-    a test that asks for it skips saying so."""
+    """name -> Layout; a layout written by Spark or pandas is missing where
+    they are not installed, and a test that asks for it skips saying so."""
 
     def __missing__(self, name: str) -> L.Layout:
-        pytest.skip(f"layout {name!r} is written by Spark, which is not available here")
+        pytest.skip(f"layout {name!r} is written by Spark or pandas, not installed here")
 
 
 @pytest.fixture(scope="module")
@@ -102,11 +103,15 @@ def layouts(events, tmp_path_factory, request) -> Layouts:
            L.write_shuffled(events, str(d / "shuffled")),
            L.write_hive(events, str(d / "hive")),
            L.write_unequal(events, str(d / "unequal"))]
+    try:
+        import pandas  # noqa: F401
+        out.append(L.write_pandas(ts_events, str(d / "pandas")))
+    except ImportError:
+        pass
     if _have_spark():
         spark = request.getfixturevalue("spark")
         out += [L.write_spark(spark, ts_events, str(d / "spark-micros")),
-                L.write_spark(spark, ts_events, str(d / "spark-int96"), int96=True),
-                L.write_pandas(ts_events, str(d / "pandas"))]
+                L.write_spark(spark, ts_events, str(d / "spark-int96"), int96=True)]
     return Layouts((lay.name, lay) for lay in out)
 
 
@@ -126,7 +131,7 @@ def test_every_layout_holds_the_same_events(events, layouts):
     def canon(t: pa.Table):
         ts = t.column("ts")
         if pa.types.is_timestamp(ts.type):
-            ms = pa.compute.divide(ts.cast(pa.timestamp(ts.type.unit)).cast(pa.int64()),
+            ms = pc.divide(ts.cast(pa.timestamp(ts.type.unit)).cast(pa.int64()),
                                    L.NS_PER["ms"] // L.NS_PER[ts.type.unit])
         else:
             ms = ts
@@ -299,7 +304,7 @@ def test_timestamp_time_column_gives_timestamp_bounds_equal_to_duckdb(tmp_path, 
 
 
 def test_integer_seconds_with_time_unit_equal_duckdb(tmp_path, events):
-    secs = pa.compute.divide(events.column("ts"), 1000)
+    secs = pc.divide(events.column("ts"), 1000)
     t = events.set_column(0, "ts", secs)
     lay = L.write_shuffled(t, str(tmp_path / "secs"))
     q = Query(time="ts", window="tumbling:1m", key=["k"], aggregates=AGGS, time_unit="s")
@@ -311,7 +316,7 @@ def test_integer_seconds_with_time_unit_equal_duckdb(tmp_path, events):
 
 def test_date32_time_column_with_daily_windows(tmp_path):
     base = L.make_events(1200, span_ms=20 * L.DAY_MS, null_fraction=0.02, seed=9)
-    days = pa.compute.divide(base.column("ts"), L.DAY_MS).cast(pa.int32()).cast(pa.date32())
+    days = pc.divide(base.column("ts"), L.DAY_MS).cast(pa.int32()).cast(pa.date32())
     t = base.set_column(0, "ts", days)
     res = run(Query(time="ts", window="sliding:7d/1d", key=["k"], aggregates=AGGS), t, executors=2)
     assert res.schema.field("window_start").type == pa.timestamp("ms")
@@ -500,7 +505,7 @@ def test_cli_run_over_spanning_parts_equals_duckdb_and_spark(spark, layouts, tmp
 
 
 def test_cli_run_with_time_unit_and_spark_spelling(events, tmp_path):
-    secs = events.set_column(0, "ts", pa.compute.divide(events.column("ts"), 1000))
+    secs = events.set_column(0, "ts", pc.divide(events.column("ts"), 1000))
     lay = L.write_unequal(secs, str(tmp_path / "in"))
     out = str(tmp_path / "out.parquet")
     r = _cli("run", "--input", lay.path, "--time", "ts", "--time-unit", "s", "--window",
