@@ -2,8 +2,13 @@
 ``groupBy(window(...), key).count()`` on the same Parquet files, local[2].
 
 The data: ``--records`` YSB events (78-byte records, all nine columns) from
-:mod:`slash.workloads`, written to one Parquet file in row groups of 1 Mi
-rows; event time rises at 1 M events/s. The query (the paper's YSB): keep
+:mod:`slash.workloads`; event time rises at 1 M events/s. ``--layout``
+picks how they are written: ``ordered`` (the default) one time-ordered
+Parquet file in row groups of 1 Mi rows; ``spanning`` a directory of
+``SPANNING_FILES`` part files that each span the whole time range, as
+parallel writers leave them: every generated row group's rows are dealt at
+random across the files (so each file holds N row groups, each covering its
+slice of time). The query (the paper's YSB): keep
 ``event_type == 'view'``, count per campaign (``key``) per 10 s tumbling
 window. By default three configurations run: 100 keys, 10 M keys, and zipf
 1.5 over 10 M keys (``--keys``/``--dist`` pick one).
@@ -48,6 +53,10 @@ HELP = "YSB 10 s count per campaign: slash.spark against Spark's own groupBy(win
 
 QUERY = dict(time="event_time", window="tumbling:10s", key="key", aggs=["count"],
              filter="event_type == 'view'")
+#: how the records are laid out on disk (see the module docstring)
+LAYOUTS = ("ordered", "spanning")
+#: part files of the spanning layout
+SPANNING_FILES = 2
 #: (keys, dist) of the default runs
 DEFAULT_CONFIGS = ((100, "uniform"), (10_000_000, "uniform"), (10_000_000, "zipf:1.5"))
 
@@ -64,10 +73,13 @@ class SparkBenchConfig:
     master: str = "local[2]"
     seed: int = 1
     row_group: int = 1 << 20
+    layout: str = "ordered"
 
     def __post_init__(self) -> None:
         from slash.workloads import parse_skew
 
+        if self.layout not in LAYOUTS:
+            raise InvalidArgument(f"layout must be one of {list(LAYOUTS)}, got {self.layout!r}")
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
             raise InvalidArgument(f"warmup must be an int >= 0, got {self.warmup!r}")
         if isinstance(self.warmup_seconds, bool) or not isinstance(self.warmup_seconds, (int, float)) \
@@ -120,11 +132,71 @@ class Progress:
 
 
 def make_data(path: str, cfg: SparkBenchConfig) -> str:
+    """Writes the records at ``path`` in ``cfg.layout``: one file (ordered) or
+    a directory of part files (spanning); returns ``path``."""
+    if cfg.layout == "spanning":
+        return write_spanning(path, cfg)
     from slash.workloads import write_parquet
 
     write_parquet(path, "ysb", records=cfg.records, keys=cfg.keys, skew=cfg.dist, seed=cfg.seed,
                   row_group_size=cfg.row_group)
     return path
+
+
+def write_spanning(path: str, cfg: SparkBenchConfig, files: int = SPANNING_FILES) -> str:
+    """The same records as :func:`make_data`'s ordered file, dealt at random
+    (seeded) across ``files`` part files of directory ``path``: each
+    generated row group's rows go to the files as row groups of their own, so
+    every file spans the whole time range. Written into a temporary directory
+    renamed into place at the end (a crash leaves no half-written data that a
+    later run would reuse)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from slash.workloads import WORKLOADS
+
+    tmp = f"{path}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    rng = np.random.default_rng(cfg.seed)
+    writers: List[Any] = []
+    try:
+        for batch in WORKLOADS["ysb"](cfg.records, batch_size=cfg.row_group, keys=cfg.keys,
+                                      skew=cfg.dist, seed=cfg.seed):
+            if not writers:
+                writers = [pq.ParquetWriter(os.path.join(tmp, f"part-{i:05d}.parquet"), batch.schema,
+                                            compression="snappy") for i in range(files)]
+            owner = rng.integers(0, files, batch.num_rows)
+            for i, w in enumerate(writers):
+                part = batch.filter(pa.array(owner == i))
+                if part.num_rows:
+                    w.write_batch(part, row_group_size=cfg.row_group)
+    except BaseException:
+        for w in writers:
+            w.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for w in writers:
+        w.close()
+    os.replace(tmp, path)
+    log.info("wrote %d YSB records as %d spanning part files in %s", cfg.records, files, path)
+    return path
+
+
+def data_name(cfg: SparkBenchConfig) -> str:
+    """The file (ordered) or directory (spanning) name of a configuration's
+    data: every parameter that changes the records or their layout is in it,
+    so a kept ``--data-dir`` never hands one configuration another's data
+    (``nn``: the generator's version)."""
+    base = f"ysb-nn-{cfg.records}-{cfg.keys}-{cfg.dist.replace(':', '')}-{cfg.seed}"
+    return f"{base}.parquet" if cfg.layout == "ordered" else f"{base}-spanning{SPANNING_FILES}-{cfg.row_group}"
+
+
+def data_bytes(path: str) -> int:
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+    return os.path.getsize(path)
 
 
 def _interleaved(sides: List[Tuple[str, Callable[[], Any]]], warmup: int, warmup_seconds: float,
@@ -184,7 +256,7 @@ def run_config(spark: Any, path: str, cfg: SparkBenchConfig, progress: Progress)
     ok = verify(ours, theirs)
     progress.step(f"{label} answers {'equal' if ok else 'DIFFER'}")
     rate, srate = cfg.records / t_slash, cfg.records / t_spark
-    return {"keys": cfg.keys, "dist": cfg.dist, "records": cfg.records,
+    return {"keys": cfg.keys, "dist": cfg.dist, "records": cfg.records, "layout": cfg.layout,
             "slash_records_per_s": rate, "spark_records_per_s": srate, "ratio": rate / srate,
             "verified": ok, "result_rows": ours.num_rows, "slash_seconds": t_slash,
             "spark_seconds": t_spark, "median_ratio": statistics.median(ts_spark) / statistics.median(ts_slash),
@@ -221,12 +293,12 @@ def run_all(configs: List[SparkBenchConfig], data_dir: Optional[str] = None,
         progress.step("Spark started")
         with _workdir(data_dir) as d:
             for cfg in configs:
-                name = f"ysb-nn-{cfg.records}-{cfg.keys}-{cfg.dist.replace(':', '')}-{cfg.seed}.parquet"
-                path = os.path.join(d, name)
-                progress.describe(f"writing {cfg.records:,} YSB records ({cfg.keys:,} keys {cfg.dist})")
+                path = os.path.join(d, data_name(cfg))
+                progress.describe(f"writing {cfg.records:,} YSB records ({cfg.keys:,} keys {cfg.dist}, "
+                                  f"{cfg.layout})")
                 if not os.path.exists(path):
                     make_data(path, cfg)
-                progress.step(f"data: {os.path.getsize(path) / 1e6:.0f} MB Parquet")
+                progress.step(f"data: {data_bytes(path) / 1e6:.0f} MB Parquet ({cfg.layout})")
                 runs.append(run_config(spark, path, cfg, progress))
     finally:
         progress.close()
@@ -235,6 +307,7 @@ def run_all(configs: List[SparkBenchConfig], data_dir: Optional[str] = None,
 
 def summary(run: Dict[str, Any]) -> str:
     return (f"spark  keys={run['keys']:<9} dist={run['dist']:<8} records={run['records']:,}  "
+            f"layout={run.get('layout', 'ordered')}  "
             f"slash.spark {run['slash_records_per_s'] / 1e6:7.1f} M rec/s  "
             f"Spark groupBy(window) {run['spark_records_per_s'] / 1e6:6.1f} M rec/s  "
             f"ratio {run['ratio']:5.2f}x (medians {run['median_ratio']:.2f}x)  "
@@ -260,6 +333,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None, metavar="DIR",
                         help="keep the Parquet files here and reuse them (default: a temp dir)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--layout", choices=LAYOUTS, default="ordered",
+                        help="ordered: one time-ordered file (default); spanning: the same records "
+                             f"dealt across {SPANNING_FILES} part files that each span the whole "
+                             "time range")
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
@@ -269,6 +346,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         pairs = ((args.keys if args.keys is not None else 100, args.dist or "uniform"),)
     configs = [SparkBenchConfig(records=args.records, keys=k, dist=d, repeat=args.repeat, warmup=args.warmup,
                                 warmup_seconds=args.warmup_seconds,
-                                executors=args.executors, master=args.master, seed=args.seed)
+                                executors=args.executors, master=args.master, seed=args.seed,
+                                layout=args.layout)
                for k, d in pairs]
     return run_all(configs, args.data_dir)
