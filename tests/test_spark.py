@@ -168,9 +168,8 @@ def test_failed_task_names_rank(spark, data, tmp_path):
     from slash.sources import FileSource
 
     src = FileSource([a, b])
-    readers_of_b = {r for r in range(2) if any(u.path.endswith("b.parquet") for u in src.split(r, 2))}
-    os.unlink(b)
+    os.unlink(b)  # every task plans its share from all files' statistics: any may meet it first
     with pytest.raises(TaskFailed, match=r"rank \d failed: .*b.parquet") as e:
         window_aggregate(spark, src, time="t", window="tumbling:10s", key="k", aggs=["count"],
                          executors=2)
-    assert e.value.rank in readers_of_b
+    assert e.value.rank in (0, 1)

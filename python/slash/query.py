@@ -172,8 +172,8 @@ def _as_int64(col: pa.Array) -> pa.Array:
     if pa.types.is_dictionary(t):
         col = col.dictionary_decode()
         t = col.type
-    if pa.types.is_timestamp(t) or pa.types.is_date64(t):
-        return col.view(pa.int64())
+    if pa.types.is_timestamp(t) or pa.types.is_date64(t) or t == pa.uint64():
+        return col.view(pa.int64())  # uint64: the same 64 bits, as a key needs no order
     if pa.types.is_date32(t):
         return col.view(pa.int32()).cast(pa.int64())
     if t == pa.int64():
@@ -187,11 +187,18 @@ def _as_int64(col: pa.Array) -> pa.Array:
 def _from_int64(col: pa.Array, t: pa.DataType) -> pa.Array:
     """The inverse of _as_int64."""
     t = _plain(t)
-    if pa.types.is_timestamp(t) or pa.types.is_date64(t):
+    if pa.types.is_timestamp(t) or pa.types.is_date64(t) or t == pa.uint64():
         return col.view(t)
     if pa.types.is_date32(t):
         return col.cast(pa.int32()).view(t)
     return col if t == pa.int64() else col.cast(t)
+
+
+def _redict(col: pa.Array, t: pa.DataType) -> pa.Array:
+    """A decoded key column back in a dictionary type where the input had one."""
+    if not pa.types.is_dictionary(t):
+        return col
+    return col.dictionary_encode().cast(t)
 
 
 _TIME_UNITS = ("s", "ms", "us", "ns")
@@ -491,10 +498,11 @@ class Query:
         mode = self._key_mode(schema)
         k0 = schema.field(self.key[0]).type
         if mode == "int":
-            return {self.key[0]: _from_int64(key_col.cast(pa.int64()), k0)}
+            return {self.key[0]: _redict(_from_int64(key_col.cast(pa.int64()), k0), k0)}
         if mode == "string":
-            return {self.key[0]: key_col.cast(_plain(k0))}
-        return _decode_composite(key_col, [(k, schema.field(k).type) for k in self.key])
+            return {self.key[0]: _redict(key_col.cast(_plain(k0)), k0)}
+        cols = _decode_composite(key_col, [(k, schema.field(k).type) for k in self.key])
+        return {k: _redict(c, schema.field(k).type) for k, c in cols.items()}
 
     def finalize(self, results: pa.Table, schema: pa.Schema, sort: bool = True) -> pa.Table:
         """Executor results (key column ``key``, window bounds in ticks) to
@@ -525,8 +533,11 @@ class Query:
             cols[a.name] = col
         out = pa.table(cols)
         if out.num_rows and sort:
-            out = out.sort_by([("window_start", "ascending")] +
-                              [(k, "ascending") for k in self.key])
+            by = {c: (out.column(c).cast(out.schema.field(c).type.value_type)
+                      if pa.types.is_dictionary(out.schema.field(c).type) else out.column(c))
+                  for c in ["window_start", *self.key]}  # Arrow sorts no dictionaries
+            order = pc.sort_indices(pa.table(by), [(c, "ascending") for c in by])
+            out = out.take(order)
         return out
 
 
