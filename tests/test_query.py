@@ -229,3 +229,16 @@ def test_prepare_selected_feeds_the_same_rows_as_prepare():
     with_null = batch.set_column(3, "x", pa.array([None] + batch.column(3).to_pylist()[1:], pa.int64()))
     b, skip = q.prepare_selected(with_null)
     assert skip is not None and b.filter(pa.array(~skip)).equals(q.prepare(with_null))
+
+
+def test_null_times_are_in_no_window_counted_and_warned(caplog):
+    import logging
+
+    t = pa.table({"t": pa.array([1, None, 2, None, 15_000], pa.int64()), "k": [1, 1, 2, 2, 1]})
+    m = {}
+    with caplog.at_level(logging.WARNING, logger="slash.runner"):
+        out = run(Query(time="t", window="tumbling:10s", key="k"), t, executors=2, metrics=m)
+    assert m["null_time_records"] == 2 and m["late_records"] == 0
+    assert any("2 record(s) have a null time 't'" in r.getMessage() for r in caplog.records)
+    assert sorted(zip(out["window_start"].to_pylist(), out["k"].to_pylist(), out["count"].to_pylist())) \
+        == [(0, 1, 1), (0, 2, 1), (10_000, 1, 1)]
