@@ -111,6 +111,7 @@ cdef extern from "slash/ssb.h" nogil:
     enum:
         SLASH_SSB_MAX_AGGS
         SLASH_SSB_KEY_MAX
+        SLASH_MAX_PARTITIONS
     ctypedef enum slash_key_type:
         SLASH_KEY_INT64
         SLASH_KEY_BYTES
@@ -221,6 +222,8 @@ cdef extern from "slash/join.h" nogil:
     int64_t slash_join_watermark(const slash_join *s)
 
 cdef extern from "slash/group.h" nogil:
+    enum:
+        SLASH_GROUP_MAX
     ctypedef struct slash_group
     slash_status slash_group_join(slash_listener *l, uint32_t rank, uint32_t n,
                                   const char *const *addrs, const char *token,

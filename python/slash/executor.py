@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from slash import _core
 from slash.errors import InvalidArgument, SchemaError
+from slash.limits import MAX_PARTITIONS
 from slash.join import JoinConfig, join_core_args, join_result_batch, prepare_side
 from slash.state import StateConfig, core_args, prepare_columns, result_batch
 
@@ -89,8 +90,9 @@ class GroupConfig:
             raise InvalidArgument(f"transport must be 'shm' or 'ofi:PROVIDER', got {self.transport!r}")
         if self.partitions is not None and (isinstance(self.partitions, bool) or
                                             not isinstance(self.partitions, int) or
-                                            not 1 <= self.partitions <= 4096):
-            raise InvalidArgument(f"partitions must be an int in 1..4096, got {self.partitions!r}")
+                                            not 1 <= self.partitions <= MAX_PARTITIONS):
+            raise InvalidArgument(f"partitions must be an int in 1..{MAX_PARTITIONS}, got "
+                                  f"{self.partitions!r}")
         for name in ("epoch_bytes", "epoch_ms", "buffer_size", "credits"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:

@@ -37,13 +37,14 @@ import pyarrow as pa
 
 from slash import _core
 from slash.errors import InvalidArgument, SchemaError
+from slash.limits import MAX_JOIN_COLUMNS, MAX_PARTITIONS
 from slash.state import KEY_TYPES, TIME_UNITS, VALUE_TYPES, StateBackend, StateConfig, _numeric, \
     prepare_columns, result_batch
 from slash.window import Session, Sliding, Tumbling, Window, parse_window
 
 log = logging.getLogger(__name__)
 
-MAX_COLUMNS = 16  # per side
+MAX_COLUMNS = MAX_JOIN_COLUMNS  # per side
 SIDES = ("left", "right")
 
 
@@ -94,8 +95,9 @@ class JoinConfig:
         if self.key_type not in KEY_TYPES:
             raise InvalidArgument(f"key_type must be one of {KEY_TYPES}, got {self.key_type!r}")
         if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or not (
-                1 <= self.partitions <= 4096):
-            raise InvalidArgument(f"partitions must be an int in 1..4096, got {self.partitions!r}")
+                1 <= self.partitions <= MAX_PARTITIONS):
+            raise InvalidArgument(f"partitions must be an int in 1..{MAX_PARTITIONS}, got "
+                                  f"{self.partitions!r}")
         object.__setattr__(self, "left_columns", _check_columns(self.left_columns, "left_columns"))
         object.__setattr__(self, "right_columns",
                            _check_columns(self.right_columns, "right_columns"))

@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from slash.errors import InvalidArgument, SchemaError
-from slash.state import KEY_MAX_BYTES, TIME_UNITS, Aggregate, StateConfig, value_columns
+from slash.limits import KEY_MAX_BYTES
+from slash.state import TIME_UNITS, Aggregate, StateConfig, value_columns
 from slash.window import Window, parse_duration, parse_window
 
 log = logging.getLogger(__name__)

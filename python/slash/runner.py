@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from slash.limits import MAX_EXECUTORS
 from slash.errors import InvalidArgument, SlashError, SystemFailure
 from slash.executor import Executor, GroupConfig
 from slash.query import JoinQuery, Query
@@ -268,8 +269,8 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         raise InvalidArgument(f"query must be a slash.query.Query or JoinQuery, got "
                               f"{type(query).__name__}")
     n = executors if executors is not None else (os.cpu_count() or 1)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
-        raise InvalidArgument(f"executors must be an int in 1..1024, got {executors!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_EXECUTORS:
+        raise InvalidArgument(f"executors must be an int in 1..{MAX_EXECUTORS}, got {executors!r}")
     group = GroupConfig.for_call(group, transport=transport, mode=mode, lateness=query.lateness)
     group.partitions_for(n)
     token = secrets.token_hex(16)

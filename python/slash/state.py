@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from slash import _core
 from slash.errors import InvalidArgument, SchemaError
+from slash.limits import KEY_MAX_BYTES, MAX_AGGREGATES, MAX_PARTITIONS
 from slash.window import Session, Sliding, Tumbling, Window, parse_window
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 AGGREGATE_KINDS = ("count", "sum", "min", "max", "avg")
 VALUE_TYPES = ("int64", "float64")
 KEY_TYPES = ("int64", "string", "binary")
-KEY_MAX_BYTES = 64
 #: the time units a state runs in, as ticks per millisecond
 TIME_UNITS = {"ms": 1, "us": 1000, "ns": 1_000_000}
 #: a null int64 key is held as this value (a real key equal to it is refused
@@ -174,14 +174,15 @@ class StateConfig:
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise InvalidArgument(f"aggregates: duplicate output column(s) {sorted(dup)}")
-        if len(aggs) > 16:
-            raise InvalidArgument(f"aggregates: at most 16, got {len(aggs)}")
+        if len(aggs) > MAX_AGGREGATES:
+            raise InvalidArgument(f"aggregates: at most {MAX_AGGREGATES}, got {len(aggs)}")
         object.__setattr__(self, "aggregates", aggs)
         if self.key_type not in KEY_TYPES:
             raise InvalidArgument(f"key_type must be one of {KEY_TYPES}, got {self.key_type!r}")
         if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or not (
-                1 <= self.partitions <= 4096):
-            raise InvalidArgument(f"partitions must be an int in 1..4096, got {self.partitions!r}")
+                1 <= self.partitions <= MAX_PARTITIONS):
+            raise InvalidArgument(f"partitions must be an int in 1..{MAX_PARTITIONS}, got "
+                                  f"{self.partitions!r}")
         for col, t in self.value_types.items():
             if t not in VALUE_TYPES:
                 raise InvalidArgument(f"value_types[{col!r}] must be one of {VALUE_TYPES}, got {t!r}")
@@ -189,8 +190,8 @@ class StateConfig:
         nullable = value_columns(aggs) if self.nullable is None else list(self.nullable)
         object.__setattr__(self, "nullable", tuple(c for c in nullable if c in value_columns(aggs)))
         slots = core_slots(aggs, self.nullable)
-        if len(slots) > 16:
-            raise InvalidArgument(f"aggregates: at most 16 core aggregates, these need {len(slots)} "
+        if len(slots) > MAX_AGGREGATES:
+            raise InvalidArgument(f"aggregates: at most {MAX_AGGREGATES} core aggregates, these need {len(slots)} "
                                   "(each nullable column adds one to count its values)")
         object.__setattr__(self, "_slots", slots)
 

@@ -363,8 +363,9 @@ slash_status slash_join_open(const slash_join_config *cfg, slash_join **out)
                           "initialised by slash_window_init (size > 0 ms)");
     if (cfg->key_type != SLASH_KEY_INT64 && cfg->key_type != SLASH_KEY_BYTES)
         return slash_fail(SLASH_EINVAL, "key_type: unknown key type %d", (int)cfg->key_type);
-    if (cfg->partitions < 1 || cfg->partitions > 4096)
-        return slash_fail(SLASH_EINVAL, "partitions must be in 1..4096, got %u", cfg->partitions);
+    if (cfg->partitions < 1 || cfg->partitions > SLASH_MAX_PARTITIONS)
+        return slash_fail(SLASH_EINVAL, "partitions must be in 1..%u, got %u", SLASH_MAX_PARTITIONS,
+                          cfg->partitions);
     uint64_t fp = ssb_mix(UINT64_C(0x6a6f696e) + (uint64_t)w->kind * 31 + (uint64_t)w->size * 131 +
                           (uint64_t)cfg->key_type);
     for (int side = 0; side < 2; side++) {

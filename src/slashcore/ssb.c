@@ -320,8 +320,9 @@ slash_status slash_ssb_open(const slash_ssb_config *cfg, slash_ssb **out)
                           "(size must be > 0 ms)");
     if (cfg->key_type != SLASH_KEY_INT64 && cfg->key_type != SLASH_KEY_BYTES)
         return slash_fail(SLASH_EINVAL, "key_type: unknown key type %d", (int)cfg->key_type);
-    if (cfg->partitions < 1 || cfg->partitions > 4096)
-        return slash_fail(SLASH_EINVAL, "partitions must be in 1..4096, got %u", cfg->partitions);
+    if (cfg->partitions < 1 || cfg->partitions > SLASH_MAX_PARTITIONS)
+        return slash_fail(SLASH_EINVAL, "partitions must be in 1..%u, got %u", SLASH_MAX_PARTITIONS,
+                          cfg->partitions);
     if (cfg->naggs > SLASH_SSB_MAX_AGGS)
         return slash_fail(SLASH_EINVAL, "at most %d aggregates, got %u", SLASH_SSB_MAX_AGGS,
                           cfg->naggs);

@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import pyarrow as pa
 
+from slash.limits import MAX_EXECUTORS
 from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
 from slash.query import Query
@@ -172,8 +173,8 @@ def group_for(spark: Any, query: Query, executors: Optional[int], transport: str
     """The number of executors (default: every task slot) and their GroupConfig,
     checked, with the slots there to run them (else NotEnoughSlots)."""
     n = executors if executors is not None else _env.default_executors(spark)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
-        raise InvalidArgument(f"executors must be an int in 1..1024, got {executors!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_EXECUTORS:
+        raise InvalidArgument(f"executors must be an int in 1..{MAX_EXECUTORS}, got {executors!r}")
     group = GroupConfig.for_call(group, transport=transport, lateness=query.lateness)
     group.partitions_for(n)
     _env.check_slots(spark, n, slots_wait)

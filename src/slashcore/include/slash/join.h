@@ -51,7 +51,7 @@ typedef enum slash_join_col_type {
 typedef struct slash_join_config {
     slash_window window;     /* tumbling or session, from slash_window_init() */
     slash_key_type key_type; /* int64, or bytes of at most SLASH_SSB_KEY_MAX */
-    uint32_t partitions;     /* key partitions, 1..4096 */
+    uint32_t partitions;     /* key partitions, 1..SLASH_MAX_PARTITIONS */
     uint32_t ncols[2];       /* columns per side, 0..SLASH_JOIN_MAX_COLS */
     slash_join_col_type cols[2][SLASH_JOIN_MAX_COLS];
     size_t log_reserve;      /* virtual bytes per partition log, 0 = default */

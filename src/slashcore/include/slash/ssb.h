@@ -27,6 +27,8 @@ extern "C" {
 #endif
 
 #define SLASH_SSB_MAX_AGGS 16
+/* key partitions of one store (and of a join store, and of an executor group) */
+#define SLASH_MAX_PARTITIONS 4096
 #define SLASH_SSB_KEY_MAX 64 /* bytes of a byte-string key */
 
 typedef enum slash_key_type {
