@@ -240,18 +240,20 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
     if (h.offset == 0) {
         if (a->len != a->total)
             return slash_fail(SLASH_EPROTO, "exec: rank %u started a delta inside another", r);
-        if (h.total > a->cap) {
-            uint8_t *nb = realloc(a->buf, h.total);
-            if (!nb)
-                return slash_fail(SLASH_ENOMEM, "exec: out of memory for a %llu-byte delta",
-                                  (unsigned long long)h.total);
-            a->buf = nb, a->cap = h.total;
-        }
         a->len = 0, a->total = h.total, a->part = h.part, a->epoch = h.epoch;
     }
     if (h.offset != a->len || h.part != a->part || h.epoch != a->epoch ||
         h.frag != len - sizeof h || h.offset + h.frag > a->total)
         return slash_fail(SLASH_EPROTO, "exec: rank %u sent a delta fragment out of order", r);
+    if (a->len + h.frag > a->cap) { /* grow with what arrived, not with what the header claims */
+        size_t cap = a->cap * 2 > a->len + h.frag ? a->cap * 2 : a->len + h.frag;
+        cap = cap < a->total ? cap : a->total;
+        uint8_t *nb = realloc(a->buf, cap);
+        if (!nb)
+            return slash_fail(SLASH_ENOMEM, "exec: out of memory for a %llu-byte delta",
+                              (unsigned long long)a->total);
+        a->buf = nb, a->cap = cap;
+    }
     memcpy(a->buf + a->len, buf + sizeof h, h.frag);
     a->len += h.frag;
     ex->m.delta_bytes_received += h.frag;
