@@ -924,6 +924,8 @@ static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, siz
     bool present[SLASH_SSB_MAX_AGGS];
     uint32_t ncols = row_columns(ex, side, present);
     slash_key_type kt = exec_key_type(ex);
+    if (rows > len / 9) /* a row takes >= 9 bytes: refuse a count the payload cannot hold */
+        goto bad;
     if ((size_t)rows + 1 > d->cap) { /* offs holds rows + 1 entries */
         size_t cap = d->cap, need = (size_t)rows + 1;
         bool ok = grow((void **)&d->times, &cap, need, 8);
