@@ -254,7 +254,8 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
                               (unsigned long long)a->total);
         a->buf = nb, a->cap = cap;
     }
-    memcpy(a->buf + a->len, buf + sizeof h, h.frag);
+    if (h.frag) /* an empty fragment may meet a buffer not yet allocated */
+        memcpy(a->buf + a->len, buf + sizeof h, h.frag);
     a->len += h.frag;
     ex->m.delta_bytes_received += h.frag;
     if (a->len < a->total)
