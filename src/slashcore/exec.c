@@ -31,6 +31,7 @@
 #include "slash/backoff.h"
 #include "slash/vclock.h"
 #include "exec_store.h"
+#include "exec_test.h"
 #include "ssb_impl.h" /* the key hash, so repartitioning spreads keys like the store */
 
 #include <assert.h>
@@ -239,19 +240,22 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
     if (h.offset == 0) {
         if (a->len != a->total)
             return slash_fail(SLASH_EPROTO, "exec: rank %u started a delta inside another", r);
-        if (h.total > a->cap) {
-            uint8_t *nb = realloc(a->buf, h.total);
-            if (!nb)
-                return slash_fail(SLASH_ENOMEM, "exec: out of memory for a %llu-byte delta",
-                                  (unsigned long long)h.total);
-            a->buf = nb, a->cap = h.total;
-        }
         a->len = 0, a->total = h.total, a->part = h.part, a->epoch = h.epoch;
     }
     if (h.offset != a->len || h.part != a->part || h.epoch != a->epoch ||
         h.frag != len - sizeof h || h.offset + h.frag > a->total)
         return slash_fail(SLASH_EPROTO, "exec: rank %u sent a delta fragment out of order", r);
-    memcpy(a->buf + a->len, buf + sizeof h, h.frag);
+    if (a->len + h.frag > a->cap) { /* grow with what arrived, not with what the header claims */
+        size_t cap = a->cap * 2 > a->len + h.frag ? a->cap * 2 : a->len + h.frag;
+        cap = cap < a->total ? cap : a->total;
+        uint8_t *nb = realloc(a->buf, cap);
+        if (!nb)
+            return slash_fail(SLASH_ENOMEM, "exec: out of memory for a %llu-byte delta",
+                              (unsigned long long)a->total);
+        a->buf = nb, a->cap = cap;
+    }
+    if (h.frag) /* an empty fragment may meet a buffer not yet allocated */
+        memcpy(a->buf + a->len, buf + sizeof h, h.frag);
     a->len += h.frag;
     ex->m.delta_bytes_received += h.frag;
     if (a->len < a->total)
@@ -572,10 +576,16 @@ static slash_status leave(slash_exec *ex, slash_status st)
 
 /* ---- public ------------------------------------------------------------------- */
 
-slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash_exec **out)
+/* Opens an executor of rank `rank` in a group of n; g is the group (its size
+ * and rank are used then), or NULL for a detached executor (exec_test.h). */
+static slash_status exec_open(slash_group *g, uint32_t rank, uint32_t n,
+                              const slash_exec_config *cfg, slash_exec **out)
 {
     *out = NULL;
-    uint32_t n = slash_group_size(g);
+    if (g) {
+        n = slash_group_size(g);
+        rank = slash_group_rank(g);
+    }
     uint32_t parts = cfg->kind == SLASH_EXEC_JOIN ? cfg->join.partitions : cfg->state.partitions;
     if (parts < n) {
         slash_group_close(g);
@@ -598,7 +608,7 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
         return slash_fail(SLASH_ENOMEM, "exec: out of memory");
     }
     ex->g = g;
-    ex->rank = slash_group_rank(g);
+    ex->rank = rank;
     ex->n = n;
     ex->parts = parts;
     ex->ops = cfg->kind == SLASH_EXEC_JOIN ? &exec_store_join : &exec_store_aggregate;
@@ -622,7 +632,7 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
             st = slash_fail(SLASH_ENOMEM, "exec: out of memory");
     }
     for (uint32_t r = 0; r < n && st == SLASH_OK; r++) { /* row buffers: repartition, or routing */
-        slash_channel *ch = slash_group_out(g, r);
+        slash_channel *ch = g ? slash_group_out(g, r) : NULL;
         if (!ch)
             continue;
         slash_channel_stats cs;
@@ -640,7 +650,7 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
     ex->m.size = n;
     ex->m.partitions = ex->parts;
     ex->m.led_partitions = ex->parts / n + (ex->rank < ex->parts % n);
-    if (n > 1) {
+    if (g && n > 1) {
         if (pthread_create(&ex->service, NULL, service_main, ex) != 0) {
             slash_exec_close(ex);
             return slash_fail(SLASH_ESYS, "exec: cannot start the service thread");
@@ -649,6 +659,29 @@ slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash
     }
     *out = ex;
     return SLASH_OK;
+}
+
+slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash_exec **out)
+{
+    return exec_open(g, 0, 0, cfg, out);
+}
+
+slash_status slash_exec_open_detached(uint32_t rank, uint32_t n, const slash_exec_config *cfg,
+                                      slash_exec **out)
+{
+    *out = NULL;
+    if (n == 0 || rank >= n)
+        return slash_fail(SLASH_EINVAL, "exec: rank %u outside a group of %u", rank, n);
+    return exec_open(NULL, rank, n, cfg, out);
+}
+
+slash_status slash_exec_handle_message(slash_exec *ex, uint32_t from, const void *buf, size_t len)
+{
+    if (from >= ex->n || from == ex->rank)
+        return slash_fail(SLASH_EINVAL, "exec: no peer rank %u to receive from", from);
+    if (ex->fin[from])
+        return slash_fail(SLASH_ESTATE, "exec: rank %u already finished", from);
+    return handle(ex, from, buf, len);
 }
 
 static size_t key_bytes_at(const slash_ssb_batch *b, size_t i)
@@ -892,6 +925,8 @@ static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, siz
     bool present[SLASH_SSB_MAX_AGGS];
     uint32_t ncols = row_columns(ex, side, present);
     slash_key_type kt = exec_key_type(ex);
+    if (rows > len / 9) /* a row takes >= 9 bytes: refuse a count the payload cannot hold */
+        goto bad;
     if ((size_t)rows + 1 > d->cap) { /* offs holds rows + 1 entries */
         size_t cap = d->cap, need = (size_t)rows + 1;
         bool ok = grow((void **)&d->times, &cap, need, 8);
@@ -1480,7 +1515,7 @@ void slash_exec_close(slash_exec *ex)
         pthread_join(ex->service, NULL);
     }
     pthread_mutex_destroy(&ex->mu);
-    if (ex->sticky != SLASH_OK)
+    if (ex->sticky != SLASH_OK && ex->g)
         send_abort(ex);
     slash_group_close(ex->g);
     if (ex->ops) {

@@ -87,7 +87,7 @@ static slash_status check_region(const slash_ssb *s, const uint8_t *p, size_t le
             memcpy(&end, p + off + sizeof h, 8);
             if (end <= h.win)
                 return slash_fail(SLASH_EPROTO, "delta: empty session at offset %zu", off);
-        } else if (slash_window_slice_start(&s->cfg.window, h.win) != h.win) {
+        } else if (h.win % s->cfg.window.slice != 0) { /* no floor division: h.win may be near INT64_MIN */
             return slash_fail(SLASH_EPROTO, "delta: window %lld at offset %zu is not a slice start",
                               (long long)h.win, off);
         }

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# scripts/fuzz.sh [SECONDS] - builds the libFuzzer targets (tests/fuzz/) with
+# clang into build/fuzz and runs each for SECONDS (default 20) over its seed
+# corpus tests/fuzz/corpus/<target>/ (new inputs go to build/fuzz/corpus_<target>/,
+# the committed seeds are never changed). Installs clang with apt-get when it is
+# missing (root, Debian). Prints executions and time per target; exits non-zero
+# when a target crashes (the input is saved as build/fuzz/crash-<target>-*).
+set -euo pipefail
+SECONDS_PER_TARGET="${1:-20}"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BUILD="$ROOT/build/fuzz"
+TARGETS=(fuzz_merge_delta fuzz_sync_msg)
+
+if ! command -v clang >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "fuzz.sh: installing clang with apt-get"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null
+  else
+    echo "fuzz.sh: clang is not installed (and cannot be installed: not root on Debian)" >&2
+    exit 2
+  fi
+fi
+
+CC=clang cmake -S "$ROOT" -B "$BUILD" -DSLASH_FUZZ=ON -DSLASH_WITH_OFI=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$BUILD" -j2 --target "${TARGETS[@]}" >/dev/null
+
+status=0
+for t in "${TARGETS[@]}"; do
+  work="$BUILD/corpus_$t"
+  mkdir -p "$work"
+  log="$BUILD/$t.log"
+  start=$(date +%s)
+  if (cd "$BUILD" && ASAN_OPTIONS=allocator_may_return_null=1 "./$t" -max_total_time="$SECONDS_PER_TARGET" -print_final_stats=1 \
+        -artifact_prefix="$BUILD/crash-$t-" "$work" "$ROOT/tests/fuzz/corpus/$t") >"$log" 2>&1; then
+    result=ok
+  else
+    result=CRASH
+    status=1
+  fi
+  end=$(date +%s)
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+  echo "$t: $result, $execs executions in $((end - start)) s"
+  if [ "$result" = CRASH ]; then
+    grep -E 'ERROR|SUMMARY|runtime error|Test unit written' "$log" | head -20 >&2
+  fi
+done
+exit $status

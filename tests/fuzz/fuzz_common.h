@@ -1,0 +1,72 @@
+/* fuzz_common.h - the store and executor configs the fuzz targets derive from
+ * an input's first byte, shared with make_seeds.c so seeds and targets agree.
+ *
+ * Config byte c: bit 0 join (else aggregate), bit 1 byte-string keys (else
+ * int64), bits 2-3 window (0, 3 tumbling 100; 1 sliding 100/25, a join:
+ * tumbling; 2 session gap 50), bits 4-5 partitions - 1 (1..4), bits 6-7 the
+ * aggregate set (see fuzz_config) or, for a join, the right side's column
+ * count (1..4 left: 2 columns).
+ */
+#ifndef SLASH_FUZZ_COMMON_H
+#define SLASH_FUZZ_COMMON_H
+
+#include <string.h>
+
+#include "slash/exec.h"
+
+static inline slash_exec_config fuzz_config(uint8_t c)
+{
+    slash_exec_config x;
+    memset(&x, 0, sizeof x);
+    x.kind = (c & 1) ? SLASH_EXEC_JOIN : SLASH_EXEC_AGGREGATE;
+    slash_key_type kt = (c & 2) ? SLASH_KEY_BYTES : SLASH_KEY_INT64;
+    uint32_t parts = 1 + ((c >> 4) & 3);
+    slash_window w;
+    switch ((c >> 2) & 3) {
+    case 1:
+        if (x.kind == SLASH_EXEC_JOIN)
+            slash_window_init(&w, SLASH_WINDOW_TUMBLING, 100, 0);
+        else
+            slash_window_init(&w, SLASH_WINDOW_SLIDING, 100, 25);
+        break;
+    case 2:
+        slash_window_init(&w, SLASH_WINDOW_SESSION, 50, 0);
+        break;
+    default:
+        slash_window_init(&w, SLASH_WINDOW_TUMBLING, 100, 0);
+    }
+    uint32_t sel = (c >> 6) & 3;
+    if (x.kind == SLASH_EXEC_JOIN) {
+        x.join.window = w;
+        x.join.key_type = kt;
+        x.join.partitions = parts;
+        x.join.ncols[0] = 2;
+        x.join.cols[0][0] = SLASH_JOIN_I64;
+        x.join.cols[0][1] = SLASH_JOIN_F64;
+        x.join.ncols[1] = 1 + sel;
+        for (uint32_t j = 0; j < x.join.ncols[1]; j++)
+            x.join.cols[1][j] = j % 2 ? SLASH_JOIN_F64 : SLASH_JOIN_I64;
+        x.join.log_reserve = (size_t)1 << 24;
+    } else {
+        x.state.window = w;
+        x.state.key_type = kt;
+        x.state.partitions = parts;
+        static const slash_agg_kind sets[4][4] = {
+            {SLASH_AGG_COUNT, SLASH_AGG_SUM_I64, SLASH_AGG_MIN_I64, SLASH_AGG_MAX_I64},
+            {SLASH_AGG_SUM_F64, SLASH_AGG_AVG_F64, SLASH_AGG_COUNT, SLASH_AGG_MAX_F64},
+            {SLASH_AGG_COUNT, 0, 0, 0},
+            {SLASH_AGG_MIN_F64, SLASH_AGG_SUM_I64, SLASH_AGG_AVG_I64, SLASH_AGG_COUNT},
+        };
+        x.state.naggs = sel == 2 ? 1 : 4;
+        for (uint32_t j = 0; j < x.state.naggs; j++)
+            x.state.aggs[j] = sets[sel][j];
+        x.state.log_reserve = (size_t)1 << 24;
+    }
+    x.mode = SLASH_EXEC_SLASH;
+    x.lateness_ms = 10;
+    x.timeout_ms = 1000;
+    x.own_rows = SLASH_OWN_LOCAL;
+    return x;
+}
+
+#endif

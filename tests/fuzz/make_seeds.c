@@ -1,0 +1,147 @@
+/* make_seeds.c - writes the seed corpora of the fuzz targets: valid inputs
+ * made with the real stores, so the fuzzer starts from deep paths.
+ *
+ *   fuzz_make_seeds <corpus dir>   writes <dir>/fuzz_merge_delta/seed_*,
+ *                                  <dir>/fuzz_sync_msg/seed_* (dirs must exist)
+ *
+ * A merge seed is [config byte][partition 0's delta of a store with a few
+ * records]. A sync seed is [config byte][group byte] and framed messages
+ * (fuzz_sync_msg.c): a DELTA of partition 0 in two fragments, a ROWS message
+ * and an EPOCH, from rank 1 of 2, as exec.c lays them out.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fuzz_common.h"
+#include "slash/join.h"
+#include "slash/ssb.h"
+
+typedef struct wire {
+    uint32_t type, part;
+    uint64_t epoch, offset, total;
+    int64_t watermark;
+    uint64_t frag;
+} wire; /* exec.c's sync_msg */
+
+static const int64_t T[6] = {1, 20, 120, 121, 300, 301}, K[6] = {4, 5, 4, 9, 5, 4};
+static const int64_t V[6] = {10, 20, 30, 40, 50, 60};
+static const int32_t OFF[7] = {0, 2, 4, 6, 7, 9, 11};
+static const uint8_t KD[11] = "k4k5k4xk5k4";
+
+/* partition 0's delta after one update, copied to *out */
+static size_t make_delta(const slash_exec_config *c, uint8_t *out, size_t cap)
+{
+    const void *a = NULL;
+    size_t len = 0;
+    if (c->kind == SLASH_EXEC_JOIN) {
+        slash_join *s;
+        if (slash_join_open(&c->join, &s) != SLASH_OK)
+            abort();
+        for (int side = 0; side < 2; side++) {
+            slash_join_batch b = {.side = side ? SLASH_JOIN_RIGHT : SLASH_JOIN_LEFT, .n = 6, .times = T};
+            if (c->join.key_type == SLASH_KEY_INT64)
+                b.keys = K;
+            else
+                b.key_offsets = OFF, b.key_data = KD;
+            for (uint32_t j = 0; j < c->join.ncols[side]; j++)
+                b.columns[j] = V;
+            if (slash_join_update(s, &b) != SLASH_OK)
+                abort();
+        }
+        if (slash_join_begin_epoch(s) != SLASH_OK || slash_join_delta(s, 0, &a, &len) != SLASH_OK)
+            abort();
+        len = len < cap ? len : cap;
+        memcpy(out, a, len);
+        slash_join_close(s);
+        return len;
+    }
+    slash_ssb *s;
+    if (slash_ssb_open(&c->state, &s) != SLASH_OK)
+        abort();
+    slash_ssb_batch b = {.n = 6, .times = T};
+    if (c->state.key_type == SLASH_KEY_INT64)
+        b.keys = K;
+    else
+        b.key_offsets = OFF, b.key_data = KD;
+    for (uint32_t j = 0; j < c->state.naggs; j++)
+        b.values[j] = V;
+    if (slash_ssb_update(s, &b) != SLASH_OK || slash_ssb_begin_epoch(s) != SLASH_OK ||
+        slash_ssb_delta(s, 0, &a, &len) != SLASH_OK)
+        abort();
+    len = len < cap ? len : cap;
+    memcpy(out, a, len);
+    slash_ssb_close(s);
+    return len;
+}
+
+static void write_file(const char *dir, const char *target, uint8_t c, const uint8_t *d, size_t n)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s/seed_%02x", dir, target, c);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(d, 1, n, f) != n || fclose(f) != 0) {
+        fprintf(stderr, "make_seeds: cannot write %s\n", path);
+        exit(1);
+    }
+}
+
+static size_t frame(uint8_t *p, const wire *h, const uint8_t *payload, size_t n)
+{
+    p[0] = 1;
+    size_t len = sizeof *h + n;
+    p[1] = (uint8_t)len, p[2] = (uint8_t)(len >> 8);
+    memcpy(p + 3, h, sizeof *h);
+    memcpy(p + 3 + sizeof *h, payload, n);
+    return 3 + len;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s <corpus dir>\n", argv[0]);
+        return 2;
+    }
+    /* configs: aggregate/join x int/bytes keys x windows, 2 partitions, varied columns */
+    static const uint8_t configs[] = {0x10, 0x12, 0x14, 0x18, 0x5a, 0xd0, 0x11, 0x13, 0x19, 0x5b};
+    static uint8_t buf[1 << 16], delta[1 << 15];
+    for (size_t i = 0; i < sizeof configs; i++) {
+        uint8_t cb = configs[i];
+        slash_exec_config c = fuzz_config(cb);
+        size_t dl = make_delta(&c, delta, 4096);
+        buf[0] = cb;
+        memcpy(buf + 1, delta, dl);
+        write_file(argv[1], "fuzz_merge_delta", cb, buf, 1 + dl);
+
+        size_t at = 0;
+        buf[at++] = cb;
+        buf[at++] = 0; /* a group of 2: rank 0 leads partition 0 */
+        size_t half = dl / 2;
+        wire h = {.type = 1, .part = 0, .epoch = 1, .offset = 0, .total = dl, .frag = half};
+        at += frame(buf + at, &h, delta, half);
+        h.offset = half, h.frag = dl - half;
+        at += frame(buf + at, &h, delta + half, dl - half);
+        /* rows: [time][key][8-byte value per column that travels], side 0 */
+        uint8_t rows[256];
+        size_t rl = 0;
+        uint32_t ncols = c.kind == SLASH_EXEC_JOIN ? c.join.ncols[0] : c.state.naggs;
+        for (int k = 0; k < 3; k++) {
+            memcpy(rows + rl, &T[k], 8), rl += 8;
+            if ((cb & 2) == 0) {
+                memcpy(rows + rl, &K[k], 8), rl += 8;
+            } else {
+                rows[rl++] = 2;
+                memcpy(rows + rl, KD + OFF[k], 2), rl += 2;
+            }
+            for (uint32_t j = 0; j < ncols; j++)
+                if (c.kind == SLASH_EXEC_JOIN || slash_crdt_needs_input(c.state.aggs[j]))
+                    memcpy(rows + rl, &V[k], 8), rl += 8;
+        }
+        wire r = {.type = 3, .part = 0, .epoch = 1, .offset = 3, .frag = rl};
+        at += frame(buf + at, &r, rows, rl);
+        wire e = {.type = 2, .epoch = 1, .watermark = 250};
+        at += frame(buf + at, &e, NULL, 0);
+        write_file(argv[1], "fuzz_sync_msg", cb, buf, at);
+    }
+    return 0;
+}
