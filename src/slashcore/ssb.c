@@ -482,7 +482,7 @@ static inline bool slice_of(const slash_ssb *s, slice_cache *c, int64_t t)
     if (t < c->lo || t >= c->hi) {
         const slash_window *w = &s->cfg.window;
         c->lo = slash_window_slice_start(w, t);
-        c->hi = c->lo + w->slice;
+        c->hi = slash_window_slice_end(w, c->lo);
         c->late = slash_window_slice_last_end(w, c->lo) <= s->watermark;
     }
     return !c->late;

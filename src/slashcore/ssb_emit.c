@@ -166,7 +166,7 @@ static slash_status emit_scratch(slash_ssb *s, ssb_part *scratch, slash_ssb_resu
     for (uint64_t a = l->begin; a < l->tail;) {
         slash_rec *r = slash_lss_ptr(l, a);
         a += r->size;
-        slash_status st = result_add(s, res, r->win, r->win + s->cfg.window.size, r,
+        slash_status st = result_add(s, res, r->win, slash_sat_add(r->win, s->cfg.window.size), r,
                                      ssb_rec_partials(s, r));
         if (st != SLASH_OK)
             return st;

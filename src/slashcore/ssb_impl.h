@@ -141,7 +141,7 @@ static inline uint64_t ssb_rec_key_hash(const slash_ssb *s, slash_rec *r)
 /* End of the window state held by a record (session end or slice end). */
 static inline int64_t ssb_rec_end(const slash_ssb *s, slash_rec *r)
 {
-    return s->session ? *ssb_rec_session_end(r) : r->win + s->cfg.window.slice;
+    return s->session ? *ssb_rec_session_end(r) : slash_sat_add(r->win, s->cfg.window.slice);
 }
 
 /* Finds or creates the mutable record of (win, key) in a non-session

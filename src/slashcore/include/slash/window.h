@@ -66,24 +66,50 @@ static inline int64_t slash_floor_div(int64_t a, int64_t b)
     return q - ((a % b != 0) & (a < 0));
 }
 
+/* a + b and a * b saturated at INT64_MIN / INT64_MAX: window bounds of times
+ * at the ends of the int64 range clamp there instead of overflowing (found by
+ * fuzzing: a record time near INT64_MAX overflowed its slice's end). */
+static inline int64_t slash_sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r))
+        return b > 0 ? INT64_MAX : INT64_MIN;
+    return r;
+}
+
+static inline int64_t slash_sat_mul(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r))
+        return (a < 0) != (b < 0) ? INT64_MIN : INT64_MAX;
+    return r;
+}
+
 /* Start of the slice holding t (tumbling: the window start). */
 static inline int64_t slash_window_slice_start(const slash_window *w, int64_t t)
 {
-    return slash_floor_div(t, w->slice) * w->slice;
+    return slash_sat_mul(slash_floor_div(t, w->slice), w->slice);
+}
+
+/* End of the slice starting at a. */
+static inline int64_t slash_window_slice_end(const slash_window *w, int64_t a)
+{
+    return slash_sat_add(a, w->slice);
 }
 
 /* End of the last window that contains the slice starting at a: the slice's
  * state may be freed once every window ending at or before that is emitted. */
 static inline int64_t slash_window_slice_last_end(const slash_window *w, int64_t a)
 {
-    return slash_floor_div(a, w->slide) * w->slide + w->size;
+    return slash_sat_add(slash_sat_mul(slash_floor_div(a, w->slide), w->slide), w->size);
 }
 
 /* Start of the first (earliest) window containing the slice starting at a. */
 static inline int64_t slash_window_slice_first_start(const slash_window *w, int64_t a)
 {
     /* smallest multiple of slide s with s + size >= a + slice */
-    return (slash_floor_div(a + w->slice - w->size - 1, w->slide) + 1) * w->slide;
+    int64_t x = slash_sat_add(slash_sat_add(a, w->slice), -w->size);
+    return slash_sat_mul(slash_floor_div(slash_sat_add(x, -1), w->slide) + 1, w->slide);
 }
 
 #ifdef __cplusplus

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Checks the ways Slash installs, as a new user would, on a fresh clone of the
+# committed tree with a given Python (default: Debian's own /usr/bin/python3,
+# which refuses a system-wide pip, PEP 668):
+#   1. scripts/install.sh makes and uses a virtual environment;
+#   2. `python -m build` makes an sdist and a wheel;
+#   3. each installs into a fresh virtual environment and passes a smoke test
+#      (a two-executor query checked against a count made in Python, and the
+#      `slash` command).
+# Usage: scripts/check-install.sh [PYTHON]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${1:-/usr/bin/python3}"
+log() { printf '\033[1m[check-install]\033[0m %s\n' "$*" >&2; }
+[ -x "$PY" ] || { log "no $PY here: nothing to check"; exit 0; }
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+git clone -q "$ROOT" "$tmp/src"
+
+cat > "$tmp/smoke.py" <<'PY'
+import pyarrow as pa
+from slash.query import Query
+from slash.runner import run
+
+if __name__ == "__main__":  # executors are spawned processes: they import this file
+    t = pa.table({"t": [1, 2, 15_000, None], "k": [7, None, 7, 7]})
+    out = run(Query(time="t", window="tumbling:10s", key="k"), t, executors=2)
+    got = sorted(zip(out["window_start"].to_pylist(), out["k"].to_pylist(),
+                     out["count"].to_pylist()), key=repr)
+    want = sorted([(0, 7, 1), (0, None, 1), (10_000, 7, 1)], key=repr)
+    assert got == want, (got, want)
+    print("smoke test passed:", got)
+PY
+
+smoke() {  # $1: a venv's python
+    (cd "$tmp" && "$1" smoke.py)
+    "$(dirname "$1")/slash" --version
+}
+
+log "install.sh with $PY ($("$PY" --version)) on a fresh clone"
+(cd "$tmp/src" && env -u VIRTUAL_ENV -u CONDA_PREFIX PYTHON="$PY" SLASH_VENV="$tmp/venv-install" \
+    bash -c 'source scripts/install.sh && slash_install ""')
+smoke "$tmp/venv-install/bin/python3"
+
+log "python -m build: sdist and wheel"
+"$PY" -m venv "$tmp/venv-build"
+"$tmp/venv-build/bin/pip" install -q --disable-pip-version-check build
+(cd "$tmp/src" && "$tmp/venv-build/bin/python" -m build -q --outdir "$tmp/dist" >/dev/null)
+ls "$tmp/dist" >&2
+for kind in whl tar.gz; do
+    log "pip install the $kind into a fresh virtual environment"
+    "$PY" -m venv "$tmp/venv-$kind"
+    "$tmp/venv-$kind/bin/pip" install -q --disable-pip-version-check "$tmp"/dist/*."$kind"
+    smoke "$tmp/venv-$kind/bin/python3"
+done
+log "all install paths work with $PY"
