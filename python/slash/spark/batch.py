@@ -3,12 +3,15 @@
 N barrier tasks are the N Slash executors. Each opens a listener, learns the
 others' addresses with ``BarrierTaskContext.allGather`` (rank = partition id),
 joins the group with a token made for this query on the driver, runs
-:func:`slash.runner.execute_split`, and writes the windows it leads as one
-Parquet file with pyarrow. The driver receives one summary row per task and
-returns ``spark.read.parquet`` of those files: an ordinary DataFrame (show,
+:func:`slash.runner.execute_split`, and hands over the windows it leads: a
+small part (``result_inline_bytes``) as Arrow IPC bytes over its link to the
+driver, a larger one as a Parquet file written with pyarrow. The driver
+receives one summary row per task and returns an ordinary DataFrame (show,
 limit, join, write all work; a barrier RDD would refuse ``take``), computed
-once, so every action sees the same rows, and results never pass through the
-driver.
+once, so every action sees the same rows: ``spark.createDataFrame`` of the
+parts when all came inline (a local relation: using it starts no job that
+reads files back), else ``spark.read.parquet`` of the files, and large
+results never pass through the driver.
 
 Two sources:
 
