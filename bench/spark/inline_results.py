@@ -86,6 +86,23 @@ def main() -> None:
             m = statistics.median(total[(s, c)])
             print(f"{c:18} {s:7} {m:8.3f} {statistics.median(use[(s, c)]):10.3f} "
                   f"{rows / m / 1e6:8.1f} {base / m:7.2f}x")
+    # the consumers alone, on one result of each kind, alternating
+    frames = {"inline": slash(True), "files": slash(False)}
+    alone = {(s, c): [] for s in frames for c in consumers}
+    for r in range(3 * rounds + 1):
+        for c, consume in consumers.items():
+            for s in (frames if r % 2 else reversed(list(frames))):
+                t0 = time.perf_counter()
+                consume(frames[s])
+                if r:
+                    alone[(s, c)].append(time.perf_counter() - t0)
+    print("consumer alone, same result DataFrame, medians (ms): inline / files")
+    for c in consumers:
+        a, b = (statistics.median(alone[(s, c)]) * 1e3 for s in frames)
+        print(f"{c:18} {a:7.1f} / {b:7.1f}  ({b / a:.2f}x)")
+    # what Spark's optimizer makes of agg(sum(count)) over its own groupBy
+    print(spark_own().agg(F.sum("count"))._jdf.queryExecution().optimizedPlan().toString()
+          .splitlines()[0])
     spark.stop()
 
 
