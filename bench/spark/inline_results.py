@@ -11,6 +11,7 @@ for window_aggregate + the consumer, and the ratios to Spark's.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -104,6 +105,7 @@ def main() -> None:
     print(spark_own().agg(F.sum("count"))._jdf.queryExecution().optimizedPlan().toString()
           .splitlines()[0])
     spark.stop()
+    shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":
