@@ -3,12 +3,15 @@
 N barrier tasks are the N Slash executors. Each opens a listener, learns the
 others' addresses with ``BarrierTaskContext.allGather`` (rank = partition id),
 joins the group with a token made for this query on the driver, runs
-:func:`slash.runner.execute_split`, and writes the windows it leads as one
-Parquet file with pyarrow. The driver receives one summary row per task and
-returns ``spark.read.parquet`` of those files: an ordinary DataFrame (show,
+:func:`slash.runner.execute_split`, and hands over the windows it leads: a
+small part (``result_inline_bytes``) as Arrow IPC bytes over its link to the
+driver, a larger one as a Parquet file written with pyarrow. The driver
+receives one summary row per task and returns an ordinary DataFrame (show,
 limit, join, write all work; a barrier RDD would refuse ``take``), computed
-once, so every action sees the same rows, and results never pass through the
-driver.
+once, so every action sees the same rows: ``spark.createDataFrame`` of the
+parts when all came inline (a local relation: using it starts no job that
+reads files back), else ``spark.read.parquet`` of the files, and large
+results never pass through the driver.
 
 Two sources:
 
@@ -46,11 +49,18 @@ from slash.query import Query
 from slash.runner import execute_split
 from slash.sources import FileSource, GeneratorSource
 from slash.spark import _env
+from slash.spark._env import TaskFailed
 from slash.spark._tasks import (PartitionSource, Rendezvous, barrier_stage, driver_host, join_group,
                                 open_fs, rank_errors, raise_task_failure, report_error,
                                 spark_input_schema, write_table)
 
 log = logging.getLogger(__name__)
+
+#: default bound on one task's part that returns to the driver over the
+#: rendezvous link (Arrow IPC bytes) instead of as a Parquet file
+INLINE_BYTES = 4 << 20
+#: bound on all tasks' inline parts together (each task gets 1/N of it at most)
+INLINE_TOTAL_BYTES = 64 << 20
 
 #: one row per barrier task, collected on the driver
 SUMMARY_SCHEMA = ("rank int, rows long, records_in long, late_records long, epochs long, "
@@ -68,7 +78,7 @@ class AggregateResult:
     are, and each executor's metrics (rank order)."""
 
     df: Any
-    path: str
+    path: Optional[str]  # the result directory; None when every part came back inline
     executors: int
     seconds: float
     metrics: List[Dict[str, Any]] = field(repr=False)
@@ -86,6 +96,12 @@ class AggregateResult:
             text = self.stage.toDebugString()
             return text.decode() if isinstance(text, bytes) else str(text)
         return self.stage._jdf.queryExecution().executedPlan().toString()
+
+    @property
+    def inline(self) -> bool:
+        """True when every task's part came back over the driver link (the
+        DataFrame is in memory, no result file was written)."""
+        return bool(self.metrics) and all(m.get("result") == "inline" for m in self.metrics)
 
     @property
     def records_in(self) -> int:
@@ -112,9 +128,11 @@ class _Plan:
     source: Any = None  # FileSource / GeneratorSource: fast path; None: the task's partition
     time_columns: tuple = ()
     rendezvous: Optional[Tuple[str, int]] = None  # the driver's; None: allGather
+    inline_bytes: int = 0  # a part up to this size goes to the driver over the link; 0: files
 
 
-def _summary(rank: int, out: pa.Table, m: Dict[str, Any], seconds: float, path: str) -> Dict[str, Any]:
+def _summary(rank: int, out: pa.Table, m: Dict[str, Any], seconds: float,
+             path: Optional[str]) -> Dict[str, Any]:
     plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
     return {"rank": rank, "rows": out.num_rows, "records_in": int(m.get("records_in", 0)),
             "late_records": int(m.get("late_records", 0)), "epochs": int(m.get("epochs", 0)),
@@ -153,8 +171,7 @@ def _make_task(plan: _Plan):
                     lst.close()
                 t2 = time.perf_counter()
                 out = plan.query.finalize(res, plan.schema, sort=False)
-                path = write_table(out, plan.out_dir, f"part-{rank:05d}.parquet")
-                attempt = announce_written(conn, path)
+                path, attempt = deliver_result(conn, out, plan.out_dir, rank, plan.inline_bytes, m)
                 m.update(join_seconds=t1 - t0, run_seconds=t2 - t1,
                          write_seconds=time.perf_counter() - t2, attempt=attempt,
                          started_at=started_at, ended_at=time.time())
@@ -207,12 +224,21 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
                   lateness: Union[None, int, str] = None, executors: Optional[int] = None,
                   transport: str = "shm", group: Optional[GroupConfig] = None,
                   result_dir: Optional[str] = None, slots_wait: float = 30.0,
-                  rendezvous: str = "driver") -> AggregateResult:
+                  rendezvous: str = "driver",
+                  result_inline_bytes: int = INLINE_BYTES) -> AggregateResult:
     """Runs the aggregation now as one barrier stage; see :func:`window_aggregate`.
 
     ``rendezvous``: how the tasks exchange listener addresses: ``"driver"``
     (an authenticated socket on the driver, milliseconds) or ``"allgather"``
     (``BarrierTaskContext.allGather``, which costs about a second).
+
+    ``result_inline_bytes``: a task whose part of the result is at most this
+    many bytes (Arrow IPC; and at most :data:`INLINE_TOTAL_BYTES` / N) sends
+    it to the driver over the rendezvous link, and when every part came that
+    way the DataFrame is built in memory (``spark.createDataFrame``: using it
+    runs no job that reads files back); larger parts are Parquet files under
+    ``result_dir``. 0 always writes files; so does ``rendezvous="allgather"``
+    (no driver link). Either way the DataFrame has the same schema and rows.
 
     Returns the DataFrame with the executors' metrics. Raises the slash.errors
     classes: SchemaError / UnknownName / InvalidArgument before anything runs,
@@ -247,11 +273,12 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     out_dir = f"{_env.result_root(spark, result_dir).rstrip('/')}/q-{token[:12]}"
     if rendezvous not in ("driver", "allgather"):
         raise InvalidArgument(f"rendezvous must be 'driver' or 'allgather', got {rendezvous!r}")
+    inline = inline_limit(result_inline_bytes, n) if rendezvous == "driver" else 0
     early = EarlyFrame(spark, out_dir, n)
     rdv = Rendezvous(driver_host(spark), n, token, on_message=early.on_message) \
         if rendezvous == "driver" else None
     plan = _Plan(query, schema, group, token, out_dir, src if fast else None, time_columns,
-                 rdv.address if rdv else None)
+                 rdv.address if rdv else None, inline)
     task = _make_task(plan)
     if fast:
         stage = barrier_stage(spark, n, task)
@@ -266,27 +293,30 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     sc.setJobDescription(f"slash {query.window} by {list(query.key)} on {n} executors")
     t0 = _now()
     try:
-        rows = stage.collect()
-    except Exception as e:  # py4j / PythonException: name the rank that failed first
-        raise_task_failure(e, "slash.spark.window_aggregate", rdv.root_cause() if rdv else None)
+        try:
+            rows = stage.collect()
+        except Exception as e:  # py4j / PythonException: name the rank that failed first
+            raise_task_failure(e, "slash.spark.window_aggregate", rdv.root_cause() if rdv else None)
+        seconds = _now() - t0
+        metrics = []
+        for r in sorted(rows, key=lambda r: r["rank"]):
+            m = json.loads(r["metrics"])
+            m.update(rank=r["rank"], rows=r["rows"], seconds=r["seconds"], path=r["path"])
+            metrics.append(m)
+        # before the links close: inline parts may still be on their way
+        df = early.frame({m["rank"]: (m.get("attempt"), m["path"]) for m in metrics}, group.timeout)
     finally:
         sc.setJobDescription(None)
         if rdv is not None:
             rdv.close()
-    seconds = _now() - t0
-    metrics = []
-    for r in sorted(rows, key=lambda r: r["rank"]):
-        m = json.loads(r["metrics"])
-        m.update(rank=r["rank"], rows=r["rows"], seconds=r["seconds"], path=r["path"])
-        metrics.append(m)
     late = sum(m["late_records"] for m in metrics)
     if late:
         log.warning("slash.spark: %d late record(s) were not applied (raise lateness=, now %d ms)",
                     late, query.lateness)
     log.info("slash.spark: %d executors, %d records in, %d result rows in %.2f s", n,
              sum(m["records_in"] for m in metrics), sum(m["rows"] for m in metrics), seconds)
-    df = early.frame({m["rank"]: (m.get("attempt"), m["path"]) for m in metrics})
-    return AggregateResult(df, out_dir, n, seconds, metrics, fast, stage)
+    wrote = any(m["path"] is not None for m in metrics)
+    return AggregateResult(df, out_dir if wrote else None, n, seconds, metrics, fast, stage)
 
 
 def _result_frame(spark: Any, out_dir: str, first_path: Optional[str]) -> Any:
@@ -309,60 +339,176 @@ def announce_written(conn: Any, path: str) -> int:
     return attempt
 
 
+def inline_limit(per_task: int, n: int) -> int:
+    """The size up to which each of ``n`` tasks returns its part inline:
+    ``per_task``, but no more than :data:`INLINE_TOTAL_BYTES` over all tasks."""
+    if isinstance(per_task, bool) or not isinstance(per_task, int) or per_task < 0:
+        raise InvalidArgument(f"result_inline_bytes must be an int >= 0 (0: always files), got {per_task!r}")
+    return min(per_task, INLINE_TOTAL_BYTES // n)
+
+
+def _as_written(table: pa.Table) -> pa.Table:
+    """``table`` as its Parquet file reads back: timestamps in microseconds
+    (Spark has no nanosecond timestamps; :func:`write_table` coerces too)."""
+    fields = []
+    for f in table.schema:
+        if pa.types.is_timestamp(f.type) and f.type.unit == "ns":
+            f = f.with_type(pa.timestamp("us", f.type.tz))
+        fields.append(f)
+    target = pa.schema(fields, metadata=table.schema.metadata)
+    return table if target == table.schema else table.cast(target, safe=False)
+
+
+def inline_payload(table: pa.Table, limit: int) -> Optional[bytes]:
+    """``table`` as Arrow IPC stream bytes if they are at most ``limit``
+    bytes and Spark has a type for every column (else None: write a file,
+    which Spark reads with its own widening, e.g. of unsigned keys)."""
+    if limit <= 0 or table.nbytes > limit:  # nbytes: a lower bound of the IPC size
+        return None
+    table = _as_written(table)
+    if _arrow_to_spark(table.schema) is None:
+        return None
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    buf = sink.getvalue()
+    return buf.to_pybytes() if buf.size <= limit else None
+
+
+def deliver_result(conn: Any, out: pa.Table, out_dir: str, rank: int, inline_bytes: int,
+                   m: Dict[str, Any]) -> Tuple[Optional[str], int]:
+    """In a task: hands this task's part to the driver, inline over the
+    rendezvous link (``("result", attempt, ipc_bytes)``) when it is small
+    enough, else as ``out_dir/part-RANK.parquet`` (announced as "written").
+    Returns (the file's path or None, the task attempt's id) and records
+    which way it went in ``m``. A part goes one way only: the driver takes
+    inline parts, like files, only from the attempt that succeeded."""
+    from pyspark import BarrierTaskContext
+
+    attempt = BarrierTaskContext.get().taskAttemptId()
+    data = inline_payload(out, inline_bytes) if conn is not None else None
+    if data is not None:
+        try:
+            conn.send(("result", attempt, data))
+            m.update(result="inline", result_bytes=len(data))
+            return None, attempt
+        except OSError as e:  # the link is gone: the file still reaches the driver
+            log.warning("rank %d: sending the result to the driver failed (%s); writing a file", rank, e)
+    path = write_table(out, out_dir, f"part-{rank:05d}.parquet")
+    announce_written(conn, path)
+    m.update(result="file")
+    return path, attempt
+
+
 class EarlyFrame:
-    """The result DataFrame, built while the barrier job winds down: each
-    task says when its file is written (rank, task attempt id, path); once all
-    N have, a thread lists the directory (``spark.read.parquet`` costs 10-30
-    ms here, about what the job takes from its last task's end to collect()).
-    :meth:`frame` takes it only if the files it saw are those of the attempt
-    that succeeded; otherwise (a retried stage, allGather) it lists again."""
+    """The result DataFrame, built while the barrier job winds down.
+
+    Each task reports its part with its task attempt id: a file it wrote
+    ("written", attempt, path) or the part itself ("result", attempt, Arrow
+    IPC bytes). Once all N have, a thread builds the DataFrame: every part
+    inline, ``spark.createDataFrame`` of their concatenation (a local
+    relation: no job reads it back); every part a file, ``spark.read.parquet``
+    of the directory (10-30 ms, about what the job takes from its last task's
+    end to collect()); a mix, the driver writes the inline parts as files
+    next to the others first. :meth:`frame` takes it only if the parts it saw
+    are those of the attempts that succeeded; otherwise (a retried stage,
+    allGather) it builds again from the parts of those attempts."""
 
     def __init__(self, spark: Any, out_dir: str, n: int) -> None:
         self._spark, self._dir, self._n = spark, out_dir, n
-        self._written: Dict[int, Tuple[int, str]] = {}
-        self._lock = threading.Lock()
+        self._written: Dict[int, Tuple[int, Optional[str]]] = {}
+        self._inline: Dict[Tuple[int, int], bytes] = {}  # (rank, attempt) -> IPC stream
+        self._cond = threading.Condition()
         self._thread: Optional[threading.Thread] = None
-        self._seen: Optional[Dict[int, Tuple[int, str]]] = None
+        self._seen: Optional[Dict[int, Tuple[int, Optional[str]]]] = None
         self._df: Any = None
 
     def on_message(self, rank: int, msg: Tuple[Any, ...]) -> None:
-        if msg[0] != "written":
+        if msg[0] == "written":
+            entry: Tuple[int, Optional[str]] = (msg[1], msg[2])
+        elif msg[0] == "result":
+            entry = (msg[1], None)
+        else:
             return
-        with self._lock:
-            self._written[rank] = (msg[1], msg[2])
+        with self._cond:
+            if msg[0] == "result":
+                self._inline[(rank, msg[1])] = msg[2]
+            self._written[rank] = entry
+            self._cond.notify_all()
             if len(self._written) == self._n and self._thread is None:
                 self._thread = threading.Thread(target=self._build, args=(dict(self._written),),
                                                 name="slash-result-frame", daemon=True)
                 self._thread.start()
 
-    def _build(self, seen: Dict[int, Tuple[int, str]]) -> None:
+    def _build(self, seen: Dict[int, Tuple[int, Optional[str]]]) -> None:
+        inline = sum(path is None for _, path in seen.values())
+        if 0 < inline < len(seen):  # a mix writes files: only for the attempts that succeeded
+            return
         try:
-            self._df = _result_frame(self._spark, self._dir, seen[0][1])
+            self._df = self._make(seen)
             self._seen = seen
-        except Exception as e:  # listed again by frame()
-            log.debug("slash.spark: listing the results early failed: %s", e)
+        except Exception as e:  # built again by frame()
+            log.debug("slash.spark: building the result early failed: %s", e)
 
-    def frame(self, final: Dict[int, Tuple[Any, str]]) -> Any:
-        with self._lock:
+    def _make(self, parts: Dict[int, Tuple[Any, Optional[str]]]) -> Any:
+        inline = sorted(r for r, (_, path) in parts.items() if path is None)
+        if parts and len(inline) == len(parts):
+            tables = [self._table(r, parts[r][0]) for r in inline]
+            return _inline_frame(self._spark, pa.concat_tables(tables))
+        first = next((parts[r][1] for r in sorted(parts) if parts[r][1] is not None), None)
+        for r in inline:  # a mix: the small parts join the others as files
+            write_table(self._table(r, parts[r][0]), self._dir, f"part-{r:05d}.parquet")
+        return _result_frame(self._spark, self._dir, first)
+
+    def _table(self, rank: int, attempt: Any) -> pa.Table:
+        with self._cond:
+            data = self._inline[(rank, attempt)]
+        return pa.ipc.open_stream(data).read_all()
+
+    def frame(self, final: Dict[int, Tuple[Any, Optional[str]]], timeout: float = 60.0) -> Any:
+        """The DataFrame of the parts ``final`` names (rank -> (attempt id,
+        path or None for inline), from the tasks' summaries). Call it before
+        the rendezvous closes: it waits up to ``timeout`` s for inline parts
+        still on their way (a task sends its part before it ends)."""
+        missing = [(r, a) for r, (a, path) in final.items() if path is None]
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while any(k not in self._inline for k in missing):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    r = next(r for r, a in missing if (r, a) not in self._inline)
+                    raise TaskFailed(f"slash.spark: the result of Slash executor rank {r} did not reach "
+                                     f"the driver within {timeout} s", r, "result not received")
+                self._cond.wait(left)
             t = self._thread
         if t is not None:
             t.join()
             if self._df is not None and self._seen == final:
                 return self._df
-        return _result_frame(self._spark, self._dir, final[0][1] if final else None)
+        return self._make(final)
+
+
+def _inline_frame(spark: Any, table: pa.Table) -> Any:
+    """A DataFrame of the parts that came back inline, with the schema their
+    files would have had (:func:`_spark_schema`)."""
+    return spark.createDataFrame(table, schema=_arrow_to_spark(table.schema))
+
+
+def _arrow_to_spark(schema: pa.Schema) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    try:
+        return from_arrow_schema(schema)
+    except Exception:  # e.g. an unsigned key column: Spark reads it as the next wider type
+        return None
 
 
 def _spark_schema(path: str) -> Any:
     """The result files' Spark schema, from one footer (no inference job)."""
     import pyarrow.parquet as pq
-    from pyspark.sql.pandas.types import from_arrow_schema
 
     fsys, p = open_fs(path)
-    schema = pq.read_schema(p, filesystem=fsys)
-    try:
-        return from_arrow_schema(schema)
-    except Exception:  # e.g. an unsigned key column: Spark reads it as the next wider type
-        return None
+    return _arrow_to_spark(pq.read_schema(p, filesystem=fsys))
 
 
 def _now() -> float:

@@ -3,8 +3,9 @@ Slash executors in one Spark barrier stage (fast path only).
 
 Each barrier task reads its own split of both inputs with pyarrow (rows never
 pass through the JVM), merges them by event time into its join executor,
-and writes the pairs of the (window, key) groups it leads as Parquet; the
-returned DataFrame reads those files, like :func:`slash.spark.window_aggregate`.
+and returns the pairs of the (window, key) groups it leads, inline to the
+driver when small, else as Parquet; the returned DataFrame holds or reads
+them, like :func:`slash.spark.window_aggregate`.
 Spark DataFrames as inputs are not taken here: a barrier stage has one input
 partition per task, so two inputs would need a union of different schemas;
 write them to Parquet first.
@@ -25,8 +26,9 @@ from slash.runner import execute_join_split
 from slash.sources import FileSource
 from slash.spark import _env
 from slash.spark._tasks import (Rendezvous, barrier_stage, driver_host, join_group, rank_errors,
-                                raise_task_failure, report_error, write_table)
-from slash.spark.batch import EarlyFrame, _is_dataframe, _summary, announce_written, group_for
+                                raise_task_failure, report_error)
+from slash.spark.batch import (INLINE_BYTES, EarlyFrame, _is_dataframe, _summary, deliver_result,
+                               group_for, inline_limit)
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ class _JoinPlan:
     token: str
     out_dir: str
     rendezvous: Optional[tuple]
+    inline_bytes: int = 0
 
 
 def _make_join_task(plan: _JoinPlan):
@@ -60,15 +63,15 @@ def _make_join_task(plan: _JoinPlan):
                 finally:
                     lst.close()
                 out = plan.query.finalize(res, plan.left.schema, plan.right.schema)
-                path = write_table(out, plan.out_dir, f"part-{rank:05d}.parquet")
-                attempt = announce_written(conn, path)
+                m: dict = {}
+                path, attempt = deliver_result(conn, out, plan.out_dir, rank, plan.inline_bytes, m)
             except BaseException as e:
                 report_error(conn, e)
                 raise
             finally:
                 if conn is not None:
                     conn.close()
-            yield _summary(rank, out, {"attempt": attempt}, time.perf_counter() - t0, path)
+            yield _summary(rank, out, dict(m, attempt=attempt), time.perf_counter() - t0, path)
     return task
 
 
@@ -77,12 +80,15 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
                 left_columns: Optional[Sequence[str]] = None,
                 right_columns: Optional[Sequence[str]] = None, executors: Optional[int] = None,
                 transport: str = "shm", result_dir: Optional[str] = None,
-                slots_wait: float = 30.0) -> Any:
+                slots_wait: float = 30.0, result_inline_bytes: int = INLINE_BYTES) -> Any:
     """Joins ``left`` and ``right`` (Parquet/Arrow paths) on ``on`` within
     ``window`` (``"tumbling:12h"`` or ``"session:10s"``) and returns an
     ordinary Spark DataFrame: ``window_start``, ``window_end``, the key
     columns, then ``left_COL`` and ``right_COL`` for each side's (numeric)
-    payload columns, as ``slash run --join`` writes them.
+    payload columns, as ``slash run --join`` writes them. A small result
+    returns to the driver over the rendezvous link and is an in-memory
+    DataFrame (``result_inline_bytes``, as for
+    :func:`slash.spark.run_aggregate`); a larger one is Parquet files.
 
     >>> # df = window_join(spark, "persons/", "auctions/", on="id", time="ts", window="tumbling:12h")
     """
@@ -96,21 +102,25 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
     lsrc, rsrc = FileSource(left), FileSource(right)  # UnknownName / SchemaError before work
     query.check(lsrc.schema, rsrc.schema)
     n, group = group_for(spark, query, executors, transport, None, slots_wait)
+    inline = inline_limit(result_inline_bytes, n)
     token = secrets.token_hex(16)
     out_dir = f"{_env.result_root(spark, result_dir).rstrip('/')}/j-{token[:12]}"
     early = EarlyFrame(spark, out_dir, n)
     rdv = Rendezvous(driver_host(spark), n, token, on_message=early.on_message)
-    plan = _JoinPlan(query, lsrc, rsrc, group, token, out_dir, rdv.address)
+    plan = _JoinPlan(query, lsrc, rsrc, group, token, out_dir, rdv.address, inline)
     stage = barrier_stage(spark, n, _make_join_task(plan))
     sc = spark.sparkContext
     sc.setJobDescription(f"slash join on {list(query.on)} within {query.window}, {n} executors")
     try:
-        rows = stage.collect()
-    except Exception as e:
-        raise_task_failure(e, "slash.spark.window_join", rdv.root_cause())
+        try:
+            rows = stage.collect()
+        except Exception as e:
+            raise_task_failure(e, "slash.spark.window_join", rdv.root_cause())
+        # before the links close: inline parts may still be on their way
+        df = early.frame({r["rank"]: (json.loads(r["metrics"]).get("attempt"), r["path"]) for r in rows},
+                         group.timeout)
     finally:
         sc.setJobDescription(None)
         rdv.close()
     log.info("slash.spark.window_join: %d executors, %d result rows", n, sum(r["rows"] for r in rows))
-    return early.frame({r["rank"]: (json.loads(r["metrics"]).get("attempt"), r["path"]) for r in rows})
-
+    return df
