@@ -2,7 +2,11 @@
 # Installs everything, builds, and runs the whole suite:
 #   1. the C core's tests (ctest), warnings as errors;
 #   2. the same C tests under AddressSanitizer + UndefinedBehaviorSanitizer;
-#   3. pytest over the installed package.
+#   3. the libFuzzer targets for a bounded time (scripts/fuzz.sh; clang is
+#      installed if missing; SLASH_FUZZ_SECONDS per target, default 20);
+#   4. the install paths with Debian's own python3 on a fresh clone
+#      (scripts/check-install.sh: install.sh's virtual environment, sdist, wheel);
+#   5. pytest over the installed package.
 # Extra arguments go to pytest (e.g. ./test.sh -k channel).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -23,6 +27,12 @@ SLASH_TEST_BUFFERS=100000 SLASH_TEST_SCALE=small \
 ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}" \
 UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
     ctest --test-dir build/asan --output-on-failure
+
+log "fuzzing: each target for ${SLASH_FUZZ_SECONDS:-20} s"
+scripts/fuzz.sh "${SLASH_FUZZ_SECONDS:-20}"
+
+log "install paths with Debian's python3 on a fresh clone"
+scripts/check-install.sh /usr/bin/python3
 
 log "pytest"
 # run from tests/ so `import slash` is the installed package, not the source tree
