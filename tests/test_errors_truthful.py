@@ -63,3 +63,12 @@ def test_repeating_a_failure_repeats_its_own_detail(token):
             msgs.append(str(e.value))
         assert msgs[0] == msgs[1]
         assert "multiple of 64" in msgs[0]
+
+
+def test_spark_errors_live_in_slash_errors_as_the_docs_say():
+    from slash import errors
+    from slash.spark import _env
+
+    for name in ("TaskFailed", "NotEnoughSlots", "SparkUnavailable", "SinkFailed"):
+        assert issubclass(getattr(errors, name), errors.SlashError), name
+    assert _env.TaskFailed is errors.TaskFailed and _env.NotEnoughSlots is errors.NotEnoughSlots

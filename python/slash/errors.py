@@ -99,6 +99,34 @@ class SinkFailed(SlashError):
     window: "tuple[int, int] | None" = None
 
 
+# -- Spark: raised by slash.spark (kept here with the others, so one import
+# catches every Slash error; slash.spark re-exports them) -------------------
+class SparkUnavailable(NotSupported):
+    """pyspark (or pandas, which its Arrow UDFs import) or Java is missing."""
+
+    status = "spark unavailable"
+
+
+class NotEnoughSlots(InvalidArgument):
+    """The cluster has fewer concurrent task slots than the executors asked for."""
+
+    status = "not enough task slots"
+
+
+class TaskFailed(SystemFailure):
+    """A Slash barrier task failed; ``rank`` says which executor (None if unknown)."""
+
+    status = "spark task failed"
+
+    def __init__(self, message: str, rank: "int | None" = None, reason: str = "") -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.reason = reason
+
+    def __reduce__(self):  # picklable with its rank and reason
+        return (type(self), (str(self), self.rank, self.reason))
+
+
 class EndOfStream(SlashError, EOFError):
     """The producer closed the channel; no more buffers will arrive."""
 

@@ -19,32 +19,10 @@ import threading
 import time
 from typing import Any, List, Optional
 
-from slash.errors import InvalidArgument, NotSupported, SystemFailure
+from slash.errors import (InvalidArgument, NotEnoughSlots, NotSupported,  # noqa: F401
+                          SparkUnavailable, SystemFailure, TaskFailed)
 
 log = logging.getLogger(__name__)
-
-
-class SparkUnavailable(NotSupported):
-    """pyspark (or pandas, which its Arrow UDFs import) or Java is missing."""
-
-    status = "spark unavailable"
-
-
-class NotEnoughSlots(InvalidArgument):
-    """The cluster has fewer concurrent task slots than the executors asked for."""
-
-    status = "not enough task slots"
-
-
-class TaskFailed(SystemFailure):
-    """A Slash barrier task failed; ``rank`` says which executor (None if unknown)."""
-
-    status = "spark task failed"
-
-    def __init__(self, message: str, rank: Optional[int] = None, reason: str = "") -> None:
-        super().__init__(message)
-        self.rank = rank
-        self.reason = reason
 
 
 def require_pyspark() -> Any:
