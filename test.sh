@@ -6,7 +6,9 @@
 #      installed if missing; SLASH_FUZZ_SECONDS per target, default 20);
 #   4. the install paths with Debian's own python3 on a fresh clone
 #      (scripts/check-install.sh: install.sh's virtual environment, sdist, wheel);
-#   5. pytest over the installed package.
+#   5. pytest over the installed package;
+#   6. the executor, channel and join tests once more against an ASan/UBSan
+#      build of the extension (scripts/asan-pytest.sh, libasan preloaded).
 # Extra arguments go to pytest (e.g. ./test.sh -k channel).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -37,3 +39,9 @@ scripts/check-install.sh /usr/bin/python3
 log "pytest"
 # run from tests/ so `import slash` is the installed package, not the source tree
 python3 -m pytest -q -p no:cacheprovider tests "$@"
+
+if [ "$#" = 0 ]; then
+    log "executor, channel and join tests against an ASan/UBSan build of the extension"
+    scripts/asan-pytest.sh test_executor.py test_channel.py test_join.py test_executor_join.py \
+        -m "not slow"
+fi
