@@ -20,7 +20,6 @@ from __future__ import annotations
 import gc
 import inspect
 import logging
-import multiprocessing as mp
 import os
 import secrets
 import tempfile
@@ -32,9 +31,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from slash.errors import InvalidArgument, SlashError, SystemCallError, SystemFailure, Timeout
 from slash.limits import MAX_EXECUTORS
-from slash.errors import InvalidArgument, SlashError, SystemFailure
 from slash.executor import Executor, GroupConfig
+from slash.launcher import ProcessGroup
 from slash.query import JoinQuery, Query
 from slash.sources import Source, as_source
 
@@ -215,11 +215,13 @@ def execute_join_split(query: JoinQuery, left: Source, right: Source, rank: int,
         ex.close()
 
 
-def _worker(query, source, rank, n, group, token, addr_q, addrs_q, out_q, want_late=False) -> None:
+def _worker(query, source, rank, n, group, token, want_late, link) -> None:
+    """One executor process of :func:`run` (see :mod:`slash.launcher`): sends
+    its listener address, gets everyone's, runs its split, sends the result."""
     try:
         lst = Executor.listen(group.transport, token=token)
-        addr_q.put((rank, lst.address))
-        addresses = addrs_q.get(timeout=group.timeout)
+        link.put(("addr", rank, lst.address))
+        addresses = link.get(timeout=group.timeout)
         m: Dict[str, Any] = {}
         late: Optional[List[pa.RecordBatch]] = [] if want_late else None
         if isinstance(query, JoinQuery):
@@ -230,10 +232,30 @@ def _worker(query, source, rank, n, group, token, addr_q, addrs_q, out_q, want_l
                                    late_rows=late)
         lst.close()
         plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
-        out_q.put(("ok", rank, result, plain, pa.Table.from_batches(late) if late else None))
+        link.put(("ok", rank, result, plain, pa.Table.from_batches(late) if late else None))
     except BaseException as e:  # the parent raises it, naming the rank
-        out_q.put(("error", rank, e if isinstance(e, SlashError) else None,
-                   f"{type(e).__name__}: {e}", traceback.format_exc()))
+        link.put(("error", rank, e if isinstance(e, SlashError) else None,
+                  f"{type(e).__name__}: {e}", traceback.format_exc()))
+
+
+def _raise_reported(rep: Tuple[Any, ...]) -> None:
+    """Raises an executor's ("error", rank, exc, text, traceback) report."""
+    _, rank, exc, text, tb = rep
+    log.debug("executor %d failed:\n%s", rank, tb)
+    if exc is not None:
+        raise type(exc)(f"executor rank {rank}: {exc}")
+    raise SystemFailure(f"executor rank {rank} failed: {text}")
+
+
+def _check_output_path(path: str, what: str) -> None:
+    """Fails before any process starts if `path` cannot be written, naming it."""
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        raise InvalidArgument(f"{what} {path!r} is a directory; give a file name")
+    if not os.path.isdir(d):
+        raise InvalidArgument(f"{what} {path!r}: directory {d!r} does not exist")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise InvalidArgument(f"{what} {path!r}: directory {d!r} is not writable")
 
 
 def run(query: Query, source: Any, *, executors: Optional[int] = None, transport: str = "shm",
@@ -273,57 +295,45 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         raise InvalidArgument(f"executors must be an int in 1..{MAX_EXECUTORS}, got {executors!r}")
     group = GroupConfig.for_call(group, transport=transport, mode=mode, lateness=query.lateness)
     group.partitions_for(n)
+    cores = os.cpu_count() or 1
+    if n > cores:
+        log.warning("%d executors on %d cores: executors share cores and wait on each other; "
+                    "a run is fastest with at most one executor per core", n, cores)
+    if output:
+        _check_output_path(output, "output")
+    if late_output is not None:
+        _check_output_path(late_output, "late_output")
     token = secrets.token_hex(16)
-    ctx = mp.get_context("spawn")
-    addr_q, out_q = ctx.Queue(), ctx.Queue()
-    addrs_qs = [ctx.Queue() for _ in range(n)]
-    procs = [ctx.Process(target=_worker, daemon=True,
-                         args=(query, src, r, n, group, token, addr_q, addrs_qs[r], out_q,
-                               late_output is not None))
-             for r in range(n)]
     t0 = time.monotonic()
-    for p in procs:
-        p.start()
-    try:
-        got = {}
+    want_late = late_output is not None
+    with ProcessGroup(n, _worker, lambda r: (query, src, r, n, group, token, want_late)) as pg:
+        got: Dict[int, str] = {}
         while len(got) < n:
-            _check_alive(procs, out_q)
             try:
-                r, addr = addr_q.get(timeout=1.0)
-                got[r] = addr
-            except Exception:
-                if time.monotonic() - t0 > group.timeout:
-                    raise SystemFailure(f"only {len(got)} of {n} executors started in time") from None
-        for q in addrs_qs:
-            q.put([got[r] for r in range(n)])
+                rep = pg.recv(timeout=max(0.0, t0 + group.timeout - time.monotonic()))
+            except Timeout:
+                raise SystemFailure(f"only {len(got)} of {n} executors started within "
+                                    f"{group.timeout} s") from None
+            if rep[0] == "error":
+                _raise_reported(rep)
+            got[rep[1]] = rep[2]
+        pg.broadcast([got[r] for r in range(n)])
         parts: List[pa.Table] = [None] * n  # type: ignore[list-item]
         per_exec: List[Dict[str, Any]] = [{} for _ in range(n)]
         late_parts: List[pa.Table] = []
         done = 0
         while done < n:
             try:
-                rep = out_q.get(timeout=1.0)
-            except Exception:
-                _check_alive(procs, None)
-                if time.monotonic() - t0 > timeout:
-                    raise SystemFailure(f"query did not finish within {timeout} s") from None
-                continue
+                rep = pg.recv(timeout=max(0.0, t0 + timeout - time.monotonic()))
+            except Timeout:
+                raise SystemFailure(f"query did not finish within {timeout} s") from None
             if rep[0] == "error":
-                _, rank, exc, text, tb = rep
-                log.debug("executor %d failed:\n%s", rank, tb)
-                if exc is not None:
-                    raise type(exc)(f"executor rank {rank}: {exc}")
-                raise SystemFailure(f"executor rank {rank} failed: {text}")
+                _raise_reported(rep)
             parts[rep[1]] = rep[2]
             per_exec[rep[1]] = rep[3]
             if rep[4] is not None:
                 late_parts.append(rep[4])
             done += 1
-    finally:
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
     if isinstance(query, JoinQuery):
         result = query.finalize(pa.concat_tables(parts), src[0].schema, src[1].schema)
     else:
@@ -350,19 +360,19 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     return result
 
 
-def _check_alive(procs, out_q) -> None:
-    for r, p in enumerate(procs):
-        if p.exitcode not in (None, 0):
-            raise SystemFailure(f"executor rank {r} died (exit code {p.exitcode}) before reporting")
-
-
 def write_parquet_atomically(table: pa.Table, path: str) -> None:
     d = os.path.dirname(os.path.abspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".slash-", suffix=".parquet", dir=d)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".slash-", suffix=".parquet", dir=d)
+    except OSError as e:  # name the user's path, not the hidden temporary file
+        raise SystemCallError(f"cannot write {path!r}: {e.strerror}") from None
     os.close(fd)
     try:
         pq.write_table(table, tmp)
         os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp)
+        raise SystemCallError(f"cannot write {path!r}: {e.strerror or e}") from None
     except BaseException:
         os.unlink(tmp)
         raise

@@ -155,12 +155,14 @@ void slash_group_close(slash_group *g)
 {
     if (!g)
         return;
-    for (uint32_t r = 0; r < g->n; r++) {
-        if (g->out)
-            slash_channel_close(g->out[r]);
-        if (g->in)
-            slash_channel_close(g->in[r]);
-    }
+    /* Inbound channels first: a consumer that closes returns its credits and
+     * drops its end, which is what a peer's outbound close waits for. Closing
+     * out[r] first made every executor wait on a peer that was itself waiting
+     * in its own close, until the drain timeout (2 s per remote channel). */
+    for (uint32_t r = 0; g->in && r < g->n; r++)
+        slash_channel_close(g->in[r]);
+    for (uint32_t r = 0; g->out && r < g->n; r++)
+        slash_channel_close(g->out[r]);
     free(g->out);
     free(g->in);
     free(g);

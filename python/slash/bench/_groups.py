@@ -9,7 +9,6 @@ same event-time span, so all executors advance through time together.
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import secrets
 import time
 from dataclasses import dataclass
@@ -43,13 +42,13 @@ def _stream(cfg: GroupBenchConfig, rank: int):
                        rate=cfg.rate, batch_size=cfg.batch, columns=["key", "event_time"])
 
 
-def _worker(cfg: GroupBenchConfig, rank: int, token: str, addr_q, addrs_q, out_q) -> None:
+def _worker(cfg: GroupBenchConfig, rank: int, token: str, link) -> None:
     try:
         import slash
 
         lst = slash.Executor.listen(cfg.transport, token=token)
-        addr_q.put((rank, lst.address))
-        addresses = addrs_q.get(timeout=120)
+        link.put(("addr", rank, lst.address))
+        addresses = link.get(timeout=120)
         state = slash.StateConfig(window=f"tumbling:{cfg.window_ms}ms", aggregates=["count"])
         group = slash.GroupConfig(transport=cfg.transport, mode=cfg.mode, epoch_bytes=cfg.epoch_bytes)
         ex = slash.Executor(lst, rank, addresses, state, group, token=token)
@@ -67,34 +66,33 @@ def _worker(cfg: GroupBenchConfig, rank: int, token: str, addr_q, addrs_q, out_q
         m = ex.metrics
         table = pa.Table.from_batches(out, schema=ex.result_schema())
         ex.close()
-        out_q.put(("ok", rank, elapsed, t_push, m, table))
+        link.put(("ok", rank, elapsed, t_push, m, table))
     except BaseException as e:
-        out_q.put(("error", rank, f"{type(e).__name__}: {e}"))
+        link.put(("error", rank, f"{type(e).__name__}: {e}"))
 
 
 def run_group(cfg: GroupBenchConfig) -> Dict[str, Any]:
     """Runs one configuration and returns its measurements."""
-    from slash.errors import SystemFailure
+    from slash.errors import SystemFailure, Timeout
+    from slash.launcher import ProcessGroup
 
     n = cfg.executors
-    ctx = mp.get_context("spawn")
     token = secrets.token_hex(8)
-    addr_q, out_q = ctx.Queue(), ctx.Queue()
-    addrs_qs = [ctx.Queue() for _ in range(n)]
-    procs = [ctx.Process(target=_worker, args=(cfg, r, token, addr_q, addrs_qs[r], out_q), daemon=True)
-             for r in range(n)]
-    for p in procs:
-        p.start()
-    try:
-        got = dict(addr_q.get(timeout=120) for _ in range(n))
-        for q in addrs_qs:
-            q.put([got[r] for r in range(n)])
-        reports = [out_q.get(timeout=3600) for _ in range(n)]
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
+    with ProcessGroup(n, _worker, lambda r: (cfg, r, token)) as pg:
+        got: Dict[int, str] = {}
+        reports = []
+        try:
+            while len(got) + len(reports) < n:  # an executor that fails at setup reports at once
+                msg = pg.recv(timeout=120)
+                if msg[0] == "addr":
+                    got[msg[1]] = msg[2]
+                else:
+                    reports.append(msg)
+            if not reports:
+                pg.broadcast([got[r] for r in range(n)])
+                reports = [pg.recv(timeout=3600) for _ in range(n)]
+        except Timeout as e:
+            raise SystemFailure(f"benchmark group of {n}: {e}") from None
     errs = [r for r in reports if r[0] == "error"]
     if errs:
         raise SystemFailure("; ".join(f"executor {e[1]}: {e[2]}" for e in errs))

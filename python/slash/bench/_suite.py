@@ -39,7 +39,6 @@ import functools
 import json
 import logging
 import math
-import multiprocessing as mp
 import os
 import secrets
 import shutil
@@ -55,6 +54,7 @@ import pyarrow.compute as pc
 
 from slash.bench._progress import Progress
 from slash.errors import InvalidArgument, NotSupported, SystemFailure
+from slash.launcher import ProcessGroup
 from slash.query import Query
 
 log = logging.getLogger(__name__)
@@ -392,7 +392,8 @@ def _execute_join(plan: Plan, parts: Dict[str, List[pa.RecordBatch]], rank: int,
 
 
 def _worker(plan: Plan, rank: int, n: int, mode: str, transport: str, token: str, timeout: float,
-            in_q: Any, out_q: Any) -> None:
+            link: Any) -> None:
+    in_q = out_q = link  # slash.launcher.Link: put() to the parent, get() from it
     try:
         from slash.executor import Executor, GroupConfig
 
@@ -423,31 +424,18 @@ def run_group(plan: Plan, executors: int, mode: str, transport: str = "shm",
     per-executor metrics."""
     if plan.query is None and plan.join is None:
         raise NotSupported(f"{plan.name}: no Slash plan for this query")
-    ctx = mp.get_context("spawn")
     token = secrets.token_hex(16)
-    out_q = ctx.Queue()
-    in_qs = [ctx.Queue() for _ in range(executors)]
-    procs = [ctx.Process(target=_worker, daemon=True,
-                         args=(plan, r, executors, mode, transport, token, timeout, in_qs[r], out_q))
-             for r in range(executors)]
-    for p in procs:
-        p.start()
-    try:
+    with ProcessGroup(executors, _worker,
+                      lambda r: (plan, r, executors, mode, transport, token, timeout)) as pg:
         ready: Dict[int, Tuple[str, float, int]] = {}
         phase1: Dict[int, pa.Table] = {}
         done: Dict[int, Tuple[float, Dict[str, Any], pa.Table]] = {}
         t_start = time.monotonic()
         while len(done) < executors:
             try:
-                msg = out_q.get(timeout=1.0)
-            except Exception:
-                for r, p in enumerate(procs):
-                    if p.exitcode not in (None, 0):
-                        raise SystemFailure(f"{plan.name}: executor rank {r} died (exit code "
-                                            f"{p.exitcode})") from None
-                if time.monotonic() - t_start > timeout:
-                    raise SystemFailure(f"{plan.name}: no answer within {timeout} s") from None
-                continue
+                msg = pg.recv(timeout=max(0.0, t_start + timeout - time.monotonic()))
+            except SystemFailure as e:  # a dead executor, or slash.errors.Timeout
+                raise SystemFailure(f"{plan.name} ({mode}): {e}") from None
             kind, rank = msg[0], msg[1]
             if kind == "error":
                 log.debug("executor %d failed:\n%s", rank, msg[3])
@@ -457,24 +445,16 @@ def run_group(plan: Plan, executors: int, mode: str, transport: str = "shm",
             if kind == "ready":
                 ready[rank] = (msg[2], msg[3], msg[4])
                 if len(ready) == executors:  # every split generated: start together
-                    addresses = [ready[r][0] for r in range(executors)]
-                    for q in in_qs:
-                        q.put(addresses)
+                    pg.broadcast([ready[r][0] for r in range(executors)])
             elif kind == "phase1":
                 phase1[rank] = msg[2]
                 if len(phase1) == executors:
                     assert plan.query is not None
                     first = plan.inputs[0][1]
-                    maxima = plan.query.finalize(pa.concat_tables(phase1.values()), first.schema())
-                    for q in in_qs:
-                        q.put(maxima)
+                    pg.broadcast(plan.query.finalize(pa.concat_tables(phase1.values()),
+                                                     first.schema()))
             else:
                 done[rank] = (msg[2], msg[3], msg[4])
-    finally:
-        for p in procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
     parts = pa.concat_tables([done[r][2] for r in range(executors)])
     if plan.semijoin is None and plan.join is None:
         assert plan.query is not None

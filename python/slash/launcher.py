@@ -1,0 +1,184 @@
+"""One launcher for groups of local executor processes.
+
+:class:`ProcessGroup` starts N processes with the "spawn" method (each starts
+clean: no inherited threads or locks), gives each a duplex pipe to the parent
+(a :class:`Link`), and reads their messages with
+:func:`multiprocessing.connection.wait` on the pipes *and* the processes'
+sentinels. So a process that dies -- killed by a signal, crashed in C, or
+exited without sending its result -- is noticed at once, not after a timeout,
+and the error names its rank and exit code or signal.
+
+Convention: a message is a tuple whose first item is its kind; a process's
+last message has kind ``"ok"`` or ``"error"`` (after it, the process may
+exit). Any other exit is a failure of the run.
+
+>>> def hello(rank, link):
+...     link.put(("ok", rank, rank * 10))
+>>> # with ProcessGroup(2, hello, lambda r: (r,)) as g:   # (spawn needs an importable target)
+>>> #     sorted(g.recv()[2] for _ in range(2))   -> [0, 10]
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import signal
+import time
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from slash.errors import SystemFailure, Timeout
+
+log = logging.getLogger(__name__)
+
+FINAL_KINDS = ("ok", "error")
+
+
+def describe_exit(exitcode: Optional[int]) -> str:
+    """``exit code 3`` or ``killed by signal SIGKILL`` for a process's exit code."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+class Link:
+    """A worker's end of its pipe to the parent: ``put`` a message, ``get``
+    one (raises :class:`slash.errors.Timeout` after ``timeout`` seconds, and
+    :class:`slash.errors.SystemFailure` if the parent went away)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def put(self, msg: Any) -> None:
+        self._conn.send(msg)
+
+    def get(self, timeout: Optional[float] = None) -> Any:
+        if not self._conn.poll(timeout):
+            raise Timeout(f"no message from the launching process within {timeout} s")
+        try:
+            return self._conn.recv()
+        except EOFError:
+            raise SystemFailure("the launching process went away") from None
+
+
+def _entry(target: Callable[..., None], args: Tuple[Any, ...], conn: Connection) -> None:
+    try:
+        target(*args, Link(conn))
+    finally:
+        conn.close()
+
+
+class ProcessGroup:
+    """N spawned processes running ``target(*args_of(rank), link)``.
+
+    Use as a context manager: leaving it joins the processes briefly and
+    kills any still running, so nothing outlives a failed run.
+    ``name`` names a process in errors (``"executor rank 2 died ..."``).
+    """
+
+    def __init__(self, n: int, target: Callable[..., None],
+                 args_of: Callable[[int], Sequence[Any]], name: str = "executor") -> None:
+        if n < 1:
+            raise ValueError(f"a process group needs at least one process, got {n}")
+        ctx = mp.get_context("spawn")
+        self.n = n
+        self.name = name
+        self._conns: List[Connection] = []
+        self._procs: List[Any] = []
+        self._final: List[bool] = [False] * n
+        self._open: List[bool] = [True] * n
+        child_ends = []
+        for r in range(n):
+            parent, child = ctx.Pipe(duplex=True)
+            self._conns.append(parent)
+            child_ends.append(child)
+            self._procs.append(ctx.Process(target=_entry, daemon=True, name=f"{name}-{r}",
+                                           args=(target, tuple(args_of(r)), child)))
+        try:
+            for p in self._procs:
+                p.start()
+        finally:
+            for c in child_ends:  # the parent keeps only its ends: EOF when a child exits
+                c.close()
+
+    def __enter__(self) -> "ProcessGroup":
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        # after a failure the others may be waiting on the dead one: no grace
+        self.close(5.0 if exc_type is None else 0.2)
+
+    def send(self, rank: int, msg: Any) -> None:
+        """Sends ``msg`` to process ``rank`` (its :meth:`Link.get`)."""
+        try:
+            self._conns[rank].send(msg)
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            self._raise_dead(rank)
+
+    def broadcast(self, msg: Any) -> None:
+        for r in range(self.n):
+            self.send(r, msg)
+
+    def recv(self, timeout: Optional[float] = None) -> Any:
+        """The next message from any process. Raises :class:`SystemFailure`
+        naming the rank as soon as a process has exited without its final
+        message, and :class:`slash.errors.Timeout` after ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            live = [r for r in range(self.n) if self._open[r]]
+            if not live:
+                raise SystemFailure(f"every {self.name} has already reported")
+            waits: Dict[Any, int] = {}
+            for r in live:
+                waits[self._conns[r]] = r
+                waits[self._procs[r].sentinel] = r
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = wait(list(waits), left)
+            if not ready:
+                raise Timeout(f"no message from any {self.name} within {timeout} s")
+            # pipes first: a process that sent its result and exited is not dead
+            for obj in sorted(ready, key=lambda o: not isinstance(o, Connection)):
+                r = waits[obj]
+                if not self._open[r]:
+                    continue
+                conn = self._conns[r]
+                if conn.poll(0):
+                    try:
+                        msg = conn.recv()
+                    except EOFError:
+                        self._open[r] = False
+                        self._raise_if_unfinished(r)
+                        continue
+                    if isinstance(msg, tuple) and msg and msg[0] in FINAL_KINDS:
+                        self._final[r] = True
+                    return msg
+                if not isinstance(obj, Connection) or self._procs[r].exitcode is not None:
+                    self._open[r] = False
+                    self._raise_if_unfinished(r)
+
+    def _raise_if_unfinished(self, rank: int) -> None:
+        if not self._final[rank]:
+            self._raise_dead(rank)
+
+    def _raise_dead(self, rank: int) -> None:
+        p = self._procs[rank]
+        p.join(1.0)  # the pipe closes a moment before the exit code is known
+        raise SystemFailure(f"{self.name} rank {rank} died ({describe_exit(p.exitcode)}) "
+                            f"before reporting its result")
+
+    def close(self, grace: float = 5.0) -> None:
+        """Waits up to ``grace`` s in all for the processes, then kills the rest."""
+        deadline = time.monotonic() + grace
+        for p in self._procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        for r, p in enumerate(self._procs):
+            if p.is_alive():
+                log.debug("killing %s rank %d", self.name, r)
+                p.kill()
+                p.join(5)
+        for c in self._conns:
+            c.close()
