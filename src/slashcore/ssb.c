@@ -542,6 +542,18 @@ static inline size_t fast_slot(int64_t key, int64_t win)
     return (size_t)(x >> 54); /* SSB_FAST = 2^10 slots */
 }
 
+/* The same for byte-string keys: an entry names its (key, slice) by the
+ * index hash and the key's bytes in the batch (valid for the whole call),
+ * which a hit compares in full, so it skips the index probe and the chain
+ * walk through the log. */
+typedef struct fast_bytes {
+    uint64_t hash;
+    int64_t win;
+    const uint8_t *key;
+    uint32_t len;
+    uint8_t *partials;
+} fast_bytes;
+
 #define SSB_PREFETCH_RECHECK 16 /* chunks between checks of the partitions' size */
 
 /* Tumbling and sliding windows: in chunks, first hash every record and
@@ -559,7 +571,8 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     const bool i64 = s->cfg.key_type == SLASH_KEY_INT64;
     const bool additive = all_additive_i64(s);
     fast_entry *fast = i64 ? calloc(SSB_FAST, sizeof *fast) : NULL;
-    if (i64 && !fast)
+    fast_bytes *fastb = i64 ? NULL : calloc(SSB_FAST, sizeof *fastb);
+    if (i64 ? !fast : !fastb)
         return slash_fail(SLASH_ENOMEM, "update cache");
     slash_status st = SLASH_OK;
     bool prefetch = false;
@@ -641,7 +654,15 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 const uint8_t *k;
                 uint32_t klen;
                 batch_key(b, i, &k, &klen);
-                part = ssb_upsert(s, &s->parts[pidx[j]], hash[j], win[j], k, klen, &st);
+                fast_bytes *f = &fastb[hash[j] >> 54]; /* SSB_FAST = 2^10 slots */
+                if (f->partials && f->hash == hash[j] && f->win == win[j] && f->len == klen &&
+                    memcmp(f->key, k, klen) == 0) {
+                    part = f->partials;
+                } else {
+                    part = ssb_upsert(s, &s->parts[pidx[j]], hash[j], win[j], k, klen, &st);
+                    f->hash = hash[j], f->win = win[j], f->key = k, f->len = klen;
+                    f->partials = part;
+                }
             }
             if (!part)
                 goto out;
@@ -653,6 +674,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     }
 out:
     free(fast);
+    free(fastb);
     return st;
 }
 
