@@ -72,18 +72,31 @@ cdef list fill_batch(slash_ssb_batch *b, times, keys, list values, key_offsets, 
             raise _errors.InvalidArgument(f"selection has {sk.shape[0]} rows, the batch {b.n}")
         b.skip = &sk[0]
         keep.append(sk)
+    # every column is checked against the batch's length here, where C
+    # pointers are taken: the core reads n rows of each without knowing more
     if keys is not None:
         k = keys
+        if <size_t>k.shape[0] != b.n:
+            raise _errors.InvalidArgument(f"keys have {k.shape[0]} values, the batch {b.n}")
         b.keys = &k[0]
         keep.append(k)
     else:
+        if key_offsets is None or key_data is None:
+            raise _errors.InvalidArgument("byte-string keys need key_offsets and key_data")
+        if <size_t>len(key_offsets) != b.n + 1:
+            raise _errors.InvalidArgument(f"key_offsets have {len(key_offsets)} values, a batch of "
+                                          f"{b.n} needs {b.n + 1}")
         if key_offsets.dtype == _np.int64:
             o64 = key_offsets
+            if o64[0] < 0 or o64[b.n] > <int64_t>len(key_data) or o64[b.n] < o64[0]:
+                raise _errors.InvalidArgument("key_offsets point outside key_data")
             b.key_offsets = &o64[0]
             b.key_offsets_64 = 1
             keep.append(o64)
         else:
             o32 = key_offsets
+            if o32[0] < 0 or o32[b.n] > <int64_t>len(key_data) or o32[b.n] < o32[0]:
+                raise _errors.InvalidArgument("key_offsets point outside key_data")
             b.key_offsets = &o32[0]
             keep.append(o32)
         kd = key_data if len(key_data) else _np.zeros(1, _np.uint8)
@@ -92,6 +105,8 @@ cdef list fill_batch(slash_ssb_batch *b, times, keys, list values, key_offsets, 
     for j, v in enumerate(values):
         if v is None:
             continue
+        if <size_t>v.shape[0] != b.n:
+            raise _errors.InvalidArgument(f"value column {j} has {v.shape[0]} values, the batch {b.n}")
         if v.dtype == _np.float64:
             vf = v
             b.values[j] = &vf[0]
