@@ -485,7 +485,11 @@ def test_value_types_sum_min_max_avg_equal_duckdb(group):
 
 # -- the CLI ----------------------------------------------------------------------------------------
 def _cli(*argv: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [os.path.join(REPO, "python"),
+    # the CLI of the very package these tests import (installed, or a dev tree)
+    import slash
+
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(slash.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [pkg_root,
                                                                   os.environ.get("PYTHONPATH")] if p))
     return subprocess.run([sys.executable, "-m", "slash", *argv], capture_output=True, text=True,
                           timeout=180, env=env)
