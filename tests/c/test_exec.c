@@ -25,25 +25,16 @@ typedef struct row {
 static int64_t times[NREC], keys[NREC], vals[NREC];
 static int owner[NREC];
 
-static uint64_t rng(uint64_t *s)
-{
-    *s += 0x9E3779B97F4A7C15ull;
-    uint64_t z = *s;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* A stream with mild disorder (within lateness), 1000 keys, one heavy hitter. */
 static void make_stream(uint64_t seed, int n, int split)
 {
     uint64_t s = seed;
     for (int i = 0; i < NREC; i++) {
-        times[i] = i / 10 + (int64_t)(rng(&s) % 50); /* ~20 s of event time, disorder < 50 ms */
-        keys[i] = rng(&s) % 3 == 0 ? 7 : (int64_t)(rng(&s) % 1000);
-        vals[i] = (int64_t)(rng(&s) % 1000) - 300;
+        times[i] = i / 10 + (int64_t)(unit_rng(&s) % 50); /* ~20 s of event time, disorder < 50 ms */
+        keys[i] = unit_rng(&s) % 3 == 0 ? 7 : (int64_t)(unit_rng(&s) % 1000);
+        vals[i] = (int64_t)(unit_rng(&s) % 1000) - 300;
         switch (split) {
-        case 0: owner[i] = (int)(rng(&s) % (uint64_t)n); break; /* random records */
+        case 0: owner[i] = (int)(unit_rng(&s) % (uint64_t)n); break; /* random records */
         case 1: owner[i] = 0; break;                             /* one gets all */
         default: owner[i] = (int)((i / 997) % n); break;         /* chunks */
         }

@@ -27,15 +27,6 @@ static int owner[NREC];
 static int32_t str_off[NREC + 1];
 static uint8_t str_data[NREC * 24];
 
-static uint64_t rng(uint64_t *s)
-{
-    *s += 0x9E3779B97F4A7C15ull;
-    uint64_t z = *s;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* nkeys distinct keys (few repeats when nkeys is large: routing turns on);
  * string keys are "k<key>" with lengths 2..21 */
 static void make_stream(uint64_t seed, int n, int64_t nkeys)
@@ -43,10 +34,10 @@ static void make_stream(uint64_t seed, int n, int64_t nkeys)
     uint64_t s = seed;
     int32_t off = 0;
     for (int i = 0; i < NREC; i++) {
-        times[i] = i / 3 + (int64_t)(rng(&s) % 40);
-        keys[i] = rng(&s) % 5 == 0 ? 3 : (int64_t)(rng(&s) % (uint64_t)nkeys) * 7919;
-        vals[i] = (int64_t)(rng(&s) % 1000) - 300;
-        owner[i] = (int)(rng(&s) % (uint64_t)n);
+        times[i] = i / 3 + (int64_t)(unit_rng(&s) % 40);
+        keys[i] = unit_rng(&s) % 5 == 0 ? 3 : (int64_t)(unit_rng(&s) % (uint64_t)nkeys) * 7919;
+        vals[i] = (int64_t)(unit_rng(&s) % 1000) - 300;
+        owner[i] = (int)(unit_rng(&s) % (uint64_t)n);
         str_off[i] = off;
         off += snprintf((char *)str_data + off, 24, "k%lld", (long long)keys[i]);
     }
@@ -415,10 +406,10 @@ TEST(join_executor_pair_equals_one_join_store)
     uint64_t s = 77;
     for (int side = 0; side < 2; side++)
         for (int i = 0; i < NJ; i++) {
-            jt[side][i] = i + (int64_t)(rng(&s) % 30);
-            jk[side][i] = (int64_t)(rng(&s) % 200);
-            jv[side][i] = (int64_t)(rng(&s) % 100000) * 2 + side;
-            jowner[side][i] = (int)(rng(&s) % 2);
+            jt[side][i] = i + (int64_t)(unit_rng(&s) % 30);
+            jk[side][i] = (int64_t)(unit_rng(&s) % 200);
+            jv[side][i] = (int64_t)(unit_rng(&s) % 100000) * 2 + side;
+            jowner[side][i] = (int)(unit_rng(&s) % 2);
         }
     static jrow want[JMAX], got[JMAX];
     slash_join_config jc = join_config(1);

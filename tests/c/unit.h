@@ -7,12 +7,23 @@
 #ifndef SLASH_UNIT_H
 #define SLASH_UNIT_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "slash/status.h"
 
 static int unit_passed, unit_failed, unit_current_failed;
+
+/* splitmix64: the tests' seeded pseudo-random stream (state *s). */
+static inline uint64_t unit_rng(uint64_t *s)
+{
+    *s += 0x9E3779B97F4A7C15ull;
+    uint64_t z = *s;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 
 #define TEST(name) static void name(void)
 
