@@ -168,7 +168,7 @@ def test_failed_task_names_rank(spark, data, tmp_path):
     from slash.sources import FileSource
 
     src = FileSource([a, b])
-    os.unlink(b)  # every task plans its share from all files' statistics: any may meet it first
+    os.unlink(b)  # the ranks that read b's row groups fail; either may be the first named
     with pytest.raises(TaskFailed, match=r"rank \d failed: .*b.parquet") as e:
         window_aggregate(spark, src, time="t", window="tumbling:10s", key="k", aggs=["count"],
                          executors=2)

@@ -356,6 +356,7 @@ class FileSource:
         first: Optional[str] = None
         empty: Optional[Tuple[str, pa.Schema]] = None  # the first file, if no file has rows
         nullable: Dict[str, bool] = {}
+        footers: Dict[str, Any] = {}
         for p in self.paths:
             try:
                 if _is_ipc(p):
@@ -365,6 +366,7 @@ class FileSource:
                 else:
                     with pq.ParquetFile(p) as f:
                         md, schema = f.metadata, f.schema_arrow
+                    footers[p] = md
                     units = [Unit(p, i, md.row_group(i).num_rows) for i in range(md.num_row_groups)]
             except (pa.ArrowInvalid, OSError) as e:
                 raise SchemaError(f"cannot read input file {p!r}: {e}") from None
@@ -394,6 +396,9 @@ class FileSource:
         log.debug("input: %d files, %d units, %d rows, partitions %s", len(self.paths),
                   len(self.units), self.rows, sorted(self._part_names))
         self._bounds: Dict[str, List[_Bound]] = {}
+        # each Parquet footer as read here, kept (and pickled into Spark tasks) so the
+        # statistics behind the plan and may_have_nulls are not read again
+        self._footers: Dict[str, Any] = footers
         self._nulls: Dict[str, bool] = {}
         if time is not None:
             self._bounds_of(time)  # statistics of the time column: read once, at open
@@ -438,8 +443,7 @@ class FileSource:
                     r = _open_ipc(path)
                     out += [_batch_min(r.get_batch(u.index).column(time)) for u in units]
                     continue
-                with pq.ParquetFile(path) as f:
-                    md = f.metadata
+                md = self._footer(path)
                 j = _leaf_index(md, time)
                 for u in units:
                     if j is None:
@@ -461,6 +465,14 @@ class FileSource:
             yield self.units[i].path, self.units[i:j]
             i = j
 
+    def _footer(self, path: str) -> Any:
+        """A Parquet file's metadata, read once."""
+        md = self._footers.get(path)
+        if md is None:
+            with pq.ParquetFile(path) as f:
+                md = self._footers[path] = f.metadata
+        return md
+
     def may_have_nulls(self, column: str) -> bool:
         """False only when the statistics of every unit say ``column`` holds no null."""
         assert self.schema is not None
@@ -479,8 +491,7 @@ class FileSource:
                     r = _open_ipc(path)
                     got = any(r.get_batch(u.index).column(column).null_count for u in units)
                 else:
-                    with pq.ParquetFile(path) as f:
-                        md = f.metadata
+                    md = self._footer(path)
                     j = _leaf_index(md, column)
                     for u in units:
                         s = md.row_group(u.index).column(j).statistics if j is not None else None
