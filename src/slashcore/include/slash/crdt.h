@@ -78,7 +78,7 @@ static inline int64_t slash_wrap_add(int64_t a, int64_t b)
 static inline void slash_crdt_update(slash_agg_kind k, void *p, const void *v)
 {
     switch (k) {
-    case SLASH_AGG_COUNT: *(int64_t *)p += 1; break;
+    case SLASH_AGG_COUNT: *(int64_t *)p = slash_wrap_add(*(int64_t *)p, 1); break;
     case SLASH_AGG_SUM_I64: *(int64_t *)p = slash_wrap_add(*(int64_t *)p, *(const int64_t *)v); break;
     case SLASH_AGG_SUM_F64: *(double *)p += *(const double *)v; break;
     case SLASH_AGG_MIN_I64:
@@ -96,13 +96,13 @@ static inline void slash_crdt_update(slash_agg_kind k, void *p, const void *v)
     case SLASH_AGG_AVG_I64: {
         slash_avg_i64 *a = p;
         a->sum = slash_wrap_add(a->sum, *(const int64_t *)v);
-        a->count += 1;
+        a->count = slash_wrap_add(a->count, 1);
         break;
     }
     case SLASH_AGG_AVG_F64: {
         slash_avg_f64 *a = p;
         a->sum += *(const double *)v;
-        a->count += 1;
+        a->count = slash_wrap_add(a->count, 1);
         break;
     }
     }
