@@ -52,6 +52,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="slash: eager local state merged at leaders (default); repartition: the "
                         "hash-repartitioning baseline over the same channels")
     p.add_argument("--output", required=True, metavar="OUT.parquet", help="result file")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="N",
+                   help="serve live metrics in Prometheus' text format at http://ADDR:N/metrics while "
+                        "the query runs (0: a free port; the URL is logged)")
+    p.add_argument("--ui", action="store_true",
+                   help="serve the live page (throughput, per-executor load and watermark, epochs) "
+                        "on the metrics server (a free port unless --metrics-port)")
+    p.add_argument("--ui-bind", default="127.0.0.1", metavar="ADDR",
+                   help="address of the metrics server (default loopback; any other needs the "
+                        "token the logged URL carries)")
+    p.add_argument("--ui-token", default=None, metavar="TOKEN",
+                   help="token for a non-loopback --ui-bind (default: a random one)")
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
@@ -80,11 +91,22 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                       filters=args.filter, lateness=args.lateness, time_unit=args.time_unit)
         source = FileSource(args.input)
         rows_in = source.rows
+    live = server = None
+    if args.metrics_port is not None or args.ui:
+        from slash.metrics import LiveMetrics, MetricsServer
+
+        live = LiveMetrics(args.executors, kind="run")
+        server = MetricsServer(live, args.metrics_port or 0, args.ui_bind, args.ui_token)
+        log.warning("slash run: live page %s , Prometheus endpoint %s", server.ui_url, server.url)
     t0 = time.perf_counter()
     m: Dict[str, Any] = {}
-    result = run_query(query, source, executors=args.executors, transport=args.transport,
-                       mode=args.mode, output=args.output, metrics=m,
-                       late_output=args.late_output)
+    try:
+        result = run_query(query, source, executors=args.executors, transport=args.transport,
+                           mode=args.mode, output=args.output, metrics=m,
+                           late_output=args.late_output, live=live)
+    finally:
+        if server is not None:
+            server.close()
     secs = time.perf_counter() - t0
     return {"output": args.output, "rows_in": rows_in, "rows_out": result.num_rows,
             "seconds": round(secs, 3), "records_per_s": rows_in / secs if secs else None,

@@ -89,7 +89,8 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
                   group: GroupConfig, token: str,
                   on_batch: Optional[Callable[[pa.RecordBatch], None]] = None,
                   metrics: Optional[Dict[str, Any]] = None,
-                  late_rows: Optional[List[pa.RecordBatch]] = None) -> pa.Table:
+                  late_rows: Optional[List[pa.RecordBatch]] = None,
+                  report: Optional[Callable[[Executor], None]] = None) -> pa.Table:
     """One executor's whole run: read split `rank`, push, finish; returns the
     results this executor leads (key column still named ``key``, window
     bounds in the state's time unit: :meth:`Query.finalize` converts them).
@@ -101,7 +102,9 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
     An unbounded source keeps the group's lateness. With ``on_batch`` each
     fired batch is also handed over as soon as it fires; ``metrics``, if
     given, receives the executor's final metrics; ``late_rows``, if given,
-    receives the input rows that were late (projected as pushed)."""
+    receives the input rows that were late (projected as pushed);
+    ``report``, if given, is called with the executor after each batch (and
+    once at the end) to send live metrics when due (:mod:`slash.metrics`)."""
     n = len(addresses)
     schema = source.schema
     bounded = bool(getattr(source, "bounded", True))
@@ -132,8 +135,12 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
                     if wm is not None:
                         ex.advance_watermark(wm)
                 drain()
+                if report is not None:
+                    report(ex)
             ex.finish()
             drain()
+            if report is not None:
+                report(ex)
         m = ex.metrics
         if metrics is not None:
             metrics.update(m)
@@ -215,10 +222,19 @@ def execute_join_split(query: JoinQuery, left: Source, right: Source, rank: int,
         ex.close()
 
 
-def _worker(query, source, rank, n, group, token, want_late, link) -> None:
+def _worker(query, source, rank, n, group, token, want_late, report_every, link) -> None:
     """One executor process of :func:`run` (see :mod:`slash.launcher`): sends
-    its listener address, gets everyone's, runs its split, sends the result."""
+    its listener address, gets everyone's, runs its split, sends the result;
+    with ``report_every`` (seconds) also ("metrics", rank, snapshot) as it runs."""
     try:
+        report = None
+        if report_every:
+            from slash.metrics import Reporter
+            reporter = Reporter(report_every)
+
+            def report(ex: Executor) -> None:
+                if reporter.due() or ex.finished:
+                    link.put(("metrics", rank, reporter.snapshot(ex)))
         lst = Executor.listen(group.transport, token=token)
         link.put(("addr", rank, lst.address))
         addresses = link.get(timeout=group.timeout)
@@ -229,7 +245,7 @@ def _worker(query, source, rank, n, group, token, want_late, link) -> None:
                                         token, metrics=m)
         else:
             result = execute_split(query, source, rank, addresses, lst, group, token, metrics=m,
-                                   late_rows=late)
+                                   late_rows=late, report=report)
         lst.close()
         plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
         link.put(("ok", rank, result, plain, pa.Table.from_batches(late) if late else None))
@@ -261,7 +277,7 @@ def _check_output_path(path: str, what: str) -> None:
 def run(query: Query, source: Any, *, executors: Optional[int] = None, transport: str = "shm",
         mode: str = "slash", group: Optional[GroupConfig] = None, output: Optional[str] = None,
         timeout: float = 3600.0, metrics: Optional[Dict[str, Any]] = None,
-        late_output: Optional[str] = None) -> pa.Table:
+        late_output: Optional[str] = None, live: Optional[Any] = None) -> pa.Table:
     """Runs `query` over `source` on `executors` processes (default: cores).
 
     ``mode="repartition"`` runs the same query by hash-repartitioning records
@@ -277,6 +293,8 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     late_records, null_time_records, rows, executors) and ``per_executor``.
     ``late_output``: a Parquet file for rows that were not applied as late
     (a stream's; a bounded input has none unless its statistics are wrong).
+    ``live``: a :class:`slash.metrics.LiveMetrics` the executors report to
+    while they run (every ``live.report_interval`` s, default 0.5).
     Raises the first executor's error, naming its rank.
     """
     if isinstance(query, JoinQuery):
@@ -306,7 +324,9 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     token = secrets.token_hex(16)
     t0 = time.monotonic()
     want_late = late_output is not None
-    with ProcessGroup(n, _worker, lambda r: (query, src, r, n, group, token, want_late)) as pg:
+    report_every = getattr(live, "report_interval", 0.5) if live is not None else None
+    with ProcessGroup(n, _worker, lambda r: (query, src, r, n, group, token, want_late,
+                                             report_every)) as pg:
         got: Dict[int, str] = {}
         while len(got) < n:
             try:
@@ -329,6 +349,10 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
                 raise SystemFailure(f"query did not finish within {timeout} s") from None
             if rep[0] == "error":
                 _raise_reported(rep)
+            if rep[0] == "metrics":
+                if live is not None:
+                    live.update_executor(rep[1], rep[2])
+                continue
             parts[rep[1]] = rep[2]
             per_exec[rep[1]] = rep[3]
             if rep[4] is not None:

@@ -67,6 +67,7 @@ import pyarrow.parquet as pq
 
 from slash.errors import InvalidArgument, InvalidState, SinkFailed, UnknownName
 from slash.executor import Executor, GroupConfig
+from slash.metrics import LiveMetrics, MetricsServer, Reporter
 from slash.query import Query
 from slash.spark import _env
 from slash.spark._tasks import (Rendezvous, barrier_stage, driver_host, join_group, rank_errors, raise_task_failure,
@@ -207,6 +208,7 @@ class _StreamPlan:
     rendezvous: Tuple[str, int]
     sink_dir: Optional[str]
     late_dir: Optional[str] = None
+    report_every: float = 0.5
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -346,6 +348,7 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
     stop = [False]
     late = _LateBuffer(rank, q.window, plan.late_dir)
     ex = Executor(lst, rank, addresses, state, plan.group, token=plan.token)
+    reporter = Reporter(plan.report_every)
     try:
         def drain() -> None:
             late.flush(conn)
@@ -381,6 +384,8 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
                     drain()
                 elif late.count and time.monotonic() - late.flushed_at >= 0.5:
                     late.flush(conn)
+                if reporter.due():
+                    conn.send(("metrics", rank, reporter.snapshot(ex)))
                 if time.monotonic() >= deadline:
                     return False
 
@@ -406,6 +411,7 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
                 break
         ex.finish()
         drain()
+        conn.send(("metrics", rank, reporter.snapshot(ex)))
         conn.send(("done", rank))
         return ex.metrics
     finally:
@@ -462,6 +468,12 @@ class StreamHandle:
         self._delivery: Optional[threading.Thread] = None
         self._rdv: Optional[Rendezvous] = None
         self._started = time.time()
+        self.live = LiveMetrics(n, kind="stream")
+        self._server: Optional[MetricsServer] = None
+        #: the Prometheus endpoint (``metrics_port=``), else None
+        self.metrics_url: Optional[str] = None
+        #: the live page (``metrics_port=`` or ``ui=True``), else None
+        self.ui_url: Optional[str] = None
 
     # messages from the tasks (the rendezvous thread)
     def _on_message(self, rank: int, msg: Tuple[Any, ...]) -> None:
@@ -480,6 +492,9 @@ class StreamHandle:
                 for s, e, lat, rows in msg[2]:
                     self._latencies.append((s, e, lat, rows))
                     self._rows += rows
+                    self.live.observe_window(s, e, lat, rows)
+            elif kind == "metrics":
+                self.live.update_executor(rank, msg[2])
             elif kind == "late":
                 self._late_live += msg[2]
                 for s, e, c in msg[3]:
@@ -545,6 +560,7 @@ class StreamHandle:
                     return
                 w = self._queue.popleft()
             s, e = int(w.column("window_start")[0].as_py()), int(w.column("window_end")[0].as_py())
+            now = int(time.time() * 1000)  # the emit time: when the sink gets the window
             try:
                 self._sink(w)  # type: ignore[operator]
             except BaseException as exc:  # noqa: BLE001 -- any failure of the user's sink stops the stream
@@ -560,7 +576,7 @@ class StreamHandle:
                 log.error("%s", err)
                 self._send_stop()
                 return
-            now = int(time.time() * 1000)
+            self.live.observe_window(s, e, now - e, w.num_rows)
             with self._cond:
                 self._latencies.append((s, e, now - e, w.num_rows))
                 self._emitted.append((s, e))
@@ -626,6 +642,18 @@ class StreamHandle:
                                  "max": float(a.max())}
         return out
 
+    def metrics_snapshot(self) -> Dict[str, Any]:
+        """The live metrics, while the stream runs: per executor (records,
+        bytes and their rates, watermark and its lag, epochs and mean epoch
+        duration, merge time, delta bytes, credit stalls, late records, CPU
+        time and load; reported every 0.5 s), totals, and the window latency
+        (emit wall clock - window end) percentiles; see :mod:`slash.metrics`."""
+        return self.live.snapshot()
+
+    def _close_server(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
     @property
     def emitted_windows(self) -> List[Tuple[int, int]]:
         """(window_start, window_end) in the order the callback got them."""
@@ -659,6 +687,7 @@ class StreamHandle:
                 raise InvalidState(f"the sink is still taking the stream's windows after {timeout} s")
         if self._rdv is not None:
             self._rdv.close()
+        self._close_server()
         if self._sink_error is not None:
             raise self._sink_error
         if self._error is not None:
@@ -685,7 +714,8 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
            filter: Union[None, str, Sequence[str]] = None, lateness: Union[None, int, str] = None,
            sink: Sink, late_output: Optional[str] = None, executors: Optional[int] = None,
            transport: str = "shm", group: Optional[GroupConfig] = None,
-           slots_wait: float = 30.0) -> StreamHandle:
+           slots_wait: float = 30.0, metrics_port: Optional[int] = None, ui: bool = False,
+           ui_bind: str = "127.0.0.1", ui_token: Optional[str] = None) -> StreamHandle:
     """Starts a streaming aggregation; returns at once with its handle.
 
     The query spellings are those of :func:`slash.spark.window_aggregate`.
@@ -697,6 +727,13 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
     not apply (older than its watermark minus ``lateness``), as read from the
     source, as ``late-rank{r}-{seq}.parquet``. The stage holds ``executors``
     task slots until stopped.
+
+    ``metrics_port``: serve the live metrics over HTTP on the driver (0: a
+    free port; ``handle.metrics_url`` is the Prometheus endpoint,
+    ``handle.ui_url`` the live page); ``ui=True`` serves them on a free port
+    without naming one. ``ui_bind``: the address (loopback by default; any
+    other needs ``ui_token``, made if not given, which the URLs carry). The
+    server stops when :meth:`StreamHandle.wait`/``stop`` returns.
     """
     _env.require_pyspark()
     import pyspark.sql.functions  # noqa: F401
@@ -725,7 +762,17 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
 
     token = secrets.token_hex(16)
     handle = StreamHandle(n, sink, group.lateness_ms, late_dir)
-    rdv = Rendezvous(driver_host(spark), n, token, on_message=handle._on_message)
+    if metrics_port is not None or ui:
+        handle._server = MetricsServer(handle.live, 0 if metrics_port is None else metrics_port,
+                                       ui_bind, ui_token)
+        handle.metrics_url, handle.ui_url = handle._server.url, handle._server.ui_url
+        log.info("slash.spark.stream: live page %s, Prometheus endpoint %s", handle.ui_url,
+                 handle.metrics_url)
+    try:
+        rdv = Rendezvous(driver_host(spark), n, token, on_message=handle._on_message)
+    except BaseException:
+        handle._close_server()
+        raise
     handle._rdv = rdv
     plan = _StreamPlan(query, schema, source, group, token, rdv.address, sink_dir, late_dir)
     stage = barrier_stage(spark, n, _stream_task(plan))
