@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/install.sh
-slash_install "pyspark pandas rich"
+slash_install "pyspark pandas rich prometheus_client"
 RECORDS="${RECORDS:-20000000}"
 DATA="${SLASH_DATA_DIR:-${TMPDIR:-/tmp}/slash-ysb}"
 mkdir -p bench/results "$DATA"

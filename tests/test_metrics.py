@@ -125,3 +125,10 @@ def test_a_server_bound_beyond_loopback_asks_for_its_token():
 def test_a_bad_metrics_port_is_refused_naming_it():
     with pytest.raises(InvalidArgument, match="metrics port"):
         MetricsServer(LiveMetrics(1), port=70000)
+
+
+def test_the_live_page_is_served_self_contained():
+    with MetricsServer(LiveMetrics(1)) as srv:
+        page = urllib.request.urlopen(srv.ui_url, timeout=10).read().decode()
+    assert "<svg" in page and "api/metrics" in page
+    assert "http://" not in page.replace('"http://www.w3.org/2000/svg"', "")  # nothing from elsewhere

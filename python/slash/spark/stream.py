@@ -608,6 +608,7 @@ class StreamHandle:
             self._stage_over = True
             self._cond.notify_all()
             late = self._late_records()
+        self.live.event("stream ended" if rows is not None else "stream failed")
         if late:
             self._warn_late(late, final=True)
 
@@ -789,6 +790,7 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
                 handle._error = err
         finally:
             handle._stage_ended(rows)
+    handle.live.event(f"stream started: {n} executors, {query.window}")
     handle._thread = threading.Thread(target=run, name="slash-stream", daemon=True)
     if callable(sink):
         handle._delivery = threading.Thread(target=handle._deliver, name="slash-stream-sink", daemon=True)
