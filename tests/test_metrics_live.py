@@ -1,0 +1,183 @@
+"""Live metrics of a running slash.spark.stream, checked from outside: the
+handle's counters against the records pushed and the windows the sink got, a
+real Prometheus server (Debian's ``prometheus``) scraping the endpoint during
+the stream, and the live page in headless Chromium showing changing values."""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pandas")
+pytest.importorskip("prometheus_client")
+
+from slash.spark import RateSource, session, stream  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "results")
+
+
+@pytest.fixture(scope="module")
+def spark():
+    s = session("local[2]", "slash-test-metrics")
+    yield s
+    s.stop()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(cond, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_live_counters_equal_records_pushed_and_latency_equals_emit_time_minus_window_end(spark):
+    n = 60_000
+    calls = []  # (window_start, window_end, wall ms when the sink got it)
+
+    def sink(t):
+        calls.append((t.column("window_start")[0].as_py(), t.column("window_end")[0].as_py(),
+                       time.time() * 1000))
+
+    h = stream(spark, RateSource(rate=30_000, records=n, keys=10, batch=1_000), time="event_time",
+               window="tumbling:500ms", key="key", aggs=["count"], sink=sink, executors=2)
+    mid = wait_until(lambda: (lambda s: s if s["per_executor"] else None)(h.metrics_snapshot()), 60,
+                     "a first executor snapshot")
+    assert mid["totals"]["records_in"] < n  # reported while running, not only at the end
+    m = h.wait(120)
+    s = h.metrics_snapshot()
+    assert s["totals"]["records_in"] == n == m["records_in"]
+    assert sorted(s["per_executor"]) == ["0", "1"]
+    assert s["totals"]["late_records"] == 0 and s["totals"]["epochs"] > 0
+    assert s["window_latency"]["count"] == len(calls) == m["windows"]
+    for (ws, we, called), (s2, e2, lat, _) in zip(calls, m["window_latencies"]):
+        assert (ws, we) == (s2, e2)
+        assert 0 <= called - (e2 + lat) < 5  # emit time (ms resolution) right before the sink ran
+    assert s["window_latency"]["max_ms"] == pytest.approx(max(x[2] for x in m["window_latencies"]))
+
+
+def prometheus_query(base, q):
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+    with urllib.request.urlopen(url, timeout=5) as r:
+        body = json.loads(r.read())
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None,
+                    reason="no prometheus binary (apt-get install prometheus; test.sh does)")
+def test_prometheus_scrapes_the_stream_and_its_api_returns_the_records_pushed(spark, tmp_path):
+    n = 120_000
+    got = []
+    h = stream(spark, RateSource(rate=30_000, records=n, keys=10, batch=1_000), time="event_time",
+               window="tumbling:500ms", key="key", aggs=["count"], sink=got.append, executors=2,
+               metrics_port=0)
+    target = urllib.parse.urlparse(h.metrics_url).netloc
+    port = free_port()
+    (tmp_path / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n  - job_name: slash\n    metrics_path: /metrics\n"
+        f"    static_configs:\n      - targets: ['{target}']\n")
+    prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'data'}",
+                             f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _ready(base), 30, "prometheus to be ready")
+        # the final snapshots reached the driver, then Prometheus scraped them
+        wait_until(lambda: h.metrics_snapshot()["totals"].get("records_in") == n, 90, "every record")
+        res = wait_until(lambda: (lambda r: r if r and float(r[0]["value"][1]) == n else None)(
+            prometheus_query(base, 'sum(slash_records_total{job="slash"})')), 30,
+            "prometheus to scrape the final count")
+        assert float(res[0]["value"][1]) == n
+        series = prometheus_query(base, "slash_records_total")
+        assert sorted(s["metric"]["executor"] for s in series) == ["0", "1"]
+        # scraped during the stream too, not only at its end
+        raw = prometheus_query(base, 'slash_records_total{executor="0"}[5m]')  # every sample scraped
+        values = [float(v) for _, v in raw[0]["values"]]
+        assert values == sorted(values) and values[0] < values[-1], values
+        lat = prometheus_query(base, "slash_window_latency_seconds_count")
+        assert float(lat[0]["value"][1]) == len(got)
+        h.wait(60)
+    finally:
+        prom.terminate()
+        try:
+            prom.wait(20)
+        except subprocess.TimeoutExpired:
+            prom.kill()
+            prom.wait(5)
+        if h.running:
+            h.stop()
+    assert prom.returncode == 0, (tmp_path / "prometheus.log").read_text()[-2000:]
+
+
+def _ready(base):
+    try:
+        with urllib.request.urlopen(base + "/-/ready", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _chromium():
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _dump_dom(url, tmp_path):
+    out = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+                          "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chrome'}",
+                          "--virtual-time-budget=3000", "--dump-dom", url],
+                         capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def _cell(dom, id_):
+    m = re.search(rf'id="{id_}"[^>]*>([^<]*)<', dom)
+    assert m, f"no element {id_} in the page"
+    return m.group(1)
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no chromium binary (apt-get install chromium; test.sh does)")
+def test_the_live_page_in_headless_chromium_shows_changing_values_during_a_stream(spark, tmp_path):
+    h = stream(spark, RateSource(rate=20_000, keys=10, batch=1_000), time="event_time",
+               window="tumbling:500ms", key="key", aggs=["count"], sink=lambda t: None, executors=2,
+               ui=True)
+    try:
+        assert h.ui_url.startswith("http://127.0.0.1:")
+        wait_until(lambda: len(h.metrics_snapshot()["history"]) >= 2, 60, "the stream to report")
+        first = _dump_dom(h.ui_url, tmp_path)
+        time.sleep(1.5)
+        second = _dump_dom(h.ui_url, tmp_path)
+        os.makedirs(RESULTS, exist_ok=True)
+        shot = os.path.abspath(os.path.join(RESULTS, "ui.png"))
+        subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                        f"--user-data-dir={tmp_path / 'chrome'}", "--virtual-time-budget=3000",
+                        "--window-size=1000,700", f"--screenshot={shot}", h.ui_url],
+                       capture_output=True, timeout=90, check=True)
+    finally:
+        h.stop()
+    r1, r2 = (int(re.search(r'id="records" data-value="(\d+)"', d).group(1)) for d in (first, second))
+    assert 0 < r1 < r2, (r1, r2)  # the records count shown grew between the two loads
+    assert _cell(first, "status").startswith("live")
+    for d in (first, second):
+        assert 'id="exec-0"' in d and 'id="exec-1"' in d and "<path" in d
+    assert os.path.getsize(shot) > 10_000
