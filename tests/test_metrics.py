@@ -132,3 +132,37 @@ def test_the_live_page_is_served_self_contained():
         page = urllib.request.urlopen(srv.ui_url, timeout=10).read().decode()
     assert "<svg" in page and "api/metrics" in page
     assert "http://" not in page.replace('"http://www.w3.org/2000/svg"', "")  # nothing from elsewhere
+
+
+def test_slash_run_serves_its_metrics_while_it_runs(tmp_path):
+    import re
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    n = 3_000_000
+    pq.write_table(pa.table({"t": np.arange(n, dtype=np.int64), "k": np.arange(n) % 101}),
+                   tmp_path / "in.parquet", row_group_size=1 << 16)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    p = subprocess.Popen([sys.executable, "-m", "slash", "run", "--input", str(tmp_path / "in.parquet"),
+                          "--time", "t", "--window", "tumbling:1s", "--key", "k", "--agg", "count",
+                          "--executors", "2", "--output", str(tmp_path / "out.parquet"),
+                          "--metrics-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    line = p.stderr.readline()
+    url = re.search(r"Prometheus endpoint (http://127\.0\.0\.1:\d+/metrics)", line)
+    assert url, line
+    seen = []
+    while p.poll() is None:
+        try:
+            got = scrape(url.group(1))
+        except OSError:  # the run ended (and closed the server) between poll() and the scrape
+            break
+        seen.append(sum(v for (name, _), v in got.items() if name == "slash_records_total"))
+        time.sleep(0.1)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert seen == sorted(seen)  # counters only grow
+    assert max(seen) > 0, "no executor reported while the run was going"
+    assert max(seen) <= n
