@@ -40,9 +40,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
-from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 
@@ -305,6 +303,9 @@ class MetricsServer:
 
     def __init__(self, live: LiveMetrics, port: int = 0, bind: str = "127.0.0.1",
                  token: Optional[str] = None) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # the executors never need it
+        from urllib.parse import parse_qs, urlparse
+
         try:
             from prometheus_client import CollectorRegistry
             from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
