@@ -166,3 +166,13 @@ def test_slash_run_serves_its_metrics_while_it_runs(tmp_path):
     assert seen == sorted(seen)  # counters only grow
     assert max(seen) > 0, "no executor reported while the run was going"
     assert max(seen) <= n
+
+
+def test_a_join_run_reports_the_rows_of_both_sides():
+    from slash.query import JoinQuery
+
+    left = pa.table({"t": np.arange(0, 40_000, 2, dtype=np.int64), "id": np.arange(20_000) % 50})
+    right = pa.table({"t": np.arange(1, 30_001, 2, dtype=np.int64), "id": np.arange(15_000) % 50})
+    live = LiveMetrics(2, kind="run")
+    run(JoinQuery(time="t", window="tumbling:1s", on=["id"]), (left, right), executors=2, live=live)
+    assert live.snapshot()["totals"]["records_in"] == 35_000

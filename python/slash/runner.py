@@ -195,10 +195,12 @@ def _time_ordered(query: JoinQuery, left: Source, right: Source, rank: int, n: i
 
 def execute_join_split(query: JoinQuery, left: Source, right: Source, rank: int,
                        addresses: List[str], listener: Any, group: GroupConfig, token: str,
-                       batch_rows: int = 8192, metrics: Optional[Dict[str, Any]] = None) -> pa.Table:
+                       batch_rows: int = 8192, metrics: Optional[Dict[str, Any]] = None,
+                       report: Optional[Callable[[Executor], None]] = None) -> pa.Table:
     """One join executor's run: its splits of both inputs, in time order.
     Rows with a null key never match (SQL) and are left out; rows with a
-    null time are in no window and are counted (``null_time_records``)."""
+    null time are in no window and are counted (``null_time_records``);
+    ``report`` as in :func:`execute_split`."""
     n = len(addresses)
     cfg = query.join_config(left.schema, right.schema, group.partitions_for(n))
     bounded = bool(getattr(left, "bounded", True)) and bool(getattr(right, "bounded", True))
@@ -212,8 +214,12 @@ def execute_join_split(query: JoinQuery, left: Source, right: Source, rank: int,
             dropped += gone
             ex.push_side_batch(side, b)
             out += ex.results()
+            if report is not None:
+                report(ex)
         ex.finish()
         out += ex.results()
+        if report is not None:
+            report(ex)
         if metrics is not None:
             metrics.update(ex.metrics)
             metrics["null_time_records"] = dropped
@@ -242,7 +248,7 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, link)
         late: Optional[List[pa.RecordBatch]] = [] if want_late else None
         if isinstance(query, JoinQuery):
             result = execute_join_split(query, source[0], source[1], rank, addresses, lst, group,
-                                        token, metrics=m)
+                                        token, metrics=m, report=report)
         else:
             result = execute_split(query, source, rank, addresses, lst, group, token, metrics=m,
                                    late_rows=late, report=report)
