@@ -176,3 +176,17 @@ def test_a_join_run_reports_the_rows_of_both_sides():
     live = LiveMetrics(2, kind="run")
     run(JoinQuery(time="t", window="tumbling:1s", on=["id"]), (left, right), executors=2, live=live)
     assert live.snapshot()["totals"]["records_in"] == 35_000
+
+
+def test_a_rate_sources_due_records_count_each_ranks_records_with_event_time_up_to_now():
+    from slash.spark.stream import RateSource
+    from slash.workloads import ysb_batches
+
+    src = RateSource(rate=7_000, records=5_000, batch=300, keys=3)
+    t = pa.Table.from_batches(list(ysb_batches(src.records, keys=3, rate=src.rate, base_ms=1_000,
+                                               columns=["event_time"]))).column("event_time").to_numpy()
+    rank_of = (np.arange(len(t)) // src.batch) % 3
+    for now in [0, 999, 1_000, 1_001, 1_042, 1_333, 1_700, 5_000]:
+        for r in range(3):
+            want = int(np.count_nonzero((t <= now) & (rank_of == r)))
+            assert src.due_records(r, 3, 1_000, now) == want, (now, r)

@@ -66,6 +66,8 @@ def test_live_counters_equal_records_pushed_and_latency_equals_emit_time_minus_w
     assert s["totals"]["records_in"] == n == m["records_in"]
     assert sorted(s["per_executor"]) == ["0", "1"]
     assert s["totals"]["late_records"] == 0 and s["totals"]["epochs"] > 0
+    assert all(p["records_behind"] >= 0 for p in mid["per_executor"].values())
+    assert all(p["records_behind"] == 0 for p in s["per_executor"].values())  # all read at the end
     assert s["window_latency"]["count"] == len(calls) == m["windows"]
     for (ws, we, called), (s2, e2, lat, _) in zip(calls, m["window_latencies"]):
         assert (ws, we) == (s2, e2)
@@ -84,24 +86,25 @@ def prometheus_query(base, q):
 @pytest.mark.skipif(shutil.which("prometheus") is None,
                     reason="no prometheus binary (apt-get install prometheus; test.sh does)")
 def test_prometheus_scrapes_the_stream_and_its_api_returns_the_records_pushed(spark, tmp_path):
-    n = 120_000
+    n = 150_000
     got = []
-    h = stream(spark, RateSource(rate=30_000, records=n, keys=10, batch=1_000), time="event_time",
-               window="tumbling:500ms", key="key", aggs=["count"], sink=got.append, executors=2,
-               metrics_port=0)
-    target = urllib.parse.urlparse(h.metrics_url).netloc
-    port = free_port()
+    metrics_port, port = free_port(), free_port()
     (tmp_path / "prometheus.yml").write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         "scrape_configs:\n  - job_name: slash\n    metrics_path: /metrics\n"
-        f"    static_configs:\n      - targets: ['{target}']\n")
+        f"    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n")
     prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
                              f"--storage.tsdb.path={tmp_path / 'data'}",
                              f"--web.listen-address=127.0.0.1:{port}"],
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
     base = f"http://127.0.0.1:{port}"
+    h = None
     try:
-        wait_until(lambda: _ready(base), 30, "prometheus to be ready")
+        wait_until(lambda: _ready(base), 30, "prometheus to be ready")  # scraping before the stream starts
+        h = stream(spark, RateSource(rate=30_000, records=n, keys=10, batch=1_000), time="event_time",
+                   window="tumbling:500ms", key="key", aggs=["count"], sink=got.append, executors=2,
+                   metrics_port=metrics_port)
+        assert h.metrics_url == f"http://127.0.0.1:{metrics_port}/metrics"
         # the final snapshots reached the driver, then Prometheus scraped them
         wait_until(lambda: h.metrics_snapshot()["totals"].get("records_in") == n, 90, "every record")
         res = wait_until(lambda: (lambda r: r if r and float(r[0]["value"][1]) == n else None)(
@@ -114,9 +117,11 @@ def test_prometheus_scrapes_the_stream_and_its_api_returns_the_records_pushed(sp
         raw = prometheus_query(base, 'slash_records_total{executor="0"}[5m]')  # every sample scraped
         values = [float(v) for _, v in raw[0]["values"]]
         assert values == sorted(values) and values[0] < values[-1], values
-        lat = prometheus_query(base, "slash_window_latency_seconds_count")
-        assert float(lat[0]["value"][1]) == len(got)
-        h.wait(60)
+        # every window the sink got, in the latency histogram Prometheus scraped
+        wait_until(lambda: float(prometheus_query(base, "slash_window_latency_seconds_count")[0]["value"][1])
+                   == len(got) and not h.running, 30, "the last windows' latencies")
+        m = h.wait(60)
+        assert m["windows"] == len(got) > 0
     finally:
         prom.terminate()
         try:
@@ -124,7 +129,7 @@ def test_prometheus_scrapes_the_stream_and_its_api_returns_the_records_pushed(sp
         except subprocess.TimeoutExpired:
             prom.kill()
             prom.wait(5)
-        if h.running:
+        if h is not None and h.running:
             h.stop()
     assert prom.returncode == 0, (tmp_path / "prometheus.log").read_text()[-2000:]
 

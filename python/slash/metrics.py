@@ -254,6 +254,9 @@ class LiveMetrics:
         rate = GaugeMetricFamily("slash_input_records_per_second",
                                  "Records applied per second between the last two reports.",
                                  labels=["executor"])
+        behind = GaugeMetricFamily("slash_records_behind",
+                                   "Records the source has due that the executor has not read yet.",
+                                   labels=["executor"])
         ep = GaugeMetricFamily("slash_epoch_duration_seconds",
                                "Mean epoch duration between the last two reports.", labels=["executor"])
         for r in sorted(execs):
@@ -262,11 +265,13 @@ class LiveMetrics:
                 wm.add_metric([str(r)], s["watermark_ms"] / 1000.0)
             if s.get("watermark_lag_ms") is not None:
                 lag.add_metric([str(r)], s["watermark_lag_ms"] / 1000.0)
+            if s.get("records_behind") is not None:
+                behind.add_metric([str(r)], s["records_behind"])
             if r in rates:
                 rate.add_metric([str(r)], rates[r]["records_per_s"])
                 if rates[r]["epoch_ms"] is not None:
                     ep.add_metric([str(r)], rates[r]["epoch_ms"] / 1000.0)
-        yield from (wm, lag, rate, ep)
+        yield from (wm, lag, behind, rate, ep)
         yield GaugeMetricFamily("slash_executors", "Executors in the group.", value=self.executors)
         cum, acc = [], 0
         for ub, c in zip([*(str(b) for b in LATENCY_BUCKETS), "+Inf"], buckets):

@@ -110,6 +110,25 @@ class RateSource:
 
         return next(ysb_batches(1, keys=self.keys, columns=list(self.columns))).schema
 
+    def due_records(self, rank: int, n: int, base_ms: int, now_ms: int) -> int:
+        """How many of rank ``rank``'s records have an event time at or before
+        ``now_ms`` (the source's backlog is this minus what the rank read):
+        the first ``D`` records of the stream are due, batch b of them goes
+        to rank ``b mod n``.
+
+        >>> RateSource(rate=1000, batch=10).due_records(1, 2, 0, 34)  # records 0..34: batch 1, half of 3
+        15
+        """
+        if now_ms < base_ms:
+            return 0
+        # record i's event time is base_ms + i * 1000 // rate: i is due iff i < (now - base + 1) * rate / 1000
+        due = -(-(now_ms - base_ms + 1) * self.rate // 1000)
+        if self.records is not None:
+            due = min(due, self.records)
+        full, part = divmod(due, self.batch)
+        mine = (full // n + (1 if rank < full % n else 0)) * self.batch
+        return mine + (part if full % n == rank else 0)
+
     def batches(self, rank: int, n: int, base_ms: int, wait: Callable[[float], bool]
                 ) -> Iterator[Tuple[pa.RecordBatch, Optional[int]]]:
         """This rank's batches as they become due; ``wait(seconds)`` sleeps
@@ -349,6 +368,15 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
     late = _LateBuffer(rank, q.window, plan.late_dir)
     ex = Executor(lst, rank, addresses, state, plan.group, token=plan.token)
     reporter = Reporter(plan.report_every)
+    read = [0]  # source rows this rank took (before filters)
+
+    def report() -> None:
+        snap = reporter.snapshot(ex)
+        if isinstance(plan.source, RateSource):  # the backlog: records due but not yet read
+            snap["records_behind"] = max(0, plan.source.due_records(rank, n, start_ms, int(time.time() * 1000))
+                                         - read[0])
+        conn.send(("metrics", rank, snap))
+
     try:
         def drain() -> None:
             late.flush(conn)
@@ -385,7 +413,7 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
                 elif late.count and time.monotonic() - late.flushed_at >= 0.5:
                     late.flush(conn)
                 if reporter.due():
-                    conn.send(("metrics", rank, reporter.snapshot(ex)))
+                    report()
                 if time.monotonic() >= deadline:
                     return False
 
@@ -396,6 +424,7 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
             it = src.batches(rank, n, q.time, q.lateness, wait)
         for batch, advance in it:
             if batch is not None and batch.num_rows:
+                read[0] += batch.num_rows
                 b, skip = q.prepare_selected(batch)
                 # the late rows' positions (push_batch(return_late=True) would
                 # give the prepared rows; the side output wants the source's)
@@ -411,7 +440,7 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
                 break
         ex.finish()
         drain()
-        conn.send(("metrics", rank, reporter.snapshot(ex)))
+        report()
         conn.send(("done", rank))
         return ex.metrics
     finally:
