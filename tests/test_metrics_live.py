@@ -100,7 +100,10 @@ def test_prometheus_scrapes_the_stream_and_its_api_returns_the_records_pushed(sp
     base = f"http://127.0.0.1:{port}"
     h = None
     try:
-        wait_until(lambda: _ready(base), 30, "prometheus to be ready")  # scraping before the stream starts
+        wait_until(lambda: _ready(base), 30, "prometheus to be ready")
+        # its first scrape of the (not yet listening) target: Prometheus applies new targets only
+        # every 5 s, so the stream starts once it is scraping
+        wait_until(lambda: prometheus_query(base, 'up{job="slash"}'), 30, "prometheus's first scrape")
         h = stream(spark, RateSource(rate=30_000, records=n, keys=10, batch=1_000), time="event_time",
                    window="tumbling:500ms", key="key", aggs=["count"], sink=got.append, executors=2,
                    metrics_port=metrics_port)
