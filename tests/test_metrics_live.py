@@ -179,7 +179,7 @@ def test_the_live_page_in_headless_chromium_shows_changing_values_during_a_strea
         shot = os.path.abspath(os.path.join(RESULTS, "ui.png"))
         subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                         f"--user-data-dir={tmp_path / 'chrome'}", "--virtual-time-budget=3000",
-                        "--window-size=1000,700", f"--screenshot={shot}", h.ui_url],
+                        "--window-size=1000,760", f"--screenshot={shot}", h.ui_url],
                        capture_output=True, timeout=90, check=True)
     finally:
         h.stop()
