@@ -244,7 +244,8 @@ class CheckpointStore:
     def _has_manifest(self, ckpt_id: int) -> bool:
         return os.path.exists(os.path.join(self.dir, chk_name(ckpt_id), MANIFEST))
 
-    def _load(self, ckpt_id: int) -> Checkpoint:
+    def load(self, ckpt_id: int) -> Checkpoint:
+        """Checkpoint ``ckpt_id`` by its manifest (files are checked as they are read)."""
         d = os.path.join(self.dir, chk_name(ckpt_id))
         path = os.path.join(d, MANIFEST)
         try:
@@ -273,7 +274,7 @@ class CheckpointStore:
     def _newest_manifest(self) -> Optional[Checkpoint]:
         for i in reversed(self._ids()):
             if self._has_manifest(i):
-                return self._load(i)
+                return self.load(i)
         return None
 
     def latest(self, verify: bool = True) -> Optional[Checkpoint]:
