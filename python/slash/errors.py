@@ -98,13 +98,6 @@ class ProtocolError(SystemFailure):
     status = "protocol violation"
 
 
-class CheckpointCorrupt(SystemFailure):
-    """A checkpoint file is truncated, fails its checksum or does not parse;
-    the message names the file. Recovery never falls back to starting over."""
-
-    status = "checkpoint corrupt"
-
-
 class SinkFailed(SlashError):
     """A stream's sink callback raised, so the stream stopped. ``window`` is
     the (window_start, window_end) it raised on; the sink's own exception is
