@@ -17,7 +17,7 @@ import pytest
 
 from slash.checkpoint import MANIFEST, CheckpointStore, chk_name
 from slash.errors import CheckpointCorrupt, InvalidArgument, SystemFailure
-from slash.executor import Executor
+from slash.executor import Executor, GroupConfig
 from slash.query import Query
 from slash.recovery import CheckpointEvery
 from slash.runner import run
@@ -222,12 +222,13 @@ def test_read_from_each_position_resumes_with_the_rest_of_the_read(src, files):
 def _run(kind, source, d, **kw):
     m = {}
     kw.setdefault("checkpoint_every", "4 batches")
+    kw.setdefault("group", GroupConfig(epoch_ms=10))  # short epochs: cuts align promptly
     return run(_query(kind), source, executors=2, checkpoint=str(d), metrics=m, **kw), m
 
 
 @needs_core
-@pytest.mark.parametrize("kind", ["tumbling", "sliding", "session"])
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("kind,seed", [("tumbling", 1), ("tumbling", 2), ("sliding", 2),
+                                       ("session", 1), ("session", 3)])
 def test_killed_worker_gives_the_failure_free_output(kind, seed, tmp_path, monkeypatch):
     rng = random.Random(seed)
     monkeypatch.setenv("SLASH_TEST_KILL", f"{rng.randrange(2)}:{rng.randrange(3, 24)}")
@@ -240,10 +241,11 @@ def test_killed_worker_gives_the_failure_free_output(kind, seed, tmp_path, monke
 @pytest.mark.parametrize("kind", ["tumbling", "session"])
 def test_killed_worker_over_parquet_files_gives_the_failure_free_output(kind, files, tmp_path,
                                                                         monkeypatch):
-    monkeypatch.setenv("SLASH_TEST_KILL", "1:9")
+    monkeypatch.setenv("SLASH_TEST_KILL", "1:9:0:2")  # at push 9 or later, after 2 cuts
     got, m = _run(kind, FileSource(files), tmp_path)
     _assert_same(got, reference(kind, "files", FileSource(files)))
     assert len(m["recoveries"]) == 1 and m["recoveries"][0]["rank"] == 1
+    assert m["recoveries"][0]["from_checkpoint"] is not None  # restored state, not a fresh start
 
 
 @needs_core
@@ -264,7 +266,7 @@ def test_more_failures_than_max_restarts_fail_naming_the_cause(tmp_path, monkeyp
 @needs_core
 def test_a_run_started_again_resumes_from_the_directory(tmp_path, monkeypatch):
     # every executor (and the run) dies: max_restarts=0 gives up at once
-    monkeypatch.setenv("SLASH_TEST_KILL", "0:14")
+    monkeypatch.setenv("SLASH_TEST_KILL", "0:14:0:2")
     with pytest.raises(SystemFailure):
         _run("session", _gen(), tmp_path, max_restarts=0)
     monkeypatch.delenv("SLASH_TEST_KILL")
@@ -282,7 +284,7 @@ def test_a_finished_run_returns_its_stored_result(tmp_path):
 
 @needs_core
 def test_a_corrupted_checkpoint_file_is_refused_naming_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("SLASH_TEST_KILL", "0:14")
+    monkeypatch.setenv("SLASH_TEST_KILL", "0:14:0:2")
     with pytest.raises(SystemFailure):
         _run("tumbling", _gen(), tmp_path, max_restarts=0)
     monkeypatch.delenv("SLASH_TEST_KILL")
@@ -292,3 +294,20 @@ def test_a_corrupted_checkpoint_file_is_refused_naming_it(tmp_path, monkeypatch)
     (tmp_path / chk / part).write_bytes(data[:len(data) // 2])
     with pytest.raises(CheckpointCorrupt, match=part):
         _run("tumbling", _gen(), tmp_path)
+
+
+@needs_core
+def test_cli_run_with_checkpoint_recovers_a_killed_worker(files, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out.parquet"
+    env = dict(os.environ, SLASH_TEST_KILL="0:8")
+    p = subprocess.run([sys.executable, "-m", "slash", "run", "--input", files, "--time", "t",
+                        "--window", WINDOWS["tumbling"], "--key", "k", "--agg", "count",
+                        "--agg", "sum:v", "--executors", "2", "--output", str(out),
+                        "--checkpoint", str(tmp_path / "ck"), "--checkpoint-every", "4 batches"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "1 recovery" in p.stdout + p.stderr
+    _assert_same(pq.read_table(out), reference("tumbling", "files", FileSource(files)))

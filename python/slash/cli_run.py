@@ -52,6 +52,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="slash: eager local state merged at leaders (default); repartition: the "
                         "hash-repartitioning baseline over the same channels")
     p.add_argument("--output", required=True, metavar="OUT.parquet", help="result file")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="checkpoint directory: exactly-once recovery from executor failures; "
+                        "running again with the same DIR resumes (docs/recovery.md)")
+    p.add_argument("--checkpoint-every", default="10s", metavar="EVERY",
+                   help="10s | 'N epochs' | 'N batches' (default 10s)")
+    p.add_argument("--max-restarts", type=int, default=3, metavar="K",
+                   help="restarts from the last checkpoint before the run fails (default 3)")
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
@@ -84,20 +91,27 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     m: Dict[str, Any] = {}
     result = run_query(query, source, executors=args.executors, transport=args.transport,
                        mode=args.mode, output=args.output, metrics=m,
-                       late_output=args.late_output)
+                       late_output=args.late_output,
+                       **({"checkpoint": args.checkpoint, "checkpoint_every": args.checkpoint_every,
+                           "max_restarts": args.max_restarts} if args.checkpoint else {}))
     secs = time.perf_counter() - t0
     return {"output": args.output, "rows_in": rows_in, "rows_out": result.num_rows,
             "seconds": round(secs, 3), "records_per_s": rows_in / secs if secs else None,
             "executors": args.executors, "transport": args.transport, "mode": args.mode,
             "late_records": m.get("late_records", 0),
             "null_time_records": m.get("null_time_records", 0),
-            "late_output": args.late_output}
+            "late_output": args.late_output,
+            "checkpoints": m.get("checkpoints"), "recoveries": m.get("recoveries"),
+            "records_replayed": m.get("records_replayed")}
 
 
 def summary(r: Dict[str, Any]) -> str:
     text = (f"slash run: {r['rows_in']:,} records -> {r['rows_out']:,} rows in {r['seconds']:.2f} s "
             f"({r['records_per_s'] / 1e6:.2f} M records/s, {r['executors']} executors, "
             f"{r['transport']}, {r['mode']} mode) -> {r['output']}")
+    if r.get("checkpoints") is not None:
+        text += (f"\n  {len(r['checkpoints'])} checkpoint(s), {len(r['recoveries'] or [])} "
+                 f"recovery(ies), {r.get('records_replayed') or 0:,} records replayed")
     if r.get("null_time_records"):
         text += (f"\n  {r['null_time_records']:,} record(s) with a null time are in no window "
                  "(not aggregated)")

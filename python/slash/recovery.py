@@ -30,9 +30,11 @@ worker maps the number of push calls it has made to the source position
 after the item of that push.
 
 Test hook (documented, used by tests/test_recovery.py only): the environment
-variable ``SLASH_TEST_KILL="RANK:PUSHES[:ATTEMPT],..."`` makes the worker of
-rank RANK SIGKILL itself right after its PUSHES-th push call in attempt
-ATTEMPT (default 0; attempt k is the k-th restart).
+variable ``SLASH_TEST_KILL="RANK:PUSHES[:ATTEMPT[:CUTS]],..."`` makes the
+worker of rank RANK SIGKILL itself right after a push call that brings its
+push count (counted from the start of the run, as the core counts them) to
+PUSHES or more, in attempt ATTEMPT (default 0; attempt k is the k-th
+restart), once CUTS checkpoints of that attempt are committed (default 0).
 """
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ from slash.window import parse_duration
 
 log = logging.getLogger(__name__)
 
-_PROGRESS_S = 0.5  # how often a worker tells the parent how many records it has read
+_PROGRESS_S = 0.05  # how often a worker tells the parent how many records it has read
 
 
 @dataclass(frozen=True)
@@ -128,16 +130,21 @@ class _Plan:
                                executors=self.executors, partitions=self.partitions, keep=self.keep)
 
 
-def _kill_point(rank: int, attempt: int) -> Optional[int]:
-    """The push count after which this worker kills itself (test hook), or None."""
+def _kill_point(rank: int, attempt: int) -> Optional[Tuple[int, int]]:
+    """(pushes, cuts) after which this worker kills itself (test hook), or None."""
     spec = os.environ.get("SLASH_TEST_KILL")
     if not spec:
         return None
     for part in spec.split(","):
         f = [int(x) for x in part.split(":")]
         if f[0] == rank and (f[2] if len(f) > 2 else 0) == attempt:
-            return f[1]
+            return f[1], (f[3] if len(f) > 3 else 0)
     return None
+
+
+def _committed_since(store: CheckpointStore, first_id: int) -> int:
+    """Committed checkpoints with an id >= first_id (for the test hook)."""
+    return sum(1 for i in store._ids() if i >= first_id and store._has_manifest(i))
 
 
 def _ipc_bytes(batches: List[pa.RecordBatch], schema: pa.Schema) -> bytes:
@@ -208,8 +215,10 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
 
         def after_call() -> None:
             nonlocal pending, asked
-            img = ex.take_checkpoint()
-            if img is not None:
+            while True:
+                img = ex.take_checkpoint()
+                if img is None:
+                    break
                 pending += ex.results()  # every window fired before the cut, nothing after
                 t0 = time.monotonic()
                 files = {f"rank-{rank}.meta": store.write(img.id, f"rank-{rank}.meta", img.meta)}
@@ -270,7 +279,8 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                         last_ask_t, last_ask_pushes = now, pushes
                         if every.epochs is not None:
                             last_ask_epochs = ex.metrics["epochs"]
-                if kill_at is not None and pushes >= kill_at:
+                if kill_at is not None and pushes >= kill_at[0] and \
+                        _committed_since(store, plan.next_id) >= kill_at[1]:
                     log.warning("test hook SLASH_TEST_KILL: rank %d kills itself after %d pushes",
                                 rank, pushes)
                     os.kill(os.getpid(), signal.SIGKILL)
