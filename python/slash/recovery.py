@@ -34,7 +34,8 @@ variable ``SLASH_TEST_KILL="RANK:PUSHES[:ATTEMPT[:CUTS]],..."`` makes the
 worker of rank RANK SIGKILL itself right after a push call that brings its
 push count (counted from the start of the run, as the core counts them) to
 PUSHES or more, in attempt ATTEMPT (default 0; attempt k is the k-th
-restart), once CUTS checkpoints of that attempt are committed (default 0).
+restart), once CUTS checkpoints of that attempt are committed (default 0;
+the worker polls its executor until they are, for at most 10 s).
 """
 from __future__ import annotations
 
@@ -279,8 +280,12 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                         last_ask_t, last_ask_pushes = now, pushes
                         if every.epochs is not None:
                             last_ask_epochs = ex.metrics["epochs"]
-                if kill_at is not None and pushes >= kill_at[0] and \
-                        _committed_since(store, plan.next_id) >= kill_at[1]:
+                if kill_at is not None and pushes >= kill_at[0]:
+                    waited = time.monotonic()  # the hook waits (polling) for CUTS commits, <= 10 s
+                    while _committed_since(store, plan.next_id) < kill_at[1] and \
+                            time.monotonic() - waited < 10:
+                        ex.poll(0.01)
+                        after_call()
                     log.warning("test hook SLASH_TEST_KILL: rank %d kills itself after %d pushes",
                                 rank, pushes)
                     os.kill(os.getpid(), signal.SIGKILL)
