@@ -183,6 +183,56 @@ cdef class ExecutorCore(_Closeable):
                     return out
                 out.append(result_arrays(r, self.string_keys, self.result_f64))
 
+    def request_checkpoint(self, uint64_t ckpt_id):
+        """Asks for checkpoint ``ckpt_id``; it is taken at the next safe point."""
+        cdef slash_exec *ex = self.ptr()
+        cdef slash_status st
+        with nogil:
+            st = slash_exec_request_checkpoint(ex, ckpt_id)
+        check(st)
+
+    def take_checkpoint(self):
+        """The oldest completed checkpoint as (id, pushes, rank, meta, {partition: blob}),
+        or None."""
+        cdef slash_exec *ex = self.ptr()
+        cdef slash_ckpt *ck = NULL
+        cdef const void *p
+        cdef size_t n
+        cdef uint32_t part
+        check(slash_exec_take_checkpoint(ex, &ck))
+        if ck == NULL:
+            return None
+        try:
+            slash_ckpt_meta(ck, &p, &n)
+            meta = (<const char *>p)[:n]
+            parts = {}
+            for i in range(slash_ckpt_parts(ck)):
+                check(slash_ckpt_part(ck, i, &part, &p, &n))
+                parts[part] = (<const char *>p)[:n]
+            return (slash_ckpt_id(ck), slash_ckpt_pushes(ck), slash_ckpt_rank(ck), meta, parts)
+        finally:
+            slash_ckpt_free(ck)
+
+    def restore_meta(self, bytes meta):
+        """Restores one rank's META blob of a checkpoint (before any push)."""
+        cdef slash_exec *ex = self.ptr()
+        cdef const char *p = meta
+        cdef size_t n = len(meta)
+        cdef slash_status st
+        with nogil:
+            st = slash_exec_restore_meta(ex, p, n)
+        check(st)
+
+    def restore_partition(self, uint32_t partition, bytes blob):
+        """Restores one partition blob this executor leads (before any push)."""
+        cdef slash_exec *ex = self.ptr()
+        cdef const char *p = blob
+        cdef size_t n = len(blob)
+        cdef slash_status st
+        with nogil:
+            st = slash_exec_restore_partition(ex, partition, p, n)
+        check(st)
+
     def metrics(self):
         cdef slash_exec_metrics m
         slash_exec_get_metrics(self.ptr(), &m)

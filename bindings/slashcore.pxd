@@ -231,6 +231,17 @@ cdef extern from "slash/group.h" nogil:
                                   slash_group **out)
     void slash_group_close(slash_group *g)
 
+cdef extern from "slash/checkpoint.h" nogil:
+    ctypedef struct slash_ckpt
+    uint64_t slash_ckpt_id(const slash_ckpt *ck)
+    uint64_t slash_ckpt_pushes(const slash_ckpt *ck)
+    uint32_t slash_ckpt_rank(const slash_ckpt *ck)
+    void slash_ckpt_meta(const slash_ckpt *ck, const void **ptr, size_t *len)
+    uint32_t slash_ckpt_parts(const slash_ckpt *ck)
+    slash_status slash_ckpt_part(const slash_ckpt *ck, uint32_t i, uint32_t *partition,
+                                 const void **ptr, size_t *len)
+    void slash_ckpt_free(slash_ckpt *ck)
+
 cdef extern from "slash/exec.h" nogil:
     ctypedef struct slash_exec
     ctypedef enum slash_exec_mode:
@@ -289,6 +300,11 @@ cdef extern from "slash/exec.h" nogil:
     void slash_exec_take(slash_exec *ex, slash_ssb_result **out)
     void slash_exec_get_metrics(const slash_exec *ex, slash_exec_metrics *out)
     void slash_exec_close(slash_exec *ex)
+    slash_status slash_exec_request_checkpoint(slash_exec *ex, uint64_t id)
+    slash_status slash_exec_take_checkpoint(slash_exec *ex, slash_ckpt **out)
+    slash_status slash_exec_restore_meta(slash_exec *ex, const void *meta, size_t len)
+    slash_status slash_exec_restore_partition(slash_exec *ex, uint32_t partition,
+                                              const void *data, size_t len)
 
 from libc.stdint cimport int8_t, int32_t
 

@@ -63,6 +63,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "token the logged URL carries)")
     p.add_argument("--ui-token", default=None, metavar="TOKEN",
                    help="token for a non-loopback --ui-bind (default: a random one)")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="checkpoint directory: exactly-once recovery from executor failures; "
+                        "running again with the same DIR resumes (docs/recovery.md)")
+    p.add_argument("--checkpoint-every", default="10s", metavar="EVERY",
+                   help="10s | 'N epochs' | 'N batches' (default 10s)")
+    p.add_argument("--max-restarts", type=int, default=3, metavar="K",
+                   help="restarts from the last checkpoint before the run fails (default 3)")
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
@@ -103,7 +110,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     try:
         result = run_query(query, source, executors=args.executors, transport=args.transport,
                            mode=args.mode, output=args.output, metrics=m,
-                           late_output=args.late_output, live=live)
+                           late_output=args.late_output, live=live,
+                           **({"checkpoint": args.checkpoint,
+                               "checkpoint_every": args.checkpoint_every,
+                               "max_restarts": args.max_restarts} if args.checkpoint else {}))
     finally:
         if server is not None:
             server.close()
@@ -113,13 +123,18 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             "executors": args.executors, "transport": args.transport, "mode": args.mode,
             "late_records": m.get("late_records", 0),
             "null_time_records": m.get("null_time_records", 0),
-            "late_output": args.late_output}
+            "late_output": args.late_output,
+            "checkpoints": m.get("checkpoints"), "recoveries": m.get("recoveries"),
+            "records_replayed": m.get("records_replayed")}
 
 
 def summary(r: Dict[str, Any]) -> str:
     text = (f"slash run: {r['rows_in']:,} records -> {r['rows_out']:,} rows in {r['seconds']:.2f} s "
             f"({r['records_per_s'] / 1e6:.2f} M records/s, {r['executors']} executors, "
             f"{r['transport']}, {r['mode']} mode) -> {r['output']}")
+    if r.get("checkpoints") is not None:
+        text += (f"\n  {len(r['checkpoints'])} checkpoint(s), {len(r['recoveries'] or [])} "
+                 f"recovery(ies), {r.get('records_replayed') or 0:,} records replayed")
     if r.get("null_time_records"):
         text += (f"\n  {r['null_time_records']:,} record(s) with a null time are in no window "
                  "(not aggregated)")

@@ -51,6 +51,14 @@ class InvalidState(UsageError):
     status = "invalid in current state"
 
 
+class CheckpointCorrupt(InvalidArgument):
+    """A checkpoint blob is truncated, corrupt (magic, version, checksum) or
+    belongs to another configuration (fingerprint, partition count). The
+    message carries the core's detail; callers add the file name."""
+
+    status = "corrupt checkpoint"
+
+
 class SchemaError(UsageError):
     """Input data has a wrong type, a missing column, nulls, or mismatched lengths."""
 

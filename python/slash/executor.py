@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from slash import _core
-from slash.errors import InvalidArgument, SchemaError
+from slash.errors import CheckpointCorrupt, InvalidArgument, SchemaError
 from slash.limits import MAX_PARTITIONS
 from slash.join import JoinConfig, join_core_args, join_result_batch, prepare_side
 from slash.state import StateConfig, core_args, prepare_columns, result_batch
@@ -151,6 +151,22 @@ class GroupConfig:
         if p < n:
             raise InvalidArgument(f"partitions ({p}) must be at least the number of executors ({n})")
         return p
+
+
+@dataclass(frozen=True)
+class CheckpointImage:
+    """One executor's part of a completed checkpoint (see
+    :meth:`Executor.take_checkpoint`): the checkpoint ``id``, ``pushes`` (push
+    calls this executor completed before the cut), its ``rank``, its META blob
+    (watermarks, vector clock, counters) and ``parts``: partition -> blob of
+    every key partition it led. Restore a group from the union of every
+    rank's image with :meth:`Executor.restore`."""
+
+    id: int
+    pushes: int
+    rank: int
+    meta: bytes
+    parts: Dict[int, bytes]
 
 
 class Executor:
@@ -343,6 +359,55 @@ class Executor:
             is_f = a.kind == "avg" or (a.kind != "count" and self.state.value_type(a.column) == "float64")
             fields.append(pa.field(a.name, pa.float64() if is_f else pa.int64()))
         return pa.schema(fields)
+
+    def request_checkpoint(self, ckpt_id: int) -> None:
+        """Asks the group for checkpoint ``ckpt_id`` (ids strictly increase;
+        normally on rank 0 only). It is taken at this executor's next safe
+        point - the end of a push, poll, advance_watermark or end_epoch call -
+        and every other executor joins at its own next safe point, so keep
+        calling :meth:`poll` while the source is idle. A checkpoint asked for
+        while any executor is finishing is given up: no image appears."""
+        if isinstance(ckpt_id, bool) or not isinstance(ckpt_id, int) or not 0 < ckpt_id < 1 << 64:
+            raise InvalidArgument(f"ckpt_id must be a positive integer, got {ckpt_id!r}")
+        self._core.request_checkpoint(ckpt_id)
+
+    def take_checkpoint(self) -> Optional[CheckpointImage]:
+        """The oldest checkpoint this executor completed and nobody took yet, or None."""
+        got = self._core.take_checkpoint()
+        if got is None:
+            return None
+        ckpt_id, pushes, rank, meta, parts = got
+        log.debug("executor %d: checkpoint %d after %d pushes, %d partitions, %d bytes", rank,
+                  ckpt_id, pushes, len(parts), len(meta) + sum(len(b) for b in parts.values()))
+        return CheckpointImage(ckpt_id, pushes, rank, meta, parts)
+
+    def restore(self, metas: Sequence[bytes], parts: Mapping[int, bytes]) -> None:
+        """Restores this executor from a checkpoint, right after it was created
+        and before any push: ``metas`` is the META blob of EVERY rank of the
+        checkpoint, ``parts`` maps partitions to blobs (those this executor now
+        leads - partition mod group size - are used, the others ignored). The
+        group may have another size than the checkpoint's, not another
+        partition count. Raises :class:`slash.errors.CheckpointCorrupt` with
+        the core's detail for a truncated, corrupt or foreign blob."""
+        if self.is_join:
+            raise InvalidArgument("checkpoints of joins: not yet")
+        if not metas:
+            raise InvalidArgument("restore needs the META blob of every rank of the checkpoint")
+        parts_n = self._core.metrics()["partitions"]
+        for i, meta in enumerate(metas):
+            try:
+                self._core.restore_meta(bytes(meta))
+            except InvalidArgument as e:
+                raise CheckpointCorrupt(f"META blob {i}: {e}") from None
+        for p, blob in parts.items():
+            if p % self.size != self.rank or not 0 <= p < parts_n:
+                continue
+            try:
+                self._core.restore_partition(int(p), bytes(blob))
+            except InvalidArgument as e:
+                raise CheckpointCorrupt(f"partition {p}: {e}") from None
+        log.debug("executor %d: restored from %d META blobs and %d partitions", self.rank,
+                  len(metas), sum(1 for p in parts if p % self.size == self.rank))
 
     @property
     def metrics(self) -> Dict[str, Any]:

@@ -170,6 +170,11 @@ class ProcessGroup:
         raise SystemFailure(f"{self.name} rank {rank} died ({describe_exit(p.exitcode)}) "
                             f"before reporting its result")
 
+    def exited(self) -> Dict[int, str]:
+        """Ranks whose process has exited so far, with how (``killed by signal SIGKILL``)."""
+        return {r: describe_exit(p.exitcode) for r, p in enumerate(self._procs)
+                if p.exitcode is not None}
+
     def close(self, grace: float = 5.0) -> None:
         """Waits up to ``grace`` s in all for the processes, then kills the rest."""
         deadline = time.monotonic() + grace

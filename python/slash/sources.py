@@ -524,6 +524,51 @@ class FileSource:
         finally:
             readers.close()
 
+    def read_from(self, rank: int, n: int, columns: Optional[List[str]] = None,
+                  batch_rows: int = 1 << 20, time: Optional[str] = None,
+                  start: Optional[Sequence[int]] = None
+                  ) -> Iterator[Tuple[List[int], Union[pa.RecordBatch, Watermark]]]:
+        """What :meth:`read` yields, each item with its *position*: ``[u, k]``
+        = the next item is unit u's batch k of this rank's split (after a
+        unit's Watermark, ``[u + 1, 0]``). ``start`` resumes at a position:
+        earlier units are skipped without being read; in unit u the first k
+        batches are skipped (the unit is decoded once). A Watermark already
+        given before ``start`` may be given again (a watermark only moves
+        forward, so that is harmless)."""
+        assert self.schema is not None
+        units, bounds = self._plan(rank, n, time if time is not None else self.time)
+        names = list(columns) if columns else self.schema.names
+        for c in names:
+            if c not in self.schema.names:
+                raise _no_column(c, self.schema)
+        file_cols = [c for c in names if c not in self._part_names]
+        u0, k0 = (int(start[0]), int(start[1])) if start is not None else (0, 0)
+        if not (0 <= u0 <= len(units) and k0 >= 0):
+            raise InvalidArgument(f"source position {list(start or [])} is outside rank {rank}'s "
+                                  f"split of {len(units)} units")
+        markers = time is not None
+        promise = _promises(bounds) if markers else []
+        last = None
+        for i in range(1, u0 + 1):  # the markers given before the start, without reading
+            w = promise[i] if i < len(bounds) else None
+            if w is not None and (last is None or _key(w) > last):
+                last = _key(w)
+        readers = _Readers()
+        try:
+            for i in range(u0, len(units)):
+                skip = k0 if i == u0 else 0
+                for k, b in enumerate(self._read_unit(readers, units[i], names, file_cols,
+                                                      batch_rows)):
+                    if k >= skip:
+                        yield [i, k + 1], b
+                if markers and i + 1 < len(bounds):
+                    w = promise[i + 1]
+                    if w is not None and (last is None or _key(w) > last):
+                        last = _key(w)
+                        yield [i + 1, 0], Watermark(w)
+        finally:
+            readers.close()
+
     def _read_unit(self, readers: _Readers, u: Unit, names: List[str], file_cols: List[str],
                    batch_rows: int) -> Iterator[pa.RecordBatch]:
         # batches of up to a whole (1 Mi-row) row group: each batch costs a
@@ -624,6 +669,11 @@ class TableSource:
 class GeneratorSource:
     """Batches made by ``make(rank, n)`` in each executor (must be picklable).
 
+    ``make`` must be deterministic: called again with the same (rank, n) it
+    yields the same items in the same order. A recovered run
+    (``checkpoint=``) resumes a split by calling ``make`` again and skipping
+    the items the checkpoint had consumed.
+
     ``make`` may yield :class:`Watermark` objects between batches, with the
     meaning ``read(..., time=...)`` gives them; they are passed through when
     ``read`` is given a time column and dropped otherwise.
@@ -657,6 +707,40 @@ class GeneratorSource:
 
 
 Source = Union[FileSource, TableSource, GeneratorSource]
+
+#: where a rank's read resumes: an item count, or ``[unit, batch]`` for files
+Position = Union[int, List[int]]
+
+
+def read_from(source: Any, rank: int, n: int, columns: Optional[List[str]],
+              time: Optional[str], start: Optional[Position] = None
+              ) -> Iterator[Tuple[Position, Union[pa.RecordBatch, Watermark]]]:
+    """``source.read(rank, n, columns[, time=time])``'s items, each with the
+    position after it (JSON-able), resuming at ``start``.
+
+    A :class:`FileSource` skips the units before ``start`` unread (see
+    :meth:`FileSource.read_from`). Any other source's position is the count
+    of items (batches and Watermarks) read so far, and resuming reads again
+    and drops that many: a :class:`TableSource`'s slices cost nothing, and a
+    :class:`GeneratorSource` regenerates, which is exact because ``make`` is
+    deterministic by contract. ``time`` is passed only to a source whose
+    ``read`` takes it.
+    """
+    if isinstance(source, FileSource):
+        yield from source.read_from(rank, n, columns, time=time,
+                                    start=start if isinstance(start, (list, tuple)) else None)
+        return
+    if start is not None and not isinstance(start, int):
+        raise InvalidArgument(f"source position {start!r} is not an item count")
+    if time is not None:
+        items = source.read(rank, n, columns, time=time)
+    else:
+        items = source.read(rank, n, columns)
+    pos = 0
+    for item in items:
+        pos += 1
+        if start is None or pos > start:
+            yield pos, item
 
 
 def as_source(obj: Any) -> Source:

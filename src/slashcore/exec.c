@@ -29,89 +29,14 @@
 #include "slash/exec.h"
 
 #include "slash/backoff.h"
-#include "slash/vclock.h"
-#include "exec_store.h"
+#include "exec_impl.h"
 #include "exec_test.h"
 #include "ssb_impl.h" /* the key hash, so repartitioning spreads keys like the store */
 
-#include <assert.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-enum { SYNC_DELTA = 1, SYNC_EPOCH = 2, SYNC_ROWS = 3, SYNC_ABORT = 4 };
-
-typedef struct sync_msg {
-    uint32_t type;
-    uint32_t part;     /* DELTA: partition */
-    uint64_t epoch;    /* the sender's epoch this message belongs to */
-    uint64_t offset;   /* DELTA: offset of the fragment in the partition's delta */
-    uint64_t total;    /* DELTA: bytes of the whole partition delta */
-    int64_t watermark; /* EPOCH: sender's watermark (INT64_MAX: finished) */
-    uint64_t frag;     /* DELTA, ROWS: bytes after the header */
-} sync_msg;
-static_assert(sizeof(sync_msg) == 48, "sync_msg travels between executors");
-
-/* Repartition mode: records bound for one owner, encoded as rows of
- * [int64 time][key: int64 | uint8 length + bytes][8-byte value per input]. */
-typedef struct rowbuf {
-    uint8_t *buf;
-    size_t len, cap;
-    uint64_t rows;
-    uint32_t side; /* joins: the side of the rows buffered (one side a message) */
-} rowbuf;
-
-/* Repartition mode: decoded columns of received rows (reused). */
-typedef struct columns {
-    int64_t *times, *keys, *offs;
-    uint8_t *data;
-    uint64_t *vals[SLASH_SSB_MAX_AGGS];
-    size_t cap, data_cap;
-} columns;
-
-typedef struct assembly {
-    uint8_t *buf;
-    size_t cap, len, total;
-    uint32_t part;
-    uint64_t epoch;
-} assembly;
-
-struct slash_exec {
-    slash_group *g;
-    uint32_t rank, n, parts;
-    slash_exec_config cfg;
-    const exec_store_ops *ops; /* aggregate or join store */
-    void *local, *leader;
-    slash_vclock vc;
-    int64_t max_seen, published, advanced, fired;
-    uint64_t epoch, bytes_since, epoch_start_ns;
-    uint64_t *peer_epoch;
-    bool *fin;
-    uint32_t nfin;
-    assembly *asm_;
-    rowbuf *out_rows;
-    columns dec;
-    bool finished, in_epoch;
-    bool direct;           /* own partitions' records go straight to the leader store */
-    bool routing;          /* and the others' go to their leaders as records (AUTO) */
-    uint32_t routed_epochs; /* epochs routed since the aggregation was last measured */
-    bool measuring;         /* AUTO: the local store measures the aggregation this epoch */
-    uint64_t local_rows;   /* records folded into the local store since the last choice */
-    uint64_t local_groups; /* and the (window, key) partials they made, epoch by epoch */
-    uint32_t rr;
-    void **q; /* fired results: slash_ssb_result or slash_join_result */
-    size_t qhead, qlen, qcap;
-    slash_exec_metrics m;
-    pthread_mutex_t mu;
-    pthread_t service;
-    bool service_started;
-    atomic_bool stop;
-    slash_status sticky; /* error met by the service thread */
-    char sticky_detail[512];
-};
 
 static int timeout_of(const slash_exec *ex)
 {
@@ -210,6 +135,8 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
         return slash_fail(SLASH_EPEER, "executor rank %u failed: %.*s", r, (int)n,
                           (const char *)buf + sizeof h);
     }
+    if (h.type == SYNC_CKPT || h.type == SYNC_CKPT_DONE)
+        return exec_ckpt_on_message(ex, r, &h);
     if (h.epoch != ex->peer_epoch[r] + 1)
         return slash_fail(SLASH_EPROTO, "exec: rank %u sent epoch %llu after %llu", r,
                           (unsigned long long)h.epoch, (unsigned long long)ex->peer_epoch[r]);
@@ -631,6 +558,8 @@ static slash_status exec_open(slash_group *g, uint32_t rank, uint32_t n,
         if (!ex->peer_epoch || !ex->fin || !ex->asm_ || !ex->out_rows)
             st = slash_fail(SLASH_ENOMEM, "exec: out of memory");
     }
+    if (st == SLASH_OK)
+        st = exec_ckpt_init(ex);
     for (uint32_t r = 0; r < n && st == SLASH_OK; r++) { /* row buffers: repartition, or routing */
         slash_channel *ch = g ? slash_group_out(g, r) : NULL;
         if (!ch)
@@ -826,9 +755,9 @@ static inline uint32_t owner_of(const slash_exec *ex, const slash_ssb_batch *b, 
     uint64_t h = exec_key_type(ex) == SLASH_KEY_INT64
                      ? ssb_hash_i64(b->keys[i])
                      : ssb_hash_bytes(b->key_data + key_start_at(b, i), key_bytes_at(b, i));
-    if (!repartitioning(ex)) /* slash mode, routing: the leader of the key's partition */
-        return ssb_part_of_n(ex->parts, h) % ex->n;
-    return (uint32_t)((h >> 32) % ex->n);
+    /* both modes: the leader of the key's partition, so a checkpoint holds each
+     * partition at one executor and a restore with another N can move it */
+    return ssb_part_of_n(ex->parts, h) % ex->n;
 }
 
 /* Value columns a row carries: aggregates, the inputs they read; joins, the
@@ -1367,7 +1296,12 @@ slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *
     slash_status st = enter(ex);
     if (st != SLASH_OK)
         return st;
-    return leave(ex, push_any(ex, &AGG_BATCH, b, late, n_late));
+    st = push_any(ex, &AGG_BATCH, b, late, n_late);
+    if (st == SLASH_OK)
+        ex->pushes++;
+    if (st == SLASH_OK && ex->ck.pending)
+        st = exec_ckpt_safe_point(ex);
+    return leave(ex, st);
 }
 
 slash_status slash_exec_push_join(slash_exec *ex, const slash_join_batch *b, uint8_t *late,
@@ -1378,7 +1312,12 @@ slash_status slash_exec_push_join(slash_exec *ex, const slash_join_batch *b, uin
     slash_status st = enter(ex);
     if (st != SLASH_OK)
         return st;
-    return leave(ex, push_any(ex, &JOIN_BATCH, b, late, n_late));
+    st = push_any(ex, &JOIN_BATCH, b, late, n_late);
+    if (st == SLASH_OK)
+        ex->pushes++;
+    if (st == SLASH_OK && ex->ck.pending)
+        st = exec_ckpt_safe_point(ex);
+    return leave(ex, st);
 }
 
 slash_status slash_exec_advance(slash_exec *ex, int64_t wm)
@@ -1386,6 +1325,8 @@ slash_status slash_exec_advance(slash_exec *ex, int64_t wm)
     pthread_mutex_lock(&ex->mu);
     if (wm > ex->advanced)
         ex->advanced = wm;
+    if (ex->ck.pending && ex->sticky == SLASH_OK) /* a safe point */
+        return leave(ex, exec_ckpt_safe_point(ex));
     pthread_mutex_unlock(&ex->mu);
     return SLASH_OK;
 }
@@ -1403,7 +1344,10 @@ slash_status slash_exec_end_epoch(slash_exec *ex)
     slash_status st = enter(ex);
     if (st != SLASH_OK)
         return st;
-    return leave(ex, end_epoch_locked(ex));
+    st = end_epoch_locked(ex);
+    if (st == SLASH_OK && ex->ck.pending)
+        st = exec_ckpt_safe_point(ex);
+    return leave(ex, st);
 }
 
 static slash_status poll_locked(slash_exec *ex, int timeout_ms)
@@ -1431,13 +1375,17 @@ slash_status slash_exec_poll(slash_exec *ex, int timeout_ms)
     slash_status st = enter(ex);
     if (st != SLASH_OK)
         return st;
-    return leave(ex, poll_locked(ex, timeout_ms));
+    st = poll_locked(ex, timeout_ms);
+    if (st == SLASH_OK && ex->ck.pending && !ex->finished)
+        st = exec_ckpt_safe_point(ex);
+    return leave(ex, st);
 }
 
 static slash_status finish_locked(slash_exec *ex)
 {
     if (ex->finished)
         return SLASH_OK;
+    ex->ck.pending = 0; /* a checkpoint asked for now is given up: see exec_ckpt.c */
     slash_status st = end_epoch(ex, true);
     slash_backoff b;
     slash_backoff_reset(&b);
@@ -1537,6 +1485,7 @@ void slash_exec_close(slash_exec *ex)
     free(ex->dec.data);
     for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS; j++)
         free(ex->dec.vals[j]);
+    exec_ckpt_free(ex);
     free(ex->peer_epoch);
     free(ex->fin);
     for (size_t i = 0; i < ex->qlen; i++)
@@ -1544,3 +1493,12 @@ void slash_exec_close(slash_exec *ex)
     free(ex->q);
     free(ex);
 }
+
+/* ---- for the checkpoint protocol (exec_impl.h) ------------------------------ */
+
+slash_status exec_serve(slash_exec *ex, bool *progressed) { return serve(ex, progressed); }
+slash_status exec_send(slash_exec *ex, uint32_t r, const sync_msg *h) { return ship(ex, r, h, NULL, 0); }
+slash_status exec_end_epoch(slash_exec *ex) { return end_epoch(ex, false); }
+slash_status exec_enter(slash_exec *ex) { return enter(ex); }
+slash_status exec_leave(slash_exec *ex, slash_status st) { return leave(ex, st); }
+int exec_timeout_ms(const slash_exec *ex) { return timeout_of(ex); }

@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "slash/checkpoint.h"
 #include "slash/group.h"
 #include "slash/join.h"
 #include "slash/ssb.h"
@@ -153,6 +154,40 @@ void slash_exec_take(slash_exec *ex, slash_ssb_result **out);
 void slash_exec_take_join(slash_exec *ex, slash_join_result **out);
 
 void slash_exec_get_metrics(const slash_exec *ex, slash_exec_metrics *out);
+
+/* ---- checkpoints (exec_ckpt.c) ----------------------------------------------
+ * An aligned checkpoint at an epoch boundary. slash_exec_request_checkpoint
+ * (normally on rank 0; ids strictly increase) makes `id` pending; a CKPT(id)
+ * marker from a peer does the same. At its next SAFE POINT - the end of a
+ * push, push_join, poll, advance or end_epoch call - an executor with a
+ * pending id ends an epoch, sends CKPT(id) to every peer after its deltas,
+ * serves its channels until it has CKPT(id) from every peer (every pre-cut
+ * delta is then merged), snapshots the partitions it leads and its META
+ * (slash_ckpt), sends CKPT_DONE(id) and serves until it has CKPT_DONE(id)
+ * from every peer; only then does the call return. So the cut is "after the
+ * k-th push call" on every executor. Callers must reach a safe point within
+ * the group's timeout once a peer asked (poll while the source is idle).
+ * Finishing: a checkpoint pending when any executor has begun finishing is
+ * given up cleanly on every executor (no image; no deadlock): an executor
+ * that finishes never sends CKPT, and the others stop waiting once its final
+ * epoch arrives. Not yet for JOIN executors (SLASH_EINVAL). */
+slash_status slash_exec_request_checkpoint(slash_exec *ex, uint64_t id);
+
+/* Pops the oldest completed checkpoint image (free with slash_ckpt_free), or
+ * sets *out = NULL. */
+slash_status slash_exec_take_checkpoint(slash_exec *ex, slash_ckpt **out);
+
+/* Restore, right after open and before any push: the META of EVERY rank of
+ * the checkpoint (any order), then the blob of every partition this executor
+ * now leads (partition mod N). The group may have another size than the
+ * checkpoint's; the partition count must be equal. Restoring with the same
+ * size resumes each rank's watermarks and counters; with another size every
+ * executor starts at the group watermark of the cut. SLASH_EINVAL naming
+ * what is wrong for a bad, truncated or foreign blob (nothing changes);
+ * SLASH_ESTATE after a push. */
+slash_status slash_exec_restore_meta(slash_exec *ex, const void *meta, size_t len);
+slash_status slash_exec_restore_partition(slash_exec *ex, uint32_t partition, const void *data,
+                                          size_t len);
 
 /* Closes the executor and its group. NULL is fine. */
 void slash_exec_close(slash_exec *ex);

@@ -1,0 +1,322 @@
+"""Checkpoint directories: the committed state a recovered run restarts from.
+
+Layout of a checkpoint directory ``DIR``::
+
+    DIR/chk-000000000007/rank-0.meta      executor rank 0's meta (watermarks, clock, ...)
+                         part-3.bin       leader store of key partition 3
+                         rank-0.json      rank 0's source position, pushes, metrics
+                         _MANIFEST.json   written LAST: names every file with size + crc32
+    DIR/results/rank-0.chk-000000000007.arrow   windows rank 0 fired before cut 7
+    DIR/_FINISHED.json, DIR/result.parquet      a run that completed (see :meth:`finish`)
+
+Invariants:
+
+* A checkpoint exists only once its ``_MANIFEST.json`` does. The manifest is
+  written to a temporary file, fsynced, renamed into place (``os.replace``)
+  and the directory fsynced, after every file it names is fsynced. A
+  ``chk-*`` directory without a manifest is an interrupted checkpoint:
+  :meth:`CheckpointStore.latest` ignores and deletes it.
+* The manifest of checkpoint c names the result segments of every
+  checkpoint up to c (they live outside ``chk-*`` so pruning old checkpoints
+  keeps them): the windows fired before cut c are exactly those segments.
+  Segments no manifest names belong to an uncommitted cut and are deleted
+  at recovery (the replay fires those windows again).
+* Every file named by a manifest is checked (size, then crc32) before it is
+  used; a mismatch raises :class:`slash.errors.CheckpointCorrupt` naming the
+  file. A corrupt checkpoint is never skipped silently for an older one or
+  for a fresh start.
+* A manifest records the query's fingerprint: a directory of another query
+  (or executor count) is refused with :class:`slash.errors.InvalidArgument`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from slash.errors import CheckpointCorrupt, InvalidArgument, SystemCallError
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+MANIFEST = "_MANIFEST.json"
+FINISHED = "_FINISHED.json"
+RESULT = "result.parquet"
+RESULTS_DIR = "results"
+_CHK = re.compile(r"^chk-(\d{12})$")
+
+
+def chk_name(ckpt_id: int) -> str:
+    return f"chk-{ckpt_id:012d}"
+
+
+def segment_name(rank: int, ckpt_id: int) -> str:
+    """Path (relative to DIR) of rank's windows fired before cut ``ckpt_id``."""
+    return f"{RESULTS_DIR}/rank-{rank}.{chk_name(ckpt_id)}.arrow"
+
+
+def crc32(data: bytes) -> int:
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_durably(path: str, data: bytes) -> Tuple[int, int]:
+    """Writes ``data`` to ``path`` via a temporary name, fsync and rename;
+    returns (size, crc32)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise SystemCallError(f"cannot write checkpoint file {path!r}: {e.strerror or e}") from None
+    return len(data), crc32(data)
+
+
+@dataclass
+class Checkpoint:
+    """A committed checkpoint as its manifest describes it."""
+
+    id: int
+    path: str
+    manifest: Dict[str, Any]
+    root: str = field(repr=False, default="")
+
+    @property
+    def executors(self) -> int:
+        return int(self.manifest["executors"])
+
+    def rank_info(self, rank: int) -> Dict[str, Any]:
+        """rank's ``rank-<r>.json`` (position, pushes, records_in, metrics)."""
+        name = f"rank-{rank}.json"
+        data = self.read(name)
+        try:
+            return json.loads(data)
+        except ValueError as e:
+            raise CheckpointCorrupt(f"checkpoint file {os.path.join(self.path, name)!r} does not "
+                                    f"parse: {e}") from None
+
+    def files(self) -> Dict[str, Dict[str, int]]:
+        return self.manifest["files"]
+
+    def segments(self) -> Dict[str, Dict[str, int]]:
+        """Result segments committed up to this checkpoint (relative to DIR)."""
+        return self.manifest["segments"]
+
+    def read(self, name: str) -> bytes:
+        """A file of this checkpoint, checked against the manifest."""
+        entry = self.files().get(name)
+        if entry is None:
+            raise CheckpointCorrupt(f"checkpoint {self.path!r} has no file {name!r} in its manifest")
+        return _read_checked(os.path.join(self.path, name), entry)
+
+    def read_segment(self, rel: str) -> bytes:
+        return _read_checked(os.path.join(self.root, rel), self.segments()[rel])
+
+    def verify(self) -> None:
+        """Reads every file the manifest names; raises CheckpointCorrupt naming the first bad one."""
+        for name in self.files():
+            self.read(name)
+        for rel in self.segments():
+            self.read_segment(rel)
+
+
+def _read_checked(path: str, entry: Dict[str, int]) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise CheckpointCorrupt(f"checkpoint file {path!r} is missing") from None
+    except OSError as e:
+        raise CheckpointCorrupt(f"checkpoint file {path!r} cannot be read: {e.strerror}") from None
+    if len(data) != entry["size"]:
+        raise CheckpointCorrupt(f"checkpoint file {path!r} is {len(data)} bytes, its manifest "
+                                f"says {entry['size']} (truncated or overwritten)")
+    if crc32(data) != entry["crc32"]:
+        raise CheckpointCorrupt(f"checkpoint file {path!r} fails its crc32 check (corrupted)")
+    return data
+
+
+class CheckpointStore:
+    """The checkpoints of one query in directory ``directory``.
+
+    ``fingerprint``: what identifies the query (its repr, the source, the
+    executor count); a manifest with another fingerprint is refused.
+    ``keep``: complete checkpoints kept; older ones are deleted when a newer
+    one commits.
+
+    >>> import tempfile
+    >>> s = CheckpointStore(tempfile.mkdtemp(), fingerprint="q", executors=1, partitions=4)
+    >>> d = s.begin(1)
+    >>> f = s.write(1, "rank-0.json", b'{"position": 0}')
+    >>> s.commit(1, {"rank-0.json": f}, {}).id
+    1
+    >>> s.latest().rank_info(0)
+    {'position': 0}
+    """
+
+    def __init__(self, directory: str, *, fingerprint: str, executors: int, partitions: int,
+                 keep: int = 2) -> None:
+        if keep < 1:
+            raise InvalidArgument(f"checkpoint keep must be >= 1, got {keep}")
+        self.dir = os.path.abspath(os.fspath(directory))
+        self.fingerprint = fingerprint
+        self.executors = executors
+        self.partitions = partitions
+        self.keep = keep
+        try:
+            os.makedirs(os.path.join(self.dir, RESULTS_DIR), exist_ok=True)
+        except OSError as e:
+            raise SystemCallError(f"cannot create checkpoint directory {self.dir!r}: "
+                                  f"{e.strerror}") from None
+
+    # -- writing (workers write files, the parent commits) ----------------------
+    def begin(self, ckpt_id: int) -> str:
+        """The directory of checkpoint ``ckpt_id`` (created)."""
+        d = os.path.join(self.dir, chk_name(ckpt_id))
+        os.makedirs(d, exist_ok=True)
+        return d
+
+    def write(self, ckpt_id: int, name: str, data: bytes) -> Dict[str, int]:
+        """Writes file ``name`` of checkpoint ``ckpt_id``; returns its manifest entry."""
+        size, crc = write_durably(os.path.join(self.begin(ckpt_id), name), data)
+        return {"size": size, "crc32": crc}
+
+    def write_segment(self, rank: int, ckpt_id: int, data: bytes) -> Tuple[str, Dict[str, int]]:
+        rel = segment_name(rank, ckpt_id)
+        size, crc = write_durably(os.path.join(self.dir, rel), data)
+        return rel, {"size": size, "crc32": crc}
+
+    def commit(self, ckpt_id: int, files: Dict[str, Dict[str, int]],
+               segments: Dict[str, Dict[str, int]], info: Optional[Dict[str, Any]] = None
+               ) -> Checkpoint:
+        """Makes checkpoint ``ckpt_id`` complete: its manifest, written last and
+        atomically, names ``files`` (in the chk dir) and ``segments`` (the result
+        segments of this cut; those of earlier committed cuts are carried over).
+        Then deletes all but the newest ``keep`` checkpoints."""
+        prev = self._newest_manifest()
+        all_segments = dict(prev.segments()) if prev is not None else {}
+        all_segments.update(segments)
+        d = self.begin(ckpt_id)
+        manifest = {"format": FORMAT_VERSION, "id": ckpt_id, "query": self.fingerprint,
+                    "executors": self.executors, "partitions": self.partitions,
+                    "files": files, "segments": all_segments, "info": info or {}}
+        data = json.dumps(manifest, sort_keys=True).encode()
+        _fsync_dir(d)
+        _fsync_dir(os.path.join(self.dir, RESULTS_DIR))
+        write_durably(os.path.join(d, MANIFEST), data)
+        _fsync_dir(d)
+        self._prune()
+        return Checkpoint(ckpt_id, d, manifest, self.dir)
+
+    def _prune(self) -> None:
+        complete = [i for i in self._ids() if self._has_manifest(i)]
+        for i in complete[:-self.keep]:
+            shutil.rmtree(os.path.join(self.dir, chk_name(i)), ignore_errors=True)
+
+    # -- reading ------------------------------------------------------------------
+    def _ids(self) -> List[int]:
+        try:
+            names = os.listdir(self.dir)
+        except OSError as e:
+            raise SystemCallError(f"cannot list checkpoint directory {self.dir!r}: "
+                                  f"{e.strerror}") from None
+        return sorted(int(m.group(1)) for m in map(_CHK.match, names) if m)
+
+    def _has_manifest(self, ckpt_id: int) -> bool:
+        return os.path.exists(os.path.join(self.dir, chk_name(ckpt_id), MANIFEST))
+
+    def load(self, ckpt_id: int) -> Checkpoint:
+        """Checkpoint ``ckpt_id`` by its manifest (files are checked as they are read)."""
+        d = os.path.join(self.dir, chk_name(ckpt_id))
+        path = os.path.join(d, MANIFEST)
+        try:
+            with open(path, "rb") as f:
+                m = json.loads(f.read())
+            if not isinstance(m, dict) or not isinstance(m.get("files"), dict):
+                raise ValueError("not a manifest object")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise CheckpointCorrupt(f"checkpoint manifest {path!r} does not parse: {e}") from None
+        except OSError as e:
+            raise CheckpointCorrupt(f"checkpoint manifest {path!r} cannot be read: "
+                                    f"{e.strerror}") from None
+        if m.get("format") != FORMAT_VERSION:
+            raise CheckpointCorrupt(f"checkpoint manifest {path!r} has format {m.get('format')!r}; "
+                                    f"this version reads format {FORMAT_VERSION}")
+        if m.get("query") != self.fingerprint:
+            raise InvalidArgument(f"checkpoint directory {self.dir!r} holds checkpoints of another "
+                                  f"query ({m.get('query')!r}, not {self.fingerprint!r}); give "
+                                  "an empty directory or the same query")
+        if m.get("executors") != self.executors or m.get("partitions") != self.partitions:
+            raise InvalidArgument(f"checkpoint {path!r} was taken with {m.get('executors')} executors "
+                                  f"and {m.get('partitions')} partitions; this run has "
+                                  f"{self.executors} and {self.partitions}")
+        return Checkpoint(ckpt_id, d, m, self.dir)
+
+    def _newest_manifest(self) -> Optional[Checkpoint]:
+        for i in reversed(self._ids()):
+            if self._has_manifest(i):
+                return self.load(i)
+        return None
+
+    def latest(self, verify: bool = True) -> Optional[Checkpoint]:
+        """The newest complete checkpoint (every file checked when ``verify``),
+        or None. Interrupted checkpoints (no manifest) and result segments of
+        uncommitted cuts are deleted."""
+        best = self._newest_manifest()
+        for i in self._ids():
+            if not self._has_manifest(i):
+                log.info("deleting interrupted checkpoint %s (no manifest)",
+                         os.path.join(self.dir, chk_name(i)))
+                shutil.rmtree(os.path.join(self.dir, chk_name(i)), ignore_errors=True)
+        keep = set(best.segments()) if best is not None else set()
+        seg_dir = os.path.join(self.dir, RESULTS_DIR)
+        for name in os.listdir(seg_dir):
+            if f"{RESULTS_DIR}/{name}" not in keep:
+                os.unlink(os.path.join(seg_dir, name))
+        if best is not None and verify:
+            best.verify()
+        return best
+
+    # -- a finished run -------------------------------------------------------------
+    def finish(self, result_ipc: bytes, info: Dict[str, Any]) -> None:
+        """Marks the run finished: its result (Arrow IPC) and a marker naming it."""
+        size, crc = write_durably(os.path.join(self.dir, RESULT), result_ipc)
+        marker = {"format": FORMAT_VERSION, "query": self.fingerprint, "executors": self.executors,
+                  "partitions": self.partitions, "result": {"size": size, "crc32": crc},
+                  "info": info}
+        write_durably(os.path.join(self.dir, FINISHED), json.dumps(marker, sort_keys=True).encode())
+        _fsync_dir(self.dir)
+
+    def finished(self) -> Optional[bytes]:
+        """The stored result of a finished run of this query, or None."""
+        path = os.path.join(self.dir, FINISHED)
+        if not os.path.exists(path):
+            return None
+        try:
+            with open(path, "rb") as f:
+                m = json.loads(f.read())
+        except (ValueError, OSError) as e:
+            raise CheckpointCorrupt(f"finish marker {path!r} does not parse: {e}") from None
+        if m.get("query") != self.fingerprint:
+            raise InvalidArgument(f"checkpoint directory {self.dir!r} holds the finished run of "
+                                  f"another query ({m.get('query')!r}); give an empty directory")
+        return _read_checked(os.path.join(self.dir, RESULT), m["result"])

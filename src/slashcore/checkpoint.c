@@ -1,0 +1,486 @@
+/* checkpoint.c - the checkpoint blob format (checkpoint.h): CRC32C, the
+ * config fingerprint, writing and checking partition and META blobs, and the
+ * image an executor hands out.
+ *
+ * Invariants: a writer emits only live (not FREED) records of an unsealed
+ * store, so each (window, key) appears once per partition blob; a reader
+ * validates the whole blob (header, CRC, every record) before it touches the
+ * store, and restores records through slash_ssb_merge_delta, the same path a
+ * peer's delta takes, so the store's index and session fusing stay the
+ * store's own business. Integers are little-endian on the wire.
+ */
+#include "slash/checkpoint.h"
+
+#include "ssb_impl.h"
+
+#include <stdalign.h>
+#include <stdlib.h>
+
+/* ---- CRC32C, table-driven (reflected polynomial 0x82F63B78) ------------- */
+
+static uint32_t crc_table[8][256];
+static int crc_ready;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
+    __atomic_store_n(&crc_ready, 1, __ATOMIC_RELEASE);
+}
+
+uint32_t slash_crc32c(uint32_t crc, const void *data, size_t n)
+{
+    if (!__atomic_load_n(&crc_ready, __ATOMIC_ACQUIRE))
+        crc_init(); /* idempotent: racing threads write the same table */
+    const uint8_t *p = data;
+    crc = ~crc;
+    while (n >= 8) { /* slicing-by-8 */
+        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                             (uint32_t)p[3] << 24);
+        crc = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^
+              crc_table[5][(lo >> 16) & 0xff] ^ crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^
+              crc_table[2][p[5]] ^ crc_table[1][p[6]] ^ crc_table[0][p[7]];
+        p += 8, n -= 8;
+    }
+    while (n--)
+        crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xff];
+    return ~crc;
+}
+
+/* ---- little-endian helpers ---------------------------------------------- */
+
+static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* ---- fingerprint ----------------------------------------------------------- */
+
+static uint64_t fnv(uint64_t h, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        h = (h ^ ((v >> (8 * i)) & 0xff)) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+uint64_t slash_ckpt_fingerprint(const slash_ssb_config *cfg)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    h = fnv(h, (uint64_t)cfg->window.kind);
+    h = fnv(h, (uint64_t)cfg->window.size);
+    h = fnv(h, (uint64_t)(cfg->window.kind == SLASH_WINDOW_SLIDING ? cfg->window.slide : 0));
+    h = fnv(h, (uint64_t)cfg->key_type);
+    h = fnv(h, cfg->partitions);
+    h = fnv(h, cfg->naggs);
+    for (uint32_t j = 0; j < cfg->naggs && j < SLASH_SSB_MAX_AGGS; j++)
+        h = fnv(h, (uint64_t)cfg->aggs[j]);
+    return h;
+}
+
+/* ---- header -------------------------------------------------------------- */
+
+typedef struct ckpt_header {
+    uint16_t version, kind;
+    uint64_t fp;
+    uint32_t partition, partitions;
+    uint64_t records, payload;
+    int64_t watermark;
+} ckpt_header;
+
+static void header_put(uint8_t *p, const ckpt_header *h)
+{
+    memset(p, 0, SLASH_CKPT_HEADER);
+    memcpy(p, "SLCK", 4);
+    put_u16(p + 4, h->version);
+    put_u16(p + 6, h->kind);
+    put_u64(p + 8, h->fp);
+    put_u32(p + 16, h->partition);
+    put_u32(p + 20, h->partitions);
+    put_u64(p + 24, h->records);
+    put_u64(p + 32, h->payload);
+    put_u64(p + 40, (uint64_t)h->watermark);
+}
+
+static const char *kind_name(unsigned k)
+{
+    return k == SLASH_CKPT_KIND_PARTITION ? "partition" : k == SLASH_CKPT_KIND_META ? "meta" : "unknown";
+}
+
+/* Checks everything of a blob but its payload's records; fills *h. */
+static slash_status header_check(const void *data, size_t len, unsigned kind, uint64_t fp,
+                                 ckpt_header *h)
+{
+    const uint8_t *p = data;
+    if (!p || len < SLASH_CKPT_HEADER + 4)
+        return slash_fail(SLASH_EINVAL, "checkpoint %s blob: truncated (%zu bytes, a header "
+                          "alone takes %d)", kind_name(kind), len, SLASH_CKPT_HEADER + 4);
+    if (memcmp(p, "SLCK", 4) != 0)
+        return slash_fail(SLASH_EINVAL, "checkpoint %s blob: bad magic (not a Slash checkpoint)",
+                          kind_name(kind));
+    h->version = get_u16(p + 4);
+    h->kind = get_u16(p + 6);
+    h->fp = get_u64(p + 8);
+    h->partition = get_u32(p + 16);
+    h->partitions = get_u32(p + 20);
+    h->records = get_u64(p + 24);
+    h->payload = get_u64(p + 32);
+    h->watermark = (int64_t)get_u64(p + 40);
+    if (h->version != SLASH_CKPT_VERSION)
+        return slash_fail(SLASH_EINVAL, "checkpoint %s blob: format version %u, this build reads %u",
+                          kind_name(kind), h->version, SLASH_CKPT_VERSION);
+    if (h->kind != kind)
+        return slash_fail(SLASH_EINVAL, "checkpoint blob: a %s blob where a %s blob was expected",
+                          kind_name(h->kind), kind_name(kind));
+    if (h->payload != len - SLASH_CKPT_HEADER - 4)
+        return slash_fail(SLASH_EINVAL, "checkpoint %s blob: truncated or padded (header says "
+                          "%llu payload bytes, %zu present)", kind_name(kind),
+                          (unsigned long long)h->payload, len - SLASH_CKPT_HEADER - 4);
+    uint32_t want = get_u32(p + len - 4);
+    uint32_t got = slash_crc32c(0, p, len - 4);
+    if (want != got)
+        return slash_fail(SLASH_EINVAL, "checkpoint %s blob: checksum mismatch (stored %08x, "
+                          "computed %08x): the blob is corrupt", kind_name(kind), want, got);
+    if (h->fp != fp)
+        return slash_fail(SLASH_EINVAL, "checkpoint %s blob: config fingerprint %016llx differs "
+                          "from this executor's %016llx (other aggregates, key type, window or "
+                          "partitions)", kind_name(kind), (unsigned long long)h->fp,
+                          (unsigned long long)fp);
+    return SLASH_OK;
+}
+
+static slash_status seal_blob(uint8_t *buf, const ckpt_header *h, size_t payload, uint8_t **out,
+                              size_t *len)
+{
+    header_put(buf, h);
+    size_t n = SLASH_CKPT_HEADER + payload;
+    put_u32(buf + n, slash_crc32c(0, buf, n));
+    *out = buf;
+    *len = n + 4;
+    return SLASH_OK;
+}
+
+/* ---- partition blobs ------------------------------------------------------- */
+
+static size_t rec_wire_size(const slash_ssb *s, const slash_rec *r)
+{
+    return 8 + (s->session ? 8 : 0) +
+           (s->cfg.key_type == SLASH_KEY_INT64 ? 8 : 1 + (size_t)r->key_len) + s->agg_bytes;
+}
+
+slash_status slash_ckpt_write_partition(const slash_ssb *s, uint32_t part, uint8_t **out,
+                                        size_t *len)
+{
+    *out = NULL, *len = 0;
+    if (part >= s->cfg.partitions)
+        return slash_fail(SLASH_ERANGE, "checkpoint: partition %u of %u", part, s->cfg.partitions);
+    if (s->sealed)
+        return slash_fail(SLASH_ESTATE, "checkpoint: the store holds a sealed delta");
+    const ssb_part *p = &s->parts[part];
+    const slash_lss *l = &p->log;
+    size_t payload = 0;
+    uint64_t records = 0;
+    for (uint64_t a = l->begin; a < l->tail;) {
+        slash_rec *r = slash_lss_ptr(l, a);
+        a += r->size;
+        if (r->flags & SLASH_REC_FREED)
+            continue;
+        payload += rec_wire_size(s, r);
+        records++;
+    }
+    uint8_t *buf = malloc(SLASH_CKPT_HEADER + payload + 4);
+    if (!buf)
+        return slash_fail(SLASH_ENOMEM, "checkpoint: %zu bytes for partition %u", payload, part);
+    uint8_t *w = buf + SLASH_CKPT_HEADER;
+    for (uint64_t a = l->begin; a < l->tail;) {
+        slash_rec *r = slash_lss_ptr(l, a);
+        a += r->size;
+        if (r->flags & SLASH_REC_FREED)
+            continue;
+        put_u64(w, (uint64_t)r->win), w += 8;
+        if (s->session)
+            put_u64(w, (uint64_t)*ssb_rec_session_end(r)), w += 8;
+        if (s->cfg.key_type == SLASH_KEY_BYTES)
+            *w++ = r->key_len;
+        memcpy(w, ssb_rec_key(s, r), r->key_len), w += r->key_len;
+        memcpy(w, ssb_rec_partials(s, r), s->agg_bytes), w += s->agg_bytes;
+    }
+    ckpt_header h = {.version = SLASH_CKPT_VERSION, .kind = SLASH_CKPT_KIND_PARTITION,
+                     .fp = slash_ckpt_fingerprint(&s->cfg), .partition = part,
+                     .partitions = s->cfg.partitions, .records = records, .payload = payload,
+                     .watermark = s->watermark};
+    return seal_blob(buf, &h, payload, out, len);
+}
+
+#define REC_MAX (sizeof(slash_rec) + 8 + SLASH_SSB_KEY_MAX + SLASH_SSB_MAX_AGGS * 16)
+
+/* Decodes the record at payload offset *off into the store record r (a
+ * REC_MAX buffer), checking it; advances *off. */
+static slash_status decode_rec(const slash_ssb *s, uint32_t part, const uint8_t *p, size_t n,
+                               size_t *off, uint64_t i, slash_rec *r)
+{
+    size_t o = *off;
+    size_t fixed = 8 + (s->session ? 8 : 0);
+    if (n - o < fixed + 1)
+        goto trunc;
+    memset(r, 0, sizeof *r);
+    r->win = (int64_t)get_u64(p + o), o += 8;
+    int64_t end = 0;
+    if (s->session)
+        end = (int64_t)get_u64(p + o), o += 8;
+    uint32_t klen = 8;
+    if (s->cfg.key_type == SLASH_KEY_BYTES) {
+        klen = p[o++];
+        if (klen > SLASH_SSB_KEY_MAX)
+            return slash_fail(SLASH_EINVAL, "checkpoint partition %u: record %llu has a %u-byte "
+                              "key (at most %d)", part, (unsigned long long)i, klen, SLASH_SSB_KEY_MAX);
+    }
+    if (n - o < klen + (size_t)s->agg_bytes)
+        goto trunc;
+    r->size = ssb_rec_size(s, klen);
+    r->key_len = (uint8_t)klen;
+    r->schema = s->schema;
+    r->magic = SLASH_REC_MAGIC;
+    if (s->session) {
+        if (end <= r->win)
+            return slash_fail(SLASH_EINVAL, "checkpoint partition %u: record %llu is an empty "
+                              "session [%lld, %lld)", part, (unsigned long long)i,
+                              (long long)r->win, (long long)end);
+        *ssb_rec_session_end(r) = end;
+    } else if (r->win % s->cfg.window.slice != 0) {
+        return slash_fail(SLASH_EINVAL, "checkpoint partition %u: record %llu: window %lld is not "
+                          "a slice start", part, (unsigned long long)i, (long long)r->win);
+    }
+    uint8_t *k = ssb_rec_key(s, r);
+    memset(k, 0, ssb_round8(klen));
+    memcpy(k, p + o, klen), o += klen;
+    memcpy(ssb_rec_partials(s, r), p + o, s->agg_bytes), o += s->agg_bytes;
+    if (ssb_part_of(s, ssb_rec_key_hash(s, r)) != part)
+        return slash_fail(SLASH_EINVAL, "checkpoint partition %u: record %llu has a key of "
+                          "another partition", part, (unsigned long long)i);
+    *off = o;
+    return SLASH_OK;
+trunc:
+    return slash_fail(SLASH_EINVAL, "checkpoint partition %u: record %llu is truncated", part,
+                      (unsigned long long)i);
+}
+
+slash_status slash_ckpt_read_partition(slash_ssb *s, uint32_t part, const void *data, size_t len)
+{
+    ckpt_header h;
+    slash_status st = header_check(data, len, SLASH_CKPT_KIND_PARTITION,
+                                   slash_ckpt_fingerprint(&s->cfg), &h);
+    if (st != SLASH_OK)
+        return st;
+    if (h.partition != part)
+        return slash_fail(SLASH_EINVAL, "checkpoint: the blob holds partition %u, not %u",
+                          h.partition, part);
+    if (part >= s->cfg.partitions)
+        return slash_fail(SLASH_EINVAL, "checkpoint: partition %u of %u", part, s->cfg.partitions);
+    if (s->sealed)
+        return slash_fail(SLASH_ESTATE, "checkpoint: restore into a store with a sealed delta");
+    const uint8_t *p = (const uint8_t *)data + SLASH_CKPT_HEADER;
+    size_t n = (size_t)h.payload;
+    /* a record takes at least 17 bytes on the wire: refuse a count the payload cannot hold */
+    if (h.records > n / 17 + 1)
+        return slash_fail(SLASH_EINVAL, "checkpoint partition %u: %llu records cannot fit in %zu "
+                          "bytes", part, (unsigned long long)h.records, n);
+    alignas(8) uint8_t one[REC_MAX];
+    size_t off = 0, region = 0;
+    for (uint64_t i = 0; i < h.records; i++) { /* pass 1: check, and size the region */
+        if ((st = decode_rec(s, part, p, n, &off, i, (slash_rec *)one)) != SLASH_OK)
+            return st;
+        region += ((slash_rec *)one)->size;
+    }
+    if (off != n)
+        return slash_fail(SLASH_EINVAL, "checkpoint partition %u: %zu bytes after the last of "
+                          "%llu records", part, n - off, (unsigned long long)h.records);
+    uint8_t *buf = malloc(region ? region : 8);
+    if (!buf)
+        return slash_fail(SLASH_ENOMEM, "checkpoint: %zu bytes restoring partition %u", region, part);
+    off = 0;
+    size_t at = 0;
+    for (uint64_t i = 0; i < h.records; i++) { /* pass 2: build the store records */
+        slash_rec *r = (slash_rec *)(buf + at);
+        (void)decode_rec(s, part, p, n, &off, i, r);
+        at += r->size;
+    }
+    st = slash_ssb_merge_delta(s, buf, region);
+    free(buf);
+    if (st != SLASH_OK)
+        return st;
+    if (h.watermark > s->watermark)
+        s->watermark = h.watermark;
+    return SLASH_OK;
+}
+
+/* ---- META blobs ------------------------------------------------------------- */
+
+#define META_FIXED 88
+
+slash_status slash_ckpt_write_meta(const slash_ckpt_meta_info *m, uint64_t fp, uint8_t **out,
+                                   size_t *len)
+{
+    *out = NULL, *len = 0;
+    if (m->size < 1 || m->size > SLASH_GROUP_MAX || m->rank >= m->size)
+        return slash_fail(SLASH_EINVAL, "checkpoint meta: rank %u of %u", m->rank, m->size);
+    size_t payload = META_FIXED + 8 * (size_t)m->size;
+    uint8_t *buf = malloc(SLASH_CKPT_HEADER + payload + 4);
+    if (!buf)
+        return slash_fail(SLASH_ENOMEM, "checkpoint meta");
+    uint8_t *w = buf + SLASH_CKPT_HEADER;
+    put_u64(w, m->id);
+    put_u64(w + 8, m->pushes);
+    put_u32(w + 16, m->rank);
+    put_u32(w + 20, m->size);
+    put_u32(w + 24, m->partitions);
+    put_u32(w + 28, 0);
+    put_u64(w + 32, (uint64_t)m->published);
+    put_u64(w + 40, (uint64_t)m->fired);
+    put_u64(w + 48, (uint64_t)m->max_seen);
+    put_u64(w + 56, (uint64_t)m->advanced);
+    put_u64(w + 64, m->epoch);
+    put_u64(w + 72, m->records_in);
+    put_u64(w + 80, m->late_records);
+    for (uint32_t r = 0; r < m->size; r++)
+        put_u64(w + META_FIXED + 8 * r, (uint64_t)m->vclock[r]);
+    ckpt_header h = {.version = SLASH_CKPT_VERSION, .kind = SLASH_CKPT_KIND_META, .fp = fp,
+                     .partition = m->rank, .partitions = m->partitions, .payload = payload};
+    return seal_blob(buf, &h, payload, out, len);
+}
+
+slash_status slash_ckpt_read_meta(const void *data, size_t len, uint64_t fp,
+                                  slash_ckpt_meta_info *m)
+{
+    ckpt_header h;
+    slash_status st = header_check(data, len, SLASH_CKPT_KIND_META, fp, &h);
+    if (st != SLASH_OK)
+        return st;
+    const uint8_t *p = (const uint8_t *)data + SLASH_CKPT_HEADER;
+    if (h.payload < META_FIXED)
+        return slash_fail(SLASH_EINVAL, "checkpoint meta blob: truncated payload (%llu bytes)",
+                          (unsigned long long)h.payload);
+    memset(m, 0, sizeof *m);
+    m->id = get_u64(p);
+    m->pushes = get_u64(p + 8);
+    m->rank = get_u32(p + 16);
+    m->size = get_u32(p + 20);
+    m->partitions = get_u32(p + 24);
+    m->published = (int64_t)get_u64(p + 32);
+    m->fired = (int64_t)get_u64(p + 40);
+    m->max_seen = (int64_t)get_u64(p + 48);
+    m->advanced = (int64_t)get_u64(p + 56);
+    m->epoch = get_u64(p + 64);
+    m->records_in = get_u64(p + 72);
+    m->late_records = get_u64(p + 80);
+    if (m->size < 1 || m->size > SLASH_GROUP_MAX || m->rank >= m->size ||
+        h.payload != META_FIXED + 8 * (uint64_t)m->size || m->rank != h.partition ||
+        m->partitions != h.partitions)
+        return slash_fail(SLASH_EINVAL, "checkpoint meta blob: inconsistent (rank %u of %u, "
+                          "%llu payload bytes)", m->rank, m->size, (unsigned long long)h.payload);
+    for (uint32_t r = 0; r < m->size; r++)
+        m->vclock[r] = (int64_t)get_u64(p + META_FIXED + 8 * r);
+    return SLASH_OK;
+}
+
+/* ---- images ------------------------------------------------------------------ */
+
+typedef struct ckpt_part {
+    uint32_t partition;
+    uint8_t *data;
+    size_t len;
+} ckpt_part;
+
+struct slash_ckpt {
+    uint64_t id, pushes;
+    uint32_t rank, nparts, cap;
+    uint8_t *meta;
+    size_t meta_len;
+    ckpt_part *parts;
+};
+
+slash_status slash_ckpt_new(uint64_t id, uint64_t pushes, uint32_t rank, uint8_t *meta,
+                            size_t meta_len, uint32_t max_parts, slash_ckpt **out)
+{
+    slash_ckpt *ck = calloc(1, sizeof *ck);
+    if (ck)
+        ck->parts = calloc(max_parts ? max_parts : 1, sizeof *ck->parts);
+    if (!ck || !ck->parts) {
+        free(ck);
+        free(meta);
+        *out = NULL;
+        return slash_fail(SLASH_ENOMEM, "checkpoint image");
+    }
+    ck->id = id, ck->pushes = pushes, ck->rank = rank;
+    ck->meta = meta, ck->meta_len = meta_len, ck->cap = max_parts;
+    *out = ck;
+    return SLASH_OK;
+}
+
+void slash_ckpt_add_part(slash_ckpt *ck, uint32_t partition, uint8_t *data, size_t len)
+{
+    assert(ck->nparts < ck->cap);
+    ck->parts[ck->nparts++] = (ckpt_part){partition, data, len};
+}
+
+uint64_t slash_ckpt_id(const slash_ckpt *ck) { return ck->id; }
+uint64_t slash_ckpt_pushes(const slash_ckpt *ck) { return ck->pushes; }
+uint32_t slash_ckpt_rank(const slash_ckpt *ck) { return ck->rank; }
+
+void slash_ckpt_meta(const slash_ckpt *ck, const void **ptr, size_t *len)
+{
+    *ptr = ck->meta;
+    *len = ck->meta_len;
+}
+
+uint32_t slash_ckpt_parts(const slash_ckpt *ck) { return ck->nparts; }
+
+slash_status slash_ckpt_part(const slash_ckpt *ck, uint32_t i, uint32_t *partition,
+                             const void **ptr, size_t *len)
+{
+    if (i >= ck->nparts)
+        return slash_fail(SLASH_ERANGE, "checkpoint image: part %u of %u", i, ck->nparts);
+    *partition = ck->parts[i].partition;
+    *ptr = ck->parts[i].data;
+    *len = ck->parts[i].len;
+    return SLASH_OK;
+}
+
+void slash_ckpt_free(slash_ckpt *ck)
+{
+    if (!ck)
+        return;
+    for (uint32_t i = 0; i < ck->nparts; i++)
+        free(ck->parts[i].data);
+    free(ck->parts);
+    free(ck->meta);
+    free(ck);
+}

@@ -1,0 +1,381 @@
+/* exec_ckpt.c - the checkpoint protocol of an executor (exec.h): aligned
+ * checkpoints at an epoch boundary, two all-to-all rounds (CKPT, CKPT_DONE),
+ * and restoring an executor from a checkpoint's blobs (checkpoint.h).
+ *
+ * Why the cut is consistent: an executor sends CKPT(id) after the deltas,
+ * rows and EPOCH of the epoch it just ended, on FIFO channels, and sends
+ * nothing else until the DONE round is over. So once it holds CKPT(id) from
+ * every peer, its leader stores hold every pre-cut update of the partitions
+ * it leads, its vector clock holds every peer's pre-cut watermark (equal on
+ * every executor), every window closed by it has fired, and its local store
+ * is empty (the epoch end shipped and reset it). No post-cut delta can reach
+ * a leader before that leader snapshotted, because no executor returns to
+ * its caller before it has CKPT_DONE(id) from all.
+ *
+ * Invariants: per peer, CKPT ids strictly increase and CKPT_DONE(id) follows
+ * CKPT(id); a checkpoint completes on every executor or on none: it is given
+ * up only when some executor finished without sending CKPT(id), and then no
+ * executor can gather CKPT(id) from all.
+ */
+#include "exec_impl.h"
+
+#include "slash/backoff.h"
+#include "ssb_impl.h"
+
+#include <stdlib.h>
+
+slash_status exec_ckpt_init(slash_exec *ex)
+{
+    exec_ckpt *c = &ex->ck;
+    c->peer_ckpt = calloc(ex->n, sizeof *c->peer_ckpt);
+    c->peer_done = calloc(ex->n, sizeof *c->peer_done);
+    c->restore_min = INT64_MAX;
+    if (!c->peer_ckpt || !c->peer_done)
+        return slash_fail(SLASH_ENOMEM, "exec: out of memory");
+    return SLASH_OK;
+}
+
+void exec_ckpt_free(slash_exec *ex)
+{
+    exec_ckpt *c = &ex->ck;
+    free(c->peer_ckpt);
+    free(c->peer_done);
+    for (size_t i = 0; i < c->ndone; i++)
+        slash_ckpt_free(c->done[i]);
+    free(c->done);
+    free(c->restore_seen);
+    memset(c, 0, sizeof *c);
+}
+
+/* The next checkpoint a peer already asked for, or 0. */
+static uint64_t next_pending(const slash_exec *ex)
+{
+    uint64_t next = 0;
+    for (uint32_t r = 0; r < ex->n; r++)
+        if (ex->ck.peer_ckpt[r] > ex->ck.last && (!next || ex->ck.peer_ckpt[r] < next))
+            next = ex->ck.peer_ckpt[r];
+    return next;
+}
+
+static bool any_finishing(const slash_exec *ex)
+{
+    if (ex->finished)
+        return true;
+    for (uint32_t r = 0; r < ex->n; r++)
+        if (ex->fin[r])
+            return true;
+    return false;
+}
+
+slash_status exec_ckpt_on_message(slash_exec *ex, uint32_t r, const sync_msg *h)
+{
+    exec_ckpt *c = &ex->ck;
+    uint64_t id = h->total;
+    if (ex->cfg.kind != SLASH_EXEC_AGGREGATE)
+        return slash_fail(SLASH_EPROTO, "exec: rank %u sent a checkpoint marker to a join executor", r);
+    if (h->type == SYNC_CKPT) {
+        if (id <= c->peer_ckpt[r] || id <= c->last)
+            return slash_fail(SLASH_EPROTO, "exec: rank %u sent checkpoint %llu after %llu", r,
+                              (unsigned long long)id,
+                              (unsigned long long)(c->peer_ckpt[r] > c->last ? c->peer_ckpt[r] : c->last));
+        c->peer_ckpt[r] = id;
+        if (!c->pending && !ex->finished)
+            c->pending = id;
+        return SLASH_OK;
+    }
+    if (id != c->peer_ckpt[r] || id <= c->peer_done[r])
+        return slash_fail(SLASH_EPROTO, "exec: rank %u ended checkpoint %llu it did not begin", r,
+                          (unsigned long long)id);
+    c->peer_done[r] = id;
+    return SLASH_OK;
+}
+
+/* Sends a CKPT or CKPT_DONE of id to every peer. */
+static slash_status send_all(slash_exec *ex, uint32_t type, uint64_t id)
+{
+    sync_msg h = {.type = type, .epoch = ex->epoch, .total = id};
+    for (uint32_t r = 0; r < ex->n; r++) {
+        if (r == ex->rank)
+            continue;
+        slash_status st = exec_send(ex, r, &h);
+        if (st != SLASH_OK)
+            return st;
+    }
+    return SLASH_OK;
+}
+
+/* Serves the channels until every peer's counter (peer_ckpt or peer_done)
+ * reached id. *given_up (round 1 only) is set when a peer finished without
+ * sending CKPT(id). */
+static slash_status wait_all(slash_exec *ex, const uint64_t *have, uint64_t id, bool *given_up)
+{
+    uint64_t deadline = slash_deadline(exec_timeout_ms(ex));
+    slash_backoff b;
+    slash_backoff_reset(&b);
+    for (;;) {
+        uint32_t missing = ex->n;
+        bool all = true;
+        for (uint32_t r = 0; r < ex->n; r++) {
+            if (r == ex->rank || have[r] >= id)
+                continue;
+            if (given_up && ex->fin[r]) {
+                *given_up = true;
+                return SLASH_OK;
+            }
+            all = false;
+            missing = r;
+        }
+        if (all)
+            return SLASH_OK;
+        bool progressed = false;
+        slash_status st = exec_serve(ex, &progressed);
+        if (st != SLASH_OK)
+            return st;
+        if (progressed) {
+            slash_backoff_reset(&b);
+            continue;
+        }
+        if (slash_deadline_passed(deadline))
+            return slash_fail(SLASH_ETIMEDOUT, "checkpoint %llu: executor rank %u did not reach a "
+                              "safe point within %d ms", (unsigned long long)id, missing,
+                              exec_timeout_ms(ex));
+        slash_backoff_wait(&b);
+    }
+}
+
+/* Push calls before the cut, counted from the start of the stream when the
+ * executor was restored by the same rank of a group of the same size. */
+static uint64_t c_pushes(const slash_exec *ex) { return ex->ck.base_pushes + ex->pushes; }
+
+/* The image of this executor: its META and the partitions it leads. */
+static slash_status snapshot(slash_exec *ex, uint64_t id, slash_ckpt **out)
+{
+    slash_ckpt_meta_info *m = calloc(1, sizeof *m);
+    if (!m)
+        return slash_fail(SLASH_ENOMEM, "checkpoint meta");
+    m->id = id;
+    m->pushes = c_pushes(ex);
+    m->rank = ex->rank;
+    m->size = ex->n;
+    m->partitions = ex->parts;
+    m->published = ex->published;
+    m->fired = ex->fired;
+    m->max_seen = ex->max_seen;
+    m->advanced = ex->advanced;
+    m->epoch = ex->epoch;
+    m->records_in = ex->m.records_in;
+    m->late_records = ex->m.late_records;
+    for (uint32_t r = 0; r < ex->n; r++)
+        m->vclock[r] = ex->vc.wm[r];
+    uint8_t *meta;
+    size_t meta_len;
+    slash_status st = slash_ckpt_write_meta(m, slash_ckpt_fingerprint(&ex->cfg.state), &meta, &meta_len);
+    free(m);
+    if (st != SLASH_OK)
+        return st;
+    uint32_t led = ex->parts / ex->n + (ex->rank < ex->parts % ex->n);
+    slash_ckpt *ck;
+    if ((st = slash_ckpt_new(id, c_pushes(ex), ex->rank, meta, meta_len, led, &ck)) != SLASH_OK)
+        return st;
+    for (uint32_t p = ex->rank; p < ex->parts; p += ex->n) {
+        uint8_t *blob;
+        size_t len;
+        if ((st = slash_ckpt_write_partition(ex->leader, p, &blob, &len)) != SLASH_OK) {
+            slash_ckpt_free(ck);
+            return st;
+        }
+        slash_ckpt_add_part(ck, p, blob, len);
+    }
+    *out = ck;
+    return SLASH_OK;
+}
+
+static slash_status queue_image(exec_ckpt *c, slash_ckpt *ck)
+{
+    if (c->ndone == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 4;
+        slash_ckpt **nd = realloc(c->done, cap * sizeof *nd);
+        if (!nd) {
+            slash_ckpt_free(ck);
+            return slash_fail(SLASH_ENOMEM, "checkpoint queue");
+        }
+        c->done = nd, c->cap = cap;
+    }
+    c->done[c->ndone++] = ck;
+    return SLASH_OK;
+}
+
+slash_status exec_ckpt_safe_point(slash_exec *ex)
+{
+    exec_ckpt *c = &ex->ck;
+    uint64_t id = c->pending;
+    if (!id)
+        return SLASH_OK;
+    if (any_finishing(ex)) { /* some executor will never send CKPT(id): give up */
+        c->last = id, c->pending = 0, c->abandoned++;
+        c->pending = next_pending(ex);
+        return SLASH_OK;
+    }
+    slash_status st = exec_end_epoch(ex);
+    if (st == SLASH_OK)
+        st = send_all(ex, SYNC_CKPT, id);
+    bool given_up = false;
+    if (st == SLASH_OK)
+        st = wait_all(ex, c->peer_ckpt, id, &given_up);
+    if (st != SLASH_OK)
+        return st;
+    if (given_up) {
+        c->last = id, c->pending = 0, c->abandoned++;
+        return SLASH_OK; /* the group is finishing: no later checkpoint can complete */
+    }
+    slash_ckpt *ck = NULL;
+    if ((st = snapshot(ex, id, &ck)) != SLASH_OK || (st = queue_image(c, ck)) != SLASH_OK)
+        return st;
+    if ((st = send_all(ex, SYNC_CKPT_DONE, id)) != SLASH_OK ||
+        (st = wait_all(ex, c->peer_done, id, NULL)) != SLASH_OK)
+        return st;
+    c->last = id;
+    c->pending = next_pending(ex);
+    return SLASH_OK;
+}
+
+/* ---- public -------------------------------------------------------------------- */
+
+slash_status slash_exec_request_checkpoint(slash_exec *ex, uint64_t id)
+{
+    slash_status st = exec_enter(ex);
+    if (st != SLASH_OK)
+        return st;
+    exec_ckpt *c = &ex->ck;
+    if (ex->cfg.kind != SLASH_EXEC_AGGREGATE)
+        st = slash_fail(SLASH_EINVAL, "checkpoints of joins: not yet");
+    else if (!ex->g && ex->n > 1)
+        st = slash_fail(SLASH_ESTATE, "checkpoint: a detached executor cannot take part in one");
+    else if (ex->finished)
+        st = slash_fail(SLASH_ESTATE, "checkpoint %llu: the executor has finished",
+                        (unsigned long long)id);
+    else if (id == 0 || id <= c->last || (c->pending && id <= c->pending))
+        st = slash_fail(SLASH_EINVAL, "checkpoint ids must increase: %llu after %llu",
+                        (unsigned long long)id,
+                        (unsigned long long)(c->pending > c->last ? c->pending : c->last));
+    else if (c->pending)
+        st = slash_fail(SLASH_ESTATE, "checkpoint %llu: checkpoint %llu is still pending",
+                        (unsigned long long)id, (unsigned long long)c->pending);
+    else
+        c->pending = id;
+    return exec_leave(ex, st);
+}
+
+slash_status slash_exec_take_checkpoint(slash_exec *ex, slash_ckpt **out)
+{
+    *out = NULL;
+    pthread_mutex_lock(&ex->mu);
+    exec_ckpt *c = &ex->ck;
+    if (c->ndone) {
+        *out = c->done[0];
+        memmove(c->done, c->done + 1, (c->ndone - 1) * sizeof *c->done);
+        c->ndone--;
+    }
+    pthread_mutex_unlock(&ex->mu);
+    return SLASH_OK;
+}
+
+static slash_status restore_check(slash_exec *ex)
+{
+    if (ex->cfg.kind != SLASH_EXEC_AGGREGATE)
+        return slash_fail(SLASH_EINVAL, "checkpoints of joins: not yet");
+    if (ex->pushes || ex->epoch || ex->finished)
+        return slash_fail(SLASH_ESTATE, "restore: only right after open, before any push or epoch");
+    return SLASH_OK;
+}
+
+static slash_status restore_meta(slash_exec *ex, const void *meta, size_t len)
+{
+    slash_status st = restore_check(ex);
+    if (st != SLASH_OK)
+        return st;
+    const uint8_t *p = meta;
+    if (p && len >= SLASH_CKPT_HEADER && memcmp(p, "SLCK", 4) == 0) {
+        uint32_t parts = (uint32_t)p[20] | (uint32_t)p[21] << 8 | (uint32_t)p[22] << 16 |
+                         (uint32_t)p[23] << 24;
+        if (parts != ex->parts)
+            return slash_fail(SLASH_EINVAL, "restore: the checkpoint has %u partitions, this "
+                              "executor %u (the partition count must stay the same)", parts, ex->parts);
+    }
+    slash_ckpt_meta_info *m = malloc(sizeof *m);
+    if (!m)
+        return slash_fail(SLASH_ENOMEM, "restore meta");
+    st = slash_ckpt_read_meta(meta, len, slash_ckpt_fingerprint(&ex->cfg.state), m);
+    exec_ckpt *c = &ex->ck;
+    if (st == SLASH_OK && c->restored_metas &&
+        (m->id != c->restore_id || m->size != c->restore_size))
+        st = slash_fail(SLASH_EINVAL, "restore: META of checkpoint %llu of %u executors mixed with "
+                        "checkpoint %llu of %u", (unsigned long long)m->id, m->size,
+                        (unsigned long long)c->restore_id, c->restore_size);
+    if (st == SLASH_OK && !c->restore_seen && !(c->restore_seen = calloc(m->size, 1)))
+        st = slash_fail(SLASH_ENOMEM, "restore meta");
+    if (st == SLASH_OK && c->restore_seen[m->rank])
+        st = slash_fail(SLASH_EINVAL, "restore: the META of rank %u was given twice", m->rank);
+    if (st != SLASH_OK) {
+        free(m);
+        return st;
+    }
+    c->restore_seen[m->rank] = 1;
+    c->restore_id = m->id, c->restore_size = m->size, c->restored_metas++;
+    c->last = m->id; /* later checkpoints must have larger ids */
+    if (m->published < c->restore_min)
+        c->restore_min = m->published;
+    if (m->fired > ex->fired)
+        ex->fired = m->fired;
+    slash_ssb *leader = ex->leader;
+    if (m->fired > leader->watermark) /* windows closed at the cut were fired */
+        leader->watermark = m->fired;
+    if (m->size == ex->n) { /* the same group: each rank resumes where it was */
+        slash_vclock_update(&ex->vc, m->rank, m->published);
+        if (m->rank == ex->rank) {
+            ex->published = m->published;
+            ex->max_seen = m->max_seen;
+            ex->advanced = m->advanced;
+            c->base_pushes = m->pushes;
+            ex->m.records_in = m->records_in;
+            ex->m.late_records = m->late_records;
+        }
+    } else { /* another size: every executor starts at the group watermark of the cut */
+        for (uint32_t r = 0; r < ex->n; r++)
+            ex->vc.wm[r] = c->restore_min;
+        ex->published = ex->advanced = c->restore_min;
+        ex->max_seen = INT64_MIN;
+    }
+    free(m);
+    return SLASH_OK;
+}
+
+slash_status slash_exec_restore_meta(slash_exec *ex, const void *meta, size_t len)
+{
+    slash_status st = exec_enter(ex);
+    if (st != SLASH_OK)
+        return st;
+    return exec_leave(ex, restore_meta(ex, meta, len));
+}
+
+static slash_status restore_partition(slash_exec *ex, uint32_t part, const void *data, size_t len)
+{
+    slash_status st = restore_check(ex);
+    if (st != SLASH_OK)
+        return st;
+    if (part >= ex->parts)
+        return slash_fail(SLASH_EINVAL, "restore: partition %u of %u", part, ex->parts);
+    if (part % ex->n != ex->rank)
+        return slash_fail(SLASH_EINVAL, "restore: partition %u is led by rank %u, not %u", part,
+                          part % ex->n, ex->rank);
+    return slash_ckpt_read_partition(ex->leader, part, data, len);
+}
+
+slash_status slash_exec_restore_partition(slash_exec *ex, uint32_t partition, const void *data,
+                                          size_t len)
+{
+    slash_status st = exec_enter(ex);
+    if (st != SLASH_OK)
+        return st;
+    return exec_leave(ex, restore_partition(ex, partition, data, len));
+}

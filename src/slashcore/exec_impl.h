@@ -1,0 +1,127 @@
+/* exec_impl.h - the executor's internals, private to the core: the wire
+ * header of the group's messages and the executor's state, shared by exec.c
+ * (epochs, merging, firing) and exec_ckpt.c (the checkpoint protocol), plus
+ * the few exec.c routines the protocol drives. Invariants: see exec.c.
+ */
+#ifndef SLASH_EXEC_IMPL_H
+#define SLASH_EXEC_IMPL_H
+
+#include "slash/checkpoint.h"
+#include "slash/exec.h"
+#include "slash/vclock.h"
+#include "exec_store.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* Checkpoint protocol state of one executor (exec_ckpt.c). */
+typedef struct exec_ckpt {
+    uint64_t pending;    /* checkpoint to take at the next safe point (0: none) */
+    uint64_t last;       /* last checkpoint completed or abandoned */
+    uint64_t *peer_ckpt; /* per rank: highest CKPT id received */
+    uint64_t *peer_done; /* per rank: highest CKPT_DONE id received */
+    slash_ckpt **done;   /* completed images, oldest first */
+    size_t ndone, cap;
+    uint64_t abandoned;  /* checkpoints given up because an executor was finishing */
+    uint64_t base_pushes; /* push calls of the restored rank before its checkpoint */
+    /* restore (before the first push) */
+    uint64_t restore_id;
+    uint32_t restore_size, restored_metas;
+    uint8_t *restore_seen; /* per old rank: its META was restored */
+    int64_t restore_min;   /* minimum published watermark over the restored METAs */
+} exec_ckpt;
+
+/* CKPT(id) and CKPT_DONE(id) (exec_ckpt.c) carry the checkpoint id in `total`
+ * and are outside the epoch sequence. */
+enum { SYNC_DELTA = 1, SYNC_EPOCH = 2, SYNC_ROWS = 3, SYNC_ABORT = 4, SYNC_CKPT = 5,
+       SYNC_CKPT_DONE = 6 };
+
+typedef struct sync_msg {
+    uint32_t type;
+    uint32_t part;     /* DELTA: partition */
+    uint64_t epoch;    /* the sender's epoch this message belongs to */
+    uint64_t offset;   /* DELTA: offset of the fragment in the partition's delta */
+    uint64_t total;    /* DELTA: bytes of the whole partition delta */
+    int64_t watermark; /* EPOCH: sender's watermark (INT64_MAX: finished) */
+    uint64_t frag;     /* DELTA, ROWS: bytes after the header */
+} sync_msg;
+static_assert(sizeof(sync_msg) == 48, "sync_msg travels between executors");
+
+/* Repartition mode: records bound for one owner, encoded as rows of
+ * [int64 time][key: int64 | uint8 length + bytes][8-byte value per input]. */
+typedef struct rowbuf {
+    uint8_t *buf;
+    size_t len, cap;
+    uint64_t rows;
+    uint32_t side; /* joins: the side of the rows buffered (one side a message) */
+} rowbuf;
+
+/* Repartition mode: decoded columns of received rows (reused). */
+typedef struct columns {
+    int64_t *times, *keys, *offs;
+    uint8_t *data;
+    uint64_t *vals[SLASH_SSB_MAX_AGGS];
+    size_t cap, data_cap;
+} columns;
+
+typedef struct assembly {
+    uint8_t *buf;
+    size_t cap, len, total;
+    uint32_t part;
+    uint64_t epoch;
+} assembly;
+
+struct slash_exec {
+    slash_group *g;
+    uint32_t rank, n, parts;
+    slash_exec_config cfg;
+    const exec_store_ops *ops; /* aggregate or join store */
+    void *local, *leader;
+    slash_vclock vc;
+    int64_t max_seen, published, advanced, fired;
+    uint64_t epoch, bytes_since, epoch_start_ns;
+    uint64_t *peer_epoch;
+    bool *fin;
+    uint32_t nfin;
+    assembly *asm_;
+    rowbuf *out_rows;
+    columns dec;
+    bool finished, in_epoch;
+    bool direct;           /* own partitions' records go straight to the leader store */
+    bool routing;          /* and the others' go to their leaders as records (AUTO) */
+    uint32_t routed_epochs; /* epochs routed since the aggregation was last measured */
+    bool measuring;         /* AUTO: the local store measures the aggregation this epoch */
+    uint64_t local_rows;   /* records folded into the local store since the last choice */
+    uint64_t local_groups; /* and the (window, key) partials they made, epoch by epoch */
+    uint32_t rr;
+    void **q; /* fired results: slash_ssb_result or slash_join_result */
+    size_t qhead, qlen, qcap;
+    slash_exec_metrics m;
+    pthread_mutex_t mu;
+    pthread_t service;
+    bool service_started;
+    atomic_bool stop;
+    slash_status sticky; /* error met by the service thread */
+    char sticky_detail[512];
+    uint64_t pushes; /* push calls completed */
+    exec_ckpt ck;    /* checkpoint protocol state (exec_ckpt.c) */
+};
+
+/* exec.c routines the checkpoint protocol drives (all with ex->mu held). */
+slash_status exec_serve(slash_exec *ex, bool *progressed);
+slash_status exec_send(slash_exec *ex, uint32_t r, const sync_msg *h);
+slash_status exec_end_epoch(slash_exec *ex);
+slash_status exec_enter(slash_exec *ex);
+slash_status exec_leave(slash_exec *ex, slash_status st);
+int exec_timeout_ms(const slash_exec *ex);
+
+/* exec_ckpt.c, called by exec.c: a CKPT or CKPT_DONE message from rank r;
+ * the protocol at a safe point (only when ex->ck.pending); set-up and
+ * teardown of the protocol state. */
+slash_status exec_ckpt_on_message(slash_exec *ex, uint32_t r, const sync_msg *h);
+slash_status exec_ckpt_safe_point(slash_exec *ex);
+slash_status exec_ckpt_init(slash_exec *ex);
+void exec_ckpt_free(slash_exec *ex);
+
+#endif
