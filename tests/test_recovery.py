@@ -288,7 +288,10 @@ def test_a_corrupted_checkpoint_file_is_refused_naming_it(tmp_path, monkeypatch)
     with pytest.raises(SystemFailure):
         _run("tumbling", _gen(), tmp_path, max_restarts=0)
     monkeypatch.delenv("SLASH_TEST_KILL")
-    chk = sorted(p for p in os.listdir(tmp_path) if p.startswith("chk-"))[-1]
+    # the newest committed checkpoint (the kill may have left a newer one without a manifest,
+    # which a restart ignores)
+    chk = sorted(p for p in os.listdir(tmp_path)
+                 if p.startswith("chk-") and (tmp_path / p / "_MANIFEST.json").exists())[-1]
     part = sorted(p for p in os.listdir(tmp_path / chk) if p.startswith("part-"))[0]
     data = (tmp_path / chk / part).read_bytes()
     (tmp_path / chk / part).write_bytes(data[:len(data) // 2])
