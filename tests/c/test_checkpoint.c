@@ -250,11 +250,13 @@ TEST(meta_round_trip_and_refusals)
 
 /* ---- executor: checkpoint, close, restore, push the rest ---------------------- */
 
+static slash_transport *tp; /* one for every group of the tests, closed by main */
+
 static slash_exec *open_one(const slash_ssb_config *state)
 {
-    slash_transport *tp;
     slash_listener *l;
-    CHECK_OK(slash_transport_open("shm", &tp));
+    if (!tp)
+        CHECK_OK(slash_transport_open("shm", &tp));
     CHECK_OK(slash_listen(tp, NULL, "ckpt", &l));
     const char *addrs[1] = {slash_listener_addr(l)};
     slash_channel_config cc = {.buffer_size = 4096, .credits = 4};
@@ -269,7 +271,6 @@ static slash_exec *open_one(const slash_ssb_config *state)
     c.timeout_ms = 10000;
     slash_exec *ex;
     CHECK_OK(slash_exec_open(g, &c, &ex));
-    (void)tp; /* the transport outlives the test: the process ends */
     return ex;
 }
 
@@ -389,5 +390,6 @@ int main(void)
     RUN(executor_resumes_sliding_string_keys);
     RUN(executor_resumes_session);
     RUN(restore_refuses_other_partition_count_and_late_calls);
+    slash_transport_close(tp);
     return UNIT_DONE();
 }
