@@ -1402,7 +1402,7 @@ static slash_status finish_locked(slash_exec *ex)
     if (st == SLASH_OK)
         st = fire(ex);
     if (st == SLASH_OK)
-        ex->finished = true;
+        ex->finished = true, ex->ck.pending = 0; /* a marker met while finishing: given up */
     return st;
 }
 
