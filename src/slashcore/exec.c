@@ -89,7 +89,7 @@ void slash_exec_take_join(slash_exec *ex, slash_join_result **out)
 static slash_status fire(slash_exec *ex)
 {
     int64_t w = slash_vclock_min(&ex->vc);
-    if (w == INT64_MIN || w <= ex->fired)
+    if (w == INT64_MIN || w <= ex->fired || ex->ck.restoring)
         return SLASH_OK;
     void *r = NULL;
     size_t rows = 0;
@@ -412,6 +412,7 @@ static slash_status publish_epoch(slash_exec *ex, int64_t wm, uint64_t t0)
     if (st != SLASH_OK)
         return st;
     ex->published = wm;
+    ex->ck.restoring = false;
     slash_vclock_update(&ex->vc, ex->rank, wm);
     ex->bytes_since = 0;
     ex->epoch_start_ns = slash_now_ns();
@@ -1360,8 +1361,9 @@ static slash_status poll_locked(slash_exec *ex, int timeout_ms)
         slash_status st = serve(ex, &progressed);
         if (st == SLASH_OK && !ex->finished && epoch_due(ex))
             st = end_epoch(ex, false);
-        if (st != SLASH_OK || ex->qlen || timeout_ms == 0 || slash_deadline_passed(deadline))
-            return st;
+        if (st != SLASH_OK || ex->qlen || ex->ck.pending || timeout_ms == 0 ||
+            slash_deadline_passed(deadline))
+            return st; /* a pending checkpoint: at once, to the safe point at poll's end */
         if (progressed)
             slash_backoff_reset(&b);
         else
@@ -1400,7 +1402,7 @@ static slash_status finish_locked(slash_exec *ex)
     if (st == SLASH_OK)
         st = fire(ex);
     if (st == SLASH_OK)
-        ex->finished = true;
+        ex->finished = true, ex->ck.pending = 0; /* a marker met while finishing: given up */
     return st;
 }
 
