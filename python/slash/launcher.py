@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
 import signal
+import sys
 import time
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -70,6 +72,17 @@ def _entry(target: Callable[..., None], args: Tuple[Any, ...], conn: Connection)
         target(*args, Link(conn))
     finally:
         conn.close()
+    # The final message is sent and the target has closed what it opened: a
+    # normal exit would now tear down the interpreter (every module, Arrow's
+    # and numpy's thread pools), 0.2-0.3 s the parent waits for in close().
+    # Exit at once instead, after flushing what was logged or printed.
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 class ProcessGroup:
