@@ -73,6 +73,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
+    from slash.launcher import use_forkserver
+
+    # executors are forked from a server that loads their modules once, in
+    # the background while this process reads the inputs' footers
+    use_forkserver(["slash._warm"])
     from slash.errors import InvalidArgument
     from slash.query import JoinQuery, Query
     from slash.runner import run as run_query

@@ -442,6 +442,26 @@ static inline void batch_key(const slash_ssb_batch *b, size_t i, const uint8_t *
     *len = (uint32_t)(hi - lo);
 }
 
+/* Whether every key span is 0..SLASH_SSB_KEY_MAX bytes from a first offset
+ * >= 0: one pass without branches that vectorises (an offset going down
+ * makes its span huge as an unsigned number, so one compare covers both). */
+static bool offsets_ok(const slash_ssb_batch *b)
+{
+    uint64_t bad = 0;
+    if (b->key_offsets_64) {
+        const int64_t *o = b->key_offsets;
+        bad = (uint64_t)(o[0] < 0);
+        for (size_t i = 0; i < b->n; i++)
+            bad |= (uint64_t)o[i + 1] - (uint64_t)o[i] > SLASH_SSB_KEY_MAX;
+    } else {
+        const int32_t *o = b->key_offsets;
+        bad = (uint64_t)(o[0] < 0);
+        for (size_t i = 0; i < b->n; i++)
+            bad |= (uint32_t)o[i + 1] - (uint32_t)o[i] > SLASH_SSB_KEY_MAX;
+    }
+    return !bad;
+}
+
 static slash_status check_batch(const slash_ssb *s, const slash_ssb_batch *b)
 {
     if (b->n == 0)
@@ -458,7 +478,9 @@ static slash_status check_batch(const slash_ssb *s, const slash_ssb_batch *b)
     }
     if (!b->key_offsets || !b->key_data)
         return slash_fail(SLASH_EINVAL, "batch: the byte-string keys column is missing");
-    for (size_t i = 0; i < b->n; i++) {
+    if (offsets_ok(b))
+        return SLASH_OK;
+    for (size_t i = 0; i < b->n; i++) { /* find and name the first bad row */
         int64_t lo, hi;
         batch_span(b, i, &lo, &hi);
         if (lo < 0 || hi < lo)
@@ -542,23 +564,80 @@ static inline size_t fast_slot(int64_t key, int64_t win)
     return (size_t)(x >> 54); /* SSB_FAST = 2^10 slots */
 }
 
-/* The same for byte-string keys: an entry names its (key, slice) by the
- * index hash and the key's bytes in the batch (valid for the whole call),
- * which a hit compares in full, so it skips the index probe and the chain
- * walk through the log. */
+/* The same for byte-string keys. A key is seen as its length, its first
+ * and its last 8 bytes (words a and z, overlapping for keys of 8..15 bytes,
+ * z = 0 below 8), which alone determine a key of up to 16 bytes; longer
+ * keys also compare the bytes in between with the entry's key, which points
+ * at the bytes of the first row that filled it (valid for the whole call).
+ * So a hit costs neither the key's hash nor the index probe nor the chain
+ * walk through the log, and short keys are compared without a memory access. */
 typedef struct fast_bytes {
-    uint64_t hash;
+    uint64_t a, z;
     int64_t win;
     const uint8_t *key;
-    uint32_t len;
     uint8_t *partials;
+    uint32_t len;
 } fast_bytes;
+
+/* The n < 8 bytes at p as a little-endian word (zero above), reading
+ * nothing past p + n (the key may end its buffer): overlapping loads, whose
+ * shared bytes are equal, so OR-ing them is exact. */
+static inline uint64_t load_short(const uint8_t *p, uint32_t n)
+{
+    if (n >= 4) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + n - 4, 4);
+        return (uint64_t)lo | (uint64_t)hi << ((n - 4) * 8);
+    }
+    if (n == 0)
+        return 0;
+    return (uint64_t)p[0] | (uint64_t)p[n / 2] << (n / 2 * 8) | (uint64_t)p[n - 1] << ((n - 1) * 8);
+}
+
+/* Words a and z of the key of len bytes at k (see fast_bytes). */
+static inline void key_words(const uint8_t *k, uint32_t len, uint64_t *a, uint64_t *z)
+{
+    if (len >= 8) {
+        memcpy(a, k, 8);
+        memcpy(z, k + len - 8, 8);
+    } else {
+        *a = load_short(k, len);
+        *z = 0;
+    }
+}
+
+/* The cache slot of (key words, length, slice): a poor spread only costs
+ * hits, never correctness (a hit compares the whole key). */
+static inline size_t fast_bytes_slot(uint64_t a, uint64_t z, uint32_t len, int64_t win)
+{
+    uint64_t x = a * UINT64_C(0x9e3779b97f4a7c15) + z * UINT64_C(0xbf58476d1ce4e5b9) +
+                 ((uint64_t)win ^ len) * UINT64_C(0xc2b2ae3d27d4eb4f);
+    x ^= x >> 29;
+    x *= UINT64_C(0x94d049bb133111eb);
+    return (size_t)(x >> 54); /* SSB_FAST = 2^10 slots */
+}
+
+/* Whether entry f holds the key (k, len, a, z) of slice win. */
+static inline bool fast_bytes_hit(const fast_bytes *f, const uint8_t *k, uint32_t len, uint64_t a,
+                                  uint64_t z, int64_t win)
+{
+    if (!f->partials || f->a != a || f->z != z || f->len != len || f->win != win)
+        return false;
+    uint64_t x, y, acc = 0;
+    for (uint32_t o = 8; o + 8 < len; o += 8) { /* the bytes between a and z */
+        memcpy(&x, f->key + o, 8);
+        memcpy(&y, k + o, 8);
+        acc |= x ^ y;
+    }
+    return acc == 0;
+}
 
 #define SSB_PREFETCH_RECHECK 16 /* chunks between checks of the partitions' size */
 
 /* Tumbling and sliding windows: in chunks, first hash every record and
  * prefetch its bucket (when the partition no longer fits in cache), then
- * prefetch chain heads, then upsert and apply. Int64 keys look in the
+ * prefetch chain heads, then upsert and apply. Keys look in a
  * direct-mapped cache first; while nothing is prefetched, a record is hashed
  * only when the cache misses (at low cardinality nearly never). */
 static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
@@ -594,7 +673,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
         if (chunk % SSB_PREFETCH_RECHECK == 0)
             for (uint32_t q = 0; q < s->cfg.partitions && !prefetch; q++)
                 prefetch = part_bytes(&s->parts[q]) > SSB_PREFETCH_MIN;
-        const bool hashed = prefetch || !i64; /* else hashed on a cache miss */
+        const bool hashed = prefetch; /* else hashed on a cache miss */
         for (size_t j = 0; j < m; j++) {
             size_t i = rows[j];
             if (!slice_of(s, &c, b->times[i])) {
@@ -654,13 +733,19 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 const uint8_t *k;
                 uint32_t klen;
                 batch_key(b, i, &k, &klen);
-                fast_bytes *f = &fastb[hash[j] >> 54]; /* SSB_FAST = 2^10 slots */
-                if (f->partials && f->hash == hash[j] && f->win == win[j] && f->len == klen &&
-                    memcmp(f->key, k, klen) == 0) {
+                uint64_t ka, kz;
+                key_words(k, klen, &ka, &kz);
+                fast_bytes *f = &fastb[fast_bytes_slot(ka, kz, klen, win[j])];
+                if (fast_bytes_hit(f, k, klen, ka, kz, win[j])) {
                     part = f->partials;
                 } else {
+                    if (!hashed) {
+                        uint64_t kh = ssb_hash_bytes(k, klen);
+                        pidx[j] = ssb_part_of(s, kh);
+                        hash[j] = ssb_hash_win(s, kh, win[j]);
+                    }
                     part = ssb_upsert(s, &s->parts[pidx[j]], hash[j], win[j], k, klen, &st);
-                    f->hash = hash[j], f->win = win[j], f->key = k, f->len = klen;
+                    f->a = ka, f->z = kz, f->win = win[j], f->key = k, f->len = klen;
                     f->partials = part;
                 }
             }

@@ -80,6 +80,74 @@
 #include "slash/backoff.h"
 #include "slash/mem.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
+
+/* ---- libfabric, loaded at first use -------------------------------------
+ * libfabric and what it pulls in (verbs, psm, efa, libnl, ...) cost ~0.2 s
+ * to load, so the library is not linked: the first slash_ofi_open() loads
+ * it with dlopen (once per process, never unloaded) and takes the five
+ * functions this file calls; everything else it uses is an inline wrapper
+ * over the objects' own ops tables. A process that only uses shm never
+ * loads it. Below, fi_getinfo & co. name these pointers, which are set
+ * before any object exists (every other call needs an object). */
+static struct {
+    int (*getinfo)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *,
+                   struct fi_info **);
+    void (*freeinfo)(struct fi_info *);
+    struct fi_info *(*dupinfo)(const struct fi_info *);
+    int (*fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
+    const char *(*strerror)(int);
+} ofi_lib;
+static pthread_once_t ofi_lib_once = PTHREAD_ONCE_INIT;
+static char ofi_lib_error[256]; /* empty once loaded */
+
+#define OFI_LIB_NAME "libfabric.so.1"
+
+static void ofi_lib_load(void)
+{
+    void *h = dlopen(OFI_LIB_NAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(ofi_lib_error, sizeof ofi_lib_error, "%s", e ? e : "dlopen failed");
+        return;
+    }
+    static const char *const names[] = {"fi_getinfo", "fi_freeinfo", "fi_dupinfo", "fi_fabric",
+                                        "fi_strerror"};
+    void *fns[5];
+    for (int i = 0; i < 5; i++) {
+        fns[i] = dlsym(h, names[i]);
+        if (!fns[i]) {
+            snprintf(ofi_lib_error, sizeof ofi_lib_error, "%s has no symbol %s", OFI_LIB_NAME,
+                     names[i]);
+            return;
+        }
+    }
+    /* function pointers from dlsym's void *, as POSIX allows */
+    memcpy(&ofi_lib.getinfo, &fns[0], sizeof fns[0]);
+    memcpy(&ofi_lib.freeinfo, &fns[1], sizeof fns[1]);
+    memcpy(&ofi_lib.dupinfo, &fns[2], sizeof fns[2]);
+    memcpy(&ofi_lib.fabric, &fns[3], sizeof fns[3]);
+    memcpy(&ofi_lib.strerror, &fns[4], sizeof fns[4]);
+}
+
+/* Loads libfabric once; fails with SLASH_EPROVIDER naming the reason. */
+static slash_status ofi_lib_ready(void)
+{
+    pthread_once(&ofi_lib_once, ofi_lib_load);
+    if (ofi_lib_error[0])
+        return slash_fail(SLASH_EPROVIDER, "the ofi transport needs libfabric: cannot load %s (%s); "
+                          "install it (apt-get install libfabric1) or use --transport shm",
+                          OFI_LIB_NAME, ofi_lib_error);
+    return SLASH_OK;
+}
+
+#define fi_getinfo ofi_lib.getinfo
+#define fi_freeinfo ofi_lib.freeinfo
+#define fi_dupinfo ofi_lib.dupinfo
+#define fi_fabric ofi_lib.fabric
+#define fi_strerror ofi_lib.strerror
+
 #define OFI_API_VERSION FI_VERSION(1, 17)
 #define OFI_NRECV 16          /* pre-posted control receives per endpoint */
 #define OFI_NSEND 16          /* control sends in flight per endpoint */
@@ -258,7 +326,7 @@ static slash_status info_for(ofi_transport *t, const struct sockaddr_storage *ss
 
 static struct fi_info *ofi_hints(const char *provider)
 {
-    struct fi_info *h = fi_allocinfo();
+    struct fi_info *h = fi_dupinfo(NULL); /* fi_allocinfo(), through the loaded library */
     if (!h)
         return NULL;
     h->ep_attr->type = FI_EP_MSG;
@@ -314,6 +382,9 @@ static slash_status explain_no_provider(const char *provider)
 slash_status slash_ofi_open(const char *spec, const char *provider, slash_transport **out)
 {
     *out = NULL;
+    slash_status lib = ofi_lib_ready();
+    if (lib != SLASH_OK)
+        return lib;
     struct fi_info *hints = ofi_hints(provider), *list = NULL;
     if (!hints)
         return slash_fail(SLASH_ENOMEM, "fi_allocinfo failed");
