@@ -684,7 +684,8 @@ static slash_status compact(const slash_ssb_batch *kv, slash_key_type kt, const 
             c->keys[k] = kv->keys[i];
         } else {
             size_t kl = key_bytes_at(kv, i);
-            memcpy(c->data + kd, kv->key_data + key_start_at(kv, i), kl);
+            if (kl) /* all-empty keys may come with no key data at all */
+                memcpy(c->data + kd, kv->key_data + key_start_at(kv, i), kl);
             kd += kl;
             c->offs[k + 1] = (int64_t)kd;
         }
@@ -822,7 +823,8 @@ static slash_status append_row(slash_exec *ex, uint32_t r, const slash_ssb_batch
         p += 8;
     } else {
         *p++ = (uint8_t)(kl - 1);
-        memcpy(p, kv->key_data + key_start_at(kv, i), kl - 1);
+        if (kl > 1)
+            memcpy(p, kv->key_data + key_start_at(kv, i), kl - 1);
         p += kl - 1;
     }
     for (uint32_t j = 0; j < n; j++)
@@ -891,7 +893,8 @@ static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, siz
             if (end - p < 1 || end - p - 1 < *p || *p > SLASH_SSB_KEY_MAX)
                 goto bad;
             size_t kl = *p++;
-            memcpy(d->data + kd, p, kl);
+            if (kl)
+                memcpy(d->data + kd, p, kl);
             p += kl;
             kd += kl;
             d->offs[k + 1] = (int64_t)kd;

@@ -107,7 +107,8 @@ static void fill_group(const slash_join *s, const join_part *p, join_group *g, s
             r->keys[o + i] = k;
     } else {
         for (size_t i = 0; i < n; i++) {
-            memcpy(r->key_data + r->key_data_len, key, g->key_len);
+            if (g->key_len) /* an empty key may leave key_data NULL: no NULL + 0 */
+                memcpy(r->key_data + r->key_data_len, key, g->key_len);
             r->key_data_len += g->key_len;
             r->key_offsets[o + i + 1] = (int64_t)r->key_data_len;
         }

@@ -83,7 +83,8 @@ static slash_status result_add(const slash_ssb *s, slash_ssb_result *res, int64_
                 return st;
             res->key_data_cap = cap;
         }
-        memcpy(res->key_data + res->key_data_len, key, r->key_len);
+        if (r->key_len) /* an empty key may leave key_data NULL: no NULL + 0 */
+            memcpy(res->key_data + res->key_data_len, key, r->key_len);
         res->key_offsets[i] = (int64_t)res->key_data_len;
         res->key_data_len += r->key_len;
         res->key_offsets[i + 1] = (int64_t)res->key_data_len;
