@@ -48,6 +48,7 @@ import io
 import json
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -130,7 +131,7 @@ class TaskCheckpoints:
                   ) -> Tuple[int, int]:
         """Asks the driver where to start, restores; returns (batches to skip, base_ms)."""
         self.group = group
-        self.conn.send(("resume?", self.rank, os.getpid(), group))
+        self.conn.send(("resume?", self.rank, (socket.gethostname(), os.getpid()), group))
         deadline = time.monotonic() + timeout
         while True:
             if not self.conn.poll(max(0.0, deadline - time.monotonic())):
@@ -223,10 +224,11 @@ class TaskCheckpoints:
         every = self.plan.every
         now = time.monotonic()
         t, e0, p0 = self.last_ask
-        k = 2 if self.asked is not None else 1  # one not cut yet: given up after twice the interval
-        due = ((every.seconds is not None and now - t >= k * every.seconds) or
-               (every.batches is not None and pushes - p0 >= k * every.batches) or
-               (every.epochs is not None and self.ex.metrics["epochs"] - e0 >= k * every.epochs))
+        if self.asked is not None:  # one at a time (the core refuses another while one is pending)
+            return
+        due = ((every.seconds is not None and now - t >= every.seconds) or
+               (every.batches is not None and pushes - p0 >= every.batches) or
+               (every.epochs is not None and self.ex.metrics["epochs"] - e0 >= every.epochs))
         if due:
             self._request(pushes)
 
@@ -295,7 +297,7 @@ class DriverCheckpoints:
         self.checkpoints: List[Dict[str, Any]] = []
         self.recoveries: List[Dict[str, Any]] = []
         self.failed_at: Optional[float] = None
-        self.pids: Dict[int, int] = {}
+        self.pids: Dict[int, Tuple[str, int]] = {}  # rank -> (host, pid) of its task's worker
         self.committed: Optional[int] = None
         self.fatal: Optional[BaseException] = None
         self.finished = False
@@ -424,7 +426,14 @@ class DriverCheckpoints:
                                   "checkpoints": len(self.checkpoints)}).encode())
         self.finished = True
 
-    def failed(self, cause: str, rank: Optional[int]) -> None:
+    def failed(self, cause: str, rank: Optional[int], silent: Optional[int] = None) -> None:
+        """Records a failure; ``silent``: a rank whose task vanished without a
+        word (killed), named as the cause before a peer's report of it."""
+        if silent is not None and silent in self.pids:
+            host, pid = self.pids[silent]
+            cause = (f"executor rank {silent} (pid {pid} on {host}) vanished without an error "
+                     f"(killed?); then: {cause}")
+            rank = silent
         self.failed_at = time.monotonic()
         self.recoveries.append({"cause": cause, "rank": rank, "from_checkpoint": self.committed})
 

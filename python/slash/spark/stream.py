@@ -752,7 +752,7 @@ class StreamHandle:
     def task_pids(self) -> Dict[int, int]:
         """With ``checkpoint=``: rank -> process id of the Python worker running
         its task (the newest group's; for diagnostics and fault tests)."""
-        return dict(self._ck.pids) if self._ck is not None else {}
+        return {r: pid for r, (_, pid) in self._ck.pids.items()} if self._ck is not None else {}
 
     def metrics_snapshot(self) -> Dict[str, Any]:
         """The live metrics, while the stream runs: per executor (records,
@@ -942,8 +942,9 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
                             handle._error = ck.fatal if ck is not None and ck.fatal else err
                             return
                         restarts += 1
-                        ck.failed(str(err), getattr(err, "rank", None))
+                        ck.failed(str(err), getattr(err, "rank", None), rdv.silent_loss())
                         rdv.errors.clear()
+                        rdv.lost.clear()
                         with handle._cond:
                             handle._done.clear()
                         handle.live.event(f"recovery {restarts}: {err}")
