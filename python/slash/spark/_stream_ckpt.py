@@ -301,6 +301,7 @@ class DriverCheckpoints:
         self.committed: Optional[int] = None
         self.fatal: Optional[BaseException] = None
         self.finished = False
+        self.base_ms: Optional[int] = None
 
     # -- before a group: what is there ------------------------------------------
     def check_start(self) -> None:
@@ -398,9 +399,9 @@ class DriverCheckpoints:
         t = time.monotonic()
         self.store.commit(cid, files, {}, {"bytes": size, "base_ms": self.base_ms, "sink": renames})
         self.committed = cid
-        self._publish({r: rep[1:4] for r, rep in reports.items()}, str(cid))
         self.checkpoints.append({"id": cid, "bytes": size,
                                  "seconds": round(secs + time.monotonic() - t, 4)})
+        self._publish({r: rep[1:4] for r, rep in reports.items()}, str(cid))
         log.info("stream checkpoint %d committed: %d bytes", cid, size)
 
     def _publish(self, parts: Dict[int, Tuple[Any, ...]], label: str) -> None:

@@ -712,7 +712,10 @@ class StreamHandle:
     @property
     def base_ms(self) -> Optional[int]:
         """Wall clock (ms) when the executors formed their group: a RateSource's
-        first event time."""
+        first event time. With ``checkpoint=`` the base of the stream's first
+        start, kept across restarts and resumes (replayed batches are identical)."""
+        if self._ck is not None and self._ck.base_ms is not None:
+            return self._ck.base_ms
         return self._rdv.started_ms if self._rdv is not None else None
 
     @property
