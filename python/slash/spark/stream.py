@@ -478,7 +478,11 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
             # a clean stop with checkpoints: a last cut, no finish (open windows
             # stay open; a stream started again from the directory fires them)
             late.flush(conn)
-            ck.stop_phase(lambda s: ex.poll(s), pushes[0], plan.group.timeout)
+            def serve(seconds: float) -> None:
+                while conn.poll(0):
+                    on_driver(conn.recv())
+                ex.poll(seconds)
+            ck.stop_phase(serve, pushes[0], plan.group.timeout)
         else:
             ex.finish()
             if ck is not None:
