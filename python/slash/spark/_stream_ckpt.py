@@ -56,7 +56,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import pyarrow as pa
 
 from slash.checkpoint import CheckpointStore, write_durably
-from slash.errors import CheckpointCorrupt, InvalidState, Timeout
+from slash.errors import CheckpointCorrupt, InvalidState, PeerDisconnected, Timeout
 from slash.executor import checkpoint_fired
 from slash.recovery import CheckpointEvery
 from slash.spark._tasks import write_table
@@ -251,7 +251,12 @@ class TaskCheckpoints:
             if time.monotonic() > deadline:
                 raise Timeout(f"rank {self.rank}: the last checkpoint of stop() was not taken "
                               f"within {timeout} s")
-            serve(0.02)
+            try:
+                serve(0.02)
+            except PeerDisconnected:
+                if sent:  # a peer got "exit" first and closed: this cut is complete
+                    return
+                raise
             self.after_call()
             if not sent and self.stop_after is not None and self.taken >= self.stop_after:
                 self.conn.send(("stopped", self.rank, self.group))
