@@ -10,15 +10,17 @@ import shutil
 import signal
 import time
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pandas")
 duckdb = pytest.importorskip("duckdb")
 
-from slash.errors import CheckpointCorrupt, InvalidState, NotSupported  # noqa: E402
+from slash.errors import CheckpointCorrupt, InvalidState  # noqa: E402
 from slash.spark import DirectorySource, RateSource, session, stream  # noqa: E402
 from slash.workloads import ysb_batches  # noqa: E402
 
@@ -165,9 +167,49 @@ def test_corrupt_checkpoint_is_refused_naming_the_file(spark, tmp_path):
                checkpoint=ck, **QUERY)
 
 
-def test_directory_source_with_checkpoint_is_not_supported_yet(spark, tmp_path):
-    d = tmp_path / "in"
-    d.mkdir()
-    with pytest.raises(NotSupported, match="RateSource"):
-        stream(spark, DirectorySource(str(d), schema=SRC.schema), sink=str(tmp_path / "o"),
-               checkpoint=str(tmp_path / "ck"), **QUERY)
+def _write_file(directory, name, table):
+    """Writes elsewhere, renames in (as a DirectorySource expects); 3 row groups."""
+    tmp = os.path.join(directory, "_" + name)
+    pq.write_table(table, tmp, row_group_size=max(1, table.num_rows // 3))
+    os.replace(tmp, os.path.join(directory, name))
+
+
+def test_directory_source_resumes_after_its_files_when_a_worker_is_killed(spark, tmp_path):
+    src_dir, out, ck = tmp_path / "in", str(tmp_path / "out"), str(tmp_path / "ck")
+    src_dir.mkdir()
+    rng = np.random.default_rng(4)
+    parts = []
+    for i in range(6):  # each file 2 s of event time after the previous
+        t = np.sort(rng.integers(i * 2000, (i + 1) * 2000, 3000))
+        parts.append(pa.table({"event_time": t, "key": rng.integers(0, 7, 3000)}))
+    for i in (0, 1):
+        _write_file(str(src_dir), f"f{i}.parquet", parts[i])
+    h = stream(spark, DirectorySource(str(src_dir)), time="event_time", window="tumbling:1s",
+               key="key", aggs=["count"], sink=out, executors=2, checkpoint=ck,
+               checkpoint_every="200ms")
+    wait_for_checkpoints(h, 1)
+    os.kill(h.task_pids()[1], signal.SIGKILL)
+    for i in range(2, 6):
+        _write_file(str(src_dir), f"f{i}.parquet", parts[i])
+    allrec = pa.concat_tables(parts)
+    hi = int(allrec.column("event_time").to_numpy().max())  # the last file's end: the watermark
+    con = duckdb.connect()
+    con.register("r", allrec)
+    want = {(ws, k): c for ws, k, c in con.execute(
+        f"SELECT event_time - event_time % 1000 AS ws, key, count(*) FROM r GROUP BY ALL "
+        f"HAVING ws + 1000 <= {hi}").fetchall()}
+    deadline = time.monotonic() + 60
+    while True:  # every window the files close is published once
+        t = read_sink(out)
+        got = {} if t is None else {(ws, k): c for ws, k, c in zip(
+            t.column("window_start").to_pylist(), t.column("key").to_pylist(),
+            t.column("count").to_pylist())}
+        if len(got) >= len(want) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    m = h.stop(60)
+    assert len(m["recoveries"]) == 1 and m["recoveries"][0]["rank"] == 1
+    t = read_sink(out)
+    keys = list(zip(t.column("window_start").to_pylist(), t.column("key").to_pylist()))
+    assert len(keys) == len(set(keys)), "a window is in the sink twice"
+    assert dict(zip(keys, t.column("count").to_pylist())) == want

@@ -182,12 +182,20 @@ class DirectorySource:
         return pq.read_schema(files[0]).remove_metadata()
 
     def batches(self, rank: int, n: int, time_col: str, lateness_ms: int,
-                wait: Callable[[float], bool]) -> Iterator[Tuple[Optional[pa.RecordBatch], Optional[int]]]:
+                wait: Callable[[float], bool], skip: int = 0
+                ) -> Iterator[Tuple[Optional[pa.RecordBatch], Optional[int]]]:
         """(batch, None) for this rank's rows of each new file, then (None,
-        watermark) once the file is read."""
+        watermark) once the file is read. ``skip``: this rank's non-empty
+        batches already taken (a checkpoint's position): they are passed over
+        in the same order (files in name order, each file's row groups), and
+        so are the watermarks of the files wholly before the cut (the
+        checkpoint holds them; the file the cut ends in gives its own again,
+        which changes nothing). The files before the cut must still be
+        there, unchanged, and no file may appear before them in name order."""
         from slash.sources import FileSource
 
         seen: Set[str] = set()
+        left = skip
         while True:
             new = [f for f in self.files() if f not in seen]
             if not new:
@@ -198,7 +206,12 @@ class DirectorySource:
                 seen.add(f)
                 src = FileSource(f)
                 for b in src.read(rank, n):
+                    if left:
+                        left -= 1 if b.num_rows else 0
+                        continue
                     yield b, None
+                if left:  # the whole file lies before the cut
+                    continue
                 hi = _max_time(f, time_col)
                 if hi is not None:
                     yield None, hi - lateness_ms
@@ -450,7 +463,7 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
         if isinstance(src, RateSource):
             it = src.batches(rank, n, base_ms, wait, skip=skip_batches)
         else:
-            it = src.batches(rank, n, q.time, q.lateness, wait)
+            it = src.batches(rank, n, q.time, q.lateness, wait, skip=skip_batches)
         for batch, advance in it:
             if batch is not None and batch.num_rows:
                 read[0] += batch.num_rows
@@ -862,8 +875,8 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
     from the newest one when a task fails (at most ``max_restarts`` times),
     and resumes from it when started again with the same directory. Output
     becomes exactly-once and waits for the checkpoint covering it: see
-    docs/recovery.md. A RateSource only (a DirectorySource raises
-    NotSupported for now).
+    docs/recovery.md. A DirectorySource resumes after the files (and row
+    groups) read before the cut: keep them in place, unchanged.
     """
     _env.require_pyspark()
     import pyspark.sql.functions  # noqa: F401
@@ -888,9 +901,6 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
     for d in (sink_dir, late_dir):
         if d is not None and "://" not in d:
             os.makedirs(d, exist_ok=True)
-    if checkpoint is not None and not isinstance(source, RateSource):
-        raise NotSupported("slash.spark.stream(checkpoint=...): only a RateSource can be replayed "
-                           f"from a checkpoint for now, not a {type(source).__name__}")
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise InvalidArgument(f"max_restarts must be an int >= 0, got {max_restarts!r}")
     every = CheckpointEvery.parse(checkpoint_every) if checkpoint is not None else None
