@@ -213,3 +213,35 @@ def test_directory_source_resumes_after_its_files_when_a_worker_is_killed(spark,
     keys = list(zip(t.column("window_start").to_pylist(), t.column("key").to_pylist()))
     assert len(keys) == len(set(keys)), "a window is in the sink twice"
     assert dict(zip(keys, t.column("count").to_pylist())) == want
+
+
+def test_a_restarted_driver_rolls_the_newest_commit_forward_and_drops_uncommitted_parts(tmp_path):
+    """The driver died after committing checkpoint 2's manifest, before renaming
+    its pending parts; checkpoint 3 was never committed. The next start
+    publishes 2's parts (once) and deletes 3's."""
+    from slash.recovery import CheckpointEvery
+    from slash.spark._stream_ckpt import PENDING, CheckpointPlan, DriverCheckpoints
+
+    sink = tmp_path / "out"
+    (sink / PENDING).mkdir(parents=True)
+    plan = CheckpointPlan(str(tmp_path / "ck"), "q", 2, 4, 2, CheckpointEvery.parse("1s"))
+    store = plan.store()
+    table = pa.table({"window_start": [0], "window_end": [1000], "key": [1], "count": [5]})
+    renames = {}
+    for r in (0, 1):
+        pq.write_table(table, str(sink / PENDING / f"g7-part-r{r:04d}-c000000000002.parquet"))
+        renames[f"{PENDING}/g7-part-r{r:04d}-c000000000002.parquet"] = \
+            f"part-r{r:04d}-c000000000002.parquet"
+    pq.write_table(table, str(sink / PENDING / "g7-part-r0000-c000000000003.parquet"))
+    store.commit(2, {"rank-0.json": store.write(2, "rank-0.json", b'{"pushes": 4}')}, {},
+                 {"base_ms": 123, "sink": renames})
+    store.write(3, "rank-0.json", b'{"pushes": 6}')  # no manifest: never committed
+    d = DriverCheckpoints(plan, str(sink), lambda r, m: None, lambda m: None,
+                          lambda t, label: None, lambda w, now: None)
+    d.check_start()
+    assert d.on_message(0, ("resume?", 0, ("h", 1), 99), 2)
+    assert d.decision == ("resume", 2, 123, 3)
+    assert sorted(os.listdir(sink)) == [PENDING, "part-r0000-c000000000002.parquet",
+                                        "part-r0001-c000000000002.parquet"]
+    assert os.listdir(sink / PENDING) == []
+    assert not os.path.exists(os.path.join(store.dir, "chk-000000000003"))
