@@ -27,6 +27,13 @@ exception as ``__cause__`` and the window it failed on as ``window``; the
 windows the sink did not accept (that one first, then every window that fired
 after it, in event-time order) stay in ``handle.undelivered()``.
 
+Checkpoints (``checkpoint=DIR``): the tasks take aligned checkpoints, the
+driver commits them and restarts the barrier job from the newest one when a
+task fails; a directory sink publishes a checkpoint's windows only when it
+commits (two-phase: ``_pending/`` parts renamed into place), a callable sink
+gets them then, labelled with the checkpoint id. See
+:mod:`slash.spark._stream_ckpt` and docs/recovery.md.
+
 Lateness: unlike files and tables (whose watermark comes from what is left to
 read, so nothing is ever late), an unbounded stream cannot know what is still
 to come. Each executor's watermark is the latest event time it has seen (or,
