@@ -38,15 +38,18 @@ def spark():
     s.stop()
 
 
-def duckdb_windows(base_ms, src=SRC):
-    """{(window_start, key): (count, max event_time)} of the views, by DuckDB."""
+def duckdb_windows(base_ms, src=SRC, slides=(0,)):
+    """{(window_start, key): (count, max event_time)} of the views, by DuckDB:
+    500 ms windows, or with ``slides=(0, 500)`` the 1 s windows sliding by 500 ms."""
     records = pa.Table.from_batches(list(ysb_batches(src.records, keys=src.keys, seed=src.seed,
                                                      rate=src.rate, base_ms=base_ms,
                                                      columns=list(src.columns))))
     con = duckdb.connect()
     con.register("r", records)
-    rows = con.execute("""SELECT event_time - event_time % 500 AS ws, key, count(*), max(event_time)
-                          FROM r WHERE CAST(event_type AS VARCHAR) = 'view'
+    con.register("o", pa.table({"off": list(slides)}))
+    rows = con.execute("""SELECT event_time - event_time % 500 - off AS ws, key, count(*),
+                                 max(event_time)
+                          FROM r, o WHERE CAST(event_type AS VARCHAR) = 'view'
                           GROUP BY ALL""").fetchall()
     return {(ws, k): (c, mx) for ws, k, c, mx in rows}
 
@@ -106,9 +109,11 @@ def test_killed_worker_recovers_and_directory_sink_holds_each_window_once(spark,
     assert os.listdir(os.path.join(out, "_pending")) == []
 
 
-def test_stopped_stream_started_again_continues_without_duplicates(spark, tmp_path):
+@pytest.mark.parametrize("window,slides", [("tumbling:500ms", (0,)), ("sliding:1s/500ms", (0, 500))])
+def test_stopped_stream_started_again_continues_without_duplicates(spark, tmp_path, window, slides):
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
-    h = stream(spark, SRC, sink=out, checkpoint=ck, checkpoint_every="2 batches", **QUERY)
+    q = dict(QUERY, window=window)
+    h = stream(spark, SRC, sink=out, checkpoint=ck, checkpoint_every="2 batches", **q)
     deadline = time.monotonic() + 60
     while read_sink(out) is None:  # stop once some windows are published
         assert time.monotonic() < deadline and h.running
@@ -117,16 +122,16 @@ def test_stopped_stream_started_again_continues_without_duplicates(spark, tmp_pa
     last = first["checkpoints"][-1]["id"]
     assert h.running is False and first["resumed_from"] is None
     before = read_sink(out)
-    h2 = stream(spark, SRC, sink=out, checkpoint=ck, checkpoint_every="2 batches", **QUERY)
+    h2 = stream(spark, SRC, sink=out, checkpoint=ck, checkpoint_every="2 batches", **q)
     m = h2.wait(120)
     assert m["resumed_from"] == last and m["recoveries"] == []
     got = read_sink(out)
-    assert sink_windows(got) == duckdb_windows(h.base_ms)
+    assert sink_windows(got) == duckdb_windows(h.base_ms, slides=slides)
     assert h2.base_ms == h.base_ms
     # what the first run published stays, unchanged; the rest came after
     assert set(sink_windows(before).items()) < set(sink_windows(got).items())
     with pytest.raises(InvalidState, match="ran to its end"):
-        stream(spark, SRC, sink=out, checkpoint=ck, **QUERY)
+        stream(spark, SRC, sink=out, checkpoint=ck, **q)
 
 
 def test_callable_sink_gets_only_committed_windows_labelled_with_their_checkpoint(spark, tmp_path):
