@@ -20,7 +20,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pandas")
 duckdb = pytest.importorskip("duckdb")
 
-from slash.errors import CheckpointCorrupt, InvalidState  # noqa: E402
+from slash.errors import CheckpointCorrupt, InvalidState, TaskFailed  # noqa: E402
 from slash.spark import DirectorySource, RateSource, session, stream  # noqa: E402
 from slash.workloads import ysb_batches  # noqa: E402
 
@@ -107,6 +107,20 @@ def test_killed_worker_recovers_and_directory_sink_holds_each_window_once(spark,
     assert sink_windows(got) == duckdb_windows(h.base_ms)
     assert per_key_totals(got) == per_key_totals(read_sink(clean))
     assert os.listdir(os.path.join(out, "_pending")) == []
+
+
+def test_a_stream_out_of_restarts_fails_and_resumes_when_started_again(spark, tmp_path):
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    h = stream(spark, SRC, sink=out, checkpoint=ck, checkpoint_every="2 batches", max_restarts=0,
+               **QUERY)
+    wait_for_checkpoints(h, 1)
+    os.kill(h.task_pids()[0], signal.SIGKILL)
+    with pytest.raises(TaskFailed, match="max_restarts=0"):
+        h.wait(120)
+    h2 = stream(spark, SRC, sink=out, checkpoint=ck, checkpoint_every="2 batches", **QUERY)
+    m = h2.wait(120)
+    assert m["resumed_from"] is not None and m["recoveries"] == []
+    assert sink_windows(read_sink(out)) == duckdb_windows(h.base_ms)
 
 
 @pytest.mark.parametrize("window,slides", [("tumbling:500ms", (0,)), ("sliding:1s/500ms", (0, 500))])

@@ -72,7 +72,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from slash.errors import InvalidArgument, InvalidState, NotSupported, SinkFailed, UnknownName
+from slash.errors import InvalidArgument, InvalidState, NotSupported, SinkFailed, TaskFailed, UnknownName
 from slash.executor import Executor, GroupConfig
 from slash.metrics import LiveMetrics, MetricsServer, Reporter
 from slash.query import Query
@@ -960,9 +960,11 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
                         if (ck is None or ck.fatal is not None or handle._stop_sent or
                                 handle._sink_error is not None or restarts >= max_restarts or
                                 "CheckpointCorrupt" in str(err)):
-                            if ck is not None and restarts >= max_restarts > 0:
-                                err = type(err)(f"{err} (after {restarts} restart(s), "
-                                                f"max_restarts={max_restarts})")
+                            if ck is not None and ck.fatal is None and restarts >= max_restarts:
+                                err = TaskFailed(f"{err} (after {restarts} restart(s), max_restarts="
+                                                 f"{max_restarts}; the checkpoints in {ck.store.dir!r} "
+                                                 "stay: start the stream again to resume)",
+                                                 getattr(err, "rank", None), getattr(err, "reason", ""))
                             handle._error = ck.fatal if ck is not None and ck.fatal else err
                             return
                         restarts += 1
