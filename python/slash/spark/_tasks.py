@@ -166,7 +166,9 @@ class Rendezvous:
         self._pending: Dict[int, Dict[int, Tuple[Any, str]]] = {}
         self._members: Dict[Any, int] = {}  # connection -> rank
         self._lock = threading.Lock()
+        self._send_lock = threading.Lock()  # one sender at a time on a connection
         self.errors: List[Tuple[int, str, str]] = []  # (rank, exception type, message), arrival order
+        self.lost: List[int] = []  # ranks whose link dropped, in order (a killed task's first)
         self._closed = False
         self.started_ms: Optional[int] = None  # wall clock when the group formed
         self._threads = [threading.Thread(target=self._accept, name="slash-rendezvous", daemon=True),
@@ -224,6 +226,7 @@ class Rendezvous:
                 except (EOFError, OSError):
                     with self._lock:
                         self._members.pop(c, None)
+                    self.lost.append(rank)
                     c.close()
                     continue
                 if msg[0] == "error":
@@ -237,11 +240,29 @@ class Rendezvous:
     def send_all(self, msg: Any) -> None:
         with self._lock:
             conns = list(self._members)
-        for c in conns:
-            try:
-                c.send(msg)
-            except OSError:
-                pass
+        with self._send_lock:
+            for c in conns:
+                try:
+                    c.send(msg)
+                except OSError:
+                    pass
+
+    def send_to(self, rank: int, msg: Any) -> None:
+        """Sends ``msg`` to rank's task of the newest group (best effort)."""
+        with self._lock:
+            conns = [c for c, r in self._members.items() if r == rank]
+        if conns:
+            with self._send_lock:
+                try:
+                    conns[-1].send(msg)
+                except OSError:
+                    pass
+
+    def silent_loss(self) -> Optional[int]:
+        """The first rank whose link dropped without an error report (its
+        process was killed), or None."""
+        told = {e[0] for e in self.errors}
+        return next((r for r in self.lost if r not in told), None)
 
     def root_cause(self, wait: float = 2.0) -> Optional[Tuple[int, str, str]]:
         """The first error a task reported that is not only a consequence of

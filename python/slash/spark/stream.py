@@ -27,6 +27,13 @@ exception as ``__cause__`` and the window it failed on as ``window``; the
 windows the sink did not accept (that one first, then every window that fired
 after it, in event-time order) stay in ``handle.undelivered()``.
 
+Checkpoints (``checkpoint=DIR``): the tasks take aligned checkpoints, the
+driver commits them and restarts the barrier job from the newest one when a
+task fails; a directory sink publishes a checkpoint's windows only when it
+commits (two-phase: ``_pending/`` parts renamed into place), a callable sink
+gets them then, labelled with the checkpoint id. See
+:mod:`slash.spark._stream_ckpt` and docs/recovery.md.
+
 Lateness: unlike files and tables (whose watermark comes from what is left to
 read, so nothing is ever late), an unbounded stream cannot know what is still
 to come. Each executor's watermark is the latest event time it has seen (or,
@@ -65,11 +72,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from slash.errors import InvalidArgument, InvalidState, SinkFailed, UnknownName
+from slash.errors import InvalidArgument, InvalidState, NotSupported, SinkFailed, TaskFailed, UnknownName
 from slash.executor import Executor, GroupConfig
 from slash.metrics import LiveMetrics, MetricsServer, Reporter
 from slash.query import Query
+from slash.recovery import CheckpointEvery
 from slash.spark import _env
+from slash.spark._stream_ckpt import CheckpointPlan, DriverCheckpoints, TaskCheckpoints, add_metadata
 from slash.spark._tasks import (Rendezvous, barrier_stage, driver_host, join_group, rank_errors, raise_task_failure,
                                 report_error, write_table)
 from slash.spark.batch import group_for, make_query
@@ -129,13 +138,16 @@ class RateSource:
         mine = (full // n + (1 if rank < full % n else 0)) * self.batch
         return mine + (part if full % n == rank else 0)
 
-    def batches(self, rank: int, n: int, base_ms: int, wait: Callable[[float], bool]
-                ) -> Iterator[Tuple[pa.RecordBatch, Optional[int]]]:
+    def batches(self, rank: int, n: int, base_ms: int, wait: Callable[[float], bool],
+                skip: int = 0) -> Iterator[Tuple[pa.RecordBatch, Optional[int]]]:
         """This rank's batches as they become due; ``wait(seconds)`` sleeps
-        (serving the executor) and returns True when the stream must stop."""
+        (serving the executor) and returns True when the stream must stop.
+        ``skip``: this rank's batches already taken (a checkpoint's position:
+        the stream resumes at global batch ``rank + skip * n``, identical to
+        what a run without the failure would have generated)."""
         from slash.workloads import ysb_batches
 
-        b = rank
+        b = rank + skip * n
         while self.records is None or b * self.batch < self.records:
             first = b * self.batch
             count = self.batch if self.records is None else min(self.batch, self.records - first)
@@ -177,12 +189,20 @@ class DirectorySource:
         return pq.read_schema(files[0]).remove_metadata()
 
     def batches(self, rank: int, n: int, time_col: str, lateness_ms: int,
-                wait: Callable[[float], bool]) -> Iterator[Tuple[Optional[pa.RecordBatch], Optional[int]]]:
+                wait: Callable[[float], bool], skip: int = 0
+                ) -> Iterator[Tuple[Optional[pa.RecordBatch], Optional[int]]]:
         """(batch, None) for this rank's rows of each new file, then (None,
-        watermark) once the file is read."""
+        watermark) once the file is read. ``skip``: this rank's non-empty
+        batches already taken (a checkpoint's position): they are passed over
+        in the same order (files in name order, each file's row groups), and
+        so are the watermarks of the files wholly before the cut (the
+        checkpoint holds them; the file the cut ends in gives its own again,
+        which changes nothing). The files before the cut must still be
+        there, unchanged, and no file may appear before them in name order."""
         from slash.sources import FileSource
 
         seen: Set[str] = set()
+        left = skip
         while True:
             new = [f for f in self.files() if f not in seen]
             if not new:
@@ -193,7 +213,12 @@ class DirectorySource:
                 seen.add(f)
                 src = FileSource(f)
                 for b in src.read(rank, n):
+                    if left:
+                        left -= 1 if b.num_rows else 0
+                        continue
                     yield b, None
+                if left:  # the whole file lies before the cut
+                    continue
                 hi = _max_time(f, time_col)
                 if hi is not None:
                     yield None, hi - lateness_ms
@@ -228,6 +253,7 @@ class _StreamPlan:
     sink_dir: Optional[str]
     late_dir: Optional[str] = None
     report_every: float = 0.5
+    checkpoint: Optional[CheckpointPlan] = None
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -370,20 +396,41 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
     reporter = Reporter(plan.report_every)
     read = [0]  # source rows this rank took (before filters)
 
-    def report() -> None:
-        snap = reporter.snapshot(ex)
-        if isinstance(plan.source, RateSource):  # the backlog: records due but not yet read
-            snap["records_behind"] = max(0, plan.source.due_records(rank, n, start_ms, int(time.time() * 1000))
-                                         - read[0])
-        conn.send(("metrics", rank, snap))
+    ck: Optional[TaskCheckpoints] = None
+    base_ms = start_ms
+    skip_batches = 0
+
+    def finalize(parts: List[pa.RecordBatch]) -> Optional[pa.Table]:
+        return q.finalize(pa.Table.from_batches(parts, schema=ex.result_schema()), plan.schema,
+                          sort=False) if parts else None
+
+    def on_driver(msg: Tuple[Any, ...]) -> None:
+        if msg[0] == "stop":
+            stop[0] = True
+        elif ck is not None:
+            ck.on_driver(msg)
 
     try:
+        if plan.checkpoint is not None:
+            ck = TaskCheckpoints(plan.checkpoint, rank, n, conn, ex, finalize, plan.sink_dir,
+                                 isinstance(q.window, Session))
+            skip_batches, base_ms = ck.handshake(start_ms, plan.group.timeout, on_driver)
+
+        def report() -> None:
+            snap = reporter.snapshot(ex)
+            if isinstance(plan.source, RateSource):  # the backlog: records due but not yet read
+                snap["records_behind"] = max(0, plan.source.due_records(rank, n, base_ms,
+                                                                        int(time.time() * 1000))
+                                             - plan.source.batch * skip_batches - read[0])
+            conn.send(("metrics", rank, snap))
+
         def drain() -> None:
             late.flush(conn)
             gw = ex.metrics["group_watermark"]  # before taking: everything up to it has fired
-            parts = ex.results()
-            table = q.finalize(pa.Table.from_batches(parts, schema=ex.result_schema()), plan.schema,
-                               sort=False) if parts else None
+            if ck is not None:  # windows go out with the checkpoint that covers them
+                ck.after_call()
+                return
+            table = finalize(ex.results())
             if plan.sink_dir is not None:
                 if table is not None and table.num_rows:
                     write_table(table, plan.sink_dir, f"part-r{rank:04d}-{seq[0]:08d}.parquet")
@@ -394,18 +441,20 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
                 conn.send(("rows", rank, gw, _ipc(table) if table is not None and table.num_rows else None))
 
         last = [_NEVER]
+        pushes = [skip_batches]
 
         def wait(seconds: float) -> bool:
             """Serves the executor for up to `seconds`; True when asked to stop."""
             deadline = time.monotonic() + seconds
             while True:
-                if conn.poll(0):
-                    msg = conn.recv()
-                    if msg[0] == "stop":
-                        stop[0] = True
+                while conn.poll(0):
+                    on_driver(conn.recv())
                 if stop[0]:
                     return True
                 ex.poll(min(0.02, max(0.0, deadline - time.monotonic())))
+                if ck is not None:
+                    ck.after_call()
+                    ck.maybe_request(pushes[0])
                 gw = ex.metrics["group_watermark"]
                 if gw != last[0]:
                     last[0] = gw
@@ -419,9 +468,9 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
 
         src = plan.source
         if isinstance(src, RateSource):
-            it = src.batches(rank, n, start_ms, wait)
+            it = src.batches(rank, n, base_ms, wait, skip=skip_batches)
         else:
-            it = src.batches(rank, n, q.time, q.lateness, wait)
+            it = src.batches(rank, n, q.time, q.lateness, wait, skip=skip_batches)
         for batch, advance in it:
             if batch is not None and batch.num_rows:
                 read[0] += batch.num_rows
@@ -431,15 +480,36 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
                 n_late, idx = ex.push(b.column("key"), b.column("time"),
                                       {c: b.column(c) for c in state.value_columns},
                                       return_late=True, skip=skip)
+                pushes[0] += 1
+                if ck is not None:
+                    ck.after_call()
                 if n_late:
                     late.add(q, batch, b, skip, idx)
             if advance is not None:
                 ex.advance_watermark(advance)
+                if ck is not None:
+                    ck.after_call()
                 ex.end_epoch()
+                if ck is not None:
+                    ck.after_call()
             if wait(0):
                 break
-        ex.finish()
-        drain()
+        if ck is not None and stop[0]:
+            # a clean stop with checkpoints: a last cut, no finish (open windows
+            # stay open; a stream started again from the directory fires them)
+            late.flush(conn)
+            def serve(seconds: float) -> None:
+                while conn.poll(0):
+                    on_driver(conn.recv())
+                ex.poll(seconds)
+            ck.stop_phase(serve, pushes[0], plan.group.timeout)
+        else:
+            ex.finish()
+            if ck is not None:
+                late.flush(conn)
+                ck.final()
+            else:
+                drain()
         report()
         conn.send(("done", rank))
         return ex.metrics
@@ -499,6 +569,8 @@ class StreamHandle:
         self._started = time.time()
         self.live = LiveMetrics(n, kind="stream")
         self._server: Optional[MetricsServer] = None
+        self._ck: Optional[DriverCheckpoints] = None  # with checkpoint=
+        self._resumed_from: Optional[int] = None
         #: the Prometheus endpoint (``metrics_port=``), else None
         self.metrics_url: Optional[str] = None
         #: the live page (``metrics_port=`` or ``ui=True``), else None
@@ -506,6 +578,8 @@ class StreamHandle:
 
     # messages from the tasks (the rendezvous thread)
     def _on_message(self, rank: int, msg: Tuple[Any, ...]) -> None:
+        if self._ck is not None and self._ck.on_message(rank, msg, self.executors):
+            return
         kind = msg[0]
         warn = None
         with self._cond:
@@ -553,13 +627,29 @@ class StreamHandle:
                     "minus lateness=%d ms); raise lateness= %s", "in all, " if final else "",
                     f"{count:,}", self._lateness_ms, where)
 
-    def _take(self) -> None:
+    def _committed(self, tables: List[pa.Table], label: str) -> None:
+        """With checkpoint=: the windows a committed checkpoint (or the final
+        flush) covers, whole, go to the sink labelled with its id."""
+        with self._cond:
+            self._pending.extend(tables)
+            self._take(_DONE, label)
+
+    def _observe(self, wins: List[Tuple[int, int, int]], now_ms: int) -> None:
+        """With checkpoint= and a directory sink: windows made visible at ``now_ms``."""
+        with self._cond:
+            for s, e, rows in wins:
+                self._latencies.append((s, e, now_ms - e, rows))
+                self._rows += rows
+                self.live.observe_window(s, e, now_ms - e, rows)
+
+    def _take(self, upto: Optional[int] = None, label: Optional[str] = None) -> None:
         """With the lock held: moves every complete window (all ranks passed
         its end) from the pending rows to the sink's queue, oldest first, one
-        table per window; after a sink failure, to the undelivered list."""
+        table per window; after a sink failure, to the undelivered list.
+        ``label``: the checkpoint id the windows carry in their metadata."""
         if not self._pending:
             return
-        upto = min(self._gw)
+        upto = min(self._gw) if upto is None else upto
         table = pa.concat_tables(self._pending)
         we = table.column("window_end").to_numpy()
         ready = we < upto if upto != _DONE else np.ones(len(we), bool)
@@ -573,6 +663,8 @@ class StreamHandle:
         cut = np.flatnonzero((np.diff(ws) != 0) | (np.diff(wend) != 0)) + 1
         # after a sink failure, or once the delivery thread ended, nothing takes the queue
         dest = self._undelivered if self._sink_error is not None or self._stage_over else self._queue
+        if label is not None:
+            out = add_metadata(out, label)
         for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(ws)]):
             dest.append(out.slice(int(lo), int(hi - lo)))
         self._cond.notify_all()
@@ -644,7 +736,10 @@ class StreamHandle:
     @property
     def base_ms(self) -> Optional[int]:
         """Wall clock (ms) when the executors formed their group: a RateSource's
-        first event time."""
+        first event time. With ``checkpoint=`` the base of the stream's first
+        start, kept across restarts and resumes (replayed batches are identical)."""
+        if self._ck is not None and self._ck.base_ms is not None:
+            return self._ck.base_ms
         return self._rdv.started_ms if self._rdv is not None else None
 
     @property
@@ -657,7 +752,13 @@ class StreamHandle:
         window end) with its percentiles, records in, seconds; late records:
         ``late_records`` (in all) and ``late_records_by_window``
         ({(window_start, window_end): records} for the windows they would
-        have fallen in); ``undelivered_windows`` after a sink failure."""
+        have fallen in); ``undelivered_windows`` after a sink failure.
+        With ``checkpoint=``: ``checkpoints`` (id, bytes, seconds, one per
+        committed checkpoint), ``recoveries`` (cause, rank, from_checkpoint,
+        seconds_to_resume: from the failure reaching the driver to every rank
+        of the new group asking where to resume) and ``resumed_from`` (the
+        checkpoint this stream started from, None for a fresh start)."""
+        ck = self._ck
         with self._lock:
             lats = [x[2] for x in self._latencies]
             windows = len({(s, e) for s, e, _, _ in self._latencies})
@@ -666,11 +767,19 @@ class StreamHandle:
                 "late_records": self._late_records(), "late_records_by_window": dict(self._late_by_window),
                 "undelivered_windows": len(self._undelivered), "seconds": time.time() - self._started,
                 "window_latencies": list(self._latencies), "running": self.running}
+        if ck is not None:
+            out.update(checkpoints=list(ck.checkpoints), recoveries=[dict(r) for r in ck.recoveries],
+                       resumed_from=self._resumed_from)
         if lats:
             a = np.asarray(lats, dtype=np.float64)
             out["latency_ms"] = {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95)),
                                  "max": float(a.max())}
         return out
+
+    def task_pids(self) -> Dict[int, int]:
+        """With ``checkpoint=``: rank -> process id of the Python worker running
+        its task (the newest group's; for diagnostics and fault tests)."""
+        return {r: pid for r, (_, pid) in self._ck.pids.items()} if self._ck is not None else {}
 
     def metrics_snapshot(self) -> Dict[str, Any]:
         """The live metrics, while the stream runs: per executor (records,
@@ -745,7 +854,9 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
            sink: Sink, late_output: Optional[str] = None, executors: Optional[int] = None,
            transport: str = "shm", group: Optional[GroupConfig] = None,
            slots_wait: float = 30.0, metrics_port: Optional[int] = None, ui: bool = False,
-           ui_bind: str = "127.0.0.1", ui_token: Optional[str] = None) -> StreamHandle:
+           ui_bind: str = "127.0.0.1", ui_token: Optional[str] = None,
+           checkpoint: Optional[str] = None, checkpoint_every: Union[str, int, float] = "10s",
+           max_restarts: int = 3, checkpoint_keep: int = 2) -> StreamHandle:
     """Starts a streaming aggregation; returns at once with its handle.
 
     The query spellings are those of :func:`slash.spark.window_aggregate`.
@@ -764,6 +875,15 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
     without naming one. ``ui_bind``: the address (loopback by default; any
     other needs ``ui_token``, made if not given, which the URLs carry). The
     server stops when :meth:`StreamHandle.wait`/``stop`` returns.
+
+    ``checkpoint``: a directory every Spark worker and the driver see; the
+    stream takes aligned checkpoints there every ``checkpoint_every``
+    (``"10s"``, ``"N epochs"``, ``"N batches"``), restarts its barrier job
+    from the newest one when a task fails (at most ``max_restarts`` times),
+    and resumes from it when started again with the same directory. Output
+    becomes exactly-once and waits for the checkpoint covering it: see
+    docs/recovery.md. A DirectorySource resumes after the files (and row
+    groups) read before the cut: keep them in place, unchanged.
     """
     _env.require_pyspark()
     import pyspark.sql.functions  # noqa: F401
@@ -788,10 +908,26 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
     for d in (sink_dir, late_dir):
         if d is not None and "://" not in d:
             os.makedirs(d, exist_ok=True)
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise InvalidArgument(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+    every = CheckpointEvery.parse(checkpoint_every) if checkpoint is not None else None
     n, group = group_for(spark, query, executors, transport, group, slots_wait)
 
     token = secrets.token_hex(16)
     handle = StreamHandle(n, sink, group.lateness_ms, late_dir)
+    ck_plan = None
+    if checkpoint is not None:
+        if "://" in os.fspath(checkpoint):
+            raise NotSupported(f"checkpoint={checkpoint!r}: a mounted directory every worker sees, "
+                               "not a URI")
+        ck_plan = CheckpointPlan(os.path.abspath(os.fspath(checkpoint)),
+                                 f"stream {query!r} over {source!r}", n, group.partitions_for(n),
+                                 checkpoint_keep, every)  # type: ignore[arg-type]
+        handle._ck = DriverCheckpoints(ck_plan, sink_dir, lambda r, m: handle._rdv.send_to(r, m),
+                                       lambda m: handle._rdv.send_all(m), handle._committed,
+                                       handle._observe)
+        handle._ck.check_start()
+        handle._resumed_from = handle._ck.committed
     if metrics_port is not None or ui:
         handle._server = MetricsServer(handle.live, 0 if metrics_port is None else metrics_port,
                                        ui_bind, ui_token)
@@ -804,19 +940,43 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
         handle._close_server()
         raise
     handle._rdv = rdv
-    plan = _StreamPlan(query, schema, source, group, token, rdv.address, sink_dir, late_dir)
-    stage = barrier_stage(spark, n, _stream_task(plan))
+    plan = _StreamPlan(query, schema, source, group, token, rdv.address, sink_dir, late_dir,
+                       checkpoint=ck_plan)
 
     def run() -> None:
         rows = None
+        restarts = 0
         try:
             spark.sparkContext.setJobDescription(f"slash stream {query.window} by {list(query.key)}")
-            rows = stage.collect()
-        except Exception as e:
-            try:
-                raise_task_failure(e, "slash.spark.stream", rdv.root_cause())
-            except Exception as err:
-                handle._error = err
+            while True:
+                try:
+                    rows = barrier_stage(spark, n, _stream_task(plan)).collect()
+                    break
+                except Exception as e:
+                    try:
+                        raise_task_failure(e, "slash.spark.stream", rdv.root_cause())
+                    except Exception as err:
+                        ck = handle._ck
+                        if (ck is None or ck.fatal is not None or handle._stop_sent or
+                                handle._sink_error is not None or restarts >= max_restarts or
+                                "CheckpointCorrupt" in str(err)):
+                            if ck is not None and ck.fatal is None and restarts >= max_restarts:
+                                err = TaskFailed(f"{err} (after {restarts} restart(s), max_restarts="
+                                                 f"{max_restarts}; the checkpoints in {ck.store.dir!r} "
+                                                 "stay: start the stream again to resume)",
+                                                 getattr(err, "rank", None), getattr(err, "reason", ""))
+                            handle._error = ck.fatal if ck is not None and ck.fatal else err
+                            return
+                        restarts += 1
+                        ck.failed(str(err), getattr(err, "rank", None), rdv.silent_loss())
+                        rdv.errors.clear()
+                        rdv.lost.clear()
+                        with handle._cond:
+                            handle._done.clear()
+                        handle.live.event(f"recovery {restarts}: {err}")
+                        log.warning("slash.spark.stream: %s; restarting the barrier job from "
+                                    "checkpoint %s (restart %d of at most %d)", err, ck.committed,
+                                    restarts, max_restarts)
         finally:
             handle._stage_ended(rows)
     handle.live.event(f"stream started: {n} executors, {query.window}")

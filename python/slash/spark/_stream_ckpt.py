@@ -1,0 +1,451 @@
+"""Checkpoints and exactly-once output for :func:`slash.spark.stream` (``checkpoint=DIR``).
+
+Task side (:class:`TaskCheckpoints`, one per barrier task):
+
+* After joining the group a task asks the driver where to start
+  (``("resume?", rank, pid, group)``); the driver answers once per group
+  (the same answer to every rank): the newest complete checkpoint (or none),
+  the stream's base time (a RateSource's first event time, kept across
+  restarts so replayed batches are identical) and the next checkpoint id.
+  The task restores its executor from that checkpoint (every rank's META
+  blob, the leader stores of its partitions) and its source skips the
+  batches it had taken before the cut.
+* Rank 0 requests checkpoint ids every ``checkpoint_every``; every executor
+  cuts at its next safe point. Right after every executor call the task
+  takes the finished images and splits the windows it fired at the cut's
+  watermark (:func:`slash.executor.checkpoint_fired`): those before the cut
+  belong to the checkpoint. The task writes its files into the
+  :class:`~slash.checkpoint.CheckpointStore`; a directory sink's windows go
+  to ``SINK/_pending/g<group>-part-r<rank>-c<id>.parquet`` (a name Spark,
+  pyarrow and DuckDB globs skip), a callable sink's travel as Arrow IPC; and
+  it reports ``("ckpt", ...)`` over its link to the driver.
+
+Driver side (:class:`DriverCheckpoints`):
+
+* Once every rank of the current group reported checkpoint c, it commits c
+  (the manifest, written last and atomically, records the pending-to-final
+  renames and the base time), then renames the pending parts into place as
+  ``part-r<rank>-c<id>.parquet`` (or hands a callable sink the windows, each
+  table carrying ``slash.checkpoint_id`` in its schema metadata). A driver
+  restarted between the commit and the renames rolls them forward from the
+  newest manifest: the names are fixed by (rank, id), so a rename is never
+  done twice. Pending parts no committed manifest names are deleted when a
+  group starts: the windows in them are fired again by the replay.
+* Reports of an older group (a failed attempt) are ignored.
+* A clean ``stop()``: rank 0 requests a last checkpoint, the driver tells
+  every rank its id, each rank stops after taking it and waits for the
+  driver's "exit" (no rank finishes, so no open window fires); a stream
+  started again with the same directory continues from it.
+* A bounded source that ran out: every rank finishes, its last windows go to
+  ``part-r<rank>-final.parquet`` once all ranks sent theirs, and
+  ``_STREAM_FINISHED.json`` marks the directory finished (starting it again
+  is refused).
+"""
+from __future__ import annotations
+
+import glob
+import io
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import pyarrow as pa
+
+from slash.checkpoint import CheckpointStore, write_durably
+from slash.errors import CheckpointCorrupt, InvalidState, PeerDisconnected, Timeout
+from slash.executor import checkpoint_fired
+from slash.recovery import CheckpointEvery
+from slash.spark._tasks import write_table
+
+log = logging.getLogger(__name__)
+
+PENDING = "_pending"
+FINISHED = "_STREAM_FINISHED.json"
+META_KEY = b"slash.checkpoint_id"
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """What every task needs to know about the stream's checkpoints (pickled)."""
+
+    directory: str
+    fingerprint: str
+    executors: int
+    partitions: int
+    keep: int
+    every: CheckpointEvery
+
+    def store(self) -> CheckpointStore:
+        return CheckpointStore(self.directory, fingerprint=self.fingerprint,
+                               executors=self.executors, partitions=self.partitions,
+                               keep=self.keep)
+
+
+def _ipc(batches: List[pa.RecordBatch], schema: pa.Schema) -> bytes:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, schema) as w:
+        for b in batches:
+            w.write_batch(b)
+    return sink.getvalue()
+
+
+def final_name(rank: int, ckpt_id: Optional[int]) -> str:
+    return f"part-r{rank:04d}-{'final' if ckpt_id is None else f'c{ckpt_id:012d}'}.parquet"
+
+
+def _windows(table: pa.Table) -> List[Tuple[int, int, int]]:
+    """(window_start, window_end, rows) per window of a finalized table."""
+    if not table.num_rows:
+        return []
+    g = table.group_by(["window_start", "window_end"]).aggregate([("window_start", "count")])
+    return list(zip(g.column("window_start").to_pylist(), g.column("window_end").to_pylist(),
+                    g.column("window_start_count").to_pylist()))
+
+
+class TaskCheckpoints:
+    """One barrier task's side (see the module doc)."""
+
+    def __init__(self, plan: CheckpointPlan, rank: int, n: int, conn: Any, ex: Any,
+                 finalize: Callable[[List[pa.RecordBatch]], Optional[pa.Table]],
+                 sink_dir: Optional[str], session: bool) -> None:
+        self.plan, self.rank, self.n, self.conn, self.ex = plan, rank, n, conn, ex
+        self.finalize = finalize
+        self.sink_dir = sink_dir
+        self.session = session
+        self.store = plan.store()
+        self.group: Optional[int] = None
+        self.held: List[pa.RecordBatch] = []  # fired after the newest cut taken
+        self.taken = 0  # the newest checkpoint id this task took
+        self.next_id = 1
+        self.asked: Optional[int] = None
+        self.last_ask = (time.monotonic(), 0, 0)  # (wall, epochs, pushes) at rank 0's last ask
+        self.stop_after: Optional[int] = None  # the driver's stop checkpoint
+        self.exit = False
+        self.schema = ex.result_schema()
+
+    def handshake(self, group: int, timeout: float, on_other: Callable[[Tuple[Any, ...]], None]
+                  ) -> Tuple[int, int]:
+        """Asks the driver where to start, restores; returns (batches to skip, base_ms)."""
+        self.group = group
+        self.conn.send(("resume?", self.rank, (socket.gethostname(), os.getpid()), group))
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.conn.poll(max(0.0, deadline - time.monotonic())):
+                raise Timeout(f"rank {self.rank}: the driver did not say where to resume within "
+                              f"{timeout} s")
+            msg = self.conn.recv()
+            if msg[0] == "resume":
+                break
+            if msg[0] == "resume_error":
+                raise CheckpointCorrupt(msg[1])
+            on_other(msg)
+        _, resume_id, base_ms, next_id = msg
+        self.next_id = next_id
+        skip = 0
+        if resume_id is not None:
+            ck = self.store.load(resume_id)
+            metas = [ck.read(f"rank-{r}.meta") for r in range(self.n)]
+            parts = {p: ck.read(f"part-{p}.bin") for p in range(self.plan.partitions)
+                     if p % self.n == self.rank}
+            self.ex.restore(metas, parts)
+            skip = int(ck.rank_info(self.rank)["pushes"])
+            self.taken = resume_id
+            log.info("stream rank %d: resumed from checkpoint %s (%d batches already taken)",
+                     self.rank, ck.path, skip)
+        self.last_ask = (time.monotonic(), 0, skip)
+        return skip, base_ms
+
+    def on_driver(self, msg: Tuple[Any, ...]) -> None:
+        if msg[0] == "stop_after":
+            self.stop_after = msg[1]
+        elif msg[0] == "exit":
+            self.exit = True
+
+    def after_call(self) -> None:
+        """Right after every executor call: takes finished cuts, holds the rest."""
+        while True:
+            img = self.ex.take_checkpoint()
+            if img is None:
+                break
+            self._cut(img)
+        self.held.extend(self.ex.results())
+
+    def _cut(self, img: Any) -> None:
+        t0 = time.monotonic()
+        fired = checkpoint_fired(img.meta)
+        every = self.held + self.ex.results()
+        pre: List[pa.RecordBatch] = []
+        post: List[pa.RecordBatch] = []
+        for b in every:  # windows ending by the cut's watermark fired before it
+            we = b.column(1).to_numpy()
+            before = (we < fired) if self.session else (we <= fired)
+            if before.all():
+                pre.append(b)
+            elif not before.any():
+                post.append(b)
+            else:
+                pre.append(b.filter(pa.array(before)))
+                post.append(b.filter(pa.array(~before)))
+        self.held = post
+        st = self.store
+        r = self.rank
+        files = {f"rank-{r}.meta": st.write(img.id, f"rank-{r}.meta", img.meta)}
+        for p, data in img.parts.items():
+            files[f"part-{p}.bin"] = st.write(img.id, f"part-{p}.bin", data)
+        files[f"rank-{r}.json"] = st.write(img.id, f"rank-{r}.json", json.dumps(
+            {"rank": r, "pushes": img.pushes}).encode())
+        table = self.finalize(pre)
+        sink: Dict[str, str] = {}
+        rows: Optional[bytes] = None
+        wins: List[Tuple[int, int, int]] = []
+        if table is not None and table.num_rows:
+            wins = _windows(table)
+            if self.sink_dir is not None:
+                name = f"g{self.group}-{final_name(r, img.id)}"
+                write_table(table, os.path.join(self.sink_dir, PENDING), name)
+                sink[f"{PENDING}/{name}"] = final_name(r, img.id)
+            else:
+                rows = _ipc(table.to_batches(), table.schema)
+        size = sum(f["size"] for f in files.values())
+        self.conn.send(("ckpt", r, self.group, img.id, files, sink, rows, wins,
+                        {"bytes": size, "seconds": time.monotonic() - t0}))
+        self.taken = max(self.taken, img.id)
+        if self.asked == img.id:
+            self.asked = None
+
+    def maybe_request(self, pushes: int) -> None:
+        """Rank 0: asks for the next checkpoint when one is due."""
+        if self.rank != 0:
+            return
+        every = self.plan.every
+        now = time.monotonic()
+        t, e0, p0 = self.last_ask
+        if self.asked is not None:  # one at a time (the core refuses another while one is pending)
+            return
+        due = ((every.seconds is not None and now - t >= every.seconds) or
+               (every.batches is not None and pushes - p0 >= every.batches) or
+               (every.epochs is not None and self.ex.metrics["epochs"] - e0 >= every.epochs))
+        if due:
+            self._request(pushes)
+
+    def _request(self, pushes: int) -> int:
+        self.asked = max(self.next_id, self.taken + 1)
+        self.next_id = self.asked + 1
+        self.ex.request_checkpoint(self.asked)
+        self.last_ask = (time.monotonic(), self.ex.metrics["epochs"], pushes)
+        return self.asked
+
+    def stop_phase(self, serve: Callable[[float], None], pushes: int, timeout: float) -> None:
+        """After "stop": a last checkpoint (rank 0 asks, the driver names it to
+        all), then wait for the driver's "exit" without finishing."""
+        if self.rank == 0:
+            c = self.asked if self.asked is not None else self._request(pushes)
+            self.conn.send(("stop_at", self.rank, self.group, c))
+        deadline = time.monotonic() + timeout
+        sent = False
+        while not self.exit:
+            if time.monotonic() > deadline:
+                raise Timeout(f"rank {self.rank}: the last checkpoint of stop() was not taken "
+                              f"within {timeout} s")
+            try:
+                serve(0.02)
+            except PeerDisconnected:
+                if sent:  # a peer got "exit" first and closed: this cut is complete
+                    return
+                raise
+            self.after_call()
+            if not sent and self.stop_after is not None and self.taken >= self.stop_after:
+                self.conn.send(("stopped", self.rank, self.group))
+                sent = True
+
+    def final(self) -> None:
+        """After finish(): the last windows (no checkpoint covers them; the
+        driver publishes them once every rank sent its own)."""
+        self.held.extend(self.ex.results())
+        table = self.finalize(self.held)
+        self.held = []
+        sink: Dict[str, str] = {}
+        rows = None
+        wins: List[Tuple[int, int, int]] = []
+        if table is not None and table.num_rows:
+            wins = _windows(table)
+            if self.sink_dir is not None:
+                name = f"g{self.group}-{final_name(self.rank, None)}"
+                write_table(table, os.path.join(self.sink_dir, PENDING), name)
+                sink[f"{PENDING}/{name}"] = final_name(self.rank, None)
+            else:
+                rows = _ipc(table.to_batches(), table.schema)
+        self.conn.send(("final", self.rank, self.group, sink, rows, wins))
+
+
+class DriverCheckpoints:
+    """The driver's side (see the module doc); its methods run in the
+    rendezvous thread, under nothing but their own state."""
+
+    def __init__(self, plan: CheckpointPlan, sink_dir: Optional[str],
+                 send_to: Callable[[int, Any], None], send_all: Callable[[Any], None],
+                 deliver: Callable[[List[pa.Table], str], None],
+                 observe: Callable[[List[Tuple[int, int, int]], int], None]) -> None:
+        self.plan = plan
+        self.store = plan.store()
+        self.sink_dir = sink_dir
+        self.send_to, self.send_all, self.deliver, self.observe = send_to, send_all, deliver, observe
+        self.group: Optional[int] = None
+        self.decision: Optional[Tuple[Any, ...]] = None
+        self.reports: Dict[int, Dict[int, Tuple[Any, ...]]] = {}
+        self.finals: Dict[int, Tuple[Any, ...]] = {}
+        self.stopped: set = set()
+        self.checkpoints: List[Dict[str, Any]] = []
+        self.recoveries: List[Dict[str, Any]] = []
+        self.failed_at: Optional[float] = None
+        self.pids: Dict[int, Tuple[str, int]] = {}  # rank -> (host, pid) of its task's worker
+        self.committed: Optional[int] = None
+        self.fatal: Optional[BaseException] = None
+        self.finished = False
+        self.base_ms: Optional[int] = None
+
+    # -- before a group: what is there ------------------------------------------
+    def check_start(self) -> None:
+        """In stream(): refuses a finished directory, checks the newest
+        checkpoint (CheckpointCorrupt names a bad file)."""
+        if os.path.exists(os.path.join(self.store.dir, FINISHED)):
+            raise InvalidState(f"checkpoint directory {self.store.dir!r} holds a stream that ran to "
+                               "its end (its source was exhausted); give a new directory")
+        ck = self.store.latest()
+        self.committed = ck.id if ck is not None else None
+
+    def _prepare(self, started_ms: int) -> Tuple[Any, ...]:
+        ck = self.store.latest()
+        renames: Dict[str, str] = dict(ck.manifest.get("info", {}).get("sink", {})) if ck else {}
+        if self.sink_dir is not None:
+            self._rename(renames)  # roll the newest commit forward (idempotent)
+            for f in glob.glob(os.path.join(self.sink_dir, PENDING, "*")):
+                log.info("deleting pending sink part %s (no committed checkpoint covers it)", f)
+                os.unlink(f)
+        base = int(ck.manifest["info"]["base_ms"]) if ck is not None else started_ms
+        self.base_ms = base
+        self.committed = ck.id if ck is not None else None
+        return ("resume", ck.id if ck is not None else None, base, (ck.id + 1) if ck else 1)
+
+    def _rename(self, renames: Dict[str, str]) -> None:
+        for pending, final in sorted(renames.items()):
+            src = os.path.join(self.sink_dir, pending)  # type: ignore[arg-type]
+            if os.path.exists(src):
+                os.replace(src, os.path.join(self.sink_dir, final))  # type: ignore[arg-type]
+        if renames:
+            fd = os.open(self.sink_dir, os.O_RDONLY)  # type: ignore[arg-type]
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    # -- messages ------------------------------------------------------------------
+    def on_message(self, rank: int, msg: Tuple[Any, ...], n: int) -> bool:
+        """Handles a checkpoint message; False if it is none."""
+        kind = msg[0]
+        if kind == "resume?":
+            _, _, pid, group = msg
+            self.pids[rank] = pid
+            if group != self.group:
+                if self.group is not None and self.failed_at is None:  # Spark retried the stage
+                    self.recoveries.append({"cause": "Spark retried the barrier stage", "rank": None,
+                                            "from_checkpoint": self.committed,
+                                            "seconds_to_resume": None})
+                self.group, self.reports, self.finals, self.stopped = group, {}, {}, set()
+                try:
+                    self.decision = self._prepare(group)
+                except Exception as e:  # a corrupt checkpoint: the stream fails with it
+                    self.fatal = e
+                    self.decision = ("resume_error", str(e))
+                if self.failed_at is not None and self.recoveries:
+                    self.recoveries[-1]["seconds_to_resume"] = round(time.monotonic() - self.failed_at, 3)
+                    self.failed_at = None
+            self.send_to(rank, self.decision)
+        elif kind == "ckpt":
+            _, _, group, cid, files, sink, rows, wins, stats = msg
+            if group != self.group:
+                return True
+            self.reports.setdefault(cid, {})[rank] = (files, sink, rows, wins, stats)
+            if len(self.reports[cid]) == n:
+                self._commit(cid, self.reports.pop(cid))
+        elif kind == "stop_at":
+            if msg[2] == self.group:
+                self.send_all(("stop_after", msg[3]))
+        elif kind == "stopped":
+            if msg[2] == self.group:
+                self.stopped.add(rank)
+                if len(self.stopped) == n:
+                    self.send_all(("exit",))
+        elif kind == "final":
+            _, _, group, sink, rows, wins = msg
+            if group != self.group:
+                return True
+            self.finals[rank] = (sink, rows, wins)
+            if len(self.finals) == n:
+                self._publish_final()
+        else:
+            return False
+        return True
+
+    def _commit(self, cid: int, reports: Dict[int, Tuple[Any, ...]]) -> None:
+        files: Dict[str, Dict[str, int]] = {}
+        renames: Dict[str, str] = {}
+        size, secs = 0, 0.0
+        for r in sorted(reports):
+            f, s, _, _, stats = reports[r]
+            files.update(f)
+            renames.update(s)
+            size += stats["bytes"]
+            secs = max(secs, stats["seconds"])
+        t = time.monotonic()
+        self.store.commit(cid, files, {}, {"bytes": size, "base_ms": self.base_ms, "sink": renames})
+        self.committed = cid
+        self.checkpoints.append({"id": cid, "bytes": size,
+                                 "seconds": round(secs + time.monotonic() - t, 4)})
+        self._publish({r: rep[1:4] for r, rep in reports.items()}, str(cid))
+        log.info("stream checkpoint %d committed: %d bytes", cid, size)
+
+    def _publish(self, parts: Dict[int, Tuple[Any, ...]], label: str) -> None:
+        renames: Dict[str, str] = {}
+        tables: List[pa.Table] = []
+        wins: List[Tuple[int, int, int]] = []
+        for r in sorted(parts):
+            s, rows, w = parts[r]
+            renames.update(s)
+            if rows is not None:
+                tables.append(pa.ipc.open_stream(rows).read_all())
+            wins.extend(w)
+        if self.sink_dir is not None:
+            self._rename(renames)
+            self.observe(wins, int(time.time() * 1000))
+        if tables:
+            self.deliver(tables, label)
+
+    def _publish_final(self) -> None:
+        self._publish(dict(self.finals), "final")
+        write_durably(os.path.join(self.store.dir, FINISHED),
+                      json.dumps({"query": self.store.fingerprint,
+                                  "checkpoints": len(self.checkpoints)}).encode())
+        self.finished = True
+
+    def failed(self, cause: str, rank: Optional[int], silent: Optional[int] = None) -> None:
+        """Records a failure; ``silent``: a rank whose task vanished without a
+        word (killed), named as the cause before a peer's report of it."""
+        if silent is not None and silent in self.pids:
+            host, pid = self.pids[silent]
+            cause = (f"executor rank {silent} (pid {pid} on {host}) vanished without an error "
+                     f"(killed?); then: {cause}")
+            rank = silent
+        self.failed_at = time.monotonic()
+        self.recoveries.append({"cause": cause, "rank": rank, "from_checkpoint": self.committed})
+
+
+def add_metadata(table: pa.Table, label: str) -> pa.Table:
+    md = dict(table.schema.metadata or {})
+    md[META_KEY] = label.encode()
+    return table.replace_schema_metadata(md)
+
