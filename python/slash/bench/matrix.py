@@ -531,7 +531,7 @@ def plot(result: Dict[str, Any], path: str) -> str:
                 r = by.get((q, kt, k, lay))
                 if r is not None and r[m] is not None:
                     grid[a][b] = math.log2(max(r[m], 1e-3))
-                    ax.text(b, a, f"{r[m]:.1f}" + ("" if r["equal"] else "!"), ha="center",
+                    ax.text(b, a, f"{r[m]:.2g}" + ("" if r["equal"] else "!"), ha="center",
                             va="center", fontsize=7)
         im = ax.imshow(grid, cmap="RdYlGn", vmin=-2, vmax=2, aspect="auto")
         ax.set_xticks(range(len(cols)))
