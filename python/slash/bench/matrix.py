@@ -20,7 +20,9 @@ the spanning files with ``NULL_FRACTION`` of the keys, values and times
 null. The rows span ``SPAN_MS`` of event time whatever ``--rows`` is.
 
 Each cell runs three sides on the same files, taking turns (``--warmup``
-untimed rounds, then ``--repeat`` timed ones; the best time per side kept):
+untimed rounds before the first cell of each query and key type, as the JIT
+and Spark's generated code carry over to later cells of that shape; then
+``--repeat`` timed rounds per cell; the best time per side kept):
 
 * Slash: :func:`slash.runner.run` with 2 executors (an Arrow table);
 * Spark: ``groupBy(window(...))`` / ``session_window`` on local[2], read
@@ -48,6 +50,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -303,9 +306,9 @@ def compare(a: Any, b: Any, group_by: Sequence[str], what: str = "") -> Optional
     if a.num_rows != b.num_rows:
         return f"{what}: {a.num_rows} rows != {b.num_rows} rows"
     order = list(group_by) + [c for c in names_a if c not in group_by]
-    sort = [(c, "ascending") for c in group_by]
-    ta = _normalise(a, order).sort_by(sort, null_placement="at_start")
-    tb = _normalise(b, order).sort_by(sort, null_placement="at_start")
+    sort = [(c, "ascending", "at_start") for c in group_by]
+    ta = _normalise(a, order).sort_by(sort)
+    tb = _normalise(b, order).sort_by(sort)
     for c in order:
         x, y = ta.column(c), tb.column(c)
         if x.type != y.type and not (pa.types.is_floating(x.type) and pa.types.is_floating(y.type)):
@@ -376,7 +379,8 @@ def plan_text(cfg: MatrixConfig) -> str:
             f"{len(cfg.keys)} key counts {list(cfg.keys)} x {len(cfg.key_types)} key types x "
             f"{len(cfg.layouts)} layouts {list(cfg.layouts)}; {cfg.rows:,} rows per cell over "
             f"{SPAN_MS // 1000} s of event time; {len(cfg.keys) * len(cfg.layouts)} datasets; "
-            f"sides {sides} take turns: {cfg.warmup} warm-up + {cfg.repeat} timed rounds, best kept; "
+            f"sides {sides} take turns: {cfg.warmup} warm-up round(s) before the first cell of each "
+            f"query and key type, {cfg.repeat} timed rounds per cell, best kept; "
             f"Slash {cfg.executors} executors, Spark {cfg.master}, DuckDB {cfg.threads} threads")
 
 
@@ -385,8 +389,9 @@ def _target(keys: int) -> float:
 
 
 def run_cell(q: QuerySpec, key_type: str, keys: int, layout: str, path: str, cfg: MatrixConfig,
-             spark: Any) -> Dict[str, Any]:
-    """Runs one cell: the sides in turn, then the three answers compared."""
+             spark: Any, warm: bool = True) -> Dict[str, Any]:
+    """Runs one cell: ``cfg.warmup`` untimed rounds of the sides in turn
+    (when ``warm``), ``cfg.repeat`` timed ones, then the answers compared."""
     key = KEY_TYPES[key_type]
     ddb, con = duckdb_runner(q, key, path, cfg.threads)
     sides: List[Tuple[str, Callable[[], Any]]] = [
@@ -397,7 +402,7 @@ def run_cell(q: QuerySpec, key_type: str, keys: int, layout: str, path: str, cfg
     times: Dict[str, List[float]] = {s: [] for s, _ in sides}
     outs: Dict[str, Any] = {}
     try:
-        for _ in range(cfg.warmup):
+        for _ in range(cfg.warmup if warm else 0):
             for s, fn in sides:
                 fn()
         for _ in range(cfg.repeat):
@@ -447,20 +452,26 @@ def run_matrix(cfg: MatrixConfig, data_dir: Optional[str] = None) -> Dict[str, A
                     from slash.spark import session
 
                     spark = session(cfg.master, "slash-bench-matrix",
-                                    {"spark.driver.memory": "4g",
+                                    {"spark.driver.memory": "4g", "spark.ui.showConsoleProgress": "false",
                                      "spark.sql.shuffle.partitions": "2"})
             else:
                 with progress.stage("Spark side skipped"):
                     pass
+            warmed = set()
             for keys, layout, key_type, qname in cells:
                 path = os.path.join(d, data_name(cfg.rows, keys, layout, cfg.seed))
                 if not os.path.exists(path):
                     log.info("writing %s rows, %s keys, %s layout", f"{cfg.rows:,}", f"{keys:,}", layout)
                     make_data(path, cfg.rows, keys, layout, cfg.seed)
                 with progress.stage(f"{qname} {keys:,} keys {key_type} {layout}"):
-                    cell = run_cell(QUERIES[qname], key_type, keys, layout, path, cfg, spark)
+                    # warm-up rounds before the first cell of each query and key type: the JVM's
+                    # JIT and Spark's generated code are reused by the later cells of that shape
+                    cell = run_cell(QUERIES[qname], key_type, keys, layout, path, cfg, spark,
+                                    warm=(qname, key_type) not in warmed)
+                    warmed.add((qname, key_type))
                 runs.append(cell)
-                log.info("%s", summary(cell))
+                sys.stderr.write(summary(cell) + "\n")  # progress: each cell's line as it ends
+                sys.stderr.flush()
     finally:
         if own_dir:
             shutil.rmtree(d, ignore_errors=True)
@@ -487,7 +498,8 @@ def markdown(result: Dict[str, Any]) -> str:
     """The cells as a Markdown table ready to paste in the README."""
     lines = [f"{len(result['runs'])} cells, {result['parameters']['rows']:,} rows each; "
              f"seconds are the best of {result['parameters']['repeat']} runs per side, taken in turns "
-             f"after {result['parameters']['warmup']} warm-up round(s); ratios above 1 mean Slash is "
+             f"after {result['parameters']['warmup']} warm-up round(s) on the first cell of each query and key "
+             f"type; ratios above 1 mean Slash is "
              f"faster. Targets: Spark/Slash >= {TARGET_SPARK_MANY} at >= 100k keys, >= "
              f"{TARGET_SPARK_FEW} at 100 keys; DuckDB/Slash >= {TARGET_DUCKDB}.", "",
              "| query | keys | key type | layout | result rows | Slash s | Spark s | DuckDB s "
@@ -593,7 +605,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", type=int, default=None,
                         help=f"rows per cell (default {DEFAULT_ROWS:,}; --quick {QUICK_ROWS:,})")
     parser.add_argument("--repeat", type=int, default=2, help="timed rounds per cell (best kept; default 2)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed rounds per cell first (default 1)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed rounds before the first cell of each query and key type (default 1)")
     parser.add_argument("--no-spark", action="store_true", help="leave out the Spark side")
     parser.add_argument("--quick", action="store_true",
                         help=f"tiny: {QUICK_ROWS:,} rows, 100 and 1k keys, one round (for tests)")
