@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from slash.bench import matrix
-from slash.errors import InvalidArgument
+from slash.cli import build_parser
+from slash.errors import InvalidArgument, SystemFailure
 
 import layouts
 
@@ -120,3 +121,32 @@ def test_unknown_query_and_layout_are_refused_by_name():
         matrix.MatrixConfig(queries=("joins",))
     with pytest.raises(InvalidArgument, match="sideways"):
         matrix.MatrixConfig(layouts=("sideways",))
+
+
+def test_a_cell_whose_slash_answer_is_wrong_fails_loudly(tmp_path, monkeypatch):
+    def wrong_slash(q, key, path, executors=2):
+        run, con = matrix.duckdb_runner(q, key, path)
+        try:
+            right = run()
+        finally:
+            con.close()
+        counts = right.column("count").to_pylist()
+        counts[0] += 1
+        return right.set_column(right.column_names.index("count"), "count", pa.array(counts, pa.int64()))
+
+    monkeypatch.setattr(matrix, "run_slash", wrong_slash)
+    args = build_parser(["bench", "matrix"]).parse_args(
+        ["bench", "matrix", "--quick", "--no-spark", "--queries", "count", "--keys", "20",
+         "--key-types", "int64", "--layouts", "nullable", "--out", str(tmp_path)])
+    with pytest.raises(SystemFailure, match="differ"):
+        matrix.run(args)
+    cell, = json.loads((tmp_path / "matrix.json").read_text())["runs"]
+    assert not cell["equal"] and "'count'" in cell["differences"][0]
+    assert "**DIFFER**" in (tmp_path / "matrix.md").read_text()
+
+
+def test_slash_through_spark_needs_the_spark_side():
+    with pytest.raises(InvalidArgument, match="--no-spark"):
+        matrix.MatrixConfig(slash="spark", spark=False)
+    with pytest.raises(InvalidArgument, match="--slash"):
+        matrix.MatrixConfig(slash="flink")

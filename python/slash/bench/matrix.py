@@ -24,7 +24,9 @@ untimed rounds before the first cell of each query and key type, as the JIT
 and Spark's generated code carry over to later cells of that shape; then
 ``--repeat`` timed rounds per cell; the best time per side kept):
 
-* Slash: :func:`slash.runner.run` with 2 executors (an Arrow table);
+* Slash: :func:`slash.runner.run` with 2 executors (an Arrow table); with
+  ``--slash spark``, :func:`slash.spark.window_aggregate` in the same Spark
+  application instead, read back with ``toArrow()``;
 * Spark: ``groupBy(window(...))`` / ``session_window`` on local[2], read
   from the files and materialised with ``toArrow()``;
 * DuckDB: the same aggregation in SQL over ``read_parquet``, 2 threads,
@@ -97,6 +99,8 @@ NULL_FRACTION = 0.05
 SPAN_MS = 600_000
 EPOCH0_MS = 1_700_000_000_000
 DEFAULT_ROWS = 2_000_000
+#: how the Slash side runs (``--slash``)
+SLASH_SIDES = ("runner", "spark")
 QUICK_ROWS = 4_000
 #: the issue's targets: Spark/Slash at >= 100 k keys, at 100 keys; DuckDB/Slash everywhere
 TARGET_SPARK_MANY, TARGET_SPARK_FEW, TARGET_DUCKDB = 2.0, 1.5, 1.0
@@ -195,6 +199,15 @@ def run_slash(q: QuerySpec, key: str, path: str, executors: int = 2) -> Any:
     from slash.runner import run
 
     return run(slash_query(q, key), path, executors=executors)
+
+
+def run_slash_spark(spark: Any, q: QuerySpec, key: str, path: str, executors: int = 2) -> Any:
+    """Slash's answer through slash.spark (one barrier stage of ``executors``
+    Slash executors in the running Spark application), read back as Arrow."""
+    from slash.spark import window_aggregate
+
+    return window_aggregate(spark, path, time="ts", window=q.window, key=key, aggs=list(q.aggs),
+                            filter=q.filter, executors=executors).toArrow()
 
 
 def duckdb_sql(q: QuerySpec, key: str, path: str) -> str:
@@ -344,6 +357,9 @@ class MatrixConfig:
     master: str = "local[2]"
     seed: int = 1
     spark: bool = True
+    #: how Slash runs: ``runner`` (:func:`slash.runner.run`, its own processes) or ``spark``
+    #: (:func:`slash.spark.window_aggregate` in the benchmark's Spark application)
+    slash: str = "runner"
 
     def __post_init__(self) -> None:
         for q in self.queries:
@@ -363,6 +379,10 @@ class MatrixConfig:
             raise InvalidArgument(f"warmup must be an int >= 0, got {self.warmup!r}")
         if not self.keys or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.keys):
             raise InvalidArgument(f"keys must be ints >= 1, got {self.keys!r}")
+        if self.slash not in SLASH_SIDES:
+            raise InvalidArgument(f"--slash: must be one of {list(SLASH_SIDES)}, got {self.slash!r}")
+        if self.slash == "spark" and not self.spark:
+            raise InvalidArgument("--slash spark runs inside Spark: it cannot go with --no-spark")
         if not (self.queries and self.key_types and self.layouts):
             raise InvalidArgument("the matrix needs at least one query, key type and layout")
 
@@ -374,7 +394,7 @@ class MatrixConfig:
 def plan_text(cfg: MatrixConfig) -> str:
     """What will run: the cells, rows per cell, rounds, the sides."""
     n = len(cfg.cells())
-    sides = "Slash, Spark, DuckDB" if cfg.spark else "Slash, DuckDB"
+    sides = f"Slash ({cfg.slash}), Spark, DuckDB" if cfg.spark else f"Slash ({cfg.slash}), DuckDB"
     return (f"matrix plan: {n} cells = {len(cfg.queries)} queries {list(cfg.queries)} x "
             f"{len(cfg.keys)} key counts {list(cfg.keys)} x {len(cfg.key_types)} key types x "
             f"{len(cfg.layouts)} layouts {list(cfg.layouts)}; {cfg.rows:,} rows per cell over "
@@ -394,8 +414,11 @@ def run_cell(q: QuerySpec, key_type: str, keys: int, layout: str, path: str, cfg
     (when ``warm``), ``cfg.repeat`` timed ones, then the answers compared."""
     key = KEY_TYPES[key_type]
     ddb, con = duckdb_runner(q, key, path, cfg.threads)
-    sides: List[Tuple[str, Callable[[], Any]]] = [
-        ("slash", lambda: run_slash(q, key, path, cfg.executors)), ("duckdb", ddb)]
+    if cfg.slash == "spark":
+        slash_fn: Callable[[], Any] = lambda: run_slash_spark(spark, q, key, path, cfg.executors)  # noqa: E731
+    else:
+        slash_fn = lambda: run_slash(q, key, path, cfg.executors)  # noqa: E731
+    sides: List[Tuple[str, Callable[[], Any]]] = [("slash", slash_fn), ("duckdb", ddb)]
     if spark is not None:
         frame = spark_frame(spark, q, key, path)
         sides.append(("spark", frame.toArrow))
@@ -607,6 +630,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=2, help="timed rounds per cell (best kept; default 2)")
     parser.add_argument("--warmup", type=int, default=1,
                         help="untimed rounds before the first cell of each query and key type (default 1)")
+    parser.add_argument("--slash", choices=SLASH_SIDES, default="runner",
+                        help="runner: slash.runner.run, 2 executor processes per query (default); "
+                             "spark: slash.spark.window_aggregate in the same Spark application")
     parser.add_argument("--no-spark", action="store_true", help="leave out the Spark side")
     parser.add_argument("--quick", action="store_true",
                         help=f"tiny: {QUICK_ROWS:,} rows, 100 and 1k keys, one round (for tests)")
@@ -626,7 +652,7 @@ def config_from_args(args: argparse.Namespace) -> MatrixConfig:
         repeat, warmup = 1, 0
     return MatrixConfig(queries=tuple(args.queries), keys=tuple(keys), key_types=tuple(args.key_types),
                         layouts=tuple(args.layouts), rows=rows or DEFAULT_ROWS, repeat=repeat,
-                        warmup=warmup, seed=args.seed, spark=not args.no_spark)
+                        warmup=warmup, seed=args.seed, spark=not args.no_spark, slash=args.slash)
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
