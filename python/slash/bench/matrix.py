@@ -55,8 +55,8 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from slash.errors import InvalidArgument, SystemFailure
 
@@ -415,9 +415,11 @@ def run_cell(q: QuerySpec, key_type: str, keys: int, layout: str, path: str, cfg
     key = KEY_TYPES[key_type]
     ddb, con = duckdb_runner(q, key, path, cfg.threads)
     if cfg.slash == "spark":
-        slash_fn: Callable[[], Any] = lambda: run_slash_spark(spark, q, key, path, cfg.executors)  # noqa: E731
+        def slash_fn() -> Any:
+            return run_slash_spark(spark, q, key, path, cfg.executors)
     else:
-        slash_fn = lambda: run_slash(q, key, path, cfg.executors)  # noqa: E731
+        def slash_fn() -> Any:
+            return run_slash(q, key, path, cfg.executors)
     sides: List[Tuple[str, Callable[[], Any]]] = [("slash", slash_fn), ("duckdb", ddb)]
     if spark is not None:
         frame = spark_frame(spark, q, key, path)
@@ -456,8 +458,11 @@ def run_cell(q: QuerySpec, key_type: str, keys: int, layout: str, path: str, cfg
     return cell
 
 
-def run_matrix(cfg: MatrixConfig, data_dir: Optional[str] = None) -> Dict[str, Any]:
-    """Runs every cell of ``cfg``; returns ``{"runs": [cell, ...], ...}``."""
+def run_matrix(cfg: MatrixConfig, data_dir: Optional[str] = None,
+               on_cell: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
+    """Runs every cell of ``cfg``; returns ``{"runs": [cell, ...], ...}``.
+    ``on_cell``, if given, receives the result so far after each cell (an
+    interrupted run keeps what it measured)."""
     from slash.bench._progress import Progress
 
     log.info("%s", plan_text(cfg))
@@ -495,11 +500,18 @@ def run_matrix(cfg: MatrixConfig, data_dir: Optional[str] = None) -> Dict[str, A
                 runs.append(cell)
                 sys.stderr.write(summary(cell) + "\n")  # progress: each cell's line as it ends
                 sys.stderr.flush()
+                if on_cell is not None:
+                    on_cell(_result(runs, cfg, t_start))
     finally:
         if own_dir:
             shutil.rmtree(d, ignore_errors=True)
-    return {"runs": runs, "all_equal": all(r["equal"] for r in runs), "plan": plan_text(cfg),
+    return _result(runs, cfg, t_start)
+
+
+def _result(runs: List[Dict[str, Any]], cfg: MatrixConfig, t_start: float) -> Dict[str, Any]:
+    return {"runs": list(runs), "all_equal": all(r["equal"] for r in runs), "plan": plan_text(cfg),
             "parameters": asdict(cfg), "seconds": time.perf_counter() - t_start,
+            "complete": len(runs) == len(cfg.cells()),
             "machine": {"cpus": os.cpu_count(), "load_average": os.getloadavg()}}
 
 
@@ -521,8 +533,8 @@ def markdown(result: Dict[str, Any]) -> str:
     """The cells as a Markdown table ready to paste in the README."""
     lines = [f"{len(result['runs'])} cells, {result['parameters']['rows']:,} rows each; "
              f"seconds are the best of {result['parameters']['repeat']} runs per side, taken in turns "
-             f"after {result['parameters']['warmup']} warm-up round(s) on the first cell of each query and key "
-             f"type; ratios above 1 mean Slash is "
+             f"after {result['parameters']['warmup']} warm-up round(s) on the first cell of each query "
+             f"and key type; ratios above 1 mean Slash is "
              f"faster. Targets: Spark/Slash >= {TARGET_SPARK_MANY} at >= 100k keys, >= "
              f"{TARGET_SPARK_FEW} at 100 keys; DuckDB/Slash >= {TARGET_DUCKDB}.", "",
              "| query | keys | key type | layout | result rows | Slash s | Spark s | DuckDB s "
@@ -658,10 +670,11 @@ def config_from_args(args: argparse.Namespace) -> MatrixConfig:
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     cfg = config_from_args(args)
     print(plan_text(cfg), flush=True)
-    result = run_matrix(cfg, args.data_dir)
     json_path = getattr(args, "json", None) or os.path.join(args.out, "matrix.json")
-    write_outputs(result, json_path, os.path.join(args.out, "matrix.md"),
-                  args.plot or os.path.join(args.out, "matrix.png"))
+    md_path = os.path.join(args.out, "matrix.md")
+    result = run_matrix(cfg, args.data_dir,
+                        on_cell=lambda partial: write_outputs(partial, json_path, md_path, None))
+    write_outputs(result, json_path, md_path, args.plot or os.path.join(args.out, "matrix.png"))
     print(markdown(result), flush=True)
     if not result["all_equal"]:
         bad = [m for r in result["runs"] for m in r["differences"]]
