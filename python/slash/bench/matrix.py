@@ -545,7 +545,8 @@ def markdown(result: Dict[str, Any]) -> str:
         miss = [n for n, ok in (("Spark", r["meets_spark_target"]), ("DuckDB", r["meets_duckdb_target"]))
                 if ok is False]
         lines.append(f"| {r['query']} | {r['keys']:,} | {r['key_type']} | {r['layout']} | "
-                     f"{r['result_rows']:,} | {r['slash_seconds']:.2f} | {sp} | {r['duckdb_seconds']:.2f} | "
+                     f"{'-' if r.get('result_rows') is None else format(r['result_rows'], ',')} | "
+                     f"{r['slash_seconds']:.2f} | {sp} | {r['duckdb_seconds']:.2f} | "
                      f"{_ratio(r['spark_ratio'])} | {_ratio(r['duckdb_ratio'])} | "
                      f"{'equal' if r['equal'] else '**DIFFER**'} | "
                      f"{'met' if not miss else 'missed: ' + ', '.join(miss)} |")
