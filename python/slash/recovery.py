@@ -113,8 +113,9 @@ class CheckpointEvery:
 
 
 @dataclass(frozen=True)
-class _Plan:
-    """What a worker of one attempt needs to know about checkpoints (pickled)."""
+class CheckpointPlan:
+    """Where and how often a group of executors checkpoints (pickled into
+    every worker or Spark task)."""
 
     directory: str
     fingerprint: str
@@ -122,13 +123,20 @@ class _Plan:
     partitions: int
     keep: int
     every: CheckpointEvery
-    resume_id: Optional[int]
-    next_id: int
-    attempt: int
 
     def store(self) -> CheckpointStore:
         return CheckpointStore(self.directory, fingerprint=self.fingerprint,
                                executors=self.executors, partitions=self.partitions, keep=self.keep)
+
+
+@dataclass(frozen=True)
+class _Plan(CheckpointPlan):
+    """What a worker of one attempt of :func:`run_checkpointed` needs: the
+    plan, and where this attempt resumes."""
+
+    resume_id: Optional[int]
+    next_id: int
+    attempt: int
 
 
 def _kill_point(rank: int, attempt: int) -> Optional[Tuple[int, int]]:

@@ -512,19 +512,8 @@ class FileSource:
         """Executor rank's RecordBatches (only ``columns``, in that order, if
         given); with ``time``, also a :class:`Watermark` after each unit when
         the units left promise one."""
-        assert self.schema is not None
-        units, bounds = self._plan(rank, n, time if time is not None else self.time)
-        names = list(columns) if columns else self.schema.names
-        for c in names:
-            if c not in self.schema.names:
-                raise _no_column(c, self.schema)
-        file_cols = [c for c in names if c not in self._part_names]
-        readers = _Readers()
-        try:
-            parts = (self._read_unit(readers, u, names, file_cols, batch_rows) for u in units)
-            yield from _with_markers(parts, bounds, time is not None)
-        finally:
-            readers.close()
+        for _, item in self.read_from(rank, n, columns, batch_rows, time):
+            yield item
 
     def read_from(self, rank: int, n: int, columns: Optional[List[str]] = None,
                   batch_rows: int = 1 << 20, time: Optional[str] = None,

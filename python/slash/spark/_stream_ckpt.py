@@ -50,7 +50,6 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
@@ -58,7 +57,7 @@ import pyarrow as pa
 from slash.checkpoint import CheckpointStore, write_durably
 from slash.errors import CheckpointCorrupt, InvalidState, PeerDisconnected, Timeout
 from slash.executor import checkpoint_fired
-from slash.recovery import CheckpointEvery
+from slash.recovery import CheckpointPlan
 from slash.spark._tasks import write_table
 
 log = logging.getLogger(__name__)
@@ -66,23 +65,6 @@ log = logging.getLogger(__name__)
 PENDING = "_pending"
 FINISHED = "_STREAM_FINISHED.json"
 META_KEY = b"slash.checkpoint_id"
-
-
-@dataclass(frozen=True)
-class CheckpointPlan:
-    """What every task needs to know about the stream's checkpoints (pickled)."""
-
-    directory: str
-    fingerprint: str
-    executors: int
-    partitions: int
-    keep: int
-    every: CheckpointEvery
-
-    def store(self) -> CheckpointStore:
-        return CheckpointStore(self.directory, fingerprint=self.fingerprint,
-                               executors=self.executors, partitions=self.partitions,
-                               keep=self.keep)
 
 
 def _ipc(batches: List[pa.RecordBatch], schema: pa.Schema) -> bytes:

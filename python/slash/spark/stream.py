@@ -76,9 +76,9 @@ from slash.errors import InvalidArgument, InvalidState, NotSupported, SinkFailed
 from slash.executor import Executor, GroupConfig
 from slash.metrics import LiveMetrics, MetricsServer, Reporter
 from slash.query import Query
-from slash.recovery import CheckpointEvery
+from slash.recovery import CheckpointEvery, CheckpointPlan
 from slash.spark import _env
-from slash.spark._stream_ckpt import CheckpointPlan, DriverCheckpoints, TaskCheckpoints, add_metadata
+from slash.spark._stream_ckpt import DriverCheckpoints, TaskCheckpoints, add_metadata
 from slash.spark._tasks import (Rendezvous, barrier_stage, driver_host, join_group, rank_errors, raise_task_failure,
                                 report_error, write_table)
 from slash.spark.batch import group_for, make_query
