@@ -169,6 +169,20 @@ class CheckpointImage:
     parts: Dict[int, bytes]
 
 
+def checkpoint_fired(meta: bytes) -> int:
+    """The watermark a checkpoint's cut fired windows at, read from any rank's
+    META blob: a window ending at or before it (a session ending strictly
+    before it) was fired BEFORE the cut, every other window after it. A
+    recovery driver keeps the former and drops the latter from what the old
+    group emitted (the restored group fires them again). Raises
+    CheckpointCorrupt for something that is no META blob."""
+    import struct
+
+    if len(meta) < 64 + 48 + 4 or meta[:4] != b"SLCK" or struct.unpack_from("<H", meta, 6)[0] != 2:
+        raise CheckpointCorrupt("checkpoint meta blob: not a META blob (bad magic, kind or length)")
+    return struct.unpack_from("<q", meta, 64 + 40)[0]
+
+
 class Executor:
     """One executor of a group; see the module docstring for forming a group.
 

@@ -89,7 +89,7 @@ void slash_exec_take_join(slash_exec *ex, slash_join_result **out)
 static slash_status fire(slash_exec *ex)
 {
     int64_t w = slash_vclock_min(&ex->vc);
-    if (w == INT64_MIN || w <= ex->fired)
+    if (w == INT64_MIN || w <= ex->fired || ex->ck.restoring)
         return SLASH_OK;
     void *r = NULL;
     size_t rows = 0;
@@ -412,6 +412,7 @@ static slash_status publish_epoch(slash_exec *ex, int64_t wm, uint64_t t0)
     if (st != SLASH_OK)
         return st;
     ex->published = wm;
+    ex->ck.restoring = false;
     slash_vclock_update(&ex->vc, ex->rank, wm);
     ex->bytes_since = 0;
     ex->epoch_start_ns = slash_now_ns();

@@ -321,6 +321,7 @@ static slash_status restore_meta(slash_exec *ex, const void *meta, size_t len)
         return st;
     }
     c->restore_seen[m->rank] = 1;
+    c->restoring = true;
     c->restore_id = m->id, c->restore_size = m->size, c->restored_metas++;
     c->last = m->id; /* later checkpoints must have larger ids */
     if (m->published < c->restore_min)
@@ -341,6 +342,8 @@ static slash_status restore_meta(slash_exec *ex, const void *meta, size_t len)
             ex->m.late_records = m->late_records;
         }
     } else { /* another size: every executor starts at the group watermark of the cut */
+        /* assigned, not raised: restore_min falls as METAs come in (a peer's
+         * epoch that arrived meanwhile is above it and comes again) */
         for (uint32_t r = 0; r < ex->n; r++)
             ex->vc.wm[r] = c->restore_min;
         ex->published = ex->advanced = c->restore_min;

@@ -30,6 +30,8 @@ typedef struct exec_ckpt {
     uint32_t restore_size, restored_metas;
     uint8_t *restore_seen; /* per old rank: its META was restored */
     int64_t restore_min;   /* minimum published watermark over the restored METAs */
+    bool restoring;        /* restore began: fire nothing until this executor publishes an
+                            * epoch, so no window fires before its partitions are back */
 } exec_ckpt;
 
 /* CKPT(id) and CKPT_DONE(id) (exec_ckpt.c) carry the checkpoint id in `total`
