@@ -42,7 +42,6 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Seq
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
@@ -268,6 +267,8 @@ def _partitions(files: List[Tuple[str, Optional[str]]]) -> Tuple[List[pa.Field],
     for f, base in files:
         if base is not None:
             bases.setdefault(base, []).append(f)
+    if bases:  # imported here: pyarrow.dataset (and pandas) add ~0.3 s to every executor's start
+        import pyarrow.dataset as ds
     for base, members in bases.items():
         for fmt, ends in (("parquet", _PARQUET), ("ipc", _IPC)):
             group = [f for f in members if f.endswith(ends)]

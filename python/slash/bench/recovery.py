@@ -79,6 +79,8 @@ class Gen:
         if self.log_dir is not None:
             fd = os.open(os.path.join(self.log_dir, f"{os.getpid()}.log"),
                          os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            # a first line (item -1): when make was called and when this process started
+            os.write(fd, _LINE.format(time.time(), rank, -1, _process_start()).encode())
         step = np.arange(self.rows, dtype=np.int64)
         offs = step * self.ms_per_batch // self.rows
         try:
@@ -94,6 +96,18 @@ class Gen:
                 os.close(fd)
 
 
+def _process_start() -> float:
+    """When this process started (epoch seconds, to a clock tick), from /proc."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+        return time.time() - (up - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError):
+        return float("nan")
+
+
 def _read_logs(log_dir: str) -> List[Tuple[float, int, int, int, int]]:
     """(time, pid, rank, item, rows) of every logged batch, by time."""
     out = []
@@ -102,9 +116,20 @@ def _read_logs(log_dir: str) -> List[Tuple[float, int, int, int, int]]:
         with open(path) as f:
             for line in f:
                 p = line.split()
-                if len(p) == 4:
+                if len(p) == 4 and p[2] != "-1":
                     out.append((float(p[0]), pid, int(p[1]), int(p[2]), int(p[3])))
     return sorted(out)
+
+
+def _starts(log_dir: str) -> Dict[int, Tuple[int, float, float]]:
+    """pid -> (rank, process start, make called) from the generators' first lines."""
+    out = {}
+    for path in glob.glob(os.path.join(log_dir, "*.log")):
+        with open(path) as f:
+            p = f.readline().split()
+        if len(p) == 4 and p[2] == "-1":
+            out[int(os.path.basename(path).split(".")[0])] = (int(p[1]), float(p[3]), float(p[0]))
+    return out
 
 
 def _query(window: str) -> Any:
@@ -307,13 +332,61 @@ def state_run(args: argparse.Namespace, mb: int, work: str, prog: Progress) -> D
             seconds_kill_to_all_ranks_resumed=round(all_past - t_kill, 3) if all_past else None,
             seconds_detect_to_restored=recs[0].get("seconds_to_resume"),
             records_replayed=m.get("records_replayed"))
+        starts = {pid: v for pid, v in _starts(log_dir).items() if v[1] > t_kill - 0.05}
+        if starts:
+            out["profile"] = {
+                "kill_to_new_processes_started": round(min(v[1] for v in starts.values()) - t_kill, 3),
+                "kill_to_all_executors_restored": round(max(v[2] for v in starts.values()) - t_kill, 3),
+                "process_start_to_restored_max": round(max(v[2] - v[1] for v in starts.values()), 3)}
         out["timeline"] = _timeline(logs, position, killed_pid, t_kill, t_start)
         out["kill_at"] = round(t_kill - t_start, 3)
         if first_past:
             out["resumed_at"] = round(first_past - t_start, 3)
+    out.setdefault("profile", {}).update(_restore_profile(ck_dir, gen, n))
     shutil.rmtree(ck_dir, ignore_errors=True)
     shutil.rmtree(log_dir, ignore_errors=True)
     return out
+
+
+def _restore_profile(ck_dir: str, gen: Gen, n: int) -> Dict[str, float]:
+    """Reading the newest checkpoint's files (with their crc32 checks) and
+    restoring all its partitions into one executor, timed in this process."""
+    import secrets
+
+    from slash.checkpoint import CheckpointStore
+    from slash.executor import Executor, GroupConfig
+    from slash.recovery import fingerprint
+    from slash.sources import GeneratorSource
+
+    src = GeneratorSource(gen, SCHEMA)
+    q = _query("tumbling:100000000s")
+    parts_n = _group().partitions_for(n)
+    store = CheckpointStore(ck_dir, fingerprint=fingerprint(q, src), executors=n,
+                            partitions=parts_n)
+    ck = store.latest(verify=False)
+    if ck is None:
+        return {}
+    t0 = time.perf_counter()
+    metas = [ck.read(f"rank-{r}.meta") for r in range(n)]
+    parts = {p: ck.read(f"part-{p}.bin") for p in range(parts_n)}
+    t1 = time.perf_counter()
+    token = secrets.token_hex(8)
+    lst = Executor.listen("shm", token=token)
+    from slash.runner import source_nullable
+
+    state = q.state_config(SCHEMA, parts_n, source_nullable(src, [*q.key, *q.value_columns]))
+    ex = Executor(lst, 0, [lst.address], state, GroupConfig(transport="shm", partitions=parts_n),
+                  token=token)
+    try:
+        t2 = time.perf_counter()
+        ex.restore(metas, parts)
+        t3 = time.perf_counter()
+    finally:
+        ex.close()
+        lst.close()
+    return {"read_checkpoint_files_s": round(t1 - t0, 3),
+            "restore_all_partitions_one_executor_s": round(t3 - t2, 3),
+            "checkpoint_read_bytes": sum(len(b) for b in parts.values()) + sum(map(len, metas))}
 
 
 def _timeline(logs: List[Tuple[float, int, int, int, int]], position: Dict[int, int],
@@ -378,8 +451,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-mb", default="100,1000",
                    help="comma-separated state sizes in MB (default 100,1000); smaller if "
                         "memory or time demands")
-    p.add_argument("--bytes-per-key", type=float, default=48.0,
-                   help="checkpoint bytes per key used to size the state (default 48; the "
+    p.add_argument("--bytes-per-key", type=float, default=24.0,
+                   help="checkpoint bytes per key used to size the state (default 24; the "
                         "measured figure is reported)")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: throughput, state")
     p.add_argument("--dir", default=None, help="directory for checkpoints (default: a temporary one)")
