@@ -250,7 +250,7 @@ def state_run(args: argparse.Namespace, mb: int, work: str, prog: Progress) -> D
     keys = max(rows * n, int(mb * 1e6 / args.bytes_per_key)) // n * n
     per_rank = -(-keys // (n * rows))  # batches for every key once
     batches = 2 * per_rank + 4  # every key twice
-    cut_at = per_rank + 2  # checkpoint once every key is in
+    cut_every = max(2, per_rank // 3)  # several cuts: the kill follows the first of the full state
     log_dir = tempfile.mkdtemp(prefix="genlog-", dir=work)
     ck_dir = tempfile.mkdtemp(prefix="ckpt-", dir=work)
     gen = Gen(batches=batches, rows=rows, keys=keys, ms_per_batch=10, log_dir=log_dir)
@@ -261,7 +261,7 @@ def state_run(args: argparse.Namespace, mb: int, work: str, prog: Progress) -> D
         try:
             box["result"] = slash_run(_query("tumbling:100000000s"), GeneratorSource(gen, SCHEMA),
                                       executors=n, group=_group(), metrics=m, checkpoint=ck_dir,
-                                      checkpoint_every=f"{cut_at} batches", checkpoint_keep=2,
+                                      checkpoint_every=f"{cut_every} batches", checkpoint_keep=2,
                                       max_restarts=2)
         except BaseException as e:  # re-raised below
             box["error"] = e
@@ -273,19 +273,23 @@ def state_run(args: argparse.Namespace, mb: int, work: str, prog: Progress) -> D
     t_kill: Optional[float] = None
     killed_pid: Optional[int] = None
     with prog.stage(f"state ~{mb} MB: {keys:,} keys, {batches * rows * n:,} records, "
-                    f"kill after the first checkpoint"):
+                    f"kill after the first checkpoint of the full state"):
         t_start = time.time()
         watcher.start()
         runner.start()
+        full: Optional[int] = None  # the first checkpoint holding every key
         while runner.is_alive() and t_kill is None:
-            if seen:
+            full = next((c for c in sorted(seen) if len(seen[c]["ranks"]) == n and
+                         all(int(i["pushes"]) >= per_rank for i in seen[c]["ranks"].values())),
+                        None)
+            if full is not None:
                 pids = _pids_by_rank(log_dir)
                 if 1 % n in pids:
                     killed_pid = pids[1 % n]
                     t_kill = time.time()
                     os.kill(killed_pid, signal.SIGKILL)
                     log.info("recovery bench: SIGKILL to rank %d (pid %d) %.2f s after the "
-                             "checkpoint committed", 1 % n, killed_pid, t_kill - seen[min(seen)]["t"])
+                             "checkpoint committed", 1 % n, killed_pid, t_kill - seen[full]["t"])
                     break
             time.sleep(0.005)
         runner.join()
@@ -306,7 +310,10 @@ def state_run(args: argparse.Namespace, mb: int, work: str, prog: Progress) -> D
                            "correct": res.num_rows == want and got_total == expected_total,
                            "run_seconds": round(time.time() - t_start, 3)}
     cks = m.get("checkpoints", [])
-    first = cks[0] if cks else None
+    first = next((c for c in cks if c["id"] == full), None)
+    if first is None:
+        log.warning("recovery bench: no checkpoint of the full ~%d MB state committed (the "
+                    "executors were not abreast?): no kill, no recovery figures", mb)
     if first is not None:
         gb = first["bytes"] / 1e9
         out.update(checkpoint_bytes=first["bytes"], checkpoint_seconds=first["seconds"],
