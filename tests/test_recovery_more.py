@@ -18,7 +18,6 @@ import pytest
 import slash
 from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
-from slash.query import Query
 from slash.runner import run
 from slash.sources import GeneratorSource
 
