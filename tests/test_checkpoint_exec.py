@@ -271,3 +271,44 @@ def test_checkpoint_of_other_aggregates_is_refused():
     with pytest.raises(errors.CheckpointCorrupt, match="8 partitions, this executor 16"):
         fresh.restore([images[0].meta], images[0].parts)
     fresh.close()
+
+
+def test_checkpoint_asked_while_a_peer_finishes_is_given_up_without_deadlock():
+    state = slash.StateConfig(window="tumbling:5s", aggregates=AGGS, value_types=VALUE_TYPES)
+    table = stream(seed=61, n=4000)
+    exs = open_group(2, state)
+    finishing = threading.Event()
+    results: List[pa.RecordBatch] = []
+    images = []
+
+    def rank1():
+        finishing.set()
+        exs[1].finish()  # no input: it finishes at once and waits for rank 0
+        results.extend(exs[1].results())
+        images.append(exs[1].take_checkpoint())
+
+    def rank0():
+        for b in batches(table):
+            exs[0].push_batch(b)
+        finishing.wait()
+        exs[0].request_checkpoint(1)
+        for _ in range(20):
+            exs[0].poll(0.01)
+        exs[0].finish()
+        results.extend(exs[0].results())
+        images.append(exs[0].take_checkpoint())
+
+    in_threads([rank0, rank1])
+    for ex in exs:
+        ex.close()
+    assert images == [None, None]
+    assert_same(pa.Table.from_batches(results), duckdb_reference(table, slash.parse_window("tumbling:5s")))
+
+
+def test_request_after_finish_is_refused():
+    state = slash.StateConfig(window="tumbling:5s", aggregates=["count"])
+    (ex,) = open_group(1, state)
+    ex.finish()
+    with pytest.raises(errors.InvalidState, match="finished"):
+        ex.request_checkpoint(1)
+    ex.close()

@@ -1361,8 +1361,9 @@ static slash_status poll_locked(slash_exec *ex, int timeout_ms)
         slash_status st = serve(ex, &progressed);
         if (st == SLASH_OK && !ex->finished && epoch_due(ex))
             st = end_epoch(ex, false);
-        if (st != SLASH_OK || ex->qlen || timeout_ms == 0 || slash_deadline_passed(deadline))
-            return st;
+        if (st != SLASH_OK || ex->qlen || ex->ck.pending || timeout_ms == 0 ||
+            slash_deadline_passed(deadline))
+            return st; /* a pending checkpoint: at once, to the safe point at poll's end */
         if (progressed)
             slash_backoff_reset(&b);
         else
@@ -1401,7 +1402,7 @@ static slash_status finish_locked(slash_exec *ex)
     if (st == SLASH_OK)
         st = fire(ex);
     if (st == SLASH_OK)
-        ex->finished = true;
+        ex->finished = true, ex->ck.pending = 0; /* a marker met while finishing: given up */
     return st;
 }
 

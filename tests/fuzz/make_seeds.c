@@ -2,7 +2,8 @@
  * made with the real stores, so the fuzzer starts from deep paths.
  *
  *   fuzz_make_seeds <corpus dir>   writes <dir>/fuzz_merge_delta/seed_*,
- *                                  <dir>/fuzz_sync_msg/seed_* (dirs must exist)
+ *                                  <dir>/fuzz_sync_msg/seed_*,
+ *                                  <dir>/fuzz_ckpt_read/seed_* (dirs must exist)
  *
  * A merge seed is [config byte][partition 0's delta of a store with a few
  * records]. A sync seed is [config byte][group byte] and framed messages
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 
 #include "fuzz_common.h"
+#include "slash/checkpoint.h"
 #include "slash/join.h"
 #include "slash/ssb.h"
 
@@ -73,6 +75,45 @@ static size_t make_delta(const slash_exec_config *c, uint8_t *out, size_t cap)
     memcpy(out, a, len);
     slash_ssb_close(s);
     return len;
+}
+
+/* [config byte][mode byte][blob]: partition 0 of a store with a few records
+ * (half its windows emitted), or (mode 4) a META blob (fuzz_ckpt_read.c). */
+static size_t make_ckpt(const slash_exec_config *c, uint8_t cb, uint8_t mode, uint8_t *out, size_t cap)
+{
+    uint8_t *blob = NULL;
+    size_t len = 0;
+    if (mode & 4) {
+        static slash_ckpt_meta_info m;
+        m.id = 3, m.pushes = 17, m.rank = 1, m.size = 2, m.partitions = c->state.partitions;
+        m.published = 250, m.fired = 200, m.max_seen = 301, m.advanced = INT64_MIN, m.epoch = 5;
+        m.vclock[0] = 200, m.vclock[1] = 250;
+        if (slash_ckpt_write_meta(&m, slash_ckpt_fingerprint(&c->state), &blob, &len) != SLASH_OK)
+            abort();
+    } else {
+        slash_ssb *s;
+        slash_ssb_result *r;
+        slash_ssb_batch b = {.n = 6, .times = T};
+        if (c->state.key_type == SLASH_KEY_INT64)
+            b.keys = K;
+        else
+            b.key_offsets = OFF, b.key_data = KD;
+        for (uint32_t j = 0; j < c->state.naggs; j++)
+            b.values[j] = V;
+        if (slash_ssb_open(&c->state, &s) != SLASH_OK || slash_ssb_update(s, &b) != SLASH_OK ||
+            slash_ssb_emit(s, 150, &r) != SLASH_OK)
+            abort();
+        slash_ssb_result_free(r);
+        if (slash_ckpt_write_partition(s, 0, &blob, &len) != SLASH_OK)
+            abort();
+        slash_ssb_close(s);
+    }
+    if (len + 2 > cap)
+        abort();
+    out[0] = cb, out[1] = mode;
+    memcpy(out + 2, blob, len);
+    free(blob);
+    return len + 2;
 }
 
 static void write_file(const char *dir, const char *target, uint8_t c, const uint8_t *d, size_t n)
@@ -136,6 +177,13 @@ int main(int argc, char **argv)
             for (uint32_t j = 0; j < ncols; j++)
                 if (c.kind == SLASH_EXEC_JOIN || slash_crdt_needs_input(c.state.aggs[j]))
                     memcpy(rows + rl, &V[k], 8), rl += 8;
+        }
+        if (!(cb & 1)) { /* checkpoints: aggregates only */
+            static const uint8_t modes[3] = {0, 3, 4};
+            for (int k = 0; k < 3; k++) {
+                size_t cl = make_ckpt(&c, cb, modes[k], buf, sizeof buf);
+                write_file(argv[1], "fuzz_ckpt_read", (uint8_t)(i * 3 + (size_t)k), buf, cl);
+            }
         }
         wire r = {.type = 3, .part = 0, .epoch = 1, .offset = 3, .frag = rl};
         at += frame(buf + at, &r, rows, rl);

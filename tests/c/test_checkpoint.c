@@ -1,0 +1,395 @@
+/* test_checkpoint.c - the checkpoint format (checkpoint.h) and restore of an
+ * executor (exec.h): a store written and read back emits exactly what the
+ * original emits (tumbling, sliding, session; averages with their counts;
+ * int and string keys; a partly emitted store keeps its emitted watermark);
+ * every truncation, every single bit flip, a foreign fingerprint and a wrong
+ * partition are refused with a detail and leave the store unchanged; and an
+ * executor checkpointed mid-input and restored into a new one gives the
+ * uninterrupted run's results. */
+#define _GNU_SOURCE
+#include "slash/checkpoint.h"
+#include "slash/exec.h"
+#include "unit.h"
+
+#include <stdlib.h>
+
+#define NREC 4000
+static int64_t times[NREC], keys[NREC], ivals[NREC], offs[NREC + 1];
+static double fvals[NREC];
+static uint8_t kdata[NREC * 8];
+
+static void make_input(uint64_t seed)
+{
+    uint64_t s = seed;
+    size_t kd = 0;
+    offs[0] = 0;
+    for (int i = 0; i < NREC; i++) {
+        times[i] = i * 5 + (int64_t)(unit_rng(&s) % 40);
+        keys[i] = (int64_t)(unit_rng(&s) % 97);
+        ivals[i] = (int64_t)(unit_rng(&s) % 1000) - 400;
+        fvals[i] = (double)ivals[i] / 4;
+        kd += (size_t)snprintf((char *)kdata + kd, 8, "k%lld", (long long)keys[i]);
+        offs[i + 1] = (int64_t)kd;
+    }
+}
+
+static slash_ssb_config config(slash_window_kind kind, slash_key_type kt, uint32_t parts)
+{
+    slash_ssb_config c;
+    memset(&c, 0, sizeof c);
+    slash_window_init(&c.window, kind, 1000, kind == SLASH_WINDOW_SLIDING ? 250 : 0);
+    if (kind == SLASH_WINDOW_SESSION)
+        slash_window_init(&c.window, kind, 30, 0);
+    c.key_type = kt;
+    c.partitions = parts;
+    c.naggs = 5;
+    c.aggs[0] = SLASH_AGG_COUNT;
+    c.aggs[1] = SLASH_AGG_SUM_I64;
+    c.aggs[2] = SLASH_AGG_AVG_I64;
+    c.aggs[3] = SLASH_AGG_MIN_F64;
+    c.aggs[4] = SLASH_AGG_AVG_F64;
+    c.log_reserve = (size_t)1 << 24;
+    return c;
+}
+
+static slash_ssb_batch batch(const slash_ssb_config *c, size_t from, size_t n)
+{
+    slash_ssb_batch b = {.n = n, .times = times + from};
+    if (c->key_type == SLASH_KEY_INT64) {
+        b.keys = keys + from;
+    } else {
+        b.key_offsets = offs + from;
+        b.key_offsets_64 = 1;
+        b.key_data = kdata;
+    }
+    b.values[1] = ivals + from;
+    b.values[2] = ivals + from;
+    b.values[3] = fvals + from;
+    b.values[4] = fvals + from;
+    return b;
+}
+
+/* A digest of a result, independent of row order: sums of per-row hashes. */
+static uint64_t digest(const slash_ssb_result *r, size_t *rows)
+{
+    uint64_t d = 0;
+    for (size_t i = 0; i < r->rows; i++) {
+        uint64_t h = (uint64_t)r->window_start[i] * 31 + (uint64_t)r->window_end[i];
+        if (r->keys) {
+            h = h * 1000003 + (uint64_t)r->keys[i];
+        } else {
+            for (int64_t k = r->key_offsets[i]; k < r->key_offsets[i + 1]; k++)
+                h = h * 131 + r->key_data[k];
+        }
+        for (uint32_t j = 0; j < r->naggs; j++) {
+            uint64_t v;
+            memcpy(&v, (uint8_t *)r->columns[j] + 8 * i, 8);
+            h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+        }
+        d += h ^ (h >> 29);
+    }
+    *rows += r->rows;
+    return d;
+}
+
+static uint64_t emit_all(slash_ssb *s, size_t *rows)
+{
+    slash_ssb_result *r;
+    CHECK_OK(slash_ssb_emit(s, INT64_MAX, &r));
+    uint64_t d = digest(r, rows);
+    slash_ssb_result_free(r);
+    return d;
+}
+
+/* A store with the input, its windows up to `emitted` fired. */
+static slash_ssb *filled(const slash_ssb_config *c, int64_t emitted)
+{
+    slash_ssb *s;
+    CHECK_OK(slash_ssb_open(c, &s));
+    slash_ssb_batch b = batch(c, 0, NREC);
+    CHECK_OK(slash_ssb_update(s, &b));
+    slash_ssb_result *r;
+    CHECK_OK(slash_ssb_emit(s, emitted, &r));
+    slash_ssb_result_free(r);
+    return s;
+}
+
+static void round_trip(slash_window_kind kind, slash_key_type kt)
+{
+    make_input(kind * 7 + kt);
+    slash_ssb_config c = config(kind, kt, 4);
+    slash_ssb *s = filled(&c, 9000), *t;
+    CHECK_OK(slash_ssb_open(&c, &t));
+    for (uint32_t p = 0; p < c.partitions; p++) {
+        uint8_t *blob;
+        size_t len;
+        CHECK_OK(slash_ckpt_write_partition(s, p, &blob, &len));
+        CHECK_OK(slash_ckpt_read_partition(t, p, blob, len));
+        free(blob);
+    }
+    CHECK(slash_ssb_watermark(t) == slash_ssb_watermark(s));
+    slash_ssb_stats a, b;
+    slash_ssb_get_stats(s, &a);
+    slash_ssb_get_stats(t, &b);
+    CHECK(a.records == b.records && a.records > 0);
+    size_t ra = 0, rb = 0;
+    CHECK(emit_all(s, &ra) == emit_all(t, &rb));
+    CHECK(ra == rb && ra > 0);
+    slash_ssb_close(s);
+    slash_ssb_close(t);
+}
+
+TEST(round_trip_tumbling_int_keys) { round_trip(SLASH_WINDOW_TUMBLING, SLASH_KEY_INT64); }
+TEST(round_trip_sliding_string_keys) { round_trip(SLASH_WINDOW_SLIDING, SLASH_KEY_BYTES); }
+TEST(round_trip_sliding_int_keys) { round_trip(SLASH_WINDOW_SLIDING, SLASH_KEY_INT64); }
+TEST(round_trip_session_string_keys) { round_trip(SLASH_WINDOW_SESSION, SLASH_KEY_BYTES); }
+TEST(round_trip_session_int_keys) { round_trip(SLASH_WINDOW_SESSION, SLASH_KEY_INT64); }
+
+/* The blob of partition 1 of a small sliding store, and an empty store to read into. */
+static void small_blob(slash_ssb_config *c, uint8_t **blob, size_t *len)
+{
+    make_input(5);
+    *c = config(SLASH_WINDOW_SLIDING, SLASH_KEY_BYTES, 2);
+    slash_ssb *s;
+    CHECK_OK(slash_ssb_open(c, &s));
+    slash_ssb_batch b = batch(c, 0, 300);
+    CHECK_OK(slash_ssb_update(s, &b));
+    CHECK_OK(slash_ckpt_write_partition(s, 1, blob, len));
+    slash_ssb_close(s);
+}
+
+static bool refused_and_unchanged(const slash_ssb_config *c, uint32_t part, const uint8_t *p,
+                                  size_t len)
+{
+    slash_ssb *t;
+    if (slash_ssb_open(c, &t) != SLASH_OK)
+        return false;
+    slash_status st = slash_ckpt_read_partition(t, part, p, len);
+    slash_ssb_stats s;
+    slash_ssb_get_stats(t, &s);
+    bool ok = st == SLASH_EINVAL && s.records == 0 && strstr(slash_last_error(), "checkpoint");
+    slash_ssb_close(t);
+    return ok;
+}
+
+TEST(every_truncation_is_refused)
+{
+    slash_ssb_config c;
+    uint8_t *blob;
+    size_t len;
+    small_blob(&c, &blob, &len);
+    CHECK(len > 200);
+    size_t bad = 0;
+    for (size_t n = 0; n < len; n++) {
+        uint8_t *cut = malloc(n ? n : 1); /* exactly n bytes: ASan sees any overread */
+        memcpy(cut, blob, n);
+        bad += !refused_and_unchanged(&c, 1, cut, n);
+        free(cut);
+    }
+    CHECK(bad == 0);
+    free(blob);
+}
+
+TEST(every_bit_flip_is_refused)
+{
+    slash_ssb_config c;
+    uint8_t *blob;
+    size_t len;
+    small_blob(&c, &blob, &len);
+    size_t bad = 0;
+    for (size_t bit = 0; bit < len * 8; bit++) {
+        blob[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        bad += !refused_and_unchanged(&c, 1, blob, len);
+        blob[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    }
+    CHECK(bad == 0);
+    free(blob);
+}
+
+TEST(fingerprint_mismatch_and_wrong_partition_are_refused)
+{
+    slash_ssb_config c;
+    uint8_t *blob;
+    size_t len;
+    small_blob(&c, &blob, &len);
+    slash_ssb_config other = c;
+    other.aggs[2] = SLASH_AGG_MAX_I64; /* same record size, other meaning */
+    CHECK(refused_and_unchanged(&other, 1, blob, len));
+    CHECK(strstr(slash_last_error(), "fingerprint") != NULL);
+    other = c;
+    slash_window_init(&other.window, SLASH_WINDOW_SLIDING, 1000, 500);
+    CHECK(refused_and_unchanged(&other, 1, blob, len));
+    CHECK(refused_and_unchanged(&c, 0, blob, len));
+    CHECK(strstr(slash_last_error(), "partition 1, not 0") != NULL);
+    slash_ssb *t;
+    CHECK_OK(slash_ssb_open(&c, &t));
+    CHECK_OK(slash_ckpt_read_partition(t, 1, blob, len));
+    slash_ssb_close(t);
+    free(blob);
+}
+
+TEST(meta_round_trip_and_refusals)
+{
+    static slash_ckpt_meta_info m, back;
+    m.id = 9, m.pushes = 41, m.rank = 2, m.size = 3, m.partitions = 12;
+    m.published = 5000, m.fired = 4000, m.max_seen = 5200, m.advanced = INT64_MIN, m.epoch = 77;
+    m.records_in = 123456, m.late_records = 7;
+    m.vclock[0] = 4000, m.vclock[1] = 4500, m.vclock[2] = 5000;
+    uint8_t *blob;
+    size_t len;
+    CHECK_OK(slash_ckpt_write_meta(&m, 0xabcdef, &blob, &len));
+    CHECK_OK(slash_ckpt_read_meta(blob, len, 0xabcdef, &back));
+    CHECK(memcmp(&m, &back, sizeof m) == 0);
+    CHECK_ST(slash_ckpt_read_meta(blob, len, 0xabcdee, &back), SLASH_EINVAL);
+    CHECK_ST(slash_ckpt_read_meta(blob, len - 1, 0xabcdef, &back), SLASH_EINVAL);
+    blob[70] ^= 4;
+    CHECK_ST(slash_ckpt_read_meta(blob, len, 0xabcdef, &back), SLASH_EINVAL);
+    CHECK(strstr(slash_last_error(), "checksum") != NULL);
+    free(blob);
+}
+
+/* ---- executor: checkpoint, close, restore, push the rest ---------------------- */
+
+static slash_transport *tp; /* one for every group of the tests, closed by main */
+
+static slash_exec *open_one(const slash_ssb_config *state)
+{
+    slash_listener *l;
+    if (!tp)
+        CHECK_OK(slash_transport_open("shm", &tp));
+    CHECK_OK(slash_listen(tp, NULL, "ckpt", &l));
+    const char *addrs[1] = {slash_listener_addr(l)};
+    slash_channel_config cc = {.buffer_size = 4096, .credits = 4};
+    slash_group *g;
+    CHECK_OK(slash_group_join(l, 0, 1, addrs, "ckpt", &cc, 1000, &g));
+    slash_listener_close(l);
+    slash_exec_config c;
+    memset(&c, 0, sizeof c);
+    c.state = *state;
+    c.lateness_ms = 100;
+    c.epoch_bytes = 16 << 10;
+    c.timeout_ms = 10000;
+    slash_exec *ex;
+    CHECK_OK(slash_exec_open(g, &c, &ex));
+    return ex;
+}
+
+static uint64_t take_all(slash_exec *ex, size_t *rows)
+{
+    uint64_t d = 0;
+    slash_ssb_result *r;
+    for (slash_exec_take(ex, &r); r; slash_exec_take(ex, &r)) {
+        d += digest(r, rows);
+        slash_ssb_result_free(r);
+    }
+    return d;
+}
+
+static void exec_resume(slash_window_kind kind, slash_key_type kt)
+{
+    make_input(kind * 3 + kt + 100);
+    slash_ssb_config c = config(kind, kt, 4);
+    const size_t B = 250, cut = NREC / 2;
+    /* uninterrupted */
+    slash_exec *ex = open_one(&c);
+    size_t rows_a = 0, rows_b = 0;
+    uint64_t want = 0;
+    for (size_t i = 0; i < NREC; i += B) {
+        slash_ssb_batch b = batch(&c, i, B);
+        CHECK_OK(slash_exec_push(ex, &b, NULL, NULL));
+        want += take_all(ex, &rows_a);
+    }
+    CHECK_OK(slash_exec_finish(ex));
+    want += take_all(ex, &rows_a);
+    slash_exec_close(ex);
+    /* checkpointed after the first half */
+    ex = open_one(&c);
+    uint64_t got = 0;
+    for (size_t i = 0; i < cut; i += B) {
+        slash_ssb_batch b = batch(&c, i, B);
+        if (i + B == cut)
+            CHECK_OK(slash_exec_request_checkpoint(ex, 1));
+        CHECK_OK(slash_exec_push(ex, &b, NULL, NULL));
+        got += take_all(ex, &rows_b);
+    }
+    slash_ckpt *ck;
+    CHECK_OK(slash_exec_take_checkpoint(ex, &ck));
+    CHECK(ck && slash_ckpt_id(ck) == 1 && slash_ckpt_pushes(ck) == cut / B);
+    CHECK(slash_ckpt_parts(ck) == 4);
+    slash_exec_close(ex); /* the crash: nothing after the cut survives */
+    ex = open_one(&c);
+    const void *p;
+    size_t len;
+    slash_ckpt_meta(ck, &p, &len);
+    CHECK_OK(slash_exec_restore_meta(ex, p, len));
+    for (uint32_t i = 0; i < slash_ckpt_parts(ck); i++) {
+        uint32_t part;
+        CHECK_OK(slash_ckpt_part(ck, i, &part, &p, &len));
+        CHECK_OK(slash_exec_restore_partition(ex, part, p, len));
+    }
+    slash_ckpt_free(ck);
+    for (size_t i = cut; i < NREC; i += B) {
+        slash_ssb_batch b = batch(&c, i, B);
+        size_t late = 0;
+        CHECK_OK(slash_exec_push(ex, &b, NULL, &late));
+        CHECK(late == 0);
+        got += take_all(ex, &rows_b);
+    }
+    CHECK_OK(slash_exec_finish(ex));
+    got += take_all(ex, &rows_b);
+    slash_exec_close(ex);
+    CHECK(rows_a == rows_b && rows_a > 0);
+    CHECK(want == got);
+}
+
+TEST(executor_resumes_tumbling) { exec_resume(SLASH_WINDOW_TUMBLING, SLASH_KEY_INT64); }
+TEST(executor_resumes_sliding_string_keys) { exec_resume(SLASH_WINDOW_SLIDING, SLASH_KEY_BYTES); }
+TEST(executor_resumes_session) { exec_resume(SLASH_WINDOW_SESSION, SLASH_KEY_INT64); }
+
+TEST(restore_refuses_other_partition_count_and_late_calls)
+{
+    slash_ssb_config c = config(SLASH_WINDOW_TUMBLING, SLASH_KEY_INT64, 4);
+    slash_exec *ex = open_one(&c);
+    CHECK_OK(slash_exec_request_checkpoint(ex, 5));
+    CHECK_OK(slash_exec_end_epoch(ex));
+    slash_ckpt *ck;
+    CHECK_OK(slash_exec_take_checkpoint(ex, &ck));
+    CHECK(ck != NULL);
+    CHECK_ST(slash_exec_request_checkpoint(ex, 5), SLASH_EINVAL); /* ids increase */
+    slash_exec_close(ex);
+    const void *p;
+    size_t len;
+    slash_ckpt_meta(ck, &p, &len);
+    slash_ssb_config c8 = config(SLASH_WINDOW_TUMBLING, SLASH_KEY_INT64, 8);
+    ex = open_one(&c8);
+    CHECK_ST(slash_exec_restore_meta(ex, p, len), SLASH_EINVAL);
+    CHECK(strstr(slash_last_error(), "4 partitions, this executor 8") != NULL);
+    slash_exec_close(ex);
+    ex = open_one(&c);
+    slash_ssb_batch b = batch(&c, 0, 10);
+    CHECK_OK(slash_exec_push(ex, &b, NULL, NULL));
+    CHECK_ST(slash_exec_restore_meta(ex, p, len), SLASH_ESTATE);
+    CHECK_OK(slash_exec_finish(ex));
+    CHECK_ST(slash_exec_request_checkpoint(ex, 6), SLASH_ESTATE);
+    slash_exec_close(ex);
+    slash_ckpt_free(ck);
+}
+
+int main(void)
+{
+    RUN(round_trip_tumbling_int_keys);
+    RUN(round_trip_sliding_string_keys);
+    RUN(round_trip_sliding_int_keys);
+    RUN(round_trip_session_string_keys);
+    RUN(round_trip_session_int_keys);
+    RUN(every_truncation_is_refused);
+    RUN(every_bit_flip_is_refused);
+    RUN(fingerprint_mismatch_and_wrong_partition_are_refused);
+    RUN(meta_round_trip_and_refusals);
+    RUN(executor_resumes_tumbling);
+    RUN(executor_resumes_sliding_string_keys);
+    RUN(executor_resumes_session);
+    RUN(restore_refuses_other_partition_count_and_late_calls);
+    slash_transport_close(tp);
+    return UNIT_DONE();
+}

@@ -1,0 +1,86 @@
+/* fuzz_ckpt_read.c - libFuzzer target: reading checkpoint blobs
+ * (checkpoint.h: slash_ckpt_read_partition, slash_ckpt_read_meta) from
+ * arbitrary bytes.
+ *
+ * Input: [config byte (fuzz_common.h; aggregates only, bit 0 ignored)]
+ * [mode byte][blob]. Mode bit 0 rewrites the blob's CRC trailer and bit 1 its
+ * fingerprint to the config's, so mutations reach the record parser behind
+ * the checksum; bit 2 reads the blob as a META blob instead. The partition
+ * read is the one the header names (modulo the config's partitions). A blob
+ * the reader accepts must write back and read again into a fresh store, and
+ * both stores emit everything. Errors are fine; a crash, a leak, a hang or an
+ * ASan/UBSan report is a finding.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "fuzz_common.h"
+#include "slash/checkpoint.h"
+#include "slash/ssb.h"
+
+static void drain(slash_ssb *s)
+{
+    slash_ssb_result *r = NULL;
+    if (slash_ssb_emit(s, INT64_MAX, &r) == SLASH_OK)
+        slash_ssb_result_free(r);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 2)
+        return 0;
+    slash_exec_config c = fuzz_config((uint8_t)(data[0] & ~1u));
+    uint8_t mode = data[1];
+    size_t n = size - 2;
+    /* a copy of exactly n bytes, so ASan sees any read past the blob */
+    uint8_t *blob = malloc(n ? n : 1);
+    if (!blob)
+        abort();
+    memcpy(blob, data + 2, n);
+    uint64_t fp = slash_ckpt_fingerprint(&c.state);
+    if ((mode & 2) && n >= 16)
+        for (int i = 0; i < 8; i++)
+            blob[8 + i] = (uint8_t)(fp >> (8 * i));
+    if ((mode & 1) && n >= 4) {
+        uint32_t crc = slash_crc32c(0, blob, n - 4);
+        for (int i = 0; i < 4; i++)
+            blob[n - 4 + i] = (uint8_t)(crc >> (8 * i));
+    }
+    if (mode & 4) {
+        slash_ckpt_meta_info *m = malloc(sizeof *m);
+        if (!m)
+            abort();
+        if (slash_ckpt_read_meta(blob, n, fp, m) == SLASH_OK) {
+            uint8_t *again;
+            size_t len;
+            if (slash_ckpt_write_meta(m, fp, &again, &len) != SLASH_OK || len != n ||
+                memcmp(again, blob, n) != 0)
+                abort(); /* an accepted META writes back byte for byte */
+            free(again);
+        }
+        free(m);
+        free(blob);
+        return 0;
+    }
+    uint32_t part = 0;
+    if (n >= 20)
+        part = ((uint32_t)blob[16] | (uint32_t)blob[17] << 8 | (uint32_t)blob[18] << 16 |
+                (uint32_t)blob[19] << 24) % c.state.partitions;
+    slash_ssb *s = NULL, *t = NULL;
+    if (slash_ssb_open(&c.state, &s) != SLASH_OK || slash_ssb_open(&c.state, &t) != SLASH_OK)
+        abort();
+    if (slash_ckpt_read_partition(s, part, blob, n) == SLASH_OK) {
+        uint8_t *again;
+        size_t len;
+        if (slash_ckpt_write_partition(s, part, &again, &len) != SLASH_OK ||
+            slash_ckpt_read_partition(t, part, again, len) != SLASH_OK)
+            abort(); /* what was accepted must round-trip */
+        free(again);
+    }
+    drain(s);
+    drain(t);
+    slash_ssb_close(s);
+    slash_ssb_close(t);
+    free(blob);
+    return 0;
+}
