@@ -268,7 +268,11 @@ class CheckpointStore:
         if m.get("executors") != self.executors or m.get("partitions") != self.partitions:
             raise InvalidArgument(f"checkpoint {path!r} was taken with {m.get('executors')} executors "
                                   f"and {m.get('partitions')} partitions; this run has "
-                                  f"{self.executors} and {self.partitions}")
+                                  f"{self.executors} and {self.partitions}. A run resumes "
+                                  f"with the executor count it was checkpointed with (each "
+                                  f"executor's split of the input and its position in it "
+                                  f"depend on it): run with executors={m.get('executors')} or "
+                                  f"give a new directory")
         return Checkpoint(ckpt_id, d, m, self.dir)
 
     def _newest_manifest(self) -> Optional[Checkpoint]:

@@ -35,7 +35,11 @@ worker of rank RANK SIGKILL itself right after a push call that brings its
 push count (counted from the start of the run, as the core counts them) to
 PUSHES or more, in attempt ATTEMPT (default 0; attempt k is the k-th
 restart), once CUTS checkpoints of that attempt are committed (default 0;
-the worker polls its executor until they are, for at most 10 s).
+the worker polls its executor until they are, for at most 10 s). A fifth
+field ``:w`` moves the kill into the next checkpoint write after that
+point: after the worker wrote its meta and half of its partitions' files,
+before its ``rank-<r>.json`` and its report (so that checkpoint never
+commits).
 """
 from __future__ import annotations
 
@@ -139,15 +143,18 @@ class _Plan(CheckpointPlan):
     attempt: int
 
 
-def _kill_point(rank: int, attempt: int) -> Optional[Tuple[int, int]]:
-    """(pushes, cuts) after which this worker kills itself (test hook), or None."""
+def _kill_point(rank: int, attempt: int) -> Optional[Tuple[int, int, bool]]:
+    """(pushes, cuts, in_write) after which this worker kills itself (test
+    hook), or None."""
     spec = os.environ.get("SLASH_TEST_KILL")
     if not spec:
         return None
     for part in spec.split(","):
-        f = [int(x) for x in part.split(":")]
+        fields = part.split(":")
+        in_write = len(fields) > 4 and fields[4] == "w"
+        f = [int(x) for x in fields[:4]]
         if f[0] == rank and (f[2] if len(f) > 2 else 0) == attempt:
-            return f[1], (f[3] if len(f) > 3 else 0)
+            return f[1], (f[3] if len(f) > 3 else 0), in_write
     return None
 
 
@@ -231,7 +238,13 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                 pending += ex.results()  # every window fired before the cut, nothing after
                 t0 = time.monotonic()
                 files = {f"rank-{rank}.meta": store.write(img.id, f"rank-{rank}.meta", img.meta)}
-                for p, data in img.parts.items():
+                for i, (p, data) in enumerate(img.parts.items()):
+                    if i == len(img.parts) // 2 and kill_at is not None and kill_at[2] and \
+                            pushes >= kill_at[0] and \
+                            _committed_since(store, plan.next_id) >= kill_at[1]:
+                        log.warning("test hook SLASH_TEST_KILL: rank %d kills itself while "
+                                    "writing checkpoint %d", rank, img.id)
+                        os.kill(os.getpid(), signal.SIGKILL)
                     files[f"part-{p}.bin"] = store.write(img.id, f"part-{p}.bin", data)
                 seg, entry = store.write_segment(rank, img.id, _ipc_bytes(pending, result_schema))
                 cut_records = records_at[img.pushes]
@@ -288,7 +301,7 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                         last_ask_t, last_ask_pushes = now, pushes
                         if every.epochs is not None:
                             last_ask_epochs = ex.metrics["epochs"]
-                if kill_at is not None and pushes >= kill_at[0]:
+                if kill_at is not None and not kill_at[2] and pushes >= kill_at[0]:
                     waited = time.monotonic()  # the hook waits (polling) for CUTS commits, <= 10 s
                     while _committed_since(store, plan.next_id) < kill_at[1] and \
                             time.monotonic() - waited < 10:
