@@ -8,6 +8,7 @@ a chosen push through the documented test hook SLASH_TEST_KILL
 import json
 import os
 import random
+import time
 
 import duckdb
 import numpy as np
@@ -41,9 +42,13 @@ def _batch(rank: int, i: int) -> pa.RecordBatch:
 
 
 def make(rank: int, n: int):
-    """Deterministic: the same batches for the same (rank, n), every call."""
+    """Deterministic: the same batches for the same (rank, n), every call.
+    Paced (10 ms a batch): a rank that raced through its input on a loaded
+    machine would take part in no further cut, and a kill hook waiting for
+    one would fire before any checkpoint committed."""
     for i in range(BATCHES):
         if i % 7 != 6:  # every 7th second empty: sessions close in between
+            time.sleep(0.01)
             yield _batch(rank, i)
 
 
