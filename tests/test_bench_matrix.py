@@ -12,14 +12,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import slash
 from slash.bench import matrix
 from slash.cli import build_parser
 from slash.errors import InvalidArgument, SystemFailure
 
 import layouts
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYTHON_DIR = os.path.join(os.path.dirname(HERE), "python")
+# the package these tests import (installed, or the source tree with an in-place build): the
+# CLI run below must use the same one (a clean clone's source tree has no built extension)
+PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(slash.__file__)))
 
 
 def _result(keys, counts, key="k"):
