@@ -5,6 +5,7 @@ query (itself checked against DuckDB): a recovered run must give the same
 rows, row for row, with no window twice. Workers are killed with SIGKILL at
 a chosen push through the documented test hook SLASH_TEST_KILL
 (slash.recovery)."""
+import functools
 import json
 import os
 import random
@@ -41,14 +42,14 @@ def _batch(rank: int, i: int) -> pa.RecordBatch:
                            schema=SCHEMA)
 
 
-def make(rank: int, n: int):
+def make(rank: int, n: int, pace: float = 0.01):
     """Deterministic: the same batches for the same (rank, n), every call.
-    Paced (10 ms a batch): a rank that raced through its input on a loaded
-    machine would take part in no further cut, and a kill hook waiting for
-    one would fire before any checkpoint committed."""
+    Paced (``pace`` s a batch): a rank that raced through its input on a
+    loaded machine would take part in no further cut, and a kill hook waiting
+    for one would fire before any checkpoint committed."""
     for i in range(BATCHES):
         if i % 7 != 6:  # every 7th second empty: sessions close in between
-            time.sleep(0.01)
+            time.sleep(pace)
             yield _batch(rank, i)
 
 
@@ -58,6 +59,12 @@ def _query(kind: str) -> Query:
 
 def _gen() -> GeneratorSource:
     return GeneratorSource(make, SCHEMA)
+
+
+def _slow_gen() -> GeneratorSource:
+    """The same batches, 50 ms apart: for the tests whose kill waits for two
+    committed cuts, which both ranks must still be pushing to take part in."""
+    return GeneratorSource(functools.partial(make, pace=0.05), SCHEMA)
 
 
 _reference = {}
@@ -273,9 +280,9 @@ def test_a_run_started_again_resumes_from_the_directory(tmp_path, monkeypatch):
     # every executor (and the run) dies: max_restarts=0 gives up at once
     monkeypatch.setenv("SLASH_TEST_KILL", "0:14:0:2")
     with pytest.raises(SystemFailure):
-        _run("session", _gen(), tmp_path, max_restarts=0)
+        _run("session", _slow_gen(), tmp_path, max_restarts=0)
     monkeypatch.delenv("SLASH_TEST_KILL")
-    got, m = _run("session", _gen(), tmp_path)
+    got, m = _run("session", _slow_gen(), tmp_path)
     assert m["resumed_from"] is not None and m["resumed_from"] >= 1
     _assert_same(got, reference("session", "gen", _gen()))
 
@@ -291,7 +298,7 @@ def test_a_finished_run_returns_its_stored_result(tmp_path):
 def test_a_corrupted_checkpoint_file_is_refused_naming_it(tmp_path, monkeypatch):
     monkeypatch.setenv("SLASH_TEST_KILL", "0:14:0:2")
     with pytest.raises(SystemFailure):
-        _run("tumbling", _gen(), tmp_path, max_restarts=0)
+        _run("tumbling", _slow_gen(), tmp_path, max_restarts=0)
     monkeypatch.delenv("SLASH_TEST_KILL")
     # the newest committed checkpoint (the kill may have left a newer one without a manifest,
     # which a restart ignores)
@@ -301,7 +308,7 @@ def test_a_corrupted_checkpoint_file_is_refused_naming_it(tmp_path, monkeypatch)
     data = (tmp_path / chk / part).read_bytes()
     (tmp_path / chk / part).write_bytes(data[:len(data) // 2])
     with pytest.raises(CheckpointCorrupt, match=part):
-        _run("tumbling", _gen(), tmp_path)
+        _run("tumbling", _slow_gen(), tmp_path)
 
 
 @needs_core
