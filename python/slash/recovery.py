@@ -43,7 +43,6 @@ commits).
 """
 from __future__ import annotations
 
-import io
 import logging
 import os
 import re
@@ -55,6 +54,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import pyarrow as pa
 
+from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import Checkpoint, CheckpointStore
 from slash.errors import (CheckpointCorrupt, InvalidArgument, SlashError, SystemFailure,
                           UsageError)
@@ -163,18 +163,6 @@ def _committed_since(store: CheckpointStore, first_id: int) -> int:
     return sum(1 for i in store._ids() if i >= first_id and store._has_manifest(i))
 
 
-def _ipc_bytes(batches: List[pa.RecordBatch], schema: pa.Schema) -> bytes:
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, schema) as w:
-        for b in batches:
-            w.write_batch(b)
-    return sink.getvalue()
-
-
-def _ipc_table(data: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.BufferReader(data)).read_all()
-
-
 def _source_time(source: Any, query: Query) -> Optional[str]:
     """The time column to pass to ``read`` (as runner's bounded reads do)."""
     import inspect
@@ -246,7 +234,8 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                                     "writing checkpoint %d", rank, img.id)
                         os.kill(os.getpid(), signal.SIGKILL)
                     files[f"part-{p}.bin"] = store.write(img.id, f"part-{p}.bin", data)
-                seg, entry = store.write_segment(rank, img.id, _ipc_bytes(pending, result_schema))
+                seg, entry = store.write_segment(
+                    rank, img.id, to_ipc(pa.Table.from_batches(pending, result_schema)))
                 cut_records = records_at[img.pushes]
                 info = {"rank": rank, "position": pos_after[img.pushes],
                         "pushes": img.pushes, "records": cut_records,
@@ -387,7 +376,7 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
         log.info("checkpoint directory %r holds this query's finished run: returning its result "
                  "without running again", store.dir)
         metrics.update(checkpoints=[], recoveries=[], records_replayed=0, finished_before=True)
-        return _ipc_table(stored)
+        return from_ipc(stored)
     checkpoints: List[Dict[str, Any]] = []
     recoveries: List[Dict[str, Any]] = []
     replayed = 0
@@ -426,10 +415,10 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
                         f"checkpoint {last.id}" if last is not None else "the beginning",
                         restarts, max_restarts)
     # the committed windows of cuts before this attempt, plus everything it fired
-    base = [_ipc_table(ck.read_segment(rel)) for rel in sorted(ck.segments())] if ck else []
+    base = [from_ipc(ck.read_segment(rel)) for rel in sorted(ck.segments())] if ck else []
     result = finalize(pa.concat_tables([t.cast(tables[0].schema) if t.schema != tables[0].schema
                                         else t for t in base] + tables))
-    store.finish(_ipc_bytes(result.to_batches(), result.schema),
+    store.finish(to_ipc(result),
                  {"checkpoints": len(checkpoints), "recoveries": len(recoveries)})
     metrics.update(per_executor=per_exec, checkpoints=checkpoints, recoveries=recoveries,
                    records_replayed=replayed, finished_before=False)

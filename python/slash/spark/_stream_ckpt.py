@@ -44,7 +44,6 @@ Driver side (:class:`DriverCheckpoints`):
 from __future__ import annotations
 
 import glob
-import io
 import json
 import logging
 import os
@@ -54,7 +53,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
-from slash.checkpoint import CheckpointStore, write_durably
+from slash._ipc import to_ipc
+from slash.checkpoint import write_durably
 from slash.errors import CheckpointCorrupt, InvalidState, PeerDisconnected, Timeout
 from slash.executor import checkpoint_fired
 from slash.recovery import CheckpointPlan
@@ -65,14 +65,6 @@ log = logging.getLogger(__name__)
 PENDING = "_pending"
 FINISHED = "_STREAM_FINISHED.json"
 META_KEY = b"slash.checkpoint_id"
-
-
-def _ipc(batches: List[pa.RecordBatch], schema: pa.Schema) -> bytes:
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, schema) as w:
-        for b in batches:
-            w.write_batch(b)
-    return sink.getvalue()
 
 
 def final_name(rank: int, ckpt_id: Optional[int]) -> str:
@@ -191,7 +183,7 @@ class TaskCheckpoints:
                 write_table(table, os.path.join(self.sink_dir, PENDING), name)
                 sink[f"{PENDING}/{name}"] = final_name(r, img.id)
             else:
-                rows = _ipc(table.to_batches(), table.schema)
+                rows = to_ipc(table)
         size = sum(f["size"] for f in files.values())
         self.conn.send(("ckpt", r, self.group, img.id, files, sink, rows, wins,
                         {"bytes": size, "seconds": time.monotonic() - t0}))
@@ -260,7 +252,7 @@ class TaskCheckpoints:
                 write_table(table, os.path.join(self.sink_dir, PENDING), name)
                 sink[f"{PENDING}/{name}"] = final_name(self.rank, None)
             else:
-                rows = _ipc(table.to_batches(), table.schema)
+                rows = to_ipc(table)
         self.conn.send(("final", self.rank, self.group, sink, rows, wins))
 
 

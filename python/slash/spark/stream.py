@@ -57,7 +57,6 @@ themselves (the source's columns as read) as Parquet parts
 from __future__ import annotations
 
 import glob
-import io
 import logging
 import os
 import secrets
@@ -72,6 +71,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from slash._ipc import from_ipc, to_ipc
 from slash.errors import InvalidArgument, InvalidState, NotSupported, SinkFailed, TaskFailed, UnknownName
 from slash.executor import Executor, GroupConfig
 from slash.metrics import LiveMetrics, MetricsServer, Reporter
@@ -256,17 +256,6 @@ class _StreamPlan:
     checkpoint: Optional[CheckpointPlan] = None
 
 
-def _ipc(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue()
-
-
-def _from_ipc(data: bytes) -> pa.Table:
-    return pa.ipc.open_stream(data).read_all()
-
-
 def _window_latencies(table: pa.Table, now_ms: int) -> List[Tuple[int, int, int, int]]:
     """(window_start, window_end, latency ms, rows) per window in the table."""
     if not table.num_rows:
@@ -438,7 +427,7 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
                     conn.send(("latency", rank, _window_latencies(table, int(time.time() * 1000))))
                 conn.send(("watermark", rank, gw))
             else:
-                conn.send(("rows", rank, gw, _ipc(table) if table is not None and table.num_rows else None))
+                conn.send(("rows", rank, gw, to_ipc(table) if table is not None and table.num_rows else None))
 
         last = [_NEVER]
         pushes = [skip_batches]
@@ -586,7 +575,7 @@ class StreamHandle:
             if kind == "rows":
                 _, _, gw, data = msg
                 if data is not None:
-                    self._pending.append(_from_ipc(data))
+                    self._pending.append(from_ipc(data))
                 self._gw[rank] = max(self._gw[rank], gw)
                 self._take()
             elif kind == "watermark":
