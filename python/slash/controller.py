@@ -1,0 +1,343 @@
+"""The latency-driven controller (As-Stream): from the live metrics of a
+running stream it finds the bottleneck and picks one reconfiguration at a
+time, with a reason, so that windows come out within ``latency_target``.
+
+The policy is pure: :meth:`Controller.observe` takes one
+:class:`LiveMetrics` snapshot (``LiveMetrics.snapshot()``) and returns the
+:class:`Decision` to apply now, or ``None``. Applying it is the caller's
+business (an :class:`Actuator` maps action names to the operations the
+running stream offers), so the same policy drives ``slash run`` and
+``slash.spark.stream``, and its rules are tested on recorded signals.
+
+Signals, per tick (one snapshot, about every 0.5-1 s):
+
+* window latency p99 of each new point of the metrics history (one a
+  second: the windows handed out in that second, emit time - window end);
+* per executor: CPU load (CPU seconds per wall second), records/s, records
+  behind its source (where the source knows), merge time per second, credit
+  stalls per second; the group's mean epoch duration.
+
+Bottlenecks, checked in this order when p99 is over the target
+(As-Stream's "bottleneck level", from the measured cost of each stage):
+
+1. ``input``: an executor is saturated (CPU load >= ``busy``) or its
+   backlog grows: add executors (``scale_out``; as many as the load says
+   the target needs, at most ``max_executors``). At ``max_executors`` the
+   controller lengthens epochs instead (fewer, larger deltas cost less CPU).
+2. ``merge``: one leader's merge time per second is more than twice the
+   median and above ``merge_share``: move its hot partitions
+   (``rebalance``).
+3. ``epoch``: nobody is busy but the epochs are long for the target
+   (> target / 4): halve the epoch length (down to ``min_epoch_ms``).
+4. ``credit``: senders wait for channel credits: add an executor.
+
+When p99 stays under ``low_water`` x target and the load would fit in one
+executor fewer (predicted load < ``fit``), it releases one (``scale_in``,
+not below ``min_executors``); when epochs were shortened and the latency
+has room, it lengthens them back (throughput).
+
+Against oscillation: a condition must hold for ``sustain`` consecutive
+ticks (``release_sustain`` for releasing, which is slower on purpose), the
+up and down thresholds are apart (target vs ``low_water`` x target), and
+after any decision nothing happens for ``cooldown`` seconds (the change
+must show in the signals first). The controller never touches what the
+query computes: every action it takes is one the stream applies at an
+epoch boundary with output equal to the untuned run.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from slash.errors import InvalidArgument
+
+log = logging.getLogger(__name__)
+
+#: the actions a decision can name
+ACTIONS = ("scale_out", "scale_in", "rebalance", "epoch")
+
+
+def parse_duration_ms(value: Any, what: str = "latency_target") -> float:
+    """``"500ms"``, ``"2s"``, ``0.5`` (seconds) -> milliseconds."""
+    if isinstance(value, bool):
+        raise InvalidArgument(f"{what} must be a duration like '500ms' or '2s', got {value!r}")
+    if isinstance(value, (int, float)):
+        ms = float(value) * 1000.0
+    elif isinstance(value, str):
+        s = value.strip().lower()
+        try:
+            if s.endswith("ms"):
+                ms = float(s[:-2])
+            elif s.endswith("s"):
+                ms = float(s[:-1]) * 1000.0
+            else:
+                raise ValueError(s)
+        except ValueError:
+            raise InvalidArgument(f"{what} must be a duration like '500ms' or '2s', got {value!r}") from None
+    else:
+        raise InvalidArgument(f"{what} must be a duration like '500ms' or '2s', got {value!r}")
+    if not (ms > 0 and math.isfinite(ms)):
+        raise InvalidArgument(f"{what} must be > 0, got {value!r}")
+    return ms
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """How the controller judges and how fast it acts (defaults suit a
+    stream whose metrics arrive every 0.5 s)."""
+
+    latency_target: Any  # "500ms", "2s" or seconds
+    min_executors: int = 1
+    max_executors: int = 4
+    sustain: int = 3             # ticks a "too slow" condition must hold
+    release_sustain: int = 10    # ticks a "room to spare" condition must hold
+    cooldown: float = 8.0        # seconds after a decision with no other
+    low_water: float = 0.5       # p99 under low_water x target: room to spare
+    busy: float = 0.85           # CPU load of a saturated executor
+    fit: float = 0.6             # predicted load that one executor fewer must stay under
+    merge_share: float = 0.2     # merge seconds per second of a hot leader
+    min_epoch_ms: float = 5.0
+    max_epoch_ms: float = 1000.0
+
+    def __post_init__(self) -> None:
+        target = parse_duration_ms(self.latency_target)
+        object.__setattr__(self, "latency_target", target / 1000.0)
+        for name in ("min_executors", "max_executors", "sustain", "release_sustain"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InvalidArgument(f"{name} must be an int >= 1, got {v!r}")
+        if self.max_executors < self.min_executors:
+            raise InvalidArgument(f"max_executors ({self.max_executors}) is below min_executors "
+                                  f"({self.min_executors})")
+        for name in ("cooldown", "low_water", "busy", "fit", "merge_share", "min_epoch_ms",
+                     "max_epoch_ms"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise InvalidArgument(f"{name} must be > 0, got {v!r}")
+        if not self.low_water < 1:
+            raise InvalidArgument(f"low_water must be below 1 (a fraction of the target), got {self.low_water}")
+
+    @property
+    def target_ms(self) -> float:
+        return float(self.latency_target) * 1000.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One reconfiguration: ``action`` in :data:`ACTIONS`, its arguments,
+    the bottleneck it answers and the measured reason, in words."""
+
+    time: float
+    action: str
+    args: Dict[str, Any]
+    bottleneck: str
+    reason: str
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"time": self.time, "action": self.action, "args": dict(self.args),
+                "bottleneck": self.bottleneck, "reason": self.reason}
+
+
+@dataclass
+class _Exec:
+    cpu_load: float
+    records_per_s: float
+    behind: Optional[float]
+    merge_per_s: float
+    stalls_per_s: float
+
+
+@dataclass
+class Signals:
+    """What one tick sees (derived from two consecutive snapshots)."""
+
+    time: float
+    executors: int
+    p99_ms: Optional[float]
+    epoch_ms: Optional[float]
+    per: Dict[int, _Exec] = field(default_factory=dict)
+    backlog_growing: bool = False
+
+
+class Controller:
+    """The policy: feed it snapshots in time order, apply what it returns.
+
+    ``epoch_ms`` is the stream's configured epoch length (the controller
+    keeps track of its own changes to it); ``executors`` the current count
+    (updated by :meth:`applied`).
+    """
+
+    def __init__(self, config: ControllerConfig, *, executors: int, epoch_ms: float) -> None:
+        if not config.min_executors <= executors <= config.max_executors:
+            raise InvalidArgument(f"the stream starts with {executors} executors, outside "
+                                  f"min_executors..max_executors = {config.min_executors}.."
+                                  f"{config.max_executors}")
+        self.config = config
+        self.executors = executors
+        self.epoch_ms = float(epoch_ms)
+        self.base_epoch_ms = float(epoch_ms)
+        self.decisions: List[Decision] = []
+        self._prev: Optional[Mapping[str, Any]] = None
+        self._last_point = float("-inf")  # time of the last history point judged
+        self._fresh: List[float] = []  # p99 of the history points new this tick
+        self._over = 0
+        self._under = 0
+        self._quiet_until = 0.0
+        self._behind: List[tuple] = []  # (time, total records behind)
+
+    # -- signals ----------------------------------------------------------------
+    def _signals(self, snap: Mapping[str, Any]) -> Signals:
+        t = float(snap["time"])
+        prev = self._prev
+        per: Dict[int, _Exec] = {}
+        epochs = []
+        for r, cur in (snap.get("per_executor") or {}).items():
+            old = (prev.get("per_executor") or {}).get(r) if prev else None
+            dt = (cur["time"] - old["time"]) if old else 0.0
+            merge = stalls = 0.0
+            if old and dt > 0:
+                merge = max(0.0, (cur.get("merge_seconds", 0) - old.get("merge_seconds", 0)) / dt)
+                stalls = max(0.0, (cur.get("credit_stalls", 0) - old.get("credit_stalls", 0)) / dt)
+            per[int(r)] = _Exec(cpu_load=float(cur.get("cpu_load") or 0.0),
+                                records_per_s=float(cur.get("records_per_s") or 0.0),
+                                behind=cur.get("records_behind"), merge_per_s=merge, stalls_per_s=stalls)
+            if cur.get("epoch_ms"):
+                epochs.append(float(cur["epoch_ms"]))
+        self._fresh = []
+        for point in snap.get("history") or ():
+            if point["t"] > self._last_point:
+                self._last_point = point["t"]
+                if point.get("latency_p99_ms") is not None:
+                    self._fresh.append(float(point["latency_p99_ms"]))
+        p99 = self._fresh[-1] if self._fresh else None
+        horizon = t - 3.0
+        behind = [e.behind for e in per.values() if e.behind is not None]
+        growing = False
+        if behind:
+            self._behind.append((t, float(sum(behind))))
+            self._behind = [x for x in self._behind if x[0] >= horizon]
+            if len(self._behind) >= 3:
+                vals = [x[1] for x in self._behind]
+                growing = all(b > a for a, b in zip(vals, vals[1:]))
+        return Signals(time=t, executors=self.executors, p99_ms=p99,
+                       epoch_ms=statistics.median(epochs) if epochs else None, per=per,
+                       backlog_growing=growing)
+
+    # -- the policy -------------------------------------------------------------
+    def observe(self, snap: Mapping[str, Any]) -> Optional[Decision]:
+        """One tick: the decision to apply now, or None."""
+        s = self._signals(snap)
+        self._prev = snap
+        c = self.config
+        if not s.per:
+            return None
+        target = c.target_ms
+        for p in self._fresh:  # each history point counts once, however often it is seen
+            self._over = self._over + 1 if p > target else 0
+            self._under = self._under + 1 if p < c.low_water * target else 0
+        if not self._fresh:
+            return None
+        if s.time < self._quiet_until:
+            return None
+        d: Optional[Decision] = None
+        if self._over >= c.sustain:
+            d = self._too_slow(s)
+        elif self._under >= c.release_sustain:
+            d = self._room_to_spare(s)
+        if d is not None:
+            self._quiet_until = s.time + c.cooldown
+            self._over = self._under = 0
+            self.decisions.append(d)
+            log.info("controller: %s %s (%s: %s)", d.action, d.args, d.bottleneck, d.reason)
+        return d
+
+    def _too_slow(self, s: Signals) -> Optional[Decision]:
+        c = self.config
+        loads = {r: e.cpu_load for r, e in s.per.items()}
+        hot = max(loads.values())
+        mean = sum(loads.values()) / len(loads)
+        p99 = f"p99 {s.p99_ms:.0f} ms > target {c.target_ms:.0f} ms for {self._over} ticks"
+        if hot >= c.busy or s.backlog_growing:
+            why = (f"{p99}; executor load max {hot:.2f}, mean {mean:.2f}"
+                   + ("; backlog growing" if s.backlog_growing else ""))
+            if self.executors < c.max_executors:
+                need = math.ceil(self.executors * max(mean, hot) / c.fit) if not s.backlog_growing else 0
+                k = max(1, min(need - self.executors, c.max_executors - self.executors))
+                return Decision(s.time, "scale_out", {"k": k}, "input", why)
+            if self.epoch_ms * 2 <= min(c.max_epoch_ms, c.target_ms / 2):
+                return Decision(s.time, "epoch", {"epoch_ms": self.epoch_ms * 2}, "input",
+                                why + f"; at max_executors {c.max_executors}: longer epochs cost less CPU")
+            return None
+        merges = {r: e.merge_per_s for r, e in s.per.items()}
+        if len(merges) > 1:
+            r_hot = max(merges, key=lambda r: merges[r])
+            med = statistics.median(merges.values())
+            if merges[r_hot] > c.merge_share and merges[r_hot] > 2 * med:
+                idle = min(loads, key=lambda r: loads[r])
+                return Decision(s.time, "rebalance", {"from_rank": r_hot, "to_rank": idle}, "merge",
+                                f"{p99}; leader {r_hot} merges {merges[r_hot]:.2f} s/s, median {med:.2f}")
+        if self.epoch_ms > c.target_ms / 4 and self.epoch_ms / 2 >= c.min_epoch_ms:
+            return Decision(s.time, "epoch", {"epoch_ms": self.epoch_ms / 2}, "epoch",
+                            f"{p99}; epochs of {self.epoch_ms:.0f} ms are long for the target, "
+                            f"load max {hot:.2f}")
+        stalls = sum(e.stalls_per_s for e in s.per.values())
+        if stalls > 0 and self.executors < c.max_executors:
+            return Decision(s.time, "scale_out", {"k": 1}, "credit",
+                            f"{p99}; {stalls:.0f} credit stalls/s")
+        return None
+
+    def _room_to_spare(self, s: Signals) -> Optional[Decision]:
+        c = self.config
+        loads = [e.cpu_load for e in s.per.values()]
+        total = sum(loads)
+        p99 = f"p99 {s.p99_ms:.0f} ms < {c.low_water:.2f} x target for {self._under} ticks"
+        if self.executors > c.min_executors and not s.backlog_growing:
+            predicted = total / (self.executors - 1)
+            if predicted < c.fit:
+                return Decision(s.time, "scale_in", {"k": 1}, "none",
+                                f"{p99}; load {total:.2f} fits {self.executors - 1} executors "
+                                f"(predicted {predicted:.2f} each)")
+        if self.epoch_ms < self.base_epoch_ms and self.epoch_ms * 2 <= c.target_ms / 4:
+            return Decision(s.time, "epoch", {"epoch_ms": min(self.base_epoch_ms, self.epoch_ms * 2)}, "none",
+                            f"{p99}; epochs back toward {self.base_epoch_ms:.0f} ms (throughput)")
+        return None
+
+    def applied(self, d: Decision, ok: bool = True) -> None:
+        """Tells the policy what came of a decision (``ok=False``: the
+        stream could not apply it; the state stays as it was)."""
+        if not ok:
+            return
+        if d.action == "scale_out":
+            self.executors += int(d.args["k"])
+        elif d.action == "scale_in":
+            self.executors -= int(d.args["k"])
+        elif d.action == "epoch":
+            self.epoch_ms = float(d.args["epoch_ms"])
+
+
+class Actuator:
+    """Maps a decision to the operation a running stream offers:
+    ``ops = {"scale_out": f(k), "scale_in": f(k), "rebalance": f(from_rank,
+    to_rank), "epoch": f(epoch_ms)}``; an action the stream does not offer is
+    logged and reported as not applied."""
+
+    def __init__(self, ops: Mapping[str, Callable[..., Any]]) -> None:
+        unknown = set(ops) - set(ACTIONS)
+        if unknown:
+            raise InvalidArgument(f"unknown controller actions {sorted(unknown)}; known: {list(ACTIONS)}")
+        self.ops = dict(ops)
+
+    def apply(self, d: Decision) -> bool:
+        op = self.ops.get(d.action)
+        if op is None:
+            log.warning("controller: this stream cannot %s; decision skipped (%s)", d.action, d.reason)
+            return False
+        op(**d.args)
+        return True
+
+
+def decisions_as_dicts(ds: Sequence[Decision]) -> List[Dict[str, Any]]:
+    return [d.as_dict() for d in ds]

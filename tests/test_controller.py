@@ -1,0 +1,210 @@
+"""The controller's policy (slash.controller) on recorded-style signals:
+which bottleneck it names, what it does about it, and that it neither
+oscillates nor acts during its cool-down."""
+import pytest
+
+from slash.controller import Actuator, Controller, ControllerConfig, parse_duration_ms
+from slash.errors import InvalidArgument
+
+
+class Stream:
+    """Synthetic LiveMetrics snapshots: cumulative counters advanced by the
+    given per-second rates, one history point a tick."""
+
+    def __init__(self, executors=2):
+        self.t = 1000.0
+        self.n = executors
+        self.cum = {r: {"merge_seconds": 0.0, "credit_stalls": 0} for r in range(executors)}
+        self.behind = {r: None for r in range(executors)}
+
+    def tick(self, p99, load=0.3, merge=None, stalls=0.0, behind=None, epoch_ms=100.0, dt=1.0):
+        self.t += dt
+        per = {}
+        for r in range(self.n):
+            c = self.cum.setdefault(r, {"merge_seconds": 0.0, "credit_stalls": 0})
+            c["merge_seconds"] += (merge[r] if merge else 0.05) * dt
+            c["credit_stalls"] += stalls * dt
+            per[str(r)] = {"time": self.t, "cpu_load": load[r] if isinstance(load, (list, tuple)) else load,
+                           "records_per_s": 1e5, "records_behind": behind[r] if behind else None,
+                           "merge_seconds": c["merge_seconds"], "credit_stalls": c["credit_stalls"],
+                           "epoch_ms": epoch_ms}
+        return {"time": self.t, "per_executor": per,
+                "history": [{"t": self.t, "latency_p99_ms": p99}]}
+
+
+def run(ctl, stream, ticks, **kw):
+    out = []
+    for _ in range(ticks):
+        d = ctl.observe(stream.tick(**kw))
+        if d is not None:
+            ctl.applied(d)
+            out.append(d)
+    return out
+
+
+def cfg(**kw):
+    base = dict(latency_target="500ms", min_executors=1, max_executors=4, sustain=3, release_sustain=6,
+                cooldown=5.0)
+    base.update(kw)
+    return ControllerConfig(**base)
+
+
+def test_saturated_executors_over_target_scale_out_after_sustain_ticks():
+    ctl = Controller(cfg(), executors=1, epoch_ms=100)
+    s = Stream(1)
+    assert run(ctl, s, 2, p99=900, load=0.97) == []
+    d = run(ctl, s, 1, p99=900, load=0.97)
+    assert [x.action for x in d] == ["scale_out"] and d[0].bottleneck == "input"
+    assert ctl.executors == 1 + d[0].args["k"]
+    assert "load max 0.97" in d[0].reason
+
+
+def test_scale_out_asks_for_as_many_executors_as_the_load_needs_within_max():
+    ctl = Controller(cfg(max_executors=3), executors=1, epoch_ms=100)
+    d = run(ctl, Stream(1), 3, p99=2000, load=1.9)  # two processes' worth of CPU on one (threads)
+    assert d[0].args == {"k": 2}
+
+
+def test_no_decision_during_cooldown_even_if_still_slow():
+    ctl = Controller(cfg(cooldown=5.0), executors=1, epoch_ms=100)
+    s = Stream(1)
+    first = run(ctl, s, 3, p99=900, load=0.97)
+    assert len(first) == 1
+    s.n = ctl.executors
+    # 4 more slow ticks (< 5 s cooldown): nothing
+    assert run(ctl, s, 4, p99=900, load=0.97) == []
+
+
+def test_one_slow_tick_among_fast_ones_never_triggers_a_decision():
+    ctl = Controller(cfg(), executors=1, epoch_ms=100)
+    s = Stream(1)
+    for i in range(30):
+        ctl.observe(s.tick(p99=900 if i % 3 == 0 else 100, load=0.97, dt=1.0))
+    assert ctl.decisions == []
+
+
+def test_a_history_point_seen_in_several_snapshots_counts_once():
+    ctl = Controller(cfg(), executors=1, epoch_ms=100)
+    s = Stream(1)
+    snap = s.tick(p99=900, load=0.97)
+    for k in range(5):  # the same point, five executor reports
+        snap = dict(snap, time=snap["time"] + 0.2)
+        assert ctl.observe(snap) is None
+
+
+def test_hot_leader_merges_trigger_a_rebalance_toward_the_idlest_executor():
+    ctl = Controller(cfg(), executors=3, epoch_ms=100)
+    s = Stream(3)
+    d = run(ctl, s, 4, p99=900, load=[0.5, 0.6, 0.2], merge=[0.05, 0.45, 0.05])
+    assert [x.action for x in d] == ["rebalance"]
+    assert d[0].args == {"from_rank": 1, "to_rank": 2} and d[0].bottleneck == "merge"
+
+
+def test_long_epochs_with_idle_executors_are_halved():
+    ctl = Controller(cfg(), executors=2, epoch_ms=400)
+    d = run(ctl, Stream(2), 3, p99=700, load=0.2)
+    assert [(x.action, x.args) for x in d] == [("epoch", {"epoch_ms": 200.0})]
+    assert ctl.epoch_ms == 200.0
+
+
+def test_at_max_executors_saturation_lengthens_epochs_instead():
+    ctl = Controller(cfg(max_executors=2, latency_target="2s"), executors=2, epoch_ms=100)
+    d = run(ctl, Stream(2), 3, p99=3000, load=0.95)
+    assert [(x.action, x.args["epoch_ms"]) for x in d] == [("epoch", 200.0)]
+
+
+def test_growing_backlog_scales_out_even_below_busy_load():
+    ctl = Controller(cfg(), executors=1, epoch_ms=100)
+    s = Stream(1)
+    out = []
+    for b in (1000, 5000, 20000, 80000):
+        d = ctl.observe(s.tick(p99=900, load=0.5, behind=[b]))
+        if d:
+            out.append(d)
+    assert [x.action for x in out] == ["scale_out"] and "backlog growing" in out[0].reason
+
+
+def test_credit_stalls_add_an_executor_when_nothing_else_explains_latency():
+    ctl = Controller(cfg(), executors=2, epoch_ms=50)
+    d = run(ctl, Stream(2), 3, p99=900, load=0.3, stalls=500.0)
+    assert [(x.action, x.bottleneck) for x in d] == [("scale_out", "credit")]
+
+
+def test_room_to_spare_releases_an_executor_only_after_release_sustain_ticks():
+    ctl = Controller(cfg(release_sustain=6), executors=3, epoch_ms=100)
+    s = Stream(3)
+    assert run(ctl, s, 5, p99=50, load=0.2) == []
+    d = run(ctl, s, 1, p99=50, load=0.2)
+    assert [(x.action, x.args) for x in d] == [("scale_in", {"k": 1})]
+    assert ctl.executors == 2
+
+
+def test_no_release_when_the_load_would_not_fit_one_executor_fewer():
+    ctl = Controller(cfg(release_sustain=3), executors=2, epoch_ms=100)
+    assert run(ctl, Stream(2), 10, p99=50, load=0.5) == []  # 1.0 on one executor > fit 0.6
+
+
+def test_never_below_min_executors():
+    ctl = Controller(cfg(min_executors=2, release_sustain=2), executors=2, epoch_ms=100)
+    assert run(ctl, Stream(2), 10, p99=10, load=0.01) == []
+
+
+def test_between_low_water_and_target_nothing_happens():
+    ctl = Controller(cfg(), executors=2, epoch_ms=100)
+    assert run(ctl, Stream(2), 40, p99=400, load=0.5) == []
+
+
+def test_a_load_step_up_then_down_scales_out_then_back_in_without_flapping():
+    ctl = Controller(cfg(max_executors=4, release_sustain=8, cooldown=5.0), executors=1, epoch_ms=100)
+    s = Stream(1)
+    # rate step up: overloaded until enough executors are in
+    for _ in range(40):
+        n = ctl.executors
+        s.n = n
+        load = min(1.0, 1.6 / n)  # 1.6 executors' worth of work
+        p99 = 2000 if n < 2 else 150
+        d = ctl.observe(s.tick(p99=p99, load=load))
+        if d:
+            ctl.applied(d)
+    assert ctl.executors >= 2
+    ups = [d.action for d in ctl.decisions]
+    assert ups.count("scale_in") == 0
+    # rate back down: 0.3 executors' worth
+    for _ in range(60):
+        s.n = ctl.executors
+        d = ctl.observe(s.tick(p99=40, load=0.3 / ctl.executors))
+        if d:
+            ctl.applied(d)
+    assert ctl.executors == 1
+    actions = [d.action for d in ctl.decisions]
+    # never out again after the first release: no oscillation
+    first_in = actions.index("scale_in")
+    assert "scale_out" not in actions[first_in:]
+
+
+def test_actuator_reports_actions_the_stream_does_not_offer():
+    calls = []
+    act = Actuator({"epoch": lambda epoch_ms: calls.append(epoch_ms)})
+    ctl = Controller(cfg(), executors=2, epoch_ms=400)
+    d = run(ctl, Stream(2), 3, p99=700, load=0.2)[0]
+    assert act.apply(d) is True and calls == [200.0]
+    ctl2 = Controller(cfg(), executors=1, epoch_ms=100)
+    d2 = run(ctl2, Stream(1), 3, p99=900, load=0.99)[0]
+    assert act.apply(d2) is False
+
+
+def test_config_refuses_bad_values_by_name():
+    with pytest.raises(InvalidArgument, match="latency_target"):
+        ControllerConfig(latency_target="fast")
+    with pytest.raises(InvalidArgument, match="max_executors"):
+        ControllerConfig(latency_target="1s", min_executors=3, max_executors=2)
+    with pytest.raises(InvalidArgument, match="outside"):
+        Controller(ControllerConfig(latency_target="1s", max_executors=2), executors=3, epoch_ms=10)
+    with pytest.raises(InvalidArgument, match="unknown controller actions"):
+        Actuator({"explode": lambda: None})
+
+
+def test_durations_parse_to_milliseconds():
+    assert parse_duration_ms("500ms") == 500.0
+    assert parse_duration_ms("2s") == 2000.0
+    assert parse_duration_ms(0.25) == 250.0
