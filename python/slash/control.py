@@ -153,6 +153,21 @@ class LogicPlan:
         if lo is None or lo >= self.starts[-1]:  # every row (nulls too) follows the newest
             b, skip = self.current.prepare_selected(batch)
             return b, skip, hi
+        skip = self._skip(batch, ticks, lo)
+        key_t = batch.schema.field(q0.key[0]).type
+        if pa.types.is_dictionary(key_t):
+            key_t = key_t.value_type
+        int_key = len(q0.key) == 1 and (pa.types.is_integer(key_t) or pa.types.is_boolean(key_t)
+                                        or pa.types.is_timestamp(key_t) or pa.types.is_date(key_t))
+        if not skip.any():
+            return q0._project(batch), None, hi
+        if int_key:
+            return q0._project(batch), skip, hi
+        # a dropped row's non-integer key may be too long to encode: drop the rows first
+        return q0._project(batch.filter(pa.array(~skip))), None, hi
+
+    def _skip(self, batch: pa.RecordBatch, ticks: pa.Array, lo: int) -> np.ndarray:
+        """Per row: True when the version its time falls in drops it."""
         t = pc.fill_null(ticks, (1 << 63) - 1).to_numpy(zero_copy_only=False)
         skip = np.zeros(batch.num_rows, np.bool_)
         for v, q in enumerate(self.versions):
@@ -167,17 +182,21 @@ class LogicPlan:
             for f in q.filters[1:]:
                 s = s | f.skip(batch)
             skip[sel] = s[sel]
-        key_t = batch.schema.field(q0.key[0]).type
-        if pa.types.is_dictionary(key_t):
-            key_t = key_t.value_type
-        int_key = len(q0.key) == 1 and (pa.types.is_integer(key_t) or pa.types.is_boolean(key_t)
-                                        or pa.types.is_timestamp(key_t) or pa.types.is_date(key_t))
-        if not skip.any():
-            return q0._project(batch), None, hi
-        if int_key:
-            return q0._project(batch), skip, hi
-        # a dropped row's non-integer key may be too long to encode: drop the rows first
-        return q0._project(batch.filter(pa.array(~skip))), None, hi
+        return skip
+
+    def selected_rows(self, batch: Any, skip: Optional[np.ndarray]) -> pa.RecordBatch:
+        """The source rows a :meth:`prepare` result holds, in its order (for
+        a side output of late rows): all of them when it gave a ``skip``
+        selection, else those the versions keep."""
+        from slash.query import _one_batch
+
+        batch = _one_batch(batch)
+        if skip is not None or not batch.num_rows:
+            return batch
+        ticks = self.query.time_ticks(batch.column(self.query.time), batch.schema)
+        lo = pc.min(ticks).as_py()
+        keep = ~self._skip(batch, ticks, (1 << 63) - 1 if lo is None else lo)
+        return batch if keep.all() else batch.filter(pa.array(keep))
 
 
 def updated_query(query: Any, schema: pa.Schema, args: Dict[str, Any], *,
@@ -234,23 +253,29 @@ def updated_query(query: Any, schema: pa.Schema, args: Dict[str, Any], *,
 
 # ---- the executor's side -------------------------------------------------------------------------
 class ExecutorControl:
-    """One executor's end of the control protocol, over its link to the driver.
+    """One executor's end of the control protocol, over its connection to
+    the driver (``send(msg)``; ``conn.poll(t)``/``conn.recv()``).
 
     Between batches the push loop calls :meth:`poll`: a ``("ctl", "prepare",
     id)`` from the driver is answered with the highest event time this
     executor has pushed (``("ctl-ack", rank, id, ticks)``); the executor then
     serves its channels (``ex.poll``) without pushing until ``("ctl",
     "commit", id, T, version, query)`` comes, and installs the version.
+    Any other message is handed to ``other`` (none is expected without it).
     Before ``finish()`` the loop calls :meth:`input_done`, which tells the
     driver this executor pushes nothing more (it counts as an answer to any
     later prepare)."""
 
-    def __init__(self, link: Any, rank: int, plan: LogicPlan, timeout: float = REQUEST_TIMEOUT) -> None:
-        self.link = link
+    def __init__(self, send: Callable[[Any], None], conn: Any, rank: int, plan: LogicPlan,
+                 timeout: float = REQUEST_TIMEOUT,
+                 other: Optional[Callable[[Any], None]] = None) -> None:
+        self.send = send
+        self.conn = conn
         self.rank = rank
         self.plan = plan
         self.max_seen: Optional[int] = None
         self.timeout = timeout
+        self.other = other
         self.paused_seconds = 0.0
 
     def prepare(self, batch: Any) -> Tuple[pa.RecordBatch, Optional[np.ndarray]]:
@@ -261,35 +286,48 @@ class ExecutorControl:
 
     def poll(self, ex: Any) -> bool:
         """Handles the driver's messages; True when a new version was installed."""
-        conn = self.link._conn
         changed = False
-        while conn.poll(0):
-            changed |= self._handle(conn.recv(), ex)
+        while self.conn.poll(0):
+            changed |= self.handle(self._recv(), ex)
         return changed
 
-    def _handle(self, msg: Any, ex: Any) -> bool:
-        if not (isinstance(msg, tuple) and msg and msg[0] == "ctl"):
+    def _recv(self) -> Any:
+        try:
+            return self.conn.recv()
+        except EOFError:
+            raise SystemFailure("the driver went away") from None
+
+    def _other(self, msg: Any) -> bool:
+        if self.other is None:
             raise SystemFailure(f"executor rank {self.rank}: unexpected message from the driver "
                                 f"{msg!r:.80}")
+        self.other(msg)
+        return False
+
+    def handle(self, msg: Any, ex: Any) -> bool:
+        """Handles one message from the driver (a prepare pauses until its
+        commit); True when a new version was installed."""
+        if not (isinstance(msg, tuple) and msg and msg[0] == "ctl"):
+            return self._other(msg)
         if msg[1] != "prepare":
             raise SystemFailure(f"executor rank {self.rank}: control message {msg[1]!r} out of turn")
         rid = msg[2]
         t0 = time.monotonic()
-        self.link.put(("ctl-ack", self.rank, rid, self.max_seen))
-        conn = self.link._conn
+        self.send(("ctl-ack", self.rank, rid, self.max_seen))
         deadline = t0 + self.timeout
-        while not conn.poll(0):  # paused: serve the channels, push nothing
-            if time.monotonic() > deadline:
-                raise Timeout(f"executor rank {self.rank}: no commit of control request {rid} "
-                              f"within {self.timeout} s")
-            ex.poll(0.002)
-        try:
-            got = conn.recv()
-        except EOFError:
-            raise SystemFailure("the launching process went away") from None
-        if got[:3] != ("ctl", "commit", rid):
-            raise SystemFailure(f"executor rank {self.rank}: expected the commit of {rid}, got "
-                                f"{got!r:.80}")
+        while True:  # paused: serve the channels, push nothing
+            while not self.conn.poll(0):
+                if time.monotonic() > deadline:
+                    raise Timeout(f"executor rank {self.rank}: no commit of control request "
+                                  f"{rid} within {self.timeout} s")
+                ex.poll(0.002)
+            got = self._recv()
+            if isinstance(got, tuple) and got[:3] == ("ctl", "commit", rid):
+                break
+            if isinstance(got, tuple) and got and got[0] == "ctl":
+                raise SystemFailure(f"executor rank {self.rank}: expected the commit of {rid}, "
+                                    f"got {got!r:.80}")
+            self._other(got)
         _, _, _, start, version, query = got
         if query is not None:
             v = self.plan.add(start, query)
@@ -302,7 +340,7 @@ class ExecutorControl:
         return query is not None
 
     def input_done(self) -> None:
-        self.link.put(("ctl-input-done", self.rank, self.max_seen))
+        self.send(("ctl-input-done", self.rank, self.max_seen))
 
     def status(self) -> Dict[str, Any]:
         return {"logic_version": self.plan.version, "max_event_time": self.max_seen,
@@ -352,6 +390,7 @@ class RunControl:
         except (AttributeError, KeyError):
             pass
         self._lock = threading.Lock()
+        self._service_lock = threading.Lock()
         self._per: Dict[int, Dict[str, Any]] = {}
         self._input_done: Dict[int, Optional[int]] = {}
         self._rounds: "queue.Queue[_Round]" = queue.Queue()
@@ -399,7 +438,12 @@ class RunControl:
         return False
 
     def service(self) -> None:
-        """Advances the current agreement; starts the next one if none runs."""
+        """Advances the current agreement; starts the next one if none runs.
+        Safe to call from several threads (one advances at a time)."""
+        with self._service_lock:
+            self._service()
+
+    def _service(self) -> None:
         with self._lock:
             r = self._active
             if r is None:
@@ -474,7 +518,9 @@ class RunControl:
         return ticks // self.ticks_per_ms
 
     # -- the operations' side (control server threads)
-    def update(self, args: Dict[str, Any]) -> Dict[str, Any]:
+    def submit(self, args: Dict[str, Any]) -> _Round:
+        """Checks an update and queues it for :meth:`service`; wait on the
+        returned round's ``done`` (then read ``result`` or ``error``)."""
         if self.finished:
             raise InvalidState("update: the run has ended")
         q = updated_query(self.plan.current, self.schema, args, bounded=self.bounded)
@@ -482,12 +528,22 @@ class RunControl:
             self._rid += 1
             r = _Round(self._rid, q)
         self._rounds.put(r)
-        if not r.done.wait(REQUEST_TIMEOUT + 5):
-            raise Timeout(f"update: not agreed within {REQUEST_TIMEOUT} s")
+        return r
+
+    @staticmethod
+    def outcome(r: _Round) -> Dict[str, Any]:
         if r.error is not None:
             raise r.error
         assert r.result is not None
         return r.result
+
+    def update(self, args: Dict[str, Any]) -> Dict[str, Any]:
+        """The ``update`` operation: agreed by the group through the runner's
+        loop (:meth:`service`); returns the version, T and the filters."""
+        r = self.submit(args)
+        if not r.done.wait(REQUEST_TIMEOUT + 5):
+            raise Timeout(f"update: not agreed within {REQUEST_TIMEOUT} s")
+        return self.outcome(r)
 
     def status(self) -> Dict[str, Any]:
         with self._lock:

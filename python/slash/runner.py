@@ -293,7 +293,7 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
         ctl = None
         if control_on:
             from slash.control import ExecutorControl, LogicPlan
-            ctl = ExecutorControl(link, rank, LogicPlan(query), group.timeout)
+            ctl = ExecutorControl(link.put, link._conn, rank, LogicPlan(query), group.timeout)
         report = None
         if report_every:
             from slash.metrics import Reporter
