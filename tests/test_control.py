@@ -23,6 +23,7 @@ from slash.control import ControlServer, LogicPlan, Operation, RunControl, regis
 from slash.errors import InvalidState, NotSupported, SchemaError, UnknownName
 from slash.query import Query
 from slash.runner import run
+from slash.sources import GeneratorSource
 
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
 
@@ -127,7 +128,8 @@ def test_the_socket_is_only_for_its_owner(idle_server):
 def test_status_of_a_stream_not_yet_reporting_names_its_logic(idle_server):
     s = control.request(idle_server.path, "status")
     assert s["executors"] == 2 and s["reporting"] == 0 and s["logic_version"] == 0
-    assert s["logic"] == [{"version": 0, "from_time_ms": None, "filters": ["v > 1"]}]
+    assert s["logic"] == [{"version": 0, "from_time_ms": None, "filters": ["v > 1"],
+                           "lateness_ms": 0}]
 
 
 def test_a_bad_request_gets_an_error_answer_and_the_connection_stays_usable(idle_server):
@@ -309,3 +311,83 @@ def test_an_update_after_every_executor_read_its_input_is_refused(tmp_path):
         finally:
             stop.set()
             t.join()
+
+
+# ---- lateness of an unbounded input ------------------------------------------------------------
+BATCHES, PER_BATCH = 24, 200
+STRAGGLER_MS = 2500  # each batch's first record lies this far behind the batch's start
+
+
+def straggling_batches(rank, n):
+    """Batch j: one record at j*1000 - 2500 (a straggler), then 200 records
+    over [j*1000, j*1000 + 1000); the same for every rank."""
+    for j in range(BATCHES):
+        t = np.concatenate([[j * 1000 - STRAGGLER_MS], j * 1000 + np.arange(PER_BATCH) * 5])
+        yield pa.record_batch({"t": pa.array(t, pa.int64()),
+                               "k": pa.array(np.arange(len(t)) % 3 + 10 * rank, pa.int64())})
+
+
+class UnboundedGenerator(GeneratorSource):
+    """An unbounded source (the runner's own sources are all bounded)."""
+
+    bounded = False
+
+
+def test_a_lower_lateness_makes_stragglers_late_from_the_first_batch_after_T(tmp_path):
+    from slash.executor import GroupConfig
+
+    sock = str(tmp_path / "late.sock")
+    q = Query(time="t", window="tumbling:1s", key="k", aggregates=["count"], lateness="10s")
+    out = {}
+
+    def go():
+        try:
+            src = UnboundedGenerator(straggling_batches, pa.schema([("t", pa.int64()),
+                                                                    ("k", pa.int64())]))
+            out["result"] = run(q, src, executors=2, control=sock, metrics=out,
+                                rate=2 * 4 * (PER_BATCH + 1),  # 4 batches/s per executor
+                                group=GroupConfig(epoch_ms=10, lateness="10s"))
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            out["error"] = e
+
+    th = threading.Thread(target=go)
+    th.start()
+    try:
+        control.wait_for_socket(sock, 30)
+        wait_until(lambda: "error" in out or
+                   (control.request(sock, "status")["max_event_time_ms"] or 0) >= 3000,
+                   60, "3 s of event time")
+        upd = control.request(sock, "update", {"lateness": "1s"})
+    finally:
+        th.join(120)
+    if "error" in out:
+        raise out["error"]
+    T = upd["effective_from_ms"]
+    assert upd["lateness_ms"] == 1000 and T % 1000 == 0 and 3000 < T < (BATCHES - 2) * 1000
+    # plain Python: a straggler is late once its executor published a watermark
+    # under the new lateness, i.e. in every batch after the one that reached T
+    late = {(rank, j) for rank in (0, 1) for j in range(BATCHES) if j > T // 1000}
+    assert out["late_records"] == len(late)
+    want = {}
+    for rank in (0, 1):
+        for j, b in enumerate(straggling_batches(rank, 2)):
+            for i, (t, k) in enumerate(zip(b.column("t").to_pylist(), b.column("k").to_pylist())):
+                if i == 0 and (rank, j) in late:
+                    continue
+                key = (t // 1000 * 1000, k)
+                want[key] = want.get(key, 0) + 1
+    assert rows(out["result"], ["window_start", "k", "count"]) == \
+        sorted((ws, k, c) for (ws, k), c in want.items())
+
+
+def test_a_bounded_executor_refuses_a_lateness_naming_why():
+    from slash.errors import InvalidArgument
+    from slash.executor import Executor
+    from slash.state import StateConfig
+
+    lst = Executor.listen("shm", token="t")
+    with Executor(lst, 0, [lst.address], StateConfig(window="tumbling:1s"), token="t",
+                  bounded=True) as ex:
+        with pytest.raises(InvalidArgument, match="bounded input has no lateness"):
+            ex.set_lateness(1000)
+    lst.close()

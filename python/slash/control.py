@@ -131,7 +131,8 @@ class LogicPlan:
 
     def describe(self, to_ms: Callable[[int], int]) -> List[Dict[str, Any]]:
         return [{"version": v, "from_time_ms": None if s <= _NO_TIME + 1 else to_ms(s),
-                 "filters": [f"{f.column} {f.op} {f.value!r}" for f in q.filters]}
+                 "filters": [f"{f.column} {f.op} {f.value!r}" for f in q.filters],
+                 "lateness_ms": q.lateness}
                 for v, (s, q) in enumerate(zip(self.starts, self.versions))]
 
     def prepare(self, batch: Any) -> Tuple[pa.RecordBatch, Optional[np.ndarray], Optional[int]]:
@@ -219,15 +220,17 @@ def updated_query(query: Any, schema: pa.Schema, args: Dict[str, Any], *,
             "state holds a fixed row of aggregate slots per (window, key), and leaders merge "
             "deltas by that layout, so a window cannot carry a slot the others lack; run a "
             "second query, or restart from a checkpoint with the new aggregate")
-    if args.get("lateness") is not None:
+    lateness = args.get("lateness")
+    if lateness is not None:
+        lateness = lateness if isinstance(lateness, int) and not isinstance(lateness, bool) \
+            else parse_duration(str(lateness), "lateness")
+        if lateness < 0:
+            raise InvalidArgument(f"update: lateness must be >= 0 ms, got {lateness}")
         if bounded:
-            parse_duration(str(args["lateness"]), "lateness")
             raise NotSupported(
                 "update: lateness does not apply to this run: its input is bounded (files, a "
                 "table), so every executor's watermark moves only by what its source has left "
                 "to read, and no record is ever late")
-        raise NotSupported("update: changing the lateness of a running stream is not supported "
-                           "yet (the core fixes it when the executor starts)")
     filters = [] if args.get("clear_filters") else list(query.filters)
     drop = args.get("drop_filter") or []
     drop = [drop] if isinstance(drop, str) else list(drop)
@@ -243,10 +246,11 @@ def updated_query(query: Any, schema: pa.Schema, args: Dict[str, Any], *,
         f.check(schema)  # SchemaError naming the column
     changed = {f.column for f in parsed}
     filters = [f for f in filters if f.column not in changed] + parsed
-    if not (new or drop or args.get("clear_filters")):
-        raise InvalidArgument("update: nothing to change (give filter=, drop_filter= or "
-                              "clear_filters=)")
-    q = dataclasses.replace(query, filters=tuple(filters))
+    if not (new or drop or args.get("clear_filters") or lateness is not None):
+        raise InvalidArgument("update: nothing to change (give filter=, drop_filter=, "
+                              "clear_filters= or lateness=)")
+    q = dataclasses.replace(query, filters=tuple(filters),
+                            lateness=query.lateness if lateness is None else lateness)
     q.check(schema)
     return q
 
@@ -277,11 +281,18 @@ class ExecutorControl:
         self.timeout = timeout
         self.other = other
         self.paused_seconds = 0.0
+        self._ex: Any = None
+        self._lateness_at: List[Tuple[int, int]] = []  # (T, ms) not yet applied, oldest first
 
     def prepare(self, batch: Any) -> Tuple[pa.RecordBatch, Optional[np.ndarray]]:
         b, skip, hi = self.plan.prepare(batch)
         if hi is not None and (self.max_seen is None or hi > self.max_seen):
             self.max_seen = hi
+            # a lateness change applies once this executor has seen a time >= its T
+            while self._lateness_at and hi >= self._lateness_at[0][0]:
+                _, ms = self._lateness_at.pop(0)
+                self._ex.set_lateness(ms)
+                log.info("executor %d: lateness %d ms from now on", self.rank, ms)
         return b, skip
 
     def poll(self, ex: Any) -> bool:
@@ -307,6 +318,7 @@ class ExecutorControl:
     def handle(self, msg: Any, ex: Any) -> bool:
         """Handles one message from the driver (a prepare pauses until its
         commit); True when a new version was installed."""
+        self._ex = ex
         if not (isinstance(msg, tuple) and msg and msg[0] == "ctl"):
             return self._other(msg)
         if msg[1] != "prepare":
@@ -330,6 +342,8 @@ class ExecutorControl:
             self._other(got)
         _, _, _, start, version, query = got
         if query is not None:
+            if query.lateness != self.plan.current.lateness:
+                self._lateness_at.append((start, query.lateness))
             v = self.plan.add(start, query)
             if v != version:
                 raise SystemFailure(f"executor rank {self.rank}: logic version {v} installed, "
@@ -483,7 +497,8 @@ class RunControl:
         self._finish(r, None, {"version": version, "effective_from_ms": self._ms(start),
                                "effective_from_ticks": start, "max_event_time_seen_ms": self._ms(m),
                                "agreed_ms": round(1000 * pause, 3),
-                               "filters": self.plan.describe(self._ms)[-1]["filters"]})
+                               "filters": self.plan.describe(self._ms)[-1]["filters"],
+                               "lateness_ms": r.query.lateness})
 
     def _finish(self, r: _Round, err: Optional[BaseException],
                 result: Optional[Dict[str, Any]] = None) -> None:
@@ -609,7 +624,7 @@ def _status_summary(r: Dict[str, Any]) -> str:
 def _update_summary(r: Dict[str, Any]) -> str:
     return (f"logic version {r['version']} from event time {r['effective_from_ms']} ms (highest "
             f"seen {r['max_event_time_seen_ms']} ms; agreed in {r['agreed_ms']} ms): filters "
-            f"{r['filters'] or 'none'}")
+            f"{r['filters'] or 'none'}, lateness {r['lateness_ms']} ms")
 
 
 def _update_args(args: Dict[str, Any]) -> Dict[str, Any]:
