@@ -4,7 +4,6 @@ effect at one event time T on every executor -- checked against DuckDB over
 the same input split at T."""
 import json
 import os
-import re
 import socket
 import stat
 import subprocess
@@ -20,7 +19,7 @@ import pytest
 
 from slash import control
 from slash.control import ControlServer, LogicPlan, Operation, RunControl, register
-from slash.errors import InvalidState, NotSupported, SchemaError, UnknownName
+from slash.errors import InvalidState, NotSupported, UnknownName
 from slash.query import Query
 from slash.runner import run
 from slash.sources import GeneratorSource

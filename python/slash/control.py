@@ -50,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from slash import errors
-from slash.errors import (InvalidArgument, InvalidState, NotSupported, SchemaError, SlashError,
+from slash.errors import (InvalidArgument, InvalidState, NotSupported, SlashError,
                           SystemFailure, Timeout)
 from slash.window import Session, parse_duration
 
