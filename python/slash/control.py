@@ -504,9 +504,10 @@ class RunControl:
                 result: Optional[Dict[str, Any]] = None) -> None:
         with self._lock:
             self._active = None
-        if err is not None and r.sent and not isinstance(err, InvalidState):
-            # executors that acked wait for a commit: let them go on unchanged
-            for rank in r.acks:
+        if err is not None and r.sent:
+            # every executor sent a prepare waits (or will) for its commit: let them go on
+            # unchanged (a pipe keeps order, so a late one reads the prepare first)
+            for rank in range(self.executors):
                 if rank not in self._input_done:
                     self._send(rank, ("ctl", "commit", r.rid, self.plan.starts[-1], None, None))
         r.error, r.result = err, result
