@@ -139,6 +139,9 @@ cdef class ExecutorCore(_Closeable):
     def advance(self, int64_t watermark):
         check(slash_exec_advance(self.ptr(), watermark))
 
+    def set_lateness(self, int64_t lateness):
+        check(slash_exec_set_lateness(self.ptr(), lateness))
+
     def end_epoch(self):
         cdef slash_exec *ex = self.ptr()
         cdef slash_status st

@@ -82,6 +82,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_ctl(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", full: bool) -> None:
+    p = sub.add_parser("ctl", help="control a running `slash run`: status, update",
+                       description="Sends one operation to a running stream over its control "
+                                   "socket (docs/control.md).")
+    p.set_defaults(func=_cmd_ctl)
+    if full:  # its operations are imported only when asked for (pyarrow, numpy)
+        from slash import control
+
+        control.add_ctl_arguments(p)
+
+
+def _cmd_ctl(args: argparse.Namespace) -> int:
+    from slash import control
+
+    print(control.run_ctl(args), flush=True)
+    return 0
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The argument parser. Benchmarks are imported only when ``argv`` asks for ``bench``."""
     parser = argparse.ArgumentParser(prog=PROG, description="Slash: shuffle-free stateful stream "
@@ -92,6 +110,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_doctor(sub)
     _add_run(sub)
+    _add_ctl(sub, full="ctl" in argv)
     _add_bench(sub, discover="bench" in argv)
     return parser
 

@@ -68,6 +68,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "running again with the same DIR resumes (docs/recovery.md)")
     p.add_argument("--checkpoint-every", default="10s", metavar="EVERY",
                    help="10s | 'N epochs' | 'N batches' (default 10s)")
+    p.add_argument("--control", metavar="PATH", default=None,
+                   help="control socket for `slash ctl` (default: run-PID.sock in the control "
+                        "directory; its path is logged at start; docs/control.md)")
+    p.add_argument("--no-control", action="store_true", help="serve no control socket")
+    p.add_argument("--rate", type=float, default=None, metavar="RECORDS_PER_S",
+                   help="replay the input as a stream at most this fast (records/s over all "
+                        "executors; default: as fast as possible)")
     p.add_argument("--max-restarts", type=int, default=3, metavar="K",
                    help="restarts from the last checkpoint before the run fails (default 3)")
 
@@ -110,12 +117,18 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         live = LiveMetrics(args.executors, kind="run")
         server = MetricsServer(live, args.metrics_port or 0, args.ui_bind, args.ui_token)
         log.warning("slash run: live page %s , Prometheus endpoint %s", server.ui_url, server.url)
+    control: Any = None
+    if not (args.join or args.checkpoint or args.no_control):
+        control = args.control or True
+    elif args.control and not args.no_control:
+        raise InvalidArgument("--control: a join or a --checkpoint run has no control socket yet")
     t0 = time.perf_counter()
     m: Dict[str, Any] = {}
     try:
         result = run_query(query, source, executors=args.executors, transport=args.transport,
                            mode=args.mode, output=args.output, metrics=m,
-                           late_output=args.late_output, live=live,
+                           late_output=args.late_output, live=live, control=control,
+                           **({"rate": args.rate} if args.rate else {}),
                            **({"checkpoint": args.checkpoint,
                                "checkpoint_every": args.checkpoint_every,
                                "max_restarts": args.max_restarts} if args.checkpoint else {}))
@@ -130,7 +143,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             "null_time_records": m.get("null_time_records", 0),
             "late_output": args.late_output,
             "checkpoints": m.get("checkpoints"), "recoveries": m.get("recoveries"),
-            "records_replayed": m.get("records_replayed")}
+            "records_replayed": m.get("records_replayed"), "logic": m.get("logic")}
 
 
 def summary(r: Dict[str, Any]) -> str:
@@ -140,6 +153,11 @@ def summary(r: Dict[str, Any]) -> str:
     if r.get("checkpoints") is not None:
         text += (f"\n  {len(r['checkpoints'])} checkpoint(s), {len(r['recoveries'] or [])} "
                  f"recovery(ies), {r.get('records_replayed') or 0:,} records replayed")
+    if r.get("logic") and len(r["logic"]) > 1:
+        for v in r["logic"]:
+            text += (f"\n  logic v{v['version']} from "
+                     f"{'the start' if v['from_time_ms'] is None else str(v['from_time_ms']) + ' ms'}"
+                     f": filters {v['filters'] or 'none'}")
     if r.get("null_time_records"):
         text += (f"\n  {r['null_time_records']:,} record(s) with a null time are in no window "
                  "(not aggregated)")

@@ -330,6 +330,15 @@ class Executor:
         unit) follows: an idle stream, or what a bounded source has left."""
         self._core.advance(int(time_ms))
 
+    def set_lateness(self, lateness_ms: int) -> None:
+        """Changes the allowed out-of-orderness of an unbounded input from now
+        on (ms); the published watermark never moves back, so a larger
+        lateness holds it until the latest time seen minus the new lateness
+        passes it. :class:`InvalidArgument` for a bounded executor."""
+        if isinstance(lateness_ms, bool) or not isinstance(lateness_ms, int) or lateness_ms < 0:
+            raise InvalidArgument(f"lateness must be an int >= 0 ms, got {lateness_ms!r}")
+        self._core.set_lateness(min(lateness_ms * self.state.ticks_per_ms, LATENESS_BOUNDED - 1))
+
     def end_epoch(self) -> None:
         """Ends an epoch now: ships deltas and publishes the watermark."""
         self._core.end_epoch()

@@ -85,12 +85,59 @@ def _read_with_watermarks(source: Any, rank: int, n: int, query: Query) -> Itera
     return source.read(rank, n, query.input_columns)
 
 
+def _items(query: Query, source: Any, rank: int, n: int, ex: Executor, control: Optional[Any],
+           rate: Optional[float]) -> Iterator[Any]:
+    """The split's batches and Watermarks, for :func:`execute_split`. With
+    ``control``, the driver's messages are handled after each item (the
+    loop has pushed it by then), and when a new logic version reads more
+    columns the split is read again from the position reached, with them;
+    with ``rate``, items come no faster than ``rate`` records/s (the
+    executor serves its channels while it waits)."""
+    if control is None and not rate:
+        yield from _read_with_watermarks(source, rank, n, query)
+        return
+    from slash.sources import read_from
+
+    time_col = None
+    if getattr(source, "bounded", True):
+        try:
+            if "time" in inspect.signature(source.read).parameters:
+                time_col = query.time
+        except (TypeError, ValueError):
+            pass
+    cols = control.plan.input_columns if control is not None else query.input_columns
+    pos = None
+    t0, rows = time.monotonic(), 0
+    while True:
+        reopened = False
+        for pos, item in read_from(source, rank, n, cols, time_col, pos):
+            yield item
+            if rate:
+                rows += getattr(item, "num_rows", 0)
+                while True:
+                    ahead = rows / rate - (time.monotonic() - t0)
+                    if ahead <= 0:
+                        break
+                    ex.poll(min(ahead, 0.01))
+                    if control is not None:
+                        control.poll(ex)
+            if control is not None:
+                control.poll(ex)
+            if control is not None and control.plan.input_columns != cols:
+                cols = control.plan.input_columns
+                reopened = True
+                break
+        if not reopened:
+            return
+
+
 def execute_split(query: Query, source: Source, rank: int, addresses: List[str], listener: Any,
                   group: GroupConfig, token: str,
                   on_batch: Optional[Callable[[pa.RecordBatch], None]] = None,
                   metrics: Optional[Dict[str, Any]] = None,
                   late_rows: Optional[List[pa.RecordBatch]] = None,
-                  report: Optional[Callable[[Executor], None]] = None) -> pa.Table:
+                  report: Optional[Callable[[Executor], None]] = None,
+                  control: Optional[Any] = None, rate: Optional[float] = None) -> pa.Table:
     """One executor's whole run: read split `rank`, push, finish; returns the
     results this executor leads (key column still named ``key``, window
     bounds in the state's time unit: :meth:`Query.finalize` converts them).
@@ -104,7 +151,11 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
     given, receives the executor's final metrics; ``late_rows``, if given,
     receives the input rows that were late (projected as pushed);
     ``report``, if given, is called with the executor after each batch (and
-    once at the end) to send live metrics when due (:mod:`slash.metrics`)."""
+    once at the end) to send live metrics when due (:mod:`slash.metrics`).
+    ``control``: a :class:`slash.control.ExecutorControl` whose logic
+    versions filter each batch and which is polled between batches (see
+    :mod:`slash.control`); ``rate``: read at most this many records per
+    second (a replay of the input as a stream)."""
     n = len(addresses)
     schema = source.schema
     bounded = bool(getattr(source, "bounded", True))
@@ -119,11 +170,12 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
             if on_batch is not None:
                 on_batch(b)
 
+    prepare = query.prepare_selected if control is None else control.prepare
     try:
         with _no_cyclic_gc():
-            for item in _read_with_watermarks(source, rank, n, query):
+            for item in _items(query, source, rank, n, ex, control, rate):
                 if isinstance(item, (pa.RecordBatch, pa.Table)):
-                    b, skip = query.prepare_selected(item)
+                    b, skip = prepare(item)
                     if late_rows is not None:
                         late = ex.push_batch(b, skip=skip, return_late=True)
                         if late.num_rows:
@@ -137,6 +189,8 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
                 drain()
                 if report is not None:
                     report(ex)
+            if control is not None:
+                control.input_done()
             ex.finish()
             drain()
             if report is not None:
@@ -228,11 +282,18 @@ def execute_join_split(query: JoinQuery, left: Source, right: Source, rank: int,
         ex.close()
 
 
-def _worker(query, source, rank, n, group, token, want_late, report_every, link) -> None:
+def _worker(query, source, rank, n, group, token, want_late, report_every, control_on, rate,
+            link) -> None:
     """One executor process of :func:`run` (see :mod:`slash.launcher`): sends
     its listener address, gets everyone's, runs its split, sends the result;
-    with ``report_every`` (seconds) also ("metrics", rank, snapshot) as it runs."""
+    with ``report_every`` (seconds) also ("metrics", rank, snapshot) as it runs;
+    with ``control_on`` it answers the driver's control messages
+    (:class:`slash.control.ExecutorControl`); ``rate``: its records/s."""
     try:
+        ctl = None
+        if control_on:
+            from slash.control import ExecutorControl, LogicPlan
+            ctl = ExecutorControl(link.put, link._conn, rank, LogicPlan(query), group.timeout)
         report = None
         if report_every:
             from slash.metrics import Reporter
@@ -240,7 +301,12 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, link)
 
             def report(ex: Executor) -> None:
                 if reporter.due() or ex.finished:
-                    link.put(("metrics", rank, reporter.snapshot(ex)))
+                    snap = reporter.snapshot(ex)
+                    if ctl is not None:
+                        snap.update(ctl.status())
+                        if ctl.max_seen is not None:
+                            snap["max_event_time_ms"] = ctl.max_seen // ex.state.ticks_per_ms
+                    link.put(("metrics", rank, snap))
         lst = Executor.listen(group.transport, token=token)
         link.put(("addr", rank, lst.address))
         addresses = link.get(timeout=group.timeout)
@@ -251,7 +317,7 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, link)
                                         token, metrics=m, report=report)
         else:
             result = execute_split(query, source, rank, addresses, lst, group, token, metrics=m,
-                                   late_rows=late, report=report)
+                                   late_rows=late, report=report, control=ctl, rate=rate)
         lst.close()
         plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
         link.put(("ok", rank, result, plain, pa.Table.from_batches(late) if late else None))
@@ -285,7 +351,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         timeout: float = 3600.0, metrics: Optional[Dict[str, Any]] = None,
         late_output: Optional[str] = None, live: Optional[Any] = None,
         checkpoint: Optional[str] = None, checkpoint_every: Any = "10s", max_restarts: int = 3,
-        checkpoint_keep: int = 2) -> pa.Table:
+        checkpoint_keep: int = 2, control: Any = None, rate: Optional[float] = None) -> pa.Table:
     """Runs `query` over `source` on `executors` processes (default: cores).
 
     ``mode="repartition"`` runs the same query by hash-repartitioning records
@@ -315,6 +381,14 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     ``recoveries`` (cause, rank, seconds_to_resume, records_replayed) and
     ``records_replayed``. Aggregations only (not joins), without
     ``late_output``.
+
+    ``control``: serve the control socket while the query runs (see
+    :mod:`slash.control` and docs/control.md): ``True`` at the default path,
+    a path string, or a :class:`slash.control.RunControl` already made (its
+    caller serves the socket). ``slash ctl status`` and ``slash ctl update``
+    then reach the run; aggregations without ``checkpoint=``.
+    ``rate``: read the input at most this fast, in records/s over all
+    executors (a replay of files as a stream; default: as fast as possible).
     """
     if isinstance(query, JoinQuery):
         if not (isinstance(source, (tuple, list)) and len(source) == 2):
@@ -344,14 +418,56 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     t0 = time.monotonic()
     want_late = late_output is not None
     if checkpoint is not None:
+        if control not in (None, False) or rate is not None:
+            from slash.errors import NotSupported
+            raise NotSupported("control= and rate= cannot be combined with checkpoint= yet")
         if live is not None:
             log.warning("live metrics are not reported by a run with checkpoint= yet: the "
                         "metrics endpoint shows no executor")
         return _run_checkpointed(query, src, n, group, token, output, timeout, metrics, late_output,
                                  checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0)
+    if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
+        raise InvalidArgument(f"rate must be > 0 records/s, got {rate!r}")
     report_every = getattr(live, "report_interval", 0.5) if live is not None else None
+    ctl, server = _control_for(control, query, src, n)
+    if ctl is not None and report_every is None:
+        report_every = 0.5  # status shows each executor's latest report
+    try:
+        return _run_group(query, src, n, group, token, want_late, report_every, ctl,
+                          None if rate is None else rate / n, t0, timeout, live, metrics, output,
+                          late_output)
+    finally:
+        if ctl is not None:
+            ctl.close()
+        if server is not None:
+            server.close()
+
+
+def _control_for(control: Any, query: Any, src: Any, n: int) -> Tuple[Any, Any]:
+    """(RunControl, ControlServer or None) for :func:`run`'s ``control=``."""
+    if control is None or control is False:
+        return None, None
+    from slash.control import ControlServer, RunControl
+
+    if isinstance(query, JoinQuery):
+        raise InvalidArgument("control= supports window aggregations; a join has no control "
+                              "socket yet")
+    if isinstance(control, RunControl):
+        return control, None
+    if control is not True and not isinstance(control, (str, os.PathLike)):
+        raise InvalidArgument(f"control must be True, a socket path or a RunControl, got "
+                              f"{type(control).__name__}")
+    ctl = RunControl(query, src.schema, n, bounded=bool(getattr(src, "bounded", True)))
+    return ctl, ControlServer(ctl, None if control is True else os.fspath(control))
+
+
+def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, want_late: bool,
+               report_every: Optional[float], ctl: Any, rate: Optional[float], t0: float,
+               timeout: float, live: Any, metrics: Optional[Dict[str, Any]],
+               output: Optional[str], late_output: Optional[str]) -> pa.Table:
+    """:func:`run` without checkpoints: the process group and its results."""
     with ProcessGroup(n, _worker, lambda r: (query, src, r, n, group, token, want_late,
-                                             report_every)) as pg:
+                                             report_every, ctl is not None, rate)) as pg:
         got: Dict[int, str] = {}
         while len(got) < n:
             try:
@@ -363,20 +479,31 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
                 _raise_reported(rep)
             got[rep[1]] = rep[2]
         pg.broadcast([got[r] for r in range(n)])
+        if ctl is not None:
+            ctl.attach(pg.send)
         parts: List[pa.Table] = [None] * n  # type: ignore[list-item]
         per_exec: List[Dict[str, Any]] = [{} for _ in range(n)]
         late_parts: List[pa.Table] = []
         done = 0
         while done < n:
+            left = max(0.0, t0 + timeout - time.monotonic())
             try:
-                rep = pg.recv(timeout=max(0.0, t0 + timeout - time.monotonic()))
+                if ctl is not None:
+                    ctl.service()
+                rep = pg.recv(timeout=left if ctl is None else min(left, ctl.tick))
             except Timeout:
+                if ctl is not None and left > ctl.tick:
+                    continue
                 raise SystemFailure(f"query did not finish within {timeout} s") from None
             if rep[0] == "error":
                 _raise_reported(rep)
             if rep[0] == "metrics":
                 if live is not None:
                     live.update_executor(rep[1], rep[2])
+                if ctl is not None:
+                    ctl.on_message(rep)
+                continue
+            if ctl is not None and ctl.on_message(rep):
                 continue
             parts[rep[1]] = rep[2]
             per_exec[rep[1]] = rep[3]
@@ -400,6 +527,8 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
                     " (late_output= keeps them)")
     if metrics is not None:
         metrics.update(totals, rows=result.num_rows, executors=n, per_executor=per_exec)
+        if ctl is not None:
+            metrics["logic"] = ctl.status()["logic"]
     if output:
         write_parquet_atomically(result, output)
     if late_output is not None:

@@ -1335,6 +1335,22 @@ slash_status slash_exec_advance(slash_exec *ex, int64_t wm)
     return SLASH_OK;
 }
 
+slash_status slash_exec_set_lateness(slash_exec *ex, int64_t lateness)
+{
+    if (lateness < 0 || lateness >= SLASH_LATENESS_BOUNDED)
+        return slash_fail(SLASH_EINVAL, "lateness must be in 0..%lld, got %lld",
+                          (long long)(SLASH_LATENESS_BOUNDED - 1), (long long)lateness);
+    pthread_mutex_lock(&ex->mu);
+    if (ex->cfg.lateness_ms == SLASH_LATENESS_BOUNDED) {
+        pthread_mutex_unlock(&ex->mu);
+        return slash_fail(SLASH_EINVAL, "a bounded input has no lateness: its watermark moves "
+                                        "only by what the source has left to read");
+    }
+    ex->cfg.lateness_ms = lateness;
+    pthread_mutex_unlock(&ex->mu);
+    return SLASH_OK;
+}
+
 static slash_status end_epoch_locked(slash_exec *ex)
 {
     if (ex->finished)

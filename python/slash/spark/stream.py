@@ -72,7 +72,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from slash._ipc import from_ipc, to_ipc
-from slash.errors import InvalidArgument, InvalidState, NotSupported, SinkFailed, TaskFailed, UnknownName
+from slash.control import ExecutorControl, LogicPlan, RunControl
+from slash.errors import (InvalidArgument, InvalidState, NotSupported, SinkFailed, TaskFailed,
+                          Timeout, UnknownName)
 from slash.executor import Executor, GroupConfig
 from slash.metrics import LiveMetrics, MetricsServer, Reporter
 from slash.query import Query
@@ -299,6 +301,8 @@ def _selected_rows(query: Query, batch: pa.RecordBatch, skip: Optional[np.ndarra
     """The source rows the prepared batch holds, in its order: all of them
     when the filters became a ``skip`` selection (or there are none), else
     the rows the filters keep (as :meth:`Query.prepare` keeps them)."""
+    if isinstance(query, LogicPlan):  # a query updated while running
+        return query.selected_rows(batch, skip)
     if skip is not None or not query.filters or not batch.num_rows:
         return batch
     m = query.filters[0].mask(batch)
@@ -322,7 +326,7 @@ class _LateBuffer:
         self.seq = 0
         self.flushed_at = time.monotonic()
 
-    def add(self, query: Query, batch: pa.RecordBatch, prepared: pa.RecordBatch,
+    def add(self, query: Union[Query, LogicPlan], batch: pa.RecordBatch, prepared: pa.RecordBatch,
             skip: Optional[np.ndarray], idx: np.ndarray) -> None:
         """Records the late rows ``idx`` (positions in ``prepared``)."""
         take = pa.array(idx, pa.int64())
@@ -399,6 +403,9 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
         elif ck is not None:
             ck.on_driver(msg)
 
+    # StreamHandle.update: logic versions switched at an event time the driver agrees
+    ctl = ExecutorControl(conn.send, conn, rank, LogicPlan(q), plan.group.timeout, other=on_driver)
+
     try:
         if plan.checkpoint is not None:
             ck = TaskCheckpoints(plan.checkpoint, rank, n, conn, ex, finalize, plan.sink_dir,
@@ -437,7 +444,7 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
             deadline = time.monotonic() + seconds
             while True:
                 while conn.poll(0):
-                    on_driver(conn.recv())
+                    ctl.handle(conn.recv(), ex)
                 if stop[0]:
                     return True
                 ex.poll(min(0.02, max(0.0, deadline - time.monotonic())))
@@ -463,7 +470,7 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
         for batch, advance in it:
             if batch is not None and batch.num_rows:
                 read[0] += batch.num_rows
-                b, skip = q.prepare_selected(batch)
+                b, skip = ctl.prepare(batch)
                 # the late rows' positions (push_batch(return_late=True) would
                 # give the prepared rows; the side output wants the source's)
                 n_late, idx = ex.push(b.column("key"), b.column("time"),
@@ -473,7 +480,7 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
                 if ck is not None:
                     ck.after_call()
                 if n_late:
-                    late.add(q, batch, b, skip, idx)
+                    late.add(ctl.plan if ctl.plan.version else q, batch, b, skip, idx)
             if advance is not None:
                 ex.advance_watermark(advance)
                 if ck is not None:
@@ -483,6 +490,7 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
                     ck.after_call()
             if wait(0):
                 break
+        ctl.input_done()
         if ck is not None and stop[0]:
             # a clean stop with checkpoints: a last cut, no finish (open windows
             # stay open; a stream started again from the directory fires them)
@@ -560,6 +568,7 @@ class StreamHandle:
         self._server: Optional[MetricsServer] = None
         self._ck: Optional[DriverCheckpoints] = None  # with checkpoint=
         self._resumed_from: Optional[int] = None
+        self._ctl: Optional[RunControl] = None  # update(): set by stream()
         #: the Prometheus endpoint (``metrics_port=``), else None
         self.metrics_url: Optional[str] = None
         #: the live page (``metrics_port=`` or ``ui=True``), else None
@@ -570,6 +579,10 @@ class StreamHandle:
         if self._ck is not None and self._ck.on_message(rank, msg, self.executors):
             return
         kind = msg[0]
+        if kind.startswith("ctl-"):
+            if self._ctl is not None:
+                self._ctl.on_message(msg)
+            return
         warn = None
         with self._cond:
             if kind == "rows":
@@ -778,6 +791,44 @@ class StreamHandle:
         (emit wall clock - window end) percentiles; see :mod:`slash.metrics`."""
         return self.live.snapshot()
 
+    def update(self, filter: Union[None, str, Sequence[str]] = None, *,
+               drop_filter: Union[None, str, Sequence[str]] = None, clear_filters: bool = False,
+               aggregate: Union[None, str, Sequence[str]] = None,
+               lateness: Union[None, int, str] = None, timeout: float = 60.0) -> Dict[str, Any]:
+        """Changes the running query's logic from the next window boundary on
+        (the rule for T, and what cannot change: docs/control.md).
+
+        ``filter``: each replaces the filters on its column or adds one;
+        ``drop_filter``: columns whose filters are removed; ``clear_filters``:
+        remove all first. Every task pauses its pushes (serving its channels)
+        for one round trip through the driver while T is agreed. Returns
+        ``version``, ``effective_from_ms`` (T), ``max_event_time_seen_ms``,
+        ``agreed_ms`` and the new ``filters``. A filter on a missing column
+        raises :class:`SchemaError` naming it; ``aggregate`` and ``lateness``
+        raise :class:`NotSupported` saying why. Not with ``checkpoint=`` yet
+        (a restart from a checkpoint would run the query it started with)."""
+        if self._ck is not None:
+            raise NotSupported("StreamHandle.update: not with checkpoint= yet (a restart from a "
+                               "checkpoint would run the query the stream started with)")
+        if self._ctl is None or not self.running:
+            raise InvalidState("StreamHandle.update: the stream is not running")
+        args = {k: v for k, v in {"filter": filter, "drop_filter": drop_filter,
+                                  "clear_filters": clear_filters, "aggregate": aggregate,
+                                  "lateness": lateness}.items() if v not in (None, False, [], ())}
+        r = self._ctl.submit(args)
+        deadline = time.monotonic() + timeout
+        while not r.done.is_set():
+            rdv = self._rdv
+            if rdv is not None and rdv.started_ms is not None and \
+                    len(rdv._members) == self.executors:  # every task can be reached
+                self._ctl.service()
+            if not self.running:
+                self._ctl.close()
+            elif time.monotonic() > deadline:
+                raise Timeout(f"StreamHandle.update: not agreed within {timeout} s")
+            r.done.wait(0.005)
+        return self._ctl.outcome(r)
+
     def _close_server(self) -> None:
         if self._server is not None:
             self._server.close()
@@ -929,6 +980,8 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
         handle._close_server()
         raise
     handle._rdv = rdv
+    handle._ctl = RunControl(query, schema, n, bounded=False, kind="stream")
+    handle._ctl.attach(lambda r, m: rdv.send_to(r, m))
     plan = _StreamPlan(query, schema, source, group, token, rdv.address, sink_dir, late_dir,
                        checkpoint=ck_plan)
 

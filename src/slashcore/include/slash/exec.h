@@ -131,6 +131,13 @@ slash_status slash_exec_push_join(slash_exec *ex, const slash_join_batch *b, uin
  * older follows, e.g. an idle input); takes effect at the next epoch end. */
 slash_status slash_exec_advance(slash_exec *ex, int64_t wm);
 
+/* Sets the allowed out-of-orderness (state time unit, 0 <= lateness <
+ * SLASH_LATENESS_BOUNDED) of an unbounded executor's input from now on: the
+ * next epoch end publishes max seen - lateness, unless the published
+ * watermark is already later (it never moves back). SLASH_EINVAL for a
+ * bounded executor (it has no lateness) or a lateness out of range. */
+slash_status slash_exec_set_lateness(slash_exec *ex, int64_t lateness);
+
 /* Ends an epoch now. */
 slash_status slash_exec_end_epoch(slash_exec *ex);
 
