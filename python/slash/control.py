@@ -718,7 +718,7 @@ class ControlServer:
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._accept, name="slash-control", daemon=True)
         self._thread.start()
-        log.warning("control socket %s (slash ctl --socket %s status)", self.path, self.path)
+        log.info("control socket %s (slash ctl --socket %s status)", self.path, self.path)
 
     def _accept(self) -> None:
         while not self._closed.is_set():
