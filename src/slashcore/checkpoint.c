@@ -256,9 +256,12 @@ slash_status slash_ckpt_write_partition(const slash_ssb *s, uint32_t part, uint8
 #define REC_MAX (sizeof(slash_rec) + 8 + SLASH_SSB_KEY_MAX + SLASH_SSB_MAX_AGGS * 16)
 
 /* Decodes the record at payload offset *off into the store record r (a
- * REC_MAX buffer), checking it; advances *off. */
+ * REC_MAX buffer), checking it; advances *off. r->prev gets the record's
+ * index hash (ssb_part_bulk_link takes it from there; a merge ignores prev).
+ * *aligned caches the last window found to be a slice start (blobs hold runs
+ * of records of one window; the check is a 64-bit division). */
 static slash_status decode_rec(const slash_ssb *s, uint32_t part, const uint8_t *p, size_t n,
-                               size_t *off, uint64_t i, slash_rec *r)
+                               size_t *off, uint64_t i, slash_rec *r, int64_t *aligned)
 {
     size_t o = *off;
     size_t fixed = 8 + (s->session ? 8 : 0);
@@ -288,17 +291,21 @@ static slash_status decode_rec(const slash_ssb *s, uint32_t part, const uint8_t 
                               "session [%lld, %lld)", part, (unsigned long long)i,
                               (long long)r->win, (long long)end);
         *ssb_rec_session_end(r) = end;
-    } else if (r->win % s->cfg.window.slice != 0) {
-        return slash_fail(SLASH_EINVAL, "checkpoint partition %u: record %llu: window %lld is not "
-                          "a slice start", part, (unsigned long long)i, (long long)r->win);
+    } else if (r->win != *aligned) {
+        if (r->win % s->cfg.window.slice != 0)
+            return slash_fail(SLASH_EINVAL, "checkpoint partition %u: record %llu: window %lld is "
+                              "not a slice start", part, (unsigned long long)i, (long long)r->win);
+        *aligned = r->win;
     }
     uint8_t *k = ssb_rec_key(s, r);
     memset(k, 0, ssb_round8(klen));
     memcpy(k, p + o, klen), o += klen;
     memcpy(ssb_rec_partials(s, r), p + o, s->agg_bytes), o += s->agg_bytes;
-    if (ssb_part_of(s, ssb_rec_key_hash(s, r)) != part)
+    uint64_t kh = ssb_rec_key_hash(s, r);
+    if (ssb_part_of(s, kh) != part)
         return slash_fail(SLASH_EINVAL, "checkpoint partition %u: record %llu has a key of "
                           "another partition", part, (unsigned long long)i);
+    r->prev = ssb_hash_win(s, kh, r->win);
     *off = o;
     return SLASH_OK;
 trunc:
@@ -306,26 +313,30 @@ trunc:
                       (unsigned long long)i);
 }
 
-/* Restores the checked payload of n records into the empty partition `part`:
- * the index is sized once for the record count, each record is decoded
- * straight onto the log's tail (sequential writes), and then all are linked
- * into the index in one pass without the upsert's lookups (keys are unique
- * within a blob; ssb_part_bulk_link refuses a blob where they are not and
- * the partition is emptied again). Records whose windows are closed at the
- * store's watermark are dropped as late, as a merge drops them. */
+/* Restores the payload of `records` records into the empty partition
+ * `part` in one pass: the index is sized once for the record count, each
+ * record is checked and decoded onto the log's tail (sequential writes),
+ * and then all are linked into the index without the upsert's lookups
+ * (keys are unique within a blob; ssb_part_bulk_link refuses a blob where
+ * they are not). On any failure the partition is emptied again, so a bad
+ * blob changes nothing, as with the two-pass merge. Records whose windows
+ * are closed at the store's watermark are dropped as late, as a merge drops
+ * them. */
 static slash_status bulk_load(slash_ssb *s, uint32_t part, const uint8_t *p, size_t n,
                               uint64_t records)
 {
     ssb_part *dst = &s->parts[part];
-    const uint64_t first = dst->log.tail;
+    const uint64_t first = dst->log.tail, late0 = s->late;
     slash_status st = ssb_part_bulk_reserve(s, dst, records);
     if (st != SLASH_OK)
         return st;
     alignas(8) uint8_t one[REC_MAX];
     slash_rec *r = (slash_rec *)one;
     size_t off = 0;
-    for (uint64_t i = 0; i < records; i++) {
-        (void)decode_rec(s, part, p, n, &off, i, r); /* checked in pass 1 */
+    int64_t aligned = 0;
+    for (uint64_t i = 0; i < records && st == SLASH_OK; i++) {
+        if ((st = decode_rec(s, part, p, n, &off, i, r, &aligned)) != SLASH_OK)
+            break;
         bool late = s->session
                         ? slash_window_closed(&s->cfg.window, *ssb_rec_session_end(r), s->watermark)
                         : slash_window_slice_last_end(&s->cfg.window, r->win) <= s->watermark;
@@ -334,14 +345,18 @@ static slash_status bulk_load(slash_ssb *s, uint32_t part, const uint8_t *p, siz
             continue;
         }
         uint64_t addr;
-        if ((st = slash_lss_append(&dst->log, r->size, &addr)) != SLASH_OK)
-            break;
-        memcpy(slash_lss_ptr(&dst->log, addr), r, r->size);
+        if ((st = slash_lss_append(&dst->log, r->size, &addr)) == SLASH_OK)
+            memcpy(slash_lss_ptr(&dst->log, addr), r, r->size);
     }
+    if (st == SLASH_OK && off != n)
+        st = slash_fail(SLASH_EINVAL, "checkpoint partition %u: %zu bytes after the last of "
+                        "%llu records", part, n - off, (unsigned long long)records);
     if (st == SLASH_OK)
         st = ssb_part_bulk_link(s, dst, first);
-    if (st != SLASH_OK)
+    if (st != SLASH_OK) {
         ssb_part_bulk_abort(s, dst, first);
+        s->late = late0;
+    }
     return st;
 }
 
@@ -365,20 +380,21 @@ slash_status slash_ckpt_read_partition(slash_ssb *s, uint32_t part, const void *
     if (h.records > n / 17 + 1)
         return slash_fail(SLASH_EINVAL, "checkpoint partition %u: %llu records cannot fit in %zu "
                           "bytes", part, (unsigned long long)h.records, n);
-    alignas(8) uint8_t one[REC_MAX];
-    size_t off = 0, region = 0;
-    for (uint64_t i = 0; i < h.records; i++) { /* pass 1: check, and size the region */
-        if ((st = decode_rec(s, part, p, n, &off, i, (slash_rec *)one)) != SLASH_OK)
-            return st;
-        region += ((slash_rec *)one)->size;
-    }
-    if (off != n)
-        return slash_fail(SLASH_EINVAL, "checkpoint partition %u: %zu bytes after the last of "
-                          "%llu records", part, n - off, (unsigned long long)h.records);
     ssb_part *dst = &s->parts[part];
     if (dst->live == 0 && dst->log.begin == dst->log.tail) {
         st = bulk_load(s, part, p, n, h.records);
     } else { /* the partition holds records: merge, as a peer's delta is merged */
+        alignas(8) uint8_t one[REC_MAX];
+        size_t off = 0, region = 0;
+        int64_t aligned = 0;
+        for (uint64_t i = 0; i < h.records; i++) { /* pass 1: check, and size the region */
+            if ((st = decode_rec(s, part, p, n, &off, i, (slash_rec *)one, &aligned)) != SLASH_OK)
+                return st;
+            region += ((slash_rec *)one)->size;
+        }
+        if (off != n)
+            return slash_fail(SLASH_EINVAL, "checkpoint partition %u: %zu bytes after the last of "
+                              "%llu records", part, n - off, (unsigned long long)h.records);
         uint8_t *buf = malloc(region ? region : 8);
         if (!buf)
             return slash_fail(SLASH_ENOMEM, "checkpoint: %zu bytes restoring partition %u",
@@ -387,7 +403,7 @@ slash_status slash_ckpt_read_partition(slash_ssb *s, uint32_t part, const void *
         size_t at = 0;
         for (uint64_t i = 0; i < h.records; i++) { /* pass 2: build the store records */
             slash_rec *r = (slash_rec *)(buf + at);
-            (void)decode_rec(s, part, p, n, &off, i, r);
+            (void)decode_rec(s, part, p, n, &off, i, r, &aligned);
             at += r->size;
         }
         st = slash_ssb_merge_delta(s, buf, region);

@@ -336,7 +336,7 @@ slash_status ssb_part_bulk_link(slash_ssb *s, ssb_part *p, uint64_t from)
         while (m < SSB_CHUNK && a < l->tail) {
             slash_rec *r = slash_lss_ptr(l, a);
             addr[m] = a;
-            hash[m] = ssb_hash_win(s, ssb_rec_key_hash(s, r), r->win);
+            hash[m] = r->prev; /* the caller's index hash; link_head overwrites it */
             __builtin_prefetch(slash_hidx_bucket_of(&p->index, hash[m]), 1, 0);
             m++;
             a += r->size;

@@ -173,7 +173,8 @@ slash_status ssb_part_trim(slash_ssb *s, ssb_part *p);
 
 /* Bulk loading of an empty, unsealed partition (checkpoint restore):
  * _reserve sizes p's index once for `records` live records; the caller then
- * appends complete records (prev ignored) to the log from address `from` on,
+ * appends complete records to the log from address `from` on, each with its
+ * index hash (ssb_hash_win of its key hash and window) in `prev`,
  * and _link links every record in [from, tail) as its chain's head, without
  * lookups, counting them live. _link refuses (SLASH_EINVAL) a (window, key)
  * met twice, or two overlapping or touching sessions of a key (found only
