@@ -326,33 +326,38 @@ static slash_rec *bulk_clash(slash_ssb *s, ssb_part *p, slash_rec *r, uint64_t a
     return NULL;
 }
 
+#define SSB_BULK_AHEAD 24 /* records whose buckets are prefetched ahead of their link */
+
 slash_status ssb_part_bulk_link(slash_ssb *s, ssb_part *p, uint64_t from)
 {
     slash_lss *l = &p->log;
-    uint64_t addr[SSB_CHUNK], hash[SSB_CHUNK];
-    slash_status st = SLASH_OK;
+    /* a cursor `ahead` records in front prefetches the buckets the linking
+     * cursor will claim, so each claim finds its bucket in cache */
+    uint64_t ahead = from;
+    for (int k = 0; k < SSB_BULK_AHEAD && ahead < l->tail; k++) {
+        slash_rec *r = slash_lss_ptr(l, ahead);
+        __builtin_prefetch(slash_hidx_bucket_of(&p->index, r->prev), 1, 0);
+        ahead += r->size;
+    }
     for (uint64_t a = from; a < l->tail;) {
-        int m = 0;
-        while (m < SSB_CHUNK && a < l->tail) {
-            slash_rec *r = slash_lss_ptr(l, a);
-            addr[m] = a;
-            hash[m] = r->prev; /* the caller's index hash; link_head overwrites it */
-            __builtin_prefetch(slash_hidx_bucket_of(&p->index, hash[m]), 1, 0);
-            m++;
-            a += r->size;
+        if (ahead < l->tail) {
+            slash_rec *f = slash_lss_ptr(l, ahead);
+            __builtin_prefetch(slash_hidx_bucket_of(&p->index, f->prev), 1, 0);
+            ahead += f->size;
         }
-        for (int j = 0; j < m; j++) {
-            slash_hidx_entry *e;
-            if ((st = slash_hidx_claim(&p->index, hash[j], l->begin, &e)) != SLASH_OK)
-                return st;
-            slash_rec *r = slash_lss_ptr(l, addr[j]);
-            link_head(e, r, addr[j], hash[j], l->begin);
-            if (r->prev && bulk_clash(s, p, r, r->prev))
-                return slash_fail(SLASH_EINVAL, s->session
-                                  ? "checkpoint: two overlapping sessions of one key"
-                                  : "checkpoint: one (window, key) twice");
-            p->live++;
-        }
+        slash_rec *r = slash_lss_ptr(l, a);
+        uint64_t hash = r->prev; /* the caller's index hash; link_head overwrites it */
+        slash_hidx_entry *e;
+        slash_status st = slash_hidx_claim(&p->index, hash, l->begin, &e);
+        if (st != SLASH_OK)
+            return st;
+        link_head(e, r, a, hash, l->begin);
+        if (r->prev && bulk_clash(s, p, r, r->prev))
+            return slash_fail(SLASH_EINVAL, s->session
+                              ? "checkpoint: two overlapping sessions of one key"
+                              : "checkpoint: one (window, key) twice");
+        p->live++;
+        a += r->size;
     }
     return SLASH_OK;
 }
