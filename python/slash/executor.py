@@ -412,8 +412,6 @@ class Executor:
         group may have another size than the checkpoint's, not another
         partition count. Raises :class:`slash.errors.CheckpointCorrupt` with
         the core's detail for a truncated, corrupt or foreign blob."""
-        if self.is_join:
-            raise InvalidArgument("checkpoints of joins: not yet")
         if not metas:
             raise InvalidArgument("restore needs the META blob of every rank of the checkpoint")
         parts_n = self._core.metrics()["partitions"]

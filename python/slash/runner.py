@@ -379,8 +379,8 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     one, at most ``max_restarts`` times; the result is the failure-free
     run's. ``metrics`` then also holds ``checkpoints`` (id, bytes, seconds),
     ``recoveries`` (cause, rank, seconds_to_resume, records_replayed) and
-    ``records_replayed``. Aggregations only (not joins), without
-    ``late_output``.
+    ``records_replayed``. Window aggregations and window joins (a join's
+    source is ``(left, right)``), without ``late_output``.
 
     ``control``: serve the control socket while the query runs (see
     :mod:`slash.control` and docs/control.md): ``True`` at the default path,
@@ -546,15 +546,14 @@ def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: s
     from slash.errors import NotSupported
     from slash.recovery import run_checkpointed
 
-    if isinstance(query, JoinQuery):
-        raise NotSupported("checkpoint= supports window aggregations; a join cannot be "
-                           "checkpointed yet")
     if late_output is not None:
         raise NotSupported("checkpoint= and late_output= cannot be combined yet")
     m: Dict[str, Any] = {}
     result = run_checkpointed(query, src, n, group, token, directory=os.fspath(checkpoint),
                               every=every, keep=keep, max_restarts=max_restarts, timeout=timeout,
-                              finalize=lambda t: query.finalize(t, src.schema), metrics=m)
+                              finalize=(lambda t: query.finalize(t, src[0].schema, src[1].schema))
+                              if isinstance(query, JoinQuery)
+                              else (lambda t: query.finalize(t, src.schema)), metrics=m)
     per_exec = m.get("per_executor", [])
     log.info("query ran on %d executors in %.2f s: %d result rows, %d checkpoints, %d recoveries",
              n, time.monotonic() - t0, result.num_rows, len(m.get("checkpoints", [])),
