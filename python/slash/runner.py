@@ -285,7 +285,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         timeout: float = 3600.0, metrics: Optional[Dict[str, Any]] = None,
         late_output: Optional[str] = None, live: Optional[Any] = None,
         checkpoint: Optional[str] = None, checkpoint_every: Any = "10s", max_restarts: int = 3,
-        checkpoint_keep: int = 2) -> pa.Table:
+        checkpoint_keep: int = 2, control: Optional[Any] = None) -> pa.Table:
     """Runs `query` over `source` on `executors` processes (default: cores).
 
     ``mode="repartition"`` runs the same query by hash-repartitioning records
@@ -314,7 +314,14 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     run's. ``metrics`` then also holds ``checkpoints`` (id, bytes, seconds),
     ``recoveries`` (cause, rank, seconds_to_resume, records_replayed) and
     ``records_replayed``. Aggregations only (not joins), without
-    ``late_output``.
+    ``late_output``. A run resumed from ``checkpoint`` takes the
+    checkpoint's key partition count and may have another executor count
+    than the one that cut it (file inputs are re-split; a generator or table
+    source refuses with NotSupported).
+
+    ``control``: a :class:`slash.recovery.RunControl` (with ``checkpoint``)
+    through which another thread can rescale the running group
+    (``control.rescale(n)``); ``metrics["rescales"]`` lists each one.
     """
     if isinstance(query, JoinQuery):
         if not (isinstance(source, (tuple, list)) and len(source) == 2):
@@ -348,7 +355,10 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
             log.warning("live metrics are not reported by a run with checkpoint= yet: the "
                         "metrics endpoint shows no executor")
         return _run_checkpointed(query, src, n, group, token, output, timeout, metrics, late_output,
-                                 checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0)
+                                 checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0,
+                                 control)
+    if control is not None:
+        raise InvalidArgument("control= needs checkpoint=: a rescale restarts from a checkpoint")
     report_every = getattr(live, "report_interval", 0.5) if live is not None else None
     with ProcessGroup(n, _worker, lambda r: (query, src, r, n, group, token, want_late,
                                              report_every)) as pg:
@@ -412,7 +422,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
 def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: str,
                       output: Optional[str], timeout: float, metrics: Optional[Dict[str, Any]],
                       late_output: Optional[str], checkpoint: str, every: Any, max_restarts: int,
-                      keep: int, t0: float) -> pa.Table:
+                      keep: int, t0: float, control: Optional[Any] = None) -> pa.Table:
     """:func:`run` with ``checkpoint=``: the recovery driver runs the group."""
     from slash.errors import NotSupported
     from slash.recovery import run_checkpointed
@@ -425,7 +435,8 @@ def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: s
     m: Dict[str, Any] = {}
     result = run_checkpointed(query, src, n, group, token, directory=os.fspath(checkpoint),
                               every=every, keep=keep, max_restarts=max_restarts, timeout=timeout,
-                              finalize=lambda t: query.finalize(t, src.schema), metrics=m)
+                              finalize=lambda t: query.finalize(t, src.schema), metrics=m,
+                              control=control)
     per_exec = m.get("per_executor", [])
     log.info("query ran on %d executors in %.2f s: %d result rows, %d checkpoints, %d recoveries",
              n, time.monotonic() - t0, result.num_rows, len(m.get("checkpoints", [])),
@@ -434,7 +445,7 @@ def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: s
         totals = {k: sum(int(x.get(k, 0) or 0) for x in per_exec)
                   for k in ("late_records", "null_time_records")}
         totals["records_in"] = sum(int(x.get("records_read", 0) or 0) for x in per_exec)
-        metrics.update(totals, rows=result.num_rows, executors=n, **m)
+        metrics.update(totals, rows=result.num_rows, executors=m.get("executors_final", n), **m)
     if output:
         write_parquet_atomically(result, output)
     return result
