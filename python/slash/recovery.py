@@ -548,6 +548,8 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     re-split; other sources refuse). ``control``: see :class:`RunControl`."""
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise InvalidArgument(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+    import dataclasses
+
     policy = CheckpointEvery.parse(every)
     partitions = group.partitions_for(n)
     store = CheckpointStore(directory, fingerprint=fingerprint(query, source), executors=n,
@@ -566,13 +568,13 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
             raise InvalidArgument(f"checkpoint directory {store.dir!r} holds checkpoints with "
                                   f"{ck_parts} key partitions; this run asks for "
                                   f"{group.partitions} (the count stays fixed: leave it unset)")
-        import dataclasses
-
         group = dataclasses.replace(group, partitions=ck_parts)
         partitions = store.partitions = group.partitions_for(n)
         check_resplittable(source, ck_n, n, store.dir)
         if ck_n != n:
             log.info("resuming checkpoints of %d executors with %d: re-splitting the input", ck_n, n)
+    # fixed for the life of the checkpoints: a rescaled group keeps it (not 4 x its own n)
+    group = dataclasses.replace(group, partitions=partitions)
     checkpoints: List[Dict[str, Any]] = []
     recoveries: List[Dict[str, Any]] = []
     rescales: List[Dict[str, Any]] = []
