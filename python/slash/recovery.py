@@ -186,6 +186,8 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
 
     n = len(addresses)
     store = plan.store()
+    link = _SharedLink(link)  # the writer thread reports over it too
+    writer = _Writer(rank)
     schema = source.schema
     bounded = bool(getattr(source, "bounded", True))
     nullable = source_nullable(source, [*query.key, *query.value_columns])
@@ -231,6 +233,26 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
         kill_at = _kill_point(rank, plan.attempt)
         result_schema = ex.result_schema()
 
+        def write_image(img: Any, fired: List[pa.RecordBatch], info: Dict[str, Any],
+                        pushes_then: int) -> None:
+            """The writer thread: one image's files, durable, then the report."""
+            t0 = time.monotonic()
+            files = {f"rank-{rank}.meta": store.write(img.id, f"rank-{rank}.meta", img.meta)}
+            for i, (p, data) in enumerate(img.parts.items()):
+                if i == len(img.parts) // 2 and kill_at is not None and kill_at[2] and \
+                        pushes_then >= kill_at[0] and \
+                        _committed_since(store, plan.next_id) >= kill_at[1]:
+                    log.warning("test hook SLASH_TEST_KILL: rank %d kills itself while "
+                                "writing checkpoint %d", rank, img.id)
+                    os.kill(os.getpid(), signal.SIGKILL)
+                files[f"part-{p}.bin"] = store.write(img.id, f"part-{p}.bin", data)
+            seg, entry = store.write_segment(
+                rank, img.id, to_ipc(pa.Table.from_batches(fired, result_schema)))
+            files[f"rank-{rank}.json"] = store.write(img.id, f"rank-{rank}.json", _json(info))
+            size = sum(f["size"] for f in files.values()) + entry["size"]
+            link.put(("ckpt", rank, img.id, files, {seg: entry},
+                      {"bytes": size, "seconds": time.monotonic() - t0}))
+
         def after_call() -> None:
             nonlocal pending, asked
             while True:
@@ -238,29 +260,12 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                 if img is None:
                     break
                 pending += ex.results()  # every window fired before the cut, nothing after
-                t0 = time.monotonic()
-                files = {f"rank-{rank}.meta": store.write(img.id, f"rank-{rank}.meta", img.meta)}
-                for i, (p, data) in enumerate(img.parts.items()):
-                    if i == len(img.parts) // 2 and kill_at is not None and kill_at[2] and \
-                            pushes >= kill_at[0] and \
-                            _committed_since(store, plan.next_id) >= kill_at[1]:
-                        log.warning("test hook SLASH_TEST_KILL: rank %d kills itself while "
-                                    "writing checkpoint %d", rank, img.id)
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    files[f"part-{p}.bin"] = store.write(img.id, f"part-{p}.bin", data)
-                seg, entry = store.write_segment(
-                    rank, img.id, to_ipc(pa.Table.from_batches(pending, result_schema)))
-                cut_records = records_at[img.pushes]
                 info = {"rank": rank, "position": pos_after[img.pushes],
-                        "pushes": img.pushes, "records": cut_records,
+                        "pushes": img.pushes, "records": records_at[img.pushes],
                         "windows": sum(b.num_rows for b in pending)}
                 if work is not None:  # what is left of this rank's input, in global terms
                     info["work"] = FileSource.remaining(work, pos_after[img.pushes])
-                files[f"rank-{rank}.json"] = store.write(img.id, f"rank-{rank}.json",
-                                                         _json(info))
-                size = sum(f["size"] for f in files.values()) + entry["size"]
-                link.put(("ckpt", rank, img.id, files, {seg: entry},
-                          {"bytes": size, "seconds": time.monotonic() - t0}))
+                writer.submit(write_image, img, pending, info, pushes)
                 out.extend(pending)
                 pending = []
                 for k in [k for k in pos_after if k < img.pushes]:  # older cuts are not needed
@@ -331,12 +336,66 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                     link.put(("progress", rank, records))
             ex.finish()
             after_call()
+            writer.drain()  # every checkpoint this rank took is durable and reported
         out.extend(pending)
         m = dict(ex.metrics)
         m["records_read"] = records
         return pa.Table.from_batches(out, schema=result_schema), m
     finally:
+        writer.close()
         ex.close()
+
+
+class _SharedLink:
+    """A worker's link, usable from the push loop and the writer thread."""
+
+    def __init__(self, link: Any) -> None:
+        import threading
+
+        self._link, self._lock = link, threading.Lock()
+
+    def put(self, msg: Any) -> None:
+        with self._lock:
+            self._link.put(msg)
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return self._link.poll(timeout)
+
+    def get(self, timeout: Optional[float] = None) -> Any:
+        return self._link.get(timeout)
+
+
+class _Writer:
+    """Writes a rank's checkpoint images on a background thread, so its push
+    loop does not wait for the files (and their fsyncs).
+
+    The core hands over an immutable image (bytes); the thread writes its
+    files durably, then reports ("ckpt", ...) to the parent, which writes the
+    manifest only once every rank's report is in: a crash before that leaves
+    the previous checkpoint the newest complete one. At most one write is in
+    flight per rank: a second image waits in :meth:`submit` (the push loop
+    blocks) until the first is written, so memory holds at most two images
+    (the one being written and the one waiting) and checkpoints that fall
+    behind slow the input down instead of piling up. A write's error is
+    raised in the push loop at the next submit or drain."""
+
+    def __init__(self, rank: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"slash-ckpt-{rank}")
+        self._fut: Any = None
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        self.drain()
+        self._fut = self._pool.submit(fn, *args)
+
+    def drain(self) -> None:
+        if self._fut is not None:
+            fut, self._fut = self._fut, None
+            fut.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
 
 
 def _left_of(source: FileSource, info: Dict[str, Any], rank: int, n: int,
