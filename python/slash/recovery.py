@@ -10,6 +10,9 @@ With ``run(..., checkpoint=DIR)`` the run is cut into checkpoints:
   position at the cut, its push count, records read), plus the windows it
   fired before the cut as a result segment ``DIR/results/rank-<r>.chk-c.arrow``;
   then it reports ``("ckpt", rank, c, ...)`` to the parent.
+  The files are written by a background thread of the worker (see
+  :class:`_Writer`: one write in flight per rank), so the push loop goes on
+  while they are fsynced; the report is sent once they are durable.
 * The parent commits c (writes its manifest, last and atomically: see
   :mod:`slash.checkpoint`) once every rank reported it.
 * When an executor process dies (killed, crashed) or a peer's link breaks,
@@ -27,7 +30,10 @@ With ``run(..., checkpoint=DIR)`` the run is cut into checkpoints:
 
 The position of a source at a cut comes from the cut's push count: each
 worker maps the number of push calls it has made to the source position
-after the item of that push.
+after the item of that push. A FileSource's is also recorded as the work the
+rank has left in global terms (``work``), so a checkpoint resumes with
+another executor count (:func:`resplit`); :class:`RunControl` rescales a
+running group that way.
 
 Test hook (documented, used by tests/test_recovery.py only): the environment
 variable ``SLASH_TEST_KILL="RANK:PUSHES[:ATTEMPT[:CUTS]],..."`` makes the
