@@ -621,6 +621,7 @@ class StreamHandle:
         self._slots_wait = 30.0
         self._rescale_to: Optional[int] = None  # a rescale asked for, not yet started
         self._rescales: List[Dict[str, Any]] = []
+        self._records_before = 0  # records read by the barrier jobs before a rescale
         self._new_group: Dict[Any, Set[int]] = {}  # group -> ranks that asked where to resume
         #: the Prometheus endpoint (``metrics_port=``), else None
         self.metrics_url: Optional[str] = None
@@ -783,7 +784,7 @@ class StreamHandle:
                             "windows they still send are kept in undelivered()",
                             sorted(set(range(self.executors)) - self._done), self.last_messages_timeout)
             if rows is not None:
-                self._records_in = sum(r["records_in"] for r in rows)
+                self._records_in = self._records_before + sum(r["records_in"] for r in rows)
                 self._late_final = sum(r["late_records"] for r in rows)
                 if callable(self._sink):
                     self._gw = [_DONE] * self.executors
@@ -1140,6 +1141,7 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
                     nxt = handle._rescale_to
                     if nxt is not None and handle._ck is not None and handle._ck.fatal is None \
                             and handle._sink_error is None and not handle._ck.finished:
+                        handle._records_before += sum(int(r["records_in"]) for r in rows)
                         handle._switch(nxt)
                         continue
                     break
