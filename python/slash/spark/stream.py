@@ -1150,7 +1150,10 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
                         raise_task_failure(e, "slash.spark.stream", rdv.root_cause())
                     except Exception as err:
                         ck = handle._ck
-                        if (ck is None or ck.fatal is not None or handle._stop_sent or
+                        # a job that failed while stopping for a rescale: restart with the new n
+                        rescaling = handle._rescale_to is not None
+                        if (ck is None or ck.fatal is not None or
+                                (handle._stop_sent and not rescaling) or
                                 handle._sink_error is not None or restarts >= max_restarts or
                                 "CheckpointCorrupt" in str(err)):
                             if ck is not None and ck.fatal is None and restarts >= max_restarts:
@@ -1166,6 +1169,8 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
                         rdv.lost.clear()
                         with handle._cond:
                             handle._done.clear()
+                        if rescaling:
+                            handle._switch(handle._rescale_to)  # type: ignore[arg-type]
                         handle.live.event(f"recovery {restarts}: {err}")
                         log.warning("slash.spark.stream: %s; restarting the barrier job from "
                                     "checkpoint %s (restart %d of at most %d)", err, ck.committed,
