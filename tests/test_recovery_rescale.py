@@ -4,7 +4,6 @@ A checkpoint cut by 2 executors resumes with 1, 3 or 4: the result equals
 the failure-free run's (itself checked against DuckDB), row for row. A
 running group rescaled through RunControl (2 -> 3 -> 1) gives the same
 result. Sources that cannot be re-split refuse, naming why."""
-import os
 import threading
 import time
 

@@ -4,10 +4,10 @@ boundary and starts the next barrier job with n executors from it. The
 directory sink must hold each window exactly once, equal to DuckDB over the
 generated records; a stream stopped with 2 executors resumes with 1."""
 import os
-
-import pyarrow.parquet  # noqa: F401  (pa.parquet below)
 import time
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("pyspark")
@@ -65,16 +65,13 @@ def test_a_stream_stopped_with_two_executors_resumes_with_one(spark, tmp_path):
 
 def test_rescale_of_a_directory_source_is_refused_naming_why_and_the_stream_goes_on(
         spark, tmp_path):
-    import pyarrow as pa
-
     from slash.errors import NotSupported
     from slash.spark import DirectorySource
 
     src = tmp_path / "in"
     src.mkdir()
-    pa.parquet.write_table(pa.table({"event_time": pa.array([0, 500, 1500], pa.int64()),
-                                     "key": pa.array([1, 2, 1], pa.int64())}),
-                           str(src / "f0.parquet"))
+    pq.write_table(pa.table({"event_time": pa.array([0, 500, 1500], pa.int64()),
+                             "key": pa.array([1, 2, 1], pa.int64())}), str(src / "f0.parquet"))
     h = stream(spark, DirectorySource(str(src)), time="event_time", window="tumbling:1s",
                key="key", aggs=["count"], sink=str(tmp_path / "out"), executors=2,
                checkpoint=str(tmp_path / "ck"), checkpoint_every="200ms")
