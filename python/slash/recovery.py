@@ -768,7 +768,7 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                     if control is not None:
                         want, asked_at = control._pending()
                         if want is not None and want != n and rescale_asked is None and \
-                                0 not in resumed_done(done, parts):
+                                0 not in _finished_ranks(parts):
                             pg.send(0, ("checkpoint_now",))
                             rescale_asked = (want, asked_at or time.monotonic(), len(checkpoints))
                         try:
@@ -825,7 +825,7 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
     return [t for t in parts if t is not None], per_exec, progress
 
 
-def resumed_done(done: int, parts: List[Optional[pa.Table]]) -> set:
+def _finished_ranks(parts: List[Optional[pa.Table]]) -> set:
     """Ranks that have sent their result (they can take no checkpoint)."""
     return {r for r, t in enumerate(parts) if t is not None}
 
