@@ -1,7 +1,7 @@
 """Exactly-once recovery (issue 16), beyond tests/test_recovery.py: the
 ofi:tcp transport, 3 and 4 executors, a kill inside a checkpoint write, the
 same rank killed again right after its restart, every executor killed at
-once, and a resume with another executor count (refused, naming both counts).
+once, and a resume of a generator with another executor count (refused, naming both counts).
 
 References: DuckDB over the whole input (independent of Slash), or the
 failure-free run of test_recovery (itself checked against DuckDB). Workers
@@ -126,7 +126,7 @@ def test_every_executor_killed_at_once_recovers(tmp_path, monkeypatch):
 
 
 @needs_core
-def test_resume_with_another_executor_count_is_refused_naming_both(tmp_path):
+def test_resume_of_a_generator_with_another_executor_count_is_refused_naming_both(tmp_path):
     # a directory as a run leaves it when the whole run died after its last
     # checkpoint: committed checkpoints of 2 executors, no finish marker
     from slash.checkpoint import FINISHED, RESULT
@@ -135,8 +135,10 @@ def test_resume_with_another_executor_count_is_refused_naming_both(tmp_path):
     assert m["checkpoints"], "the run committed no checkpoint"
     os.unlink(tmp_path / FINISHED)
     os.unlink(tmp_path / RESULT)
-    with pytest.raises(InvalidArgument, match=r"taken with 2 executors.*this run has 3.*"
-                                              r"run with executors=2 or give a new directory"):
+    from slash.errors import NotSupported
+
+    with pytest.raises(NotSupported, match=r"cut with 2 executors and this run has 3.*"
+                                           r"Resume with executors=2"):
         _run(_paced(), tmp_path, n=3)
     got, m = _run(_paced(), tmp_path, n=2)  # the same count resumes it
     assert m["resumed_from"] is not None

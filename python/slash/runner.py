@@ -380,13 +380,19 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     run's. ``metrics`` then also holds ``checkpoints`` (id, bytes, seconds),
     ``recoveries`` (cause, rank, seconds_to_resume, records_replayed) and
     ``records_replayed``. Window aggregations and window joins (a join's
-    source is ``(left, right)``), without ``late_output``.
+    source is ``(left, right)``), without ``late_output``. A run resumed
+    from ``checkpoint`` takes the checkpoint's key partition count and may
+    have another executor count than the one that cut it (file inputs are
+    re-split; a generator or table source refuses with NotSupported).
 
-    ``control``: serve the control socket while the query runs (see
-    :mod:`slash.control` and docs/control.md): ``True`` at the default path,
-    a path string, or a :class:`slash.control.RunControl` already made (its
-    caller serves the socket). ``slash ctl status`` and ``slash ctl update``
-    then reach the run; aggregations without ``checkpoint=``.
+    ``control``: without ``checkpoint``, serve the control socket while the
+    query runs (see :mod:`slash.control` and docs/control.md): ``True`` at
+    the default path, a path string, or a :class:`slash.control.RunControl`
+    already made (its caller serves the socket). ``slash ctl status`` and
+    ``slash ctl update`` then reach the run. With ``checkpoint``: a
+    :class:`slash.recovery.RunControl` through which another thread can
+    rescale the running group (``control.rescale(n)``);
+    ``metrics["rescales"]`` lists each one.
     ``rate``: read the input at most this fast, in records/s over all
     executors (a replay of files as a stream; default: as fast as possible).
     """
@@ -425,7 +431,8 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
             log.warning("live metrics are not reported by a run with checkpoint= yet: the "
                         "metrics endpoint shows no executor")
         return _run_checkpointed(query, src, n, group, token, output, timeout, metrics, late_output,
-                                 checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0)
+                                 checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0,
+                                 control)
     if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
         raise InvalidArgument(f"rate must be > 0 records/s, got {rate!r}")
     report_every = getattr(live, "report_interval", 0.5) if live is not None else None
@@ -541,7 +548,7 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
 def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: str,
                       output: Optional[str], timeout: float, metrics: Optional[Dict[str, Any]],
                       late_output: Optional[str], checkpoint: str, every: Any, max_restarts: int,
-                      keep: int, t0: float) -> pa.Table:
+                      keep: int, t0: float, control: Optional[Any] = None) -> pa.Table:
     """:func:`run` with ``checkpoint=``: the recovery driver runs the group."""
     from slash.errors import NotSupported
     from slash.recovery import run_checkpointed
@@ -553,7 +560,8 @@ def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: s
                               every=every, keep=keep, max_restarts=max_restarts, timeout=timeout,
                               finalize=(lambda t: query.finalize(t, src[0].schema, src[1].schema))
                               if isinstance(query, JoinQuery)
-                              else (lambda t: query.finalize(t, src.schema)), metrics=m)
+                              else (lambda t: query.finalize(t, src.schema)), metrics=m,
+                              control=control)
     per_exec = m.get("per_executor", [])
     log.info("query ran on %d executors in %.2f s: %d result rows, %d checkpoints, %d recoveries",
              n, time.monotonic() - t0, result.num_rows, len(m.get("checkpoints", [])),
@@ -562,7 +570,7 @@ def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: s
         totals = {k: sum(int(x.get(k, 0) or 0) for x in per_exec)
                   for k in ("late_records", "null_time_records")}
         totals["records_in"] = sum(int(x.get("records_read", 0) or 0) for x in per_exec)
-        metrics.update(totals, rows=result.num_rows, executors=n, **m)
+        metrics.update(totals, rows=result.num_rows, executors=m.get("executors_final", n), **m)
     if output:
         write_parquet_atomically(result, output)
     return result
