@@ -424,15 +424,19 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     t0 = time.monotonic()
     want_late = late_output is not None
     if checkpoint is not None:
-        if control not in (None, False) or rate is not None:
+        from slash.recovery import RunControl as Rescaler
+
+        if (control not in (None, False) and not isinstance(control, Rescaler)) or rate is not None:
             from slash.errors import NotSupported
-            raise NotSupported("control= and rate= cannot be combined with checkpoint= yet")
+            raise NotSupported("the control socket (control=True or a path) and rate= cannot be "
+                               "combined with checkpoint= yet; with checkpoint=, control= takes a "
+                               "slash.recovery.RunControl (rescale)")
         if live is not None:
             log.warning("live metrics are not reported by a run with checkpoint= yet: the "
                         "metrics endpoint shows no executor")
         return _run_checkpointed(query, src, n, group, token, output, timeout, metrics, late_output,
                                  checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0,
-                                 control)
+                                 control or None)
     if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
         raise InvalidArgument(f"rate must be > 0 records/s, got {rate!r}")
     report_every = getattr(live, "report_interval", 0.5) if live is not None else None
