@@ -31,13 +31,13 @@ import argparse
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 import numpy as np
 import pyarrow as pa
 
 from slash.metrics import LiveMetrics
-from slash.sources import GeneratorSource
+from slash.sources import GeneratorSource, Watermark
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,11 @@ HELP = ("the latency floor: per-window latency (emit - window end) of a paced st
         "per key per window and at 100 k records/s, over shm and ofi:tcp; idle CPU")
 
 SCHEMA = pa.schema([("k", pa.int64()), ("t", pa.int64()), ("v", pa.int64())])
-#: the two loads: (keys, records/s in total)
-LOADS = {"low": (1000, 1000), "high": (1000, 100_000)}
+#: how far ahead of the call a stream starts (executor processes start and connect meanwhile)
+STARTUP_MS = 3000
+#: the loads: (keys, records/s in total). low and sparse: one record per key
+#: per (1 s) window; in sparse one executor leads no key at all
+LOADS = {"low": (1000, 1000), "high": (1000, 100_000), "sparse": (1, 1)}
 
 
 @dataclass(frozen=True)
@@ -58,16 +61,20 @@ class _Pace:
     keys: int
     seconds: float
     tick_ms: int
+    start: Optional[float] = None
 
-    def __call__(self, rank: int, n: int) -> Iterator[pa.RecordBatch]:
+    def __call__(self, rank: int, n: int) -> Iterator[Union[pa.RecordBatch, Watermark]]:
         return self.batches(rank, n, None)
 
-    def batches(self, rank: int, n: int,
-                wait: Optional[Callable[[float], bool]]) -> Iterator[pa.RecordBatch]:
+    def batches(self, rank: int, n: int, wait: Optional[Callable[[float], bool]]
+                ) -> Iterator[Union[pa.RecordBatch, Watermark]]:
         sleep = wait if wait is not None else (lambda s: bool(time.sleep(s)))
         tick = self.tick_ms / 1000.0
-        start = (int(time.time() * 1000) // self.tick_ms + 1) * self.tick_ms / 1000.0
+        start = self.start if self.start is not None else \
+            (int(time.time() * 1000) // self.tick_ms + 1) * self.tick_ms / 1000.0
         end = start + self.seconds
+        if time.time() < start:
+            sleep(start - time.time())
         if self.rate == 0:
             sleep(max(0.0, end - time.time()))
             return
@@ -86,7 +93,9 @@ class _Pace:
             sent = due
             k += 1
             i = i[i % n == rank]
-            if len(i):
+            if not len(i):  # nothing due for this rank: its time still passes
+                yield Watermark(pa.scalar(now_ms, pa.int64()))
+            else:
                 yield pa.record_batch([pa.array(i % self.keys), pa.array(np.full(len(i), now_ms)),
                                        pa.array(np.ones(len(i), np.int64))], schema=SCHEMA)
 
@@ -96,29 +105,37 @@ class PacedSource(GeneratorSource):
     every ``tick_ms`` each rank generates the records due since its last
     tick (record i is due at start + i / rate; rank r takes i mod n == r),
     key ``i mod keys``, value 1, event time the wall clock (ms) at which the
-    batch is made. A rank's start is the next multiple of ``tick_ms`` of the
-    wall clock, so the ranks tick together. ``rate=0``: no records at all
-    (an idle stream), the ranks only wait. Its event times are the wall
-    clock, so it cannot be replayed (no ``checkpoint=``)."""
+    batch is made. Every rank starts at ``start`` (wall clock seconds;
+    default: the next multiple of ``tick_ms`` when it starts reading), so
+    the ranks tick together on one grid: with ``start`` on a window
+    boundary the first records past a window's end are made at its end.
+    ``rate=0``: no records at all (an idle stream), the ranks only wait.
+    ``serve=False``: the source sleeps instead of calling the runner's
+    ``wait`` (as a plain generator does; windows are then handed out only
+    when the next batch comes).
+    Its event times are the wall clock, so it cannot be replayed (no
+    ``checkpoint=``)."""
 
     bounded = False
 
     def __init__(self, rate: int = 1000, keys: int = 1000, seconds: float = 10.0,
-                 tick_ms: int = 10) -> None:
-        super().__init__(_Pace(rate, keys, seconds, tick_ms), SCHEMA)
-        self.pace = _Pace(rate, keys, seconds, tick_ms)
+                 tick_ms: int = 10, start: Optional[float] = None, serve: bool = True) -> None:
+        self.pace = _Pace(rate, keys, seconds, tick_ms, start)
+        self.serve = serve
+        super().__init__(self.pace, SCHEMA)
 
     def read(self, rank: int, n: int, columns: Optional[List[str]] = None,  # type: ignore[override]
              batch_rows: int = 65536, wait: Optional[Callable[[float], bool]] = None
-             ) -> Iterator[pa.RecordBatch]:
-        """This rank's batches as they fall due; ``wait(seconds)`` serves the
-        executor in between (a plain sleep without it)."""
-        for b in self.pace.batches(rank, n, wait):
-            yield b.select(columns) if columns else b
+             ) -> Iterator[Union[pa.RecordBatch, Watermark]]:
+        """This rank's batches as they fall due, and a Watermark (the wall
+        clock) at each tick that has no record for it; ``wait(seconds)``
+        serves the executor in between (a plain sleep without it)."""
+        for b in self.pace.batches(rank, n, wait if self.serve else None):
+            yield b.select(columns) if columns and isinstance(b, pa.RecordBatch) else b
 
 
 def measure(transport: str, load: str, seconds: float, epoch_ms: int, tick_ms: int,
-            window_ms: int = 1000, executors: int = 2) -> Dict[str, Any]:
+            window_ms: int = 1000, executors: int = 2, serve: bool = True) -> Dict[str, Any]:
     """One configuration: its windows' latency percentiles, records in and
     out (checked: every record counted once), epoch length, CPU load."""
     from slash.executor import GroupConfig
@@ -126,7 +143,10 @@ def measure(transport: str, load: str, seconds: float, epoch_ms: int, tick_ms: i
     from slash.runner import run
 
     keys, rate = LOADS[load]
-    src = PacedSource(rate=rate, keys=keys, seconds=seconds, tick_ms=tick_ms)
+    # every rank starts on the same window boundary, far enough ahead for the
+    # executor processes to start and connect: no window is cut by a late start
+    start = (int(time.time() * 1000 + STARTUP_MS) // window_ms + 1) * window_ms / 1000.0
+    src = PacedSource(rate=rate, keys=keys, seconds=seconds, tick_ms=tick_ms, start=start, serve=serve)
     live = LiveMetrics(executors, kind="run")
     q = Query(time="t", window=f"tumbling:{window_ms}ms", key="k", aggregates=["count"])
     m: Dict[str, Any] = {}
@@ -143,6 +163,7 @@ def measure(transport: str, load: str, seconds: float, epoch_ms: int, tick_ms: i
     res: Dict[str, Any] = {
         "transport": transport, "load": load, "keys": keys, "records_per_s": rate,
         "window_ms": window_ms, "epoch_ms": epoch_ms, "tick_ms": tick_ms, "seconds": seconds,
+        "source_serves": serve,
         "executors": executors, "records_in": m["records_in"], "windows": int(len(lat)),
         "windows_flushed": live.windows_flushed,
         "cpu_load_per_executor": {r: round(c / wall, 3) for r, c in cpu.items() if c is not None}}
@@ -196,8 +217,9 @@ class _FirstAndLast(LiveMetrics):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transports", default="shm,ofi:tcp", help="comma-separated (default shm,ofi:tcp)")
-    p.add_argument("--loads", default="low,high",
-                   help="low: 1 record per key per window (1 k keys, 1 k records/s); high: 100 k records/s")
+    p.add_argument("--loads", default="low,high,sparse",
+                   help="low: 1 record per key per window (1 k keys, 1 k records/s); high: 100 k "
+                        "records/s; sparse: 1 key, 1 record/s (one executor leads nothing)")
     p.add_argument("--seconds", type=float, default=20.0, help="length of each stream (default 20)")
     p.add_argument("--epoch-ms", type=int, default=200, help="the group's epoch_ms (default 200)")
     p.add_argument("--tick-ms", type=int, default=10, help="the source's batch interval (default 10)")
@@ -205,6 +227,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-seconds", type=float, default=5.0,
                    help="length of the no-input stream whose CPU time is measured (0: skip)")
     p.add_argument("--label", default="", help="a label stored with the runs (e.g. before/after)")
+    p.add_argument("--no-serve", action="store_true",
+                   help="the source sleeps between ticks instead of serving the executor")
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
@@ -214,8 +238,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             if load not in LOADS:
                 from slash.errors import InvalidArgument
 
-                raise InvalidArgument(f"--loads: unknown load {load!r} (low, high)")
-            r = measure(tr, load, args.seconds, args.epoch_ms, args.tick_ms, args.window_ms)
+                raise InvalidArgument(f"--loads: unknown load {load!r} ({', '.join(LOADS)})")
+            r = measure(tr, load, args.seconds, args.epoch_ms, args.tick_ms, args.window_ms,
+                        serve=not args.no_serve)
             r["label"] = args.label
             log.info("%s", summary(r))
             runs.append(r)
