@@ -302,8 +302,9 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, link)
                 if reporter.due() or ex.finished:
                     link.put(("metrics", rank, reporter.snapshot(ex)))
 
-            def on_windows(mark: Optional[int], wins: List[Tuple[int, int, int]]) -> None:
-                link.put(("windows", rank, mark, wins))
+            if not getattr(source, "bounded", True):  # a stream: latency = emit - window end
+                def on_windows(mark: Optional[int], wins: List[Tuple[int, int, int]]) -> None:
+                    link.put(("windows", rank, mark, wins))
         lst = Executor.listen(group.transport, token=token)
         link.put(("addr", rank, lst.address))
         addresses = link.get(timeout=group.timeout)
@@ -366,9 +367,11 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     (a stream's; a bounded input has none unless its statistics are wrong).
     ``live``: a :class:`slash.metrics.LiveMetrics` the executors report to
     while they run (every ``live.report_interval`` s, default 0.5), and the
-    per-window latency: a window is emitted when the driver learns that
-    every executor has fired it, and its latency is that wall clock (ms)
-    minus its end (:meth:`LiveMetrics.executor_windows`).
+    per-window latency of a stream (a source with ``bounded = False``, whose
+    event time follows the wall clock): a window is emitted when the driver
+    learns that every executor has fired it, and its latency is that wall
+    clock (ms) minus its end (:meth:`LiveMetrics.executor_windows`). Over
+    files it would only measure the data's age and is not reported.
     Raises the first executor's error, naming its rank.
 
     ``checkpoint``: a directory (shared by every executor) for exactly-once

@@ -94,5 +94,5 @@ int main(void)
     RUN(wait_until_does_not_sleep_once_the_deadline_passed);
     RUN(wait_until_without_a_deadline_sleeps_the_ceiling);
     RUN(reset_forgets_the_sleeps);
-    UNIT_DONE();
+    return UNIT_DONE();
 }
