@@ -147,6 +147,10 @@ def test_runner_window_latency_is_emit_time_minus_window_end():
         assert lat == emit - e  # exactly: one clock reading per window
         assert e <= emit <= t1  # never before the window ended (event time is wall clock)
         assert t0 <= emit
+    # emitted as the stream ran, not when it ended: the first window before the last one ended
+    ends = sorted(w[1] for w in wins)
+    assert len(ends) >= 3
+    assert min(wins, key=lambda w: w[1])[2] < ends[-1]
     # every window the run returned (and ended before it did) was observed, with its rows
     res = out.group_by(["window_start", "window_end"]).aggregate([("count", "sum")])
     got = {(int(s), int(e)): int(c) for s, e, c in zip(res.column("window_start").to_pylist(),
