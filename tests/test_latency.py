@@ -14,7 +14,6 @@ import threading
 import time
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from slash.bench.latency import PacedSource
