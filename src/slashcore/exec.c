@@ -1355,12 +1355,16 @@ slash_status slash_exec_end_epoch(slash_exec *ex)
 }
 
 /* When an idle poll must next act: its deadline, or sooner the time its
- * epoch falls due (epoch_ms) if it has something to publish then. */
+ * epoch falls due (epoch_ms) if it has something to publish then. A due time
+ * already past is not returned (the epoch it stood for was not ended, e.g.
+ * after finish): the poll then backs off as usual rather than spin. */
 static uint64_t poll_wake(const slash_exec *ex, uint64_t deadline)
 {
-    if (ex->cfg.epoch_ms && (ex->bytes_since > 0 || current_watermark(ex) > ex->published)) {
+    if (ex->cfg.epoch_ms && !ex->finished &&
+        (ex->bytes_since > 0 || current_watermark(ex) > ex->published)) {
         uint64_t due = ex->epoch_start_ns + (uint64_t)ex->cfg.epoch_ms * 1000000ull;
-        return due < deadline ? due : deadline;
+        if (due < deadline && due > slash_now_ns())
+            return due;
     }
     return deadline;
 }
