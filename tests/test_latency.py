@@ -170,3 +170,18 @@ def test_runner_window_latency_is_emit_time_minus_window_end():
     count = [s.value for s in hist.samples if s.name.endswith("_count")][0]
     assert count == len(wins)
     assert np.isfinite(live.snapshot()["window_latency"]["p99_ms"])
+
+
+def test_a_stream_watermark_ends_the_epoch_without_waiting_for_a_record():
+    # 1 record/s over 2 executors: each gets a record every 2 s, and its
+    # watermark promises every 10 ms. The source sleeps (no wait hook): a
+    # window closed by a promise alone used to wait for that executor's
+    # next record (1-2 s); now the promise ends the epoch at once.
+    start = (int(time.time() * 1000) + 2500) // 1000 + 1.0
+    src = PacedSource(rate=1, keys=1, seconds=4.0, tick_ms=10, start=start, serve=False)
+    live = LiveMetrics(executors=2, kind="run")
+    run(Query(time="t", window="tumbling:1s", key="k", aggregates=["count"]), src, executors=2,
+        live=live)
+    lat = sorted(w[3] for w in live.windows)
+    assert len(lat) >= 3
+    assert lat[len(lat) // 2] < 700.0

@@ -194,6 +194,8 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
                     wm = query.watermark_ticks(getattr(item, "value", None), schema)
                     if wm is not None:
                         ex.advance_watermark(wm)
+                        if not bounded:  # a stream's promise may close a window: end the epoch now,
+                            ex.poll(0)   # not at the next record (an idle split may have none)
                 drain()
                 if report is not None:
                     report(ex)
