@@ -345,7 +345,7 @@ class Executor:
 
     def poll(self, timeout: Optional[float] = 0.0) -> None:
         """Serves the sync channels for up to ``timeout`` seconds (returns as
-        soon as a result is ready)."""
+        soon as a result is ready or the group watermark moved)."""
         self._core.poll(timeout)
 
     def finish(self) -> None:

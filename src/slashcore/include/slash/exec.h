@@ -142,8 +142,9 @@ slash_status slash_exec_set_lateness(slash_exec *ex, int64_t lateness);
 slash_status slash_exec_end_epoch(slash_exec *ex);
 
 /* Serves the channels for up to timeout_ms (0: once), ending an epoch if one
- * is due by time. Returns early when a result is ready, and takes a pending
- * checkpoint at once (see slash_exec_request_checkpoint). */
+ * is due by time. Returns early when a result is ready or the group
+ * watermark moved, and takes a pending checkpoint at once (see
+ * slash_exec_request_checkpoint). */
 slash_status slash_exec_poll(slash_exec *ex, int timeout_ms);
 
 /* End of input: a final epoch with watermark +infinity, then serves the
