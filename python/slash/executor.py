@@ -449,7 +449,8 @@ class Executor:
         the moved partitions pause (their windows fire once the old leader's
         state arrived), see docs/elastic.md. Raises InvalidArgument for a bad
         partition or rank, or on a join (its state cannot be handed over yet),
-        and ExecutorError while the previous move is still being agreed.
+        and InvalidState while the previous move is still being agreed (retry
+        after an epoch or two).
 
         >>> ex.move_partitions({3: 0, 7: 0})   # doctest: +SKIP
         """

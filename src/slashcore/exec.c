@@ -151,6 +151,7 @@ static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, siz
                                uint64_t rows, uint32_t side);
 static slash_status on_map(slash_exec *ex, uint32_t r, const sync_msg *h, const uint8_t *body,
                            size_t len);
+static uint32_t leader_for(const slash_exec *ex, uint32_t p, uint64_t version);
 static slash_status on_handover(slash_exec *ex, uint32_t r, const sync_msg *h, const uint8_t *body,
                                 size_t len);
 static bool repartitioning(const slash_exec *ex);
@@ -201,7 +202,7 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
     }
     if (h.type != SYNC_DELTA)
         return slash_fail(SLASH_EPROTO, "exec: unknown message type %u from rank %u", h.type, r);
-    if (h.part >= ex->parts || !exec_leads(ex, h.part))
+    if (h.part >= ex->parts || leader_for(ex, h.part, ex->mv.peer_ver[r]) != ex->rank)
         return slash_fail(SLASH_EPROTO, "exec: rank %u sent partition %u, which rank %u does not lead",
                           r, h.part, ex->rank);
     assembly *a = &ex->asm_[r];
@@ -571,13 +572,18 @@ static slash_status moves_init(slash_exec *ex)
     mv->awaiting = calloc(P, 1);
     mv->from = calloc(P, sizeof *mv->from);
     mv->owe = malloc(P * sizeof *mv->owe);
+    mv->pend_to = malloc(P * sizeof *mv->pend_to);
+    mv->hist = malloc(P * sizeof *mv->hist);
+    if (mv->hist)
+        memcpy(mv->hist, mv->map.leader, P * sizeof *mv->hist);
+    mv->hist_n = 1;
     mv->owe_ver = calloc(P, sizeof *mv->owe_ver);
     mv->since_ns = calloc(P, sizeof *mv->since_ns);
     if (!mv->peer_ver || !mv->await_from || !mv->hasm || !mv->pend_parts || !mv->pend_ranks ||
-        !mv->hold || !mv->awaiting || !mv->from || !mv->owe || !mv->owe_ver || !mv->since_ns)
+        !mv->hold || !mv->awaiting || !mv->from || !mv->owe || !mv->owe_ver || !mv->since_ns || !mv->pend_to || !mv->hist)
         return slash_fail(SLASH_ENOMEM, "exec: out of memory for the leader map");
     for (uint32_t p = 0; p < P; p++)
-        mv->owe[p] = -1;
+        mv->owe[p] = mv->pend_to[p] = -1;
     return SLASH_OK;
 }
 
@@ -585,6 +591,8 @@ static void moves_free(slash_exec *ex)
 {
     exec_moves *mv = &ex->mv;
     slash_leadermap_free(&mv->map);
+    free(mv->hist);
+    free(mv->pend_to);
     if (mv->hasm)
         for (uint32_t r = 0; r < ex->n; r++)
             free(mv->hasm[r].buf);
@@ -627,7 +635,7 @@ static void adopt(slash_exec *ex, const uint32_t *parts, const uint32_t *ranks, 
     uint64_t v = mv->map.version + 1;
     for (uint32_t i = 0; i < k; i++) {
         uint32_t p = parts[i], old = slash_leadermap_leader(&mv->map, p);
-        mv->pend_parts[i] = p, mv->pend_ranks[i] = ranks[i];
+        mv->pend_parts[i] = p, mv->pend_ranks[i] = ranks[i], mv->pend_to[p] = (int32_t)ranks[i];
         if (old == ex->rank) {
             mv->owe[p] = (int32_t)ranks[i], mv->owe_ver[p] = v, mv->nowe++;
             hold_set(ex, p);
@@ -649,7 +657,25 @@ static slash_status switch_map(slash_exec *ex)
     slash_status st = slash_leadermap_apply(&mv->map, v, mv->pend_parts, mv->pend_ranks, mv->npend);
     if (st != SLASH_OK)
         return st;
+    /* keep the versions some peer may still send by (its marker not yet here) */
+    uint64_t oldest = v;
+    for (uint32_t r = 0; r < ex->n; r++)
+        if (r != ex->rank && !ex->fin[r] && mv->peer_ver[r] < oldest)
+            oldest = mv->peer_ver[r];
+    size_t P = ex->parts, drop = (size_t)(oldest - mv->hist_base);
+    if (drop) {
+        memmove(mv->hist, mv->hist + drop * P, (mv->hist_n - drop) * P * sizeof *mv->hist);
+        mv->hist_base = oldest, mv->hist_n -= drop;
+    }
+    uint32_t *nh = realloc(mv->hist, (mv->hist_n + 1) * P * sizeof *nh);
+    if (!nh)
+        return slash_fail(SLASH_ENOMEM, "exec: out of memory for the leader map");
+    mv->hist = nh;
+    memcpy(mv->hist + mv->hist_n * P, mv->map.leader, P * sizeof *nh);
+    mv->hist_n++;
     mv->pending = false;
+    for (uint32_t i = 0; i < mv->npend; i++)
+        mv->pend_to[mv->pend_parts[i]] = -1;
     size_t bytes = (size_t)mv->npend * 8;
     uint32_t *body = malloc(bytes ? bytes : 8);
     if (!body)
@@ -657,12 +683,27 @@ static slash_status switch_map(slash_exec *ex)
     for (uint32_t i = 0; i < mv->npend; i++)
         body[2 * i] = mv->pend_parts[i], body[2 * i + 1] = mv->pend_ranks[i];
     sync_msg h = {.type = SYNC_MAP, .epoch = v, .offset = mv->npend, .frag = bytes};
-    for (uint32_t r = 0; r < ex->n && st == SLASH_OK; r++)
-        if (r != ex->rank && !ex->fin[r])
+    /* after its final epoch an executor sends nothing by any map: peers
+     * count it as switched, so it only follows the version itself. A
+     * finished peer gets the marker: it still merges what is sent to it */
+    for (uint32_t r = 0; r < ex->n && st == SLASH_OK && ex->published != INT64_MAX; r++)
+        if (r != ex->rank)
             st = ship(ex, r, &h, body, bytes);
     free(body);
     ex->m.led_partitions = slash_leadermap_count(&mv->map, ex->rank);
     return st;
+}
+
+/* The leader of p in version `version` as this executor knows it: its own,
+ * the one before (a peer not yet switched), or the adopted one. */
+static uint32_t leader_for(const slash_exec *ex, uint32_t p, uint64_t version)
+{
+    const exec_moves *mv = &ex->mv;
+    if (version < mv->map.version && version >= mv->hist_base)
+        return mv->hist[(size_t)(version - mv->hist_base) * ex->parts + p];
+    if (version > mv->map.version && mv->pend_to[p] >= 0)
+        return (uint32_t)mv->pend_to[p];
+    return slash_leadermap_leader(&mv->map, p);
 }
 
 /* MAP(v) from rank r: r follows version v from here on. The first MAP(v)
@@ -820,9 +861,14 @@ slash_status slash_exec_move_partitions(slash_exec *ex, const uint32_t *parts,
         return leave(ex, slash_fail(SLASH_ESTATE, "exec: move after finish"));
     if ((st = slash_leadermap_check(&mv->map, parts, ranks, k)) != SLASH_OK)
         return leave(ex, st);
+    /* a finished executor sends no marker: it could not agree to a version */
+    for (uint32_t r = 0; r < ex->n; r++)
+        if (ex->fin[r] || ex->published == INT64_MAX)
+            return leave(ex, slash_fail(SLASH_ESTATE, "executor rank %u has finished: leadership "
+                                        "no longer moves", ex->fin[r] ? r : ex->rank));
     bool agreed = !mv->pending;
     for (uint32_t r = 0; r < ex->n && agreed; r++)
-        agreed = r == ex->rank || ex->fin[r] || mv->peer_ver[r] >= mv->map.version;
+        agreed = r == ex->rank || mv->peer_ver[r] >= mv->map.version;
     if (!agreed)
         return leave(ex, slash_fail(SLASH_ESTATE, "a move (leader map version %llu) is still "
                                     "being agreed; retry after the next epochs",
@@ -867,6 +913,8 @@ slash_status slash_exec_restore_map(slash_exec *ex, const uint32_t *leaders)
     if (ex->pushes || ex->epoch || ex->mv.map.version || ex->mv.pending)
         return leave(ex, slash_fail(SLASH_ESTATE, "restore the leader map before any push or move"));
     st = slash_leadermap_set(&ex->mv.map, 0, leaders);
+    if (st == SLASH_OK)
+        memcpy(ex->mv.hist, leaders, (size_t)ex->parts * sizeof *leaders);
     if (st == SLASH_OK)
         ex->m.led_partitions = slash_leadermap_count(&ex->mv.map, ex->rank);
     return leave(ex, st);
@@ -1776,6 +1824,8 @@ static slash_status finish_locked(slash_exec *ex)
     while (st == SLASH_OK && (ex->nfin < ex->n - 1 || ex->mv.nowe || ex->mv.nawait)) {
         bool progressed = false;
         st = serve(ex, &progressed);
+        if (st == SLASH_OK && ex->mv.pending) /* adopted after the final epoch */
+            st = switch_map(ex);
         if (st == SLASH_OK)
             st = move_progress(ex);
         if (progressed)

@@ -82,6 +82,12 @@ typedef struct assembly {
  * the partition's records. Both are outside the epoch sequence. */
 typedef struct exec_moves {
     slash_leadermap map;   /* the version this executor's sends follow */
+    /* leaders of versions hist_base .. map.version, parts entries each: a
+     * peer whose marker has not arrived yet still sends by an older one */
+    uint32_t *hist;
+    uint64_t hist_base;
+    size_t hist_n;
+    int32_t *pend_to;      /* per partition: its rank in the adopted version (-1: unmoved) */
     uint64_t *peer_ver;    /* per rank: version of its stream (its last MAP marker) */
     bool pending;          /* version map.version + 1 adopted, not yet switched to */
     uint32_t npend;

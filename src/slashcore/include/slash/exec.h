@@ -208,7 +208,8 @@ slash_status slash_exec_restore_partition(slash_exec *ex, uint32_t partition, co
  * leader and drops it. The new leader fires no window of the partition until
  * that hand-over has arrived; every other partition keeps firing. Moves to
  * the current leader are dropped. One version at a time: SLASH_ESTATE while
- * rank 0 still lacks a peer's marker of the previous one; SLASH_EINVAL for a
+ * rank 0 still lacks a peer's marker of the previous one, and once any
+ * executor has sent its final epoch; SLASH_EINVAL for a
  * bad partition or rank, a partition named twice, or a JOIN executor (its
  * store cannot be handed over yet). */
 slash_status slash_exec_move_partitions(slash_exec *ex, const uint32_t *parts,
