@@ -1,0 +1,167 @@
+"""Live leadership moves (issue 17): partitions led by a versioned leader map,
+moved between executors at epoch boundaries while the stream runs. A run
+with moves at random points gives exactly DuckDB's answer over the whole
+input (each (window, key) once), for tumbling, sliding and session windows;
+handing every partition of rank 1 to rank 0 (a scale-in) does too; moves of
+a join are refused.
+
+Executors run as threads of this process over shm, as in
+test_checkpoint_exec.py."""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import List
+
+import pyarrow as pa
+import pytest
+
+import slash
+from slash import errors
+
+from _state_reference import AGGS, VALUE_TYPES, assert_same, duckdb_reference
+from test_checkpoint_exec import in_threads, open_group
+from test_executor import split, stream
+
+BATCH = 400
+
+
+def batches(t: pa.Table) -> List[pa.Table]:
+    return [t.slice(i, BATCH) for i in range(0, t.num_rows, BATCH)]
+
+
+def move_when_agreed(ex: slash.Executor, moves) -> bool:
+    """Rank 0 asks for a move; while the previous one is being agreed it
+    polls (its peers' markers arrive) and asks again. False when a peer
+    finished already (leadership no longer moves then)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            ex.move_partitions(moves)
+            return True
+        except errors.InvalidState as e:
+            if "finished" in str(e):
+                return False
+            assert time.monotonic() < deadline, "the previous move was never agreed"
+            ex.poll(0.005)
+
+
+def run(table, n, window, *, seed, plan, partitions=16, string_keys=False):
+    """Every rank pushes its share batch by batch; rank 0 calls plan(rng,
+    leaders) before the batches chosen at random and moves what it returns.
+    Returns (results, metrics per rank, final leader map per rank)."""
+    state = slash.StateConfig(window=window, aggregates=AGGS, value_types=VALUE_TYPES,
+                              key_type="string" if string_keys else "int64")
+    exs = open_group(n, state, partitions=partitions)
+    inputs = [batches(t) for t in split(table, n, "random", seed)]
+    rng = random.Random(seed)
+    when = set(rng.sample(range(max(len(inputs[0]), 1)), min(4, len(inputs[0]))))
+    out: List[pa.RecordBatch] = []
+    lock = threading.Lock()
+
+    def rank_fn(r):
+        def f():
+            ex = exs[r]
+            got = []
+            for i, b in enumerate(inputs[r]):
+                if r == 0 and i in when:
+                    moves = plan(rng, ex.leader_map()[1])
+                    if moves:
+                        move_when_agreed(ex, moves)
+                assert ex.push_batch(b) == 0
+                got += ex.results()
+            ex.finish()
+            got += ex.results()
+            with lock:
+                out.extend(got)
+        return f
+
+    try:
+        in_threads([rank_fn(r) for r in range(n)])
+        metrics = [ex.metrics for ex in exs]
+        maps = [ex.leader_map() for ex in exs]
+    finally:
+        for ex in exs:
+            ex.close()
+    return out, metrics, maps
+
+
+def random_moves(n):
+    def plan(rng, leaders):
+        parts = rng.sample(range(len(leaders)), rng.randint(1, len(leaders) // 2))
+        return {p: rng.randrange(n) for p in parts}
+    return plan
+
+
+def agreed(maps) -> None:
+    assert all(m == maps[0] for m in maps), "executors ended on different leader maps"
+
+
+@pytest.mark.parametrize("window", ["tumbling:1s", "sliding:3s/1s", "session:700ms"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_moves_at_random_points_give_the_answer_of_the_run_without_moves(window, seed):
+    table = stream(seed, n=12000, nkeys=200, span_ms=30000)
+    n = 3
+    got, metrics, maps = run(table, n, window, seed=seed, plan=random_moves(n))
+    assert_same(pa.Table.from_batches(got), duckdb_reference(table, slash.parse_window(window)))
+    agreed(maps)
+    assert maps[0][0] >= 1, "no move took effect"
+    assert sum(m["moves"] for m in metrics) == sum(m["moves_out"] for m in metrics) > 0
+    assert all(m["held_partitions"] == 0 for m in metrics)
+
+
+def test_moves_with_string_keys_and_the_default_partition_count():
+    table = stream(7, n=8000, nkeys=150, span_ms=20000, string_keys=True)
+    got, metrics, maps = run(table, 2, "tumbling:1s", seed=7, plan=random_moves(2),
+                             partitions=None, string_keys=True)
+    assert len(maps[0][1]) == 256
+    assert_same(pa.Table.from_batches(got), duckdb_reference(table, slash.parse_window("tumbling:1s")))
+    agreed(maps)
+
+
+@pytest.mark.parametrize("window", ["tumbling:1s", "session:700ms"])
+def test_scale_in_hand_over_of_every_partition_of_rank_1_keeps_the_answer(window):
+    table = stream(5, n=10000, nkeys=200, span_ms=30000)
+    done = []
+
+    def plan(rng, leaders):
+        if done:
+            return None
+        done.append(1)
+        return {p: 0 for p, r in enumerate(leaders) if r == 1}
+
+    got, metrics, maps = run(table, 2, window, seed=5, plan=plan)
+    assert_same(pa.Table.from_batches(got), duckdb_reference(table, slash.parse_window(window)))
+    agreed(maps)
+    assert set(maps[0][1]) == {0}
+    assert metrics[1]["led_partitions"] == 0 and metrics[0]["led_partitions"] == 16
+    assert metrics[0]["moves"] == 8 and metrics[1]["moves_out"] == 8
+    assert metrics[0]["moved_bytes"] == metrics[1]["moved_bytes_out"]
+
+
+def test_a_move_on_a_rank_other_than_0_or_with_a_bad_partition_is_refused():
+    state = slash.StateConfig(window="tumbling:1s", aggregates=["count"])
+    exs = open_group(2, state, partitions=8)
+    try:
+        with pytest.raises(errors.InvalidState, match="rank 0"):
+            exs[1].move_partitions({0: 1})
+        with pytest.raises(errors.InvalidArgument, match="partition 8"):
+            exs[0].move_partitions({8: 1})
+        with pytest.raises(errors.InvalidArgument, match="rank 2"):
+            exs[0].move_partitions({1: 2})
+        assert exs[0].leader_map() == (0, [p % 2 for p in range(8)])
+    finally:
+        for ex in exs:
+            ex.close()
+
+
+def test_moving_a_partition_of_a_join_is_refused():
+    cfg = slash.JoinConfig(window="tumbling:1s", left_columns={"a": "int64"}, right_columns={"b": "int64"})
+    exs = open_group(2, cfg, partitions=8)
+    try:
+        with pytest.raises(errors.InvalidArgument, match="join"):
+            exs[0].move_partitions({1: 0})
+    finally:
+        for ex in exs:
+            ex.close()
