@@ -196,10 +196,15 @@ def test_store_refuses_the_directory_of_another_query(tmp_path):
         _store(tmp_path, fp="q2").latest()
 
 
-def test_store_refuses_another_executor_count(tmp_path):
+def test_store_refuses_another_partition_count(tmp_path):
+    _commit(_store(tmp_path, n=2, parts=8), 1)
+    with pytest.raises(InvalidArgument, match="8 key partitions"):
+        _store(tmp_path, n=2, parts=12).latest()
+
+
+def test_store_reads_a_checkpoint_of_another_executor_count(tmp_path):
     _commit(_store(tmp_path, n=2), 1)
-    with pytest.raises(InvalidArgument, match="2 executors"):
-        _store(tmp_path, n=3).latest()
+    assert _store(tmp_path, n=3).latest().executors == 2
 
 
 def test_checkpoint_every_parses_durations_epochs_and_batches():

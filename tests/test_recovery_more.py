@@ -126,7 +126,7 @@ def test_every_executor_killed_at_once_recovers(tmp_path, monkeypatch):
 
 
 @needs_core
-def test_resume_with_another_executor_count_is_refused_naming_both(tmp_path):
+def test_resume_of_a_generator_with_another_executor_count_is_refused_naming_both(tmp_path):
     # a directory as a run leaves it when the whole run died after its last
     # checkpoint: committed checkpoints of 2 executors, no finish marker
     from slash.checkpoint import FINISHED, RESULT
@@ -135,8 +135,10 @@ def test_resume_with_another_executor_count_is_refused_naming_both(tmp_path):
     assert m["checkpoints"], "the run committed no checkpoint"
     os.unlink(tmp_path / FINISHED)
     os.unlink(tmp_path / RESULT)
-    with pytest.raises(InvalidArgument, match=r"taken with 2 executors.*this run has 3.*"
-                                              r"run with executors=2 or give a new directory"):
+    from slash.errors import NotSupported
+
+    with pytest.raises(NotSupported, match=r"cut with 2 executors and this run has 3.*"
+                                           r"Resume with executors=2"):
         _run(_paced(), tmp_path, n=3)
     got, m = _run(_paced(), tmp_path, n=2)  # the same count resumes it
     assert m["resumed_from"] is not None

@@ -26,7 +26,10 @@ Invariants:
   file. A corrupt checkpoint is never skipped silently for an older one or
   for a fresh start.
 * A manifest records the query's fingerprint: a directory of another query
-  (or executor count) is refused with :class:`slash.errors.InvalidArgument`.
+  (or partition count) is refused with :class:`slash.errors.InvalidArgument`.
+  Its executor count may differ from the reader's: a checkpoint restores
+  into another executor count (leader stores are by key partition; the
+  caller re-splits the sources' positions, see :mod:`slash.recovery`).
 """
 from __future__ import annotations
 
@@ -265,15 +268,32 @@ class CheckpointStore:
             raise InvalidArgument(f"checkpoint directory {self.dir!r} holds checkpoints of another "
                                   f"query ({m.get('query')!r}, not {self.fingerprint!r}); give "
                                   "an empty directory or the same query")
-        if m.get("executors") != self.executors or m.get("partitions") != self.partitions:
-            raise InvalidArgument(f"checkpoint {path!r} was taken with {m.get('executors')} executors "
-                                  f"and {m.get('partitions')} partitions; this run has "
-                                  f"{self.executors} and {self.partitions}. A run resumes "
-                                  f"with the executor count it was checkpointed with (each "
-                                  f"executor's split of the input and its position in it "
-                                  f"depend on it): run with executors={m.get('executors')} or "
-                                  f"give a new directory")
+        if m.get("partitions") != self.partitions:
+            raise InvalidArgument(f"checkpoint {path!r} was taken with {m.get('partitions')} key "
+                                  f"partitions; this run has {self.partitions}. The partition "
+                                  f"count stays fixed for the life of a query's checkpoints "
+                                  f"(a resumed run takes the checkpoint's; leave partitions "
+                                  f"unset or give a new directory)")
         return Checkpoint(ckpt_id, d, m, self.dir)
+
+    def newest_shape(self) -> Optional[Tuple[int, int]]:
+        """(executors, partitions) of the newest manifest of THIS query, or
+        None (no checkpoint, or one of another query or unreadable: load()
+        then raises the precise error). A resumed run takes its partition
+        count from here."""
+        for i in reversed(self._ids()):
+            path = os.path.join(self.dir, chk_name(i), MANIFEST)
+            if not os.path.exists(path):
+                continue
+            try:
+                with open(path, "rb") as f:
+                    m = json.loads(f.read())
+                if m.get("query") != self.fingerprint:
+                    return None
+                return int(m["executors"]), int(m["partitions"])
+            except (ValueError, OSError, KeyError, TypeError, AttributeError):
+                return None
+        return None
 
     def _newest_manifest(self) -> Optional[Checkpoint]:
         for i in reversed(self._ids()):

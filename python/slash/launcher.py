@@ -87,6 +87,10 @@ class Link:
     def put(self, msg: Any) -> None:
         self._conn.send(msg)
 
+    def poll(self, timeout: float = 0.0) -> bool:
+        """True when a message from the launching process is waiting."""
+        return self._conn.poll(timeout)
+
     def get(self, timeout: Optional[float] = None) -> Any:
         if not self._conn.poll(timeout):
             raise Timeout(f"no message from the launching process within {timeout} s")

@@ -10,6 +10,9 @@ With ``run(..., checkpoint=DIR)`` the run is cut into checkpoints:
   position at the cut, its push count, records read), plus the windows it
   fired before the cut as a result segment ``DIR/results/rank-<r>.chk-c.arrow``;
   then it reports ``("ckpt", rank, c, ...)`` to the parent.
+  The files are written by a background thread of the worker (see
+  :class:`_Writer`: one write in flight per rank), so the push loop goes on
+  while they are fsynced; the report is sent once they are durable.
 * The parent commits c (writes its manifest, last and atomically: see
   :mod:`slash.checkpoint`) once every rank reported it.
 * When an executor process dies (killed, crashed) or a peer's link breaks,
@@ -27,7 +30,10 @@ With ``run(..., checkpoint=DIR)`` the run is cut into checkpoints:
 
 The position of a source at a cut comes from the cut's push count: each
 worker maps the number of push calls it has made to the source position
-after the item of that push.
+after the item of that push. A FileSource's is also recorded as the work the
+rank has left in global terms (``work``), so a checkpoint resumes with
+another executor count (:func:`resplit`); :class:`RunControl` rescales a
+running group that way.
 
 Test hook (documented, used by tests/test_recovery.py only): the environment
 variable ``SLASH_TEST_KILL="RANK:PUSHES[:ATTEMPT[:CUTS]],..."`` makes the
@@ -56,12 +62,12 @@ import pyarrow as pa
 
 from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import Checkpoint, CheckpointStore
-from slash.errors import (CheckpointCorrupt, InvalidArgument, SlashError, SystemFailure,
-                          UsageError)
+from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState, NotSupported,
+                          SlashError, SystemFailure, UsageError)
 from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
 from slash.query import Query
-from slash.sources import FileSource, GeneratorSource, Position, TableSource, read_from
+from slash.sources import FileSource, GeneratorSource, Position, TableSource, Work, read_from
 from slash.window import parse_duration
 
 log = logging.getLogger(__name__)
@@ -186,6 +192,8 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
 
     n = len(addresses)
     store = plan.store()
+    link = _SharedLink(link)  # the writer thread reports over it too
+    writer = _Writer(rank)
     schema = source.schema
     bounded = bool(getattr(source, "bounded", True))
     nullable = source_nullable(source, [*query.key, *query.value_columns])
@@ -194,14 +202,28 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
     start: Optional[Position] = None
     base_pushes = 0
     records = 0
+    time_col = _source_time(source, query)
+    # a FileSource's share of this attempt in global terms ([[unit, batches read], ...])
+    work: Optional[Work] = None
     try:
         if plan.resume_id is not None:
             ck = store.load(plan.resume_id)
-            metas = [ck.read(f"rank-{r}.meta") for r in range(n)]
+            old_n = ck.executors
+            metas = [ck.read(f"rank-{r}.meta") for r in range(old_n)]
             parts = {p: ck.read(f"part-{p}.bin") for p in range(plan.partitions) if p % n == rank}
             ex.restore(metas, parts)
-            info = ck.rank_info(rank)
-            start, base_pushes, records = info["position"], info["pushes"], info["records"]
+            if old_n == n:  # each rank resumes its own split where it was
+                info = ck.rank_info(rank)
+                start, base_pushes, records = info["position"], info["pushes"], info["records"]
+                if isinstance(source, FileSource):
+                    work, start = _left_of(source, info, rank, n, time_col), None
+            else:  # another executor count: what every rank left, dealt to n ranks
+                infos = [ck.rank_info(r) for r in range(old_n)]
+                work = resplit(source, infos, old_n, n, time_col, store.dir)[rank]
+                base_pushes = 0  # the core counts push calls afresh in a group of another size
+                records = sum(int(i["records"]) for i in infos) if rank == 0 else 0
+        elif isinstance(source, FileSource):
+            work = source.work(rank, n, time_col)
         link.put(("resumed", rank, records))
         every = plan.every
         # push calls, counted as the core counts them (a restored executor
@@ -217,6 +239,26 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
         kill_at = _kill_point(rank, plan.attempt)
         result_schema = ex.result_schema()
 
+        def write_image(img: Any, fired: List[pa.RecordBatch], info: Dict[str, Any],
+                        pushes_then: int) -> None:
+            """The writer thread: one image's files, durable, then the report."""
+            t0 = time.monotonic()
+            files = {f"rank-{rank}.meta": store.write(img.id, f"rank-{rank}.meta", img.meta)}
+            for i, (p, data) in enumerate(img.parts.items()):
+                if i == len(img.parts) // 2 and kill_at is not None and kill_at[2] and \
+                        pushes_then >= kill_at[0] and \
+                        _committed_since(store, plan.next_id) >= kill_at[1]:
+                    log.warning("test hook SLASH_TEST_KILL: rank %d kills itself while "
+                                "writing checkpoint %d", rank, img.id)
+                    os.kill(os.getpid(), signal.SIGKILL)
+                files[f"part-{p}.bin"] = store.write(img.id, f"part-{p}.bin", data)
+            seg, entry = store.write_segment(
+                rank, img.id, to_ipc(pa.Table.from_batches(fired, result_schema)))
+            files[f"rank-{rank}.json"] = store.write(img.id, f"rank-{rank}.json", _json(info))
+            size = sum(f["size"] for f in files.values()) + entry["size"]
+            link.put(("ckpt", rank, img.id, files, {seg: entry},
+                      {"bytes": size, "seconds": time.monotonic() - t0}))
+
         def after_call() -> None:
             nonlocal pending, asked
             while True:
@@ -224,27 +266,12 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                 if img is None:
                     break
                 pending += ex.results()  # every window fired before the cut, nothing after
-                t0 = time.monotonic()
-                files = {f"rank-{rank}.meta": store.write(img.id, f"rank-{rank}.meta", img.meta)}
-                for i, (p, data) in enumerate(img.parts.items()):
-                    if i == len(img.parts) // 2 and kill_at is not None and kill_at[2] and \
-                            pushes >= kill_at[0] and \
-                            _committed_since(store, plan.next_id) >= kill_at[1]:
-                        log.warning("test hook SLASH_TEST_KILL: rank %d kills itself while "
-                                    "writing checkpoint %d", rank, img.id)
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    files[f"part-{p}.bin"] = store.write(img.id, f"part-{p}.bin", data)
-                seg, entry = store.write_segment(
-                    rank, img.id, to_ipc(pa.Table.from_batches(pending, result_schema)))
-                cut_records = records_at[img.pushes]
                 info = {"rank": rank, "position": pos_after[img.pushes],
-                        "pushes": img.pushes, "records": cut_records,
+                        "pushes": img.pushes, "records": records_at[img.pushes],
                         "windows": sum(b.num_rows for b in pending)}
-                files[f"rank-{rank}.json"] = store.write(img.id, f"rank-{rank}.json",
-                                                         _json(info))
-                size = sum(f["size"] for f in files.values()) + entry["size"]
-                link.put(("ckpt", rank, img.id, files, {seg: entry},
-                          {"bytes": size, "seconds": time.monotonic() - t0}))
+                if work is not None:  # what is left of this rank's input, in global terms
+                    info["work"] = FileSource.remaining(work, pos_after[img.pushes])
+                writer.submit(write_image, img, pending, info, pushes)
                 out.extend(pending)
                 pending = []
                 for k in [k for k in pos_after if k < img.pushes]:  # older cuts are not needed
@@ -256,9 +283,12 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
             pending.extend(got)
 
         records_at: Dict[int, int] = {pushes: records}
+        forced = False  # rank 0: the parent asked for a checkpoint now (rescale)
         with _no_cyclic_gc():
-            for pos, item in read_from(source, rank, n, query.input_columns,
-                                       _source_time(source, query), start):
+            items = (source.read_work(work, query.input_columns, time=time_col)
+                     if work is not None else
+                     read_from(source, rank, n, query.input_columns, time_col, start))
+            for pos, item in items:
                 if isinstance(item, (pa.RecordBatch, pa.Table)):
                     b, skip = query.prepare_selected(item)
                     ex.push_batch(b, skip=skip)
@@ -273,7 +303,11 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                 after_call()
                 if rank == 0:
                     now = time.monotonic()
-                    due = ((every.seconds is not None and now - last_ask_t >= every.seconds) or
+                    if link.poll():  # the parent: ("checkpoint_now",) for a rescale
+                        msg = link.get()
+                        if msg[0] == "checkpoint_now":
+                            forced = True
+                    due = forced or ((every.seconds is not None and now - last_ask_t >= every.seconds) or
                            (every.batches is not None and pushes - last_ask_pushes >= every.batches))
                     if not due and every.epochs is not None:
                         e = ex.metrics["epochs"]
@@ -283,7 +317,11 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                                         now - last_ask_t >= 2 * every.seconds) or
                                        (every.batches is not None and
                                         pushes - last_ask_pushes >= 2 * every.batches))
+                    if due and asked is not None and forced:
+                        due = False  # the cut already asked for serves the rescale
+                        forced = False
                     if due:
+                        forced = False
                         asked = next_id
                         next_id += 1
                         ex.request_checkpoint(asked)
@@ -304,12 +342,106 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                     link.put(("progress", rank, records))
             ex.finish()
             after_call()
+            writer.drain()  # every checkpoint this rank took is durable and reported
         out.extend(pending)
         m = dict(ex.metrics)
         m["records_read"] = records
         return pa.Table.from_batches(out, schema=result_schema), m
     finally:
+        writer.close()
         ex.close()
+
+
+class _SharedLink:
+    """A worker's link, usable from the push loop and the writer thread."""
+
+    def __init__(self, link: Any) -> None:
+        import threading
+
+        self._link, self._lock = link, threading.Lock()
+
+    def put(self, msg: Any) -> None:
+        with self._lock:
+            self._link.put(msg)
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return self._link.poll(timeout)
+
+    def get(self, timeout: Optional[float] = None) -> Any:
+        return self._link.get(timeout)
+
+
+class _Writer:
+    """Writes a rank's checkpoint images on a background thread, so its push
+    loop does not wait for the files (and their fsyncs).
+
+    The core hands over an immutable image (bytes); the thread writes its
+    files durably, then reports ("ckpt", ...) to the parent, which writes the
+    manifest only once every rank's report is in: a crash before that leaves
+    the previous checkpoint the newest complete one. At most one write is in
+    flight per rank: a second image waits in :meth:`submit` (the push loop
+    blocks) until the first is written, so memory holds at most two images
+    (the one being written and the one waiting) and checkpoints that fall
+    behind slow the input down instead of piling up. A write's error is
+    raised in the push loop at the next submit or drain."""
+
+    def __init__(self, rank: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"slash-ckpt-{rank}")
+        self._fut: Any = None
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        self.drain()
+        self._fut = self._pool.submit(fn, *args)
+
+    def drain(self) -> None:
+        if self._fut is not None:
+            fut, self._fut = self._fut, None
+            fut.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def _left_of(source: FileSource, info: Dict[str, Any], rank: int, n: int,
+             time_col: Optional[str]) -> Work:
+    """What rank of a group of n had left of a FileSource at a cut, in
+    global terms: its ``work`` (recorded since rescaling exists), else its
+    position in its own split of n (checkpoints written before)."""
+    if "work" in info:
+        return [[int(g), int(k)] for g, k in info["work"]]
+    pos = info.get("position")
+    return FileSource.remaining(source.work(rank, n, time_col),
+                                pos if isinstance(pos, (list, tuple)) else None)
+
+
+def check_resplittable(source: Any, ck_n: int, n: int, directory: str) -> None:
+    """Raises NotSupported, naming the reason, unless ``source``'s positions
+    at a cut of ck_n executors can be dealt to n."""
+    if ck_n == n or isinstance(source, FileSource):
+        return
+    why = {GeneratorSource: "a GeneratorSource's make(rank, n) decides each executor's input, "
+                            "and input made for one split cannot be dealt to another",
+           TableSource: "a TableSource's slices depend on the executor count"}.get(
+        type(source), f"a {type(source).__name__} records no position in global terms")
+    raise NotSupported(f"checkpoint directory {directory!r} was cut with {ck_n} executors and this "
+                       f"run has {n}: {why}. Resume with executors={ck_n}, or read files "
+                       f"(FileSource), whose positions re-split to any executor count")
+
+
+def resplit(source: Any, infos: List[Dict[str, Any]], ck_n: int, n: int,
+            time_col: Optional[str], directory: str) -> List[Work]:
+    """Every rank's work left at a cut of ck_n executors (``infos``: their
+    rank-<r>.json), dealt to n ranks (:meth:`FileSource.resplit`): every rank
+    of the new group computes the same lists. Units read whole are in none,
+    a unit read in part resumes after its batches read, so no record is
+    read twice or skipped. The watermark stays correct: the core restores
+    every rank of another group size at the cut's group watermark (the
+    smallest rank watermark), below every record any rank had left."""
+    check_resplittable(source, ck_n, n, directory)
+    lefts = [_left_of(source, infos[r], r, ck_n, time_col) for r in range(ck_n)]
+    return source.resplit(lefts, n, time_col)
 
 
 def _json(obj: Any) -> bytes:
@@ -358,15 +490,131 @@ def fingerprint(query: Query, source: Any) -> str:
     return f"{query!r} over {src}"
 
 
+class RunControl:
+    """Operations on a running checkpointed run (:func:`slash.runner.run`
+    with ``checkpoint=`` and ``control=RunControl()``), for a control plane
+    (e.g. a control socket behind ``slash ctl``). Thread-safe: call its
+    methods from any thread while ``run`` runs in another.
+
+    :meth:`rescale` changes the executor count by checkpoint and restart: the
+    group takes a checkpoint at its next cut, stops, and starts again with
+    the new count from that checkpoint. The output stays exactly-once (the
+    result equals the failure-free run's) because that is exactly the path
+    of a recovery: windows fired before the cut are in the committed
+    segments, the ones after it fire again in the new group. Records read
+    after the cut by the old group are read again by the new one.
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        self._cond = threading.Condition()
+        self._want: Optional[int] = None  # a requested executor count not yet applied
+        self._asked_at: Optional[float] = None
+        self._result: Optional[Dict[str, Any]] = None
+        self._seq = 0  # rescales completed
+        self._state = "new"  # new, running, ended
+        self._source: Any = None
+        self._partitions = 0
+        self._dir = ""
+        self.executors: Optional[int] = None  #: the current group's executor count
+        self.rescales: List[Dict[str, Any]] = []  #: one entry per completed rescale
+
+    def rescale(self, n: int, timeout: Optional[float] = 120.0) -> Dict[str, Any]:
+        """Restarts the running group with ``n`` executors from a checkpoint
+        cut after this call; returns when the new group has restored and
+        resumed reading: ``{"from": old n, "to": n, "checkpoint": id,
+        "seconds_to_cut": request to the checkpoint's commit,
+        "seconds_to_resume": request to every new executor resumed}``.
+
+        Raises InvalidArgument for an n outside 1..partitions (the partition
+        count stays fixed), NotSupported when the source cannot be re-split
+        (a generator or a table: see :func:`check_resplittable`),
+        InvalidState when the run is not running or ended before a cut
+        (a group whose input is running out takes no further checkpoint),
+        and Timeout after ``timeout`` seconds (the request stays queued).
+        ``n`` equal to the current count returns at once with ``to == from``.
+        One rescale at a time: a second call while one is pending replaces
+        its target count.
+        """
+        from slash.errors import Timeout
+
+        with self._cond:
+            if self._state != "running":
+                raise InvalidState(f"rescale({n!r}): the run is {self._state}, not running")
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self._partitions:
+                raise InvalidArgument(f"rescale needs an executor count in 1..{self._partitions} "
+                                      f"(the run's key partitions), got {n!r}")
+            cur = self.executors
+            assert cur is not None
+            if n == cur:
+                return {"from": cur, "to": n, "checkpoint": None, "seconds_to_cut": 0.0,
+                        "seconds_to_resume": 0.0}
+            check_resplittable(self._source, cur, n, self._dir)
+            self._want, self._asked_at = n, time.monotonic()
+            seq = self._seq
+            if not self._cond.wait_for(lambda: self._seq > seq or self._state != "running",
+                                       timeout):
+                raise Timeout(f"rescale to {n} executors did not complete within {timeout} s")
+            if self._seq > seq:
+                return dict(self.rescales[-1])
+            raise InvalidState(f"rescale to {n} executors: the run ended before a checkpoint "
+                               "could be cut (its input ran out)")
+
+    def scale_out(self, k: int = 1, timeout: Optional[float] = 120.0) -> Dict[str, Any]:
+        """:meth:`rescale` to the current count plus ``k``."""
+        return self.rescale((self.executors or 0) + k, timeout)
+
+    def scale_in(self, k: int = 1, timeout: Optional[float] = 120.0) -> Dict[str, Any]:
+        """:meth:`rescale` to the current count minus ``k``."""
+        return self.rescale((self.executors or 0) - k, timeout)
+
+    # -- the driver's side --------------------------------------------------------
+    def _start(self, source: Any, n: int, partitions: int, directory: str) -> None:
+        with self._cond:
+            self._source, self.executors, self._partitions, self._dir = source, n, partitions, directory
+            self._state = "running"
+
+    def _pending(self) -> Tuple[Optional[int], Optional[float]]:
+        with self._cond:
+            return self._want, self._asked_at
+
+    def _done(self, entry: Dict[str, Any]) -> None:
+        with self._cond:
+            self.rescales.append(entry)
+            self.executors = entry["to"]
+            self._want = self._asked_at = None
+            self._seq += 1
+            self._cond.notify_all()
+
+    def _end(self) -> None:
+        with self._cond:
+            self._state = "ended"
+            self._cond.notify_all()
+
+
+class _Rescale(Exception):
+    """An attempt stopped for a rescale, at committed checkpoint ``ckpt``."""
+
+    def __init__(self, n: int, ckpt: int, asked_at: float, cut_at: float) -> None:
+        super().__init__(f"rescale to {n}")
+        self.n, self.ckpt, self.asked_at, self.cut_at = n, ckpt, asked_at, cut_at
+
+
 def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, token: str, *,
                      directory: str, every: Any, keep: int, max_restarts: int, timeout: float,
                      finalize: Callable[[pa.Table], pa.Table],
-                     metrics: Dict[str, Any]) -> pa.Table:
+                     metrics: Dict[str, Any], control: Optional[RunControl] = None) -> pa.Table:
     """The parent's side (see the module doc); returns the finalized result.
     ``metrics`` receives records_in, per_executor, checkpoints, recoveries,
-    records_replayed and resumed_from."""
+    records_replayed, resumed_from and rescales. A run resumed from a
+    checkpoint takes its key partition count from the checkpoint's manifest
+    and may have another executor count (a FileSource's positions are
+    re-split; other sources refuse). ``control``: see :class:`RunControl`."""
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise InvalidArgument(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+    import dataclasses
+
     policy = CheckpointEvery.parse(every)
     partitions = group.partitions_for(n)
     store = CheckpointStore(directory, fingerprint=fingerprint(query, source), executors=n,
@@ -375,45 +623,81 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     if stored is not None:
         log.info("checkpoint directory %r holds this query's finished run: returning its result "
                  "without running again", store.dir)
-        metrics.update(checkpoints=[], recoveries=[], records_replayed=0, finished_before=True)
+        metrics.update(checkpoints=[], recoveries=[], records_replayed=0, finished_before=True,
+                       rescales=[])
         return from_ipc(stored)
+    shape = store.newest_shape()
+    if shape is not None:  # resuming: the checkpoint's partition count, any executor count
+        ck_n, ck_parts = shape
+        if group.partitions is not None and group.partitions != ck_parts:
+            raise InvalidArgument(f"checkpoint directory {store.dir!r} holds checkpoints with "
+                                  f"{ck_parts} key partitions; this run asks for "
+                                  f"{group.partitions} (the count stays fixed: leave it unset)")
+        group = dataclasses.replace(group, partitions=ck_parts)
+        partitions = store.partitions = group.partitions_for(n)
+        check_resplittable(source, ck_n, n, store.dir)
+        if ck_n != n:
+            log.info("resuming checkpoints of %d executors with %d: re-splitting the input", ck_n, n)
+    # fixed for the life of the checkpoints: a rescaled group keeps it (not 4 x its own n)
+    group = dataclasses.replace(group, partitions=partitions)
     checkpoints: List[Dict[str, Any]] = []
     recoveries: List[Dict[str, Any]] = []
+    rescales: List[Dict[str, Any]] = []
     replayed = 0
     restarts = 0
+    attempt = 0
     failed_at: Optional[float] = None
     first = store.latest()
     metrics["resumed_from"] = first.id if first is not None else None
-    while True:
-        ck = first if restarts == 0 else store.latest()
-        plan = _Plan(store.dir, store.fingerprint, n, partitions, keep, policy,
-                     ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
-                     restarts)
-        if ck is not None:
-            log.info("starting from checkpoint %s (attempt %d)", ck.path, restarts)
-        try:
-            tables, per_exec, prog = _attempt(query, source, n, group, token, plan, store, timeout,
-                                              checkpoints, recoveries, failed_at)
-            break
-        except _Failed as f:
-            if isinstance(f.error, (UsageError, CheckpointCorrupt)) or not isinstance(
-                    f.error, SystemFailure):
-                raise f.error
-            last = store.latest(verify=False)
-            lost = _replayed(f.error, last)
-            replayed += lost
-            if restarts >= max_restarts:
-                raise SystemFailure(f"run failed after {restarts} restart(s) (max_restarts="
-                                    f"{max_restarts}); last failure: {f.cause}") from f.error
-            restarts += 1
-            failed_at = time.monotonic()
-            recoveries.append({"cause": f.cause, "rank": f.rank,
-                               "from_checkpoint": last.id if last is not None else None,
-                               "records_replayed": lost})
-            log.warning("executor rank %s failed (%s): restarting all %d executors from %s "
-                        "(restart %d of at most %d)", f.rank, f.cause, n,
-                        f"checkpoint {last.id}" if last is not None else "the beginning",
-                        restarts, max_restarts)
+    if control is not None:
+        control._start(source, n, partitions, store.dir)
+    try:
+        while True:
+            ck = first if attempt == 0 else store.latest()
+            store.executors = n
+            plan = _Plan(store.dir, store.fingerprint, n, partitions, keep, policy,
+                         ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
+                         attempt)
+            if ck is not None:
+                log.info("starting %d executors from checkpoint %s (attempt %d)", n, ck.path,
+                         attempt)
+            try:
+                tables, per_exec, prog = _attempt(query, source, n, group, token, plan, store,
+                                                  timeout, checkpoints, recoveries, failed_at,
+                                                  control, rescales)
+                break
+            except _Rescale as r:
+                log.info("rescale: %d -> %d executors from checkpoint %d", n, r.n, r.ckpt)
+                rescales.append({"from": n, "to": r.n, "checkpoint": r.ckpt,
+                                 "seconds_to_cut": round(r.cut_at - r.asked_at, 3),
+                                 "_asked_at": r.asked_at})
+                n = r.n
+                attempt += 1
+                failed_at = None
+                continue
+            except _Failed as f:
+                if isinstance(f.error, (UsageError, CheckpointCorrupt)) or not isinstance(
+                        f.error, SystemFailure):
+                    raise f.error
+                last = store.latest(verify=False)
+                lost = _replayed(f.error, last)
+                replayed += lost
+                if restarts >= max_restarts:
+                    raise SystemFailure(f"run failed after {restarts} restart(s) (max_restarts="
+                                        f"{max_restarts}); last failure: {f.cause}") from f.error
+                restarts += 1
+                attempt += 1
+                failed_at = time.monotonic()
+                recoveries.append({"cause": f.cause, "rank": f.rank,
+                                   "from_checkpoint": last.id if last is not None else None,
+                                   "records_replayed": lost})
+                log.warning("executor rank %s failed (%s): restarting all %d executors from %s "
+                            "(restart %d of at most %d)", f.rank, f.cause, n,
+                            f"checkpoint {last.id}" if last is not None else "the beginning",
+                            restarts, max_restarts)
+    finally:
+        if control is not None:
+            control._end()
     # the committed windows of cuts before this attempt, plus everything it fired
     base = [from_ipc(ck.read_segment(rel)) for rel in sorted(ck.segments())] if ck else []
     result = finalize(pa.concat_tables([t.cast(tables[0].schema) if t.schema != tables[0].schema
@@ -421,7 +705,9 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     store.finish(to_ipc(result),
                  {"checkpoints": len(checkpoints), "recoveries": len(recoveries)})
     metrics.update(per_executor=per_exec, checkpoints=checkpoints, recoveries=recoveries,
-                   records_replayed=replayed, finished_before=False)
+                   records_replayed=replayed, finished_before=False,
+                   rescales=[{k: v for k, v in r.items() if not k.startswith("_")}
+                             for r in rescales], executors_final=n)
     return result
 
 
@@ -441,10 +727,16 @@ def _replayed(error: BaseException, last: Optional[Checkpoint]) -> int:
 
 def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, plan: _Plan,
              store: CheckpointStore, timeout: float, checkpoints: List[Dict[str, Any]],
-             recoveries: List[Dict[str, Any]], failed_at: Optional[float]
+             recoveries: List[Dict[str, Any]], failed_at: Optional[float],
+             control: Optional[RunControl] = None, rescales: Optional[List[Dict[str, Any]]] = None
              ) -> Tuple[List[pa.Table], List[Dict[str, Any]], Dict[int, int]]:
-    """One group of n executors from plan's checkpoint to the end; raises _Failed."""
+    """One group of n executors from plan's checkpoint to the end; raises
+    _Failed, or _Rescale once a checkpoint asked for by ``control`` commits."""
+    from slash.errors import Timeout
+
     t0 = time.monotonic()
+    rescale_asked: Optional[Tuple[int, float, int]] = None  # (n, asked at, commits before)
+    pending_resume = rescales[-1] if rescales and "seconds_to_resume" not in rescales[-1] else None
     progress: Dict[int, int] = {}
     reports: Dict[int, Dict[int, Tuple[Any, ...]]] = {}
     resumed: set = set()
@@ -468,13 +760,33 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                 per_exec: List[Dict[str, Any]] = [{} for _ in range(n)]
                 done = 0
                 while done < n:
-                    rep = pg.recv(timeout=max(0.0, t0 + timeout - time.monotonic()))
+                    left = max(0.0, t0 + timeout - time.monotonic())
+                    if control is not None:
+                        want, asked_at = control._pending()
+                        if want is not None and want != n and rescale_asked is None and \
+                                0 not in resumed_done(done, parts):
+                            pg.send(0, ("checkpoint_now",))
+                            rescale_asked = (want, asked_at or time.monotonic(), len(checkpoints))
+                        try:
+                            rep = pg.recv(timeout=min(left, 0.05))
+                        except Timeout:
+                            if left > 0.05:
+                                continue
+                            raise
+                    else:
+                        rep = pg.recv(timeout=left)
                     kind = rep[0]
                     if kind == "error":
                         raise _reported(rep)
                     if kind == "resumed":
                         resumed.add(rep[1])
                         progress[rep[1]] = rep[2]
+                        if len(resumed) == n and pending_resume is not None and control is not None:
+                            pending_resume["seconds_to_resume"] = round(
+                                time.monotonic() - pending_resume["_asked_at"], 3)
+                            control._done({k: v for k, v in pending_resume.items()
+                                           if not k.startswith("_")})
+                            pending_resume = None
                         if len(resumed) == n and failed_at is not None and recoveries:
                             recoveries[-1]["seconds_to_resume"] = round(
                                 time.monotonic() - failed_at, 3)
@@ -485,6 +797,9 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                         reports.setdefault(cid, {})[rank] = (files, segs, stats)
                         if len(reports[cid]) == n:
                             _commit(store, cid, reports.pop(cid), checkpoints)
+                            if rescale_asked is not None and len(checkpoints) > rescale_asked[2]:
+                                raise _Rescale(rescale_asked[0], cid, rescale_asked[1],
+                                               time.monotonic())
                     elif kind == "ok":
                         parts[rep[1]] = rep[2]
                         per_exec[rep[1]] = rep[3]
@@ -504,6 +819,11 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                         raise fail(k, f"executor rank {k} died ({dead[k]})", err) from None
                 raise fail(r.rank, str(err), err) from None
     return [t for t in parts if t is not None], per_exec, progress
+
+
+def resumed_done(done: int, parts: List[Optional[pa.Table]]) -> set:
+    """Ranks that have sent their result (they can take no checkpoint)."""
+    return {r for r, t in enumerate(parts) if t is not None}
 
 
 class _Reported(Exception):

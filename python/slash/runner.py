@@ -380,7 +380,10 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     run's. ``metrics`` then also holds ``checkpoints`` (id, bytes, seconds),
     ``recoveries`` (cause, rank, seconds_to_resume, records_replayed) and
     ``records_replayed``. Aggregations only (not joins), without
-    ``late_output``.
+    ``late_output``. A run resumed from ``checkpoint`` takes the
+    checkpoint's key partition count and may have another executor count
+    than the one that cut it (file inputs are re-split; a generator or table
+    source refuses with NotSupported).
 
     ``control``: serve the control socket while the query runs (see
     :mod:`slash.control` and docs/control.md): ``True`` at the default path,
@@ -389,6 +392,10 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     then reach the run; aggregations without ``checkpoint=``.
     ``rate``: read the input at most this fast, in records/s over all
     executors (a replay of files as a stream; default: as fast as possible).
+    With ``checkpoint``, ``control`` may instead be a
+    :class:`slash.recovery.RunControl` through which another thread can
+    rescale the running group (``control.rescale(n)``);
+    ``metrics["rescales"]`` lists each one.
     """
     if isinstance(query, JoinQuery):
         if not (isinstance(source, (tuple, list)) and len(source) == 2):
@@ -418,14 +425,18 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     t0 = time.monotonic()
     want_late = late_output is not None
     if checkpoint is not None:
-        if control not in (None, False) or rate is not None:
+        from slash.recovery import RunControl as Rescaler
+
+        if (control not in (None, False) and not isinstance(control, Rescaler)) or rate is not None:
             from slash.errors import NotSupported
-            raise NotSupported("control= and rate= cannot be combined with checkpoint= yet")
+            raise NotSupported("a control socket and rate= cannot be combined with checkpoint= "
+                               "yet (control= may be a slash.recovery.RunControl)")
         if live is not None:
             log.warning("live metrics are not reported by a run with checkpoint= yet: the "
                         "metrics endpoint shows no executor")
         return _run_checkpointed(query, src, n, group, token, output, timeout, metrics, late_output,
-                                 checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0)
+                                 checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0,
+                                 control or None)
     if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
         raise InvalidArgument(f"rate must be > 0 records/s, got {rate!r}")
     report_every = getattr(live, "report_interval", 0.5) if live is not None else None
@@ -541,7 +552,7 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
 def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: str,
                       output: Optional[str], timeout: float, metrics: Optional[Dict[str, Any]],
                       late_output: Optional[str], checkpoint: str, every: Any, max_restarts: int,
-                      keep: int, t0: float) -> pa.Table:
+                      keep: int, t0: float, control: Optional[Any] = None) -> pa.Table:
     """:func:`run` with ``checkpoint=``: the recovery driver runs the group."""
     from slash.errors import NotSupported
     from slash.recovery import run_checkpointed
@@ -554,7 +565,8 @@ def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: s
     m: Dict[str, Any] = {}
     result = run_checkpointed(query, src, n, group, token, directory=os.fspath(checkpoint),
                               every=every, keep=keep, max_restarts=max_restarts, timeout=timeout,
-                              finalize=lambda t: query.finalize(t, src.schema), metrics=m)
+                              finalize=lambda t: query.finalize(t, src.schema), metrics=m,
+                              control=control)
     per_exec = m.get("per_executor", [])
     log.info("query ran on %d executors in %.2f s: %d result rows, %d checkpoints, %d recoveries",
              n, time.monotonic() - t0, result.num_rows, len(m.get("checkpoints", [])),
@@ -563,7 +575,7 @@ def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: s
         totals = {k: sum(int(x.get(k, 0) or 0) for x in per_exec)
                   for k in ("late_records", "null_time_records")}
         totals["records_in"] = sum(int(x.get("records_read", 0) or 0) for x in per_exec)
-        metrics.update(totals, rows=result.num_rows, executors=n, **m)
+        metrics.update(totals, rows=result.num_rows, executors=m.get("executors_final", n), **m)
     if output:
         write_parquet_atomically(result, output)
     return result

@@ -410,15 +410,79 @@ class FileSource:
         return sum(u.rows for u in self.units)
 
     # -- the split --------------------------------------------------------------
-    def _plan(self, rank: int, n: int, time: Optional[str]) -> Tuple[List[Unit], List[_Bound]]:
+    def _plan_idx(self, rank: int, n: int, time: Optional[str]) -> List[int]:
+        """Global indices (into ``self.units``) of rank's units, in read order."""
         if not 0 <= rank < n:
             raise InvalidArgument(f"rank {rank} is outside 0..{n - 1}")
         if time is None:
-            idx = _contiguous(self.units, rank, n)
-            return [self.units[i] for i in idx], [None] * len(idx)
-        bounds = self._bounds_of(time)
-        idx = _deal(self.units, bounds, n)[rank]
-        return [self.units[i] for i in idx], [bounds[i] for i in idx]
+            return _contiguous(self.units, rank, n)
+        return _deal(self.units, self._bounds_of(time), n)[rank]
+
+    def _plan(self, rank: int, n: int, time: Optional[str]) -> Tuple[List[Unit], List[_Bound]]:
+        idx = self._plan_idx(rank, n, time)
+        bounds = self._bounds_of(time) if time is not None else None
+        return [self.units[i] for i in idx], [bounds[i] if bounds else None for i in idx]
+
+    def work(self, rank: int, n: int, time: Optional[str] = None) -> "Work":
+        """Rank's split in global terms: ``[[unit, 0], ...]`` in read order
+        (``unit`` indexes :attr:`units`; the second field counts the unit's
+        batches already read, none here). See :meth:`read_work`."""
+        return [[i, 0] for i in self._plan_idx(rank, n, time if time is not None else self.time)]
+
+    @staticmethod
+    def remaining(work: "Work", pos: Optional[Sequence[int]]) -> "Work":
+        """What is left of ``work`` at position ``pos`` (as :meth:`read_work`
+        yields it; None: nothing read yet): the unit in progress with the
+        batches read of it, then the units not started.
+
+        >>> FileSource.remaining([[4, 0], [7, 0], [9, 0]], [1, 2])
+        [[7, 2], [9, 0]]
+        """
+        if pos is None:
+            return [list(w) for w in work]
+        u, k = int(pos[0]), int(pos[1])
+        if u >= len(work):
+            return []
+        return [[int(work[u][0]), max(k, int(work[u][1]))]] + [list(w) for w in work[u + 1:]]
+
+    def resplit(self, left: Sequence["Work"], n: int, time: Optional[str] = None) -> List["Work"]:
+        """Deals the work ``left`` by the ranks of a checkpoint (each rank's
+        :meth:`remaining`) to ``n`` ranks: a unit in progress stays one work
+        item (its batches already read are skipped by whoever gets it), units
+        fully read are in no list. The assignment is deterministic (every
+        rank computes it alone) and follows the rules of the first split:
+        with a time column, items sorted by (no statistics, minimum time,
+        path, index) and dealt greedily by rows; without one, contiguous runs
+        in file order. Raises :class:`InvalidArgument` if a unit is in two
+        lists or outside this source (the checkpoint is of other input).
+
+        >>> src = FileSource.__new__(FileSource)
+        >>> src.units, src.time = [Unit("a", i, 10) for i in range(4)], None
+        >>> src.resplit([[[1, 1], [2, 0]], [[3, 0]]], 2)   # units 1-3 left, unit 1 in part
+        [[[1, 1]], [[2, 0], [3, 0]]]
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InvalidArgument(f"resplit needs n >= 1 ranks, got {n!r}")
+        items: Dict[int, int] = {}
+        for lst in left:
+            for g, k in lst:
+                g, k = int(g), int(k)
+                if not 0 <= g < len(self.units) or k < 0:
+                    raise InvalidArgument(f"work item {[g, k]} is outside this input's "
+                                          f"{len(self.units)} units (a checkpoint of other input?)")
+                if g in items:
+                    raise InvalidArgument(f"unit {g} ({self.units[g].path!r}, index "
+                                          f"{self.units[g].index}) is left to two ranks")
+                items[g] = k
+        order = sorted(items)
+        subset = [self.units[g] for g in order]
+        time = time if time is not None else self.time
+        if time is None:
+            idx = [_contiguous(subset, r, n) for r in range(n)]
+        else:
+            b = self._bounds_of(time)
+            idx = _deal(subset, [b[g] for g in order], n)
+        return [[[order[i], items[order[i]]] for i in per] for per in idx]
 
     def split(self, rank: int, n: int) -> List[Unit]:
         """Executor rank's units in read order: dealt by the time column's
@@ -526,8 +590,24 @@ class FileSource:
         batches are skipped (the unit is decoded once). A Watermark already
         given before ``start`` may be given again (a watermark only moves
         forward, so that is harmless)."""
+        return self.read_work(self.work(rank, n, time), columns, batch_rows, time, start)
+
+    def read_work(self, work: "Work", columns: Optional[List[str]] = None,
+                  batch_rows: int = 1 << 20, time: Optional[str] = None,
+                  start: Optional[Sequence[int]] = None
+                  ) -> Iterator[Tuple[List[int], Union[pa.RecordBatch, Watermark]]]:
+        """Reads ``work`` (``[[unit, batches already read], ...]``, from
+        :meth:`work` or :meth:`resplit`) in order, as :meth:`read_from`
+        reads a rank's split: each item with its position ``[i, k]`` (the
+        next item is batch k of work item i), a Watermark after each item
+        when ``time`` is given and the items left promise one (the promise
+        of a unit read in part is its whole unit's bound: still a lower
+        bound of its rows left)."""
         assert self.schema is not None
-        units, bounds = self._plan(rank, n, time if time is not None else self.time)
+        units = [self.units[int(g)] for g, _ in work]
+        read_before = [int(k) for _, k in work]
+        bounds: List[_Bound] = ([self._bounds_of(time)[int(g)] for g, _ in work]
+                                if time is not None else [None] * len(work))
         names = list(columns) if columns else self.schema.names
         for c in names:
             if c not in self.schema.names:
@@ -535,7 +615,7 @@ class FileSource:
         file_cols = [c for c in names if c not in self._part_names]
         u0, k0 = (int(start[0]), int(start[1])) if start is not None else (0, 0)
         if not (0 <= u0 <= len(units) and k0 >= 0):
-            raise InvalidArgument(f"source position {list(start or [])} is outside rank {rank}'s "
+            raise InvalidArgument(f"source position {list(start or [])} is outside this "
                                   f"split of {len(units)} units")
         markers = time is not None
         promise = _promises(bounds) if markers else []
@@ -547,7 +627,7 @@ class FileSource:
         readers = _Readers()
         try:
             for i in range(u0, len(units)):
-                skip = k0 if i == u0 else 0
+                skip = max(k0 if i == u0 else 0, read_before[i])
                 for k, b in enumerate(self._read_unit(readers, units[i], names, file_cols,
                                                       batch_rows)):
                     if k >= skip:
@@ -701,6 +781,8 @@ Source = Union[FileSource, TableSource, GeneratorSource]
 
 #: where a rank's read resumes: an item count, or ``[unit, batch]`` for files
 Position = Union[int, List[int]]
+#: a rank's share of a FileSource in global terms: ``[[unit, batches already read], ...]``
+Work = List[List[int]]
 
 
 def read_from(source: Any, rank: int, n: int, columns: Optional[List[str]],

@@ -55,7 +55,8 @@ import pyarrow as pa
 
 from slash._ipc import to_ipc
 from slash.checkpoint import write_durably
-from slash.errors import CheckpointCorrupt, InvalidState, PeerDisconnected, Timeout
+from slash.errors import (CheckpointCorrupt, InvalidState, NotSupported, PeerDisconnected,
+                          Timeout)
 from slash.executor import checkpoint_fired
 from slash.recovery import CheckpointPlan
 from slash.spark._tasks import write_table
@@ -85,7 +86,7 @@ class TaskCheckpoints:
 
     def __init__(self, plan: CheckpointPlan, rank: int, n: int, conn: Any, ex: Any,
                  finalize: Callable[[List[pa.RecordBatch]], Optional[pa.Table]],
-                 sink_dir: Optional[str], session: bool) -> None:
+                 sink_dir: Optional[str], session: bool, source: Any = None) -> None:
         self.plan, self.rank, self.n, self.conn, self.ex = plan, rank, n, conn, ex
         self.finalize = finalize
         self.sink_dir = sink_dir
@@ -100,6 +101,12 @@ class TaskCheckpoints:
         self.stop_after: Optional[int] = None  # the driver's stop checkpoint
         self.exit = False
         self.schema = ex.result_schema()
+        # a source whose positions are global (a RateSource: see its work()): this
+        # rank's share of the current group, so a checkpoint re-splits to any count
+        self.source = source if hasattr(source, "resplit") and hasattr(source, "advance") else None
+        self.work: Optional[Dict[str, Any]] = (self.source.work(rank, n)
+                                               if self.source is not None else None)
+        self.base_pushes = 0  # the core's push count when this group started
 
     def handshake(self, group: int, timeout: float, on_other: Callable[[Tuple[Any, ...]], None]
                   ) -> Tuple[int, int]:
@@ -122,14 +129,32 @@ class TaskCheckpoints:
         skip = 0
         if resume_id is not None:
             ck = self.store.load(resume_id)
-            metas = [ck.read(f"rank-{r}.meta") for r in range(self.n)]
+            old_n = ck.executors
+            metas = [ck.read(f"rank-{r}.meta") for r in range(old_n)]
             parts = {p: ck.read(f"part-{p}.bin") for p in range(self.plan.partitions)
                      if p % self.n == self.rank}
             self.ex.restore(metas, parts)
-            skip = int(ck.rank_info(self.rank)["pushes"])
+            if old_n == self.n:  # each rank goes on with its own share
+                info = ck.rank_info(self.rank)
+                skip = int(info["pushes"])
+                if self.work is not None:
+                    self.work = info.get("work") or self.source.advance(
+                        self.source.work(self.rank, self.n), skip)
+            else:  # another executor count: every rank's work left, dealt to n
+                if self.work is None:
+                    raise NotSupported(f"checkpoint {ck.path!r} was cut with {old_n} executors "
+                                       f"and this stream has {self.n}: only a RateSource's "
+                                       "position re-splits to another count")
+                infos = [ck.rank_info(r) for r in range(old_n)]
+                left = [i.get("work") or self.source.advance(self.source.work(r, old_n),
+                                                             int(i["pushes"]))
+                        for r, i in enumerate(infos)]
+                self.work = self.source.resplit(left, self.n)[self.rank]
+                skip = 0  # the core counts push calls afresh in a group of another size
             self.taken = resume_id
-            log.info("stream rank %d: resumed from checkpoint %s (%d batches already taken)",
-                     self.rank, ck.path, skip)
+            log.info("stream rank %d: resumed from checkpoint %s of %d executors (%d batches "
+                     "already taken)", self.rank, ck.path, old_n, skip)
+        self.base_pushes = skip
         self.last_ask = (time.monotonic(), 0, skip)
         return skip, base_ms
 
@@ -170,8 +195,10 @@ class TaskCheckpoints:
         files = {f"rank-{r}.meta": st.write(img.id, f"rank-{r}.meta", img.meta)}
         for p, data in img.parts.items():
             files[f"part-{p}.bin"] = st.write(img.id, f"part-{p}.bin", data)
-        files[f"rank-{r}.json"] = st.write(img.id, f"rank-{r}.json", json.dumps(
-            {"rank": r, "pushes": img.pushes}).encode())
+        info: Dict[str, Any] = {"rank": r, "pushes": img.pushes}
+        if self.work is not None:  # what is left of this rank's share, in global terms
+            info["work"] = self.source.advance(self.work, img.pushes - self.base_pushes)
+        files[f"rank-{r}.json"] = st.write(img.id, f"rank-{r}.json", json.dumps(info).encode())
         table = self.finalize(pre)
         sink: Dict[str, str] = {}
         rows: Optional[bytes] = None
@@ -281,6 +308,7 @@ class DriverCheckpoints:
         self.fatal: Optional[BaseException] = None
         self.finished = False
         self.base_ms: Optional[int] = None
+        self.rescaling = False  # the next group is a rescale's, not a retry
 
     # -- before a group: what is there ------------------------------------------
     def check_start(self) -> None:
@@ -325,7 +353,9 @@ class DriverCheckpoints:
             _, _, pid, group = msg
             self.pids[rank] = pid
             if group != self.group:
-                if self.group is not None and self.failed_at is None:  # Spark retried the stage
+                if self.rescaling:  # the next barrier job of a rescale: no failure
+                    self.rescaling = False
+                elif self.group is not None and self.failed_at is None:  # Spark retried the stage
                     self.recoveries.append({"cause": "Spark retried the barrier stage", "rank": None,
                                             "from_checkpoint": self.committed,
                                             "seconds_to_resume": None})

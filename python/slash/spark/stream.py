@@ -140,17 +140,73 @@ class RateSource:
         mine = (full // n + (1 if rank < full % n else 0)) * self.batch
         return mine + (part if full % n == rank else 0)
 
+    # -- positions in global terms (for a restart with another executor count) ----
+    # A rank's work: {"batches": [global batch indices, in order], "from": f, "step": s}:
+    # the listed batches first, then f, f + s, f + 2s, ... Every group's tails
+    # share one step and cover every residue of it, so the union of all ranks'
+    # work is exactly the batches nobody has taken.
+    @staticmethod
+    def work(rank: int, n: int) -> Dict[str, Any]:
+        """Rank's share of a fresh group: global batches rank, rank + n, ..."""
+        return {"batches": [], "from": rank, "step": n}
+
+    @staticmethod
+    def advance(work: Dict[str, Any], taken: int) -> Dict[str, Any]:
+        """What is left of ``work`` after its first ``taken`` batches.
+
+        >>> RateSource.advance({"batches": [3, 5], "from": 8, "step": 2}, 3)
+        {'batches': [], 'from': 10, 'step': 2}
+        """
+        listed = list(work["batches"])
+        if taken <= len(listed):
+            return {"batches": listed[taken:], "from": work["from"], "step": work["step"]}
+        return {"batches": [], "from": work["from"] + (taken - len(listed)) * work["step"],
+                "step": work["step"]}
+
+    @staticmethod
+    def resplit(left: Sequence[Dict[str, Any]], n: int) -> List[Dict[str, Any]]:
+        """Deals every rank's work left at a cut to ``n`` ranks: the batches
+        below the furthest tail start (holes some rank had not reached) in
+        global order, round robin, then tails from there with step ``n``.
+        Deterministic; each untaken batch goes to exactly one rank.
+
+        >>> RateSource.resplit([{"batches": [], "from": 4, "step": 2},   # 4, 6, 8 not taken
+        ...                     {"batches": [], "from": 9, "step": 2}], 3)
+        ... # doctest: +NORMALIZE_WHITESPACE
+        [{'batches': [4], 'from': 9, 'step': 3}, {'batches': [6], 'from': 10, 'step': 3},
+         {'batches': [8], 'from': 11, 'step': 3}]
+        """
+        top = max(int(w["from"]) for w in left)
+        holes = sorted({int(b) for w in left for b in w["batches"]} |
+                       {b for w in left for b in range(int(w["from"]), top, int(w["step"]))})
+        return [{"batches": holes[r::n], "from": top + r, "step": n} for r in range(n)]
+
     def batches(self, rank: int, n: int, base_ms: int, wait: Callable[[float], bool],
-                skip: int = 0) -> Iterator[Tuple[pa.RecordBatch, Optional[int]]]:
+                skip: int = 0, work: Optional[Dict[str, Any]] = None
+                ) -> Iterator[Tuple[pa.RecordBatch, Optional[int]]]:
         """This rank's batches as they become due; ``wait(seconds)`` sleeps
         (serving the executor) and returns True when the stream must stop.
         ``skip``: this rank's batches already taken (a checkpoint's position:
         the stream resumes at global batch ``rank + skip * n``, identical to
-        what a run without the failure would have generated)."""
+        what a run without the failure would have generated). ``work``
+        (instead of skip): the global batches to take (see :meth:`work`)."""
         from slash.workloads import ysb_batches
 
-        b = rank + skip * n
-        while self.records is None or b * self.batch < self.records:
+        if work is None:
+            work = self.advance(self.work(rank, n), skip)
+
+        def order() -> Iterator[int]:
+            yield from work["batches"]
+            b = work["from"]
+            while True:
+                yield b
+                b += work["step"]
+
+        for b in order():
+            if self.records is not None and b * self.batch >= self.records:
+                if b >= work["from"]:
+                    return
+                continue
             first = b * self.batch
             count = self.batch if self.records is None else min(self.batch, self.records - first)
             due_ms = base_ms + (first + count - 1) * 1000 // self.rate
@@ -163,7 +219,6 @@ class RateSource:
             yield next(ysb_batches(count, keys=self.keys, seed=self.seed, rate=self.rate,
                                    base_ms=base_ms, start=first, batch_size=count,
                                    columns=list(self.columns))), None
-            b += n
 
 
 @dataclass(frozen=True)
@@ -409,7 +464,7 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
     try:
         if plan.checkpoint is not None:
             ck = TaskCheckpoints(plan.checkpoint, rank, n, conn, ex, finalize, plan.sink_dir,
-                                 isinstance(q.window, Session))
+                                 isinstance(q.window, Session), plan.source)
             skip_batches, base_ms = ck.handshake(start_ms, plan.group.timeout, on_driver)
 
         def report() -> None:
@@ -464,7 +519,8 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
 
         src = plan.source
         if isinstance(src, RateSource):
-            it = src.batches(rank, n, base_ms, wait, skip=skip_batches)
+            it = src.batches(rank, n, base_ms, wait, skip=skip_batches,
+                             work=ck.work if ck is not None else None)
         else:
             it = src.batches(rank, n, q.time, q.lateness, wait, skip=skip_batches)
         for batch, advance in it:
@@ -569,6 +625,12 @@ class StreamHandle:
         self._ck: Optional[DriverCheckpoints] = None  # with checkpoint=
         self._resumed_from: Optional[int] = None
         self._ctl: Optional[RunControl] = None  # update(): set by stream()
+        self._source: Any = None
+        self._spark: Any = None
+        self._slots_wait = 30.0
+        self._rescale_to: Optional[int] = None  # a rescale asked for, not yet started
+        self._rescales: List[Dict[str, Any]] = []
+        self._new_group: Dict[Any, Set[int]] = {}  # group -> ranks that asked where to resume
         #: the Prometheus endpoint (``metrics_port=``), else None
         self.metrics_url: Optional[str] = None
         #: the live page (``metrics_port=`` or ``ui=True``), else None
@@ -576,6 +638,14 @@ class StreamHandle:
 
     # messages from the tasks (the rendezvous thread)
     def _on_message(self, rank: int, msg: Tuple[Any, ...]) -> None:
+        if msg[0] == "resume?" and self._rescales and "seconds_to_resume" not in self._rescales[-1]:
+            got = self._new_group.setdefault(msg[3], set())
+            got.add(rank)
+            r = self._rescales[-1]
+            if len(got) == self.executors == r["to"]:
+                with self._cond:
+                    r["seconds_to_resume"] = round(time.monotonic() - r["_asked_at"], 3)
+                    self._cond.notify_all()
         if self._ck is not None and self._ck.on_message(rank, msg, self.executors):
             return
         kind = msg[0]
@@ -635,10 +705,13 @@ class StreamHandle:
         with self._cond:
             self._pending.extend(tables)
             self._take(_DONE, label)
+            self._output_after_rescale()
 
     def _observe(self, wins: List[Tuple[int, int, int]], now_ms: int) -> None:
         """With checkpoint= and a directory sink: windows made visible at ``now_ms``."""
         with self._cond:
+            if wins:
+                self._output_after_rescale()
             for s, e, rows in wins:
                 self._latencies.append((s, e, now_ms - e, rows))
                 self._rows += rows
@@ -770,13 +843,116 @@ class StreamHandle:
                 "undelivered_windows": len(self._undelivered), "seconds": time.time() - self._started,
                 "window_latencies": list(self._latencies), "running": self.running}
         if ck is not None:
+            with self._lock:
+                rescales = [{k: v for k, v in r.items() if not k.startswith("_")}
+                            for r in self._rescales]
             out.update(checkpoints=list(ck.checkpoints), recoveries=[dict(r) for r in ck.recoveries],
-                       resumed_from=self._resumed_from)
+                       resumed_from=self._resumed_from, rescales=rescales,
+                       executors=self.executors)
         if lats:
             a = np.asarray(lats, dtype=np.float64)
             out["latency_ms"] = {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95)),
                                  "max": float(a.max())}
         return out
+
+    def _output_after_rescale(self) -> None:
+        """With the lock held: output published; the first after a rescale's
+        new group resumed ends that rescale's pause."""
+        r = self._rescales[-1] if self._rescales else None
+        if r is not None and "seconds_to_resume" in r and "seconds_to_first_output" not in r:
+            r["seconds_to_first_output"] = round(time.monotonic() - r["_asked_at"], 3)
+
+    def rescale(self, n: int, timeout: float = 300.0) -> Dict[str, Any]:
+        """Restarts the stream with ``n`` executors (a barrier stage cannot
+        grow or shrink): a checkpoint at the next epoch boundary, the
+        current barrier job stops right after it, and the next barrier job
+        starts with ``n`` executors from it. Output stays exactly-once (the
+        directory sink holds each window once; a callable sink gets each
+        window once): windows fired before the cut are published with that
+        checkpoint, the others fire in the new group. A RateSource's batches
+        not yet taken are dealt to the new ranks (:meth:`RateSource.resplit`).
+
+        Returns when every rank of the new group asked where to resume:
+        ``{"from", "to", "checkpoint", "seconds_to_resume"}`` (from this call);
+        ``metrics["rescales"]`` later adds ``seconds_to_first_output`` (this
+        call to the first window published after the new group resumed: the
+        pause a rescale costs). Raises InvalidState without ``checkpoint=``,
+        while another rescale runs or once the stream has ended,
+        NotSupported for a DirectorySource (its positions are per-rank file
+        splits), InvalidArgument for an ``n`` outside 1..partitions,
+        NotEnoughSlots when Spark has fewer task slots, and Timeout."""
+        from slash.errors import Timeout
+        from slash.spark import _env as env
+
+        if self._ck is None:
+            raise InvalidState("rescale() needs a stream started with checkpoint=: it restarts the "
+                               "barrier job from a checkpoint")
+        if not isinstance(self._source, RateSource):
+            raise NotSupported(f"rescale(): a {type(self._source).__name__}'s positions are each "
+                               "rank's split of every file and cannot be dealt to another "
+                               "executor count; only a RateSource's re-split")
+        parts = self._ck.plan.partitions
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= parts:
+            raise InvalidArgument(f"rescale needs an executor count in 1..{parts} (the stream's key "
+                                  f"partitions), got {n!r}")
+        if not self.running:
+            raise InvalidState("rescale(): the stream is not running")
+        if n == self.executors:
+            return {"from": n, "to": n, "checkpoint": None, "seconds_to_resume": 0.0}
+        env.check_slots(self._spark, n, self._slots_wait)
+        with self._cond:
+            if self._rescale_to is not None or (self._rescales and
+                                                "seconds_to_resume" not in self._rescales[-1]):
+                raise InvalidState("rescale(): another rescale is in progress")
+            if self._stop_sent:
+                raise InvalidState("rescale(): the stream is stopping")
+            self._rescale_to = n
+            entry: Dict[str, Any] = {"from": self.executors, "to": n, "_asked_at": time.monotonic()}
+            self._rescales.append(entry)
+        self.live.event(f"rescale {self.executors} -> {n} asked")
+        self._send_stop()
+        with self._cond:
+            if not self._cond.wait_for(lambda: "seconds_to_resume" in entry or self._stage_over or
+                                       self._error is not None, timeout):
+                raise Timeout(f"rescale to {n} executors: the new group did not resume within "
+                              f"{timeout} s")
+        if "seconds_to_resume" not in entry:
+            raise InvalidState(f"rescale to {n} executors: the stream ended first"
+                               + (f" ({self._error})" if self._error is not None else ""))
+        return {k: v for k, v in entry.items() if not k.startswith("_")}
+
+    def scale_out(self, k: int = 1, timeout: float = 300.0) -> Dict[str, Any]:
+        """:meth:`rescale` to ``k`` more executors."""
+        return self.rescale(self.executors + k, timeout)
+
+    def scale_in(self, k: int = 1, timeout: float = 300.0) -> Dict[str, Any]:
+        """:meth:`rescale` to ``k`` fewer executors."""
+        return self.rescale(self.executors - k, timeout)
+
+    def _switch(self, n: int) -> None:
+        """The stage thread, between barrier jobs: the next group has n ranks."""
+        ck = self._ck
+        assert ck is not None and self._rdv is not None
+        with self._cond:
+            self._rescales[-1]["checkpoint"] = ck.committed
+            self.executors = n
+            self._gw = [_NEVER] * n
+            self._done.clear()
+            self._rescale_to = None
+            self._stop_sent = False
+        self._rdv.errors.clear()
+        self._rdv.lost.clear()
+        self._rdv.n = n
+        ck.store.executors = n
+        ck.rescaling = True
+        with self.live._lock:
+            self.live.executors = n
+            for r in [r for r in self.live._exec if r >= n]:
+                self.live._exec.pop(r, None)
+                self.live._rates.pop(r, None)
+        self.live.event(f"rescale: next barrier job with {n} executors from checkpoint "
+                        f"{ck.committed}")
+        log.info("slash.spark.stream: rescaling to %d executors from checkpoint %s", n, ck.committed)
 
     def task_pids(self) -> Dict[int, int]:
         """With ``checkpoint=``: rank -> process id of the Python worker running
@@ -960,14 +1136,35 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
         if "://" in os.fspath(checkpoint):
             raise NotSupported(f"checkpoint={checkpoint!r}: a mounted directory every worker sees, "
                                "not a URI")
-        ck_plan = CheckpointPlan(os.path.abspath(os.fspath(checkpoint)),
-                                 f"stream {query!r} over {source!r}", n, group.partitions_for(n),
-                                 checkpoint_keep, every)  # type: ignore[arg-type]
+        import dataclasses
+
+        from slash.checkpoint import CheckpointStore
+
+        ck_dir, fp = os.path.abspath(os.fspath(checkpoint)), f"stream {query!r} over {source!r}"
+        parts = group.partitions_for(n)
+        shape = CheckpointStore(ck_dir, fingerprint=fp, executors=n, partitions=parts,
+                                keep=checkpoint_keep).newest_shape()
+        if shape is not None:  # resuming: the checkpoint's partition count, any executor count
+            if group.partitions is not None and group.partitions != shape[1]:
+                raise InvalidArgument(f"checkpoint directory {ck_dir!r} holds checkpoints with "
+                                      f"{shape[1]} key partitions; this stream asks for "
+                                      f"{group.partitions} (leave it unset)")
+            parts = shape[1]
+            if shape[0] != n and not isinstance(source, RateSource):
+                raise NotSupported(f"checkpoint directory {ck_dir!r} was cut with {shape[0]} "
+                                   f"executors and this stream has {n}: a "
+                                   f"{type(source).__name__}'s positions cannot be dealt to "
+                                   f"another count; start it with executors={shape[0]}")
+        # fixed for the life of the checkpoints: a rescaled group keeps it
+        group = dataclasses.replace(group, partitions=parts)
+        group.partitions_for(n)
+        ck_plan = CheckpointPlan(ck_dir, fp, n, parts, checkpoint_keep, every)  # type: ignore[arg-type]
         handle._ck = DriverCheckpoints(ck_plan, sink_dir, lambda r, m: handle._rdv.send_to(r, m),
                                        lambda m: handle._rdv.send_all(m), handle._committed,
                                        handle._observe)
         handle._ck.check_start()
         handle._resumed_from = handle._ck.committed
+    handle._source, handle._spark, handle._slots_wait = source, spark, slots_wait
     if metrics_port is not None or ui:
         handle._server = MetricsServer(handle.live, 0 if metrics_port is None else metrics_port,
                                        ui_bind, ui_token)
@@ -992,7 +1189,12 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
             spark.sparkContext.setJobDescription(f"slash stream {query.window} by {list(query.key)}")
             while True:
                 try:
-                    rows = barrier_stage(spark, n, _stream_task(plan)).collect()
+                    rows = barrier_stage(spark, handle.executors, _stream_task(plan)).collect()
+                    nxt = handle._rescale_to
+                    if nxt is not None and handle._ck is not None and handle._ck.fatal is None \
+                            and handle._sink_error is None and not handle._ck.finished:
+                        handle._switch(nxt)
+                        continue
                     break
                 except Exception as e:
                     try:
