@@ -236,6 +236,62 @@ cdef class ExecutorCore(_Closeable):
             st = slash_exec_restore_partition(ex, partition, p, n)
         check(st)
 
+    def move_partitions(self, list parts, list ranks):
+        """Moves leadership of parts[i] to ranks[i] (rank 0 only; exec.h)."""
+        cdef slash_exec *ex = self.ptr()
+        cdef uint32_t k = len(parts)
+        cdef uint32_t *pp = <uint32_t *>malloc(max(k, 1) * sizeof(uint32_t))
+        cdef uint32_t *rr = <uint32_t *>malloc(max(k, 1) * sizeof(uint32_t))
+        cdef slash_status st
+        if pp == NULL or rr == NULL:
+            free(pp)
+            free(rr)
+            raise MemoryError()
+        try:
+            for i in range(k):
+                pp[i] = parts[i]
+                rr[i] = ranks[i]
+            with nogil:
+                st = slash_exec_move_partitions(ex, pp, rr, k)
+        finally:
+            free(pp)
+            free(rr)
+        check(st)
+
+    def leader_map(self):
+        """(version, leaders): the leader map this executor follows."""
+        cdef slash_exec *ex = self.ptr()
+        cdef slash_exec_metrics m
+        cdef uint64_t version = 0
+        slash_exec_get_metrics(ex, &m)
+        cdef uint32_t *out = <uint32_t *>malloc(max(m.partitions, 1) * sizeof(uint32_t))
+        if out == NULL:
+            raise MemoryError()
+        try:
+            slash_exec_leader_map(ex, &version, out)
+            return version, [out[i] for i in range(m.partitions)]
+        finally:
+            free(out)
+
+    def restore_map(self, list leaders):
+        """Sets the leader map before any push (a restore; exec.h)."""
+        cdef slash_exec *ex = self.ptr()
+        cdef slash_exec_metrics m
+        slash_exec_get_metrics(ex, &m)
+        if len(leaders) != m.partitions:
+            raise _errors.InvalidArgument(f"the leader map needs {m.partitions} entries, got {len(leaders)}")
+        cdef uint32_t *lp = <uint32_t *>malloc(max(m.partitions, 1) * sizeof(uint32_t))
+        cdef slash_status st
+        if lp == NULL:
+            raise MemoryError()
+        try:
+            for i in range(m.partitions):
+                lp[i] = leaders[i]
+            st = slash_exec_restore_map(ex, lp)
+        finally:
+            free(lp)
+        check(st)
+
     def metrics(self):
         cdef slash_exec_metrics m
         slash_exec_get_metrics(self.ptr(), &m)
@@ -250,5 +306,8 @@ cdef class ExecutorCore(_Closeable):
             "merge_seconds": m.merge_ns / 1e9, "sync_seconds": m.sync_ns / 1e9,
             "credit_stalls": m.credit_stalls, "rows_emitted": m.rows_emitted,
             "watermark": m.watermark, "group_watermark": m.group_watermark,
-            "slowest_rank": m.slowest_rank,
+            "slowest_rank": m.slowest_rank, "map_version": m.map_version,
+            "moves": m.moves_in, "moves_out": m.moves_out, "moved_bytes": m.moved_bytes_in,
+            "moved_bytes_out": m.moved_bytes_out, "move_pause_ns": m.move_pause_ns,
+            "held_partitions": m.held_partitions,
         }

@@ -286,6 +286,13 @@ cdef extern from "slash/exec.h" nogil:
         uint32_t led_partitions
         uint64_t own_rows_direct
         uint64_t epochs_routed
+        uint64_t map_version
+        uint64_t moves_in
+        uint64_t moves_out
+        uint64_t moved_bytes_in
+        uint64_t moved_bytes_out
+        uint64_t move_pause_ns
+        uint32_t held_partitions
     slash_status slash_exec_open(slash_group *g, const slash_exec_config *cfg, slash_exec **out)
     slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *late,
                                  size_t *n_late)
@@ -306,6 +313,10 @@ cdef extern from "slash/exec.h" nogil:
     slash_status slash_exec_restore_meta(slash_exec *ex, const void *meta, size_t len)
     slash_status slash_exec_restore_partition(slash_exec *ex, uint32_t partition,
                                               const void *data, size_t len)
+    slash_status slash_exec_move_partitions(slash_exec *ex, const uint32_t *parts,
+                                            const uint32_t *ranks, uint32_t k)
+    void slash_exec_leader_map(slash_exec *ex, uint64_t *version, uint32_t *leaders)
+    slash_status slash_exec_restore_map(slash_exec *ex, const uint32_t *leaders)
 
 from libc.stdint cimport int8_t, int32_t
 

@@ -30,6 +30,10 @@ import pyarrow as pa
 from slash import _core
 from slash.errors import CheckpointCorrupt, InvalidArgument, SchemaError
 from slash.limits import MAX_PARTITIONS
+
+#: Key partitions of a group unless GroupConfig.partitions says otherwise: fixed,
+#: not tied to the number of executors, so leadership can move (docs/elastic.md).
+DEFAULT_PARTITIONS = 256
 from slash.join import JoinConfig, join_core_args, join_result_batch, prepare_side
 from slash.state import StateConfig, core_args, prepare_columns, result_batch
 
@@ -44,7 +48,8 @@ log = logging.getLogger(__name__)
 class GroupConfig:
     """How executors sync: transport, key partitions, epochs, lateness, channels.
 
-    ``partitions``: key partitions P (>= N; default 4 x N). ``lateness``:
+    ``partitions``: key partitions P (>= N; default 256, or N when N is
+    larger: a count fixed for the life of a stream, whatever N does). ``lateness``:
     allowed out-of-orderness (ms or a duration like ``"2s"``); a record older
     than its executor's published watermark (max event time seen minus the
     lateness) is late: counted, optionally returned, never applied.
@@ -147,7 +152,10 @@ class GroupConfig:
         return group
 
     def partitions_for(self, n: int) -> int:
-        p = self.partitions if self.partitions is not None else 4 * n
+        """The key partition count of a group of ``n`` executors: ``partitions``,
+        or DEFAULT_PARTITIONS (at least ``n``)."""
+        p = self.partitions if self.partitions is not None else min(max(DEFAULT_PARTITIONS, n),
+                                                                    MAX_PARTITIONS)
         if p < n:
             raise InvalidArgument(f"partitions ({p}) must be at least the number of executors ({n})")
         return p
@@ -404,11 +412,14 @@ class Executor:
                   ckpt_id, pushes, len(parts), len(meta) + sum(len(b) for b in parts.values()))
         return CheckpointImage(ckpt_id, pushes, rank, meta, parts)
 
-    def restore(self, metas: Sequence[bytes], parts: Mapping[int, bytes]) -> None:
+    def restore(self, metas: Sequence[bytes], parts: Mapping[int, bytes],
+                leaders: Optional[Sequence[int]] = None) -> None:
         """Restores this executor from a checkpoint, right after it was created
         and before any push: ``metas`` is the META blob of EVERY rank of the
         checkpoint, ``parts`` maps partitions to blobs (those this executor now
-        leads - partition mod group size - are used, the others ignored). The
+        leads are used, the others ignored). ``leaders`` (the same on every
+        executor; see :func:`leaders_from_images`): the leader map to resume
+        with, one rank per partition; None: partition mod group size. The
         group may have another size than the checkpoint's, not another
         partition count. Raises :class:`slash.errors.CheckpointCorrupt` with
         the core's detail for a truncated, corrupt or foreign blob."""
@@ -417,20 +428,55 @@ class Executor:
         if not metas:
             raise InvalidArgument("restore needs the META blob of every rank of the checkpoint")
         parts_n = self._core.metrics()["partitions"]
+        if leaders is not None:
+            leaders = [int(r) for r in leaders]
+            if len(leaders) != parts_n or not all(0 <= r < self.size for r in leaders):
+                raise InvalidArgument(f"leaders must give a rank in 0..{self.size - 1} for each of "
+                                      f"the {parts_n} partitions")
+            self._core.restore_map(leaders)
+        lead = leaders if leaders is not None else [p % self.size for p in range(parts_n)]
         for i, meta in enumerate(metas):
             try:
                 self._core.restore_meta(bytes(meta))
             except InvalidArgument as e:
                 raise CheckpointCorrupt(f"META blob {i}: {e}") from None
         for p, blob in parts.items():
-            if p % self.size != self.rank or not 0 <= p < parts_n:
+            if not 0 <= p < parts_n or lead[p] != self.rank:
                 continue
             try:
                 self._core.restore_partition(int(p), bytes(blob))
             except InvalidArgument as e:
                 raise CheckpointCorrupt(f"partition {p}: {e}") from None
         log.debug("executor %d: restored from %d META blobs and %d partitions", self.rank,
-                  len(metas), sum(1 for p in parts if p % self.size == self.rank))
+                  len(metas), sum(1 for p in parts if 0 <= p < parts_n and lead[p] == self.rank))
+
+    # -- leadership ----------------------------------------------------------
+    def move_partitions(self, moves: Mapping[int, int]) -> None:
+        """Moves leadership of partitions: ``moves`` maps a partition to its new
+        leader's rank. Call on rank 0 only. The move takes effect at rank 0's
+        next epoch end and then at every executor's own next epoch end; only
+        the moved partitions pause (their windows fire once the old leader's
+        state arrived), see docs/elastic.md. Raises InvalidArgument for a bad
+        partition or rank, or on a join (its state cannot be handed over yet),
+        and ExecutorError while the previous move is still being agreed.
+
+        >>> ex.move_partitions({3: 0, 7: 0})   # doctest: +SKIP
+        """
+        if not isinstance(moves, Mapping):
+            raise InvalidArgument(f"moves must map partition -> rank, got {type(moves).__name__}")
+        parts, ranks = [], []
+        for p, r in moves.items():
+            if isinstance(p, bool) or isinstance(r, bool) or not isinstance(p, int) or \
+                    not isinstance(r, int) or p < 0 or r < 0:
+                raise InvalidArgument(f"moves must map partition (int) -> rank (int), got {p!r}: {r!r}")
+            parts.append(p)
+            ranks.append(r)
+        self._core.move_partitions(parts, ranks)
+
+    def leader_map(self) -> Tuple[int, List[int]]:
+        """(version, leaders): the leader map this executor follows, leaders[p]
+        being the rank that leads partition p; version 0 is partition mod N."""
+        return self._core.leader_map()
 
     @property
     def metrics(self) -> Dict[str, Any]:
@@ -455,3 +501,15 @@ class Executor:
 
     def __repr__(self) -> str:
         return f"Executor(rank={self.rank}, size={self.size}, transport={self.group.transport!r})"
+
+
+def leaders_from_images(images: Sequence[CheckpointImage], partitions: int, size: int) -> List[int]:
+    """The leader map a checkpoint recorded, for :meth:`Executor.restore` on a
+    group of ``size``: each partition goes to the rank whose image holds it
+    when that rank still exists, else to partition mod ``size``."""
+    leaders = [p % size for p in range(partitions)]
+    for im in images:
+        for p in im.parts:
+            if 0 <= p < partitions and im.rank < size:
+                leaders[p] = im.rank
+    return leaders

@@ -14,6 +14,19 @@
  * executor's published watermark is never applied; a leader never emits a
  * window ending after the minimum of the vector clock (P1).
  *
+ * Leadership: partition p is led by the leader map's rank (leadermap.h). A
+ * move changes the map at a marker: MAP(v) on a sender's channel separates
+ * what it sent under version v - 1 from what it sends under v (every peer
+ * sees exactly one MAP(v) per sender, sent at the sender's epoch end right
+ * after its routed rows and before its deltas). The old leader of a moved
+ * partition stops firing it when it learns of the move (before that, every
+ * watermark it had came from old-map senders, so its windows were whole),
+ * and hands its state over once it has every sender's MAP(v) (or final
+ * epoch): then no old-map update of the partition is still on its way. The
+ * new leader merges new-map deltas meanwhile and fires the partition only
+ * once the hand-over, with the watermark the old leader emitted it to, has
+ * been merged (a CRDT merge: order does not matter).
+ *
  * Failure: an executor that fails sends ABORT with its reason to every peer
  * whose ring has room before it closes, so the others name the root cause
  * (the rank that died first) rather than the executor that noticed it.
@@ -29,6 +42,7 @@
 #include "slash/exec.h"
 
 #include "slash/backoff.h"
+#include "slash/leadermap.h"
 #include "exec_impl.h"
 #include "exec_test.h"
 #include "ssb_impl.h" /* the key hash, so repartitioning spreads keys like the store */
@@ -86,17 +100,20 @@ void slash_exec_take_join(slash_exec *ex, slash_join_result **out)
 
 /* ---- firing ---------------------------------------------------------------- */
 
-static slash_status fire(slash_exec *ex)
+/* Emits the windows closed at w of every partition not held (skip: NULL,
+ * or per partition 1 to leave it out) into the results queue. */
+static slash_status emit_into_queue(slash_exec *ex, int64_t w, const uint8_t *skip)
 {
-    int64_t w = slash_vclock_min(&ex->vc);
-    if (w == INT64_MIN || w <= ex->fired || ex->ck.restoring)
-        return SLASH_OK;
     void *r = NULL;
     size_t rows = 0;
-    slash_status st = ex->ops->emit(ex->leader, w, &r, &rows);
-    if (st != SLASH_OK)
-        return st;
-    ex->fired = w;
+    slash_status st;
+    if (skip) { /* only aggregates move (slash_exec_move_partitions) */
+        slash_ssb_result *sr = NULL;
+        st = slash_ssb_emit_parts(ex->leader, w, skip, &sr);
+        r = sr, rows = sr ? sr->rows : 0;
+    } else {
+        st = ex->ops->emit(ex->leader, w, &r, &rows);
+    }
     if (r && rows) {
         ex->m.rows_emitted += rows;
         st = queue_push(ex, r);
@@ -106,6 +123,17 @@ static slash_status fire(slash_exec *ex)
     }
     ex->ops->result_free(r);
     return SLASH_OK;
+}
+
+static slash_status fire(slash_exec *ex)
+{
+    int64_t w = slash_vclock_min(&ex->vc);
+    if (w == INT64_MIN || w <= ex->fired || ex->ck.restoring)
+        return SLASH_OK;
+    slash_status st = emit_into_queue(ex, w, ex->mv.nhold ? ex->mv.hold : NULL);
+    if (st == SLASH_OK)
+        ex->fired = w;
+    return st;
 }
 
 /* ---- receiving ------------------------------------------------------------- */
@@ -121,6 +149,10 @@ static slash_status merge_timed(slash_exec *ex, const void *addr, size_t len)
 
 static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, size_t len,
                                uint64_t rows, uint32_t side);
+static slash_status on_map(slash_exec *ex, uint32_t r, const sync_msg *h, const uint8_t *body,
+                           size_t len);
+static slash_status on_handover(slash_exec *ex, uint32_t r, const sync_msg *h, const uint8_t *body,
+                                size_t len);
 static bool repartitioning(const slash_exec *ex);
 static slash_status flush_all_rows(slash_exec *ex);
 
@@ -137,6 +169,15 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
     }
     if (h.type == SYNC_CKPT || h.type == SYNC_CKPT_DONE)
         return exec_ckpt_on_message(ex, r, &h);
+    if (h.type == SYNC_MAP || h.type == SYNC_HANDOVER) {
+        if (h.frag != len - sizeof h)
+            return slash_fail(SLASH_EPROTO, "exec: rank %u sent a truncated %s message", r,
+                              h.type == SYNC_MAP ? "MAP" : "HANDOVER");
+        return h.type == SYNC_MAP ? on_map(ex, r, &h, buf + sizeof h, h.frag)
+                                  : on_handover(ex, r, &h, buf + sizeof h, h.frag);
+    }
+    if (ex->fin[r])
+        return slash_fail(SLASH_EPROTO, "exec: rank %u sent a message after its final epoch", r);
     if (h.epoch != ex->peer_epoch[r] + 1)
         return slash_fail(SLASH_EPROTO, "exec: rank %u sent epoch %llu after %llu", r,
                           (unsigned long long)h.epoch, (unsigned long long)ex->peer_epoch[r]);
@@ -160,7 +201,7 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
     }
     if (h.type != SYNC_DELTA)
         return slash_fail(SLASH_EPROTO, "exec: unknown message type %u from rank %u", h.type, r);
-    if (h.part >= ex->parts || h.part % ex->n != ex->rank)
+    if (h.part >= ex->parts || !exec_leads(ex, h.part))
         return slash_fail(SLASH_EPROTO, "exec: rank %u sent partition %u, which rank %u does not lead",
                           r, h.part, ex->rank);
     assembly *a = &ex->asm_[r];
@@ -215,10 +256,11 @@ static slash_status serve(slash_exec *ex, bool *progressed)
 {
     for (uint32_t k = 0; k < ex->n; k++) {
         uint32_t r = (ex->rr + k) % ex->n;
-        if (r == ex->rank || ex->fin[r])
+        /* a finished peer may still owe this executor a hand-over */
+        if (r == ex->rank || (ex->fin[r] && !ex->mv.await_from[r]))
             continue;
         slash_channel *ch = slash_group_in(ex->g, r);
-        for (int i = 0; i < 64 && !ex->fin[r]; i++) {
+        for (int i = 0; i < 64 && (!ex->fin[r] || ex->mv.await_from[r]); i++) {
             const void *buf;
             size_t len;
             uint64_t seq;
@@ -325,6 +367,8 @@ static int64_t current_watermark(const slash_exec *ex)
 }
 
 static slash_status publish_epoch(slash_exec *ex, int64_t wm, uint64_t t0);
+static slash_status switch_map(slash_exec *ex);
+static slash_status move_progress(slash_exec *ex);
 
 #define EXEC_ROUTE_PROBE 8 /* routed epochs before the local store measures again */
 #define EXEC_MEASURE_ROWS 65536 /* a measuring epoch ends after this many local records */
@@ -374,11 +418,15 @@ static slash_status end_epoch(slash_exec *ex, bool final)
     if (repartitioning(ex)) {
         /* records went out as they came; only the watermark is left to send */
         slash_status st = flush_all_rows(ex);
+        if (st == SLASH_OK && ex->mv.pending)
+            st = switch_map(ex);
         if (st != SLASH_OK)
             return st;
         return publish_epoch(ex, wm, t0);
     }
     slash_status st = flush_all_rows(ex); /* records routed this epoch go first */
+    if (st == SLASH_OK && ex->mv.pending) /* then the marker, then new-map deltas */
+        st = switch_map(ex);
     if (st != SLASH_OK)
         return st;
     ex->m.epochs_routed += ex->routing;
@@ -390,7 +438,7 @@ static slash_status end_epoch(slash_exec *ex, bool final)
         st = ex->ops->delta(ex->local, p, &addr, &len);
         if (st != SLASH_OK || len == 0)
             continue;
-        uint32_t lead = p % ex->n;
+        uint32_t lead = slash_leadermap_leader(&ex->mv.map, p);
         st = lead == ex->rank ? merge_timed(ex, addr, len) : ship_delta(ex, lead, p, addr, len);
     }
     if (st == SLASH_OK)
@@ -418,7 +466,8 @@ static slash_status publish_epoch(slash_exec *ex, int64_t wm, uint64_t t0)
     ex->epoch_start_ns = slash_now_ns();
     ex->m.epochs++;
     ex->m.sync_ns += ex->epoch_start_ns - t0;
-    return fire(ex);
+    slash_status st2 = fire(ex);
+    return st2 == SLASH_OK ? move_progress(ex) : st2;
 }
 
 /* True when a window can close: the watermark passed a window end that the
@@ -461,6 +510,8 @@ static void *service_main(void *arg)
         pthread_mutex_lock(&ex->mu);
         if (ex->sticky == SLASH_OK && !ex->finished) {
             slash_status st = serve(ex, &progressed);
+            if (st == SLASH_OK)
+                st = move_progress(ex);
             if (st != SLASH_OK) {
                 ex->sticky = st;
                 snprintf(ex->sticky_detail, sizeof ex->sticky_detail, "%s", slash_last_error());
@@ -500,6 +551,325 @@ static slash_status leave(slash_exec *ex, slash_status st)
     }
     pthread_mutex_unlock(&ex->mu);
     return st;
+}
+
+/* ---- leadership moves --------------------------------------------------------- */
+
+static slash_status moves_init(slash_exec *ex)
+{
+    exec_moves *mv = &ex->mv;
+    slash_status st = slash_leadermap_init(&mv->map, ex->parts, ex->n);
+    if (st != SLASH_OK)
+        return st;
+    uint32_t P = ex->parts, n = ex->n;
+    mv->peer_ver = calloc(n, sizeof *mv->peer_ver);
+    mv->await_from = calloc(n, sizeof *mv->await_from);
+    mv->hasm = calloc(n, sizeof *mv->hasm);
+    mv->pend_parts = calloc(P, sizeof *mv->pend_parts);
+    mv->pend_ranks = calloc(P, sizeof *mv->pend_ranks);
+    mv->hold = calloc(P, 1);
+    mv->awaiting = calloc(P, 1);
+    mv->from = calloc(P, sizeof *mv->from);
+    mv->owe = malloc(P * sizeof *mv->owe);
+    mv->owe_ver = calloc(P, sizeof *mv->owe_ver);
+    mv->since_ns = calloc(P, sizeof *mv->since_ns);
+    if (!mv->peer_ver || !mv->await_from || !mv->hasm || !mv->pend_parts || !mv->pend_ranks ||
+        !mv->hold || !mv->awaiting || !mv->from || !mv->owe || !mv->owe_ver || !mv->since_ns)
+        return slash_fail(SLASH_ENOMEM, "exec: out of memory for the leader map");
+    for (uint32_t p = 0; p < P; p++)
+        mv->owe[p] = -1;
+    return SLASH_OK;
+}
+
+static void moves_free(slash_exec *ex)
+{
+    exec_moves *mv = &ex->mv;
+    slash_leadermap_free(&mv->map);
+    if (mv->hasm)
+        for (uint32_t r = 0; r < ex->n; r++)
+            free(mv->hasm[r].buf);
+    free(mv->hasm);
+    free(mv->peer_ver);
+    free(mv->await_from);
+    free(mv->pend_parts);
+    free(mv->pend_ranks);
+    free(mv->hold);
+    free(mv->awaiting);
+    free(mv->from);
+    free(mv->owe);
+    free(mv->owe_ver);
+    free(mv->since_ns);
+}
+
+static void hold_set(slash_exec *ex, uint32_t p)
+{
+    if (!ex->mv.hold[p]) {
+        ex->mv.hold[p] = 1;
+        ex->mv.nhold++;
+        ex->mv.since_ns[p] = slash_now_ns();
+    }
+}
+
+static void hold_clear(slash_exec *ex, uint32_t p)
+{
+    if (ex->mv.hold[p] && !ex->mv.awaiting[p] && ex->mv.owe[p] < 0) {
+        ex->mv.hold[p] = 0;
+        ex->mv.nhold--;
+    }
+}
+
+/* Adopts version map.version + 1 (moves checked by the caller): what this
+ * executor gives away stops firing now, what it gets is held until its
+ * hand-over. Switching (sending by the new map) waits for the epoch end. */
+static void adopt(slash_exec *ex, const uint32_t *parts, const uint32_t *ranks, uint32_t k)
+{
+    exec_moves *mv = &ex->mv;
+    uint64_t v = mv->map.version + 1;
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t p = parts[i], old = slash_leadermap_leader(&mv->map, p);
+        mv->pend_parts[i] = p, mv->pend_ranks[i] = ranks[i];
+        if (old == ex->rank) {
+            mv->owe[p] = (int32_t)ranks[i], mv->owe_ver[p] = v, mv->nowe++;
+            hold_set(ex, p);
+        } else if (ranks[i] == ex->rank) {
+            mv->awaiting[p] = 1, mv->from[p] = old, mv->await_from[old]++, mv->nawait++;
+            hold_set(ex, p);
+        }
+    }
+    mv->npend = k;
+    mv->pending = true;
+}
+
+/* At an epoch end: follows the adopted version from now on and tells every
+ * peer so (the MAP marker), before anything sent by the new map. */
+static slash_status switch_map(slash_exec *ex)
+{
+    exec_moves *mv = &ex->mv;
+    uint64_t v = mv->map.version + 1;
+    slash_status st = slash_leadermap_apply(&mv->map, v, mv->pend_parts, mv->pend_ranks, mv->npend);
+    if (st != SLASH_OK)
+        return st;
+    mv->pending = false;
+    size_t bytes = (size_t)mv->npend * 8;
+    uint32_t *body = malloc(bytes ? bytes : 8);
+    if (!body)
+        return slash_fail(SLASH_ENOMEM, "exec: out of memory for a MAP message");
+    for (uint32_t i = 0; i < mv->npend; i++)
+        body[2 * i] = mv->pend_parts[i], body[2 * i + 1] = mv->pend_ranks[i];
+    sync_msg h = {.type = SYNC_MAP, .epoch = v, .offset = mv->npend, .frag = bytes};
+    for (uint32_t r = 0; r < ex->n && st == SLASH_OK; r++)
+        if (r != ex->rank && !ex->fin[r])
+            st = ship(ex, r, &h, body, bytes);
+    free(body);
+    ex->m.led_partitions = slash_leadermap_count(&mv->map, ex->rank);
+    return st;
+}
+
+/* MAP(v) from rank r: r follows version v from here on. The first MAP(v)
+ * this executor meets adopts v (rank 0 starts a version only after every
+ * executor switched to the one before, so v is always map.version + 1). */
+static slash_status on_map(slash_exec *ex, uint32_t r, const sync_msg *h, const uint8_t *body,
+                           size_t len)
+{
+    exec_moves *mv = &ex->mv;
+    uint64_t v = h->epoch;
+    /* v: the version this executor adopted, or already switched to */
+    if ((v != mv->map.version + 1 && v != mv->map.version) || h->offset > ex->parts ||
+        len != h->offset * 8)
+        return slash_fail(SLASH_EPROTO, "exec: rank %u sent MAP version %llu (%llu moves, %zu "
+                          "bytes) while this executor follows version %llu", r,
+                          (unsigned long long)v, (unsigned long long)h->offset, len,
+                          (unsigned long long)mv->map.version);
+    if (v == mv->map.version + 1 && !mv->pending) {
+        uint32_t k = (uint32_t)h->offset;
+        uint32_t *parts = malloc((k ? k : 1) * sizeof *parts), *ranks = malloc((k ? k : 1) * sizeof *ranks);
+        slash_status st = parts && ranks ? SLASH_OK : slash_fail(SLASH_ENOMEM, "exec: out of memory");
+        for (uint32_t i = 0; i < k && st == SLASH_OK; i++)
+            memcpy(&parts[i], body + 8 * i, 4), memcpy(&ranks[i], body + 8 * i + 4, 4);
+        if (st == SLASH_OK && slash_leadermap_check(&mv->map, parts, ranks, k) != SLASH_OK)
+            st = slash_fail(SLASH_EPROTO, "exec: rank %u sent a bad MAP: %s", r, slash_last_error());
+        if (st == SLASH_OK)
+            adopt(ex, parts, ranks, k);
+        free(parts);
+        free(ranks);
+        if (st != SLASH_OK)
+            return st;
+    }
+    mv->peer_ver[r] = v;
+    return SLASH_OK;
+}
+
+/* A HANDOVER fragment from old leader r; the last one merges the partition
+ * with the watermark r emitted it to, ends the hold and fires what is due. */
+static slash_status on_handover(slash_exec *ex, uint32_t r, const sync_msg *h, const uint8_t *body,
+                                size_t len)
+{
+    exec_moves *mv = &ex->mv;
+    uint32_t p = h->part;
+    if (p >= ex->parts || !mv->awaiting[p] || mv->from[p] != r)
+        return slash_fail(SLASH_EPROTO, "exec: rank %u handed over partition %u, which this "
+                          "executor does not await from it", r, p);
+    assembly *a = &mv->hasm[r];
+    if (h->offset == 0)
+        a->len = 0, a->total = h->total, a->part = p;
+    if (h->offset != a->len || a->part != p || h->offset + len > a->total)
+        return slash_fail(SLASH_EPROTO, "exec: rank %u sent a hand-over fragment out of order", r);
+    if (a->len + len > a->cap) {
+        size_t cap = a->cap * 2 > a->len + len ? a->cap * 2 : a->len + len;
+        cap = cap < a->total ? cap : a->total;
+        uint8_t *nb = realloc(a->buf, cap ? cap : 8);
+        if (!nb)
+            return slash_fail(SLASH_ENOMEM, "exec: out of memory for a %llu-byte hand-over",
+                              (unsigned long long)a->total);
+        a->buf = nb, a->cap = cap;
+    }
+    if (len)
+        memcpy(a->buf + a->len, body, len);
+    a->len += len;
+    if (a->len < a->total)
+        return SLASH_OK;
+    slash_status st = slash_ssb_import_partition(ex->leader, p, h->watermark, a->buf, a->total);
+    if (st != SLASH_OK)
+        return slash_fail(SLASH_EPROTO, "exec: rank %u handed over a bad partition %u: %s", r, p,
+                          slash_last_error());
+    ex->m.moves_in++;
+    ex->m.moved_bytes_in += a->total;
+    ex->m.move_pause_ns += slash_now_ns() - mv->since_ns[p];
+    mv->awaiting[p] = 0, mv->await_from[r]--, mv->nawait--;
+    a->len = a->total = 0;
+    hold_clear(ex, p);
+    if (mv->hold[p] || ex->fired == INT64_MIN || ex->ck.restoring)
+        return SLASH_OK;
+    /* fire what the group watermark already closed, of this partition only */
+    uint8_t *skip = malloc(ex->parts);
+    if (!skip)
+        return slash_fail(SLASH_ENOMEM, "exec: out of memory");
+    memset(skip, 1, ex->parts);
+    skip[p] = 0;
+    st = emit_into_queue(ex, ex->fired, skip);
+    free(skip);
+    return st;
+}
+
+/* Hands over every owed partition whose old-map updates have all arrived:
+ * this executor switched, and every peer sent its MAP marker or finished.
+ * Never from inside a send (a nested serve): fragments of one message must
+ * not interleave with another's. */
+static slash_status move_progress(slash_exec *ex)
+{
+    exec_moves *mv = &ex->mv;
+    if (!mv->nowe || mv->busy)
+        return SLASH_OK;
+    slash_status st = SLASH_OK;
+    mv->busy = true;
+    for (uint32_t p = 0; p < ex->parts && st == SLASH_OK && mv->nowe; p++) {
+        /* this executor switched, or sent its final epoch (it sends no more) */
+        if (mv->owe[p] < 0 || mv->awaiting[p] ||
+            (mv->map.version < mv->owe_ver[p] && ex->published != INT64_MAX))
+            continue;
+        bool ready = true;
+        for (uint32_t r = 0; r < ex->n && ready; r++)
+            ready = r == ex->rank || ex->fin[r] || mv->peer_ver[r] >= mv->owe_ver[p];
+        if (!ready)
+            continue;
+        uint32_t to = (uint32_t)mv->owe[p];
+        uint8_t *buf;
+        size_t len;
+        int64_t emitted;
+        st = slash_ssb_export_partition(ex->leader, p, &buf, &len, &emitted);
+        if (st != SLASH_OK)
+            break;
+        slash_channel_stats cs;
+        slash_channel_get_stats(slash_group_out(ex->g, to), &cs);
+        size_t room = slash_channel_payload_max(cs.buffer_size) - sizeof(sync_msg);
+        size_t off = 0;
+        do { /* an empty partition still goes as one empty fragment */
+            size_t frag = len - off < room ? len - off : room;
+            sync_msg h = {.type = SYNC_HANDOVER, .part = p, .epoch = mv->owe_ver[p], .offset = off,
+                          .total = len, .watermark = emitted, .frag = frag};
+            st = ship(ex, to, &h, buf + off, frag);
+            off += frag;
+        } while (st == SLASH_OK && off < len);
+        free(buf);
+        if (st == SLASH_OK)
+            st = slash_ssb_drop_partition(ex->leader, p);
+        if (st != SLASH_OK)
+            break;
+        ex->m.moves_out++;
+        ex->m.moved_bytes_out += len;
+        mv->owe[p] = -1, mv->nowe--;
+        hold_clear(ex, p);
+    }
+    mv->busy = false;
+    return st;
+}
+
+slash_status slash_exec_move_partitions(slash_exec *ex, const uint32_t *parts,
+                                        const uint32_t *ranks, uint32_t k)
+{
+    slash_status st = enter(ex);
+    if (st != SLASH_OK)
+        return st;
+    exec_moves *mv = &ex->mv;
+    if (ex->cfg.kind == SLASH_EXEC_JOIN)
+        return leave(ex, slash_fail(SLASH_EINVAL, "moving partitions of a join: its store cannot be "
+                                    "handed over yet"));
+    if (ex->rank != 0)
+        return leave(ex, slash_fail(SLASH_ESTATE, "move partitions on rank 0, not rank %u", ex->rank));
+    if (ex->finished)
+        return leave(ex, slash_fail(SLASH_ESTATE, "exec: move after finish"));
+    if ((st = slash_leadermap_check(&mv->map, parts, ranks, k)) != SLASH_OK)
+        return leave(ex, st);
+    bool agreed = !mv->pending;
+    for (uint32_t r = 0; r < ex->n && agreed; r++)
+        agreed = r == ex->rank || ex->fin[r] || mv->peer_ver[r] >= mv->map.version;
+    if (!agreed)
+        return leave(ex, slash_fail(SLASH_ESTATE, "a move (leader map version %llu) is still "
+                                    "being agreed; retry after the next epochs",
+                                    (unsigned long long)(mv->map.version + mv->pending)));
+    uint32_t *p2 = malloc((k ? k : 1) * sizeof *p2), *r2 = malloc((k ? k : 1) * sizeof *r2);
+    if (!p2 || !r2) {
+        free(p2);
+        free(r2);
+        return leave(ex, slash_fail(SLASH_ENOMEM, "exec: out of memory"));
+    }
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < k; i++)
+        if (slash_leadermap_leader(&mv->map, parts[i]) != ranks[i])
+            p2[m] = parts[i], r2[m++] = ranks[i];
+    slash_channel_stats cs;
+    if (ex->g && ex->n > 1) {
+        slash_channel_get_stats(slash_group_out(ex->g, ex->rank ? 0 : 1), &cs);
+        if (sizeof(sync_msg) + (size_t)m * 8 > slash_channel_payload_max(cs.buffer_size))
+            st = slash_fail(SLASH_EINVAL, "%u moves do not fit one %zu-byte channel buffer; move "
+                            "fewer at a time", m, (size_t)cs.buffer_size);
+    }
+    if (st == SLASH_OK && m)
+        adopt(ex, p2, r2, m);
+    free(p2);
+    free(r2);
+    return leave(ex, st);
+}
+
+void slash_exec_leader_map(slash_exec *ex, uint64_t *version, uint32_t *leaders)
+{
+    pthread_mutex_lock(&ex->mu);
+    *version = ex->mv.map.version;
+    memcpy(leaders, ex->mv.map.leader, (size_t)ex->parts * sizeof *leaders);
+    pthread_mutex_unlock(&ex->mu);
+}
+
+slash_status slash_exec_restore_map(slash_exec *ex, const uint32_t *leaders)
+{
+    slash_status st = enter(ex);
+    if (st != SLASH_OK)
+        return st;
+    if (ex->pushes || ex->epoch || ex->mv.map.version || ex->mv.pending)
+        return leave(ex, slash_fail(SLASH_ESTATE, "restore the leader map before any push or move"));
+    st = slash_leadermap_set(&ex->mv.map, 0, leaders);
+    if (st == SLASH_OK)
+        ex->m.led_partitions = slash_leadermap_count(&ex->mv.map, ex->rank);
+    return leave(ex, st);
 }
 
 /* ---- public ------------------------------------------------------------------- */
@@ -561,6 +931,8 @@ static slash_status exec_open(slash_group *g, uint32_t rank, uint32_t n,
     }
     if (st == SLASH_OK)
         st = exec_ckpt_init(ex);
+    if (st == SLASH_OK)
+        st = moves_init(ex);
     for (uint32_t r = 0; r < n && st == SLASH_OK; r++) { /* row buffers: repartition, or routing */
         slash_channel *ch = g ? slash_group_out(g, r) : NULL;
         if (!ch)
@@ -579,7 +951,7 @@ static slash_status exec_open(slash_group *g, uint32_t rank, uint32_t n,
     ex->m.rank = ex->rank;
     ex->m.size = n;
     ex->m.partitions = ex->parts;
-    ex->m.led_partitions = ex->parts / n + (ex->rank < ex->parts % n);
+    ex->m.led_partitions = slash_leadermap_count(&ex->mv.map, ex->rank);
     if (g && n > 1) {
         if (pthread_create(&ex->service, NULL, service_main, ex) != 0) {
             slash_exec_close(ex);
@@ -759,7 +1131,7 @@ static inline uint32_t owner_of(const slash_exec *ex, const slash_ssb_batch *b, 
                      : ssb_hash_bytes(b->key_data + key_start_at(b, i), key_bytes_at(b, i));
     /* both modes: the leader of the key's partition, so a checkpoint holds each
      * partition at one executor and a restore with another N can move it */
-    return ssb_part_of_n(ex->parts, h) % ex->n;
+    return slash_leadermap_leader(&ex->mv.map, ssb_part_of_n(ex->parts, h));
 }
 
 /* Value columns a row carries: aggregates, the inputs they read; joins, the
@@ -1118,6 +1490,8 @@ static slash_status account(slash_exec *ex, size_t n, size_t nl, int64_t mx, uin
     slash_status st = serve(ex, NULL);
     if (st == SLASH_OK && epoch_due(ex))
         st = end_epoch(ex, false);
+    if (st == SLASH_OK && ex->mv.nowe)
+        st = move_progress(ex);
     return st;
 }
 
@@ -1226,12 +1600,13 @@ static slash_status apply_split(slash_exec *ex, const batch_kind *k, const void 
     if (!m)
         return slash_fail(SLASH_ENOMEM, "exec: out of memory");
     const bool bytes = exec_key_type(ex) == SLASH_KEY_BYTES;
+    const uint32_t *lead = ex->mv.map.leader;
     size_t own = 0, other = 0;
     for (size_t i = 0; i < n; i++) { /* branch-free: the split is random */
         int out = (kv.skip ? kv.skip[i] != 0 : 0) | (kv.times[i] < ex->published);
         uint64_t kh = bytes ? ssb_hash_bytes(kv.key_data + key_start_at(&kv, i), key_bytes_at(&kv, i))
                             : ssb_hash_i64(kv.keys[i]);
-        int mine = ssb_part_of_n(ex->parts, kh) % ex->n == ex->rank;
+        int mine = lead[ssb_part_of_n(ex->parts, kh)] == ex->rank;
         m[i] = (uint8_t)(out | mine);
         m[n + i] = (uint8_t)(out | (mine ^ 1));
         own += (size_t)((out ^ 1) & mine);
@@ -1380,6 +1755,8 @@ static slash_status poll_locked(slash_exec *ex, int timeout_ms)
         slash_status st = serve(ex, &progressed);
         if (st == SLASH_OK && !ex->finished && epoch_due(ex))
             st = end_epoch(ex, false);
+        if (st == SLASH_OK)
+            st = move_progress(ex);
         if (st != SLASH_OK || ex->qlen || ex->ck.pending || timeout_ms == 0 ||
             slash_deadline_passed(deadline))
             return st; /* a pending checkpoint: at once, to the safe point at poll's end */
@@ -1410,9 +1787,13 @@ static slash_status finish_locked(slash_exec *ex)
     slash_status st = end_epoch(ex, true);
     slash_backoff b;
     slash_backoff_reset(&b);
-    while (st == SLASH_OK && ex->nfin < ex->n - 1) {
+    /* and until this executor has handed over what it owes and received
+     * what it awaits (old leaders hand over after their final epoch too) */
+    while (st == SLASH_OK && (ex->nfin < ex->n - 1 || ex->mv.nowe || ex->mv.nawait)) {
         bool progressed = false;
         st = serve(ex, &progressed);
+        if (st == SLASH_OK)
+            st = move_progress(ex);
         if (progressed)
             slash_backoff_reset(&b);
         else
@@ -1444,6 +1825,9 @@ void slash_exec_get_metrics(const slash_exec *cex, slash_exec_metrics *out)
     out->watermark = ex->published;
     out->group_watermark = slash_vclock_min(&ex->vc);
     out->slowest_rank = slash_vclock_argmin(&ex->vc);
+    out->map_version = ex->mv.map.version;
+    out->led_partitions = slash_leadermap_count(&ex->mv.map, ex->rank);
+    out->held_partitions = ex->mv.nhold;
     out->credit_stalls = 0;
     for (uint32_t r = 0; r < ex->n; r++) {
         slash_channel *ch = slash_group_out(ex->g, r);
@@ -1507,6 +1891,7 @@ void slash_exec_close(slash_exec *ex)
     for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS; j++)
         free(ex->dec.vals[j]);
     exec_ckpt_free(ex);
+    moves_free(ex);
     free(ex->peer_epoch);
     free(ex->fin);
     for (size_t i = 0; i < ex->qlen; i++)

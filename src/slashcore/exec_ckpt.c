@@ -173,11 +173,15 @@ static slash_status snapshot(slash_exec *ex, uint64_t id, slash_ckpt **out)
     free(m);
     if (st != SLASH_OK)
         return st;
-    uint32_t led = ex->parts / ex->n + (ex->rank < ex->parts % ex->n);
+    uint32_t led = 0; /* led by the map, or still held for a hand-over (leadermap.h) */
+    for (uint32_t p = 0; p < ex->parts; p++)
+        led += exec_leads(ex, p) || ex->mv.owe[p] >= 0;
     slash_ckpt *ck;
     if ((st = slash_ckpt_new(id, c_pushes(ex), ex->rank, meta, meta_len, led, &ck)) != SLASH_OK)
         return st;
-    for (uint32_t p = ex->rank; p < ex->parts; p += ex->n) {
+    for (uint32_t p = 0; p < ex->parts; p++) {
+        if (!exec_leads(ex, p) && ex->mv.owe[p] < 0)
+            continue;
         uint8_t *blob;
         size_t len;
         if ((st = slash_ckpt_write_partition(ex->leader, p, &blob, &len)) != SLASH_OK) {
@@ -368,9 +372,9 @@ static slash_status restore_partition(slash_exec *ex, uint32_t part, const void 
         return st;
     if (part >= ex->parts)
         return slash_fail(SLASH_EINVAL, "restore: partition %u of %u", part, ex->parts);
-    if (part % ex->n != ex->rank)
+    if (!exec_leads(ex, part))
         return slash_fail(SLASH_EINVAL, "restore: partition %u is led by rank %u, not %u", part,
-                          part % ex->n, ex->rank);
+                          slash_leadermap_leader(&ex->mv.map, part), ex->rank);
     return slash_ckpt_read_partition(ex->leader, part, data, len);
 }
 

@@ -8,6 +8,7 @@
 
 #include "slash/checkpoint.h"
 #include "slash/exec.h"
+#include "slash/leadermap.h"
 #include "slash/vclock.h"
 #include "exec_store.h"
 
@@ -37,7 +38,7 @@ typedef struct exec_ckpt {
 /* CKPT(id) and CKPT_DONE(id) (exec_ckpt.c) carry the checkpoint id in `total`
  * and are outside the epoch sequence. */
 enum { SYNC_DELTA = 1, SYNC_EPOCH = 2, SYNC_ROWS = 3, SYNC_ABORT = 4, SYNC_CKPT = 5,
-       SYNC_CKPT_DONE = 6 };
+       SYNC_CKPT_DONE = 6, SYNC_MAP = 7, SYNC_HANDOVER = 8 };
 
 typedef struct sync_msg {
     uint32_t type;
@@ -74,6 +75,29 @@ typedef struct assembly {
     uint64_t epoch;
 } assembly;
 
+/* Leadership moves (exec.c). MAP(v) carries version v in `epoch`, the move
+ * count in `offset` and (partition, rank) u32 pairs after the header;
+ * HANDOVER carries the version in `epoch`, the partition, its emitted
+ * watermark in `watermark`, and a fragment (offset/total/frag as DELTA) of
+ * the partition's records. Both are outside the epoch sequence. */
+typedef struct exec_moves {
+    slash_leadermap map;   /* the version this executor's sends follow */
+    uint64_t *peer_ver;    /* per rank: version of its stream (its last MAP marker) */
+    bool pending;          /* version map.version + 1 adopted, not yet switched to */
+    uint32_t npend;
+    uint32_t *pend_parts, *pend_ranks;
+    uint8_t *hold;         /* per partition: not fired here (awaited or owed) */
+    uint8_t *awaiting;     /* per partition: this new leader awaits its hand-over */
+    uint32_t *from;        /* per awaited partition: the old leader */
+    int32_t *owe;          /* per partition: rank it is handed over to (-1: none) */
+    uint64_t *owe_ver;     /* per owed partition: the version that moved it */
+    uint64_t *since_ns;    /* per partition: when this executor began holding it */
+    uint32_t *await_from;  /* per rank: hand-overs awaited from it */
+    uint32_t nhold, nowe, nawait;
+    bool busy;             /* handing over (no re-entry from a nested serve) */
+    assembly *hasm;        /* per rank: the hand-over being received */
+} exec_moves;
+
 struct slash_exec {
     slash_group *g;
     uint32_t rank, n, parts;
@@ -108,7 +132,14 @@ struct slash_exec {
     char sticky_detail[512];
     uint64_t pushes; /* push calls completed */
     exec_ckpt ck;    /* checkpoint protocol state (exec_ckpt.c) */
+    exec_moves mv;   /* leader map and moves in flight */
 };
+
+/* True when this executor leads partition p under its current map. */
+static inline bool exec_leads(const slash_exec *ex, uint32_t p)
+{
+    return slash_leadermap_leader(&ex->mv.map, p) == ex->rank;
+}
 
 /* exec.c routines the checkpoint protocol drives (all with ex->mu held). */
 slash_status exec_serve(slash_exec *ex, bool *progressed);

@@ -146,7 +146,7 @@ static slash_status emit_sliding(slash_ssb *s, ssb_part *p, int64_t up_to, ssb_p
             continue; /* no window containing this slice ends by up_to */
         uint64_t kh = ssb_rec_key_hash(s, r);
         for (int64_t ws = first; ws <= r->win && ws <= last_start; ws += w->slide) {
-            if (ws + w->size <= s->watermark)
+            if (ws + w->size <= ssb_part_wm(s, p))
                 continue; /* emitted before */
             slash_status st;
             uint8_t *dst = ssb_upsert(s, scratch, ssb_hash_win(s, kh, ws), ws, ssb_rec_key(s, r),
@@ -177,6 +177,12 @@ static slash_status emit_scratch(slash_ssb *s, ssb_part *scratch, slash_ssb_resu
 
 slash_status slash_ssb_emit(slash_ssb *s, int64_t up_to, slash_ssb_result **out)
 {
+    return slash_ssb_emit_parts(s, up_to, NULL, out);
+}
+
+slash_status slash_ssb_emit_parts(slash_ssb *s, int64_t up_to, const uint8_t *skip,
+                                  slash_ssb_result **out)
+{
     *out = NULL;
     if (s->sealed)
         return slash_fail(SLASH_ESTATE, "emit: the delta of epoch %llu is sealed; reset it first",
@@ -190,6 +196,11 @@ slash_status slash_ssb_emit(slash_ssb *s, int64_t up_to, slash_ssb_result **out)
     bool sliding = w->kind == SLASH_WINDOW_SLIDING && w->slice != w->size;
     for (uint32_t i = 0; i < s->cfg.partitions && st == SLASH_OK; i++) {
         ssb_part *p = &s->parts[i];
+        if (skip && skip[i]) { /* held: keeps the watermark it had */
+            if (!p->own_wm)
+                p->own_wm = true, p->wm = s->watermark;
+            continue;
+        }
         if (sliding) {
             ssb_part scratch;
             if ((st = ssb_part_init(s, &scratch)) != SLASH_OK)
@@ -203,6 +214,8 @@ slash_status slash_ssb_emit(slash_ssb *s, int64_t up_to, slash_ssb_result **out)
         }
         if (st == SLASH_OK)
             st = ssb_part_trim(s, p);
+        if (p->own_wm && up_to > p->wm)
+            p->wm = up_to;
     }
     if (st != SLASH_OK) {
         slash_ssb_result_free(res);
@@ -217,6 +230,75 @@ slash_status slash_ssb_emit(slash_ssb *s, int64_t up_to, slash_ssb_result **out)
     }
     if (up_to > s->watermark)
         s->watermark = up_to;
+    for (uint32_t i = 0; i < s->cfg.partitions; i++) /* caught up with the store again */
+        if (s->parts[i].own_wm && s->parts[i].wm == s->watermark)
+            s->parts[i].own_wm = false;
     *out = res;
     return SLASH_OK;
+}
+
+/* ---- moving a partition between stores ----------------------------------- */
+
+slash_status slash_ssb_export_partition(const slash_ssb *s, uint32_t part, uint8_t **out,
+                                        size_t *len, int64_t *emitted)
+{
+    *out = NULL, *len = 0;
+    if (part >= s->cfg.partitions)
+        return slash_fail(SLASH_ERANGE, "export: partition %u of %u", part, s->cfg.partitions);
+    if (s->sealed)
+        return slash_fail(SLASH_ESTATE, "export: the store holds a sealed delta");
+    const ssb_part *p = &s->parts[part];
+    const slash_lss *l = &p->log;
+    size_t bytes = 0;
+    for (uint64_t a = l->begin; a < l->tail;) {
+        slash_rec *r = slash_lss_ptr(l, a);
+        a += r->size;
+        bytes += (r->flags & SLASH_REC_FREED) ? 0 : r->size;
+    }
+    uint8_t *buf = malloc(bytes ? bytes : 8);
+    if (!buf)
+        return slash_fail(SLASH_ENOMEM, "export: %zu bytes for partition %u", bytes, part);
+    size_t at = 0;
+    for (uint64_t a = l->begin; a < l->tail;) {
+        slash_rec *r = slash_lss_ptr(l, a);
+        a += r->size;
+        if (r->flags & SLASH_REC_FREED)
+            continue;
+        memcpy(buf + at, r, r->size);
+        ((slash_rec *)(buf + at))->prev = 0; /* local chain metadata stays here */
+        at += r->size;
+    }
+    *out = buf, *len = bytes;
+    *emitted = ssb_part_wm(s, p);
+    return SLASH_OK;
+}
+
+slash_status slash_ssb_drop_partition(slash_ssb *s, uint32_t part)
+{
+    if (part >= s->cfg.partitions)
+        return slash_fail(SLASH_ERANGE, "drop: partition %u of %u", part, s->cfg.partitions);
+    if (s->sealed)
+        return slash_fail(SLASH_ESTATE, "drop: the store holds a sealed delta");
+    ssb_part fresh;
+    slash_status st = ssb_part_init(s, &fresh);
+    if (st != SLASH_OK)
+        return st;
+    ssb_part_destroy(&s->parts[part]);
+    s->parts[part] = fresh;
+    return SLASH_OK;
+}
+
+slash_status slash_ssb_import_partition(slash_ssb *s, uint32_t part, int64_t emitted,
+                                        const void *region, size_t len)
+{
+    if (part >= s->cfg.partitions)
+        return slash_fail(SLASH_ERANGE, "import: partition %u of %u", part, s->cfg.partitions);
+    ssb_part *p = &s->parts[part];
+    bool own = p->own_wm;
+    int64_t wm = p->wm;
+    p->own_wm = true, p->wm = emitted; /* windows closed at `emitted` were emitted elsewhere */
+    slash_status st = slash_ssb_merge_delta(s, region, len);
+    if (st != SLASH_OK)
+        p->own_wm = own, p->wm = wm;
+    return st;
 }

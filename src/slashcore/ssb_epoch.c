@@ -108,12 +108,13 @@ static slash_status merge_sessions(slash_ssb *s, const uint8_t *p, size_t len)
         if (r->flags & SLASH_REC_FREED)
             continue;
         int64_t end = *ssb_rec_session_end(r);
-        if (slash_window_closed(&s->cfg.window, end, s->watermark)) {
+        uint64_t kh = ssb_rec_key_hash(s, r);
+        ssb_part *part = &s->parts[ssb_part_of(s, kh)];
+        if (slash_window_closed(&s->cfg.window, end, ssb_part_wm(s, part))) {
             s->late++;
             continue;
         }
-        uint64_t kh = ssb_rec_key_hash(s, r);
-        uint8_t *dst = ssb_upsert_session(s, &s->parts[ssb_part_of(s, kh)], kh, r->win, end,
+        uint8_t *dst = ssb_upsert_session(s, part, kh, r->win, end,
                                           ssb_rec_key(s, r), r->key_len, &st);
         if (!dst)
             return st;
@@ -151,12 +152,13 @@ static slash_status merge_slices(slash_ssb *s, const uint8_t *p, size_t len)
             off += r->size;
             if (r->flags & SLASH_REC_FREED)
                 continue;
-            if (slash_window_slice_last_end(&s->cfg.window, r->win) <= s->watermark) {
+            uint64_t kh = ssb_rec_key_hash(s, r);
+            pidx[m] = ssb_part_of(s, kh);
+            if (slash_window_slice_last_end(&s->cfg.window, r->win) <=
+                ssb_part_wm(s, &s->parts[pidx[m]])) {
                 s->late++;
                 continue;
             }
-            uint64_t kh = ssb_rec_key_hash(s, r);
-            pidx[m] = ssb_part_of(s, kh);
             hash[m] = ssb_hash_win(s, kh, r->win);
             __builtin_prefetch(slash_hidx_bucket_of(&s->parts[pidx[m]].index, hash[m]), 0, 0);
             recs[m++] = r;

@@ -44,6 +44,11 @@ typedef struct ssb_part {
     slash_hidx index;
     uint64_t live;        /* live records in this partition */
     uint64_t freed_bytes; /* bytes of FREED records in [begin, tail) */
+    /* A partition whose emitted watermark differs from the store's (held
+     * from an emit, or handed over from another leader): own_wm, and wm is
+     * it; otherwise the store's watermark is the partition's. */
+    bool own_wm;
+    int64_t wm;
 } ssb_part;
 
 struct slash_ssb {
@@ -110,6 +115,12 @@ static inline uint32_t ssb_part_of_n(uint32_t parts, uint64_t kh)
 static inline uint32_t ssb_part_of(const slash_ssb *s, uint64_t kh)
 {
     return ssb_part_of_n(s->cfg.partitions, kh);
+}
+
+/* The emitted watermark of partition p: windows closed at it were emitted. */
+static inline int64_t ssb_part_wm(const slash_ssb *s, const ssb_part *p)
+{
+    return p->own_wm ? p->wm : s->watermark;
 }
 
 static inline uint32_t ssb_round8(uint32_t x) { return (x + 7u) & ~7u; }

@@ -6,7 +6,7 @@
  * their key (no repartitioning). The key space is split into P partitions;
  * partition p is led by rank p mod N. At each epoch end the executor seals
  * its local store, ships each partition's changed span to that partition's
- * leader over the group's channels (its own partitions are merged in place),
+ * leader (by the group's leader map, leadermap.h) over the group's channels (its own partitions are merged in place),
  * resets the shipped records to zero, and publishes its low watermark. A
  * leader merges the deltas it receives into its *leader* store and fires a
  * window once every executor's published watermark has passed the window's
@@ -106,6 +106,12 @@ typedef struct slash_exec_metrics {
     uint32_t rank, size, partitions, led_partitions;
     uint64_t own_rows_direct; /* records folded straight into the leader store */
     uint64_t epochs_routed;   /* slash mode: epochs whose records went to their leaders as rows */
+    uint64_t map_version;     /* version of the leader map this executor follows */
+    uint64_t moves_in;        /* partitions handed over to this executor */
+    uint64_t moves_out;       /* partitions this executor handed over */
+    uint64_t moved_bytes_in, moved_bytes_out; /* their state's bytes */
+    uint64_t move_pause_ns;   /* sum over moves_in: from holding the partition to its hand-over */
+    uint32_t held_partitions; /* partitions not fired here right now (moving) */
 } slash_exec_metrics;
 
 typedef struct slash_exec slash_exec;
@@ -196,6 +202,35 @@ slash_status slash_exec_take_checkpoint(slash_exec *ex, slash_ckpt **out);
 slash_status slash_exec_restore_meta(slash_exec *ex, const void *meta, size_t len);
 slash_status slash_exec_restore_partition(slash_exec *ex, uint32_t partition, const void *data,
                                           size_t len);
+
+/* ---- leadership moves (see docs/elastic.md) ----------------------------------
+ * Moves leadership of k partitions (parts[i] to ranks[i]). Call on rank 0
+ * only (SLASH_ESTATE elsewhere); it makes the next map version, which rank 0
+ * switches to at its next epoch end and announces with a MAP marker on every
+ * channel; each executor adopts it at the first marker it receives and
+ * switches at its own next epoch end, sending its own marker. Everything an
+ * executor sends after its marker follows the new map. The old leader stops
+ * firing a moved partition at once; when it has every peer's marker (all its
+ * old-map deltas are merged) it ships the partition's state to the new
+ * leader and drops it. The new leader fires no window of the partition until
+ * that hand-over has arrived; every other partition keeps firing. Moves to
+ * the current leader are dropped. One version at a time: SLASH_ESTATE while
+ * rank 0 still lacks a peer's marker of the previous one; SLASH_EINVAL for a
+ * bad partition or rank, a partition named twice, or a JOIN executor (its
+ * store cannot be handed over yet). */
+slash_status slash_exec_move_partitions(slash_exec *ex, const uint32_t *parts,
+                                        const uint32_t *ranks, uint32_t k);
+
+/* Copies the leader map this executor follows: *version, and leaders[p] for
+ * every partition (the caller's array of metrics.partitions entries). */
+void slash_exec_leader_map(slash_exec *ex, uint64_t *version, uint32_t *leaders);
+
+/* Restore, right after open and before any push or restore_partition, on
+ * every executor with the same array: sets the leader map (leaders[p] <
+ * group size for every p), e.g. the map recorded by the checkpoint's images
+ * (each image holds the partitions its rank led). SLASH_EINVAL naming a bad
+ * entry, SLASH_ESTATE after a push. */
+slash_status slash_exec_restore_map(slash_exec *ex, const uint32_t *leaders);
 
 /* Closes the executor and its group. NULL is fine. */
 void slash_exec_close(slash_exec *ex);

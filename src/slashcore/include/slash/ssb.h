@@ -128,6 +128,26 @@ slash_status slash_ssb_reset_delta(slash_ssb *s);
  * SLASH_ESTATE while a delta is sealed, SLASH_ENOMEM. */
 slash_status slash_ssb_emit(slash_ssb *s, int64_t up_to, slash_ssb_result **out);
 
+/* As slash_ssb_emit, leaving out every partition i with skip[i] != 0 (skip:
+ * NULL, or one byte per partition): a left-out partition keeps its own
+ * emitted watermark, so its windows are emitted by a later call. */
+slash_status slash_ssb_emit_parts(slash_ssb *s, int64_t up_to, const uint8_t *skip,
+                                  slash_ssb_result **out);
+
+/* Moving a partition to another store with the same config (a leader hand-
+ * over). export copies the live records of `part` into a new region (malloc'd,
+ * the caller frees it; merge_delta's format) and gives the partition's
+ * emitted watermark; only without a sealed delta (SLASH_ESTATE), SLASH_ERANGE
+ * for a bad partition. drop empties the partition. import merges such a
+ * region into `part` and sets the partition's emitted watermark to `emitted`
+ * (windows closed at it were emitted by the old store; later ones were not),
+ * failing as merge_delta does with nothing changed. */
+slash_status slash_ssb_export_partition(const slash_ssb *s, uint32_t part, uint8_t **out,
+                                        size_t *len, int64_t *emitted);
+slash_status slash_ssb_drop_partition(slash_ssb *s, uint32_t part);
+slash_status slash_ssb_import_partition(slash_ssb *s, uint32_t part, int64_t emitted,
+                                        const void *region, size_t len);
+
 /* Frees a result; safe with NULL. */
 void slash_ssb_result_free(slash_ssb_result *r);
 
