@@ -1,7 +1,7 @@
 """Exactly-once recovery (issue 16), beyond tests/test_recovery.py: the
 ofi:tcp transport, 3 and 4 executors, a kill inside a checkpoint write, the
 same rank killed again right after its restart, every executor killed at
-once, and a resume with another executor count (refused, naming both counts).
+once, and a resume of a generator with another executor count (refused, naming both counts).
 
 References: DuckDB over the whole input (independent of Slash), or the
 failure-free run of test_recovery (itself checked against DuckDB). Workers

@@ -4,7 +4,6 @@ A checkpoint cut by 2 executors resumes with 1, 3 or 4: the result equals
 the failure-free run's (itself checked against DuckDB), row for row. A
 running group rescaled through RunControl (2 -> 3 -> 1) gives the same
 result. Sources that cannot be re-split refuse, naming why."""
-import os
 import threading
 import time
 
@@ -145,3 +144,25 @@ def test_rescale_of_a_generator_run_is_refused_before_anything_stops(tmp_path):
         control.rescale(3)
     t.join(60)
     assert not out["got"][1]["rescales"]
+
+
+@needs_core
+def test_an_executor_killed_after_a_rescale_recovers_with_the_new_count(files, tmp_path,
+                                                                        monkeypatch):
+    # attempt 1 is the rescaled group of 3: its rank 2 dies at its 3rd push
+    monkeypatch.setenv("SLASH_TEST_KILL", "2:3:1")
+    control = RunControl()
+    out = {}
+    t = threading.Thread(target=lambda: out.update(
+        got=_checkpointed("tumbling", SlowFiles(files), tmp_path, 2, control=control)))
+    t.start()
+    while control.executors is None and t.is_alive():
+        time.sleep(0.01)
+    time.sleep(0.3)
+    control.rescale(3, timeout=60)
+    t.join(120)
+    got, m = out["got"]
+    assert [(r["from"], r["to"]) for r in m["rescales"]] == [(2, 3)]
+    [rec] = m["recoveries"]
+    assert rec["rank"] == 2 and m["executors"] == 3
+    _assert_same(got, reference("tumbling", files))

@@ -246,7 +246,7 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
         live = _LiveReport(ex, plan, link) if plan.live_every or plan.realtime else None
 
         def write_image(img: Any, fired: List[pa.RecordBatch], info: Dict[str, Any],
-                        pushes_then: int) -> None:
+                        pushes_then: int, cut_s: float) -> None:
             """The writer thread: one image's files, durable, then the report."""
             t0 = time.monotonic()
             files = {f"rank-{rank}.meta": store.write(img.id, f"rank-{rank}.meta", img.meta)}
@@ -263,7 +263,7 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
             files[f"rank-{rank}.json"] = store.write(img.id, f"rank-{rank}.json", _json(info))
             size = sum(f["size"] for f in files.values()) + entry["size"]
             link.put(("ckpt", rank, img.id, files, {seg: entry},
-                      {"bytes": size, "seconds": time.monotonic() - t0}))
+                      {"bytes": size, "seconds": time.monotonic() - t0, "cut_seconds": cut_s}))
 
         def after_call() -> None:
             nonlocal pending, asked
@@ -277,7 +277,9 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                         "windows": sum(b.num_rows for b in pending)}
                 if work is not None:  # what is left of this rank's input, in global terms
                     info["work"] = FileSource.remaining(work, pos_after[img.pushes])
-                writer.submit(write_image, img, pending, info, pushes)
+                # the executor call holding the cut (alignment + the core's image), in the loop
+                cut_s = time.monotonic() - call_t[0]
+                writer.submit(write_image, img, pending, info, pushes, cut_s)
                 out.extend(pending)
                 pending = []
                 for k in [k for k in pos_after if k < img.pushes]:  # older cuts are not needed
@@ -289,12 +291,14 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
             pending.extend(got)
 
         records_at: Dict[int, int] = {pushes: records}
+        call_t = [time.monotonic()]  # when the executor call that may cut began
         forced = False  # rank 0: the parent asked for a checkpoint now (rescale)
         with _no_cyclic_gc():
             items = (source.read_work(work, query.input_columns, time=time_col)
                      if work is not None else
                      read_from(source, rank, n, query.input_columns, time_col, start))
             for pos, item in items:
+                call_t[0] = time.monotonic()
                 if isinstance(item, (pa.RecordBatch, pa.Table)):
                     if live is not None and plan.realtime:
                         live.pace(query, item, after_call)
@@ -891,7 +895,7 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                                     pg.send(r, ("epoch", *control.epoch))
                         want, asked_at = control._pending()
                         if want is not None and want != n and rescale_asked is None and \
-                                0 not in resumed_done(done, parts):
+                                0 not in _finished_ranks(parts):
                             pg.send(0, ("checkpoint_now",))
                             rescale_asked = (want, asked_at or time.monotonic(), len(checkpoints))
                         try:
@@ -951,7 +955,7 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
     return [t for t in parts if t is not None], per_exec, progress
 
 
-def resumed_done(done: int, parts: List[Optional[pa.Table]]) -> set:
+def _finished_ranks(parts: List[Optional[pa.Table]]) -> set:
     """Ranks that have sent their result (they can take no checkpoint)."""
     return {r for r, t in enumerate(parts) if t is not None}
 
@@ -975,15 +979,19 @@ def _commit(store: CheckpointStore, cid: int, reports: Dict[int, Tuple[Any, ...]
             checkpoints: List[Dict[str, Any]]) -> None:
     files: Dict[str, Dict[str, int]] = {}
     segs: Dict[str, Dict[str, int]] = {}
-    size, secs = 0, 0.0
+    size, secs, cut = 0, 0.0, 0.0
     for rank in sorted(reports):
         f, s, stats = reports[rank]
         files.update(f)
         segs.update(s)
         size += stats["bytes"]
         secs = max(secs, stats["seconds"])
+        cut = max(cut, stats.get("cut_seconds", 0.0))
     t = time.monotonic()
     store.commit(cid, files, segs, {"bytes": size})
+    # seconds: the slowest rank's file writes (background) + the commit;
+    # cut_seconds: the longest executor call holding the cut (in the push loop)
     checkpoints.append({"id": cid, "bytes": size,
-                        "seconds": round(secs + time.monotonic() - t, 4)})
+                        "seconds": round(secs + time.monotonic() - t, 4),
+                        "cut_seconds": round(cut, 4)})
     log.info("checkpoint %d committed: %d bytes", cid, size)

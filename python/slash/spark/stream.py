@@ -630,6 +630,7 @@ class StreamHandle:
         self._slots_wait = 30.0
         self._rescale_to: Optional[int] = None  # a rescale asked for, not yet started
         self._rescales: List[Dict[str, Any]] = []
+        self._records_before = 0  # records read by the barrier jobs before a rescale
         self._new_group: Dict[Any, Set[int]] = {}  # group -> ranks that asked where to resume
         #: the Prometheus endpoint (``metrics_port=``), else None
         self.metrics_url: Optional[str] = None
@@ -796,7 +797,7 @@ class StreamHandle:
                             "windows they still send are kept in undelivered()",
                             sorted(set(range(self.executors)) - self._done), self.last_messages_timeout)
             if rows is not None:
-                self._records_in = sum(r["records_in"] for r in rows)
+                self._records_in = self._records_before + sum(r["records_in"] for r in rows)
                 self._late_final = sum(r["late_records"] for r in rows)
                 if callable(self._sink):
                     self._gw = [_DONE] * self.executors
@@ -1193,6 +1194,7 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
                     nxt = handle._rescale_to
                     if nxt is not None and handle._ck is not None and handle._ck.fatal is None \
                             and handle._sink_error is None and not handle._ck.finished:
+                        handle._records_before += sum(int(r["records_in"]) for r in rows)
                         handle._switch(nxt)
                         continue
                     break
@@ -1201,7 +1203,10 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
                         raise_task_failure(e, "slash.spark.stream", rdv.root_cause())
                     except Exception as err:
                         ck = handle._ck
-                        if (ck is None or ck.fatal is not None or handle._stop_sent or
+                        # a job that failed while stopping for a rescale: restart with the new n
+                        rescaling = handle._rescale_to is not None
+                        if (ck is None or ck.fatal is not None or
+                                (handle._stop_sent and not rescaling) or
                                 handle._sink_error is not None or restarts >= max_restarts or
                                 "CheckpointCorrupt" in str(err)):
                             if ck is not None and ck.fatal is None and restarts >= max_restarts:
@@ -1217,6 +1222,8 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
                         rdv.lost.clear()
                         with handle._cond:
                             handle._done.clear()
+                        if rescaling:
+                            handle._switch(handle._rescale_to)  # type: ignore[arg-type]
                         handle.live.event(f"recovery {restarts}: {err}")
                         log.warning("slash.spark.stream: %s; restarting the barrier job from "
                                     "checkpoint %s (restart %d of at most %d)", err, ck.committed,
