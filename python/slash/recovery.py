@@ -889,7 +889,7 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                     if control is not None:
                         if control._epoch_seq != epoch_sent:
                             epoch_sent = control._epoch_seq
-                            finished = resumed_done(done, parts)
+                            finished = _finished_ranks(parts)
                             for r in range(n):
                                 if r not in finished:
                                     pg.send(r, ("epoch", *control.epoch))
