@@ -137,3 +137,28 @@ def test_set_epoch_shortens_the_epochs_of_a_running_executor():
     finally:
         ex.close()
         lst.close()
+
+
+def test_ctl_scale_and_epoch_operations_are_registered_and_refused_by_a_run_without_them():
+    import argparse
+    import os
+    import tempfile
+
+    from slash.control import OPERATIONS, ControlServer, RunControl, add_ctl_arguments, request
+    from slash.errors import NotSupported
+
+    assert {"scale-out", "scale-in", "epoch"} <= set(OPERATIONS)
+    p = argparse.ArgumentParser()
+    add_ctl_arguments(p)
+    ns = p.parse_args(["scale-out", "2"])
+    assert ns.ctl_operation.name == "scale-out" and ns.k == 2
+    schema = pa.schema([("t", pa.timestamp("ms")), ("k", pa.int64()), ("v", pa.float64())])
+    ctl = RunControl(QUERY, schema, 2)
+    path = os.path.join(tempfile.mkdtemp(prefix="slash-ctl-"), "run.sock")
+    with ControlServer(ctl, path):
+        with pytest.raises(NotSupported, match="scale-out"):
+            request(path, "scale-out", {"k": 1})
+        with pytest.raises(InvalidArgument, match="ms must be an int >= 1"):
+            request(path, "epoch", {"ms": 0})
+        ctl.set_hook("epoch", lambda ms: {"epoch_ms": ms})
+        assert request(path, "epoch", {"ms": 50}) == {"epoch_ms": 50}
