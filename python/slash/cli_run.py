@@ -179,6 +179,15 @@ def summary(r: Dict[str, Any]) -> str:
     if r.get("null_time_records"):
         text += (f"\n  {r['null_time_records']:,} record(s) with a null time are in no window "
                  "(not aggregated)")
+    auto = r.get("autotune")
+    if auto and auto.get("latency_target_ms"):
+        lat = auto.get("window_latency") or {}
+        p99 = lat.get("p99_ms")
+        text += (f"\n  latency target {auto['latency_target_ms']:.0f} ms: window p99 "
+                 f"{'n/a' if p99 is None else f'{p99:.0f} ms'}, {len(auto['decisions'])} "
+                 f"decision(s), ending with {auto['executors']} executor(s)")
+        for d in auto["decisions"]:
+            text += f"\n    {d['action']} {d['args']}: {d['reason']} ({d['outcome']})"
     if r.get("late_records"):
         text += f"\n  WARNING: {r['late_records']:,} late record(s) not applied"
         text += f" (written to {r['late_output']})" if r.get("late_output") else \
