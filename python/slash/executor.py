@@ -365,7 +365,7 @@ class Executor:
 
     def poll(self, timeout: Optional[float] = 0.0) -> None:
         """Serves the sync channels for up to ``timeout`` seconds (returns as
-        soon as a result is ready)."""
+        soon as a result is ready or the group watermark moved)."""
         self._core.poll(timeout)
 
     def finish(self) -> None:
@@ -435,8 +435,6 @@ class Executor:
         group may have another size than the checkpoint's, not another
         partition count. Raises :class:`slash.errors.CheckpointCorrupt` with
         the core's detail for a truncated, corrupt or foreign blob."""
-        if self.is_join:
-            raise InvalidArgument("checkpoints of joins: not yet")
         if not metas:
             raise InvalidArgument("restore needs the META blob of every rank of the checkpoint")
         parts_n = self._core.metrics()["partitions"]

@@ -153,6 +153,13 @@ class LiveMetrics:
         self._history: Deque[Dict[str, Any]] = deque(maxlen=history)
         self._last_point: Optional[Tuple[float, float]] = None  # (time, records total)
         self.events: List[Dict[str, Any]] = []
+        # per-window latency of a ``slash run`` (see executor_windows)
+        self._fired: Dict[int, float] = {}  # rank -> group watermark (ms) it has fired up to
+        self._open_windows: Dict[Tuple[int, int], int] = {}  # (start, end) ms -> rows so far
+        #: the recent windows emitted: (start ms, end ms, emit wall clock ms, latency ms, rows)
+        self.windows: Deque[Tuple[int, int, float, float, int]] = deque(maxlen=100_000)
+        #: windows a finishing run flushed before their end (not in the latency histogram)
+        self.windows_flushed = 0
 
     def update_executor(self, rank: int, snap: Dict[str, Any]) -> None:
         """Takes an executor's snapshot (cumulative counters; see :class:`Reporter`)."""
@@ -180,10 +187,39 @@ class LiveMetrics:
     def observe_window(self, start_ms: int, end_ms: int, latency_ms: float, rows: int) -> None:
         """A window handed out ``latency_ms`` after its end (emit wall clock - end)."""
         with self._lock:
-            self._lat.observe(latency_ms / 1000.0)
-            self._lat_since.append(float(latency_ms))
-            self._windows += 1
-            self._window_rows += rows
+            self._observe_locked(latency_ms, rows)
+
+    def executor_windows(self, rank: int, fired_ms: Optional[int],
+                         windows: List[Tuple[int, int, int]], now_ms: Optional[float] = None) -> None:
+        """Takes what executor ``rank`` of a ``slash run`` fired: ``windows``
+        as (start ms, end ms, rows) of its part, ``fired_ms`` the group
+        watermark up to which it has fired everything (None: it finished).
+        A window is emitted once every executor has fired past its end (each
+        leads a share of its keys); its latency is ``now_ms`` (default: the
+        wall clock now) minus its end. Windows a finishing run flushes before
+        their end are counted in :attr:`windows_flushed`, not observed."""
+        now = time.time() * 1000.0 if now_ms is None else float(now_ms)
+        with self._lock:
+            self._fired[rank] = float("inf") if fired_ms is None else float(fired_ms)
+            for s, e, rows in windows:
+                self._open_windows[(s, e)] = self._open_windows.get((s, e), 0) + rows
+            if len(self._fired) < self.executors:
+                return
+            low = min(self._fired.values())
+            done = sorted(k for k in self._open_windows if k[1] <= low)
+            for s, e in done:
+                rows = self._open_windows.pop((s, e))
+                if now < e:  # a finishing run flushed it before it ended
+                    self.windows_flushed += 1
+                    continue
+                self._observe_locked(now - e, rows)
+                self.windows.append((s, e, now, now - e, rows))
+
+    def _observe_locked(self, latency_ms: float, rows: int) -> None:
+        self._lat.observe(latency_ms / 1000.0)
+        self._lat_since.append(float(latency_ms))
+        self._windows += 1
+        self._window_rows += rows
 
     def event(self, text: str) -> None:
         """A mark on the page's timeline (a start, an end, a recovery...)."""
@@ -227,7 +263,8 @@ class LiveMetrics:
                 per[str(r)] = d
             tot = self._totals()
             tot["records_per_s"] = sum(p.get("records_per_s") or 0 for p in per.values())
-            lat = {"count": self._lat.count, "rows": self._window_rows, **self._lat.percentiles()}
+            lat = {"count": self._lat.count, "rows": self._window_rows, "flushed": self.windows_flushed,
+                   **self._lat.percentiles()}
             return {"kind": self.kind, "time": time.time(), "started": self.started,
                     "executors": self.executors, "per_executor": per, "totals": tot,
                     "window_latency": lat, "history": list(self._history), "events": list(self.events)}

@@ -66,7 +66,7 @@ from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState, NotS
                           SlashError, SystemFailure, UsageError)
 from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
-from slash.query import Query
+from slash.query import JoinQuery, Query
 from slash.sources import FileSource, GeneratorSource, Position, TableSource, Work, read_from
 from slash.window import parse_duration
 
@@ -517,6 +517,11 @@ def check_resplittable(source: Any, ck_n: int, n: int, directory: str) -> None:
     at a cut of ck_n executors can be dealt to n."""
     if ck_n == n or isinstance(source, FileSource):
         return
+    if isinstance(source, (tuple, list)):
+        raise NotSupported(f"checkpoint directory {directory!r} was cut with {ck_n} executors and this "
+                           f"run has {n}: a join resumes from its push count over both inputs, "
+                           f"which holds for the executor count that cut it. Resume with "
+                           f"executors={ck_n}")
     why = {GeneratorSource: "a GeneratorSource's make(rank, n) decides each executor's input, "
                             "and input made for one split cannot be dealt to another",
            TableSource: "a TableSource's slices depend on the executor count"}.get(
@@ -553,8 +558,13 @@ def _worker(query: Query, source: Any, rank: int, n: int, group: GroupConfig, to
         lst = Executor.listen(group.transport, token=token)
         link.put(("addr", rank, lst.address))
         addresses = link.get(timeout=group.timeout)
-        result, m = execute_split_checkpointed(query, source, rank, addresses, lst, group, token,
-                                               plan, link)
+        if isinstance(query, JoinQuery):  # a join's worker: slash.recovery_join
+            from slash.recovery_join import execute_join_split_checkpointed
+            result, m = execute_join_split_checkpointed(query, source[0], source[1], rank,
+                                                        addresses, lst, group, token, plan, link)
+        else:
+            result, m = execute_split_checkpointed(query, source, rank, addresses, lst, group,
+                                                   token, plan, link)
         lst.close()
         plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
         link.put(("ok", rank, result, plain, None))
@@ -572,7 +582,10 @@ class _Failed(Exception):
 
 
 def fingerprint(query: Query, source: Any) -> str:
-    """What identifies a run in its checkpoint directory: the query and its input."""
+    """What identifies a run in its checkpoint directory: the query and its input
+    (a join's: both inputs)."""
+    if isinstance(source, tuple):
+        return " and ".join(fingerprint(query, s) for s in source)
     if isinstance(source, FileSource):
         src = f"files {sorted(source.paths)} ({source.rows} rows)"
     elif isinstance(source, TableSource):

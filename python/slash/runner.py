@@ -40,6 +40,8 @@ from slash.sources import Source, as_source
 
 log = logging.getLogger(__name__)
 
+_NEVER = -(1 << 63)
+
 
 @contextmanager
 def _no_cyclic_gc() -> Iterator[None]:
@@ -72,21 +74,51 @@ def source_nullable(source: Any, columns: List[str]) -> List[str]:
     return out
 
 
-def _read_with_watermarks(source: Any, rank: int, n: int, query: Query) -> Iterator[Any]:
+def _read_with_watermarks(source: Any, rank: int, n: int, query: Query,
+                          wait: Optional[Callable[[float], bool]] = None) -> Iterator[Any]:
     """A bounded source's batches with its Watermark promises, where it
-    makes them (``read(..., time=COL)``); any other source's batches."""
-    if getattr(source, "bounded", True):
-        try:
-            params = inspect.signature(source.read).parameters
-        except (TypeError, ValueError):
-            params = {}
-        if "time" in params:
-            return source.read(rank, n, query.input_columns, time=query.time)
-    return source.read(rank, n, query.input_columns)
+    makes them (``read(..., time=COL)``); any other source's batches. A
+    source whose ``read`` takes ``wait`` (a paced stream) is given it: it
+    calls ``wait(seconds)`` instead of sleeping, so the executor keeps
+    ending epochs and handing out windows while the source has nothing due."""
+    try:
+        params = inspect.signature(source.read).parameters
+    except (TypeError, ValueError):
+        params = {}
+    kw: Dict[str, Any] = {"wait": wait} if wait is not None and "wait" in params else {}
+    if getattr(source, "bounded", True) and "time" in params:
+        return source.read(rank, n, query.input_columns, time=query.time, **kw)
+    return source.read(rank, n, query.input_columns, **kw)
+
+
+#: ex.poll's longest single wait inside a source's wait(): a bound on how
+#: late a window is handed out after it fired when the core has nothing else
+#: to say (poll itself returns as soon as a result is ready)
+WAIT_POLL_S = 0.05
+
+
+def fired_windows(batches: List[pa.RecordBatch], ticks_per_ms: int) -> List[Tuple[int, int, int]]:
+    """(window_start ms, window_end ms, rows) of each window in fired
+    executor results (bounds in ticks), in order of window end.
+
+    >>> b = pa.record_batch({"window_start": [0, 0, 1000], "window_end": [1000, 1000, 2000]})
+    >>> fired_windows([b], 1)
+    [(0, 1000, 2), (1000, 2000, 1)]
+    """
+    import numpy as np
+
+    if not batches:
+        return []
+    s = np.concatenate([b.column("window_start").to_numpy() for b in batches]) // ticks_per_ms
+    e = np.concatenate([b.column("window_end").to_numpy() for b in batches]) // ticks_per_ms
+    if not len(s):
+        return []
+    u, c = np.unique(np.stack([e, s], axis=1), axis=0, return_counts=True)
+    return [(int(a), int(b), int(k)) for (b, a), k in zip(u, c)]
 
 
 def _items(query: Query, source: Any, rank: int, n: int, ex: Executor, control: Optional[Any],
-           rate: Optional[float]) -> Iterator[Any]:
+           rate: Optional[float], wait: Optional[Callable[[float], bool]] = None) -> Iterator[Any]:
     """The split's batches and Watermarks, for :func:`execute_split`. With
     ``control``, the driver's messages are handled after each item (the
     loop has pushed it by then), and when a new logic version reads more
@@ -94,7 +126,7 @@ def _items(query: Query, source: Any, rank: int, n: int, ex: Executor, control: 
     with ``rate``, items come no faster than ``rate`` records/s (the
     executor serves its channels while it waits)."""
     if control is None and not rate:
-        yield from _read_with_watermarks(source, rank, n, query)
+        yield from _read_with_watermarks(source, rank, n, query, wait)
         return
     from slash.sources import read_from
 
@@ -137,7 +169,9 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
                   metrics: Optional[Dict[str, Any]] = None,
                   late_rows: Optional[List[pa.RecordBatch]] = None,
                   report: Optional[Callable[[Executor], None]] = None,
-                  control: Optional[Any] = None, rate: Optional[float] = None) -> pa.Table:
+                  control: Optional[Any] = None, rate: Optional[float] = None,
+                  on_windows: Optional[Callable[[Optional[int], List[Tuple[int, int, int]]], None]] = None
+                  ) -> pa.Table:
     """One executor's whole run: read split `rank`, push, finish; returns the
     results this executor leads (key column still named ``key``, window
     bounds in the state's time unit: :meth:`Query.finalize` converts them).
@@ -155,7 +189,11 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
     ``control``: a :class:`slash.control.ExecutorControl` whose logic
     versions filter each batch and which is polled between batches (see
     :mod:`slash.control`); ``rate``: read at most this many records per
-    second (a replay of the input as a stream)."""
+    second (a replay of the input as a stream).
+    ``on_windows``, if given, is called as windows fire with (the group
+    watermark in ms up to which this executor has fired everything, None
+    once it finished; the fired windows as :func:`fired_windows` lists
+    them), whenever either changed: the driver's per-window latency."""
     n = len(addresses)
     schema = source.schema
     bounded = bool(getattr(source, "bounded", True))
@@ -163,17 +201,39 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
     state = query.state_config(schema, group.partitions_for(n), nullable)
     ex = Executor(listener, rank, addresses, state, group, token=token, bounded=bounded)
     out: List[pa.RecordBatch] = []
+    tpm = max(1, int(getattr(ex.state, "ticks_per_ms", 1) or 1))
+    told = [_NEVER]
 
-    def drain() -> None:
-        for b in ex.results():
+    def drain(done: bool = False) -> None:
+        # the group watermark before taking: every window ending at or before it has fired
+        gw = ex.metrics["group_watermark"] if on_windows is not None else None
+        got = ex.results()
+        for b in got:
             out.append(b)
             if on_batch is not None:
                 on_batch(b)
+        if on_windows is not None:
+            mark = None if done else (_NEVER if gw is None or gw <= _NEVER else gw // tpm)
+            if got or mark != told[0]:
+                told[0] = mark
+                on_windows(mark, fired_windows(got, tpm))
+
+    def wait(seconds: float) -> bool:
+        """Serves the executor for ``seconds`` (a paced source's sleep)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            ex.poll(min(WAIT_POLL_S, left))
+            drain()
+            if report is not None:
+                report(ex)
 
     prepare = query.prepare_selected if control is None else control.prepare
     try:
         with _no_cyclic_gc():
-            for item in _items(query, source, rank, n, ex, control, rate):
+            for item in _items(query, source, rank, n, ex, control, rate, wait):
                 if isinstance(item, (pa.RecordBatch, pa.Table)):
                     b, skip = prepare(item)
                     if late_rows is not None:
@@ -186,13 +246,15 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
                     wm = query.watermark_ticks(getattr(item, "value", None), schema)
                     if wm is not None:
                         ex.advance_watermark(wm)
+                        if not bounded:  # a stream's promise may close a window: end the epoch now,
+                            ex.poll(0)   # not at the next record (an idle split may have none)
                 drain()
                 if report is not None:
                     report(ex)
             if control is not None:
                 control.input_done()
             ex.finish()
-            drain()
+            drain(done=True)
             if report is not None:
                 report(ex)
         m = ex.metrics
@@ -294,7 +356,7 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
         if control_on:
             from slash.control import ExecutorControl, LogicPlan
             ctl = ExecutorControl(link.put, link._conn, rank, LogicPlan(query), group.timeout)
-        report = None
+        report = on_windows = None
         if report_every:
             from slash.metrics import Reporter
             reporter = Reporter(report_every)
@@ -307,6 +369,10 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
                         if ctl.max_seen is not None:
                             snap["max_event_time_ms"] = ctl.max_seen // ex.state.ticks_per_ms
                     link.put(("metrics", rank, snap))
+
+            if not getattr(source, "bounded", True):  # a stream: latency = emit - window end
+                def on_windows(mark: Optional[int], wins: List[Tuple[int, int, int]]) -> None:
+                    link.put(("windows", rank, mark, wins))
         lst = Executor.listen(group.transport, token=token)
         link.put(("addr", rank, lst.address))
         addresses = link.get(timeout=group.timeout)
@@ -317,7 +383,8 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
                                         token, metrics=m, report=report)
         else:
             result = execute_split(query, source, rank, addresses, lst, group, token, metrics=m,
-                                   late_rows=late, report=report, control=ctl, rate=rate)
+                                   late_rows=late, report=report, control=ctl, rate=rate,
+                                   on_windows=on_windows)
         lst.close()
         plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
         link.put(("ok", rank, result, plain, pa.Table.from_batches(late) if late else None))
@@ -370,7 +437,12 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     ``late_output``: a Parquet file for rows that were not applied as late
     (a stream's; a bounded input has none unless its statistics are wrong).
     ``live``: a :class:`slash.metrics.LiveMetrics` the executors report to
-    while they run (every ``live.report_interval`` s, default 0.5).
+    while they run (every ``live.report_interval`` s, default 0.5), and the
+    per-window latency of a stream (a source with ``bounded = False``, whose
+    event time follows the wall clock): a window is emitted when the driver
+    learns that every executor has fired it, and its latency is that wall
+    clock (ms) minus its end (:meth:`LiveMetrics.executor_windows`). Over
+    files it would only measure the data's age and is not reported.
     Raises the first executor's error, naming its rank.
 
     ``checkpoint``: a directory (shared by every executor) for exactly-once
@@ -381,23 +453,22 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     one, at most ``max_restarts`` times; the result is the failure-free
     run's. ``metrics`` then also holds ``checkpoints`` (id, bytes, seconds),
     ``recoveries`` (cause, rank, seconds_to_resume, records_replayed) and
-    ``records_replayed``. Aggregations only (not joins), without
-    ``late_output``. A run resumed from ``checkpoint`` takes the
-    checkpoint's key partition count and may have another executor count
-    than the one that cut it (file inputs are re-split; a generator or table
-    source refuses with NotSupported).
+    ``records_replayed``. Window aggregations and window joins (a join's
+    source is ``(left, right)``), without ``late_output``. A run resumed
+    from ``checkpoint`` takes the checkpoint's key partition count and may
+    have another executor count than the one that cut it (file inputs are
+    re-split; a generator or table source refuses with NotSupported).
 
-    ``control``: serve the control socket while the query runs (see
-    :mod:`slash.control` and docs/control.md): ``True`` at the default path,
-    a path string, or a :class:`slash.control.RunControl` already made (its
-    caller serves the socket). ``slash ctl status`` and ``slash ctl update``
-    then reach the run; aggregations without ``checkpoint=``.
-    ``rate``: read the input at most this fast, in records/s over all
-    executors (a replay of files as a stream; default: as fast as possible).
-    With ``checkpoint``, ``control`` may instead be a
+    ``control``: without ``checkpoint``, serve the control socket while the
+    query runs (see :mod:`slash.control` and docs/control.md): ``True`` at
+    the default path, a path string, or a :class:`slash.control.RunControl`
+    already made (its caller serves the socket). ``slash ctl status`` and
+    ``slash ctl update`` then reach the run. With ``checkpoint``: a
     :class:`slash.recovery.RunControl` through which another thread can
     rescale the running group (``control.rescale(n)``);
     ``metrics["rescales"]`` lists each one.
+    ``rate``: read the input at most this fast, in records/s over all
+    executors (a replay of files as a stream; default: as fast as possible).
 
     ``latency_target`` (``"500ms"``, ``"2s"``, seconds, or a
     :class:`slash.controller.ControllerConfig` for every knob): the run tunes
@@ -460,8 +531,9 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
 
         if (control not in (None, False) and not isinstance(control, Rescaler)) or rate is not None:
             from slash.errors import NotSupported
-            raise NotSupported("a control socket and rate= cannot be combined with checkpoint= "
-                               "yet (control= may be a slash.recovery.RunControl)")
+            raise NotSupported("the control socket (control=True or a path) and rate= cannot be "
+                               "combined with checkpoint= yet; with checkpoint=, control= takes a "
+                               "slash.recovery.RunControl (rescale)")
         if live is not None:
             log.warning("live metrics are not reported by a run with checkpoint= yet: the "
                         "metrics endpoint shows no executor")
@@ -547,6 +619,10 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
                 continue
             if ctl is not None and ctl.on_message(rep):
                 continue
+            if rep[0] == "windows":  # the emit time: when the driver learns a window is whole
+                if live is not None:
+                    live.executor_windows(rep[1], rep[2], rep[3])
+                continue
             parts[rep[1]] = rep[2]
             per_exec[rep[1]] = rep[3]
             if rep[4] is not None:
@@ -589,15 +665,14 @@ def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: s
     from slash.errors import NotSupported
     from slash.recovery import run_checkpointed
 
-    if isinstance(query, JoinQuery):
-        raise NotSupported("checkpoint= supports window aggregations; a join cannot be "
-                           "checkpointed yet")
     if late_output is not None:
         raise NotSupported("checkpoint= and late_output= cannot be combined yet")
     m: Dict[str, Any] = {}
     result = run_checkpointed(query, src, n, group, token, directory=os.fspath(checkpoint),
                               every=every, keep=keep, max_restarts=max_restarts, timeout=timeout,
-                              finalize=lambda t: query.finalize(t, src.schema), metrics=m,
+                              finalize=(lambda t: query.finalize(t, src[0].schema, src[1].schema))
+                              if isinstance(query, JoinQuery)
+                              else (lambda t: query.finalize(t, src.schema)), metrics=m,
                               control=control, live_every=live_every, realtime=realtime)
     per_exec = m.get("per_executor", [])
     log.info("query ran on %d executors in %.2f s: %d result rows, %d checkpoints, %d recoveries",

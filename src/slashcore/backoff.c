@@ -1,4 +1,7 @@
-/* backoff.c - poll, then yield, then sleep briefly (see backoff.h). */
+/* backoff.c - poll, then yield, then sleep briefly (see backoff.h).
+ *
+ * Invariant: one round sleeps at most SLASH_BACKOFF_MAX_SLEEP_US, and never
+ * past the caller's deadline; spinning and yielding rounds do not sleep. */
 #define _GNU_SOURCE
 #include "slash/backoff.h"
 
@@ -14,9 +17,10 @@ static inline void cpu_relax(void)
 #endif
 }
 
-void slash_backoff_wait(slash_backoff *b)
+void slash_backoff_wait_until(slash_backoff *b, uint64_t deadline)
 {
     uint32_t r = b->rounds++;
+    b->last_sleep = 0;
     if (r < SLASH_BACKOFF_SPINS) {
         cpu_relax();
         return;
@@ -26,12 +30,23 @@ void slash_backoff_wait(slash_backoff *b)
         return;
     }
     uint32_t k = r - SLASH_BACKOFF_SPINS - SLASH_BACKOFF_YIELDS;
-    uint64_t us = k < 10 ? (1u << k) : SLASH_BACKOFF_MAX_SLEEP_US;
-    if (us > SLASH_BACKOFF_MAX_SLEEP_US)
-        us = SLASH_BACKOFF_MAX_SLEEP_US;
-    struct timespec ts = {0, (long)(us * 1000)};
+    uint64_t ns = (k < 10 ? (1ull << k) : SLASH_BACKOFF_MAX_SLEEP_US) * 1000ull;
+    if (ns > SLASH_BACKOFF_MAX_SLEEP_US * 1000ull)
+        ns = SLASH_BACKOFF_MAX_SLEEP_US * 1000ull;
+    if (deadline != UINT64_MAX) {
+        uint64_t now = slash_now_ns();
+        if (now >= deadline)
+            return; /* due now: the caller acts at once */
+        if (deadline - now < ns)
+            ns = deadline - now;
+    }
+    b->sleeps++;
+    b->last_sleep = ns;
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
     nanosleep(&ts, NULL);
 }
+
+void slash_backoff_wait(slash_backoff *b) { slash_backoff_wait_until(b, UINT64_MAX); }
 
 uint64_t slash_now_ns(void)
 {

@@ -1,16 +1,22 @@
 /* checkpoint.c - the checkpoint blob format (checkpoint.h): CRC32C, the
- * config fingerprint, writing and checking partition and META blobs, and the
- * image an executor hands out.
+ * config fingerprint, writing and checking aggregate partition and META
+ * blobs, and the image an executor hands out (join partitions:
+ * checkpoint_join.c).
  *
  * Invariants: a writer emits only live (not FREED) records of an unsealed
  * store, so each (window, key) appears once per partition blob; a reader
  * validates the whole blob (header, CRC, every record) before it touches the
- * store, and restores records through slash_ssb_merge_delta, the same path a
- * peer's delta takes, so the store's index and session fusing stay the
- * store's own business. Integers are little-endian on the wire.
+ * store. Restoring into an empty partition is a bulk load (ssb_part_bulk_*:
+ * the index sized once for the header's record count, records decoded
+ * straight into the log, then linked without lookups; a (window, key) given
+ * twice, or overlapping sessions of a key, refuse the blob and leave the
+ * partition empty); into a partition that already holds records it goes
+ * through slash_ssb_merge_delta, the path a peer's delta takes. Integers are
+ * little-endian on the wire.
  */
 #include "slash/checkpoint.h"
 
+#include "checkpoint_impl.h"
 #include "ssb_impl.h"
 
 #include <stdalign.h>
@@ -35,7 +41,43 @@ static void crc_init(void)
     __atomic_store_n(&crc_ready, 1, __ATOMIC_RELEASE);
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define CRC_HW 1
+/* The SSE4.2 crc32 instruction computes the same reflected CRC32C update as
+ * the table (without the inversions), 8 bytes an instruction. */
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *p, size_t n)
+{
+    uint64_t c = crc;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = _mm_crc32_u64(c, w);
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--)
+        c32 = _mm_crc32_u8(c32, *p++);
+    return c32;
+}
+static int crc_hw_ok = -1; /* -1: not probed yet */
+#endif
+
 uint32_t slash_crc32c(uint32_t crc, const void *data, size_t n)
+{
+#ifdef CRC_HW
+    int hw = __atomic_load_n(&crc_hw_ok, __ATOMIC_RELAXED);
+    if (hw < 0) {
+        __builtin_cpu_init();
+        hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+        __atomic_store_n(&crc_hw_ok, hw, __ATOMIC_RELAXED);
+    }
+    if (hw)
+        return ~crc_hw(~crc, data, n);
+#endif
+    return slash_crc32c_sw(crc, data, n);
+}
+
+uint32_t slash_crc32c_sw(uint32_t crc, const void *data, size_t n)
 {
     if (!__atomic_load_n(&crc_ready, __ATOMIC_ACQUIRE))
         crc_init(); /* idempotent: racing threads write the same table */
@@ -54,43 +96,16 @@ uint32_t slash_crc32c(uint32_t crc, const void *data, size_t n)
     return ~crc;
 }
 
-/* ---- little-endian helpers ---------------------------------------------- */
-
-static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
+#define put_u16 ckpt_put_u16
+#define put_u32 ckpt_put_u32
+#define put_u64 ckpt_put_u64
+#define get_u16 ckpt_get_u16
+#define get_u32 ckpt_get_u32
+#define get_u64 ckpt_get_u64
 
 /* ---- fingerprint ----------------------------------------------------------- */
 
-static uint64_t fnv(uint64_t h, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        h = (h ^ ((v >> (8 * i)) & 0xff)) * UINT64_C(0x100000001b3);
-    return h;
-}
+#define fnv ckpt_fnv
 
 uint64_t slash_ckpt_fingerprint(const slash_ssb_config *cfg)
 {
@@ -108,14 +123,6 @@ uint64_t slash_ckpt_fingerprint(const slash_ssb_config *cfg)
 
 /* ---- header -------------------------------------------------------------- */
 
-typedef struct ckpt_header {
-    uint16_t version, kind;
-    uint64_t fp;
-    uint32_t partition, partitions;
-    uint64_t records, payload;
-    int64_t watermark;
-} ckpt_header;
-
 static void header_put(uint8_t *p, const ckpt_header *h)
 {
     memset(p, 0, SLASH_CKPT_HEADER);
@@ -132,11 +139,13 @@ static void header_put(uint8_t *p, const ckpt_header *h)
 
 static const char *kind_name(unsigned k)
 {
-    return k == SLASH_CKPT_KIND_PARTITION ? "partition" : k == SLASH_CKPT_KIND_META ? "meta" : "unknown";
+    return k == SLASH_CKPT_KIND_PARTITION        ? "partition"
+           : k == SLASH_CKPT_KIND_META           ? "meta"
+           : k == SLASH_CKPT_KIND_JOIN_PARTITION ? "join partition"
+                                                 : "unknown";
 }
 
-/* Checks everything of a blob but its payload's records; fills *h. */
-static slash_status header_check(const void *data, size_t len, unsigned kind, uint64_t fp,
+slash_status ckpt_header_check(const void *data, size_t len, unsigned kind, uint64_t fp,
                                  ckpt_header *h)
 {
     const uint8_t *p = data;
@@ -154,9 +163,13 @@ static slash_status header_check(const void *data, size_t len, unsigned kind, ui
     h->records = get_u64(p + 24);
     h->payload = get_u64(p + 32);
     h->watermark = (int64_t)get_u64(p + 40);
-    if (h->version != SLASH_CKPT_VERSION)
-        return slash_fail(SLASH_EINVAL, "checkpoint %s blob: format version %u, this build reads %u",
-                          kind_name(kind), h->version, SLASH_CKPT_VERSION);
+    if (h->version < SLASH_CKPT_VERSION_MIN || h->version > SLASH_CKPT_VERSION)
+        return slash_fail(SLASH_EINVAL, "checkpoint %s blob: format version %u, this build reads "
+                          "versions %u to %u", kind_name(kind), h->version, SLASH_CKPT_VERSION_MIN,
+                          SLASH_CKPT_VERSION);
+    if (h->kind == SLASH_CKPT_KIND_JOIN_PARTITION && h->version < 2)
+        return slash_fail(SLASH_EINVAL, "checkpoint %s blob: a join partition in a version %u "
+                          "blob (joins came with version 2)", kind_name(kind), h->version);
     if (h->kind != kind)
         return slash_fail(SLASH_EINVAL, "checkpoint blob: a %s blob where a %s blob was expected",
                           kind_name(h->kind), kind_name(kind));
@@ -177,7 +190,7 @@ static slash_status header_check(const void *data, size_t len, unsigned kind, ui
     return SLASH_OK;
 }
 
-static slash_status seal_blob(uint8_t *buf, const ckpt_header *h, size_t payload, uint8_t **out,
+slash_status ckpt_seal(uint8_t *buf, const ckpt_header *h, size_t payload, uint8_t **out,
                               size_t *len)
 {
     header_put(buf, h);
@@ -237,15 +250,18 @@ slash_status slash_ckpt_write_partition(const slash_ssb *s, uint32_t part, uint8
                      .fp = slash_ckpt_fingerprint(&s->cfg), .partition = part,
                      .partitions = s->cfg.partitions, .records = records, .payload = payload,
                      .watermark = s->watermark};
-    return seal_blob(buf, &h, payload, out, len);
+    return ckpt_seal(buf, &h, payload, out, len);
 }
 
 #define REC_MAX (sizeof(slash_rec) + 8 + SLASH_SSB_KEY_MAX + SLASH_SSB_MAX_AGGS * 16)
 
 /* Decodes the record at payload offset *off into the store record r (a
- * REC_MAX buffer), checking it; advances *off. */
+ * REC_MAX buffer), checking it; advances *off. r->prev gets the record's
+ * index hash (ssb_part_bulk_link takes it from there; a merge ignores prev).
+ * *aligned caches the last window found to be a slice start (blobs hold runs
+ * of records of one window; the check is a 64-bit division). */
 static slash_status decode_rec(const slash_ssb *s, uint32_t part, const uint8_t *p, size_t n,
-                               size_t *off, uint64_t i, slash_rec *r)
+                               size_t *off, uint64_t i, slash_rec *r, int64_t *aligned)
 {
     size_t o = *off;
     size_t fixed = 8 + (s->session ? 8 : 0);
@@ -275,17 +291,21 @@ static slash_status decode_rec(const slash_ssb *s, uint32_t part, const uint8_t 
                               "session [%lld, %lld)", part, (unsigned long long)i,
                               (long long)r->win, (long long)end);
         *ssb_rec_session_end(r) = end;
-    } else if (r->win % s->cfg.window.slice != 0) {
-        return slash_fail(SLASH_EINVAL, "checkpoint partition %u: record %llu: window %lld is not "
-                          "a slice start", part, (unsigned long long)i, (long long)r->win);
+    } else if (r->win != *aligned) {
+        if (r->win % s->cfg.window.slice != 0)
+            return slash_fail(SLASH_EINVAL, "checkpoint partition %u: record %llu: window %lld is "
+                              "not a slice start", part, (unsigned long long)i, (long long)r->win);
+        *aligned = r->win;
     }
     uint8_t *k = ssb_rec_key(s, r);
     memset(k, 0, ssb_round8(klen));
     memcpy(k, p + o, klen), o += klen;
     memcpy(ssb_rec_partials(s, r), p + o, s->agg_bytes), o += s->agg_bytes;
-    if (ssb_part_of(s, ssb_rec_key_hash(s, r)) != part)
+    uint64_t kh = ssb_rec_key_hash(s, r);
+    if (ssb_part_of(s, kh) != part)
         return slash_fail(SLASH_EINVAL, "checkpoint partition %u: record %llu has a key of "
                           "another partition", part, (unsigned long long)i);
+    r->prev = ssb_hash_win(s, kh, r->win);
     *off = o;
     return SLASH_OK;
 trunc:
@@ -293,10 +313,57 @@ trunc:
                       (unsigned long long)i);
 }
 
+/* Restores the payload of `records` records into the empty partition
+ * `part` in one pass: the index is sized once for the record count, each
+ * record is checked and decoded onto the log's tail (sequential writes),
+ * and then all are linked into the index without the upsert's lookups
+ * (keys are unique within a blob; ssb_part_bulk_link refuses a blob where
+ * they are not). On any failure the partition is emptied again, so a bad
+ * blob changes nothing, as with the two-pass merge. Records whose windows
+ * are closed at the store's watermark are dropped as late, as a merge drops
+ * them. */
+static slash_status bulk_load(slash_ssb *s, uint32_t part, const uint8_t *p, size_t n,
+                              uint64_t records)
+{
+    ssb_part *dst = &s->parts[part];
+    const uint64_t first = dst->log.tail, late0 = s->late;
+    slash_status st = ssb_part_bulk_reserve(s, dst, records);
+    if (st != SLASH_OK)
+        return st;
+    alignas(8) uint8_t one[REC_MAX];
+    slash_rec *r = (slash_rec *)one;
+    size_t off = 0;
+    int64_t aligned = 0;
+    for (uint64_t i = 0; i < records && st == SLASH_OK; i++) {
+        if ((st = decode_rec(s, part, p, n, &off, i, r, &aligned)) != SLASH_OK)
+            break;
+        bool late = s->session
+                        ? slash_window_closed(&s->cfg.window, *ssb_rec_session_end(r), s->watermark)
+                        : slash_window_slice_last_end(&s->cfg.window, r->win) <= s->watermark;
+        if (late) {
+            s->late++;
+            continue;
+        }
+        uint64_t addr;
+        if ((st = slash_lss_append(&dst->log, r->size, &addr)) == SLASH_OK)
+            memcpy(slash_lss_ptr(&dst->log, addr), r, r->size);
+    }
+    if (st == SLASH_OK && off != n)
+        st = slash_fail(SLASH_EINVAL, "checkpoint partition %u: %zu bytes after the last of "
+                        "%llu records", part, n - off, (unsigned long long)records);
+    if (st == SLASH_OK)
+        st = ssb_part_bulk_link(s, dst, first);
+    if (st != SLASH_OK) {
+        ssb_part_bulk_abort(s, dst, first);
+        s->late = late0;
+    }
+    return st;
+}
+
 slash_status slash_ckpt_read_partition(slash_ssb *s, uint32_t part, const void *data, size_t len)
 {
     ckpt_header h;
-    slash_status st = header_check(data, len, SLASH_CKPT_KIND_PARTITION,
+    slash_status st = ckpt_header_check(data, len, SLASH_CKPT_KIND_PARTITION,
                                    slash_ckpt_fingerprint(&s->cfg), &h);
     if (st != SLASH_OK)
         return st;
@@ -313,28 +380,35 @@ slash_status slash_ckpt_read_partition(slash_ssb *s, uint32_t part, const void *
     if (h.records > n / 17 + 1)
         return slash_fail(SLASH_EINVAL, "checkpoint partition %u: %llu records cannot fit in %zu "
                           "bytes", part, (unsigned long long)h.records, n);
-    alignas(8) uint8_t one[REC_MAX];
-    size_t off = 0, region = 0;
-    for (uint64_t i = 0; i < h.records; i++) { /* pass 1: check, and size the region */
-        if ((st = decode_rec(s, part, p, n, &off, i, (slash_rec *)one)) != SLASH_OK)
-            return st;
-        region += ((slash_rec *)one)->size;
+    ssb_part *dst = &s->parts[part];
+    if (dst->live == 0 && dst->log.begin == dst->log.tail) {
+        st = bulk_load(s, part, p, n, h.records);
+    } else { /* the partition holds records: merge, as a peer's delta is merged */
+        alignas(8) uint8_t one[REC_MAX];
+        size_t off = 0, region = 0;
+        int64_t aligned = 0;
+        for (uint64_t i = 0; i < h.records; i++) { /* pass 1: check, and size the region */
+            if ((st = decode_rec(s, part, p, n, &off, i, (slash_rec *)one, &aligned)) != SLASH_OK)
+                return st;
+            region += ((slash_rec *)one)->size;
+        }
+        if (off != n)
+            return slash_fail(SLASH_EINVAL, "checkpoint partition %u: %zu bytes after the last of "
+                              "%llu records", part, n - off, (unsigned long long)h.records);
+        uint8_t *buf = malloc(region ? region : 8);
+        if (!buf)
+            return slash_fail(SLASH_ENOMEM, "checkpoint: %zu bytes restoring partition %u",
+                              region, part);
+        off = 0;
+        size_t at = 0;
+        for (uint64_t i = 0; i < h.records; i++) { /* pass 2: build the store records */
+            slash_rec *r = (slash_rec *)(buf + at);
+            (void)decode_rec(s, part, p, n, &off, i, r, &aligned);
+            at += r->size;
+        }
+        st = slash_ssb_merge_delta(s, buf, region);
+        free(buf);
     }
-    if (off != n)
-        return slash_fail(SLASH_EINVAL, "checkpoint partition %u: %zu bytes after the last of "
-                          "%llu records", part, n - off, (unsigned long long)h.records);
-    uint8_t *buf = malloc(region ? region : 8);
-    if (!buf)
-        return slash_fail(SLASH_ENOMEM, "checkpoint: %zu bytes restoring partition %u", region, part);
-    off = 0;
-    size_t at = 0;
-    for (uint64_t i = 0; i < h.records; i++) { /* pass 2: build the store records */
-        slash_rec *r = (slash_rec *)(buf + at);
-        (void)decode_rec(s, part, p, n, &off, i, r);
-        at += r->size;
-    }
-    st = slash_ssb_merge_delta(s, buf, region);
-    free(buf);
     if (st != SLASH_OK)
         return st;
     if (h.watermark > s->watermark)
@@ -374,14 +448,14 @@ slash_status slash_ckpt_write_meta(const slash_ckpt_meta_info *m, uint64_t fp, u
         put_u64(w + META_FIXED + 8 * r, (uint64_t)m->vclock[r]);
     ckpt_header h = {.version = SLASH_CKPT_VERSION, .kind = SLASH_CKPT_KIND_META, .fp = fp,
                      .partition = m->rank, .partitions = m->partitions, .payload = payload};
-    return seal_blob(buf, &h, payload, out, len);
+    return ckpt_seal(buf, &h, payload, out, len);
 }
 
 slash_status slash_ckpt_read_meta(const void *data, size_t len, uint64_t fp,
                                   slash_ckpt_meta_info *m)
 {
     ckpt_header h;
-    slash_status st = header_check(data, len, SLASH_CKPT_KIND_META, fp, &h);
+    slash_status st = ckpt_header_check(data, len, SLASH_CKPT_KIND_META, fp, &h);
     if (st != SLASH_OK)
         return st;
     const uint8_t *p = (const uint8_t *)data + SLASH_CKPT_HEADER;

@@ -1758,9 +1758,29 @@ slash_status slash_exec_end_epoch(slash_exec *ex)
     return leave(ex, st);
 }
 
+/* When an idle poll must next act: its deadline, or sooner the time its
+ * epoch falls due (epoch_ms) if it has something to publish then. A due time
+ * already past is not returned (the epoch it stood for was not ended, e.g.
+ * after finish): the poll then backs off as usual rather than spin. */
+static uint64_t poll_wake(const slash_exec *ex, uint64_t deadline)
+{
+    if (ex->cfg.epoch_ms && !ex->finished &&
+        (ex->bytes_since > 0 || current_watermark(ex) > ex->published)) {
+        uint64_t due = ex->epoch_start_ns + (uint64_t)ex->cfg.epoch_ms * 1000000ull;
+        if (due < deadline && due > slash_now_ns())
+            return due;
+    }
+    return deadline;
+}
+
+/* Serves until a result is ready, the group watermark moved (a caller that
+ * reports it to a driver learns at once that windows it leads no rows of
+ * have fired), a checkpoint is pending, or the deadline. Idle, it sleeps at
+ * most SLASH_BACKOFF_MAX_SLEEP_US a round and never past poll_wake(). */
 static slash_status poll_locked(slash_exec *ex, int timeout_ms)
 {
     uint64_t deadline = slash_deadline(timeout_ms);
+    int64_t gw = slash_vclock_min(&ex->vc);
     slash_backoff b;
     slash_backoff_reset(&b);
     for (;;) {
@@ -1771,12 +1791,12 @@ static slash_status poll_locked(slash_exec *ex, int timeout_ms)
         if (st == SLASH_OK)
             st = move_progress(ex);
         if (st != SLASH_OK || ex->qlen || ex->ck.pending || timeout_ms == 0 ||
-            slash_deadline_passed(deadline))
+            slash_vclock_min(&ex->vc) != gw || slash_deadline_passed(deadline))
             return st; /* a pending checkpoint: at once, to the safe point at poll's end */
         if (progressed)
             slash_backoff_reset(&b);
         else
-            slash_backoff_wait(&b);
+            slash_backoff_wait_until(&b, poll_wake(ex, deadline));
     }
 }
 

@@ -12,6 +12,11 @@
  * a leader before that leader snapshotted, because no executor returns to
  * its caller before it has CKPT_DONE(id) from all.
  *
+ * Both kinds of executor take checkpoints: an aggregate's partitions are
+ * written by slash_ckpt_write_partition, a join's (both sides' buffered rows
+ * per window and key) by slash_ckpt_write_join_partition, and the META blob
+ * carries the fingerprint of the kind's config (exec_fingerprint).
+ *
  * Invariants: per peer, CKPT ids strictly increase and CKPT_DONE(id) follows
  * CKPT(id); a checkpoint completes on every executor or on none: it is given
  * up only when some executor finished without sending CKPT(id), and then no
@@ -19,10 +24,18 @@
  */
 #include "exec_impl.h"
 
+#include "join_impl.h"
 #include "slash/backoff.h"
 #include "ssb_impl.h"
 
 #include <stdlib.h>
+
+/* The fingerprint of this executor's store config, for its blobs. */
+static uint64_t exec_fingerprint(const slash_exec *ex)
+{
+    return ex->cfg.kind == SLASH_EXEC_JOIN ? slash_ckpt_join_fingerprint(&ex->cfg.join)
+                                           : slash_ckpt_fingerprint(&ex->cfg.state);
+}
 
 slash_status exec_ckpt_init(slash_exec *ex)
 {
@@ -71,8 +84,6 @@ slash_status exec_ckpt_on_message(slash_exec *ex, uint32_t r, const sync_msg *h)
 {
     exec_ckpt *c = &ex->ck;
     uint64_t id = h->total;
-    if (ex->cfg.kind != SLASH_EXEC_AGGREGATE)
-        return slash_fail(SLASH_EPROTO, "exec: rank %u sent a checkpoint marker to a join executor", r);
     if (h->type == SYNC_CKPT) {
         if (id <= c->peer_ckpt[r] || id <= c->last)
             return slash_fail(SLASH_EPROTO, "exec: rank %u sent checkpoint %llu after %llu", r,
@@ -169,7 +180,7 @@ static slash_status snapshot(slash_exec *ex, uint64_t id, slash_ckpt **out)
         m->vclock[r] = ex->vc.wm[r];
     uint8_t *meta;
     size_t meta_len;
-    slash_status st = slash_ckpt_write_meta(m, slash_ckpt_fingerprint(&ex->cfg.state), &meta, &meta_len);
+    slash_status st = slash_ckpt_write_meta(m, exec_fingerprint(ex), &meta, &meta_len);
     free(m);
     if (st != SLASH_OK)
         return st;
@@ -184,7 +195,10 @@ static slash_status snapshot(slash_exec *ex, uint64_t id, slash_ckpt **out)
             continue;
         uint8_t *blob;
         size_t len;
-        if ((st = slash_ckpt_write_partition(ex->leader, p, &blob, &len)) != SLASH_OK) {
+        st = ex->cfg.kind == SLASH_EXEC_JOIN
+                 ? slash_ckpt_write_join_partition(ex->leader, p, &blob, &len)
+                 : slash_ckpt_write_partition(ex->leader, p, &blob, &len);
+        if (st != SLASH_OK) {
             slash_ckpt_free(ck);
             return st;
         }
@@ -251,9 +265,7 @@ slash_status slash_exec_request_checkpoint(slash_exec *ex, uint64_t id)
     if (st != SLASH_OK)
         return st;
     exec_ckpt *c = &ex->ck;
-    if (ex->cfg.kind != SLASH_EXEC_AGGREGATE)
-        st = slash_fail(SLASH_EINVAL, "checkpoints of joins: not yet");
-    else if (!ex->g && ex->n > 1)
+    if (!ex->g && ex->n > 1)
         st = slash_fail(SLASH_ESTATE, "checkpoint: a detached executor cannot take part in one");
     else if (ex->finished)
         st = slash_fail(SLASH_ESTATE, "checkpoint %llu: the executor has finished",
@@ -286,8 +298,6 @@ slash_status slash_exec_take_checkpoint(slash_exec *ex, slash_ckpt **out)
 
 static slash_status restore_check(slash_exec *ex)
 {
-    if (ex->cfg.kind != SLASH_EXEC_AGGREGATE)
-        return slash_fail(SLASH_EINVAL, "checkpoints of joins: not yet");
     if (ex->pushes || ex->epoch || ex->finished)
         return slash_fail(SLASH_ESTATE, "restore: only right after open, before any push or epoch");
     return SLASH_OK;
@@ -309,7 +319,7 @@ static slash_status restore_meta(slash_exec *ex, const void *meta, size_t len)
     slash_ckpt_meta_info *m = malloc(sizeof *m);
     if (!m)
         return slash_fail(SLASH_ENOMEM, "restore meta");
-    st = slash_ckpt_read_meta(meta, len, slash_ckpt_fingerprint(&ex->cfg.state), m);
+    st = slash_ckpt_read_meta(meta, len, exec_fingerprint(ex), m);
     exec_ckpt *c = &ex->ck;
     if (st == SLASH_OK && c->restored_metas &&
         (m->id != c->restore_id || m->size != c->restore_size))
@@ -332,9 +342,16 @@ static slash_status restore_meta(slash_exec *ex, const void *meta, size_t len)
         c->restore_min = m->published;
     if (m->fired > ex->fired)
         ex->fired = m->fired;
-    slash_ssb *leader = ex->leader;
-    if (m->fired > leader->watermark) /* windows closed at the cut were fired */
-        leader->watermark = m->fired;
+    /* windows closed at the cut were fired */
+    if (ex->cfg.kind == SLASH_EXEC_JOIN) {
+        slash_join *leader = ex->leader;
+        if (m->fired > leader->watermark)
+            leader->watermark = m->fired;
+    } else {
+        slash_ssb *leader = ex->leader;
+        if (m->fired > leader->watermark)
+            leader->watermark = m->fired;
+    }
     if (m->size == ex->n) { /* the same group: each rank resumes where it was */
         slash_vclock_update(&ex->vc, m->rank, m->published);
         if (m->rank == ex->rank) {
@@ -375,7 +392,8 @@ static slash_status restore_partition(slash_exec *ex, uint32_t part, const void 
     if (!exec_leads(ex, part))
         return slash_fail(SLASH_EINVAL, "restore: partition %u is led by rank %u, not %u", part,
                           slash_leadermap_leader(&ex->mv.map, part), ex->rank);
-    return slash_ckpt_read_partition(ex->leader, part, data, len);
+    return ex->cfg.kind == SLASH_EXEC_JOIN ? slash_ckpt_read_join_partition(ex->leader, part, data, len)
+                                           : slash_ckpt_read_partition(ex->leader, part, data, len);
 }
 
 slash_status slash_exec_restore_partition(slash_exec *ex, uint32_t partition, const void *data,

@@ -289,6 +289,94 @@ slash_status ssb_part_compact(slash_ssb *s, ssb_part *p)
     return SLASH_OK;
 }
 
+/* ---- bulk loading (checkpoint restore into an empty partition) ----------- */
+
+slash_status ssb_part_bulk_reserve(slash_ssb *s, ssb_part *p, uint64_t records)
+{
+    (void)s;
+    uint64_t nb = slash_hidx_buckets(&p->index);
+    uint64_t want = nb;
+    while (want * SSB_LOAD < records && want < ((uint64_t)1 << 40))
+        want *= 2;
+    if (want == nb)
+        return SLASH_OK;
+    slash_hidx fresh;
+    slash_status st = slash_hidx_init(&fresh, want);
+    if (st != SLASH_OK)
+        return st;
+    slash_hidx_destroy(&p->index);
+    p->index = fresh;
+    return SLASH_OK;
+}
+
+/* A record already in r's chain with r's (window, key), or for sessions a
+ * session of r's key that overlaps or touches r's; NULL if none. */
+static slash_rec *bulk_clash(slash_ssb *s, ssb_part *p, slash_rec *r, uint64_t a)
+{
+    const uint64_t begin = p->log.begin;
+    for (; a >= begin && a; ) {
+        slash_rec *o = slash_lss_ptr(&p->log, a);
+        if (key_eq(s, o, ssb_rec_key(s, r), r->key_len)) {
+            if (s->session ? (o->win <= *ssb_rec_session_end(r) && r->win <= *ssb_rec_session_end(o))
+                           : o->win == r->win)
+                return o;
+        }
+        a = o->prev;
+    }
+    return NULL;
+}
+
+#define SSB_BULK_AHEAD 24 /* records whose buckets are prefetched ahead of their link */
+
+slash_status ssb_part_bulk_link(slash_ssb *s, ssb_part *p, uint64_t from)
+{
+    slash_lss *l = &p->log;
+    /* a cursor `ahead` records in front prefetches the buckets the linking
+     * cursor will claim, so each claim finds its bucket in cache */
+    uint64_t ahead = from;
+    for (int k = 0; k < SSB_BULK_AHEAD && ahead < l->tail; k++) {
+        slash_rec *r = slash_lss_ptr(l, ahead);
+        __builtin_prefetch(slash_hidx_bucket_of(&p->index, r->prev), 1, 0);
+        ahead += r->size;
+    }
+    for (uint64_t a = from; a < l->tail;) {
+        if (ahead < l->tail) {
+            slash_rec *f = slash_lss_ptr(l, ahead);
+            __builtin_prefetch(slash_hidx_bucket_of(&p->index, f->prev), 1, 0);
+            ahead += f->size;
+        }
+        slash_rec *r = slash_lss_ptr(l, a);
+        uint64_t hash = r->prev; /* the caller's index hash; link_head overwrites it */
+        slash_hidx_entry *e;
+        slash_status st = slash_hidx_claim(&p->index, hash, l->begin, &e);
+        if (st != SLASH_OK)
+            return st;
+        link_head(e, r, a, hash, l->begin);
+        if (r->prev && bulk_clash(s, p, r, r->prev))
+            return slash_fail(SLASH_EINVAL, s->session
+                              ? "checkpoint: two overlapping sessions of one key"
+                              : "checkpoint: one (window, key) twice");
+        p->live++;
+        a += r->size;
+    }
+    return SLASH_OK;
+}
+
+void ssb_part_bulk_abort(slash_ssb *s, ssb_part *p, uint64_t from)
+{
+    p->log.tail = from;
+    p->log.read_only = p->log.begin;
+    p->live = 0;
+    (void)s;
+    /* the entries may point at addresses >= begin again: clear them in place
+     * (no allocation, so this cannot fail) */
+    slash_hidx *h = &p->index;
+    memset(h->buckets, 0, slash_hidx_buckets(h) * sizeof(slash_hidx_bucket));
+    if (h->pool)
+        memset(h->pool, 0, h->pool_used * sizeof(slash_hidx_bucket));
+    h->pool_used = 1;
+}
+
 slash_status ssb_part_trim(slash_ssb *s, ssb_part *p)
 {
     slash_lss *l = &p->log;

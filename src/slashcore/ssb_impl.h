@@ -182,4 +182,18 @@ slash_status ssb_part_compact(slash_ssb *s, ssb_part *p);
  * the log is freed. Only without a sealed delta. */
 slash_status ssb_part_trim(slash_ssb *s, ssb_part *p);
 
+/* Bulk loading of an empty, unsealed partition (checkpoint restore):
+ * _reserve sizes p's index once for `records` live records; the caller then
+ * appends complete records to the log from address `from` on, each with its
+ * index hash (ssb_hash_win of its key hash and window) in `prev`,
+ * and _link links every record in [from, tail) as its chain's head, without
+ * lookups, counting them live. _link refuses (SLASH_EINVAL) a (window, key)
+ * met twice, or two overlapping or touching sessions of a key (found only
+ * among the records of a bucket whose tags match, so cheaply), and
+ * SLASH_ENOMEM; after a failure the caller calls _abort, which empties the
+ * partition again (log back to `from`, a fresh index). */
+slash_status ssb_part_bulk_reserve(slash_ssb *s, ssb_part *p, uint64_t records);
+slash_status ssb_part_bulk_link(slash_ssb *s, ssb_part *p, uint64_t from);
+void ssb_part_bulk_abort(slash_ssb *s, ssb_part *p, uint64_t from);
+
 #endif

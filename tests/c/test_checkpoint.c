@@ -3,9 +3,13 @@
  * original emits (tumbling, sliding, session; averages with their counts;
  * int and string keys; a partly emitted store keeps its emitted watermark);
  * every truncation, every single bit flip, a foreign fingerprint and a wrong
- * partition are refused with a detail and leave the store unchanged; and an
- * executor checkpointed mid-input and restored into a new one gives the
- * uninterrupted run's results. */
+ * partition are refused with a detail and leave the store unchanged; the
+ * bulk restore into an empty partition sizes its index for many keys (later
+ * updates find every restored record), refuses a (window, key) given twice
+ * or overlapping sessions of a key and leaves the partition empty, and a
+ * restore into a partition that holds records merges; the CRC32C instruction
+ * path equals the table; and an executor checkpointed mid-input and restored
+ * into a new one gives the uninterrupted run's results. */
 #define _GNU_SOURCE
 #include "slash/checkpoint.h"
 #include "slash/exec.h"
@@ -248,6 +252,167 @@ TEST(meta_round_trip_and_refusals)
     free(blob);
 }
 
+/* ---- bulk restore (an empty partition) and merge (a partition with records) ---- */
+
+#define NBIG 300000
+static int64_t big_t[NBIG], big_k[NBIG], big_v[NBIG];
+
+static slash_ssb_batch big_batch(size_t from, size_t n)
+{
+    slash_ssb_batch b = {.n = n, .times = big_t + from, .keys = big_k + from};
+    b.values[1] = big_v + from;
+    b.values[2] = big_v + from;
+    return b;
+}
+
+TEST(bulk_restore_of_many_keys_is_found_by_later_updates)
+{
+    /* many distinct keys: the restored index must be sized for them, and every
+     * restored record must be found by an update (else a second record of its
+     * (window, key) would appear and emit a row twice) */
+    slash_ssb_config c = config(SLASH_WINDOW_TUMBLING, SLASH_KEY_INT64, 3);
+    c.naggs = 3;
+    c.log_reserve = (size_t)1 << 28;
+    uint64_t rs = 99;
+    for (size_t i = 0; i < NBIG; i++) {
+        big_t[i] = (int64_t)(unit_rng(&rs) % 2000);
+        big_k[i] = (int64_t)(unit_rng(&rs) % 150000);
+        big_v[i] = (int64_t)(unit_rng(&rs) % 1000);
+    }
+    slash_ssb *s, *t;
+    CHECK_OK(slash_ssb_open(&c, &s));
+    CHECK_OK(slash_ssb_open(&c, &t));
+    slash_ssb_batch b = big_batch(0, NBIG / 2);
+    CHECK_OK(slash_ssb_update(s, &b));
+    for (uint32_t p = 0; p < c.partitions; p++) {
+        uint8_t *blob;
+        size_t len;
+        CHECK_OK(slash_ckpt_write_partition(s, p, &blob, &len));
+        CHECK_OK(slash_ckpt_read_partition(t, p, blob, len));
+        free(blob);
+    }
+    slash_ssb_stats a, r;
+    slash_ssb_get_stats(s, &a);
+    slash_ssb_get_stats(t, &r);
+    CHECK(a.records == r.records && a.records > 100000);
+    b = big_batch(NBIG / 2, NBIG / 2);
+    CHECK_OK(slash_ssb_update(s, &b));
+    CHECK_OK(slash_ssb_update(t, &b));
+    slash_ssb_get_stats(s, &a);
+    slash_ssb_get_stats(t, &r);
+    CHECK(a.records == r.records);
+    size_t ra = 0, rb = 0;
+    CHECK(emit_all(s, &ra) == emit_all(t, &rb));
+    CHECK(ra == rb && ra == a.records);
+    slash_ssb_close(s);
+    slash_ssb_close(t);
+}
+
+/* The blob with its records given twice (a valid CRC over the doubled payload). */
+static uint8_t *doubled(const uint8_t *blob, size_t len, size_t *out_len)
+{
+    size_t payload = len - SLASH_CKPT_HEADER - 4;
+    size_t n = SLASH_CKPT_HEADER + 2 * payload + 4;
+    uint8_t *d = malloc(n);
+    memcpy(d, blob, SLASH_CKPT_HEADER + payload);
+    memcpy(d + SLASH_CKPT_HEADER + payload, blob + SLASH_CKPT_HEADER, payload);
+    uint64_t recs = 0, pl = 2 * payload;
+    for (int i = 7; i >= 0; i--)
+        recs = recs << 8 | blob[24 + i];
+    recs *= 2;
+    for (int i = 0; i < 8; i++)
+        d[24 + i] = (uint8_t)(recs >> (8 * i)), d[32 + i] = (uint8_t)(pl >> (8 * i));
+    uint32_t crc = slash_crc32c(0, d, n - 4);
+    for (int i = 0; i < 4; i++)
+        d[n - 4 + i] = (uint8_t)(crc >> (8 * i));
+    *out_len = n;
+    return d;
+}
+
+static void key_twice(slash_window_kind kind)
+{
+    make_input(21 + kind);
+    slash_ssb_config c = config(kind, SLASH_KEY_INT64, 2);
+    slash_ssb *s = filled(&c, INT64_MIN);
+    uint8_t *blob;
+    size_t len, dlen;
+    CHECK_OK(slash_ckpt_write_partition(s, 1, &blob, &len));
+    uint8_t *d = doubled(blob, len, &dlen);
+    CHECK(refused_and_unchanged(&c, 1, d, dlen));
+    CHECK(strstr(slash_last_error(), kind == SLASH_WINDOW_SESSION ? "overlapping sessions"
+                                                                   : "(window, key) twice") != NULL);
+    /* the refused partition is empty and usable: the blob itself restores */
+    slash_ssb *t;
+    CHECK_OK(slash_ssb_open(&c, &t));
+    CHECK_ST(slash_ckpt_read_partition(t, 1, d, dlen), SLASH_EINVAL);
+    CHECK_OK(slash_ckpt_read_partition(t, 1, blob, len));
+    slash_ssb_stats a, b;
+    slash_ssb_get_stats(s, &a);
+    slash_ssb_get_stats(t, &b);
+    uint64_t part0 = 0; /* s's records of partition 0 (not restored into t) */
+    uint8_t *b0;
+    size_t l0;
+    CHECK_OK(slash_ckpt_write_partition(s, 0, &b0, &l0));
+    for (int i = 7; i >= 0; i--)
+        part0 = part0 << 8 | b0[24 + i];
+    free(b0);
+    CHECK(b.records + part0 == a.records && b.records > 0);
+    free(d);
+    free(blob);
+    slash_ssb_close(s);
+    slash_ssb_close(t);
+}
+
+TEST(bulk_restore_refuses_a_window_and_key_twice) { key_twice(SLASH_WINDOW_TUMBLING); }
+TEST(bulk_restore_refuses_overlapping_sessions) { key_twice(SLASH_WINDOW_SESSION); }
+
+TEST(restore_into_a_partition_with_records_merges)
+{
+    /* the same blob twice: the second goes through the merge path and adds
+     * its partials (counts and sums double; the records stay one each) */
+    make_input(31);
+    slash_ssb_config c = config(SLASH_WINDOW_TUMBLING, SLASH_KEY_INT64, 1);
+    c.naggs = 2; /* count, sum */
+    slash_ssb *s = filled(&c, INT64_MIN), *t, *twice;
+    uint8_t *blob;
+    size_t len;
+    CHECK_OK(slash_ckpt_write_partition(s, 0, &blob, &len));
+    CHECK_OK(slash_ssb_open(&c, &t));
+    CHECK_OK(slash_ckpt_read_partition(t, 0, blob, len));
+    CHECK_OK(slash_ckpt_read_partition(t, 0, blob, len));
+    CHECK_OK(slash_ssb_open(&c, &twice));
+    slash_ssb_batch b = batch(&c, 0, NREC);
+    CHECK_OK(slash_ssb_update(twice, &b));
+    CHECK_OK(slash_ssb_update(twice, &b));
+    slash_ssb_stats a, r;
+    slash_ssb_get_stats(s, &a);
+    slash_ssb_get_stats(t, &r);
+    CHECK(a.records == r.records);
+    size_t ra = 0, rb = 0;
+    CHECK(emit_all(t, &ra) == emit_all(twice, &rb));
+    CHECK(ra == rb && ra > 0);
+    free(blob);
+    slash_ssb_close(s);
+    slash_ssb_close(t);
+    slash_ssb_close(twice);
+}
+
+TEST(crc32c_by_instruction_equals_the_table)
+{
+    static const char check[] = "123456789";
+    CHECK(slash_crc32c(0, check, 9) == 0xE3069283u);
+    CHECK(slash_crc32c_sw(0, check, 9) == 0xE3069283u);
+    uint8_t buf[1027];
+    uint64_t rs = 5;
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (uint8_t)unit_rng(&rs);
+    for (size_t off = 0; off < 9; off++)
+        for (size_t n = 0; n + off <= sizeof buf; n += 97) {
+            uint32_t a = slash_crc32c(7, buf + off, n), b = slash_crc32c_sw(7, buf + off, n);
+            CHECK(a == b);
+        }
+}
+
 /* ---- executor: checkpoint, close, restore, push the rest ---------------------- */
 
 static slash_transport *tp; /* one for every group of the tests, closed by main */
@@ -386,6 +551,11 @@ int main(void)
     RUN(every_bit_flip_is_refused);
     RUN(fingerprint_mismatch_and_wrong_partition_are_refused);
     RUN(meta_round_trip_and_refusals);
+    RUN(bulk_restore_of_many_keys_is_found_by_later_updates);
+    RUN(bulk_restore_refuses_a_window_and_key_twice);
+    RUN(bulk_restore_refuses_overlapping_sessions);
+    RUN(restore_into_a_partition_with_records_merges);
+    RUN(crc32c_by_instruction_equals_the_table);
     RUN(executor_resumes_tumbling);
     RUN(executor_resumes_sliding_string_keys);
     RUN(executor_resumes_session);

@@ -77,19 +77,45 @@ static size_t make_delta(const slash_exec_config *c, uint8_t *out, size_t cap)
     return len;
 }
 
-/* [config byte][mode byte][blob]: partition 0 of a store with a few records
- * (half its windows emitted), or (mode 4) a META blob (fuzz_ckpt_read.c). */
+/* [config byte][mode byte][blob]: partition 0 of a store (an aggregate's, or
+ * a join's for a join config) with a few records (half its windows emitted),
+ * or (mode 4) a META blob (fuzz_ckpt_read.c). */
 static size_t make_ckpt(const slash_exec_config *c, uint8_t cb, uint8_t mode, uint8_t *out, size_t cap)
 {
     uint8_t *blob = NULL;
     size_t len = 0;
+    const bool join = c->kind == SLASH_EXEC_JOIN;
     if (mode & 4) {
         static slash_ckpt_meta_info m;
-        m.id = 3, m.pushes = 17, m.rank = 1, m.size = 2, m.partitions = c->state.partitions;
+        m.id = 3, m.pushes = 17, m.rank = 1, m.size = 2;
+        m.partitions = join ? c->join.partitions : c->state.partitions;
         m.published = 250, m.fired = 200, m.max_seen = 301, m.advanced = INT64_MIN, m.epoch = 5;
         m.vclock[0] = 200, m.vclock[1] = 250;
-        if (slash_ckpt_write_meta(&m, slash_ckpt_fingerprint(&c->state), &blob, &len) != SLASH_OK)
+        uint64_t fp = join ? slash_ckpt_join_fingerprint(&c->join) : slash_ckpt_fingerprint(&c->state);
+        if (slash_ckpt_write_meta(&m, fp, &blob, &len) != SLASH_OK)
             abort();
+    } else if (join) {
+        slash_join *s;
+        slash_join_result *r;
+        if (slash_join_open(&c->join, &s) != SLASH_OK)
+            abort();
+        for (int side = 0; side < 2; side++) {
+            slash_join_batch b = {.side = side ? SLASH_JOIN_RIGHT : SLASH_JOIN_LEFT, .n = 6, .times = T};
+            if (c->join.key_type == SLASH_KEY_INT64)
+                b.keys = K;
+            else
+                b.key_offsets = OFF, b.key_data = KD;
+            for (uint32_t j = 0; j < c->join.ncols[side]; j++)
+                b.columns[j] = V;
+            if (slash_join_update(s, &b) != SLASH_OK)
+                abort();
+        }
+        if (slash_join_emit(s, 150, &r) != SLASH_OK)
+            abort();
+        slash_join_result_free(r);
+        if (slash_ckpt_write_join_partition(s, 0, &blob, &len) != SLASH_OK)
+            abort();
+        slash_join_close(s);
     } else {
         slash_ssb *s;
         slash_ssb_result *r;
@@ -178,7 +204,7 @@ int main(int argc, char **argv)
                 if (c.kind == SLASH_EXEC_JOIN || slash_crdt_needs_input(c.state.aggs[j]))
                     memcpy(rows + rl, &V[k], 8), rl += 8;
         }
-        if (!(cb & 1)) { /* checkpoints: aggregates only */
+        { /* checkpoints: aggregate and join partitions, META blobs */
             static const uint8_t modes[3] = {0, 3, 4};
             for (int k = 0; k < 3; k++) {
                 size_t cl = make_ckpt(&c, cb, modes[k], buf, sizeof buf);

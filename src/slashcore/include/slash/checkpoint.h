@@ -8,7 +8,7 @@
  * store). Every blob is self-contained and little-endian:
  *
  *   header (64 bytes):
- *     "SLCK" | u16 version | u16 kind (1 partition, 2 meta) |
+ *     "SLCK" | u16 version | u16 kind (1 partition, 2 meta, 3 join partition) |
  *     u64 config fingerprint | u32 partition (meta: rank) | u32 partitions |
  *     u64 records | u64 payload bytes | i64 emitted watermark (meta: 0) |
  *     16 reserved bytes (0)
@@ -20,6 +20,20 @@
  *   key (int64: 8 bytes; byte keys: u8 length + bytes) | partials
  * (the CRDT partial of every aggregate, 8 or 16 bytes each, as crdt.h lays
  * them out: an average keeps its sum and count, so validity is preserved).
+ * A join partition payload (kind 3, version 2 on) holds each live
+ * (window or session, key) set of the join store as
+ *   i64 window start | i64 window end | key (as above) |
+ *   u64 left rows | u64 right rows | the left rows | the right rows
+ * (each row the side's columns, 8 bytes each, in config order); the header's
+ * record count is the number of sets. Its fingerprint
+ * (slash_ckpt_join_fingerprint) hashes the window, key type, partitions and
+ * both sides' column types.
+ *
+ * Versions: 2 added the join partition kind; the layouts of kinds 1 and 2
+ * are those of version 1, so a version 1 blob is read as before. A blob of
+ * a version outside [SLASH_CKPT_VERSION_MIN, SLASH_CKPT_VERSION] is refused
+ * with both numbers named.
+ *
  * The fingerprint hashes what decides the meaning of the records: aggregate
  * kinds, key type, window kind/size/slide, partitions. A reader checks the
  * length, magic, version, kind, fingerprint, CRC and then every record (key
@@ -34,6 +48,7 @@
 #include <stdint.h>
 
 #include "slash/group.h"
+#include "slash/join.h"
 #include "slash/ssb.h"
 #include "slash/status.h"
 
@@ -41,13 +56,18 @@
 extern "C" {
 #endif
 
-#define SLASH_CKPT_VERSION 1
+#define SLASH_CKPT_VERSION 2     /* written */
+#define SLASH_CKPT_VERSION_MIN 1 /* oldest read */
 #define SLASH_CKPT_HEADER 64
 #define SLASH_CKPT_KIND_PARTITION 1
 #define SLASH_CKPT_KIND_META 2
+#define SLASH_CKPT_KIND_JOIN_PARTITION 3
 
-/* CRC32C (Castagnoli) of n bytes, continuing from crc (0 to start). */
+/* CRC32C (Castagnoli) of n bytes, continuing from crc (0 to start): the
+ * SSE4.2 instruction where the CPU has it, else slash_crc32c_sw. */
 uint32_t slash_crc32c(uint32_t crc, const void *p, size_t n);
+/* The same by table (slicing-by-8), on any CPU. */
+uint32_t slash_crc32c_sw(uint32_t crc, const void *p, size_t n);
 
 /* Fingerprint of a store config: equal for configs whose records mean the
  * same (log_reserve is ignored). */
@@ -64,6 +84,25 @@ slash_status slash_ckpt_write_partition(const slash_ssb *s, uint32_t part, uint8
  * emitted watermark to the blob's. SLASH_EINVAL naming what is wrong for a
  * bad blob (nothing is changed then), SLASH_ENOMEM. */
 slash_status slash_ckpt_read_partition(slash_ssb *s, uint32_t part, const void *data, size_t len);
+
+/* Fingerprint of a join store config (window, key type, partitions, both
+ * sides' columns; log_reserve is ignored). */
+uint64_t slash_ckpt_join_fingerprint(const slash_join_config *cfg);
+
+/* Serializes the live sets of partition `part` of join store s into a new
+ * blob (malloc'd). Only without a sealed delta (SLASH_ESTATE otherwise);
+ * SLASH_ERANGE for a bad partition. */
+slash_status slash_ckpt_write_join_partition(const slash_join *s, uint32_t part, uint8_t **out,
+                                             size_t *len);
+
+/* Checks a join partition blob in full against s's config and `part`
+ * (window bounds, key lengths, the key's partition, row counts against the
+ * payload), then appends its rows to s's sets (sets of closed windows are
+ * dropped as late, as in a merge) and raises s's emitted watermark to the
+ * blob's. SLASH_EINVAL naming what is wrong (nothing changed then),
+ * SLASH_ESTATE with a sealed delta, SLASH_ENOMEM (a prefix may be applied). */
+slash_status slash_ckpt_read_join_partition(slash_join *s, uint32_t part, const void *data,
+                                            size_t len);
 
 /* What an executor's META blob holds. */
 typedef struct slash_ckpt_meta_info {

@@ -155,8 +155,9 @@ slash_status slash_exec_set_epoch(slash_exec *ex, uint32_t epoch_ms, uint64_t ep
 slash_status slash_exec_end_epoch(slash_exec *ex);
 
 /* Serves the channels for up to timeout_ms (0: once), ending an epoch if one
- * is due by time. Returns early when a result is ready, and takes a pending
- * checkpoint at once (see slash_exec_request_checkpoint). */
+ * is due by time. Returns early when a result is ready or the group
+ * watermark moved, and takes a pending checkpoint at once (see
+ * slash_exec_request_checkpoint). */
 slash_status slash_exec_poll(slash_exec *ex, int timeout_ms);
 
 /* End of input: a final epoch with watermark +infinity, then serves the
@@ -191,7 +192,8 @@ void slash_exec_get_metrics(const slash_exec *ex, slash_exec_metrics *out);
  * Finishing: a checkpoint pending when any executor has begun finishing is
  * given up cleanly on every executor (no image; no deadlock): an executor
  * that finishes never sends CKPT, and the others stop waiting once its final
- * epoch arrives. Not yet for JOIN executors (SLASH_EINVAL). */
+ * epoch arrives. AGGREGATE and JOIN executors alike (a join's partition
+ * blobs hold both sides' buffered rows per window and key). */
 slash_status slash_exec_request_checkpoint(slash_exec *ex, uint64_t id);
 
 /* Pops the oldest completed checkpoint image (free with slash_ckpt_free), or
@@ -204,7 +206,8 @@ slash_status slash_exec_take_checkpoint(slash_exec *ex, slash_ckpt **out);
  * checkpoint's; the partition count must be equal. Restoring with the same
  * size resumes each rank's watermarks and counters; with another size every
  * executor starts at the group watermark of the cut. SLASH_EINVAL naming
- * what is wrong for a bad, truncated or foreign blob (nothing changes);
+ * what is wrong for a bad, truncated or foreign blob (nothing changes; a
+ * join blob restored into an aggregate executor, or the reverse, is foreign);
  * SLASH_ESTATE after a push. */
 slash_status slash_exec_restore_meta(slash_exec *ex, const void *meta, size_t len);
 slash_status slash_exec_restore_partition(slash_exec *ex, uint32_t partition, const void *data,
