@@ -142,6 +142,9 @@ cdef class ExecutorCore(_Closeable):
     def set_lateness(self, int64_t lateness):
         check(slash_exec_set_lateness(self.ptr(), lateness))
 
+    def set_epoch(self, uint32_t epoch_ms, uint64_t epoch_bytes):
+        check(slash_exec_set_epoch(self.ptr(), epoch_ms, epoch_bytes))
+
     def end_epoch(self):
         cdef slash_exec *ex = self.ptr()
         cdef slash_status st

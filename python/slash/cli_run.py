@@ -75,6 +75,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=None, metavar="RECORDS_PER_S",
                    help="replay the input as a stream at most this fast (records/s over all "
                         "executors; default: as fast as possible)")
+    p.add_argument("--latency-target", default=None, metavar="DUR",
+                   help="tune the run so that windows come out within DUR of their end (e.g. "
+                        "500ms): epoch length and executor count (a rescale restarts from a "
+                        "checkpoint: --checkpoint DIR, else a temporary directory); needs "
+                        "--realtime (see docs/metrics.md)")
+    p.add_argument("--min-executors", type=int, default=None, metavar="N",
+                   help="with --latency-target: never fewer executors (default 1)")
+    p.add_argument("--max-executors", type=int, default=None, metavar="N",
+                   help="with --latency-target: never more executors (default max(--executors, cores))")
+    p.add_argument("--realtime", action="store_true",
+                   help="the input's event times are wall-clock (Unix) times: read each batch no "
+                        "earlier than its latest time; window latency = emit time - window end")
     p.add_argument("--max-restarts", type=int, default=3, metavar="K",
                    help="restarts from the last checkpoint before the run fails (default 3)")
 
@@ -118,7 +130,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         server = MetricsServer(live, args.metrics_port or 0, args.ui_bind, args.ui_token)
         log.warning("slash run: live page %s , Prometheus endpoint %s", server.ui_url, server.url)
     control: Any = None
-    if not (args.join or args.checkpoint or args.no_control):
+    if not (args.join or (args.checkpoint and not args.latency_target) or args.no_control):
         control = args.control or True
     elif args.control and not args.no_control:
         raise InvalidArgument("--control: a join or a --checkpoint run has no control socket yet")
@@ -129,6 +141,11 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                            mode=args.mode, output=args.output, metrics=m,
                            late_output=args.late_output, live=live, control=control,
                            **({"rate": args.rate} if args.rate else {}),
+                           **({"latency_target": args.latency_target,
+                               "min_executors": args.min_executors,
+                               "max_executors": args.max_executors}
+                              if args.latency_target else {}),
+                           **({"realtime": True} if args.realtime else {}),
                            **({"checkpoint": args.checkpoint,
                                "checkpoint_every": args.checkpoint_every,
                                "max_restarts": args.max_restarts} if args.checkpoint else {}))
@@ -143,7 +160,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             "null_time_records": m.get("null_time_records", 0),
             "late_output": args.late_output,
             "checkpoints": m.get("checkpoints"), "recoveries": m.get("recoveries"),
-            "records_replayed": m.get("records_replayed"), "logic": m.get("logic")}
+            "records_replayed": m.get("records_replayed"), "logic": m.get("logic"),
+            "autotune": m.get("autotune")}
 
 
 def summary(r: Dict[str, Any]) -> str:
@@ -161,6 +179,15 @@ def summary(r: Dict[str, Any]) -> str:
     if r.get("null_time_records"):
         text += (f"\n  {r['null_time_records']:,} record(s) with a null time are in no window "
                  "(not aggregated)")
+    auto = r.get("autotune")
+    if auto and auto.get("latency_target_ms"):
+        lat = auto.get("window_latency") or {}
+        p99 = lat.get("p99_ms")
+        text += (f"\n  latency target {auto['latency_target_ms']:.0f} ms: window p99 "
+                 f"{'n/a' if p99 is None else f'{p99:.0f} ms'}, {len(auto['decisions'])} "
+                 f"decision(s), ending with {auto['executors']} executor(s)")
+        for d in auto["decisions"]:
+            text += f"\n    {d['action']} {d['args']}: {d['reason']} ({d['outcome']})"
     if r.get("late_records"):
         text += f"\n  WARNING: {r['late_records']:,} late record(s) not applied"
         text += f" (written to {r['late_output']})" if r.get("late_output") else \

@@ -651,6 +651,29 @@ register(Operation(
     summary=_update_summary))
 
 
+def _int_arg(args: Dict[str, Any], name: str) -> int:
+    v = args.get(name)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise InvalidArgument(f"{name} must be an int >= 1, got {v!r}")
+    return v
+
+
+# scale-out/scale-in/epoch reach a run that offers them through hooks (a run with
+# latency_target=: slash.autotune); any other run answers NotSupported
+register(Operation("scale-out", lambda ctl, a: ctl.call_hook("scale-out", _int_arg(a, "k")),
+                   "add K executors (a restart from a checkpoint cut)",
+                   cli_args=[(("k",), {"type": int, "metavar": "K"})],
+                   summary=lambda r: f"{r['executors']} executors"))
+register(Operation("scale-in", lambda ctl, a: ctl.call_hook("scale-in", _int_arg(a, "k")),
+                   "release K executors (a restart from a checkpoint cut)",
+                   cli_args=[(("k",), {"type": int, "metavar": "K"})],
+                   summary=lambda r: f"{r['executors']} executors"))
+register(Operation("epoch", lambda ctl, a: ctl.call_hook("epoch", _int_arg(a, "ms")),
+                   "set every executor's epoch length (ms), in force by the next epoch end",
+                   cli_args=[(("ms",), {"type": int, "metavar": "MS"})],
+                   summary=lambda r: f"epochs of {r['epoch_ms']} ms"))
+
+
 # ---- the server ----------------------------------------------------------------------------------
 def default_dir() -> str:
     """Where control sockets live by default: ``$XDG_RUNTIME_DIR/slash`` or

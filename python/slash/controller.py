@@ -148,6 +148,7 @@ class _Exec:
     behind: Optional[float]
     merge_per_s: float
     stalls_per_s: float
+    lag_ms: Optional[float] = None  # how far its reading is behind the wall clock (realtime inputs)
 
 
 @dataclass
@@ -203,7 +204,8 @@ class Controller:
                 stalls = max(0.0, (cur.get("credit_stalls", 0) - old.get("credit_stalls", 0)) / dt)
             per[int(r)] = _Exec(cpu_load=float(cur.get("cpu_load") or 0.0),
                                 records_per_s=float(cur.get("records_per_s") or 0.0),
-                                behind=cur.get("records_behind"), merge_per_s=merge, stalls_per_s=stalls)
+                                behind=cur.get("records_behind"), merge_per_s=merge, stalls_per_s=stalls,
+                                lag_ms=cur.get("input_lag_ms"))
             if cur.get("epoch_ms"):
                 epochs.append(float(cur["epoch_ms"]))
         self._fresh = []
@@ -216,7 +218,8 @@ class Controller:
         horizon = t - 3.0
         behind = [e.behind for e in per.values() if e.behind is not None]
         growing = False
-        if behind:
+        if behind and (not self._behind or self._behind[-1][1] != float(sum(behind))):
+            # a tick that saw no new report is no sample (equal values are not growth)
             self._behind.append((t, float(sum(behind))))
             self._behind = [x for x in self._behind if x[0] >= horizon]
             if len(self._behind) >= 3:
@@ -260,11 +263,17 @@ class Controller:
         hot = max(loads.values())
         mean = sum(loads.values()) / len(loads)
         p99 = f"p99 {s.p99_ms:.0f} ms > target {c.target_ms:.0f} ms for {self._over} ticks"
-        if hot >= c.busy or s.backlog_growing:
+        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
+        # reading behind the clock by more than the target: the input is the bottleneck,
+        # whatever the CPU load says (on a shared machine a starved executor shows little)
+        lagging = bool(lags) and max(lags) > c.target_ms
+        if hot >= c.busy or s.backlog_growing or lagging:
             why = (f"{p99}; executor load max {hot:.2f}, mean {mean:.2f}"
-                   + ("; backlog growing" if s.backlog_growing else ""))
+                   + ("; backlog growing" if s.backlog_growing else "")
+                   + (f"; input read {max(lags):.0f} ms behind the clock" if lagging else ""))
             if self.executors < c.max_executors:
-                need = math.ceil(self.executors * max(mean, hot) / c.fit) if not s.backlog_growing else 0
+                need = (math.ceil(self.executors * max(mean, hot) / c.fit)
+                        if not (s.backlog_growing or lagging) else 0)
                 k = max(1, min(need - self.executors, c.max_executors - self.executors))
                 return Decision(s.time, "scale_out", {"k": k}, "input", why)
             if self.epoch_ms * 2 <= min(c.max_epoch_ms, c.target_ms / 2):

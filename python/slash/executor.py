@@ -347,6 +347,18 @@ class Executor:
             raise InvalidArgument(f"lateness must be an int >= 0 ms, got {lateness_ms!r}")
         self._core.set_lateness(min(lateness_ms * self.state.ticks_per_ms, LATENESS_BOUNDED - 1))
 
+    def set_epoch(self, epoch_ms: Optional[int] = None, epoch_bytes: Optional[int] = None) -> None:
+        """Changes the epoch length from now on (a latency/throughput knob:
+        shorter epochs ship deltas and fire windows sooner, longer ones cost
+        less per record). ``None`` leaves a limit as it is. The epoch in
+        progress ends by the new limits. Never changes what windows hold."""
+        if epoch_ms is None and epoch_bytes is None:
+            raise InvalidArgument("set_epoch: give epoch_ms or epoch_bytes")
+        for name, v, hi in (("epoch_ms", epoch_ms, (1 << 32) - 1), ("epoch_bytes", epoch_bytes, 1 << 62)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi):
+                raise InvalidArgument(f"{name} must be an int in 1..{hi}, got {v!r}")
+        self._core.set_epoch(epoch_ms or 0, epoch_bytes or 0)
+
     def end_epoch(self) -> None:
         """Ends an epoch now: ships deltas and publishes the watermark."""
         self._core.end_epoch()

@@ -176,6 +176,14 @@ class LiveMetrics:
             self._exec[rank] = dict(snap)
             self._maybe_point(time.time())
 
+    def set_executors(self, n: int) -> None:
+        """The group now has ``n`` executors (a rescale): the old group's
+        snapshots are dropped (the new processes count from their restore)."""
+        with self._lock:
+            self.executors = n
+            self._exec.clear()
+            self._rates.clear()
+
     def observe_window(self, start_ms: int, end_ms: int, latency_ms: float, rows: int) -> None:
         """A window handed out ``latency_ms`` after its end (emit wall clock - end)."""
         with self._lock:

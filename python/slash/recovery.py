@@ -147,6 +147,11 @@ class _Plan(CheckpointPlan):
     resume_id: Optional[int]
     next_id: int
     attempt: int
+    # live metrics (slash.runner.run with live= or latency_target=): report every
+    # live_every s; realtime: event times are wall-clock times, each batch is read no
+    # earlier than its latest time and fired windows carry their emit time
+    live_every: Optional[float] = None
+    realtime: bool = False
 
 
 def _kill_point(rank: int, attempt: int) -> Optional[Tuple[int, int, bool]]:
@@ -238,6 +243,7 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
         last_progress = time.monotonic()
         kill_at = _kill_point(rank, plan.attempt)
         result_schema = ex.result_schema()
+        live = _LiveReport(ex, plan, link) if plan.live_every or plan.realtime else None
 
         def write_image(img: Any, fired: List[pa.RecordBatch], info: Dict[str, Any],
                         pushes_then: int, cut_s: float) -> None:
@@ -265,7 +271,7 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                 img = ex.take_checkpoint()
                 if img is None:
                     break
-                pending += ex.results()  # every window fired before the cut, nothing after
+                pending += _results(ex, live)  # every window fired before the cut, nothing after
                 info = {"rank": rank, "position": pos_after[img.pushes],
                         "pushes": img.pushes, "records": records_at[img.pushes],
                         "windows": sum(b.num_rows for b in pending)}
@@ -281,7 +287,7 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                     records_at.pop(k, None)
                 if asked == img.id:
                     asked = None
-            got = ex.results()
+            got = _results(ex, live)
             pending.extend(got)
 
         records_at: Dict[int, int] = {pushes: records}
@@ -294,6 +300,8 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
             for pos, item in items:
                 call_t[0] = time.monotonic()
                 if isinstance(item, (pa.RecordBatch, pa.Table)):
+                    if live is not None and plan.realtime:
+                        live.pace(query, item, after_call)
                     b, skip = query.prepare_selected(item)
                     ex.push_batch(b, skip=skip)
                     pushes += 1
@@ -305,12 +313,18 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                     if wm is not None:
                         ex.advance_watermark(wm)
                 after_call()
+                while link.poll():  # the parent: ("checkpoint_now",) for a rescale, ("epoch", ...)
+                    msg = link.get()
+                    if msg[0] == "checkpoint_now":
+                        forced = True
+                    elif msg[0] == "epoch":
+                        ex.set_epoch(msg[1] or None, msg[2] or None)  # 0: unchanged
+                        log.info("executor %d: epochs of %s ms / %s bytes from now on", rank,
+                                 msg[1], msg[2])
+                if live is not None:
+                    live.report()
                 if rank == 0:
                     now = time.monotonic()
-                    if link.poll():  # the parent: ("checkpoint_now",) for a rescale
-                        msg = link.get()
-                        if msg[0] == "checkpoint_now":
-                            forced = True
                     due = forced or ((every.seconds is not None and now - last_ask_t >= every.seconds) or
                            (every.batches is not None and pushes - last_ask_pushes >= every.batches))
                     if not due and every.epochs is not None:
@@ -346,6 +360,8 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                     link.put(("progress", rank, records))
             ex.finish()
             after_call()
+            if live is not None:
+                live.report(final=True)
             writer.drain()  # every checkpoint this rank took is durable and reported
         out.extend(pending)
         m = dict(ex.metrics)
@@ -354,6 +370,82 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
     finally:
         writer.close()
         ex.close()
+
+
+def _results(ex: Executor, live: Optional["_LiveReport"]) -> List[pa.RecordBatch]:
+    got = ex.results()
+    if live is not None and got:
+        live.fired(got)
+    return got
+
+
+class _LiveReport:
+    """A checkpointed rank's live metrics (``("metrics", rank, snapshot)``
+    every ``plan.live_every`` s, :class:`slash.metrics.Reporter`'s snapshot)
+    and, with ``plan.realtime``, the pacing of its input by event time and
+    the windows it fired since the last report: ``snapshot["windows"]`` =
+    ``[[window_end_ms, emit_ms, rows], ...]`` (wall clock, so emit - end is
+    the window's latency)."""
+
+    def __init__(self, ex: Executor, plan: "_Plan", link: Any) -> None:
+        from slash.metrics import Reporter
+
+        self.ex, self.plan, self.link = ex, plan, link
+        self.reporter = Reporter(plan.live_every or 0.5)
+        self.windows: List[List[int]] = []
+        self.behind: Optional[int] = None  # records due by the wall clock, not yet read (estimate)
+        self.lag = 0.0  # seconds the latest batch was read after its latest event time
+
+    def fired(self, batches: List[pa.RecordBatch]) -> None:
+        if not self.plan.realtime:
+            return
+        import pyarrow.compute as pc
+
+        now = int(time.time() * 1000)
+        tpm = self.ex.state.ticks_per_ms
+        for b in batches:
+            if not b.num_rows:
+                continue
+            vc = pc.value_counts(b.column("window_end"))
+            for end, rows in zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()):
+                self.windows.append([end // tpm, now, rows])
+
+    def pace(self, query: Query, item: Any, serve: Callable[[], None]) -> None:
+        """Waits (serving the channels and firing what is due) until the
+        wall clock reaches the batch's latest event time."""
+        import pyarrow.compute as pc
+
+        if not item.num_rows:
+            return
+        mm = pc.min_max(query.time_ticks(item.column(query.time), item.schema))
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if hi is None:
+            return
+        tps = self.ex.state.ticks_per_ms * 1000.0
+        due = hi / tps
+        # how far the reader is behind the clock, in records at this batch's rate
+        span = max((hi - lo) / tps, 0.001)
+        self.lag = max(0.0, time.time() - due)
+        self.behind = int(self.lag * item.num_rows / span)
+        while True:
+            ahead = due - time.time()
+            if ahead <= 0:
+                return
+            self.ex.poll(min(ahead, 0.01))
+            serve()
+            self.report()
+
+    def report(self, final: bool = False) -> None:
+        if not (self.plan.live_every and (self.reporter.due() or final)):
+            return
+        from slash.metrics import Reporter
+
+        snap = Reporter.snapshot(self.ex)
+        snap["windows"], self.windows = self.windows, []
+        if self.behind is not None:
+            snap["records_behind"] = self.behind
+            snap["input_lag_ms"] = round(self.lag * 1000.0, 1)
+        self.link.put(("metrics", self.ex.rank, snap))
 
 
 class _SharedLink:
@@ -536,6 +628,26 @@ class RunControl:
         self._dir = ""
         self.executors: Optional[int] = None  #: the current group's executor count
         self.rescales: List[Dict[str, Any]] = []  #: one entry per completed rescale
+        #: called with (rank, snapshot) for each live metrics report (``live_every``)
+        self.on_metrics: Optional[Callable[[int, Dict[str, Any]], None]] = None
+        #: (epoch_ms, epoch_bytes) set by :meth:`set_epoch` (0: unchanged), else None
+        self.epoch: Optional[Tuple[int, int]] = None
+        self._epoch_seq = 0
+
+    def set_epoch(self, epoch_ms: Optional[int] = None, epoch_bytes: Optional[int] = None) -> None:
+        """Changes every executor's epoch length (``Executor.set_epoch``),
+        sent over their links by the driver's loop within ~50 ms; a group
+        started later (a rescale, a recovery) starts with it."""
+        if epoch_ms is None and epoch_bytes is None:
+            raise InvalidArgument("set_epoch: give epoch_ms or epoch_bytes")
+        for name, v in (("epoch_ms", epoch_ms), ("epoch_bytes", epoch_bytes)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise InvalidArgument(f"{name} must be an int >= 1, got {v!r}")
+        with self._cond:
+            if self._state == "ended":
+                raise InvalidState("set_epoch: the run has ended")
+            self.epoch = (epoch_ms or 0, epoch_bytes or 0)
+            self._epoch_seq += 1
 
     def rescale(self, n: int, timeout: Optional[float] = 120.0) -> Dict[str, Any]:
         """Restarts the running group with ``n`` executors from a checkpoint
@@ -621,13 +733,16 @@ class _Rescale(Exception):
 def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, token: str, *,
                      directory: str, every: Any, keep: int, max_restarts: int, timeout: float,
                      finalize: Callable[[pa.Table], pa.Table],
-                     metrics: Dict[str, Any], control: Optional[RunControl] = None) -> pa.Table:
+                     metrics: Dict[str, Any], control: Optional[RunControl] = None,
+                     live_every: Optional[float] = None, realtime: bool = False) -> pa.Table:
     """The parent's side (see the module doc); returns the finalized result.
     ``metrics`` receives records_in, per_executor, checkpoints, recoveries,
     records_replayed, resumed_from and rescales. A run resumed from a
     checkpoint takes its key partition count from the checkpoint's manifest
     and may have another executor count (a FileSource's positions are
-    re-split; other sources refuse). ``control``: see :class:`RunControl`."""
+    re-split; other sources refuse). ``control``: see :class:`RunControl`.
+    ``live_every``: executors report live metrics every so many seconds to
+    ``control.on_metrics``; ``realtime``: see :class:`_LiveReport`."""
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise InvalidArgument(f"max_restarts must be an int >= 0, got {max_restarts!r}")
     import dataclasses
@@ -674,7 +789,11 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
             store.executors = n
             plan = _Plan(store.dir, store.fingerprint, n, partitions, keep, policy,
                          ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
-                         attempt)
+                         attempt, live_every, realtime)
+            if control is not None and control.epoch is not None:  # a restart keeps a tuned epoch
+                ms, nbytes = control.epoch
+                group = dataclasses.replace(group, epoch_ms=ms or group.epoch_ms,
+                                            epoch_bytes=nbytes or group.epoch_bytes)
             if ck is not None:
                 log.info("starting %d executors from checkpoint %s (attempt %d)", n, ck.path,
                          attempt)
@@ -757,6 +876,8 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
     progress: Dict[int, int] = {}
     reports: Dict[int, Dict[int, Tuple[Any, ...]]] = {}
     resumed: set = set()
+    # the group starts with control's epoch (set in run_checkpointed); later changes are sent
+    epoch_sent = control._epoch_seq if control is not None else 0
 
     def fail(rank: Optional[int], cause: str, err: BaseException) -> _Failed:
         err._slash_progress = dict(progress)  # type: ignore[attr-defined]
@@ -779,6 +900,12 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                 while done < n:
                     left = max(0.0, t0 + timeout - time.monotonic())
                     if control is not None:
+                        if control._epoch_seq != epoch_sent:
+                            epoch_sent = control._epoch_seq
+                            finished = _finished_ranks(parts)
+                            for r in range(n):
+                                if r not in finished:
+                                    pg.send(r, ("epoch", *control.epoch))
                         want, asked_at = control._pending()
                         if want is not None and want != n and rescale_asked is None and \
                                 0 not in _finished_ranks(parts):
@@ -809,6 +936,9 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                                 time.monotonic() - failed_at, 3)
                     elif kind == "progress":
                         progress[rep[1]] = rep[2]
+                    elif kind == "metrics":
+                        if control is not None and control.on_metrics is not None:
+                            control.on_metrics(rep[1], rep[2])
                     elif kind == "ckpt":
                         _, rank, cid, files, segs, stats = rep
                         reports.setdefault(cid, {})[rank] = (files, segs, stats)

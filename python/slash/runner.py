@@ -418,7 +418,9 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         timeout: float = 3600.0, metrics: Optional[Dict[str, Any]] = None,
         late_output: Optional[str] = None, live: Optional[Any] = None,
         checkpoint: Optional[str] = None, checkpoint_every: Any = "10s", max_restarts: int = 3,
-        checkpoint_keep: int = 2, control: Any = None, rate: Optional[float] = None) -> pa.Table:
+        checkpoint_keep: int = 2, control: Any = None, rate: Optional[float] = None,
+        latency_target: Any = None, min_executors: Optional[int] = None,
+        max_executors: Optional[int] = None, realtime: bool = False) -> pa.Table:
     """Runs `query` over `source` on `executors` processes (default: cores).
 
     ``mode="repartition"`` runs the same query by hash-repartitioning records
@@ -467,6 +469,19 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     ``metrics["rescales"]`` lists each one.
     ``rate``: read the input at most this fast, in records/s over all
     executors (a replay of files as a stream; default: as fast as possible).
+
+    ``latency_target`` (``"500ms"``, ``"2s"``, seconds, or a
+    :class:`slash.controller.ControllerConfig` for every knob): the run tunes
+    itself so that windows come out within it (see :mod:`slash.autotune`):
+    shorter or longer epochs, and ``min_executors``..``max_executors``
+    executors (default 1..max(executors, cores)) by rescaling from a
+    checkpoint (in ``checkpoint`` if given, else in a temporary directory);
+    needs ``realtime=True``. ``metrics["autotune"]`` then holds the
+    decisions and a timeline. ``realtime``: the input's event times are
+    wall-clock times (Unix epoch): each batch is read no earlier than its
+    latest time and window latency is emit time minus window end; alone
+    (no target) the run is measured the same way with its configuration
+    fixed (a checkpointed group; ``metrics["autotune"]["timeline"]``).
     """
     if isinstance(query, JoinQuery):
         if not (isinstance(source, (tuple, list)) and len(source) == 2):
@@ -495,6 +510,22 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     token = secrets.token_hex(16)
     t0 = time.monotonic()
     want_late = late_output is not None
+    if latency_target is not None or realtime:
+        from slash.autotune import run_autotuned
+
+        if rate is not None or late_output is not None:
+            from slash.errors import NotSupported
+            raise NotSupported("latency_target= paces the input by its event times "
+                               "(realtime=True): rate= and late_output= do not combine with it")
+        return run_autotuned(query, src, n, group, token, latency_target=latency_target,
+                             min_executors=min_executors, max_executors=max_executors,
+                             realtime=realtime, live=live, control=control, checkpoint=checkpoint,
+                             checkpoint_every=checkpoint_every, max_restarts=max_restarts,
+                             checkpoint_keep=checkpoint_keep, output=output, timeout=timeout,
+                             metrics=metrics, t0=t0)
+    if min_executors is not None or max_executors is not None:
+        raise InvalidArgument("min_executors/max_executors bound the controller: give "
+                              "latency_target= too")
     if checkpoint is not None:
         from slash.recovery import RunControl as Rescaler
 
@@ -628,7 +659,8 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
 def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: str,
                       output: Optional[str], timeout: float, metrics: Optional[Dict[str, Any]],
                       late_output: Optional[str], checkpoint: str, every: Any, max_restarts: int,
-                      keep: int, t0: float, control: Optional[Any] = None) -> pa.Table:
+                      keep: int, t0: float, control: Optional[Any] = None,
+                      live_every: Optional[float] = None, realtime: bool = False) -> pa.Table:
     """:func:`run` with ``checkpoint=``: the recovery driver runs the group."""
     from slash.errors import NotSupported
     from slash.recovery import run_checkpointed
@@ -641,7 +673,7 @@ def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: s
                               finalize=(lambda t: query.finalize(t, src[0].schema, src[1].schema))
                               if isinstance(query, JoinQuery)
                               else (lambda t: query.finalize(t, src.schema)), metrics=m,
-                              control=control)
+                              control=control, live_every=live_every, realtime=realtime)
     per_exec = m.get("per_executor", [])
     log.info("query ran on %d executors in %.2f s: %d result rows, %d checkpoints, %d recoveries",
              n, time.monotonic() - t0, result.num_rows, len(m.get("checkpoints", [])),

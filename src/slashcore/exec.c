@@ -1758,6 +1758,19 @@ slash_status slash_exec_advance(slash_exec *ex, int64_t wm)
     return SLASH_OK;
 }
 
+slash_status slash_exec_set_epoch(slash_exec *ex, uint32_t epoch_ms, uint64_t epoch_bytes)
+{
+    if (epoch_ms == 0 && epoch_bytes == 0)
+        return slash_fail(SLASH_EINVAL, "set_epoch: give epoch_ms or epoch_bytes (0 keeps one)");
+    pthread_mutex_lock(&ex->mu);
+    if (epoch_ms)
+        ex->cfg.epoch_ms = epoch_ms;
+    if (epoch_bytes)
+        ex->cfg.epoch_bytes = epoch_bytes;
+    pthread_mutex_unlock(&ex->mu);
+    return SLASH_OK;
+}
+
 slash_status slash_exec_set_lateness(slash_exec *ex, int64_t lateness)
 {
     if (lateness < 0 || lateness >= SLASH_LATENESS_BOUNDED)

@@ -144,6 +144,13 @@ slash_status slash_exec_advance(slash_exec *ex, int64_t wm);
  * bounded executor (it has no lateness) or a lateness out of range. */
 slash_status slash_exec_set_lateness(slash_exec *ex, int64_t lateness);
 
+/* Sets the epoch length from now on: an epoch ends after epoch_ms or after
+ * epoch_bytes of input (0 leaves that limit as it is; both 0: SLASH_EINVAL).
+ * The epoch in progress ends by the new limits (epoch_due reads them under
+ * the executor's lock), so the change shows by the next epoch end. Epoch
+ * length changes only when deltas ship, never what the windows hold. */
+slash_status slash_exec_set_epoch(slash_exec *ex, uint32_t epoch_ms, uint64_t epoch_bytes);
+
 /* Ends an epoch now. */
 slash_status slash_exec_end_epoch(slash_exec *ex);
 

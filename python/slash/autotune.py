@@ -1,0 +1,312 @@
+"""A ``slash run`` that tunes itself to a latency target: the driver side of
+:mod:`slash.controller` (issue 18, item 4).
+
+:func:`run_autotuned` is :func:`slash.runner.run` with ``latency_target=``.
+It runs the query as a checkpointed group (:func:`slash.recovery.run_checkpointed`;
+a temporary checkpoint directory when the caller gave none), because a
+change of executor count restarts the group from a checkpoint cut
+(:meth:`slash.recovery.RunControl.rescale`, exactly-once: the output equals
+the untuned run's). The executors report live metrics every
+``report_interval`` s, including each window they fire with its emit time;
+a driver thread (:class:`AutoTuner`) feeds a :class:`slash.metrics.LiveMetrics`
+snapshot to the :class:`slash.controller.Controller` every tick and applies
+its decisions through an :class:`slash.controller.Actuator`:
+
+* ``epoch``: every executor's epoch length (``Executor.set_epoch``, sent
+  over the control links, in force by the next epoch end);
+* ``scale_out`` / ``scale_in``: ``RunControl.rescale`` to the new count;
+* ``rebalance``: not offered by a checkpointed group yet (a restore assumes
+  partition p is led by rank p % n), so the decision is logged as not applied.
+
+Window latency is emit time minus window end, which needs event times that
+are wall-clock times (``realtime=True``: a live stream, or a recorded one
+replayed at its own pace, each batch read no earlier than its latest time).
+
+Each decision is logged with its reason (logger ``slash.controller``), kept
+in ``metrics["autotune"]["decisions"]`` with what came of it, shown in
+``slash ctl status`` (``controller``) and marked on the live page
+(:meth:`LiveMetrics.event`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import pyarrow as pa
+
+from slash.controller import Actuator, Controller, ControllerConfig, Decision
+from slash.errors import InvalidArgument, NotSupported, SlashError
+
+log = logging.getLogger(__name__)
+
+
+class AutoTuner:
+    """The driver thread: every ``tick`` s one snapshot of ``live`` to the
+    controller; a decision is applied at once through ``actuator`` (a
+    rescale blocks this thread until the new group runs; the controller's
+    cool-down starts at the decision). ``timeline`` keeps one point per tick
+    (time, executors, epoch_ms, records/s, latest window p99) for plots."""
+
+    def __init__(self, controller: Optional[Controller], actuator: Optional[Actuator], live: Any,
+                 tick: float = 0.5, executors: int = 0) -> None:
+        self.controller = controller
+        self.actuator = actuator
+        self.live = live
+        self.tick = tick
+        self.executors = executors  # without a controller: the fixed count, for the timeline
+        self.decisions: List[Dict[str, Any]] = []
+        self.timeline: List[Dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="slash-autotune", daemon=True)
+
+    def start(self) -> "AutoTuner":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(150.0)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.tick):
+            try:
+                self.step()
+            except Exception:  # the run goes on untuned rather than failing
+                log.exception("autotune: a controller tick failed")
+
+    def step(self) -> Optional[Decision]:
+        """One tick (the thread's body; tests call it directly)."""
+        snap = self.live.snapshot()
+        c = self.controller
+        d = c.observe(snap) if c is not None else None
+        hist = snap.get("history") or []
+        with self._lock:
+            self.timeline.append({
+                "t": snap["time"], "executors": c.executors if c is not None else self.executors,
+                "epoch_ms": c.epoch_ms if c is not None else None,
+                "records_per_s": (snap.get("totals") or {}).get("records_per_s"),
+                "latency_p99_ms": hist[-1].get("latency_p99_ms") if hist else None,
+                "cpu_load": [p.get("cpu_load") for p in (snap.get("per_executor") or {}).values()]})
+        if d is None or c is None or self.actuator is None:
+            return None
+        entry = d.as_dict()
+        self.live.event(f"controller: {d.action} {d.args} ({d.bottleneck}: {d.reason})")
+        t0 = time.monotonic()
+        try:
+            ok = self.actuator.apply(d)
+            entry["outcome"] = "applied" if ok else "not offered by this run"
+        except SlashError as e:
+            ok = False
+            entry["outcome"] = f"failed: {type(e).__name__}: {e}"
+            log.warning("controller: %s %s could not be applied: %s", d.action, d.args, e)
+        entry["apply_seconds"] = round(time.monotonic() - t0, 3)
+        self.controller.applied(d, ok)
+        if ok:
+            log.info("controller: %s %s applied in %.2f s", d.action, d.args, entry["apply_seconds"])
+        with self._lock:
+            self.decisions.append(entry)
+        return d
+
+    def status(self) -> Dict[str, Any]:
+        c = self.controller
+        if c is None:
+            return {"latency_target_ms": None, "executors": self.executors, "decisions": []}
+        with self._lock:
+            return {"latency_target_ms": c.config.target_ms, "executors": c.executors,
+                    "min_executors": c.config.min_executors,
+                    "max_executors": c.config.max_executors, "epoch_ms": c.epoch_ms,
+                    "decisions": [dict(d) for d in self.decisions]}
+
+
+def _controlled_class() -> Any:
+    from slash.control import RunControl
+
+    class CheckpointedControl(RunControl):
+        """The control socket's side of a checkpointed run: status (with
+        the controller's decisions) and the scale/epoch operations through
+        hooks; ``update`` is refused (a checkpointed run has no agreement
+        of logic versions yet)."""
+
+        tuner: Optional[AutoTuner] = None
+
+        def submit(self, args: Dict[str, Any]) -> Any:
+            raise NotSupported("update: a run with checkpoint= or latency_target= cannot change "
+                               "its logic yet (its checkpoints hold one version)")
+
+        def status(self) -> Dict[str, Any]:
+            st = super().status()
+            if self.tuner is not None:
+                st["controller"] = self.tuner.status()
+                st["executors"] = self.tuner.controller.executors
+            return st
+
+    return CheckpointedControl
+
+
+def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, latency_target: Any,
+                  min_executors: Optional[int], max_executors: Optional[int], realtime: bool,
+                  live: Any, control: Any, checkpoint: Optional[str], checkpoint_every: Any,
+                  max_restarts: int, checkpoint_keep: int, output: Optional[str], timeout: float,
+                  metrics: Optional[Dict[str, Any]], t0: float,
+                  controller_options: Optional[Dict[str, Any]] = None) -> pa.Table:
+    """:func:`slash.runner.run` with ``latency_target``: see the module doc."""
+    from slash.metrics import LiveMetrics
+    from slash.query import Query
+    from slash.recovery import RunControl as Rescaler
+    from slash.runner import _run_checkpointed
+
+    if not isinstance(query, Query):
+        raise NotSupported("latency_target= tunes window aggregations; a join cannot be "
+                           "rescaled yet")
+    if not realtime:
+        raise InvalidArgument(
+            "latency_target= measures window latency as emit time minus window end, which needs "
+            "event times that are wall-clock times: pass realtime=True (--realtime) for a live "
+            "stream or a recording replayed at its own pace")
+    cores = os.cpu_count() or 1
+    if latency_target is None:  # realtime=True alone: measured the same way, never tuned
+        if min_executors is not None or max_executors is not None:
+            raise InvalidArgument("min_executors/max_executors bound the controller: give "
+                                  "latency_target= too")
+        return _run_measured(query, src, n, group, token, live, checkpoint, checkpoint_every,
+                             max_restarts, checkpoint_keep, output, timeout, metrics, t0)
+    if isinstance(latency_target, ControllerConfig):  # every knob of the policy
+        if min_executors is not None or max_executors is not None:
+            raise InvalidArgument("latency_target is a ControllerConfig: give min_executors and "
+                                  "max_executors in it")
+        config = latency_target
+    else:
+        config = ControllerConfig(latency_target=latency_target,
+                                  min_executors=min_executors if min_executors is not None else 1,
+                                  max_executors=max_executors if max_executors is not None
+                                  else max(n, cores), **(controller_options or {}))
+    controller = Controller(config, executors=n, epoch_ms=group.epoch_ms)
+    live = live if live is not None else LiveMetrics(n, kind="run")
+    rescaler = Rescaler()
+    tmp = None
+    if checkpoint is None:
+        tmp = tempfile.mkdtemp(prefix="slash-autotune-")
+        checkpoint = tmp
+        log.info("latency_target: checkpoints (for rescales) in the temporary directory %s, "
+                 "removed at the end (checkpoint= chooses one)", tmp)
+    ctl = server = None
+    if control not in (None, False):
+        from slash.control import ControlServer
+
+        if not (control is True or isinstance(control, (str, os.PathLike))):
+            raise InvalidArgument("with latency_target=, control must be True or a socket path")
+        ctl = _controlled_class()(query, src.schema, n, bounded=bool(getattr(src, "bounded", True)))
+        server = ControlServer(ctl, None if control is True else os.fspath(control))
+
+    def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
+        windows = snap.pop("windows", None) or ()
+        live.update_executor(rank, snap)
+        for end, emit, rows in windows:
+            live.observe_window(0, end, emit - end, rows)
+        if ctl is not None:
+            ctl.on_message(("metrics", rank, snap))
+
+    def scale(to: int) -> None:
+        got = rescaler.rescale(to)
+        live.set_executors(got["to"])
+        if ctl is not None:
+            ctl.executors = got["to"]
+            with ctl._lock:
+                ctl._per.clear()
+        live.event(f"rescale {got['from']} -> {got['to']} executors from checkpoint "
+                   f"{got['checkpoint']} ({got['seconds_to_resume']:.2f} s to resume)")
+
+    def epoch(epoch_ms: float) -> None:
+        rescaler.set_epoch(epoch_ms=max(1, int(round(epoch_ms))))
+        live.event(f"epochs of {int(round(epoch_ms))} ms")
+
+    actuator = Actuator({"scale_out": lambda k: scale(controller.executors + int(k)),
+                         "scale_in": lambda k: scale(controller.executors - int(k)),
+                         "epoch": epoch})
+    tuner = AutoTuner(controller, actuator, live, tick=live.report_interval)
+    if ctl is not None:
+        ctl.tuner = tuner
+
+        def by_hand(to: int) -> Dict[str, Any]:  # slash ctl scale-out/scale-in
+            scale(to)
+            controller.executors = to
+            return {"executors": to}
+
+        def epoch_by_hand(ms: int) -> Dict[str, Any]:
+            epoch(ms)
+            controller.epoch_ms = float(ms)
+            return {"epoch_ms": ms}
+
+        ctl.set_hook("scale-out", lambda k: by_hand(controller.executors + int(k)))
+        ctl.set_hook("scale-in", lambda k: by_hand(controller.executors - int(k)))
+        ctl.set_hook("epoch", epoch_by_hand)
+    rescaler.on_metrics = on_metrics
+    live.event(f"autotune: latency target {config.target_ms:.0f} ms, executors "
+               f"{config.min_executors}..{config.max_executors}, starting with {n}")
+    tuner.start()
+    m: Dict[str, Any] = {}
+    try:
+        result = _run_checkpointed(query, src, n, group, token, output, timeout, m, None,
+                                   checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0,
+                                   rescaler, live_every=live.report_interval, realtime=True)
+    finally:
+        tuner.stop()
+        if server is not None:
+            server.close()
+        if ctl is not None:
+            ctl.close()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    live.event("run ended")
+    if metrics is not None:
+        metrics.update(m)
+        metrics["autotune"] = {**tuner.status(), "timeline": list(tuner.timeline),
+                               "window_latency": live.snapshot()["window_latency"]}
+    return result
+
+
+def _run_measured(query: Any, src: Any, n: int, group: Any, token: str, live: Any,
+                  checkpoint: Optional[str], checkpoint_every: Any, max_restarts: int,
+                  checkpoint_keep: int, output: Optional[str], timeout: float,
+                  metrics: Optional[Dict[str, Any]], t0: float) -> pa.Table:
+    """``realtime=True`` without a target: the same paced, measured run with
+    a fixed configuration (the baseline ``slash bench autotune`` sweeps)."""
+    from slash.metrics import LiveMetrics
+    from slash.recovery import RunControl as Rescaler
+    from slash.runner import _run_checkpointed
+
+    live = live if live is not None else LiveMetrics(n, kind="run")
+    rescaler = Rescaler()
+
+    def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
+        windows = snap.pop("windows", None) or ()
+        live.update_executor(rank, snap)
+        for end, emit, rows in windows:
+            live.observe_window(0, end, emit - end, rows)
+
+    rescaler.on_metrics = on_metrics
+    tmp = None
+    if checkpoint is None:
+        tmp = checkpoint = tempfile.mkdtemp(prefix="slash-realtime-")
+    sampler = AutoTuner(None, None, live, tick=live.report_interval, executors=n).start()
+    m: Dict[str, Any] = {}
+    try:
+        result = _run_checkpointed(query, src, n, group, token, output, timeout, m, None,
+                                   checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0,
+                                   rescaler, live_every=live.report_interval, realtime=True)
+    finally:
+        sampler.stop()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if metrics is not None:
+        metrics.update(m)
+        metrics["autotune"] = {**sampler.status(), "timeline": list(sampler.timeline),
+                               "window_latency": live.snapshot()["window_latency"]}
+    return result

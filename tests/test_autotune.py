@@ -1,0 +1,164 @@
+"""A run given a latency target tunes itself across a rate step (issue 18,
+item 4): slash.runner.run(latency_target=..., realtime=True) scales out when
+the input steps up and the windows come out late, releases the executor when
+it steps back down, logs every decision with its reason, and its output
+equals the untuned run's row for row.
+
+Rates are scaled to this machine: 2 cores shared with other processes. One
+executor of this query (tumbling 1 s, 100 k keys, four aggregates) keeps up
+with about 1.5-4 M records/s there (depending on what else runs), so the
+step is 100 k -> 6 M records/s for 4 s, which one executor cannot follow
+(the issue's 200 k -> 2 M on a dedicated machine). The input is an Arrow
+IPC file (written in a second or two, so the stream starts on time). An
+executor that has fallen behind on a shared machine may show only about 0.5
+CPU load (it waits for a core): the controller sees it by its input read
+behind the clock."""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from slash.controller import ControllerConfig
+from slash.errors import InvalidArgument
+from slash.executor import GroupConfig
+from slash.query import Query
+from slash.runner import run
+
+LOW, HIGH = 100_000, 6_000_000
+PHASES = [(LOW, 3), (HIGH, 4), (LOW, 25)]  # records/s, seconds
+UNIT_MS = 100  # one Arrow IPC record batch (a FileSource unit) per 100 ms of event time
+TARGET_MS = 250
+QUERY = Query(time="t", window="tumbling:1s", key="k", aggregates=["count", "sum:v", "min:v", "max:v"])
+
+
+def write_stepped(path: str, lead_s: float = 8.0, keys: int = 100_000, seed: int = 7) -> dict:
+    """Event times that are wall-clock times from `lead_s` ahead of now, at
+    the rates of PHASES; returns the wall clock of each phase's start."""
+    rng = np.random.default_rng(seed)
+    chunks = []
+    offset = 0
+    starts = []
+    for rate, secs in PHASES:
+        starts.append(offset)
+        for _ in range(secs * 1000 // UNIT_MS):
+            m = rate * UNIT_MS // 1000
+            chunks.append((offset + np.sort(rng.integers(0, UNIT_MS, m)),
+                           rng.integers(0, keys, m, dtype=np.int32), rng.random(m, dtype=np.float32)))
+            offset += UNIT_MS
+    base = int(time.time() * 1000 + lead_s * 1000)
+    schema = pa.schema([("t", pa.timestamp("ms")), ("k", pa.int32()), ("v", pa.float32())])
+    with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, schema) as w:
+        for ts, k, v in chunks:
+            w.write_batch(pa.record_batch([pa.array(ts + base, pa.timestamp("ms")), pa.array(k),
+                                           pa.array(v)], schema=schema))
+    return {"up": (base + starts[1]) / 1000, "down": (base + starts[2]) / 1000}
+
+
+def test_latency_target_scales_out_on_a_rate_step_and_releases_after_it(tmp_path, caplog):
+    path = str(tmp_path / "stepped.arrow")
+    at = write_stepped(path)
+    cfg = ControllerConfig(latency_target=f"{TARGET_MS}ms", min_executors=1, max_executors=2,
+                           cooldown=5.0, release_sustain=6)
+    m: dict = {}
+    with caplog.at_level(logging.INFO, logger="slash.controller"):
+        tuned = run(QUERY, path, executors=1, latency_target=cfg, realtime=True, metrics=m,
+                    group=GroupConfig(epoch_ms=200), checkpoint_every="5s")
+    auto = m["autotune"]
+    decisions = auto["decisions"]
+    outs = [d for d in decisions if d["action"] == "scale_out" and d["outcome"] == "applied"]
+    ins = [d for d in decisions if d["action"] == "scale_in" and d["outcome"] == "applied"]
+    assert outs, f"no scale-out: {decisions}"
+    assert at["up"] <= outs[0]["time"] <= at["up"] + 30, (outs[0], at)
+    assert "target" in outs[0]["reason"] and outs[0]["bottleneck"] == "input"
+    # p99 back under the target within 30 s of the step
+    back = [p for p in auto["timeline"] if at["up"] < p["t"] <= at["up"] + 30
+            and p["t"] > outs[0]["time"] and p["latency_p99_ms"] is not None
+            and p["latency_p99_ms"] < TARGET_MS]
+    assert back, auto["timeline"]
+    # stepping back down releases the executor
+    assert ins and ins[-1]["time"] > at["down"], decisions
+    assert auto["executors"] == 1 and m["executors_final"] == 1
+    # every decision is in the log with its reason
+    logged = [r.getMessage() for r in caplog.records if r.name == "slash.controller"]
+    for d in decisions:
+        assert any(d["action"] in line and d["reason"] in line for line in logged), d
+    assert [r["to"] for r in m["rescales"]][:1] == [2]
+    # output: the untuned run's, row for row (same input, fixed configuration)
+    fixed = run(QUERY, path, executors=1)
+    assert tuned.num_rows == fixed.num_rows
+    assert tuned.equals(fixed)
+
+
+def test_latency_target_needs_wall_clock_event_times(tmp_path):
+    t = pa.table({"t": pa.array([0, 1], pa.timestamp("ms")), "k": [1, 2], "v": [1.0, 2.0]})
+    with pytest.raises(InvalidArgument, match="realtime=True"):
+        run(QUERY, t, executors=1, latency_target="500ms")
+    with pytest.raises(InvalidArgument, match="latency_target"):
+        run(QUERY, t, executors=1, max_executors=2)
+
+
+def _single_executor(epoch_ms: int):
+    from slash.executor import Executor
+    from slash.state import StateConfig
+
+    lst = Executor.listen("shm", token="t")
+    ex = Executor(lst, 0, [lst.address], StateConfig(window="tumbling:1h"),
+                  GroupConfig(epoch_ms=epoch_ms, epoch_bytes=1 << 40), token="t", bounded=False)
+    return lst, ex
+
+
+def _epochs_during(ex, seconds: float) -> int:
+    """Epochs ended while one record a 10 ms is pushed for `seconds`."""
+    first = ex.metrics["epochs"]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        ex.push_batch(pa.record_batch({"time": pa.array([1_000], pa.int64()),
+                                       "key": pa.array([1], pa.int64())}))
+        ex.poll(0.01)
+    return ex.metrics["epochs"] - first
+
+
+def test_set_epoch_shortens_the_epochs_of_a_running_executor():
+    lst, ex = _single_executor(epoch_ms=60_000)
+    try:
+        _epochs_during(ex, 0.1)  # the first epochs measure the input (routing)
+        before = _epochs_during(ex, 0.5)  # 60 s epochs, one 1 h window: none ends
+        ex.set_epoch(epoch_ms=20)
+        after = _epochs_during(ex, 0.5)  # about 25 of 20 ms
+        assert before == 0 and after >= 5, (before, after)
+        with pytest.raises(InvalidArgument, match="epoch_ms"):
+            ex.set_epoch(epoch_ms=0)
+        with pytest.raises(InvalidArgument, match="give epoch_ms or epoch_bytes"):
+            ex.set_epoch()
+    finally:
+        ex.close()
+        lst.close()
+
+
+def test_ctl_scale_and_epoch_operations_are_registered_and_refused_by_a_run_without_them():
+    import argparse
+    import os
+    import tempfile
+
+    from slash.control import OPERATIONS, ControlServer, RunControl, add_ctl_arguments, request
+    from slash.errors import NotSupported
+
+    assert {"scale-out", "scale-in", "epoch"} <= set(OPERATIONS)
+    p = argparse.ArgumentParser()
+    add_ctl_arguments(p)
+    ns = p.parse_args(["scale-out", "2"])
+    assert ns.ctl_operation.name == "scale-out" and ns.k == 2
+    schema = pa.schema([("t", pa.timestamp("ms")), ("k", pa.int64()), ("v", pa.float64())])
+    ctl = RunControl(QUERY, schema, 2)
+    path = os.path.join(tempfile.mkdtemp(prefix="slash-ctl-"), "run.sock")
+    with ControlServer(ctl, path):
+        with pytest.raises(NotSupported, match="scale-out"):
+            request(path, "scale-out", {"k": 1})
+        with pytest.raises(InvalidArgument, match="ms must be an int >= 1"):
+            request(path, "epoch", {"ms": 0})
+        ctl.set_hook("epoch", lambda ms: {"epoch_ms": ms})
+        assert request(path, "epoch", {"ms": 50}) == {"epoch_ms": 50}
