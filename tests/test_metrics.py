@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from slash.errors import InvalidArgument
-from slash.executor import Executor
+from slash.executor import Executor, GroupConfig
 from slash.metrics import LATENCY_BUCKETS, LiveMetrics, MetricsServer, Reporter
 from slash.query import Query
 from slash.runner import run
@@ -65,6 +65,16 @@ def test_run_reports_records_equal_to_the_rows_of_the_input():
     assert sorted(s["per_executor"]) == ["0", "1"]
     assert sum(p["records_in"] for p in s["per_executor"].values()) == n
     assert s["totals"]["epochs"] >= 2 and s["totals"]["cpu_seconds"] > 0
+
+
+def test_snapshots_carry_the_leader_map_every_partition_led_once():
+    t = pa.table({"t": np.arange(10_000, dtype=np.int64), "k": np.arange(10_000) % 7})
+    live = LiveMetrics(2, kind="run")
+    run(Query(time="t", window="tumbling:1s", key="k", aggregates=["count"]), t, executors=2, live=live,
+        group=GroupConfig(partitions=12))
+    per = live.snapshot()["per_executor"]
+    assert [per[r]["led_partitions"] for r in ("0", "1")] == [6, 6]
+    assert all(per[r]["map_version"] == 0 and per[r]["held_partitions"] == 0 for r in per)
 
 
 def test_window_latency_is_emit_time_minus_window_end_in_the_histogram():

@@ -331,3 +331,19 @@ def test_cli_run_with_checkpoint_recovers_a_killed_worker(files, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "1 recovery" in p.stdout + p.stderr
     _assert_same(pq.read_table(out), reference("tumbling", "files", FileSource(files)))
+
+
+@needs_core
+def test_a_checkpointed_run_reports_live_metrics_and_marks_its_recovery(files, tmp_path, monkeypatch):
+    from slash.metrics import LiveMetrics
+
+    monkeypatch.setenv("SLASH_TEST_KILL", "1:9:0:2")
+    live = LiveMetrics(2, kind="run")
+    got, m = _run("tumbling", FileSource(files), tmp_path, live=live)
+    _assert_same(got, reference("tumbling", "files", FileSource(files)))
+    snap = live.snapshot()
+    assert sorted(snap["per_executor"]) == ["0", "1"]  # both ranks reported over their links
+    assert all(p["records_in"] > 0 for p in snap["per_executor"].values())
+    marks = [e["text"] for e in snap["events"]]
+    assert len(m["recoveries"]) == 1
+    assert any(t.startswith("recovery 1: rank 1 failed") for t in marks), marks

@@ -206,10 +206,7 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
         server = ControlServer(ctl, None if control is True else os.fspath(control))
 
     def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
-        windows = snap.pop("windows", None) or ()
-        live.update_executor(rank, snap)
-        for end, emit, rows in windows:
-            live.observe_window(0, end, emit - end, rows)
+        live.feed(rank, snap)
         if ctl is not None:
             ctl.on_message(("metrics", rank, snap))
 
@@ -248,6 +245,7 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
         ctl.set_hook("scale-in", lambda k: by_hand(controller.executors - int(k)))
         ctl.set_hook("epoch", epoch_by_hand)
     rescaler.on_metrics = on_metrics
+    rescaler.on_event = live.event
     live.event(f"autotune: latency target {config.target_ms:.0f} ms, executors "
                f"{config.min_executors}..{config.max_executors}, starting with {n}")
     tuner.start()
@@ -285,13 +283,8 @@ def _run_measured(query: Any, src: Any, n: int, group: Any, token: str, live: An
     live = live if live is not None else LiveMetrics(n, kind="run")
     rescaler = Rescaler()
 
-    def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
-        windows = snap.pop("windows", None) or ()
-        live.update_executor(rank, snap)
-        for end, emit, rows in windows:
-            live.observe_window(0, end, emit - end, rows)
-
-    rescaler.on_metrics = on_metrics
+    rescaler.on_metrics = live.feed
+    rescaler.on_event = live.event
     tmp = None
     if checkpoint is None:
         tmp = checkpoint = tempfile.mkdtemp(prefix="slash-realtime-")

@@ -95,7 +95,8 @@ class Reporter:
         snap = {k: m.get(k, 0) for k in ("rank", "records_in", "bytes_in", "epochs", "merge_seconds",
                                          "sync_seconds", "credit_stalls", "late_records",
                                          "rows_emitted", "delta_bytes_sent", "delta_bytes_received",
-                                         "watermark_lag_ms", "epochs_routed")}
+                                         "watermark_lag_ms", "epochs_routed", "led_partitions",
+                                         "map_version", "moves", "held_partitions")}
         for k in ("watermark", "group_watermark"):
             snap[k + "_ms"] = None if m[k] == _NEVER or m[k] >= (1 << 63) - 1 else m[k] // tpm
         snap["cpu_seconds"] = time.process_time()
@@ -183,6 +184,15 @@ class LiveMetrics:
             self.executors = n
             self._exec.clear()
             self._rates.clear()
+
+    def feed(self, rank: int, snap: Dict[str, Any]) -> None:
+        """A checkpointed rank's report (``slash.recovery``): its snapshot,
+        whose ``windows`` entry, if any, lists (window end ms, emit wall
+        clock ms, rows) of the windows it fired; taken out of ``snap``."""
+        windows = snap.pop("windows", None) or ()
+        self.update_executor(rank, snap)
+        for end, emit, rows in windows:
+            self.observe_window(0, end, emit - end, rows)
 
     def observe_window(self, start_ms: int, end_ms: int, latency_ms: float, rows: int) -> None:
         """A window handed out ``latency_ms`` after its end (emit wall clock - end)."""

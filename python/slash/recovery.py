@@ -630,6 +630,8 @@ class RunControl:
         self.rescales: List[Dict[str, Any]] = []  #: one entry per completed rescale
         #: called with (rank, snapshot) for each live metrics report (``live_every``)
         self.on_metrics: Optional[Callable[[int, Dict[str, Any]], None]] = None
+        #: called with a line of text on each recovery (a mark on the live page)
+        self.on_event: Optional[Callable[[str], None]] = None
         #: (epoch_ms, epoch_bytes) set by :meth:`set_epoch` (0: unchanged), else None
         self.epoch: Optional[Tuple[int, int]] = None
         self._epoch_seq = 0
@@ -831,6 +833,9 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
                             "(restart %d of at most %d)", f.rank, f.cause, n,
                             f"checkpoint {last.id}" if last is not None else "the beginning",
                             restarts, max_restarts)
+                if control is not None and control.on_event is not None:
+                    control.on_event(f"recovery {restarts}: rank {f.rank} failed ({f.cause}); from "
+                                     + (f"checkpoint {last.id}" if last is not None else "the beginning"))
     finally:
         if control is not None:
             control._end()

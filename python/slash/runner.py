@@ -534,12 +534,14 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
             raise NotSupported("the control socket (control=True or a path) and rate= cannot be "
                                "combined with checkpoint= yet; with checkpoint=, control= takes a "
                                "slash.recovery.RunControl (rescale)")
-        if live is not None:
-            log.warning("live metrics are not reported by a run with checkpoint= yet: the "
-                        "metrics endpoint shows no executor")
+        live_every = None
+        if live is not None:  # ranks report over their links; recoveries are marks on the page
+            control = control or Rescaler()
+            control.on_metrics, control.on_event = live.feed, live.event
+            live_every = live.report_interval
         return _run_checkpointed(query, src, n, group, token, output, timeout, metrics, late_output,
                                  checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0,
-                                 control or None)
+                                 control or None, live_every=live_every)
     if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
         raise InvalidArgument(f"rate must be > 0 records/s, got {rate!r}")
     report_every = getattr(live, "report_interval", 0.5) if live is not None else None
