@@ -95,7 +95,8 @@ class Reporter:
         snap = {k: m.get(k, 0) for k in ("rank", "records_in", "bytes_in", "epochs", "merge_seconds",
                                          "sync_seconds", "credit_stalls", "late_records",
                                          "rows_emitted", "delta_bytes_sent", "delta_bytes_received",
-                                         "watermark_lag_ms", "epochs_routed")}
+                                         "watermark_lag_ms", "epochs_routed",
+                                         "led_partitions", "map_version", "moves", "moves_out")}
         for k in ("watermark", "group_watermark"):
             snap[k + "_ms"] = None if m[k] == _NEVER or m[k] >= (1 << 63) - 1 else m[k] // tpm
         snap["cpu_seconds"] = time.process_time()

@@ -529,17 +529,29 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     if checkpoint is not None:
         from slash.recovery import RunControl as Rescaler
 
-        if (control not in (None, False) and not isinstance(control, Rescaler)) or rate is not None:
+        if rate is not None:
             from slash.errors import NotSupported
-            raise NotSupported("the control socket (control=True or a path) and rate= cannot be "
-                               "combined with checkpoint= yet; with checkpoint=, control= takes a "
-                               "slash.recovery.RunControl (rescale)")
+            raise NotSupported("rate= cannot be combined with checkpoint= yet")
         if live is not None:
             log.warning("live metrics are not reported by a run with checkpoint= yet: the "
                         "metrics endpoint shows no executor")
-        return _run_checkpointed(query, src, n, group, token, output, timeout, metrics, late_output,
-                                 checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0,
-                                 control or None)
+        if control in (None, False) or isinstance(control, Rescaler):
+            return _run_checkpointed(query, src, n, group, token, output, timeout, metrics,
+                                     late_output, checkpoint, checkpoint_every, max_restarts,
+                                     checkpoint_keep, t0, control or None)
+        # the control socket (status, rebalance, scale-out/in, epoch) of a checkpointed run
+        from slash.autotune import serve_checkpointed
+
+        rescaler = Rescaler()
+        ctl, server = serve_checkpointed(control, query, src, n, rescaler)
+        try:
+            return _run_checkpointed(query, src, n, group, token, output, timeout, metrics,
+                                     late_output, checkpoint, checkpoint_every, max_restarts,
+                                     checkpoint_keep, t0, rescaler,
+                                     live_every=ctl.tick * 10)
+        finally:
+            server.close()
+            ctl.close()
     if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
         raise InvalidArgument(f"rate must be > 0 records/s, got {rate!r}")
     report_every = getattr(live, "report_interval", 0.5) if live is not None else None
