@@ -184,3 +184,92 @@ def test_a_run_killed_after_its_partitions_moved_recovers_with_the_moved_map(tmp
     monkeypatch.delenv("SLASH_TEST_KILL")
     want = run(_query("session"), GeneratorSource(make, SCHEMA), executors=2)
     _assert_same(got, want)
+
+
+# ---- a cut taken during a hand-over -------------------------------------------------------------
+def _store_images(directory, images, maps, partitions):
+    """The images of one cut as recovery writes them (one file per image of
+    a partition, each rank's leader map in its rank json)."""
+    import json
+
+    store = CheckpointStore(str(directory), fingerprint="handover", executors=len(images),
+                            partitions=partitions)
+    files = {}
+    for r, img in images.items():
+        files[f"rank-{r}.meta"] = store.write(1, f"rank-{r}.meta", img.meta)
+        for p, data in img.parts.items():
+            files[part_name(p, r)] = store.write(1, part_name(p, r), data)
+        info = {"leader_map": {"version": maps[r][0], "leaders": maps[r][1]}}
+        files[f"rank-{r}.json"] = store.write(1, f"rank-{r}.json", json.dumps(info).encode())
+    return store.commit(1, files, {})
+
+
+def _handover_cut(table, window):
+    """A group of 2 where rank 0 moves the even partitions to rank 1 right
+    before it asks for checkpoint 1: the cut falls in the hand-over."""
+    from test_checkpoint_exec import batches, open_group, run_until_checkpoint
+    from test_executor import split
+    from _state_reference import AGGS, VALUE_TYPES
+
+    state = slash.StateConfig(window=window, aggregates=AGGS, value_types=VALUE_TYPES)
+    half = table.num_rows // 2
+    inputs = [batches(t) for t in split(table.slice(0, half), 2, "random", seed=1)]
+    exs = open_group(2, state, partitions=16)
+    ask = exs[0].request_checkpoint
+
+    def move_then_ask(cid):
+        exs[0].move_partitions({p: 1 for p in range(0, 16, 2)})
+        ask(cid)
+    exs[0].request_checkpoint = move_then_ask
+    try:
+        images, before = run_until_checkpoint(exs, inputs)
+        maps = {r: ex.leader_map() for r, ex in enumerate(exs)}
+    finally:
+        for ex in exs:
+            ex.close()
+    rest = [batches(t) for t in split(table.slice(half), 2, "random", seed=2)]
+    todo = [inputs[r][images[r].pushes:] + rest[r] for r in range(2)]
+    return state, images, maps, before, todo
+
+
+def _resume(state, ck, todo, parts_of):
+    from test_checkpoint_exec import finish_all, open_group
+
+    exs = open_group(2, state, partitions=16)
+    leaders = checkpoint_leaders(ck, 2, 16)
+    metas = [ck.read(f"rank-{r}.meta") for r in range(2)]
+    for r, ex in enumerate(exs):
+        ex.restore(metas, parts_of(lambda p: leaders[p] == r), leaders)
+    try:
+        return finish_all(exs, todo), leaders
+    finally:
+        for ex in exs:
+            ex.close()
+
+
+@pytest.mark.parametrize("window", ["tumbling:1s", "session:700ms"])
+def test_a_cut_during_a_hand_over_keeps_both_images_and_restores_their_merge(tmp_path, window):
+    from test_executor import stream
+    from _state_reference import assert_same, duckdb_reference
+
+    table = stream(11, n=20000, nkeys=300, span_ms=30000)
+    state, images, maps, before, todo = _handover_cut(table, window)
+    both = set(images[0].parts) & set(images[1].parts)
+    assert both == set(range(0, 16, 2)), "the cut did not fall in the hand-over"
+    ck = _store_images(tmp_path, images, maps, 16)
+    assert sorted(n for n in ck.files() if n.startswith("part-0.")) == ["part-0.r0.bin",
+                                                                          "part-0.r1.bin"]
+    after, leaders = _resume(state, ck, todo, lambda want: read_partitions(ck, want))
+    assert leaders == [1] * 16  # the moved map: every even partition went to rank 1
+    got = pa.Table.from_batches(before + after)
+    keys = list(zip(got.column("window_start").to_pylist(), got.column("key").to_pylist()))
+    assert len(keys) == len(set(keys)), "a (window, key) was emitted twice"
+    assert_same(got, duckdb_reference(table, slash.parse_window(window)))
+    # one image per partition (the old one-file layout: the last writer wins) loses state
+    last = {p: [ck.read(part_name(p, max(r for r in images if p in images[r].parts)))]
+            for p in range(16)}
+    lost, _ = _resume(state, ck, todo,
+                      lambda want: {p: b for p, b in last.items() if want(p)})
+    assert pa.Table.from_batches(before + lost).sort_by([("window_start", "ascending"),
+                                                         ("key", "ascending")]) != \
+        got.sort_by([("window_start", "ascending"), ("key", "ascending")])
