@@ -273,3 +273,31 @@ def test_a_cut_during_a_hand_over_keeps_both_images_and_restores_their_merge(tmp
     assert pa.Table.from_batches(before + lost).sort_by([("window_start", "ascending"),
                                                          ("key", "ascending")]) != \
         got.sort_by([("window_start", "ascending"), ("key", "ascending")])
+
+
+def test_the_controllers_rebalance_decision_moves_half_the_hot_leaders_partitions(tmp_path):
+    # a latency_target run applies the controller's decision through this Actuator
+    from slash.autotune import rebalance_op
+    from slash.controller import Actuator, Decision
+    from slash.metrics import LiveMetrics
+
+    ctl, live = RunControl(), LiveMetrics(2, kind="run")
+    actuator = Actuator({"rebalance": rebalance_op(ctl, live)})
+    decision = Decision(time.time(), "rebalance", {"from_rank": 0, "to_rank": 1}, "merge",
+                        "leader 0 merges most")
+    applied = {}
+
+    def apply_when_running():
+        wait_until(lambda: ctl.executors is not None, 60, "the run")
+        applied["ok"] = actuator.apply(decision)
+    t = threading.Thread(target=apply_when_running, daemon=True)
+    t.start()
+    m = {}
+    got = run(_query("tumbling"), _slow_gen(), executors=2, checkpoint=str(tmp_path / "ck"),
+              checkpoint_every="3 batches", control=ctl, metrics=m)
+    t.join(10)
+    assert applied == {"ok": True}
+    assert [e["led_partitions"] for e in m["per_executor"]] == [64, 192]
+    assert any("rebalance: 64 partition(s) of rank 0 to rank 1" in e["text"]
+               for e in live.snapshot()["events"])
+    _assert_same(got, run(_query("tumbling"), GeneratorSource(make, SCHEMA), executors=2))

@@ -151,6 +151,17 @@ def _controlled_class() -> Any:
     return CheckpointedControl
 
 
+def rebalance_op(rescaler: Any, live: Any) -> Any:
+    """The Actuator's ``rebalance(from_rank, to_rank)``: half the partitions
+    the hot leader leads move to the idle one, live, through rank 0
+    (:meth:`slash.recovery.RunControl.rebalance`); marked on the live page."""
+    def rebalance(from_rank: int, to_rank: int) -> None:
+        got = rescaler.rebalance(from_rank=from_rank, to_rank=to_rank)
+        live.event(f"rebalance: {len(got['moves'])} partition(s) of rank {from_rank} to rank "
+                   f"{to_rank} (leader map version {got['map_version']})")
+    return rebalance
+
+
 def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any) -> Any:
     """(control, server): the control socket of a checkpointed ``slash run``
     without a latency target (``control=True`` or a socket path): status
@@ -269,14 +280,9 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
         rescaler.set_epoch(epoch_ms=max(1, int(round(epoch_ms))))
         live.event(f"epochs of {int(round(epoch_ms))} ms")
 
-    def rebalance(from_rank: int, to_rank: int) -> None:
-        got = rescaler.rebalance(from_rank=from_rank, to_rank=to_rank)
-        live.event(f"rebalance: {len(got['moves'])} partition(s) of rank {from_rank} to rank "
-                   f"{to_rank} (leader map version {got['map_version']})")
-
     actuator = Actuator({"scale_out": lambda k: scale(controller.executors + int(k)),
                          "scale_in": lambda k: scale(controller.executors - int(k)),
-                         "rebalance": rebalance, "epoch": epoch})
+                         "rebalance": rebalance_op(rescaler, live), "epoch": epoch})
     tuner = AutoTuner(controller, actuator, live, tick=live.report_interval)
     if ctl is not None:
         ctl.tuner = tuner
