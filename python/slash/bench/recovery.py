@@ -407,7 +407,8 @@ def _restore_profile(ck_dir: str, gen: Gen, n: int) -> Dict[str, float]:
         lst.close()
     return {"read_checkpoint_files_s": round(t1 - t0, 3),
             "restore_all_partitions_one_executor_s": round(t3 - t2, 3),
-            "checkpoint_read_bytes": sum(len(b) for b in parts.values()) + sum(map(len, metas))}
+            "checkpoint_read_bytes": sum(len(b) for bs in parts.values() for b in bs) +
+            sum(map(len, metas))}
 
 
 def _timeline(logs: List[Tuple[float, int, int, int, int]], position: Dict[int, int],
