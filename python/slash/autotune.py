@@ -15,8 +15,9 @@ its decisions through an :class:`slash.controller.Actuator`:
 * ``epoch``: every executor's epoch length (``Executor.set_epoch``, sent
   over the control links, in force by the next epoch end);
 * ``scale_out`` / ``scale_in``: ``RunControl.rescale`` to the new count;
-* ``rebalance``: not offered by a checkpointed group yet (a restore assumes
-  partition p is led by rank p % n), so the decision is logged as not applied.
+* ``rebalance``: ``RunControl.rebalance(from_rank=, to_rank=)``: rank 0
+  moves half the partitions the hot leader leads to the idle one, live (no
+  restart; the checkpoints keep the leader map, see docs/recovery.md).
 
 Window latency is emit time minus window end, which needs event times that
 are wall-clock times (``realtime=True``: a live stream, or a recorded one
@@ -150,6 +151,58 @@ def _controlled_class() -> Any:
     return CheckpointedControl
 
 
+def rebalance_op(rescaler: Any, live: Any) -> Any:
+    """The Actuator's ``rebalance(from_rank, to_rank)``: half the partitions
+    the hot leader leads move to the idle one, live, through rank 0
+    (:meth:`slash.recovery.RunControl.rebalance`); marked on the live page."""
+    def rebalance(from_rank: int, to_rank: int) -> None:
+        got = rescaler.rebalance(from_rank=from_rank, to_rank=to_rank)
+        live.event(f"rebalance: {len(got['moves'])} partition(s) of rank {from_rank} to rank "
+                   f"{to_rank} (leader map version {got['map_version']})")
+    return rebalance
+
+
+def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any) -> Any:
+    """(control, server): the control socket of a checkpointed ``slash run``
+    without a latency target (``control=True`` or a socket path): status
+    from the executors' live reports, ``rebalance`` (live moves of partition
+    leadership through rank 0), ``scale-out``/``scale-in`` (a rescale from a
+    checkpoint cut) and ``epoch``, all through ``rescaler``
+    (:class:`slash.recovery.RunControl`)."""
+    from slash.control import ControlServer
+    from slash.query import Query
+
+    if not isinstance(query, Query):
+        raise NotSupported("control= supports window aggregations; a join has no control "
+                           "operations yet")
+    if not (control is True or isinstance(control, (str, os.PathLike))):
+        raise InvalidArgument("with checkpoint=, control must be True, a socket path or a "
+                              "slash.recovery.RunControl")
+    ctl = _controlled_class()(query, src.schema, n, bounded=bool(getattr(src, "bounded", True)))
+
+    def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
+        ctl.on_message(("metrics", rank, snap))
+
+    def scale(to: int) -> Dict[str, Any]:
+        got = rescaler.rescale(to)
+        ctl.executors = got["to"]
+        with ctl._lock:
+            ctl._per.clear()
+        return {"executors": got["to"]}
+
+    def epoch(ms: int) -> Dict[str, Any]:
+        rescaler.set_epoch(epoch_ms=ms)
+        return {"epoch_ms": ms}
+
+    rescaler.on_metrics = on_metrics
+    ctl.set_hook("scale-out", lambda k: scale((rescaler.executors or n) + int(k)))
+    ctl.set_hook("scale-in", lambda k: scale((rescaler.executors or n) - int(k)))
+    ctl.set_hook("epoch", epoch)
+    ctl.set_hook("rebalance", lambda a: rescaler.rebalance(**a))
+    server = ControlServer(ctl, None if control is True else os.fspath(control))
+    return ctl, server
+
+
 def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, latency_target: Any,
                   min_executors: Optional[int], max_executors: Optional[int], realtime: bool,
                   live: Any, control: Any, checkpoint: Optional[str], checkpoint_every: Any,
@@ -226,7 +279,7 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
 
     actuator = Actuator({"scale_out": lambda k: scale(controller.executors + int(k)),
                          "scale_in": lambda k: scale(controller.executors - int(k)),
-                         "epoch": epoch})
+                         "rebalance": rebalance_op(rescaler, live), "epoch": epoch})
     tuner = AutoTuner(controller, actuator, live, tick=live.report_interval)
     if ctl is not None:
         ctl.tuner = tuner
@@ -244,6 +297,7 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
         ctl.set_hook("scale-out", lambda k: by_hand(controller.executors + int(k)))
         ctl.set_hook("scale-in", lambda k: by_hand(controller.executors - int(k)))
         ctl.set_hook("epoch", epoch_by_hand)
+        ctl.set_hook("rebalance", lambda a: rescaler.rebalance(**a))
     rescaler.on_metrics = on_metrics
     rescaler.on_event = live.event
     live.event(f"autotune: latency target {config.target_ms:.0f} ms, executors "

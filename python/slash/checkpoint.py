@@ -3,8 +3,10 @@
 Layout of a checkpoint directory ``DIR``::
 
     DIR/chk-000000000007/rank-0.meta      executor rank 0's meta (watermarks, clock, ...)
-                         part-3.bin       leader store of key partition 3
-                         rank-0.json      rank 0's source position, pushes, metrics
+                         part-3.r0.bin    leader store of key partition 3 in rank 0's image
+                                          (a cut during a hand-over: also part-3.r1.bin;
+                                          joins and Spark streams: part-3.bin)
+                         rank-0.json      rank 0's source position, pushes, leader map
                          _MANIFEST.json   written LAST: names every file with size + crc32
     DIR/results/rank-0.chk-000000000007.arrow   windows rank 0 fired before cut 7
     DIR/_FINISHED.json, DIR/result.parquet      a run that completed (see :meth:`finish`)

@@ -130,10 +130,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         server = MetricsServer(live, args.metrics_port or 0, args.ui_bind, args.ui_token)
         log.warning("slash run: live page %s , Prometheus endpoint %s", server.ui_url, server.url)
     control: Any = None
-    if not (args.join or (args.checkpoint and not args.latency_target) or args.no_control):
+    if not (args.join or args.no_control):
         control = args.control or True
     elif args.control and not args.no_control:
-        raise InvalidArgument("--control: a join or a --checkpoint run has no control socket yet")
+        raise InvalidArgument("--control: a join has no control socket yet")
     t0 = time.perf_counter()
     m: Dict[str, Any] = {}
     try:

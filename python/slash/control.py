@@ -256,6 +256,139 @@ def updated_query(query: Any, schema: pa.Schema, args: Dict[str, Any], *,
 
 
 # ---- the executor's side -------------------------------------------------------------------------
+def parse_moves(spec: Any) -> Dict[int, int]:
+    """``"P:R,P:R"`` or a mapping -> {partition: rank} (ints >= 0).
+
+    >>> parse_moves("3:1, 7:0")
+    {3: 1, 7: 0}
+    """
+    if isinstance(spec, str):
+        out: Dict[int, int] = {}
+        for item in spec.split(","):
+            if not item.strip():
+                continue
+            p, sep, r = item.partition(":")
+            try:
+                if not sep:
+                    raise ValueError(item)
+                out[int(p)] = int(r)
+            except ValueError:
+                raise InvalidArgument(f"moves: {item.strip()!r} is not PARTITION:RANK "
+                                      f"(e.g. --moves 3:1,7:0)") from None
+        spec = out
+    if not isinstance(spec, dict) or not spec:
+        raise InvalidArgument(f"moves must map partition -> rank, e.g. '3:1,7:0', got {spec!r}")
+    moves = {}
+    for p, r in spec.items():
+        try:
+            p, r = int(p), int(r)
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"moves: {p!r}:{r!r} is not PARTITION:RANK") from None
+        if p < 0 or r < 0:
+            raise InvalidArgument(f"moves: partition and rank must be >= 0, got {p}:{r}")
+        moves[p] = r
+    return moves
+
+
+def _load(snap: Dict[str, Any]) -> Tuple[float, int]:
+    """How loaded a leader is: (merge seconds, delta bytes received)."""
+    return float(snap.get("merge_seconds") or 0.0), int(snap.get("delta_bytes_received") or 0)
+
+
+def rebalance_spec(args: Dict[str, Any], per: Dict[int, Dict[str, Any]], n: int) -> Dict[str, Any]:
+    """What rank 0 is asked to move for ``rebalance``: ``{"moves": {p: r}}``
+    for explicit moves (``args["moves"]``), else ``{"from_rank": f,
+    "to_rank": t}``: given in ``args``, or chosen from the executors' latest
+    metrics ``per`` (rank -> snapshot): from the leader with the most merge
+    time (then delta bytes received) to the least loaded one. Rank 0 moves
+    half of the partitions ``f`` leads (see :class:`MoveRequests`)."""
+    if args.get("moves") not in (None, "", {}):
+        moves = parse_moves(args["moves"])
+        bad = sorted(r for r in moves.values() if r >= n)
+        if bad:
+            raise InvalidArgument(f"moves: rank {bad[0]} is not in 0..{n - 1} (the run has {n} "
+                                  f"executors)")
+        return {"moves": moves}
+    f, t = args.get("from_rank"), args.get("to_rank")
+    if n < 2:
+        raise InvalidArgument("rebalance needs at least 2 executors")
+    if f is None or t is None:
+        have = {r: per[r] for r in range(n) if r in per}
+        if len(have) < n:
+            raise InvalidState(f"rebalance: metrics from {len(have)} of {n} executors so far; "
+                               "retry in a moment or give --moves")
+        order = sorted(have, key=lambda r: _load(have[r]))
+        f = order[-1] if f is None else f
+        t = next(r for r in order if r != f) if t is None else t
+    for name, v in (("from_rank", f), ("to_rank", t)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < n:
+            raise InvalidArgument(f"rebalance: {name} must be a rank in 0..{n - 1}, got {v!r}")
+    if f == t:
+        raise InvalidArgument(f"rebalance: from_rank and to_rank are both {f}")
+    return {"from_rank": f, "to_rank": t}
+
+
+class MoveRequests:
+    """Rank 0's side of ``rebalance``: the driver's ``("move", id, spec)``
+    requests (spec from :func:`rebalance_spec`), applied in order with
+    ``Executor.move_partitions`` at the push loop's next chance. A request
+    made while the previous move is still being agreed waits (it is tried
+    again at every call of :meth:`apply`). ``{"from_rank": f, "to_rank": t}``
+    moves every other partition ``f`` leads by the current map (half of
+    them, at least one). Each request is answered ``("ctl-moved", 0, id,
+    {"moves": {p: r}, "map_version": v})`` once rank 0 accepted it (it takes
+    effect at each executor's next epoch end), or ``{"error": [type,
+    message]}``."""
+
+    def __init__(self, send: Callable[[Any], None], rank: int = 0) -> None:
+        self.send = send
+        self.rank = rank
+        self.pending: List[Tuple[int, Dict[str, Any]]] = []
+
+    def add(self, msg: Tuple[Any, ...]) -> None:
+        self.pending.append((msg[1], msg[2]))
+
+    def _answer(self, rid: int, result: Dict[str, Any]) -> None:
+        self.send(("ctl-moved", self.rank, rid, result))
+
+    def fail_all(self, err: SlashError) -> None:
+        for rid, _ in self.pending:
+            self._answer(rid, {"error": [type(err).__name__, str(err)]})
+        self.pending = []
+
+    def apply(self, ex: Any) -> None:
+        while self.pending:
+            rid, spec = self.pending[0]
+            version, leaders = ex.leader_map()
+            if "moves" in spec:
+                moves = {int(p): int(r) for p, r in spec["moves"].items()}
+            else:
+                f, t = spec["from_rank"], spec["to_rank"]
+                led = [p for p, r in enumerate(leaders) if r == f]
+                moves = {p: t for p in led[::2]}
+            if not moves:
+                self.pending.pop(0)
+                self._answer(rid, {"error": ["InvalidState", f"rank {spec['from_rank']} leads no "
+                                             "partition: nothing to move"]})
+                continue
+            try:
+                ex.move_partitions(moves)
+            except InvalidState as e:
+                if "finished" in str(e):
+                    self.fail_all(InvalidState(f"rebalance: an executor finished its input; "
+                                               f"leadership no longer moves ({e})"))
+                return  # the previous move is being agreed: try again later
+            except SlashError as e:
+                self.pending.pop(0)
+                self._answer(rid, {"error": [type(e).__name__, str(e)]})
+                continue
+            self.pending.pop(0)
+            log.info("executor %d: moving %d partition(s) for rebalance request %d: %s", self.rank,
+                     len(moves), rid, moves)
+            self._answer(rid, {"moves": {str(p): r for p, r in moves.items()},
+                               "map_version": version + 1})
+
+
 class ExecutorControl:
     """One executor's end of the control protocol, over its connection to
     the driver (``send(msg)``; ``conn.poll(t)``/``conn.recv()``).
@@ -283,6 +416,7 @@ class ExecutorControl:
         self.paused_seconds = 0.0
         self._ex: Any = None
         self._lateness_at: List[Tuple[int, int]] = []  # (T, ms) not yet applied, oldest first
+        self.moves = MoveRequests(send, rank)  # rank 0: rebalance requests
 
     def prepare(self, batch: Any) -> Tuple[pa.RecordBatch, Optional[np.ndarray]]:
         b, skip, hi = self.plan.prepare(batch)
@@ -300,6 +434,8 @@ class ExecutorControl:
         changed = False
         while self.conn.poll(0):
             changed |= self.handle(self._recv(), ex)
+        if self.moves.pending:
+            self.moves.apply(ex)
         return changed
 
     def _recv(self) -> Any:
@@ -309,6 +445,9 @@ class ExecutorControl:
             raise SystemFailure("the driver went away") from None
 
     def _other(self, msg: Any) -> bool:
+        if isinstance(msg, tuple) and msg and msg[0] == "move":
+            self.moves.add(msg)
+            return False
         if self.other is None:
             raise SystemFailure(f"executor rank {self.rank}: unexpected message from the driver "
                                 f"{msg!r:.80}")
@@ -354,6 +493,8 @@ class ExecutorControl:
         return query is not None
 
     def input_done(self) -> None:
+        self.moves.fail_all(InvalidState("rebalance: rank 0 has read all of its input; "
+                                         "leadership no longer moves"))
         self.send(("ctl-input-done", self.rank, self.max_seen))
 
     def status(self) -> Dict[str, Any]:
@@ -413,6 +554,7 @@ class RunControl:
         self._send: Optional[Callable[[int, Any], None]] = None
         self._hooks: Dict[str, Callable[..., Any]] = {}
         self.finished = False
+        self._moves = MoveWaiters()
 
     # -- the runner's side
     def attach(self, send: Callable[[int, Any], None]) -> None:
@@ -442,6 +584,9 @@ class RunControl:
                 r = self._active
                 if r is not None and rank not in r.acks:
                     r.acks[rank] = msg[2]
+            return True
+        if kind == "ctl-moved":
+            self._moves.answer(msg[2], msg[3])
             return True
         if kind == "ctl-ack":
             with self._lock:
@@ -527,6 +672,7 @@ class RunControl:
         for p in pending:
             p.error = InvalidState("the run ended before the request took effect")
             p.done.set()
+        self._moves.close()
 
     def _ms(self, ticks: Optional[int]) -> Optional[int]:
         if ticks is None or ticks <= _NO_TIME + 1:
@@ -561,6 +707,28 @@ class RunControl:
             raise Timeout(f"update: not agreed within {REQUEST_TIMEOUT} s")
         return self.outcome(r)
 
+    def rebalance(self, args: Dict[str, Any]) -> Dict[str, Any]:
+        """The ``rebalance`` operation (see :func:`rebalance_spec`): a run
+        that offers it another way (a checkpointed one) sets the
+        ``"rebalance"`` hook; otherwise the request goes to rank 0 over its
+        link and this returns once rank 0 accepted the moves."""
+        if "rebalance" in self._hooks:
+            return self.call_hook("rebalance", args)
+        if self.finished:
+            raise InvalidState("rebalance: the run has ended")
+        if self._send is None:
+            raise InvalidState("rebalance: the executors are not running yet")
+        with self._lock:
+            per = dict(self._per)
+            done = 0 in self._input_done
+        if done:
+            raise InvalidState("rebalance: rank 0 has read all of its input; leadership no "
+                               "longer moves")
+        spec = rebalance_spec(args, per, self.executors)
+        rid, ev = self._moves.new()
+        self._send(0, ("move", rid, spec))
+        return self._moves.wait(rid, ev, REQUEST_TIMEOUT)
+
     def status(self) -> Dict[str, Any]:
         with self._lock:
             per = {str(r): dict(s) for r, s in sorted(self._per.items())}
@@ -577,12 +745,78 @@ class RunControl:
                 "records": sum(int(p.get("records_in", 0) or 0) for p in per.values()),
                 "max_event_time_ms": max(seen) if seen else None,
                 "input_done": done, "finished": self.finished,
+                **leadership(per),
                 "logic_version": self.plan.version, "logic": self.plan.describe(self._ms),
                 "query": {"time": q.time, "window": repr(q.window), "key": list(q.key),
                           "aggregates": [a.name for a in q.aggregates],
                           "filters": [f"{f.column} {f.op} {f.value!r}" for f in q.filters],
                           "lateness_ms": q.lateness, "bounded": self.bounded},
                 "per_executor": per}
+
+
+def leadership(per: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """For ``status``: the leader map version (the highest an executor
+    reported; 0 is partition mod N, and a group restarted from a checkpoint
+    starts again at 0 with the checkpoint's map) and how many partitions
+    each rank leads."""
+    versions = [p["map_version"] for p in per.values() if p.get("map_version") is not None]
+    return {"leader_map_version": max(versions) if versions else None,
+            "led_partitions": {r: p.get("led_partitions") for r, p in per.items()}}
+
+
+class MoveWaiters:
+    """The driver's rebalance requests waiting for rank 0's answer."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rid = 0
+        self._waiting: Dict[int, Tuple[threading.Event, List[Any]]] = {}
+        self.closed = False
+
+    def new(self) -> Tuple[int, threading.Event]:
+        with self._lock:
+            if self.closed:
+                raise InvalidState("rebalance: the run has ended")
+            self._rid += 1
+            ev = threading.Event()
+            self._waiting[self._rid] = (ev, [])
+            return self._rid, ev
+
+    def answer(self, rid: int, result: Dict[str, Any]) -> None:
+        with self._lock:
+            got = self._waiting.get(rid)
+        if got is not None:
+            got[1].append(result)
+            got[0].set()
+
+    def wait(self, rid: int, ev: threading.Event, timeout: float) -> Dict[str, Any]:
+        ok = ev.wait(timeout)
+        with self._lock:
+            _, box = self._waiting.pop(rid)
+        if not ok:
+            raise Timeout(f"rebalance: rank 0 did not accept the moves within {timeout} s")
+        result = box[0]
+        if "error" in result:
+            kind, message = result["error"]
+            raise getattr(errors, kind, SystemFailure)(message)
+        return result
+
+    def close(self, why: str = "the run ended before rank 0 accepted the moves") -> None:
+        with self._lock:
+            self.closed = True
+            waiting = list(self._waiting.values())
+        for ev, box in waiting:
+            box.append({"error": ["InvalidState", f"rebalance: {why}"]})
+            ev.set()
+
+    def fail_pending(self, why: str) -> None:
+        """Answers every waiting request with InvalidState (a group restarted)."""
+        with self._lock:
+            waiting = list(self._waiting.values())
+        for ev, box in waiting:
+            if not box:
+                box.append({"error": ["InvalidState", f"rebalance: {why}"]})
+                ev.set()
 
 
 # ---- operations ------------------------------------------------------------------------------
@@ -616,6 +850,9 @@ def _status_summary(r: Dict[str, Any]) -> str:
     lines = [f"{r['kind']} pid {r['pid']}: {r['executors']} executors ({r['reporting']} reporting), "
              f"epoch {r['epoch']}, watermark {r['watermark_ms']} ms, {r['records']:,} records, "
              f"highest event time {r['max_event_time_ms']} ms, logic version {r['logic_version']}"]
+    if r.get("led_partitions"):
+        lines.append(f"  leader map version {r.get('leader_map_version')}: partitions led per rank "
+                     + ", ".join(f"{k}: {v}" for k, v in r["led_partitions"].items()))
     for v in r["logic"]:
         frm = "the start" if v["from_time_ms"] is None else f"{v['from_time_ms']} ms"
         lines.append(f"  v{v['version']} from {frm}: filters {v['filters'] or 'none'}")
@@ -672,6 +909,25 @@ register(Operation("epoch", lambda ctl, a: ctl.call_hook("epoch", _int_arg(a, "m
                    "set every executor's epoch length (ms), in force by the next epoch end",
                    cli_args=[(("ms",), {"type": int, "metavar": "MS"})],
                    summary=lambda r: f"epochs of {r['epoch_ms']} ms"))
+
+
+def _rebalance_summary(r: Dict[str, Any]) -> str:
+    moves = r.get("moves") or {}
+    return (f"moving {len(moves)} partition(s) at the next epoch ends (leader map version "
+            f"{r.get('map_version')}): " + ", ".join(f"{p}->{q}" for p, q in moves.items()))
+
+
+register(Operation("rebalance", lambda ctl, a: ctl.rebalance(
+                       {k: v for k, v in a.items() if v is not None}),
+                   "move partition leadership: --moves P:R,... or, without, half the partitions "
+                   "of the busiest leader to the least loaded one",
+                   cli_args=[(("--moves",), {"metavar": "P:R,P:R",
+                                             "help": "move partition P to rank R (explicit)"}),
+                             (("--from-rank",), {"type": int, "dest": "from_rank",
+                                                 "help": "automatic: move from this rank"}),
+                             (("--to-rank",), {"type": int, "dest": "to_rank",
+                                               "help": "automatic: move to this rank"})],
+                   summary=_rebalance_summary))
 
 
 # ---- the server ----------------------------------------------------------------------------------

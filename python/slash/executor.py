@@ -424,12 +424,14 @@ class Executor:
                   ckpt_id, pushes, len(parts), len(meta) + sum(len(b) for b in parts.values()))
         return CheckpointImage(ckpt_id, pushes, rank, meta, parts)
 
-    def restore(self, metas: Sequence[bytes], parts: Mapping[int, bytes],
+    def restore(self, metas: Sequence[bytes], parts: Mapping[int, Union[bytes, Sequence[bytes]]],
                 leaders: Optional[Sequence[int]] = None) -> None:
         """Restores this executor from a checkpoint, right after it was created
         and before any push: ``metas`` is the META blob of EVERY rank of the
-        checkpoint, ``parts`` maps partitions to blobs (those this executor now
-        leads are used, the others ignored). ``leaders`` (the same on every
+        checkpoint, ``parts`` maps partitions to a blob or a list of blobs
+        (those this executor now leads are used, the others ignored; several
+        blobs of one partition - a cut taken during a hand-over has it in the
+        old and the new leader's image - are merged). ``leaders`` (the same on every
         executor; see :func:`leaders_from_images`): the leader map to resume
         with, one rank per partition; None: partition mod group size. The
         group may have another size than the checkpoint's, not another
@@ -450,13 +452,14 @@ class Executor:
                 self._core.restore_meta(bytes(meta))
             except InvalidArgument as e:
                 raise CheckpointCorrupt(f"META blob {i}: {e}") from None
-        for p, blob in parts.items():
+        for p, blobs in parts.items():
             if not 0 <= p < parts_n or lead[p] != self.rank:
                 continue
-            try:
-                self._core.restore_partition(int(p), bytes(blob))
-            except InvalidArgument as e:
-                raise CheckpointCorrupt(f"partition {p}: {e}") from None
+            for blob in ([blobs] if isinstance(blobs, (bytes, bytearray, memoryview)) else blobs):
+                try:
+                    self._core.restore_partition(int(p), bytes(blob))
+                except InvalidArgument as e:
+                    raise CheckpointCorrupt(f"partition {p}: {e}") from None
         log.debug("executor %d: restored from %d META blobs and %d partitions", self.rank,
                   len(metas), sum(1 for p in parts if 0 <= p < parts_n and lead[p] == self.rank))
 

@@ -96,7 +96,7 @@ class Reporter:
                                          "sync_seconds", "credit_stalls", "late_records",
                                          "rows_emitted", "delta_bytes_sent", "delta_bytes_received",
                                          "watermark_lag_ms", "epochs_routed", "led_partitions",
-                                         "map_version", "moves", "held_partitions")}
+                                         "map_version", "moves", "moves_out", "held_partitions")}
         for k in ("watermark", "group_watermark"):
             snap[k + "_ms"] = None if m[k] == _NEVER or m[k] >= (1 << 63) - 1 else m[k] // tpm
         snap["cpu_seconds"] = time.process_time()

@@ -169,6 +169,53 @@ def _kill_point(rank: int, attempt: int) -> Optional[Tuple[int, int, bool]]:
     return None
 
 
+_PART_FILE = re.compile(r"part-(\d+)(?:\.r(\d+))?\.bin")
+
+
+def part_name(partition: int, rank: int) -> str:
+    """The file of partition ``partition`` in rank ``rank``'s image:
+    ``part-<p>.r<rank>.bin``. A partition is in two images when the cut was
+    taken during its hand-over (the old leader still owes it, the new one
+    holds the deltas merged since the move); each image's copy is kept and a
+    restore merges them. (Older checkpoints, and the join and Spark paths,
+    write one ``part-<p>.bin``; :func:`read_partitions` reads both.)"""
+    return f"part-{partition}.r{rank}.bin"
+
+
+def read_partitions(ck: Checkpoint, wanted: Callable[[int], bool]) -> Dict[int, List[bytes]]:
+    """Every stored image of each partition ``wanted(p)`` accepts, as listed
+    in the checkpoint's manifest: partition -> blobs (one per image holding it)."""
+    out: Dict[int, List[bytes]] = {}
+    for name in sorted(ck.files()):
+        m = _PART_FILE.fullmatch(name)
+        if m is None:
+            continue
+        p = int(m.group(1))
+        if wanted(p):
+            out.setdefault(p, []).append(ck.read(name))
+    return out
+
+
+def checkpoint_leaders(ck: Checkpoint, n: int, partitions: int) -> Optional[List[int]]:
+    """The leader map to restore checkpoint ``ck`` with in a group of ``n``:
+    the newest map (highest version) a rank recorded at the cut when ``n`` is
+    the checkpoint's executor count, else None (the default map of the new
+    group, partition mod n). Any map agreed by every executor is correct,
+    since every image of a partition is merged into its leader; the newest
+    one keeps the moves already made."""
+    if ck.executors != n:
+        return None
+    best: Optional[Dict[str, Any]] = None
+    for r in range(n):
+        got = ck.rank_info(r).get("leader_map")
+        if got is not None and (best is None or got["version"] > best["version"]):
+            best = got
+    if best is None or len(best["leaders"]) != partitions or \
+            not all(0 <= int(x) < n for x in best["leaders"]):
+        return None
+    return [int(x) for x in best["leaders"]]
+
+
 def _committed_since(store: CheckpointStore, first_id: int) -> int:
     """Committed checkpoints with an id >= first_id (for the test hook)."""
     return sum(1 for i in store._ids() if i >= first_id and store._has_manifest(i))
@@ -215,8 +262,9 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
             ck = store.load(plan.resume_id)
             old_n = ck.executors
             metas = [ck.read(f"rank-{r}.meta") for r in range(old_n)]
-            parts = {p: ck.read(f"part-{p}.bin") for p in range(plan.partitions) if p % n == rank}
-            ex.restore(metas, parts)
+            leaders = checkpoint_leaders(ck, n, plan.partitions)
+            lead = leaders if leaders is not None else [p % n for p in range(plan.partitions)]
+            ex.restore(metas, read_partitions(ck, lambda p: lead[p] == rank), leaders)
             if old_n == n:  # each rank resumes its own split where it was
                 info = ck.rank_info(rank)
                 start, base_pushes, records = info["position"], info["pushes"], info["records"]
@@ -257,7 +305,8 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                     log.warning("test hook SLASH_TEST_KILL: rank %d kills itself while "
                                 "writing checkpoint %d", rank, img.id)
                     os.kill(os.getpid(), signal.SIGKILL)
-                files[f"part-{p}.bin"] = store.write(img.id, f"part-{p}.bin", data)
+                name = part_name(p, rank)
+                files[name] = store.write(img.id, name, data)
             seg, entry = store.write_segment(
                 rank, img.id, to_ipc(pa.Table.from_batches(fired, result_schema)))
             files[f"rank-{rank}.json"] = store.write(img.id, f"rank-{rank}.json", _json(info))
@@ -275,6 +324,8 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                 info = {"rank": rank, "position": pos_after[img.pushes],
                         "pushes": img.pushes, "records": records_at[img.pushes],
                         "windows": sum(b.num_rows for b in pending)}
+                version, leaders_now = ex.leader_map()  # the map this rank followed at the cut
+                info["leader_map"] = {"version": version, "leaders": leaders_now}
                 if work is not None:  # what is left of this rank's input, in global terms
                     info["work"] = FileSource.remaining(work, pos_after[img.pushes])
                 # the executor call holding the cut (alignment + the core's image), in the loop
@@ -293,6 +344,8 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
         records_at: Dict[int, int] = {pushes: records}
         call_t = [time.monotonic()]  # when the executor call that may cut began
         forced = False  # rank 0: the parent asked for a checkpoint now (rescale)
+        from slash.control import MoveRequests
+        moves = MoveRequests(link.put, rank)  # rank 0: the parent's rebalance requests
         with _no_cyclic_gc():
             items = (source.read_work(work, query.input_columns, time=time_col)
                      if work is not None else
@@ -321,6 +374,10 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                         ex.set_epoch(msg[1] or None, msg[2] or None)  # 0: unchanged
                         log.info("executor %d: epochs of %s ms / %s bytes from now on", rank,
                                  msg[1], msg[2])
+                    elif msg[0] == "move":  # rank 0: a rebalance (RunControl.rebalance)
+                        moves.add(msg)
+                if moves.pending:
+                    moves.apply(ex)
                 if live is not None:
                     live.report()
                 if rank == 0:
@@ -358,6 +415,8 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                 if time.monotonic() - last_progress >= _PROGRESS_S:
                     last_progress = time.monotonic()
                     link.put(("progress", rank, records))
+            moves.fail_all(InvalidState("rebalance: rank 0 has read all of its input; "
+                                        "leadership no longer moves"))
             ex.finish()
             after_call()
             if live is not None:
@@ -635,6 +694,43 @@ class RunControl:
         #: (epoch_ms, epoch_bytes) set by :meth:`set_epoch` (0: unchanged), else None
         self.epoch: Optional[Tuple[int, int]] = None
         self._epoch_seq = 0
+        from slash.control import MoveWaiters
+        self._moves = MoveWaiters()
+        self._move_queue: List[Tuple[int, Dict[str, Any]]] = []  # (id, spec) not sent yet
+        #: each rank's latest live metrics snapshot (with ``live_every``)
+        self.per: Dict[int, Dict[str, Any]] = {}
+
+    def rebalance(self, moves: Any = None, from_rank: Optional[int] = None,
+                  to_rank: Optional[int] = None, timeout: Optional[float] = 60.0
+                  ) -> Dict[str, Any]:
+        """Moves partition leadership in the running group (live, no restart):
+        ``moves`` ({partition: rank} or ``"P:R,P:R"``) explicitly, else half
+        the partitions of ``from_rank`` to ``to_rank``, each chosen from the
+        live metrics when not given (the most merge time / delta bytes
+        received, the least; needs ``live_every``). Sent to rank 0 by the
+        driver's loop; returns ``{"moves": {p: r}, "map_version": v}`` once
+        rank 0 accepted them (they take effect at each executor's next epoch
+        end). Raises InvalidArgument for a bad partition or rank,
+        InvalidState when the run is not running or rank 0 has read all of
+        its input, Timeout after ``timeout`` s."""
+        from slash.control import rebalance_spec
+
+        with self._cond:
+            if self._state != "running":
+                raise InvalidState(f"rebalance: the run is {self._state}, not running")
+            n = self.executors or 0
+            per = dict(self.per)
+        args = {"moves": moves, "from_rank": from_rank, "to_rank": to_rank}
+        spec = rebalance_spec(args, per, n)
+        rid, ev = self._moves.new()
+        with self._cond:
+            self._move_queue.append((rid, spec))
+        return self._moves.wait(rid, ev, timeout if timeout is not None else 1e9)
+
+    def _take_moves(self) -> List[Tuple[int, Dict[str, Any]]]:
+        with self._cond:
+            got, self._move_queue = self._move_queue, []
+            return got
 
     def set_epoch(self, epoch_ms: Optional[int] = None, epoch_bytes: Optional[int] = None) -> None:
         """Changes every executor's epoch length (``Executor.set_epoch``),
@@ -722,6 +818,7 @@ class RunControl:
         with self._cond:
             self._state = "ended"
             self._cond.notify_all()
+        self._moves.close()
 
 
 class _Rescale(Exception):
@@ -805,6 +902,7 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
                                                   control, rescales)
                 break
             except _Rescale as r:
+                _void_moves(control)
                 log.info("rescale: %d -> %d executors from checkpoint %d", n, r.n, r.ckpt)
                 rescales.append({"from": n, "to": r.n, "checkpoint": r.ckpt,
                                  "seconds_to_cut": round(r.cut_at - r.asked_at, 3),
@@ -814,6 +912,7 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
                 failed_at = None
                 continue
             except _Failed as f:
+                _void_moves(control)
                 if isinstance(f.error, (UsageError, CheckpointCorrupt)) or not isinstance(
                         f.error, SystemFailure):
                     raise f.error
@@ -866,6 +965,15 @@ def _replayed(error: BaseException, last: Optional[Checkpoint]) -> int:
     return sum(max(0, v - cut.get(r, 0)) for r, v in prog.items())
 
 
+def _void_moves(control: Optional[RunControl]) -> None:
+    """A group stopped (rescale, failure): moves asked of it are void."""
+    if control is not None:
+        control._take_moves()
+        control._moves.fail_pending("the group restarted from a checkpoint before rank 0 "
+                                    "accepted the moves")
+        control.per.clear()
+
+
 def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, plan: _Plan,
              store: CheckpointStore, timeout: float, checkpoints: List[Dict[str, Any]],
              recoveries: List[Dict[str, Any]], failed_at: Optional[float],
@@ -911,6 +1019,13 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                             for r in range(n):
                                 if r not in finished:
                                     pg.send(r, ("epoch", *control.epoch))
+                        for rid, spec in control._take_moves():
+                            if 0 in _finished_ranks(parts):
+                                control._moves.answer(rid, {"error": [
+                                    "InvalidState", "rebalance: rank 0 has read all of its input; "
+                                    "leadership no longer moves"]})
+                            else:
+                                pg.send(0, ("move", rid, spec))
                         want, asked_at = control._pending()
                         if want is not None and want != n and rescale_asked is None and \
                                 0 not in _finished_ranks(parts):
@@ -942,8 +1057,13 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                     elif kind == "progress":
                         progress[rep[1]] = rep[2]
                     elif kind == "metrics":
-                        if control is not None and control.on_metrics is not None:
-                            control.on_metrics(rep[1], rep[2])
+                        if control is not None:
+                            control.per[rep[1]] = rep[2]
+                            if control.on_metrics is not None:
+                                control.on_metrics(rep[1], rep[2])
+                    elif kind == "ctl-moved":
+                        if control is not None:
+                            control._moves.answer(rep[2], rep[3])
                     elif kind == "ckpt":
                         _, rank, cid, files, segs, stats = rep
                         reports.setdefault(cid, {})[rank] = (files, segs, stats)

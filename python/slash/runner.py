@@ -529,19 +529,38 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     if checkpoint is not None:
         from slash.recovery import RunControl as Rescaler
 
-        if (control not in (None, False) and not isinstance(control, Rescaler)) or rate is not None:
+        if rate is not None:
             from slash.errors import NotSupported
-            raise NotSupported("the control socket (control=True or a path) and rate= cannot be "
-                               "combined with checkpoint= yet; with checkpoint=, control= takes a "
-                               "slash.recovery.RunControl (rescale)")
-        live_every = None
-        if live is not None:  # ranks report over their links; recoveries are marks on the page
-            control = control or Rescaler()
-            control.on_metrics, control.on_event = live.feed, live.event
-            live_every = live.report_interval
-        return _run_checkpointed(query, src, n, group, token, output, timeout, metrics, late_output,
-                                 checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0,
-                                 control or None, live_every=live_every)
+            raise NotSupported("rate= cannot be combined with checkpoint= yet")
+        live_every = live.report_interval if live is not None else None
+        if control in (None, False) or isinstance(control, Rescaler):
+            if live is not None:  # ranks report over their links; recoveries are marks on the page
+                control = control or Rescaler()
+                control.on_metrics, control.on_event = live.feed, live.event
+            return _run_checkpointed(query, src, n, group, token, output, timeout, metrics,
+                                     late_output, checkpoint, checkpoint_every, max_restarts,
+                                     checkpoint_keep, t0, control or None, live_every=live_every)
+        # the control socket (status, rebalance, scale-out/in, epoch) of a checkpointed run
+        from slash.autotune import serve_checkpointed
+
+        rescaler = Rescaler()
+        ctl, server = serve_checkpointed(control, query, src, n, rescaler)
+        if live is not None:
+            to_ctl = rescaler.on_metrics
+
+            def both(rank: int, snap: Dict[str, Any]) -> None:
+                live.feed(rank, snap)  # takes the fired windows out of snap
+                to_ctl(rank, snap)
+
+            rescaler.on_metrics, rescaler.on_event = both, live.event
+        try:
+            return _run_checkpointed(query, src, n, group, token, output, timeout, metrics,
+                                     late_output, checkpoint, checkpoint_every, max_restarts,
+                                     checkpoint_keep, t0, rescaler,
+                                     live_every=min(live_every or 1e9, ctl.tick * 10))
+        finally:
+            server.close()
+            ctl.close()
     if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
         raise InvalidArgument(f"rate must be > 0 records/s, got {rate!r}")
     report_every = getattr(live, "report_interval", 0.5) if live is not None else None

@@ -376,7 +376,7 @@ def _restore_profile(ck_dir: str, gen: Gen, n: int) -> Dict[str, float]:
 
     from slash.checkpoint import CheckpointStore
     from slash.executor import Executor, GroupConfig
-    from slash.recovery import fingerprint
+    from slash.recovery import fingerprint, read_partitions
     from slash.sources import GeneratorSource
 
     src = GeneratorSource(gen, SCHEMA)
@@ -389,7 +389,7 @@ def _restore_profile(ck_dir: str, gen: Gen, n: int) -> Dict[str, float]:
         return {}
     t0 = time.perf_counter()
     metas = [ck.read(f"rank-{r}.meta") for r in range(n)]
-    parts = {p: ck.read(f"part-{p}.bin") for p in range(parts_n)}
+    parts = read_partitions(ck, lambda p: True)
     t1 = time.perf_counter()
     token = secrets.token_hex(8)
     lst = Executor.listen("shm", token=token)
@@ -407,7 +407,8 @@ def _restore_profile(ck_dir: str, gen: Gen, n: int) -> Dict[str, float]:
         lst.close()
     return {"read_checkpoint_files_s": round(t1 - t0, 3),
             "restore_all_partitions_one_executor_s": round(t3 - t2, 3),
-            "checkpoint_read_bytes": sum(len(b) for b in parts.values()) + sum(map(len, metas))}
+            "checkpoint_read_bytes": sum(len(b) for bs in parts.values() for b in bs) +
+            sum(map(len, metas))}
 
 
 def _timeline(logs: List[Tuple[float, int, int, int, int]], position: Dict[int, int],
