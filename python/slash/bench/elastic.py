@@ -1,0 +1,205 @@
+"""``slash bench elastic``: what a live leadership move pauses (issue 17).
+
+Two executors over shm, as threads of this process (as in the tests), a
+window aggregation with ``P`` key partitions whose keys spread evenly, so
+each partition holds about 1/P of the state (``--moved-mb`` each, default
+~100 MB). The state is built in one long window (``tumbling:1h``) that
+stays open for the whole measurement. Then a probe loop runs: each step
+both executors push a small batch and end an epoch (an epoch per step).
+At step ``--move-at`` rank 0 moves partition 0 (which it leads) to rank 1.
+
+Reported:
+
+* ``move_pause_ms``: the moved partition's pause, the new leader's
+  ``move_pause_ns`` (from holding the partition to merging its hand-over);
+  target < 100 ms for ~100 MB over shm;
+* ``moved_bytes`` against the total state (P partitions of the same size:
+  ``moved_fraction`` ~ 1/P; only the moved partition's bytes travel);
+* ``unmoved_pause_ms``: what everything else sees: the longest probe step
+  (push + epoch end on both executors) while the hand-over is in flight,
+  less the median step before the move; against ``epoch_ms`` (the median
+  step, i.e. one epoch of this probe) and ``default_epoch_ms`` (a group's
+  default epoch, 200 ms). Target: under one epoch.
+
+The rate-doubling scenario of the issue (throughput and window latency over
+time with and without a scale-out) is not measured here yet: a scale-out
+today is ``RunControl.rescale``, a checkpoint-restart of the whole group,
+whose cost ``slash bench recovery`` and docs/recovery.md report.
+
+    slash bench elastic --json bench/results/elastic.json --plot bench/results/elastic.png
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import statistics
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import pyarrow as pa
+
+from slash.bench._progress import Progress
+
+log = logging.getLogger(__name__)
+
+NAME = "elastic"
+HELP = ("the pause of a live leadership move: a ~100 MB partition handed over over shm, "
+        "and what the partitions that do not move see meanwhile")
+
+#: bytes of store state per key of the bulk (count + sum over int64 keys), measured
+#: by a first move; used only to size the bulk
+BYTES_PER_KEY_GUESS = 48
+
+
+def _group(partitions: int, lateness_ms: int) -> List[Any]:
+    import slash
+
+    token = secrets.token_hex(8)
+    listeners = [slash.Executor.listen("shm", token=token) for _ in range(2)]
+    addrs = [lst.address for lst in listeners]
+    state = slash.StateConfig(window="tumbling:1h", aggregates=["count", "sum:v"],
+                              value_types={"v": "int64"})
+    gc = slash.GroupConfig(transport="shm", partitions=partitions, lateness=lateness_ms,
+                           epoch_bytes=1 << 40, epoch_ms=1 << 30, timeout=300)
+    out: List[Any] = [None, None]
+    errs: List[BaseException] = []
+
+    def join(r: int) -> None:
+        try:
+            out[r] = slash.Executor(listeners[r], r, addrs, state, gc, token=token)
+        except BaseException as e:  # re-raised below
+            errs.append(e)
+
+    ts = [threading.Thread(target=join, args=(r,)) for r in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for lst in listeners:
+        lst.close()
+    if errs:
+        raise errs[0]
+    return out
+
+
+def _batch(keys: np.ndarray, t: int) -> pa.Table:
+    return pa.table({"key": pa.array(keys, pa.int64()),
+                     "time": pa.array(np.full(len(keys), t, np.int64)),
+                     "v": pa.array(keys, pa.int64())})
+
+
+def measure(partitions: int, moved_mb: float, steps: int, move_at: int,
+            probe_keys: int = 2000) -> Dict[str, Any]:
+    """One run: build the state, probe, move partition 0 at step move_at."""
+    from slash.executor import GroupConfig
+
+    exs = _group(partitions, lateness_ms=3_600_000)
+    keys_total = int(moved_mb * 1e6 / BYTES_PER_KEY_GUESS) * partitions
+    try:
+        built = time.perf_counter()
+        chunk = 1 << 20
+        for lo in range(0, keys_total, chunk):  # half the keys each, so both fold state
+            ks = np.arange(lo, min(lo + chunk, keys_total), dtype=np.int64)
+            exs[(lo // chunk) % 2].push_batch(_batch(ks, 1000))
+        for ex in exs:
+            ex.end_epoch()
+        build_s = time.perf_counter() - built
+        rng = np.random.default_rng(3)
+        step_s: List[float] = []
+        moved_step: Optional[int] = None
+        for i in range(steps):
+            if i == move_at:
+                exs[0].move_partitions({0: 1})
+            t0 = time.perf_counter()
+            for r, ex in enumerate(exs):
+                ex.push_batch(_batch(rng.integers(0, keys_total, probe_keys), 2000 + i))
+                ex.end_epoch()
+            for ex in exs:
+                ex.poll(0)
+            step_s.append(time.perf_counter() - t0)
+            if i >= move_at and moved_step is None and exs[1].metrics["moves"] == 1:
+                moved_step = i
+        deadline = time.monotonic() + 300
+        while exs[1].metrics["moves"] < 1 and time.monotonic() < deadline:
+            for ex in exs:
+                ex.poll(0.01)
+        m0, m1 = exs[0].metrics, exs[1].metrics
+    finally:
+        for ex in exs:
+            ex.close()
+    if m1["moves"] != 1:
+        raise RuntimeError("the hand-over did not complete within 300 s")
+    base = statistics.median(step_s[:move_at])
+    during = step_s[move_at:(moved_step if moved_step is not None else steps) + 1]
+    moved = int(m1["moved_bytes"])
+    return {"partitions": partitions, "keys": keys_total, "build_seconds": round(build_s, 2),
+            "moved_bytes": moved, "moved_bytes_out": int(m0["moved_bytes_out"]),
+            "total_state_bytes_estimate": moved * partitions,
+            "moved_fraction": round(1 / partitions, 4),
+            "move_pause_ms": round(m1["move_pause_ns"] / 1e6, 2),
+            "epoch_ms": round(base * 1e3, 2),
+            "default_epoch_ms": GroupConfig().epoch_ms,
+            "unmoved_pause_ms": round(max(0.0, max(during) - base) * 1e3, 2),
+            "unmoved_pause_epochs": round(max(0.0, max(during) - base) / base, 2) if base else None,
+            "steps_until_handed_over": (moved_step - move_at + 1) if moved_step is not None else None,
+            "step_ms": [round(s * 1e3, 3) for s in step_s], "move_at": move_at}
+
+
+def plot(r: Dict[str, Any], path: str) -> Optional[str]:
+    """Probe step times (one epoch each) around the move, per moved size."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed: no plot")
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for run in r["runs"]:
+        ax.plot(range(len(run["step_ms"])), run["step_ms"], marker=".",
+                label=f"{run['moved_bytes'] / 1e6:.0f} MB moved (pause {run['move_pause_ms']:.0f} ms)")
+        ax.axvline(run["move_at"], color="grey", linestyle=":")
+    ax.set_yscale("log")
+    ax.set_xlabel("probe step (one epoch on each executor)")
+    ax.set_ylabel("step time, ms")
+    ax.set_title("a live move: step times of everything else (dotted: the move)")
+    ax.legend()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--moved-mb", default="10,100",
+                   help="state per partition, MB, comma-separated (default 10,100)")
+    p.add_argument("--partitions", type=int, default=4, help="key partitions (default 4)")
+    p.add_argument("--steps", type=int, default=40, help="probe steps (default 40)")
+    p.add_argument("--move-at", type=int, default=20, help="the step of the move (default 20)")
+    p.add_argument("--plot", default="bench/results/elastic.png", help="PNG ('' for none)")
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    sizes = [float(x) for x in args.moved_mb.split(",")]
+    out: Dict[str, Any] = {"benchmark": NAME, "transport": "shm", "cores": os.cpu_count(),
+                           "executors": 2, "runs": []}
+    with Progress(NAME, len(sizes)) as prog:
+        for mb in sizes:
+            with prog.stage(f"move a ~{mb:.0f} MB partition"):
+                out["runs"].append(measure(args.partitions, mb, args.steps, args.move_at))
+    if args.plot:
+        out["plot"] = plot(out, args.plot)
+    return out
+
+
+def summary(x: Dict[str, Any]) -> str:
+    """One run (one moved size)."""
+    return (f"elastic: moved {x['moved_bytes'] / 1e6:.1f} MB of ~{x['total_state_bytes_estimate'] / 1e6:.0f} MB "
+            f"({x['partitions']} partitions, 2 executors, shm): moved partition paused "
+            f"{x['move_pause_ms']:.1f} ms; the others {x['unmoved_pause_ms']:.1f} ms extra "
+            f"(epoch {x['epoch_ms']:.1f} ms)")
