@@ -21,10 +21,15 @@ Reported:
   step, i.e. one epoch of this probe) and ``default_epoch_ms`` (a group's
   default epoch, 200 ms). Target: under one epoch.
 
-The rate-doubling scenario of the issue (throughput and window latency over
-time with and without a scale-out) is not measured here yet: a scale-out
-today is ``RunControl.rescale``, a checkpoint-restart of the whole group,
-whose cost ``slash bench recovery`` and docs/recovery.md report.
+And a stream whose input rate doubles mid-run (``--low`` then twice it),
+replayed at its own pace (event times are wall-clock times, as in ``slash
+bench autotune``) through :func:`slash.runner` with checkpoints, measured
+live each 0.5 s (records/s, p99 window latency = emit time - window end):
+once with the executor count fixed at 1, once with a scale-out to 2 when
+the rate doubles. The scale-out is ``RunControl.rescale(2)``: a
+**checkpoint-restart** of the whole group (a cut, a stop, a new group of 2
+restored from the checkpoint; records read after the cut are read again),
+not a live move; its request-to-resume time is reported.
 
     slash bench elastic --json bench/results/elastic.json --plot bench/results/elastic.png
 """
@@ -37,7 +42,7 @@ import secrets
 import statistics
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -149,8 +154,87 @@ def measure(partitions: int, moved_mb: float, steps: int, move_at: int,
             "step_ms": [round(s * 1e3, 3) for s in step_s], "move_at": move_at}
 
 
+def rate_doubling(low: int, seconds: Tuple[float, float], scale_out: bool, keys: int,
+                  lead_s: float) -> Dict[str, Any]:
+    """One replay of `low` then `2 * low` rec/s (checkpointed group of 1,
+    rescaled to 2 when the rate doubles if `scale_out`); the timeline."""
+    import shutil
+    import tempfile
+
+    from slash.autotune import AutoTuner
+    from slash.bench.autotune import write_steps
+    from slash.executor import GroupConfig
+    from slash.metrics import LiveMetrics
+    from slash.query import Query
+    from slash.recovery import RunControl
+    from slash.runner import _run_checkpointed
+
+    work = tempfile.mkdtemp(prefix="slash-bench-elastic-")
+    phases = [(low, seconds[0]), (2 * low, seconds[1])]
+    try:
+        path = os.path.join(work, "steps.arrow")
+        t0, starts = write_steps(path, phases, keys, lead_s)
+        q = Query(time="t", window="tumbling:1s", key="k", aggregates=["count", "sum:v"])
+        live = LiveMetrics(1, kind="run")
+        ctl = RunControl()
+
+        def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
+            for end, emit, rows in snap.pop("windows", None) or ():
+                live.observe_window(0, end, emit - end, rows)
+            live.update_executor(rank, snap)
+
+        ctl.on_metrics = on_metrics
+        done: Dict[str, Any] = {}
+
+        def scaler() -> None:
+            while time.time() < starts[1]:
+                time.sleep(0.02)
+            try:
+                done["rescale"] = ctl.rescale(2, timeout=60)
+                done["at"] = round(time.time() - t0, 2)
+            except Exception as e:  # reported in the result, the run goes on
+                done["error"] = repr(e)
+
+        th = threading.Thread(target=scaler, daemon=True)
+        if scale_out:
+            th.start()
+        sampler = AutoTuner(None, None, live, tick=live.report_interval, executors=1).start()
+        m: Dict[str, Any] = {}
+        try:
+            res = _run_checkpointed(q, _source(path), 1, GroupConfig(epoch_ms=100),
+                                    secrets.token_hex(8), None, 300.0, m, None,
+                                    os.path.join(work, "ck"), "2s", 3, 2, time.time(), ctl,
+                                    live_every=live.report_interval, realtime=True)
+        finally:
+            sampler.stop()
+        if scale_out:
+            th.join(5)
+        tl = [{"t": round(p["t"] - t0, 2), "records_per_s": p["records_per_s"],
+               "latency_p99_ms": p["latency_p99_ms"]} for p in sampler.timeline]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    high = [p["records_per_s"] or 0 for p in tl if starts[1] - t0 + 1 <= p["t"] <= starts[1] - t0 + seconds[1]]
+    lat_high = [p["latency_p99_ms"] for p in tl if p["latency_p99_ms"] is not None and
+                p["t"] >= starts[1] - t0]
+    return {"scale_out": scale_out, "low": low, "high": 2 * low, "seconds": list(seconds),
+            "result_rows": res.num_rows, "doubles_at": round(starts[1] - t0, 2),
+            "rescale": done.get("rescale"), "rescaled_at": done.get("at"),
+            "rescale_error": done.get("error"), "rescales": m.get("rescales", []),
+            "high_phase_records_per_s": round(float(np.mean(high)), 1) if high else None,
+            "high_phase_p99_ms_max": max(lat_high) if lat_high else None,
+            "high_phase_p99_ms_median": statistics.median(lat_high) if lat_high else None,
+            "timeline": tl}
+
+
+def _source(path: str) -> Any:
+    from slash.sources import as_source
+
+    return as_source(path)
+
+
 def plot(r: Dict[str, Any], path: str) -> Optional[str]:
-    """Probe step times (one epoch each) around the move, per moved size."""
+    """Rate doubling: records/s and p99 window latency over time, fixed vs
+    scale-out; moves: probe step times (one epoch each) around the move."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -158,19 +242,35 @@ def plot(r: Dict[str, Any], path: str) -> Optional[str]:
     except ImportError:
         log.warning("matplotlib is not installed: no plot")
         return None
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, axs = plt.subplots(3, 1, figsize=(8, 10))
+    for d in r.get("rate_doubling", []):
+        lab = "scale-out 1 -> 2 (checkpoint-restart)" if d["scale_out"] else "fixed 1 executor"
+        tl = d["timeline"]
+        axs[0].plot([p["t"] for p in tl], [(p["records_per_s"] or 0) / 1e3 for p in tl], label=lab)
+        axs[1].plot([p["t"] for p in tl if p["latency_p99_ms"] is not None],
+                    [p["latency_p99_ms"] for p in tl if p["latency_p99_ms"] is not None], label=lab)
+        for ax in axs[:2]:
+            ax.axvline(d["doubles_at"], color="grey", linestyle=":")
+            if d.get("rescaled_at"):
+                ax.axvline(d["rescaled_at"], color="red", linestyle="--", linewidth=0.8)
+    axs[0].set_ylabel("k records/s")
+    axs[0].set_title("input rate doubles (dotted); rescale done (dashed)")
+    axs[1].set_ylabel("p99 window latency, ms")
+    axs[1].set_xlabel("s since the stream's start")
+    axs[1].set_yscale("log")
     for run in r["runs"]:
-        ax.plot(range(len(run["step_ms"])), run["step_ms"], marker=".",
-                label=f"{run['moved_bytes'] / 1e6:.0f} MB moved (pause {run['move_pause_ms']:.0f} ms)")
-        ax.axvline(run["move_at"], color="grey", linestyle=":")
-    ax.set_yscale("log")
-    ax.set_xlabel("probe step (one epoch on each executor)")
-    ax.set_ylabel("step time, ms")
-    ax.set_title("a live move: step times of everything else (dotted: the move)")
-    ax.legend()
+        axs[2].plot(range(len(run["step_ms"])), run["step_ms"], marker=".",
+                    label=f"{run['moved_bytes'] / 1e6:.0f} MB moved (pause {run['move_pause_ms']:.0f} ms)")
+        axs[2].axvline(run["move_at"], color="grey", linestyle=":")
+    axs[2].set_yscale("log")
+    axs[2].set_xlabel("probe step (one epoch on each executor)")
+    axs[2].set_ylabel("step time, ms")
+    axs[2].set_title("a live move: step times of everything else (dotted: the move)")
+    for ax in axs:
+        ax.legend(fontsize=8)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
@@ -181,6 +281,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partitions", type=int, default=4, help="key partitions (default 4)")
     p.add_argument("--steps", type=int, default=40, help="probe steps (default 40)")
     p.add_argument("--move-at", type=int, default=20, help="the step of the move (default 20)")
+    p.add_argument("--low", type=int, default=1_000_000,
+                   help="rate doubling: the first rate, records/s (default 1 M)")
+    p.add_argument("--seconds", default="6,10", help="rate doubling: seconds at low, at 2x (default 6,10)")
+    p.add_argument("--keys", type=int, default=100_000, help="rate doubling: distinct keys (default 100 k)")
+    p.add_argument("--lead", type=float, default=8.0,
+                   help="rate doubling: seconds to write the recording before it starts (default 8)")
+    p.add_argument("--no-rate-doubling", action="store_true", help="only the move pauses")
     p.add_argument("--plot", default="bench/results/elastic.png", help="PNG ('' for none)")
 
 
@@ -188,7 +295,13 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     sizes = [float(x) for x in args.moved_mb.split(",")]
     out: Dict[str, Any] = {"benchmark": NAME, "transport": "shm", "cores": os.cpu_count(),
                            "executors": 2, "runs": []}
-    with Progress(NAME, len(sizes)) as prog:
+    secs = tuple(float(x) for x in args.seconds.split(","))
+    with Progress(NAME, len(sizes) + (0 if args.no_rate_doubling else 2)) as prog:
+        if not args.no_rate_doubling:
+            out["rate_doubling"] = []
+            for so in (False, True):
+                with prog.stage("rate doubles, " + ("scale-out to 2" if so else "fixed 1 executor")):
+                    out["rate_doubling"].append(rate_doubling(args.low, secs, so, args.keys, args.lead))
         for mb in sizes:
             with prog.stage(f"move a ~{mb:.0f} MB partition"):
                 out["runs"].append(measure(args.partitions, mb, args.steps, args.move_at))
