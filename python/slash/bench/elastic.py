@@ -209,11 +209,14 @@ def rate_doubling(low: int, seconds: Tuple[float, float], scale_out: bool, keys:
             sampler.stop()
         if scale_out:
             th.join(5)
-        tl = [{"t": round(p["t"] - t0, 2), "records_per_s": p["records_per_s"],
+        # a restarted group counts its records from 0 again: the sample that
+        # spans the restart has no rate (None), not a negative one
+        tl = [{"t": round(p["t"] - t0, 2),
+               "records_per_s": p["records_per_s"] if (p["records_per_s"] or 0) >= 0 else None,
                "latency_p99_ms": p["latency_p99_ms"]} for p in sampler.timeline]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    high = [p["records_per_s"] or 0 for p in tl if starts[1] - t0 + 1 <= p["t"] <= starts[1] - t0 + seconds[1]]
+    high = [p["records_per_s"] or 0 for p in tl if p["records_per_s"] is not None and starts[1] - t0 + 1 <= p["t"] <= starts[1] - t0 + seconds[1]]
     lat_high = [p["latency_p99_ms"] for p in tl if p["latency_p99_ms"] is not None and
                 p["t"] >= starts[1] - t0]
     return {"scale_out": scale_out, "low": low, "high": 2 * low, "seconds": list(seconds),
@@ -246,7 +249,8 @@ def plot(r: Dict[str, Any], path: str) -> Optional[str]:
     for d in r.get("rate_doubling", []):
         lab = "scale-out 1 -> 2 (checkpoint-restart)" if d["scale_out"] else "fixed 1 executor"
         tl = d["timeline"]
-        axs[0].plot([p["t"] for p in tl], [(p["records_per_s"] or 0) / 1e3 for p in tl], label=lab)
+        axs[0].plot([p["t"] for p in tl if p["records_per_s"] is not None],
+                    [p["records_per_s"] / 1e3 for p in tl if p["records_per_s"] is not None], label=lab)
         axs[1].plot([p["t"] for p in tl if p["latency_p99_ms"] is not None],
                     [p["latency_p99_ms"] for p in tl if p["latency_p99_ms"] is not None], label=lab)
         for ax in axs[:2]:
