@@ -17,10 +17,19 @@
  * per window and key) by slash_ckpt_write_join_partition, and the META blob
  * carries the fingerprint of the kind's config (exec_fingerprint).
  *
- * Invariants: per peer, CKPT ids strictly increase and CKPT_DONE(id) follows
- * CKPT(id); a checkpoint completes on every executor or on none: it is given
- * up only when some executor finished without sending CKPT(id), and then no
- * executor can gather CKPT(id) from all.
+ * A cut must not fall inside a partition move's hand-over (exec.c): a
+ * partition held by its new leader, or still owed by its old one, has closed
+ * windows that have not fired, and the checkpoint would count them as fired.
+ * So CKPT_DONE carries whether its sender was in a hand-over at its
+ * snapshot; when any was, every executor drops its image and the protocol
+ * runs again for the same id at the next safe point (a new attempt: the
+ * hand-over goes on between attempts, and only moves make one).
+ *
+ * Invariants: the protocol's rounds are named by a key, (id << KEY_BITS) |
+ * attempt; per peer, CKPT keys strictly increase and CKPT_DONE(key) follows
+ * CKPT(key); an attempt completes (or is retried) on every executor or on
+ * none: it is given up only when some executor finished without sending
+ * CKPT(key), and then no executor can gather CKPT(key) from all.
  */
 #include "exec_impl.h"
 
@@ -29,6 +38,13 @@
 #include "ssb_impl.h"
 
 #include <stdlib.h>
+
+/* c->pending, c->last and the peer counters hold keys: id and attempt */
+#define KEY_BITS 20
+#define KEY(id, attempt) (((uint64_t)(id) << KEY_BITS) | (uint64_t)(attempt))
+#define KEY_ID(k) ((k) >> KEY_BITS)
+#define KEY_ATTEMPT(k) ((k) & ((1u << KEY_BITS) - 1))
+#define MAX_CKPT_ID ((UINT64_MAX >> KEY_BITS) - 1)
 
 /* The fingerprint of this executor's store config, for its blobs. */
 static uint64_t exec_fingerprint(const slash_exec *ex)
@@ -83,28 +99,36 @@ static bool any_finishing(const slash_exec *ex)
 slash_status exec_ckpt_on_message(slash_exec *ex, uint32_t r, const sync_msg *h)
 {
     exec_ckpt *c = &ex->ck;
-    uint64_t id = h->total;
+    if (h->total > MAX_CKPT_ID || h->part >> KEY_BITS)
+        return slash_fail(SLASH_EPROTO, "exec: rank %u sent checkpoint %llu attempt %u", r,
+                          (unsigned long long)h->total, h->part);
+    uint64_t key = KEY(h->total, h->part);
     if (h->type == SYNC_CKPT) {
-        if (id <= c->peer_ckpt[r] || id <= c->last)
+        if (key <= c->peer_ckpt[r] || key <= c->last)
             return slash_fail(SLASH_EPROTO, "exec: rank %u sent checkpoint %llu after %llu", r,
-                              (unsigned long long)id,
-                              (unsigned long long)(c->peer_ckpt[r] > c->last ? c->peer_ckpt[r] : c->last));
-        c->peer_ckpt[r] = id;
+                              (unsigned long long)h->total,
+                              (unsigned long long)KEY_ID(c->peer_ckpt[r] > c->last ? c->peer_ckpt[r]
+                                                                                      : c->last));
+        c->peer_ckpt[r] = key;
         if (!c->pending && !ex->finished)
-            c->pending = id;
+            c->pending = key;
         return SLASH_OK;
     }
-    if (id != c->peer_ckpt[r] || id <= c->peer_done[r])
+    if (key != c->peer_ckpt[r] || key <= c->peer_done[r])
         return slash_fail(SLASH_EPROTO, "exec: rank %u ended checkpoint %llu it did not begin", r,
-                          (unsigned long long)id);
-    c->peer_done[r] = id;
+                          (unsigned long long)h->total);
+    c->peer_done[r] = key;
+    if (h->offset)
+        c->peer_moving = true; /* its snapshot fell in a hand-over: this attempt is dropped */
     return SLASH_OK;
 }
 
-/* Sends a CKPT or CKPT_DONE of id to every peer. */
-static slash_status send_all(slash_exec *ex, uint32_t type, uint64_t id)
+/* Sends a CKPT or CKPT_DONE of key to every peer (offset: CKPT_DONE's "my
+ * snapshot fell in a hand-over"). */
+static slash_status send_all(slash_exec *ex, uint32_t type, uint64_t key, bool moving)
 {
-    sync_msg h = {.type = type, .epoch = ex->epoch, .total = id};
+    sync_msg h = {.type = type, .part = (uint32_t)KEY_ATTEMPT(key), .epoch = ex->epoch,
+                  .total = KEY_ID(key), .offset = moving};
     for (uint32_t r = 0; r < ex->n; r++) {
         if (r == ex->rank)
             continue;
@@ -235,8 +259,9 @@ slash_status exec_ckpt_safe_point(slash_exec *ex)
         return SLASH_OK;
     }
     slash_status st = exec_end_epoch(ex);
+    c->peer_moving = false; /* DONE(id) can only come after our CKPT(id) */
     if (st == SLASH_OK)
-        st = send_all(ex, SYNC_CKPT, id);
+        st = send_all(ex, SYNC_CKPT, id, false);
     bool given_up = false;
     if (st == SLASH_OK)
         st = wait_all(ex, c->peer_ckpt, id, &given_up);
@@ -246,13 +271,27 @@ slash_status exec_ckpt_safe_point(slash_exec *ex)
         c->last = id, c->pending = 0, c->abandoned++;
         return SLASH_OK; /* the group is finishing: no later checkpoint can complete */
     }
+    bool moving = ex->mv.nhold || ex->mv.nowe || ex->mv.nawait;
     slash_ckpt *ck = NULL;
-    if ((st = snapshot(ex, id, &ck)) != SLASH_OK || (st = queue_image(c, ck)) != SLASH_OK)
+    if (!moving && (st = snapshot(ex, KEY_ID(id), &ck)) != SLASH_OK)
         return st;
-    if ((st = send_all(ex, SYNC_CKPT_DONE, id)) != SLASH_OK ||
-        (st = wait_all(ex, c->peer_done, id, NULL)) != SLASH_OK)
+    if ((st = send_all(ex, SYNC_CKPT_DONE, id, moving)) != SLASH_OK ||
+        (st = wait_all(ex, c->peer_done, id, NULL)) != SLASH_OK) {
+        slash_ckpt_free(ck);
         return st;
+    }
     c->last = id;
+    if (moving || c->peer_moving) { /* every executor drops this attempt and runs another */
+        slash_ckpt_free(ck);
+        c->retried++;
+        c->pending = KEY_ATTEMPT(id) + 1 < (1u << KEY_BITS) ? id + 1 : next_pending(ex);
+        if (!c->pending || KEY_ID(c->pending) == KEY_ID(id))
+            return SLASH_OK;
+        c->abandoned++; /* attempts exhausted (never in practice): the id is given up */
+        return SLASH_OK;
+    }
+    if ((st = queue_image(c, ck)) != SLASH_OK)
+        return st;
     c->pending = next_pending(ex);
     return SLASH_OK;
 }
@@ -270,15 +309,18 @@ slash_status slash_exec_request_checkpoint(slash_exec *ex, uint64_t id)
     else if (ex->finished)
         st = slash_fail(SLASH_ESTATE, "checkpoint %llu: the executor has finished",
                         (unsigned long long)id);
-    else if (id == 0 || id <= c->last || (c->pending && id <= c->pending))
+    else if (id == 0 || id > MAX_CKPT_ID)
+        st = slash_fail(SLASH_EINVAL, "checkpoint id %llu is outside 1..%llu", (unsigned long long)id,
+                        (unsigned long long)MAX_CKPT_ID);
+    else if (KEY(id, 0) <= c->last || (c->pending && KEY(id, 0) <= c->pending))
         st = slash_fail(SLASH_EINVAL, "checkpoint ids must increase: %llu after %llu",
                         (unsigned long long)id,
-                        (unsigned long long)(c->pending > c->last ? c->pending : c->last));
+                        (unsigned long long)KEY_ID(c->pending > c->last ? c->pending : c->last));
     else if (c->pending)
         st = slash_fail(SLASH_ESTATE, "checkpoint %llu: checkpoint %llu is still pending",
-                        (unsigned long long)id, (unsigned long long)c->pending);
+                        (unsigned long long)id, (unsigned long long)KEY_ID(c->pending));
     else
-        c->pending = id;
+        c->pending = KEY(id, 0);
     return exec_leave(ex, st);
 }
 
@@ -337,7 +379,7 @@ static slash_status restore_meta(slash_exec *ex, const void *meta, size_t len)
     c->restore_seen[m->rank] = 1;
     c->restoring = true;
     c->restore_id = m->id, c->restore_size = m->size, c->restored_metas++;
-    c->last = m->id; /* later checkpoints must have larger ids */
+    c->last = KEY(m->id, 0); /* later checkpoints must have larger ids */
     if (m->published < c->restore_min)
         c->restore_min = m->published;
     if (m->fired > ex->fired)

@@ -25,6 +25,8 @@ typedef struct exec_ckpt {
     slash_ckpt **done;   /* completed images, oldest first */
     size_t ndone, cap;
     uint64_t abandoned;  /* checkpoints given up because an executor was finishing */
+    uint64_t retried;    /* attempts dropped because a cut fell in a hand-over */
+    bool peer_moving;    /* a peer's CKPT_DONE of this attempt said it was in a hand-over */
     uint64_t base_pushes; /* push calls of the restored rank before its checkpoint */
     /* restore (before the first push) */
     uint64_t restore_id;
