@@ -83,7 +83,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _add_ctl(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", full: bool) -> None:
-    p = sub.add_parser("ctl", help="control a running `slash run`: status, update",
+    p = sub.add_parser("ctl", help="control a running `slash run`: status, update, rebalance, "
+                                   "scale-out, scale-in, epoch",
                        description="Sends one operation to a running stream over its control "
                                    "socket (docs/control.md).")
     p.set_defaults(func=_cmd_ctl)
