@@ -29,7 +29,7 @@ from slash.query import Query
 from slash.runner import run
 
 LOW, HIGH = 100_000, 6_000_000
-PHASES = [(LOW, 3), (HIGH, 4), (LOW, 25)]  # records/s, seconds
+PHASES = [(LOW, 3), (HIGH, 6), (LOW, 25)]  # records/s, seconds
 UNIT_MS = 100  # one Arrow IPC record batch (a FileSource unit) per 100 ms of event time
 TARGET_MS = 250
 QUERY = Query(time="t", window="tumbling:1s", key="k", aggregates=["count", "sum:v", "min:v", "max:v"])
@@ -64,9 +64,12 @@ def test_latency_target_scales_out_on_a_rate_step_and_releases_after_it(tmp_path
     cfg = ControllerConfig(latency_target=f"{TARGET_MS}ms", min_executors=1, max_executors=2,
                            cooldown=5.0, release_sustain=6)
     m: dict = {}
+    # epochs of 50 ms are short for the target already (< target / 4), so the
+    # controller's only remedy for the burst is executors: an epoch decision
+    # first would spend the 5 s cool-down inside the burst
     with caplog.at_level(logging.INFO, logger="slash.controller"):
         tuned = run(QUERY, path, executors=1, latency_target=cfg, realtime=True, metrics=m,
-                    group=GroupConfig(epoch_ms=200), checkpoint_every="5s")
+                    group=GroupConfig(epoch_ms=50), checkpoint_every="5s")
     auto = m["autotune"]
     decisions = auto["decisions"]
     outs = [d for d in decisions if d["action"] == "scale_out" and d["outcome"] == "applied"]
