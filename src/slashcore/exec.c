@@ -1868,8 +1868,10 @@ static slash_status finish_locked(slash_exec *ex)
     slash_status st = end_epoch(ex, true);
     slash_backoff b;
     slash_backoff_reset(&b);
+    uint64_t deadline = slash_deadline(exec_timeout_ms(ex));
     /* and until this executor has handed over what it owes and received
-     * what it awaits (old leaders hand over after their final epoch too) */
+     * what it awaits (old leaders hand over after their final epoch too);
+     * bounded by the group timeout: a stuck hand-over is an error, never a hang */
     while (st == SLASH_OK && (ex->nfin < ex->n - 1 || ex->mv.nowe || ex->mv.nawait)) {
         bool progressed = false;
         st = serve(ex, &progressed);
@@ -1877,8 +1879,13 @@ static slash_status finish_locked(slash_exec *ex)
             st = switch_map(ex);
         if (st == SLASH_OK)
             st = move_progress(ex);
-        if (progressed)
+        if (progressed) {
             slash_backoff_reset(&b);
+            deadline = slash_deadline(exec_timeout_ms(ex));
+        } else if (st == SLASH_OK && slash_deadline_passed(deadline))
+            st = slash_fail(SLASH_ETIMEDOUT, "finish: executor rank %u made no progress for %d ms "
+                            "(%u of %u peers finished, %u hand-over(s) owed, %u awaited)", ex->rank,
+                            exec_timeout_ms(ex), ex->nfin, ex->n - 1, ex->mv.nowe, ex->mv.nawait);
         else
             slash_backoff_wait(&b);
     }
