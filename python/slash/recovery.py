@@ -221,6 +221,18 @@ def _committed_since(store: CheckpointStore, first_id: int) -> int:
     return sum(1 for i in store._ids() if i >= first_id and store._has_manifest(i))
 
 
+
+def _kill_after_cuts(ex: Executor, store: CheckpointStore, plan: "_Plan", kill_at: Tuple[int, ...],
+                     rank: int, pushes: int, after_call: Callable[[], None]) -> None:
+    """The SLASH_TEST_KILL hook between pushes: waits (polling, <= 10 s) for
+    the hook's CUTS committed checkpoints, then SIGKILLs this process."""
+    waited = time.monotonic()
+    while _committed_since(store, plan.next_id) < kill_at[1] and time.monotonic() - waited < 10:
+        ex.poll(0.01)
+        after_call()
+    log.warning("test hook SLASH_TEST_KILL: rank %d kills itself after %d pushes", rank, pushes)
+    os.kill(os.getpid(), signal.SIGKILL)
+
 def _source_time(source: Any, query: Query) -> Optional[str]:
     """The time column to pass to ``read`` (as runner's bounded reads do)."""
     import inspect
@@ -404,14 +416,7 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                         if every.epochs is not None:
                             last_ask_epochs = ex.metrics["epochs"]
                 if kill_at is not None and not kill_at[2] and pushes >= kill_at[0]:
-                    waited = time.monotonic()  # the hook waits (polling) for CUTS commits, <= 10 s
-                    while _committed_since(store, plan.next_id) < kill_at[1] and \
-                            time.monotonic() - waited < 10:
-                        ex.poll(0.01)
-                        after_call()
-                    log.warning("test hook SLASH_TEST_KILL: rank %d kills itself after %d pushes",
-                                rank, pushes)
-                    os.kill(os.getpid(), signal.SIGKILL)
+                    _kill_after_cuts(ex, store, plan, kill_at, rank, pushes, after_call)
                 if time.monotonic() - last_progress >= _PROGRESS_S:
                     last_progress = time.monotonic()
                     link.put(("progress", rank, records))

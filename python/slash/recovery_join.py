@@ -41,7 +41,7 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
     ``plan.resume_id`` if given, drops the side batches before the cut, then
     pushes and cuts. Returns the pairs this executor fired in this attempt
     and its metrics."""
-    from slash.recovery import _PROGRESS_S, _committed_since, _json, _kill_point
+    from slash.recovery import _PROGRESS_S, _committed_since, _json, _kill_after_cuts, _kill_point
     from slash.runner import _no_cyclic_gc, _time_ordered
 
     n = len(addresses)
@@ -139,14 +139,7 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
                         if every.epochs is not None:
                             last_ask_epochs = ex.metrics["epochs"]
                 if kill_at is not None and not kill_at[2] and pushes >= kill_at[0]:
-                    waited = time.monotonic()  # the hook waits (polling) for CUTS commits, <= 10 s
-                    while _committed_since(store, plan.next_id) < kill_at[1] and \
-                            time.monotonic() - waited < 10:
-                        ex.poll(0.01)
-                        after_call()
-                    log.warning("test hook SLASH_TEST_KILL: rank %d kills itself after %d pushes",
-                                rank, pushes)
-                    os.kill(os.getpid(), signal.SIGKILL)
+                    _kill_after_cuts(ex, store, plan, kill_at, rank, pushes, after_call)
                 if time.monotonic() - last_progress >= _PROGRESS_S:
                     last_progress = time.monotonic()
                     link.put(("progress", rank, records))
