@@ -569,6 +569,7 @@ static slash_status moves_init(slash_exec *ex)
     mv->pend_parts = calloc(P, sizeof *mv->pend_parts);
     mv->pend_ranks = calloc(P, sizeof *mv->pend_ranks);
     mv->hold = calloc(P, 1);
+    mv->defer = calloc(P, 1);
     mv->awaiting = calloc(P, 1);
     mv->from = calloc(P, sizeof *mv->from);
     mv->owe = malloc(P * sizeof *mv->owe);
@@ -580,7 +581,7 @@ static slash_status moves_init(slash_exec *ex)
     mv->owe_ver = calloc(P, sizeof *mv->owe_ver);
     mv->since_ns = calloc(P, sizeof *mv->since_ns);
     if (!mv->peer_ver || !mv->await_from || !mv->hasm || !mv->pend_parts || !mv->pend_ranks ||
-        !mv->hold || !mv->awaiting || !mv->from || !mv->owe || !mv->owe_ver || !mv->since_ns || !mv->pend_to || !mv->hist)
+        !mv->hold || !mv->defer || !mv->awaiting || !mv->from || !mv->owe || !mv->owe_ver || !mv->since_ns || !mv->pend_to || !mv->hist)
         return slash_fail(SLASH_ENOMEM, "exec: out of memory for the leader map");
     for (uint32_t p = 0; p < P; p++)
         mv->owe[p] = mv->pend_to[p] = -1;
@@ -602,6 +603,7 @@ static void moves_free(slash_exec *ex)
     free(mv->pend_parts);
     free(mv->pend_ranks);
     free(mv->hold);
+    free(mv->defer);
     free(mv->awaiting);
     free(mv->from);
     free(mv->owe);
@@ -620,15 +622,34 @@ static void hold_set(slash_exec *ex, uint32_t p)
 
 static void hold_clear(slash_exec *ex, uint32_t p)
 {
-    if (ex->mv.hold[p] && !ex->mv.awaiting[p] && ex->mv.owe[p] < 0) {
+    if (ex->mv.hold[p] && !ex->mv.awaiting[p] && ex->mv.owe[p] < 0 && !ex->mv.defer[p]) {
         ex->mv.hold[p] = 0;
         ex->mv.nhold--;
     }
 }
 
+/* This executor's role in moving p from old to to in version v: the old
+ * leader owes the hand-over, the new one awaits it; both hold p meanwhile. */
+static void take_role(slash_exec *ex, uint32_t p, uint32_t old, uint32_t to, uint64_t v)
+{
+    exec_moves *mv = &ex->mv;
+    if (old == ex->rank) {
+        mv->owe[p] = (int32_t)to, mv->owe_ver[p] = v, mv->nowe++;
+        hold_set(ex, p);
+    } else if (to == ex->rank) {
+        mv->awaiting[p] = 1, mv->from[p] = old, mv->await_from[old]++, mv->nawait++;
+        hold_set(ex, p);
+    }
+}
+
 /* Adopts version map.version + 1 (moves checked by the caller): what this
  * executor gives away stops firing now, what it gets is held until its
- * hand-over. Switching (sending by the new map) waits for the epoch end. */
+ * hand-over. Switching (sending by the new map) waits for the epoch end.
+ * A partition whose hand-over of an older version is still in flight here
+ * (versions can follow each other faster than hand-overs: rank 0 waits only
+ * for every executor to switch) takes its new role at the switch, which
+ * waits for that hand-over: an executor owing p to a peer while awaiting p
+ * back from it would otherwise wait for the peer, which waits for it. */
 static void adopt(slash_exec *ex, const uint32_t *parts, const uint32_t *ranks, uint32_t k)
 {
     exec_moves *mv = &ex->mv;
@@ -636,16 +657,29 @@ static void adopt(slash_exec *ex, const uint32_t *parts, const uint32_t *ranks, 
     for (uint32_t i = 0; i < k; i++) {
         uint32_t p = parts[i], old = slash_leadermap_leader(&mv->map, p);
         mv->pend_parts[i] = p, mv->pend_ranks[i] = ranks[i], mv->pend_to[p] = (int32_t)ranks[i];
-        if (old == ex->rank) {
-            mv->owe[p] = (int32_t)ranks[i], mv->owe_ver[p] = v, mv->nowe++;
+        bool involved = old == ex->rank || ranks[i] == ex->rank;
+        if (involved && (mv->owe[p] >= 0 || mv->awaiting[p])) {
+            mv->defer[p] = 1, mv->ndefer++;
             hold_set(ex, p);
-        } else if (ranks[i] == ex->rank) {
-            mv->awaiting[p] = 1, mv->from[p] = old, mv->await_from[old]++, mv->nawait++;
-            hold_set(ex, p);
+        } else {
+            take_role(ex, p, old, ranks[i], v);
         }
     }
     mv->npend = k;
     mv->pending = true;
+}
+
+/* Whether the adopted version can be switched to: no partition it moves
+ * still has an older hand-over in flight here. */
+static bool switch_ready(const slash_exec *ex)
+{
+    const exec_moves *mv = &ex->mv;
+    for (uint32_t i = 0; i < mv->npend && mv->ndefer; i++) {
+        uint32_t p = mv->pend_parts[i];
+        if (mv->defer[p] && (mv->owe[p] >= 0 || mv->awaiting[p]))
+            return false;
+    }
+    return true;
 }
 
 /* At an epoch end: follows the adopted version from now on and tells every
@@ -654,6 +688,15 @@ static slash_status switch_map(slash_exec *ex)
 {
     exec_moves *mv = &ex->mv;
     uint64_t v = mv->map.version + 1;
+    if (!switch_ready(ex))
+        return SLASH_OK; /* at a later epoch end: see adopt() */
+    for (uint32_t i = 0; i < mv->npend && mv->ndefer; i++) {
+        uint32_t p = mv->pend_parts[i];
+        if (mv->defer[p]) {
+            mv->defer[p] = 0, mv->ndefer--;
+            take_role(ex, p, slash_leadermap_leader(&mv->map, p), mv->pend_ranks[i], v);
+        }
+    }
     slash_status st = slash_leadermap_apply(&mv->map, v, mv->pend_parts, mv->pend_ranks, mv->npend);
     if (st != SLASH_OK)
         return st;
@@ -1872,10 +1915,11 @@ static slash_status finish_locked(slash_exec *ex)
     /* and until this executor has handed over what it owes and received
      * what it awaits (old leaders hand over after their final epoch too);
      * bounded by the group timeout: a stuck hand-over is an error, never a hang */
-    while (st == SLASH_OK && (ex->nfin < ex->n - 1 || ex->mv.nowe || ex->mv.nawait)) {
+    while (st == SLASH_OK &&
+           (ex->nfin < ex->n - 1 || ex->mv.nowe || ex->mv.nawait || ex->mv.ndefer)) {
         bool progressed = false;
         st = serve(ex, &progressed);
-        if (st == SLASH_OK && ex->mv.pending) /* adopted after the final epoch */
+        if (st == SLASH_OK && ex->mv.pending) /* adopted after the final epoch, or deferred */
             st = switch_map(ex);
         if (st == SLASH_OK)
             st = move_progress(ex);

@@ -101,7 +101,11 @@ typedef struct exec_moves {
     uint64_t *owe_ver;     /* per owed partition: the version that moved it */
     uint64_t *since_ns;    /* per partition: when this executor began holding it */
     uint32_t *await_from;  /* per rank: hand-overs awaited from it */
-    uint32_t nhold, nowe, nawait;
+    /* per partition: moved by the adopted version while a hand-over of an
+     * older one is in flight here; its role (owe/await) is taken at the
+     * switch, which waits for that hand-over (one role per partition) */
+    uint8_t *defer;
+    uint32_t nhold, nowe, nawait, ndefer;
     bool busy;             /* handing over (no re-entry from a nested serve) */
     assembly *hasm;        /* per rank: the hand-over being received */
 } exec_moves;
