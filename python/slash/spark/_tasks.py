@@ -167,6 +167,7 @@ class Rendezvous:
         self._members: Dict[Any, int] = {}  # connection -> rank
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()  # one sender at a time on a connection
+        self._close_lock = threading.Lock()  # links end in the reader, accept or close()
         self.errors: List[Tuple[int, str, str]] = []  # (rank, exception type, message), arrival order
         self.lost: List[int] = []  # ranks whose link dropped, in order (a killed task's first)
         self._closed = False
@@ -185,13 +186,16 @@ class Rendezvous:
                 if not self._closed:
                     log.debug("rendezvous: dropped a connection: %s", e)
                 continue
-            group = self._pending.setdefault(stage, {})
-            old = group.pop(rank, None)
+            with self._lock:
+                group = self._pending.setdefault(stage, {})
+                old = group.pop(rank, None)
+                group[rank] = (conn, addr)
+                complete = len(group) == self.n
+                if complete:
+                    del self._pending[stage]
             if old is not None:
-                old[0].close()
-            group[rank] = (conn, addr)
-            if len(group) == self.n:
-                del self._pending[stage]
+                self._close_link(old[0])
+            if complete:
                 addresses = [group[r][1] for r in range(self.n)]
                 self.started_ms = int(time.time() * 1000)
                 for r in range(self.n):
@@ -199,7 +203,7 @@ class Rendezvous:
                     try:
                         c.send((addresses, self.started_ms))
                     except OSError:
-                        c.close()
+                        self._close_link(c)
                         continue
                     with self._lock:
                         self._members[c] = r
@@ -227,7 +231,7 @@ class Rendezvous:
                     with self._lock:
                         self._members.pop(c, None)
                     self.lost.append(rank)
-                    c.close()
+                    self._close_link(c)
                     continue
                 if msg[0] == "error":
                     self.errors.append((rank, msg[1], msg[2]))
@@ -276,17 +280,25 @@ class Rendezvous:
                 return e
         return self.errors[0] if self.errors else None
 
+    def _close_link(self, c: Any) -> None:
+        """Closes a task link once, whichever thread sees it end first: the
+        reader (EOF), the accept thread (a replaced or failed link) or
+        close(). multiprocessing's Connection.close is not safe to race: two
+        threads closing it at once both close the descriptor (EBADF, or
+        worse, a descriptor reused meanwhile)."""
+        with self._close_lock:
+            c.close()
+
     def close(self) -> None:
         self._closed = True
         self._lst.close()
         with self._lock:
             conns = list(self._members)
             self._members.clear()
+            conns += [c for group in self._pending.values() for c, _ in group.values()]
+            self._pending.clear()
         for c in conns:
-            c.close()
-        for group in self._pending.values():
-            for c, _ in group.values():
-                c.close()
+            self._close_link(c)
 
 
 _CONSEQUENCES = ("PeerDisconnected", "Timeout", "ProtocolError")
