@@ -470,7 +470,7 @@ static slash_status shm_expose(slash_endpoint *base, slash_region *r)
 static slash_status shm_attach(slash_endpoint *base, int timeout_ms, slash_remote **out)
 {
     shm_endpoint *ep = (shm_endpoint *)base;
-    inbox_entry e;
+    inbox_entry e = {.fd = -1}; /* take_frame fills it on success */
     slash_status st = take_frame(ep, FRAME_REGION, slash_deadline(timeout_ms), &e);
     if (st != SLASH_OK)
         return st;
