@@ -28,12 +28,13 @@ BATCH = 500
 
 
 def open_group(n: int, state: slash.StateConfig, **group_kw) -> List[slash.Executor]:
-    """n executors of one group over shm, joined from threads."""
+    """n executors of one group (over shm unless group_kw names another
+    transport), joined from threads."""
     token = secrets.token_hex(8)
-    listeners = [slash.Executor.listen("shm", token=token) for _ in range(n)]
-    addrs = [lst.address for lst in listeners]
     gkw = dict(transport="shm", lateness="200ms", epoch_bytes=32 << 10, partitions=8, timeout=60)
     gkw.update(group_kw)
+    listeners = [slash.Executor.listen(gkw["transport"], token=token) for _ in range(n)]
+    addrs = [lst.address for lst in listeners]
     out: List[Optional[slash.Executor]] = [None] * n
     errs: List[BaseException] = []
 

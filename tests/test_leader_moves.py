@@ -5,8 +5,8 @@ input (each (window, key) once), for tumbling, sliding and session windows;
 handing every partition of rank 1 to rank 0 (a scale-in) does too; moves of
 a join are refused.
 
-Executors run as threads of this process over shm, as in
-test_checkpoint_exec.py."""
+Executors run as threads of this process, as in test_checkpoint_exec.py,
+over shm and (where libfabric is built in) ofi:tcp."""
 from __future__ import annotations
 
 import random
@@ -25,6 +25,8 @@ from test_checkpoint_exec import in_threads, open_group
 from test_executor import split, stream
 
 BATCH = 400
+NEEDS_OFI = pytest.mark.skipif(not slash.have_ofi(), reason="this build has no libfabric (ofi:tcp)")
+OFI = pytest.param("ofi:tcp", marks=NEEDS_OFI)
 
 
 def batches(t: pa.Table) -> List[pa.Table]:
@@ -102,12 +104,13 @@ def agreed(maps) -> None:
     assert all(m == maps[0] for m in maps), "executors ended on different leader maps"
 
 
-@pytest.mark.parametrize("window", ["tumbling:1s", "sliding:3s/1s", "session:700ms"])
-@pytest.mark.parametrize("seed", [1, 2])
-def test_moves_at_random_points_give_the_answer_of_the_run_without_moves(window, seed):
+@pytest.mark.parametrize("window,seed,transport", [
+    *((w, s, "shm") for w in ("tumbling:1s", "sliding:3s/1s", "session:700ms") for s in (1, 2)),
+    pytest.param("session:700ms", 2, "ofi:tcp", marks=NEEDS_OFI)])
+def test_moves_at_random_points_give_the_answer_of_the_run_without_moves(window, seed, transport):
     table = stream(seed, n=12000, nkeys=200, span_ms=30000)
     n = 3
-    got, metrics, maps = run(table, n, window, seed=seed, plan=random_moves(n))
+    got, metrics, maps = run(table, n, window, seed=seed, plan=random_moves(n), transport=transport)
     assert_same(pa.Table.from_batches(got), duckdb_reference(table, slash.parse_window(window)))
     agreed(maps)
     assert maps[0][0] >= 1, "no move took effect"
@@ -172,7 +175,8 @@ def test_moving_a_partition_of_a_join_is_refused():
 
 
 
-def test_partitions_moved_back_before_their_hand_over_arrived():
+@pytest.mark.parametrize("transport", ["shm", OFI])
+def test_partitions_moved_back_before_their_hand_over_arrived(transport):
     """Rank 0 moves every partition to the other rank as soon as the group
     agreed the previous version, so versions follow each other faster than
     hand-overs (small channel buffers: a hand-over takes many fragments, and
@@ -189,7 +193,7 @@ def test_partitions_moved_back_before_their_hand_over_arrived():
 
     table = stream(11, n=16000, nkeys=400, span_ms=20000)
     got, metrics, maps = run(table, 2, "tumbling:1s", seed=11, partitions=32, mover=swap_all,
-                             buffer_size=4 << 10, credits=2, timeout=20)
+                             buffer_size=4 << 10, credits=2, timeout=20, transport=transport)
     assert_same(pa.Table.from_batches(got), duckdb_reference(table, slash.parse_window("tumbling:1s")))
     agreed(maps)
     assert maps[0][0] >= 3, "versions did not follow each other"

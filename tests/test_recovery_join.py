@@ -5,7 +5,7 @@ The reference is the failure-free run of the same join, itself checked
 against DuckDB: a run whose worker is SIGKILLed (test hook SLASH_TEST_KILL,
 see slash.recovery) after a checkpoint committed, restarted from it with the
 join stores (both sides' buffered rows) restored, gives the same pairs row
-for row, none twice."""
+for row, none twice, over shm and ofi:tcp."""
 import functools
 import time
 
@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+import slash
 from slash.executor import GroupConfig
 from slash.query import JoinQuery
 from slash.runner import run
@@ -64,12 +65,12 @@ def _sorted_rows(t: pa.Table):
     return sorted(tuple(r.values()) for r in t.to_pylist())
 
 
-def _run_killed(window: str, tmp_path, monkeypatch, kill: str):
+def _run_killed(window: str, tmp_path, monkeypatch, kill: str, transport: str = "shm"):
     monkeypatch.setenv("SLASH_TEST_KILL", kill)
     m = {}
     got = run(_query(window), _sources(), executors=2, checkpoint=str(tmp_path / "ck"),
-              checkpoint_every="4 batches", group=GroupConfig(epoch_ms=10, lateness="1s"),
-              metrics=m)
+              checkpoint_every="4 batches", metrics=m,
+              group=GroupConfig(epoch_ms=10, lateness="1s", transport=transport))
     return got, m
 
 
@@ -89,10 +90,16 @@ def test_failure_free_tumbling_join_equals_duckdb():
     assert sorted(rows) == sorted(want)
 
 
-@pytest.mark.parametrize("window,kill", [("tumbling:2s", "1:20:0:1"), ("tumbling:2s", "0:30:0:2"),
-                                         ("session:1s", "1:25:0:1")])
-def test_killed_join_worker_gives_the_failure_free_pairs(window, kill, tmp_path, monkeypatch):
-    got, m = _run_killed(window, tmp_path, monkeypatch, kill)
+OFI = pytest.param("ofi:tcp", marks=pytest.mark.skipif(not slash.have_ofi(),
+                                                      reason="this build has no libfabric (ofi:tcp)"))
+
+
+@pytest.mark.parametrize("window,kill,transport", [
+    ("tumbling:2s", "1:20:0:1", "shm"), ("tumbling:2s", "0:30:0:2", "shm"),
+    ("session:1s", "1:25:0:1", "shm"), ("tumbling:2s", "1:20:0:1", OFI)])
+def test_killed_join_worker_gives_the_failure_free_pairs(window, kill, transport, tmp_path,
+                                                         monkeypatch):
+    got, m = _run_killed(window, tmp_path, monkeypatch, kill, transport)
     want = reference(window)
     assert got.num_rows == want.num_rows > 0
     assert _sorted_rows(got) == _sorted_rows(want)  # each pair once: a multiset equality
@@ -105,3 +112,4 @@ def test_join_worker_killed_inside_a_checkpoint_write_resumes_from_the_one_befor
     got, m = _run_killed("tumbling:2s", tmp_path, monkeypatch, "1:15:0:1:w")
     assert _sorted_rows(got) == _sorted_rows(reference("tumbling:2s"))
     assert len(m["recoveries"]) == 1
+
