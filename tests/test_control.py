@@ -24,8 +24,7 @@ from slash.query import Query
 from slash.runner import run
 from slash.sources import GeneratorSource
 
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-
+from _slash_run import ENV, start_slash_run, wait_until
 
 def slash(*argv, timeout=120):
     return subprocess.run([sys.executable, "-m", "slash", *argv], capture_output=True, text=True,
@@ -52,16 +51,6 @@ def rows(result, cols):
 def tumbling_reference(table, size, where):
     return duck(table, f"select (t // {size}) * {size} ws, k, count(*), sum(v) from t "
                        f"where {where} group by all order by ws, k")
-
-
-def wait_until(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 # ---- the rule for T ----------------------------------------------------------------------------
@@ -195,22 +184,9 @@ def test_a_lateness_change_of_a_bounded_input_is_refused_saying_why(idle_server)
 
 
 # ---- a real `slash run` -----------------------------------------------------------------------
-def start_run(tmp_path, table, *extra, rate=100_000):
-    pq.write_table(table, tmp_path / "in.parquet", row_group_size=5_000)
-    sock = str(tmp_path / "ctl.sock")
-    p = subprocess.Popen([sys.executable, "-m", "slash", "run", "--input", str(tmp_path / "in.parquet"),
-                          "--time", "t", "--window", "tumbling:1s", "--key", "k", "--agg", "count",
-                          "--agg", "sum:v", "--executors", "2", "--transport", "shm",
-                          "--output", str(tmp_path / "out.parquet"), "--control", sock,
-                          "--rate", str(rate), *extra],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-    control.wait_for_socket(sock, 60)
-    return p, sock
-
-
 def test_slash_run_updates_its_filter_at_one_window_boundary_on_every_executor(tmp_path):
     table = events(300_000)
-    p, sock = start_run(tmp_path, table, "--filter", "v > 10")
+    p, sock = start_slash_run(tmp_path, table, "--filter", "v > 10")
     try:
         st = wait_until(lambda: (lambda s: s if s["records"] > 20_000 else None)(
             control.request(sock, "status")), 60, "records flowing")
@@ -235,7 +211,7 @@ def test_slash_run_updates_its_filter_at_one_window_boundary_on_every_executor(t
 
 
 def test_slash_ctl_refuses_a_filter_on_a_missing_column_naming_it(tmp_path):
-    p, sock = start_run(tmp_path, events(100_000), rate=50_000)
+    p, sock = start_slash_run(tmp_path, events(100_000), rate=50_000)
     try:
         r = slash("ctl", "--socket", sock, "update", "--filter", "colour == 'red'")
         st = control.request(sock, "status")

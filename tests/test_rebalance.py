@@ -1,13 +1,12 @@
 """Partition moves in real runs (issue 17): ``rebalance`` from the driver of
-a ``slash run`` (explicit moves and automatic), with and without
-checkpoints, and checkpoints that keep the leader map - a run whose
+a ``slash run`` (explicit moves and automatic, over shm and ofi:tcp), with
+and without checkpoints, and checkpoints that keep the leader map - a run whose
 partitions moved and whose executor was then killed recovers to the
 failure-free output, and a cut taken during a hand-over (the partition in
 two images) restores the merge of both.
 
 References: DuckDB over the whole input, and the same query run without
 moves (the static run)."""
-import os
 import subprocess
 import sys
 import threading
@@ -28,10 +27,8 @@ from slash.recovery import RunControl, checkpoint_leaders, part_name, read_parti
 from slash.runner import run
 from slash.sources import GeneratorSource
 
+from _slash_run import ENV, start_slash_run, wait_until
 from test_recovery import SCHEMA, _assert_same, _query, _slow_gen, make
-
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-
 
 def events(n, seed=3, span_ms=30_000, nkeys=200):
     rng = np.random.default_rng(seed)
@@ -49,16 +46,6 @@ def duck_tumbling(table, size_ms):
 
 def rows(result):
     return [(r["window_start"], r["k"], r["count"], r["sum_v"]) for r in result.to_pylist()]
-
-
-def wait_until(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # ---- the request ---------------------------------------------------------------------------------
@@ -85,18 +72,13 @@ def test_automatic_rebalance_moves_from_the_busiest_leader_to_the_least_loaded()
 
 
 # ---- slash run without checkpoints ---------------------------------------------------------------
-def test_slash_run_rebalanced_by_ctl_during_the_stream_equals_the_static_run_and_duckdb(tmp_path):
+@pytest.mark.parametrize("transport", ["shm", pytest.param("ofi:tcp", marks=pytest.mark.skipif(
+    not slash.have_ofi(), reason="this build has no libfabric (ofi:tcp)"))])
+def test_slash_run_rebalanced_by_ctl_during_the_stream_equals_the_static_run_and_duckdb(tmp_path,
+                                                                                      transport):
     table = events(150_000)
-    pq.write_table(table, tmp_path / "in.parquet", row_group_size=5_000)
-    sock = str(tmp_path / "ctl.sock")
-    p = subprocess.Popen([sys.executable, "-m", "slash", "run", "--input", str(tmp_path / "in.parquet"),
-                          "--time", "t", "--window", "tumbling:1s", "--key", "k", "--agg", "count",
-                          "--agg", "sum:v", "--executors", "3", "--transport", "shm",
-                          "--output", str(tmp_path / "out.parquet"), "--control", sock,
-                          "--rate", "60000"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    p, sock = start_slash_run(tmp_path, table, executors=3, transport=transport, rate=60_000)
     try:
-        control.wait_for_socket(sock, 60)
         wait_until(lambda: control.request(sock, "status")["reporting"] == 3, 60, "reports")
         r = subprocess.run([sys.executable, "-m", "slash", "ctl", "--socket", sock, "rebalance",
                             "--moves", "0:1,1:2,2:0,5:0"], capture_output=True, text=True,

@@ -1,0 +1,50 @@
+"""Shared by the tests that drive a real ``slash run`` over its control
+socket (test_control.py, test_rebalance.py): the environment a child
+``python -m slash`` needs to import this checkout, starting a run of a
+tumbling count/sum query over a parquet file with a control socket, and
+polling a condition with a deadline."""
+import os
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+
+from slash import control
+
+#: a child process imports slash from the same path as this test process
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+
+
+def start_slash_run(tmp_path, table, *extra, executors=2, transport="shm", rate=100_000):
+    """Writes ``table`` to ``tmp_path/in.parquet`` and starts ``slash run``
+    (tumbling:1s by k, count and sum:v, into ``tmp_path/out.parquet``) with
+    a control socket; returns (the process, the socket's path) once the
+    socket answers. ``extra``: more command-line arguments."""
+    pq.write_table(table, tmp_path / "in.parquet", row_group_size=5_000)
+    sock = str(tmp_path / "ctl.sock")
+    p = subprocess.Popen([sys.executable, "-m", "slash", "run", "--input", str(tmp_path / "in.parquet"),
+                          "--time", "t", "--window", "tumbling:1s", "--key", "k", "--agg", "count",
+                          "--agg", "sum:v", "--executors", str(executors), "--transport", transport,
+                          "--output", str(tmp_path / "out.parquet"), "--control", sock,
+                          "--rate", str(rate), *extra],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        control.wait_for_socket(sock, 60)
+    except BaseException:
+        p.kill()
+        p.communicate(timeout=60)
+        raise
+    return p, sock
+
+
+def wait_until(cond, timeout, what, every=0.05):
+    """cond()'s first truthy value, polled every ``every`` s; AssertionError
+    naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
