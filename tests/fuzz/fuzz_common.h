@@ -6,10 +6,15 @@
  * tumbling; 2 session gap 50), bits 4-5 partitions - 1 (1..4), bits 6-7 the
  * aggregate set (see fuzz_config) or, for a join, the right side's column
  * count (1..4 left: 2 columns).
+ *
+ * fuzz_filled_ssb / fuzz_filled_join open a store of a config and fill it
+ * with a few fixed rows (fuzz_rows), the starting state both the targets and
+ * the seeds build on; they abort on any error (the derived configs are valid).
  */
 #ifndef SLASH_FUZZ_COMMON_H
 #define SLASH_FUZZ_COMMON_H
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "slash/exec.h"
@@ -67,6 +72,55 @@ static inline slash_exec_config fuzz_config(uint8_t c)
     x.timeout_ms = 1000;
     x.own_rows = SLASH_OWN_LOCAL;
     return x;
+}
+
+/* n rows: times t, int64 keys k or byte-string keys (n + 1 int32 offsets
+ * off into kd), and v as every value column (read as int64 or double bits;
+ * any bits will do). */
+typedef struct fuzz_rows {
+    size_t n;
+    const int64_t *t, *k, *v;
+    const int32_t *off;
+    const uint8_t *kd;
+} fuzz_rows;
+
+/* An aggregate store of config c holding rows r. The caller closes it. */
+static inline slash_ssb *fuzz_filled_ssb(const slash_ssb_config *c, const fuzz_rows *r)
+{
+    slash_ssb *s;
+    if (slash_ssb_open(c, &s) != SLASH_OK)
+        abort();
+    slash_ssb_batch b = {.n = r->n, .times = r->t};
+    if (c->key_type == SLASH_KEY_INT64)
+        b.keys = r->k;
+    else
+        b.key_offsets = r->off, b.key_data = r->kd;
+    for (uint32_t j = 0; j < c->naggs; j++)
+        b.values[j] = r->v;
+    if (slash_ssb_update(s, &b) != SLASH_OK)
+        abort();
+    return s;
+}
+
+/* A join store of config c holding rows r on each side. The caller closes it. */
+static inline slash_join *fuzz_filled_join(const slash_join_config *c, const fuzz_rows *r)
+{
+    slash_join *s;
+    if (slash_join_open(c, &s) != SLASH_OK)
+        abort();
+    for (int side = 0; side < 2; side++) {
+        slash_join_batch b = {.side = side ? SLASH_JOIN_RIGHT : SLASH_JOIN_LEFT, .n = r->n,
+                              .times = r->t};
+        if (c->key_type == SLASH_KEY_INT64)
+            b.keys = r->k;
+        else
+            b.key_offsets = r->off, b.key_data = r->kd;
+        for (uint32_t j = 0; j < c->ncols[side]; j++)
+            b.columns[j] = r->v;
+        if (slash_join_update(s, &b) != SLASH_OK)
+            abort();
+    }
+    return s;
 }
 
 #endif

@@ -18,21 +18,11 @@
 static const int64_t T[4] = {5, 130, 131, 260}, K[4] = {1, 2, 1, 7}, V[4] = {3, -4, 5, 6};
 static const int32_t OFF[5] = {0, 1, 3, 4, 6};
 static const uint8_t KD[6] = {'a', 'b', 'c', 'a', 'd', 'e'};
+static const fuzz_rows ROWS = {.n = 4, .t = T, .k = K, .v = V, .off = OFF, .kd = KD};
 
 static void run_ssb(const slash_ssb_config *cfg, const uint8_t *d, size_t n)
 {
-    slash_ssb *s = NULL, *t = NULL;
-    if (slash_ssb_open(cfg, &s) != SLASH_OK)
-        abort(); /* the derived configs are all valid */
-    slash_ssb_batch b = {.n = 4, .times = T};
-    if (cfg->key_type == SLASH_KEY_INT64)
-        b.keys = K;
-    else
-        b.key_offsets = OFF, b.key_data = KD;
-    for (uint32_t j = 0; j < cfg->naggs; j++)
-        b.values[j] = V; /* read as int64 or double bits; any bits will do */
-    if (slash_ssb_update(s, &b) != SLASH_OK)
-        abort();
+    slash_ssb *s = fuzz_filled_ssb(cfg, &ROWS), *t = NULL;
     if (slash_ssb_merge_delta(s, d, n) == SLASH_OK && slash_ssb_begin_epoch(s) == SLASH_OK) {
         if (slash_ssb_open(cfg, &t) != SLASH_OK)
             abort();
@@ -65,20 +55,7 @@ static void run_ssb(const slash_ssb_config *cfg, const uint8_t *d, size_t n)
 
 static void run_join(const slash_join_config *cfg, const uint8_t *d, size_t n)
 {
-    slash_join *s = NULL, *t = NULL;
-    if (slash_join_open(cfg, &s) != SLASH_OK)
-        abort();
-    for (int side = 0; side < 2; side++) {
-        slash_join_batch b = {.side = side ? SLASH_JOIN_RIGHT : SLASH_JOIN_LEFT, .n = 4, .times = T};
-        if (cfg->key_type == SLASH_KEY_INT64)
-            b.keys = K;
-        else
-            b.key_offsets = OFF, b.key_data = KD;
-        for (uint32_t j = 0; j < cfg->ncols[side]; j++)
-            b.columns[j] = V;
-        if (slash_join_update(s, &b) != SLASH_OK)
-            abort();
-    }
+    slash_join *s = fuzz_filled_join(cfg, &ROWS), *t = NULL;
     if (slash_join_merge_delta(s, d, n) == SLASH_OK && slash_join_begin_epoch(s) == SLASH_OK) {
         if (slash_join_open(cfg, &t) != SLASH_OK)
             abort();

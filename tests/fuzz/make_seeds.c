@@ -31,26 +31,15 @@ static const int64_t V[6] = {10, 20, 30, 40, 50, 60};
 static const int32_t OFF[7] = {0, 2, 4, 6, 7, 9, 11};
 static const uint8_t KD[11] = "k4k5k4xk5k4";
 
+static const fuzz_rows ROWS = {.n = 6, .t = T, .k = K, .v = V, .off = OFF, .kd = KD};
+
 /* partition 0's delta after one update, copied to *out */
 static size_t make_delta(const slash_exec_config *c, uint8_t *out, size_t cap)
 {
     const void *a = NULL;
     size_t len = 0;
     if (c->kind == SLASH_EXEC_JOIN) {
-        slash_join *s;
-        if (slash_join_open(&c->join, &s) != SLASH_OK)
-            abort();
-        for (int side = 0; side < 2; side++) {
-            slash_join_batch b = {.side = side ? SLASH_JOIN_RIGHT : SLASH_JOIN_LEFT, .n = 6, .times = T};
-            if (c->join.key_type == SLASH_KEY_INT64)
-                b.keys = K;
-            else
-                b.key_offsets = OFF, b.key_data = KD;
-            for (uint32_t j = 0; j < c->join.ncols[side]; j++)
-                b.columns[j] = V;
-            if (slash_join_update(s, &b) != SLASH_OK)
-                abort();
-        }
+        slash_join *s = fuzz_filled_join(&c->join, &ROWS);
         if (slash_join_begin_epoch(s) != SLASH_OK || slash_join_delta(s, 0, &a, &len) != SLASH_OK)
             abort();
         len = len < cap ? len : cap;
@@ -58,18 +47,8 @@ static size_t make_delta(const slash_exec_config *c, uint8_t *out, size_t cap)
         slash_join_close(s);
         return len;
     }
-    slash_ssb *s;
-    if (slash_ssb_open(&c->state, &s) != SLASH_OK)
-        abort();
-    slash_ssb_batch b = {.n = 6, .times = T};
-    if (c->state.key_type == SLASH_KEY_INT64)
-        b.keys = K;
-    else
-        b.key_offsets = OFF, b.key_data = KD;
-    for (uint32_t j = 0; j < c->state.naggs; j++)
-        b.values[j] = V;
-    if (slash_ssb_update(s, &b) != SLASH_OK || slash_ssb_begin_epoch(s) != SLASH_OK ||
-        slash_ssb_delta(s, 0, &a, &len) != SLASH_OK)
+    slash_ssb *s = fuzz_filled_ssb(&c->state, &ROWS);
+    if (slash_ssb_begin_epoch(s) != SLASH_OK || slash_ssb_delta(s, 0, &a, &len) != SLASH_OK)
         abort();
     len = len < cap ? len : cap;
     memcpy(out, a, len);
@@ -95,21 +74,8 @@ static size_t make_ckpt(const slash_exec_config *c, uint8_t cb, uint8_t mode, ui
         if (slash_ckpt_write_meta(&m, fp, &blob, &len) != SLASH_OK)
             abort();
     } else if (join) {
-        slash_join *s;
+        slash_join *s = fuzz_filled_join(&c->join, &ROWS);
         slash_join_result *r;
-        if (slash_join_open(&c->join, &s) != SLASH_OK)
-            abort();
-        for (int side = 0; side < 2; side++) {
-            slash_join_batch b = {.side = side ? SLASH_JOIN_RIGHT : SLASH_JOIN_LEFT, .n = 6, .times = T};
-            if (c->join.key_type == SLASH_KEY_INT64)
-                b.keys = K;
-            else
-                b.key_offsets = OFF, b.key_data = KD;
-            for (uint32_t j = 0; j < c->join.ncols[side]; j++)
-                b.columns[j] = V;
-            if (slash_join_update(s, &b) != SLASH_OK)
-                abort();
-        }
         if (slash_join_emit(s, 150, &r) != SLASH_OK)
             abort();
         slash_join_result_free(r);
@@ -117,17 +83,9 @@ static size_t make_ckpt(const slash_exec_config *c, uint8_t cb, uint8_t mode, ui
             abort();
         slash_join_close(s);
     } else {
-        slash_ssb *s;
+        slash_ssb *s = fuzz_filled_ssb(&c->state, &ROWS);
         slash_ssb_result *r;
-        slash_ssb_batch b = {.n = 6, .times = T};
-        if (c->state.key_type == SLASH_KEY_INT64)
-            b.keys = K;
-        else
-            b.key_offsets = OFF, b.key_data = KD;
-        for (uint32_t j = 0; j < c->state.naggs; j++)
-            b.values[j] = V;
-        if (slash_ssb_open(&c->state, &s) != SLASH_OK || slash_ssb_update(s, &b) != SLASH_OK ||
-            slash_ssb_emit(s, 150, &r) != SLASH_OK)
+        if (slash_ssb_emit(s, 150, &r) != SLASH_OK)
             abort();
         slash_ssb_result_free(r);
         if (slash_ckpt_write_partition(s, 0, &blob, &len) != SLASH_OK)
