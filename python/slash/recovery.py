@@ -62,6 +62,7 @@ import pyarrow as pa
 
 from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import Checkpoint, CheckpointStore
+from slash.ckpt_worker import AskSchedule, write_image
 from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState, NotSupported,
                           SlashError, SystemFailure, UsageError)
 from slash.executor import Executor, GroupConfig
@@ -233,6 +234,24 @@ def _kill_after_cuts(ex: Executor, store: CheckpointStore, plan: "_Plan", kill_a
     log.warning("test hook SLASH_TEST_KILL: rank %d kills itself after %d pushes", rank, pushes)
     os.kill(os.getpid(), signal.SIGKILL)
 
+
+def _kill_in_write(store: CheckpointStore, plan: "_Plan", kill_at: Optional[Tuple[int, ...]],
+                   rank: int, pushes: int) -> Optional[Callable[[int], None]]:
+    """The SLASH_TEST_KILL hook with ``:w``, for the write of an image cut
+    after ``pushes`` push calls: a ``midway`` for :func:`write_image` that
+    SIGKILLs this process halfway through the partition files once the
+    hook's CUTS checkpoints are committed; None when the hook does not apply."""
+    if kill_at is None or not kill_at[2] or pushes < kill_at[0]:
+        return None
+
+    def midway(ckpt_id: int) -> None:
+        if _committed_since(store, plan.next_id) >= kill_at[1]:
+            log.warning("test hook SLASH_TEST_KILL: rank %d kills itself while writing "
+                        "checkpoint %d", rank, ckpt_id)
+            os.kill(os.getpid(), signal.SIGKILL)
+    return midway
+
+
 def _source_time(source: Any, query: Query) -> Optional[str]:
     """The time column to pass to ``read`` (as runner's bounded reads do)."""
     import inspect
@@ -290,44 +309,20 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
         elif isinstance(source, FileSource):
             work = source.work(rank, n, time_col)
         link.put(("resumed", rank, records))
-        every = plan.every
         # push calls, counted as the core counts them (a restored executor
         # goes on from the checkpoint's count): push count -> source position after it
         pushes = base_pushes
         pos_after: Dict[int, Optional[Position]] = {pushes: start}
         out: List[pa.RecordBatch] = []
         pending: List[pa.RecordBatch] = []  # fired since the last cut
-        next_id = plan.next_id
-        asked: Optional[int] = None  # the id rank 0 asked for and has not cut yet
-        last_ask_t, last_ask_epochs, last_ask_pushes = time.monotonic(), 0, base_pushes
+        asks = AskSchedule(ex, plan.every, plan.next_id, base_pushes)  # rank 0's
         last_progress = time.monotonic()
         kill_at = _kill_point(rank, plan.attempt)
         result_schema = ex.result_schema()
         live = _LiveReport(ex, plan, link) if plan.live_every or plan.realtime else None
 
-        def write_image(img: Any, fired: List[pa.RecordBatch], info: Dict[str, Any],
-                        pushes_then: int, cut_s: float) -> None:
-            """The writer thread: one image's files, durable, then the report."""
-            t0 = time.monotonic()
-            files = {f"rank-{rank}.meta": store.write(img.id, f"rank-{rank}.meta", img.meta)}
-            for i, (p, data) in enumerate(img.parts.items()):
-                if i == len(img.parts) // 2 and kill_at is not None and kill_at[2] and \
-                        pushes_then >= kill_at[0] and \
-                        _committed_since(store, plan.next_id) >= kill_at[1]:
-                    log.warning("test hook SLASH_TEST_KILL: rank %d kills itself while "
-                                "writing checkpoint %d", rank, img.id)
-                    os.kill(os.getpid(), signal.SIGKILL)
-                name = part_name(p, rank)
-                files[name] = store.write(img.id, name, data)
-            seg, entry = store.write_segment(
-                rank, img.id, to_ipc(pa.Table.from_batches(fired, result_schema)))
-            files[f"rank-{rank}.json"] = store.write(img.id, f"rank-{rank}.json", _json(info))
-            size = sum(f["size"] for f in files.values()) + entry["size"]
-            link.put(("ckpt", rank, img.id, files, {seg: entry},
-                      {"bytes": size, "seconds": time.monotonic() - t0, "cut_seconds": cut_s}))
-
         def after_call() -> None:
-            nonlocal pending, asked
+            nonlocal pending
             while True:
                 img = ex.take_checkpoint()
                 if img is None:
@@ -342,20 +337,21 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                     info["work"] = FileSource.remaining(work, pos_after[img.pushes])
                 # the executor call holding the cut (alignment + the core's image), in the loop
                 cut_s = time.monotonic() - call_t[0]
-                writer.submit(write_image, img, pending, info, pushes, cut_s)
+                writer.submit(write_image, store, link, rank, img, pending, result_schema, info,
+                              lambda p: part_name(p, rank),
+                              _kill_in_write(store, plan, kill_at, rank, pushes),
+                              {"cut_seconds": cut_s})
                 out.extend(pending)
                 pending = []
                 for k in [k for k in pos_after if k < img.pushes]:  # older cuts are not needed
                     del pos_after[k]
                     records_at.pop(k, None)
-                if asked == img.id:
-                    asked = None
+                asks.cut(img.id)
             got = _results(ex, live)
             pending.extend(got)
 
         records_at: Dict[int, int] = {pushes: records}
         call_t = [time.monotonic()]  # when the executor call that may cut began
-        forced = False  # rank 0: the parent asked for a checkpoint now (rescale)
         from slash.control import MoveRequests
         moves = MoveRequests(link.put, rank)  # rank 0: the parent's rebalance requests
         with _no_cyclic_gc():
@@ -381,7 +377,7 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                 while link.poll():  # the parent: ("checkpoint_now",) for a rescale, ("epoch", ...)
                     msg = link.get()
                     if msg[0] == "checkpoint_now":
-                        forced = True
+                        asks.force()
                     elif msg[0] == "epoch":
                         ex.set_epoch(msg[1] or None, msg[2] or None)  # 0: unchanged
                         log.info("executor %d: epochs of %s ms / %s bytes from now on", rank,
@@ -393,28 +389,7 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                 if live is not None:
                     live.report()
                 if rank == 0:
-                    now = time.monotonic()
-                    due = forced or ((every.seconds is not None and now - last_ask_t >= every.seconds) or
-                           (every.batches is not None and pushes - last_ask_pushes >= every.batches))
-                    if not due and every.epochs is not None:
-                        e = ex.metrics["epochs"]
-                        due = e - last_ask_epochs >= every.epochs
-                    if asked is not None:  # not cut yet; given up if a peer was finishing
-                        due = due and ((every.seconds is not None and
-                                        now - last_ask_t >= 2 * every.seconds) or
-                                       (every.batches is not None and
-                                        pushes - last_ask_pushes >= 2 * every.batches))
-                    if due and asked is not None and forced:
-                        due = False  # the cut already asked for serves the rescale
-                        forced = False
-                    if due:
-                        forced = False
-                        asked = next_id
-                        next_id += 1
-                        ex.request_checkpoint(asked)
-                        last_ask_t, last_ask_pushes = now, pushes
-                        if every.epochs is not None:
-                            last_ask_epochs = ex.metrics["epochs"]
+                    asks.step(pushes)
                 if kill_at is not None and not kill_at[2] and pushes >= kill_at[0]:
                     _kill_after_cuts(ex, store, plan, kill_at, rank, pushes, after_call)
                 if time.monotonic() - last_progress >= _PROGRESS_S:
@@ -607,12 +582,6 @@ def resplit(source: Any, infos: List[Dict[str, Any]], ck_n: int, n: int,
     check_resplittable(source, ck_n, n, directory)
     lefts = [_left_of(source, infos[r], r, ck_n, time_col) for r in range(ck_n)]
     return source.resplit(lefts, n, time_col)
-
-
-def _json(obj: Any) -> bytes:
-    import json
-
-    return json.dumps(obj, sort_keys=True).encode()
 
 
 def _worker(query: Query, source: Any, rank: int, n: int, group: GroupConfig, token: str,

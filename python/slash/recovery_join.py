@@ -12,21 +12,20 @@ key of the partitions it leads (the core's join partition blobs), so the
 pairs fired after the cut are fired again identically and those fired before
 it come from the committed result segments, as for aggregations.
 
-Everything else - when rank 0 asks for a cut, what a worker writes into
-``DIR/chk-<c>/``, the report to the parent, the test hook
-``SLASH_TEST_KILL`` - is the aggregate worker's (see :mod:`slash.recovery`).
+Everything else - when rank 0 asks for a cut and what a worker writes into
+``DIR/chk-<c>/`` and reports to the parent (:mod:`slash.ckpt_worker`), the
+test hook ``SLASH_TEST_KILL`` (:mod:`slash.recovery`) - is the aggregate
+worker's.
 """
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pyarrow as pa
 
-from slash._ipc import to_ipc
+from slash.ckpt_worker import AskSchedule, write_image
 from slash.executor import Executor, GroupConfig
 from slash.query import JoinQuery
 
@@ -41,7 +40,7 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
     ``plan.resume_id`` if given, drops the side batches before the cut, then
     pushes and cuts. Returns the pairs this executor fired in this attempt
     and its metrics."""
-    from slash.recovery import _PROGRESS_S, _committed_since, _json, _kill_after_cuts, _kill_point
+    from slash.recovery import _PROGRESS_S, _kill_after_cuts, _kill_in_write, _kill_point
     from slash.runner import _no_cyclic_gc, _time_ordered
 
     n = len(addresses)
@@ -60,52 +59,35 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
             info = ck.rank_info(rank)
             base_pushes, records = int(info["pushes"]), int(info["records"])
         link.put(("resumed", rank, records))
-        every = plan.every
         schemas = {"left": left.schema, "right": right.schema}
         result_schema = ex.result_schema()
         pushes = 0  # side batches consumed, the dropped ones before the cut included
         records_at: Dict[int, int] = {base_pushes: records}
         out: List[pa.RecordBatch] = []
         pending: List[pa.RecordBatch] = []  # fired since the last cut
-        next_id = plan.next_id
-        asked: Optional[int] = None
-        last_ask_t, last_ask_epochs, last_ask_pushes = time.monotonic(), 0, base_pushes
+        asks = AskSchedule(ex, plan.every, plan.next_id, base_pushes)  # rank 0's
         last_progress = time.monotonic()
         kill_at = _kill_point(rank, plan.attempt)
         dropped = 0
 
         def after_call() -> None:
-            nonlocal pending, asked
+            nonlocal pending
             while True:
                 img = ex.take_checkpoint()
                 if img is None:
                     break
                 pending += ex.results()  # every pair fired before the cut, nothing after
-                t0 = time.monotonic()
-                files = {f"rank-{rank}.meta": store.write(img.id, f"rank-{rank}.meta", img.meta)}
-                for i, (p, data) in enumerate(img.parts.items()):
-                    if i == len(img.parts) // 2 and kill_at is not None and kill_at[2] and \
-                            pushes >= kill_at[0] and \
-                            _committed_since(store, plan.next_id) >= kill_at[1]:
-                        log.warning("test hook SLASH_TEST_KILL: rank %d kills itself while "
-                                    "writing checkpoint %d", rank, img.id)
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    files[f"part-{p}.bin"] = store.write(img.id, f"part-{p}.bin", data)
-                seg, entry = store.write_segment(
-                    rank, img.id, to_ipc(pa.Table.from_batches(pending, result_schema)))
                 info = {"rank": rank, "position": None, "pushes": img.pushes,
                         "records": records_at[img.pushes],
                         "windows": sum(b.num_rows for b in pending)}
-                files[f"rank-{rank}.json"] = store.write(img.id, f"rank-{rank}.json", _json(info))
-                size = sum(f["size"] for f in files.values()) + entry["size"]
-                link.put(("ckpt", rank, img.id, files, {seg: entry},
-                          {"bytes": size, "seconds": time.monotonic() - t0}))
+                write_image(store, link, rank, img, pending, result_schema, info,
+                            lambda p: f"part-{p}.bin",
+                            _kill_in_write(store, plan, kill_at, rank, pushes))
                 out.extend(pending)
                 pending = []
                 for k in [k for k in records_at if k < img.pushes]:  # older cuts are not needed
                     del records_at[k]
-                if asked == img.id:
-                    asked = None
+                asks.cut(img.id)
             pending.extend(ex.results())
 
         with _no_cyclic_gc():
@@ -121,23 +103,7 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
                 records_at[pushes] = records
                 after_call()
                 if rank == 0:
-                    now = time.monotonic()
-                    due = ((every.seconds is not None and now - last_ask_t >= every.seconds) or
-                           (every.batches is not None and pushes - last_ask_pushes >= every.batches))
-                    if not due and every.epochs is not None:
-                        due = ex.metrics["epochs"] - last_ask_epochs >= every.epochs
-                    if asked is not None:  # not cut yet; given up if a peer was finishing
-                        due = due and ((every.seconds is not None and
-                                        now - last_ask_t >= 2 * every.seconds) or
-                                       (every.batches is not None and
-                                        pushes - last_ask_pushes >= 2 * every.batches))
-                    if due:
-                        asked = next_id
-                        next_id += 1
-                        ex.request_checkpoint(asked)
-                        last_ask_t, last_ask_pushes = now, pushes
-                        if every.epochs is not None:
-                            last_ask_epochs = ex.metrics["epochs"]
+                    asks.step(pushes)
                 if kill_at is not None and not kill_at[2] and pushes >= kill_at[0]:
                     _kill_after_cuts(ex, store, plan, kill_at, rank, pushes, after_call)
                 if time.monotonic() - last_progress >= _PROGRESS_S:

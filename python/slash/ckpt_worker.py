@@ -1,0 +1,116 @@
+"""What every checkpointing worker of :mod:`slash.recovery` does around a
+cut, shared by the aggregate worker (:func:`slash.recovery.execute_split_checkpointed`)
+and the join worker (:mod:`slash.recovery_join`):
+
+* :class:`AskSchedule` - when rank 0 asks its executor for the next
+  checkpoint (``request_checkpoint``): every ``seconds`` of wall time,
+  ``epochs`` epochs or ``batches`` push calls (:class:`slash.recovery.CheckpointEvery`),
+  or at once when the parent forces one (a rescale).
+* :func:`write_image` - how the image the executor hands over at a cut
+  becomes the rank's files in ``DIR/chk-<c>/`` and its result segment, and
+  the ``("ckpt", ...)`` report to the parent once they are durable.
+
+Invariants: ids are asked in increasing order from the plan's ``next_id``;
+at most one ask is outstanding unless it went uncut for twice the period
+(a peer that finished its input takes part in no further cut, so the ask is
+given up and a new id asked); the report is sent only after every file of
+the image is written.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+import pyarrow as pa
+
+from slash._ipc import to_ipc
+from slash.checkpoint import CheckpointStore
+
+
+class AskSchedule:
+    """Rank 0's checkpoint asks. Call :meth:`step` after each push call,
+    :meth:`cut` when an image is taken, :meth:`force` when the parent wants
+    a checkpoint now.
+
+    >>> from slash.recovery import CheckpointEvery
+    >>> class Ex:
+    ...     metrics = {"epochs": 0}
+    ...     asked = []
+    ...     def request_checkpoint(self, c): self.asked.append(c)
+    >>> ex = Ex()
+    >>> s = AskSchedule(ex, CheckpointEvery(batches=2), next_id=5, pushes=0)
+    >>> for pushes in range(1, 6): s.step(pushes)
+    >>> ex.asked  # asked at 2 pushes; at 4, checkpoint 5 is not cut yet
+    [5]
+    >>> s.cut(5); s.step(6); ex.asked
+    [5, 6]
+    """
+
+    def __init__(self, ex: Any, every: Any, next_id: int, pushes: int) -> None:
+        self.ex, self.every = ex, every
+        self.next_id = next_id  #: the id the next ask takes
+        self.asked: Optional[int] = None  #: the id asked for and not cut yet
+        self.forced = False
+        self.last_t, self.last_epochs, self.last_pushes = time.monotonic(), 0, pushes
+
+    def force(self) -> None:
+        """Ask at the next step (an outstanding ask serves instead)."""
+        self.forced = True
+
+    def cut(self, ckpt_id: int) -> None:
+        """The executor took checkpoint ``ckpt_id``."""
+        if self.asked == ckpt_id:
+            self.asked = None
+
+    def step(self, pushes: int) -> None:
+        """Asks for the next checkpoint if one is due after ``pushes`` push calls."""
+        every, now = self.every, time.monotonic()
+        due = self.forced or (
+            (every.seconds is not None and now - self.last_t >= every.seconds) or
+            (every.batches is not None and pushes - self.last_pushes >= every.batches))
+        if not due and every.epochs is not None:
+            due = self.ex.metrics["epochs"] - self.last_epochs >= every.epochs
+        if self.asked is not None:  # not cut yet; given up if a peer was finishing
+            due = due and ((every.seconds is not None and now - self.last_t >= 2 * every.seconds) or
+                           (every.batches is not None and
+                            pushes - self.last_pushes >= 2 * every.batches))
+        if due and self.asked is not None and self.forced:
+            due = False  # the cut already asked for serves the forced one
+            self.forced = False
+        if due:
+            self.forced = False
+            self.asked = self.next_id
+            self.next_id += 1
+            self.ex.request_checkpoint(self.asked)
+            self.last_t, self.last_pushes = now, pushes
+            if every.epochs is not None:
+                self.last_epochs = self.ex.metrics["epochs"]
+
+
+def write_image(store: CheckpointStore, link: Any, rank: int, img: Any,
+                fired: List[pa.RecordBatch], result_schema: pa.Schema, info: Dict[str, Any],
+                part_file: Callable[[int], str], midway: Optional[Callable[[int], None]] = None,
+                stats: Optional[Dict[str, Any]] = None) -> None:
+    """Writes rank ``rank``'s image ``img`` of checkpoint ``img.id`` durably
+    into ``store`` - ``rank-<r>.meta``, each partition's blob as
+    ``part_file(p)``, the windows ``fired`` before the cut as the rank's
+    result segment, then ``rank-<r>.json`` (``info``) - and then reports
+    ``("ckpt", rank, id, files, {segment: entry}, stats)`` over ``link``
+    (``stats``: bytes, seconds and whatever ``stats`` adds). ``midway(id)``
+    is called once half of the partitions are written (the test hook's kill
+    inside a write). Raises what the store raises; nothing is reported then."""
+    t0 = time.monotonic()
+    files = {f"rank-{rank}.meta": store.write(img.id, f"rank-{rank}.meta", img.meta)}
+    for i, (p, data) in enumerate(img.parts.items()):
+        if i == len(img.parts) // 2 and midway is not None:
+            midway(img.id)
+        name = part_file(p)
+        files[name] = store.write(img.id, name, data)
+    seg, entry = store.write_segment(rank, img.id,
+                                     to_ipc(pa.Table.from_batches(fired, result_schema)))
+    files[f"rank-{rank}.json"] = store.write(img.id, f"rank-{rank}.json",
+                                             json.dumps(info, sort_keys=True).encode())
+    size = sum(f["size"] for f in files.values()) + entry["size"]
+    link.put(("ckpt", rank, img.id, files, {seg: entry},
+              {"bytes": size, "seconds": time.monotonic() - t0, **(stats or {})}))
