@@ -23,7 +23,7 @@ from slash import control, errors
 from slash.checkpoint import CheckpointStore
 from slash.control import parse_moves, rebalance_spec
 from slash.query import Query
-from slash.recovery import RunControl, checkpoint_leaders, part_name, read_partitions
+from slash.recovery import CheckpointedRun, checkpoint_leaders, part_name, read_partitions
 from slash.runner import run
 from slash.sources import GeneratorSource
 
@@ -153,7 +153,7 @@ def test_a_run_killed_after_its_partitions_moved_recovers_with_the_moved_map(tmp
     # every partition of rank 1 moves to rank 0 as the run starts; rank 1 is killed
     # once two checkpoints committed: the restore keeps rank 0 leading everything
     monkeypatch.setenv("SLASH_TEST_KILL", "1:15:0:2")
-    ctl = RunControl()
+    ctl = CheckpointedRun()
     th, asked = _rebalance_when_running(ctl, moves={p: 0 for p in range(1, 256, 2)})
     m = {}
     got = run(_query("session"), _slow_gen(), executors=2, checkpoint=str(tmp_path / "ck"),
@@ -269,7 +269,7 @@ def test_the_controllers_rebalance_decision_moves_half_the_hot_leaders_partition
     from slash.controller import Actuator, Decision
     from slash.metrics import LiveMetrics
 
-    ctl, live = RunControl(), LiveMetrics(2, kind="run")
+    ctl, live = CheckpointedRun(), LiveMetrics(2, kind="run")
     actuator = Actuator({"rebalance": rebalance_op(ctl, live)})
     decision = Decision(time.time(), "rebalance", {"from_rank": 0, "to_rank": 1}, "merge",
                         "leader 0 merges most")

@@ -2,7 +2,7 @@
 
 A checkpoint cut by 2 executors resumes with 1, 3 or 4: the result equals
 the failure-free run's (itself checked against DuckDB), row for row. A
-running group rescaled through RunControl (2 -> 3 -> 1) gives the same
+running group rescaled through CheckpointedRun (2 -> 3 -> 1) gives the same
 result. Sources that cannot be re-split refuse, naming why."""
 import threading
 import time
@@ -14,7 +14,7 @@ import pytest
 
 from slash.errors import NotSupported, SystemFailure
 from slash.executor import GroupConfig
-from slash.recovery import RunControl
+from slash.recovery import CheckpointedRun
 from slash.runner import run
 from slash.sources import FileSource
 
@@ -103,7 +103,7 @@ def test_a_generator_source_refuses_another_executor_count_naming_why(tmp_path, 
 @needs_core
 def test_rescale_of_a_running_group_two_to_three_to_one_gives_the_failure_free_output(
         files, tmp_path):
-    control = RunControl()
+    control = CheckpointedRun()
     out = {}
 
     def go():
@@ -133,7 +133,7 @@ def test_rescale_of_a_running_group_two_to_three_to_one_gives_the_failure_free_o
 
 @needs_core
 def test_rescale_of_a_generator_run_is_refused_before_anything_stops(tmp_path):
-    control = RunControl()
+    control = CheckpointedRun()
     out = {}
     t = threading.Thread(target=lambda: out.update(
         got=_checkpointed("tumbling", _gen(), tmp_path, 2, control=control)))
@@ -151,7 +151,7 @@ def test_an_executor_killed_after_a_rescale_recovers_with_the_new_count(files, t
                                                                         monkeypatch):
     # attempt 1 is the rescaled group of 3: its rank 2 dies at its 3rd push
     monkeypatch.setenv("SLASH_TEST_KILL", "2:3:1")
-    control = RunControl()
+    control = CheckpointedRun()
     out = {}
     t = threading.Thread(target=lambda: out.update(
         got=_checkpointed("tumbling", SlowFiles(files), tmp_path, 2, control=control)))
@@ -166,3 +166,9 @@ def test_an_executor_killed_after_a_rescale_recovers_with_the_new_count(files, t
     [rec] = m["recoveries"]
     assert rec["rank"] == 2 and m["executors"] == 3
     _assert_same(got, reference("tumbling", files))
+
+
+def test_the_former_name_run_control_is_kept_for_checkpointed_run():
+    import slash.recovery
+
+    assert slash.recovery.RunControl is CheckpointedRun  # documented before the rename

@@ -32,7 +32,7 @@ The position of a source at a cut comes from the cut's push count: each
 worker maps the number of push calls it has made to the source position
 after the item of that push. A FileSource's is also recorded as the work the
 rank has left in global terms (``work``), so a checkpoint resumes with
-another executor count (:func:`resplit`); :class:`RunControl` rescales a
+another executor count (:func:`resplit`); :class:`CheckpointedRun` rescales a
 running group that way.
 
 Test hook (documented, used by tests/test_recovery.py only): the environment
@@ -382,7 +382,7 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                         ex.set_epoch(msg[1] or None, msg[2] or None)  # 0: unchanged
                         log.info("executor %d: epochs of %s ms / %s bytes from now on", rank,
                                  msg[1], msg[2])
-                    elif msg[0] == "move":  # rank 0: a rebalance (RunControl.rebalance)
+                    elif msg[0] == "move":  # rank 0: a rebalance (CheckpointedRun.rebalance)
                         moves.add(msg)
                 if moves.pending:
                     moves.apply(ex)
@@ -632,10 +632,10 @@ def fingerprint(query: Query, source: Any) -> str:
     return f"{query!r} over {src}"
 
 
-class RunControl:
+class CheckpointedRun:
     """Operations on a running checkpointed run (:func:`slash.runner.run`
-    with ``checkpoint=`` and ``control=RunControl()``), for a control plane
-    (e.g. a control socket behind ``slash ctl``). Thread-safe: call its
+    with ``checkpoint=`` and ``control=CheckpointedRun()``), for a control
+    plane (e.g. a control socket behind ``slash ctl``). Thread-safe: call its
     methods from any thread while ``run`` runs in another.
 
     :meth:`rescale` changes the executor count by checkpoint and restart: the
@@ -795,6 +795,12 @@ class RunControl:
         self._moves.close()
 
 
+#: The former name of :class:`CheckpointedRun` (documented in docs/recovery.md
+#: before the rename; :class:`slash.control.RunControl` is the control
+#: socket's side of a run, another class)
+RunControl = CheckpointedRun
+
+
 class _Rescale(Exception):
     """An attempt stopped for a rescale, at committed checkpoint ``ckpt``."""
 
@@ -806,14 +812,14 @@ class _Rescale(Exception):
 def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, token: str, *,
                      directory: str, every: Any, keep: int, max_restarts: int, timeout: float,
                      finalize: Callable[[pa.Table], pa.Table],
-                     metrics: Dict[str, Any], control: Optional[RunControl] = None,
+                     metrics: Dict[str, Any], control: Optional[CheckpointedRun] = None,
                      live_every: Optional[float] = None, realtime: bool = False) -> pa.Table:
     """The parent's side (see the module doc); returns the finalized result.
     ``metrics`` receives records_in, per_executor, checkpoints, recoveries,
     records_replayed, resumed_from and rescales. A run resumed from a
     checkpoint takes its key partition count from the checkpoint's manifest
     and may have another executor count (a FileSource's positions are
-    re-split; other sources refuse). ``control``: see :class:`RunControl`.
+    re-split; other sources refuse). ``control``: see :class:`CheckpointedRun`.
     ``live_every``: executors report live metrics every so many seconds to
     ``control.on_metrics``; ``realtime``: see :class:`_LiveReport`."""
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
@@ -939,7 +945,7 @@ def _replayed(error: BaseException, last: Optional[Checkpoint]) -> int:
     return sum(max(0, v - cut.get(r, 0)) for r, v in prog.items())
 
 
-def _void_moves(control: Optional[RunControl]) -> None:
+def _void_moves(control: Optional[CheckpointedRun]) -> None:
     """A group stopped (rescale, failure): moves asked of it are void."""
     if control is not None:
         control._take_moves()
@@ -951,7 +957,8 @@ def _void_moves(control: Optional[RunControl]) -> None:
 def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, plan: _Plan,
              store: CheckpointStore, timeout: float, checkpoints: List[Dict[str, Any]],
              recoveries: List[Dict[str, Any]], failed_at: Optional[float],
-             control: Optional[RunControl] = None, rescales: Optional[List[Dict[str, Any]]] = None
+             control: Optional[CheckpointedRun] = None,
+             rescales: Optional[List[Dict[str, Any]]] = None
              ) -> Tuple[List[pa.Table], List[Dict[str, Any]], Dict[int, int]]:
     """One group of n executors from plan's checkpoint to the end; raises
     _Failed, or _Rescale once a checkpoint asked for by ``control`` commits."""

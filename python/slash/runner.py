@@ -464,7 +464,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     the default path, a path string, or a :class:`slash.control.RunControl`
     already made (its caller serves the socket). ``slash ctl status`` and
     ``slash ctl update`` then reach the run. With ``checkpoint``: a
-    :class:`slash.recovery.RunControl` through which another thread can
+    :class:`slash.recovery.CheckpointedRun` through which another thread can
     rescale the running group (``control.rescale(n)``);
     ``metrics["rescales"]`` lists each one.
     ``rate``: read the input at most this fast, in records/s over all
@@ -527,7 +527,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         raise InvalidArgument("min_executors/max_executors bound the controller: give "
                               "latency_target= too")
     if checkpoint is not None:
-        from slash.recovery import RunControl as Rescaler
+        from slash.recovery import CheckpointedRun as Rescaler
 
         if rate is not None:
             from slash.errors import NotSupported

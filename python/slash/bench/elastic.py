@@ -26,7 +26,7 @@ replayed at its own pace (event times are wall-clock times, as in ``slash
 bench autotune``) through :func:`slash.runner` with checkpoints, measured
 live each 0.5 s (records/s, p99 window latency = emit time - window end):
 once with the executor count fixed at 1, once with a scale-out to 2 when
-the rate doubles. The scale-out is ``RunControl.rescale(2)``: a
+the rate doubles. The scale-out is ``CheckpointedRun.rescale(2)``: a
 **checkpoint-restart** of the whole group (a cut, a stop, a new group of 2
 restored from the checkpoint; records read after the cut are read again),
 not a live move; its request-to-resume time is reported.
@@ -167,7 +167,7 @@ def rate_doubling(low: int, seconds: Tuple[float, float], scale_out: bool, keys:
     from slash.executor import GroupConfig
     from slash.metrics import LiveMetrics
     from slash.query import Query
-    from slash.recovery import RunControl
+    from slash.recovery import CheckpointedRun
     from slash.runner import _run_checkpointed
 
     work = tempfile.mkdtemp(prefix="slash-bench-elastic-")
@@ -177,7 +177,7 @@ def rate_doubling(low: int, seconds: Tuple[float, float], scale_out: bool, keys:
         t0, starts = write_steps(path, phases, keys, lead_s)
         q = Query(time="t", window="tumbling:1s", key="k", aggregates=["count", "sum:v"])
         live = LiveMetrics(1, kind="run")
-        ctl = RunControl()
+        ctl = CheckpointedRun()
 
         def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
             for end, emit, rows in snap.pop("windows", None) or ():
