@@ -362,6 +362,13 @@ class MoveRequests:
             version, leaders = ex.leader_map()
             if "moves" in spec:
                 moves = {int(p): int(r) for p, r in spec["moves"].items()}
+            elif "spread" in spec:  # a live scale: the active ranks lead every partition evenly
+                from slash.live_scale import spread_moves
+                moves = spread_moves(leaders, spec["spread"])
+                if not moves:
+                    self.pending.pop(0)
+                    self._answer(rid, {"moves": {}, "map_version": version})
+                    continue
             else:
                 f, t = spec["from_rank"], spec["to_rank"]
                 led = [p for p, r in enumerate(leaders) if r == f]
@@ -745,6 +752,7 @@ class RunControl:
                 "records": sum(int(p.get("records_in", 0) or 0) for p in per.values()),
                 "max_event_time_ms": max(seen) if seen else None,
                 "input_done": done, "finished": self.finished,
+                **(self._hooks["elastic-status"]() if "elastic-status" in self._hooks else {}),
                 **leadership(per),
                 "logic_version": self.plan.version, "logic": self.plan.describe(self._ms),
                 "query": {"time": q.time, "window": repr(q.window), "key": list(q.key),
