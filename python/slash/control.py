@@ -858,6 +858,9 @@ def _status_summary(r: Dict[str, Any]) -> str:
     lines = [f"{r['kind']} pid {r['pid']}: {r['executors']} executors ({r['reporting']} reporting), "
              f"epoch {r['epoch']}, watermark {r['watermark_ms']} ms, {r['records']:,} records, "
              f"highest event time {r['max_event_time_ms']} ms, logic version {r['logic_version']}"]
+    if r.get("active_ranks") is not None:
+        lines.append(f"  active ranks {r['active_ranks']}, standby ranks {r['standby_ranks']} "
+                     f"(live scaling up to {r['max_executors']})")
     if r.get("led_partitions"):
         lines.append(f"  leader map version {r.get('leader_map_version')}: partitions led per rank "
                      + ", ".join(f"{k}: {v}" for k, v in r["led_partitions"].items()))
@@ -904,13 +907,16 @@ def _int_arg(args: Dict[str, Any], name: str) -> int:
 
 
 # scale-out/scale-in/epoch reach a run that offers them through hooks (a run with
-# latency_target=: slash.autotune); any other run answers NotSupported
+# max_executors=: slash.live_scale, live; with latency_target=: slash.autotune, by
+# restart); any other run answers NotSupported
 register(Operation("scale-out", lambda ctl, a: ctl.call_hook("scale-out", _int_arg(a, "k")),
-                   "add K executors (a restart from a checkpoint cut)",
+                   "add K executors (live in a group started with --max-executors; else a "
+                   "restart from a checkpoint cut)",
                    cli_args=[(("k",), {"type": int, "metavar": "K"})],
                    summary=lambda r: f"{r['executors']} executors"))
 register(Operation("scale-in", lambda ctl, a: ctl.call_hook("scale-in", _int_arg(a, "k")),
-                   "release K executors (a restart from a checkpoint cut)",
+                   "release K executors (live in a group started with --max-executors; else a "
+                   "restart from a checkpoint cut)",
                    cli_args=[(("k",), {"type": int, "metavar": "K"})],
                    summary=lambda r: f"{r['executors']} executors"))
 register(Operation("epoch", lambda ctl, a: ctl.call_hook("epoch", _int_arg(a, "ms")),
