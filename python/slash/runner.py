@@ -425,10 +425,10 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
                     snap = reporter.snapshot(ex)
                     if ctl is not None:
                         snap.update(ctl.status())
-                    if agent is not None:
-                        snap["standby"] = not agent.is_active
                         if ctl.max_seen is not None:
                             snap["max_event_time_ms"] = ctl.max_seen // ex.state.ticks_per_ms
+                    if agent is not None:
+                        snap["standby"] = not agent.is_active
                     link.put(("metrics", rank, snap))
 
             if not getattr(source, "bounded", True):  # a stream: latency = emit - window end
