@@ -56,7 +56,8 @@ def deal_work(source: Any, time_col: str, left: Dict[int, Work], wm: Dict[int, O
     items sorted as the first split sorts units (no statistics first, then
     minimum time, then unit index), each to the least loaded (rows) active
     rank that may take it - its watermark ``wm[r]`` (ticks; None: nothing
-    promised) at most the unit's bound; ties: its current holder, then the
+    published) at most the unit's bound (a unit without statistics: only a
+    rank with nothing published); ties: its current holder, then the
     lowest rank. Raises :class:`InvalidState` naming a unit no active rank
     may take (nothing changes then).
 
@@ -156,15 +157,18 @@ class ScaleAgent:
         self.ctl: Any = None
         self.paused_seconds = 0.0
         self._idle_told = -1
+        self.source: Any = None
+        self.time: Optional[str] = None
 
     @property
     def is_active(self) -> bool:
         return self.rank in self.active
 
-    def start(self, ex: Any, ctl: Any) -> None:
+    def start(self, ex: Any, ctl: Any, source: Any, time_col: str) -> None:
         """Before any push: the leader map over the active ranks, and standby
         if this rank is not active."""
         self.ex, self.ctl = ex, ctl
+        self.source, self.time = source, time_col
         parts = ex.metrics["partitions"]
         ex._core.restore_map([self.active[p % len(self.active)] for p in range(parts)])
         if not self.is_active:
@@ -173,6 +177,19 @@ class ScaleAgent:
     def advanced(self, ticks: int) -> None:
         if self.wm is None or ticks > self.wm:
             self.wm = ticks
+
+    def promise(self) -> Any:
+        """A Watermark for what this rank's work has left (the smallest bound
+        of its units from ``pos`` on, when all have statistics), else None.
+        Sound by the source's invariant: no row left is older."""
+        from slash.sources import Watermark, _promises
+
+        left = self.left()
+        if not left or self.source is None:
+            return None
+        b = self.source._bounds_of(self.time)
+        w = _promises([b[int(g)] for g, _ in left])[0]
+        return None if w is None else Watermark(w)
 
     def left(self) -> Work:
         from slash.sources import FileSource
@@ -198,7 +215,11 @@ class ScaleAgent:
         ex = self.ex
         if self.rank in joining:
             ex.set_standby(None)  # frozen at what it published: at most every active rank's
-        self.send(("scale-ack", self.rank, sid, {"left": self.left(), "wm": self.wm}))
+        # its watermark as the group knows it or soon will: what it published (a standby's
+        # followed value too) or the highest promise it pushed, whichever is later
+        wm = max(_NO if self.wm is None else self.wm, int(ex.metrics["watermark"]))
+        self.send(("scale-ack", self.rank, sid, {"left": self.left(),
+                                                 "wm": None if wm <= _NO else wm}))
         deadline = t0 + self.timeout
         while True:  # paused: serve the channels, push nothing
             while not self.conn.poll(0):
@@ -356,10 +377,9 @@ class LiveScaler:
 
     def _commit(self, op: _Op) -> None:
         old = list(self.active)
+        # a joining standby's watermark (frozen at prepare) is at most every active rank's,
+        # and an active rank's at most the bound of every unit it holds: the units can move
         wm = {r: op.acks[r]["wm"] for r in range(self.size)}
-        for r in range(self.size):
-            if r not in old:
-                wm[r] = None  # a standby's published watermark is at most every active one's
         if op.count >= len(old):
             new = sorted(old + op.joining)
         else:  # leavers: the highest watermarks (their units may go to any rank that stays)

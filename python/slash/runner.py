@@ -177,6 +177,9 @@ def _elastic_items(query: Query, source: Any, agent: Any, ex: Executor, control:
             per = rate / max(1, len(agent.active)) if rate else None
             t0, rows = time.monotonic(), 0
             stop = False
+            first = agent.promise()
+            if first is not None:  # what its (new) work allows at once: a joining rank does not
+                yield first        # wait for its first unit's end to let the group move on
             for pos, item in source.read_work(agent.work, cols, time=query.time, start=agent.pos):
                 agent.pos = pos
                 yield item
@@ -278,7 +281,7 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
 
     prepare = query.prepare_selected if control is None else control.prepare
     if agent is not None:
-        agent.start(ex, control)
+        agent.start(ex, control, source, query.time)
         control.other = agent.handle
         items = _elastic_items(query, source, agent, ex, control, rate, wait)
     else:
