@@ -282,7 +282,7 @@ def live_scale_pause(rows: int, rate: float, files: int = 4, every: float = 0.02
             t = np.sort(rng.integers(0, span, n)).astype(np.int64)
             pq.write_table(pa.table({"t": t, "k": rng.integers(0, 1000, n),
                                      "v": rng.random(n)}),
-                           os.path.join(work, f"part-{f}.parquet"), row_group_size=20_000)
+                           os.path.join(work, f"part-{f}.parquet"), row_group_size=5_000)
         sock = os.path.join(work, "c.sock")
         probe = _OutputProbe(every)
         asked: List[Tuple[str, float, float, Dict[str, Any]]] = []
