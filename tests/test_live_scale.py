@@ -21,7 +21,7 @@ from slash.errors import InvalidArgument, NotSupported
 from slash.live_scale import deal_work, spread_moves
 from slash.query import JoinQuery, Query
 from slash.runner import run
-from slash.sources import FileSource, GeneratorSource, Unit
+from slash.sources import BatchSource, GeneratorSource, Unit
 
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
 SPAN_MS = 120_000
@@ -185,6 +185,50 @@ def test_session_windows_scaled_live_equal_the_static_run(parts, tmp_path):
     static = run(q, parts, executors=2)
     cols = ["window_start", "window_end", "k", "count", "sum_v"]
     assert rows(out, cols) == rows(static, cols)
+
+
+GEN_BATCHES, GEN_ROWS, GEN_SPAN = 300, 400, 200
+GEN_SCHEMA = pa.schema([("t", pa.int64()), ("k", pa.int64()), ("v", pa.int64())])
+
+
+def gen_batch(i):
+    """Batch i of a rate-like generator: a function of i alone, times in
+    [i * 200, i * 200 + 400) (overlapping the next batch's), in no order."""
+    rng = np.random.default_rng(i)
+    return pa.record_batch({"t": i * GEN_SPAN + rng.integers(0, 2 * GEN_SPAN, GEN_ROWS),
+                            "k": rng.integers(0, 30, GEN_ROWS),
+                            "v": rng.integers(0, 100, GEN_ROWS)}, schema=GEN_SCHEMA)
+
+
+def gen_bound(i):
+    return i * GEN_SPAN
+
+
+def test_a_generator_by_global_batch_index_scaled_live_equals_duckdb(tmp_path):
+    src = BatchSource(gen_batch, GEN_BATCHES, GEN_SCHEMA, GEN_ROWS, bound=gen_bound)
+    q = Query(time="t", window="sliding:4s/2s", key="k", aggregates=["count", "sum:v"])
+    sock = str(tmp_path / "c.sock")
+    got = []
+
+    def driver():
+        wait_for_socket(sock, 60)
+        for op, frac in (("scale-out", 0.2), ("scale-out", 0.4), ("scale-in", 0.6)):
+            wait_until(lambda: request(sock, "status")["records"] >= frac * GEN_BATCHES * GEN_ROWS,
+                       60, f"{frac:.0%} of the batches")
+            got.append(request(sock, op, {"k": 1})["executors"])
+
+    th = threading.Thread(target=driver)
+    th.start()
+    m = {}
+    out = run(q, src, executors=1, max_executors=3, control=sock, rate=40_000, metrics=m,
+              timeout=120)
+    th.join()
+    assert got == [2, 3, 2] and m["late_records"] == 0
+    gen = pa.Table.from_batches([gen_batch(i) for i in range(GEN_BATCHES)])  # noqa: F841
+    ref = duckdb.sql("""select ws, k, count(*), sum(v) from
+                        (select unnest(range((t // 2000 - 1) * 2000, (t // 2000 + 1) * 2000, 2000))
+                         ws, * from gen) group by all""").fetchall()
+    assert rows(out, ["window_start", "k", "count", "sum_v"]) == sorted(tuple(r) for r in ref)
 
 
 def test_standby_ranks_do_not_hold_the_group_watermark_back(parts, tmp_path):

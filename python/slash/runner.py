@@ -675,7 +675,8 @@ def _check_elastic(query: Any, src: Any, n: int, m: Any, checkpoint: Any) -> Non
                            "handed over between leaders yet)")
     if not isinstance(src, FileSource):
         raise NotSupported(f"max_executors=: live scaling re-deals the input's units in global "
-                           f"terms, which a FileSource offers; a {type(src).__name__} does not")
+                           f"terms, which a FileSource or a BatchSource (batch i = make(i)) "
+                           f"offers; a {type(src).__name__} does not")
 
 
 def _control_for(control: Any, query: Any, src: Any, n: int) -> Tuple[Any, Any]:
