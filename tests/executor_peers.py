@@ -50,7 +50,8 @@ def run(transport, rank, n, token, addr_q, addrs_q, out_q, table, state_kw, grou
 
 def hold_then_advance(transport, rank, n, token, addr_q, addrs_q, out_q, state_kw, group_kw, ctl_q):
     """An executor with no input whose watermark the test moves by hand:
-    it waits for ("advance", t) / ("finish",) commands on ctl_q."""
+    it waits for ("advance", t) / ("poll",) / ("standby", follow) /
+    ("finish",) commands on ctl_q."""
     try:
         ex = join(transport, rank, token, addr_q, addrs_q, state_kw, group_kw)
         results = []
@@ -64,6 +65,9 @@ def hold_then_advance(transport, rank, n, token, addr_q, addrs_q, out_q, state_k
                 ex.poll(0.2)
                 results += ex.results()
                 out_q.put(("polled", rank, pa.Table.from_batches(results, schema=ex.result_schema())))
+            elif cmd[0] == "standby":  # ("standby", ranks to follow or None)
+                ex.set_standby(cmd[1])
+                out_q.put(("standby", rank))
             else:
                 break
         ex.finish()

@@ -231,6 +231,69 @@ def test_a_generator_by_global_batch_index_scaled_live_equals_duckdb(tmp_path):
     assert rows(out, ["window_start", "k", "count", "sum_v"]) == sorted(tuple(r) for r in ref)
 
 
+def test_a_standby_executor_follows_the_active_watermark_so_windows_fire_without_it():
+    """The core's standby state, two executors: rank 0 pushes 10 s of records,
+    rank 1 has no input. Without standby nothing fires (rank 1 promised
+    nothing); as a standby following rank 0, every window rank 0's
+    watermark closed fires while rank 1 still runs; active again, it
+    finishes normally and the whole answer equals DuckDB."""
+    import multiprocessing
+    import secrets
+
+    import executor_peers as peers
+
+    ctx = multiprocessing.get_context("spawn")
+    token = secrets.token_hex(8)
+    rng = np.random.default_rng(5)
+    t = np.sort(rng.integers(0, 10_000, 3000)).astype(np.int64)
+    recs = pa.table({"key": rng.integers(0, 20, 3000), "time": t, "x": rng.integers(0, 9, 3000)})
+    state_kw = dict(window="tumbling:1s", aggregates=["count", "sum:x"],
+                    value_types={"x": "int64"})
+    gkw = dict(lateness=0, epoch_bytes=16 << 10)
+    ctl = [ctx.Queue(), ctx.Queue()]
+    addr_q, out_q = ctx.Queue(), ctx.Queue()
+    addrs_qs = [ctx.Queue(), ctx.Queue()]
+    p0 = ctx.Process(target=peers.push_then_wait, daemon=True,
+                     args=("shm", 0, 2, token, addr_q, addrs_qs[0], out_q, recs, state_kw, gkw,
+                           ctl[0]))
+    p1 = ctx.Process(target=peers.hold_then_advance, daemon=True,
+                     args=("shm", 1, 2, token, addr_q, addrs_qs[1], out_q, state_kw, gkw, ctl[1]))
+    p0.start(), p1.start()
+    got = dict(addr_q.get(timeout=120) for _ in range(2))
+    for q in addrs_qs:
+        q.put([got[0], got[1]])
+
+    def expect(kind):
+        r = out_q.get(timeout=120)
+        assert r[0] == kind, r
+        return r
+
+    def poll_both():
+        ctl[1].put(("poll",))
+        ctl[0].put(("poll", 1.0))
+        return pa.concat_tables([expect("polled")[2], expect("polled")[2]])
+
+    expect("pushed")
+    assert poll_both().num_rows == 0  # rank 1 holds the group back
+    ctl[1].put(("standby", [0]))
+    expect("standby")
+    early = poll_both()
+    ends = early.column("window_end").to_pylist()
+    # rank 0's watermark is its latest time (lateness 0): every window ending by it fired
+    assert ends and max(ends) == int(t.max()) // 1000 * 1000
+    ctl[1].put(("standby", None))
+    expect("standby")
+    ctl[0].put(("finish",))
+    ctl[1].put(("finish",))
+    final = [expect("ok"), expect("ok")]
+    p0.join(30), p1.join(30)
+    ref = duckdb.sql("select (time // 1000) * 1000, key, count(*), sum(x) from recs "
+                     "group by all").fetchall()
+    out = pa.concat_tables([r[2] for r in final])
+    assert rows(out, ["window_start", "key", "count", "sum_x"]) == sorted(tuple(r) for r in ref)
+    assert all(r[3]["late_records"] == 0 for r in final)
+
+
 def test_standby_ranks_do_not_hold_the_group_watermark_back(parts, tmp_path):
     sock = str(tmp_path / "c.sock")
     seen = []
