@@ -43,8 +43,8 @@ def parts(tmp_path_factory):
 
 
 def duck(path, sql):
-    return sorted(tuple(r) for r in duckdb.sql(sql.replace(" T", f" read_parquet('{path}/*.parquet')"))
-                  .fetchall())
+    files = f" read_parquet('{path}/*.parquet')"
+    return sorted(tuple(r) for r in duckdb.sql(sql.replace(" T", files)).fetchall())
 
 
 def rows(result, cols):

@@ -216,7 +216,8 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
                   late_rows: Optional[List[pa.RecordBatch]] = None,
                   report: Optional[Callable[[Executor], None]] = None,
                   control: Optional[Any] = None, rate: Optional[float] = None,
-                  on_windows: Optional[Callable[[Optional[int], List[Tuple[int, int, int]]], None]] = None,
+                  on_windows: Optional[Callable[[Optional[int], List[Tuple[int, int, int]]],
+                                                None]] = None,
                   agent: Optional[Any] = None) -> pa.Table:
     """One executor's whole run: read split `rank`, push, finish; returns the
     results this executor leads (key column still named ``key``, window
