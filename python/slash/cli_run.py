@@ -129,7 +129,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     if args.metrics_port is not None or args.ui:
         from slash.metrics import LiveMetrics, MetricsServer
 
-        live = LiveMetrics(args.executors, kind="run")
+        ranks = args.max_executors if args.max_executors and not args.latency_target \
+            else args.executors  # a provisioned group: its standby ranks report too
+        live = LiveMetrics(ranks, kind="run")
         server = MetricsServer(live, args.metrics_port or 0, args.ui_bind, args.ui_token)
         log.warning("slash run: live page %s , Prometheus endpoint %s", server.ui_url, server.url)
     control: Any = None
