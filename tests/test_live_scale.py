@@ -18,6 +18,7 @@ import pytest
 
 from slash.control import request, wait_for_socket
 from slash.errors import InvalidArgument, NotSupported
+from slash.control import rebalance_spec
 from slash.live_scale import deal_work, spread_moves
 from slash.query import JoinQuery, Query
 from slash.runner import run
@@ -149,6 +150,13 @@ def test_the_spread_leaves_the_active_ranks_leading_evenly_and_moves_no_more_tha
     keep = max(sum(min(leaders.count(r), q + (r in plus)) for r in active)
                for plus in combinations(active, extra))
     assert len(moves) == len(leaders) - keep
+
+
+def test_an_automatic_rebalance_in_a_live_group_moves_between_active_ranks_only():
+    per = {0: {"merge_seconds": 0.1}, 1: {"merge_seconds": 0.0}, 2: {"merge_seconds": 3.0},
+           3: {"merge_seconds": 1.0}}
+    assert rebalance_spec({}, per, 4) == {"from_rank": 2, "to_rank": 1}  # 1: a standby
+    assert rebalance_spec({}, per, 4, [0, 2, 3]) == {"from_rank": 2, "to_rank": 0}
 
 
 # ---- live runs against DuckDB and the static run ------------------------------------------------

@@ -295,13 +295,16 @@ def _load(snap: Dict[str, Any]) -> Tuple[float, int]:
     return float(snap.get("merge_seconds") or 0.0), int(snap.get("delta_bytes_received") or 0)
 
 
-def rebalance_spec(args: Dict[str, Any], per: Dict[int, Dict[str, Any]], n: int) -> Dict[str, Any]:
+def rebalance_spec(args: Dict[str, Any], per: Dict[int, Dict[str, Any]], n: int,
+                   candidates: Optional[Sequence[int]] = None) -> Dict[str, Any]:
     """What rank 0 is asked to move for ``rebalance``: ``{"moves": {p: r}}``
     for explicit moves (``args["moves"]``), else ``{"from_rank": f,
     "to_rank": t}``: given in ``args``, or chosen from the executors' latest
     metrics ``per`` (rank -> snapshot): from the leader with the most merge
-    time (then delta bytes received) to the least loaded one. Rank 0 moves
-    half of the partitions ``f`` leads (see :class:`MoveRequests`)."""
+    time (then delta bytes received) to the least loaded one, among
+    ``candidates`` if given (a live group's active ranks: a standby is
+    always the least loaded). Rank 0 moves half of the partitions ``f``
+    leads (see :class:`MoveRequests`)."""
     if args.get("moves") not in (None, "", {}):
         moves = parse_moves(args["moves"])
         bad = sorted(r for r in moves.values() if r >= n)
@@ -313,10 +316,14 @@ def rebalance_spec(args: Dict[str, Any], per: Dict[int, Dict[str, Any]], n: int)
     if n < 2:
         raise InvalidArgument("rebalance needs at least 2 executors")
     if f is None or t is None:
-        have = {r: per[r] for r in range(n) if r in per}
-        if len(have) < n:
-            raise InvalidState(f"rebalance: metrics from {len(have)} of {n} executors so far; "
-                               "retry in a moment or give --moves")
+        # candidates: the ranks an automatic choice may name (a live group's active ones)
+        pool = list(range(n)) if candidates is None else list(candidates)
+        have = {r: per[r] for r in pool if r in per}
+        if len(have) < len(pool):
+            raise InvalidState(f"rebalance: metrics from {len(have)} of {len(pool)} executors so "
+                               "far; retry in a moment or give --moves")
+        if len(have) < 2:
+            raise InvalidArgument("rebalance needs at least 2 active executors")
         order = sorted(have, key=lambda r: _load(have[r]))
         f = order[-1] if f is None else f
         t = next(r for r in order if r != f) if t is None else t
@@ -731,7 +738,9 @@ class RunControl:
         if done:
             raise InvalidState("rebalance: rank 0 has read all of its input; leadership no "
                                "longer moves")
-        spec = rebalance_spec(args, per, self.executors)
+        active = (self._hooks["elastic-status"]()["active_ranks"]
+                  if "elastic-status" in self._hooks else None)
+        spec = rebalance_spec(args, per, self.executors, active)
         rid, ev = self._moves.new()
         self._send(0, ("move", rid, spec))
         return self._moves.wait(rid, ev, REQUEST_TIMEOUT)
