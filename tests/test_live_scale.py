@@ -384,3 +384,15 @@ def test_slash_ctl_scales_a_slash_run_live_and_status_shows_active_and_standby(p
     got = pq.read_table(out)
     assert rows(got, ["window_start", "k", "count"]) == duck(
         parts, "select (t // 10000) * 10000, k, count(*) from T group by all")
+
+
+def test_the_bench_row_measures_each_live_operation_of_a_paced_replay():
+    from slash.bench.elastic import live_scale_pause
+
+    r = live_scale_pause(60_000, 30_000, every=0.02)
+    assert r["late_records"] == 0
+    ops = r["operations"]
+    assert [o["op"] for o in ops] == ["scale-out", "scale-in"]
+    for o in ops:
+        assert 0 <= o["input_paused_ms"] <= o["answered_ms"]
+        assert o["request_to_next_output_ms"] is not None
