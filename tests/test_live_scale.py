@@ -396,3 +396,35 @@ def test_the_bench_row_measures_each_live_operation_of_a_paced_replay():
     for o in ops:
         assert 0 <= o["input_paused_ms"] <= o["answered_ms"]
         assert o["request_to_next_output_ms"] is not None
+
+
+def slow_gen_batch(i):
+    time.sleep(0.01)  # a paced generator: the run lasts long enough to be rescaled
+    return gen_batch(i)
+
+
+def test_a_batch_source_rescaled_by_checkpoint_restart_equals_duckdb(tmp_path):
+    """The restart path (beyond a provisioned group) re-splits a BatchSource
+    by global batch index too: 2 -> 3 executors from a cut."""
+    from slash.recovery import RunControl as Rescaler
+
+    src = BatchSource(slow_gen_batch, 300, GEN_SCHEMA, GEN_ROWS, bound=gen_bound)
+    q = Query(time="t", window="tumbling:2s", key="k", aggregates=["count", "sum:v"])
+    ctl, done = Rescaler(), []
+
+    def rescale():
+        wait_until(lambda: ctl.executors == 2, 60, "the checkpointed group to run")
+        time.sleep(0.5)
+        done.append(ctl.rescale(3, timeout=60))
+
+    th = threading.Thread(target=rescale)
+    th.start()
+    m = {}
+    out = run(q, src, executors=2, checkpoint=str(tmp_path / "ck"), checkpoint_every="5 batches",
+              control=ctl, metrics=m)
+    th.join()
+    assert done and done[0]["to"] == 3 and m["executors"] == 3
+    gen = pa.Table.from_batches([gen_batch(i) for i in range(300)])  # noqa: F841
+    ref = sorted(tuple(r) for r in duckdb.sql(
+        "select (t // 2000) * 2000, k, count(*), sum(v) from gen group by all").fetchall())
+    assert rows(out, ["window_start", "k", "count", "sum_v"]) == ref

@@ -809,7 +809,9 @@ class BatchSource(FileSource):
         if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
             raise InvalidArgument(f"batches must be an int >= 0, got {batches!r}")
         self.make, self.bound, self.schema, self.time = make, bound, schema, time
-        self.paths = []
+        # what names this input (a checkpoint's fingerprint): the maker and its batch count
+        self.paths = [f"<batches of {getattr(make, '__module__', '?')}."
+                      f"{getattr(make, '__qualname__', type(make).__name__)}: {batches}>"]
         self.units = [Unit(_BATCHES, i, int(rows_per_batch)) for i in range(batches)]
         self._parts: Dict[str, Dict[str, Any]] = {}
         self._part_names: set = set()
