@@ -104,7 +104,7 @@ def spread_moves(leaders: Sequence[int], active: Sequence[int]) -> Dict[int, int
     first, then the surplus of the busiest active ones.
 
     >>> spread_moves([0, 0, 0, 0], [0, 1])
-    {1: 1, 3: 1}
+    {2: 1, 3: 1}
     >>> spread_moves([0, 1, 0, 1], [0])
     {1: 0, 3: 0}
     """
