@@ -67,7 +67,7 @@ def scaled_run(path, query, sock, ops, seed, rate=40_000):
     random points of the input (by records read, from the status)."""
     rng = random.Random(seed)
     total = FILES * ROWS
-    points = sorted(rng.uniform(0.1, 0.8) for _ in ops)
+    points = sorted(rng.uniform(0.1, 0.6) for _ in ops)  # the last well before the end
     done, errors = [], []
 
     def driver():
