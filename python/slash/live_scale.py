@@ -382,8 +382,9 @@ class LiveScaler:
         wm = {r: op.acks[r]["wm"] for r in range(self.size)}
         if op.count >= len(old):
             new = sorted(old + op.joining)
-        else:  # leavers: the highest watermarks (their units may go to any rank that stays)
-            by = sorted(old, key=lambda r: (_NO if wm[r] is None else wm[r], -r))
+        else:  # leavers: the highest watermarks (their units may go to any rank that stays);
+            # on a tie the higher ranks leave (rank 0 stays active while it can)
+            by = sorted(old, key=lambda r: (_NO if wm[r] is None else wm[r], r))
             new = sorted(by[:op.count])
         left = {r: op.acks[r]["left"] for r in range(self.size)}
         err: Optional[BaseException] = None
