@@ -535,6 +535,15 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     ``rate``: read the input at most this fast, in records/s over all
     executors (a replay of files as a stream; default: as fast as possible).
 
+    ``max_executors`` without ``latency_target``: a group that scales live
+    (:mod:`slash.live_scale`, docs/elastic.md): ``max_executors`` processes
+    start, ``executors`` of them active and the rest standby; the control
+    socket (``control``, default the default path) then takes ``scale-out
+    K`` / ``scale-in K`` within 1..max_executors without a restart, and
+    ``metrics["live_scales"]`` lists them. Window aggregations over a
+    :class:`~slash.sources.FileSource` or :class:`~slash.sources.BatchSource`,
+    without ``checkpoint``; anything else raises NotSupported.
+
     ``latency_target`` (``"500ms"``, ``"2s"``, seconds, or a
     :class:`slash.controller.ControllerConfig` for every knob): the run tunes
     itself so that windows come out within it (see :mod:`slash.autotune`):
