@@ -12,7 +12,9 @@
  *
  * Invariants: published watermarks only grow; a record older than the
  * executor's published watermark is never applied; a leader never emits a
- * window ending after the minimum of the vector clock (P1).
+ * window ending after the minimum of the vector clock (P1). A standby
+ * (slash_exec_set_standby) publishes the minimum its followed ranks
+ * published instead of its input's: still only growing, never "finished".
  *
  * Leadership: partition p is led by the leader map's rank (leadermap.h). A
  * move changes the map at a marker: MAP(v) on a sender's channel separates
