@@ -323,6 +323,29 @@ def test_standby_ranks_do_not_hold_the_group_watermark_back(parts, tmp_path):
     assert st["records"] < FILES * ROWS  # while the stream still ran
 
 
+def test_an_update_in_a_live_group_reaches_the_standby_ranks_and_holds_across_a_scale(parts,
+                                                                                     tmp_path):
+    sock = str(tmp_path / "c.sock")
+    got = {}
+
+    def driver():
+        wait_for_socket(sock, 60)
+        wait_until(lambda: request(sock, "status")["records"] >= 0.2 * FILES * ROWS, 60, "20%")
+        got["update"] = request(sock, "update", {"filter": "v < 500"})
+        got["scale"] = request(sock, "scale-out", {"k": 1})
+
+    th = threading.Thread(target=driver)
+    th.start()
+    q = Query(time="t", window="tumbling:10s", key="k", aggregates=["count", "sum:v"])
+    out = run(q, parts, executors=1, max_executors=2, control=sock, rate=40_000, timeout=120)
+    th.join()
+    T = got["update"]["effective_from_ms"]
+    assert got["scale"]["executors"] == 2 and T is not None and T % 10_000 == 0
+    assert rows(out, ["window_start", "k", "count", "sum_v"]) == duck(
+        parts, f"select (t // 10000) * 10000, k, count(*), sum(v) from T "
+               f"where t < {T} or v < 500 group by all")
+
+
 # ---- what is refused -----------------------------------------------------------------------------
 def test_scaling_past_the_provisioned_group_is_refused_naming_max_executors(parts, tmp_path):
     sock = str(tmp_path / "c.sock")
