@@ -187,21 +187,26 @@ def run_task(ck: CheckpointPlan, conn: Any, group: int, rank: int, n: int, timeo
     (execute_split_checkpointed or its join twin) and adds this rank's share
     of the windows the resumed checkpoint had committed. Returns (the
     windows, unfinalized; the executor's metrics, with ``records_in`` = the
-    records of this rank's input over all attempts)."""
+    records of this rank's input over all attempts, ``records_in_attempt``
+    those this attempt read)."""
     if conn is None:
         raise InvalidArgument("checkpoint= needs rendezvous='driver' (the driver commits the checkpoints)")
     resume_id, next_id, attempt = _resume_point(conn, rank, group, timeout)
     plan = _Plan(ck.directory, ck.fingerprint, ck.executors, ck.partitions, ck.keep, ck.every,
                  resume_id, next_id, attempt)
-    res, m = run(plan, _TaskLink(conn, group))
-    m["records_in"] = int(m.get("records_read", m.get("records_in", 0)))
-    m["resumed_from"] = resume_id
-    if resume_id is not None:
+    mine: List[pa.Table] = []
+    before = 0  # records this rank had read by the cut
+    if resume_id is not None:  # read now: newer checkpoints of this attempt prune this one
         c = plan.store().load(resume_id)
         mine = [from_ipc(c.read_segment(s)) for i, s in enumerate(sorted(c.segments())) if i % n == rank]
-        if mine:
-            res = pa.concat_tables([t.cast(res.schema) if t.schema != res.schema else t
-                                    for t in mine] + [res])
+        before = int(c.rank_info(rank).get("records", 0))
+    res, m = run(plan, _TaskLink(conn, group))
+    m["records_in"] = int(m.get("records_read", m.get("records_in", 0)))
+    m["records_in_attempt"] = m["records_in"] - before
+    m["resumed_from"] = resume_id
+    if mine:
+        res = pa.concat_tables([t.cast(res.schema) if t.schema != res.schema else t
+                                for t in mine] + [res])
     return res, m
 
 
