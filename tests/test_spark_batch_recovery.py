@@ -9,7 +9,9 @@ to the Python workers through ``SparkContext.environment``): the worker of
 rank RANK SIGKILLs itself after PUSHES pushes in attempt 0, once CUTS
 checkpoints are committed."""
 import contextlib
+import logging
 import os
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -122,13 +124,15 @@ def _join_inputs(d):
     return paths
 
 
-def test_window_join_resumes_after_a_killed_worker(spark, tmp_path):
+def test_window_join_resumes_after_a_killed_worker(spark, tmp_path, caplog):
     left, right = _join_inputs(str(tmp_path))
     q = dict(on="id", time="ts", window="tumbling:10s", executors=2)
     clean = window_join(spark, left, right, **q)
-    with killed(spark, "1:8:0:1"):
+    with killed(spark, "1:8:0:1"), caplog.at_level(logging.INFO, "slash.spark"):
         got = window_join(spark, left, right, checkpoint=str(tmp_path / "ck"),
                           checkpoint_every="2 batches", **q)
+    assert re.search(r"retried \(attempt 1\); resuming from checkpoint \d+", caplog.text)
+    assert "'attempts': 2" in caplog.text
     key = ["id", "left_x", "right_x"]
     a, b = rows(got, key), rows(clean, key)
     assert len(a["window_start"]) == len(b["window_start"]) > 0
