@@ -66,8 +66,8 @@ def assert_resumed(res, total):
     assert 0 < sum(m["records_in_attempt"] for m in res.metrics) < total
 
 
-@pytest.mark.parametrize("window", ["tumbling:10s", "session:3s"])
-def test_retried_stage_resumes_from_checkpoint_and_equals_spark(spark, events, tmp_path, window):
+def test_retried_stage_resumes_from_checkpoint_and_equals_spark(spark, events, tmp_path):
+    window = "tumbling:10s"
     q = dict(time="t", window=window, key="k", aggs=AGGS, executors=2)
     clean = run_aggregate(spark, events, **q)
     with killed(spark, "1:8:0:1"):
@@ -102,7 +102,7 @@ def test_without_checkpoint_the_stage_has_no_shuffle_and_with_it_one(spark, even
 
 def test_a_call_again_with_the_directory_resumes_and_another_executor_count_is_refused(
         spark, events, tmp_path):
-    q = dict(time="t", window="tumbling:10s", key="k", aggs=AGGS)
+    q = dict(time="t", window="session:3s", key="k", aggs=AGGS)
     first = run_aggregate(spark, events, checkpoint=str(tmp_path / "ck"), checkpoint_every="2 batches",
                           executors=2, **q)
     again = run_aggregate(spark, events, checkpoint=str(tmp_path / "ck"), executors=2, **q)
