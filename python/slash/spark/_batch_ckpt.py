@@ -228,7 +228,7 @@ class BatchCheckpoints:
         self.checkpoints: List[Dict[str, Any]] = []
         self.recoveries: List[Dict[str, Any]] = []
         self.resumed: set = set()
-        self._asked_at = 0.0
+        self._heard = self._lost_at = 0.0
 
     def on_message(self, rank: int, msg: Tuple[Any, ...]) -> bool:
         """Handles a checkpoint message; False if it is none."""
@@ -242,6 +242,7 @@ class BatchCheckpoints:
             _, group, inner = msg
             if group != self.group:  # a report of a failed attempt
                 return True
+            self._heard = time.monotonic()  # ranks report progress every 50 ms while they read
             if inner[0] == "ckpt":
                 _, r, cid, files, segs, stats = inner
                 self.reports.setdefault(cid, {})[r] = (files, segs, stats)
@@ -251,7 +252,7 @@ class BatchCheckpoints:
                 self.resumed.add(inner[1])
                 if len(self.resumed) == self.n and self.recoveries and \
                         "seconds_to_resume" not in self.recoveries[-1]:
-                    self.recoveries[-1]["seconds_to_resume"] = round(time.monotonic() - self._asked_at, 3)
+                    self.recoveries[-1]["seconds_to_resume"] = round(time.monotonic() - self._lost_at, 3)
         else:
             return False
         return True
@@ -259,7 +260,7 @@ class BatchCheckpoints:
     def _new_group(self, group: int) -> None:
         self.attempt += 1
         self.group, self.reports, self.resumed = group, {}, set()
-        self._asked_at = time.monotonic()
+        self._lost_at = self._heard  # the failed attempt's last word: the failure, within ~50 ms
         try:
             ck = self.store.latest()
         except CheckpointCorrupt as e:

@@ -598,7 +598,9 @@ def window_aggregate(spark: Any, source: Any, *, time: str, window: str,
 
     ``executors``: Slash executors = barrier tasks (default: all task slots);
     ``transport``: ``"shm"`` (one host) or ``"ofi:tcp"``. Other options go to
-    :func:`run_aggregate` (``group=GroupConfig(...)``, ``result_dir=``).
+    :func:`run_aggregate` (``group=GroupConfig(...)``, ``result_dir=``,
+    ``checkpoint=DIR``/``checkpoint_every=``: a long job's checkpoints, from
+    which a barrier stage Spark retries after a lost task resumes).
 
     The stage runs when this function is called; the DataFrame reads the
     result files it wrote, so it is computed once whatever actions follow.
