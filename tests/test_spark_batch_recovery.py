@@ -138,3 +138,18 @@ def test_window_join_resumes_after_a_killed_worker(spark, tmp_path, caplog):
     assert len(a["window_start"]) == len(b["window_start"]) > 0
     for c in a:
         np.testing.assert_array_equal(a[c], b[c], err_msg=c)
+
+
+def test_a_corrupt_checkpoint_is_refused_naming_the_file(spark, events, tmp_path):
+    from slash.errors import CheckpointCorrupt
+
+    ck = str(tmp_path / "ck")
+    q = dict(time="t", window="tumbling:10s", key="k", executors=2)
+    res = run_aggregate(spark, events, checkpoint=ck, checkpoint_every="2 batches", **q)
+    last = res.recovery["checkpoints"][-1]["id"]
+    meta = os.path.join(ck, f"chk-{last:012d}", "rank-1.meta")
+    with open(meta, "r+b") as f:
+        f.seek(4)
+        f.write(b"\xff\xfe")
+    with pytest.raises(CheckpointCorrupt, match="rank-1.meta"):
+        run_aggregate(spark, events, checkpoint=ck, **q)
