@@ -14,7 +14,6 @@ stream can grow from 2 to 3 executors:
 import os
 import signal
 import sys
-import time
 
 import pyarrow.parquet as pq
 import pytest
