@@ -135,7 +135,6 @@ class SortedPartition:
         keys = [time] + [c for c in table.column_names if c != time and _sortable(table.schema.field(c).type)]
         self.table = table.sort_by([(c, "ascending") for c in keys]).combine_chunks()
         self.schema = schema
-        self._time = time
 
     def may_have_nulls(self, column: str) -> bool:
         return column in self.table.column_names and self.table.column(column).null_count > 0
