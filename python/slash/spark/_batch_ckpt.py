@@ -57,7 +57,7 @@ import pyarrow as pa
 from slash._ipc import from_ipc
 from slash.errors import CheckpointCorrupt, InvalidArgument, NotSupported, Timeout
 from slash.recovery import CheckpointEvery, CheckpointPlan, _commit, _Plan, fingerprint
-from slash.sources import TableSource
+from slash.sources import Watermark
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +122,9 @@ class SortedPartition:
     bounded source whose item count is a stable position: the partition is
     taken whole and sorted by ``time``, then by the other columns, so an
     attempt that gets the same rows in another order reads the same
-    batches. It yields Watermarks between slices (the rows are in time
-    order), so windows fire as the input goes by."""
+    batches. It yields Watermarks between batches (the rows are in time
+    order), so windows fire as the input goes by. The partition is held in
+    the task's memory."""
 
     bounded = True
 
@@ -135,14 +136,28 @@ class SortedPartition:
         keys = [time] + [c for c in table.column_names if c != time and _sortable(table.schema.field(c).type)]
         self.table = table.sort_by([(c, "ascending") for c in keys]).combine_chunks()
         self.schema = schema
+        self._time = time
 
     def may_have_nulls(self, column: str) -> bool:
         return column in self.table.column_names and self.table.column(column).null_count > 0
 
+    def unit_rows(self) -> int:
+        """Rows per batch: about 1/32 of the partition, 256 to 65536 (a
+        function of the row count only, so every attempt cuts alike)."""
+        return max(256, min(65536, -(-self.table.num_rows // 32)))
+
     def read(self, rank: int, n: int, columns: Optional[List[str]] = None,
              time: Optional[str] = None) -> Iterator[Any]:
-        # the partition is this rank's whole input: one split of one
-        yield from TableSource(self.table).read(0, 1, columns, time=time)
+        """The whole partition (it is this rank's input), in time order, in
+        batches of :meth:`unit_rows`; with ``time``, a Watermark before each
+        batch after the first: its first time, the smallest left."""
+        t = self.table.select(columns) if columns else self.table
+        tc = self.table.column(self._time)
+        step = self.unit_rows()
+        for off in range(0, t.num_rows, step):
+            if time is not None and off and tc[off].is_valid:  # nulls sort last: none left to bound
+                yield Watermark(tc[off])
+            yield from t.slice(off, step).to_batches()
 
 
 def _sortable(t: pa.DataType) -> bool:
