@@ -246,35 +246,17 @@ def test_a_standby_executor_follows_the_active_watermark_so_windows_fire_without
     watermark closed fires while rank 1 still runs; active again, it
     finishes normally and the whole answer equals DuckDB."""
     import multiprocessing
-    import secrets
 
     import executor_peers as peers
 
     ctx = multiprocessing.get_context("spawn")
-    token = secrets.token_hex(8)
     rng = np.random.default_rng(5)
     t = np.sort(rng.integers(0, 10_000, 3000)).astype(np.int64)
     recs = pa.table({"key": rng.integers(0, 20, 3000), "time": t, "x": rng.integers(0, 9, 3000)})
     state_kw = dict(window="tumbling:1s", aggregates=["count", "sum:x"],
                     value_types={"x": "int64"})
     gkw = dict(lateness=0, epoch_bytes=16 << 10)
-    ctl = [ctx.Queue(), ctx.Queue()]
-    addr_q, out_q = ctx.Queue(), ctx.Queue()
-    addrs_qs = [ctx.Queue(), ctx.Queue()]
-    p0 = ctx.Process(target=peers.push_then_wait, daemon=True,
-                     args=("shm", 0, 2, token, addr_q, addrs_qs[0], out_q, recs, state_kw, gkw,
-                           ctl[0]))
-    p1 = ctx.Process(target=peers.hold_then_advance, daemon=True,
-                     args=("shm", 1, 2, token, addr_q, addrs_qs[1], out_q, state_kw, gkw, ctl[1]))
-    p0.start(), p1.start()
-    got = dict(addr_q.get(timeout=120) for _ in range(2))
-    for q in addrs_qs:
-        q.put([got[0], got[1]])
-
-    def expect(kind):
-        r = out_q.get(timeout=120)
-        assert r[0] == kind, r
-        return r
+    ctl, expect, (p0, p1) = peers.push_and_hold_pair(ctx, recs, state_kw, gkw)
 
     def poll_both():
         ctl[1].put(("poll",))

@@ -13,7 +13,6 @@ stream can grow from 2 to 3 executors:
 """
 import os
 import signal
-import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -23,12 +22,10 @@ pytest.importorskip("pandas")
 pytest.importorskip("duckdb")
 
 import slash  # noqa: E402
-from slash.spark import RateSource, run_aggregate, session, spark_window_aggregate, stream  # noqa: E402
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "spark_integration"))
-from cluster import LocalCluster  # noqa: E402
+from slash.spark import RateSource, run_aggregate, spark_window_aggregate, stream  # noqa: E402
 
 from test_spark import AGGS, assert_same, make_table  # noqa: E402
+from test_spark_cluster import cluster_session  # noqa: E402
 from test_spark_batch_recovery import killed  # noqa: E402
 from test_spark_recovery import (QUERY, duckdb_windows, read_sink, sink_windows,  # noqa: E402
                                  wait_for_checkpoints)
@@ -41,26 +38,8 @@ Q = dict(QUERY, transport=TRANSPORT, slots_wait=90)
 
 @pytest.fixture(scope="module")
 def cluster_spark(tmp_path_factory):
-    try:
-        from slash.spark._env import require_java
-        require_java()
-    except Exception as e:
-        pytest.skip(f"no Java for a Spark cluster: {e}")
-    d = str(tmp_path_factory.mktemp("cluster"))
-    try:
-        c = LocalCluster(workers=2, cores=2, memory="1g", directory=d).start()
-    except Exception as e:
-        pytest.skip(f"the standalone cluster did not start: {e}")
-    s = None
-    try:
-        s = session(c.master_url, "slash-test-cluster-recovery",
-                    {"spark.executor.cores": "1", "spark.cores.max": "3", "spark.executor.memory": "512m",
-                     "spark.slash.resultDir": os.path.join(d, "results")})
-        yield s
-    finally:
-        if s is not None:
-            s.stop()
-        c.stop()
+    """Two 2-core workers, at most three 1-core executors: room to grow 2 -> 3."""
+    yield from cluster_session(tmp_path_factory, "slash-test-cluster-recovery", cores=2, cores_max=3)
 
 
 def executors(spark):

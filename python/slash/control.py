@@ -458,6 +458,31 @@ class ExecutorControl:
         except EOFError:
             raise SystemFailure("the driver went away") from None
 
+    def _commit_expected(self, msg: Any) -> None:
+        if isinstance(msg, tuple) and msg and msg[0] == "ctl":
+            raise SystemFailure(f"executor rank {self.rank}: expected the commit of a control "
+                                f"request, got {msg!r:.80}")
+        self._other(msg)
+
+    def await_commit(self, ex: Any, kind: str, rid: Any, deadline: float,
+                     other: Callable[[Any], Any]) -> Tuple[Any, ...]:
+        """Paused after answering request ``rid`` of ``kind`` ("ctl", "scale"):
+        serves the channels (pushes nothing) until the driver's ``(kind,
+        "commit", rid, ...)``, which it returns; any other message meanwhile
+        goes to ``other`` (which may raise). Timeout past ``deadline``
+        (time.monotonic)."""
+        while True:
+            while not self.conn.poll(0):
+                if time.monotonic() > deadline:
+                    what = "control" if kind == "ctl" else kind
+                    raise Timeout(f"executor rank {self.rank}: no commit of {what} request {rid} "
+                                  f"within {self.timeout} s")
+                ex.poll(0.002)
+            got = self._recv()
+            if isinstance(got, tuple) and got[:3] == (kind, "commit", rid):
+                return got
+            other(got)
+
     def _other(self, msg: Any) -> bool:
         if isinstance(msg, tuple) and msg and msg[0] == "move":
             self.moves.add(msg)
@@ -479,20 +504,7 @@ class ExecutorControl:
         rid = msg[2]
         t0 = time.monotonic()
         self.send(("ctl-ack", self.rank, rid, self.max_seen))
-        deadline = t0 + self.timeout
-        while True:  # paused: serve the channels, push nothing
-            while not self.conn.poll(0):
-                if time.monotonic() > deadline:
-                    raise Timeout(f"executor rank {self.rank}: no commit of control request "
-                                  f"{rid} within {self.timeout} s")
-                ex.poll(0.002)
-            got = self._recv()
-            if isinstance(got, tuple) and got[:3] == ("ctl", "commit", rid):
-                break
-            if isinstance(got, tuple) and got and got[0] == "ctl":
-                raise SystemFailure(f"executor rank {self.rank}: expected the commit of {rid}, "
-                                    f"got {got!r:.80}")
-            self._other(got)
+        got = self.await_commit(ex, "ctl", rid, t0 + self.timeout, self._commit_expected)
         _, _, _, start, version, query = got
         if query is not None:
             if query.lateness != self.plan.current.lateness:

@@ -201,6 +201,11 @@ class ScaleAgent:
             self._idle_told = self.sid
             self.send(("scale-idle", self.rank, self.sid))
 
+    def _commit_expected(self, msg: Any) -> None:
+        if isinstance(msg, tuple) and msg[:2] == ("scale", "finish"):
+            raise SystemFailure(f"executor rank {self.rank}: told to finish inside a scale request")
+        self.ctl._other(msg)  # a rebalance request meanwhile
+
     def handle(self, msg: Any) -> None:
         if not (isinstance(msg, tuple) and len(msg) >= 2 and msg[0] == "scale"):
             raise SystemFailure(f"executor rank {self.rank}: unexpected message from the driver "
@@ -220,20 +225,7 @@ class ScaleAgent:
         wm = max(_NO if self.wm is None else self.wm, int(ex.metrics["watermark"]))
         self.send(("scale-ack", self.rank, sid, {"left": self.left(),
                                                  "wm": None if wm <= _NO else wm}))
-        deadline = t0 + self.timeout
-        while True:  # paused: serve the channels, push nothing
-            while not self.conn.poll(0):
-                if time.monotonic() > deadline:
-                    raise Timeout(f"executor rank {self.rank}: no commit of scale request {sid} "
-                                  f"within {self.timeout} s")
-                ex.poll(0.002)
-            got = self.conn.recv()
-            if isinstance(got, tuple) and got[:3] == ("scale", "commit", sid):
-                break
-            if isinstance(got, tuple) and got[:2] == ("scale", "finish"):
-                raise SystemFailure(f"executor rank {self.rank}: told to finish inside scale "
-                                    f"request {sid}")
-            self.ctl._other(got)  # a rebalance request meanwhile
+        got = self.ctl.await_commit(ex, "scale", sid, t0 + self.timeout, self._commit_expected)
         _, _, _, work, active, moves_id = got
         self.sid = sid
         self.work, self.pos = [list(w) for w in work], None
