@@ -142,6 +142,19 @@ cdef class ExecutorCore(_Closeable):
     def set_lateness(self, int64_t lateness):
         check(slash_exec_set_lateness(self.ptr(), lateness))
 
+    def set_standby(self, follow):
+        """None: active; else a bytes of one 0/1 per rank (exec.h)."""
+        cdef const uint8_t *fp = NULL
+        cdef bytes fb
+        cdef slash_exec_metrics m
+        if follow is not None:
+            slash_exec_get_metrics(self.ptr(), &m)
+            fb = bytes(follow)
+            if len(fb) != m.size:
+                raise _errors.InvalidArgument(f"standby: follow needs {m.size} entries, got {len(fb)}")
+            fp = <const uint8_t *>fb
+        check(slash_exec_set_standby(self.ptr(), fp))
+
     def set_epoch(self, uint32_t epoch_ms, uint64_t epoch_bytes):
         check(slash_exec_set_epoch(self.ptr(), epoch_ms, epoch_bytes))
 

@@ -301,6 +301,7 @@ cdef extern from "slash/exec.h" nogil:
     void slash_exec_take_join(slash_exec *ex, slash_join_result **out)
     slash_status slash_exec_advance(slash_exec *ex, int64_t wm)
     slash_status slash_exec_set_lateness(slash_exec *ex, int64_t lateness)
+    slash_status slash_exec_set_standby(slash_exec *ex, const uint8_t *follow)
     slash_status slash_exec_set_epoch(slash_exec *ex, uint32_t epoch_ms, uint64_t epoch_bytes)
     slash_status slash_exec_end_epoch(slash_exec *ex)
     slash_status slash_exec_poll(slash_exec *ex, int timeout_ms)

@@ -50,7 +50,8 @@ def run(transport, rank, n, token, addr_q, addrs_q, out_q, table, state_kw, grou
 
 def hold_then_advance(transport, rank, n, token, addr_q, addrs_q, out_q, state_kw, group_kw, ctl_q):
     """An executor with no input whose watermark the test moves by hand:
-    it waits for ("advance", t) / ("finish",) commands on ctl_q."""
+    it waits for ("advance", t) / ("poll",) / ("standby", follow) /
+    ("finish",) commands on ctl_q."""
     try:
         ex = join(transport, rank, token, addr_q, addrs_q, state_kw, group_kw)
         results = []
@@ -64,6 +65,9 @@ def hold_then_advance(transport, rank, n, token, addr_q, addrs_q, out_q, state_k
                 ex.poll(0.2)
                 results += ex.results()
                 out_q.put(("polled", rank, pa.Table.from_batches(results, schema=ex.result_schema())))
+            elif cmd[0] == "standby":  # ("standby", ranks to follow or None)
+                ex.set_standby(cmd[1])
+                out_q.put(("standby", rank))
             else:
                 break
         ex.finish()
@@ -127,3 +131,34 @@ def run_join(transport, rank, n, token, addr_q, addrs_q, out_q, left, right, joi
         ex.close()
     except BaseException as e:
         out_q.put(("error", rank, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+
+
+def push_and_hold_pair(ctx, table, state_kw, group_kw, transport="shm"):
+    """A group of two spawned processes: rank 0 pushes ``table`` and waits
+    (push_then_wait), rank 1 pushes nothing and waits for commands
+    (hold_then_advance). Returns (their command queues, expect(kind): the
+    next report, asserted to be of that kind, the processes)."""
+    import secrets
+
+    token = secrets.token_hex(8)
+    ctl = [ctx.Queue(), ctx.Queue()]
+    addr_q, out_q = ctx.Queue(), ctx.Queue()
+    addrs_qs = [ctx.Queue(), ctx.Queue()]
+    procs = [ctx.Process(target=push_then_wait, daemon=True,
+                         args=(transport, 0, 2, token, addr_q, addrs_qs[0], out_q, table, state_kw,
+                               group_kw, ctl[0])),
+             ctx.Process(target=hold_then_advance, daemon=True,
+                         args=(transport, 1, 2, token, addr_q, addrs_qs[1], out_q, state_kw,
+                               group_kw, ctl[1]))]
+    for p in procs:
+        p.start()
+    got = dict(addr_q.get(timeout=120) for _ in range(2))
+    for q in addrs_qs:
+        q.put([got[0], got[1]])
+
+    def expect(kind):
+        r = out_q.get(timeout=120)
+        assert r[0] == kind, r
+        return r
+
+    return ctl, expect, procs

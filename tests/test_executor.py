@@ -192,26 +192,10 @@ def test_session_windows_across_executors_with_skew():
 
 # ---- P1 --------------------------------------------------------------------------
 def test_no_window_fires_until_every_watermark_passes_it():
-    token = secrets.token_hex(8)
     table = stream(seed=3, n=4000, span_ms=10000, jitter_ms=0)
     state_kw = dict(window="tumbling:1s", aggregates=AGGS, value_types=VALUE_TYPES)
     gkw = dict(lateness=0, epoch_bytes=16 << 10)
-    ctl = [CTX.Queue(), CTX.Queue()]
-    addr_q, out_q = CTX.Queue(), CTX.Queue()
-    addrs_qs = [CTX.Queue(), CTX.Queue()]
-    p0 = CTX.Process(target=peers.push_then_wait, daemon=True,
-                     args=("shm", 0, 2, token, addr_q, addrs_qs[0], out_q, table, state_kw, gkw, ctl[0]))
-    p1 = CTX.Process(target=peers.hold_then_advance, daemon=True,
-                     args=("shm", 1, 2, token, addr_q, addrs_qs[1], out_q, state_kw, gkw, ctl[1]))
-    p0.start(), p1.start()
-    got = dict(addr_q.get(timeout=120) for _ in range(2))
-    for q in addrs_qs:
-        q.put([got[0], got[1]])
-
-    def expect(kind):
-        r = out_q.get(timeout=120)
-        assert r[0] == kind, r
-        return r
+    ctl, expect, (p0, p1) = peers.push_and_hold_pair(CTX, table, state_kw, gkw)
 
     expect("pushed")
     # rank 1 has promised nothing: nobody may fire anything

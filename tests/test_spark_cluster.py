@@ -23,8 +23,10 @@ pytestmark = pytest.mark.slow
 TRANSPORT = "ofi:tcp" if slash.have_ofi() else "shm"
 
 
-@pytest.fixture(scope="module")
-def cluster_spark(tmp_path_factory):
+def cluster_session(tmp_path_factory, app: str, *, cores: int, cores_max: int):
+    """A Spark session on a fresh two-worker standalone cluster (``cores``
+    per worker, at most ``cores_max`` one-core executors); skips without
+    Java or when the cluster does not start. A generator for a fixture."""
     try:
         from slash.spark._env import require_java
         require_java()
@@ -32,19 +34,25 @@ def cluster_spark(tmp_path_factory):
         pytest.skip(f"no Java for a Spark cluster: {e}")
     d = str(tmp_path_factory.mktemp("cluster"))
     try:
-        c = LocalCluster(workers=2, cores=1, memory="1g", directory=d).start()
+        c = LocalCluster(workers=2, cores=cores, memory="1g", directory=d).start()
     except Exception as e:
         pytest.skip(f"the standalone cluster did not start: {e}")
     s = None
     try:
-        s = session(c.master_url, "slash-test-cluster",
-                    {"spark.executor.cores": "1", "spark.cores.max": "2", "spark.executor.memory": "512m",
+        s = session(c.master_url, app,
+                    {"spark.executor.cores": "1", "spark.cores.max": str(cores_max),
+                     "spark.executor.memory": "512m",
                      "spark.slash.resultDir": os.path.join(d, "results")})
         yield s
     finally:
         if s is not None:
             s.stop()
         c.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster_spark(tmp_path_factory):
+    yield from cluster_session(tmp_path_factory, "slash-test-cluster", cores=1, cores_max=2)
 
 
 @pytest.mark.parametrize("window", ["tumbling:10s", "session:3s"])

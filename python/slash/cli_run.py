@@ -83,7 +83,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-executors", type=int, default=None, metavar="N",
                    help="with --latency-target: never fewer executors (default 1)")
     p.add_argument("--max-executors", type=int, default=None, metavar="N",
-                   help="with --latency-target: never more executors (default max(--executors, cores))")
+                   help="with --latency-target: never more executors (default max(--executors, "
+                        "cores)); without it: provision a group of N executors, --executors of "
+                        "them active and the rest standby, so `slash ctl scale-out/scale-in` change "
+                        "the active count live, without a restart (docs/elastic.md)")
     p.add_argument("--realtime", action="store_true",
                    help="the input's event times are wall-clock (Unix) times: read each batch no "
                         "earlier than its latest time; window latency = emit time - window end")
@@ -126,7 +129,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     if args.metrics_port is not None or args.ui:
         from slash.metrics import LiveMetrics, MetricsServer
 
-        live = LiveMetrics(args.executors, kind="run")
+        ranks = args.max_executors if args.max_executors and not args.latency_target \
+            else args.executors  # a provisioned group: its standby ranks report too
+        live = LiveMetrics(ranks, kind="run")
         server = MetricsServer(live, args.metrics_port or 0, args.ui_bind, args.ui_token)
         log.warning("slash run: live page %s , Prometheus endpoint %s", server.ui_url, server.url)
     control: Any = None
@@ -145,6 +150,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                                "min_executors": args.min_executors,
                                "max_executors": args.max_executors}
                               if args.latency_target else {}),
+                           **({"max_executors": args.max_executors}
+                              if args.max_executors is not None and not args.latency_target
+                              else {}),
                            **({"realtime": True} if args.realtime else {}),
                            **({"checkpoint": args.checkpoint,
                                "checkpoint_every": args.checkpoint_every,
@@ -161,7 +169,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             "late_output": args.late_output,
             "checkpoints": m.get("checkpoints"), "recoveries": m.get("recoveries"),
             "records_replayed": m.get("records_replayed"), "logic": m.get("logic"),
-            "autotune": m.get("autotune")}
+            "autotune": m.get("autotune"), "live_scales": m.get("live_scales")}
 
 
 def summary(r: Dict[str, Any]) -> str:
@@ -179,6 +187,9 @@ def summary(r: Dict[str, Any]) -> str:
     if r.get("null_time_records"):
         text += (f"\n  {r['null_time_records']:,} record(s) with a null time are in no window "
                  "(not aggregated)")
+    for sc in r.get("live_scales") or []:
+        text += (f"\n  live scale {sc['from']} -> {sc['to']} active executors (ranks "
+                 f"{sc['active_ranks']}): input paused {sc['paused_ms']:.1f} ms")
     auto = r.get("autotune")
     if auto and auto.get("latency_target_ms"):
         lat = auto.get("window_latency") or {}

@@ -295,13 +295,16 @@ def _load(snap: Dict[str, Any]) -> Tuple[float, int]:
     return float(snap.get("merge_seconds") or 0.0), int(snap.get("delta_bytes_received") or 0)
 
 
-def rebalance_spec(args: Dict[str, Any], per: Dict[int, Dict[str, Any]], n: int) -> Dict[str, Any]:
+def rebalance_spec(args: Dict[str, Any], per: Dict[int, Dict[str, Any]], n: int,
+                   candidates: Optional[Sequence[int]] = None) -> Dict[str, Any]:
     """What rank 0 is asked to move for ``rebalance``: ``{"moves": {p: r}}``
     for explicit moves (``args["moves"]``), else ``{"from_rank": f,
     "to_rank": t}``: given in ``args``, or chosen from the executors' latest
     metrics ``per`` (rank -> snapshot): from the leader with the most merge
-    time (then delta bytes received) to the least loaded one. Rank 0 moves
-    half of the partitions ``f`` leads (see :class:`MoveRequests`)."""
+    time (then delta bytes received) to the least loaded one, among
+    ``candidates`` if given (a live group's active ranks: a standby is
+    always the least loaded). Rank 0 moves half of the partitions ``f``
+    leads (see :class:`MoveRequests`)."""
     if args.get("moves") not in (None, "", {}):
         moves = parse_moves(args["moves"])
         bad = sorted(r for r in moves.values() if r >= n)
@@ -313,10 +316,14 @@ def rebalance_spec(args: Dict[str, Any], per: Dict[int, Dict[str, Any]], n: int)
     if n < 2:
         raise InvalidArgument("rebalance needs at least 2 executors")
     if f is None or t is None:
-        have = {r: per[r] for r in range(n) if r in per}
-        if len(have) < n:
-            raise InvalidState(f"rebalance: metrics from {len(have)} of {n} executors so far; "
-                               "retry in a moment or give --moves")
+        # candidates: the ranks an automatic choice may name (a live group's active ones)
+        pool = list(range(n)) if candidates is None else list(candidates)
+        have = {r: per[r] for r in pool if r in per}
+        if len(have) < len(pool):
+            raise InvalidState(f"rebalance: metrics from {len(have)} of {len(pool)} executors so "
+                               "far; retry in a moment or give --moves")
+        if len(have) < 2:
+            raise InvalidArgument("rebalance needs at least 2 active executors")
         order = sorted(have, key=lambda r: _load(have[r]))
         f = order[-1] if f is None else f
         t = next(r for r in order if r != f) if t is None else t
@@ -362,6 +369,13 @@ class MoveRequests:
             version, leaders = ex.leader_map()
             if "moves" in spec:
                 moves = {int(p): int(r) for p, r in spec["moves"].items()}
+            elif "spread" in spec:  # a live scale: the active ranks lead every partition evenly
+                from slash.live_scale import spread_moves
+                moves = spread_moves(leaders, spec["spread"])
+                if not moves:
+                    self.pending.pop(0)
+                    self._answer(rid, {"moves": {}, "map_version": version})
+                    continue
             else:
                 f, t = spec["from_rank"], spec["to_rank"]
                 led = [p for p, r in enumerate(leaders) if r == f]
@@ -444,6 +458,31 @@ class ExecutorControl:
         except EOFError:
             raise SystemFailure("the driver went away") from None
 
+    def _commit_expected(self, msg: Any) -> None:
+        if isinstance(msg, tuple) and msg and msg[0] == "ctl":
+            raise SystemFailure(f"executor rank {self.rank}: expected the commit of a control "
+                                f"request, got {msg!r:.80}")
+        self._other(msg)
+
+    def await_commit(self, ex: Any, kind: str, rid: Any, deadline: float,
+                     other: Callable[[Any], Any]) -> Tuple[Any, ...]:
+        """Paused after answering request ``rid`` of ``kind`` ("ctl", "scale"):
+        serves the channels (pushes nothing) until the driver's ``(kind,
+        "commit", rid, ...)``, which it returns; any other message meanwhile
+        goes to ``other`` (which may raise). Timeout past ``deadline``
+        (time.monotonic)."""
+        while True:
+            while not self.conn.poll(0):
+                if time.monotonic() > deadline:
+                    what = "control" if kind == "ctl" else kind
+                    raise Timeout(f"executor rank {self.rank}: no commit of {what} request {rid} "
+                                  f"within {self.timeout} s")
+                ex.poll(0.002)
+            got = self._recv()
+            if isinstance(got, tuple) and got[:3] == (kind, "commit", rid):
+                return got
+            other(got)
+
     def _other(self, msg: Any) -> bool:
         if isinstance(msg, tuple) and msg and msg[0] == "move":
             self.moves.add(msg)
@@ -465,20 +504,7 @@ class ExecutorControl:
         rid = msg[2]
         t0 = time.monotonic()
         self.send(("ctl-ack", self.rank, rid, self.max_seen))
-        deadline = t0 + self.timeout
-        while True:  # paused: serve the channels, push nothing
-            while not self.conn.poll(0):
-                if time.monotonic() > deadline:
-                    raise Timeout(f"executor rank {self.rank}: no commit of control request "
-                                  f"{rid} within {self.timeout} s")
-                ex.poll(0.002)
-            got = self._recv()
-            if isinstance(got, tuple) and got[:3] == ("ctl", "commit", rid):
-                break
-            if isinstance(got, tuple) and got and got[0] == "ctl":
-                raise SystemFailure(f"executor rank {self.rank}: expected the commit of {rid}, "
-                                    f"got {got!r:.80}")
-            self._other(got)
+        got = self.await_commit(ex, "ctl", rid, t0 + self.timeout, self._commit_expected)
         _, _, _, start, version, query = got
         if query is not None:
             if query.lateness != self.plan.current.lateness:
@@ -724,7 +750,9 @@ class RunControl:
         if done:
             raise InvalidState("rebalance: rank 0 has read all of its input; leadership no "
                                "longer moves")
-        spec = rebalance_spec(args, per, self.executors)
+        active = (self._hooks["elastic-status"]()["active_ranks"]
+                  if "elastic-status" in self._hooks else None)
+        spec = rebalance_spec(args, per, self.executors, active)
         rid, ev = self._moves.new()
         self._send(0, ("move", rid, spec))
         return self._moves.wait(rid, ev, REQUEST_TIMEOUT)
@@ -745,6 +773,7 @@ class RunControl:
                 "records": sum(int(p.get("records_in", 0) or 0) for p in per.values()),
                 "max_event_time_ms": max(seen) if seen else None,
                 "input_done": done, "finished": self.finished,
+                **(self._hooks["elastic-status"]() if "elastic-status" in self._hooks else {}),
                 **leadership(per),
                 "logic_version": self.plan.version, "logic": self.plan.describe(self._ms),
                 "query": {"time": q.time, "window": repr(q.window), "key": list(q.key),
@@ -850,6 +879,9 @@ def _status_summary(r: Dict[str, Any]) -> str:
     lines = [f"{r['kind']} pid {r['pid']}: {r['executors']} executors ({r['reporting']} reporting), "
              f"epoch {r['epoch']}, watermark {r['watermark_ms']} ms, {r['records']:,} records, "
              f"highest event time {r['max_event_time_ms']} ms, logic version {r['logic_version']}"]
+    if r.get("active_ranks") is not None:
+        lines.append(f"  active ranks {r['active_ranks']}, standby ranks {r['standby_ranks']} "
+                     f"(live scaling up to {r['max_executors']})")
     if r.get("led_partitions"):
         lines.append(f"  leader map version {r.get('leader_map_version')}: partitions led per rank "
                      + ", ".join(f"{k}: {v}" for k, v in r["led_partitions"].items()))
@@ -896,13 +928,16 @@ def _int_arg(args: Dict[str, Any], name: str) -> int:
 
 
 # scale-out/scale-in/epoch reach a run that offers them through hooks (a run with
-# latency_target=: slash.autotune); any other run answers NotSupported
+# max_executors=: slash.live_scale, live; with latency_target=: slash.autotune, by
+# restart); any other run answers NotSupported
 register(Operation("scale-out", lambda ctl, a: ctl.call_hook("scale-out", _int_arg(a, "k")),
-                   "add K executors (a restart from a checkpoint cut)",
+                   "add K executors (live in a group started with --max-executors; else a "
+                   "restart from a checkpoint cut)",
                    cli_args=[(("k",), {"type": int, "metavar": "K"})],
                    summary=lambda r: f"{r['executors']} executors"))
 register(Operation("scale-in", lambda ctl, a: ctl.call_hook("scale-in", _int_arg(a, "k")),
-                   "release K executors (a restart from a checkpoint cut)",
+                   "release K executors (live in a group started with --max-executors; else a "
+                   "restart from a checkpoint cut)",
                    cli_args=[(("k",), {"type": int, "metavar": "K"})],
                    summary=lambda r: f"{r['executors']} executors"))
 register(Operation("epoch", lambda ctl, a: ctl.call_hook("epoch", _int_arg(a, "ms")),

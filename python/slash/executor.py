@@ -347,6 +347,27 @@ class Executor:
             raise InvalidArgument(f"lateness must be an int >= 0 ms, got {lateness_ms!r}")
         self._core.set_lateness(min(lateness_ms * self.state.ticks_per_ms, LATENESS_BOUNDED - 1))
 
+    def set_standby(self, follow: Optional[Sequence[int]]) -> None:
+        """Makes this executor a standby of a pre-provisioned group (it reads
+        no input): from now on its watermark is the minimum the ranks in
+        ``follow`` published, so it never holds the group back; ``None``
+        makes it active again (its watermark its own input's, from what it
+        published; it never moves back). Ranks in ``follow`` must be active
+        ones (a standby following a standby could hold both still).
+        :class:`InvalidArgument` for a rank outside the group or this
+        executor's own."""
+        if follow is None:
+            self._core.set_standby(None)
+            return
+        mask = bytearray(self.size)
+        for r in follow:
+            if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < self.size \
+                    or r == self.rank:
+                raise InvalidArgument(f"standby: follow must name other ranks in "
+                                      f"0..{self.size - 1}, got {r!r} (this is rank {self.rank})")
+            mask[r] = 1
+        self._core.set_standby(bytes(mask))
+
     def set_epoch(self, epoch_ms: Optional[int] = None, epoch_bytes: Optional[int] = None) -> None:
         """Changes the epoch length from now on (a latency/throughput knob:
         shorter epochs ship deltas and fire windows sooner, longer ones cost

@@ -163,6 +163,52 @@ def _items(query: Query, source: Any, rank: int, n: int, ex: Executor, control: 
             return
 
 
+def _elastic_items(query: Query, source: Any, agent: Any, ex: Executor, control: Any,
+                   rate: Optional[float], wait: Callable[[float], bool]) -> Iterator[Any]:
+    """A live-scalable rank's batches and Watermarks (:mod:`slash.live_scale`):
+    it reads ``agent.work`` from ``agent.pos``, reopens its reader when a
+    scale commit gave it new work (or an update more columns), and with
+    nothing to read (a standby, or its work done) serves the executor until
+    new work or the driver's finish comes. ``rate``: records/s over all
+    active ranks (each reads its share of it)."""
+    cols = control.plan.input_columns
+    while True:
+        if agent.work:
+            per = rate / max(1, len(agent.active)) if rate else None
+            t0, rows = time.monotonic(), 0
+            stop = False
+            first = agent.promise()
+            if first is not None:  # what its (new) work allows at once: a joining rank does not
+                yield first        # wait for its first unit's end to let the group move on
+            for pos, item in source.read_work(agent.work, cols, time=query.time, start=agent.pos):
+                agent.pos = pos
+                yield item
+                if per:
+                    rows += getattr(item, "num_rows", 0)
+                    while not agent.changed:
+                        ahead = rows / per - (time.monotonic() - t0)
+                        if ahead <= 0:
+                            break
+                        ex.poll(min(ahead, 0.01))
+                        control.poll(ex)
+                control.poll(ex)
+                if agent.changed or control.plan.input_columns != cols:
+                    stop = True
+                    break
+            if stop:
+                agent.changed = False
+                cols = control.plan.input_columns
+                continue
+            agent.work, agent.pos = [], None  # read to its end
+        agent.idle()
+        while not agent.changed and not agent.finish:
+            wait(0.02)
+            control.poll(ex)
+        if agent.finish and not agent.changed:
+            return
+        agent.changed = False
+
+
 def execute_split(query: Query, source: Source, rank: int, addresses: List[str], listener: Any,
                   group: GroupConfig, token: str,
                   on_batch: Optional[Callable[[pa.RecordBatch], None]] = None,
@@ -170,8 +216,9 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
                   late_rows: Optional[List[pa.RecordBatch]] = None,
                   report: Optional[Callable[[Executor], None]] = None,
                   control: Optional[Any] = None, rate: Optional[float] = None,
-                  on_windows: Optional[Callable[[Optional[int], List[Tuple[int, int, int]]], None]] = None
-                  ) -> pa.Table:
+                  on_windows: Optional[Callable[[Optional[int], List[Tuple[int, int, int]]],
+                                                None]] = None,
+                  agent: Optional[Any] = None) -> pa.Table:
     """One executor's whole run: read split `rank`, push, finish; returns the
     results this executor leads (key column still named ``key``, window
     bounds in the state's time unit: :meth:`Query.finalize` converts them).
@@ -193,7 +240,10 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
     ``on_windows``, if given, is called as windows fire with (the group
     watermark in ms up to which this executor has fired everything, None
     once it finished; the fired windows as :func:`fired_windows` lists
-    them), whenever either changed: the driver's per-window latency."""
+    them), whenever either changed: the driver's per-window latency.
+    ``agent``: a :class:`slash.live_scale.ScaleAgent` (with ``control``):
+    this rank is one of a pre-provisioned group that scales live; it reads
+    the work the agent holds, and nothing while it is standby."""
     n = len(addresses)
     schema = source.schema
     bounded = bool(getattr(source, "bounded", True))
@@ -231,9 +281,15 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
                 report(ex)
 
     prepare = query.prepare_selected if control is None else control.prepare
+    if agent is not None:
+        agent.start(ex, control, source, query.time)
+        control.other = agent.handle
+        items = _elastic_items(query, source, agent, ex, control, rate, wait)
+    else:
+        items = _items(query, source, rank, n, ex, control, rate, wait)
     try:
         with _no_cyclic_gc():
-            for item in _items(query, source, rank, n, ex, control, rate, wait):
+            for item in items:
                 if isinstance(item, (pa.RecordBatch, pa.Table)):
                     b, skip = prepare(item)
                     if late_rows is not None:
@@ -246,6 +302,8 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
                     wm = query.watermark_ticks(getattr(item, "value", None), schema)
                     if wm is not None:
                         ex.advance_watermark(wm)
+                        if agent is not None:
+                            agent.advanced(wm)
                         if not bounded:  # a stream's promise may close a window: end the epoch now,
                             ex.poll(0)   # not at the next record (an idle split may have none)
                 drain()
@@ -345,7 +403,7 @@ def execute_join_split(query: JoinQuery, left: Source, right: Source, rank: int,
 
 
 def _worker(query, source, rank, n, group, token, want_late, report_every, control_on, rate,
-            link) -> None:
+            elastic, link) -> None:
     """One executor process of :func:`run` (see :mod:`slash.launcher`): sends
     its listener address, gets everyone's, runs its split, sends the result;
     with ``report_every`` (seconds) also ("metrics", rank, snapshot) as it runs;
@@ -356,6 +414,11 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
         if control_on:
             from slash.control import ExecutorControl, LogicPlan
             ctl = ExecutorControl(link.put, link._conn, rank, LogicPlan(query), group.timeout)
+        agent = None
+        if elastic is not None:  # a pre-provisioned group: the first `elastic` ranks are active
+            from slash.live_scale import ScaleAgent
+            work = source.work(rank, elastic, query.time) if rank < elastic else []
+            agent = ScaleAgent(rank, n, work, range(elastic), link.put, link._conn, group.timeout)
         report = on_windows = None
         if report_every:
             from slash.metrics import Reporter
@@ -368,6 +431,8 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
                         snap.update(ctl.status())
                         if ctl.max_seen is not None:
                             snap["max_event_time_ms"] = ctl.max_seen // ex.state.ticks_per_ms
+                    if agent is not None:
+                        snap["standby"] = not agent.is_active
                     link.put(("metrics", rank, snap))
 
             if not getattr(source, "bounded", True):  # a stream: latency = emit - window end
@@ -384,7 +449,7 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
         else:
             result = execute_split(query, source, rank, addresses, lst, group, token, metrics=m,
                                    late_rows=late, report=report, control=ctl, rate=rate,
-                                   on_windows=on_windows)
+                                   on_windows=on_windows, agent=agent)
         lst.close()
         plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
         link.put(("ok", rank, result, plain, pa.Table.from_batches(late) if late else None))
@@ -470,6 +535,15 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     ``rate``: read the input at most this fast, in records/s over all
     executors (a replay of files as a stream; default: as fast as possible).
 
+    ``max_executors`` without ``latency_target``: a group that scales live
+    (:mod:`slash.live_scale`, docs/elastic.md): ``max_executors`` processes
+    start, ``executors`` of them active and the rest standby; the control
+    socket (``control``, default the default path) then takes ``scale-out
+    K`` / ``scale-in K`` within 1..max_executors without a restart, and
+    ``metrics["live_scales"]`` lists them. Window aggregations over a
+    :class:`~slash.sources.FileSource` or :class:`~slash.sources.BatchSource`,
+    without ``checkpoint``; anything else raises NotSupported.
+
     ``latency_target`` (``"500ms"``, ``"2s"``, seconds, or a
     :class:`slash.controller.ControllerConfig` for every knob): the run tunes
     itself so that windows come out within it (see :mod:`slash.autotune`):
@@ -523,9 +597,24 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
                              checkpoint_every=checkpoint_every, max_restarts=max_restarts,
                              checkpoint_keep=checkpoint_keep, output=output, timeout=timeout,
                              metrics=metrics, t0=t0)
-    if min_executors is not None or max_executors is not None:
-        raise InvalidArgument("min_executors/max_executors bound the controller: give "
-                              "latency_target= too")
+    if min_executors is not None:
+        raise InvalidArgument("min_executors bounds the controller: give latency_target= too")
+    if max_executors is not None:  # a pre-provisioned group that scales live (slash.live_scale)
+        _check_elastic(query, src, n, max_executors, checkpoint)
+        group.partitions_for(max_executors)
+        if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
+            raise InvalidArgument(f"rate must be > 0 records/s, got {rate!r}")
+        ctl, server = _control_for(True if control in (None, False) else control, query, src,
+                                   max_executors)
+        report_every = getattr(live, "report_interval", 0.5) if live is not None else 0.5
+        try:
+            return _run_group(query, src, max_executors, group, token, want_late, report_every,
+                              ctl, rate, t0, timeout, live, metrics, output, late_output,
+                              elastic=n)
+        finally:
+            ctl.close()
+            if server is not None:
+                server.close()
     if checkpoint is not None:
         from slash.recovery import CheckpointedRun as Rescaler
 
@@ -578,6 +667,28 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
             server.close()
 
 
+def _check_elastic(query: Any, src: Any, n: int, m: Any, checkpoint: Any) -> None:
+    """What ``max_executors=`` without ``latency_target=`` needs: a window
+    aggregation over files, no checkpoint, ``executors <= max_executors``."""
+    from slash.errors import NotSupported
+    from slash.sources import FileSource
+
+    if isinstance(m, bool) or not isinstance(m, int) or not n <= m <= MAX_EXECUTORS:
+        raise InvalidArgument(f"max_executors must be an int in {n}..{MAX_EXECUTORS} (at least "
+                              f"executors={n}), got {m!r}")
+    if checkpoint is not None:
+        raise NotSupported("max_executors= (a group that scales live) does not combine with "
+                           "checkpoint= yet: a checkpointed run rescales by restarting from a "
+                           "cut (RunControl.rescale)")
+    if isinstance(query, JoinQuery):
+        raise NotSupported("max_executors=: a join does not scale live (its state cannot be "
+                           "handed over between leaders yet)")
+    if not isinstance(src, FileSource):
+        raise NotSupported(f"max_executors=: live scaling re-deals the input's units in global "
+                           f"terms, which a FileSource or a BatchSource (batch i = make(i)) "
+                           f"offers; a {type(src).__name__} does not")
+
+
 def _control_for(control: Any, query: Any, src: Any, n: int) -> Tuple[Any, Any]:
     """(RunControl, ControlServer or None) for :func:`run`'s ``control=``."""
     if control is None or control is False:
@@ -599,10 +710,49 @@ def _control_for(control: Any, query: Any, src: Any, n: int) -> Tuple[Any, Any]:
 def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, want_late: bool,
                report_every: Optional[float], ctl: Any, rate: Optional[float], t0: float,
                timeout: float, live: Any, metrics: Optional[Dict[str, Any]],
-               output: Optional[str], late_output: Optional[str]) -> pa.Table:
-    """:func:`run` without checkpoints: the process group and its results."""
+               output: Optional[str], late_output: Optional[str],
+               elastic: Optional[int] = None) -> pa.Table:
+    """:func:`run` without checkpoints: the process group and its results.
+    ``elastic``: the group of ``n`` is pre-provisioned, its first ``elastic``
+    ranks active (:mod:`slash.live_scale`; ``rate`` is then the total)."""
+    scaler = None
+    if elastic is not None:
+        from slash.live_scale import LiveScaler
+
+        scaler = LiveScaler(src, query, n, elastic, lambda b: _bound_ticks(query, src, b))
+        ctl.set_hook("scale-out", scaler.scale_out)
+        ctl.set_hook("scale-in", scaler.scale_in)
+        ctl.set_hook("elastic-status", scaler.status)
+    try:
+        return _run_group_body(query, src, n, group, token, want_late, report_every, ctl, rate,
+                               t0, timeout, live, metrics, output, late_output, elastic, scaler)
+    finally:
+        if scaler is not None:
+            scaler.close()
+
+
+def _bound_ticks(query: Any, src: Any, bound: Any) -> Optional[int]:
+    """A unit's bound in ticks: None without statistics (it bounds nothing
+    below), the highest tick for a unit without a non-null time (no row of
+    it is in any window, so no rank's watermark makes it late)."""
+    from slash.sources import _ALL_NULL
+
+    if bound is None:
+        return None
+    if bound is _ALL_NULL:
+        return (1 << 63) - 1
+    return query.watermark_ticks(bound, src.schema)
+
+
+def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str,
+                    want_late: bool, report_every: Optional[float], ctl: Any,
+                    rate: Optional[float], t0: float, timeout: float, live: Any,
+                    metrics: Optional[Dict[str, Any]], output: Optional[str],
+                    late_output: Optional[str], elastic: Optional[int],
+                    scaler: Any) -> pa.Table:
     with ProcessGroup(n, _worker, lambda r: (query, src, r, n, group, token, want_late,
-                                             report_every, ctl is not None, rate)) as pg:
+                                             report_every, ctl is not None, rate,
+                                             elastic)) as pg:
         got: Dict[int, str] = {}
         while len(got) < n:
             try:
@@ -616,6 +766,8 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
         pg.broadcast([got[r] for r in range(n)])
         if ctl is not None:
             ctl.attach(pg.send)
+        if scaler is not None:
+            scaler.attach(pg.send)
         parts: List[pa.Table] = [None] * n  # type: ignore[list-item]
         per_exec: List[Dict[str, Any]] = [{} for _ in range(n)]
         late_parts: List[pa.Table] = []
@@ -623,8 +775,12 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
         while done < n:
             left = max(0.0, t0 + timeout - time.monotonic())
             try:
-                if ctl is not None:
+                if scaler is not None and scaler.busy:
+                    scaler.service()  # one agreement at a time: a scale, or an update
+                elif ctl is not None:
                     ctl.service()
+                    if scaler is not None and ctl._active is None:
+                        scaler.service()
                 rep = pg.recv(timeout=left if ctl is None else min(left, ctl.tick))
             except Timeout:
                 if ctl is not None and left > ctl.tick:
@@ -639,6 +795,8 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
                     ctl.on_message(rep)
                 continue
             if ctl is not None and ctl.on_message(rep):
+                continue
+            if scaler is not None and scaler.on_message(rep):
                 continue
             if rep[0] == "windows":  # the emit time: when the driver learns a window is whole
                 if live is not None:
@@ -668,6 +826,8 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
         metrics.update(totals, rows=result.num_rows, executors=n, per_executor=per_exec)
         if ctl is not None:
             metrics["logic"] = ctl.status()["logic"]
+        if scaler is not None:
+            metrics["live_scales"] = list(scaler.history)
     if output:
         write_parquet_atomically(result, output)
     if late_output is not None:

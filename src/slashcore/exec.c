@@ -12,7 +12,9 @@
  *
  * Invariants: published watermarks only grow; a record older than the
  * executor's published watermark is never applied; a leader never emits a
- * window ending after the minimum of the vector clock (P1).
+ * window ending after the minimum of the vector clock (P1). A standby
+ * (slash_exec_set_standby) publishes the minimum its followed ranks
+ * published instead of its input's: still only growing, never "finished".
  *
  * Leadership: partition p is led by the leader map's rank (leadermap.h). A
  * move changes the map at a marker: MAP(v) on a sender's channel separates
@@ -355,8 +357,30 @@ static slash_status ship_delta(slash_exec *ex, uint32_t r, uint32_t part, const 
 
 /* ---- epochs ------------------------------------------------------------------ */
 
+/* A standby's watermark: the minimum its followed peers published (it reads
+ * nothing, so any watermark is a sound promise; following the lowest active
+ * one never holds the group back and never runs ahead of a record an active
+ * rank may still hand it at a re-deal). Capped below INT64_MAX, which on the
+ * wire means "finished": a standby finishes only by slash_exec_finish. */
+static int64_t standby_watermark(const slash_exec *ex)
+{
+    int64_t w = INT64_MAX;
+    bool any = false;
+    for (uint32_t r = 0; r < ex->n; r++)
+        if (ex->follow[r]) {
+            any = true;
+            w = ex->vc.wm[r] < w ? ex->vc.wm[r] : w;
+        }
+    if (!any)
+        return ex->published;
+    w = w == INT64_MAX ? INT64_MAX - 1 : w;
+    return w > ex->published ? w : ex->published;
+}
+
 static int64_t current_watermark(const slash_exec *ex)
 {
+    if (ex->follow)
+        return standby_watermark(ex);
     int64_t w = INT64_MIN;
     /* SLASH_LATENESS_BOUNDED: only the source moves the watermark (advance) */
     if (ex->max_seen != INT64_MIN && ex->cfg.lateness_ms != SLASH_LATENESS_BOUNDED)
@@ -1814,6 +1838,29 @@ slash_status slash_exec_set_epoch(slash_exec *ex, uint32_t epoch_ms, uint64_t ep
     return SLASH_OK;
 }
 
+slash_status slash_exec_set_standby(slash_exec *ex, const uint8_t *follow)
+{
+    if (follow && follow[ex->rank])
+        return slash_fail(SLASH_EINVAL, "set_standby: rank %u cannot follow its own watermark",
+                          ex->rank);
+    pthread_mutex_lock(&ex->mu);
+    if (ex->finished) {
+        pthread_mutex_unlock(&ex->mu);
+        return slash_fail(SLASH_ESTATE, "set_standby after finish");
+    }
+    slash_status st = SLASH_OK;
+    if (!follow) {
+        free(ex->follow);
+        ex->follow = NULL;
+    } else if (!ex->follow && !(ex->follow = malloc(ex->n))) {
+        st = slash_fail(SLASH_ENOMEM, "exec: out of memory");
+    } else {
+        memcpy(ex->follow, follow, ex->n);
+    }
+    pthread_mutex_unlock(&ex->mu);
+    return st;
+}
+
 slash_status slash_exec_set_lateness(slash_exec *ex, int64_t lateness)
 {
     if (lateness < 0 || lateness >= SLASH_LATENESS_BOUNDED)
@@ -2010,6 +2057,7 @@ void slash_exec_close(slash_exec *ex)
         ex->ops->close(ex->leader);
     }
     slash_vclock_free(&ex->vc);
+    free(ex->follow);
     if (ex->asm_)
         for (uint32_t r = 0; r < ex->n; r++)
             free(ex->asm_[r].buf);

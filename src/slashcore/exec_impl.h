@@ -145,6 +145,10 @@ struct slash_exec {
     uint64_t pushes; /* push calls completed */
     exec_ckpt ck;    /* checkpoint protocol state (exec_ckpt.c) */
     exec_moves mv;   /* leader map and moves in flight */
+    /* standby (slash_exec_set_standby): per rank, 1 for the ranks whose
+     * published watermarks this executor's watermark follows (their minimum);
+     * NULL: an active executor, whose watermark is its own input's */
+    uint8_t *follow;
 };
 
 /* True when this executor leads partition p under its current map. */

@@ -230,6 +230,99 @@ def rate_doubling(low: int, seconds: Tuple[float, float], scale_out: bool, keys:
             "timeline": tl}
 
 
+class _OutputProbe:
+    """A ``live=`` stand-in for :func:`slash.runner.run`: executors report
+    every ``report_interval`` s; it keeps (time, rank, rows_emitted)."""
+
+    def __init__(self, every: float) -> None:
+        self.report_interval = every
+        self.events: List[Tuple[float, int, int]] = []
+
+    def update_executor(self, rank: int, snap: Dict[str, Any]) -> None:
+        self.events.append((time.monotonic(), rank, int(snap.get("rows_emitted") or 0)))
+
+    def executor_windows(self, *args: Any) -> None:  # a stream's windows: not a file replay's
+        pass
+
+    def outputs(self) -> List[float]:
+        """When some executor's emitted rows grew (as reported)."""
+        last: Dict[int, int] = {}
+        out = []
+        for t, r, rows in self.events:
+            if rows > last.get(r, 0):
+                out.append(t)
+            last[r] = rows
+        return out
+
+
+def live_scale_pause(rows: int, rate: float, files: int = 4, every: float = 0.02,
+                     ops: Tuple[str, ...] = ("scale-out", "scale-in")) -> Dict[str, Any]:
+    """Live scale-out then scale-in (1 -> 2 -> 1 of a group provisioned with
+    2) of a file replay at ``rate`` rec/s: per operation the input pause
+    (prepare to commit, driver-side), request -> the operation's answer,
+    request -> the next output (an executor's emitted rows grew; reports
+    every ``every`` s), and the longest gap between outputs from 1 s
+    before to 2 s after the request against the median gap."""
+    import shutil
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from slash.control import request, wait_for_socket
+    from slash.query import Query
+    from slash.runner import run as run_query
+
+    work = tempfile.mkdtemp(prefix="slash-bench-live-")
+    try:
+        rng = np.random.default_rng(3)
+        span = int(rows / rate * 1000) * 20  # ~20 windows of 1 s of event time per s of replay
+        for f in range(files):
+            n = rows // files
+            t = np.sort(rng.integers(0, span, n)).astype(np.int64)
+            pq.write_table(pa.table({"t": t, "k": rng.integers(0, 1000, n),
+                                     "v": rng.random(n)}),
+                           os.path.join(work, f"part-{f}.parquet"), row_group_size=5_000)
+        sock = os.path.join(work, "c.sock")
+        probe = _OutputProbe(every)
+        asked: List[Tuple[str, float, float, Dict[str, Any]]] = []
+
+        def driver() -> None:
+            wait_for_socket(sock, 60)
+            for i, op in enumerate(ops):
+                while not probe.events or time.monotonic() - probe.events[0][0] < 1.0 + i:
+                    time.sleep(0.01)
+                t0 = time.monotonic()
+                got = request(sock, op, {"k": 1})
+                asked.append((op, t0, time.monotonic(), got))
+
+        th = threading.Thread(target=driver, daemon=True)
+        th.start()
+        q = Query(time="t", window="tumbling:1s", key="k", aggregates=["count", "sum:v"])
+        m: Dict[str, Any] = {}
+        t_run = time.monotonic()
+        run_query(q, work, executors=1, max_executors=2, control=sock, rate=rate, live=probe,
+                  metrics=m, timeout=300)
+        seconds = time.monotonic() - t_run
+        th.join(5)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    outs = probe.outputs()
+    gaps = [b - a for a, b in zip(outs, outs[1:])]
+    per = []
+    for op, t0, t1, got in asked:
+        nxt = next((t for t in outs if t >= t0), None)
+        near = [b - a for a, b in zip(outs, outs[1:]) if t0 - 1.0 <= a <= t0 + 2.0]
+        per.append({"op": op, "input_paused_ms": got.get("paused_ms"),
+                    "answered_ms": round((t1 - t0) * 1e3, 1),
+                    "request_to_next_output_ms": round((nxt - t0) * 1e3, 1) if nxt else None,
+                    "max_output_gap_ms": round(max(near) * 1e3, 1) if near else None})
+    return {"rows": rows, "rate": rate, "report_every_ms": every * 1e3,
+            "seconds": round(seconds, 2), "late_records": m.get("late_records"),
+            "median_output_gap_ms": round(statistics.median(gaps) * 1e3, 1) if gaps else None,
+            "operations": per}
+
+
 def _source(path: str) -> Any:
     """The recording as a runner source."""
     from slash.sources import as_source
@@ -294,6 +387,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lead", type=float, default=8.0,
                    help="rate doubling: seconds to write the recording before it starts (default 8)")
     p.add_argument("--no-rate-doubling", action="store_true", help="only the move pauses")
+    p.add_argument("--no-live-scale", action="store_true",
+                   help="skip the live scale-out/in of a provisioned group (--max-executors)")
     p.add_argument("--plot", default="bench/results/elastic.png", help="PNG ('' for none)")
 
 
@@ -302,7 +397,11 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     out: Dict[str, Any] = {"benchmark": NAME, "transport": "shm", "cores": os.cpu_count(),
                            "executors": 2, "runs": []}
     secs = tuple(float(x) for x in args.seconds.split(","))
-    with Progress(NAME, len(sizes) + (0 if args.no_rate_doubling else 2)) as prog:
+    with Progress(NAME, len(sizes) + (0 if args.no_rate_doubling else 2)
+                  + (0 if args.no_live_scale else 1)) as prog:
+        if not args.no_live_scale:
+            with prog.stage("live scale-out/in of a provisioned group"):
+                out["live_scale"] = live_scale_pause(400_000, 100_000)
         if not args.no_rate_doubling:
             out["rate_doubling"] = []
             for so in (False, True):

@@ -46,10 +46,12 @@ from slash.limits import MAX_EXECUTORS
 from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
 from slash.query import Query
+from slash.recovery import CheckpointPlan, execute_split_checkpointed
 from slash.runner import execute_split
 from slash.sources import FileSource, GeneratorSource
 from slash.spark import _env
 from slash.spark._env import TaskFailed
+from slash.spark import _batch_ckpt
 from slash.spark._tasks import (PartitionSource, Rendezvous, barrier_stage, driver_host, join_group,
                                 open_fs, rank_errors, raise_task_failure, report_error,
                                 spark_input_schema, write_table)
@@ -84,6 +86,9 @@ class AggregateResult:
     metrics: List[Dict[str, Any]] = field(repr=False)
     fast_path: bool = True
     stage: Any = field(default=None, repr=False)  # the barrier stage (already run): RDD or DataFrame
+    #: with checkpoint=: checkpoints (id, bytes, seconds), recoveries (cause,
+    #: rank, from_checkpoint, seconds_to_resume), resumed_from, attempts
+    recovery: Optional[Dict[str, Any]] = None
 
     @property
     def plan(self) -> str:
@@ -129,6 +134,7 @@ class _Plan:
     time_columns: tuple = ()
     rendezvous: Optional[Tuple[str, int]] = None  # the driver's; None: allGather
     inline_bytes: int = 0  # a part up to this size goes to the driver over the link; 0: files
+    checkpoint: Optional[CheckpointPlan] = None  # checkpoint=: see slash.spark._batch_ckpt
 
 
 def _summary(rank: int, out: pa.Table, m: Dict[str, Any], seconds: float,
@@ -157,16 +163,27 @@ def _make_task(plan: _Plan):
                 for _ in batches:  # the partition's id: only the trigger
                     pass
                 source = plan.source
+            elif plan.checkpoint is not None:  # positions must hold across attempts: sorted rows
+                source = _batch_ckpt.SortedPartition(
+                    pa.schema([plan.schema.field(c) for c in plan.query.input_columns]), batches,
+                    plan.query.time)
             else:
                 source = PartitionSource(plan.schema, batches, plan.time_columns)
-            rank, addresses, lst, conn, _ = join_group(plan.group.transport, plan.token, plan.rendezvous,
-                                                    plan.group.timeout)
+            rank, addresses, lst, conn, group_ms = join_group(plan.group.transport, plan.token,
+                                                              plan.rendezvous, plan.group.timeout)
             try:
                 t1 = time.perf_counter()
                 m: Dict[str, Any] = {}
                 try:
-                    res = execute_split(plan.query, source, rank, addresses, lst, plan.group,
-                                        plan.token, metrics=m)
+                    if plan.checkpoint is None:
+                        res = execute_split(plan.query, source, rank, addresses, lst, plan.group,
+                                            plan.token, metrics=m)
+                    else:
+                        res, m = _batch_ckpt.run_task(
+                            plan.checkpoint, conn, group_ms, rank, len(addresses), plan.group.timeout,
+                            lambda ck, link: execute_split_checkpointed(
+                                plan.query, source, rank, addresses, lst, plan.group, plan.token,
+                                ck, link))
                 finally:
                     lst.close()
                 t2 = time.perf_counter()
@@ -225,7 +242,9 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
                   transport: str = "shm", group: Optional[GroupConfig] = None,
                   result_dir: Optional[str] = None, slots_wait: float = 30.0,
                   rendezvous: str = "driver",
-                  result_inline_bytes: int = INLINE_BYTES) -> AggregateResult:
+                  result_inline_bytes: int = INLINE_BYTES, checkpoint: Optional[str] = None,
+                  checkpoint_every: Union[str, int, float] = "10s",
+                  checkpoint_keep: int = 2) -> AggregateResult:
     """Runs the aggregation now as one barrier stage; see :func:`window_aggregate`.
 
     ``rendezvous``: how the tasks exchange listener addresses: ``"driver"``
@@ -239,6 +258,17 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     runs no job that reads files back); larger parts are Parquet files under
     ``result_dir``. 0 always writes files; so does ``rendezvous="allgather"``
     (no driver link). Either way the DataFrame has the same schema and rows.
+
+    ``checkpoint``: a directory every Spark worker and the driver see (a
+    long job's insurance): the barrier tasks take aligned checkpoints there
+    every ``checkpoint_every`` (``"10s"``, ``"N epochs"``, ``"N batches"``;
+    the newest ``checkpoint_keep`` stay), the stage becomes one Spark retries
+    as a whole when a task fails (``spark.stage.maxConsecutiveAttempts``,
+    default 4 attempts), and a retried attempt, or a call made again with
+    the same directory, resumes from the newest complete checkpoint instead
+    of starting over. The result is the same rows. A DataFrame's partitions
+    must hold the same rows in every attempt: see docs/spark.md.
+    ``AggregateResult.recovery`` has the checkpoints and recoveries.
 
     Returns the DataFrame with the executors' metrics. Raises the slash.errors
     classes: SchemaError / UnknownName / InvalidArgument before anything runs,
@@ -268,6 +298,14 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     if executors is None and not fast:
         executors = min(source.rdd.getNumPartitions(), _env.default_executors(spark))
     n, group = group_for(spark, query, executors, transport, group, slots_wait)
+    ck_plan = None
+    if checkpoint is not None:
+        if rendezvous != "driver":
+            raise InvalidArgument("checkpoint= needs rendezvous='driver' (the driver commits the "
+                                  "checkpoints the tasks report)")
+        ck_plan, group = _batch_ckpt.make_plan(checkpoint, "window_aggregate", query,
+                                               src if fast else source, n, group, checkpoint_every,
+                                               checkpoint_keep)
 
     token = secrets.token_hex(16)
     out_dir = f"{_env.result_root(spark, result_dir).rstrip('/')}/q-{token[:12]}"
@@ -275,10 +313,9 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
         raise InvalidArgument(f"rendezvous must be 'driver' or 'allgather', got {rendezvous!r}")
     inline = inline_limit(result_inline_bytes, n) if rendezvous == "driver" else 0
     early = EarlyFrame(spark, out_dir, n)
-    rdv = Rendezvous(driver_host(spark), n, token, on_message=early.on_message) \
-        if rendezvous == "driver" else None
+    rdv, ckd = _rendezvous(spark, n, token, early, ck_plan) if rendezvous == "driver" else (None, None)
     plan = _Plan(query, schema, group, token, out_dir, src if fast else None, time_columns,
-                 rdv.address if rdv else None, inline)
+                 rdv.address if rdv else None, inline, ck_plan)
     task = _make_task(plan)
     if fast:
         stage = barrier_stage(spark, n, task)
@@ -288,13 +325,14 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
             log.info("general path: repartitioning the input round-robin to %d partitions", n)
             df = df.repartition(n)
         stage = df.mapInArrow(_as_arrow(task), SUMMARY_SCHEMA, barrier=True)
+    run_stage = stage if ck_plan is None else _batch_ckpt.retryable(stage)
 
     sc = spark.sparkContext
     sc.setJobDescription(f"slash {query.window} by {list(query.key)} on {n} executors")
     t0 = _now()
     try:
         try:
-            rows = stage.collect()
+            rows = run_stage.collect()
         except Exception as e:  # py4j / PythonException: name the rank that failed first
             raise_task_failure(e, "slash.spark.window_aggregate", rdv.root_cause() if rdv else None)
         seconds = _now() - t0
@@ -316,7 +354,26 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     log.info("slash.spark: %d executors, %d records in, %d result rows in %.2f s", n,
              sum(m["records_in"] for m in metrics), sum(m["rows"] for m in metrics), seconds)
     wrote = any(m["path"] is not None for m in metrics)
-    return AggregateResult(df, out_dir if wrote else None, n, seconds, metrics, fast, stage)
+    return AggregateResult(df, out_dir if wrote else None, n, seconds, metrics, fast, stage,
+                           ckd.summary() if ckd is not None else None)
+
+
+def _rendezvous(spark: Any, n: int, token: str, early: "EarlyFrame",
+                ck_plan: Optional[CheckpointPlan]) -> Tuple[Rendezvous, Any]:
+    """The driver's rendezvous; with checkpoints it also commits them
+    (:class:`slash.spark._batch_ckpt.BatchCheckpoints`)."""
+    if ck_plan is None:
+        return Rendezvous(driver_host(spark), n, token, on_message=early.on_message), None
+    holder: List[Rendezvous] = []
+    ckd = _batch_ckpt.BatchCheckpoints(ck_plan, n, lambda r, msg: holder[0].send_to(r, msg),
+                                       lambda: holder[0].silent_loss())
+
+    def on_message(rank: int, msg: Tuple[Any, ...]) -> None:
+        if not ckd.on_message(rank, msg):
+            early.on_message(rank, msg)
+
+    holder.append(Rendezvous(driver_host(spark), n, token, on_message=on_message))
+    return holder[0], ckd
 
 
 def _result_frame(spark: Any, out_dir: str, first_path: Optional[str]) -> Any:
@@ -541,7 +598,9 @@ def window_aggregate(spark: Any, source: Any, *, time: str, window: str,
 
     ``executors``: Slash executors = barrier tasks (default: all task slots);
     ``transport``: ``"shm"`` (one host) or ``"ofi:tcp"``. Other options go to
-    :func:`run_aggregate` (``group=GroupConfig(...)``, ``result_dir=``).
+    :func:`run_aggregate` (``group=GroupConfig(...)``, ``result_dir=``,
+    ``checkpoint=DIR``/``checkpoint_every=``: a long job's checkpoints, from
+    which a barrier stage Spark retries after a lost task resumes).
 
     The stage runs when this function is called; the DataFrame reads the
     result files it wrote, so it is computed once whatever actions follow.

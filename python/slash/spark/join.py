@@ -22,13 +22,15 @@ from typing import Any, Optional, Sequence, Union
 from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
 from slash.query import JoinQuery
+from slash.recovery import CheckpointPlan
+from slash.recovery_join import execute_join_split_checkpointed
 from slash.runner import execute_join_split
 from slash.sources import FileSource
-from slash.spark import _env
-from slash.spark._tasks import (Rendezvous, barrier_stage, driver_host, join_group, rank_errors,
+from slash.spark import _batch_ckpt, _env
+from slash.spark._tasks import (barrier_stage, join_group, rank_errors,
                                 raise_task_failure, report_error)
-from slash.spark.batch import (INLINE_BYTES, EarlyFrame, _is_dataframe, _summary, deliver_result,
-                               group_for, inline_limit)
+from slash.spark.batch import (INLINE_BYTES, EarlyFrame, _is_dataframe, _rendezvous, _summary,
+                               deliver_result, group_for, inline_limit)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,7 @@ class _JoinPlan:
     out_dir: str
     rendezvous: Optional[tuple]
     inline_bytes: int = 0
+    checkpoint: Optional[CheckpointPlan] = None  # checkpoint=: see slash.spark._batch_ckpt
 
 
 def _make_join_task(plan: _JoinPlan):
@@ -54,16 +57,25 @@ def _make_join_task(plan: _JoinPlan):
         with rank_errors(rank):
             for _ in batches:  # the partition's id: only the trigger
                 pass
-            rank, addresses, lst, conn, _ = join_group(plan.group.transport, plan.token,
-                                                       plan.rendezvous, plan.group.timeout)
+            rank, addresses, lst, conn, group_ms = join_group(plan.group.transport, plan.token,
+                                                              plan.rendezvous, plan.group.timeout)
             try:
+                m: dict = {}
                 try:
-                    res = execute_join_split(plan.query, plan.left, plan.right, rank, addresses, lst,
-                                             plan.group, plan.token)
+                    if plan.checkpoint is None:
+                        res = execute_join_split(plan.query, plan.left, plan.right, rank, addresses,
+                                                 lst, plan.group, plan.token)
+                    else:
+                        res, ckm = _batch_ckpt.run_task(
+                            plan.checkpoint, conn, group_ms, rank, len(addresses), plan.group.timeout,
+                            lambda ck, link: execute_join_split_checkpointed(
+                                plan.query, plan.left, plan.right, rank, addresses, lst, plan.group,
+                                plan.token, ck, link))
+                        m.update(records_in=ckm["records_in"],
+                                 records_in_attempt=ckm["records_in_attempt"])
                 finally:
                     lst.close()
                 out = plan.query.finalize(res, plan.left.schema, plan.right.schema)
-                m: dict = {}
                 path, attempt = deliver_result(conn, out, plan.out_dir, rank, plan.inline_bytes, m)
             except BaseException as e:
                 report_error(conn, e)
@@ -80,7 +92,9 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
                 left_columns: Optional[Sequence[str]] = None,
                 right_columns: Optional[Sequence[str]] = None, executors: Optional[int] = None,
                 transport: str = "shm", result_dir: Optional[str] = None,
-                slots_wait: float = 30.0, result_inline_bytes: int = INLINE_BYTES) -> Any:
+                slots_wait: float = 30.0, result_inline_bytes: int = INLINE_BYTES,
+                checkpoint: Optional[str] = None, checkpoint_every: Union[str, int, float] = "10s",
+                checkpoint_keep: int = 2) -> Any:
     """Joins ``left`` and ``right`` (Parquet/Arrow paths) on ``on`` within
     ``window`` (``"tumbling:12h"`` or ``"session:10s"``) and returns an
     ordinary Spark DataFrame: ``window_start``, ``window_end``, the key
@@ -89,6 +103,11 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
     returns to the driver over the rendezvous link and is an in-memory
     DataFrame (``result_inline_bytes``, as for
     :func:`slash.spark.run_aggregate`); a larger one is Parquet files.
+
+    ``checkpoint``, ``checkpoint_every``, ``checkpoint_keep``: as for
+    :func:`slash.spark.run_aggregate`: a retried barrier stage resumes from
+    the newest complete checkpoint (both inputs' positions) instead of
+    starting over; the result is the same rows.
 
     >>> # df = window_join(spark, "persons/", "auctions/", on="id", time="ts", window="tumbling:12h")
     """
@@ -102,13 +121,19 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
     lsrc, rsrc = FileSource(left), FileSource(right)  # UnknownName / SchemaError before work
     query.check(lsrc.schema, rsrc.schema)
     n, group = group_for(spark, query, executors, transport, None, slots_wait)
+    ck_plan = None
+    if checkpoint is not None:
+        ck_plan, group = _batch_ckpt.make_plan(checkpoint, "window_join", query, (lsrc, rsrc), n,
+                                               group, checkpoint_every, checkpoint_keep)
     inline = inline_limit(result_inline_bytes, n)
     token = secrets.token_hex(16)
     out_dir = f"{_env.result_root(spark, result_dir).rstrip('/')}/j-{token[:12]}"
     early = EarlyFrame(spark, out_dir, n)
-    rdv = Rendezvous(driver_host(spark), n, token, on_message=early.on_message)
-    plan = _JoinPlan(query, lsrc, rsrc, group, token, out_dir, rdv.address, inline)
+    rdv, ckd = _rendezvous(spark, n, token, early, ck_plan)
+    plan = _JoinPlan(query, lsrc, rsrc, group, token, out_dir, rdv.address, inline, ck_plan)
     stage = barrier_stage(spark, n, _make_join_task(plan))
+    if ck_plan is not None:
+        stage = _batch_ckpt.retryable(stage)
     sc = spark.sparkContext
     sc.setJobDescription(f"slash join on {list(query.on)} within {query.window}, {n} executors")
     try:
@@ -123,4 +148,6 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
         sc.setJobDescription(None)
         rdv.close()
     log.info("slash.spark.window_join: %d executors, %d result rows", n, sum(r["rows"] for r in rows))
+    if ckd is not None:
+        log.info("slash.spark.window_join: checkpoints and recoveries: %s", ckd.summary())
     return df

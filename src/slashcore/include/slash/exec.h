@@ -144,6 +144,17 @@ slash_status slash_exec_advance(slash_exec *ex, int64_t wm);
  * bounded executor (it has no lateness) or a lateness out of range. */
 slash_status slash_exec_set_lateness(slash_exec *ex, int64_t lateness);
 
+/* Standby (a pre-provisioned rank that reads no input, docs/elastic.md):
+ * with follow (n entries, follow[rank] == 0), this executor's watermark is
+ * from now on the minimum of the watermarks the ranks with follow[r] != 0
+ * published (never moving back, capped below INT64_MAX: it finishes only by
+ * slash_exec_finish); its own input's times and advance() no longer count.
+ * Call it before any push to start as standby. NULL: active again, its
+ * watermark its own input's from what it published. The caller keeps the
+ * followed set free of cycles (standbys follow active ranks only).
+ * SLASH_EINVAL if follow[rank] is set, SLASH_ESTATE after finish. */
+slash_status slash_exec_set_standby(slash_exec *ex, const uint8_t *follow);
+
 /* Sets the epoch length from now on: an epoch ends after epoch_ms or after
  * epoch_bytes of input (0 leaves that limit as it is; both 0: SLASH_EINVAL).
  * The epoch in progress ends by the new limits (epoch_due reads them under
