@@ -411,7 +411,7 @@ def slow_gen_batch(i):
 def test_a_batch_source_rescaled_by_checkpoint_restart_equals_duckdb(tmp_path):
     """The restart path (beyond a provisioned group) re-splits a BatchSource
     by global batch index too: 2 -> 3 executors from a cut."""
-    from slash.recovery import RunControl as Rescaler
+    from slash.recovery import CheckpointedRun as Rescaler
 
     src = BatchSource(slow_gen_batch, 300, GEN_SCHEMA, GEN_ROWS, bound=gen_bound)
     q = Query(time="t", window="tumbling:2s", key="k", aggregates=["count", "sum:v"])

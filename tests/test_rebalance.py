@@ -77,7 +77,9 @@ def test_automatic_rebalance_moves_from_the_busiest_leader_to_the_least_loaded()
 def test_slash_run_rebalanced_by_ctl_during_the_stream_equals_the_static_run_and_duckdb(tmp_path,
                                                                                       transport):
     table = events(150_000)
-    p, sock = start_slash_run(tmp_path, table, executors=3, transport=transport, rate=60_000)
+    # 7.5 s of stream: room for a `slash ctl` process to start and both
+    # requests to take effect on a loaded machine before the input ends
+    p, sock = start_slash_run(tmp_path, table, executors=3, transport=transport, rate=20_000)
     try:
         wait_until(lambda: control.request(sock, "status")["reporting"] == 3, 60, "reports")
         r = subprocess.run([sys.executable, "-m", "slash", "ctl", "--socket", sock, "rebalance",

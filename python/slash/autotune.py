@@ -5,7 +5,7 @@
 It runs the query as a checkpointed group (:func:`slash.recovery.run_checkpointed`;
 a temporary checkpoint directory when the caller gave none), because a
 change of executor count restarts the group from a checkpoint cut
-(:meth:`slash.recovery.RunControl.rescale`, exactly-once: the output equals
+(:meth:`slash.recovery.CheckpointedRun.rescale`, exactly-once: the output equals
 the untuned run's). The executors report live metrics every
 ``report_interval`` s, including each window they fire with its emit time;
 a driver thread (:class:`AutoTuner`) feeds a :class:`slash.metrics.LiveMetrics`
@@ -14,8 +14,8 @@ its decisions through an :class:`slash.controller.Actuator`:
 
 * ``epoch``: every executor's epoch length (``Executor.set_epoch``, sent
   over the control links, in force by the next epoch end);
-* ``scale_out`` / ``scale_in``: ``RunControl.rescale`` to the new count;
-* ``rebalance``: ``RunControl.rebalance(from_rank=, to_rank=)``: rank 0
+* ``scale_out`` / ``scale_in``: ``CheckpointedRun.rescale`` to the new count;
+* ``rebalance``: ``CheckpointedRun.rebalance(from_rank=, to_rank=)``: rank 0
   moves half the partitions the hot leader leads to the idle one, live (no
   restart; the checkpoints keep the leader map, see docs/recovery.md).
 
@@ -154,7 +154,7 @@ def _controlled_class() -> Any:
 def rebalance_op(rescaler: Any, live: Any) -> Any:
     """The Actuator's ``rebalance(from_rank, to_rank)``: half the partitions
     the hot leader leads move to the idle one, live, through rank 0
-    (:meth:`slash.recovery.RunControl.rebalance`); marked on the live page."""
+    (:meth:`slash.recovery.CheckpointedRun.rebalance`); marked on the live page."""
     def rebalance(from_rank: int, to_rank: int) -> None:
         got = rescaler.rebalance(from_rank=from_rank, to_rank=to_rank)
         live.event(f"rebalance: {len(got['moves'])} partition(s) of rank {from_rank} to rank "
@@ -168,7 +168,7 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
     from the executors' live reports, ``rebalance`` (live moves of partition
     leadership through rank 0), ``scale-out``/``scale-in`` (a rescale from a
     checkpoint cut) and ``epoch``, all through ``rescaler``
-    (:class:`slash.recovery.RunControl`)."""
+    (:class:`slash.recovery.CheckpointedRun`)."""
     from slash.control import ControlServer
     from slash.query import Query
 
@@ -177,7 +177,7 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
                            "operations yet")
     if not (control is True or isinstance(control, (str, os.PathLike))):
         raise InvalidArgument("with checkpoint=, control must be True, a socket path or a "
-                              "slash.recovery.RunControl")
+                              "slash.recovery.CheckpointedRun")
     ctl = _controlled_class()(query, src.schema, n, bounded=bool(getattr(src, "bounded", True)))
 
     def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
@@ -212,7 +212,7 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
     """:func:`slash.runner.run` with ``latency_target``: see the module doc."""
     from slash.metrics import LiveMetrics
     from slash.query import Query
-    from slash.recovery import RunControl as Rescaler
+    from slash.recovery import CheckpointedRun as Rescaler
     from slash.runner import _run_checkpointed
 
     if not isinstance(query, Query):
@@ -331,7 +331,7 @@ def _run_measured(query: Any, src: Any, n: int, group: Any, token: str, live: An
     """``realtime=True`` without a target: the same paced, measured run with
     a fixed configuration (the baseline ``slash bench autotune`` sweeps)."""
     from slash.metrics import LiveMetrics
-    from slash.recovery import RunControl as Rescaler
+    from slash.recovery import CheckpointedRun as Rescaler
     from slash.runner import _run_checkpointed
 
     live = live if live is not None else LiveMetrics(n, kind="run")

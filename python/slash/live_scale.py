@@ -32,7 +32,7 @@ with the highest watermarks, so the ranks that stay can take their units.
 When every rank has nothing left to read, the driver tells all to finish.
 Joins, checkpointed runs and sources other than :class:`FileSource` are not
 supported (NotSupported); beyond M the checkpoint-restart path remains
-(:class:`slash.recovery.RunControl`). See docs/elastic.md.
+(:class:`slash.recovery.CheckpointedRun`). See docs/elastic.md.
 """
 from __future__ import annotations
 

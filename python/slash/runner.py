@@ -679,7 +679,7 @@ def _check_elastic(query: Any, src: Any, n: int, m: Any, checkpoint: Any) -> Non
     if checkpoint is not None:
         raise NotSupported("max_executors= (a group that scales live) does not combine with "
                            "checkpoint= yet: a checkpointed run rescales by restarting from a "
-                           "cut (RunControl.rescale)")
+                           "cut (CheckpointedRun.rescale)")
     if isinstance(query, JoinQuery):
         raise NotSupported("max_executors=: a join does not scale live (its state cannot be "
                            "handed over between leaders yet)")
