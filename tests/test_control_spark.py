@@ -159,3 +159,25 @@ def test_a_checkpointed_stream_keeps_its_moved_map_across_a_stop_and_resume(spar
     table = table.sort_by([("window_start", "ascending"), ("key", "ascending")])
     assert [(r["window_start"], r["key"], r["count"]) for r in table.to_pylist()] == \
         _duck_counts(_events(h2, 100_000, 6), 500)
+
+
+def test_a_rebalanced_checkpointed_stream_rescaled_to_one_executor_keeps_each_window_once(
+        spark, tmp_path):
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    h = stream(spark, RateSource(rate=20_000, records=100_000, keys=20, batch=1_000, seed=7),
+               time="event_time", window="tumbling:500ms", key="key", aggs=["count"], sink=out,
+               executors=2, checkpoint=ck, checkpoint_every="300ms")
+    _first_window(lambda: glob.glob(os.path.join(out, "part-*.parquet")))
+    h.rebalance(from_rank=0, to_rank=1)  # 64 of rank 0's partitions to rank 1
+    assert _led(h) == {0: 64, 1: 192}
+    h.rescale(1)  # a checkpoint of the moved map, restored by one executor leading all 256
+    with pytest.raises(InvalidArgument, match="rank 1 is not in 0..0"):
+        h.rebalance({0: 1})
+    h.wait(120)
+    assert _led(h) == {0: 256}
+    table = pq.read_table(sorted(glob.glob(os.path.join(out, "part-*.parquet"))))
+    pairs = list(zip(table.column("window_start").to_pylist(), table.column("key").to_pylist()))
+    assert len(pairs) == len(set(pairs)), "a window's row was published twice"
+    table = table.sort_by([("window_start", "ascending"), ("key", "ascending")])
+    assert [(r["window_start"], r["key"], r["count"]) for r in table.to_pylist()] == \
+        _duck_counts(_events(h, 100_000, 7), 500)

@@ -636,6 +636,7 @@ class StreamHandle:
         self._freeze: Optional[int] = None
         self._freeze_version = 0
         self._follow: Dict[int, Tuple[int, int]] = {}  # rank -> (map version, held partitions)
+        self._groups = 0  # barrier jobs started after the first (restarts and rescales)
         self._source: Any = None
         self._spark: Any = None
         self._slots_wait = 30.0
@@ -963,11 +964,9 @@ class StreamHandle:
             self._done.clear()
             self._rescale_to = None
             self._stop_sent = False
-        self._follow.clear()
-        if self._ctl is not None:  # rebalance and status() address the new group
+        if self._ctl is not None:
             self._ctl.executors = n
-            with self._ctl._lock:
-                self._ctl._per.clear()
+        self._next_group()
         self._rdv.errors.clear()
         self._rdv.lost.clear()
         self._rdv.n = n
@@ -1063,9 +1062,11 @@ class StreamHandle:
         ctl = self._ctl
         if ctl is None or not self.running or self._stop_sent:
             raise InvalidState("StreamHandle.rebalance: the stream is not running")
-        if self._rescale_to is not None:
+        if self._rescale_to is not None or (self._rescales and
+                                            "seconds_to_resume" not in self._rescales[-1]):
             raise InvalidState("StreamHandle.rebalance: the stream is rescaling; retry once "
                                "rescale() returned")
+        groups = self._groups
         if moves not in (None, "", {}):
             parsed = parse_moves(moves)
             bad = sorted(p for p in parsed if p >= self._partitions)
@@ -1097,6 +1098,11 @@ class StreamHandle:
         # done when every one follows the version and no hand-over is left
         while True:
             with self._cond:
+                if self._groups != groups:
+                    raise InvalidState("StreamHandle.rebalance: the barrier job restarted from a "
+                                       "checkpoint before every executor followed the moves; "
+                                       "the new group leads by the checkpoint's map (see "
+                                       "status()['led_partitions'])")
                 if self._moved_everywhere(version):
                     break
                 late = {r: self._follow.get(r) for r in range(self.executors)}
@@ -1113,6 +1119,18 @@ class StreamHandle:
         log.info("slash.spark.stream: every executor follows leader map version %d (moves %s)",
                  version, got["moves"])
         return got
+
+    def _next_group(self) -> None:
+        """The stage thread, before the next barrier job (a restart or a
+        rescale): rebalance and status() address the new group, whose ranks
+        have reported nothing and read all of nothing yet."""
+        with self._cond:
+            self._follow.clear()
+            self._groups += 1
+        if self._ctl is not None:
+            with self._ctl._lock:
+                self._ctl._per.clear()
+                self._ctl._input_done.clear()
 
     def _moved_everywhere(self, version: int) -> bool:
         """With the lock held: every rank's latest report follows map ``version``
@@ -1343,6 +1361,7 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
                         restarts += 1
                         ck.failed(str(err), getattr(err, "rank", None), rdv.silent_loss())
                         # a rebalance rank 0 had not answered died with the group
+                        handle._next_group()
                         handle._ctl._moves.fail_pending(  # type: ignore[union-attr]
                             "the barrier job restarted from a checkpoint before every executor "
                             "followed the moves; the restored map is the checkpoint's")
