@@ -1088,8 +1088,11 @@ class StreamHandle:
             got = ctl.rebalance({"moves": moves, "from_rank": from_rank, "to_rank": to_rank},
                                 timeout=timeout)
         except BaseException:
-            with self._cond:  # nothing moves (or the run ended): release with the next report
+            with self._cond:  # nothing moves (or the run ended): release once nothing is held
                 self._freeze_version = max((v for v, _ in self._follow.values()), default=0)
+                if self._freeze is not None and self._moved_everywhere(self._freeze_version):
+                    self._freeze = None
+                    self._take()
             raise
         version = int(got["map_version"])
         with self._cond:
