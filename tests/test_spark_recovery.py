@@ -177,11 +177,12 @@ def test_corrupt_checkpoint_is_refused_naming_the_file(spark, tmp_path):
                checkpoint=ck, checkpoint_every="2 batches", **QUERY)
     wait_for_checkpoints(h, 2)
     m = h.stop()
-    chk = os.path.join(ck, f"chk-{m['checkpoints'][-1]['id']:012d}", "part-0.bin")
+    # partition 0 in rank 0's image (one file per image: slash.recovery.part_name)
+    chk = os.path.join(ck, f"chk-{m['checkpoints'][-1]['id']:012d}", "part-0.r0.bin")
     with open(chk, "r+b") as f:
         f.seek(8)
         f.write(b"\xff\xfe")
-    with pytest.raises(CheckpointCorrupt, match="part-0.bin"):
+    with pytest.raises(CheckpointCorrupt, match=r"part-0\.r0\.bin"):
         stream(spark, RateSource(rate=50_000, keys=20, batch=2_000, seed=3), sink=str(tmp_path / "o"),
                checkpoint=ck, **QUERY)
 

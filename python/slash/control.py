@@ -733,11 +733,12 @@ class RunControl:
             raise Timeout(f"update: not agreed within {REQUEST_TIMEOUT} s")
         return self.outcome(r)
 
-    def rebalance(self, args: Dict[str, Any]) -> Dict[str, Any]:
+    def rebalance(self, args: Dict[str, Any], timeout: float = REQUEST_TIMEOUT) -> Dict[str, Any]:
         """The ``rebalance`` operation (see :func:`rebalance_spec`): a run
         that offers it another way (a checkpointed one) sets the
         ``"rebalance"`` hook; otherwise the request goes to rank 0 over its
-        link and this returns once rank 0 accepted the moves."""
+        link and this returns once rank 0 accepted the moves (Timeout after
+        ``timeout`` s)."""
         if "rebalance" in self._hooks:
             return self.call_hook("rebalance", args)
         if self.finished:
@@ -755,7 +756,7 @@ class RunControl:
         spec = rebalance_spec(args, per, self.executors, active)
         rid, ev = self._moves.new()
         self._send(0, ("move", rid, spec))
-        return self._moves.wait(rid, ev, REQUEST_TIMEOUT)
+        return self._moves.wait(rid, ev, timeout)
 
     def status(self) -> Dict[str, Any]:
         with self._lock:

@@ -58,7 +58,7 @@ from slash.checkpoint import write_durably
 from slash.errors import (CheckpointCorrupt, InvalidState, NotSupported, PeerDisconnected,
                           Timeout)
 from slash.executor import checkpoint_fired
-from slash.recovery import CheckpointPlan
+from slash.recovery import CheckpointPlan, checkpoint_leaders, part_name, read_partitions
 from slash.spark._tasks import write_table
 
 log = logging.getLogger(__name__)
@@ -131,9 +131,12 @@ class TaskCheckpoints:
             ck = self.store.load(resume_id)
             old_n = ck.executors
             metas = [ck.read(f"rank-{r}.meta") for r in range(old_n)]
-            parts = {p: ck.read(f"part-{p}.bin") for p in range(self.plan.partitions)
-                     if p % self.n == self.rank}
-            self.ex.restore(metas, parts)
+            # the map the group followed at the cut (moves of StreamHandle.rebalance kept), or
+            # partition mod n in a group of another size; every image of a partition is merged
+            leaders = checkpoint_leaders(ck, self.n, self.plan.partitions)
+            lead = leaders if leaders is not None else [p % self.n
+                                                        for p in range(self.plan.partitions)]
+            self.ex.restore(metas, read_partitions(ck, lambda p: lead[p] == self.rank), leaders)
             if old_n == self.n:  # each rank goes on with its own share
                 info = ck.rank_info(self.rank)
                 skip = int(info["pushes"])
@@ -193,9 +196,11 @@ class TaskCheckpoints:
         st = self.store
         r = self.rank
         files = {f"rank-{r}.meta": st.write(img.id, f"rank-{r}.meta", img.meta)}
-        for p, data in img.parts.items():
-            files[f"part-{p}.bin"] = st.write(img.id, f"part-{p}.bin", data)
-        info: Dict[str, Any] = {"rank": r, "pushes": img.pushes}
+        for p, data in img.parts.items():  # one file per image: a hand-over has p in two
+            files[part_name(p, r)] = st.write(img.id, part_name(p, r), data)
+        version, leaders = self.ex.leader_map()  # the map this rank followed at the cut
+        info: Dict[str, Any] = {"rank": r, "pushes": img.pushes,
+                                "leader_map": {"version": version, "leaders": leaders}}
         if self.work is not None:  # what is left of this rank's share, in global terms
             info["work"] = self.source.advance(self.work, img.pushes - self.base_pushes)
         files[f"rank-{r}.json"] = st.write(img.id, f"rank-{r}.json", json.dumps(info).encode())

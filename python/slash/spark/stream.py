@@ -491,7 +491,7 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
             else:
                 conn.send(("rows", rank, gw, to_ipc(table) if table is not None and table.num_rows else None))
 
-        last = [_NEVER]
+        last: List[Tuple[int, int]] = [(_NEVER, 0)]
         pushes = [skip_batches]
 
         def wait(seconds: float) -> bool:
@@ -500,15 +500,20 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
             while True:
                 while conn.poll(0):
                     ctl.handle(conn.recv(), ex)
+                if ctl.moves.pending:  # rank 0: StreamHandle.rebalance's moves, when agreeable
+                    ctl.moves.apply(ex)
                 if stop[0]:
                     return True
                 ex.poll(min(0.02, max(0.0, deadline - time.monotonic())))
                 if ck is not None:
                     ck.after_call()
                     ck.maybe_request(pushes[0])
-                gw = ex.metrics["group_watermark"]
-                if gw != last[0]:
-                    last[0] = gw
+                m = ex.metrics
+                # a hand-over merged (held_partitions fell) fires the held windows: send them
+                # before the next metrics report says so (StreamHandle.rebalance waits for it)
+                gw_held = (m["group_watermark"], m["held_partitions"])
+                if gw_held != last[0]:
+                    last[0] = gw_held
                     drain()
                 elif late.count and time.monotonic() - late.flushed_at >= 0.5:
                     late.flush(conn)
@@ -624,7 +629,14 @@ class StreamHandle:
         self._server: Optional[MetricsServer] = None
         self._ck: Optional[DriverCheckpoints] = None  # with checkpoint=
         self._resumed_from: Optional[int] = None
-        self._ctl: Optional[RunControl] = None  # update(): set by stream()
+        self._ctl: Optional[RunControl] = None  # update(), rebalance(): set by stream()
+        self._partitions = 0  # the stream's key partitions (rebalance checks moves against them)
+        # rebalance with a callable sink: windows ending after _freeze are not handed over until
+        # every executor reported map version >= _freeze_version with no partition held
+        self._freeze: Optional[int] = None
+        self._freeze_version = 0
+        self._follow: Dict[int, Tuple[int, int]] = {}  # rank -> (map version, held partitions)
+        self._groups = 0  # barrier jobs started after the first (restarts and rescales)
         self._source: Any = None
         self._spark: Any = None
         self._slots_wait = 30.0
@@ -671,6 +683,13 @@ class StreamHandle:
                     self.live.observe_window(s, e, lat, rows)
             elif kind == "metrics":
                 self.live.update_executor(rank, msg[2])
+                if self._ctl is not None:  # rebalance's choice and status(): per-rank load, leadership
+                    self._ctl.on_message(msg)
+                self._follow[rank] = (int(msg[2].get("map_version") or 0),
+                                      int(msg[2].get("held_partitions") or 0))
+                if self._freeze is not None and self._moved_everywhere(self._freeze_version):
+                    self._freeze = None  # every hand-over merged and its windows sent: go on
+                    self._take()
             elif kind == "late":
                 self._late_live += msg[2]
                 for s, e, c in msg[3]:
@@ -725,7 +744,10 @@ class StreamHandle:
         ``label``: the checkpoint id the windows carry in their metadata."""
         if not self._pending:
             return
-        upto = min(self._gw) if upto is None else upto
+        if upto is None:
+            upto = min(self._gw)
+            if self._freeze is not None:  # a rebalance in progress (see rebalance())
+                upto = min(upto, self._freeze)
         table = pa.concat_tables(self._pending)
         we = table.column("window_end").to_numpy()
         ready = we < upto if upto != _DONE else np.ones(len(we), bool)
@@ -797,6 +819,7 @@ class StreamHandle:
                             "windows they still send are kept in undelivered()",
                             sorted(set(range(self.executors)) - self._done), self.last_messages_timeout)
             if rows is not None:
+                self._freeze = None  # every executor finished: every hand-over was merged
                 self._records_in = self._records_before + sum(r["records_in"] for r in rows)
                 self._late_final = sum(r["late_records"] for r in rows)
                 if callable(self._sink):
@@ -941,6 +964,9 @@ class StreamHandle:
             self._done.clear()
             self._rescale_to = None
             self._stop_sent = False
+        if self._ctl is not None:
+            self._ctl.executors = n
+        self._next_group()
         self._rdv.errors.clear()
         self._rdv.lost.clear()
         self._rdv.n = n
@@ -1005,6 +1031,124 @@ class StreamHandle:
                 raise Timeout(f"StreamHandle.update: not agreed within {timeout} s")
             r.done.wait(0.005)
         return self._ctl.outcome(r)
+
+    def rebalance(self, moves: Union[None, str, Dict[int, int]] = None, *,
+                  from_rank: Optional[int] = None, to_rank: Optional[int] = None,
+                  timeout: float = 60.0) -> Dict[str, Any]:
+        """Moves leadership of key partitions in the running barrier group,
+        live (no checkpoint, no restart: unlike :meth:`rescale`, the group
+        keeps its executors and only the moved partitions pause for their
+        hand-over; see docs/elastic.md).
+
+        ``moves`` ({partition: rank} or ``"P:R,P:R"``) explicitly; else half
+        the partitions ``from_rank`` leads go to ``to_rank``, each chosen
+        from the executors' latest metrics when not given (the leader with
+        the most merge time, then delta bytes received, to the least loaded
+        one), as ``slash ctl rebalance`` does (:func:`slash.control.rebalance_spec`).
+        Rank 0's task applies the moves (``Executor.move_partitions``); this
+        returns once every executor reported the new leader map version:
+        ``{"moves": {"p": rank}, "map_version": v}``. With ``checkpoint=``
+        the next checkpoint keeps the moved map (a restart with the same
+        executor count resumes with it; a rescale starts from partition mod
+        N, each partition's state merged into its new leader).
+
+        Raises :class:`InvalidArgument` naming a partition outside
+        0..partitions-1 or a rank outside 0..executors-1,
+        :class:`InvalidState` when the stream is not running (or is
+        rescaling, or rank 0 has read all of its input), and
+        :class:`Timeout` after ``timeout`` s."""
+        from slash.control import parse_moves
+
+        ctl = self._ctl
+        if ctl is None or not self.running or self._stop_sent:
+            raise InvalidState("StreamHandle.rebalance: the stream is not running")
+        if self._rescale_to is not None or (self._rescales and
+                                            "seconds_to_resume" not in self._rescales[-1]):
+            raise InvalidState("StreamHandle.rebalance: the stream is rescaling; retry once "
+                               "rescale() returned")
+        groups = self._groups
+        if moves not in (None, "", {}):
+            parsed = parse_moves(moves)
+            bad = sorted(p for p in parsed if p >= self._partitions)
+            if bad:
+                raise InvalidArgument(f"rebalance: partition {bad[0]} is not in "
+                                      f"0..{self._partitions - 1} (the stream has "
+                                      f"{self._partitions} key partitions)")
+            moves = parsed  # type: ignore[assignment]
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            # a moved partition fires nothing from its old leader's switch to its new leader's
+            # merge of the hand-over, while the group watermark goes on: a callable sink gets no
+            # window ending after what every rank had passed now until the move is over
+            if self._ck is None:
+                f = min(self._gw)
+                self._freeze = f if self._freeze is None else min(self._freeze, f)
+                self._freeze_version = 1 << 62  # the version is not known yet
+        try:
+            got = ctl.rebalance({"moves": moves, "from_rank": from_rank, "to_rank": to_rank},
+                                timeout=timeout)
+        except BaseException:
+            with self._cond:  # nothing moves (or the run ended): release once nothing is held
+                self._freeze_version = max((v for v, _ in self._follow.values()), default=0)
+                if self._freeze is not None and self._moved_everywhere(self._freeze_version):
+                    self._freeze = None
+                    self._take()
+            raise
+        version = int(got["map_version"])
+        with self._cond:
+            self._freeze_version = version
+        # every executor switches at its own next epoch end and reports its map in its metrics;
+        # done when every one follows the version and no hand-over is left
+        while True:
+            with self._cond:
+                if self._groups != groups:
+                    raise InvalidState("StreamHandle.rebalance: the barrier job restarted from a "
+                                       "checkpoint before every executor followed the moves; "
+                                       "the new group leads by the checkpoint's map (see "
+                                       "status()['led_partitions'])")
+                if self._moved_everywhere(version):
+                    break
+                late = {r: self._follow.get(r) for r in range(self.executors)}
+            if not self.running:
+                raise InvalidState(f"StreamHandle.rebalance: the stream ended before every "
+                                   f"executor followed leader map version {version} "
+                                   f"((version, held partitions) per rank: {late})")
+            if time.monotonic() > deadline:
+                raise Timeout(f"StreamHandle.rebalance: not every executor followed leader map "
+                              f"version {version} within {timeout} s ((version, held "
+                              f"partitions) per rank: {late})")
+            time.sleep(0.02)
+        self.live.event(f"rebalance: leader map version {version}, moves {got['moves']}")
+        log.info("slash.spark.stream: every executor follows leader map version %d (moves %s)",
+                 version, got["moves"])
+        return got
+
+    def _next_group(self) -> None:
+        """The stage thread, before the next barrier job (a restart or a
+        rescale): rebalance and status() address the new group, whose ranks
+        have reported nothing and read all of nothing yet."""
+        with self._cond:
+            self._follow.clear()
+            self._groups += 1
+        if self._ctl is not None:
+            with self._ctl._lock:
+                self._ctl._per.clear()
+                self._ctl._input_done.clear()
+
+    def _moved_everywhere(self, version: int) -> bool:
+        """With the lock held: every rank's latest report follows map ``version``
+        (or a later one) and holds no partition for a hand-over."""
+        return all(self._follow.get(r, (-1, 1))[0] >= version and not self._follow[r][1]
+                   for r in range(self.executors))
+
+    def status(self) -> Dict[str, Any]:
+        """What ``slash ctl status`` shows of a run, for this stream: executors,
+        epoch, watermark, records, the leader map version and the partitions
+        each rank leads (``led_partitions``, from the latest metrics), the
+        query's logic versions and each executor's latest metrics."""
+        if self._ctl is None:
+            raise InvalidState("StreamHandle.status: the stream has not started")
+        return self._ctl.status()
 
     def _close_server(self) -> None:
         if self._server is not None:
@@ -1166,6 +1310,7 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
         handle._ck.check_start()
         handle._resumed_from = handle._ck.committed
     handle._source, handle._spark, handle._slots_wait = source, spark, slots_wait
+    handle._partitions = group.partitions_for(n)
     if metrics_port is not None or ui:
         handle._server = MetricsServer(handle.live, 0 if metrics_port is None else metrics_port,
                                        ui_bind, ui_token)
@@ -1218,6 +1363,11 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
                             return
                         restarts += 1
                         ck.failed(str(err), getattr(err, "rank", None), rdv.silent_loss())
+                        # a rebalance rank 0 had not answered died with the group
+                        handle._next_group()
+                        handle._ctl._moves.fail_pending(  # type: ignore[union-attr]
+                            "the barrier job restarted from a checkpoint before every executor "
+                            "followed the moves; the restored map is the checkpoint's")
                         rdv.errors.clear()
                         rdv.lost.clear()
                         with handle._cond:
