@@ -100,8 +100,9 @@ def test_latency_target_needs_wall_clock_event_times(tmp_path):
     t = pa.table({"t": pa.array([0, 1], pa.timestamp("ms")), "k": [1, 2], "v": [1.0, 2.0]})
     with pytest.raises(InvalidArgument, match="realtime=True"):
         run(QUERY, t, executors=1, latency_target="500ms")
+    # (max_executors= alone provisions a group that scales live: test_live_scale.py)
     with pytest.raises(InvalidArgument, match="latency_target"):
-        run(QUERY, t, executors=1, max_executors=2)
+        run(QUERY, t, executors=1, min_executors=1)
 
 
 def _single_executor(epoch_ms: int):

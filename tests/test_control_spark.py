@@ -132,6 +132,17 @@ def test_a_stream_rebalance_refuses_bad_moves_naming_them_and_a_stream_not_runni
         h.rebalance({0: 1})
 
 
+
+def _assert_sink_once(out, events):
+    """The directory sink holds each (window, key) once, with DuckDB's counts
+    of ``events`` in 500 ms windows."""
+    table = pq.read_table(sorted(glob.glob(os.path.join(out, "part-*.parquet"))))
+    pairs = list(zip(table.column("window_start").to_pylist(), table.column("key").to_pylist()))
+    assert len(pairs) == len(set(pairs)), "a window's row was published twice"
+    table = table.sort_by([("window_start", "ascending"), ("key", "ascending")])
+    assert [(r["window_start"], r["key"], r["count"]) for r in table.to_pylist()] == \
+        _duck_counts(events, 500)
+
 def test_a_checkpointed_stream_keeps_its_moved_map_across_a_stop_and_resume(spark, tmp_path):
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
     src = RateSource(rate=20_000, records=100_000, keys=20, batch=1_000, seed=6)
@@ -153,12 +164,7 @@ def test_a_checkpointed_stream_keeps_its_moved_map_across_a_stop_and_resume(spar
     # the resumed group led by the checkpoint's map, not p mod 2 (its executors' last reports)
     assert _led(h2) == {0: 132, 1: 124}
     assert h2.base_ms == base
-    table = pq.read_table(sorted(glob.glob(os.path.join(out, "part-*.parquet"))))
-    pairs = list(zip(table.column("window_start").to_pylist(), table.column("key").to_pylist()))
-    assert len(pairs) == len(set(pairs)), "a window's row was published twice"
-    table = table.sort_by([("window_start", "ascending"), ("key", "ascending")])
-    assert [(r["window_start"], r["key"], r["count"]) for r in table.to_pylist()] == \
-        _duck_counts(_events(h2, 100_000, 6), 500)
+    _assert_sink_once(out, _events(h2, 100_000, 6))
 
 
 def test_a_rebalanced_checkpointed_stream_rescaled_to_one_executor_keeps_each_window_once(
@@ -175,9 +181,4 @@ def test_a_rebalanced_checkpointed_stream_rescaled_to_one_executor_keeps_each_wi
         h.rebalance({0: 1})
     h.wait(120)
     assert _led(h) == {0: 256}
-    table = pq.read_table(sorted(glob.glob(os.path.join(out, "part-*.parquet"))))
-    pairs = list(zip(table.column("window_start").to_pylist(), table.column("key").to_pylist()))
-    assert len(pairs) == len(set(pairs)), "a window's row was published twice"
-    table = table.sort_by([("window_start", "ascending"), ("key", "ascending")])
-    assert [(r["window_start"], r["key"], r["count"]) for r in table.to_pylist()] == \
-        _duck_counts(_events(h, 100_000, 7), 500)
+    _assert_sink_once(out, _events(h, 100_000, 7))

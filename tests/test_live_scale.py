@@ -358,6 +358,9 @@ def test_a_join_a_generator_or_a_checkpoint_refuses_live_scaling_saying_why(part
     gen = GeneratorSource(lambda r, n: iter(()), pa.schema([("t", pa.int64()), ("k", pa.int64())]))
     with pytest.raises(NotSupported, match="GeneratorSource"):
         run(q, gen, executors=1, max_executors=2)
+    table = pa.table({"t": pa.array([0, 1], pa.int64()), "k": [1, 2]})
+    with pytest.raises(NotSupported, match="TableSource"):
+        run(q, table, executors=1, max_executors=2)
     with pytest.raises(NotSupported, match="checkpoint"):
         run(q, parts, executors=1, max_executors=2, checkpoint=str(tmp_path / "ck"))
     with pytest.raises(InvalidArgument, match="max_executors"):
