@@ -71,6 +71,14 @@ typedef struct columns {
     size_t cap, data_cap;
 } columns;
 
+/* A partition handed over to this executor, imported fragment by fragment
+ * (exec_moves.c): `len` of `total` bytes imported so far. */
+typedef struct exec_handin {
+    slash_ssb_import *im; /* NULL: none in progress */
+    uint64_t len, total;
+    uint32_t part;
+} exec_handin;
+
 typedef struct assembly {
     uint8_t *buf;
     size_t cap, len, total;
@@ -82,7 +90,8 @@ typedef struct assembly {
  * count in `offset` and (partition, rank) u32 pairs after the header;
  * HANDOVER carries the version in `epoch`, the partition, its emitted
  * watermark in `watermark`, and a fragment (offset/total/frag as DELTA) of
- * the partition's records. Both are outside the epoch sequence. */
+ * the partition's log, cut at record boundaries. Both are outside the epoch
+ * sequence. */
 typedef struct exec_moves {
     slash_leadermap map;   /* the version this executor's sends follow */
     /* leaders of versions hist_base .. map.version, parts entries each: a
@@ -108,7 +117,7 @@ typedef struct exec_moves {
     uint8_t *defer;
     uint32_t nhold, nowe, nawait, ndefer;
     bool busy;             /* handing over (no re-entry from a nested serve) */
-    assembly *hasm;        /* per rank: the hand-over being received */
+    exec_handin *hin;      /* per rank: the hand-over being received from it */
 } exec_moves;
 
 struct slash_exec {

@@ -21,6 +21,13 @@
  * hand-over, with the watermark the old leader emitted it to, has been
  * merged (a CRDT merge: order does not matter).
  *
+ * Hand-over: the old leader ships the partition's log in place (no export
+ * copy), in fragments of whole records; the new leader imports each
+ * fragment when it arrives (slash_ssb_import_*: appended and linked in bulk
+ * into a partition built apart), so a large hand-over is spread over its
+ * serve rounds, and swaps it in at the last fragment, merging what new-map
+ * deltas put into the partition meanwhile.
+ *
  * Invariants: a partition is held (not fired) here while this executor owes
  * or awaits its hand-over, or a newer move of it waits for one (defer); one
  * role (owe or await) per partition at a time; the fragments of one
@@ -46,7 +53,7 @@ slash_status exec_moves_init(slash_exec *ex)
     uint32_t P = ex->parts, n = ex->n;
     mv->peer_ver = calloc(n, sizeof *mv->peer_ver);
     mv->await_from = calloc(n, sizeof *mv->await_from);
-    mv->hasm = calloc(n, sizeof *mv->hasm);
+    mv->hin = calloc(n, sizeof *mv->hin);
     mv->pend_parts = calloc(P, sizeof *mv->pend_parts);
     mv->pend_ranks = calloc(P, sizeof *mv->pend_ranks);
     mv->hold = calloc(P, 1);
@@ -61,7 +68,7 @@ slash_status exec_moves_init(slash_exec *ex)
     mv->hist_n = 1;
     mv->owe_ver = calloc(P, sizeof *mv->owe_ver);
     mv->since_ns = calloc(P, sizeof *mv->since_ns);
-    if (!mv->peer_ver || !mv->await_from || !mv->hasm || !mv->pend_parts || !mv->pend_ranks ||
+    if (!mv->peer_ver || !mv->await_from || !mv->hin || !mv->pend_parts || !mv->pend_ranks ||
         !mv->hold || !mv->defer || !mv->awaiting || !mv->from || !mv->owe || !mv->owe_ver || !mv->since_ns || !mv->pend_to || !mv->hist)
         return slash_fail(SLASH_ENOMEM, "exec: out of memory for the leader map");
     for (uint32_t p = 0; p < P; p++)
@@ -75,10 +82,10 @@ void exec_moves_free(slash_exec *ex)
     slash_leadermap_free(&mv->map);
     free(mv->hist);
     free(mv->pend_to);
-    if (mv->hasm)
+    if (mv->hin)
         for (uint32_t r = 0; r < ex->n; r++)
-            free(mv->hasm[r].buf);
-    free(mv->hasm);
+            slash_ssb_import_abort(mv->hin[r].im);
+    free(mv->hin);
     free(mv->peer_ver);
     free(mv->await_from);
     free(mv->pend_parts);
@@ -264,8 +271,10 @@ slash_status exec_moves_on_map(slash_exec *ex, uint32_t r, const sync_msg *h, co
     return SLASH_OK;
 }
 
-/* A HANDOVER fragment from old leader r; the last one merges the partition
- * with the watermark r emitted it to, ends the hold and fires what is due. */
+/* A HANDOVER fragment from old leader r, imported at once (fragments hold
+ * whole records), so a large hand-over is spread over serve rounds with no
+ * copy assembled; the last one puts the partition in place with the
+ * watermark r emitted it to, ends the hold and fires what is due. */
 slash_status exec_moves_on_handover(slash_exec *ex, uint32_t r, const sync_msg *h,
                                     const uint8_t *body, size_t len)
 {
@@ -274,34 +283,33 @@ slash_status exec_moves_on_handover(slash_exec *ex, uint32_t r, const sync_msg *
     if (p >= ex->parts || !mv->awaiting[p] || mv->from[p] != r)
         return slash_fail(SLASH_EPROTO, "exec: rank %u handed over partition %u, which this "
                           "executor does not await from it", r, p);
-    assembly *a = &mv->hasm[r];
-    if (h->offset == 0)
-        a->len = 0, a->total = h->total, a->part = p;
-    if (h->offset != a->len || a->part != p || h->offset + len > a->total)
-        return slash_fail(SLASH_EPROTO, "exec: rank %u sent a hand-over fragment out of order", r);
-    if (a->len + len > a->cap) {
-        size_t cap = a->cap * 2 > a->len + len ? a->cap * 2 : a->len + len;
-        cap = cap < a->total ? cap : a->total;
-        uint8_t *nb = realloc(a->buf, cap ? cap : 8);
-        if (!nb)
-            return slash_fail(SLASH_ENOMEM, "exec: out of memory for a %llu-byte hand-over",
-                              (unsigned long long)a->total);
-        a->buf = nb, a->cap = cap;
+    exec_handin *in = &mv->hin[r];
+    slash_status st;
+    if (h->offset == 0 && !in->im) {
+        st = slash_ssb_import_begin(ex->leader, p, h->watermark, h->total, &in->im);
+        if (st != SLASH_OK)
+            return st;
+        in->len = 0, in->total = h->total, in->part = p;
     }
-    if (len)
-        memcpy(a->buf + a->len, body, len);
-    a->len += len;
-    if (a->len < a->total)
-        return SLASH_OK;
-    slash_status st = slash_ssb_import_partition(ex->leader, p, h->watermark, a->buf, a->total);
-    if (st != SLASH_OK)
+    if (!in->im || h->offset != in->len || in->part != p || h->total != in->total ||
+        h->offset + len > in->total)
+        return slash_fail(SLASH_EPROTO, "exec: rank %u sent a hand-over fragment out of order", r);
+    st = slash_ssb_import_add(ex->leader, in->im, body, len);
+    if (st == SLASH_OK && (in->len += len) == in->total)
+        st = slash_ssb_import_end(ex->leader, in->im);
+    if (st != SLASH_OK) {
+        slash_ssb_import_abort(in->im);
+        in->im = NULL;
         return slash_fail(SLASH_EPROTO, "exec: rank %u handed over a bad partition %u: %s", r, p,
                           slash_last_error());
+    }
+    if (in->len < in->total)
+        return SLASH_OK;
+    in->im = NULL;
     ex->m.moves_in++;
-    ex->m.moved_bytes_in += a->total;
+    ex->m.moved_bytes_in += in->total;
     ex->m.move_pause_ns += slash_now_ns() - mv->since_ns[p];
     mv->awaiting[p] = 0, mv->await_from[r]--, mv->nawait--;
-    a->len = a->total = 0;
     hold_clear(ex, p);
     if (mv->hold[p] || ex->fired == INT64_MIN || ex->ck.restoring)
         return SLASH_OK;
@@ -338,24 +346,31 @@ slash_status exec_moves_progress(slash_exec *ex)
         if (!ready)
             continue;
         uint32_t to = (uint32_t)mv->owe[p];
-        uint8_t *buf;
+        const void *span;
         size_t len;
         int64_t emitted;
-        st = slash_ssb_export_partition(ex->leader, p, &buf, &len, &emitted);
+        /* straight from the partition's log, which nothing changes meanwhile:
+         * p is held (not emitted) and no peer sends updates of it any more */
+        st = slash_ssb_partition_span(ex->leader, p, &span, &len, &emitted);
         if (st != SLASH_OK)
             break;
+        const uint8_t *buf = span;
         slash_channel_stats cs;
         slash_channel_get_stats(slash_group_out(ex->g, to), &cs);
         size_t room = slash_channel_payload_max(cs.buffer_size) - sizeof(sync_msg);
         size_t off = 0;
-        do { /* an empty partition still goes as one empty fragment */
-            size_t frag = len - off < room ? len - off : room;
+        do { /* whole records a fragment; an empty partition goes as one empty fragment */
+            size_t frag = slash_ssb_span_prefix(buf + off, len - off, room);
+            if (frag == 0 && off < len) {
+                st = slash_fail(SLASH_EINVAL, "exec: a record of partition %u does not fit a "
+                                "%zu-byte channel buffer", p, (size_t)cs.buffer_size);
+                break;
+            }
             sync_msg h = {.type = SYNC_HANDOVER, .part = p, .epoch = mv->owe_ver[p], .offset = off,
                           .total = len, .watermark = emitted, .frag = frag};
             st = exec_ship(ex, to, &h, buf + off, frag);
             off += frag;
         } while (st == SLASH_OK && off < len);
-        free(buf);
         if (st == SLASH_OK)
             st = slash_ssb_drop_partition(ex->leader, p);
         if (st != SLASH_OK)
