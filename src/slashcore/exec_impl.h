@@ -117,6 +117,11 @@ typedef struct exec_moves {
     uint8_t *defer;
     uint32_t nhold, nowe, nawait, ndefer;
     bool busy;             /* handing over (no re-entry from a nested serve) */
+    /* the hand-over being sent, ho_off of its ho_len bytes so far (sliced
+     * over exec_moves_progress calls) */
+    bool ho_active;
+    uint32_t ho_part;
+    size_t ho_off, ho_len;
     exec_handin *hin;      /* per rank: the hand-over being received from it */
 } exec_moves;
 

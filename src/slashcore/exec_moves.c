@@ -22,18 +22,22 @@
  * merged (a CRDT merge: order does not matter).
  *
  * Hand-over: the old leader ships the partition's log in place (no export
- * copy), in fragments of whole records; the new leader imports each
- * fragment when it arrives (slash_ssb_import_*: appended and linked in bulk
- * into a partition built apart), so a large hand-over is spread over its
- * serve rounds, and swaps it in at the last fragment, merging what new-map
- * deltas put into the partition meanwhile.
+ * copy), in fragments of whole records, a slice of them per call
+ * (EXEC_HANDOVER_SLICE), serving everything else between slices; the new
+ * leader imports each fragment when it arrives (slash_ssb_import_*:
+ * appended and linked in bulk into a partition built apart), so a large
+ * hand-over is spread over both executors' rounds, and swaps it in at the
+ * last fragment, merging what new-map deltas put into the partition
+ * meanwhile.
  *
  * Invariants: a partition is held (not fired) here while this executor owes
  * or awaits its hand-over, or a newer move of it waits for one (defer); one
- * role (owe or await) per partition at a time; the fragments of one
- * HANDOVER never interleave with another message on the same channel (a
- * hand-over is never sent from inside a nested serve: `busy`); a checkpoint
- * cut never falls inside a hand-over (exec_ckpt.c retries it).
+ * role (owe or await) per partition at a time; one hand-over in flight per
+ * sender, its fragments in order; no fragment of another multi-fragment
+ * message (a DELTA) ever comes between them, and none of theirs between a
+ * DELTA's (a hand-over is never sent from inside a nested serve: `busy`),
+ * while whole messages (EPOCH, MAP, CKPT, ROWS) may; a checkpoint cut never
+ * falls inside a hand-over (exec_ckpt.c retries it).
  */
 #include "slash/exec.h"
 
@@ -324,61 +328,100 @@ slash_status exec_moves_on_handover(slash_exec *ex, uint32_t r, const sync_msg *
     return st;
 }
 
-/* Hands over every owed partition whose old-map updates have all arrived:
- * this executor switched, and every peer sent its MAP marker or finished.
- * Never from inside a send (a nested serve): fragments of one message must
- * not interleave with another's. */
+#define EXEC_HANDOVER_SLICE 16 /* fragments a call ships of a hand-over at most (4 MiB with
+                                * 256 KiB channel buffers) */
+
+/* Whether owed partition p can be handed over now: its old-map updates have
+ * all arrived (this executor switched, or sent its final epoch, and every
+ * peer sent its MAP marker or finished). */
+static bool handover_ready(const slash_exec *ex, uint32_t p)
+{
+    const exec_moves *mv = &ex->mv;
+    if (mv->owe[p] < 0 || mv->awaiting[p] ||
+        (mv->map.version < mv->owe_ver[p] && ex->published != INT64_MAX))
+        return false;
+    for (uint32_t r = 0; r < ex->n; r++)
+        if (r != ex->rank && !ex->fin[r] && mv->peer_ver[r] < mv->owe_ver[p])
+            return false;
+    return true;
+}
+
+/* Ships the next fragments of the hand-over in flight (mv->ho_part from
+ * mv->ho_off), *budget of them at most (counted down); the last one drops the partition here
+ * and ends the hand-over (*done). The fragments go straight from the
+ * partition's log, which nothing changes meanwhile: p is held (not
+ * emitted), and no peer sends updates of it any more. */
+static slash_status handover_slice(slash_exec *ex, uint32_t *budget, bool *done)
+{
+    exec_moves *mv = &ex->mv;
+    uint32_t p = mv->ho_part, to = (uint32_t)mv->owe[p];
+    const void *span;
+    size_t len;
+    int64_t emitted;
+    *done = false;
+    slash_status st = slash_ssb_partition_span(ex->leader, p, &span, &len, &emitted);
+    if (st != SLASH_OK)
+        return st;
+    if (mv->ho_off > len || (mv->ho_off && len != mv->ho_len))
+        return slash_fail(SLASH_ESTATE, "exec: partition %u changed while it was handed over", p);
+    mv->ho_len = len;
+    const uint8_t *buf = span;
+    slash_channel_stats cs;
+    slash_channel_get_stats(slash_group_out(ex->g, to), &cs);
+    size_t room = slash_channel_payload_max(cs.buffer_size) - sizeof(sync_msg);
+    do { /* whole records a fragment; an empty partition goes as one empty fragment */
+        size_t off = mv->ho_off, frag = slash_ssb_span_prefix(buf + off, len - off, room);
+        if (frag == 0 && off < len)
+            return slash_fail(SLASH_EINVAL, "exec: a record of partition %u does not fit a "
+                              "%zu-byte channel buffer", p, (size_t)cs.buffer_size);
+        sync_msg h = {.type = SYNC_HANDOVER, .part = p, .epoch = mv->owe_ver[p], .offset = off,
+                      .total = len, .watermark = emitted, .frag = frag};
+        if ((st = exec_ship(ex, to, &h, buf + off, frag)) != SLASH_OK)
+            return st;
+        mv->ho_off += frag;
+        --*budget;
+    } while (mv->ho_off < len && *budget);
+    if (mv->ho_off < len)
+        return SLASH_OK; /* the rest at a later call */
+    if ((st = slash_ssb_drop_partition(ex->leader, p)) != SLASH_OK)
+        return st;
+    ex->m.moves_out++;
+    ex->m.moved_bytes_out += len;
+    mv->owe[p] = -1, mv->nowe--;
+    mv->ho_active = false;
+    hold_clear(ex, p);
+    *done = true;
+    return SLASH_OK;
+}
+
+/* Hands over owed partitions whose old-map updates have all arrived, one at
+ * a time and at most EXEC_HANDOVER_SLICE fragments a call, so a large hand-over
+ * is spread over the calls (the service thread's rounds, pushes, polls)
+ * and the executor serves everything else in between; the partition stays
+ * owed and held until its last fragment is sent. Fragments of one hand-over
+ * are sent in order, whole messages of other kinds may come between them
+ * (the receiver reassembles nothing across them: each fragment is whole
+ * records). Never from inside a send (a nested serve): a DELTA's fragments
+ * must not be interleaved. */
 slash_status exec_moves_progress(slash_exec *ex)
 {
     exec_moves *mv = &ex->mv;
     if (!mv->nowe || mv->busy)
         return SLASH_OK;
     slash_status st = SLASH_OK;
+    uint32_t budget = EXEC_HANDOVER_SLICE;
     mv->busy = true;
-    for (uint32_t p = 0; p < ex->parts && st == SLASH_OK && mv->nowe; p++) {
-        /* this executor switched, or sent its final epoch (it sends no more) */
-        if (mv->owe[p] < 0 || mv->awaiting[p] ||
-            (mv->map.version < mv->owe_ver[p] && ex->published != INT64_MAX))
-            continue;
-        bool ready = true;
-        for (uint32_t r = 0; r < ex->n && ready; r++)
-            ready = r == ex->rank || ex->fin[r] || mv->peer_ver[r] >= mv->owe_ver[p];
-        if (!ready)
-            continue;
-        uint32_t to = (uint32_t)mv->owe[p];
-        const void *span;
-        size_t len;
-        int64_t emitted;
-        /* straight from the partition's log, which nothing changes meanwhile:
-         * p is held (not emitted) and no peer sends updates of it any more */
-        st = slash_ssb_partition_span(ex->leader, p, &span, &len, &emitted);
-        if (st != SLASH_OK)
-            break;
-        const uint8_t *buf = span;
-        slash_channel_stats cs;
-        slash_channel_get_stats(slash_group_out(ex->g, to), &cs);
-        size_t room = slash_channel_payload_max(cs.buffer_size) - sizeof(sync_msg);
-        size_t off = 0;
-        do { /* whole records a fragment; an empty partition goes as one empty fragment */
-            size_t frag = slash_ssb_span_prefix(buf + off, len - off, room);
-            if (frag == 0 && off < len) {
-                st = slash_fail(SLASH_EINVAL, "exec: a record of partition %u does not fit a "
-                                "%zu-byte channel buffer", p, (size_t)cs.buffer_size);
+    uint32_t p = 0;
+    while (st == SLASH_OK && mv->nowe && budget) {
+        if (!mv->ho_active) {
+            while (p < ex->parts && !handover_ready(ex, p))
+                p++;
+            if (p == ex->parts)
                 break;
-            }
-            sync_msg h = {.type = SYNC_HANDOVER, .part = p, .epoch = mv->owe_ver[p], .offset = off,
-                          .total = len, .watermark = emitted, .frag = frag};
-            st = exec_ship(ex, to, &h, buf + off, frag);
-            off += frag;
-        } while (st == SLASH_OK && off < len);
-        if (st == SLASH_OK)
-            st = slash_ssb_drop_partition(ex->leader, p);
-        if (st != SLASH_OK)
-            break;
-        ex->m.moves_out++;
-        ex->m.moved_bytes_out += len;
-        mv->owe[p] = -1, mv->nowe--;
-        hold_clear(ex, p);
+            mv->ho_active = true, mv->ho_part = p, mv->ho_off = mv->ho_len = 0;
+        }
+        bool done;
+        st = handover_slice(ex, &budget, &done);
     }
     mv->busy = false;
     return st;
