@@ -16,18 +16,8 @@
  * (slash_exec_set_standby) publishes the minimum its followed ranks
  * published instead of its input's: still only growing, never "finished".
  *
- * Leadership: partition p is led by the leader map's rank (leadermap.h). A
- * move changes the map at a marker: MAP(v) on a sender's channel separates
- * what it sent under version v - 1 from what it sends under v (every peer
- * sees exactly one MAP(v) per sender, sent at the sender's epoch end right
- * after its routed rows and before its deltas). The old leader of a moved
- * partition stops firing it when it learns of the move (before that, every
- * watermark it had came from old-map senders, so its windows were whole),
- * and hands its state over once it has every sender's MAP(v) (or final
- * epoch): then no old-map update of the partition is still on its way. The
- * new leader merges new-map deltas meanwhile and fires the partition only
- * once the hand-over, with the watermark the old leader emitted it to, has
- * been merged (a CRDT merge: order does not matter).
+ * Leadership: partition p is led by the leader map's rank (leadermap.h);
+ * moving it (the MAP marker and the hand-over) is exec_moves.c's protocol.
  *
  * Failure: an executor that fails sends ABORT with its reason to every peer
  * whose ring has room before it closes, so the others name the root cause
@@ -151,11 +141,6 @@ static slash_status merge_timed(slash_exec *ex, const void *addr, size_t len)
 
 static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, size_t len,
                                uint64_t rows, uint32_t side);
-static slash_status on_map(slash_exec *ex, uint32_t r, const sync_msg *h, const uint8_t *body,
-                           size_t len);
-static uint32_t leader_for(const slash_exec *ex, uint32_t p, uint64_t version);
-static slash_status on_handover(slash_exec *ex, uint32_t r, const sync_msg *h, const uint8_t *body,
-                                size_t len);
 static bool repartitioning(const slash_exec *ex);
 static slash_status flush_all_rows(slash_exec *ex);
 
@@ -176,8 +161,8 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
         if (h.frag != len - sizeof h)
             return slash_fail(SLASH_EPROTO, "exec: rank %u sent a truncated %s message", r,
                               h.type == SYNC_MAP ? "MAP" : "HANDOVER");
-        return h.type == SYNC_MAP ? on_map(ex, r, &h, buf + sizeof h, h.frag)
-                                  : on_handover(ex, r, &h, buf + sizeof h, h.frag);
+        return h.type == SYNC_MAP ? exec_moves_on_map(ex, r, &h, buf + sizeof h, h.frag)
+                                  : exec_moves_on_handover(ex, r, &h, buf + sizeof h, h.frag);
     }
     if (ex->fin[r])
         return slash_fail(SLASH_EPROTO, "exec: rank %u sent a message after its final epoch", r);
@@ -204,7 +189,7 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
     }
     if (h.type != SYNC_DELTA)
         return slash_fail(SLASH_EPROTO, "exec: unknown message type %u from rank %u", h.type, r);
-    if (h.part >= ex->parts || leader_for(ex, h.part, ex->mv.peer_ver[r]) != ex->rank)
+    if (h.part >= ex->parts || exec_moves_leader_for(ex, h.part, ex->mv.peer_ver[r]) != ex->rank)
         return slash_fail(SLASH_EPROTO, "exec: rank %u sent partition %u, which rank %u does not lead",
                           r, h.part, ex->rank);
     assembly *a = &ex->asm_[r];
@@ -392,8 +377,9 @@ static int64_t current_watermark(const slash_exec *ex)
 }
 
 static slash_status publish_epoch(slash_exec *ex, int64_t wm, uint64_t t0);
-static slash_status switch_map(slash_exec *ex);
-static slash_status move_progress(slash_exec *ex);
+/* the move protocol (exec_moves.c), by the names the epoch loop uses */
+static inline slash_status switch_map(slash_exec *ex) { return exec_moves_switch(ex); }
+static inline slash_status move_progress(slash_exec *ex) { return exec_moves_progress(ex); }
 
 #define EXEC_ROUTE_PROBE 8 /* routed epochs before the local store measures again */
 #define EXEC_MEASURE_ROWS 65536 /* a measuring epoch ends after this many local records */
@@ -578,415 +564,6 @@ static slash_status leave(slash_exec *ex, slash_status st)
     return st;
 }
 
-/* ---- leadership moves --------------------------------------------------------- */
-
-static slash_status moves_init(slash_exec *ex)
-{
-    exec_moves *mv = &ex->mv;
-    slash_status st = slash_leadermap_init(&mv->map, ex->parts, ex->n);
-    if (st != SLASH_OK)
-        return st;
-    uint32_t P = ex->parts, n = ex->n;
-    mv->peer_ver = calloc(n, sizeof *mv->peer_ver);
-    mv->await_from = calloc(n, sizeof *mv->await_from);
-    mv->hasm = calloc(n, sizeof *mv->hasm);
-    mv->pend_parts = calloc(P, sizeof *mv->pend_parts);
-    mv->pend_ranks = calloc(P, sizeof *mv->pend_ranks);
-    mv->hold = calloc(P, 1);
-    mv->defer = calloc(P, 1);
-    mv->awaiting = calloc(P, 1);
-    mv->from = calloc(P, sizeof *mv->from);
-    mv->owe = malloc(P * sizeof *mv->owe);
-    mv->pend_to = malloc(P * sizeof *mv->pend_to);
-    mv->hist = malloc(P * sizeof *mv->hist);
-    if (mv->hist)
-        memcpy(mv->hist, mv->map.leader, P * sizeof *mv->hist);
-    mv->hist_n = 1;
-    mv->owe_ver = calloc(P, sizeof *mv->owe_ver);
-    mv->since_ns = calloc(P, sizeof *mv->since_ns);
-    if (!mv->peer_ver || !mv->await_from || !mv->hasm || !mv->pend_parts || !mv->pend_ranks ||
-        !mv->hold || !mv->defer || !mv->awaiting || !mv->from || !mv->owe || !mv->owe_ver || !mv->since_ns || !mv->pend_to || !mv->hist)
-        return slash_fail(SLASH_ENOMEM, "exec: out of memory for the leader map");
-    for (uint32_t p = 0; p < P; p++)
-        mv->owe[p] = mv->pend_to[p] = -1;
-    return SLASH_OK;
-}
-
-static void moves_free(slash_exec *ex)
-{
-    exec_moves *mv = &ex->mv;
-    slash_leadermap_free(&mv->map);
-    free(mv->hist);
-    free(mv->pend_to);
-    if (mv->hasm)
-        for (uint32_t r = 0; r < ex->n; r++)
-            free(mv->hasm[r].buf);
-    free(mv->hasm);
-    free(mv->peer_ver);
-    free(mv->await_from);
-    free(mv->pend_parts);
-    free(mv->pend_ranks);
-    free(mv->hold);
-    free(mv->defer);
-    free(mv->awaiting);
-    free(mv->from);
-    free(mv->owe);
-    free(mv->owe_ver);
-    free(mv->since_ns);
-}
-
-static void hold_set(slash_exec *ex, uint32_t p)
-{
-    if (!ex->mv.hold[p]) {
-        ex->mv.hold[p] = 1;
-        ex->mv.nhold++;
-        ex->mv.since_ns[p] = slash_now_ns();
-    }
-}
-
-static void hold_clear(slash_exec *ex, uint32_t p)
-{
-    if (ex->mv.hold[p] && !ex->mv.awaiting[p] && ex->mv.owe[p] < 0 && !ex->mv.defer[p]) {
-        ex->mv.hold[p] = 0;
-        ex->mv.nhold--;
-    }
-}
-
-/* This executor's role in moving p from old to to in version v: the old
- * leader owes the hand-over, the new one awaits it; both hold p meanwhile. */
-static void take_role(slash_exec *ex, uint32_t p, uint32_t old, uint32_t to, uint64_t v)
-{
-    exec_moves *mv = &ex->mv;
-    if (old == ex->rank) {
-        mv->owe[p] = (int32_t)to, mv->owe_ver[p] = v, mv->nowe++;
-        hold_set(ex, p);
-    } else if (to == ex->rank) {
-        mv->awaiting[p] = 1, mv->from[p] = old, mv->await_from[old]++, mv->nawait++;
-        hold_set(ex, p);
-    }
-}
-
-/* Adopts version map.version + 1 (moves checked by the caller): what this
- * executor gives away stops firing now, what it gets is held until its
- * hand-over. Switching (sending by the new map) waits for the epoch end.
- * A partition whose hand-over of an older version is still in flight here
- * (versions can follow each other faster than hand-overs: rank 0 waits only
- * for every executor to switch) takes its new role at the switch, which
- * waits for that hand-over: an executor owing p to a peer while awaiting p
- * back from it would otherwise wait for the peer, which waits for it. */
-static void adopt(slash_exec *ex, const uint32_t *parts, const uint32_t *ranks, uint32_t k)
-{
-    exec_moves *mv = &ex->mv;
-    uint64_t v = mv->map.version + 1;
-    for (uint32_t i = 0; i < k; i++) {
-        uint32_t p = parts[i], old = slash_leadermap_leader(&mv->map, p);
-        mv->pend_parts[i] = p, mv->pend_ranks[i] = ranks[i], mv->pend_to[p] = (int32_t)ranks[i];
-        bool involved = old == ex->rank || ranks[i] == ex->rank;
-        if (involved && (mv->owe[p] >= 0 || mv->awaiting[p])) {
-            mv->defer[p] = 1, mv->ndefer++;
-            hold_set(ex, p);
-        } else {
-            take_role(ex, p, old, ranks[i], v);
-        }
-    }
-    mv->npend = k;
-    mv->pending = true;
-}
-
-/* Whether the adopted version can be switched to: no partition it moves
- * still has an older hand-over in flight here. */
-static bool switch_ready(const slash_exec *ex)
-{
-    const exec_moves *mv = &ex->mv;
-    for (uint32_t i = 0; i < mv->npend && mv->ndefer; i++) {
-        uint32_t p = mv->pend_parts[i];
-        if (mv->defer[p] && (mv->owe[p] >= 0 || mv->awaiting[p]))
-            return false;
-    }
-    return true;
-}
-
-/* At an epoch end: follows the adopted version from now on and tells every
- * peer so (the MAP marker), before anything sent by the new map. */
-static slash_status switch_map(slash_exec *ex)
-{
-    exec_moves *mv = &ex->mv;
-    uint64_t v = mv->map.version + 1;
-    if (!switch_ready(ex))
-        return SLASH_OK; /* at a later epoch end: see adopt() */
-    for (uint32_t i = 0; i < mv->npend && mv->ndefer; i++) {
-        uint32_t p = mv->pend_parts[i];
-        if (mv->defer[p]) {
-            mv->defer[p] = 0, mv->ndefer--;
-            take_role(ex, p, slash_leadermap_leader(&mv->map, p), mv->pend_ranks[i], v);
-        }
-    }
-    slash_status st = slash_leadermap_apply(&mv->map, v, mv->pend_parts, mv->pend_ranks, mv->npend);
-    if (st != SLASH_OK)
-        return st;
-    /* keep the versions some peer may still send by (its marker not yet here) */
-    uint64_t oldest = v;
-    for (uint32_t r = 0; r < ex->n; r++)
-        if (r != ex->rank && !ex->fin[r] && mv->peer_ver[r] < oldest)
-            oldest = mv->peer_ver[r];
-    size_t P = ex->parts, drop = (size_t)(oldest - mv->hist_base);
-    if (drop) {
-        memmove(mv->hist, mv->hist + drop * P, (mv->hist_n - drop) * P * sizeof *mv->hist);
-        mv->hist_base = oldest, mv->hist_n -= drop;
-    }
-    uint32_t *nh = realloc(mv->hist, (mv->hist_n + 1) * P * sizeof *nh);
-    if (!nh)
-        return slash_fail(SLASH_ENOMEM, "exec: out of memory for the leader map");
-    mv->hist = nh;
-    memcpy(mv->hist + mv->hist_n * P, mv->map.leader, P * sizeof *nh);
-    mv->hist_n++;
-    mv->pending = false;
-    for (uint32_t i = 0; i < mv->npend; i++)
-        mv->pend_to[mv->pend_parts[i]] = -1;
-    size_t bytes = (size_t)mv->npend * 8;
-    uint32_t *body = malloc(bytes ? bytes : 8);
-    if (!body)
-        return slash_fail(SLASH_ENOMEM, "exec: out of memory for a MAP message");
-    for (uint32_t i = 0; i < mv->npend; i++)
-        body[2 * i] = mv->pend_parts[i], body[2 * i + 1] = mv->pend_ranks[i];
-    sync_msg h = {.type = SYNC_MAP, .epoch = v, .offset = mv->npend, .frag = bytes};
-    /* after its final epoch an executor sends nothing by any map: peers
-     * count it as switched, so it only follows the version itself. A
-     * finished peer gets the marker: it still merges what is sent to it */
-    for (uint32_t r = 0; r < ex->n && st == SLASH_OK && ex->published != INT64_MAX; r++)
-        if (r != ex->rank)
-            st = ship(ex, r, &h, body, bytes);
-    free(body);
-    ex->m.led_partitions = slash_leadermap_count(&mv->map, ex->rank);
-    return st;
-}
-
-/* The leader of p in version `version` as this executor knows it: its own,
- * the one before (a peer not yet switched), or the adopted one. */
-static uint32_t leader_for(const slash_exec *ex, uint32_t p, uint64_t version)
-{
-    const exec_moves *mv = &ex->mv;
-    if (version < mv->map.version && version >= mv->hist_base)
-        return mv->hist[(size_t)(version - mv->hist_base) * ex->parts + p];
-    if (version > mv->map.version && mv->pend_to[p] >= 0)
-        return (uint32_t)mv->pend_to[p];
-    return slash_leadermap_leader(&mv->map, p);
-}
-
-/* MAP(v) from rank r: r follows version v from here on. The first MAP(v)
- * this executor meets adopts v (rank 0 starts a version only after every
- * executor switched to the one before, so v is always map.version + 1). */
-static slash_status on_map(slash_exec *ex, uint32_t r, const sync_msg *h, const uint8_t *body,
-                           size_t len)
-{
-    exec_moves *mv = &ex->mv;
-    uint64_t v = h->epoch;
-    /* v: the version this executor adopted, or already switched to */
-    if ((v != mv->map.version + 1 && v != mv->map.version) || h->offset > ex->parts ||
-        len != h->offset * 8)
-        return slash_fail(SLASH_EPROTO, "exec: rank %u sent MAP version %llu (%llu moves, %zu "
-                          "bytes) while this executor follows version %llu", r,
-                          (unsigned long long)v, (unsigned long long)h->offset, len,
-                          (unsigned long long)mv->map.version);
-    if (v == mv->map.version + 1 && !mv->pending) {
-        uint32_t k = (uint32_t)h->offset;
-        uint32_t *parts = malloc((k ? k : 1) * sizeof *parts), *ranks = malloc((k ? k : 1) * sizeof *ranks);
-        slash_status st = parts && ranks ? SLASH_OK : slash_fail(SLASH_ENOMEM, "exec: out of memory");
-        for (uint32_t i = 0; i < k && st == SLASH_OK; i++)
-            memcpy(&parts[i], body + 8 * i, 4), memcpy(&ranks[i], body + 8 * i + 4, 4);
-        if (st == SLASH_OK && slash_leadermap_check(&mv->map, parts, ranks, k) != SLASH_OK)
-            st = slash_fail(SLASH_EPROTO, "exec: rank %u sent a bad MAP: %s", r, slash_last_error());
-        if (st == SLASH_OK)
-            adopt(ex, parts, ranks, k);
-        free(parts);
-        free(ranks);
-        if (st != SLASH_OK)
-            return st;
-    }
-    mv->peer_ver[r] = v;
-    return SLASH_OK;
-}
-
-/* A HANDOVER fragment from old leader r; the last one merges the partition
- * with the watermark r emitted it to, ends the hold and fires what is due. */
-static slash_status on_handover(slash_exec *ex, uint32_t r, const sync_msg *h, const uint8_t *body,
-                                size_t len)
-{
-    exec_moves *mv = &ex->mv;
-    uint32_t p = h->part;
-    if (p >= ex->parts || !mv->awaiting[p] || mv->from[p] != r)
-        return slash_fail(SLASH_EPROTO, "exec: rank %u handed over partition %u, which this "
-                          "executor does not await from it", r, p);
-    assembly *a = &mv->hasm[r];
-    if (h->offset == 0)
-        a->len = 0, a->total = h->total, a->part = p;
-    if (h->offset != a->len || a->part != p || h->offset + len > a->total)
-        return slash_fail(SLASH_EPROTO, "exec: rank %u sent a hand-over fragment out of order", r);
-    if (a->len + len > a->cap) {
-        size_t cap = a->cap * 2 > a->len + len ? a->cap * 2 : a->len + len;
-        cap = cap < a->total ? cap : a->total;
-        uint8_t *nb = realloc(a->buf, cap ? cap : 8);
-        if (!nb)
-            return slash_fail(SLASH_ENOMEM, "exec: out of memory for a %llu-byte hand-over",
-                              (unsigned long long)a->total);
-        a->buf = nb, a->cap = cap;
-    }
-    if (len)
-        memcpy(a->buf + a->len, body, len);
-    a->len += len;
-    if (a->len < a->total)
-        return SLASH_OK;
-    slash_status st = slash_ssb_import_partition(ex->leader, p, h->watermark, a->buf, a->total);
-    if (st != SLASH_OK)
-        return slash_fail(SLASH_EPROTO, "exec: rank %u handed over a bad partition %u: %s", r, p,
-                          slash_last_error());
-    ex->m.moves_in++;
-    ex->m.moved_bytes_in += a->total;
-    ex->m.move_pause_ns += slash_now_ns() - mv->since_ns[p];
-    mv->awaiting[p] = 0, mv->await_from[r]--, mv->nawait--;
-    a->len = a->total = 0;
-    hold_clear(ex, p);
-    if (mv->hold[p] || ex->fired == INT64_MIN || ex->ck.restoring)
-        return SLASH_OK;
-    /* fire what the group watermark already closed, of this partition only */
-    uint8_t *skip = malloc(ex->parts);
-    if (!skip)
-        return slash_fail(SLASH_ENOMEM, "exec: out of memory");
-    memset(skip, 1, ex->parts);
-    skip[p] = 0;
-    st = emit_into_queue(ex, ex->fired, skip);
-    free(skip);
-    return st;
-}
-
-/* Hands over every owed partition whose old-map updates have all arrived:
- * this executor switched, and every peer sent its MAP marker or finished.
- * Never from inside a send (a nested serve): fragments of one message must
- * not interleave with another's. */
-static slash_status move_progress(slash_exec *ex)
-{
-    exec_moves *mv = &ex->mv;
-    if (!mv->nowe || mv->busy)
-        return SLASH_OK;
-    slash_status st = SLASH_OK;
-    mv->busy = true;
-    for (uint32_t p = 0; p < ex->parts && st == SLASH_OK && mv->nowe; p++) {
-        /* this executor switched, or sent its final epoch (it sends no more) */
-        if (mv->owe[p] < 0 || mv->awaiting[p] ||
-            (mv->map.version < mv->owe_ver[p] && ex->published != INT64_MAX))
-            continue;
-        bool ready = true;
-        for (uint32_t r = 0; r < ex->n && ready; r++)
-            ready = r == ex->rank || ex->fin[r] || mv->peer_ver[r] >= mv->owe_ver[p];
-        if (!ready)
-            continue;
-        uint32_t to = (uint32_t)mv->owe[p];
-        uint8_t *buf;
-        size_t len;
-        int64_t emitted;
-        st = slash_ssb_export_partition(ex->leader, p, &buf, &len, &emitted);
-        if (st != SLASH_OK)
-            break;
-        slash_channel_stats cs;
-        slash_channel_get_stats(slash_group_out(ex->g, to), &cs);
-        size_t room = slash_channel_payload_max(cs.buffer_size) - sizeof(sync_msg);
-        size_t off = 0;
-        do { /* an empty partition still goes as one empty fragment */
-            size_t frag = len - off < room ? len - off : room;
-            sync_msg h = {.type = SYNC_HANDOVER, .part = p, .epoch = mv->owe_ver[p], .offset = off,
-                          .total = len, .watermark = emitted, .frag = frag};
-            st = ship(ex, to, &h, buf + off, frag);
-            off += frag;
-        } while (st == SLASH_OK && off < len);
-        free(buf);
-        if (st == SLASH_OK)
-            st = slash_ssb_drop_partition(ex->leader, p);
-        if (st != SLASH_OK)
-            break;
-        ex->m.moves_out++;
-        ex->m.moved_bytes_out += len;
-        mv->owe[p] = -1, mv->nowe--;
-        hold_clear(ex, p);
-    }
-    mv->busy = false;
-    return st;
-}
-
-slash_status slash_exec_move_partitions(slash_exec *ex, const uint32_t *parts,
-                                        const uint32_t *ranks, uint32_t k)
-{
-    slash_status st = enter(ex);
-    if (st != SLASH_OK)
-        return st;
-    exec_moves *mv = &ex->mv;
-    if (ex->cfg.kind == SLASH_EXEC_JOIN)
-        return leave(ex, slash_fail(SLASH_EINVAL, "moving partitions of a join: its store cannot be "
-                                    "handed over yet"));
-    if (ex->rank != 0)
-        return leave(ex, slash_fail(SLASH_ESTATE, "move partitions on rank 0, not rank %u", ex->rank));
-    if (ex->finished)
-        return leave(ex, slash_fail(SLASH_ESTATE, "exec: move after finish"));
-    if ((st = slash_leadermap_check(&mv->map, parts, ranks, k)) != SLASH_OK)
-        return leave(ex, st);
-    /* a finished executor sends no marker: it could not agree to a version */
-    for (uint32_t r = 0; r < ex->n; r++)
-        if (ex->fin[r] || ex->published == INT64_MAX)
-            return leave(ex, slash_fail(SLASH_ESTATE, "executor rank %u has finished: leadership "
-                                        "no longer moves", ex->fin[r] ? r : ex->rank));
-    bool agreed = !mv->pending;
-    for (uint32_t r = 0; r < ex->n && agreed; r++)
-        agreed = r == ex->rank || mv->peer_ver[r] >= mv->map.version;
-    if (!agreed)
-        return leave(ex, slash_fail(SLASH_ESTATE, "a move (leader map version %llu) is still "
-                                    "being agreed; retry after the next epochs",
-                                    (unsigned long long)(mv->map.version + mv->pending)));
-    uint32_t *p2 = malloc((k ? k : 1) * sizeof *p2), *r2 = malloc((k ? k : 1) * sizeof *r2);
-    if (!p2 || !r2) {
-        free(p2);
-        free(r2);
-        return leave(ex, slash_fail(SLASH_ENOMEM, "exec: out of memory"));
-    }
-    uint32_t m = 0;
-    for (uint32_t i = 0; i < k; i++)
-        if (slash_leadermap_leader(&mv->map, parts[i]) != ranks[i])
-            p2[m] = parts[i], r2[m++] = ranks[i];
-    slash_channel_stats cs;
-    if (ex->g && ex->n > 1) {
-        slash_channel_get_stats(slash_group_out(ex->g, ex->rank ? 0 : 1), &cs);
-        if (sizeof(sync_msg) + (size_t)m * 8 > slash_channel_payload_max(cs.buffer_size))
-            st = slash_fail(SLASH_EINVAL, "%u moves do not fit one %zu-byte channel buffer; move "
-                            "fewer at a time", m, (size_t)cs.buffer_size);
-    }
-    if (st == SLASH_OK && m)
-        adopt(ex, p2, r2, m);
-    free(p2);
-    free(r2);
-    return leave(ex, st);
-}
-
-void slash_exec_leader_map(slash_exec *ex, uint64_t *version, uint32_t *leaders)
-{
-    pthread_mutex_lock(&ex->mu);
-    *version = ex->mv.map.version;
-    memcpy(leaders, ex->mv.map.leader, (size_t)ex->parts * sizeof *leaders);
-    pthread_mutex_unlock(&ex->mu);
-}
-
-slash_status slash_exec_restore_map(slash_exec *ex, const uint32_t *leaders)
-{
-    slash_status st = enter(ex);
-    if (st != SLASH_OK)
-        return st;
-    if (ex->pushes || ex->epoch || ex->mv.map.version || ex->mv.pending)
-        return leave(ex, slash_fail(SLASH_ESTATE, "restore the leader map before any push or move"));
-    st = slash_leadermap_set(&ex->mv.map, 0, leaders);
-    if (st == SLASH_OK)
-        memcpy(ex->mv.hist, leaders, (size_t)ex->parts * sizeof *leaders);
-    if (st == SLASH_OK)
-        ex->m.led_partitions = slash_leadermap_count(&ex->mv.map, ex->rank);
-    return leave(ex, st);
-}
-
 /* ---- public ------------------------------------------------------------------- */
 
 /* Opens an executor of rank `rank` in a group of n; g is the group (its size
@@ -1047,7 +624,7 @@ static slash_status exec_open(slash_group *g, uint32_t rank, uint32_t n,
     if (st == SLASH_OK)
         st = exec_ckpt_init(ex);
     if (st == SLASH_OK)
-        st = moves_init(ex);
+        st = exec_moves_init(ex);
     for (uint32_t r = 0; r < n && st == SLASH_OK; r++) { /* row buffers: repartition, or routing */
         slash_channel *ch = g ? slash_group_out(g, r) : NULL;
         if (!ch)
@@ -2073,7 +1650,7 @@ void slash_exec_close(slash_exec *ex)
     for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS; j++)
         free(ex->dec.vals[j]);
     exec_ckpt_free(ex);
-    moves_free(ex);
+    exec_moves_free(ex);
     free(ex->peer_epoch);
     free(ex->fin);
     for (size_t i = 0; i < ex->qlen; i++)
@@ -2082,10 +1659,15 @@ void slash_exec_close(slash_exec *ex)
     free(ex);
 }
 
-/* ---- for the checkpoint protocol (exec_impl.h) ------------------------------ */
+/* ---- for the checkpoint and move protocols (exec_impl.h) ------------------------------ */
 
 slash_status exec_serve(slash_exec *ex, bool *progressed) { return serve(ex, progressed); }
 slash_status exec_send(slash_exec *ex, uint32_t r, const sync_msg *h) { return ship(ex, r, h, NULL, 0); }
+slash_status exec_ship(slash_exec *ex, uint32_t r, const sync_msg *h, const void *data, size_t len)
+{
+    return ship(ex, r, h, data, len);
+}
+slash_status exec_emit(slash_exec *ex, int64_t w, const uint8_t *skip) { return emit_into_queue(ex, w, skip); }
 slash_status exec_end_epoch(slash_exec *ex) { return end_epoch(ex, false); }
 slash_status exec_enter(slash_exec *ex) { return enter(ex); }
 slash_status exec_leave(slash_exec *ex, slash_status st) { return leave(ex, st); }

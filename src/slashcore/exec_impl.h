@@ -1,7 +1,8 @@
 /* exec_impl.h - the executor's internals, private to the core: the wire
  * header of the group's messages and the executor's state, shared by exec.c
- * (epochs, merging, firing) and exec_ckpt.c (the checkpoint protocol), plus
- * the few exec.c routines the protocol drives. Invariants: see exec.c.
+ * (epochs, merging, firing), exec_ckpt.c (the checkpoint protocol) and
+ * exec_moves.c (leadership moves), plus the few exec.c routines those
+ * protocols drive. Invariants: see exec.c and exec_moves.c.
  */
 #ifndef SLASH_EXEC_IMPL_H
 #define SLASH_EXEC_IMPL_H
@@ -70,6 +71,14 @@ typedef struct columns {
     size_t cap, data_cap;
 } columns;
 
+/* A partition handed over to this executor, imported fragment by fragment
+ * (exec_moves.c): `len` of `total` bytes imported so far. */
+typedef struct exec_handin {
+    slash_ssb_import *im; /* NULL: none in progress */
+    uint64_t len, total;
+    uint32_t part;
+} exec_handin;
+
 typedef struct assembly {
     uint8_t *buf;
     size_t cap, len, total;
@@ -77,11 +86,12 @@ typedef struct assembly {
     uint64_t epoch;
 } assembly;
 
-/* Leadership moves (exec.c). MAP(v) carries version v in `epoch`, the move
+/* Leadership moves (exec_moves.c). MAP(v) carries version v in `epoch`, the move
  * count in `offset` and (partition, rank) u32 pairs after the header;
  * HANDOVER carries the version in `epoch`, the partition, its emitted
  * watermark in `watermark`, and a fragment (offset/total/frag as DELTA) of
- * the partition's records. Both are outside the epoch sequence. */
+ * the partition's log, cut at record boundaries. Both are outside the epoch
+ * sequence. */
 typedef struct exec_moves {
     slash_leadermap map;   /* the version this executor's sends follow */
     /* leaders of versions hist_base .. map.version, parts entries each: a
@@ -107,7 +117,12 @@ typedef struct exec_moves {
     uint8_t *defer;
     uint32_t nhold, nowe, nawait, ndefer;
     bool busy;             /* handing over (no re-entry from a nested serve) */
-    assembly *hasm;        /* per rank: the hand-over being received */
+    /* the hand-over being sent, ho_off of its ho_len bytes so far (sliced
+     * over exec_moves_progress calls) */
+    bool ho_active;
+    uint32_t ho_part;
+    size_t ho_off, ho_len;
+    exec_handin *hin;      /* per rank: the hand-over being received from it */
 } exec_moves;
 
 struct slash_exec {
@@ -157,9 +172,14 @@ static inline bool exec_leads(const slash_exec *ex, uint32_t p)
     return slash_leadermap_leader(&ex->mv.map, p) == ex->rank;
 }
 
-/* exec.c routines the checkpoint protocol drives (all with ex->mu held). */
+/* exec.c routines the checkpoint and move protocols drive (all with ex->mu
+ * held). exec_ship sends a header and `len` bytes of data to rank r, serving
+ * the incoming channels while r's ring is full; exec_emit queues the windows
+ * closed at w of the partitions with skip[p] == 0 (skip NULL: all). */
 slash_status exec_serve(slash_exec *ex, bool *progressed);
 slash_status exec_send(slash_exec *ex, uint32_t r, const sync_msg *h);
+slash_status exec_ship(slash_exec *ex, uint32_t r, const sync_msg *h, const void *data, size_t len);
+slash_status exec_emit(slash_exec *ex, int64_t w, const uint8_t *skip);
 slash_status exec_end_epoch(slash_exec *ex);
 slash_status exec_enter(slash_exec *ex);
 slash_status exec_leave(slash_exec *ex, slash_status st);
@@ -172,5 +192,21 @@ slash_status exec_ckpt_on_message(slash_exec *ex, uint32_t r, const sync_msg *h)
 slash_status exec_ckpt_safe_point(slash_exec *ex);
 slash_status exec_ckpt_init(slash_exec *ex);
 void exec_ckpt_free(slash_exec *ex);
+
+/* exec_moves.c, called by exec.c (with ex->mu held): set-up and teardown of
+ * the move state (init fails only with SLASH_ENOMEM); the switch to an
+ * adopted version at an epoch end (sends MAP; a no-op until no older
+ * hand-over of a moved partition is in flight); handing over what is owed
+ * and ready (never from inside a nested serve); the leader of p by version
+ * `version` of the map; a MAP or HANDOVER message from rank r. */
+slash_status exec_moves_init(slash_exec *ex);
+void exec_moves_free(slash_exec *ex);
+slash_status exec_moves_switch(slash_exec *ex);
+slash_status exec_moves_progress(slash_exec *ex);
+uint32_t exec_moves_leader_for(const slash_exec *ex, uint32_t p, uint64_t version);
+slash_status exec_moves_on_map(slash_exec *ex, uint32_t r, const sync_msg *h, const uint8_t *body,
+                               size_t len);
+slash_status exec_moves_on_handover(slash_exec *ex, uint32_t r, const sync_msg *h,
+                                    const uint8_t *body, size_t len);
 
 #endif

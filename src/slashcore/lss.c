@@ -72,7 +72,7 @@ slash_status slash_lss_grow(slash_lss *l, uint32_t size)
                               want, strerror(errno));
         /* small logs (most partitions of a many-partition store) stay on 4 KiB
          * pages: a huge page at the first record would cost 2 MiB each */
-        if (want > LSS_RELEASE_GRAIN)
+        if (want > LSS_RELEASE_GRAIN && !l->small_pages)
             advise_huge((uint8_t *)p + LSS_RELEASE_GRAIN, want - LSS_RELEASE_GRAIN);
         l->base = p;
         l->reserved = want;
@@ -84,7 +84,8 @@ slash_status slash_lss_grow(slash_lss *l, uint32_t size)
     void *p = mmap(at, more, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
     if (p == at) {
-        advise_huge(p, more);
+        if (!l->small_pages)
+            advise_huge(p, more);
         l->reserved = total;
         return SLASH_OK;
     }
@@ -95,6 +96,18 @@ slash_status slash_lss_grow(slash_lss *l, uint32_t size)
                       "the log's reservation of %zu bytes is full and cannot grow in place "
                       "(%s); give the store a larger log_reserve or more partitions",
                       l->reserved, strerror(err));
+}
+
+void slash_lss_prefault(slash_lss *l, uint32_t bytes)
+{
+    if (bytes == 0 || (slash_lss_extent(l) + bytes > l->reserved && slash_lss_grow(l, bytes) != SLASH_OK))
+        return;
+#ifdef MADV_POPULATE_WRITE
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t from = (uintptr_t)l->base + (uintptr_t)slash_lss_extent(l);
+    uintptr_t lo = from & ~(uintptr_t)(page - 1);
+    (void)madvise((void *)lo, (size_t)(from + bytes - lo), MADV_POPULATE_WRITE);
+#endif
 }
 
 void slash_lss_destroy(slash_lss *l)

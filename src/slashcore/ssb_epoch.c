@@ -63,7 +63,7 @@ slash_status slash_ssb_reset_delta(slash_ssb *s)
 
 #define REC_MAX (sizeof(slash_rec) + 8 + SLASH_SSB_KEY_MAX + SLASH_SSB_MAX_AGGS * 16)
 
-static slash_status check_region(const slash_ssb *s, const uint8_t *p, size_t len)
+slash_status ssb_check_region(const slash_ssb *s, const uint8_t *p, size_t len)
 {
     size_t off = 0;
     while (off < len) {
@@ -186,7 +186,7 @@ slash_status slash_ssb_merge_delta(slash_ssb *s, const void *region, size_t len)
     const uint8_t *p = region;
     if (len && !p)
         return slash_fail(SLASH_EINVAL, "merge_delta: NULL region of %zu bytes", len);
-    slash_status st = check_region(s, p, len);
+    slash_status st = ssb_check_region(s, p, len);
     if (st != SLASH_OK)
         return st;
     return s->session ? merge_sessions(s, p, len) : merge_slices(s, p, len);

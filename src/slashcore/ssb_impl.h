@@ -169,6 +169,10 @@ uint8_t *ssb_upsert_session(slash_ssb *s, ssb_part *p, uint64_t kh, int64_t star
 /* Merges partials src into dst (both laid out as s's config). */
 void ssb_merge_partials(const slash_ssb *s, uint8_t *dst, const uint8_t *src);
 
+/* Checks that a region (a delta, a hand-over fragment) from elsewhere holds
+ * whole records of this store's schema (SLASH_EPROTO naming the offset). */
+slash_status ssb_check_region(const slash_ssb *s, const uint8_t *p, size_t len);
+
 /* Marks a live record FREED. */
 void ssb_free_rec(ssb_part *p, slash_rec *r);
 

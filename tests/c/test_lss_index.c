@@ -1,11 +1,15 @@
-/* test_lss_index.c - the log (append, truncate, memory) and the bucket
- * index (find, claim, overflow buckets, entries below begin are empty). */
+/* test_lss_index.c - the log (append, truncate, memory, prefault) and the
+ * bucket index (find, claim, overflow buckets, entries below begin are
+ * empty). */
 #define _GNU_SOURCE
 #include "slash/hash_index.h"
 #include "slash/lss.h"
 #include "unit.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
@@ -46,6 +50,42 @@ TEST(idle_log_reserves_nothing_until_its_first_append)
     uint64_t a;
     CHECK_OK(slash_lss_append(&l, 64, &a));
     CHECK(l.reserved == (size_t)1 << 30);
+    slash_lss_destroy(&l);
+}
+
+/* Resident pages of [p, p + len) (mincore), p page-aligned. */
+static size_t resident_pages(const void *p, size_t len)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (len + page - 1) / page, k = 0;
+    unsigned char *v = malloc(n);
+    CHECK(v && mincore((void *)p, len, v) == 0);
+    for (size_t i = 0; i < n; i++)
+        k += v[i] & 1;
+    free(v);
+    return k;
+}
+
+TEST(prefault_reserves_and_faults_in_the_pages_appends_will_use)
+{
+    slash_lss l;
+    CHECK_OK(slash_lss_init(&l, (size_t)1 << 30));
+    l.small_pages = 1;
+    const uint32_t bytes = 1 << 20;
+    slash_lss_prefault(&l, bytes);
+    CHECK(l.reserved == (size_t)1 << 30 && l.tail == SLASH_LSS_FIRST); /* nothing appended */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+#ifdef MADV_POPULATE_WRITE
+    errno = 0;
+    if (madvise(l.base, page, MADV_POPULATE_WRITE) == 0) /* the kernel can populate */
+        CHECK(resident_pages(l.base, bytes) >= bytes / page);
+#endif
+    uint64_t a = 0;
+    for (uint32_t i = 0; i < bytes / 64 - 1; i++) {
+        CHECK_OK(slash_lss_append(&l, 64, &a));
+        const uint64_t *w = slash_lss_ptr(&l, a);
+        CHECK(w[0] == 0 && w[7] == 0); /* zero on first use, as without prefault */
+    }
+    slash_lss_prefault(&l, 0); /* nothing to do */
     slash_lss_destroy(&l);
 }
 
@@ -192,6 +232,7 @@ int main(void)
 {
     RUN(log_boundaries);
     RUN(idle_log_reserves_nothing_until_its_first_append);
+    RUN(prefault_reserves_and_faults_in_the_pages_appends_will_use);
     RUN(full_log_grows_in_place_keeping_its_records);
     RUN(full_log_that_cannot_grow_in_place_fails_cleanly);
     RUN(default_reservation_splits_a_store_budget);

@@ -25,7 +25,9 @@
  * moves to a bigger one there. The default hint is a per-store budget of
  * address space split among its partitions (slash_lss_default_reserve): 64 GiB
  * for one partition, 1 GiB each for 4,096. The first 2 MiB of a reservation
- * use normal pages (a small log costs a few KiB, not a huge page).
+ * use normal pages (a small log costs a few KiB, not a huge page), and so
+ * does all of a log marked small_pages (one filled at once, as an imported
+ * partition: its pages are faulted in ahead with slash_lss_prefault).
  * Address 0 means "none"; the first record is at LSS_FIRST.
  *
  * Addresses only grow (the hash index treats every address below begin as
@@ -66,6 +68,8 @@ typedef struct slash_lss {
     uint64_t tail;
     uint64_t released; /* pages below base + released were given back */
     uint64_t shift;    /* address minus offset in the reservation */
+    int small_pages;   /* set before the first append: no huge-page advice (a huge
+                        * page fault may compact memory first: slow to fault in) */
 } slash_lss;
 
 /* Sets up an empty log that will reserve `reserve` virtual bytes at its first
@@ -89,6 +93,12 @@ size_t slash_lss_next_reserve(const slash_lss *l);
  * when the address space after the reservation is taken or the kernel refuses;
  * the log is unchanged then. */
 slash_status slash_lss_grow(slash_lss *l, uint32_t size);
+
+/* Best effort: faults in the `bytes` bytes after the tail now, in one call,
+ * so appends of about that much data find their pages ready (reserving
+ * first if needed). Never fails: a kernel that cannot do it leaves the
+ * pages to be faulted on first use. */
+void slash_lss_prefault(slash_lss *l, uint32_t bytes);
 
 /* Unmaps; safe on a zeroed or destroyed log. */
 void slash_lss_destroy(slash_lss *l);

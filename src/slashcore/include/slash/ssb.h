@@ -148,6 +148,36 @@ slash_status slash_ssb_drop_partition(slash_ssb *s, uint32_t part);
 slash_status slash_ssb_import_partition(slash_ssb *s, uint32_t part, int64_t emitted,
                                         const void *region, size_t len);
 
+/* Moving a partition without copying it first, fragment by fragment.
+ *
+ * span gives the partition's log in place: [*addr, *addr + *len) holds its
+ * records (FREED ones included, which an import skips), valid until the
+ * partition next changes (an update, merge, emit or drop of it); *emitted as
+ * export. SLASH_ERANGE, SLASH_ESTATE as export. span_prefix is the length of
+ * the longest prefix of a span (or of a suffix of one starting at a record)
+ * made of whole records and at most `max` bytes long: a fragment boundary.
+ *
+ * An import builds the partition apart from the store: begin (its index
+ * sized for a span of about `bytes` bytes; SLASH_ERANGE, SLASH_ENOMEM), then add for each
+ * fragment of whole records in order (checked as merge_delta checks a
+ * region, SLASH_EPROTO, and each record must belong to `part`; records of
+ * windows closed at `emitted` are dropped as late), then end, which puts it
+ * in place of `part` (with emitted watermark `emitted`) and merges into it
+ * what `part` held (records merged there meanwhile, e.g. new-map deltas);
+ * end frees the import. After a failed add or end the store is unchanged
+ * and the import only good for abort, which frees it (NULL-safe). The store
+ * may be updated, merged into and emitted from between the calls. */
+typedef struct slash_ssb_import slash_ssb_import;
+slash_status slash_ssb_partition_span(const slash_ssb *s, uint32_t part, const void **addr,
+                                      size_t *len, int64_t *emitted);
+size_t slash_ssb_span_prefix(const void *span, size_t len, size_t max);
+slash_status slash_ssb_import_begin(slash_ssb *s, uint32_t part, int64_t emitted,
+                                    uint64_t bytes, slash_ssb_import **out);
+slash_status slash_ssb_import_add(slash_ssb *s, slash_ssb_import *im, const void *region,
+                                  size_t len);
+slash_status slash_ssb_import_end(slash_ssb *s, slash_ssb_import *im);
+void slash_ssb_import_abort(slash_ssb_import *im);
+
 /* Frees a result; safe with NULL. */
 void slash_ssb_result_free(slash_ssb_result *r);
 
