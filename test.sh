@@ -7,7 +7,7 @@
 #   4. the install paths with Debian's own python3 on a fresh clone
 #      (scripts/check-install.sh: install.sh's virtual environment, sdist, wheel);
 #   5. pytest over the installed package;
-#   6. the executor, channel and join tests once more against an ASan/UBSan
+#   6. the executor, channel, join and move tests once more against an ASan/UBSan
 #      build of the extension (scripts/asan-pytest.sh, libasan preloaded).
 # Extra arguments go to pytest (e.g. ./test.sh -k channel).
 set -euo pipefail
