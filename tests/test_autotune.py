@@ -58,7 +58,11 @@ def write_stepped(path: str, lead_s: float = 8.0, keys: int = 100_000, seed: int
     return {"up": (base + starts[1]) / 1000, "down": (base + starts[2]) / 1000}
 
 
-def test_latency_target_scales_out_on_a_rate_step_and_releases_after_it(tmp_path, caplog):
+def _step_run(tmp_path, caplog, **how):
+    """The rate step under a 250 ms target; checks what both paths share
+    (scale-out in the burst, p99 back under the target within 30 s, the
+    executor released after it, every decision logged, output equal to the
+    fixed run's) and returns (metrics, decisions applied)."""
     path = str(tmp_path / "stepped.arrow")
     at = write_stepped(path)
     cfg = ControllerConfig(latency_target=f"{TARGET_MS}ms", min_executors=1, max_executors=2,
@@ -69,7 +73,7 @@ def test_latency_target_scales_out_on_a_rate_step_and_releases_after_it(tmp_path
     # first would spend the 5 s cool-down inside the burst
     with caplog.at_level(logging.INFO, logger="slash.controller"):
         tuned = run(QUERY, path, executors=1, latency_target=cfg, realtime=True, metrics=m,
-                    group=GroupConfig(epoch_ms=50), checkpoint_every="5s")
+                    group=GroupConfig(epoch_ms=50), **how)
     auto = m["autotune"]
     decisions = auto["decisions"]
     outs = [d for d in decisions if d["action"] == "scale_out" and d["outcome"] == "applied"]
@@ -89,11 +93,28 @@ def test_latency_target_scales_out_on_a_rate_step_and_releases_after_it(tmp_path
     logged = [r.getMessage() for r in caplog.records if r.name == "slash.controller"]
     for d in decisions:
         assert any(d["action"] in line and d["reason"] in line for line in logged), d
-    assert [r["to"] for r in m["rescales"]][:1] == [2]
     # output: the untuned run's, row for row (same input, fixed configuration)
     fixed = run(QUERY, path, executors=1)
     assert tuned.num_rows == fixed.num_rows
     assert tuned.equals(fixed)
+    return m, outs + ins
+
+
+def test_latency_target_scales_live_on_a_rate_step_and_releases_after_it(tmp_path, caplog):
+    m, applied = _step_run(tmp_path, caplog)
+    assert m["autotune"]["path"] == "live"
+    assert "rescales" not in m  # no restart from a checkpoint
+    # each applied scale is a live scale of the provisioned group, in order
+    live = m["live_scales"]
+    assert [(s["from"], s["to"]) for s in live][:2] == [(1, 2), (2, 1)], live
+    assert all(s["paused_ms"] < 2000 for s in live), live
+
+
+def test_latency_target_with_checkpoint_rescales_by_restart_on_a_rate_step(tmp_path, caplog):
+    m, applied = _step_run(tmp_path, caplog, checkpoint=str(tmp_path / "ck"),
+                           checkpoint_every="5s")
+    assert m["autotune"].get("path", "restart") == "restart"
+    assert [r["to"] for r in m["rescales"]][:1] == [2]
 
 
 def test_latency_target_needs_wall_clock_event_times(tmp_path):
