@@ -187,3 +187,46 @@ def test_ctl_scale_and_epoch_operations_are_registered_and_refused_by_a_run_with
             request(path, "epoch", {"ms": 0})
         ctl.set_hook("epoch", lambda ms: {"epoch_ms": ms})
         assert request(path, "epoch", {"ms": 50}) == {"epoch_ms": 50}
+
+
+def test_slash_ctl_on_a_live_tuned_run_scales_live_sets_epochs_and_shows_the_controller(tmp_path):
+    import threading
+
+    from slash.control import request, wait_for_socket
+
+    path = str(tmp_path / "steady.arrow")
+    schema = pa.schema([("t", pa.timestamp("ms")), ("k", pa.int32()), ("v", pa.float32())])
+    rng = np.random.default_rng(3)
+    base = int(time.time() * 1000) + 3000
+    with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, schema) as w:
+        for i in range(60):  # 6 s at 50 k rec/s, one batch per 100 ms
+            ts = base + i * UNIT_MS + np.sort(rng.integers(0, UNIT_MS, 5000))
+            w.write_batch(pa.record_batch([pa.array(ts, pa.timestamp("ms")),
+                                           pa.array(rng.integers(0, 1000, 5000, dtype=np.int32)),
+                                           pa.array(rng.random(5000, dtype=np.float32))],
+                                          schema=schema))
+    sock = str(tmp_path / "c.sock")
+    got: dict = {}
+
+    def by_hand():
+        wait_for_socket(sock, 60)
+        while time.time() * 1000 < base + 1500:
+            time.sleep(0.05)
+        got["epoch"] = request(sock, "epoch", {"ms": 20})
+        got["scale"] = request(sock, "scale-out", {"k": 1})
+        got["status"] = request(sock, "status")
+
+    th = threading.Thread(target=by_hand)
+    th.start()
+    cfg = ControllerConfig(latency_target="30s", min_executors=1, max_executors=2)
+    m: dict = {}
+    tuned = run(QUERY, path, executors=1, latency_target=cfg, realtime=True, control=sock,
+                metrics=m, group=GroupConfig(epoch_ms=100))
+    th.join()
+    assert got["epoch"]["epoch_ms"] == 20 and got["scale"]["executors"] == 2
+    ctl = got["status"]["controller"]
+    assert ctl["executors"] == 2 and ctl["epoch_ms"] == 20 and ctl["latency_target_ms"] == 30_000
+    assert got["status"]["active_ranks"] == [0, 1]
+    assert m["autotune"]["path"] == "live" and [(s["from"], s["to"]) for s in m["live_scales"]] \
+        == [(1, 2)]
+    assert tuned.equals(run(QUERY, path, executors=1))

@@ -2,11 +2,25 @@
 :mod:`slash.controller` (issue 18, item 4).
 
 :func:`run_autotuned` is :func:`slash.runner.run` with ``latency_target=``.
-It runs the query as a checkpointed group (:func:`slash.recovery.run_checkpointed`;
-a temporary checkpoint directory when the caller gave none), because a
-change of executor count restarts the group from a checkpoint cut
-(:meth:`slash.recovery.CheckpointedRun.rescale`, exactly-once: the output equals
-the untuned run's). The executors report live metrics every
+Two paths, chosen at the start:
+
+* **live** (a window aggregation over a FileSource/BatchSource, no
+  ``checkpoint=``): :func:`_run_live_tuned` provisions ``max_executors``
+  processes, ``executors`` of them active, and the controller's scale-out /
+  scale-in go through :class:`slash.live_scale.LiveScaler` (units re-dealt,
+  leaders spread by live moves: milliseconds of paused input, no restart);
+  epoch lengths are broadcast to every rank, a rebalance goes to rank 0 as
+  live partition moves (:meth:`slash.control.RunControl.rebalance`).
+* **restart** (``checkpoint=`` given, or a source that cannot be re-dealt
+  live): the query runs as a checkpointed group
+  (:func:`slash.recovery.run_checkpointed`; a temporary checkpoint directory
+  when the caller gave none, for sources other than files), and a change of
+  executor count restarts the group from a checkpoint cut
+  (:meth:`slash.recovery.CheckpointedRun.rescale`), seconds without output,
+  but the run survives a crash. A live group refuses ``checkpoint=``, so
+  asking for checkpoints chooses this path.
+
+Both are exactly-once: the output equals the untuned run's. The executors report live metrics every
 ``report_interval`` s, including each window they fire with its emit time;
 a driver thread (:class:`AutoTuner`) feeds a :class:`slash.metrics.LiveMetrics`
 snapshot to the :class:`slash.controller.Controller` every tick and applies
@@ -14,8 +28,10 @@ its decisions through an :class:`slash.controller.Actuator`:
 
 * ``epoch``: every executor's epoch length (``Executor.set_epoch``, sent
   over the control links, in force by the next epoch end);
-* ``scale_out`` / ``scale_in``: ``CheckpointedRun.rescale`` to the new count;
-* ``rebalance``: ``CheckpointedRun.rebalance(from_rank=, to_rank=)``: rank 0
+* ``scale_out`` / ``scale_in``: ``LiveScaler.scale_out/scale_in`` (live) or
+  ``CheckpointedRun.rescale`` to the new count (restart);
+* ``rebalance``: ``CheckpointedRun.rebalance(from_rank=, to_rank=)`` (or
+  ``RunControl.rebalance`` on the live path): rank 0
   moves half the partitions the hot leader leads to the idle one, live (no
   restart; the checkpoints keep the leader map, see docs/recovery.md).
 
@@ -437,7 +453,22 @@ def _run_live_tuned(query: Any, src: Any, n: int, group: Any, token: str, config
 
     def on_scaler(scaler: Any) -> None:
         holder["scaler"] = view.scaler = scaler
-        ctl.set_hook("epoch", lambda ms: (epoch(ms), {"epoch_ms": ms})[1])
+        ctl.set_hook("controller-status", tuner.status)
+
+        def epoch_by_hand(ms: int) -> Dict[str, Any]:  # slash ctl epoch MS
+            epoch(ms)
+            controller.epoch_ms = float(ms)
+            return {"epoch_ms": ms}
+
+        ctl.set_hook("epoch", epoch_by_hand)
+
+        def scale_by_hand(to: int) -> Dict[str, Any]:  # slash ctl scale-out/scale-in K
+            scale(to)
+            controller.executors = to
+            return {"executors": to, "live": True}
+
+        ctl.set_hook("scale-out", lambda k: scale_by_hand(len(scaler.active) + int(k)))
+        ctl.set_hook("scale-in", lambda k: scale_by_hand(len(scaler.active) - int(k)))
 
     live.event(f"autotune (live): latency target {config.target_ms:.0f} ms, executors "
                f"{config.min_executors}..{size} provisioned, starting with {n} active")

@@ -599,9 +599,13 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     :class:`slash.controller.ControllerConfig` for every knob): the run tunes
     itself so that windows come out within it (see :mod:`slash.autotune`):
     shorter or longer epochs, and ``min_executors``..``max_executors``
-    executors (default 1..max(executors, cores)) by rescaling from a
-    checkpoint (in ``checkpoint`` if given, else in a temporary directory);
-    needs ``realtime=True``. ``metrics["autotune"]`` then holds the
+    executors (default 1..max(executors, cores)). Over a FileSource or
+    BatchSource without ``checkpoint`` it scales LIVE: ``max_executors``
+    processes start, ``executors`` active (``metrics["autotune"]["path"] ==
+    "live"``, each scale in ``metrics["live_scales"]``). With ``checkpoint``
+    (or another source) it rescales by restarting from a checkpoint (in
+    ``checkpoint`` if given, else in a temporary directory; ``"restart"``,
+    ``metrics["rescales"]``). Needs ``realtime=True``. ``metrics["autotune"]`` then holds the
     decisions and a timeline. ``realtime``: the input's event times are
     wall-clock times (Unix epoch): each batch is read no earlier than its
     latest time and window latency is emit time minus window end; alone
