@@ -222,7 +222,9 @@ def _elastic_items(query: Query, source: Any, agent: Any, ex: Executor, control:
                 yield first        # wait for its first unit's end to let the group move on
             for pos, item in source.read_work(agent.work, cols, time=query.time, start=agent.pos):
                 if pacer is not None:
-                    pacer.pace(query, item, wait, lambda: agent.changed)
+                    # served while it waits: a scale request is answered within ~10 ms
+                    pacer.pace(query, item, lambda t: (wait(t), control.poll(ex))[0],
+                               lambda: agent.changed)
                     control.poll(ex)
                     if agent.changed:  # new work came while it waited: reread from agent.pos
                         stop = True
