@@ -58,7 +58,11 @@ def write_stepped(path: str, lead_s: float = 8.0, keys: int = 100_000, seed: int
     return {"up": (base + starts[1]) / 1000, "down": (base + starts[2]) / 1000}
 
 
-def test_latency_target_scales_out_on_a_rate_step_and_releases_after_it(tmp_path, caplog):
+def _step_run(tmp_path, caplog, **how):
+    """The rate step under a 250 ms target; checks what both paths share
+    (scale-out in the burst, p99 back under the target within 30 s, the
+    executor released after it, every decision logged, output equal to the
+    fixed run's) and returns (metrics, decisions applied)."""
     path = str(tmp_path / "stepped.arrow")
     at = write_stepped(path)
     cfg = ControllerConfig(latency_target=f"{TARGET_MS}ms", min_executors=1, max_executors=2,
@@ -69,7 +73,7 @@ def test_latency_target_scales_out_on_a_rate_step_and_releases_after_it(tmp_path
     # first would spend the 5 s cool-down inside the burst
     with caplog.at_level(logging.INFO, logger="slash.controller"):
         tuned = run(QUERY, path, executors=1, latency_target=cfg, realtime=True, metrics=m,
-                    group=GroupConfig(epoch_ms=50), checkpoint_every="5s")
+                    group=GroupConfig(epoch_ms=50), **how)
     auto = m["autotune"]
     decisions = auto["decisions"]
     outs = [d for d in decisions if d["action"] == "scale_out" and d["outcome"] == "applied"]
@@ -89,11 +93,28 @@ def test_latency_target_scales_out_on_a_rate_step_and_releases_after_it(tmp_path
     logged = [r.getMessage() for r in caplog.records if r.name == "slash.controller"]
     for d in decisions:
         assert any(d["action"] in line and d["reason"] in line for line in logged), d
-    assert [r["to"] for r in m["rescales"]][:1] == [2]
     # output: the untuned run's, row for row (same input, fixed configuration)
     fixed = run(QUERY, path, executors=1)
     assert tuned.num_rows == fixed.num_rows
     assert tuned.equals(fixed)
+    return m, outs + ins
+
+
+def test_latency_target_scales_live_on_a_rate_step_and_releases_after_it(tmp_path, caplog):
+    m, applied = _step_run(tmp_path, caplog)
+    assert m["autotune"]["path"] == "live"
+    assert "rescales" not in m  # no restart from a checkpoint
+    # each applied scale is a live scale of the provisioned group, in order
+    live = m["live_scales"]
+    assert [(s["from"], s["to"]) for s in live][:2] == [(1, 2), (2, 1)], live
+    assert all(s["paused_ms"] < 2000 for s in live), live
+
+
+def test_latency_target_with_checkpoint_rescales_by_restart_on_a_rate_step(tmp_path, caplog):
+    m, applied = _step_run(tmp_path, caplog, checkpoint=str(tmp_path / "ck"),
+                           checkpoint_every="5s")
+    assert m["autotune"].get("path", "restart") == "restart"
+    assert [r["to"] for r in m["rescales"]][:1] == [2]
 
 
 def test_latency_target_needs_wall_clock_event_times(tmp_path):
@@ -166,3 +187,46 @@ def test_ctl_scale_and_epoch_operations_are_registered_and_refused_by_a_run_with
             request(path, "epoch", {"ms": 0})
         ctl.set_hook("epoch", lambda ms: {"epoch_ms": ms})
         assert request(path, "epoch", {"ms": 50}) == {"epoch_ms": 50}
+
+
+def test_slash_ctl_on_a_live_tuned_run_scales_live_sets_epochs_and_shows_the_controller(tmp_path):
+    import threading
+
+    from slash.control import request, wait_for_socket
+
+    path = str(tmp_path / "steady.arrow")
+    schema = pa.schema([("t", pa.timestamp("ms")), ("k", pa.int32()), ("v", pa.float32())])
+    rng = np.random.default_rng(3)
+    base = int(time.time() * 1000) + 3000
+    with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, schema) as w:
+        for i in range(60):  # 6 s at 50 k rec/s, one batch per 100 ms
+            ts = base + i * UNIT_MS + np.sort(rng.integers(0, UNIT_MS, 5000))
+            w.write_batch(pa.record_batch([pa.array(ts, pa.timestamp("ms")),
+                                           pa.array(rng.integers(0, 1000, 5000, dtype=np.int32)),
+                                           pa.array(rng.random(5000, dtype=np.float32))],
+                                          schema=schema))
+    sock = str(tmp_path / "c.sock")
+    got: dict = {}
+
+    def by_hand():
+        wait_for_socket(sock, 60)
+        while time.time() * 1000 < base + 1500:
+            time.sleep(0.05)
+        got["epoch"] = request(sock, "epoch", {"ms": 20})
+        got["scale"] = request(sock, "scale-out", {"k": 1})
+        got["status"] = request(sock, "status")
+
+    th = threading.Thread(target=by_hand)
+    th.start()
+    cfg = ControllerConfig(latency_target="30s", min_executors=1, max_executors=2)
+    m: dict = {}
+    tuned = run(QUERY, path, executors=1, latency_target=cfg, realtime=True, control=sock,
+                metrics=m, group=GroupConfig(epoch_ms=100))
+    th.join()
+    assert got["epoch"]["epoch_ms"] == 20 and got["scale"]["executors"] == 2
+    ctl = got["status"]["controller"]
+    assert ctl["executors"] == 2 and ctl["epoch_ms"] == 20 and ctl["latency_target_ms"] == 30_000
+    assert got["status"]["active_ranks"] == [0, 1]
+    assert m["autotune"]["path"] == "live" and [(s["from"], s["to"]) for s in m["live_scales"]] \
+        == [(1, 2)]
+    assert tuned.equals(run(QUERY, path, executors=1))

@@ -2,11 +2,25 @@
 :mod:`slash.controller` (issue 18, item 4).
 
 :func:`run_autotuned` is :func:`slash.runner.run` with ``latency_target=``.
-It runs the query as a checkpointed group (:func:`slash.recovery.run_checkpointed`;
-a temporary checkpoint directory when the caller gave none), because a
-change of executor count restarts the group from a checkpoint cut
-(:meth:`slash.recovery.CheckpointedRun.rescale`, exactly-once: the output equals
-the untuned run's). The executors report live metrics every
+Two paths, chosen at the start:
+
+* **live** (a window aggregation over a FileSource/BatchSource, no
+  ``checkpoint=``): :func:`_run_live_tuned` provisions ``max_executors``
+  processes, ``executors`` of them active, and the controller's scale-out /
+  scale-in go through :class:`slash.live_scale.LiveScaler` (units re-dealt,
+  leaders spread by live moves: milliseconds of paused input, no restart);
+  epoch lengths are broadcast to every rank, a rebalance goes to rank 0 as
+  live partition moves (:meth:`slash.control.RunControl.rebalance`).
+* **restart** (``checkpoint=`` given, or a source that cannot be re-dealt
+  live): the query runs as a checkpointed group
+  (:func:`slash.recovery.run_checkpointed`; a temporary checkpoint directory
+  when the caller gave none, for sources other than files), and a change of
+  executor count restarts the group from a checkpoint cut
+  (:meth:`slash.recovery.CheckpointedRun.rescale`), seconds without output,
+  but the run survives a crash. A live group refuses ``checkpoint=``, so
+  asking for checkpoints chooses this path.
+
+Both are exactly-once: the output equals the untuned run's. The executors report live metrics every
 ``report_interval`` s, including each window they fire with its emit time;
 a driver thread (:class:`AutoTuner`) feeds a :class:`slash.metrics.LiveMetrics`
 snapshot to the :class:`slash.controller.Controller` every tick and applies
@@ -14,8 +28,10 @@ its decisions through an :class:`slash.controller.Actuator`:
 
 * ``epoch``: every executor's epoch length (``Executor.set_epoch``, sent
   over the control links, in force by the next epoch end);
-* ``scale_out`` / ``scale_in``: ``CheckpointedRun.rescale`` to the new count;
-* ``rebalance``: ``CheckpointedRun.rebalance(from_rank=, to_rank=)``: rank 0
+* ``scale_out`` / ``scale_in``: ``LiveScaler.scale_out/scale_in`` (live) or
+  ``CheckpointedRun.rescale`` to the new count (restart);
+* ``rebalance``: ``CheckpointedRun.rebalance(from_rank=, to_rank=)`` (or
+  ``RunControl.rebalance`` on the live path): rank 0
   moves half the partitions the hot leader leads to the idle one, live (no
   restart; the checkpoints keep the leader map, see docs/recovery.md).
 
@@ -241,6 +257,9 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
                                   max_executors=max_executors if max_executors is not None
                                   else max(n, cores), **(controller_options or {}))
     controller = Controller(config, executors=n, epoch_ms=group.epoch_ms)
+    if checkpoint is None and _scales_live(query, src):
+        return _run_live_tuned(query, src, n, group, token, config, controller, live, control,
+                               output, timeout, metrics, t0)
     live = live if live is not None else LiveMetrics(n, kind="run")
     rescaler = Rescaler()
     tmp = None
@@ -355,5 +374,122 @@ def _run_measured(query: Any, src: Any, n: int, group: Any, token: str, live: An
     if metrics is not None:
         metrics.update(m)
         metrics["autotune"] = {**sampler.status(), "timeline": list(sampler.timeline),
+                               "window_latency": live.snapshot()["window_latency"]}
+    return result
+
+
+def _scales_live(query: Any, src: Any) -> bool:
+    """Whether ``latency_target=`` takes the live path: a window aggregation
+    over a FileSource (or a BatchSource), whose units a pre-provisioned group
+    re-deals without a restart (:mod:`slash.live_scale`)."""
+    from slash.query import Query
+    from slash.sources import FileSource
+
+    return isinstance(query, Query) and isinstance(src, FileSource)
+
+
+class _ActiveView:
+    """The live metrics as the controller should see them in a live group:
+    the standby ranks (provisioned, idle) left out of ``per_executor``."""
+
+    def __init__(self, live: Any, scaler: Any) -> None:
+        self.live, self.scaler = live, scaler
+
+    def snapshot(self) -> Dict[str, Any]:
+        snap = self.live.snapshot()
+        active = set(self.scaler.active) if self.scaler is not None else None
+        per = snap.get("per_executor") or {}
+        if active is not None:
+            snap["per_executor"] = {r: p for r, p in per.items() if int(r) in active}
+        return snap
+
+    def event(self, text: str) -> None:
+        self.live.event(text)
+
+
+def _run_live_tuned(query: Any, src: Any, n: int, group: Any, token: str, config: ControllerConfig,
+                    controller: Controller, live: Any, control: Any, output: Optional[str],
+                    timeout: float, metrics: Optional[Dict[str, Any]], t0: float) -> pa.Table:
+    """``latency_target=`` without ``checkpoint=`` over a FileSource: the
+    controller drives a group of ``max_executors`` processes, ``n`` active at
+    the start, that scales LIVE (:class:`slash.live_scale.LiveScaler`: no
+    restart, the input paused for milliseconds). Scale-out/in go through the
+    live scaler, epoch lengths to every rank (``Executor.set_epoch``), a
+    rebalance to rank 0 as live partition moves (``RunControl.rebalance``)."""
+    from slash.metrics import LiveMetrics
+    from slash.runner import _control_for, _run_group
+
+    size = config.max_executors
+    if not config.min_executors <= n <= size:
+        raise InvalidArgument(f"executors={n} must be within min_executors..max_executors "
+                              f"({config.min_executors}..{size})")
+    group.partitions_for(size)
+    live = live if live is not None else LiveMetrics(size, kind="run")
+    live.set_executors(size)  # every provisioned rank reports (standbys too)
+    ctl, server = _control_for(True if control in (None, False) else control, query, src, size)
+    holder: Dict[str, Any] = {}
+    view = _ActiveView(live, None)
+
+    def scale(count: int) -> None:
+        sc = holder["scaler"]
+        have = len(sc.active)
+        got = sc.scale_out(count - have) if count > have else sc.scale_in(have - count)
+        live.event(f"live scale {got['from']} -> {got['to']} executors (input paused "
+                   f"{got['paused_ms']:.1f} ms, no restart)")
+
+    def epoch(epoch_ms: float) -> None:
+        ms = max(1, int(round(epoch_ms)))
+        holder["scaler"].broadcast(("epoch", ms, 0))
+        live.event(f"epochs of {ms} ms")
+
+    def rebalance(from_rank: int, to_rank: int) -> None:
+        got = ctl.rebalance({"from_rank": from_rank, "to_rank": to_rank})
+        live.event(f"rebalance: rank {from_rank} to rank {to_rank} live ({got})")
+
+    actuator = Actuator({"scale_out": lambda k: scale(controller.executors + int(k)),
+                         "scale_in": lambda k: scale(controller.executors - int(k)),
+                         "rebalance": rebalance, "epoch": epoch})
+    tuner = AutoTuner(controller, actuator, view, tick=live.report_interval)
+
+    def on_scaler(scaler: Any) -> None:
+        holder["scaler"] = view.scaler = scaler
+        ctl.set_hook("controller-status", tuner.status)
+
+        def epoch_by_hand(ms: int) -> Dict[str, Any]:  # slash ctl epoch MS
+            epoch(ms)
+            controller.epoch_ms = float(ms)
+            return {"epoch_ms": ms}
+
+        ctl.set_hook("epoch", epoch_by_hand)
+
+        def scale_by_hand(to: int) -> Dict[str, Any]:  # slash ctl scale-out/scale-in K
+            scale(to)
+            controller.executors = to
+            return {"executors": to, "live": True}
+
+        ctl.set_hook("scale-out", lambda k: scale_by_hand(len(scaler.active) + int(k)))
+        ctl.set_hook("scale-in", lambda k: scale_by_hand(len(scaler.active) - int(k)))
+
+    live.event(f"autotune (live): latency target {config.target_ms:.0f} ms, executors "
+               f"{config.min_executors}..{size} provisioned, starting with {n} active")
+    log.info("latency_target: %d executor processes provisioned, %d active; the controller "
+             "scales them live (checkpoint= takes the restart path instead)", size, n)
+    tuner.start()
+    m: Dict[str, Any] = {}
+    try:
+        result = _run_group(query, src, size, group, token, False, live.report_interval, ctl,
+                            None, t0, timeout, live, m, output, None, elastic=n, realtime=True,
+                            on_scaler=on_scaler)
+    finally:
+        tuner.stop()
+        ctl.close()
+        if server is not None:
+            server.close()
+    live.event("run ended")
+    if metrics is not None:
+        metrics.update(m)
+        metrics["executors_final"] = controller.executors
+        metrics["autotune"] = {**tuner.status(), "path": "live",
+                               "timeline": list(tuner.timeline),
                                "window_latency": live.snapshot()["window_latency"]}
     return result

@@ -77,9 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "executors; default: as fast as possible)")
     p.add_argument("--latency-target", default=None, metavar="DUR",
                    help="tune the run so that windows come out within DUR of their end (e.g. "
-                        "500ms): epoch length and executor count (a rescale restarts from a "
-                        "checkpoint: --checkpoint DIR, else a temporary directory); needs "
-                        "--realtime (see docs/metrics.md)")
+                        "500ms): epoch length and executor count, scaled live within a group "
+                        "of --max-executors processes; with --checkpoint DIR a rescale restarts "
+                        "from a checkpoint instead; needs --realtime (see docs/metrics.md)")
     p.add_argument("--min-executors", type=int, default=None, metavar="N",
                    help="with --latency-target: never fewer executors (default 1)")
     p.add_argument("--max-executors", type=int, default=None, metavar="N",

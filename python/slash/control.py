@@ -775,6 +775,9 @@ class RunControl:
                 "max_event_time_ms": max(seen) if seen else None,
                 "input_done": done, "finished": self.finished,
                 **(self._hooks["elastic-status"]() if "elastic-status" in self._hooks else {}),
+                # a run with latency_target= over a live group (slash.autotune): its decisions
+                **({"controller": self._hooks["controller-status"]()}
+                   if "controller-status" in self._hooks else {}),
                 **leadership(per),
                 "logic_version": self.plan.version, "logic": self.plan.describe(self._ms),
                 "query": {"time": q.time, "window": repr(q.window), "key": list(q.key),

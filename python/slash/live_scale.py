@@ -207,6 +207,11 @@ class ScaleAgent:
         self.ctl._other(msg)  # a rebalance request meanwhile
 
     def handle(self, msg: Any) -> None:
+        if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "epoch":
+            # the latency controller's epoch length (LiveScaler.broadcast): in force by the
+            # next epoch end; what windows hold never changes
+            self.ex.set_epoch(epoch_ms=msg[1] or None, epoch_bytes=msg[2] or None)
+            return
         if not (isinstance(msg, tuple) and len(msg) >= 2 and msg[0] == "scale"):
             raise SystemFailure(f"executor rank {self.rank}: unexpected message from the driver "
                                 f"{msg!r:.80}")
@@ -277,6 +282,7 @@ class LiveScaler:
         self.history: List[Dict[str, Any]] = []
         self.moves_id = 1 << 30  # rebalance request ids (MoveWaiters) stay below this
         self.closed = False
+        self._outbox: List[Any] = []  # messages for every rank, sent by service()
 
     # -- operations
     def scale_out(self, k: int) -> Dict[str, Any]:
@@ -302,6 +308,15 @@ class LiveScaler:
             raise op.error
         assert op.result is not None
         return op.result
+
+    def broadcast(self, msg: Any) -> None:
+        """Queues ``msg`` for every rank (any thread); the runner's loop
+        sends it at its next :meth:`service` (``("epoch", ms, bytes)``: the
+        latency controller's epoch length, taken by :meth:`ScaleAgent.handle`)."""
+        with self._lock:
+            if self.closed or self.finishing:
+                raise InvalidState("the run is ending (every rank has read its input)")
+            self._outbox.append(msg)
 
     @property
     def busy(self) -> bool:
@@ -338,6 +353,12 @@ class LiveScaler:
         """Advances the operation in progress, starts the next, or ends the
         stream once every rank is idle."""
         assert self.send is not None
+        with self._lock:
+            out, self._outbox = self._outbox, []
+            op = self._op
+        for msg in out:
+            for r in range(self.size):
+                self.send(r, msg)
         with self._lock:
             op = self._op
             if op is None and self._queue:

@@ -163,8 +163,48 @@ def _items(query: Query, source: Any, rank: int, n: int, ex: Executor, control: 
             return
 
 
+class _Pacer:
+    """A live-scalable rank's input replayed at its own pace (``realtime``:
+    event times are wall-clock times): each batch is pushed no earlier than
+    its latest event time; ``lag_s`` / ``behind`` tell how far the reader is
+    behind the clock (the latency controller's "falling behind" signal,
+    reported as ``input_lag_ms`` / ``records_behind``)."""
+
+    def __init__(self) -> None:
+        self.lag_s = 0.0
+        self.behind: Optional[int] = None
+
+    def pace(self, query: Query, item: Any, wait: Callable[[float], bool],
+             changed: Callable[[], bool]) -> None:
+        import pyarrow.compute as pc
+
+        if not getattr(item, "num_rows", 0):
+            return
+        ticks = query.time_ticks(item.column(query.time), item.schema)
+        mm = pc.min_max(ticks)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if hi is None:
+            return
+        due = query.ticks_to_ms(hi, item.schema) / 1000.0
+        span = max((query.ticks_to_ms(hi, item.schema) - query.ticks_to_ms(lo, item.schema))
+                   / 1000.0, 0.001)
+        self.lag_s = max(0.0, time.time() - due)
+        self.behind = int(self.lag_s * item.num_rows / span)
+        while not changed():
+            ahead = due - time.time()
+            if ahead <= 0:
+                return
+            wait(min(ahead, 0.01))
+
+    def snapshot(self) -> Dict[str, Any]:
+        if self.behind is None:
+            return {}
+        return {"records_behind": self.behind, "input_lag_ms": round(self.lag_s * 1000.0, 1)}
+
+
 def _elastic_items(query: Query, source: Any, agent: Any, ex: Executor, control: Any,
-                   rate: Optional[float], wait: Callable[[float], bool]) -> Iterator[Any]:
+                   rate: Optional[float], wait: Callable[[float], bool],
+                   pacer: Optional[_Pacer] = None) -> Iterator[Any]:
     """A live-scalable rank's batches and Watermarks (:mod:`slash.live_scale`):
     it reads ``agent.work`` from ``agent.pos``, reopens its reader when a
     scale commit gave it new work (or an update more columns), and with
@@ -181,6 +221,14 @@ def _elastic_items(query: Query, source: Any, agent: Any, ex: Executor, control:
             if first is not None:  # what its (new) work allows at once: a joining rank does not
                 yield first        # wait for its first unit's end to let the group move on
             for pos, item in source.read_work(agent.work, cols, time=query.time, start=agent.pos):
+                if pacer is not None:
+                    # served while it waits: a scale request is answered within ~10 ms
+                    pacer.pace(query, item, lambda t: (wait(t), control.poll(ex))[0],
+                               lambda: agent.changed)
+                    control.poll(ex)
+                    if agent.changed:  # new work came while it waited: reread from agent.pos
+                        stop = True
+                        break
                 agent.pos = pos
                 yield item
                 if per:
@@ -218,7 +266,7 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
                   control: Optional[Any] = None, rate: Optional[float] = None,
                   on_windows: Optional[Callable[[Optional[int], List[Tuple[int, int, int]]],
                                                 None]] = None,
-                  agent: Optional[Any] = None) -> pa.Table:
+                  agent: Optional[Any] = None, pacer: Optional[_Pacer] = None) -> pa.Table:
     """One executor's whole run: read split `rank`, push, finish; returns the
     results this executor leads (key column still named ``key``, window
     bounds in the state's time unit: :meth:`Query.finalize` converts them).
@@ -284,7 +332,7 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
     if agent is not None:
         agent.start(ex, control, source, query.time)
         control.other = agent.handle
-        items = _elastic_items(query, source, agent, ex, control, rate, wait)
+        items = _elastic_items(query, source, agent, ex, control, rate, wait, pacer)
     else:
         items = _items(query, source, rank, n, ex, control, rate, wait)
     try:
@@ -403,12 +451,14 @@ def execute_join_split(query: JoinQuery, left: Source, right: Source, rank: int,
 
 
 def _worker(query, source, rank, n, group, token, want_late, report_every, control_on, rate,
-            elastic, link) -> None:
+            elastic, realtime, link) -> None:
     """One executor process of :func:`run` (see :mod:`slash.launcher`): sends
     its listener address, gets everyone's, runs its split, sends the result;
     with ``report_every`` (seconds) also ("metrics", rank, snapshot) as it runs;
     with ``control_on`` it answers the driver's control messages
-    (:class:`slash.control.ExecutorControl`); ``rate``: its records/s."""
+    (:class:`slash.control.ExecutorControl`); ``rate``: its records/s;
+    ``realtime`` (a live-scalable rank): its input paced by event time, and
+    the windows it fires reported (the latency controller's inputs)."""
     try:
         ctl = None
         if control_on:
@@ -420,6 +470,7 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
             work = source.work(rank, elastic, query.time) if rank < elastic else []
             agent = ScaleAgent(rank, n, work, range(elastic), link.put, link._conn, group.timeout)
         report = on_windows = None
+        pacer = _Pacer() if realtime and agent is not None else None
         if report_every:
             from slash.metrics import Reporter
             reporter = Reporter(report_every)
@@ -433,9 +484,11 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
                             snap["max_event_time_ms"] = ctl.max_seen // ex.state.ticks_per_ms
                     if agent is not None:
                         snap["standby"] = not agent.is_active
+                    if pacer is not None:
+                        snap.update(pacer.snapshot())
                     link.put(("metrics", rank, snap))
 
-            if not getattr(source, "bounded", True):  # a stream: latency = emit - window end
+            if not getattr(source, "bounded", True) or pacer is not None:  # a stream: latency = emit - window end
                 def on_windows(mark: Optional[int], wins: List[Tuple[int, int, int]]) -> None:
                     link.put(("windows", rank, mark, wins))
         lst = Executor.listen(group.transport, token=token)
@@ -449,7 +502,7 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
         else:
             result = execute_split(query, source, rank, addresses, lst, group, token, metrics=m,
                                    late_rows=late, report=report, control=ctl, rate=rate,
-                                   on_windows=on_windows, agent=agent)
+                                   on_windows=on_windows, agent=agent, pacer=pacer)
         lst.close()
         plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
         link.put(("ok", rank, result, plain, pa.Table.from_batches(late) if late else None))
@@ -548,9 +601,13 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     :class:`slash.controller.ControllerConfig` for every knob): the run tunes
     itself so that windows come out within it (see :mod:`slash.autotune`):
     shorter or longer epochs, and ``min_executors``..``max_executors``
-    executors (default 1..max(executors, cores)) by rescaling from a
-    checkpoint (in ``checkpoint`` if given, else in a temporary directory);
-    needs ``realtime=True``. ``metrics["autotune"]`` then holds the
+    executors (default 1..max(executors, cores)). Over a FileSource or
+    BatchSource without ``checkpoint`` it scales LIVE: ``max_executors``
+    processes start, ``executors`` active (``metrics["autotune"]["path"] ==
+    "live"``, each scale in ``metrics["live_scales"]``). With ``checkpoint``
+    (or another source) it rescales by restarting from a checkpoint (in
+    ``checkpoint`` if given, else in a temporary directory; ``"restart"``,
+    ``metrics["rescales"]``). Needs ``realtime=True``. ``metrics["autotune"]`` then holds the
     decisions and a timeline. ``realtime``: the input's event times are
     wall-clock times (Unix epoch): each batch is read no earlier than its
     latest time and window latency is emit time minus window end; alone
@@ -711,10 +768,15 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
                report_every: Optional[float], ctl: Any, rate: Optional[float], t0: float,
                timeout: float, live: Any, metrics: Optional[Dict[str, Any]],
                output: Optional[str], late_output: Optional[str],
-               elastic: Optional[int] = None) -> pa.Table:
+               elastic: Optional[int] = None, realtime: bool = False,
+               on_scaler: Optional[Callable[[Any], None]] = None) -> pa.Table:
     """:func:`run` without checkpoints: the process group and its results.
     ``elastic``: the group of ``n`` is pre-provisioned, its first ``elastic``
-    ranks active (:mod:`slash.live_scale`; ``rate`` is then the total)."""
+    ranks active (:mod:`slash.live_scale`; ``rate`` is then the total);
+    ``realtime`` (with ``elastic``): each rank paces its input by event time
+    and reports the windows it fires; ``on_scaler`` is called with the
+    :class:`slash.live_scale.LiveScaler` before the group starts (the
+    latency controller's actuator, :mod:`slash.autotune`)."""
     scaler = None
     if elastic is not None:
         from slash.live_scale import LiveScaler
@@ -723,9 +785,12 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
         ctl.set_hook("scale-out", scaler.scale_out)
         ctl.set_hook("scale-in", scaler.scale_in)
         ctl.set_hook("elastic-status", scaler.status)
+        if on_scaler is not None:
+            on_scaler(scaler)
     try:
         return _run_group_body(query, src, n, group, token, want_late, report_every, ctl, rate,
-                               t0, timeout, live, metrics, output, late_output, elastic, scaler)
+                               t0, timeout, live, metrics, output, late_output, elastic, scaler,
+                               realtime)
     finally:
         if scaler is not None:
             scaler.close()
@@ -749,10 +814,10 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
                     rate: Optional[float], t0: float, timeout: float, live: Any,
                     metrics: Optional[Dict[str, Any]], output: Optional[str],
                     late_output: Optional[str], elastic: Optional[int],
-                    scaler: Any) -> pa.Table:
+                    scaler: Any, realtime: bool = False) -> pa.Table:
     with ProcessGroup(n, _worker, lambda r: (query, src, r, n, group, token, want_late,
                                              report_every, ctl is not None, rate,
-                                             elastic)) as pg:
+                                             elastic, realtime)) as pg:
         got: Dict[int, str] = {}
         while len(got) < n:
             try:

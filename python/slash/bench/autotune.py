@@ -10,8 +10,13 @@ latency (emit time - window end) per second, records/s, executors in use.
 
 * **fixed**: a small sweep of executors x epoch_ms, each run once with its
   configuration fixed;
-* **autotune**: ``latency_target=`` from the smallest executor count with
-  ``max_executors`` the sweep's largest, the controller's decisions marked.
+* **autotune** (live): ``latency_target=`` from the smallest executor count
+  with ``max_executors`` the sweep's largest, the controller's decisions
+  marked: a group of ``max_executors`` processes that scales live
+  (:mod:`slash.live_scale`, no restart);
+* **autotune_restart**: the same with ``checkpoint=``, which rescales by
+  checkpoint-and-restart (``CheckpointedRun.rescale``); ``--no-restart``
+  leaves it out.
 
 The best fixed configuration *at the latency target* is the one whose p99
 window latency over the whole run meets the target with the fewest
@@ -74,7 +79,7 @@ def write_steps(path: str, phases: List[Tuple[int, float]], keys: int, lead_s: f
 
 
 def _one(args: argparse.Namespace, work: str, phases: List[Tuple[int, float]], executors: int,
-         epoch_ms: int, target: Optional[str]) -> Dict[str, Any]:
+         epoch_ms: int, target: Optional[str], restart: bool = False) -> Dict[str, Any]:
     from slash.controller import ControllerConfig
     from slash.executor import GroupConfig
     from slash.query import Query
@@ -89,6 +94,8 @@ def _one(args: argparse.Namespace, work: str, phases: List[Tuple[int, float]], e
         kw["latency_target"] = ControllerConfig(latency_target=target, min_executors=executors,
                                                 max_executors=args.max_executors,
                                                 cooldown=5.0, release_sustain=6)
+        if restart:  # the checkpoint path: a rescale restarts the group from a cut
+            kw["checkpoint"] = os.path.join(work, "ck")
     began = time.time()
     res = run(q, path, executors=executors, realtime=True, metrics=m,
               group=GroupConfig(epoch_ms=epoch_ms), checkpoint_every=args.checkpoint_every, **kw)
@@ -104,7 +111,10 @@ def _one(args: argparse.Namespace, work: str, phases: List[Tuple[int, float]], e
     span = (ex_t[-1][0] - ex_t[0][0]) if len(ex_t) > 1 else 1.0
     ex_sec = sum((b[0] - a[0]) * a[1] for a, b in zip(ex_t, ex_t[1:])) / span if span else executors
     os.unlink(path)
+    shutil.rmtree(os.path.join(work, "ck"), ignore_errors=True)
+    path_taken = auto.get("path", "restart") if target is not None else None
     return {"executors": executors, "epoch_ms": epoch_ms, "autotune": target is not None,
+            "path": path_taken, "live_scales": m.get("live_scales", []),
             "wall_seconds": round(wall, 2), "result_rows": res.num_rows,
             "p99_ms": auto["window_latency"]["p99_ms"], "p50_ms": auto["window_latency"]["p50_ms"],
             "seconds_over_target": round(sum(1 for v in lat if v > target_ms) / max(1, len(lat)), 3),
@@ -140,7 +150,11 @@ def plot(result: Dict[str, Any], path: str) -> Optional[str]:
     except ImportError:
         log.warning("matplotlib is not installed: no plot")
         return None
-    runs = [("autotune", result["autotune"], "C0"), (
+    runs = [("autotune (live scaling)", result["autotune"], "C0")]
+    if result.get("autotune_restart"):
+        runs.append(("autotune (checkpoint=, rescale by restart)", result["autotune_restart"],
+                     "C2"))
+    runs += [(
         f"best fixed ({result['best_fixed']['executors']} executors, "
         f"{result['best_fixed']['epoch_ms']} ms epochs)", result["best_fixed"], "C1")]
     fig = Figure(figsize=(10, 7.5), constrained_layout=True)
@@ -194,7 +208,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep-epoch-ms", default="50,200", help="fixed epoch lengths (default 50,200)")
     p.add_argument("--max-executors", type=int, default=2,
                    help="the tuned run's max_executors (default 2)")
-    p.add_argument("--checkpoint-every", default="5s", help="checkpoint interval (default 5s)")
+    p.add_argument("--checkpoint-every", default="5s",
+                   help="checkpoint interval of the checkpointed runs (default 5s)")
+    p.add_argument("--no-restart", action="store_true",
+                   help="skip the tuned run with checkpoint= (rescale by restart)")
     p.add_argument("--lead", type=float, default=8.0,
                    help="seconds between writing the input and its first event time (default 8)")
     p.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
@@ -213,18 +230,24 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                            "high": args.high, "phases": phases, "keys": args.keys,
                            "window": args.window}
     try:
-        with Progress(NAME, len(sweep) + 1) as prog:
+        with Progress(NAME, len(sweep) + (1 if args.no_restart else 2)) as prog:
             fixed = []
             for e, ms in sweep:
                 with prog.stage(f"fixed {e} executors, {ms} ms epochs"):
                     fixed.append(_one(args, work, phases, e, ms, None))
-            with prog.stage(f"autotune to {args.target}"):
+            with prog.stage(f"autotune to {args.target} (live)"):
                 tuned = _one(args, work, phases, min(e for e, _ in sweep),
                              max(ms for _, ms in sweep), args.target)
+            restart = None
+            if not args.no_restart:
+                with prog.stage(f"autotune to {args.target} (checkpoint=, restart)"):
+                    restart = _one(args, work, phases, min(e for e, _ in sweep),
+                                   max(ms for _, ms in sweep), args.target, restart=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     out["fixed"] = fixed
     out["autotune"] = tuned
+    out["autotune_restart"] = restart
     best = best_fixed(fixed, out["target_ms"])
     out["best_fixed"] = best
     thr_b, thr_a = best["high_phase_records_per_s"], tuned["high_phase_records_per_s"]
@@ -233,6 +256,11 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "p99_ms": [tuned["p99_ms"], best["p99_ms"]],
         "executors_in_use_mean": [tuned["executors_in_use_mean"], best["executors_in_use_mean"]],
         "executors_max": [tuned["executors_max"], best["executors_max"]]}
+    if restart is not None:
+        thr_r = restart["high_phase_records_per_s"]
+        out["autotune_restart_vs_best_fixed"] = {
+            "high_phase_throughput_ratio": round(thr_r / thr_b, 3) if thr_r and thr_b else None,
+            "p99_ms": [restart["p99_ms"], best["p99_ms"]]}
     if args.plot:
         out["plot"] = plot(out, args.plot)
     return out
@@ -243,8 +271,9 @@ def summary(r: Dict[str, Any]) -> str:
     cmp_ = r["autotune_vs_best_fixed"]
     lines = [f"autotune: target {r['target']}, rate {r['low'] / 1e3:.0f} k <-> {r['high'] / 1e6:.1f} M "
              f"rec/s on {r['cores']} cores"]
-    for f in r["fixed"] + [a]:
-        name = "autotune" if f["autotune"] else f"fixed {f['executors']} x {f['epoch_ms']} ms"
+    for f in r["fixed"] + [a] + ([r["autotune_restart"]] if r.get("autotune_restart") else []):
+        name = (f"autotune ({f.get('path') or 'restart'})" if f["autotune"]
+                else f"fixed {f['executors']} x {f['epoch_ms']} ms")
         lines.append(f"  {name:<18} p99 {f['p99_ms'] or float('nan'):8.0f} ms, p50 "
                      f"{f['p50_ms'] or float('nan'):6.0f} ms, {100 * f['seconds_over_target']:5.1f}% "
                      f"of seconds over target, high phases "
