@@ -120,6 +120,14 @@ def test_join_checkpoint_of_two_executors_resumes_with_another_count(window, n, 
     assert m["records_in"] == sum(s.rows for s in _files(inputs))
 
 
+def test_join_checkpoint_of_files_resumes_with_the_same_count(inputs, tmp_path, monkeypatch):
+    _cut_with_two("tumbling:2s", _files(inputs), tmp_path, monkeypatch)
+    got, m = _checkpointed("tumbling:2s", _files(inputs), tmp_path, 2, every="200 batches")
+    assert m["resumed_from"] is not None
+    assert _sorted_rows(got) == _sorted_rows(reference("tumbling:2s", inputs))
+    assert m["records_in"] == sum(s.rows for s in _files(inputs))
+
+
 def test_join_over_a_generator_refuses_another_executor_count_naming_why(tmp_path,
                                                                          monkeypatch):
     _cut_with_two("tumbling:2s", _generators(), tmp_path, monkeypatch)
