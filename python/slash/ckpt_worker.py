@@ -91,11 +91,13 @@ class AskSchedule:
 def write_image(store: CheckpointStore, link: Any, rank: int, img: Any,
                 fired: List[pa.RecordBatch], result_schema: pa.Schema, info: Dict[str, Any],
                 part_file: Callable[[int], str], midway: Optional[Callable[[int], None]] = None,
-                stats: Optional[Dict[str, Any]] = None) -> None:
+                stats: Optional[Dict[str, Any]] = None,
+                extra: Optional[Dict[str, bytes]] = None) -> None:
     """Writes rank ``rank``'s image ``img`` of checkpoint ``img.id`` durably
     into ``store`` - ``rank-<r>.meta``, each partition's blob as
     ``part_file(p)``, the windows ``fired`` before the cut as the rank's
-    result segment, then ``rank-<r>.json`` (``info``) - and then reports
+    result segment, the files ``extra`` names (a join worker's rows held
+    back by its time merge), then ``rank-<r>.json`` (``info``) - and then reports
     ``("ckpt", rank, id, files, {segment: entry}, stats)`` over ``link``
     (``stats``: bytes, seconds and whatever ``stats`` adds). ``midway(id)``
     is called once half of the partitions are written (the test hook's kill
@@ -109,6 +111,8 @@ def write_image(store: CheckpointStore, link: Any, rank: int, img: Any,
         files[name] = store.write(img.id, name, data)
     seg, entry = store.write_segment(rank, img.id,
                                      to_ipc(pa.Table.from_batches(fired, result_schema)))
+    for name, data in (extra or {}).items():
+        files[name] = store.write(img.id, name, data)
     files[f"rank-{rank}.json"] = store.write(img.id, f"rank-{rank}.json",
                                              json.dumps(info, sort_keys=True).encode())
     size = sum(f["size"] for f in files.values()) + entry["size"]

@@ -556,18 +556,27 @@ def check_resplittable(source: Any, ck_n: int, n: int, directory: str) -> None:
     at a cut of ck_n executors can be dealt to n."""
     if ck_n == n or isinstance(source, FileSource):
         return
-    if isinstance(source, (tuple, list)):
-        raise NotSupported(f"checkpoint directory {directory!r} was cut with {ck_n} executors and this "
-                           f"run has {n}: a join resumes from its push count over both inputs, "
-                           f"which holds for the executor count that cut it. Resume with "
-                           f"executors={ck_n}")
-    why = {GeneratorSource: "a GeneratorSource's make(rank, n) decides each executor's input, "
-                            "and input made for one split cannot be dealt to another",
-           TableSource: "a TableSource's slices depend on the executor count"}.get(
-        type(source), f"a {type(source).__name__} records no position in global terms")
+    if isinstance(source, (tuple, list)):  # a join: each input must re-split
+        for side, s in zip(("left", "right"), source):
+            if not isinstance(s, FileSource):
+                raise NotSupported(f"checkpoint directory {directory!r} was cut with {ck_n} "
+                                   f"executors and this run has {n}: the join's {side} input is "
+                                   f"not a FileSource ({_why_not_resplit(s)}). Resume with "
+                                   f"executors={ck_n}, or join files (FileSource), whose "
+                                   f"positions re-split to any executor count")
+        return
     raise NotSupported(f"checkpoint directory {directory!r} was cut with {ck_n} executors and this "
-                       f"run has {n}: {why}. Resume with executors={ck_n}, or read files "
-                       f"(FileSource), whose positions re-split to any executor count")
+                       f"run has {n}: {_why_not_resplit(source)}. Resume with executors={ck_n}, "
+                       f"or read files (FileSource), whose positions re-split to any executor "
+                       f"count")
+
+
+def _why_not_resplit(source: Any) -> str:
+    """Why ``source``'s positions cannot be dealt to another executor count."""
+    return {GeneratorSource: "a GeneratorSource's make(rank, n) decides each executor's input, "
+                             "and input made for one split cannot be dealt to another",
+            TableSource: "a TableSource's slices depend on the executor count"}.get(
+        type(source), f"a {type(source).__name__} records no position in global terms")
 
 
 def resplit(source: Any, infos: List[Dict[str, Any]], ck_n: int, n: int,
@@ -751,6 +760,11 @@ class CheckpointedRun:
             if n == cur:
                 return {"from": cur, "to": n, "checkpoint": None, "seconds_to_cut": 0.0,
                         "seconds_to_resume": 0.0}
+            if isinstance(self._source, (tuple, list)):
+                raise NotSupported(f"rescale({n}): a running join is not rescaled; its "
+                                   f"checkpoints in {self._dir!r} resume with another executor "
+                                   f"count when both inputs are FileSources (run it again with "
+                                   f"executors={n})")
             check_resplittable(self._source, cur, n, self._dir)
             self._want, self._asked_at = n, time.monotonic()
             seq = self._seq
