@@ -53,7 +53,8 @@ def run(table, n, window, *, seed, plan=None, partitions=16, string_keys=False, 
         **group_kw):
     """Every rank pushes its share batch by batch; rank 0 calls plan(rng,
     leaders) before the batches chosen at random and moves what it returns
-    (or calls mover(executor) before every batch).
+    (or calls mover(executor, last) before every batch and, last=True,
+    before finish).
     Returns (results, metrics per rank, final leader map per rank)."""
     state = slash.StateConfig(window=window, aggregates=AGGS, value_types=VALUE_TYPES,
                               key_type="string" if string_keys else "int64")
@@ -70,13 +71,15 @@ def run(table, n, window, *, seed, plan=None, partitions=16, string_keys=False, 
             got = []
             for i, b in enumerate(inputs[r]):
                 if r == 0 and mover is not None:
-                    mover(ex)
+                    mover(ex, last=False)
                 elif r == 0 and i in when:
                     moves = plan(rng, ex.leader_map()[1])
                     if moves:
                         move_when_agreed(ex, moves)
                 assert ex.push_batch(b) == 0
                 got += ex.results()
+            if r == 0 and mover is not None:
+                mover(ex, last=True)  # a version adopted just before the final epoch
             ex.finish()
             got += ex.results()
             with lock:
@@ -183,13 +186,22 @@ def test_partitions_moved_back_before_their_hand_over_arrived(transport):
     a marker of the next version arrives while one is shipped). An executor
     owing a partition for one version and awaiting it back for the next
     takes the second role only after the first hand-over: no executor waits
-    for a peer that waits for it, and the answer is DuckDB's."""
-    def swap_all(ex):
-        leaders = ex.leader_map()[1]
-        try:
-            ex.move_partitions({p: 1 - leaders[p] for p in range(len(leaders))})
-        except errors.InvalidState:
-            pass  # the previous version is still being agreed
+    for a peer that waits for it, and the answer is DuckDB's. The last swap
+    comes just before rank 0's final epoch: a version whose switch waits for
+    an older hand-over is still switched to (and announced) before it."""
+    def swap_all(ex, last):
+        deadline = time.monotonic() + 30
+        while True:
+            leaders = ex.leader_map()[1]
+            try:
+                ex.move_partitions({p: 1 - leaders[p] for p in range(len(leaders))})
+                return
+            except errors.InvalidState as e:
+                # the previous version still being agreed, or rank 1 finished
+                if not last or "finished" in str(e):
+                    return
+                assert time.monotonic() < deadline, "the previous move was never agreed"
+                ex.poll(0.001)  # the last one: as soon as agreed, then finish at once
 
     table = stream(11, n=16000, nkeys=400, span_ms=20000)
     got, metrics, maps = run(table, 2, "tumbling:1s", seed=11, partitions=32, mover=swap_all,

@@ -501,6 +501,10 @@ static bool window_can_close(const slash_exec *ex)
 
 static bool epoch_due(const slash_exec *ex)
 {
+    /* an adopted leader map switches at an epoch end: one as soon as it can
+     * (an idle executor would otherwise keep a move unagreed) */
+    if (ex->mv.pending && exec_moves_switch_ready(ex))
+        return true;
     if (ex->cfg.epoch_bytes && ex->bytes_since >= ex->cfg.epoch_bytes)
         return true;
     if (ex->measuring && ex->local_rows >= EXEC_MEASURE_ROWS)
@@ -1527,24 +1531,35 @@ slash_status slash_exec_poll(slash_exec *ex, int timeout_ms)
     return leave(ex, st);
 }
 
-static slash_status finish_locked(slash_exec *ex)
+/* A version adopted but not yet switched to (its switch waits for an older
+ * hand-over, see adopt() in exec_moves.c): finish switches to it before the
+ * final epoch, since after that no MAP marker goes out and peers would never
+ * learn of it (the originator's roles in it would wait for peers that
+ * finished). */
+static bool switch_due(const slash_exec *ex)
 {
-    if (ex->finished)
-        return SLASH_OK;
-    ex->ck.pending = 0; /* a checkpoint asked for now is given up: see exec_ckpt.c */
-    slash_status st = end_epoch(ex, true);
+    return ex->mv.pending && !exec_moves_switch_ready(ex);
+}
+
+/* Peers still to finish, hand-overs owed, awaited or deferred. */
+static bool finish_owed(const slash_exec *ex)
+{
+    return ex->nfin < ex->n - 1 || ex->mv.nowe || ex->mv.nawait || ex->mv.ndefer;
+}
+
+/* Serves the channels and moves hand-overs on while busy(ex); bounded by the
+ * group timeout without progress: a stuck hand-over is an error, never a hang. */
+static slash_status finish_serve(slash_exec *ex, bool (*busy)(const slash_exec *))
+{
+    slash_status st = SLASH_OK;
     slash_backoff b;
     slash_backoff_reset(&b);
     uint64_t deadline = slash_deadline(exec_timeout_ms(ex));
-    /* and until this executor has handed over what it owes and received
-     * what it awaits (old leaders hand over after their final epoch too);
-     * bounded by the group timeout: a stuck hand-over is an error, never a hang */
-    while (st == SLASH_OK &&
-           (ex->nfin < ex->n - 1 || ex->mv.nowe || ex->mv.nawait || ex->mv.ndefer)) {
+    while (st == SLASH_OK && busy(ex)) {
         bool progressed = false;
         st = serve(ex, &progressed);
-        if (st == SLASH_OK && ex->mv.pending) /* adopted after the final epoch, or deferred */
-            st = switch_map(ex);
+        if (st == SLASH_OK && ex->mv.pending && ex->published == INT64_MAX)
+            st = switch_map(ex); /* adopted after the final epoch */
         if (st == SLASH_OK)
             st = move_progress(ex);
         if (progressed) {
@@ -1557,13 +1572,27 @@ static slash_status finish_locked(slash_exec *ex)
         else
             slash_backoff_wait(&b);
     }
+    return st;
+}
+
+static slash_status finish_locked(slash_exec *ex)
+{
+    if (ex->finished)
+        return SLASH_OK;
+    ex->ck.pending = 0; /* a checkpoint asked for now is given up: see exec_ckpt.c */
+    slash_status st = finish_serve(ex, switch_due);
+    if (st == SLASH_OK)
+        st = end_epoch(ex, true);
+    /* then until this executor has handed over what it owes and received
+     * what it awaits (old leaders hand over after their final epoch too) */
+    if (st == SLASH_OK)
+        st = finish_serve(ex, finish_owed);
     if (st == SLASH_OK)
         st = fire(ex);
     if (st == SLASH_OK)
         ex->finished = true, ex->ck.pending = 0; /* a marker met while finishing: given up */
     return st;
 }
-
 
 slash_status slash_exec_finish(slash_exec *ex)
 {

@@ -201,6 +201,7 @@ void exec_ckpt_free(slash_exec *ex);
  * `version` of the map; a MAP or HANDOVER message from rank r. */
 slash_status exec_moves_init(slash_exec *ex);
 void exec_moves_free(slash_exec *ex);
+bool exec_moves_switch_ready(const slash_exec *ex);
 slash_status exec_moves_switch(slash_exec *ex);
 slash_status exec_moves_progress(slash_exec *ex);
 uint32_t exec_moves_leader_for(const slash_exec *ex, uint32_t p, uint64_t version);

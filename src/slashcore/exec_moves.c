@@ -163,7 +163,7 @@ static void adopt(slash_exec *ex, const uint32_t *parts, const uint32_t *ranks, 
 
 /* Whether the adopted version can be switched to: no partition it moves
  * still has an older hand-over in flight here. */
-static bool switch_ready(const slash_exec *ex)
+bool exec_moves_switch_ready(const slash_exec *ex)
 {
     const exec_moves *mv = &ex->mv;
     for (uint32_t i = 0; i < mv->npend && mv->ndefer; i++) {
@@ -180,7 +180,7 @@ slash_status exec_moves_switch(slash_exec *ex)
 {
     exec_moves *mv = &ex->mv;
     uint64_t v = mv->map.version + 1;
-    if (!switch_ready(ex))
+    if (!exec_moves_switch_ready(ex))
         return SLASH_OK; /* at a later epoch end: see adopt() */
     for (uint32_t i = 0; i < mv->npend && mv->ndefer; i++) {
         uint32_t p = mv->pend_parts[i];
