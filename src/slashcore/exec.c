@@ -501,10 +501,6 @@ static bool window_can_close(const slash_exec *ex)
 
 static bool epoch_due(const slash_exec *ex)
 {
-    /* an adopted leader map switches at an epoch end: one as soon as it can
-     * (an idle executor would otherwise keep a move unagreed) */
-    if (ex->mv.pending && exec_moves_switch_ready(ex))
-        return true;
     if (ex->cfg.epoch_bytes && ex->bytes_since >= ex->cfg.epoch_bytes)
         return true;
     if (ex->measuring && ex->local_rows >= EXEC_MEASURE_ROWS)
