@@ -3,6 +3,7 @@
 static run's, for sessions) whatever the points of the changes, no record is
 late because of one, standby ranks do not hold the group back, and what
 cannot scale live is refused naming why."""
+import functools
 import os
 import random
 import subprocess
@@ -15,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+import _slash_run
 
 from slash.control import request, wait_for_socket
 from slash.errors import InvalidArgument, NotSupported
@@ -52,14 +55,7 @@ def rows(result, cols):
     return sorted(tuple(r[c] for c in cols) for r in result.to_pylist())
 
 
-def wait_until(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+wait_until = functools.partial(_slash_run.wait_until, every=0.02)
 
 
 def scaled_run(path, query, sock, ops, seed, rate=40_000):

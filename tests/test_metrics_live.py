@@ -2,6 +2,7 @@
 handle's counters against the records pushed and the windows the sink got, a
 real Prometheus server (Debian's ``prometheus``) scraping the endpoint during
 the stream, and the live page in headless Chromium showing changing values."""
+import functools
 import json
 import os
 import re
@@ -13,6 +14,8 @@ import urllib.parse
 import urllib.request
 
 import pytest
+
+import _slash_run
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pandas")
@@ -38,14 +41,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_until(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+wait_until = functools.partial(_slash_run.wait_until, every=0.2)
 
 
 def test_live_counters_equal_records_pushed_and_latency_equals_emit_time_minus_window_end(spark):
