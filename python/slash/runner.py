@@ -465,7 +465,13 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
             from slash.control import ExecutorControl, LogicPlan
             ctl = ExecutorControl(link.put, link._conn, rank, LogicPlan(query), group.timeout)
         agent = None
-        if elastic is not None:  # a pre-provisioned group: the first `elastic` ranks are active
+        if elastic is not None and isinstance(query, JoinQuery):  # both sides' work per rank
+            from slash.live_join import SIDES, JoinScaleAgent
+            works = {s: src.work(rank, elastic, query.time) if rank < elastic else []
+                     for s, src in zip(SIDES, source)}
+            agent = JoinScaleAgent(rank, n, works, range(elastic), link.put, link._conn,
+                                   group.timeout)
+        elif elastic is not None:  # a pre-provisioned group: the first `elastic` ranks are active
             from slash.live_scale import ScaleAgent
             work = source.work(rank, elastic, query.time) if rank < elastic else []
             agent = ScaleAgent(rank, n, work, range(elastic), link.put, link._conn, group.timeout)
@@ -496,7 +502,12 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
         addresses = link.get(timeout=group.timeout)
         m: Dict[str, Any] = {}
         late: Optional[List[pa.RecordBatch]] = [] if want_late else None
-        if isinstance(query, JoinQuery):
+        if isinstance(query, JoinQuery) and agent is not None:
+            from slash.live_join import execute_join_elastic
+            result = execute_join_elastic(query, source[0], source[1], rank, addresses, lst,
+                                          group, token, agent, ctl, rate=rate, metrics=m,
+                                          report=report)
+        elif isinstance(query, JoinQuery):
             result = execute_join_split(query, source[0], source[1], rank, addresses, lst, group,
                                         token, metrics=m, report=report)
         else:
@@ -662,7 +673,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
             raise InvalidArgument(f"rate must be > 0 records/s, got {rate!r}")
         ctl, server = _control_for(True if control in (None, False) else control, query, src,
-                                   max_executors)
+                                   max_executors, elastic=True)
         report_every = getattr(live, "report_interval", 0.5) if live is not None else 0.5
         try:
             return _run_group(query, src, max_executors, group, token, want_late, report_every,
@@ -738,20 +749,32 @@ def _check_elastic(query: Any, src: Any, n: int, m: Any, checkpoint: Any) -> Non
                            "checkpoint= yet: a checkpointed run rescales by restarting from a "
                            "cut (CheckpointedRun.rescale)")
     if isinstance(query, JoinQuery):
-        raise NotSupported("max_executors=: a join does not scale live (its state cannot be "
-                           "handed over between leaders yet)")
+        from slash.live_join import check_join_sources
+        check_join_sources(src)  # both sides re-dealt in global terms (slash.live_join)
+        return
     if not isinstance(src, FileSource):
         raise NotSupported(f"max_executors=: live scaling re-deals the input's units in global "
                            f"terms, which a FileSource or a BatchSource (batch i = make(i)) "
                            f"offers; a {type(src).__name__} does not")
 
 
-def _control_for(control: Any, query: Any, src: Any, n: int) -> Tuple[Any, Any]:
-    """(RunControl, ControlServer or None) for :func:`run`'s ``control=``."""
+def _control_for(control: Any, query: Any, src: Any, n: int,
+                 elastic: bool = False) -> Tuple[Any, Any]:
+    """(RunControl, ControlServer or None) for :func:`run`'s ``control=``;
+    ``elastic``: a live-scalable group (a join's control offers status and
+    scaling, :class:`slash.live_join.JoinRunControl`)."""
     if control is None or control is False:
         return None, None
     from slash.control import ControlServer, RunControl
 
+    if isinstance(query, JoinQuery) and elastic and not isinstance(control, RunControl):
+        from slash.live_join import JoinRunControl
+
+        if control is not True and not isinstance(control, (str, os.PathLike)):
+            raise InvalidArgument(f"control must be True or a socket path, got "
+                                  f"{type(control).__name__}")
+        jctl = JoinRunControl(query, (src[0].schema, src[1].schema), n)
+        return jctl, ControlServer(jctl, None if control is True else os.fspath(control))
     if isinstance(query, JoinQuery):
         raise InvalidArgument("control= supports window aggregations; a join has no control "
                               "socket yet")
@@ -781,7 +804,11 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
     if elastic is not None:
         from slash.live_scale import LiveScaler
 
-        scaler = LiveScaler(src, query, n, elastic, lambda b: _bound_ticks(query, src, b))
+        if isinstance(query, JoinQuery):
+            from slash.live_join import JoinLiveScaler
+            scaler = JoinLiveScaler(src, query, n, elastic)
+        else:
+            scaler = LiveScaler(src, query, n, elastic, lambda b: _bound_ticks(query, src, b))
         ctl.set_hook("scale-out", scaler.scale_out)
         ctl.set_hook("scale-in", scaler.scale_in)
         ctl.set_hook("elastic-status", scaler.status)

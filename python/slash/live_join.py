@@ -1,0 +1,373 @@
+"""Live scale-out / scale-in of a window join in a pre-provisioned group
+(:mod:`slash.live_scale` for the protocol; this module holds what a join
+adds: two inputs per rank).
+
+A join rank of a group started with ``max_executors=M`` holds, for each side
+(``left``, ``right``, both :class:`slash.sources.FileSource`), its work in
+global terms (``[[unit, batches read], ...]``). It reads both sides merged by
+event time (:func:`slash.recovery_join._merged`, the merge of
+:func:`slash.runner._time_ordered`) and, after every push, advances its
+watermark to what both sides have left: per side the smallest bound (minimum
+time by the statistics) of the units it has not finished and the smallest
+time of the rows the merge holds in hand; the rank's watermark is the
+minimum over its sides (a side with nothing left bounds nothing; a unit
+without statistics stops the watermark). So the join fires windows while
+the stream runs, and no row is late: every row still to come from a rank is
+at least that rank's watermark.
+
+A scale request goes as for aggregations (prepare, every rank's answer,
+commit), with two differences:
+
+* at **prepare** a rank first pushes the rows the merge holds in hand (rows
+  of a batch pulled but pushed only in part; pushing them early changes no
+  pair, and they are above the watermark), so what it has left of each side
+  is exactly its units not finished (:meth:`FileSource.remaining`); it
+  answers with both lists and its watermark;
+* at **commit** the driver deals each side's units by the same rule
+  (:func:`slash.live_scale.deal_work`: each unit only to an active rank whose
+  watermark is at most the unit's bound), over the same new active set; if
+  either side cannot be dealt nothing changes. Scale-in picks the leaving
+  ranks among those with the highest watermarks; a rank's watermark is at
+  most the bound of every unit it holds on either side, so the ranks that
+  stay can take them.
+
+Partitions: a joining rank leads nothing at first (it reads and ships
+deltas); a leaving rank turns standby and goes on leading its partitions -
+it serves its channels, merges the deltas of their windows and fires them as
+the group watermark (which it follows) passes their ends, and finish() fires
+the rest - unless join partitions can be handed over
+(:data:`JOIN_MOVES`), in which case rank 0 spreads leadership over the new
+active set as for aggregations. See docs/elastic.md.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from slash.control import RunControl
+from slash.errors import InvalidState, NotSupported
+from slash.live_scale import LiveScaler, ScaleAgent, Work, _NO, deal_work
+from slash.sources import FileSource
+
+log = logging.getLogger(__name__)
+
+SIDES = ("left", "right")
+_TOP = (1 << 63) - 1
+#: whether a join partition's state can be handed over between leaders (the
+#: core's join moves); without, scale changes leave leadership where it is
+JOIN_MOVES = False
+
+Works = Dict[str, Work]
+
+
+def _bound_ticks(query: Any, schema: pa.Schema, bound: Any) -> Optional[int]:
+    """A unit's bound in ticks (as :func:`slash.runner._bound_ticks`, for a join side)."""
+    from slash.sources import _ALL_NULL
+
+    if bound is None:
+        return None
+    if bound is _ALL_NULL:
+        return _TOP
+    return query._keys.watermark_ticks(bound, schema)
+
+
+# ---- the executor's side -------------------------------------------------------------------------
+class JoinScaleAgent(ScaleAgent):
+    """A join rank's end of live scaling: :class:`ScaleAgent` with a work
+    list per side (``works``) and the merge's sides in hand (``sides``: the
+    :class:`slash.recovery_join._Side` of each, None while it reads
+    nothing); ``push(side, batch)`` pushes rows (the loop's, with its
+    counting), used to push the rows held in hand at a prepare."""
+
+    def __init__(self, rank: int, size: int, works: Works, active: Sequence[int], send: Any,
+                 conn: Any, timeout: float) -> None:
+        super().__init__(rank, size, [], active, send, conn, timeout)
+        self.works: Works = {s: [list(w) for w in works[s]] for s in SIDES}
+        self.sides: Optional[Dict[str, Any]] = None
+        self.srcs: Dict[str, FileSource] = {}
+        self.query: Any = None
+        self.push: Optional[Callable[[str, pa.RecordBatch], None]] = None
+
+    def start_join(self, ex: Any, ctl: Any, query: Any, srcs: Dict[str, FileSource],
+                   push: Callable[[str, pa.RecordBatch], None]) -> None:
+        self.query, self.srcs, self.push = query, srcs, push
+        self.start(ex, ctl, None, query.time)
+
+    @property
+    def has_work(self) -> bool:
+        return any(self.works[s] for s in SIDES)
+
+    def left_of(self, side: str) -> Work:
+        """What this rank has not finished of ``side`` (rows in hand aside)."""
+        pos = None if self.sides is None else self.sides[side].pos
+        return FileSource.remaining(self.works[side], pos)
+
+    def promise_ticks(self) -> Optional[int]:
+        """The watermark (ticks) what both sides have left allows: the
+        minimum over the sides of their units' bounds and the times of the
+        rows in hand; None when it allows nothing (a unit without statistics,
+        or nothing left at all)."""
+        best = _TOP
+        for s in SIDES:
+            src = self.srcs[s]
+            b = src._bounds_of(self.time)
+            for g, _ in self.left_of(s):
+                t = _bound_ticks(self.query, src.schema, b[int(g)])
+                if t is None:
+                    return None
+                best = min(best, t)
+            cur = None if self.sides is None else self.sides[s].cur
+            if cur is not None and cur.num_rows:
+                t = pc.min(self.query._keys.time_ticks(cur.column(self.query.time),
+                                                       cur.schema)).as_py()
+                if t is not None:
+                    best = min(best, t)
+        return None if best >= _TOP else best
+
+    def flush(self) -> None:
+        """Pushes the rows the merge holds in hand (then ``left_of`` is all
+        that is left)."""
+        if self.sides is None or self.push is None:
+            return
+        for s in SIDES:
+            cur = self.sides[s].cur
+            if cur is not None:
+                self.sides[s].cur = None
+                if cur.num_rows:
+                    self.push(s, cur)
+
+    def handle(self, msg: Any) -> None:
+        if not (isinstance(msg, tuple) and len(msg) == 4 and msg[:2] == ("scale", "prepare")):
+            return super().handle(msg)  # epoch lengths, finish, and what is out of turn
+        _, _, sid, joining = msg
+        t0 = time.monotonic()
+        ex = self.ex
+        if self.rank in joining:
+            ex.set_standby(None)  # frozen at what it published: at most every active rank's
+        self.flush()
+        wm = max(_NO if self.wm is None else self.wm, int(ex.metrics["watermark"]))
+        self.send(("scale-ack", self.rank, sid,
+                   {"left": {s: self.left_of(s) for s in SIDES},
+                    "wm": None if wm <= _NO else wm}))
+        got = self.ctl.await_commit(ex, "scale", sid, t0 + self.timeout, self._commit_expected)
+        _, _, _, works, active, moves_id = got
+        self.sid = sid
+        self.works = {s: [list(w) for w in works[s]] for s in SIDES}
+        self.sides = None  # the loop reopens both readers on the new work
+        self.active = sorted(active)
+        self.changed = True
+        if self.is_active:
+            ex.set_standby(None)
+        else:
+            ex.set_standby(list(self.active))
+        if self.rank == 0 and moves_id is not None:
+            self.ctl.moves.add(("move", moves_id, {"spread": self.active}))
+        self.paused_seconds += time.monotonic() - t0
+        log.info("join executor %d: %s with %s unit(s) (left, right) after scale request %d "
+                 "(paused %.1f ms)", self.rank, "active" if self.is_active else "standby",
+                 [len(self.works[s]) for s in SIDES], sid, 1000 * (time.monotonic() - t0))
+
+
+def execute_join_elastic(query: Any, left: FileSource, right: FileSource, rank: int,
+                         addresses: List[str], listener: Any, group: Any, token: str,
+                         agent: JoinScaleAgent, control: Any, rate: Optional[float] = None,
+                         batch_rows: int = 8192, metrics: Optional[Dict[str, Any]] = None,
+                         report: Optional[Callable[[Any], None]] = None) -> pa.Table:
+    """One join rank of a live-scalable group: reads ``agent.works`` of both
+    sides merged by time, advancing its watermark by what they have left,
+    reopens both readers when a scale commit gave it new work, and with
+    nothing to read (a standby, or its work done) serves the executor until
+    new work or the driver's finish comes. ``rate``: records/s over all
+    active ranks. Returns the pairs this rank fired."""
+    from slash.executor import Executor
+    from slash.recovery_join import _merged, _Side
+    from slash.runner import _no_cyclic_gc
+
+    n = len(addresses)
+    srcs = {"left": left, "right": right}
+    cfg = query.join_config(left.schema, right.schema, group.partitions_for(n))
+    ex = Executor(listener, rank, addresses, cfg, group, token=token, bounded=True)
+    out: List[pa.RecordBatch] = []
+    cols = {s: query.input_columns(s, srcs[s].schema) for s in SIDES}
+    dropped = 0
+    pushed = 0
+
+    def push(side: str, batch: pa.RecordBatch) -> None:
+        nonlocal dropped, pushed
+        b, gone = query.prepare_counted(side, batch, srcs[side].schema)
+        dropped += gone
+        pushed += batch.num_rows
+        ex.push_side_batch(side, b)
+
+    def drain() -> None:
+        out.extend(ex.results())
+        if report is not None:
+            report(ex)
+
+    def advance() -> None:
+        t = agent.promise_ticks()
+        if t is not None and (agent.wm is None or t > agent.wm):
+            ex.advance_watermark(t)
+            agent.advanced(t)
+
+    agent.start_join(ex, control, query, srcs, push)
+    control.other = agent.handle
+    try:
+        with _no_cyclic_gc():
+            while True:
+                if agent.has_work:
+                    per = rate / max(1, len(agent.active)) if rate else None
+                    t0, base = time.monotonic(), pushed
+                    sides = {s: _Side(iter(srcs[s].read_work(agent.works[s], cols[s],
+                                                             batch_rows)))
+                             for s in SIDES}
+                    agent.sides = sides
+                    advance()  # what its (new) work allows at once
+                    stop = False
+                    for side, batch in _merged(query, sides):
+                        push(side, batch)
+                        advance()
+                        drain()
+                        while per and not agent.changed:
+                            ahead = (pushed - base) / per - (time.monotonic() - t0)
+                            if ahead <= 0:
+                                break
+                            ex.poll(min(ahead, 0.01))
+                            drain()
+                            control.poll(ex)
+                        if not agent.changed:
+                            control.poll(ex)
+                        if agent.changed:  # a commit: the merge's state is dropped
+                            stop = True
+                            break
+                    if stop:
+                        agent.changed = False
+                        continue
+                    agent.works, agent.sides = {s: [] for s in SIDES}, None  # read to its end
+                agent.idle()
+                while not agent.changed and not agent.finish:
+                    ex.poll(0.02)
+                    drain()
+                    control.poll(ex)
+                if agent.finish and not agent.changed:
+                    break
+                agent.changed = False
+            control.input_done()
+            ex.finish()
+            drain()
+        m = dict(ex.metrics)
+        m["null_time_records"] = dropped
+        if metrics is not None:
+            metrics.update(m)
+        log.info("join executor %d/%d: %d records in, %d late, %d pairs out", rank, n,
+                 m["records_in"], m["late_records"], sum(b.num_rows for b in out))
+        return pa.Table.from_batches(out, schema=ex.result_schema())
+    finally:
+        ex.close()
+
+
+# ---- the driver's side ---------------------------------------------------------------------------
+class JoinLiveScaler(LiveScaler):
+    """:class:`LiveScaler` for a join: ``source`` is ``(left, right)``; the
+    ranks answer with what they have left of each side, and the commit deals
+    each side by :func:`deal_work` over the same new active set."""
+
+    def __init__(self, sources: Tuple[FileSource, FileSource], query: Any, size: int,
+                 active: int, request_timeout: float = 60.0) -> None:
+        super().__init__(sources, query, size, active, lambda b: None, request_timeout)
+        self.srcs = dict(zip(SIDES, sources))
+
+    def _deal(self, left: Dict[int, Works], wm: Dict[int, Optional[int]],
+              active: List[int]) -> Dict[int, Works]:
+        out: Dict[int, Works] = {r: {} for r in active}
+        for s in SIDES:
+            src = self.srcs[s]
+            got = deal_work(src, self.query.time, {r: left[r][s] for r in left}, wm,
+                            lambda b, sch=src.schema: _bound_ticks(self.query, sch, b), active)
+            for r in active:
+                out[r][s] = got[r]
+        return out
+
+    def _commit(self, op: Any) -> None:
+        old = list(self.active)
+        wm = {r: op.acks[r]["wm"] for r in range(self.size)}
+        if op.count >= len(old):
+            new = sorted(old + op.joining)
+        else:  # leavers: the highest watermarks; on a tie the higher ranks leave
+            by = sorted(old, key=lambda r: (_NO if wm[r] is None else wm[r], r))
+            new = sorted(by[:op.count])
+        left = {r: op.acks[r]["left"] for r in range(self.size)}
+        err: Optional[BaseException] = None
+        try:
+            work = self._deal(left, wm, new)
+        except InvalidState as e:  # nothing changes: each rank goes on with what it has
+            err, new = e, old
+            work = {r: left[r] for r in old}
+        moving = new != old and JOIN_MOVES
+        empty: Works = {s: [] for s in SIDES}
+        for r in range(self.size):
+            self.send(r, ("scale", "commit", op.sid, work.get(r, empty), new,
+                          self.moves_id + op.sid if moving and r == 0 else None))
+        pause = time.monotonic() - op.t0
+        with self._lock:
+            self.active = new
+            self.idle = {r for r in range(self.size)
+                         if not any(work.get(r, empty)[s] for s in SIDES)}
+            entry = {"sid": op.sid, "from": len(old), "to": len(new), "active_ranks": new,
+                     "joined": sorted(set(new) - set(old)), "left": sorted(set(old) - set(new)),
+                     "paused_ms": round(1000 * pause, 3), "at": time.time()}
+            self.history.append(entry)
+        if err is not None:
+            return self._end(op, err)
+        log.warning("live scale: %d -> %d active executors (ranks %s) of a join; input paused "
+                    "%.1f ms", len(old), len(new), new, 1000 * pause)
+        self._end(op, None, {"executors": len(new), **entry, "live": True})
+
+
+class JoinRunControl(RunControl):
+    """The control socket's view of a live-scalable join: ``status`` and the
+    scale operations (hooks set by the runner); ``update`` is refused (a
+    join's logic cannot change while it runs)."""
+
+    def __init__(self, query: Any, schemas: Tuple[pa.Schema, pa.Schema], executors: int) -> None:
+        super().__init__(query, schemas[0], executors, bounded=True)
+
+    def submit(self, args: Dict[str, Any]) -> Any:
+        raise NotSupported("update: the logic of a running join cannot change (only window "
+                           "aggregations take update)")
+
+    def status(self) -> Dict[str, Any]:
+        from slash.control import leadership
+
+        with self._lock:
+            per = {str(r): dict(s) for r, s in sorted(self._per.items())}
+            done = sorted(self._input_done)
+        q = self.query
+        wm = [p.get("group_watermark_ms") for p in per.values()]
+        return {"kind": self.kind, "pid": os.getpid(), "started": self.started,
+                "uptime_s": round(time.time() - self.started, 3),
+                "executors": self.executors, "reporting": len(per),
+                "epoch": max((p.get("epochs", 0) for p in per.values()), default=0),
+                "watermark_ms": min(wm) if wm and None not in wm else None,
+                "records": sum(int(p.get("records_in", 0) or 0) for p in per.values()),
+                "max_event_time_ms": None, "input_done": done, "finished": self.finished,
+                **(self._hooks["elastic-status"]() if "elastic-status" in self._hooks else {}),
+                **leadership(per), "logic_version": 0, "logic": [],
+                "query": {"time": q.time, "window": repr(q.window), "join_on": list(q.on),
+                          "lateness_ms": q.lateness, "bounded": True},
+                "per_executor": per}
+
+
+def check_join_sources(srcs: Tuple[Any, Any]) -> None:
+    """NotSupported unless both sides are FileSources (their units are
+    re-dealt in global terms)."""
+    for s, src in zip(SIDES, srcs):
+        if not isinstance(src, FileSource):
+            raise NotSupported(f"max_executors=: live scaling of a join re-deals both inputs' "
+                               f"units in global terms, which a FileSource or a BatchSource "
+                               f"offers; the {s} input is a {type(src).__name__}")

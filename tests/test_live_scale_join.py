@@ -1,0 +1,176 @@
+"""Live scale-out / scale-in of a window join (slash.live_join, max_executors=M):
+scaled 1 -> 2 -> 3 -> 2 -> 1 at random points while both inputs stream, the
+pairs equal DuckDB's join and the static run's, each pair once, no record
+late, every record read once; standby ranks that still lead partitions keep
+firing them."""
+import functools
+import random
+import threading
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import _slash_run
+
+from slash.control import request, wait_for_socket
+from slash.errors import NotSupported
+from slash.query import JoinQuery
+from slash.runner import run
+from slash.sources import FileSource, GeneratorSource
+
+SPAN_MS = 120_000
+FILES, ROWS, GROUP_ROWS, KEYS = 3, 8_000, 1_000, 600
+TOTAL = 2 * FILES * ROWS
+OPS = ["scale-out", "scale-out", "scale-in", "scale-in"]
+
+wait_until = functools.partial(_slash_run.wait_until, every=0.02)
+
+
+@pytest.fixture(scope="module")
+def sides(tmp_path_factory):
+    """Per side, part files that each span the whole time range (as Spark
+    writes them), sorted within a file, several row groups (units) each."""
+    d = tmp_path_factory.mktemp("live-join")
+    out = {}
+    for s, (seed, col) in {"left": (11, "a"), "right": (12, "b")}.items():
+        (d / s).mkdir()
+        rng = np.random.default_rng(seed)
+        for f in range(FILES):
+            t = np.sort(rng.integers(0, SPAN_MS, ROWS)).astype(np.int64)
+            pq.write_table(pa.table({"t": t, "k": rng.integers(0, KEYS, ROWS),
+                                     col: rng.integers(0, 10**6, ROWS)}),
+                           str(d / s / f"part-{f}.parquet"), row_group_size=GROUP_ROWS)
+        out[s] = str(d / s)
+    return out
+
+
+def srcs(sides):
+    return FileSource(sides["left"], time="t"), FileSource(sides["right"], time="t")
+
+
+def pairs(result):
+    cols = ["window_start", "window_end", "k", "left_a", "right_b"]
+    return sorted(tuple(r[c] for c in cols) for r in result.to_pylist())
+
+
+def scaled_join(sides, query, sock, ops, seed, rate=12_000, **kw):
+    """runner.run of the join with 1 of 3 executors active; a thread applies
+    ``ops`` at random points of the input (by records read, from status)."""
+    rng = random.Random(seed)
+    points = sorted(rng.uniform(0.1, 0.6) for _ in ops)
+    done, errors = [], []
+
+    def driver():
+        try:
+            wait_for_socket(sock, 60)
+            for op, frac in zip(ops, points):
+                wait_until(lambda: request(sock, "status")["records"] >= frac * TOTAL, 60,
+                           f"{frac:.0%} of the input read")
+                done.append(request(sock, op, {"k": 1}))
+        except BaseException as e:  # noqa: BLE001 - raised in the test's thread below
+            errors.append(e)
+
+    th = threading.Thread(target=driver)
+    th.start()
+    m = {}
+    try:
+        out = run(query, srcs(sides), executors=1, max_executors=3, control=sock, rate=rate,
+                  metrics=m, timeout=120, **kw)
+    finally:
+        th.join()
+    if errors:
+        raise errors[0]
+    return out, m, done
+
+
+_static = {}
+
+
+def static(sides, window):
+    if window not in _static:
+        _static[window] = run(JoinQuery(time="t", window=window, on="k"), srcs(sides),
+                              executors=2)
+    return _static[window]
+
+
+def duck_tumbling(sides, size_ms):
+    return sorted(tuple(r) for r in duckdb.sql(
+        f"select l.t // {size_ms} * {size_ms}, l.t // {size_ms} * {size_ms} + {size_ms}, l.k, "
+        f"l.a, r.b from read_parquet('{sides['left']}/*.parquet') l "
+        f"join read_parquet('{sides['right']}/*.parquet') r "
+        f"on l.k = r.k and l.t // {size_ms} = r.t // {size_ms}").fetchall())
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_tumbling_join_scaled_1_2_3_2_1_at_random_points_equals_duckdb_and_the_static_run(
+        sides, tmp_path, seed):
+    q = JoinQuery(time="t", window="tumbling:10s", on="k")
+    out, m, done = scaled_join(sides, q, str(tmp_path / "c.sock"), OPS, seed)
+    assert [d["executors"] for d in done] == [2, 3, 2, 1]
+    assert [s["to"] for s in m["live_scales"]] == [2, 3, 2, 1]
+    assert m["late_records"] == 0 and m["records_in"] == TOTAL  # each row read once
+    assert sum(p["records_in"] > 0 for p in m["per_executor"]) >= 2  # the work was re-dealt
+    want = duck_tumbling(sides, 10_000)
+    assert len(want) > 1000
+    assert pairs(out) == want  # each pair once: a multiset equality
+    assert pairs(out) == pairs(static(sides, "tumbling:10s"))
+
+
+def test_a_session_join_scaled_live_equals_the_static_run(sides, tmp_path):
+    q = JoinQuery(time="t", window="session:2s", on="k")
+    out, m, done = scaled_join(sides, q, str(tmp_path / "c.sock"), OPS, 3)
+    assert [d["executors"] for d in done] == [2, 3, 2, 1]
+    assert m["late_records"] == 0 and m["records_in"] == TOTAL
+    want = pairs(static(sides, "session:2s"))
+    assert len(want) > 100
+    assert pairs(out) == want
+
+
+def test_a_join_fires_windows_while_it_streams_and_a_rank_that_left_keeps_firing_what_it_leads(
+        sides, tmp_path):
+    """Scale-in moves no partition of a join: the rank that left turns standby
+    and still leads its partitions; it fires their windows as the group
+    watermark passes them (before the stream ends), not only at finish."""
+    sock = str(tmp_path / "c.sock")
+    seen = {}
+
+    def watch():
+        wait_for_socket(sock, 60)
+        wait_until(lambda: request(sock, "status")["records"] >= 0.1 * TOTAL, 60, "10%")
+        seen["out"] = request(sock, "scale-out", {"k": 1})
+        wait_until(lambda: request(sock, "status")["records"] >= 0.3 * TOTAL, 60, "30%")
+        seen["in"] = request(sock, "scale-in", {"k": 1})
+        seen["at_in"] = request(sock, "status")
+        st = wait_until(lambda: (lambda s: s if s["records"] >= 0.8 * TOTAL else None)(
+            request(sock, "status")), 60, "80%")
+        seen["late"] = st
+
+    th = threading.Thread(target=watch)
+    th.start()
+    m = {}
+    q = JoinQuery(time="t", window="tumbling:10s", on="k")
+    out = run(q, srcs(sides), executors=1, max_executors=2, control=sock, rate=12_000,
+              metrics=m, timeout=120)
+    th.join()
+    assert seen["in"]["executors"] == 1
+    gone = seen["in"]["left"][0]
+    st = seen["late"]
+    assert st["standby_ranks"] == [gone]
+    led = st["per_executor"][str(gone)]
+    assert led["led_partitions"] > 0  # it still leads partitions...
+    # ...and fired pairs of them while the stream still ran (its rows_emitted grew after it left)
+    before = seen["at_in"]["per_executor"][str(gone)].get("rows_emitted", 0)
+    assert led["rows_emitted"] > before
+    assert m["late_records"] == 0
+    assert pairs(out) == duck_tumbling(sides, 10_000)
+
+
+def test_a_join_whose_input_is_not_files_refuses_live_scaling_naming_the_side(sides):
+    gen = GeneratorSource(lambda r, n: iter(()), pa.schema([("t", pa.int64()), ("k", pa.int64()),
+                                                           ("b", pa.int64())]))
+    with pytest.raises(NotSupported, match="right input is a GeneratorSource"):
+        run(JoinQuery(time="t", window="tumbling:10s", on="k"), (sides["left"], gen),
+            executors=1, max_executors=2)
