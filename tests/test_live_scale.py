@@ -23,7 +23,7 @@ from slash.control import request, wait_for_socket
 from slash.errors import InvalidArgument, NotSupported
 from slash.control import rebalance_spec
 from slash.live_scale import deal_work, spread_moves
-from slash.query import JoinQuery, Query
+from slash.query import Query
 from slash.runner import run
 from slash.sources import BatchSource, GeneratorSource, Unit
 
@@ -346,11 +346,8 @@ def test_scaling_past_the_provisioned_group_is_refused_naming_max_executors(part
     assert "4 active executors is outside 1..3" in got[0] and "0 active" in got[1]
 
 
-def test_a_join_a_generator_or_a_checkpoint_refuses_live_scaling_saying_why(parts, tmp_path):
+def test_a_generator_a_table_or_a_checkpoint_refuses_live_scaling_saying_why(parts, tmp_path):
     q = Query(time="t", window="tumbling:10s", key="k", aggregates=["count"])
-    with pytest.raises(NotSupported, match="join"):
-        run(JoinQuery(time="t", window="tumbling:10s", on=["k"]), (parts, parts), executors=1,
-            max_executors=2)
     gen = GeneratorSource(lambda r, n: iter(()), pa.schema([("t", pa.int64()), ("k", pa.int64())]))
     with pytest.raises(NotSupported, match="GeneratorSource"):
         run(q, gen, executors=1, max_executors=2)
