@@ -15,6 +15,7 @@ import pytest
 
 import _slash_run
 
+import slash
 from slash.control import request, wait_for_socket
 from slash.errors import NotSupported
 from slash.query import JoinQuery
@@ -174,3 +175,15 @@ def test_a_join_whose_input_is_not_files_refuses_live_scaling_naming_the_side(si
     with pytest.raises(NotSupported, match="right input is a GeneratorSource"):
         run(JoinQuery(time="t", window="tumbling:10s", on="k"), (sides["left"], gen),
             executors=1, max_executors=2)
+
+
+NEEDS_OFI = pytest.mark.skipif(not slash.have_ofi(), reason="this build has no libfabric (ofi:tcp)")
+
+
+@NEEDS_OFI
+def test_a_tumbling_join_scaled_live_over_ofi_tcp_equals_duckdb(sides, tmp_path):
+    q = JoinQuery(time="t", window="tumbling:10s", on="k")
+    out, m, done = scaled_join(sides, q, str(tmp_path / "c.sock"), OPS, 5, transport="ofi:tcp")
+    assert [d["executors"] for d in done] == [2, 3, 2, 1]
+    assert m["late_records"] == 0 and m["records_in"] == TOTAL
+    assert pairs(out) == duck_tumbling(sides, 10_000)
