@@ -4,7 +4,10 @@ pairs equal DuckDB's join and the static run's, each pair once, no record
 late, every record read once; standby ranks that still lead partitions keep
 firing them."""
 import functools
+import os
 import random
+import subprocess
+import sys
 import threading
 
 import duckdb
@@ -25,6 +28,7 @@ from slash.sources import FileSource, GeneratorSource
 SPAN_MS = 120_000
 FILES, ROWS, GROUP_ROWS, KEYS = 3, 8_000, 1_000, 600
 TOTAL = 2 * FILES * ROWS
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
 OPS = ["scale-out", "scale-out", "scale-in", "scale-in"]
 
 wait_until = functools.partial(_slash_run.wait_until, every=0.02)
@@ -167,6 +171,31 @@ def test_a_join_fires_windows_while_it_streams_and_a_rank_that_left_keeps_firing
     assert led["rows_emitted"] > before
     assert m["late_records"] == 0
     assert pairs(out) == duck_tumbling(sides, 10_000)
+
+
+def test_slash_ctl_scales_a_slash_run_join_live_and_status_shows_the_ranks(sides, tmp_path):
+    sock, out = str(tmp_path / "c.sock"), str(tmp_path / "out.parquet")
+    p = subprocess.Popen([sys.executable, "-m", "slash", "run", "--join", "--left", sides["left"],
+                          "--right", sides["right"], "--on", "k", "--time", "t",
+                          "--window", "tumbling:10s", "--executors", "1", "--max-executors", "2",
+                          "--rate", "12000", "--control", sock, "--output", out], env=ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_socket(sock, 60)
+        ctl = [sys.executable, "-m", "slash", "ctl", "--socket", sock]
+        r = subprocess.run(ctl + ["scale-out", "1"], capture_output=True, text=True, env=ENV,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "2 executors" in r.stdout
+        st = subprocess.run(ctl + ["status"], capture_output=True, text=True, env=ENV, timeout=60)
+        assert "active ranks [0, 1], standby ranks []" in st.stdout, st.stdout
+        stdout, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, stderr
+    assert "live scale 1 -> 2 active executors" in stdout + stderr
+    assert pairs(pq.read_table(out)) == duck_tumbling(sides, 10_000)
 
 
 def test_a_join_whose_input_is_not_files_refuses_live_scaling_naming_the_side(sides):

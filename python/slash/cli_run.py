@@ -135,10 +135,12 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         server = MetricsServer(live, args.metrics_port or 0, args.ui_bind, args.ui_token)
         log.warning("slash run: live page %s , Prometheus endpoint %s", server.ui_url, server.url)
     control: Any = None
-    if not (args.join or args.no_control):
-        control = args.control or True
+    live_join = args.join and args.max_executors is not None and not args.latency_target
+    if not ((args.join and not live_join) or args.no_control):
+        control = args.control or True  # a live-scalable join's: status, scale-out/in
     elif args.control and not args.no_control:
-        raise InvalidArgument("--control: a join has no control socket yet")
+        raise InvalidArgument("--control: a join has a control socket only with "
+                              "--max-executors (status, scale-out, scale-in)")
     t0 = time.perf_counter()
     m: Dict[str, Any] = {}
     try:
