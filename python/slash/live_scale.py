@@ -30,9 +30,11 @@ is at most every active rank's; scale-in picks the leaving ranks among those
 with the highest watermarks, so the ranks that stay can take their units.
 
 When every rank has nothing left to read, the driver tells all to finish.
-Joins, checkpointed runs and sources other than :class:`FileSource` are not
-supported (NotSupported); beyond M the checkpoint-restart path remains
-(:class:`slash.recovery.CheckpointedRun`). See docs/elastic.md.
+A window join scales by the same protocol with a work list per side
+(:mod:`slash.live_join`). Checkpointed runs and sources other than
+:class:`FileSource` are not supported (NotSupported); beyond M the
+checkpoint-restart path remains (:class:`slash.recovery.CheckpointedRun`).
+See docs/elastic.md.
 """
 from __future__ import annotations
 

@@ -606,7 +606,9 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     K`` / ``scale-in K`` within 1..max_executors without a restart, and
     ``metrics["live_scales"]`` lists them. Window aggregations over a
     :class:`~slash.sources.FileSource` or :class:`~slash.sources.BatchSource`,
-    without ``checkpoint``; anything else raises NotSupported.
+    and window joins whose two inputs are such sources
+    (:mod:`slash.live_join`), without ``checkpoint``; anything else raises
+    NotSupported.
 
     ``latency_target`` (``"500ms"``, ``"2s"``, seconds, or a
     :class:`slash.controller.ControllerConfig` for every knob): the run tunes
@@ -737,7 +739,8 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
 
 def _check_elastic(query: Any, src: Any, n: int, m: Any, checkpoint: Any) -> None:
     """What ``max_executors=`` without ``latency_target=`` needs: a window
-    aggregation over files, no checkpoint, ``executors <= max_executors``."""
+    aggregation over files (or a join over two), no checkpoint,
+    ``executors <= max_executors``."""
     from slash.errors import NotSupported
     from slash.sources import FileSource
 
