@@ -8,8 +8,8 @@ global terms (``[[unit, batches read], ...]``). It reads both sides merged by
 event time (:func:`slash.recovery_join._merged`, the merge of
 :func:`slash.runner._time_ordered`) and, after every push, advances its
 watermark to what both sides have left: per side the smallest bound (minimum
-time by the statistics) of the units it has not finished and the smallest
-time of the rows the merge holds in hand; the rank's watermark is the
+time by the statistics) of the units it has not finished (the rows the merge
+holds in hand are of the unit in progress); the rank's watermark is the
 minimum over its sides (a side with nothing left bounds nothing; a unit
 without statistics stops the watermark). So the join fires windows while
 the stream runs, and no row is late: every row still to come from a rank is
@@ -47,7 +47,6 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from slash.control import RunControl
 from slash.errors import InvalidState, NotSupported
@@ -92,6 +91,9 @@ class JoinScaleAgent(ScaleAgent):
         self.srcs: Dict[str, FileSource] = {}
         self.query: Any = None
         self.push: Optional[Callable[[str, pa.RecordBatch], None]] = None
+        # per side, for the works in hand: the smallest bound (ticks) of items i.. (None: one
+        # lacks statistics; _TOP: none left), so a push costs no walk over the units
+        self._suffix: Dict[str, Tuple[Work, List[Optional[int]]]] = {}
 
     def start_join(self, ex: Any, ctl: Any, query: Any, srcs: Dict[str, FileSource],
                    push: Callable[[str, pa.RecordBatch], None]) -> None:
@@ -107,26 +109,35 @@ class JoinScaleAgent(ScaleAgent):
         pos = None if self.sides is None else self.sides[side].pos
         return FileSource.remaining(self.works[side], pos)
 
+    def _suffix_of(self, side: str) -> List[Optional[int]]:
+        w = self.works[side]
+        got = self._suffix.get(side)
+        if got is not None and got[0] is w:
+            return got[1]
+        src = self.srcs[side]
+        b = src._bounds_of(self.time)
+        out: List[Optional[int]] = [_TOP] * (len(w) + 1)
+        for i in range(len(w) - 1, -1, -1):
+            t = _bound_ticks(self.query, src.schema, b[int(w[i][0])])
+            nxt = out[i + 1]
+            out[i] = None if t is None or nxt is None else min(t, nxt)
+        self._suffix[side] = (w, out)
+        return out
+
     def promise_ticks(self) -> Optional[int]:
         """The watermark (ticks) what both sides have left allows: the
-        minimum over the sides of their units' bounds and the times of the
-        rows in hand; None when it allows nothing (a unit without statistics,
-        or nothing left at all)."""
+        minimum over the sides of the bounds of their units not finished
+        (the unit of the position read to included: the rows the merge holds
+        in hand are of it); None when it allows nothing (a unit without
+        statistics, or nothing left at all)."""
         best = _TOP
         for s in SIDES:
-            src = self.srcs[s]
-            b = src._bounds_of(self.time)
-            for g, _ in self.left_of(s):
-                t = _bound_ticks(self.query, src.schema, b[int(g)])
-                if t is None:
-                    return None
-                best = min(best, t)
-            cur = None if self.sides is None else self.sides[s].cur
-            if cur is not None and cur.num_rows:
-                t = pc.min(self.query._keys.time_ticks(cur.column(self.query.time),
-                                                       cur.schema)).as_py()
-                if t is not None:
-                    best = min(best, t)
+            pos = None if self.sides is None else self.sides[s].pos
+            suffix = self._suffix_of(s)
+            t = suffix[0 if pos is None else min(int(pos[0]), len(suffix) - 1)]
+            if t is None:
+                return None
+            best = min(best, t)
         return None if best >= _TOP else best
 
     def flush(self) -> None:
