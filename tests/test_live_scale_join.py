@@ -23,7 +23,7 @@ from slash.control import request, wait_for_socket
 from slash.errors import NotSupported
 from slash.query import JoinQuery
 from slash.runner import run
-from slash.sources import FileSource, GeneratorSource
+from slash.sources import BatchSource, FileSource, GeneratorSource
 
 SPAN_MS = 120_000
 FILES, ROWS, GROUP_ROWS, KEYS = 3, 8_000, 1_000, 600
@@ -196,6 +196,60 @@ def test_slash_ctl_scales_a_slash_run_join_live_and_status_shows_the_ranks(sides
     assert p.returncode == 0, stderr
     assert "live scale 1 -> 2 active executors" in stdout + stderr
     assert pairs(pq.read_table(out)) == duck_tumbling(sides, 10_000)
+
+
+GEN_BATCHES, GEN_ROWS, GEN_SPAN = 100, 200, 200
+
+
+def gen_batch(col, seed, i):
+    """Batch i of one side of a rate-like generator: a function of i alone,
+    times in [i * 200, i * 200 + 400) (overlapping the next batch's), in no
+    order."""
+    rng = np.random.default_rng([seed, i])
+    return pa.record_batch({"t": i * GEN_SPAN + rng.integers(0, 2 * GEN_SPAN, GEN_ROWS),
+                            "k": rng.integers(0, 50, GEN_ROWS),
+                            col: rng.integers(0, 10**6, GEN_ROWS)}, schema=gen_schema(col))
+
+
+def gen_schema(col):
+    return pa.schema([("t", pa.int64()), ("k", pa.int64()), (col, pa.int64())])
+
+
+def gen_bound(i):
+    return i * GEN_SPAN
+
+
+def gen_side(col, seed):
+    make = functools.partial(gen_batch, col, seed)
+    return make, BatchSource(make, GEN_BATCHES, gen_schema(col), GEN_ROWS, bound=gen_bound)
+
+
+def test_a_join_of_two_batch_sources_scaled_live_equals_duckdb(tmp_path):
+    (mk_l, left), (mk_r, right) = gen_side("a", 1), gen_side("b", 2)
+    sock, done = str(tmp_path / "c.sock"), []
+    total = 2 * GEN_BATCHES * GEN_ROWS
+
+    def driver():
+        wait_for_socket(sock, 60)
+        for op, frac in (("scale-out", 0.2), ("scale-out", 0.35), ("scale-in", 0.5)):
+            wait_until(lambda: request(sock, "status")["records"] >= frac * total, 60,
+                       f"{frac:.0%} of the batches")
+            done.append(request(sock, op, {"k": 1})["executors"])
+
+    th = threading.Thread(target=driver)
+    th.start()
+    m = {}
+    out = run(JoinQuery(time="t", window="tumbling:2s", on="k"), (left, right), executors=1,
+              max_executors=3, control=sock, rate=12_000, metrics=m, timeout=120)
+    th.join()
+    assert done == [2, 3, 2] and m["late_records"] == 0 and m["records_in"] == total
+    lt = pa.Table.from_batches([mk_l(i) for i in range(GEN_BATCHES)])  # noqa: F841
+    rt = pa.Table.from_batches([mk_r(i) for i in range(GEN_BATCHES)])  # noqa: F841
+    want = sorted(tuple(r) for r in duckdb.sql(
+        "select l.t // 2000 * 2000, l.t // 2000 * 2000 + 2000, l.k, l.a, r.b from lt l "
+        "join rt r on l.k = r.k and l.t // 2000 = r.t // 2000").fetchall())
+    assert len(want) > 1000
+    assert pairs(out) == want
 
 
 def test_a_join_whose_input_is_not_files_refuses_live_scaling_naming_the_side(sides):
