@@ -2,8 +2,8 @@
 moved between executors at epoch boundaries while the stream runs. A run
 with moves at random points gives exactly DuckDB's answer over the whole
 input (each (window, key) once), for tumbling, sliding and session windows;
-handing every partition of rank 1 to rank 0 (a scale-in) does too; moves of
-a join are refused.
+handing every partition of rank 1 to rank 0 (a scale-in) does too (moves
+of a join: test_join_moves.py).
 
 Executors run as threads of this process, as in test_checkpoint_exec.py,
 over shm and (where libfabric is built in) ofi:tcp."""
@@ -161,17 +161,6 @@ def test_a_move_on_a_rank_other_than_0_or_with_a_bad_partition_is_refused():
         with pytest.raises(errors.InvalidArgument, match="rank 2"):
             exs[0].move_partitions({1: 2})
         assert exs[0].leader_map() == (0, [p % 2 for p in range(8)])
-    finally:
-        for ex in exs:
-            ex.close()
-
-
-def test_moving_a_partition_of_a_join_is_refused():
-    cfg = slash.JoinConfig(window="tumbling:1s", left_columns={"a": "int64"}, right_columns={"b": "int64"})
-    exs = open_group(2, cfg, partitions=8)
-    try:
-        with pytest.raises(errors.InvalidArgument, match="join"):
-            exs[0].move_partitions({1: 0})
     finally:
         for ex in exs:
             ex.close()

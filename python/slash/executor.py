@@ -490,10 +490,10 @@ class Executor:
         leader's rank. Call on rank 0 only. The move takes effect at rank 0's
         next epoch end and then at every executor's own next epoch end; only
         the moved partitions pause (their windows fire once the old leader's
-        state arrived), see docs/elastic.md. Raises InvalidArgument for a bad
-        partition or rank, or on a join (its state cannot be handed over yet),
-        and InvalidState while the previous move is still being agreed (retry
-        after an epoch or two).
+        state arrived), see docs/elastic.md; an aggregation's and a join's
+        partitions move alike. Raises InvalidArgument for a bad partition or
+        rank, and InvalidState while the previous move is still being agreed
+        (retry after an epoch or two).
 
         >>> ex.move_partitions({3: 0, 7: 0})   # doctest: +SKIP
         """

@@ -187,7 +187,7 @@ slash_status slash_ckpt_read_join_partition(slash_join *s, uint32_t part, const 
         (void)decode_set(s, part, p, n, &off, i, &g);
         if (!g.rows[0] && !g.rows[1]) /* nothing to join: a merge makes no set of it either */
             continue;
-        if (slash_window_closed(&s->cfg.window, g.end, s->watermark)) {
+        if (slash_window_closed(&s->cfg.window, g.end, join_part_wm(s, jp))) {
             s->late += g.rows[0] + g.rows[1];
             continue;
         }

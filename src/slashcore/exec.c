@@ -98,14 +98,7 @@ static slash_status emit_into_queue(slash_exec *ex, int64_t w, const uint8_t *sk
 {
     void *r = NULL;
     size_t rows = 0;
-    slash_status st;
-    if (skip) { /* only aggregates move (slash_exec_move_partitions) */
-        slash_ssb_result *sr = NULL;
-        st = slash_ssb_emit_parts(ex->leader, w, skip, &sr);
-        r = sr, rows = sr ? sr->rows : 0;
-    } else {
-        st = ex->ops->emit(ex->leader, w, &r, &rows);
-    }
+    slash_status st = ex->ops->emit(ex->leader, w, skip, &r, &rows);
     if (r && rows) {
         ex->m.rows_emitted += rows;
         st = queue_push(ex, r);

@@ -74,7 +74,7 @@ typedef struct columns {
 /* A partition handed over to this executor, imported fragment by fragment
  * (exec_moves.c): `len` of `total` bytes imported so far. */
 typedef struct exec_handin {
-    slash_ssb_import *im; /* NULL: none in progress */
+    void *im; /* the store's import (exec_store_ops); NULL: none in progress */
     uint64_t len, total;
     uint32_t part;
 } exec_handin;

@@ -24,11 +24,13 @@
  * Hand-over: the old leader ships the partition's log in place (no export
  * copy), in fragments of whole records, a slice of them per call
  * (EXEC_HANDOVER_SLICE), serving everything else between slices; the new
- * leader imports each fragment when it arrives (slash_ssb_import_*:
- * appended and linked in bulk into a partition built apart), so a large
- * hand-over is spread over both executors' rounds, and swaps it in at the
- * last fragment, merging what new-map deltas put into the partition
- * meanwhile.
+ * leader imports each fragment when it arrives (the store's import,
+ * exec_store_ops: an aggregate's fragments are appended and linked in bulk
+ * into a partition built apart; a join's are reassembled, as a chunk may
+ * name a group of another fragment), so a large hand-over is spread over
+ * both executors' rounds, and swaps it in at the last fragment, merging
+ * what new-map deltas put into the partition meanwhile (a join's sets
+ * become the union of both).
  *
  * Invariants: a partition is held (not fired) here while this executor owes
  * or awaits its hand-over, or a newer move of it waits for one (defer); one
@@ -86,9 +88,9 @@ void exec_moves_free(slash_exec *ex)
     slash_leadermap_free(&mv->map);
     free(mv->hist);
     free(mv->pend_to);
-    if (mv->hin)
+    if (mv->hin && ex->ops)
         for (uint32_t r = 0; r < ex->n; r++)
-            slash_ssb_import_abort(mv->hin[r].im);
+            ex->ops->import_abort(mv->hin[r].im);
     free(mv->hin);
     free(mv->peer_ver);
     free(mv->await_from);
@@ -290,7 +292,7 @@ slash_status exec_moves_on_handover(slash_exec *ex, uint32_t r, const sync_msg *
     exec_handin *in = &mv->hin[r];
     slash_status st;
     if (h->offset == 0 && !in->im) {
-        st = slash_ssb_import_begin(ex->leader, p, h->watermark, h->total, &in->im);
+        st = ex->ops->import_begin(ex->leader, p, h->watermark, h->total, &in->im);
         if (st != SLASH_OK)
             return st;
         in->len = 0, in->total = h->total, in->part = p;
@@ -298,11 +300,11 @@ slash_status exec_moves_on_handover(slash_exec *ex, uint32_t r, const sync_msg *
     if (!in->im || h->offset != in->len || in->part != p || h->total != in->total ||
         h->offset + len > in->total)
         return slash_fail(SLASH_EPROTO, "exec: rank %u sent a hand-over fragment out of order", r);
-    st = slash_ssb_import_add(ex->leader, in->im, body, len);
+    st = ex->ops->import_add(ex->leader, in->im, body, len);
     if (st == SLASH_OK && (in->len += len) == in->total)
-        st = slash_ssb_import_end(ex->leader, in->im);
+        st = ex->ops->import_end(ex->leader, in->im);
     if (st != SLASH_OK) {
-        slash_ssb_import_abort(in->im);
+        ex->ops->import_abort(in->im);
         in->im = NULL;
         return slash_fail(SLASH_EPROTO, "exec: rank %u handed over a bad partition %u: %s", r, p,
                           slash_last_error());
@@ -359,7 +361,7 @@ static slash_status handover_slice(slash_exec *ex, uint32_t *budget, bool *done)
     size_t len;
     int64_t emitted;
     *done = false;
-    slash_status st = slash_ssb_partition_span(ex->leader, p, &span, &len, &emitted);
+    slash_status st = ex->ops->span(ex->leader, p, &span, &len, &emitted);
     if (st != SLASH_OK)
         return st;
     if (mv->ho_off > len || (mv->ho_off && len != mv->ho_len))
@@ -370,7 +372,7 @@ static slash_status handover_slice(slash_exec *ex, uint32_t *budget, bool *done)
     slash_channel_get_stats(slash_group_out(ex->g, to), &cs);
     size_t room = slash_channel_payload_max(cs.buffer_size) - sizeof(sync_msg);
     do { /* whole records a fragment; an empty partition goes as one empty fragment */
-        size_t off = mv->ho_off, frag = slash_ssb_span_prefix(buf + off, len - off, room);
+        size_t off = mv->ho_off, frag = ex->ops->span_prefix(buf + off, len - off, room);
         if (frag == 0 && off < len)
             return slash_fail(SLASH_EINVAL, "exec: a record of partition %u does not fit a "
                               "%zu-byte channel buffer", p, (size_t)cs.buffer_size);
@@ -383,7 +385,7 @@ static slash_status handover_slice(slash_exec *ex, uint32_t *budget, bool *done)
     } while (mv->ho_off < len && *budget);
     if (mv->ho_off < len)
         return SLASH_OK; /* the rest at a later call */
-    if ((st = slash_ssb_drop_partition(ex->leader, p)) != SLASH_OK)
+    if ((st = ex->ops->drop(ex->leader, p)) != SLASH_OK)
         return st;
     ex->m.moves_out++;
     ex->m.moved_bytes_out += len;
@@ -434,9 +436,6 @@ slash_status slash_exec_move_partitions(slash_exec *ex, const uint32_t *parts,
     if (st != SLASH_OK)
         return st;
     exec_moves *mv = &ex->mv;
-    if (ex->cfg.kind == SLASH_EXEC_JOIN)
-        return exec_leave(ex, slash_fail(SLASH_EINVAL, "moving partitions of a join: its store cannot be "
-                                    "handed over yet"));
     if (ex->rank != 0)
         return exec_leave(ex, slash_fail(SLASH_ESTATE, "move partitions on rank 0, not rank %u", ex->rank));
     if (ex->finished)

@@ -329,6 +329,7 @@ static slash_status compact(slash_join *s, join_part *p)
         return st;
     }
     slash_lss_destroy(&p->log);
+    np.own_wm = p->own_wm, np.wm = p->wm;
     *p = np;
     return SLASH_OK;
 }
@@ -558,11 +559,11 @@ slash_status slash_join_update(slash_join *s, const slash_join_batch *b)
             }
         }
         for (size_t j = 0; j < m; j++) {
-            if (slash_window_closed(&s->cfg.window, end[j], s->watermark)) {
+            join_part *p = &s->parts[join_part_of(s, kh[j])];
+            if (slash_window_closed(&s->cfg.window, end[j], join_part_wm(s, p))) {
                 s->late++;
                 continue;
             }
-            join_part *p = &s->parts[join_part_of(s, kh[j])];
             join_group *g = join_upsert(s, p, kh[j], win[j], end[j], key[j], key_len[j], &st);
             uint8_t *slot = g ? join_row_slot(s, p, g, side, &st) : NULL;
             if (!slot)

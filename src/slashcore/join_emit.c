@@ -1,7 +1,9 @@
 /* join_emit.c - emit of finished join windows: every left x right pair of
  * each (window or session, key) group closed at the emit time (its end at or
  * before it; a session's strictly before, since a row at its end still joins
- * it: slash_window_closed), as columns.
+ * it: slash_window_closed), as columns. A partition left out (held while its
+ * leadership moves) keeps its own emitted watermark (join_part_wm) until a
+ * later emit catches it up with the store's.
  *
  * Three passes, so a failure changes nothing: count the pairs (and key
  * bytes) of finished groups; allocate every result column once; fill them;
@@ -35,11 +37,15 @@ static inline bool finished(const slash_join *s, const join_group *g, int64_t up
            slash_window_closed(&s->cfg.window, g->end, up_to);
 }
 
-/* Pass 1: pairs and key bytes of the finished groups. */
-static slash_status count_pairs(const slash_join *s, int64_t up_to, size_t *rows, size_t *kbytes)
+/* Pass 1: pairs and key bytes of the finished groups (of the partitions
+ * not skipped). */
+static slash_status count_pairs(const slash_join *s, int64_t up_to, const uint8_t *skip,
+                                size_t *rows, size_t *kbytes)
 {
     size_t n = 0, kb = 0;
     for (uint32_t i = 0; i < s->cfg.partitions; i++) {
+        if (skip && skip[i])
+            continue;
         const join_part *p = &s->parts[i];
         for (uint64_t a = p->log.begin; a < p->log.tail;) {
             join_group *g = join_ptr(p, a);
@@ -149,19 +155,30 @@ static void fill_group(const slash_join *s, const join_part *p, join_group *g, s
 
 slash_status slash_join_emit(slash_join *s, int64_t up_to, slash_join_result **out)
 {
+    return slash_join_emit_parts(s, up_to, NULL, out);
+}
+
+slash_status slash_join_emit_parts(slash_join *s, int64_t up_to, const uint8_t *skip,
+                                   slash_join_result **out)
+{
     *out = NULL;
     if (s->sealed)
         return slash_fail(SLASH_ESTATE, "emit: the delta of epoch %llu is sealed; reset it first",
                           (unsigned long long)s->epoch);
     size_t rows = 0, kbytes = 0;
     slash_join_result *r = NULL;
-    slash_status st = count_pairs(s, up_to, &rows, &kbytes);
+    slash_status st = count_pairs(s, up_to, skip, &rows, &kbytes);
     if (st == SLASH_OK)
         st = alloc_result(s, rows, kbytes, &r);
     if (st != SLASH_OK)
         return st;
     for (uint32_t i = 0; i < s->cfg.partitions; i++) {
         join_part *p = &s->parts[i];
+        if (skip && skip[i]) { /* held: keeps the watermark it had */
+            if (!p->own_wm)
+                p->own_wm = true, p->wm = s->watermark;
+            continue;
+        }
         for (uint64_t a = p->log.begin; a < p->log.tail;) {
             join_group *g = join_ptr(p, a);
             a += g->h.size;
@@ -174,10 +191,19 @@ slash_status slash_join_emit(slash_join *s, int64_t up_to, slash_join_result **o
     /* the pairs are out and their state is freed: a compaction that fails
      * for want of memory leaves the store correct, only larger, so it does
      * not fail the emit (the next trim tries again) */
-    for (uint32_t i = 0; i < s->cfg.partitions; i++)
-        (void)join_part_trim(s, &s->parts[i]);
+    for (uint32_t i = 0; i < s->cfg.partitions; i++) {
+        join_part *p = &s->parts[i];
+        if (skip && skip[i])
+            continue;
+        (void)join_part_trim(s, p);
+        if (p->own_wm && up_to > p->wm)
+            p->wm = up_to;
+    }
     if (up_to > s->watermark)
         s->watermark = up_to;
+    for (uint32_t i = 0; i < s->cfg.partitions; i++) /* caught up with the store again */
+        if (s->parts[i].own_wm && s->parts[i].wm == s->watermark)
+            s->parts[i].own_wm = false;
     *out = r;
     return SLASH_OK;
 }

@@ -100,7 +100,7 @@ static slash_status check_group(const slash_join *s, const join_group *g, size_t
 /* Validates the whole region: headers, sizes, group bounds, and that every
  * live chunk names a live group of the region (checked in a bitmap of the
  * live groups' offsets, one bit per 8 bytes). Fails with SLASH_EPROTO. */
-static slash_status check_region(const slash_join *s, const uint8_t *p, size_t len)
+slash_status join_check_region(const slash_join *s, const uint8_t *p, size_t len)
 {
     uint64_t *map = calloc(len / 8 / 64 + 1, sizeof *map);
     if (!map)
@@ -185,9 +185,15 @@ slash_status slash_join_merge_delta(slash_join *s, const void *region, size_t le
     const uint8_t *p = region;
     if (len && !p)
         return slash_fail(SLASH_EINVAL, "merge_delta: NULL region of %zu bytes", len);
-    slash_status st = check_region(s, p, len);
+    slash_status st = join_check_region(s, p, len);
     if (st != SLASH_OK)
         return st;
+    return join_merge_region(s, p, len);
+}
+
+slash_status join_merge_region(slash_join *s, const uint8_t *p, size_t len)
+{
+    slash_status st = SLASH_OK;
     merge_item q[MERGE_AHEAD];
     size_t off = 0;
     while (off < len && st == SLASH_OK) {
@@ -204,20 +210,23 @@ slash_status slash_join_merge_delta(slash_join *s, const void *region, size_t le
             const uint8_t *gp = p + (size_t)((uint64_t)here - (uint64_t)c.group);
             join_group g;
             memcpy(&g, gp, sizeof g);
-            if (slash_window_closed(&s->cfg.window, g.end, s->watermark)) {
+            const uint8_t *key = gp + sizeof g;
+            uint64_t kh = join_key_hash(s, key, g.key_len);
+            join_part *part = &s->parts[join_part_of(s, kh)];
+            if (slash_window_closed(&s->cfg.window, g.end, join_part_wm(s, part))) {
                 s->late += c.rows;
                 continue;
             }
             merge_item *it = &q[m++];
             it->rows = p + here + sizeof c;
-            it->key = gp + sizeof g;
+            it->key = key;
             it->key_len = g.key_len;
             it->win = g.win;
             it->end = g.end;
             it->nrows = c.rows;
             it->side = c.h.kind - JOIN_CHUNK_LEFT;
-            it->kh = join_key_hash(s, it->key, it->key_len);
-            it->part = &s->parts[join_part_of(s, it->kh)];
+            it->kh = kh;
+            it->part = part;
             __builtin_prefetch(slash_hidx_bucket_of(&it->part->index,
                                                     join_hash_win(s, it->kh, it->win)), 0, 0);
         }

@@ -82,6 +82,12 @@ typedef struct join_part {
     uint64_t chunks;      /* live chunks */
     uint64_t rows[2];     /* live rows per side */
     uint64_t freed_bytes; /* bytes of FREED records in [begin, tail) */
+    /* A partition whose emitted watermark differs from the store's (held
+     * from an emit, or handed over from another leader: join_move.c):
+     * own_wm, and wm is it; otherwise the store's watermark is the
+     * partition's. Rows of windows closed at it are late. */
+    bool own_wm;
+    int64_t wm;
 } join_part;
 
 struct slash_join {
@@ -96,6 +102,12 @@ struct slash_join {
     uint64_t late;
     int64_t watermark;
 };
+
+/* The emitted watermark of partition p: windows closed at it were emitted. */
+static inline int64_t join_part_wm(const slash_join *s, const join_part *p)
+{
+    return p->own_wm ? p->wm : s->watermark;
+}
 
 static inline uint32_t join_round8(uint32_t x) { return (x + 7u) & ~7u; }
 
@@ -164,6 +176,12 @@ slash_status join_append_rows(slash_join *s, join_part *p, join_group *g, int si
 
 /* Marks a live group and all its chunks FREED. */
 void join_free_group(join_part *p, join_group *g);
+
+/* join_epoch.c: validates a region in merge_delta's format in full
+ * (SLASH_EPROTO naming the offset), and merges a validated one (rows of
+ * windows closed at their partition's emitted watermark are late). */
+slash_status join_check_region(const slash_join *s, const uint8_t *p, size_t len);
+slash_status join_merge_region(slash_join *s, const uint8_t *p, size_t len);
 
 /* Partition setup/teardown; trim advances begin over the FREED prefix and
  * compacts when most of the log is freed (only without a sealed delta). */

@@ -142,6 +142,50 @@ slash_status slash_join_reset_delta(slash_join *s);
  * would not fit in memory, SLASH_ENOMEM; on failure nothing is freed. */
 slash_status slash_join_emit(slash_join *s, int64_t up_to, slash_join_result **out);
 
+/* As slash_join_emit, leaving out every partition i with skip[i] != 0 (skip:
+ * NULL, or one byte per partition): a left-out partition keeps its own
+ * emitted watermark (rows of windows closed at it are late, later ones are
+ * kept), so its windows are emitted by a later call. */
+slash_status slash_join_emit_parts(slash_join *s, int64_t up_to, const uint8_t *skip,
+                                   slash_join_result **out);
+
+/* Moving a partition to another store with the same config (a leader hand-
+ * over, exec_moves.c).
+ *
+ * span gives the partition's log in place: [*addr, *addr + *len) holds its
+ * records (FREED ones included, which an import skips), a region in
+ * merge_delta's format, valid until the partition next changes (an update,
+ * merge, emit or drop of it); *emitted is the partition's emitted watermark.
+ * SLASH_ERANGE for a bad partition, SLASH_ESTATE with a sealed delta.
+ * span_prefix is the length of the longest prefix of a span (or of a suffix
+ * of one starting at a record) made of whole records and at most `max` bytes
+ * long: a fragment boundary. drop empties the partition.
+ *
+ * An import reassembles the span from its fragments, in order: begin
+ * (`bytes`: the whole span's length; SLASH_ERANGE, SLASH_ENOMEM), add for
+ * each fragment (SLASH_EPROTO when they overflow `bytes`), then end, which
+ * validates the whole span as merge_delta does and that every live group's
+ * key belongs to `part` (SLASH_EPROTO, the store unchanged), sets the
+ * partition's emitted watermark to `emitted` (windows closed at it were
+ * emitted by the old store) and MERGES the span's rows into `part`: rows the
+ * partition already holds (e.g. new-map deltas merged meanwhile) stay, each
+ * (window or session, key) set becomes the union, overlapping sessions fuse;
+ * rows of windows closed at `emitted` are dropped as late. end frees the
+ * import; after a failed add or end it is only good for abort, which frees
+ * it (NULL-safe). The store may be updated, merged into and emitted from
+ * between the calls. */
+typedef struct slash_join_import slash_join_import;
+slash_status slash_join_partition_span(const slash_join *s, uint32_t part, const void **addr,
+                                       size_t *len, int64_t *emitted);
+size_t slash_join_span_prefix(const void *span, size_t len, size_t max);
+slash_status slash_join_drop_partition(slash_join *s, uint32_t part);
+slash_status slash_join_import_begin(slash_join *s, uint32_t part, int64_t emitted,
+                                     uint64_t bytes, slash_join_import **out);
+slash_status slash_join_import_add(slash_join *s, slash_join_import *im, const void *region,
+                                   size_t len);
+slash_status slash_join_import_end(slash_join *s, slash_join_import *im);
+void slash_join_import_abort(slash_join_import *im);
+
 /* Frees a result; safe with NULL. */
 void slash_join_result_free(slash_join_result *r);
 
