@@ -31,13 +31,16 @@ commit), with two differences:
   most the bound of every unit it holds on either side, so the ranks that
   stay can take them.
 
-Partitions: a joining rank leads nothing at first (it reads and ships
-deltas); a leaving rank turns standby and goes on leading its partitions -
-it serves its channels, merges the deltas of their windows and fires them as
-the group watermark (which it follows) passes their ends, and finish() fires
-the rest - unless join partitions can be handed over
-(:data:`JOIN_MOVES`), in which case rank 0 spreads leadership over the new
-active set as for aggregations. See docs/elastic.md.
+Partitions: after a commit rank 0 spreads leadership evenly over the new
+active set by live moves (the core hands a join partition's buffered rows of
+both sides over to its new leader; only the moved partitions pause firing),
+as for aggregations: a joining rank is given partitions, a leaving one hands
+all of its own over. Until a move is agreed - and with :data:`JOIN_MOVES`
+off - a rank leads what it led: a joining rank that leads nothing reads and
+ships deltas; a leaving rank turns standby and goes on leading its
+partitions - it serves its channels, merges the deltas of their windows and
+fires them as the group watermark (which it follows) passes their ends, and
+finish() fires the rest. See docs/elastic.md.
 """
 from __future__ import annotations
 
@@ -57,9 +60,11 @@ log = logging.getLogger(__name__)
 
 SIDES = ("left", "right")
 _TOP = (1 << 63) - 1
-#: whether a join partition's state can be handed over between leaders (the
-#: core's join moves); without, scale changes leave leadership where it is
-JOIN_MOVES = False
+#: whether a scale change spreads leadership over the new active set by live
+#: moves (the core hands a join partition's state over, exec_moves.c /
+#: join_move.c); False leaves leadership where it is (correct too: a rank
+#: that left leads and fires its partitions as a standby)
+JOIN_MOVES = True
 
 Works = Dict[str, Work]
 
