@@ -61,7 +61,7 @@ def pairs(result):
     return sorted(tuple(r[c] for c in cols) for r in result.to_pylist())
 
 
-def scaled_join(sides, query, sock, ops, seed, rate=12_000, **kw):
+def scaled_join(sides, query, sock, ops, seed, rate=16_000, **kw):
     """runner.run of the join with 1 of 3 executors active; a thread applies
     ``ops`` at random points of the input (by records read, from status)."""
     rng = random.Random(seed)
@@ -162,7 +162,7 @@ def test_scale_out_and_in_of_a_join_move_its_partitions_to_the_active_ranks(side
     th.start()
     m = {}
     q = JoinQuery(time="t", window="tumbling:10s", on="k")
-    out = run(q, srcs(sides), executors=1, max_executors=2, control=sock, rate=12_000,
+    out = run(q, srcs(sides), executors=1, max_executors=2, control=sock, rate=16_000,
               metrics=m, timeout=120)
     th.join()
     assert seen["out"]["executors"] == 2 and seen["in"]["executors"] == 1
@@ -197,7 +197,7 @@ def test_a_rank_that_left_without_moves_keeps_firing_the_join_partitions_it_lead
     th.start()
     m = {}
     q = JoinQuery(time="t", window="tumbling:10s", on="k")
-    out = run(q, srcs(sides), executors=2, max_executors=2, control=sock, rate=12_000,
+    out = run(q, srcs(sides), executors=2, max_executors=2, control=sock, rate=16_000,
               metrics=m, timeout=120)  # both lead partitions from the start
     th.join()
     assert seen["in"]["executors"] == 1
@@ -218,7 +218,7 @@ def test_slash_ctl_scales_a_slash_run_join_live_and_status_shows_the_ranks(sides
     p = subprocess.Popen([sys.executable, "-m", "slash", "run", "--join", "--left", sides["left"],
                           "--right", sides["right"], "--on", "k", "--time", "t",
                           "--window", "tumbling:10s", "--executors", "1", "--max-executors", "2",
-                          "--rate", "12000", "--control", sock, "--output", out], env=ENV,
+                          "--rate", "16000", "--control", sock, "--output", out], env=ENV,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_socket(sock, 60)
@@ -247,7 +247,7 @@ def gen_batch(col, seed, i):
     order."""
     rng = np.random.default_rng([seed, i])
     return pa.record_batch({"t": i * GEN_SPAN + rng.integers(0, 2 * GEN_SPAN, GEN_ROWS),
-                            "k": rng.integers(0, 50, GEN_ROWS),
+                            "k": rng.integers(0, 500, GEN_ROWS),
                             col: rng.integers(0, 10**6, GEN_ROWS)}, schema=gen_schema(col))
 
 
@@ -280,7 +280,7 @@ def test_a_join_of_two_batch_sources_scaled_live_equals_duckdb(tmp_path):
     th.start()
     m = {}
     out = run(JoinQuery(time="t", window="tumbling:2s", on="k"), (left, right), executors=1,
-              max_executors=3, control=sock, rate=12_000, metrics=m, timeout=120)
+              max_executors=3, control=sock, rate=16_000, metrics=m, timeout=120)
     th.join()
     assert done == [2, 3, 2] and m["late_records"] == 0 and m["records_in"] == total
     lt = pa.Table.from_batches([mk_l(i) for i in range(GEN_BATCHES)])  # noqa: F841
