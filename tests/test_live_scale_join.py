@@ -1,8 +1,8 @@
 """Live scale-out / scale-in of a window join (slash.live_join, max_executors=M):
 scaled 1 -> 2 -> 3 -> 2 -> 1 at random points while both inputs stream, the
 pairs equal DuckDB's join and the static run's, each pair once, no record
-late, every record read once; standby ranks that still lead partitions keep
-firing them."""
+late, every record read once; partitions move to the active ranks, and a
+standby rank that still leads partitions (no moves) keeps firing them."""
 import functools
 import os
 import random
