@@ -346,7 +346,7 @@ def test_scaling_past_the_provisioned_group_is_refused_naming_max_executors(part
     assert "4 active executors is outside 1..3" in got[0] and "0 active" in got[1]
 
 
-def test_a_join_a_generator_or_a_checkpoint_refuses_live_scaling_saying_why(parts, tmp_path):
+def test_a_join_or_a_generator_refuses_live_scaling_saying_why(parts, tmp_path):
     q = Query(time="t", window="tumbling:10s", key="k", aggregates=["count"])
     with pytest.raises(NotSupported, match="join"):
         run(JoinQuery(time="t", window="tumbling:10s", on=["k"]), (parts, parts), executors=1,
@@ -357,8 +357,6 @@ def test_a_join_a_generator_or_a_checkpoint_refuses_live_scaling_saying_why(part
     table = pa.table({"t": pa.array([0, 1], pa.int64()), "k": [1, 2]})
     with pytest.raises(NotSupported, match="TableSource"):
         run(q, table, executors=1, max_executors=2)
-    with pytest.raises(NotSupported, match="checkpoint"):
-        run(q, parts, executors=1, max_executors=2, checkpoint=str(tmp_path / "ck"))
     with pytest.raises(InvalidArgument, match="max_executors"):
         run(q, parts, executors=2, max_executors=1)
 
