@@ -6,7 +6,9 @@ and the static run's; each scale says which path it took."""
 import logging
 import os
 import random
+import signal
 import threading
+import time
 
 import duckdb
 import numpy as np
@@ -18,6 +20,7 @@ import _slash_run
 
 from slash.control import request, wait_for_socket
 from slash.errors import InvalidArgument, NotSupported
+from slash.executor import GroupConfig
 from slash.query import Query
 from slash.runner import run
 
@@ -112,6 +115,45 @@ def test_a_rank_killed_after_a_live_scale_resumes_from_a_cut_of_both_active_rank
     rec = m["recoveries"][0]
     assert rec["rank"] == 1 and rec["from_checkpoint"] is not None
     assert rec["active_at_cut"] == [0, 1]  # the cut recorded the new deal, both ranks reading
+    assert m["late_records"] == 0
+    assert rows(out) == reference[0] == reference[1]
+
+
+def test_a_standby_killed_after_a_scale_in_resumes_as_a_standby_and_equals(parts, tmp_path,
+                                                                           reference):
+    sock = str(tmp_path / "c.sock")
+    done, errors = [], []
+
+    def driver():
+        try:
+            wait_for_socket(sock, 60)
+            for op, frac in (("scale-out", 0.1), ("scale-in", 0.25)):
+                _slash_run.wait_until(lambda: request(sock, "status")["records"] >= frac * TOTAL,
+                                      60, f"{frac:.0%} of the input read", every=0.02)
+                done.append(request(sock, op, {"k": 1}))
+            time.sleep(1.5)  # a few cuts (every 0.3 s) of the group with one rank standby
+            st = request(sock, "status")
+            standby = st["standby_ranks"][0]
+            done.append(standby)
+            os.kill(st["per_executor"][str(standby)]["pid"], signal.SIGKILL)
+        except BaseException as e:  # noqa: BLE001 - raised in the test's thread below
+            errors.append(e)
+
+    th = threading.Thread(target=driver)
+    th.start()
+    m = {}
+    try:
+        out = run(Q, parts, executors=1, max_executors=2, control=sock, rate=15_000, metrics=m,
+                  timeout=120, checkpoint=str(tmp_path / "ck"), checkpoint_every="300ms",
+                  group=GroupConfig(partitions=32))  # cheap images: a cut every 0.3 s
+    finally:
+        th.join()
+    if errors:
+        raise errors[0]
+    standby = done[2]
+    assert [d["executors"] for d in done[:2]] == [2, 1]
+    assert len(m["recoveries"]) == 1 and m["recoveries"][0]["rank"] == standby
+    assert m["recoveries"][0]["active_at_cut"] == [1 - standby]  # it resumed standby
     assert m["late_records"] == 0
     assert rows(out) == reference[0] == reference[1]
 

@@ -188,6 +188,7 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
                 snap.update(ctl.status())
                 snap["standby"] = not agent.is_active
                 snap["records_read"] = records
+                snap["pid"] = os.getpid()  # which process is which rank (status per_executor)
                 shared.put(("metrics", rank, snap))
 
         def wait(seconds: float) -> bool:
