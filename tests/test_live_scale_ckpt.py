@@ -7,6 +7,8 @@ import logging
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -216,3 +218,35 @@ def test_an_update_of_a_checkpointed_live_group_is_refused_naming_why(parts, tmp
     th.join()
     assert len(got) == 1 and "checkpoint" in got[0] and "update" in got[0]
     assert out.num_rows > 0
+
+
+def test_slash_ctl_scales_a_checkpointed_slash_run_beyond_max_executors_naming_the_path(
+        parts, tmp_path, reference):
+    sock, out = str(tmp_path / "c.sock"), str(tmp_path / "out.parquet")
+    p = subprocess.Popen([sys.executable, "-m", "slash", "run", "--input", parts, "--time", "t",
+                          "--window", "tumbling:10s", "--key", "k", "--agg", "count",
+                          "--agg", "sum:v", "--executors", "1", "--max-executors", "2",
+                          "--rate", "20000", "--checkpoint", str(tmp_path / "ck"),
+                          "--checkpoint-every", "3 batches", "--control", sock, "--output", out],
+                         env=_slash_run.ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        wait_for_socket(sock, 60)
+        ctl = [sys.executable, "-m", "slash", "ctl", "--socket", sock]
+        r = subprocess.run(ctl + ["scale-out", "2"], capture_output=True, text=True,
+                           env=_slash_run.ENV, timeout=90)
+        assert r.returncode == 0, r.stderr
+        assert "3 executors (restart path)" in r.stdout
+        st = subprocess.run(ctl + ["status"], capture_output=True, text=True,
+                            env=_slash_run.ENV, timeout=60)
+        assert "active ranks [0, 1, 2], standby ranks []" in st.stdout, st.stdout
+        assert "scale 1 -> 3: restart" in st.stdout, st.stdout
+        stdout, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate(timeout=60)
+    assert p.returncode == 0, stderr
+    assert "restart path, 1 -> 3 executors from checkpoint" in stderr
+    assert "restart scale 1 -> 3 active executors" in stdout
+    assert rows(pq.read_table(out)) == reference[0]

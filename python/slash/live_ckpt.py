@@ -181,7 +181,7 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
                     records_at.pop(k, None)
                 asks.cut(img.id)
             pending.extend(ex.results())
-            if rank == 0:
+            if rank == 0 and not ex.finished:  # a finished executor takes no more asks
                 asks.step(pushes)
             if reporter.due():
                 snap = Reporter.snapshot(ex)
