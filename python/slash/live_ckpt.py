@@ -475,6 +475,10 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
 
     if isinstance(control, RunControl):
         ctl, server = control, None
+    elif not (control in (None, True, False) or isinstance(control, (str, os.PathLike))):
+        raise InvalidArgument(f"control must be True, a socket path or a "
+                              f"slash.control.RunControl with max_executors=, got "
+                              f"{type(control).__name__}")
     else:
         ctl = CheckpointedRunControl(query, source.schema, m, bounded=True)
         server = ControlServer(ctl, None if control in (None, True, False) else os.fspath(control))

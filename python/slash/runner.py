@@ -744,8 +744,8 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
 
 def _check_elastic(query: Any, src: Any, n: int, m: Any, checkpoint: Any) -> None:
     """What ``max_executors=`` without ``latency_target=`` needs: a window
-    aggregation over files, ``executors <= max_executors``; with
-    ``checkpoint=`` no ``late_output=``."""
+    aggregation over files, ``executors <= max_executors`` (``checkpoint=``
+    is allowed: :mod:`slash.live_ckpt`)."""
     from slash.errors import NotSupported
     from slash.sources import FileSource
 
