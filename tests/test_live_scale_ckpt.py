@@ -80,7 +80,8 @@ def driven_run(parts, tmp_path, ops, points, **kw):
     th.start()
     m = {}
     try:
-        out = run(Q, parts, control=sock, metrics=m, timeout=120,
+        # 32 partitions: images of 32 files per rank, cheap to cut every batch or two
+        out = run(Q, parts, control=sock, metrics=m, timeout=120, group=GroupConfig(partitions=32),
                   checkpoint=str(tmp_path / "ck"), **kw)
     finally:
         th.join()
@@ -187,6 +188,9 @@ def test_beyond_max_executors_without_checkpoint_is_refused_saying_to_provision_
 
     def driver():
         wait_for_socket(sock, 60)
+        # the socket answers before the live group's operations are hooked in
+        _slash_run.wait_until(lambda: request(sock, "status").get("active_ranks"), 60,
+                              "the live group's status")
         try:
             request(sock, "scale-out", {"k": 2})
         except InvalidArgument as e:

@@ -480,12 +480,13 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
                               f"slash.control.RunControl with max_executors=, got "
                               f"{type(control).__name__}")
     else:
-        ctl = CheckpointedRunControl(query, source.schema, m, bounded=True)
-        server = ControlServer(ctl, None if control in (None, True, False) else os.fspath(control))
+        ctl, server = CheckpointedRunControl(query, source.schema, m, bounded=True), None
     elastic = ElasticCheckpointed()
     ctl.set_hook("scale-out", elastic.scale_out)
     ctl.set_hook("scale-in", elastic.scale_in)
     ctl.set_hook("elastic-status", elastic.status)
+    if not isinstance(control, RunControl):  # served once it can answer every operation
+        server = ControlServer(ctl, None if control in (None, True, False) else os.fspath(control))
     report_every = getattr(live, "report_interval", 0.5) if live is not None else 0.5
     ticks = lambda b: _bound_ticks(query, source, b)  # noqa: E731
 
