@@ -164,8 +164,10 @@ def test_a_standby_killed_after_a_scale_in_resumes_as_a_standby_and_equals(parts
 def test_a_scale_out_beyond_max_executors_takes_the_restart_path_and_equals(
         parts, tmp_path, reference, caplog):
     caplog.set_level(logging.WARNING, logger="slash.live_ckpt")
+    # the scale-in right after the restart answered (a restarted group counts its
+    # records afresh in the status, so a later point might come after the input's end)
     out, m, done = driven_run(parts, tmp_path, ["scale-out", "scale-out", "scale-in"],
-                              [0.1, 0.2, 0.5], executors=1, max_executors=2, rate=30_000,
+                              [0.1, 0.2, 0.0], executors=1, max_executors=2, rate=30_000,
                               checkpoint_every="3 batches")
     live1, restart, live2, status = done
     assert (live1["executors"], live1["path"], live1["live"]) == (2, "live", True)

@@ -59,7 +59,7 @@ import re
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
@@ -443,8 +443,7 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
     scale, ``path`` "live" or "restart") and ``checkpoints_dropped``."""
     from slash.control import ControlServer
     from slash.live_scale import LiveScaler
-    from slash.recovery import (CheckpointEvery, _Failed, _Plan, _replayed, _reported,
-                                _Reported, fingerprint)
+    from slash.recovery import CheckpointEvery, _Failed, _Plan, _replayed, fingerprint
     from slash.runner import _bound_ticks, write_parquet_atomically
 
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:

@@ -298,8 +298,8 @@ class LiveScaler:
 
     def _request(self, count: int, what: str) -> Dict[str, Any]:
         if not 1 <= count <= self.size:
-            more = (f"; provision more (a larger max_executors) or run with checkpoint=, "
-                    f"which takes a scale beyond it by restart" if count > self.size else "")
+            more = ("; provision more (a larger max_executors) or run with checkpoint=, "
+                    "which takes a scale beyond it by restart" if count > self.size else "")
             raise InvalidArgument(f"{what}: {count} active executors is outside 1..{self.size} "
                                   f"(the group was provisioned with max_executors={self.size}; "
                                   f"{len(self.active)} active now{more})")
