@@ -190,8 +190,8 @@ def summary(r: Dict[str, Any]) -> str:
         text += (f"\n  {r['null_time_records']:,} record(s) with a null time are in no window "
                  "(not aggregated)")
     for sc in r.get("live_scales") or []:
-        text += (f"\n  live scale {sc['from']} -> {sc['to']} active executors (ranks "
-                 f"{sc['active_ranks']}): input paused {sc['paused_ms']:.1f} ms")
+        text += (f"\n  {sc.get('path', 'live')} scale {sc['from']} -> {sc['to']} active "
+                 f"executors (ranks {sc['active_ranks']}): input paused {sc['paused_ms']:.1f} ms")
     auto = r.get("autotune")
     if auto and auto.get("latency_target_ms"):
         lat = auto.get("window_latency") or {}

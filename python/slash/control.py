@@ -886,6 +886,8 @@ def _status_summary(r: Dict[str, Any]) -> str:
     if r.get("active_ranks") is not None:
         lines.append(f"  active ranks {r['active_ranks']}, standby ranks {r['standby_ranks']} "
                      f"(live scaling up to {r['max_executors']})")
+        for sc in r.get("scales") or []:  # which path each scale took (live, or restart)
+            lines.append(f"  scale {sc['from']} -> {sc['to']}: {sc.get('path', 'live')}")
     if r.get("led_partitions"):
         lines.append(f"  leader map version {r.get('leader_map_version')}: partitions led per rank "
                      + ", ".join(f"{k}: {v}" for k, v in r["led_partitions"].items()))
@@ -938,12 +940,14 @@ register(Operation("scale-out", lambda ctl, a: ctl.call_hook("scale-out", _int_a
                    "add K executors (live in a group started with --max-executors; else a "
                    "restart from a checkpoint cut)",
                    cli_args=[(("k",), {"type": int, "metavar": "K"})],
-                   summary=lambda r: f"{r['executors']} executors"))
+                   summary=lambda r: f"{r['executors']} executors"
+                   + (f" ({r['path']} path)" if r.get("path") else "")))
 register(Operation("scale-in", lambda ctl, a: ctl.call_hook("scale-in", _int_arg(a, "k")),
                    "release K executors (live in a group started with --max-executors; else a "
                    "restart from a checkpoint cut)",
                    cli_args=[(("k",), {"type": int, "metavar": "K"})],
-                   summary=lambda r: f"{r['executors']} executors"))
+                   summary=lambda r: f"{r['executors']} executors"
+                   + (f" ({r['path']} path)" if r.get("path") else "")))
 register(Operation("epoch", lambda ctl, a: ctl.call_hook("epoch", _int_arg(a, "ms")),
                    "set every executor's epoch length (ms), in force by the next epoch end",
                    cli_args=[(("ms",), {"type": int, "metavar": "MS"})],

@@ -31,10 +31,12 @@ with the highest watermarks, so the ranks that stay can take their units.
 
 When every rank has nothing left to read, the driver tells all to finish.
 A window join scales by the same protocol with a work list per side
-(:mod:`slash.live_join`). Checkpointed runs and sources other than
-:class:`FileSource` are not supported (NotSupported); beyond M the
-checkpoint-restart path remains (:class:`slash.recovery.CheckpointedRun`).
-See docs/elastic.md.
+(:mod:`slash.live_join`). Sources other than :class:`FileSource` are not
+supported (NotSupported). Beyond M a scale-out is refused (provision more); a
+group that also takes checkpoints (``checkpoint=`` with ``max_executors=``,
+:mod:`slash.live_ckpt`, aggregations only) scales live within M and beyond it
+by restarting from a checkpoint; each history entry says its ``path``. See
+docs/elastic.md.
 """
 from __future__ import annotations
 
@@ -166,13 +168,16 @@ class ScaleAgent:
     def is_active(self) -> bool:
         return self.rank in self.active
 
-    def start(self, ex: Any, ctl: Any, source: Any, time_col: str) -> None:
-        """Before any push: the leader map over the active ranks, and standby
-        if this rank is not active."""
+    def start(self, ex: Any, ctl: Any, source: Any, time_col: str,
+              restored: bool = False) -> None:
+        """Before any push: the leader map over the active ranks (unless
+        ``restored``: the checkpoint's restore set it), and standby if this
+        rank is not active."""
         self.ex, self.ctl = ex, ctl
         self.source, self.time = source, time_col
-        parts = ex.metrics["partitions"]
-        ex._core.restore_map([self.active[p % len(self.active)] for p in range(parts)])
+        if not restored:
+            parts = ex.metrics["partitions"]
+            ex._core.restore_map([self.active[p % len(self.active)] for p in range(parts)])
         if not self.is_active:
             ex.set_standby([r for r in self.active if r != self.rank])
 
@@ -295,9 +300,11 @@ class LiveScaler:
 
     def _request(self, count: int, what: str) -> Dict[str, Any]:
         if not 1 <= count <= self.size:
+            more = ("; provision more (a larger max_executors) or run with checkpoint=, "
+                    "which takes a scale beyond it by restart" if count > self.size else "")
             raise InvalidArgument(f"{what}: {count} active executors is outside 1..{self.size} "
                                   f"(the group was provisioned with max_executors={self.size}; "
-                                  f"{len(self.active)} active now)")
+                                  f"{len(self.active)} active now{more})")
         with self._lock:
             if self.closed or self.finishing:
                 raise InvalidState(f"{what}: the run is ending (every rank has read its input)")
@@ -418,7 +425,7 @@ class LiveScaler:
             self.idle = {r for r in range(self.size) if not work.get(r)}
             entry = {"sid": op.sid, "from": len(old), "to": len(new), "active_ranks": new,
                      "joined": sorted(set(new) - set(old)), "left": sorted(set(old) - set(new)),
-                     "paused_ms": round(1000 * pause, 3), "at": time.time()}
+                     "paused_ms": round(1000 * pause, 3), "at": time.time(), "path": "live"}
             self.history.append(entry)
         if err is not None:
             return self._end(op, err)

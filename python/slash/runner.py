@@ -607,8 +607,15 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     ``metrics["live_scales"]`` lists them. Window aggregations over a
     :class:`~slash.sources.FileSource` or :class:`~slash.sources.BatchSource`,
     and window joins whose two inputs are such sources
-    (:mod:`slash.live_join`), without ``checkpoint``; anything else raises
-    NotSupported.
+    (:mod:`slash.live_join`); anything else raises NotSupported. Beyond
+    ``max_executors`` a scale-out is refused (InvalidArgument: provision more,
+    or use ``checkpoint``).
+    With ``checkpoint`` too (:mod:`slash.live_ckpt`, aggregations only) the live group takes
+    checkpoints (standby ranks included; positions in global terms) and
+    recovers from a failed rank exactly once; a scale-out beyond
+    ``max_executors`` then restarts the group from a checkpoint with the new
+    count (``metrics["live_scales"]`` entries say ``"path": "live"`` or
+    ``"restart"``); ``update`` is refused there.
 
     ``latency_target`` (``"500ms"``, ``"2s"``, seconds, or a
     :class:`slash.controller.ControllerConfig` for every knob): the run tunes
@@ -671,9 +678,20 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         raise InvalidArgument("min_executors bounds the controller: give latency_target= too")
     if max_executors is not None:  # a pre-provisioned group that scales live (slash.live_scale)
         _check_elastic(query, src, n, max_executors, checkpoint)
+        if checkpoint is not None and late_output is not None:
+            from slash.errors import NotSupported
+            raise NotSupported("checkpoint= and late_output= cannot be combined yet")
         group.partitions_for(max_executors)
         if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
             raise InvalidArgument(f"rate must be > 0 records/s, got {rate!r}")
+        if checkpoint is not None:  # live within max_executors, beyond it by restart
+            from slash.live_ckpt import run_live_checkpointed
+
+            return run_live_checkpointed(query, src, n, max_executors, group, token,
+                                         directory=checkpoint, every=checkpoint_every,
+                                         keep=checkpoint_keep, max_restarts=max_restarts,
+                                         timeout=timeout, rate=rate, control=control,
+                                         metrics=metrics, output=output, live=live)
         ctl, server = _control_for(True if control in (None, False) else control, query, src,
                                    max_executors, elastic=True)
         report_every = getattr(live, "report_interval", 0.5) if live is not None else 0.5
@@ -739,19 +757,20 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
 
 def _check_elastic(query: Any, src: Any, n: int, m: Any, checkpoint: Any) -> None:
     """What ``max_executors=`` without ``latency_target=`` needs: a window
-    aggregation over files (or a join over two), no checkpoint,
-    ``executors <= max_executors``."""
+    aggregation over files (or a join over two, without checkpoint),
+    ``executors <= max_executors`` (``checkpoint=`` is allowed for an
+    aggregation: :mod:`slash.live_ckpt`)."""
     from slash.errors import NotSupported
     from slash.sources import FileSource
 
     if isinstance(m, bool) or not isinstance(m, int) or not n <= m <= MAX_EXECUTORS:
         raise InvalidArgument(f"max_executors must be an int in {n}..{MAX_EXECUTORS} (at least "
                               f"executors={n}), got {m!r}")
-    if checkpoint is not None:
-        raise NotSupported("max_executors= (a group that scales live) does not combine with "
-                           "checkpoint= yet: a checkpointed run rescales by restarting from a "
-                           "cut (CheckpointedRun.rescale)")
     if isinstance(query, JoinQuery):
+        if checkpoint is not None:
+            raise NotSupported("max_executors= with checkpoint=: a checkpointed live group takes "
+                               "window aggregations only; a join scales live without checkpoint=, "
+                               "or rescales by restart (recovery_join)")
         from slash.live_join import check_join_sources
         check_join_sources(src)  # both sides re-dealt in global terms (slash.live_join)
         return

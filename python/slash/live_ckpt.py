@@ -1,0 +1,730 @@
+"""A live-scalable group that takes checkpoints: ``runner.run(..., checkpoint=DIR,
+max_executors=M)`` (``slash run --checkpoint DIR --max-executors M``).
+
+The group is the one of :mod:`slash.live_scale` (M ranks, N of them active,
+the rest standby; ``scale_out`` / ``scale_in`` within 1..M re-deal the input
+left at an agreed point, without a restart) and it checkpoints and recovers
+as :mod:`slash.recovery` does (rank 0 asks for a cut, every rank writes its
+image, the driver commits a manifest once every rank's image is durable; a
+failed rank restarts the group from the newest complete checkpoint).
+
+**What a rank records at a cut.** The core cuts every executor of the group,
+standby ranks too. Each rank's ``rank-<r>.json`` holds what it had left to
+read at the cut *in global terms* (``[[unit, batches read], ...]``, as the
+live deal and :meth:`FileSource.resplit` count), never its own split: after
+a live scale a rank's work is a new deal, so only global terms resume
+correctly whoever read what. The position is tracked per push call (the cut
+is at a push count) together with the scale *generation* (the id of the
+last scale commit the rank had taken, 0 at the start of an attempt) the work
+belongs to, and the active ranks of that generation.
+
+**Consistent cuts across a scale.** A scale commit changes a rank's work
+between two push calls. A rank whose push count at the cut is the one it
+had when it answered a scale's *prepare* may be described in either
+generation (its prepare answer, or its new deal with nothing read), so it
+records both ("candidates"). The driver commits a checkpoint in a generation
+every rank can be described in (the newest such); then the union of the
+ranks' lists is exactly the input no rank's state holds. If there is none
+(a cut that straddles a whole scale: one rank cut before answering the
+prepare, another after reading its new deal) the checkpoint is not
+committed: its result segments are carried into the next committed cut, so
+no fired window is lost, and a rescale waiting for it asks again.
+
+**Resume.** After a failure the group restarts with the same M from the
+newest complete checkpoint, each rank with its own recorded list and the
+active set of the checkpoint's generation (a standby stays standby), the
+leader map the ranks followed at the cut. Records read after the cut are
+read again, the windows fired before it come from the committed segments,
+so the output is the failure-free run's (exactly once).
+
+**Beyond M.** ``scale_out`` past M cannot be live (no process is
+provisioned). Here it takes the restart path, chosen automatically: rank 0
+is asked for a cut (at its next epoch boundary), once it commits the group
+stops and starts again with N' executors, all active (M' = max(M, N')),
+from that checkpoint; the ranks' lists are re-dealt to N' ranks
+(:meth:`FileSource.resplit`). Every scale is logged with the path it took
+and listed in ``slash ctl status`` (``scales``) and ``metrics["live_scales"]``
+with ``"path": "live"`` or ``"restart"``.
+
+Not supported here (NotSupported / InvalidArgument naming why): joins,
+``late_output=``, and ``update`` (a logic version would not survive a
+resume: the workers restart with the query's logic).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import threading
+import time
+import traceback
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import pyarrow as pa
+
+from slash._ipc import from_ipc, to_ipc
+from slash.checkpoint import Checkpoint, CheckpointStore
+from slash.control import RunControl
+from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState, NotSupported,
+                          SlashError, SystemFailure, Timeout, UsageError)
+from slash.executor import Executor, GroupConfig
+from slash.launcher import ProcessGroup
+from slash.sources import FileSource, Work
+
+log = logging.getLogger(__name__)
+
+#: (scale generation, its work, the position in it after the push, its active ranks)
+_Cand = Tuple[int, Work, Optional[Sequence[int]], List[int]]
+
+
+# ---- the executor's side -------------------------------------------------------------------------
+def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: List[str],
+                              listener: Any, group: GroupConfig, token: str, plan: Any,
+                              link: Any, work: Work, active: Sequence[int],
+                              rate: Optional[float], report_every: float
+                              ) -> Tuple[pa.Table, Dict[str, Any]]:
+    """One rank's run (see the module doc): restores from ``plan.resume_id``
+    if given, then reads ``work`` (global terms) while it is active, takes
+    the driver's scale and checkpoint messages, and cuts. Returns the windows
+    it fired in this attempt and its metrics."""
+    from slash.ckpt_worker import AskSchedule, write_image
+    from slash.control import ExecutorControl, LogicPlan
+    from slash.live_scale import ScaleAgent
+    from slash.metrics import Reporter
+    from slash.recovery import (_SharedLink, _Writer, _kill_after_cuts, _kill_in_write,
+                                _kill_point, checkpoint_leaders, part_name, read_partitions)
+    from slash.runner import _elastic_items, _no_cyclic_gc, source_nullable
+
+    n = len(addresses)
+    store = plan.store()
+    shared = _SharedLink(link)  # the writer thread reports over it too
+    writer = _Writer(rank)
+    schema = source.schema
+    nullable = source_nullable(source, [*query.key, *query.value_columns])
+    state = query.state_config(schema, plan.partitions, nullable)
+    ex = Executor(listener, rank, addresses, state, group, token=token, bounded=True)
+    base_pushes = records = 0
+    restored = False
+    try:
+        if plan.resume_id is not None:
+            ck = store.load(plan.resume_id)
+            metas = [ck.read(f"rank-{r}.meta") for r in range(ck.executors)]
+            # the map the ranks followed at the cut (same M); else the partitions dealt over
+            # the active ranks, as a fresh live group starts (any agreed map is correct: every
+            # image of a partition is merged into its leader)
+            leaders = checkpoint_leaders(ck, n, plan.partitions) or \
+                [sorted(active)[p % len(active)] for p in range(plan.partitions)]
+            ex.restore(metas, read_partitions(ck, lambda p: leaders[p] == rank), leaders)
+            restored = True
+            if ck.executors == n:
+                info = ck.rank_info(rank)
+                base_pushes, records = int(info["pushes"]), int(info["records"])
+            elif rank == 0:
+                records = sum(int(ck.rank_info(r)["records"]) for r in range(ck.executors))
+        shared.put(("resumed", rank, records))
+        ctl = ExecutorControl(shared.put, link._conn, rank, LogicPlan(query), group.timeout)
+        agent = ScaleAgent(rank, n, work, active, shared.put, link._conn, group.timeout)
+        agent.start(ex, ctl, source, query.time, restored=restored)
+        asks = AskSchedule(ex, plan.every, plan.next_id, base_pushes)  # rank 0's
+
+        def from_driver(msg: Any) -> None:
+            if isinstance(msg, tuple) and msg[:1] == ("checkpoint_now",):
+                asks.force()  # a rescale beyond M: cut at the next chance
+            else:
+                agent.handle(msg)
+        ctl.other = from_driver
+
+        pushes = base_pushes
+        cands: Dict[int, List[_Cand]] = {pushes: [(agent.sid, agent.work, None,
+                                                   list(agent.active))]}
+        records_at: Dict[int, int] = {pushes: records}
+        out: List[pa.RecordBatch] = []
+        pending: List[pa.RecordBatch] = []  # fired since the last cut
+        result_schema = ex.result_schema()
+        kill_at = _kill_point(rank, plan.attempt)
+        reporter = Reporter(report_every)
+        call_t = [time.monotonic()]
+
+        def sync() -> None:
+            # a scale commit since the last push: the same push count is also described by
+            # the new generation (its new work, nothing of it read)
+            now = cands[pushes]
+            if now[-1][0] != agent.sid:
+                now.append((agent.sid, agent.work, None, list(agent.active)))
+
+        def after_call() -> None:
+            nonlocal pending
+            sync()
+            while True:
+                img = ex.take_checkpoint()
+                if img is None:
+                    break
+                pending += ex.results()  # every window fired before the cut, nothing after
+                gens = {str(g): {"work": FileSource.remaining(w, pos), "active": act}
+                        for g, w, pos, act in cands[img.pushes]}
+                version, leaders_now = ex.leader_map()
+                info = {"rank": rank, "position": None, "pushes": img.pushes,
+                        "records": records_at[img.pushes],
+                        "windows": sum(b.num_rows for b in pending),
+                        "leader_map": {"version": version, "leaders": leaders_now},
+                        "live": gens}
+                writer.submit(write_image, store, shared, rank, img, pending, result_schema, info,
+                              lambda p: part_name(p, rank),
+                              _kill_in_write(store, plan, kill_at, rank, pushes),
+                              {"cut_seconds": time.monotonic() - call_t[0],
+                               "gens": sorted(int(g) for g in gens)})
+                out.extend(pending)
+                pending = []
+                for k in [k for k in cands if k < img.pushes]:  # older cuts are not needed
+                    del cands[k]
+                    records_at.pop(k, None)
+                asks.cut(img.id)
+            pending.extend(ex.results())
+            if rank == 0 and not ex.finished:  # a finished executor takes no more asks
+                asks.step(pushes)
+            if reporter.due():
+                snap = Reporter.snapshot(ex)
+                snap.update(ctl.status())
+                snap["standby"] = not agent.is_active
+                snap["records_read"] = records
+                snap["pid"] = os.getpid()  # which process is which rank (status per_executor)
+                shared.put(("metrics", rank, snap))
+
+        def wait(seconds: float) -> bool:
+            """Serves the executor (and cuts) for ``seconds``: a rank waiting for work."""
+            deadline = time.monotonic() + seconds
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                call_t[0] = time.monotonic()
+                ex.poll(min(0.05, left))
+                after_call()
+
+        last_progress = time.monotonic()
+        with _no_cyclic_gc():
+            for item in _elastic_items(query, source, agent, ex, ctl, rate, wait):
+                call_t[0] = time.monotonic()
+                if isinstance(item, (pa.RecordBatch, pa.Table)):
+                    b, skip = ctl.prepare(item)
+                    ex.push_batch(b, skip=skip)
+                    pushes += 1
+                    records += item.num_rows
+                    cands[pushes] = [(agent.sid, agent.work, agent.pos, list(agent.active))]
+                    records_at[pushes] = records
+                else:  # a Watermark: what the work left promises
+                    wm = query.watermark_ticks(getattr(item, "value", None), schema)
+                    if wm is not None:
+                        ex.advance_watermark(wm)
+                        agent.advanced(wm)
+                after_call()
+                if kill_at is not None and not kill_at[2] and pushes >= kill_at[0]:
+                    _kill_after_cuts(ex, store, plan, kill_at, rank, pushes, after_call)
+                if time.monotonic() - last_progress >= 0.05:
+                    last_progress = time.monotonic()
+                    shared.put(("progress", rank, records))
+            ctl.input_done()
+            ex.finish()
+            after_call()
+            writer.drain()  # every checkpoint this rank took is durable and reported
+        out.extend(pending)
+        m = dict(ex.metrics)
+        m["records_read"] = records
+        return pa.Table.from_batches(out, schema=result_schema), m
+    finally:
+        writer.close()
+        ex.close()
+
+
+def _worker(query: Any, source: Any, rank: int, size: int, group: GroupConfig, token: str,
+            plan: Any, work: Work, active: List[int], rate: Optional[float],
+            report_every: float, link: Any) -> None:
+    """One executor process of the group (see :mod:`slash.launcher`)."""
+    try:
+        lst = Executor.listen(group.transport, token=token)
+        link.put(("addr", rank, lst.address))
+        addresses = link.get(timeout=group.timeout)
+        result, m = execute_live_checkpointed(query, source, rank, addresses, lst, group, token,
+                                              plan, link, work, active, rate, report_every)
+        lst.close()
+        plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
+        link.put(("ok", rank, result, plain, None))
+    except BaseException as e:  # the parent raises or recovers, naming the rank
+        link.put(("error", rank, e if isinstance(e, SlashError) else None,
+                  f"{type(e).__name__}: {e}", traceback.format_exc()))
+
+
+# ---- the driver's side ---------------------------------------------------------------------------
+class CheckpointedRunControl(RunControl):
+    """The control socket's side of a checkpointed live group: as
+    :class:`slash.control.RunControl`, but ``update`` is refused (a new logic
+    version would be lost when the group resumes from a checkpoint)."""
+
+    def update(self, args: Dict[str, Any]) -> Dict[str, Any]:
+        raise NotSupported("update: a checkpointed live group (checkpoint= with max_executors=) "
+                           "does not change its logic yet; a resume from a checkpoint would "
+                           "restart with the query's original logic")
+
+
+class _Restart:
+    """A scale-out beyond the provisioned group, carried out by restart."""
+
+    def __init__(self, count: int, what: str) -> None:
+        self.count, self.what = count, what
+        self.asked = time.monotonic()
+        self.done = threading.Event()
+        self.sent = False
+        self.after = 0  # checkpoints committed when the cut was asked for
+        self.result: Optional[Dict[str, Any]] = None
+        self.error: Optional[BaseException] = None
+        self.entry: Optional[Dict[str, Any]] = None
+
+
+class ElasticCheckpointed:
+    """``scale-out`` / ``scale-in`` / ``elastic-status`` of a checkpointed
+    live group, across its attempts: within the provisioned size a live scale
+    (the current attempt's :class:`slash.live_scale.LiveScaler`); beyond it a
+    restart from a checkpoint (:class:`_Restart`, carried out by
+    :func:`run_live_checkpointed`)."""
+
+    def __init__(self, timeout: float = 120.0) -> None:
+        self._cond = threading.Condition()
+        self.scaler: Any = None
+        self.size = 0
+        self.history: List[Dict[str, Any]] = []  # scales of attempts that ended, both paths
+        self.restart: Optional[_Restart] = None
+        self.ended = False
+        self.timeout = timeout
+
+    def _current(self, what: str) -> Any:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.scaler is not None or self.ended,
+                                       self.timeout):
+                raise Timeout(f"{what}: the group did not (re)start within {self.timeout} s")
+            if self.ended:
+                raise InvalidState(f"{what}: the run has ended")
+            if self.restart is not None:
+                raise InvalidState(f"{what}: a restart to {self.restart.count} executors is in "
+                                   "progress")
+            return self.scaler
+
+    def scale_out(self, k: int) -> Dict[str, Any]:
+        what = f"scale-out {k}"
+        scaler = self._current(what)
+        count = len(scaler.active) + k
+        if count > scaler.size:
+            return self._restart(count, what)
+        return scaler.scale_out(k)
+
+    def scale_in(self, k: int) -> Dict[str, Any]:
+        return self._current(f"scale-in {k}").scale_in(k)
+
+    def _restart(self, count: int, what: str) -> Dict[str, Any]:
+        from slash.limits import MAX_EXECUTORS
+
+        if count > MAX_EXECUTORS:
+            raise InvalidArgument(f"{what}: {count} executors is more than {MAX_EXECUTORS}")
+        with self._cond:
+            if self.restart is not None:
+                raise InvalidState(f"{what}: a restart to {self.restart.count} executors is "
+                                   "in progress")
+            req = self.restart = _Restart(count, what)
+        log.warning("%s: %d executors is beyond the provisioned group of %d; taking the restart "
+                    "path (checkpoint, then a group of %d)", what, count, self.size, count)
+        if not req.done.wait(self.timeout):
+            raise Timeout(f"{what}: the restart did not complete within {self.timeout} s")
+        if req.error is not None:
+            raise req.error
+        assert req.result is not None
+        return req.result
+
+    def status(self) -> Dict[str, Any]:
+        with self._cond:
+            scaler = self.scaler
+            hist = list(self.history)
+        st = scaler.status() if scaler is not None else {}
+        st["scales"] = hist + list(st.get("scales", []))
+        st["checkpointed"] = True
+        return st
+
+    def all_scales(self) -> List[Dict[str, Any]]:
+        return self.status()["scales"]
+
+    # -- the driver's loop
+    def _attach(self, scaler: Any) -> None:
+        with self._cond:
+            self.scaler, self.size = scaler, scaler.size
+            self._cond.notify_all()
+
+    def _detach(self) -> None:
+        with self._cond:
+            if self.scaler is not None:
+                self.history.extend(self.scaler.history)
+            self.scaler = None
+
+    def _end_restart(self, err: Optional[BaseException],
+                     result: Optional[Dict[str, Any]] = None) -> None:
+        with self._cond:
+            req, self.restart = self.restart, None
+        if req is not None:
+            req.error, req.result = err, result
+            req.done.set()
+
+    def _end(self) -> None:
+        with self._cond:
+            self.ended = True
+            self._cond.notify_all()
+        self._end_restart(InvalidState("the run ended before the restart took effect"))
+
+
+class _Rescale(Exception):
+    def __init__(self, count: int, ckpt: int) -> None:
+        super().__init__(f"restart with {count} executors")
+        self.count, self.ckpt = count, ckpt
+
+
+def _live_gen(ck: Checkpoint) -> int:
+    return int(ck.manifest.get("info", {}).get("live_gen", 0))
+
+
+def resume_shape(ck: Optional[Checkpoint], source: Any, size: int, active_n: int,
+                 time_col: str) -> Tuple[List[Work], List[int]]:
+    """(each rank's work, the active ranks) a group of ``size`` starts with
+    from checkpoint ``ck``: with the checkpoint's size, each rank its own list
+    and the active set of the committed generation; with another size (a
+    restart beyond M, or a directory resumed with another M) every list
+    re-dealt to ranks ``0..active_n-1``; without a checkpoint the first split."""
+    if ck is None:
+        return ([source.work(r, active_n, time_col) if r < active_n else []
+                 for r in range(size)], list(range(active_n)))
+    gen = str(_live_gen(ck))
+    infos = [ck.rank_info(r) for r in range(ck.executors)]
+    for r, i in enumerate(infos):
+        if gen not in i.get("live", {}):
+            raise CheckpointCorrupt(f"checkpoint {ck.path!r}: rank {r} recorded no work of scale "
+                                    f"generation {gen} (not cut by a live group?)")
+    lefts = [[[int(g), int(k)] for g, k in i["live"][gen]["work"]] for i in infos]
+    if ck.executors == size:
+        return lefts, sorted(int(r) for r in infos[0]["live"][gen]["active"])
+    dealt = source.resplit(lefts, active_n, time_col)
+    return [dealt[r] if r < active_n else [] for r in range(size)], list(range(active_n))
+
+
+def _commit(store: CheckpointStore, cid: int, reports: Dict[int, Tuple[Any, ...]], gen: int,
+            carried: Dict[str, Dict[str, int]], checkpoints: List[Dict[str, Any]]) -> None:
+    files: Dict[str, Dict[str, int]] = {}
+    segs: Dict[str, Dict[str, int]] = dict(carried)
+    size, secs, cut = 0, 0.0, 0.0
+    for rank in sorted(reports):
+        f, s, stats = reports[rank]
+        files.update(f)
+        segs.update(s)
+        size += stats["bytes"]
+        secs = max(secs, stats["seconds"])
+        cut = max(cut, stats.get("cut_seconds", 0.0))
+    t = time.monotonic()
+    store.commit(cid, files, segs, {"bytes": size, "live_gen": gen})
+    checkpoints.append({"id": cid, "bytes": size, "seconds": round(secs + time.monotonic() - t, 4),
+                        "cut_seconds": round(cut, 4)})
+    log.info("checkpoint %d committed: %d bytes (scale generation %d)", cid, size, gen)
+
+
+def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupConfig, token: str,
+                          *, directory: str, every: Any, keep: int, max_restarts: int,
+                          timeout: float, rate: Optional[float], control: Any,
+                          metrics: Optional[Dict[str, Any]], output: Optional[str],
+                          live: Any = None) -> pa.Table:
+    """:func:`slash.runner.run` with ``checkpoint=`` and ``max_executors=``:
+    the live group of ``m`` ranks, ``n`` active, with checkpoints (see the
+    module doc). ``control``: as for the live group (True, a socket path or a
+    RunControl); ``metrics`` receives what a checkpointed run's does
+    (checkpoints, recoveries, records_replayed) plus ``live_scales`` (each
+    scale, ``path`` "live" or "restart") and ``checkpoints_dropped``."""
+    from slash.control import ControlServer
+    from slash.live_scale import LiveScaler
+    from slash.recovery import CheckpointEvery, _Failed, _Plan, _replayed, fingerprint
+    from slash.runner import _bound_ticks, write_parquet_atomically
+
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise InvalidArgument(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+    t_start = time.monotonic()
+    policy = CheckpointEvery.parse(every)
+    partitions = group.partitions_for(m)
+    fp = fingerprint(query, source) + " in a live group"
+    store = CheckpointStore(os.fspath(directory), fingerprint=fp, executors=m,
+                            partitions=partitions, keep=keep)
+    stored = store.finished()
+    if stored is not None:
+        log.info("checkpoint directory %r holds this query's finished run: returning its result "
+                 "without running again", store.dir)
+        if metrics is not None:
+            metrics.update(checkpoints=[], recoveries=[], records_replayed=0,
+                           finished_before=True, live_scales=[])
+        return from_ipc(stored)
+    shape = store.newest_shape()
+    if shape is not None:
+        ck_parts = shape[1]
+        if group.partitions is not None and group.partitions != ck_parts:
+            raise InvalidArgument(f"checkpoint directory {store.dir!r} holds checkpoints with "
+                                  f"{ck_parts} key partitions; this run asks for "
+                                  f"{group.partitions} (the count stays fixed: leave it unset)")
+        partitions = store.partitions = ck_parts
+    group = dataclasses.replace(group, partitions=partitions)
+
+    if isinstance(control, RunControl):
+        ctl, server = control, None
+    elif not (control in (None, True, False) or isinstance(control, (str, os.PathLike))):
+        raise InvalidArgument(f"control must be True, a socket path or a "
+                              f"slash.control.RunControl with max_executors=, got "
+                              f"{type(control).__name__}")
+    else:
+        ctl, server = CheckpointedRunControl(query, source.schema, m, bounded=True), None
+    elastic = ElasticCheckpointed()
+    ctl.set_hook("scale-out", elastic.scale_out)
+    ctl.set_hook("scale-in", elastic.scale_in)
+    ctl.set_hook("elastic-status", elastic.status)
+    if not isinstance(control, RunControl):  # served once it can answer every operation
+        server = ControlServer(ctl, None if control in (None, True, False) else os.fspath(control))
+    report_every = getattr(live, "report_interval", 0.5) if live is not None else 0.5
+    ticks = lambda b: _bound_ticks(query, source, b)  # noqa: E731
+
+    checkpoints: List[Dict[str, Any]] = []
+    recoveries: List[Dict[str, Any]] = []
+    dropped: List[int] = []
+    replayed = restarts = attempt = 0
+    size, active_n = m, n
+    first = store.latest()
+    failed_at: Optional[float] = None
+    resumed_scale: Optional[_Restart] = None  # a restart whose new group is starting
+    try:
+        while True:
+            ck = first if attempt == 0 else store.latest()
+            if ck is not None and ck.executors != size:
+                log.info("starting a group of %d (%d active) from checkpoint %d of %d executors: "
+                         "re-dealing the input left", size, active_n, ck.id, ck.executors)
+            works, active = resume_shape(ck, source, size, active_n, query.time)
+            store.executors = size
+            plan = _Plan(store.dir, store.fingerprint, size, partitions, keep, policy,
+                         ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
+                         attempt)
+            scaler = LiveScaler(source, query, size, len(active), ticks)
+            scaler.active = list(active)
+            ctl.executors = size
+            elastic._attach(scaler)
+            try:
+                tables, per_exec = _attempt(query, source, size, group, token, plan, store,
+                                            works, active, rate, report_every, ctl, scaler,
+                                            elastic, live, checkpoints, dropped, recoveries,
+                                            failed_at, resumed_scale, t_start, timeout)
+                break
+            except _Rescale as r:
+                req = elastic.restart
+                old_active = len(scaler.active)
+                log.warning("scale-out beyond max_executors=%d: restart path, %d -> %d executors "
+                            "from checkpoint %d", size, old_active, r.count, r.ckpt)
+                if req is not None:
+                    req.entry = {"sid": None, "from": old_active, "to": r.count,
+                                 "active_ranks": list(range(r.count)),
+                                 "joined": list(range(size, r.count)), "left": [],
+                                 "path": "restart", "checkpoint": r.ckpt,
+                                 "max_executors": r.count,
+                                 "seconds_to_cut": round(time.monotonic() - req.asked, 3),
+                                 "at": time.time()}
+                resumed_scale = req
+                size = active_n = max(size, r.count)
+                attempt += 1
+                failed_at = None
+                continue
+            except _Failed as f:
+                if isinstance(f.error, (UsageError, CheckpointCorrupt)) or not isinstance(
+                        f.error, SystemFailure):
+                    raise f.error
+                last = store.latest(verify=False)
+                lost = _replayed(f.error, last)
+                replayed += lost
+                if restarts >= max_restarts:
+                    raise SystemFailure(f"run failed after {restarts} restart(s) (max_restarts="
+                                        f"{max_restarts}); last failure: {f.cause}") from f.error
+                restarts += 1
+                attempt += 1
+                failed_at = time.monotonic()
+                recoveries.append({"cause": f.cause, "rank": f.rank,
+                                   "from_checkpoint": last.id if last is not None else None,
+                                   "records_replayed": lost,
+                                   "active_at_cut": None if last is None else
+                                   resume_shape(last, source, size, active_n, query.time)[1]})
+                log.warning("executor rank %s failed (%s): restarting the group of %d from %s "
+                            "(restart %d of at most %d)", f.rank, f.cause, size,
+                            f"checkpoint {last.id}" if last is not None else "the beginning",
+                            restarts, max_restarts)
+                if resumed_scale is not None and resumed_scale.done.is_set():
+                    resumed_scale = None
+            finally:
+                elastic._detach()
+    finally:
+        elastic._end()
+        ctl.close()
+        if server is not None:
+            server.close()
+    base = [from_ipc(ck.read_segment(rel)) for rel in sorted(ck.segments())] if ck else []
+    raw = pa.concat_tables([t.cast(tables[0].schema) if t.schema != tables[0].schema else t
+                            for t in base] + tables)
+    result = query.finalize(raw, source.schema)
+    store.finish(to_ipc(result), {"checkpoints": len(checkpoints), "recoveries": len(recoveries)})
+    scales = elastic.history
+    log.info("query ran on a live group of %d in %.2f s: %d result rows, %d checkpoints "
+             "(%d dropped), %d recoveries, %d scales", size, time.monotonic() - t_start,
+             result.num_rows, len(checkpoints), len(dropped), len(recoveries), len(scales))
+    if metrics is not None:
+        totals = {k: sum(int(x.get(k, 0) or 0) for x in per_exec)
+                  for k in ("late_records", "null_time_records")}
+        totals["records_in"] = sum(int(x.get("records_read", 0) or 0) for x in per_exec)
+        metrics.update(totals, rows=result.num_rows, executors=len(scaler.active),
+                       max_executors=size, per_executor=per_exec, checkpoints=checkpoints,
+                       checkpoints_dropped=dropped, recoveries=recoveries,
+                       records_replayed=replayed, finished_before=False,
+                       resumed_from=first.id if first is not None else None,
+                       live_scales=scales)
+    if output:
+        write_parquet_atomically(result, output)
+    return result
+
+
+def _attempt(query: Any, source: Any, size: int, group: GroupConfig, token: str, plan: Any,
+             store: CheckpointStore, works: List[Work], active: List[int], rate: Optional[float],
+             report_every: float, ctl: Any, scaler: Any, elastic: ElasticCheckpointed, live: Any,
+             checkpoints: List[Dict[str, Any]], dropped: List[int],
+             recoveries: List[Dict[str, Any]], failed_at: Optional[float],
+             resumed_scale: Optional[_Restart], t_start: float, timeout: float
+             ) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
+    """One group of ``size`` from ``plan``'s checkpoint to the end; raises
+    recovery's _Failed, or _Rescale once the cut a restart asked for commits."""
+    from slash.recovery import _Failed, _reported, _Reported
+
+    t0 = time.monotonic()
+    progress: Dict[int, int] = {}
+    reports: Dict[int, Dict[int, Tuple[Any, ...]]] = {}
+    carried: Dict[str, Dict[str, int]] = {}  # segments of cuts not committed (see module doc)
+    resumed: set = set()
+
+    def fail(rank: Optional[int], cause: str, err: BaseException) -> "_Failed":
+        err._slash_progress = dict(progress)  # type: ignore[attr-defined]
+        return _Failed(rank, cause, err)
+
+    pg = ProcessGroup(size, _worker, lambda r: (query, source, r, size, group, token, plan,
+                                                works[r], active, rate, report_every))
+    try:
+        with pg:
+            try:
+                got: Dict[int, str] = {}
+                while len(got) < size:
+                    rep = pg.recv(timeout=max(0.0, t0 + group.timeout - time.monotonic()))
+                    if rep[0] == "error":
+                        raise _reported(rep)
+                    got[rep[1]] = rep[2]
+                pg.broadcast([got[r] for r in range(size)])
+                ctl.attach(pg.send)
+                scaler.attach(pg.send)
+                parts: List[Optional[pa.Table]] = [None] * size
+                per_exec: List[Dict[str, Any]] = [{} for _ in range(size)]
+                done = 0
+                while done < size:
+                    left = max(0.0, t_start + timeout - time.monotonic())
+                    req = elastic.restart
+                    if req is resumed_scale:  # this group is that restart's: it is not asking
+                        req = None
+                    if scaler.busy:
+                        scaler.service()  # one agreement at a time
+                    elif req is not None:
+                        if scaler.finishing or parts[0] is not None:
+                            elastic._end_restart(InvalidState(
+                                f"{req.what}: the run is ending (every rank has read its "
+                                "input); no checkpoint can be cut to restart from"))
+                        elif not req.sent:
+                            req.sent, req.after = True, len(checkpoints)
+                            pg.send(0, ("checkpoint_now",))
+                    else:
+                        ctl.service()
+                        if ctl._active is None:
+                            scaler.service()
+                    try:
+                        rep = pg.recv(timeout=min(left, ctl.tick))
+                    except Timeout:
+                        if left > ctl.tick:
+                            continue
+                        raise SystemFailure(f"query did not finish within {timeout} s") from None
+                    kind = rep[0]
+                    if kind == "error":
+                        raise _reported(rep)
+                    if kind == "metrics":
+                        ctl.on_message(rep)
+                        if live is not None:
+                            live.update_executor(rep[1], rep[2])
+                        continue
+                    if ctl.on_message(rep) or scaler.on_message(rep):
+                        continue
+                    if kind == "resumed":
+                        resumed.add(rep[1])
+                        progress[rep[1]] = rep[2]
+                        if len(resumed) == size:
+                            _resumed(resumed_scale, elastic, failed_at, recoveries)
+                    elif kind == "progress":
+                        progress[rep[1]] = rep[2]
+                    elif kind == "ckpt":
+                        _, rank, cid, files, segs, stats = rep
+                        reports.setdefault(cid, {})[rank] = (files, segs, stats)
+                        if len(reports[cid]) < size:
+                            continue
+                        rs = reports.pop(cid)
+                        common = set.intersection(*(set(st.get("gens", [0]))
+                                                    for _, _, st in rs.values()))
+                        if not common:
+                            for _, s, _ in rs.values():
+                                carried.update(s)
+                            dropped.append(cid)
+                            log.warning("checkpoint %d not committed: its cut straddles a live "
+                                        "scale (no generation every rank can be described in); "
+                                        "its windows go with the next cut", cid)
+                            if req is not None:
+                                req.sent = False  # ask again
+                            continue
+                        _commit(store, cid, rs, max(common), carried, checkpoints)
+                        carried = {}
+                        if req is not None and req.sent and len(checkpoints) > req.after:
+                            raise _Rescale(req.count, cid)
+                    elif kind == "ok":
+                        parts[rep[1]] = rep[2]
+                        per_exec[rep[1]] = rep[3]
+                        done += 1
+            except SystemFailure as e:  # a process died, or a deadline passed
+                dead = pg.exited()
+                mt = re.search(r"rank (\d+)", str(e))
+                rank = int(mt.group(1)) if mt else (min(dead) if dead else None)
+                raise fail(rank, str(e), e) from None
+            except _Reported as r:
+                err = r.error
+                if isinstance(err, SystemFailure) and not isinstance(err, CheckpointCorrupt):
+                    time.sleep(0.2)  # a peer's broken link: is a process dead? that is the cause
+                    dead = pg.exited()
+                    if dead:
+                        k = min(dead)
+                        raise fail(k, f"executor rank {k} died ({dead[k]})", err) from None
+                raise fail(r.rank, str(err), err) from None
+    finally:
+        scaler.close()
+    return [t for t in parts if t is not None], per_exec
+
+
+def _resumed(req: Optional[_Restart], elastic: ElasticCheckpointed, failed_at: Optional[float],
+             recoveries: List[Dict[str, Any]]) -> None:
+    """Every rank of a new group restored: a restart scale is done, a recovery resumed."""
+    if req is not None and not req.done.is_set() and req.entry is not None:
+        entry = dict(req.entry)
+        entry["seconds_to_resume"] = round(time.monotonic() - req.asked, 3)
+        entry["paused_ms"] = round(1000 * entry["seconds_to_resume"], 3)
+        with elastic._cond:
+            elastic.history.append(entry)
+        elastic._end_restart(None, {"executors": entry["to"], **entry, "live": False})
+    if failed_at is not None and recoveries and "seconds_to_resume" not in recoveries[-1]:
+        recoveries[-1]["seconds_to_resume"] = round(time.monotonic() - failed_at, 3)
