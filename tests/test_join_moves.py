@@ -4,8 +4,9 @@ pushes (several seeds, tumbling and session windows, shm and ofi:tcp) gives
 the same pairs as the same join run without moves and as DuckDB's join of
 the same rows: no pair lost or doubled, no row late. Partitions moved back
 before their hand-over arrived (versions faster than hand-overs, hand-overs
-of many fragments) keep the answer too, and while one partition's
-hand-over is held back the others keep firing.
+of many fragments) keep the answer too; while one partition's hand-over is
+held back the others keep firing; and a checkpoint asked during a join's
+hand-over is cut after it and restores to DuckDB's pairs.
 
 The hand-over of a join partition merges it into what its new leader
 already holds (tests/c/test_join_move.c proves the store part)."""
@@ -359,3 +360,71 @@ def test_join_partitions_that_do_not_move_keep_firing_while_a_hand_over_is_held(
             assert wk not in got, f"{wk} emitted by two leaders"
             got[wk] = c
     assert got == want
+
+
+# ---- a checkpoint asked during a join's hand-over ------------------------------
+def time_slots(left: pa.Table, right: pa.Table, lo: int, hi: int) -> List[Tuple[str, pa.Table]]:
+    """Both sides' rows with lo <= time < hi as (side, rows) per STEP_MS, in time order."""
+    out = []
+    for t0 in range(lo, hi, STEP_MS):
+        for name, t in (("left", left), ("right", right)):
+            part = t.filter(pc.and_(pc.greater_equal(t.column("time"), t0),
+                                    pc.less(t.column("time"), min(t0 + STEP_MS, hi))))
+            if part.num_rows:
+                out.append((name, part))
+    return out
+
+
+def side_pushes(ex: slash.Executor) -> slash.Executor:
+    """The checkpoint drivers push with push_batch: a (side, rows) item here."""
+    ex.push_batch = lambda item: ex.push_side_batch(*item)
+    return ex
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+def test_a_checkpoint_asked_during_a_join_hand_over_restores_to_duckdbs_join(window):
+    """Rank 0 moves the even partitions to rank 1 right before it asks for
+    checkpoint 1: the cut falls after the hand-over (each partition in one
+    image, under the moved map), and a group restored from the images by that
+    map and fed the rest of the input gives DuckDB's pairs, each once."""
+    from test_checkpoint_exec import finish_all, run_until_checkpoint
+
+    left, right = inputs(3, window)
+    cfg = slash.JoinConfig(window=window, left_columns=LEFT, right_columns=RIGHT)
+    half = 8000
+    lsplit, rsplit = split(left, 2, "random", 1), split(right, 2, "random", 2)
+    first = [time_slots(lsplit[r], rsplit[r], 0, half) for r in range(2)]
+    end = max(pc.max(t.column("time")).as_py() for t in (left, right)) + 1
+    rest = [time_slots(lsplit[r], rsplit[r], half, end) for r in range(2)]
+    exs = [side_pushes(ex) for ex in open_group(2, cfg, partitions=16, lateness="1s")]
+    ask = exs[0].request_checkpoint
+
+    def move_then_ask(cid):
+        exs[0].move_partitions({p: 1 for p in range(0, 16, 2)})
+        ask(cid)
+    exs[0].request_checkpoint = move_then_ask
+    try:
+        images, before = run_until_checkpoint(exs, first)
+        leaders = exs[0].leader_map()[1]
+        assert all(ex.leader_map()[1] == leaders for ex in exs)
+    finally:
+        for ex in exs:
+            ex.close()
+    assert leaders == [1] * 16  # the evens moved to rank 1, which led the odds
+    assert sorted(p for img in images.values() for p in img.parts) == list(range(16))
+    assert set(images[1].parts) == set(range(16)), "a moved partition in the old leader's image"
+    exs = [side_pushes(ex) for ex in open_group(2, cfg, partitions=16, lateness="1s")]
+    metas = [images[r].meta for r in range(2)]
+    parts = {p: blob for img in images.values() for p, blob in img.parts.items()}
+    try:
+        for r, ex in enumerate(exs):
+            ex.restore(metas, {p: b for p, b in parts.items() if leaders[p] == r}, leaders)
+        todo = [first[r][images[r].pushes:] + rest[r] for r in range(2)]
+        after = finish_all(exs, todo)
+    finally:
+        for ex in exs:
+            ex.close()
+    got = pa.Table.from_batches(before + after)
+    want = duckdb_join(left, right, window)
+    assert got.num_rows == want.num_rows > 0, "a pair was lost or doubled"
+    assert rows_of(got) == rows_of(want)
