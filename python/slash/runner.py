@@ -738,9 +738,8 @@ def _check_elastic(query: Any, src: Any, n: int, m: Any, checkpoint: Any) -> Non
                            "checkpoint= yet: a checkpointed run rescales by restarting from a "
                            "cut (CheckpointedRun.rescale)")
     if isinstance(query, JoinQuery):
-        raise NotSupported("max_executors=: a join does not scale live yet (its partitions "
-                           "move between leaders, Executor.move_partitions, but live scaling "
-                           "of a join is not built)")
+        raise NotSupported("max_executors=: a join does not scale live (its state cannot be "
+                           "handed over between leaders yet)")
     if not isinstance(src, FileSource):
         raise NotSupported(f"max_executors=: live scaling re-deals the input's units in global "
                            f"terms, which a FileSource or a BatchSource (batch i = make(i)) "
