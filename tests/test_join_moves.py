@@ -4,8 +4,9 @@ pushes (several seeds, tumbling and session windows, shm and ofi:tcp) gives
 the same pairs as the same join run without moves and as DuckDB's join of
 the same rows: no pair lost or doubled, no row late. Partitions moved back
 before their hand-over arrived (versions faster than hand-overs, hand-overs
-of many fragments) keep the answer too, and while one partition's
-hand-over is held back the others keep firing.
+of many fragments) keep the answer too; while one partition's hand-over is
+held back the others keep firing; and a checkpoint asked during a join's
+hand-over is cut after it and restores to DuckDB's pairs.
 
 The hand-over of a join partition merges it into what its new leader
 already holds (tests/c/test_join_move.c proves the store part)."""
@@ -110,7 +111,8 @@ def mover_for(plan: Dict[str, Any], n: int):
         leaders = ex.leader_map()[1]
         if plan["kind"] == "random" and i in when and not last:
             parts = rng.sample(range(len(leaders)), rng.randint(1, max(1, len(leaders) // 2)))
-            move_when_agreed(ex, {p: rng.randrange(n) for p in parts})
+            if move_when_agreed(ex, {p: rng.randrange(n) for p in parts}):
+                ex.end_epoch()  # switch now: the peers still push when they learn of it
         elif plan["kind"] == "swap":
             move_when_agreed(ex, {p: 1 - leaders[p] for p in range(len(leaders))}, patient=last)
     return move
@@ -194,25 +196,17 @@ def inputs(seed: int, window: str):
 WINDOWS = ["tumbling:1s", "session:300ms"]
 
 
-@pytest.mark.parametrize("window", WINDOWS)
-def test_join_without_moves_equals_duckdb(window):
-    """The reference run: the same join, no moves, equals DuckDB."""
-    left, right = inputs(1, window)
-    got, metrics, maps = run(3, "shm", window, left, right, {"kind": "none", "seed": 0})
-    want = duckdb_join(left, right, window)
-    assert got.num_rows == want.num_rows > 0
-    assert rows_of(got) == rows_of(want)
-    assert maps[0][0] == 0 and sum(m["moves"] for m in metrics) == 0
-    assert_no_late(metrics)
-
-
-@pytest.mark.parametrize("window,seed,transport", [
-    *((w, s, "shm") for w in WINDOWS for s in (1, 2, 3)),
-    *(pytest.param(w, 4, "ofi:tcp", marks=OFI) for w in WINDOWS)])
-def test_join_moves_at_random_points_give_the_pairs_of_the_run_without_moves(window, seed, transport):
+@pytest.mark.parametrize("window,seed,transport,mode", [
+    *((w, s, "shm", "slash") for w in WINDOWS for s in (1, 2)),
+    *((w, 5, "shm", "repartition") for w in WINDOWS),
+    *(pytest.param(w, 4, "ofi:tcp", "slash", marks=OFI) for w in WINDOWS)])
+def test_join_moves_at_random_points_give_the_pairs_of_the_run_without_moves(window, seed, transport,
+                                                                             mode):
+    """Deltas to leaders (mode slash) or rows routed to them (repartition);
+    seed 1 also runs the same join without moves (the static reference)."""
     left, right = inputs(seed, window)
     got, metrics, maps = run(3, transport, window, left, right,
-                             {"kind": "random", "seed": seed, "moves": 5})
+                             {"kind": "random", "seed": seed, "moves": 5}, mode=mode)
     static, _, _ = run(3, "shm", window, left, right, {"kind": "none", "seed": 0}) \
         if seed == 1 else (None, None, None)
     want = duckdb_join(left, right, window)
@@ -235,13 +229,16 @@ def test_join_partitions_moved_back_before_their_hand_over_arrived(window, trans
     to it. The pairs are DuckDB's, each once."""
     left, right = inputs(7, window)
     got, metrics, maps = run(2, transport, window, left, right, {"kind": "swap", "seed": 7},
-                             partitions=8, buffer_size=4 << 10, credits=2)
+                             partitions=4, buffer_size=4 << 10, credits=2)
     want = duckdb_join(left, right, window)
     assert got.num_rows == want.num_rows > 0, "a pair was lost or doubled"
     assert rows_of(got) == rows_of(want)
     assert_moved(metrics, maps)
     assert maps[0][0] >= 3, "versions did not follow each other"
     assert_no_late(metrics)
+    moves = sum(m["moves"] for m in metrics)
+    assert sum(m["moved_bytes"] for m in metrics) > moves * (4 << 10), \
+        "hand-overs fit one 4 KiB fragment: the test proves nothing"
 
 
 # ---- only the moved partition pauses ----------------------------------------
@@ -363,3 +360,71 @@ def test_join_partitions_that_do_not_move_keep_firing_while_a_hand_over_is_held(
             assert wk not in got, f"{wk} emitted by two leaders"
             got[wk] = c
     assert got == want
+
+
+# ---- a checkpoint asked during a join's hand-over ------------------------------
+def time_slots(left: pa.Table, right: pa.Table, lo: int, hi: int) -> List[Tuple[str, pa.Table]]:
+    """Both sides' rows with lo <= time < hi as (side, rows) per STEP_MS, in time order."""
+    out = []
+    for t0 in range(lo, hi, STEP_MS):
+        for name, t in (("left", left), ("right", right)):
+            part = t.filter(pc.and_(pc.greater_equal(t.column("time"), t0),
+                                    pc.less(t.column("time"), min(t0 + STEP_MS, hi))))
+            if part.num_rows:
+                out.append((name, part))
+    return out
+
+
+def side_pushes(ex: slash.Executor) -> slash.Executor:
+    """The checkpoint drivers push with push_batch: a (side, rows) item here."""
+    ex.push_batch = lambda item: ex.push_side_batch(*item)
+    return ex
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+def test_a_checkpoint_asked_during_a_join_hand_over_restores_to_duckdbs_join(window):
+    """Rank 0 moves the even partitions to rank 1 right before it asks for
+    checkpoint 1: the cut falls after the hand-over (each partition in one
+    image, under the moved map), and a group restored from the images by that
+    map and fed the rest of the input gives DuckDB's pairs, each once."""
+    from test_checkpoint_exec import finish_all, run_until_checkpoint
+
+    left, right = inputs(3, window)
+    cfg = slash.JoinConfig(window=window, left_columns=LEFT, right_columns=RIGHT)
+    half = 8000
+    lsplit, rsplit = split(left, 2, "random", 1), split(right, 2, "random", 2)
+    first = [time_slots(lsplit[r], rsplit[r], 0, half) for r in range(2)]
+    end = max(pc.max(t.column("time")).as_py() for t in (left, right)) + 1
+    rest = [time_slots(lsplit[r], rsplit[r], half, end) for r in range(2)]
+    exs = [side_pushes(ex) for ex in open_group(2, cfg, partitions=16, lateness="1s")]
+    ask = exs[0].request_checkpoint
+
+    def move_then_ask(cid):
+        exs[0].move_partitions({p: 1 for p in range(0, 16, 2)})
+        ask(cid)
+    exs[0].request_checkpoint = move_then_ask
+    try:
+        images, before = run_until_checkpoint(exs, first)
+        leaders = exs[0].leader_map()[1]
+        assert all(ex.leader_map()[1] == leaders for ex in exs)
+    finally:
+        for ex in exs:
+            ex.close()
+    assert leaders == [1] * 16  # the evens moved to rank 1, which led the odds
+    assert sorted(p for img in images.values() for p in img.parts) == list(range(16))
+    assert set(images[1].parts) == set(range(16)), "a moved partition in the old leader's image"
+    exs = [side_pushes(ex) for ex in open_group(2, cfg, partitions=16, lateness="1s")]
+    metas = [images[r].meta for r in range(2)]
+    parts = {p: blob for img in images.values() for p, blob in img.parts.items()}
+    try:
+        for r, ex in enumerate(exs):
+            ex.restore(metas, {p: b for p, b in parts.items() if leaders[p] == r}, leaders)
+        todo = [first[r][images[r].pushes:] + rest[r] for r in range(2)]
+        after = finish_all(exs, todo)
+    finally:
+        for ex in exs:
+            ex.close()
+    got = pa.Table.from_batches(before + after)
+    want = duckdb_join(left, right, window)
+    assert got.num_rows == want.num_rows > 0, "a pair was lost or doubled"
+    assert rows_of(got) == rows_of(want)

@@ -279,8 +279,9 @@ slash_status exec_moves_on_map(slash_exec *ex, uint32_t r, const sync_msg *h, co
 
 /* A HANDOVER fragment from old leader r, imported at once (fragments hold
  * whole records), so a large hand-over is spread over serve rounds with no
- * copy assembled; the last one puts the partition in place with the
- * watermark r emitted it to, ends the hold and fires what is due. */
+ * copy assembled (a join's import keeps the fragments until the last: its
+ * records may refer across them); the last one puts the partition in place
+ * with the watermark r emitted it to, ends the hold and fires what is due. */
 slash_status exec_moves_on_handover(slash_exec *ex, uint32_t r, const sync_msg *h,
                                     const uint8_t *body, size_t len)
 {

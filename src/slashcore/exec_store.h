@@ -1,8 +1,9 @@
 /* exec_store.h - the one interface through which an executor drives its state
  * stores, private to the core: the aggregation store (slash_ssb) and the join
  * store (slash_join) have the same life cycle (update, seal an epoch, ship
- * per-partition deltas, merge, reset, emit), so exec.c is written once
- * against this table and each store adds a thin adapter (exec_store.c).
+ * per-partition deltas, merge, reset, emit, hand a partition over to a new
+ * leader), so exec.c and exec_moves.c are written once against this table
+ * and each store adds a thin adapter (exec_store.c).
  */
 #ifndef SLASH_EXEC_STORE_H
 #define SLASH_EXEC_STORE_H
