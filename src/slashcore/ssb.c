@@ -303,7 +303,9 @@ slash_status ssb_part_bulk_reserve(slash_ssb *s, ssb_part *p, uint64_t records)
     if (want == nb)
         return SLASH_OK;
     slash_hidx fresh;
-    slash_status st = slash_hidx_init(&fresh, want);
+    /* a log filled at once (an import) gets an index faulted in at once too */
+    slash_status st = p->log.small_pages ? slash_hidx_init_prefaulted(&fresh, want)
+                                         : slash_hidx_init(&fresh, want);
     if (st != SLASH_OK)
         return st;
     slash_hidx_destroy(&p->index);

@@ -348,7 +348,7 @@ struct slash_ssb_import {
 };
 
 #define SSB_IMPORT_MAX_HINT ((uint64_t)1 << 26) /* records an index is sized for at most (a bigger one grows later) */
-#define SSB_IMPORT_PREFAULT ((uint64_t)256 << 20) /* log bytes faulted in at begin at most */
+#define SSB_IMPORT_PREFAULT ((uint64_t)256 << 20) /* log bytes faulted in ahead at most */
 
 slash_status slash_ssb_import_begin(slash_ssb *s, uint32_t part, int64_t emitted,
                                     uint64_t bytes, slash_ssb_import **out)
@@ -365,11 +365,14 @@ slash_status slash_ssb_import_begin(slash_ssb *s, uint32_t part, int64_t emitted
         free(im);
         return st;
     }
-    /* the log's pages are faulted in at once, and small: a huge-page fault
-     * may compact memory first, which took 2-4x the import's own CPU in
-     * `slash bench elastic` (a log compacted later gets huge pages again) */
+    /* the log's pages are small, faulted in a fragment at a time by
+     * import_add: a huge-page fault may compact memory first, which took 2-4x
+     * the import's own CPU in `slash bench elastic` (a log compacted later
+     * gets huge pages again). Not all at begin: the old leader's first
+     * fragments wait meanwhile, with its caller (ship blocks on a full
+     * ring), while spread over the fragments it overlaps with the shipping.
+     * The index is faulted in at once (it is written at random), small. */
     im->p.log.small_pages = 1;
-    slash_lss_prefault(&im->p.log, (uint32_t)(bytes < SSB_IMPORT_PREFAULT ? bytes : SSB_IMPORT_PREFAULT));
     /* at most this many records: every one takes at least an empty key's size */
     uint64_t records = bytes / ssb_rec_size(s, s->cfg.key_type == SLASH_KEY_INT64 ? 8 : 0);
     st = ssb_part_bulk_reserve(s, &im->p, records < SSB_IMPORT_MAX_HINT ? records
@@ -394,6 +397,7 @@ slash_status slash_ssb_import_add(slash_ssb *s, slash_ssb_import *im, const void
         return st;
     slash_lss *l = &im->p.log;
     const uint64_t first = l->tail;
+    slash_lss_prefault(l, (uint32_t)(len < SSB_IMPORT_PREFAULT ? len : SSB_IMPORT_PREFAULT));
     for (size_t off = 0; off < len;) {
         slash_rec h;
         memcpy(&h, b + off, sizeof h);
@@ -447,6 +451,7 @@ slash_status slash_ssb_import_end(slash_ssb *s, slash_ssb_import *im)
         return st;
     }
     ssb_part_destroy(&old);
+    slash_hidx_advise_huge(&dst->index); /* filled: khugepaged may merge its pages now */
     s->late += im->late;
     free(im);
     return SLASH_OK;

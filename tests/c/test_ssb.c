@@ -5,7 +5,8 @@
  * session bounds case by case: records exactly one gap apart share a session
  * (Spark's and Flink's rule), in one store and across deltas and epochs;
  * and emits in small steps over many partitions (most skip their scan: nothing
- * due) fire every window at exactly the first emit that closes it. */
+ * due) fire every window at exactly the first emit that closes it; a large
+ * imported partition (its index faulted in at once) matches its origin. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -596,6 +597,43 @@ static row *emit_rows(slash_ssb *s, int64_t up_to, size_t *n)
     return rows;
 }
 
+/* A partition large enough that its import reserves an index of more than
+ * 4 MiB (faulted in at once, small pages: slash_hidx_init_prefaulted), then
+ * updated again through that index: emits exactly what the store it was
+ * exported from emits after the same updates. */
+TEST(large_import_with_a_prefaulted_index_matches_its_origin)
+{
+    slash_window w;
+    CHECK_OK(slash_window_init(&w, SLASH_WINDOW_TUMBLING, 100, 0));
+    slash_ssb *a = open_store(&w, SLASH_KEY_INT64, 1), *b = open_store(&w, SLASH_KEY_INT64, 1);
+    CHECK(a && b);
+    if (!a || !b)
+        return;
+    enum { N = 300000 };
+    data d = {N, malloc(N * 8), malloc(N * 8), malloc(N * 8)};
+    for (size_t i = 0; i < N; i++)
+        d.keys[i] = (int64_t)i, d.times[i] = (int64_t)(i % 3) * 100, d.vals[i] = (int64_t)(i % 1000);
+    CHECK_OK(update(a, SLASH_KEY_INT64, &d, 0, N));
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int64_t emitted = 0;
+    CHECK_OK(slash_ssb_export_partition(a, 0, &buf, &len, &emitted));
+    CHECK(len > ((size_t)8 << 20)); /* > 131,072 records: an index of > 4 MiB */
+    CHECK_OK(slash_ssb_import_partition(b, 0, emitted, buf, len));
+    free(buf);
+    for (size_t i = 0; i < N; i++) /* the same keys and windows again, and new windows */
+        d.vals[i] = -(int64_t)i, d.times[i] = (int64_t)(i % 4) * 100;
+    CHECK_OK(update(a, SLASH_KEY_INT64, &d, 0, N));
+    CHECK_OK(update(b, SLASH_KEY_INT64, &d, 0, N));
+    size_t na = 0, nb = 0;
+    row *ra = emit_rows(a, INT64_MAX, &na), *rb = emit_rows(b, INT64_MAX, &nb);
+    CHECK(na > N && same_rows(rb, nb, ra, na));
+    free(ra), free(rb);
+    data_free(&d);
+    slash_ssb_close(a);
+    slash_ssb_close(b);
+}
+
 static int is_row(const row *r, int64_t ws, int64_t we, int64_t key, int64_t count, int64_t sum)
 {
     return r->ws == ws && r->we == we && r->key == key && r->count == count && r->sum == sum;
@@ -837,5 +875,6 @@ int main(void)
     RUN(emit_steps_sliding_fire_each_window_on_time);
     RUN(emit_steps_sliding_uneven_bytes_fire_each_window_on_time);
     RUN(emit_steps_session_fire_each_session_on_time);
+    RUN(large_import_with_a_prefaulted_index_matches_its_origin);
     return UNIT_DONE();
 }
