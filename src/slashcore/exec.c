@@ -239,7 +239,13 @@ static const char *also_gone(slash_exec *ex, uint32_t r, char *out, size_t cap)
     return out;
 }
 
-/* Drains what the incoming channels hold right now (never sends). */
+#define EXEC_HANDOVER_SERVE 16 /* hand-over fragments a round imports from a peer at most (4 MiB
+                                * with 256 KiB buffers): bounds what a caller's call waits for
+                                * while a large partition comes in (`slash bench elastic`) */
+
+/* Drains what the incoming channels hold right now (never sends), but at
+ * most EXEC_HANDOVER_SERVE hand-over fragments of a peer: the rest wait in
+ * its ring for the next round. */
 static slash_status serve(slash_exec *ex, bool *progressed)
 {
     for (uint32_t k = 0; k < ex->n; k++) {
@@ -248,7 +254,9 @@ static slash_status serve(slash_exec *ex, bool *progressed)
         if (r == ex->rank || (ex->fin[r] && !ex->mv.await_from[r]))
             continue;
         slash_channel *ch = slash_group_in(ex->g, r);
-        for (int i = 0; i < 64 && (!ex->fin[r] || ex->mv.await_from[r]); i++) {
+        uint32_t fragments = 0;
+        for (int i = 0; i < 64 && (!ex->fin[r] || ex->mv.await_from[r]) &&
+                        fragments < EXEC_HANDOVER_SERVE; i++) {
             const void *buf;
             size_t len;
             uint64_t seq;
@@ -267,6 +275,10 @@ static slash_status serve(slash_exec *ex, bool *progressed)
             }
             if (st != SLASH_OK)
                 return st;
+            uint32_t type = 0;
+            if (len >= sizeof(sync_msg))
+                memcpy(&type, buf, sizeof type);
+            fragments += type == SYNC_HANDOVER;
             st = handle(ex, r, buf, len);
             slash_status st2 = slash_channel_release(ch);
             if (st != SLASH_OK)
