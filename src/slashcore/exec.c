@@ -27,7 +27,8 @@
  * channels whenever the caller is not inside the executor (a caller waiting
  * on its source must not stall its peers' epoch ends). One mutex guards the
  * whole executor; the caller's calls take it, and serve the channels
- * themselves while they hold it. An error met by the service thread sticks
+ * themselves while they hold it; the service thread gives way while a
+ * caller waits for it. An error met by the service thread sticks
  * and is returned by the caller's next call.
  */
 #define _GNU_SOURCE

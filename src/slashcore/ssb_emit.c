@@ -9,7 +9,9 @@
  * (or the emit time is INT64_MAX): a record at exactly the end still joins
  * the session, since sessions that touch merge.
  * Emitting raises the watermark, and later records for emitted windows are
- * counted as late.
+ * counted as late. A partition whose `due` (ssb_impl.h: a lower bound of the
+ * earliest emit time touching one of its live records) is after the emit
+ * time is not scanned; its watermark rises all the same.
  */
 #include "ssb_impl.h"
 
