@@ -219,3 +219,31 @@ def test_a_hand_over_of_many_fragments_imported_as_they_arrive_keeps_the_answer(
     moved = sum(m["moved_bytes"] for m in metrics)
     # a hand-over of more than 16 fragments (one slice) on average
     assert moved > moves * 16 * (4 << 10), "hand-overs fit one slice: the test proves nothing"
+
+
+def test_a_hand_over_queued_deeper_than_a_serve_round_imports_keeps_the_answer():
+    """Small buffers and a deep ring (64 credits of 4 KiB): more hand-over
+    fragments wait in the ring than one serve round imports (16, so a
+    caller's call waits for at most that much import), the rest in later
+    rounds, behind or among other messages; the answer is DuckDB's. One
+    window holds the whole stream and rank 0 gives every partition it leads
+    to rank 1 halfway, so every hand-over is many fragments."""
+    table = stream(17, n=60000, nkeys=50000, span_ms=20000)
+    calls = [0]
+
+    def mover(ex, last):
+        calls[0] += 1
+        if calls[0] == 40:
+            leaders = ex.leader_map()[1]
+            assert move_when_agreed(ex, {p: 1 for p, r in enumerate(leaders) if r == 0})
+
+    got, metrics, maps = run(table, 2, "tumbling:30s", seed=17, mover=mover, partitions=4,
+                             buffer_size=4 << 10, credits=64, timeout=20)
+    assert_same(pa.Table.from_batches(got),
+                duckdb_reference(table, slash.parse_window("tumbling:30s")))
+    agreed(maps)
+    assert maps[0][1] == [1, 1, 1, 1]
+    moves = sum(m["moves"] for m in metrics)
+    assert moves > 0 and all(m["held_partitions"] == 0 for m in metrics)
+    assert sum(m["moved_bytes"] for m in metrics) > moves * 32 * (4 << 10), \
+        "hand-overs of a few fragments: the test proves nothing"

@@ -27,7 +27,8 @@
  * channels whenever the caller is not inside the executor (a caller waiting
  * on its source must not stall its peers' epoch ends). One mutex guards the
  * whole executor; the caller's calls take it, and serve the channels
- * themselves while they hold it. An error met by the service thread sticks
+ * themselves while they hold it; the service thread gives way while a
+ * caller waits for it. An error met by the service thread sticks
  * and is returned by the caller's next call.
  */
 #define _GNU_SOURCE
@@ -232,7 +233,13 @@ static const char *also_gone(slash_exec *ex, uint32_t r, char *out, size_t cap)
     return out;
 }
 
-/* Drains what the incoming channels hold right now (never sends). */
+#define EXEC_HANDOVER_SERVE 16 /* hand-over fragments a round imports from a peer at most (4 MiB
+                                * with 256 KiB buffers): bounds what a caller's call waits for
+                                * while a large partition comes in (`slash bench elastic`) */
+
+/* Drains what the incoming channels hold right now (never sends), but at
+ * most EXEC_HANDOVER_SERVE hand-over fragments of a peer: the rest wait in
+ * its ring for the next round. */
 static slash_status serve(slash_exec *ex, bool *progressed)
 {
     for (uint32_t k = 0; k < ex->n; k++) {
@@ -241,7 +248,9 @@ static slash_status serve(slash_exec *ex, bool *progressed)
         if (r == ex->rank || (ex->fin[r] && !ex->mv.await_from[r]))
             continue;
         slash_channel *ch = slash_group_in(ex->g, r);
-        for (int i = 0; i < 64 && (!ex->fin[r] || ex->mv.await_from[r]); i++) {
+        uint32_t fragments = 0;
+        for (int i = 0; i < 64 && (!ex->fin[r] || ex->mv.await_from[r]) &&
+                        fragments < EXEC_HANDOVER_SERVE; i++) {
             const void *buf;
             size_t len;
             uint64_t seq;
@@ -260,6 +269,10 @@ static slash_status serve(slash_exec *ex, bool *progressed)
             }
             if (st != SLASH_OK)
                 return st;
+            uint32_t type = 0;
+            if (len >= sizeof(sync_msg))
+                memcpy(&type, buf, sizeof type);
+            fragments += type == SYNC_HANDOVER;
             st = handle(ex, r, buf, len);
             slash_status st2 = slash_channel_release(ch);
             if (st != SLASH_OK)
@@ -511,6 +524,15 @@ static void *service_main(void *arg)
     uint32_t idle = 0;
     while (!atomic_load_explicit(&ex->stop, memory_order_acquire)) {
         bool progressed = false;
+        if (atomic_load_explicit(&ex->callers, memory_order_relaxed)) {
+            /* a caller waits for the lock: let it in (a mutex is not fair,
+             * and rounds that import a large hand-over follow each other
+             * without a sleep: the caller's push or poll waited for all of
+             * them in `slash bench elastic`); it serves the channels too */
+            struct timespec ts = {0, 20 * 1000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
         pthread_mutex_lock(&ex->mu);
         if (ex->sticky == SLASH_OK && !ex->finished) {
             slash_status st = serve(ex, &progressed);
@@ -538,7 +560,9 @@ static void *service_main(void *arg)
 /* Takes the executor for a caller's call; fails with the sticky error. */
 static slash_status enter(slash_exec *ex)
 {
+    atomic_fetch_add_explicit(&ex->callers, 1, memory_order_relaxed);
     pthread_mutex_lock(&ex->mu);
+    atomic_fetch_sub_explicit(&ex->callers, 1, memory_order_relaxed);
     if (ex->sticky != SLASH_OK) {
         slash_status st = ex->sticky;
         pthread_mutex_unlock(&ex->mu);

@@ -155,6 +155,7 @@ struct slash_exec {
     pthread_t service;
     bool service_started;
     atomic_bool stop;
+    atomic_uint callers; /* callers waiting for mu in enter(): the service thread gives way */
     slash_status sticky; /* error met by the service thread */
     char sticky_detail[512];
     uint64_t pushes; /* push calls completed */

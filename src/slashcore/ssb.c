@@ -83,6 +83,7 @@ static slash_rec *append_rec(slash_ssb *s, ssb_part *p, uint64_t hash, int64_t w
     memcpy(ssb_rec_partials(s, r), s->zero, s->agg_bytes);
     link_head(e, r, addr, hash, p->log.begin);
     p->live++;
+    ssb_part_lower_due(p, ssb_rec_due(s, r));
     return r;
 }
 
@@ -234,6 +235,7 @@ uint8_t *ssb_upsert_session(slash_ssb *s, ssb_part *p, uint64_t kh, int64_t star
 slash_status ssb_part_init(slash_ssb *s, ssb_part *p)
 {
     memset(p, 0, sizeof *p);
+    p->due = INT64_MAX; /* no live record */
     slash_status st = slash_lss_init(&p->log, s->cfg.log_reserve ? s->cfg.log_reserve
                                                              : slash_lss_default_reserve(s->cfg.partitions));
     if (st != SLASH_OK)
@@ -301,7 +303,9 @@ slash_status ssb_part_bulk_reserve(slash_ssb *s, ssb_part *p, uint64_t records)
     if (want == nb)
         return SLASH_OK;
     slash_hidx fresh;
-    slash_status st = slash_hidx_init(&fresh, want);
+    /* a log filled at once (an import) gets an index faulted in at once too */
+    slash_status st = p->log.small_pages ? slash_hidx_init_prefaulted(&fresh, want)
+                                         : slash_hidx_init(&fresh, want);
     if (st != SLASH_OK)
         return st;
     slash_hidx_destroy(&p->index);
@@ -357,6 +361,7 @@ slash_status ssb_part_bulk_link(slash_ssb *s, ssb_part *p, uint64_t from)
                               ? "checkpoint: two overlapping sessions of one key"
                               : "checkpoint: one (window, key) twice");
         p->live++;
+        ssb_part_lower_due(p, ssb_rec_due(s, r));
         a += r->size;
     }
     return SLASH_OK;
@@ -367,6 +372,7 @@ void ssb_part_bulk_abort(slash_ssb *s, ssb_part *p, uint64_t from)
     p->log.tail = from;
     p->log.read_only = p->log.begin;
     p->live = 0;
+    p->due = INT64_MAX;
     (void)s;
     /* the entries may point at addresses >= begin again: clear them in place
      * (no allocation, so this cannot fail) */

@@ -9,7 +9,9 @@
  * (or the emit time is INT64_MAX): a record at exactly the end still joins
  * the session, since sessions that touch merge.
  * Emitting raises the watermark, and later records for emitted windows are
- * counted as late.
+ * counted as late. A partition whose `due` (ssb_impl.h: a lower bound of the
+ * earliest emit time touching one of its live records) is after the emit
+ * time is not scanned; its watermark rises all the same.
  */
 #include "ssb_impl.h"
 
@@ -97,7 +99,7 @@ static slash_status result_add(const slash_ssb *s, slash_ssb_result *res, int64_
 
 /* Tumbling windows and sessions: every live record whose window is closed
  * at up_to (slash_window_closed: end <= up_to; a session's end < up_to) is a
- * finished window. */
+ * finished window. Sets p->due to the earliest due of what stays. */
 static slash_status emit_direct(slash_ssb *s, ssb_part *p, int64_t up_to, slash_ssb_result *res)
 {
     const slash_window *w = &s->cfg.window;
@@ -111,24 +113,31 @@ static slash_status emit_direct(slash_ssb *s, ssb_part *p, int64_t up_to, slash_
     slash_status st0 = result_reserve(s, res, res->rows + rows);
     if (st0 != SLASH_OK)
         return st0;
+    int64_t due = INT64_MAX;
     for (uint64_t a = l->begin; a < l->tail;) {
         slash_rec *r = slash_lss_ptr(l, a);
         a += r->size;
         if (r->flags & SLASH_REC_FREED)
             continue;
         int64_t end = ssb_rec_end(s, r);
-        if (!slash_window_closed(w, end, up_to))
+        if (!slash_window_closed(w, end, up_to)) {
+            int64_t d = ssb_rec_due(s, r);
+            due = d < due ? d : due;
             continue;
+        }
         slash_status st = result_add(s, res, r->win, end, r, ssb_rec_partials(s, r));
         if (st != SLASH_OK)
-            return st;
+            return st; /* p->due stays as low as it was */
         ssb_free_rec(p, r);
     }
+    p->due = due;
     return SLASH_OK;
 }
 
 /* Sliding windows: merge slices into (window start, key) records of the
- * scratch partition, then emit those. */
+ * scratch partition, then emit those. Sets p->due to the earliest end of a
+ * window not emitted yet of what stays: a slice's first window end, or the
+ * first window end after up_to (window starts are multiples of slide). */
 static slash_status emit_sliding(slash_ssb *s, ssb_part *p, int64_t up_to, ssb_part *scratch)
 {
     const slash_window *w = &s->cfg.window;
@@ -136,14 +145,21 @@ static slash_status emit_sliding(slash_ssb *s, ssb_part *p, int64_t up_to, ssb_p
     if (up_to < INT64_MIN + w->size)
         return SLASH_OK; /* no window ends that early */
     const int64_t last_start = up_to - w->size;
+    /* the first window end after up_to: start the next multiple of slide after last_start */
+    const int64_t next_end =
+        slash_sat_add(slash_sat_mul(slash_floor_div(last_start, w->slide) + 1, w->slide), w->size);
+    int64_t due = INT64_MAX;
     for (uint64_t a = l->begin; a < l->tail;) {
         slash_rec *r = slash_lss_ptr(l, a);
         a += r->size;
         if (r->flags & SLASH_REC_FREED)
             continue;
         int64_t first = slash_window_slice_first_start(w, r->win);
-        if (first > last_start)
-            continue; /* no window containing this slice ends by up_to */
+        if (first > last_start) {
+            int64_t d = slash_sat_add(first, w->size); /* no window containing this slice ends by up_to */
+            due = d < due ? d : due;
+            continue;
+        }
         uint64_t kh = ssb_rec_key_hash(s, r);
         for (int64_t ws = first; ws <= r->win && ws <= last_start; ws += w->slide) {
             if (ws + w->size <= ssb_part_wm(s, p))
@@ -157,7 +173,10 @@ static slash_status emit_sliding(slash_ssb *s, ssb_part *p, int64_t up_to, ssb_p
         }
         if (slash_window_slice_last_end(w, r->win) <= up_to)
             ssb_free_rec(p, r);
+        else
+            due = next_end < due ? next_end : due;
     }
+    p->due = due;
     return SLASH_OK;
 }
 
@@ -201,7 +220,10 @@ slash_status slash_ssb_emit_parts(slash_ssb *s, int64_t up_to, const uint8_t *sk
                 p->own_wm = true, p->wm = s->watermark;
             continue;
         }
-        if (sliding) {
+        if (up_to < p->due) {
+            /* nothing here closes by up_to (ssb_part.due): no scan; the
+             * watermark rises as if it had been scanned */
+        } else if (sliding) {
             ssb_part scratch;
             if ((st = ssb_part_init(s, &scratch)) != SLASH_OK)
                 break;
@@ -328,7 +350,7 @@ struct slash_ssb_import {
 };
 
 #define SSB_IMPORT_MAX_HINT ((uint64_t)1 << 26) /* records an index is sized for at most (a bigger one grows later) */
-#define SSB_IMPORT_PREFAULT ((uint64_t)256 << 20) /* log bytes faulted in at begin at most */
+#define SSB_IMPORT_PREFAULT ((uint64_t)256 << 20) /* log bytes faulted in ahead at most */
 
 slash_status slash_ssb_import_begin(slash_ssb *s, uint32_t part, int64_t emitted,
                                     uint64_t bytes, slash_ssb_import **out)
@@ -345,11 +367,14 @@ slash_status slash_ssb_import_begin(slash_ssb *s, uint32_t part, int64_t emitted
         free(im);
         return st;
     }
-    /* the log's pages are faulted in at once, and small: a huge-page fault
-     * may compact memory first, which took 2-4x the import's own CPU in
-     * `slash bench elastic` (a log compacted later gets huge pages again) */
+    /* the log's pages are small, faulted in a fragment at a time by
+     * import_add: a huge-page fault may compact memory first, which took 2-4x
+     * the import's own CPU in `slash bench elastic` (a log compacted later
+     * gets huge pages again). Not all at begin: the old leader's first
+     * fragments wait meanwhile, with its caller (ship blocks on a full
+     * ring), while spread over the fragments it overlaps with the shipping.
+     * The index is faulted in at once (it is written at random), small. */
     im->p.log.small_pages = 1;
-    slash_lss_prefault(&im->p.log, (uint32_t)(bytes < SSB_IMPORT_PREFAULT ? bytes : SSB_IMPORT_PREFAULT));
     /* at most this many records: every one takes at least an empty key's size */
     uint64_t records = bytes / ssb_rec_size(s, s->cfg.key_type == SLASH_KEY_INT64 ? 8 : 0);
     st = ssb_part_bulk_reserve(s, &im->p, records < SSB_IMPORT_MAX_HINT ? records
@@ -374,6 +399,7 @@ slash_status slash_ssb_import_add(slash_ssb *s, slash_ssb_import *im, const void
         return st;
     slash_lss *l = &im->p.log;
     const uint64_t first = l->tail;
+    slash_lss_prefault(l, (uint32_t)(len < SSB_IMPORT_PREFAULT ? len : SSB_IMPORT_PREFAULT));
     for (size_t off = 0; off < len;) {
         slash_rec h;
         memcpy(&h, b + off, sizeof h);
@@ -427,6 +453,7 @@ slash_status slash_ssb_import_end(slash_ssb *s, slash_ssb_import *im)
         return st;
     }
     ssb_part_destroy(&old);
+    slash_hidx_advise_huge(&dst->index); /* filled: khugepaged may merge its pages now */
     s->late += im->late;
     free(im);
     return SLASH_OK;

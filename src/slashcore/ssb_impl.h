@@ -49,6 +49,12 @@ typedef struct ssb_part {
      * it; otherwise the store's watermark is the partition's. */
     bool own_wm;
     int64_t wm;
+    /* A lower bound of the earliest emit time at which an emit touches a
+     * live record here (ssb_rec_due; INT64_MAX: no live record), so an emit
+     * before it skips the partition's scan. Lowered as records become live
+     * (append_rec, ssb_part_bulk_link), set exact by each emit's scan; never
+     * above any live record's due. */
+    int64_t due;
 } ssb_part;
 
 struct slash_ssb {
@@ -153,6 +159,24 @@ static inline uint64_t ssb_rec_key_hash(const slash_ssb *s, slash_rec *r)
 static inline int64_t ssb_rec_end(const slash_ssb *s, slash_rec *r)
 {
     return s->session ? *ssb_rec_session_end(r) : slash_sat_add(r->win, s->cfg.window.slice);
+}
+
+/* The earliest emit time at which an emit touches record r, or a lower
+ * bound of it: its window closes (slash_window_closed) at end <= up_to for
+ * slices, end < up_to for sessions (or up_to == INT64_MAX, which saturating
+ * end + 1 never exceeds). A sliding slice is touched once its first window
+ * ends, which is at or after the slice's own end: the cheap bound taken here
+ * (the emit's scan computes it exactly). */
+static inline int64_t ssb_rec_due(const slash_ssb *s, slash_rec *r)
+{
+    return s->session ? slash_sat_add(*ssb_rec_session_end(r), 1)
+                      : slash_sat_add(r->win, s->cfg.window.slice);
+}
+
+static inline void ssb_part_lower_due(ssb_part *p, int64_t due)
+{
+    if (due < p->due)
+        p->due = due;
 }
 
 /* Finds or creates the mutable record of (win, key) in a non-session

@@ -3,7 +3,10 @@
  * several stores merged through epoch deltas (also updating while a delta is
  * sealed), growth without a preset size, late records and bad input; and
  * session bounds case by case: records exactly one gap apart share a session
- * (Spark's and Flink's rule), in one store and across deltas and epochs. */
+ * (Spark's and Flink's rule), in one store and across deltas and epochs;
+ * and emits in small steps over many partitions (most skip their scan: nothing
+ * due) fire every window at exactly the first emit that closes it; a large
+ * imported partition (its index faulted in at once) matches its origin. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -469,6 +472,107 @@ TEST(bad_input)
     slash_ssb_close(s);
 }
 
+/* ---- emits that skip partitions with nothing due ---------------------------- */
+
+/* Many partitions, and an emit every few time units: most emits find
+ * nothing closed in most partitions and skip their scan (ssb_part.due).
+ * `active` of the `nkeys` keys get records, a set that moves on every 10
+ * emits, so partitions also fall quiet while their last windows close. Records keep arriving at or after the last emit time (so
+ * none is late), and a partition is exported, dropped and imported back
+ * halfway (its due rebuilt by the bulk link). Every row must come out at
+ * exactly the first emit that closes its window, and all rows together must
+ * equal the brute-force reference. */
+static void check_emit_steps(slash_window_kind kind, int64_t size, int64_t slide, slash_key_type kt,
+                             uint64_t nkeys, uint64_t active)
+{
+    enum { STEPS = 120, PER = 20, PARTS = 8 };
+    slash_window w;
+    CHECK_OK(slash_window_init(&w, kind, size, slide));
+    slash_ssb *s = open_store(&w, kt, PARTS);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    data d = {STEPS * PER, malloc(STEPS * PER * 8), malloc(STEPS * PER * 8), malloc(STEPS * PER * 8)};
+    int64_t wms[STEPS + 1];
+    int64_t wm = -200;
+    row *got = NULL;
+    size_t ngot = 0;
+    int *step_of = NULL;
+    for (int i = 0; i < STEPS; i++) {
+        for (size_t j = (size_t)i * PER; j < (size_t)(i + 1) * PER; j++) {
+            d.keys[j] = (int64_t)(((uint64_t)i / 10 * active + next_rand() % active) % nkeys);
+            d.times[j] = wm + (int64_t)(next_rand() % 40);
+            d.vals[j] = (int64_t)(next_rand() % 2001) - 1000;
+        }
+        CHECK_OK(update(s, kt, &d, (size_t)i * PER, (size_t)(i + 1) * PER));
+        if (i == STEPS / 2) { /* a hand-over to itself of a partition holding records */
+            bool moved = false;
+            for (uint32_t q = 0; q < PARTS && !moved; q++) {
+                uint8_t *buf = NULL;
+                size_t len = 0;
+                int64_t emitted = 0;
+                CHECK_OK(slash_ssb_export_partition(s, q, &buf, &len, &emitted));
+                if (len) {
+                    CHECK_OK(slash_ssb_drop_partition(s, q));
+                    CHECK_OK(slash_ssb_import_partition(s, q, emitted, buf, len));
+                    moved = true;
+                }
+                free(buf);
+            }
+            CHECK(moved);
+        }
+        wm += 1 + (int64_t)(next_rand() % 6);
+        wms[i] = i == STEPS - 1 ? INT64_MAX : wm;
+        slash_ssb_result *r = NULL;
+        CHECK_OK(slash_ssb_emit(s, wms[i], &r));
+        size_t before = ngot;
+        if (r)
+            collect(r, kt, &got, &ngot);
+        slash_ssb_result_free(r);
+        step_of = realloc(step_of, (ngot + 1) * sizeof *step_of);
+        for (size_t j = before; j < ngot; j++)
+            step_of[j] = i;
+    }
+    slash_ssb_stats stats;
+    slash_ssb_get_stats(s, &stats);
+    CHECK(stats.records == 0 && stats.late == 0);
+    size_t nwant;
+    row *want = reference(&w, &d, &nwant);
+    uint8_t *seen = calloc(nwant + 1, 1);
+    size_t matched = 0, on_time = 0;
+    for (size_t j = 0; j < ngot; j++) {
+        const row *a = &got[j];
+        for (size_t k = 0; k < nwant; k++) {
+            const row *b = &want[k];
+            if (seen[k] || a->ws != b->ws || a->key != b->key)
+                continue;
+            if (a->we == b->we && a->count == b->count && a->sum == b->sum && a->min == b->min &&
+                a->max == b->max && a->avg == b->avg)
+                matched++;
+            seen[k] = 1;
+            int first = 0; /* the first emit that closes the window */
+            while (first < STEPS - 1 && !slash_window_closed(&w, b->we, wms[first]))
+                first++;
+            if (step_of[j] == first)
+                on_time++;
+            else
+                fprintf(stderr, "  [%lld,%lld) key %lld emitted at step %d, due at step %d\n",
+                        (long long)b->ws, (long long)b->we, (long long)b->key, step_of[j], first);
+            break;
+        }
+    }
+    CHECK(nwant > 60);
+    CHECK(ngot == nwant && matched == nwant && on_time == nwant);
+    free(seen), free(got), free(want), free(step_of);
+    slash_ssb_close(s);
+    data_free(&d);
+}
+
+TEST(emit_steps_tumbling_fire_each_window_on_time) { check_emit_steps(SLASH_WINDOW_TUMBLING, 30, 0, SLASH_KEY_INT64, 48, 4); }
+TEST(emit_steps_sliding_fire_each_window_on_time) { check_emit_steps(SLASH_WINDOW_SLIDING, 60, 20, SLASH_KEY_INT64, 48, 4); }
+TEST(emit_steps_sliding_uneven_bytes_fire_each_window_on_time) { check_emit_steps(SLASH_WINDOW_SLIDING, 50, 20, SLASH_KEY_BYTES, 48, 4); }
+TEST(emit_steps_session_fire_each_session_on_time) { check_emit_steps(SLASH_WINDOW_SESSION, 5, 0, SLASH_KEY_INT64, 400, 40); }
+
 /* ---- sessions that touch merge (Spark's and Flink's rule) -------------------- */
 
 /* Updates s with one record of int64 key k at time t with value v. */
@@ -491,6 +595,43 @@ static row *emit_rows(slash_ssb *s, int64_t up_to, size_t *n)
     if (*n)
         qsort(rows, *n, sizeof(row), row_cmp);
     return rows;
+}
+
+/* A partition large enough that its import reserves an index of more than
+ * 4 MiB (faulted in at once, small pages: slash_hidx_init_prefaulted), then
+ * updated again through that index: emits exactly what the store it was
+ * exported from emits after the same updates. */
+TEST(large_import_with_a_prefaulted_index_matches_its_origin)
+{
+    slash_window w;
+    CHECK_OK(slash_window_init(&w, SLASH_WINDOW_TUMBLING, 100, 0));
+    slash_ssb *a = open_store(&w, SLASH_KEY_INT64, 1), *b = open_store(&w, SLASH_KEY_INT64, 1);
+    CHECK(a && b);
+    if (!a || !b)
+        return;
+    enum { N = 300000 };
+    data d = {N, malloc(N * 8), malloc(N * 8), malloc(N * 8)};
+    for (size_t i = 0; i < N; i++)
+        d.keys[i] = (int64_t)i, d.times[i] = (int64_t)(i % 3) * 100, d.vals[i] = (int64_t)(i % 1000);
+    CHECK_OK(update(a, SLASH_KEY_INT64, &d, 0, N));
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int64_t emitted = 0;
+    CHECK_OK(slash_ssb_export_partition(a, 0, &buf, &len, &emitted));
+    CHECK(len > ((size_t)8 << 20)); /* > 131,072 records: an index of > 4 MiB */
+    CHECK_OK(slash_ssb_import_partition(b, 0, emitted, buf, len));
+    free(buf);
+    for (size_t i = 0; i < N; i++) /* the same keys and windows again, and new windows */
+        d.vals[i] = -(int64_t)i, d.times[i] = (int64_t)(i % 4) * 100;
+    CHECK_OK(update(a, SLASH_KEY_INT64, &d, 0, N));
+    CHECK_OK(update(b, SLASH_KEY_INT64, &d, 0, N));
+    size_t na = 0, nb = 0;
+    row *ra = emit_rows(a, INT64_MAX, &na), *rb = emit_rows(b, INT64_MAX, &nb);
+    CHECK(na > N && same_rows(rb, nb, ra, na));
+    free(ra), free(rb);
+    data_free(&d);
+    slash_ssb_close(a);
+    slash_ssb_close(b);
 }
 
 static int is_row(const row *r, int64_t ws, int64_t we, int64_t key, int64_t count, int64_t sum)
@@ -730,5 +871,10 @@ int main(void)
     RUN(late_records_and_states);
     RUN(bad_input);
     RUN(merge_of_window_near_int64_min_is_clean);
+    RUN(emit_steps_tumbling_fire_each_window_on_time);
+    RUN(emit_steps_sliding_fire_each_window_on_time);
+    RUN(emit_steps_sliding_uneven_bytes_fire_each_window_on_time);
+    RUN(emit_steps_session_fire_each_session_on_time);
+    RUN(large_import_with_a_prefaulted_index_matches_its_origin);
     return UNIT_DONE();
 }

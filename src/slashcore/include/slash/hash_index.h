@@ -61,6 +61,13 @@ static inline uint64_t slash_hidx_make(uint64_t addr, uint64_t hash)
  * buckets. Fails with SLASH_ENOMEM. The caller owns it: slash_hidx_destroy(). */
 slash_status slash_hidx_init(slash_hidx *h, uint64_t nbuckets);
 
+/* The same, for an index about to be filled at once (an imported partition):
+ * its pages are faulted in now, small (a huge-page fault may compact memory
+ * first); slash_hidx_advise_huge() once it is filled lets khugepaged merge
+ * them into huge pages later. */
+slash_status slash_hidx_init_prefaulted(slash_hidx *h, uint64_t nbuckets);
+void slash_hidx_advise_huge(slash_hidx *h);
+
 /* Frees; safe on a zeroed or destroyed index. */
 void slash_hidx_destroy(slash_hidx *h);
 
