@@ -326,3 +326,31 @@ def test_bad_group_settings_are_clear_errors():
         slash.GroupConfig(lateness="soon")
     with pytest.raises(errors.InvalidArgument, match="at least the number of executors"):
         slash.GroupConfig(partitions=2).partitions_for(3)
+
+
+@pytest.mark.skipif(not slash.have_ofi(), reason="this build has no libfabric (ofi:tcp)")
+def test_finished_executors_of_one_process_closed_one_after_another_over_ofi_close_at_once():
+    # A remote channel's close waits until its consumer released what it was
+    # sent; a peer of this process closed later by this thread cannot run, so
+    # each outbound channel once waited out the 2 s drain timeout.
+    from test_checkpoint_exec import in_threads, open_group
+    state = slash.StateConfig(window="tumbling:1s", aggregates=AGGS, value_types=VALUE_TYPES)
+    exs = open_group(3, state, transport="ofi:tcp", partitions=16)
+    parts = split(stream(seed=4, n=3000), 3, "random")
+
+    def rank(r):
+        def f():
+            exs[r].push_batch(parts[r])
+            exs[r].finish()
+            exs[r].results()
+        return f
+
+    seconds = []
+    try:
+        in_threads([rank(r) for r in range(3)])
+    finally:
+        for ex in exs:
+            t0 = time.monotonic()
+            ex.close()
+            seconds.append(time.monotonic() - t0)
+    assert max(seconds) < 1.0, seconds

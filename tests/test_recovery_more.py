@@ -81,9 +81,11 @@ def _paced(batches: int = 1 << 30, pause: float = 0.015) -> GeneratorSource:
 
 
 @needs_core
-@pytest.mark.parametrize("n", [3, 4])
+@pytest.mark.parametrize("n", [3])
 def test_killed_worker_of_a_larger_group_gives_duckdbs_answer(n, tmp_path, monkeypatch):
-    # the last rank, after 1 cut; slower pacing: 3 or 4 executors on 2 cores cut later
+    # the last rank, after 1 cut; slower pacing: 3 executors on 2 cores cut later.
+    # 3 leads 256 partitions unevenly; a group of 4 restored from a checkpoint
+    # is test_recovery_rescale's (4 here cost CI another ~20 s and proved no more)
     monkeypatch.setenv("SLASH_TEST_KILL", f"{n - 1}:9:0:1")
     got, m = _run(_paced(pause=0.04), tmp_path, n=n, checkpoint_every="3 batches")
     assert _as_rows(got) == [tuple(r.values()) for r in _duckdb_tumbling(n).to_pylist()]

@@ -1,6 +1,7 @@
 """What every checkpointing worker of :mod:`slash.recovery` does around a
-cut, shared by the aggregate worker (:func:`slash.recovery.execute_split_checkpointed`)
-and the join worker (:mod:`slash.recovery_join`):
+cut, shared by the aggregate worker (:func:`slash.recovery.execute_split_checkpointed`),
+the join worker (:mod:`slash.recovery_join`) and, for the asks, a Spark
+stream's tasks (:mod:`slash.spark._stream_ckpt`):
 
 * :class:`AskSchedule` - when rank 0 asks its executor for the next
   checkpoint (``request_checkpoint``): every ``seconds`` of wall time,
@@ -13,7 +14,8 @@ and the join worker (:mod:`slash.recovery_join`):
 Invariants: ids are asked in increasing order from the plan's ``next_id``;
 at most one ask is outstanding unless it went uncut for twice the period
 (a peer that finished its input takes part in no further cut, so the ask is
-given up and a new id asked); the report is sent only after every file of
+given up and a new id asked; ``give_up=False``, a stream's, never asks while
+one is outstanding); the report is sent only after every file of
 the image is written.
 """
 from __future__ import annotations
@@ -47,8 +49,12 @@ class AskSchedule:
     [5, 6]
     """
 
-    def __init__(self, ex: Any, every: Any, next_id: int, pushes: int) -> None:
+    def __init__(self, ex: Any, every: Any, next_id: int, pushes: int,
+                 give_up: bool = True) -> None:
         self.ex, self.every = ex, every
+        #: whether an ask uncut for twice the period is given up for a new id (a
+        #: stream's ranks never finish midway, so it keeps one ask until it is cut)
+        self.give_up = give_up
         self.next_id = next_id  #: the id the next ask takes
         self.asked: Optional[int] = None  #: the id asked for and not cut yet
         self.forced = False
@@ -72,7 +78,7 @@ class AskSchedule:
         if not due and every.epochs is not None:
             due = self.ex.metrics["epochs"] - self.last_epochs >= every.epochs
         if self.asked is not None:  # not cut yet; given up if a peer was finishing
-            due = due and ((every.seconds is not None and now - self.last_t >= 2 * every.seconds) or
+            due = due and self.give_up and ((every.seconds is not None and now - self.last_t >= 2 * every.seconds) or
                            (every.batches is not None and
                             pushes - self.last_pushes >= 2 * every.batches))
         if due and self.asked is not None and self.forced:

@@ -1,8 +1,9 @@
 """The join side of the recovery driver (:mod:`slash.recovery`): one join
 executor's run with checkpoints.
 
-A join executor reads both of its inputs merged by event time (:func:`_merged`,
-the merge of :func:`slash.runner._time_ordered` with its state exposed) and
+A join executor reads both of its inputs merged by event time (:func:`merged`;
+:func:`time_ordered` is the same merge over one split's reads, the order of a
+join run without checkpoints, :func:`slash.runner.execute_join_split`) and
 pushes one side's rows at a time. Its position at a cut is recorded twice:
 
 * its push count: the merged sequence of side batches is a deterministic
@@ -83,11 +84,13 @@ class _Side:
         return self.pos, self.cur
 
 
-def _merged(query: JoinQuery, sides: Dict[str, _Side]) -> Iterator[Tuple[str, pa.RecordBatch]]:
-    """:func:`slash.runner._time_ordered`'s merge, pushing the same side
-    batches in the same order, over :class:`_Side` inputs: when it yields,
-    each side's :meth:`_Side.state` is its state after that push (the next
-    batch is pulled only when the merge goes on)."""
+def merged(query: JoinQuery, sides: Dict[str, _Side]) -> Iterator[Tuple[str, pa.RecordBatch]]:
+    """Both sides' rows merged by event time at batch grain: each step
+    yields the rows of one side that come before the other side's next row,
+    so neither side runs ahead of the other (rows out of order within one
+    side are kept in their place; the lateness covers them). When it
+    yields, each side's :meth:`_Side.state` is its state after that push
+    (the next batch is pulled only when the merge goes on)."""
     import pyarrow.compute as pc
 
     def first_time(b: pa.RecordBatch) -> int:
@@ -114,6 +117,15 @@ def _merged(query: JoinQuery, sides: Dict[str, _Side]) -> Iterator[Tuple[str, pa
         yield side, cur.filter(before)
         if sides[side].cur is None:
             sides[side].pull()
+
+
+def time_ordered(query: JoinQuery, left: Any, right: Any, rank: int, n: int,
+                 batch_rows: int) -> Iterator[Tuple[str, pa.RecordBatch]]:
+    """Both sides' rows of one split (``Source.read(rank, n, ...)``) in the
+    order of :func:`merged`: the side batches a join executor pushes."""
+    srcs = {"left": left, "right": right}
+    return merged(query, {s: _Side(_counted(iter(srcs[s].read(
+        rank, n, query.input_columns(s, srcs[s].schema), batch_rows)))) for s in SIDES})
 
 
 def _file_items(src: FileSource, work: Work, held: Dict[int, pa.RecordBatch],
@@ -286,7 +298,7 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
             pending.extend(ex.results())
 
         with _no_cyclic_gc():
-            for side, batch in _merged(query, sides):
+            for side, batch in merged(query, sides):
                 if pushes < base_pushes:  # pushed before the cut: its rows are in the stores
                     pushes += 1
                     if files:

@@ -36,6 +36,7 @@ from slash.limits import MAX_EXECUTORS
 from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
 from slash.query import JoinQuery, Query
+from slash.recovery_join import time_ordered as _time_ordered
 from slash.sources import Source, as_source
 
 log = logging.getLogger(__name__)
@@ -376,43 +377,6 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
         return pa.Table.from_batches(out, schema=ex.result_schema())
     finally:
         ex.close()
-
-
-def _time_ordered(query: JoinQuery, left: Source, right: Source, rank: int, n: int,
-                  batch_rows: int) -> Iterator[Tuple[str, pa.RecordBatch]]:
-    """Both sides' rows of one split merged by event time at batch grain:
-    each step yields the rows of one side that come before the other side's
-    next row, so neither side runs ahead of the other (rows out of order
-    within one side are kept in their place; the lateness covers them)."""
-    import pyarrow.compute as pc
-
-    its = {"left": left.read(rank, n, query.input_columns("left", left.schema), batch_rows),
-           "right": right.read(rank, n, query.input_columns("right", right.schema), batch_rows)}
-
-    def pull(side: str) -> Optional[pa.RecordBatch]:
-        for b in its[side]:
-            if b.num_rows:
-                return b
-        return None
-
-    def first_time(b: pa.RecordBatch) -> int:
-        t = pc.min(query._keys.time_ticks(b.column(query.time), b.schema)).as_py()
-        return -(1 << 63) if t is None else t  # all times null: dropped at once
-
-    cur = {side: pull(side) for side in its}
-    while cur["left"] is not None or cur["right"] is not None:
-        live = [s for s in cur if cur[s] is not None]
-        if len(live) == 1:
-            yield live[0], cur[live[0]]
-            cur[live[0]] = pull(live[0])
-            continue
-        side = min(live, key=lambda s: first_time(cur[s]))
-        other = "right" if side == "left" else "left"
-        times = query._keys.time_ticks(cur[side].column(query.time), cur[side].schema)
-        before = pc.fill_null(pc.less_equal(times, first_time(cur[other])), True)
-        yield side, cur[side].filter(before)
-        rest = cur[side].filter(pc.invert(before))
-        cur[side] = rest if rest.num_rows else pull(side)
 
 
 def execute_join_split(query: JoinQuery, left: Source, right: Source, rank: int,

@@ -31,6 +31,7 @@
 #define KIND_EOF 2
 #define CREDIT_CELLS 64
 #define DEFAULT_SETUP_MS 10000
+#define CHANNEL_DRAIN_MS 2000 /* a remote producer's close waits this long for the consumer */
 
 typedef struct footer {
     uint64_t seq;
@@ -238,14 +239,17 @@ static slash_status wait_credit(slash_channel *ch, int timeout_ms)
 }
 
 /* Producer over a remote transport: waits (bounded) until the consumer has
- * released everything, end-of-stream included, so closing the endpoint cannot
- * cut off bytes still in flight (a socket closed with unread input resets). */
-static void wait_drained(slash_channel *ch, int timeout_ms)
+ * released the first `upto` buffers or is gone, so closing the endpoint
+ * cannot cut off bytes still in flight that it reads (a socket closed with
+ * unread input resets). The consumer's process must make progress for that:
+ * one whose process waits on this close (executors closed one after another
+ * by one thread) returns nothing before the timeout. */
+static void wait_drained(slash_channel *ch, uint64_t upto, int timeout_ms)
 {
     uint64_t deadline = slash_deadline(timeout_ms);
     slash_backoff b;
     slash_backoff_reset(&b);
-    while (credits_returned(ch) < ch->next_seq && !slash_deadline_passed(deadline)) {
+    while (credits_returned(ch) < upto && !slash_deadline_passed(deadline)) {
         if (slash_endpoint_progress(ch->ep) != SLASH_OK)
             return;
         slash_backoff_wait(&b);
@@ -460,11 +464,16 @@ slash_status slash_channel_release(slash_channel *ch)
     ch->expect_seq++;
     ch->released++;
     /* direct credit words are a plain store: return at once. Remote writes
-     * are batched to a quarter of the ring, and flushed when the ring runs dry
-     * (in poll), so the producer never waits on a held-back credit. */
+     * are batched to a quarter of the ring while more buffers are ready, and
+     * flushed when the ring runs dry, so the producer never waits on a
+     * held-back credit. */
     uint32_t batch = ch->c / 4 ? ch->c / 4 : 1;
-    if (!slash_remote_direct(ch->credit_remote) && ch->released - ch->released_sent < batch)
-        return SLASH_OK;
+    if (!slash_remote_direct(ch->credit_remote) && ch->released - ch->released_sent < batch &&
+        ready_footer(ch))
+        return SLASH_OK; /* more is ready: the next poll takes it without waiting */
+    /* the ring ran dry: what was released goes back now, not at the next
+     * poll, which may never come (a consumer whose protocol ended reads no
+     * further; its producer's close waits for these credits) */
     /* A producer that already left needs no credit: what it wrote is still
      * here, and the next poll reports end-of-stream or its disappearance. */
     slash_status st = return_credits(ch);
@@ -493,18 +502,23 @@ slash_status slash_channel_recv(slash_channel *ch, void *dst, size_t cap, size_t
 
 /* ---- both ----------------------------------------------------------------- */
 
-void slash_channel_close(slash_channel *ch)
+static void channel_close(slash_channel *ch, bool eof_read)
 {
     if (!ch)
         return;
+    uint64_t data = ch->producer && ch->eof_sent ? ch->next_seq - 1 : ch->next_seq;
     if (ch->producer && !ch->eof_sent && ch->ep)
         slash_channel_send_eof(ch, 1000);
     if (ch->producer && ch->staging && ch->eof_sent)
-        wait_drained(ch, 2000);
+        wait_drained(ch, eof_read ? ch->next_seq : data, CHANNEL_DRAIN_MS);
     if (!ch->producer && ch->ep)
         return_credits(ch);
     channel_free(ch);
 }
+
+void slash_channel_close(slash_channel *ch) { channel_close(ch, true); }
+
+void slash_channel_close_ended(slash_channel *ch) { channel_close(ch, false); }
 
 bool slash_channel_is_producer(const slash_channel *ch) { return ch->producer; }
 

@@ -158,11 +158,15 @@ void slash_group_close(slash_group *g)
     /* Inbound channels first: a consumer that closes returns its credits and
      * drops its end, which is what a peer's outbound close waits for. Closing
      * out[r] first made every executor wait on a peer that was itself waiting
-     * in its own close, until the drain timeout (2 s per remote channel). */
+     * in its own close, until the drain timeout (2 s per remote channel).
+     * An executor never polls for end-of-stream (its peers' final epochs end
+     * the stream), so an outbound close waits only for the data buffers to be
+     * released: executors of one process closed one after another by one
+     * thread no longer wait out the timeout on a peer that cannot run. */
     for (uint32_t r = 0; g->in && r < g->n; r++)
-        slash_channel_close(g->in[r]);
+        slash_channel_close_ended(g->in[r]);
     for (uint32_t r = 0; g->out && r < g->n; r++)
-        slash_channel_close(g->out[r]);
+        slash_channel_close_ended(g->out[r]);
     free(g->out);
     free(g->in);
     free(g);

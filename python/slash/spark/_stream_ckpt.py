@@ -55,6 +55,7 @@ import pyarrow as pa
 
 from slash._ipc import to_ipc
 from slash.checkpoint import write_durably
+from slash.ckpt_worker import AskSchedule
 from slash.errors import (CheckpointCorrupt, InvalidState, NotSupported, PeerDisconnected,
                           Timeout)
 from slash.executor import checkpoint_fired
@@ -95,9 +96,8 @@ class TaskCheckpoints:
         self.group: Optional[int] = None
         self.held: List[pa.RecordBatch] = []  # fired after the newest cut taken
         self.taken = 0  # the newest checkpoint id this task took
-        self.next_id = 1
-        self.asked: Optional[int] = None
-        self.last_ask = (time.monotonic(), 0, 0)  # (wall, epochs, pushes) at rank 0's last ask
+        # rank 0's asks, one at a time (the core refuses another while one is pending)
+        self.asks = AskSchedule(ex, plan.every, next_id=1, pushes=0, give_up=False)
         self.stop_after: Optional[int] = None  # the driver's stop checkpoint
         self.exit = False
         self.schema = ex.result_schema()
@@ -125,7 +125,6 @@ class TaskCheckpoints:
                 raise CheckpointCorrupt(msg[1])
             on_other(msg)
         _, resume_id, base_ms, next_id = msg
-        self.next_id = next_id
         skip = 0
         if resume_id is not None:
             ck = self.store.load(resume_id)
@@ -158,7 +157,7 @@ class TaskCheckpoints:
             log.info("stream rank %d: resumed from checkpoint %s of %d executors (%d batches "
                      "already taken)", self.rank, ck.path, old_n, skip)
         self.base_pushes = skip
-        self.last_ask = (time.monotonic(), 0, skip)
+        self.asks = AskSchedule(self.ex, self.plan.every, next_id, skip, give_up=False)
         return skip, base_ms
 
     def on_driver(self, msg: Tuple[Any, ...]) -> None:
@@ -220,36 +219,21 @@ class TaskCheckpoints:
         self.conn.send(("ckpt", r, self.group, img.id, files, sink, rows, wins,
                         {"bytes": size, "seconds": time.monotonic() - t0}))
         self.taken = max(self.taken, img.id)
-        if self.asked == img.id:
-            self.asked = None
+        self.asks.cut(img.id)
 
     def maybe_request(self, pushes: int) -> None:
         """Rank 0: asks for the next checkpoint when one is due."""
-        if self.rank != 0:
-            return
-        every = self.plan.every
-        now = time.monotonic()
-        t, e0, p0 = self.last_ask
-        if self.asked is not None:  # one at a time (the core refuses another while one is pending)
-            return
-        due = ((every.seconds is not None and now - t >= every.seconds) or
-               (every.batches is not None and pushes - p0 >= every.batches) or
-               (every.epochs is not None and self.ex.metrics["epochs"] - e0 >= every.epochs))
-        if due:
-            self._request(pushes)
-
-    def _request(self, pushes: int) -> int:
-        self.asked = max(self.next_id, self.taken + 1)
-        self.next_id = self.asked + 1
-        self.ex.request_checkpoint(self.asked)
-        self.last_ask = (time.monotonic(), self.ex.metrics["epochs"], pushes)
-        return self.asked
+        if self.rank == 0:
+            self.asks.step(pushes)
 
     def stop_phase(self, serve: Callable[[float], None], pushes: int, timeout: float) -> None:
         """After "stop": a last checkpoint (rank 0 asks, the driver names it to
         all), then wait for the driver's "exit" without finishing."""
         if self.rank == 0:
-            c = self.asked if self.asked is not None else self._request(pushes)
+            if self.asks.asked is None:  # else the outstanding ask is the last one
+                self.asks.force()
+                self.asks.step(pushes)
+            c = self.asks.asked
             self.conn.send(("stop_at", self.rank, self.group, c))
         deadline = time.monotonic() + timeout
         sent = False

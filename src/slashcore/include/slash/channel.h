@@ -78,6 +78,14 @@ slash_status slash_channel_connect(slash_transport *tp, const char *addr, const 
  * not yet, so the consumer sees SLASH_EOF after the last buffer. */
 void slash_channel_close(slash_channel *ch);
 
+/* Closes either end of a channel whose consumer learns where the stream ends
+ * from the buffers themselves (an executor's final epoch) and never polls
+ * for end-of-stream: as slash_channel_close, but a remote producer waits only
+ * until the consumer released every data buffer, not the end-of-stream it
+ * sends now. A consumer that stopped reading (its process waits on this
+ * close) then costs nothing instead of the drain timeout. */
+void slash_channel_close_ended(slash_channel *ch);
+
 /* --- producer --- */
 
 /* Waits for a credit and returns the slot's payload area (*buf, capacity
