@@ -5,7 +5,7 @@ adds: two inputs per rank).
 A join rank of a group started with ``max_executors=M`` holds, for each side
 (``left``, ``right``, both :class:`slash.sources.FileSource`), its work in
 global terms (``[[unit, batches read], ...]``). It reads both sides merged by
-event time (:func:`slash.recovery_join._merged`, the merge of
+event time (:func:`slash.recovery_join.merged`, the merge of
 :func:`slash.runner._time_ordered`) and, after every push, advances its
 watermark to what both sides have left: per side the smallest bound (minimum
 time by the statistics) of the units it has not finished (the rows the merge
@@ -201,7 +201,7 @@ def execute_join_elastic(query: Any, left: FileSource, right: FileSource, rank: 
     new work or the driver's finish comes. ``rate``: records/s over all
     active ranks. Returns the pairs this rank fired."""
     from slash.executor import Executor
-    from slash.recovery_join import _merged, _Side
+    from slash.recovery_join import merged, _Side
     from slash.runner import _no_cyclic_gc
 
     n = len(addresses)
@@ -245,7 +245,7 @@ def execute_join_elastic(query: Any, left: FileSource, right: FileSource, rank: 
                     agent.sides = sides
                     advance()  # what its (new) work allows at once
                     stop = False
-                    for side, batch in _merged(query, sides):
+                    for side, batch in merged(query, sides):
                         push(side, batch)
                         advance()
                         drain()
