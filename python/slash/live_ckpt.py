@@ -67,7 +67,7 @@ from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import Checkpoint, CheckpointStore
 from slash.control import RunControl
 from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState, NotSupported,
-                          SlashError, SystemFailure, Timeout, UsageError)
+                          SlashError, SystemFailure, Timeout)
 from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
 from slash.sources import FileSource, Work
@@ -443,7 +443,7 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
     scale, ``path`` "live" or "restart") and ``checkpoints_dropped``."""
     from slash.control import ControlServer
     from slash.live_scale import LiveScaler
-    from slash.recovery import CheckpointEvery, _Failed, _Plan, _replayed, fingerprint
+    from slash.recovery import CheckpointEvery, _Failed, _Plan, _restartable, fingerprint
     from slash.runner import _bound_ticks, write_parquet_atomically
 
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
@@ -537,15 +537,8 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
                 failed_at = None
                 continue
             except _Failed as f:
-                if isinstance(f.error, (UsageError, CheckpointCorrupt)) or not isinstance(
-                        f.error, SystemFailure):
-                    raise f.error
-                last = store.latest(verify=False)
-                lost = _replayed(f.error, last)
+                last, lost = _restartable(f, store, restarts, max_restarts)
                 replayed += lost
-                if restarts >= max_restarts:
-                    raise SystemFailure(f"run failed after {restarts} restart(s) (max_restarts="
-                                        f"{max_restarts}); last failure: {f.cause}") from f.error
                 restarts += 1
                 attempt += 1
                 failed_at = time.monotonic()

@@ -907,15 +907,8 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
                 continue
             except _Failed as f:
                 _void_moves(control)
-                if isinstance(f.error, (UsageError, CheckpointCorrupt)) or not isinstance(
-                        f.error, SystemFailure):
-                    raise f.error
-                last = store.latest(verify=False)
-                lost = _replayed(f.error, last)
+                last, lost = _restartable(f, store, restarts, max_restarts)
                 replayed += lost
-                if restarts >= max_restarts:
-                    raise SystemFailure(f"run failed after {restarts} restart(s) (max_restarts="
-                                        f"{max_restarts}); last failure: {f.cause}") from f.error
                 restarts += 1
                 attempt += 1
                 failed_at = time.monotonic()
@@ -943,6 +936,22 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
                    rescales=[{k: v for k, v in r.items() if not k.startswith("_")}
                              for r in rescales], executors_final=n)
     return result
+
+
+def _restartable(f: "_Failed", store: CheckpointStore, restarts: int,
+                 max_restarts: int) -> Tuple[Optional[Checkpoint], int]:
+    """(the checkpoint to restart from, records replayed) after failure ``f``;
+    re-raises what a restart cannot cure (a usage error, a corrupt
+    checkpoint, anything not a SystemFailure) and gives up past
+    ``max_restarts``."""
+    if isinstance(f.error, (UsageError, CheckpointCorrupt)) or not isinstance(f.error, SystemFailure):
+        raise f.error
+    last = store.latest(verify=False)
+    lost = _replayed(f.error, last)
+    if restarts >= max_restarts:
+        raise SystemFailure(f"run failed after {restarts} restart(s) (max_restarts="
+                            f"{max_restarts}); last failure: {f.cause}") from f.error
+    return last, lost
 
 
 def _replayed(error: BaseException, last: Optional[Checkpoint]) -> int:
