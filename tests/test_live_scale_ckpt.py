@@ -193,8 +193,8 @@ def test_a_restart_beyond_max_executors_then_a_live_scale_in_late_emits_each_win
     # windows the service thread fired after a cut went with it: test_ckpt_cut_results)
     rng = random.Random(seed)
     out, m, done = driven_run(parts, tmp_path, ["scale-out", "scale-out", "scale-in"],
-                              [0.1, rng.uniform(0.15, 0.3), rng.uniform(0.4, 0.6)],
-                              partitions=256, executors=1, max_executors=2, rate=30_000,
+                              [0.1, rng.uniform(0.15, 0.3), rng.uniform(0.4, 0.5)],
+                              partitions=256, executors=1, max_executors=2, rate=20_000,
                               checkpoint_every=f"{rng.randint(1, 2)} batches")
     assert [s["path"] for s in m["live_scales"]] == ["live", "restart", "live"]
     got = rows(out)
