@@ -59,7 +59,7 @@ def rows(result):
     return sorted(tuple(r[c] for c in COLS) for r in result.to_pylist())
 
 
-def driven_run(parts, tmp_path, ops, points, **kw):
+def driven_run(parts, tmp_path, ops, points, partitions=32, **kw):
     """runner.run with checkpoint= and max_executors=; a thread applies ``ops``
     once the status says ``points`` (fractions of the input) were read."""
     sock = str(tmp_path / "c.sock")
@@ -81,7 +81,8 @@ def driven_run(parts, tmp_path, ops, points, **kw):
     m = {}
     try:
         # 32 partitions: images of 32 files per rank, cheap to cut every batch or two
-        out = run(Q, parts, control=sock, metrics=m, timeout=120, group=GroupConfig(partitions=32),
+        out = run(Q, parts, control=sock, metrics=m, timeout=120,
+                  group=GroupConfig(partitions=partitions),
                   checkpoint=str(tmp_path / "ck"), **kw)
     finally:
         th.join()
@@ -181,6 +182,25 @@ def test_a_scale_out_beyond_max_executors_takes_the_restart_path_and_equals(
     assert any("restart path" in r.getMessage() for r in caplog.records)
     assert m["late_records"] == 0
     assert rows(out) == reference[0] == reference[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(6))
+def test_a_restart_beyond_max_executors_then_a_live_scale_in_late_emits_each_window_key_once(
+        parts, tmp_path, reference, seed):
+    # the settings of a run that once gave duplicate (window, key) rows: 256 partitions, the
+    # scale-in halfway through the restarted group's input, cuts every batch or two (the
+    # windows the service thread fired after a cut went with it: test_ckpt_cut_results)
+    rng = random.Random(seed)
+    out, m, done = driven_run(parts, tmp_path, ["scale-out", "scale-out", "scale-in"],
+                              [0.1, rng.uniform(0.15, 0.3), rng.uniform(0.4, 0.5)],
+                              partitions=256, executors=1, max_executors=2, rate=20_000,
+                              checkpoint_every=f"{rng.randint(1, 2)} batches")
+    assert [s["path"] for s in m["live_scales"]] == ["live", "restart", "live"]
+    got = rows(out)
+    assert len({(w, k) for w, k, *_ in got}) == len(got), "a (window, key) was emitted twice"
+    assert m["late_records"] == 0
+    assert got == reference[0]
 
 
 def test_beyond_max_executors_without_checkpoint_is_refused_saying_to_provision_or_checkpoint(

@@ -191,6 +191,39 @@ def checkpoint_fired(meta: bytes) -> int:
     return struct.unpack_from("<q", meta, 64 + 40)[0]
 
 
+def split_at_cut(batches: Sequence[pa.RecordBatch], meta: bytes,
+                 session: bool) -> Tuple[List[pa.RecordBatch], List[pa.RecordBatch]]:
+    """``batches`` (fired results, oldest first) split at the cut of the
+    checkpoint whose META blob is ``meta``: (the rows of windows fired before
+    the cut, the rows of windows fired after it), by the cut's watermark
+    (:func:`checkpoint_fired`: a window ending at or before it, a session
+    ending strictly before it, was fired before the cut).
+
+    A driver needs the split because a cut is not where results are taken:
+    between the executor call that cut and the driver's
+    :meth:`Executor.results`, the service thread goes on serving peers'
+    epochs and fires every window their later watermarks close (up to this
+    rank's own published watermark). Those windows are not in the image's
+    fired state; a group restored from it fires them again, so they must go
+    with the next cut, never with this one."""
+    fired = checkpoint_fired(meta)
+    before: List[pa.RecordBatch] = []
+    after: List[pa.RecordBatch] = []
+    for b in batches:
+        if b.num_rows == 0:
+            continue
+        end = b.column(b.schema.get_field_index("window_end")).to_numpy()
+        pre = end < fired if session else end <= fired
+        if pre.all():
+            before.append(b)
+        elif not pre.any():
+            after.append(b)
+        else:
+            before.append(b.filter(pa.array(pre)))
+            after.append(b.filter(pa.array(~pre)))
+    return before, after
+
+
 class Executor:
     """One executor of a group; see the module docstring for forming a group.
 
@@ -404,6 +437,18 @@ class Executor:
         if self.is_join:
             return [join_result_batch(self.state, *r) for r in self._core.take()]
         return [result_batch(self.state, *r) for r in self._core.take()]
+
+    def results_at_cut(self, img: CheckpointImage, held: Sequence[pa.RecordBatch] = (),
+                       take: bool = True) -> Tuple[List[pa.RecordBatch], List[pa.RecordBatch]]:
+        """``held`` (results taken earlier and not yet given to a cut) and,
+        with ``take``, every result not yet taken, split at the cut of
+        ``img`` (this executor's image, just taken): (fired before the cut:
+        they go with the image, fired after it: they go with a later cut).
+        See :func:`split_at_cut`."""
+        from slash.window import Session
+
+        session = isinstance(getattr(self.state, "window", None), Session)
+        return split_at_cut(list(held) + (self.results() if take else []), img.meta, session)
 
     def results_table(self) -> pa.Table:
         """Fired results not yet returned, as one table (possibly empty)."""

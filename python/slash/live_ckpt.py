@@ -160,7 +160,9 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
                 img = ex.take_checkpoint()
                 if img is None:
                     break
-                pending += ex.results()  # every window fired before the cut, nothing after
+                # the windows fired before the cut go with it; those the service thread
+                # fired since (peers' later epochs) go with the next cut (split_at_cut)
+                pending, after = ex.results_at_cut(img, pending)
                 gens = {str(g): {"work": FileSource.remaining(w, pos), "active": act}
                         for g, w, pos, act in cands[img.pushes]}
                 version, leaders_now = ex.leader_map()
@@ -175,7 +177,7 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
                               {"cut_seconds": time.monotonic() - call_t[0],
                                "gens": sorted(int(g) for g in gens)})
                 out.extend(pending)
-                pending = []
+                pending = after
                 for k in [k for k in cands if k < img.pushes]:  # older cuts are not needed
                     del cands[k]
                     records_at.pop(k, None)

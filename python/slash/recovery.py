@@ -327,7 +327,10 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                 img = ex.take_checkpoint()
                 if img is None:
                     break
-                pending += _results(ex, live)  # every window fired before the cut, nothing after
+                # the windows fired before the cut go with it; those the service thread
+                # fired since (peers' later epochs) go with the next cut (split_at_cut)
+                pending, after = ex.results_at_cut(img, pending + _results(ex, live),
+                                                 take=False)
                 info = {"rank": rank, "position": pos_after[img.pushes],
                         "pushes": img.pushes, "records": records_at[img.pushes],
                         "windows": sum(b.num_rows for b in pending)}
@@ -342,7 +345,7 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                               _kill_in_write(store, plan, kill_at, rank, pushes),
                               {"cut_seconds": cut_s})
                 out.extend(pending)
-                pending = []
+                pending = after
                 for k in [k for k in pos_after if k < img.pushes]:  # older cuts are not needed
                     del pos_after[k]
                     records_at.pop(k, None)

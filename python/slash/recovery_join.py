@@ -270,7 +270,9 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
                 img = ex.take_checkpoint()
                 if img is None:
                     break
-                pending += ex.results()  # every pair fired before the cut, nothing after
+                # the pairs fired before the cut go with it; those the service thread
+                # fired since (peers' later epochs) go with the next cut (split_at_cut)
+                pending, after = ex.results_at_cut(img, pending)
                 info: Dict[str, Any] = {"rank": rank, "position": None, "pushes": img.pushes,
                                         "records": records_at[img.pushes],
                                         "windows": sum(b.num_rows for b in pending)}
@@ -290,7 +292,7 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
                             lambda p: f"part-{p}.bin",
                             _kill_in_write(store, plan, kill_at, rank, pushes), extra=extra)
                 out.extend(pending)
-                pending = []
+                pending = after
                 for k in [k for k in records_at if k < img.pushes]:  # older cuts are not needed
                     del records_at[k]
                     state_at.pop(k, None)
