@@ -230,3 +230,44 @@ def test_slash_ctl_rebalance_moves_the_partitions_of_a_slash_run_join_and_status
             p.kill()
     assert p.returncode == 0, stderr
     assert pairs(pq.read_table(out)) == duck_tumbling(sides, 10_000)
+
+
+def test_slash_run_join_with_control_and_no_max_executors_serves_status_and_rebalance(
+        sides, tmp_path):
+    """A join of 2 with --control (no --max-executors) runs as a live join
+    group of 2, both active: status and rebalance reach it."""
+    sock, out = str(tmp_path / "c.sock"), str(tmp_path / "out.parquet")
+    p = subprocess.Popen([sys.executable, "-m", "slash", "run", "--join", "--left", sides["left"],
+                          "--right", sides["right"], "--on", "k", "--time", "t",
+                          "--window", "session:2s", "--executors", "2", "--rate", str(RATE),
+                          "--control", sock, "--output", out], env=ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_socket(sock, 60)
+        before = wait_until(lambda: (lambda s: s if s["reporting"] == 2 and
+                                     s["records"] >= 0.1 * TOTAL else None)(
+            request(sock, "status")), 60, "both ranks reporting")
+        assert before["active_ranks"] == [0, 1]
+        got = request(sock, "rebalance", {"moves": "0:1,2:1"})
+        assert got["moves"] == {"0": 1, "2": 1}
+        led = before["led_partitions"]
+        wait_until(lambda: request(sock, "status")["led_partitions"] == {"0": led["0"] - 2,
+                                                                        "1": led["1"] + 2},
+                   30, "rank 1 to lead 2 more partitions")
+        stdout, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, stderr
+    assert pairs(pq.read_table(out)) == pairs(static(sides, "session:2s"))
+
+
+def test_a_join_over_a_generator_refuses_a_control_socket_naming_what_it_needs(sides):
+    from slash.errors import InvalidArgument
+    from slash.sources import GeneratorSource
+
+    gen = GeneratorSource(lambda r, n: iter(()), pa.schema([("t", pa.int64()), ("k", pa.int64()),
+                                                           ("b", pa.int64())]))
+    with pytest.raises(InvalidArgument, match="a join serves a control socket over file inputs"):
+        run(JoinQuery(time="t", window="tumbling:10s", on="k"), (sides["left"], gen),
+            executors=1, control=True)
