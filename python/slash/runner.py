@@ -556,7 +556,10 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     query runs (see :mod:`slash.control` and docs/control.md): ``True`` at
     the default path, a path string, or a :class:`slash.control.RunControl`
     already made (its caller serves the socket). ``slash ctl status`` and
-    ``slash ctl update`` then reach the run. With ``checkpoint``: a
+    ``slash ctl update`` then reach the run. A join over file inputs
+    without ``checkpoint`` then runs as a live join group of ``executors``
+    (as ``max_executors=executors``, :mod:`slash.live_join`): ``status``,
+    ``rebalance`` and ``scale-in`` reach it. With ``checkpoint``: a
     :class:`slash.recovery.CheckpointedRun` through which another thread can
     rescale the running group (``control.rescale(n)``);
     ``metrics["rescales"]`` lists each one.
