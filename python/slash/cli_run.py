@@ -137,10 +137,12 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     control: Any = None
     live_join = args.join and args.max_executors is not None and not args.latency_target
     if not ((args.join and not live_join) or args.no_control):
-        control = args.control or True  # a live-scalable join's: status, scale-out/in
+        control = args.control or True  # a live-scalable join's: status, scale-out/in, rebalance
     elif args.control and not args.no_control:
-        raise InvalidArgument("--control: a join has a control socket only with "
-                              "--max-executors (status, scale-out, scale-in)")
+        if args.checkpoint or args.latency_target:
+            raise InvalidArgument("--control: a join serves a control socket without "
+                                  "--checkpoint and --latency-target (docs/control.md)")
+        control = args.control  # a join of N asked for a socket: a live join group, all active
     t0 = time.perf_counter()
     m: Dict[str, Any] = {}
     try:

@@ -351,6 +351,10 @@ class MoveRequests:
         self.send = send
         self.rank = rank
         self.pending: List[Tuple[int, Dict[str, Any]]] = []
+        # the map version the last accepted move makes: a request chosen from the map (a
+        # spread, from_rank/to_rank) waits until this executor follows it, so it is not
+        # chosen from the map before that move (e.g. a rebalance right after a scale's spread)
+        self._expect = 0
 
     def add(self, msg: Tuple[Any, ...]) -> None:
         self.pending.append((msg[1], msg[2]))
@@ -367,6 +371,8 @@ class MoveRequests:
         while self.pending:
             rid, spec = self.pending[0]
             version, leaders = ex.leader_map()
+            if "moves" not in spec and version < self._expect:
+                return  # the previous move is not in this executor's map yet: try again later
             if "moves" in spec:
                 moves = {int(p): int(r) for p, r in spec["moves"].items()}
             elif "spread" in spec:  # a live scale: the active ranks lead every partition evenly
@@ -397,10 +403,14 @@ class MoveRequests:
                 self._answer(rid, {"error": [type(e).__name__, str(e)]})
                 continue
             self.pending.pop(0)
+            # the core adopts a new version only if some partition changes leader
+            changes = any(p >= len(leaders) or leaders[p] != r for p, r in moves.items())
+            if changes:
+                self._expect = version + 1
             log.info("executor %d: moving %d partition(s) for rebalance request %d: %s", self.rank,
                      len(moves), rid, moves)
             self._answer(rid, {"moves": {str(p): r for p, r in moves.items()},
-                               "map_version": version + 1})
+                               "map_version": version + changes})
 
 
 class ExecutorControl:

@@ -346,9 +346,12 @@ class JoinLiveScaler(LiveScaler):
 
 
 class JoinRunControl(RunControl):
-    """The control socket's view of a live-scalable join: ``status`` and the
-    scale operations (hooks set by the runner); ``update`` is refused (a
-    join's logic cannot change while it runs)."""
+    """The control socket's view of a live-scalable join: ``status``, the
+    scale operations (hooks set by the runner) and ``rebalance``
+    (:meth:`RunControl.rebalance`: rank 0's loop in :func:`execute_join_elastic`
+    serves the moves through its :class:`slash.control.ExecutorControl`,
+    reading or not); ``update`` is refused (a join's logic cannot change
+    while it runs)."""
 
     def __init__(self, query: Any, schemas: Tuple[pa.Schema, pa.Schema], executors: int) -> None:
         super().__init__(query, schemas[0], executors, bounded=True)

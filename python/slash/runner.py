@@ -37,7 +37,7 @@ from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
 from slash.query import JoinQuery, Query
 from slash.recovery_join import time_ordered as _time_ordered
-from slash.sources import Source, as_source
+from slash.sources import FileSource, Source, as_source
 
 log = logging.getLogger(__name__)
 
@@ -556,7 +556,10 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     query runs (see :mod:`slash.control` and docs/control.md): ``True`` at
     the default path, a path string, or a :class:`slash.control.RunControl`
     already made (its caller serves the socket). ``slash ctl status`` and
-    ``slash ctl update`` then reach the run. With ``checkpoint``: a
+    ``slash ctl update`` then reach the run. A join over file inputs
+    without ``checkpoint`` then runs as a live join group of ``executors``
+    (as ``max_executors=executors``, :mod:`slash.live_join`): ``status``,
+    ``rebalance`` and ``scale-in`` reach it. With ``checkpoint``: a
     :class:`slash.recovery.CheckpointedRun` through which another thread can
     rescale the running group (``control.rescale(n)``);
     ``metrics["rescales"]`` lists each one.
@@ -640,6 +643,11 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
                              metrics=metrics, t0=t0)
     if min_executors is not None:
         raise InvalidArgument("min_executors bounds the controller: give latency_target= too")
+    if (isinstance(query, JoinQuery) and control not in (None, False) and max_executors is None
+            and checkpoint is None and all(isinstance(s, FileSource) for s in src)):
+        # a join's control socket (status, rebalance, scale-in) is the live join's
+        # (slash.live_join): its group of n, every rank active
+        max_executors = n
     if max_executors is not None:  # a pre-provisioned group that scales live (slash.live_scale)
         _check_elastic(query, src, n, max_executors, checkpoint)
         if checkpoint is not None and late_output is not None:
@@ -762,8 +770,9 @@ def _control_for(control: Any, query: Any, src: Any, n: int,
         jctl = JoinRunControl(query, (src[0].schema, src[1].schema), n)
         return jctl, ControlServer(jctl, None if control is True else os.fspath(control))
     if isinstance(query, JoinQuery):
-        raise InvalidArgument("control= supports window aggregations; a join has no control "
-                              "socket yet")
+        raise InvalidArgument("control=: a join serves a control socket over file inputs "
+                              "(FileSource or BatchSource) without checkpoint= (it runs as a "
+                              "live join group, slash.live_join)")
     if isinstance(control, RunControl):
         return control, None
     if control is not True and not isinstance(control, (str, os.PathLike)):
