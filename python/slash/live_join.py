@@ -157,36 +157,22 @@ class JoinScaleAgent(ScaleAgent):
                 if cur.num_rows:
                     self.push(s, cur)
 
-    def handle(self, msg: Any) -> None:
-        if not (isinstance(msg, tuple) and len(msg) == 4 and msg[:2] == ("scale", "prepare")):
-            return super().handle(msg)  # epoch lengths, finish, and what is out of turn
-        _, _, sid, joining = msg
-        t0 = time.monotonic()
-        ex = self.ex
-        if self.rank in joining:
-            ex.set_standby(None)  # frozen at what it published: at most every active rank's
+    # a prepare pushes the rows in hand first; both sides' lists are reported and replaced
+    def _before_ack(self) -> None:
         self.flush()
-        wm = max(_NO if self.wm is None else self.wm, int(ex.metrics["watermark"]))
-        self.send(("scale-ack", self.rank, sid,
-                   {"left": {s: self.left_of(s) for s in SIDES},
-                    "wm": None if wm <= _NO else wm}))
-        got = self.ctl.await_commit(ex, "scale", sid, t0 + self.timeout, self._commit_expected)
-        _, _, _, works, active, moves_id = got
-        self.sid = sid
-        self.works = {s: [list(w) for w in works[s]] for s in SIDES}
+
+    def _left_report(self) -> Any:
+        return {s: self.left_of(s) for s in SIDES}
+
+    def _adopt_work(self, work: Any) -> None:
+        self.works = {s: [list(w) for w in work[s]] for s in SIDES}
         self.sides = None  # the loop reopens both readers on the new work
-        self.active = sorted(active)
-        self.changed = True
-        if self.is_active:
-            ex.set_standby(None)
-        else:
-            ex.set_standby(list(self.active))
-        if self.rank == 0 and moves_id is not None:
-            self.ctl.moves.add(("move", moves_id, {"spread": self.active}))
-        self.paused_seconds += time.monotonic() - t0
-        log.info("join executor %d: %s with %s unit(s) (left, right) after scale request %d "
-                 "(paused %.1f ms)", self.rank, "active" if self.is_active else "standby",
-                 [len(self.works[s]) for s in SIDES], sid, 1000 * (time.monotonic() - t0))
+
+    def _who(self) -> str:
+        return f"join executor {self.rank}"
+
+    def _units(self) -> str:
+        return f"{[len(self.works[s]) for s in SIDES]} unit(s) (left, right)"
 
 
 def execute_join_elastic(query: Any, left: FileSource, right: FileSource, rank: int,

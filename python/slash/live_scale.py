@@ -234,13 +234,14 @@ class ScaleAgent:
             ex.set_standby(None)  # frozen at what it published: at most every active rank's
         # its watermark as the group knows it or soon will: what it published (a standby's
         # followed value too) or the highest promise it pushed, whichever is later
+        self._before_ack()
         wm = max(_NO if self.wm is None else self.wm, int(ex.metrics["watermark"]))
-        self.send(("scale-ack", self.rank, sid, {"left": self.left(),
+        self.send(("scale-ack", self.rank, sid, {"left": self._left_report(),
                                                  "wm": None if wm <= _NO else wm}))
         got = self.ctl.await_commit(ex, "scale", sid, t0 + self.timeout, self._commit_expected)
         _, _, _, work, active, moves_id = got
         self.sid = sid
-        self.work, self.pos = [list(w) for w in work], None
+        self._adopt_work(work)
         self.active = sorted(active)
         self.changed = True
         if self.is_active:
@@ -250,9 +251,27 @@ class ScaleAgent:
         if self.rank == 0 and moves_id is not None:
             self.ctl.moves.add(("move", moves_id, {"spread": self.active}))
         self.paused_seconds += time.monotonic() - t0
-        log.info("executor %d: %s with %d unit(s) after scale request %d (paused %.1f ms)",
-                 self.rank, "active" if self.is_active else "standby", len(self.work), sid,
+        log.info("%s: %s with %s after scale request %d (paused %.1f ms)", self._who(),
+                 "active" if self.is_active else "standby", self._units(), sid,
                  1000 * (time.monotonic() - t0))
+
+    # what a kind of work (one list here, one per side for a join) changes in a scale request
+    def _before_ack(self) -> None:
+        """Before answering a prepare: nothing held outside ``left()``."""
+
+    def _left_report(self) -> Any:
+        """What the prepare answer says is left (global terms)."""
+        return self.left()
+
+    def _adopt_work(self, work: Any) -> None:
+        """The commit's work for this rank, read from its start."""
+        self.work, self.pos = [list(w) for w in work], None
+
+    def _who(self) -> str:
+        return f"executor {self.rank}"
+
+    def _units(self) -> str:
+        return f"{len(self.work)} unit(s)"
 
 
 # ---- the driver's side ---------------------------------------------------------------------------
