@@ -55,7 +55,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 import threading
 import time
 import traceback
@@ -595,7 +594,7 @@ def _attempt(query: Any, source: Any, size: int, group: GroupConfig, token: str,
              ) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
     """One group of ``size`` from ``plan``'s checkpoint to the end; raises
     recovery's _Failed, or _Rescale once the cut a restart asked for commits."""
-    from slash.recovery import _Failed, _reported, _Reported
+    from slash.recovery import _Failed, _failed, _reported, _Reported
 
     t0 = time.monotonic()
     progress: Dict[int, int] = {}
@@ -692,20 +691,8 @@ def _attempt(query: Any, source: Any, size: int, group: GroupConfig, token: str,
                         parts[rep[1]] = rep[2]
                         per_exec[rep[1]] = rep[3]
                         done += 1
-            except SystemFailure as e:  # a process died, or a deadline passed
-                dead = pg.exited()
-                mt = re.search(r"rank (\d+)", str(e))
-                rank = int(mt.group(1)) if mt else (min(dead) if dead else None)
-                raise fail(rank, str(e), e) from None
-            except _Reported as r:
-                err = r.error
-                if isinstance(err, SystemFailure) and not isinstance(err, CheckpointCorrupt):
-                    time.sleep(0.2)  # a peer's broken link: is a process dead? that is the cause
-                    dead = pg.exited()
-                    if dead:
-                        k = min(dead)
-                        raise fail(k, f"executor rank {k} died ({dead[k]})", err) from None
-                raise fail(r.rank, str(err), err) from None
+            except (SystemFailure, _Reported) as e:
+                raise _failed(e, pg, fail) from None
     finally:
         scaler.close()
     return [t for t in parts if t is not None], per_exec

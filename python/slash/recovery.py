@@ -1083,26 +1083,34 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                         parts[rep[1]] = rep[2]
                         per_exec[rep[1]] = rep[3]
                         done += 1
-            except SystemFailure as e:  # a process died, or a deadline passed
-                dead = pg.exited()
-                m = re.search(r"rank (\d+)", str(e))
-                rank = int(m.group(1)) if m else (min(dead) if dead else None)
-                raise fail(rank, str(e), e) from None
-            except _Reported as r:
-                err = r.error
-                if isinstance(err, SystemFailure) and not isinstance(err, CheckpointCorrupt):
-                    time.sleep(0.2)  # a peer's broken link: is a process dead? that is the cause
-                    dead = {k: v for k, v in pg.exited().items()}
-                    if dead:
-                        k = min(dead)
-                        raise fail(k, f"executor rank {k} died ({dead[k]})", err) from None
-                raise fail(r.rank, str(err), err) from None
+            except (SystemFailure, _Reported) as e:
+                raise _failed(e, pg, fail) from None
     return [t for t in parts if t is not None], per_exec, progress
 
 
 def _finished_ranks(parts: List[Optional[pa.Table]]) -> set:
     """Ranks that have sent their result (they can take no checkpoint)."""
     return {r for r, t in enumerate(parts) if t is not None}
+
+
+def _failed(e: BaseException, pg: ProcessGroup,
+            fail: Callable[[Optional[int], str, BaseException], "_Failed"]) -> "_Failed":
+    """The _Failed a driver loop raises for ``e``: a SystemFailure of its own
+    (a process died, or a deadline passed: the rank it names, else the first
+    dead one) or an executor's _Reported error (a peer's broken link is
+    blamed on a dead process if there is one)."""
+    if not isinstance(e, _Reported):
+        dead = pg.exited()
+        m = re.search(r"rank (\d+)", str(e))
+        return fail(int(m.group(1)) if m else (min(dead) if dead else None), str(e), e)
+    err = e.error
+    if isinstance(err, SystemFailure) and not isinstance(err, CheckpointCorrupt):
+        time.sleep(0.2)  # a peer's broken link: is a process dead? that is the cause
+        dead = pg.exited()
+        if dead:
+            k = min(dead)
+            return fail(k, f"executor rank {k} died ({dead[k]})", err)
+    return fail(e.rank, str(err), err)
 
 
 class _Reported(Exception):
