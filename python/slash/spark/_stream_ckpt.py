@@ -13,7 +13,7 @@ Task side (:class:`TaskCheckpoints`, one per barrier task):
 * Rank 0 requests checkpoint ids every ``checkpoint_every``; every executor
   cuts at its next safe point. Right after every executor call the task
   takes the finished images and splits the windows it fired at the cut's
-  watermark (:func:`slash.executor.checkpoint_fired`): those before the cut
+  watermark (:func:`slash.executor.split_at_cut`): those before the cut
   belong to the checkpoint. The task writes its files into the
   :class:`~slash.checkpoint.CheckpointStore`; a directory sink's windows go
   to ``SINK/_pending/g<group>-part-r<rank>-c<id>.parquet`` (a name Spark,
@@ -58,7 +58,7 @@ from slash.checkpoint import write_durably
 from slash.ckpt_worker import AskSchedule
 from slash.errors import (CheckpointCorrupt, InvalidState, NotSupported, PeerDisconnected,
                           Timeout)
-from slash.executor import checkpoint_fired
+from slash.executor import split_at_cut
 from slash.recovery import CheckpointPlan, checkpoint_leaders, part_name, read_partitions
 from slash.spark._tasks import write_table
 
@@ -177,21 +177,8 @@ class TaskCheckpoints:
 
     def _cut(self, img: Any) -> None:
         t0 = time.monotonic()
-        fired = checkpoint_fired(img.meta)
-        every = self.held + self.ex.results()
-        pre: List[pa.RecordBatch] = []
-        post: List[pa.RecordBatch] = []
-        for b in every:  # windows ending by the cut's watermark fired before it
-            we = b.column(1).to_numpy()
-            before = (we < fired) if self.session else (we <= fired)
-            if before.all():
-                pre.append(b)
-            elif not before.any():
-                post.append(b)
-            else:
-                pre.append(b.filter(pa.array(before)))
-                post.append(b.filter(pa.array(~before)))
-        self.held = post
+        # windows ending by the cut's watermark fired before it
+        pre, self.held = split_at_cut(self.held + self.ex.results(), img.meta, self.session)
         st = self.store
         r = self.rank
         files = {f"rank-{r}.meta": st.write(img.id, f"rank-{r}.meta", img.meta)}
