@@ -57,7 +57,8 @@ from typing import Any, Dict, List, Optional
 import pyarrow as pa
 
 from slash.controller import Actuator, Controller, ControllerConfig, Decision
-from slash.errors import InvalidArgument, NotSupported, SlashError
+from slash.errors import InvalidArgument, SlashError
+from slash.run import compat
 
 log = logging.getLogger(__name__)
 
@@ -148,14 +149,12 @@ def _controlled_class() -> Any:
     class CheckpointedControl(RunControl):
         """The control socket's side of a checkpointed run: status (with
         the controller's decisions) and the scale/epoch operations through
-        hooks; ``update`` is refused (a checkpointed run has no agreement
-        of logic versions yet)."""
+        hooks; ``update`` is refused (:mod:`slash.run.compat` says why)."""
 
         tuner: Optional[AutoTuner] = None
 
         def submit(self, args: Dict[str, Any]) -> Any:
-            raise NotSupported("update: a run with checkpoint= or latency_target= cannot change "
-                               "its logic yet (its checkpoints hold one version)")
+            compat.check("run", "aggregation", ["update", "checkpoint"])
 
         def status(self) -> Dict[str, Any]:
             st = super().status()
@@ -189,8 +188,7 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
     from slash.query import Query
 
     if not isinstance(query, Query):
-        raise NotSupported("control= supports window aggregations; a join has no control "
-                           "operations yet")
+        compat.check("run", "join", ["checkpoint", "rebalance"])
     if not (control is True or isinstance(control, (str, os.PathLike))):
         raise InvalidArgument("with checkpoint=, control must be True, a socket path or a "
                               "slash.recovery.CheckpointedRun")
@@ -224,16 +222,17 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
                   live: Any, control: Any, checkpoint: Optional[str], checkpoint_every: Any,
                   max_restarts: int, checkpoint_keep: int, output: Optional[str], timeout: float,
                   metrics: Optional[Dict[str, Any]], t0: float,
-                  controller_options: Optional[Dict[str, Any]] = None) -> pa.Table:
-    """:func:`slash.runner.run` with ``latency_target``: see the module doc."""
+                  controller_options: Optional[Dict[str, Any]] = None,
+                  late_output: Optional[str] = None) -> pa.Table:
+    """:func:`slash.runner.run` with ``latency_target``: see the module doc
+    (``late_output``: as for :func:`slash.runner.run`, on every path)."""
     from slash.metrics import LiveMetrics
     from slash.query import Query
     from slash.recovery import CheckpointedRun as Rescaler
     from slash.runner import _run_checkpointed
 
-    if not isinstance(query, Query):
-        raise NotSupported("latency_target= tunes window aggregations; a join cannot be "
-                           "rescaled yet")
+    if not isinstance(query, Query):  # runner.run refuses it first (slash.run.compat)
+        compat.check("run", "join", ["latency_target"])
     if not realtime:
         raise InvalidArgument(
             "latency_target= measures window latency as emit time minus window end, which needs "
@@ -245,7 +244,8 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
             raise InvalidArgument("min_executors/max_executors bound the controller: give "
                                   "latency_target= too")
         return _run_measured(query, src, n, group, token, live, checkpoint, checkpoint_every,
-                             max_restarts, checkpoint_keep, output, timeout, metrics, t0)
+                             max_restarts, checkpoint_keep, output, timeout, metrics, t0,
+                             late_output)
     if isinstance(latency_target, ControllerConfig):  # every knob of the policy
         if min_executors is not None or max_executors is not None:
             raise InvalidArgument("latency_target is a ControllerConfig: give min_executors and "
@@ -259,7 +259,7 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
     controller = Controller(config, executors=n, epoch_ms=group.epoch_ms)
     if checkpoint is None and _scales_live(query, src):
         return _run_live_tuned(query, src, n, group, token, config, controller, live, control,
-                               output, timeout, metrics, t0)
+                               output, timeout, metrics, t0, late_output)
     live = live if live is not None else LiveMetrics(n, kind="run")
     rescaler = Rescaler()
     tmp = None
@@ -324,7 +324,7 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
     tuner.start()
     m: Dict[str, Any] = {}
     try:
-        result = _run_checkpointed(query, src, n, group, token, output, timeout, m, None,
+        result = _run_checkpointed(query, src, n, group, token, output, timeout, m, late_output,
                                    checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0,
                                    rescaler, live_every=live.report_interval, realtime=True)
     finally:
@@ -346,7 +346,8 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
 def _run_measured(query: Any, src: Any, n: int, group: Any, token: str, live: Any,
                   checkpoint: Optional[str], checkpoint_every: Any, max_restarts: int,
                   checkpoint_keep: int, output: Optional[str], timeout: float,
-                  metrics: Optional[Dict[str, Any]], t0: float) -> pa.Table:
+                  metrics: Optional[Dict[str, Any]], t0: float,
+                  late_output: Optional[str] = None) -> pa.Table:
     """``realtime=True`` without a target: the same paced, measured run with
     a fixed configuration (the baseline ``slash bench autotune`` sweeps)."""
     from slash.metrics import LiveMetrics
@@ -364,7 +365,7 @@ def _run_measured(query: Any, src: Any, n: int, group: Any, token: str, live: An
     sampler = AutoTuner(None, None, live, tick=live.report_interval, executors=n).start()
     m: Dict[str, Any] = {}
     try:
-        result = _run_checkpointed(query, src, n, group, token, output, timeout, m, None,
+        result = _run_checkpointed(query, src, n, group, token, output, timeout, m, late_output,
                                    checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0,
                                    rescaler, live_every=live.report_interval, realtime=True)
     finally:
@@ -409,7 +410,8 @@ class _ActiveView:
 
 def _run_live_tuned(query: Any, src: Any, n: int, group: Any, token: str, config: ControllerConfig,
                     controller: Controller, live: Any, control: Any, output: Optional[str],
-                    timeout: float, metrics: Optional[Dict[str, Any]], t0: float) -> pa.Table:
+                    timeout: float, metrics: Optional[Dict[str, Any]], t0: float,
+                    late_output: Optional[str] = None) -> pa.Table:
     """``latency_target=`` without ``checkpoint=`` over a FileSource: the
     controller drives a group of ``max_executors`` processes, ``n`` active at
     the start, that scales LIVE (:class:`slash.live_scale.LiveScaler`: no
@@ -477,9 +479,9 @@ def _run_live_tuned(query: Any, src: Any, n: int, group: Any, token: str, config
     tuner.start()
     m: Dict[str, Any] = {}
     try:
-        result = _run_group(query, src, size, group, token, False, live.report_interval, ctl,
-                            None, t0, timeout, live, m, output, None, elastic=n, realtime=True,
-                            on_scaler=on_scaler)
+        result = _run_group(query, src, size, group, token, late_output is not None,
+                            live.report_interval, ctl, None, t0, timeout, live, m, output,
+                            late_output, elastic=n, realtime=True, on_scaler=on_scaler)
     finally:
         tuner.stop()
         ctl.close()

@@ -9,7 +9,10 @@ Layout of a checkpoint directory ``DIR``::
                          rank-0.json      rank 0's source position, pushes, leader map
                          _MANIFEST.json   written LAST: names every file with size + crc32
     DIR/results/rank-0.chk-000000000007.arrow   windows rank 0 fired before cut 7
-    DIR/_FINISHED.json, DIR/result.parquet      a run that completed (see :meth:`finish`)
+    DIR/results/rank-0.chk-000000000007.late.arrow  input rows rank 0 found late before
+                                                cut 7 (a run with late_output=)
+    DIR/_FINISHED.json, DIR/result.parquet      a run that completed (see :meth:`finish`;
+                                                with late_output=, also late.arrow)
 
 Invariants:
 
@@ -22,7 +25,10 @@ Invariants:
   checkpoint up to c (they live outside ``chk-*`` so pruning old checkpoints
   keeps them): the windows fired before cut c are exactly those segments.
   Segments no manifest names belong to an uncommitted cut and are deleted
-  at recovery (the replay fires those windows again).
+  at recovery (the replay fires those windows again). Late segments follow the
+  same rule: the late rows before cut c are exactly the late segments up to c,
+  and the replay after c finds the later ones late again, so each late row is
+  written once.
 * Every file named by a manifest is checked (size, then crc32) before it is
   used; a mismatch raises :class:`slash.errors.CheckpointCorrupt` naming the
   file. A corrupt checkpoint is never skipped silently for an older one or
@@ -60,9 +66,14 @@ def chk_name(ckpt_id: int) -> str:
     return f"chk-{ckpt_id:012d}"
 
 
-def segment_name(rank: int, ckpt_id: int) -> str:
-    """Path (relative to DIR) of rank's windows fired before cut ``ckpt_id``."""
-    return f"{RESULTS_DIR}/rank-{rank}.{chk_name(ckpt_id)}.arrow"
+LATE_SUFFIX = ".late.arrow"
+LATE = "late.arrow"
+
+
+def segment_name(rank: int, ckpt_id: int, late: bool = False) -> str:
+    """Path (relative to DIR) of rank's windows fired before cut ``ckpt_id``
+    (``late``: of the input rows it found late before it)."""
+    return f"{RESULTS_DIR}/rank-{rank}.{chk_name(ckpt_id)}{LATE_SUFFIX if late else '.arrow'}"
 
 
 def crc32(data: bytes) -> int:
@@ -124,7 +135,11 @@ class Checkpoint:
 
     def segments(self) -> Dict[str, Dict[str, int]]:
         """Result segments committed up to this checkpoint (relative to DIR)."""
-        return self.manifest["segments"]
+        return {k: v for k, v in self.manifest["segments"].items() if not k.endswith(LATE_SUFFIX)}
+
+    def late_segments(self) -> Dict[str, Dict[str, int]]:
+        """Late-row segments committed up to this checkpoint (relative to DIR)."""
+        return {k: v for k, v in self.manifest["segments"].items() if k.endswith(LATE_SUFFIX)}
 
     def read(self, name: str) -> bytes:
         """A file of this checkpoint, checked against the manifest."""
@@ -134,13 +149,13 @@ class Checkpoint:
         return _read_checked(os.path.join(self.path, name), entry)
 
     def read_segment(self, rel: str) -> bytes:
-        return _read_checked(os.path.join(self.root, rel), self.segments()[rel])
+        return _read_checked(os.path.join(self.root, rel), self.manifest["segments"][rel])
 
     def verify(self) -> None:
         """Reads every file the manifest names; raises CheckpointCorrupt naming the first bad one."""
         for name in self.files():
             self.read(name)
-        for rel in self.segments():
+        for rel in self.manifest["segments"]:
             self.read_segment(rel)
 
 
@@ -205,8 +220,9 @@ class CheckpointStore:
         size, crc = write_durably(os.path.join(self.begin(ckpt_id), name), data)
         return {"size": size, "crc32": crc}
 
-    def write_segment(self, rank: int, ckpt_id: int, data: bytes) -> Tuple[str, Dict[str, int]]:
-        rel = segment_name(rank, ckpt_id)
+    def write_segment(self, rank: int, ckpt_id: int, data: bytes,
+                      late: bool = False) -> Tuple[str, Dict[str, int]]:
+        rel = segment_name(rank, ckpt_id, late)
         size, crc = write_durably(os.path.join(self.dir, rel), data)
         return rel, {"size": size, "crc32": crc}
 
@@ -218,7 +234,7 @@ class CheckpointStore:
         segments of this cut; those of earlier committed cuts are carried over).
         Then deletes all but the newest ``keep`` checkpoints."""
         prev = self._newest_manifest()
-        all_segments = dict(prev.segments()) if prev is not None else {}
+        all_segments = dict(prev.manifest["segments"]) if prev is not None else {}
         all_segments.update(segments)
         d = self.begin(ckpt_id)
         manifest = {"format": FORMAT_VERSION, "id": ckpt_id, "query": self.fingerprint,
@@ -313,7 +329,7 @@ class CheckpointStore:
                 log.info("deleting interrupted checkpoint %s (no manifest)",
                          os.path.join(self.dir, chk_name(i)))
                 shutil.rmtree(os.path.join(self.dir, chk_name(i)), ignore_errors=True)
-        keep = set(best.segments()) if best is not None else set()
+        keep = set(best.manifest["segments"]) if best is not None else set()
         seg_dir = os.path.join(self.dir, RESULTS_DIR)
         for name in os.listdir(seg_dir):
             if f"{RESULTS_DIR}/{name}" not in keep:
@@ -323,17 +339,33 @@ class CheckpointStore:
         return best
 
     # -- a finished run -------------------------------------------------------------
-    def finish(self, result_ipc: bytes, info: Dict[str, Any]) -> None:
-        """Marks the run finished: its result (Arrow IPC) and a marker naming it."""
+    def finish(self, result_ipc: bytes, info: Dict[str, Any],
+               late_ipc: Optional[bytes] = None) -> None:
+        """Marks the run finished: its result (Arrow IPC), with ``late_ipc``
+        its late rows, and a marker naming them."""
         size, crc = write_durably(os.path.join(self.dir, RESULT), result_ipc)
         marker = {"format": FORMAT_VERSION, "query": self.fingerprint, "executors": self.executors,
                   "partitions": self.partitions, "result": {"size": size, "crc32": crc},
                   "info": info}
+        if late_ipc is not None:
+            size, crc = write_durably(os.path.join(self.dir, LATE), late_ipc)
+            marker["late"] = {"size": size, "crc32": crc}
         write_durably(os.path.join(self.dir, FINISHED), json.dumps(marker, sort_keys=True).encode())
         _fsync_dir(self.dir)
 
     def finished(self) -> Optional[bytes]:
         """The stored result of a finished run of this query, or None."""
+        m = self._finish_marker()
+        return None if m is None else _read_checked(os.path.join(self.dir, RESULT), m["result"])
+
+    def finished_late(self) -> Optional[bytes]:
+        """The late rows a finished run stored (it ran with late_output=), or None."""
+        m = self._finish_marker()
+        if m is None or "late" not in m:
+            return None
+        return _read_checked(os.path.join(self.dir, LATE), m["late"])
+
+    def _finish_marker(self) -> Optional[Dict[str, Any]]:
         path = os.path.join(self.dir, FINISHED)
         if not os.path.exists(path):
             return None
@@ -345,4 +377,4 @@ class CheckpointStore:
         if m.get("query") != self.fingerprint:
             raise InvalidArgument(f"checkpoint directory {self.dir!r} holds the finished run of "
                                   f"another query ({m.get('query')!r}); give an empty directory")
-        return _read_checked(os.path.join(self.dir, RESULT), m["result"])
+        return m

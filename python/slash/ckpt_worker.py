@@ -10,6 +10,8 @@ stream's tasks (:mod:`slash.spark._stream_ckpt`):
 * :func:`write_image` - how the image the executor hands over at a cut
   becomes the rank's files in ``DIR/chk-<c>/`` and its result segment, and
   the ``("ckpt", ...)`` report to the parent once they are durable.
+* :class:`LateRows` - a run with ``late_output=``: the input rows found late,
+  each given to the first cut after the push that found it.
 
 Invariants: ids are asked in increasing order from the plan's ``next_id``;
 at most one ask is outstanding unless it went uncut for twice the period
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
@@ -94,15 +96,56 @@ class AskSchedule:
                 self.last_epochs = self.ex.metrics["epochs"]
 
 
+class LateRows:
+    """A checkpointing rank's late input rows (``late_output=``), each kept
+    with the push count of the push that found it late until a cut at that
+    count or later takes it (:meth:`at_cut`): its late segment. A restart
+    replays the pushes after the cut, which find their late rows again, so
+    every late row is in exactly one committed late segment of a cut before
+    the last attempt or in that attempt's :meth:`found` (as the windows a
+    rank fired are).
+
+    >>> rows = LateRows()
+    >>> rows.add(3, pa.table({"t": [1]})); rows.add(5, pa.table({"t": [2, 4]}))
+    >>> rows.at_cut(4).num_rows, rows.found().num_rows
+    (1, 3)
+    """
+
+    def __init__(self) -> None:
+        self._by_push: List[Tuple[int, pa.Table]] = []  # not given to a cut yet
+        self._cut: List[pa.Table] = []  # given to this attempt's cuts
+
+    def add(self, pushes: int, late: Any) -> None:
+        """The late rows of the push that brought the count to ``pushes``."""
+        if late.num_rows:
+            self._by_push.append((pushes, pa.table(late) if isinstance(late, pa.RecordBatch)
+                                  else late))
+
+    def at_cut(self, pushes: int) -> Optional[pa.Table]:
+        """The late rows of pushes up to ``pushes`` not given to an earlier
+        cut (None if there are none)."""
+        before = [t for p, t in self._by_push if p <= pushes]
+        self._by_push = [(p, t) for p, t in self._by_push if p > pushes]
+        self._cut.extend(before)
+        return pa.concat_tables(before) if before else None
+
+    def found(self) -> Optional[pa.Table]:
+        """Every late row this attempt found, given to a cut or not (None if none)."""
+        every = self._cut + [t for _, t in self._by_push]
+        return pa.concat_tables(every) if every else None
+
+
 def write_image(store: CheckpointStore, link: Any, rank: int, img: Any,
                 fired: List[pa.RecordBatch], result_schema: pa.Schema, info: Dict[str, Any],
                 part_file: Callable[[int], str], midway: Optional[Callable[[int], None]] = None,
                 stats: Optional[Dict[str, Any]] = None,
-                extra: Optional[Dict[str, bytes]] = None) -> None:
+                extra: Optional[Dict[str, bytes]] = None,
+                late: Optional[pa.Table] = None) -> None:
     """Writes rank ``rank``'s image ``img`` of checkpoint ``img.id`` durably
     into ``store`` - ``rank-<r>.meta``, each partition's blob as
     ``part_file(p)``, the windows ``fired`` before the cut as the rank's
-    result segment, the files ``extra`` names (a join worker's rows held
+    result segment, the input rows found ``late`` before it as its late
+    segment (if any), the files ``extra`` names (a join worker's rows held
     back by its time merge), then ``rank-<r>.json`` (``info``) - and then reports
     ``("ckpt", rank, id, files, {segment: entry}, stats)`` over ``link``
     (``stats``: bytes, seconds and whatever ``stats`` adds). ``midway(id)``
@@ -117,10 +160,14 @@ def write_image(store: CheckpointStore, link: Any, rank: int, img: Any,
         files[name] = store.write(img.id, name, data)
     seg, entry = store.write_segment(rank, img.id,
                                      to_ipc(pa.Table.from_batches(fired, result_schema)))
+    segs = {seg: entry}
+    if late is not None and late.num_rows:
+        rel, got = store.write_segment(rank, img.id, to_ipc(late), late=True)
+        segs[rel] = got
     for name, data in (extra or {}).items():
         files[name] = store.write(img.id, name, data)
     files[f"rank-{rank}.json"] = store.write(img.id, f"rank-{rank}.json",
                                              json.dumps(info, sort_keys=True).encode())
-    size = sum(f["size"] for f in files.values()) + entry["size"]
-    link.put(("ckpt", rank, img.id, files, {seg: entry},
+    size = sum(f["size"] for f in files.values()) + sum(e["size"] for e in segs.values())
+    link.put(("ckpt", rank, img.id, files, segs,
               {"bytes": size, "seconds": time.monotonic() - t0, **(stats or {})}))

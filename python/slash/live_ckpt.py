@@ -46,9 +46,12 @@ from that checkpoint; the ranks' lists are re-dealt to N' ranks
 and listed in ``slash ctl status`` (``scales``) and ``metrics["live_scales"]``
 with ``"path": "live"`` or ``"restart"``.
 
-Not supported here (NotSupported / InvalidArgument naming why): joins,
-``late_output=``, and ``update`` (a logic version would not survive a
-resume: the workers restart with the query's logic).
+**Late rows** (``late_output=``) go with the cut after the push that found
+them (:class:`slash.ckpt_worker.LateRows`), as the fired windows do.
+
+Not supported here (NotSupported / InvalidArgument naming why): joins, and
+``update`` (a logic version would not survive a resume: the workers restart
+with the query's logic).
 """
 from __future__ import annotations
 
@@ -65,10 +68,11 @@ import pyarrow as pa
 from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import Checkpoint, CheckpointStore
 from slash.control import RunControl
-from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState, NotSupported,
+from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState,
                           SlashError, SystemFailure, Timeout)
 from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
+from slash.run import compat
 from slash.sources import FileSource, Work
 
 log = logging.getLogger(__name__)
@@ -87,7 +91,7 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
     if given, then reads ``work`` (global terms) while it is active, takes
     the driver's scale and checkpoint messages, and cuts. Returns the windows
     it fired in this attempt and its metrics."""
-    from slash.ckpt_worker import AskSchedule, write_image
+    from slash.ckpt_worker import AskSchedule, LateRows, write_image
     from slash.control import ExecutorControl, LogicPlan
     from slash.live_scale import ScaleAgent
     from slash.metrics import Reporter
@@ -144,6 +148,7 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
         kill_at = _kill_point(rank, plan.attempt)
         reporter = Reporter(report_every)
         call_t = [time.monotonic()]
+        late_rows = LateRows() if plan.want_late else None
 
         def sync() -> None:
             # a scale commit since the last push: the same push count is also described by
@@ -174,7 +179,8 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
                               lambda p: part_name(p, rank),
                               _kill_in_write(store, plan, kill_at, rank, pushes),
                               {"cut_seconds": time.monotonic() - call_t[0],
-                               "gens": sorted(int(g) for g in gens)})
+                               "gens": sorted(int(g) for g in gens)}, None,
+                              late_rows.at_cut(img.pushes) if late_rows is not None else None)
                 out.extend(pending)
                 pending = after
                 for k in [k for k in cands if k < img.pushes]:  # older cuts are not needed
@@ -209,7 +215,10 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
                 call_t[0] = time.monotonic()
                 if isinstance(item, (pa.RecordBatch, pa.Table)):
                     b, skip = ctl.prepare(item)
-                    ex.push_batch(b, skip=skip)
+                    if late_rows is not None:
+                        late_rows.add(pushes + 1, ex.push_batch(b, skip=skip, return_late=True))
+                    else:
+                        ex.push_batch(b, skip=skip)
                     pushes += 1
                     records += item.num_rows
                     cands[pushes] = [(agent.sid, agent.work, agent.pos, list(agent.active))]
@@ -232,6 +241,8 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
         out.extend(pending)
         m = dict(ex.metrics)
         m["records_read"] = records
+        if late_rows is not None:  # every late row of this attempt (the worker sends them)
+            m["late_rows"] = late_rows.found()
         return pa.Table.from_batches(out, schema=result_schema), m
     finally:
         writer.close()
@@ -250,7 +261,7 @@ def _worker(query: Any, source: Any, rank: int, size: int, group: GroupConfig, t
                                               plan, link, work, active, rate, report_every)
         lst.close()
         plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
-        link.put(("ok", rank, result, plain, None))
+        link.put(("ok", rank, result, plain, m.get("late_rows")))
     except BaseException as e:  # the parent raises or recovers, naming the rank
         link.put(("error", rank, e if isinstance(e, SlashError) else None,
                   f"{type(e).__name__}: {e}", traceback.format_exc()))
@@ -262,10 +273,8 @@ class CheckpointedRunControl(RunControl):
     :class:`slash.control.RunControl`, but ``update`` is refused (a new logic
     version would be lost when the group resumes from a checkpoint)."""
 
-    def update(self, args: Dict[str, Any]) -> Dict[str, Any]:
-        raise NotSupported("update: a checkpointed live group (checkpoint= with max_executors=) "
-                           "does not change its logic yet; a resume from a checkpoint would "
-                           "restart with the query's original logic")
+    def submit(self, args: Dict[str, Any]) -> Any:
+        compat.check("run", "aggregation", ["update", "checkpoint"])
 
 
 class _Restart:
@@ -435,16 +444,18 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
                           *, directory: str, every: Any, keep: int, max_restarts: int,
                           timeout: float, rate: Optional[float], control: Any,
                           metrics: Optional[Dict[str, Any]], output: Optional[str],
-                          live: Any = None) -> pa.Table:
+                          live: Any = None, late: Optional[List[pa.Table]] = None) -> pa.Table:
     """:func:`slash.runner.run` with ``checkpoint=`` and ``max_executors=``:
     the live group of ``m`` ranks, ``n`` active, with checkpoints (see the
     module doc). ``control``: as for the live group (True, a socket path or a
     RunControl); ``metrics`` receives what a checkpointed run's does
     (checkpoints, recoveries, records_replayed) plus ``live_scales`` (each
-    scale, ``path`` "live" or "restart") and ``checkpoints_dropped``."""
+    scale, ``path`` "live" or "restart") and ``checkpoints_dropped``;
+    ``late``, if given, receives the late rows (``late_output=``)."""
     from slash.control import ControlServer
     from slash.live_scale import LiveScaler
-    from slash.recovery import CheckpointEvery, _Failed, _Plan, _restartable, fingerprint
+    from slash.recovery import (CheckpointEvery, _Failed, _Plan, _restartable, all_late,
+                                fingerprint, stored_late)
     from slash.runner import _bound_ticks, write_parquet_atomically
 
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
@@ -462,6 +473,7 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
         if metrics is not None:
             metrics.update(checkpoints=[], recoveries=[], records_replayed=0,
                            finished_before=True, live_scales=[])
+        stored_late(store, late)
         return from_ipc(stored)
     shape = store.newest_shape()
     if shape is not None:
@@ -508,16 +520,17 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
             store.executors = size
             plan = _Plan(store.dir, store.fingerprint, size, partitions, keep, policy,
                          ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
-                         attempt)
+                         attempt, want_late=late is not None)
             scaler = LiveScaler(source, query, size, len(active), ticks)
             scaler.active = list(active)
             ctl.executors = size
             elastic._attach(scaler)
+            late_now: List[pa.Table] = []  # the late rows this attempt found
             try:
                 tables, per_exec = _attempt(query, source, size, group, token, plan, store,
                                             works, active, rate, report_every, ctl, scaler,
                                             elastic, live, checkpoints, dropped, recoveries,
-                                            failed_at, resumed_scale, t_start, timeout)
+                                            failed_at, resumed_scale, t_start, timeout, late_now)
                 break
             except _Rescale as r:
                 req = elastic.restart
@@ -565,7 +578,8 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
     raw = pa.concat_tables([t.cast(tables[0].schema) if t.schema != tables[0].schema else t
                             for t in base] + tables)
     result = query.finalize(raw, source.schema)
-    store.finish(to_ipc(result), {"checkpoints": len(checkpoints), "recoveries": len(recoveries)})
+    store.finish(to_ipc(result), {"checkpoints": len(checkpoints), "recoveries": len(recoveries)},
+                 all_late(ck, late_now, late))
     scales = elastic.history
     log.info("query ran on a live group of %d in %.2f s: %d result rows, %d checkpoints "
              "(%d dropped), %d recoveries, %d scales", size, time.monotonic() - t_start,
@@ -590,10 +604,11 @@ def _attempt(query: Any, source: Any, size: int, group: GroupConfig, token: str,
              report_every: float, ctl: Any, scaler: Any, elastic: ElasticCheckpointed, live: Any,
              checkpoints: List[Dict[str, Any]], dropped: List[int],
              recoveries: List[Dict[str, Any]], failed_at: Optional[float],
-             resumed_scale: Optional[_Restart], t_start: float, timeout: float
-             ) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
+             resumed_scale: Optional[_Restart], t_start: float, timeout: float,
+             late: List[pa.Table]) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
     """One group of ``size`` from ``plan``'s checkpoint to the end; raises
-    recovery's _Failed, or _Rescale once the cut a restart asked for commits."""
+    recovery's _Failed, or _Rescale once the cut a restart asked for commits.
+    ``late`` receives the late rows each rank found in this attempt."""
     from slash.recovery import _Failed, _failed, _reported, _Reported
 
     t0 = time.monotonic()
@@ -690,6 +705,8 @@ def _attempt(query: Any, source: Any, size: int, group: GroupConfig, token: str,
                     elif kind == "ok":
                         parts[rep[1]] = rep[2]
                         per_exec[rep[1]] = rep[3]
+                        if rep[4] is not None:
+                            late.append(rep[4])
                         done += 1
             except (SystemFailure, _Reported) as e:
                 raise _failed(e, pg, fail) from None

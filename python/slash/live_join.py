@@ -54,6 +54,7 @@ import pyarrow as pa
 from slash.control import RunControl
 from slash.errors import InvalidState, NotSupported
 from slash.live_scale import LiveScaler, ScaleAgent, Work, _NO, deal_work
+from slash.run import compat
 from slash.sources import FileSource
 
 log = logging.getLogger(__name__)
@@ -343,8 +344,7 @@ class JoinRunControl(RunControl):
         super().__init__(query, schemas[0], executors, bounded=True)
 
     def submit(self, args: Dict[str, Any]) -> Any:
-        raise NotSupported("update: the logic of a running join cannot change (only window "
-                           "aggregations take update)")
+        compat.check("run", "join", ["update"])
 
     def status(self) -> Dict[str, Any]:
         from slash.control import leadership

@@ -62,12 +62,14 @@ import pyarrow as pa
 
 from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import Checkpoint, CheckpointStore
-from slash.ckpt_worker import AskSchedule, write_image
+from slash.ckpt_worker import AskSchedule, LateRows, write_image
 from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState, NotSupported,
                           SlashError, SystemFailure, UsageError)
 from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
 from slash.query import JoinQuery, Query
+from slash.run import compat
+from slash.run.pacing import RatePacer
 from slash.sources import FileSource, GeneratorSource, Position, TableSource, Work, read_from
 from slash.window import parse_duration
 
@@ -153,6 +155,11 @@ class _Plan(CheckpointPlan):
     # earlier than its latest time and fired windows carry their emit time
     live_every: Optional[float] = None
     realtime: bool = False
+    # rate=: records/s over the whole group, each rank reading its 1/n share (a restart
+    # paces the rows after the cut from the restart on: slash.run.pacing)
+    rate: Optional[float] = None
+    # late_output=: each rank keeps the rows it finds late, per cut (ckpt_worker.LateRows)
+    want_late: bool = False
 
 
 def _kill_point(rank: int, attempt: int) -> Optional[Tuple[int, int, bool]]:
@@ -343,7 +350,8 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                 writer.submit(write_image, store, link, rank, img, pending, result_schema, info,
                               lambda p: part_name(p, rank),
                               _kill_in_write(store, plan, kill_at, rank, pushes),
-                              {"cut_seconds": cut_s})
+                              {"cut_seconds": cut_s}, None,
+                              late_rows.at_cut(img.pushes) if late_rows is not None else None)
                 out.extend(pending)
                 pending = after
                 for k in [k for k in pos_after if k < img.pushes]:  # older cuts are not needed
@@ -357,6 +365,8 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
         call_t = [time.monotonic()]  # when the executor call that may cut began
         from slash.control import MoveRequests
         moves = MoveRequests(link.put, rank)  # rank 0: the parent's rebalance requests
+        throttle = RatePacer(plan.rate / n) if plan.rate else None
+        late_rows = LateRows() if plan.want_late else None
         with _no_cyclic_gc():
             items = (source.read_work(work, query.input_columns, time=time_col)
                      if work is not None else
@@ -367,28 +377,22 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                     if live is not None and plan.realtime:
                         live.pace(query, item, after_call)
                     b, skip = query.prepare_selected(item)
-                    ex.push_batch(b, skip=skip)
+                    if late_rows is not None:
+                        late_rows.add(pushes + 1, ex.push_batch(b, skip=skip, return_late=True))
+                    else:
+                        ex.push_batch(b, skip=skip)
                     pushes += 1
                     records += item.num_rows
                     pos_after[pushes] = pos
                     records_at[pushes] = records
+                    if throttle is not None:  # cuts and results are served while it waits
+                        throttle.after(item.num_rows, lambda s: (ex.poll(s), after_call()))
                 else:  # a Watermark
                     wm = query.watermark_ticks(getattr(item, "value", None), schema)
                     if wm is not None:
                         ex.advance_watermark(wm)
                 after_call()
-                while link.poll():  # the parent: ("checkpoint_now",) for a rescale, ("epoch", ...)
-                    msg = link.get()
-                    if msg[0] == "checkpoint_now":
-                        asks.force()
-                    elif msg[0] == "epoch":
-                        ex.set_epoch(msg[1] or None, msg[2] or None)  # 0: unchanged
-                        log.info("executor %d: epochs of %s ms / %s bytes from now on", rank,
-                                 msg[1], msg[2])
-                    elif msg[0] == "move":  # rank 0: a rebalance (CheckpointedRun.rebalance)
-                        moves.add(msg)
-                if moves.pending:
-                    moves.apply(ex)
+                serve_driver(link, ex, asks, moves)
                 if live is not None:
                     live.report()
                 if rank == 0:
@@ -408,10 +412,32 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
         out.extend(pending)
         m = dict(ex.metrics)
         m["records_read"] = records
+        if late_rows is not None:  # every late row of this attempt (the worker sends them)
+            m["late_rows"] = late_rows.found()
         return pa.Table.from_batches(out, schema=result_schema), m
     finally:
         writer.close()
         ex.close()
+
+
+def serve_driver(link: Any, ex: Executor, asks: AskSchedule, moves: Optional[Any]) -> None:
+    """A checkpointing rank's messages from the driver, between two pushes:
+    ``("checkpoint_now",)`` (a rescale: cut at the next chance),
+    ``("epoch", ms, bytes)`` (0: unchanged) and, with ``moves`` (a
+    :class:`slash.control.MoveRequests`), rank 0's ``("move", id, spec)``
+    (a rebalance), applied at once when its turn comes."""
+    while link.poll():
+        msg = link.get()
+        if msg[0] == "checkpoint_now":
+            asks.force()
+        elif msg[0] == "epoch":
+            ex.set_epoch(msg[1] or None, msg[2] or None)
+            log.info("executor %d: epochs of %s ms / %s bytes from now on", ex.rank, msg[1],
+                     msg[2])
+        elif msg[0] == "move" and moves is not None:
+            moves.add(msg)
+    if moves is not None and moves.pending:
+        moves.apply(ex)
 
 
 def _results(ex: Executor, live: Optional["_LiveReport"]) -> List[pa.RecordBatch]:
@@ -612,7 +638,7 @@ def _worker(query: Query, source: Any, rank: int, n: int, group: GroupConfig, to
                                                    token, plan, link)
         lst.close()
         plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
-        link.put(("ok", rank, result, plain, None))
+        link.put(("ok", rank, result, plain, m.get("late_rows")))
     except BaseException as e:  # the parent raises or recovers, naming the rank
         link.put(("error", rank, e if isinstance(e, SlashError) else None,
                   f"{type(e).__name__}: {e}", traceback.format_exc()))
@@ -702,6 +728,8 @@ class CheckpointedRun:
         from slash.control import rebalance_spec
 
         with self._cond:
+            if isinstance(self._source, (tuple, list)):
+                compat.check("run", "join", ["checkpoint", "rebalance"])
             if self._state != "running":
                 raise InvalidState(f"rebalance: the run is {self._state}, not running")
             n = self.executors or 0
@@ -763,11 +791,6 @@ class CheckpointedRun:
             if n == cur:
                 return {"from": cur, "to": n, "checkpoint": None, "seconds_to_cut": 0.0,
                         "seconds_to_resume": 0.0}
-            if isinstance(self._source, (tuple, list)):
-                raise NotSupported(f"rescale({n}): a running join is not rescaled; its "
-                                   f"checkpoints in {self._dir!r} resume with another executor "
-                                   f"count when both inputs are FileSources (run it again with "
-                                   f"executors={n})")
             check_resplittable(self._source, cur, n, self._dir)
             self._want, self._asked_at = n, time.monotonic()
             seq = self._seq
@@ -830,7 +853,9 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
                      directory: str, every: Any, keep: int, max_restarts: int, timeout: float,
                      finalize: Callable[[pa.Table], pa.Table],
                      metrics: Dict[str, Any], control: Optional[CheckpointedRun] = None,
-                     live_every: Optional[float] = None, realtime: bool = False) -> pa.Table:
+                     live_every: Optional[float] = None, realtime: bool = False,
+                     rate: Optional[float] = None,
+                     late: Optional[List[pa.Table]] = None) -> pa.Table:
     """The parent's side (see the module doc); returns the finalized result.
     ``metrics`` receives records_in, per_executor, checkpoints, recoveries,
     records_replayed, resumed_from and rescales. A run resumed from a
@@ -838,7 +863,10 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     and may have another executor count (a FileSource's positions are
     re-split; other sources refuse). ``control``: see :class:`CheckpointedRun`.
     ``live_every``: executors report live metrics every so many seconds to
-    ``control.on_metrics``; ``realtime``: see :class:`_LiveReport`."""
+    ``control.on_metrics``; ``realtime``: see :class:`_LiveReport`; ``rate``:
+    records/s over the group (every attempt's ranks share it); ``late``: a
+    list that receives the input rows found late (``late_output=``): those
+    of the cuts committed before the last attempt's start, and that attempt's."""
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise InvalidArgument(f"max_restarts must be an int >= 0, got {max_restarts!r}")
     import dataclasses
@@ -853,6 +881,7 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
                  "without running again", store.dir)
         metrics.update(checkpoints=[], recoveries=[], records_replayed=0, finished_before=True,
                        rescales=[])
+        stored_late(store, late)
         return from_ipc(stored)
     shape = store.newest_shape()
     if shape is not None:  # resuming: the checkpoint's partition count, any executor count
@@ -885,7 +914,7 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
             store.executors = n
             plan = _Plan(store.dir, store.fingerprint, n, partitions, keep, policy,
                          ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
-                         attempt, live_every, realtime)
+                         attempt, live_every, realtime, rate, late is not None)
             if control is not None and control.epoch is not None:  # a restart keeps a tuned epoch
                 ms, nbytes = control.epoch
                 group = dataclasses.replace(group, epoch_ms=ms or group.epoch_ms,
@@ -893,10 +922,11 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
             if ck is not None:
                 log.info("starting %d executors from checkpoint %s (attempt %d)", n, ck.path,
                          attempt)
+            late_now: List[pa.Table] = []  # the late rows this attempt found
             try:
                 tables, per_exec, prog = _attempt(query, source, n, group, token, plan, store,
                                                   timeout, checkpoints, recoveries, failed_at,
-                                                  control, rescales)
+                                                  control, rescales, late_now)
                 break
             except _Rescale as r:
                 _void_moves(control)
@@ -932,8 +962,8 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     base = [from_ipc(ck.read_segment(rel)) for rel in sorted(ck.segments())] if ck else []
     result = finalize(pa.concat_tables([t.cast(tables[0].schema) if t.schema != tables[0].schema
                                         else t for t in base] + tables))
-    store.finish(to_ipc(result),
-                 {"checkpoints": len(checkpoints), "recoveries": len(recoveries)})
+    store.finish(to_ipc(result), {"checkpoints": len(checkpoints), "recoveries": len(recoveries)},
+                 all_late(ck, late_now, late))
     metrics.update(per_executor=per_exec, checkpoints=checkpoints, recoveries=recoveries,
                    records_replayed=replayed, finished_before=False,
                    rescales=[{k: v for k, v in r.items() if not k.startswith("_")}
@@ -984,10 +1014,12 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
              store: CheckpointStore, timeout: float, checkpoints: List[Dict[str, Any]],
              recoveries: List[Dict[str, Any]], failed_at: Optional[float],
              control: Optional[CheckpointedRun] = None,
-             rescales: Optional[List[Dict[str, Any]]] = None
+             rescales: Optional[List[Dict[str, Any]]] = None,
+             late: Optional[List[pa.Table]] = None
              ) -> Tuple[List[pa.Table], List[Dict[str, Any]], Dict[int, int]]:
     """One group of n executors from plan's checkpoint to the end; raises
-    _Failed, or _Rescale once a checkpoint asked for by ``control`` commits."""
+    _Failed, or _Rescale once a checkpoint asked for by ``control`` commits.
+    ``late`` receives the late rows each rank found in this attempt (its "ok" report's)."""
     from slash.errors import Timeout
 
     t0 = time.monotonic()
@@ -1082,10 +1114,47 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                     elif kind == "ok":
                         parts[rep[1]] = rep[2]
                         per_exec[rep[1]] = rep[3]
+                        if late is not None and rep[4] is not None:
+                            late.append(rep[4])
                         done += 1
             except (SystemFailure, _Reported) as e:
                 raise _failed(e, pg, fail) from None
     return [t for t in parts if t is not None], per_exec, progress
+
+
+def stored_late(store: CheckpointStore, late: Optional[List[pa.Table]]) -> None:
+    """A finished run returned again: its stored late rows into ``late``
+    (when the caller wants them)."""
+    if late is None:
+        return
+    kept = store.finished_late()
+    if kept is None:
+        log.warning("the finished run in %r ran without late_output=: its late rows were not "
+                    "kept", store.dir)
+    else:
+        late.append(from_ipc(kept))
+
+
+def all_late(ck: Optional[Checkpoint], late_now: List[pa.Table],
+             late: Optional[List[pa.Table]]) -> Optional[bytes]:
+    """A run that finished from checkpoint ``ck``: fills ``late`` (when the
+    caller wants the late rows) with those of ``ck``'s late segments (every
+    committed cut's up to ``ck``) and ``late_now`` (every rank's of the last
+    attempt, which started from ``ck``);
+    returns them as IPC to store with the finished run (None without ``late``)."""
+    if late is None:
+        return None
+    if ck is not None:
+        late.extend(from_ipc(ck.read_segment(rel)) for rel in sorted(ck.late_segments()))
+    late.extend(late_now)
+    return to_ipc(concat_as_first(late) if late else pa.table({}))
+
+
+def concat_as_first(tables: List[pa.Table]) -> pa.Table:
+    """One table of ``tables`` (the first one's schema; a rank without a
+    nullable column may have typed it not null)."""
+    return pa.concat_tables([t.cast(tables[0].schema) if t.schema != tables[0].schema else t
+                             for t in tables])
 
 
 def _finished_ranks(parts: List[Optional[pa.Table]]) -> set:

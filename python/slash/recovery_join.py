@@ -55,6 +55,7 @@ from slash.ckpt_worker import AskSchedule, write_image
 from slash.errors import NotSupported
 from slash.executor import Executor, GroupConfig
 from slash.query import JoinQuery
+from slash.run.pacing import RatePacer
 from slash.sources import FileSource, Work
 
 log = logging.getLogger(__name__)
@@ -209,7 +210,8 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
     the side batches before the cut; with another (both inputs FileSources),
     reads the work dealt to it - then pushes and cuts. Returns the pairs this
     executor fired in this attempt and its metrics."""
-    from slash.recovery import _PROGRESS_S, _kill_after_cuts, _kill_in_write, _kill_point
+    from slash.recovery import (_PROGRESS_S, _kill_after_cuts, _kill_in_write, _kill_point,
+                                serve_driver)
     from slash.runner import _no_cyclic_gc
 
     n = len(addresses)
@@ -263,6 +265,7 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
         last_progress = time.monotonic()
         kill_at = _kill_point(rank, plan.attempt)
         dropped = 0
+        throttle = RatePacer(plan.rate / n) if plan.rate else None
 
         def after_call() -> None:
             nonlocal pending
@@ -314,7 +317,10 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
                 records_at[pushes] = records
                 if files:
                     state_at[pushes] = {s: sides[s].state() for s in SIDES}
+                if throttle is not None:  # cuts and results are served while it waits
+                    throttle.after(batch.num_rows, lambda s: (ex.poll(s), after_call()))
                 after_call()
+                serve_driver(link, ex, asks, None)  # a rescale's forced cut; epoch lengths
                 if rank == 0:
                     asks.step(pushes)
                 if kill_at is not None and not kill_at[2] and pushes >= kill_at[0]:

@@ -37,6 +37,8 @@ from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
 from slash.query import JoinQuery, Query
 from slash.recovery_join import time_ordered as _time_ordered
+from slash.run import compat
+from slash.run.pacing import RatePacer
 from slash.sources import FileSource, Source, as_source
 
 log = logging.getLogger(__name__)
@@ -140,20 +142,14 @@ def _items(query: Query, source: Any, rank: int, n: int, ex: Executor, control: 
             pass
     cols = control.plan.input_columns if control is not None else query.input_columns
     pos = None
-    t0, rows = time.monotonic(), 0
+    throttle = RatePacer(rate) if rate else None
     while True:
         reopened = False
         for pos, item in read_from(source, rank, n, cols, time_col, pos):
             yield item
-            if rate:
-                rows += getattr(item, "num_rows", 0)
-                while True:
-                    ahead = rows / rate - (time.monotonic() - t0)
-                    if ahead <= 0:
-                        break
-                    ex.poll(min(ahead, 0.01))
-                    if control is not None:
-                        control.poll(ex)
+            if throttle is not None:
+                throttle.after(getattr(item, "num_rows", 0),
+                            lambda s: (ex.poll(s), control is not None and control.poll(ex)))
             if control is not None:
                 control.poll(ex)
             if control is not None and control.plan.input_columns != cols:
@@ -215,8 +211,7 @@ def _elastic_items(query: Query, source: Any, agent: Any, ex: Executor, control:
     cols = control.plan.input_columns
     while True:
         if agent.work:
-            per = rate / max(1, len(agent.active)) if rate else None
-            t0, rows = time.monotonic(), 0
+            throttle = RatePacer(rate / max(1, len(agent.active))) if rate else None
             stop = False
             first = agent.promise()
             if first is not None:  # what its (new) work allows at once: a joining rank does not
@@ -232,14 +227,9 @@ def _elastic_items(query: Query, source: Any, agent: Any, ex: Executor, control:
                         break
                 agent.pos = pos
                 yield item
-                if per:
-                    rows += getattr(item, "num_rows", 0)
-                    while not agent.changed:
-                        ahead = rows / per - (time.monotonic() - t0)
-                        if ahead <= 0:
-                            break
-                        ex.poll(min(ahead, 0.01))
-                        control.poll(ex)
+                if throttle is not None:
+                    throttle.after(getattr(item, "num_rows", 0),
+                                lambda s: (ex.poll(s), control.poll(ex)), lambda: agent.changed)
                 control.poll(ex)
                 if agent.changed or control.plan.input_columns != cols:
                     stop = True
@@ -382,11 +372,13 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
 def execute_join_split(query: JoinQuery, left: Source, right: Source, rank: int,
                        addresses: List[str], listener: Any, group: GroupConfig, token: str,
                        batch_rows: int = 8192, metrics: Optional[Dict[str, Any]] = None,
-                       report: Optional[Callable[[Executor], None]] = None) -> pa.Table:
+                       report: Optional[Callable[[Executor], None]] = None,
+                       rate: Optional[float] = None) -> pa.Table:
     """One join executor's run: its splits of both inputs, in time order.
     Rows with a null key never match (SQL) and are left out; rows with a
     null time are in no window and are counted (``null_time_records``);
-    ``report`` as in :func:`execute_split`."""
+    ``report`` as in :func:`execute_split`; ``rate``: read at most this many
+    records per second of both inputs together."""
     n = len(addresses)
     cfg = query.join_config(left.schema, right.schema, group.partitions_for(n))
     bounded = bool(getattr(left, "bounded", True)) and bool(getattr(right, "bounded", True))
@@ -395,10 +387,13 @@ def execute_join_split(query: JoinQuery, left: Source, right: Source, rank: int,
     dropped = 0
     try:
         schemas = {"left": left.schema, "right": right.schema}
+        throttle = RatePacer(rate) if rate else None
         for side, batch in _time_ordered(query, left, right, rank, n, batch_rows):
             b, gone = query.prepare_counted(side, batch, schemas[side])
             dropped += gone
             ex.push_side_batch(side, b)
+            if throttle is not None:
+                throttle.after(batch.num_rows, ex.poll)
             out += ex.results()
             if report is not None:
                 report(ex)
@@ -473,7 +468,7 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
                                           report=report)
         elif isinstance(query, JoinQuery):
             result = execute_join_split(query, source[0], source[1], rank, addresses, lst, group,
-                                        token, metrics=m, report=report)
+                                        token, metrics=m, report=report, rate=rate)
         else:
             result = execute_split(query, source, rank, addresses, lst, group, token, metrics=m,
                                    late_rows=late, report=report, control=ctl, rate=rate,
@@ -547,7 +542,8 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     run's. ``metrics`` then also holds ``checkpoints`` (id, bytes, seconds),
     ``recoveries`` (cause, rank, seconds_to_resume, records_replayed) and
     ``records_replayed``. Window aggregations and window joins (a join's
-    source is ``(left, right)``), without ``late_output``. A run resumed
+    source is ``(left, right)``); ``late_output`` and ``rate`` work as
+    without it (docs/recovery.md). A run resumed
     from ``checkpoint`` takes the checkpoint's key partition count and may
     have another executor count than the one that cut it (file inputs are
     re-split; a generator or table source refuses with NotSupported).
@@ -565,6 +561,10 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     ``metrics["rescales"]`` lists each one.
     ``rate``: read the input at most this fast, in records/s over all
     executors (a replay of files as a stream; default: as fast as possible).
+
+    What combines with what is :mod:`slash.run.compat`'s table
+    (docs/compatibility.md); a refused combination raises NotSupported
+    with its reason before any process starts.
 
     ``max_executors`` without ``latency_target``: a group that scales live
     (:mod:`slash.live_scale`, docs/elastic.md): ``max_executors`` processes
@@ -625,24 +625,33 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         _check_output_path(output, "output")
     if late_output is not None:
         _check_output_path(late_output, "late_output")
+    if rate is not None and (latency_target is not None or realtime):
+        raise InvalidArgument("rate= and realtime=True (which latency_target= needs) both pace "
+                              "the input, at a fixed rate or at its event times: give one")
+    compat.check("run", "join" if isinstance(query, JoinQuery) else "aggregation",
+                 [f for f, on in (("checkpoint", checkpoint is not None),
+                                  ("live_scale", max_executors is not None and
+                                   latency_target is None),
+                                  ("late_output", late_output is not None),
+                                  ("rate", rate is not None or realtime),
+                                  ("latency_target", latency_target is not None)) if on])
     token = secrets.token_hex(16)
     t0 = time.monotonic()
     want_late = late_output is not None
     if latency_target is not None or realtime:
         from slash.autotune import run_autotuned
 
-        if rate is not None or late_output is not None:
-            from slash.errors import NotSupported
-            raise NotSupported("latency_target= paces the input by its event times "
-                               "(realtime=True): rate= and late_output= do not combine with it")
         return run_autotuned(query, src, n, group, token, latency_target=latency_target,
                              min_executors=min_executors, max_executors=max_executors,
                              realtime=realtime, live=live, control=control, checkpoint=checkpoint,
                              checkpoint_every=checkpoint_every, max_restarts=max_restarts,
                              checkpoint_keep=checkpoint_keep, output=output, timeout=timeout,
-                             metrics=metrics, t0=t0)
+                             metrics=metrics, t0=t0, late_output=late_output)
     if min_executors is not None:
         raise InvalidArgument("min_executors bounds the controller: give latency_target= too")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
+                             or not rate > 0):
+        raise InvalidArgument(f"rate must be > 0 records/s, got {rate!r}")
     if (isinstance(query, JoinQuery) and control not in (None, False) and max_executors is None
             and checkpoint is None and all(isinstance(s, FileSource) for s in src)):
         # a join's control socket (status, rebalance, scale-in) is the live join's
@@ -650,20 +659,19 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         max_executors = n
     if max_executors is not None:  # a pre-provisioned group that scales live (slash.live_scale)
         _check_elastic(query, src, n, max_executors, checkpoint)
-        if checkpoint is not None and late_output is not None:
-            from slash.errors import NotSupported
-            raise NotSupported("checkpoint= and late_output= cannot be combined yet")
         group.partitions_for(max_executors)
-        if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
-            raise InvalidArgument(f"rate must be > 0 records/s, got {rate!r}")
         if checkpoint is not None:  # live within max_executors, beyond it by restart
             from slash.live_ckpt import run_live_checkpointed
 
-            return run_live_checkpointed(query, src, n, max_executors, group, token,
-                                         directory=checkpoint, every=checkpoint_every,
-                                         keep=checkpoint_keep, max_restarts=max_restarts,
-                                         timeout=timeout, rate=rate, control=control,
-                                         metrics=metrics, output=output, live=live)
+            late: Optional[List[pa.Table]] = [] if late_output is not None else None
+            result = run_live_checkpointed(query, src, n, max_executors, group, token,
+                                           directory=checkpoint, every=checkpoint_every,
+                                           keep=checkpoint_keep, max_restarts=max_restarts,
+                                           timeout=timeout, rate=rate, control=control,
+                                           metrics=metrics, output=output, live=live, late=late)
+            if late:
+                _write_late(late, late_output)
+            return result
         ctl, server = _control_for(True if control in (None, False) else control, query, src,
                                    max_executors, elastic=True)
         report_every = getattr(live, "report_interval", 0.5) if live is not None else 0.5
@@ -678,9 +686,6 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     if checkpoint is not None:
         from slash.recovery import CheckpointedRun as Rescaler
 
-        if rate is not None:
-            from slash.errors import NotSupported
-            raise NotSupported("rate= cannot be combined with checkpoint= yet")
         live_every = live.report_interval if live is not None else None
         if control in (None, False) or isinstance(control, Rescaler):
             if live is not None:  # ranks report over their links; recoveries are marks on the page
@@ -688,7 +693,8 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
                 control.on_metrics, control.on_event = live.feed, live.event
             return _run_checkpointed(query, src, n, group, token, output, timeout, metrics,
                                      late_output, checkpoint, checkpoint_every, max_restarts,
-                                     checkpoint_keep, t0, control or None, live_every=live_every)
+                                     checkpoint_keep, t0, control or None, live_every=live_every,
+                                     rate=rate)
         # the control socket (status, rebalance, scale-out/in, epoch) of a checkpointed run
         from slash.autotune import serve_checkpointed
 
@@ -706,12 +712,11 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
             return _run_checkpointed(query, src, n, group, token, output, timeout, metrics,
                                      late_output, checkpoint, checkpoint_every, max_restarts,
                                      checkpoint_keep, t0, rescaler,
-                                     live_every=min(live_every or 1e9, ctl.tick * 10))
+                                     live_every=min(live_every or 1e9, ctl.tick * 10),
+                                     rate=rate)
         finally:
             server.close()
             ctl.close()
-    if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
-        raise InvalidArgument(f"rate must be > 0 records/s, got {rate!r}")
     report_every = getattr(live, "report_interval", 0.5) if live is not None else None
     ctl, server = _control_for(control, query, src, n)
     if ctl is not None and report_every is None:
@@ -738,11 +743,7 @@ def _check_elastic(query: Any, src: Any, n: int, m: Any, checkpoint: Any) -> Non
     if isinstance(m, bool) or not isinstance(m, int) or not n <= m <= MAX_EXECUTORS:
         raise InvalidArgument(f"max_executors must be an int in {n}..{MAX_EXECUTORS} (at least "
                               f"executors={n}), got {m!r}")
-    if isinstance(query, JoinQuery):
-        if checkpoint is not None:
-            raise NotSupported("max_executors= with checkpoint=: a checkpointed live group takes "
-                               "window aggregations only; a join scales live without checkpoint=, "
-                               "or rescales by restart (recovery_join)")
+    if isinstance(query, JoinQuery):  # with checkpoint=: refused by slash.run.compat
         from slash.live_join import check_join_sources
         check_join_sources(src)  # both sides re-dealt in global terms (slash.live_join)
         return
@@ -928,20 +929,21 @@ def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: s
                       output: Optional[str], timeout: float, metrics: Optional[Dict[str, Any]],
                       late_output: Optional[str], checkpoint: str, every: Any, max_restarts: int,
                       keep: int, t0: float, control: Optional[Any] = None,
-                      live_every: Optional[float] = None, realtime: bool = False) -> pa.Table:
-    """:func:`run` with ``checkpoint=``: the recovery driver runs the group."""
-    from slash.errors import NotSupported
+                      live_every: Optional[float] = None, realtime: bool = False,
+                      rate: Optional[float] = None) -> pa.Table:
+    """:func:`run` with ``checkpoint=``: the recovery driver runs the group
+    (``rate``: records/s over the group)."""
     from slash.recovery import run_checkpointed
 
-    if late_output is not None:
-        raise NotSupported("checkpoint= and late_output= cannot be combined yet")
     m: Dict[str, Any] = {}
+    late: Optional[List[pa.Table]] = [] if late_output is not None else None
     result = run_checkpointed(query, src, n, group, token, directory=os.fspath(checkpoint),
                               every=every, keep=keep, max_restarts=max_restarts, timeout=timeout,
                               finalize=(lambda t: query.finalize(t, src[0].schema, src[1].schema))
                               if isinstance(query, JoinQuery)
                               else (lambda t: query.finalize(t, src.schema)), metrics=m,
-                              control=control, live_every=live_every, realtime=realtime)
+                              control=control, live_every=live_every, realtime=realtime,
+                              rate=rate, late=late)
     per_exec = m.get("per_executor", [])
     log.info("query ran on %d executors in %.2f s: %d result rows, %d checkpoints, %d recoveries",
              n, time.monotonic() - t0, result.num_rows, len(m.get("checkpoints", [])),
@@ -953,7 +955,20 @@ def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: s
         metrics.update(totals, rows=result.num_rows, executors=m.get("executors_final", n), **m)
     if output:
         write_parquet_atomically(result, output)
+    if late:
+        _write_late(late, late_output)
     return result
+
+
+def _write_late(late: List[pa.Table], path: str) -> None:
+    """Writes the late rows (every rank's, every committed cut's) to ``path``
+    if there are any, and warns with their count."""
+    from slash.recovery import concat_as_first
+
+    rows = concat_as_first(late)
+    if rows.num_rows:
+        log.warning("%d late record(s) were not applied (written to %s)", rows.num_rows, path)
+        write_parquet_atomically(rows, path)
 
 
 def write_parquet_atomically(table: pa.Table, path: str) -> None:

@@ -78,6 +78,7 @@ from slash.errors import (InvalidArgument, InvalidState, NotSupported, SinkFaile
 from slash.executor import Executor, GroupConfig
 from slash.metrics import LiveMetrics, MetricsServer, Reporter
 from slash.query import Query
+from slash.run import compat
 from slash.recovery import CheckpointEvery, CheckpointPlan
 from slash.spark import _env
 from slash.spark._stream_ckpt import DriverCheckpoints, TaskCheckpoints, add_metadata
@@ -1008,11 +1009,10 @@ class StreamHandle:
         ``version``, ``effective_from_ms`` (T), ``max_event_time_seen_ms``,
         ``agreed_ms`` and the new ``filters``. A filter on a missing column
         raises :class:`SchemaError` naming it; ``aggregate`` and ``lateness``
-        raise :class:`NotSupported` saying why. Not with ``checkpoint=`` yet
-        (a restart from a checkpoint would run the query it started with)."""
+        raise :class:`NotSupported` saying why; so does a stream with
+        ``checkpoint=`` (:mod:`slash.run.compat` says why)."""
         if self._ck is not None:
-            raise NotSupported("StreamHandle.update: not with checkpoint= yet (a restart from a "
-                               "checkpoint would run the query the stream started with)")
+            compat.check("spark.stream", "aggregation", ["update", "checkpoint"])
         if self._ctl is None or not self.running:
             raise InvalidState("StreamHandle.update: the stream is not running")
         args = {k: v for k, v in {"filter": filter, "drop_filter": drop_filter,
