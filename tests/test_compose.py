@@ -331,3 +331,55 @@ def test_rebalance_of_a_checkpointed_join_is_refused_with_the_tables_reason(tmp_
         control.rebalance(from_rank=0, to_rank=1)
     assert compat.COMBINATIONS[("run", "join", frozenset({"checkpoint", "rebalance"}))] \
         in str(e.value)
+
+
+# ---- late_output= with realtime= / latency_target= -------------------------------------------
+RT_UNITS, RT_MS = 24, 100  # units of 100 ms of wall-clock event time
+RT_LIARS = {9, 15, 21}
+
+
+class _WallClockUnits:
+    """Unit i holds times in [base + i * 100 ms, + 100 ms) and promises its start;
+    a liar's rows are 500 ms older than its promise (picklable: base is data)."""
+
+    def __init__(self, base_ms: int) -> None:
+        self.base = base_ms
+
+    def rows(self, i: int) -> pa.RecordBatch:
+        rng = np.random.default_rng([11, i])
+        start = self.base + (i - 5 if i in RT_LIARS else i) * RT_MS
+        t = start + np.sort(rng.integers(0, RT_MS, 200))
+        return pa.record_batch([pa.array(t), pa.array(rng.integers(0, 10, 200)),
+                                pa.array(rng.integers(0, 100, 200))], schema=SCHEMA)
+
+    def promise(self, i: int) -> int:
+        return self.base + i * RT_MS
+
+
+@pytest.mark.parametrize("how", [{"realtime": True},
+                                 {"realtime": True, "latency_target": "2s", "max_executors": 2}],
+                         ids=["realtime-measured", "latency-target-live"])
+def test_paced_by_event_time_runs_apply_or_write_each_late_row_once(how, tmp_path):
+    """Which of the liars' rows are late depends on when each rank's promise
+    was published (epochs end by time): every late row is one of theirs, is
+    written once, and every other row is in the result (DuckDB over the rest)."""
+    from collections import Counter
+
+    from slash.sources import BatchSource
+
+    units = _WallClockUnits(int(time.time() * 1000) + 1500)
+    src = BatchSource(units.rows, RT_UNITS, SCHEMA, 200, bound=units.promise)
+    m = {}
+    got = run(_agg_query(), src, executors=2, late_output=str(tmp_path / "late.parquet"),
+              group=GroupConfig(epoch_ms=10), metrics=m, **how)
+    every = pa.Table.from_batches([units.rows(i) for i in range(RT_UNITS)])
+    liars = Counter(_tkv(pa.Table.from_batches([units.rows(i) for i in RT_LIARS])
+                         .select(["k", "t", "v"])))
+    written = pq.read_table(str(tmp_path / "late.parquet")).select(["key", "time", "v"])
+    late = Counter(_tkv(written))
+    assert late and not late - liars and sum(late.values()) == m["late_records"]
+    applied = Counter(_tkv(every.select(["k", "t", "v"]))) - late
+    rest = pa.table({"t": [t for k, t, v in applied.elements()],
+                     "k": [k for k, t, v in applied.elements()],
+                     "v": [v for k, t, v in applied.elements()]}, schema=SCHEMA)
+    assert _as_rows(got) == _duckdb_agg(rest)
