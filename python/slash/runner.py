@@ -149,7 +149,7 @@ def _items(query: Query, source: Any, rank: int, n: int, ex: Executor, control: 
             yield item
             if throttle is not None:
                 throttle.after(getattr(item, "num_rows", 0),
-                            lambda s: (ex.poll(s), control is not None and control.poll(ex)))
+                               lambda s: (ex.poll(s), control is not None and control.poll(ex)))
             if control is not None:
                 control.poll(ex)
             if control is not None and control.plan.input_columns != cols:
@@ -229,7 +229,7 @@ def _elastic_items(query: Query, source: Any, agent: Any, ex: Executor, control:
                 yield item
                 if throttle is not None:
                     throttle.after(getattr(item, "num_rows", 0),
-                                lambda s: (ex.poll(s), control.poll(ex)), lambda: agent.changed)
+                                   lambda s: (ex.poll(s), control.poll(ex)), lambda: agent.changed)
                 control.poll(ex)
                 if agent.changed or control.plan.input_columns != cols:
                     stop = True
