@@ -266,7 +266,9 @@ def _partitions(files: List[Tuple[str, Optional[str]]]) -> Tuple[List[pa.Field],
     values: Dict[str, Dict[str, Any]] = {}
     bases: Dict[str, List[str]] = {}
     for f, base in files:
-        if base is not None:
+        # only a name=value directory below the input directory is a partition
+        if base is not None and any("=" in d for d in
+                                    os.path.dirname(os.path.relpath(f, base)).split(os.sep)):
             bases.setdefault(base, []).append(f)
     if bases:
         # only here: pyarrow.dataset imports pandas, ~0.3 s of every process's start
