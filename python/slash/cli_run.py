@@ -96,8 +96,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
-    from slash.errors import InvalidArgument
     from slash.launcher import use_forkserver
+
+    if args.executors is not None:  # processes for sure: the server's imports overlap ours
+        use_forkserver(["slash._warm"])
+    from slash.errors import InvalidArgument
     from slash.query import JoinQuery, Query
     from slash.runner import run as run_query
     from slash.runner import runs_in_process
@@ -126,9 +129,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     here = runs_in_process(source, args.executors, checkpoint=args.checkpoint,
                            max_executors=args.max_executors, latency_target=args.latency_target,
                            realtime=args.realtime)
-    if not here:
+    if not here and args.executors is None:
         # executors are forked from a server that loads their modules once,
-        # in the background while this process checks the query
+        # in the background while this process checks the query (started
+        # above, before this process's imports, when --executors was given)
         use_forkserver(["slash._warm"])
     executors = 1 if here else args.executors or os.cpu_count() or 1
     live = server = None

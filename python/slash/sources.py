@@ -36,6 +36,7 @@ import json
 import logging
 import os
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
                     Union)
@@ -313,7 +314,9 @@ class _Readers:
         if r is None:
             if len(self.open) >= _OPEN_FILES:
                 self._close(self.open.popitem(last=False)[1])
-            r = self.open[path] = _open_ipc(path) if _is_ipc(path) else pq.ParquetFile(path)
+            # pre_buffer: a row group's column chunks in one coalesced read
+            r = self.open[path] = _open_ipc(path) if _is_ipc(path) else \
+                pq.ParquetFile(path, pre_buffer=True)
         else:
             self.open.move_to_end(path)
         return r
@@ -641,19 +644,34 @@ class FileSource:
             if w is not None and (last is None or _key(w) > last):
                 last = _key(w)
         readers = _Readers()
+        # the next unit is decoded on a thread while the caller folds this
+        # one (decode and fold both release the GIL): a rank's reading costs
+        # its fold little more than the wait for the first unit
+        ahead = ThreadPoolExecutor(1, thread_name_prefix="slash-read") \
+            if len(units) - u0 > 1 else None
+
+        def load(i: int) -> List[pa.RecordBatch]:
+            return list(self._read_unit(readers, units[i], names, file_cols, batch_rows))
+
         try:
+            nxt = ahead.submit(load, u0) if ahead is not None and u0 < len(units) else None
             for i in range(u0, len(units)):
+                got = nxt.result() if nxt is not None else load(i)
+                nxt = ahead.submit(load, i + 1) if ahead is not None and i + 1 < len(units) \
+                    else None
                 skip = max(k0 if i == u0 else 0, read_before[i])
-                for k, b in enumerate(self._read_unit(readers, units[i], names, file_cols,
-                                                      batch_rows)):
+                for k, b in enumerate(got):
                     if k >= skip:
                         yield [i, k + 1], b
+                del got
                 if markers and i + 1 < len(bounds):
                     w = promise[i + 1]
                     if w is not None and (last is None or _key(w) > last):
                         last = _key(w)
                         yield [i + 1, 0], Watermark(w)
         finally:
+            if ahead is not None:
+                ahead.shutdown(wait=True, cancel_futures=True)
             readers.close()
 
     def _read_unit(self, readers: _Readers, u: Unit, names: List[str], file_cols: List[str],
