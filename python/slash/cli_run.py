@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "their statistics are wrong)")
     p.add_argument("--executors", type=int, default=None, metavar="N",
                    help="executor processes (default: the number of cores; an input of at most "
-                        "4 M rows runs on one executor in this process)")
+                        "16 M rows runs on one executor in this process)")
     p.add_argument("--transport", default="shm", help="shm | ofi:tcp | ofi:verbs (default shm)")
     p.add_argument("--mode", default="slash", choices=["slash", "repartition"],
                    help="slash: eager local state merged at leaders (default); repartition: the "
