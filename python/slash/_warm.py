@@ -1,13 +1,13 @@
 """Imported by the executor fork server of ``slash run`` (see
 :func:`slash.launcher.use_forkserver`): loads what every executor process
-would otherwise load at its start, once, before the executors are forked.
+would otherwise load at its start, once, before the executors are forked:
+numpy, pyarrow (its compute kernels and Parquet reader) and the core.
 
-pyarrow imports pandas, when it is installed, at its first conversion of
-Python or NumPy values (``pa.array``, ``pa.scalar``): ~0.2 s that each
-executor would pay while reading its first row group.
+Not pandas: an executor builds its Arrow values from buffers
+(:mod:`slash.arrow_np`), so pyarrow never probes for it there, and the
+server does not pay its import (0.3-0.5 s of a core) on every run.
 """
-import pyarrow as pa
+import pyarrow.compute  # noqa: F401
+import pyarrow.parquet  # noqa: F401
 
 import slash.runner  # noqa: F401  (the executors' code, with numpy, pyarrow and the core)
-
-pa.array([0])  # pyarrow's lazy pandas probe, done once here

@@ -45,8 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--late-output", metavar="PATH",
                    help="Parquet file for records not applied as late (none for files unless "
                         "their statistics are wrong)")
-    p.add_argument("--executors", type=int, default=os.cpu_count() or 1, metavar="N",
-                   help="executor processes (default: the number of cores)")
+    p.add_argument("--executors", type=int, default=None, metavar="N",
+                   help="executor processes (default: the number of cores; an input of at most "
+                        "16 M rows runs on one executor in this process)")
     p.add_argument("--transport", default="shm", help="shm | ofi:tcp | ofi:verbs (default shm)")
     p.add_argument("--mode", default="slash", choices=["slash", "repartition"],
                    help="slash: eager local state merged at leaders (default); repartition: the "
@@ -97,12 +98,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     from slash.launcher import use_forkserver
 
-    # executors are forked from a server that loads their modules once, in
-    # the background while this process reads the inputs' footers
-    use_forkserver(["slash._warm"])
+    if args.executors is not None:  # processes for sure: the server's imports overlap ours
+        use_forkserver(["slash._warm"])
     from slash.errors import InvalidArgument
     from slash.query import JoinQuery, Query
     from slash.runner import run as run_query
+    from slash.runner import runs_in_process
     from slash.sources import FileSource
 
     def cols(text: str) -> list:
@@ -125,12 +126,21 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                       filters=args.filter, lateness=args.lateness, time_unit=args.time_unit)
         source = FileSource(args.input)
         rows_in = source.rows
+    here = runs_in_process(source, args.executors, checkpoint=args.checkpoint,
+                           max_executors=args.max_executors, latency_target=args.latency_target,
+                           realtime=args.realtime)
+    if not here and args.executors is None:
+        # executors are forked from a server that loads their modules once,
+        # in the background while this process checks the query (started
+        # above, before this process's imports, when --executors was given)
+        use_forkserver(["slash._warm"])
+    executors = 1 if here else args.executors or os.cpu_count() or 1
     live = server = None
     if args.metrics_port is not None or args.ui:
         from slash.metrics import LiveMetrics, MetricsServer
 
         ranks = args.max_executors if args.max_executors and not args.latency_target \
-            else args.executors  # a provisioned group: its standby ranks report too
+            else executors  # a provisioned group: its standby ranks report too
         live = LiveMetrics(ranks, kind="run")
         server = MetricsServer(live, args.metrics_port or 0, args.ui_bind, args.ui_token)
         log.warning("slash run: live page %s , Prometheus endpoint %s", server.ui_url, server.url)
@@ -167,7 +177,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     secs = time.perf_counter() - t0
     return {"output": args.output, "rows_in": rows_in, "rows_out": result.num_rows,
             "seconds": round(secs, 3), "records_per_s": rows_in / secs if secs else None,
-            "executors": args.executors, "transport": args.transport, "mode": args.mode,
+            "executors": m.get("executors", executors), "in_process": m.get("in_process", False),
+            "transport": args.transport, "mode": args.mode,
             "late_records": m.get("late_records", 0),
             "null_time_records": m.get("null_time_records", 0),
             "late_output": args.late_output,
@@ -178,7 +189,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
 def summary(r: Dict[str, Any]) -> str:
     text = (f"slash run: {r['rows_in']:,} records -> {r['rows_out']:,} rows in {r['seconds']:.2f} s "
-            f"({r['records_per_s'] / 1e6:.2f} M records/s, {r['executors']} executors, "
+            f"({r['records_per_s'] / 1e6:.2f} M records/s, "
+            f"{'1 executor in this process' if r.get('in_process') else str(r['executors']) + ' executors'}, "
             f"{r['transport']}, {r['mode']} mode) -> {r['output']}")
     if r.get("checkpoints") is not None:
         text += (f"\n  {len(r['checkpoints'])} checkpoint(s), {len(r['recoveries'] or [])} "

@@ -25,6 +25,7 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import threading
 import time
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -118,16 +119,69 @@ def _entry(target: Callable[..., None], args: Tuple[Any, ...], conn: Connection)
     os._exit(0)
 
 
+class _InProcess:
+    """A rank run on a thread of this process, seen as ProcessGroup sees a
+    process: ``start``, a ``sentinel`` that becomes readable when it ends,
+    ``exitcode`` (0, or 1 if the target raised), ``join``, ``is_alive``.
+    Its arguments are copied through pickle as a spawned process gets them,
+    so it shares no object with the caller."""
+
+    def __init__(self, target: Callable[..., None], args: Tuple[Any, ...], conn: Connection,
+                 name: str) -> None:
+        import pickle
+
+        self._args = pickle.loads(pickle.dumps(args))
+        self._target, self._conn = target, conn
+        self._r, self._w = os.pipe()
+        self.sentinel = self._r
+        self.exitcode: Optional[int] = None
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+
+    def _main(self) -> None:
+        code = 1
+        try:
+            self._target(*self._args, Link(self._conn))
+            code = 0
+        except BaseException:  # the target reports its own errors; this is its exit code
+            log.debug("in-process rank failed", exc_info=True)
+        finally:
+            self._conn.close()
+            self.exitcode = code
+            os.close(self._w)  # the sentinel: readable (EOF) from now on
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def kill(self) -> None:
+        log.warning("an in-process rank is still running and cannot be killed; it is left "
+                    "to finish on its daemon thread")
+
+    def close(self) -> None:
+        if self._r >= 0 and not self._thread.is_alive():
+            os.close(self._r)
+            self._r = -1
+
+
 class ProcessGroup:
     """N spawned processes running ``target(*args_of(rank), link)``.
 
     Use as a context manager: leaving it joins the processes briefly and
     kills any still running, so nothing outlives a failed run.
     ``name`` names a process in errors (``"executor rank 2 died ..."``).
+    ``in_process``: each rank runs on a thread of this process instead
+    (same messages, same failure reports; for a group too small to be worth
+    a process start: a crash in C then takes the caller with it).
     """
 
     def __init__(self, n: int, target: Callable[..., None],
-                 args_of: Callable[[int], Sequence[Any]], name: str = "executor") -> None:
+                 args_of: Callable[[int], Sequence[Any]], name: str = "executor",
+                 in_process: bool = False) -> None:
         if n < 1:
             raise ValueError(f"a process group needs at least one process, got {n}")
         ctx = mp.get_context(_START_METHOD)
@@ -141,6 +195,9 @@ class ProcessGroup:
         for r in range(n):
             parent, child = ctx.Pipe(duplex=True)
             self._conns.append(parent)
+            if in_process:
+                self._procs.append(_InProcess(target, tuple(args_of(r)), child, f"{name}-{r}"))
+                continue
             child_ends.append(child)
             self._procs.append(ctx.Process(target=_entry, daemon=True, name=f"{name}-{r}",
                                            args=(target, tuple(args_of(r)), child)))
@@ -233,3 +290,6 @@ class ProcessGroup:
                 p.join(5)
         for c in self._conns:
             c.close()
+        for p in self._procs:
+            if isinstance(p, _InProcess):
+                p.close()

@@ -21,13 +21,14 @@ from __future__ import annotations
 import ast
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from slash.arrow_np import scalar, to_numpy
 from slash.errors import InvalidArgument, SchemaError
 from slash.limits import KEY_MAX_BYTES
 from slash.state import TIME_UNITS, Aggregate, StateConfig, value_columns
@@ -37,6 +38,13 @@ log = logging.getLogger(__name__)
 
 _OPS = {"==": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
         ">": pc.greater, ">=": pc.greater_equal}
+_FALSE = scalar(False, pa.bool_())
+
+
+def _i64(v: int) -> pa.Scalar:
+    return scalar(v, pa.int64())
+
+
 _FILTER = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(==|!=|<=|>=|<|>|\bin\b)\s*(.+?)\s*$")
 
 
@@ -58,6 +66,10 @@ class Filter:
     column: str
     op: str
     value: Any
+    #: the value(s) as an Arrow array per column type: converted by the
+    #: driver's check and pickled with the query, so a rank converts nothing
+    #: (``pa.scalar`` of a Python value imports pandas, slash.arrow_np)
+    _operands: Dict[pa.DataType, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.op not in _OPS and self.op != "in":
@@ -90,7 +102,7 @@ class Filter:
         if pa.types.is_dictionary(col.type):
             # decide each distinct value once, then gather by index (7x faster
             # than comparing the decoded column, e.g. YSB's event_type)
-            return pc.fill_null(pc.take(self._mask_values(col.dictionary), col.indices), False)
+            return pc.fill_null(pc.take(self._mask_values(col.dictionary), col.indices), _FALSE)
         return self._mask_values(col)
 
     def skip(self, batch: pa.RecordBatch) -> np.ndarray:
@@ -98,8 +110,8 @@ class Filter:
         selection form: no rows are copied)."""
         col = batch.column(self.column)
         if pa.types.is_dictionary(col.type) and not col.null_count:
-            keep = self._mask_values(col.dictionary).to_numpy(zero_copy_only=False)
-            codes = col.indices.to_numpy()
+            keep = to_numpy(self._mask_values(col.dictionary))
+            codes = to_numpy(col.indices)
             passing = np.flatnonzero(keep)
             if len(passing) == 0:
                 return np.ones(len(col), np.bool_)
@@ -112,12 +124,21 @@ class Filter:
             if len(failing) == 1:
                 return codes == code(failing[0])
             return np.take(~keep, codes)
-        return np.logical_not(self.mask(batch).to_numpy(zero_copy_only=False))
+        return np.logical_not(to_numpy(self.mask(batch)))
 
     def _mask_values(self, col: pa.Array) -> pa.BooleanArray:
         if self.op == "in":
-            return pc.fill_null(pc.is_in(col, value_set=pa.array(list(self.value), col.type)), False)
-        return pc.fill_null(_OPS[self.op](col, pa.scalar(self.value, col.type)), False)
+            return pc.fill_null(pc.is_in(col, value_set=self._operand(col.type)), _FALSE)
+        return pc.fill_null(_OPS[self.op](col, self._operand(col.type)), _FALSE)
+
+    def _operand(self, t: pa.DataType) -> Any:
+        """The value as a Scalar of type ``t`` (for 'in': the values as an
+        Array), converted once per type."""
+        got = self._operands.get(t)
+        if got is None:
+            # an Array even for one value: a pickled Scalar is rebuilt by pa.scalar
+            got = self._operands[t] = pa.array(list(self.values), t)
+        return got if self.op == "in" else got[0]
 
     def check(self, schema: pa.Schema) -> None:
         if self.column not in schema.names:
@@ -125,12 +146,17 @@ class Filter:
         t = schema.field(self.column).type
         if pa.types.is_dictionary(t):  # a value is checked against the dictionary's values
             t = t.value_type
-        for v in self.values:
-            try:
-                pa.scalar(v, t)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-                raise SchemaError(f"filter on {self.column!r}: value {v!r} does not fit the column's "
-                                  f"type {t}") from None
+        bad = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
+        try:
+            self._operand(t)
+        except bad:
+            for v in self.values:  # name the value that does not fit
+                try:
+                    pa.scalar(v, t)
+                except bad:
+                    raise SchemaError(f"filter on {self.column!r}: value {v!r} does not fit the "
+                                      f"column's type {t}") from None
+            raise
 
 
 def _one_batch(batch: Union[pa.RecordBatch, pa.Table]) -> pa.RecordBatch:
@@ -397,15 +423,15 @@ class Query:
         t = col.type
         if pa.types.is_timestamp(t):
             if t.unit == "s":
-                return pc.multiply(col.view(pa.int64()), 1000)
+                return pc.multiply(col.view(pa.int64()), _i64(1000))
             return col.view(pa.int64())
         if pa.types.is_date32(t):
-            return pc.multiply(col.view(pa.int32()).cast(pa.int64()), 86_400_000)
+            return pc.multiply(col.view(pa.int32()).cast(pa.int64()), _i64(86_400_000))
         if pa.types.is_date64(t):
             return col.view(pa.int64())
         col = col if t == pa.int64() else col.cast(pa.int64())
         scale = _SCALE_TO_MS.get(self.time_unit or "ms", 1)
-        return col if scale == 1 else pc.multiply(col, scale)
+        return col if scale == 1 else pc.multiply(col, _i64(scale))
 
     def watermark_ticks(self, value: Any, schema: pa.Schema) -> Optional[int]:
         """A source's promise (a scalar of the time column's type) in ticks."""
@@ -414,8 +440,7 @@ class Query:
         if isinstance(value, pa.Scalar):
             if not value.is_valid:
                 return None
-            arr = pa.array([value.as_py()], value.type) if not pa.types.is_timestamp(value.type) \
-                else pa.array([value.cast(pa.int64()).as_py()], pa.int64()).view(value.type)
+            arr = pa.repeat(value, 1)  # (pa.array of a Python value imports pandas)
         else:
             arr = pa.array([value], schema.field(self.time).type)
         want = schema.field(self.time).type
@@ -554,13 +579,13 @@ def _encode_composite(cols: List[pa.Array], names: List[str]) -> pa.Array:
             col = col.combine_chunks()
         if pa.types.is_dictionary(col.type):
             col = col.dictionary_decode()
-        valid = col.is_valid().to_numpy(zero_copy_only=False) if col.null_count else np.ones(n, bool)
+        valid = to_numpy(col.is_valid()) if col.null_count else np.ones(n, bool)
         if _int_like(col.type):
             try:
                 v = _as_int64(col)
             except SchemaError as e:
                 raise SchemaError(f"key column {name!r}: {e}") from None
-            v = pc.fill_null(v, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+            v = to_numpy(pc.fill_null(v, scalar(0, v.type))).astype(np.int64)
             b = v.astype(">i8").view(np.uint8).reshape(n, 8)
             parts.append(("fixed", (valid, b)))
             widths += 1 + 8 * valid

@@ -94,6 +94,27 @@ def _read_with_watermarks(source: Any, rank: int, n: int, query: Query,
     return source.read(rank, n, query.input_columns, **kw)
 
 
+#: an input of at most this many rows, run with the default executor count,
+#: runs on one executor in the calling process (its reader decoding on a
+#: second thread): a process group's start costs more than what a second
+#: executor saves below it (16 M rows of a 2-column count: 1.43 s in
+#: process against 3.10 s with 2 processes, best of 4, machine at load 15)
+IN_PROCESS_ROWS = 16_000_000
+
+
+def runs_in_process(src: Any, executors: Optional[int], **settings: Any) -> bool:
+    """Whether :func:`run` runs over ``src`` (a Source, or a join's two)
+    on one executor in the calling process: the executor count is left to
+    it (``executors`` None), the input holds at most IN_PROCESS_ROWS rows,
+    and none of ``settings`` (run's ``checkpoint``, ``max_executors``,
+    ``latency_target``, ``realtime``) is given."""
+    if executors is not None or any(v not in (None, False) for v in settings.values()):
+        return False
+    parts = src if isinstance(src, tuple) else (src,)
+    rows = [getattr(p, "rows", None) for p in parts]
+    return all(isinstance(r, int) for r in rows) and sum(rows) <= IN_PROCESS_ROWS
+
+
 #: ex.poll's longest single wait inside a source's wait(): a bound on how
 #: late a window is handed out after it fired when the core has nothing else
 #: to say (poll itself returns as soon as a result is ready)
@@ -509,7 +530,9 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         checkpoint_keep: int = 2, control: Any = None, rate: Optional[float] = None,
         latency_target: Any = None, min_executors: Optional[int] = None,
         max_executors: Optional[int] = None, realtime: bool = False) -> pa.Table:
-    """Runs `query` over `source` on `executors` processes (default: cores).
+    """Runs `query` over `source` on `executors` processes (default: one
+    per core; an input of at most :data:`IN_PROCESS_ROWS` rows runs on one
+    executor in this process, when nothing below asks for a process group).
 
     ``mode="repartition"`` runs the same query by hash-repartitioning records
     across the executors instead (the baseline Slash is compared with).
@@ -613,6 +636,11 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         raise InvalidArgument(f"query must be a slash.query.Query or JoinQuery, got "
                               f"{type(query).__name__}")
     n = executors if executors is not None else (os.cpu_count() or 1)
+    in_process = runs_in_process(src, executors, checkpoint=checkpoint,
+                                 max_executors=max_executors, latency_target=latency_target,
+                                 realtime=realtime)
+    if in_process:
+        n = 1
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_EXECUTORS:
         raise InvalidArgument(f"executors must be an int in 1..{MAX_EXECUTORS}, got {executors!r}")
     group = GroupConfig.for_call(group, transport=transport, mode=mode, lateness=query.lateness)
@@ -724,7 +752,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     try:
         return _run_group(query, src, n, group, token, want_late, report_every, ctl,
                           None if rate is None else rate / n, t0, timeout, live, metrics, output,
-                          late_output)
+                          late_output, in_process=in_process)
     finally:
         if ctl is not None:
             ctl.close()
@@ -788,14 +816,16 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
                timeout: float, live: Any, metrics: Optional[Dict[str, Any]],
                output: Optional[str], late_output: Optional[str],
                elastic: Optional[int] = None, realtime: bool = False,
-               on_scaler: Optional[Callable[[Any], None]] = None) -> pa.Table:
+               on_scaler: Optional[Callable[[Any], None]] = None,
+               in_process: bool = False) -> pa.Table:
     """:func:`run` without checkpoints: the process group and its results.
     ``elastic``: the group of ``n`` is pre-provisioned, its first ``elastic``
     ranks active (:mod:`slash.live_scale`; ``rate`` is then the total);
     ``realtime`` (with ``elastic``): each rank paces its input by event time
     and reports the windows it fires; ``on_scaler`` is called with the
     :class:`slash.live_scale.LiveScaler` before the group starts (the
-    latency controller's actuator, :mod:`slash.autotune`)."""
+    latency controller's actuator, :mod:`slash.autotune`); ``in_process``:
+    the ranks run on threads of this process (:class:`ProcessGroup`)."""
     scaler = None
     if elastic is not None:
         from slash.live_scale import LiveScaler
@@ -813,7 +843,7 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
     try:
         return _run_group_body(query, src, n, group, token, want_late, report_every, ctl, rate,
                                t0, timeout, live, metrics, output, late_output, elastic, scaler,
-                               realtime)
+                               realtime, in_process)
     finally:
         if scaler is not None:
             scaler.close()
@@ -837,10 +867,11 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
                     rate: Optional[float], t0: float, timeout: float, live: Any,
                     metrics: Optional[Dict[str, Any]], output: Optional[str],
                     late_output: Optional[str], elastic: Optional[int],
-                    scaler: Any, realtime: bool = False) -> pa.Table:
+                    scaler: Any, realtime: bool = False, in_process: bool = False) -> pa.Table:
     with ProcessGroup(n, _worker, lambda r: (query, src, r, n, group, token, want_late,
                                              report_every, ctl is not None, rate,
-                                             elastic, realtime)) as pg:
+                                             elastic, realtime),
+                      in_process=in_process) as pg:
         got: Dict[int, str] = {}
         while len(got) < n:
             try:
@@ -899,8 +930,9 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
         result = query.finalize(pa.concat_tables(parts), src[0].schema, src[1].schema)
     else:
         result = query.finalize(pa.concat_tables(parts), src.schema)
-    log.info("query ran on %d executors in %.2f s: %d result rows", n, time.monotonic() - t0,
-             result.num_rows)
+    log.info("query ran on %d executor%s in %.2f s: %d result rows", n,
+             " in this process" if in_process else "s" if n > 1 else "",
+             time.monotonic() - t0, result.num_rows)
     totals = {k: sum(int(m.get(k, 0) or 0) for m in per_exec)
               for k in ("records_in", "late_records", "null_time_records")}
     if totals["null_time_records"]:
@@ -911,7 +943,8 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
                     f" (written to {late_output})" if late_output else
                     " (late_output= keeps them)")
     if metrics is not None:
-        metrics.update(totals, rows=result.num_rows, executors=n, per_executor=per_exec)
+        metrics.update(totals, rows=result.num_rows, executors=n, per_executor=per_exec,
+                       in_process=in_process)
         if ctl is not None:
             metrics["logic"] = ctl.status()["logic"]
         if scaler is not None:

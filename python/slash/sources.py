@@ -36,6 +36,7 @@ import json
 import logging
 import os
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
                     Union)
@@ -45,6 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from slash.arrow_np import scalar
 from slash.errors import InvalidArgument, SchemaError, UnknownName
 
 log = logging.getLogger(__name__)
@@ -101,7 +103,7 @@ def _key(s: pa.Scalar) -> Any:
     """An orderable Python value of a time scalar (temporal types by their integer value)."""
     t = s.type
     if pa.types.is_temporal(t):
-        return pa.array([s], t).cast(pa.int32() if t.bit_width == 32 else pa.int64())[0].as_py()
+        return s.cast(pa.int32() if t.bit_width == 32 else pa.int64()).as_py()
     return s.as_py()
 
 
@@ -201,13 +203,13 @@ def _parquet_min(stats: Any, rows: int, col: Any, t: pa.DataType) -> _Bound:
             return None
         raw, shift = int(stats.min_raw), _UNITS[t.unit] - _UNITS[unit]
         v = raw * 10 ** shift if shift >= 0 else raw // 10 ** -shift  # floor, never up
-        return pa.scalar(v, t)
+        return scalar(v, t)
     if pa.types.is_date32(t) and col.physical_type == "INT32":
-        return pa.scalar(int(stats.min_raw), pa.int32()).cast(t)
+        return scalar(int(stats.min_raw), t)
     if pa.types.is_date64(t) and col.physical_type == "INT32":  # Parquet DATE is days
-        return pa.scalar(int(stats.min_raw) * 86_400_000, pa.int64()).cast(t)
+        return scalar(int(stats.min_raw) * 86_400_000, t)
     if pa.types.is_integer(t) or pa.types.is_floating(t):
-        return pa.scalar(stats.min, t)
+        return scalar(stats.min, t)
     return None
 
 
@@ -265,7 +267,9 @@ def _partitions(files: List[Tuple[str, Optional[str]]]) -> Tuple[List[pa.Field],
     values: Dict[str, Dict[str, Any]] = {}
     bases: Dict[str, List[str]] = {}
     for f, base in files:
-        if base is not None:
+        # only a name=value directory below the input directory is a partition
+        if base is not None and any("=" in d for d in
+                                    os.path.dirname(os.path.relpath(f, base)).split(os.sep)):
             bases.setdefault(base, []).append(f)
     if bases:
         # only here: pyarrow.dataset imports pandas, ~0.3 s of every process's start
@@ -310,7 +314,9 @@ class _Readers:
         if r is None:
             if len(self.open) >= _OPEN_FILES:
                 self._close(self.open.popitem(last=False)[1])
-            r = self.open[path] = _open_ipc(path) if _is_ipc(path) else pq.ParquetFile(path)
+            # pre_buffer: a row group's column chunks in one coalesced read
+            r = self.open[path] = _open_ipc(path) if _is_ipc(path) else \
+                pq.ParquetFile(path, pre_buffer=True)
         else:
             self.open.move_to_end(path)
         return r
@@ -409,6 +415,19 @@ class FileSource:
     def rows(self) -> int:
         return sum(u.rows for u in self.units)
 
+    def __getstate__(self) -> Dict[str, Any]:
+        # a pickled pa.Scalar is rebuilt by pa.scalar(), which imports pandas
+        # in the executor that unpickles it: the bounds travel as 1-row arrays
+        state = dict(self.__dict__)
+        state["_bounds"] = {c: [pa.repeat(b, 1) if isinstance(b, pa.Scalar) else b for b in bs]
+                            for c, bs in self._bounds.items()}
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        state["_bounds"] = {c: [b[0] if isinstance(b, pa.Array) else b for b in bs]
+                            for c, bs in state.get("_bounds", {}).items()}
+        self.__dict__.update(state)
+
     # -- the split --------------------------------------------------------------
     def _plan_idx(self, rank: int, n: int, time: Optional[str]) -> List[int]:
         """Global indices (into ``self.units``) of rank's units, in read order."""
@@ -502,7 +521,7 @@ class FileSource:
         if time in self._part_names:
             for u in self.units:
                 v = self._parts.get(os.path.normpath(u.path), {}).get(time)
-                out.append(_ALL_NULL if v is None else pa.scalar(v, t))
+                out.append(_ALL_NULL if v is None else scalar(v, t))
         else:
             for path, units in self._by_file():
                 if _is_ipc(path):
@@ -625,19 +644,34 @@ class FileSource:
             if w is not None and (last is None or _key(w) > last):
                 last = _key(w)
         readers = _Readers()
+        # the next unit is decoded on a thread while the caller folds this
+        # one (decode and fold both release the GIL): a rank's reading costs
+        # its fold little more than the wait for the first unit
+        ahead = ThreadPoolExecutor(1, thread_name_prefix="slash-read") \
+            if len(units) - u0 > 1 else None
+
+        def load(i: int) -> List[pa.RecordBatch]:
+            return list(self._read_unit(readers, units[i], names, file_cols, batch_rows))
+
         try:
+            nxt = ahead.submit(load, u0) if ahead is not None and u0 < len(units) else None
             for i in range(u0, len(units)):
+                got = nxt.result() if nxt is not None else load(i)
+                nxt = ahead.submit(load, i + 1) if ahead is not None and i + 1 < len(units) \
+                    else None
                 skip = max(k0 if i == u0 else 0, read_before[i])
-                for k, b in enumerate(self._read_unit(readers, units[i], names, file_cols,
-                                                      batch_rows)):
+                for k, b in enumerate(got):
                     if k >= skip:
                         yield [i, k + 1], b
+                del got
                 if markers and i + 1 < len(bounds):
                     w = promise[i + 1]
                     if w is not None and (last is None or _key(w) > last):
                         last = _key(w)
                         yield [i + 1, 0], Watermark(w)
         finally:
+            if ahead is not None:
+                ahead.shutdown(wait=True, cancel_futures=True)
             readers.close()
 
     def _read_unit(self, readers: _Readers, u: Unit, names: List[str], file_cols: List[str],
@@ -653,7 +687,7 @@ class FileSource:
         if len(file_cols) < len(names):  # partition columns: constant per unit
             keys = self._parts.get(os.path.normpath(u.path), {})
             arrays = [t.column(c) if c in file_cols else
-                      pa.repeat(pa.scalar(keys.get(c), self.schema.field(c).type), t.num_rows)
+                      pa.repeat(scalar(keys.get(c), self.schema.field(c).type), t.num_rows)
                       for c in names]
             t = pa.Table.from_arrays(arrays, schema=pa.schema([self.schema.field(c) for c in names]))
         yield from t.to_batches(max_chunksize=batch_rows)
@@ -825,7 +859,7 @@ class BatchSource(FileSource):
             if time not in self.schema.names:
                 raise _no_column(time, self.schema)
             t = self.schema.field(time).type
-            got = self._bounds[time] = [None if self.bound is None else pa.scalar(self.bound(i), t)
+            got = self._bounds[time] = [None if self.bound is None else scalar(self.bound(i), t)
                                         for i in range(len(self.units))]
         return got
 

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from slash import _core
+from slash.arrow_np import from_numpy, scalar, to_numpy
 from slash.errors import InvalidArgument, SchemaError
 from slash.limits import KEY_MAX_BYTES, MAX_AGGREGATES, MAX_PARTITIONS
 from slash.window import Session, Sliding, Tumbling, Window, parse_window
@@ -259,8 +260,8 @@ def _numeric(obj: Any, name: str, dtype: str, fill: Any = None, unit: str = "ms"
                 arr = arr.cast(pa.int64() if dtype == "int64" else pa.float64())
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
                 raise SchemaError(f"column {name!r}: {arr.type} does not fit {dtype} ({e})") from None
-            arr = pc.fill_null(arr, pa.scalar(fill, arr.type))
-        arr = arr.to_numpy(zero_copy_only=False)
+            arr = pc.fill_null(arr, scalar(fill, arr.type))
+        arr = to_numpy(arr)
     if isinstance(arr, np.ma.MaskedArray) and np.ma.is_masked(arr):
         raise SchemaError(f"column {name!r} has masked (null) values")
     arr = np.asarray(arr)
@@ -285,7 +286,7 @@ def _times(obj: Any, cfg: StateConfig) -> Tuple[np.ndarray, Optional[np.ndarray]
     arr = _to_arrow_or_numpy(obj, "times")
     nulls = None
     if isinstance(arr, pa.Array) and arr.null_count:
-        nulls = arr.is_null().to_numpy(zero_copy_only=False)
+        nulls = to_numpy(arr.is_null())
         return _numeric(arr, "times", "int64", fill=0, unit=cfg.time_unit), nulls
     return _numeric(arr, "times", "int64", unit=cfg.time_unit), nulls
 
@@ -299,7 +300,7 @@ def _int_keys(obj: Any, cfg: StateConfig) -> np.ndarray:
                               "was configured with key_nullable=False")
         out = _numeric(arr, "keys", "int64", fill=0)
         _check_reserved(out, arr)
-        return np.where(arr.is_null().to_numpy(zero_copy_only=False), NULL_KEY_INT, out)
+        return np.where(to_numpy(arr.is_null()), NULL_KEY_INT, out)
     out = _numeric(arr, "keys", "int64")
     if cfg.key_nullable and out.dtype == np.int64 and len(out) and _may_hold_min(arr):
         _check_reserved(out, arr)
@@ -316,7 +317,7 @@ def _may_hold_min(arr: Any) -> bool:
 
 def _check_reserved(out: np.ndarray, arr: Any) -> None:
     valid = out if not (isinstance(arr, pa.Array) and arr.null_count) else \
-        out[arr.is_valid().to_numpy(zero_copy_only=False)]
+        out[to_numpy(arr.is_valid())]
     if len(valid) and valid.min() == NULL_KEY_INT:
         raise SchemaError(f"column 'keys' holds the value {NULL_KEY_INT}, which stands for a null "
                           "key in a nullable int64 key column; declare the key non-null "
@@ -347,10 +348,10 @@ def _byte_keys(obj: Any, name: str, nullable: bool = False,
                               "cannot be null in the state backend (slash.query.Query encodes "
                               "them)")
         if pa.types.is_string(t) or pa.types.is_binary(t):
-            arr = pc.fill_null(arr.cast(pa.binary()), pa.scalar(NULL_KEY_BYTES, pa.binary()))
+            arr = pc.fill_null(arr.cast(pa.binary()), scalar(NULL_KEY_BYTES, pa.binary()))
         elif pa.types.is_large_string(t) or pa.types.is_large_binary(t):
             arr = pc.fill_null(arr.cast(pa.large_binary()),
-                               pa.scalar(NULL_KEY_BYTES, pa.large_binary()))
+                               scalar(NULL_KEY_BYTES, pa.large_binary()))
         t = arr.type
     if pa.types.is_string(t) or pa.types.is_binary(t):
         otype = np.int32
@@ -401,7 +402,7 @@ def _slot_values(cfg: StateConfig, slot: CoreSlot, col: Any, n: int) -> np.ndarr
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
         if isinstance(col, pa.Array) and col.null_count:
-            return np.ascontiguousarray(col.is_valid().to_numpy(zero_copy_only=False), np.int64)
+            return np.ascontiguousarray(to_numpy(col.is_valid()), np.int64)
         return _ones(n)
     dtype = cfg.value_type(slot.column)
     fill = _identity(slot.kind, dtype) if slot.column in cfg.nullable else None
@@ -446,25 +447,22 @@ def _key_array(cfg: StateConfig, keys: Any, n: int) -> pa.Array:
         if cfg.key_nullable:
             mask = k == NULL_KEY_INT
             if mask.any():
-                return pa.array(k, pa.int64(), mask=mask)
-        return pa.array(k, pa.int64())
+                return from_numpy(k, pa.int64(), valid=~mask)
+        return from_numpy(k, pa.int64())
     offs, data = keys
     t = pa.large_string() if cfg.key_type == "string" else pa.large_binary()
     if cfg.key_nullable and cfg.key_type == "string":
         raw = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offs), pa.py_buffer(data)])
-        mask = pc.equal(raw, pa.scalar(NULL_KEY_BYTES, pa.large_binary()))
+        mask = pc.equal(raw, scalar(NULL_KEY_BYTES, pa.large_binary()))
         if pc.any(mask).as_py():
-            raw = pc.if_else(mask, pa.scalar(None, pa.large_binary()), raw)
+            raw = pc.if_else(mask, scalar(None, pa.large_binary()), raw)
             return raw.cast(pa.large_string()).cast(pa.string())
     key_arr = pa.Array.from_buffers(t, n, [None, pa.py_buffer(offs), pa.py_buffer(data)])
     return key_arr.cast(pa.string() if cfg.key_type == "string" else pa.binary())
 
 
 def _masked(values: np.ndarray, valid: Optional[np.ndarray], t: pa.DataType) -> pa.Array:
-    if valid is None:
-        return pa.array(values, t)
-    mask = valid == 0
-    return pa.array(values, t, mask=mask) if mask.any() else pa.array(values, t)
+    return from_numpy(values, t, valid=None if valid is None else valid != 0)
 
 
 def aggregate_columns(cfg: StateConfig, cols: List[np.ndarray]) -> List[pa.Array]:
@@ -475,16 +473,16 @@ def aggregate_columns(cfg: StateConfig, cols: List[np.ndarray]) -> List[pa.Array
     for a in cfg.aggregates:
         c = a.column
         if c is None or (a.kind == "count" and c not in cfg.nullable):
-            out.append(pa.array(by_slot[CoreSlot("count")], pa.int64()))
+            out.append(from_numpy(by_slot[CoreSlot("count")], pa.int64()))
             continue
         ftype = pa.float64() if cfg.value_type(c) == "float64" else pa.int64()
         if c not in cfg.nullable:
-            out.append(pa.array(by_slot[CoreSlot(a.kind, c)],
-                                pa.float64() if a.kind == "avg" else ftype))
+            out.append(from_numpy(by_slot[CoreSlot(a.kind, c)],
+                                  pa.float64() if a.kind == "avg" else ftype))
             continue
         valid = np.asarray(by_slot[CoreSlot("sum", c, valid=True)])
         if a.kind == "count":
-            out.append(pa.array(valid, pa.int64()))
+            out.append(from_numpy(valid, pa.int64()))
         elif a.kind == "avg":
             total = np.asarray(by_slot[CoreSlot("sum", c)], np.float64)
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -500,7 +498,7 @@ def result_batch(cfg: StateConfig, ws: np.ndarray, we: np.ndarray, keys: Any,
     """The Arrow form of emitted results: window_start, window_end (int64 in
     the config's time unit), key, then one column per aggregate."""
     key_arr = _key_array(cfg, keys, len(ws))
-    arrays = [pa.array(ws, pa.int64()), pa.array(we, pa.int64()), key_arr]
+    arrays = [from_numpy(ws, pa.int64()), from_numpy(we, pa.int64()), key_arr]
     arrays += aggregate_columns(cfg, cols)
     names = ["window_start", "window_end", "key"] + [a.name for a in cfg.aggregates]
     return pa.RecordBatch.from_arrays(arrays, names=names)
