@@ -390,7 +390,7 @@ def _ones(n: int) -> np.ndarray:
 
 def _identity(kind: str, dtype: str) -> Any:
     if kind == "min":
-        return _I64.max if dtype == "int64" else float("inf")
+        return _I64.max if dtype == "int64" else float("nan")  # NaN: the top of min's order
     if kind == "max":
         return _I64.min if dtype == "int64" else float("-inf")
     return 0 if dtype == "int64" else 0.0
