@@ -139,3 +139,24 @@ def test_nanosecond_bounds_before_1970_are_floored_to_microseconds():
     out = as_micros(pa.table({"window_start": ns})).column(0)
     assert out.type == pa.timestamp("us", "UTC")
     assert out.cast(pa.int64()).to_pylist() == [-1, -2, -1, 1, None]
+
+
+def test_join_date_time_column_is_midnight_in_the_time_zone(tmp_path):
+    from slash.query import JoinQuery
+
+    day = dt.date(2016, 3, 13)
+    paths = []
+    for side in ("left", "right"):
+        paths.append(str(tmp_path / f"{side}.parquet"))
+        pq.write_table(pa.table({"d": pa.array([day], pa.date32()), "k": [1],
+                                 side[0]: pa.array([1.5])}), paths[-1])
+    out = run(JoinQuery(time="d", window="tumbling:1h", on="k", time_zone="Asia/Tokyo"),
+              (FileSource(paths[0]), FileSource(paths[1])), executors=1)
+    assert out.column("window_start").cast(pa.int64()).to_pylist() == \
+        [_midnight_us(day, "Asia/Tokyo") // 1000]
+
+
+def test_string_time_column_is_refused_saying_how_spark_would_cast_it():
+    with pytest.raises(errors.SchemaError, match=r"time column 't'.*cast\('timestamp'\)"):
+        Query(time="t", window="tumbling:1d", key="k").check(
+            pa.schema([("t", pa.string()), ("k", pa.int64())]))

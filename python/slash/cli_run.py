@@ -119,7 +119,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         if args.input or args.agg or args.key or args.filter:
             raise InvalidArgument("--join takes --left/--right/--on, not --input/--key/--agg/--filter")
         query = JoinQuery(time=args.time, window=args.window, on=cols(args.on),
-                          lateness=args.lateness, time_unit=args.time_unit)
+                          lateness=args.lateness, time_unit=args.time_unit,
+                          time_zone=args.time_zone)
         source = (FileSource(args.left), FileSource(args.right))
         rows_in = source[0].rows + source[1].rows
     else:

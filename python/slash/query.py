@@ -359,8 +359,11 @@ class Query:
             raise SchemaError(f"time column {self.time!r} is missing (input has {names})")
         t = schema.field(self.time).type
         if not (pa.types.is_integer(t) or _is_time_like(t)):
+            hint = (" (cast it to a timestamp first, as Spark's window() casts a string in the "
+                    "session time zone: df.withColumn(COL, F.col(COL).cast('timestamp')))"
+                    if _is_str(_plain(t)) else "")
             raise SchemaError(f"time column {self.time!r} must be an integer (ms, or time_unit=), "
-                              f"a timestamp or a date, got {t}")
+                              f"a timestamp or a date, got {t}{hint}")
         if self.time_unit is not None and not pa.types.is_integer(t):
             raise SchemaError(f"time_unit={self.time_unit!r} applies to integer time columns; "
                               f"{self.time!r} is {t}, which carries its own unit")
@@ -716,7 +719,8 @@ class JoinQuery:
     """A windowed inner equi-join of two inputs (NEXMark Q8's shape).
 
     ``time``: the event-time column of both sides (as :class:`Query` takes
-    it: integers with ``time_unit``, timestamps, dates); ``window``:
+    it: integers with ``time_unit``, timestamps, dates at midnight in
+    ``time_zone``); ``window``:
     ``"tumbling:SIZE"`` (pairs whose rows fall in the same window) or
     ``"session:GAP"`` (pairs within one session of the key, sessions formed
     over both sides' rows); ``on``: the key column(s), named alike on both
@@ -737,10 +741,12 @@ class JoinQuery:
     right_columns: Optional[Sequence[str]] = None
     lateness: Union[int, str] = 0
     time_unit: Optional[str] = None
+    time_zone: Optional[str] = None
 
     def __post_init__(self) -> None:
         helper = Query(time=self.time, window=self.window, key=self.on, lateness=self.lateness,
-                       time_unit=self.time_unit)
+                       time_unit=self.time_unit, time_zone=self.time_zone)
+        object.__setattr__(self, "time_zone", helper.time_zone)
         object.__setattr__(self, "window", helper.window)
         object.__setattr__(self, "on", helper.key)
         object.__setattr__(self, "lateness", helper.lateness)
@@ -756,7 +762,7 @@ class JoinQuery:
     @property
     def _keys(self) -> Query:
         return Query(time=self.time, window=self.window, key=self.on, lateness=self.lateness,
-                     time_unit=self.time_unit)
+                     time_unit=self.time_unit, time_zone=self.time_zone)
 
     def payload(self, side: str, schema: pa.Schema) -> List[str]:
         given = self.left_columns if side == "left" else self.right_columns
