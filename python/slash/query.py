@@ -139,7 +139,7 @@ class Filter:
 def check_time_zone(zone: Optional[str]) -> str:
     """A time zone name Arrow knows (``"UTC"``, ``"America/Los_Angeles"``,
     ``"+08:00"``), or InvalidArgument naming it; None is UTC."""
-    if zone is None:
+    if zone is None or zone == "UTC":
         return "UTC"
     if not isinstance(zone, str) or not zone:
         raise InvalidArgument(f"time_zone must name a time zone, got {zone!r}")
