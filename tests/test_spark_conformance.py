@@ -238,3 +238,14 @@ def test_over_long_string_key_error_names_the_key_column_and_no_foreign_option(s
     text = str(e.value)
     assert "key column 'user'" in text and "80 bytes" in text
     assert "'keys'" not in text and "key_nullable" not in text
+
+
+def test_barrier_refusal_spark_reports_is_named_with_its_cause_and_fix():
+    from slash.errors import InvalidArgument
+    from slash.spark._tasks import raise_task_failure
+
+    spark_text = ("An error occurred while calling o94.collectToPython.\n: org.apache.spark."
+                  "SparkException: [SPARK-24820][SPARK-24821]: Barrier execution mode does not "
+                  "allow the following pattern of RDD chain within a barrier stage")
+    with pytest.raises(InvalidArgument, match=r"coalesce\(\).*df\.repartition\(n\)"):
+        raise_task_failure(RuntimeError(spark_text), "slash.spark.window_aggregate")

@@ -384,6 +384,9 @@ def barrier_refused(df: Any) -> Optional[str]:
     or None: Spark runs a stage in barrier mode only when every RDD in it
     has the stage's partition count (no ``coalesce()``, ``union()`` or
     partition pruning since the last shuffle)."""
+    def name(rdd: Any) -> str:
+        return f"{rdd.getClass().getSimpleName()} {rdd.id()} ({rdd.getNumPartitions()} partitions)"
+
     top = df._jdf.queryExecution().toRdd()
     want = top.getNumPartitions()
     todo, seen = [top], set()
@@ -392,14 +395,14 @@ def barrier_refused(df: Any) -> Optional[str]:
         if rdd.id() in seen:
             continue
         seen.add(rdd.id())
-        if rdd.getNumPartitions() != want:
-            return (f"{rdd.getClass().getSimpleName()} {rdd.id()} with "
-                    f"{rdd.getNumPartitions()} partitions where the stage has {want}")
         deps = rdd.dependencies()
         for i in range(deps.size()):
             d = deps.apply(i)
-            if "Shuffle" not in d.getClass().getSimpleName():
-                todo.append(d.rdd())
+            if "Shuffle" in d.getClass().getSimpleName():
+                continue  # the stage starts after a shuffle
+            if d.rdd().getNumPartitions() != want:
+                return f"{name(rdd)} over {name(d.rdd())}"
+            todo.append(d.rdd())
     return None
 
 
