@@ -249,3 +249,17 @@ def test_barrier_refusal_spark_reports_is_named_with_its_cause_and_fix():
                   "allow the following pattern of RDD chain within a barrier stage")
     with pytest.raises(InvalidArgument, match=r"coalesce\(\).*df\.repartition\(n\)"):
         raise_task_failure(RuntimeError(spark_text), "slash.spark.window_aggregate")
+
+
+def test_nanosecond_session_before_1970_starts_at_its_first_record_floored(spark, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import pyspark.sql.functions as F
+
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    path = str(tmp_path / "ns.parquet")
+    pq.write_table(pa.table({"t": pa.array([-1_500, -500], pa.timestamp("ns", "UTC")),
+                             "id": ["a", "a"]}), path)
+    res = window_aggregate(spark, path, time="t", window="session:1s", key="id", executors=1)
+    start, end = res.select(F.unix_micros("window_start"), F.unix_micros("window_end")).first()
+    assert (start, end) == (-2, 999_999)  # floor(-1500 ns), floor(-500 ns + 1 s)
