@@ -21,10 +21,9 @@ column per aggregate (``count``, ``count_COL``, ``sum_COL``, ``min_COL``,
 from __future__ import annotations
 
 import ast
-import dataclasses
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -34,7 +33,7 @@ import pyarrow.compute as pc
 from slash.errors import InvalidArgument, SchemaError
 from slash.limits import KEY_MAX_BYTES
 from slash.state import TIME_UNITS, Aggregate, StateConfig, value_columns
-from slash.window import Window, parse_duration, parse_window, state_window
+from slash.window import Window, parse_duration, parse_window
 
 log = logging.getLogger(__name__)
 
@@ -423,9 +422,9 @@ class Query:
         types = {c: "float64" if pa.types.is_floating(schema.field(c).type) else "int64"
                  for c in self.value_columns}
         mode = self._key_mode(schema)
-        return StateConfig(window=state_window(dataclasses.replace(self.window, offset_ms=0)
-                                               if self.offset_ms else self.window),
-                           aggregates=self.aggregates,
+        # the state aligns windows at 0: time_ticks has shifted the times by the offset
+        return StateConfig(window=replace(self.window, offset_ms=0) if self.offset_ms
+                           else self.window, aggregates=self.aggregates,
                            key_type=self.key_type(schema), partitions=partitions, value_types=types,
                            time_unit=self.tick_unit(schema),
                            nullable=[c for c in self.value_columns if c in may_null],
@@ -809,7 +808,7 @@ class JoinQuery:
             return out
 
         w = self.window
-        return JoinConfig(window=dataclasses.replace(w, offset_ms=0) if getattr(w, "offset_ms", 0)
+        return JoinConfig(window=replace(w, offset_ms=0) if getattr(w, "offset_ms", 0)
                           else w, key_type=self._keys.key_type(left),
                           left_columns=types("left", left), right_columns=types("right", right),
                           partitions=partitions, time_unit=self._keys.tick_unit(left))
