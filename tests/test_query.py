@@ -242,3 +242,12 @@ def test_null_times_are_in_no_window_counted_and_warned(caplog):
     assert any("2 record(s) have a null time 't'" in r.getMessage() for r in caplog.records)
     assert sorted(zip(out["window_start"].to_pylist(), out["k"].to_pylist(), out["count"].to_pylist())) \
         == [(0, 1, 1), (0, 2, 1), (10_000, 1, 1)]
+
+
+def test_reserved_key_value_error_names_the_key_column_and_no_state_option(tmp_path):
+    path = str(tmp_path / "k.parquet")
+    pq.write_table(pa.table({"t": pa.array([1, 2], pa.int64()),
+                             "user": pa.array([-2 ** 63, None], pa.int64())}), path)
+    with pytest.raises(errors.SchemaError) as e:
+        run(Query(time="t", window="tumbling:10s", key="user"), path, executors=1)
+    assert "key column 'user'" in str(e.value) and "key_nullable" not in str(e.value)

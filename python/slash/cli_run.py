@@ -27,7 +27,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="unit of an integer time column (default ms)")
     p.add_argument("--window", required=True, metavar="SPEC",
                    help="tumbling:10s | sliding:7d/1d | session:10s (units ms, s, m, h, d, or "
-                        "Spark's '10 seconds', '1 day')")
+                        "Spark's '10 seconds', '1 day'); +OFFSET moves tumbling and sliding "
+                        "windows as Spark's startTime does: tumbling:1d+-8h")
+    p.add_argument("--time-zone", default="UTC", metavar="ZONE",
+                   help="the zone a date time column is read in: its midnight there, as Spark's "
+                        "session time zone casts a date (default UTC; timestamps do not depend "
+                        "on it)")
     p.add_argument("--key", metavar="COL[,COL]", help="key column(s) of an aggregation")
     p.add_argument("--agg", action="append", metavar="AGG",
                    help="count | count:COL | sum:COL | min:COL | max:COL | avg:COL (repeatable; "
@@ -115,7 +120,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         if args.input or args.agg or args.key or args.filter:
             raise InvalidArgument("--join takes --left/--right/--on, not --input/--key/--agg/--filter")
         query = JoinQuery(time=args.time, window=args.window, on=cols(args.on),
-                          lateness=args.lateness, time_unit=args.time_unit)
+                          lateness=args.lateness, time_unit=args.time_unit,
+                          time_zone=args.time_zone)
         source = (FileSource(args.left), FileSource(args.right))
         rows_in = source[0].rows + source[1].rows
     else:
@@ -123,7 +129,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             raise InvalidArgument("an aggregation needs --input PATH, --key COL and --agg AGG "
                                   "(or --join with --left/--right/--on)")
         query = Query(time=args.time, window=args.window, key=cols(args.key), aggregates=args.agg,
-                      filters=args.filter, lateness=args.lateness, time_unit=args.time_unit)
+                      filters=args.filter, lateness=args.lateness, time_unit=args.time_unit,
+                      time_zone=args.time_zone)
         source = FileSource(args.input)
         rows_in = source.rows
     here = runs_in_process(source, args.executors, checkpoint=args.checkpoint,

@@ -40,7 +40,7 @@ from slash.errors import InvalidArgument, SchemaError
 from slash.limits import MAX_JOIN_COLUMNS, MAX_PARTITIONS
 from slash.state import KEY_TYPES, TIME_UNITS, VALUE_TYPES, StateBackend, StateConfig, _numeric, \
     prepare_columns, result_batch
-from slash.window import Session, Sliding, Tumbling, Window, parse_window
+from slash.window import Session, Sliding, Tumbling, Window, state_window
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class JoinConfig:
     def __post_init__(self) -> None:
         if self.time_unit not in TIME_UNITS:
             raise InvalidArgument(f"time_unit must be one of {list(TIME_UNITS)}, got {self.time_unit!r}")
-        w = parse_window(self.window)
+        w = state_window(self.window)
         if isinstance(w, Sliding):
             raise InvalidArgument(f"window: a join takes a tumbling or session window, got {w} "
                                   "(a sliding window would copy each row into several sets)")

@@ -6,8 +6,10 @@ the column or spec). Per batch, filters run as Arrow compute kernels and the
 surviving columns go to the executor's C core; no Python runs per record.
 
 Output columns: ``window_start``, ``window_end`` (timestamps of the input's
-unit and zone when the time column is a timestamp or a date, int64 ms when it
-is an integer), the key columns (their input types, nulls kept), then one
+unit and zone when the time column is a timestamp: an instant stays an
+instant, a wall clock without a zone stays one; instants in UTC (ms) when it
+is a date, taken at midnight in ``time_zone`` as Spark casts a date; int64 ms
+when it is an integer), the key columns (their input types, nulls kept), then one
 column per aggregate (``count``, ``count_COL``, ``sum_COL``, ``min_COL``,
 ``max_COL``, ``avg_COL``). Nulls follow Spark and SQL (see :class:`Query`).
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import ast
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -159,6 +161,33 @@ class Filter:
             raise
 
 
+def check_time_zone(zone: Optional[str]) -> str:
+    """A time zone name Arrow knows (``"UTC"``, ``"America/Los_Angeles"``,
+    ``"+08:00"``), or InvalidArgument naming it; None is UTC."""
+    if zone is None or zone == "UTC":
+        return "UTC"
+    if not isinstance(zone, str) or not zone:
+        raise InvalidArgument(f"time_zone must name a time zone, got {zone!r}")
+    try:
+        pc.assume_timezone(pa.array([0], pa.timestamp("s")), zone)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        raise InvalidArgument(f"time_zone {zone!r} is not a time zone this machine knows "
+                              "(e.g. 'UTC', 'America/Los_Angeles', '+08:00')") from None
+    return zone
+
+
+def _midnight_ms(col: pa.Array, zone: str) -> pa.Array:
+    """Dates as the instant (UTC ms) of their midnight in ``zone``, as Spark
+    casts a date to a timestamp in its session time zone (a midnight a DST
+    change skips is the first instant after the gap)."""
+    if pa.types.is_date64(col.type):
+        col = col.cast(pa.date32())
+    local = col.cast(pa.timestamp("ms"))
+    if zone != "UTC":
+        local = pc.assume_timezone(local, zone, ambiguous="earliest", nonexistent="latest")
+    return local.view(pa.int64())
+
+
 def _one_batch(batch: Union[pa.RecordBatch, pa.Table]) -> pa.RecordBatch:
     if isinstance(batch, pa.Table):
         return batch.combine_chunks().to_batches()[0] if batch.num_rows else \
@@ -281,7 +310,15 @@ class Query:
     ``"sum|min|max|avg:COL"`` over integer, float or decimal128 (precision
     <= 18) columns; ``filters``: ``"COL OP VALUE"`` strings, all of which
     must hold; ``lateness``: allowed out-of-orderness of a stream
-    (``"2s"`` or ms; bounded inputs never need it).
+    (``"2s"`` or ms; bounded inputs never need it). ``time_zone``: the zone
+    a date time column is read in (its midnight there, as Spark's session
+    time zone casts a date to a timestamp; default UTC); instants and wall
+    clocks do not depend on it. A window offset (``"tumbling:1d+-8h"``) is
+    applied here: each time is shifted by it before the state sees it and
+    each bound shifted back.
+
+    ``min``/``max`` of floats order NaN above every number, as Spark does
+    (a NaN makes ``max`` NaN; ``min`` is NaN only when every value is).
 
     Nulls follow Spark's ``groupBy`` and SQL: a null key is a group of its
     own (per column of a composite key); aggregates skip nulls (a window
@@ -297,9 +334,11 @@ class Query:
     filters: Sequence[Union[str, Filter]] = ()
     lateness: Union[int, str] = 0
     time_unit: Optional[str] = None
+    time_zone: Optional[str] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "window", parse_window(self.window))
+        object.__setattr__(self, "time_zone", check_time_zone(self.time_zone))
         key = [self.key] if isinstance(self.key, str) else list(self.key)
         if not key or not all(isinstance(k, str) and k for k in key):
             raise InvalidArgument(f"key must name one or more columns, got {self.key!r}")
@@ -345,8 +384,11 @@ class Query:
             raise SchemaError(f"time column {self.time!r} is missing (input has {names})")
         t = schema.field(self.time).type
         if not (pa.types.is_integer(t) or _is_time_like(t)):
+            hint = (" (cast it to a timestamp first, as Spark's window() casts a string in the "
+                    "session time zone: df.withColumn(COL, F.col(COL).cast('timestamp')))"
+                    if _is_str(_plain(t)) else "")
             raise SchemaError(f"time column {self.time!r} must be an integer (ms, or time_unit=), "
-                              f"a timestamp or a date, got {t}")
+                              f"a timestamp or a date, got {t}{hint}")
         if self.time_unit is not None and not pa.types.is_integer(t):
             raise SchemaError(f"time_unit={self.time_unit!r} applies to integer time columns; "
                               f"{self.time!r} is {t}, which carries its own unit")
@@ -406,32 +448,58 @@ class Query:
         types = {c: "float64" if pa.types.is_floating(schema.field(c).type) else "int64"
                  for c in self.value_columns}
         mode = self._key_mode(schema)
-        return StateConfig(window=self.window, aggregates=self.aggregates,
+        # the state aligns windows at 0: time_ticks has shifted the times by the offset
+        return StateConfig(window=replace(self.window, offset_ms=0) if self.offset_ms
+                           else self.window, aggregates=self.aggregates,
                            key_type=self.key_type(schema), partitions=partitions, value_types=types,
                            time_unit=self.tick_unit(schema),
                            nullable=[c for c in self.value_columns if c in may_null],
-                           key_nullable=mode != "composite" and self.key[0] in may_null)
+                           key_nullable=mode != "composite" and self.key[0] in may_null,
+                           key_names=self.key)
 
     def output_names(self, schema: pa.Schema) -> List[str]:
         return ["window_start", "window_end", *self.key, *(a.name for a in self.aggregates)]
 
     # -- time ------------------------------------------------------------------
+    @property
+    def offset_ms(self) -> int:
+        """The window's offset (Spark's startTime), 0 for none."""
+        return getattr(self.window, "offset_ms", 0)
+
     def time_ticks(self, col: Any, schema: pa.Schema) -> pa.Array:
-        """The time column as int64 in :meth:`tick_unit` (nulls kept; floored)."""
+        """The time column as int64 in :meth:`tick_unit` (nulls kept; floored),
+        less the window offset: the times the state sees. A date is its
+        midnight in :attr:`time_zone`. A time the unit cannot hold raises
+        SchemaError naming it (never wraps)."""
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
         t = col.type
+        scale = 1
         if pa.types.is_timestamp(t):
-            if t.unit == "s":
-                return pc.multiply(col.view(pa.int64()), _i64(1000))
-            return col.view(pa.int64())
-        if pa.types.is_date32(t):
-            return pc.multiply(col.view(pa.int32()).cast(pa.int64()), _i64(86_400_000))
-        if pa.types.is_date64(t):
-            return col.view(pa.int64())
-        col = col if t == pa.int64() else col.cast(pa.int64())
-        scale = _SCALE_TO_MS.get(self.time_unit or "ms", 1)
-        return col if scale == 1 else pc.multiply(col, _i64(scale))
+            out = col.view(pa.int64())
+            scale = 1000 if t.unit == "s" else 1
+        elif pa.types.is_date(t):
+            out = _midnight_ms(col, self.time_zone or "UTC")
+        else:
+            out = col if t == pa.int64() else col.cast(pa.int64())
+            scale = _SCALE_TO_MS.get(self.time_unit or "ms", 1)
+        off = self.offset_ms * TIME_UNITS[self.tick_unit(schema)]
+        if scale == 1 and not off:
+            return out
+        try:
+            if scale != 1:
+                out = pc.multiply_checked(out, _i64(scale))
+            return pc.subtract_checked(out, _i64(off)) if off else out
+        except pa.ArrowInvalid:
+            raise self._unrepresentable(col, schema) from None
+
+    def _unrepresentable(self, col: pa.Array, schema: pa.Schema) -> SchemaError:
+        mm = pc.min_max(col)
+        return SchemaError(
+            f"time column {self.time!r}: a time between {mm['min']} and {mm['max']} cannot be "
+            f"held as int64 {self.tick_unit(schema)}"
+            + (f" shifted by the window offset of {self.offset_ms} ms" if self.offset_ms else "")
+            + "; it would wrap around, so it is refused")
 
     def watermark_ticks(self, value: Any, schema: pa.Schema) -> Optional[int]:
         """A source's promise (a scalar of the time column's type) in ticks."""
@@ -449,7 +517,8 @@ class Query:
         return self.time_ticks(arr, schema)[0].as_py()
 
     def ticks_to_ms(self, ticks: int, schema: pa.Schema) -> int:
-        return ticks // TIME_UNITS[self.tick_unit(schema)]
+        """State ticks (:meth:`time_ticks`) back to the time column's ms."""
+        return ticks // TIME_UNITS[self.tick_unit(schema)] + self.offset_ms
 
     def _window_column(self, col: Any, schema: pa.Schema) -> pa.Array:
         """Window bounds (int64 ticks) in the input's kind: timestamps for
@@ -458,10 +527,12 @@ class Query:
             col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
         t = schema.field(self.time).type
         unit = self.tick_unit(schema)
+        if self.offset_ms:
+            col = pc.add(col, _i64(self.offset_ms * TIME_UNITS[unit]))
         if pa.types.is_timestamp(t):
             return col.view(pa.timestamp(unit, t.tz))
-        if pa.types.is_date(t):
-            return col.view(pa.timestamp("ms"))
+        if pa.types.is_date(t):  # midnight in time_zone: an instant, as Spark's cast makes it
+            return col.view(pa.timestamp("ms", "UTC"))
         div = TIME_UNITS[unit]
         if div == 1:
             return col
@@ -672,7 +743,8 @@ class JoinQuery:
     """A windowed inner equi-join of two inputs (NEXMark Q8's shape).
 
     ``time``: the event-time column of both sides (as :class:`Query` takes
-    it: integers with ``time_unit``, timestamps, dates); ``window``:
+    it: integers with ``time_unit``, timestamps, dates at midnight in
+    ``time_zone``); ``window``:
     ``"tumbling:SIZE"`` (pairs whose rows fall in the same window) or
     ``"session:GAP"`` (pairs within one session of the key, sessions formed
     over both sides' rows); ``on``: the key column(s), named alike on both
@@ -693,10 +765,12 @@ class JoinQuery:
     right_columns: Optional[Sequence[str]] = None
     lateness: Union[int, str] = 0
     time_unit: Optional[str] = None
+    time_zone: Optional[str] = None
 
     def __post_init__(self) -> None:
         helper = Query(time=self.time, window=self.window, key=self.on, lateness=self.lateness,
-                       time_unit=self.time_unit)
+                       time_unit=self.time_unit, time_zone=self.time_zone)
+        object.__setattr__(self, "time_zone", helper.time_zone)
         object.__setattr__(self, "window", helper.window)
         object.__setattr__(self, "on", helper.key)
         object.__setattr__(self, "lateness", helper.lateness)
@@ -712,7 +786,7 @@ class JoinQuery:
     @property
     def _keys(self) -> Query:
         return Query(time=self.time, window=self.window, key=self.on, lateness=self.lateness,
-                     time_unit=self.time_unit)
+                     time_unit=self.time_unit, time_zone=self.time_zone)
 
     def payload(self, side: str, schema: pa.Schema) -> List[str]:
         given = self.left_columns if side == "left" else self.right_columns
@@ -758,7 +832,9 @@ class JoinQuery:
             out[_VALID] = "int64"
             return out
 
-        return JoinConfig(window=self.window, key_type=self._keys.key_type(left),
+        w = self.window
+        return JoinConfig(window=replace(w, offset_ms=0) if getattr(w, "offset_ms", 0)
+                          else w, key_type=self._keys.key_type(left),
                           left_columns=types("left", left), right_columns=types("right", right),
                           partitions=partitions, time_unit=self._keys.tick_unit(left))
 

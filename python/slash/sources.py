@@ -315,8 +315,7 @@ class _Readers:
             if len(self.open) >= _OPEN_FILES:
                 self._close(self.open.popitem(last=False)[1])
             # pre_buffer: a row group's column chunks in one coalesced read
-            r = self.open[path] = _open_ipc(path) if _is_ipc(path) else \
-                pq.ParquetFile(path, pre_buffer=True)
+            r = self.open[path] = _open_ipc(path) if _is_ipc(path) else _open_parquet(path)
         else:
             self.open.move_to_end(path)
         return r
@@ -330,6 +329,28 @@ class _Readers:
         for r in self.open.values():
             self._close(r)
         self.open.clear()
+
+
+def _open_parquet(path: str) -> pq.ParquetFile:
+    """A Parquet file whose INT96 timestamps (Spark's default writer) read as
+    microseconds: exact over Spark's whole range (years 0001-9999), where
+    nanoseconds overflow outside 1677-2262."""
+    return pq.ParquetFile(path, coerce_int96_timestamp_unit="us", pre_buffer=True)
+
+
+def _instants(schema: pa.Schema, md: pq.FileMetaData) -> pa.Schema:
+    """``schema`` with each top-level INT96 column as ``timestamp[us, UTC]``:
+    Spark writes its TimestampType (an instant) as INT96, so the column is
+    an instant like a TIMESTAMP column with isAdjustedToUTC=true, not a wall
+    clock (Spark shows it in the session time zone)."""
+    for j in range(md.num_columns):
+        c = md.schema.column(j)
+        if c.physical_type == "INT96" and c.path in schema.names:
+            i = schema.get_field_index(c.path)
+            f = schema.field(i)
+            if pa.types.is_timestamp(f.type) and f.type.tz is None:
+                schema = schema.set(i, f.with_type(pa.timestamp("us", "UTC")))
+    return schema
 
 
 def _no_column(name: str, schema: pa.Schema) -> UnknownName:
@@ -372,8 +393,8 @@ class FileSource:
                     schema = r.schema
                     units = [Unit(p, i, r.get_batch(i).num_rows) for i in range(r.num_record_batches)]
                 else:
-                    with pq.ParquetFile(p) as f:
-                        md, schema = f.metadata, f.schema_arrow
+                    with _open_parquet(p) as f:
+                        md, schema = f.metadata, _instants(f.schema_arrow, f.metadata)
                     footers[p] = md
                     units = [Unit(p, i, md.row_group(i).num_rows) for i in range(md.num_row_groups)]
             except (pa.ArrowInvalid, OSError) as e:
@@ -684,6 +705,10 @@ class FileSource:
         else:
             # a whole row group in one call, one thread: 1.6x iter_batches' rate
             t = r.read_row_group(u.index, columns=file_cols, use_threads=False)
+            if any(t.schema.field(c).type != self.schema.field(c).type for c in file_cols):
+                # INT96 instants (see _instants): a zone on the type, the values kept
+                t = t.cast(pa.schema([t.schema.field(c).with_type(self.schema.field(c).type)
+                                      for c in file_cols]))
         if len(file_cols) < len(names):  # partition columns: constant per unit
             keys = self._parts.get(os.path.normpath(u.path), {})
             arrays = [t.column(c) if c in file_cols else

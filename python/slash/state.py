@@ -31,7 +31,7 @@ from slash import _core
 from slash.arrow_np import from_numpy, scalar, to_numpy
 from slash.errors import InvalidArgument, SchemaError
 from slash.limits import KEY_MAX_BYTES, MAX_AGGREGATES, MAX_PARTITIONS
-from slash.window import Session, Sliding, Tumbling, Window, parse_window
+from slash.window import Session, Sliding, Tumbling, Window, state_window
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +147,8 @@ class StateConfig:
     a column left out costs no validity tracking, and a null in it is an
     error. ``key_nullable``: keys may be null (a null key is a group of its
     own); False refuses null keys and skips the reserved-value check.
+    ``key_names``: the input columns the keys come from (a query's key
+    columns), named in errors about key values instead of ``'keys'``.
 
     Null times are in no window: such records are skipped and counted
     (:attr:`StateBackend.null_times`).
@@ -163,9 +165,10 @@ class StateConfig:
     time_unit: str = "ms"
     nullable: Optional[Sequence[str]] = None
     key_nullable: bool = True
+    key_names: Sequence[str] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "window", parse_window(self.window))
+        object.__setattr__(self, "window", state_window(self.window))
         if self.time_unit not in TIME_UNITS:
             raise InvalidArgument(f"time_unit must be one of {list(TIME_UNITS)}, got {self.time_unit!r}")
         if isinstance(self.aggregates, (str, Aggregate)):
@@ -291,19 +294,27 @@ def _times(obj: Any, cfg: StateConfig) -> Tuple[np.ndarray, Optional[np.ndarray]
     return _numeric(arr, "times", "int64", unit=cfg.time_unit), nulls
 
 
+def _key_label(cfg: StateConfig) -> str:
+    """How errors name the keys: the query's key column(s), else 'keys'."""
+    names = list(cfg.key_names)
+    if len(names) == 1:
+        return f"key column {names[0]!r}"
+    return f"composite key {names}" if names else "column 'keys'"
+
+
 def _int_keys(obj: Any, cfg: StateConfig) -> np.ndarray:
     """int64 keys; nulls become NULL_KEY_INT while keys may be null."""
     arr = _to_arrow_or_numpy(obj, "keys")
     if isinstance(arr, pa.Array) and arr.null_count:
         if not cfg.key_nullable:
-            raise SchemaError(f"column 'keys' has {arr.null_count} null value(s) and the state "
-                              "was configured with key_nullable=False")
+            raise SchemaError(f"{_key_label(cfg)} has {arr.null_count} null value(s) and the "
+                              "state was configured with key_nullable=False")
         out = _numeric(arr, "keys", "int64", fill=0)
-        _check_reserved(out, arr)
+        _check_reserved(out, arr, cfg)
         return np.where(to_numpy(arr.is_null()), NULL_KEY_INT, out)
     out = _numeric(arr, "keys", "int64")
     if cfg.key_nullable and out.dtype == np.int64 and len(out) and _may_hold_min(arr):
-        _check_reserved(out, arr)
+        _check_reserved(out, arr, cfg)
     return out
 
 
@@ -315,17 +326,19 @@ def _may_hold_min(arr: Any) -> bool:
     return t in (pa.int64(), pa.uint64()) or pa.types.is_timestamp(t) or pa.types.is_date64(t)
 
 
-def _check_reserved(out: np.ndarray, arr: Any) -> None:
+def _check_reserved(out: np.ndarray, arr: Any, cfg: StateConfig) -> None:
     valid = out if not (isinstance(arr, pa.Array) and arr.null_count) else \
         out[to_numpy(arr.is_valid())]
     if len(valid) and valid.min() == NULL_KEY_INT:
-        raise SchemaError(f"column 'keys' holds the value {NULL_KEY_INT}, which stands for a null "
-                          "key in a nullable int64 key column; declare the key non-null "
-                          "(key_nullable=False) or use another value")
+        fix = ("give the input a non-nullable key column (its schema or statistics then rule "
+               "nulls out) or map that value to another" if cfg.key_names else
+               "declare the key non-null (key_nullable=False) or use another value")
+        raise SchemaError(f"{_key_label(cfg)} holds the value {NULL_KEY_INT}, which stands for a "
+                          f"null key while the key may be null; {fix}")
 
 
 def _byte_keys(obj: Any, name: str, nullable: bool = False,
-               is_string: bool = True) -> Tuple[np.ndarray, np.ndarray, int]:
+               is_string: bool = True, label: Optional[str] = None) -> Tuple[np.ndarray, np.ndarray, int]:
     """(offsets int32|int64, data uint8, n) of a string/binary column; nulls
     of a string column become NULL_KEY_BYTES when ``nullable``."""
     arr = _to_arrow_or_numpy(obj, name)
@@ -365,7 +378,9 @@ def _byte_keys(obj: Any, name: str, nullable: bool = False,
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     if n and int(np.max(np.diff(offsets))) > KEY_MAX_BYTES:
         row = int(np.argmax(np.diff(offsets) > KEY_MAX_BYTES))
-        raise SchemaError(f"column {name!r}: key at row {row} is longer than {KEY_MAX_BYTES} bytes")
+        raise SchemaError(f"{label or f'column {name!r}'}: the value at row {row} is "
+                          f"{int(np.diff(offsets)[row])} bytes, longer than {KEY_MAX_BYTES} bytes "
+                          "(the most a key holds)")
     return np.ascontiguousarray(offsets), data, n
 
 
@@ -391,7 +406,7 @@ def _ones(n: int) -> np.ndarray:
 
 def _identity(kind: str, dtype: str) -> Any:
     if kind == "min":
-        return _I64.max if dtype == "int64" else float("inf")
+        return _I64.max if dtype == "int64" else float("nan")  # NaN: the top of min's order
     if kind == "max":
         return _I64.min if dtype == "int64" else float("-inf")
     return 0 if dtype == "int64" else 0.0
@@ -422,7 +437,8 @@ def prepare_columns(cfg: StateConfig, keys: Any, times: Any,
         offsets = data = None
         nk = len(k)
     else:
-        offsets, data, nk = _byte_keys(keys, "keys", cfg.key_nullable, cfg.key_type == "string")
+        offsets, data, nk = _byte_keys(keys, "keys", cfg.key_nullable, cfg.key_type == "string",
+                                       _key_label(cfg))
         k = None
     if nk != n:
         raise SchemaError(f"columns 'keys' and 'times' differ in length ({nk} != {n})")

@@ -4,22 +4,31 @@ Durations are integers with a unit: ``ms``, ``s``, ``m``, ``h``, ``d``
 (``"250ms"``, ``"10s"``, ``"1m"``, ``"1d"``), or Spark's spellings
 (``"10 seconds"``, ``"1 hour"``, ``"1 day"``, ``"7 days"``, ``"500 milliseconds"``).
 Window sizes are kept in milliseconds; the state runs them in the time
-column's own unit (see :class:`slash.state.StateConfig`). All windows are
-aligned at the Unix epoch (time 0), start inclusive, end exclusive, as Spark's
-``window()`` aligns them.
+column's own unit (see :class:`slash.state.StateConfig`). Windows are
+aligned at the Unix epoch (time 0) on the time column's own values (an
+instant's UTC microseconds, a TimestampNTZ's wall clock), start inclusive,
+end exclusive, as Spark's ``window()`` aligns them. A tumbling or sliding
+window may be moved by an offset, Spark's ``startTime``:
+``"tumbling:1d+-8h"`` (``window(t, '1 day', '1 day', '-8 hours')``) or
+``"sliding:10s/5s+2s"``: windows ``[k*slide + offset, k*slide + offset + size)``;
+as in Spark, ``|offset|`` must be below the slide. (A ``-`` inside a
+duration adds a negative part, ``"1d-8h"`` is 16 hours, so the offset follows
+a ``+``.)
 
 >>> parse_window("sliding:60s/10s")
-Sliding(size_ms=60000, slide_ms=10000)
+Sliding(size_ms=60000, slide_ms=10000, offset_ms=0)
 >>> parse_window("session:5s").gap_ms
 5000
 >>> parse_window("tumbling:1 day")
-Tumbling(size_ms=86400000)
+Tumbling(size_ms=86400000, offset_ms=0)
+>>> parse_window("tumbling:1d+-8h").offset_ms
+-28800000
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Union
+from dataclasses import dataclass, replace
+from typing import Optional, Union
 
 from slash.errors import InvalidArgument
 
@@ -62,26 +71,41 @@ def _positive(value: int, what: str) -> None:
         raise InvalidArgument(f"{what} must be > 0 ms, got {value}")
 
 
+def _check_offset(offset_ms: int, slide_ms: int) -> None:
+    if isinstance(offset_ms, bool) or not isinstance(offset_ms, int):
+        raise InvalidArgument(f"window offset must be an int of milliseconds, got {offset_ms!r}")
+    if abs(offset_ms) >= slide_ms:
+        raise InvalidArgument(f"window offset (start time) {offset_ms} ms must be smaller in "
+                              f"absolute value than the window slide ({slide_ms} ms), as "
+                              "Spark's window() requires: an offset of a whole slide or more "
+                              "gives the same windows as its remainder")
+
+
 @dataclass(frozen=True)
 class Tumbling:
-    """Windows ``[k*size, (k+1)*size)`` for every integer k (aligned at 0)."""
+    """Windows ``[k*size + offset, (k+1)*size + offset)`` for every integer k
+    (aligned at 0 when the offset is 0)."""
 
     size_ms: int
+    offset_ms: int = 0
     kind = "tumbling"
 
     def __post_init__(self) -> None:
         _positive(self.size_ms, "window size")
+        _check_offset(self.offset_ms, self.size_ms)
 
 
 @dataclass(frozen=True)
 class Sliding:
-    """Windows ``[k*slide, k*slide + size)``: each event is in size/slide windows.
+    """Windows ``[k*slide + offset, k*slide + offset + size)``: each event is
+    in size/slide windows.
 
     State is kept per slice of gcd(size, slide) ms, so one event updates one slice.
     """
 
     size_ms: int
     slide_ms: int
+    offset_ms: int = 0
     kind = "sliding"
 
     def __post_init__(self) -> None:
@@ -117,7 +141,8 @@ Window = Union[Tumbling, Sliding, Session]
 
 
 def parse_window(spec: Union[str, Window]) -> Window:
-    """``"tumbling:10s"``, ``"sliding:60s/10s"`` or ``"session:10s"`` to a Window.
+    """``"tumbling:10s"``, ``"sliding:60s/10s"`` or ``"session:10s"`` to a
+    Window; ``"tumbling:1d+-8h"``, ``"sliding:10s/5s+2s"``: with an offset.
 
     A Window passes through unchanged.
     """
@@ -127,16 +152,56 @@ def parse_window(spec: Union[str, Window]) -> Window:
         raise InvalidArgument(f"window must be a spec string or a Window, got {spec!r}")
     kind, _, rest = spec.partition(":")
     kind = kind.strip().lower()
+    rest, plus, offset = rest.partition("+")
+    off = parse_duration(offset, "window offset (start time)") if plus else 0
     if kind == "tumbling":
-        return Tumbling(parse_duration(rest, "window size"))
+        return Tumbling(parse_duration(rest, "window size"), off)
     if kind == "sliding":
         size, slash, slide = rest.partition("/")
         if not slash:
             raise InvalidArgument(f"sliding window spec must be 'sliding:SIZE/SLIDE', got {spec!r}")
-        return Sliding(parse_duration(size, "window size"), parse_duration(slide, "window slide"))
+        return Sliding(parse_duration(size, "window size"), parse_duration(slide, "window slide"),
+                       off)
     if kind == "session":
+        if plus:
+            raise InvalidArgument(f"a session window has no offset (start time): it starts at "
+                                  f"its first event; got {spec!r}")
         return Session(parse_duration(rest, "session gap"))
     raise InvalidArgument(f"window kind must be tumbling, sliding or session, got {spec!r}")
 
 
-__all__ = ["Tumbling", "Sliding", "Session", "Window", "parse_window", "parse_duration"]
+def state_window(spec: Union[str, Window]) -> Window:
+    """``spec`` as a state takes it: windows aligned at 0. A state keeps its
+    windows at multiples of the slide; an offset is applied by the query
+    (:class:`slash.query.Query` shifts each time by it on the way in and each
+    bound back on the way out), so a state given one refuses it rather than
+    align its windows elsewhere than asked."""
+    w = parse_window(spec)
+    if getattr(w, "offset_ms", 0):
+        raise InvalidArgument(f"window {w!r}: a state aligns its windows at 0; a window offset "
+                              "(start time) belongs to a Query, which shifts the times the "
+                              "state sees by it")
+    return w
+
+
+def with_start_time(window: Union[str, Window], start_time: Optional[str]) -> Window:
+    """``window`` moved by Spark's ``startTime`` (``"-8 hours"``, ``"5s"``),
+    as ``window(t, size, slide, startTime)`` moves it; None: unchanged.
+
+    >>> with_start_time("tumbling:1 day", "-8 hours").offset_ms
+    -28800000
+    """
+    w = parse_window(window)
+    if start_time is None:
+        return w
+    if isinstance(w, Session):
+        raise InvalidArgument("start_time: a session window has no start time (Spark's "
+                              "session_window takes none): it starts at its first event")
+    if w.offset_ms:
+        raise InvalidArgument(f"start_time={start_time!r} and the window's own offset "
+                              f"({w.offset_ms} ms) both move the windows: give one")
+    return replace(w, offset_ms=parse_duration(start_time, "start_time"))
+
+
+__all__ = ["Tumbling", "Sliding", "Session", "Window", "parse_window", "parse_duration",
+           "state_window", "with_start_time"]

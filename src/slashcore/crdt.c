@@ -40,7 +40,7 @@ void slash_crdt_zero(slash_agg_kind k, void *p)
     switch (k) {
     case SLASH_AGG_MIN_I64: *(int64_t *)p = INT64_MAX; break;
     case SLASH_AGG_MAX_I64: *(int64_t *)p = INT64_MIN; break;
-    case SLASH_AGG_MIN_F64: *(double *)p = INFINITY; break;
+    case SLASH_AGG_MIN_F64: *(double *)p = NAN; break; /* the top of min's order (crdt.h) */
     case SLASH_AGG_MAX_F64: *(double *)p = -INFINITY; break;
     default: memset(p, 0, slash_crdt_size(k)); break;
     }

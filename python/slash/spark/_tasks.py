@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Tupl
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from slash.errors import Timeout
@@ -57,6 +58,14 @@ def raise_task_failure(exc: BaseException, what: str,
     if m:
         rank, why = int(m.group(1)), m.group(2).strip()
         raise TaskFailed(f"{what}: Slash executor rank {rank} failed: {why}", rank, why) from None
+    if "Barrier execution mode does not allow" in text:
+        from slash.errors import InvalidArgument
+
+        raise InvalidArgument(
+            f"{what}: Spark refuses to run the input's last stage in barrier mode: an RDD in it "
+            "has another partition count than the stage (a coalesce(), union() or partition "
+            "pruning since the last shuffle). Repartition the DataFrame (df.repartition(n)) or "
+            "cut its lineage (df.localCheckpoint()) before passing it") from None
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
     raise TaskFailed(f"{what}: the Spark barrier stage failed: {first[:500]}", None, first) from exc
 
@@ -419,8 +428,35 @@ def open_fs(root: str) -> Tuple[Any, str]:
     return fs.LocalFileSystem(), os.path.abspath(root)
 
 
+def as_micros(table: pa.Table) -> pa.Table:
+    """``table`` with nanosecond timestamps as microseconds, floored (a
+    time before 1970 too: -1 ns is -1 us, not 0), as Spark has no
+    nanosecond timestamps and a window bound must not move past its
+    records."""
+    cols, changed = [], False
+    for i, f in enumerate(table.schema):
+        col = table.column(i)
+        if pa.types.is_timestamp(f.type) and f.type.unit == "ns":
+            col = pa.chunked_array([_floor_us(c, f.type.tz) for c in col.chunks],
+                                   pa.timestamp("us", f.type.tz))
+            f, changed = f.with_type(col.type), True
+        cols.append((f, col))
+    if not changed:
+        return table
+    return pa.Table.from_arrays([c for _, c in cols], schema=pa.schema([f for f, _ in cols],
+                                                                       metadata=table.schema.metadata))
+
+
+def _floor_us(chunk: pa.Array, tz: Optional[str]) -> pa.Array:
+    ns = pc.fill_null(chunk.view(pa.int64()), 0).to_numpy(zero_copy_only=False)
+    mask = chunk.is_null().to_numpy(zero_copy_only=False) if chunk.null_count else None
+    return pa.array(np.floor_divide(ns, 1000), pa.int64(), mask=mask).view(pa.timestamp("us", tz))
+
+
 def write_table(table: pa.Table, directory: str, name: str) -> str:
-    """Writes ``table`` as ``directory/name`` atomically (temp file, then rename)."""
+    """Writes ``table`` as ``directory/name`` atomically (temp file, then
+    rename), nanosecond timestamps floored to microseconds (:func:`as_micros`)."""
+    table = as_micros(table)
     fsys, d = open_fs(directory)
     fsys.create_dir(d, recursive=True)
     final = f"{d}/{name}"

@@ -49,11 +49,12 @@ from slash.query import Query
 from slash.recovery import CheckpointPlan, execute_split_checkpointed
 from slash.runner import execute_split
 from slash.sources import FileSource, GeneratorSource
+from slash.window import with_start_time
 from slash.spark import _env
 from slash.spark._env import TaskFailed
 from slash.spark import _batch_ckpt
-from slash.spark._tasks import (PartitionSource, Rendezvous, barrier_stage, driver_host, join_group,
-                                open_fs, rank_errors, raise_task_failure, report_error,
+from slash.spark._tasks import (PartitionSource, as_micros, Rendezvous, barrier_stage, driver_host, join_group,
+                                conf_get, open_fs, rank_errors, raise_task_failure, report_error,
                                 spark_input_schema, write_table)
 
 log = logging.getLogger(__name__)
@@ -222,9 +223,18 @@ def _as_list(v: Union[None, str, Sequence[str]]) -> List[str]:
 
 
 def make_query(time: str, window: str, key: Union[str, Sequence[str]], aggs: Sequence[str],
-               filter: Union[None, str, Sequence[str]], lateness: Union[None, int, str]) -> Query:
-    return Query(time=time, window=window, key=key, aggregates=list(aggs) if not isinstance(aggs, str)
-                 else aggs, filters=_as_list(filter), lateness=0 if lateness is None else lateness)
+               filter: Union[None, str, Sequence[str]], lateness: Union[None, int, str],
+               time_zone: Optional[str] = None, start_time: Optional[str] = None) -> Query:
+    return Query(time=time, window=with_start_time(window, start_time), key=key,
+                 aggregates=list(aggs) if not isinstance(aggs, str) else aggs,
+                 filters=_as_list(filter), lateness=0 if lateness is None else lateness,
+                 time_zone=time_zone)
+
+
+def session_time_zone(spark: Any) -> str:
+    """Spark's session time zone (``spark.sql.session.timeZone``): the zone
+    a date time column is cast in, as Spark's own window() casts it."""
+    return conf_get(spark, "spark.sql.session.timeZone") or "UTC"
 
 
 def _is_dataframe(obj: Any) -> bool:
@@ -244,7 +254,8 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
                   rendezvous: str = "driver",
                   result_inline_bytes: int = INLINE_BYTES, checkpoint: Optional[str] = None,
                   checkpoint_every: Union[str, int, float] = "10s",
-                  checkpoint_keep: int = 2) -> AggregateResult:
+                  checkpoint_keep: int = 2, start_time: Optional[str] = None,
+                  startTime: Optional[str] = None) -> AggregateResult:
     """Runs the aggregation now as one barrier stage; see :func:`window_aggregate`.
 
     ``rendezvous``: how the tasks exchange listener addresses: ``"driver"``
@@ -278,7 +289,10 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     _env.require_pyspark()
     import pyspark.sql.functions  # noqa: F401  (fail here, not in a task)
 
-    query = make_query(time, window, key, aggs, filter, lateness)
+    if start_time is not None and startTime is not None:
+        raise InvalidArgument("give start_time or Spark's spelling startTime, not both")
+    query = make_query(time, window, key, aggs, filter, lateness, session_time_zone(spark),
+                       start_time if start_time is not None else startTime)
     fast = not _is_dataframe(source)
     time_columns: tuple = ()
     if fast:
@@ -324,6 +338,13 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
         if df.rdd.getNumPartitions() != n:
             log.info("general path: repartitioning the input round-robin to %d partitions", n)
             df = df.repartition(n)
+        else:
+            odd = barrier_refused(df)
+            if odd is not None:
+                log.info("general path: the input's last stage has %s, which a barrier stage "
+                         "refuses (every RDD in it must have its partition count); "
+                         "repartitioning it round-robin to %d partitions first", odd, n)
+                df = df.repartition(n)
         stage = df.mapInArrow(_as_arrow(task), SUMMARY_SCHEMA, barrier=True)
     run_stage = stage if ck_plan is None else _batch_ckpt.retryable(stage)
 
@@ -356,6 +377,33 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     wrote = any(m["path"] is not None for m in metrics)
     return AggregateResult(df, out_dir if wrote else None, n, seconds, metrics, fast, stage,
                            ckd.summary() if ckd is not None else None)
+
+
+def barrier_refused(df: Any) -> Optional[str]:
+    """The RDD of ``df``'s last stage that a barrier stage refuses, named,
+    or None: Spark runs a stage in barrier mode only when every RDD in it
+    has the stage's partition count (no ``coalesce()``, ``union()`` or
+    partition pruning since the last shuffle)."""
+    def name(rdd: Any) -> str:
+        return f"{rdd.getClass().getSimpleName()} {rdd.id()} ({rdd.getNumPartitions()} partitions)"
+
+    top = df._jdf.queryExecution().toRdd()
+    want = top.getNumPartitions()
+    todo, seen = [top], set()
+    while todo:
+        rdd = todo.pop()
+        if rdd.id() in seen:
+            continue
+        seen.add(rdd.id())
+        deps = rdd.dependencies()
+        for i in range(deps.size()):
+            d = deps.apply(i)
+            if "Shuffle" in d.getClass().getSimpleName():
+                continue  # the stage starts after a shuffle
+            if d.rdd().getNumPartitions() != want:
+                return f"{name(rdd)} over {name(d.rdd())}"
+            todo.append(d.rdd())
+    return None
 
 
 def _rendezvous(spark: Any, n: int, token: str, early: "EarlyFrame",
@@ -404,16 +452,6 @@ def inline_limit(per_task: int, n: int) -> int:
     return min(per_task, INLINE_TOTAL_BYTES // n)
 
 
-def _as_written(table: pa.Table) -> pa.Table:
-    """``table`` as its Parquet file reads back: timestamps in microseconds
-    (Spark has no nanosecond timestamps; :func:`write_table` coerces too)."""
-    fields = []
-    for f in table.schema:
-        if pa.types.is_timestamp(f.type) and f.type.unit == "ns":
-            f = f.with_type(pa.timestamp("us", f.type.tz))
-        fields.append(f)
-    target = pa.schema(fields, metadata=table.schema.metadata)
-    return table if target == table.schema else table.cast(target, safe=False)
 
 
 def inline_payload(table: pa.Table, limit: int) -> Optional[bytes]:
@@ -422,7 +460,7 @@ def inline_payload(table: pa.Table, limit: int) -> Optional[bytes]:
     which Spark reads with its own widening, e.g. of unsigned keys)."""
     if limit <= 0 or table.nbytes > limit:  # nbytes: a lower bound of the IPC size
         return None
-    table = _as_written(table)
+    table = as_micros(table)  # as its Parquet file reads back (write_table)
     if _arrow_to_spark(table.schema) is None:
         return None
     sink = pa.BufferOutputStream()
@@ -586,9 +624,14 @@ def window_aggregate(spark: Any, source: Any, *, time: str, window: str,
     ``"sliding:60s/10s"`` or ``"session:5s"``; ``aggs=["count", "sum:price"]``
     (count, sum, min, max, avg); ``filter="event_type == 'view'"`` (or a
     list, all must hold). Windows and durations also take ``d`` and Spark's
-    spellings (``"tumbling:1 day"``). Output columns: ``window_start``,
-    ``window_end`` (start inclusive, end exclusive; Spark timestamps when the
-    time column is a timestamp or a date, int64 ms when it is an integer),
+    spellings (``"tumbling:1 day"``); ``start_time="-8 hours"`` (or Spark's
+    ``startTime=``) moves tumbling and sliding windows as Spark's
+    ``window(t, size, slide, startTime)`` does (also spelled
+    ``"tumbling:1 day+-8 hours"``). Output columns: ``window_start``,
+    ``window_end`` (start inclusive, end exclusive; TimestampType for a
+    TimestampType time column, INT96 included, and for a DateType one, which
+    is taken at midnight in the session time zone as Spark casts it;
+    TimestampNTZType for a TimestampNTZType one; int64 ms for an integer),
     the key columns (nulls kept: a null key is a group), then ``count``,
     ``count_COL``, ``sum_price``, ... (aggregates skip nulls, as Spark's).
 

@@ -30,7 +30,7 @@ from slash.spark import _batch_ckpt, _env
 from slash.spark._tasks import (barrier_stage, join_group, rank_errors,
                                 raise_task_failure, report_error)
 from slash.spark.batch import (INLINE_BYTES, EarlyFrame, _is_dataframe, _rendezvous, _summary,
-                               deliver_result, group_for, inline_limit)
+                               deliver_result, group_for, inline_limit, session_time_zone)
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,8 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
             raise InvalidArgument(f"window_join reads Parquet/Arrow paths; write the {name} DataFrame "
                                   "to Parquet first (df.write.parquet(PATH))")
     query = JoinQuery(time=time, window=window, on=on, left_columns=left_columns,
-                      right_columns=right_columns, lateness=0 if lateness is None else lateness)
+                      right_columns=right_columns, lateness=0 if lateness is None else lateness,
+                      time_zone=session_time_zone(spark))
     lsrc, rsrc = FileSource(left), FileSource(right)  # UnknownName / SchemaError before work
     query.check(lsrc.schema, rsrc.schema)
     n, group = group_for(spark, query, executors, transport, None, slots_wait)

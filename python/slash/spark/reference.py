@@ -43,9 +43,11 @@ def spark_window_aggregate(spark: Any, source: Any, *, time: str, window: str,
         F.timestamp_millis(F.col(q.time).cast("long"))
     w = q.window
     if isinstance(w, Tumbling):
-        wcol = F.window(ts, f"{w.size_ms} milliseconds")
+        wcol = F.window(ts, f"{w.size_ms} milliseconds", f"{w.size_ms} milliseconds",
+                        f"{w.offset_ms} milliseconds")
     elif isinstance(w, Sliding):
-        wcol = F.window(ts, f"{w.size_ms} milliseconds", f"{w.slide_ms} milliseconds")
+        wcol = F.window(ts, f"{w.size_ms} milliseconds", f"{w.slide_ms} milliseconds",
+                        f"{w.offset_ms} milliseconds")
     elif isinstance(w, Session):
         wcol = F.session_window(ts, f"{w.gap_ms} milliseconds")
     else:  # pragma: no cover - parse_window admits only these

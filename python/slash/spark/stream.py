@@ -84,7 +84,7 @@ from slash.spark import _env
 from slash.spark._stream_ckpt import DriverCheckpoints, TaskCheckpoints, add_metadata
 from slash.spark._tasks import (Rendezvous, barrier_stage, driver_host, join_group, rank_errors, raise_task_failure,
                                 report_error, write_table)
-from slash.spark.batch import group_for, make_query
+from slash.spark.batch import group_for, make_query, session_time_zone
 from slash.window import Session, Sliding, Tumbling, Window
 
 log = logging.getLogger(__name__)
@@ -244,7 +244,10 @@ class DirectorySource:
         if not files:
             raise InvalidArgument(f"stream directory {self.path!r} is empty: pass "
                                   "DirectorySource(path, schema=...)")
-        return pq.read_schema(files[0]).remove_metadata()
+        from slash.sources import FileSource
+
+        # as FileSource reads the files (Spark's INT96 as instants in microseconds)
+        return FileSource(files[0]).schema.remove_metadata()
 
     def batches(self, rank: int, n: int, time_col: str, lateness_ms: int,
                 wait: Callable[[float], bool], skip: int = 0
@@ -1249,7 +1252,7 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
     _env.require_pyspark()
     import pyspark.sql.functions  # noqa: F401
 
-    query = make_query(time, window, key, aggs, filter, lateness)
+    query = make_query(time, window, key, aggs, filter, lateness, session_time_zone(spark))
     if isinstance(source, (str, os.PathLike)):
         source = DirectorySource(os.fspath(source))
     if isinstance(source, RateSource):

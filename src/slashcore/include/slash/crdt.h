@@ -13,6 +13,7 @@
 #define SLASH_CRDT_H
 
 #include <assert.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -73,6 +74,22 @@ static inline int64_t slash_wrap_add(int64_t a, int64_t b)
     return (int64_t)((uint64_t)a + (uint64_t)b);
 }
 
+/* min/max of doubles order values as Spark does: NaN (any payload, kept as
+ * one quiet NaN) above every number, and -0.0 below 0.0 (Spark's ordering
+ * holds the two equal; a total order makes the merge commutative, not only
+ * equal up to sign). The min's zero is that NaN (the order's top), the max's
+ * -inf (its bottom): merge(zero, x) == x. A min is NaN only when every value
+ * is NaN; any NaN makes the max NaN. */
+static inline int slash_f64_below(double a, double b)
+{
+    if (isnan(b)) return !isnan(a);
+    if (isnan(a)) return 0;
+    if (a == b) return signbit(a) && !signbit(b); /* -0.0 < 0.0 */
+    return a < b;
+}
+
+static inline double slash_f64_canonical(double v) { return isnan(v) ? (double)NAN : v; }
+
 /* Updates partial p of kind k with input value v (v points at an int64 or a
  * double as the kind reads; ignored by count). Inline: this is the hot loop. */
 static inline void slash_crdt_update(slash_agg_kind k, void *p, const void *v)
@@ -88,10 +105,11 @@ static inline void slash_crdt_update(slash_agg_kind k, void *p, const void *v)
         if (*(const int64_t *)v > *(int64_t *)p) *(int64_t *)p = *(const int64_t *)v;
         break;
     case SLASH_AGG_MIN_F64:
-        if (*(const double *)v < *(double *)p) *(double *)p = *(const double *)v;
+        if (slash_f64_below(*(const double *)v, *(double *)p)) *(double *)p = *(const double *)v;
         break;
     case SLASH_AGG_MAX_F64:
-        if (*(const double *)v > *(double *)p) *(double *)p = *(const double *)v;
+        if (slash_f64_below(*(double *)p, *(const double *)v))
+            *(double *)p = slash_f64_canonical(*(const double *)v);
         break;
     case SLASH_AGG_AVG_I64: {
         slash_avg_i64 *a = p;
