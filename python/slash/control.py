@@ -1031,7 +1031,14 @@ class ControlServer:
         if len(self.path.encode()) > 107:
             raise InvalidArgument(f"control socket path {self.path!r} is longer than a Unix socket "
                                   "allows (107 bytes)")
-        if os.path.exists(self.path):
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            st = None
+        if st is not None:  # only a socket nobody answers on is stale: anything else is the user's
+            if not stat.S_ISSOCK(st.st_mode):
+                raise InvalidArgument(f"control socket path {self.path!r} exists and is not a "
+                                      "socket; it is left alone: give another --control path")
             if _alive(self.path):
                 raise InvalidState(f"control socket {self.path!r} belongs to a running stream")
             os.unlink(self.path)
@@ -1045,6 +1052,7 @@ class ControlServer:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
+        self._ino = os.lstat(self.path).st_ino  # close() removes this socket, not a successor
         self._sock.listen(8)
         self._sock.settimeout(0.2)
         self._closed = threading.Event()
@@ -1111,7 +1119,8 @@ class ControlServer:
         self._thread.join(2.0)
         self._sock.close()
         try:
-            os.unlink(self.path)
+            if os.lstat(self.path).st_ino == self._ino:
+                os.unlink(self.path)
         except FileNotFoundError:
             pass
 

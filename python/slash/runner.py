@@ -31,13 +31,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from slash.errors import InvalidArgument, SlashError, SystemCallError, SystemFailure, Timeout
+from slash.errors import InvalidArgument, SlashError, SystemFailure, Timeout, write_error
 from slash.limits import MAX_EXECUTORS
 from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
 from slash.query import JoinQuery, Query
 from slash.recovery_join import time_ordered as _time_ordered
-from slash.sources import FileSource, Source, as_source
+from slash.sources import FileSource, Source, as_source, output_overlaps_input
 
 log = logging.getLogger(__name__)
 
@@ -495,9 +495,15 @@ def _raise_reported(rep: Tuple[Any, ...]) -> None:
     raise SystemFailure(f"executor rank {rank} failed: {text}")
 
 
-def _check_output_path(path: str, what: str) -> None:
-    """Fails before any process starts if `path` cannot be written, naming it."""
+def _check_output_path(path: str, what: str, src: Any = None) -> None:
+    """Fails before any process starts if `path` cannot be written, naming it,
+    or if writing it would overwrite or join an input of `src`, naming both."""
     d = os.path.dirname(os.path.abspath(path)) or "."
+    given = output_overlaps_input(path, src) if src is not None else None
+    if given is not None:
+        raise InvalidArgument(f"{what} {path!r} would overwrite or join the input {given!r} "
+                              "(the same file, inside an input directory, or matched by an "
+                              "input pattern): give an output outside the inputs")
     if os.path.isdir(path):
         raise InvalidArgument(f"{what} {path!r} is a directory; give a file name")
     if not os.path.isdir(d):
@@ -622,9 +628,11 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         log.warning("%d executors on %d cores: executors share cores and wait on each other; "
                     "a run is fastest with at most one executor per core", n, cores)
     if output:
-        _check_output_path(output, "output")
+        _check_output_path(output, "output", src)
     if late_output is not None:
-        _check_output_path(late_output, "late_output")
+        _check_output_path(late_output, "late_output", src)
+        if output and os.path.realpath(output) == os.path.realpath(late_output):
+            raise InvalidArgument(f"late_output {late_output!r} is the output: give two files")
     token = secrets.token_hex(16)
     t0 = time.monotonic()
     want_late = late_output is not None
@@ -961,14 +969,16 @@ def write_parquet_atomically(table: pa.Table, path: str) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=".slash-", suffix=".parquet", dir=d)
     except OSError as e:  # name the user's path, not the hidden temporary file
-        raise SystemCallError(f"cannot write {path!r}: {e.strerror}") from None
+        raise write_error(path, e) from None
     os.close(fd)
     try:
         pq.write_table(table, tmp)
         os.replace(tmp, path)
-    except OSError as e:
-        os.unlink(tmp)
-        raise SystemCallError(f"cannot write {path!r}: {e.strerror or e}") from None
-    except BaseException:
-        os.unlink(tmp)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(e, OSError):
+            raise write_error(path, e) from None
         raise
