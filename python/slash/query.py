@@ -28,10 +28,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from slash.errors import InvalidArgument, SchemaError
+from slash.errors import InvalidArgument, OutOfRange, SchemaError
 from slash.limits import KEY_MAX_BYTES
 from slash.state import TIME_UNITS, Aggregate, StateConfig, value_columns
-from slash.window import Window, parse_duration, parse_window
+from slash.window import Window, parse_duration, parse_window, window_ticks
 
 log = logging.getLogger(__name__)
 
@@ -344,6 +344,7 @@ class Query:
                                   f"{a.column!r} is {vt}{hint}")
         for f in self.filters:
             f.check(schema)
+        window_ticks(self.window, TIME_UNITS[self.tick_unit(schema)])  # lengths fit in int64 ticks
 
     def tick_unit(self, schema: pa.Schema) -> str:
         """The unit the state runs in: the time column's own where it is
@@ -397,7 +398,7 @@ class Query:
         t = col.type
         if pa.types.is_timestamp(t):
             if t.unit == "s":
-                return pc.multiply(col.view(pa.int64()), 1000)
+                return self._scaled(col.view(pa.int64()), 1000, "s")
             return col.view(pa.int64())
         if pa.types.is_date32(t):
             return pc.multiply(col.view(pa.int32()).cast(pa.int64()), 86_400_000)
@@ -405,7 +406,18 @@ class Query:
             return col.view(pa.int64())
         col = col if t == pa.int64() else col.cast(pa.int64())
         scale = _SCALE_TO_MS.get(self.time_unit or "ms", 1)
-        return col if scale == 1 else pc.multiply(col, scale)
+        return col if scale == 1 else self._scaled(col, scale, self.time_unit or "ms")
+
+    def _scaled(self, col: pa.Array, scale: int, unit: str) -> pa.Array:
+        """``col * scale`` (seconds to ms), refusing a time whose ms overflow
+        int64 with OutOfRange naming it, instead of wrapping around."""
+        try:
+            return pc.multiply_checked(col, scale)
+        except pa.ArrowInvalid:
+            lim = (2**63 - 1) // scale
+            bad = pc.filter(col, pc.or_(pc.greater(col, lim), pc.less(col, -lim)))[0].as_py()
+            raise OutOfRange(f"time column {self.time!r}: time {bad} {unit} is outside the range "
+                             f"of int64 milliseconds the state runs in") from None
 
     def watermark_ticks(self, value: Any, schema: pa.Schema) -> Optional[int]:
         """A source's promise (a scalar of the time column's type) in ticks."""

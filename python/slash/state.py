@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from slash import _core
 from slash.errors import InvalidArgument, SchemaError
 from slash.limits import KEY_MAX_BYTES, MAX_AGGREGATES, MAX_PARTITIONS
-from slash.window import Session, Sliding, Tumbling, Window, parse_window
+from slash.window import Session, Sliding, Tumbling, Window, parse_window, window_ticks
 
 log = logging.getLogger(__name__)
 
@@ -215,13 +215,8 @@ class StateConfig:
 
 def _window_args(w: Window, ticks_per_ms: int = 1) -> Tuple[str, int, int]:
     """(kind, size, slide) in the state's time unit."""
-    f = ticks_per_ms
-    if isinstance(w, Tumbling):
-        return "tumbling", w.size_ms * f, w.size_ms * f
-    if isinstance(w, Sliding):
-        return "sliding", w.size_ms * f, w.slide_ms * f
-    assert isinstance(w, Session)
-    return "session", w.gap_ms * f, w.gap_ms * f
+    size, slide = window_ticks(w, ticks_per_ms)
+    return w.kind, size, slide
 
 
 # --- input columns --------------------------------------------------------

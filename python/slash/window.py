@@ -18,8 +18,8 @@ Tumbling(size_ms=86400000)
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Union
+from dataclasses import dataclass, field
+from typing import Tuple, Union
 
 from slash.errors import InvalidArgument
 
@@ -73,15 +73,24 @@ class Tumbling:
         _positive(self.size_ms, "window size")
 
 
+#: the most sliding windows one record may fall in (size / slide) unless a
+#: Sliding window allows more (``max_windows=``): each is a row to emit per key
+MAX_WINDOWS_PER_RECORD = 10_000
+
+
 @dataclass(frozen=True)
 class Sliding:
     """Windows ``[k*slide, k*slide + size)``: each event is in size/slide windows.
 
     State is kept per slice of gcd(size, slide) ms, so one event updates one slice.
+    ``max_windows`` bounds size/slide (default :data:`MAX_WINDOWS_PER_RECORD`):
+    every window is emitted per key, so ``sliding:1d/1ms`` (86.4 M windows a
+    record) is refused unless allowed.
     """
 
     size_ms: int
     slide_ms: int
+    max_windows: int = field(default=MAX_WINDOWS_PER_RECORD, repr=False, compare=False)
     kind = "sliding"
 
     def __post_init__(self) -> None:
@@ -90,6 +99,12 @@ class Sliding:
         if self.slide_ms > self.size_ms:
             raise InvalidArgument(f"window slide ({self.slide_ms} ms) must not exceed "
                                   f"window size ({self.size_ms} ms)")
+        per = -(-self.size_ms // self.slide_ms)
+        if per > self.max_windows:
+            raise InvalidArgument(f"sliding window {self.size_ms} ms / {self.slide_ms} ms puts "
+                                  f"each record in {per:,} windows, more than max_windows="
+                                  f"{self.max_windows:,} (each is a result row per key): use "
+                                  "a longer slide, or Sliding(size_ms, slide_ms, max_windows=N)")
 
 
 @dataclass(frozen=True)
@@ -115,6 +130,28 @@ class Session:
 
 Window = Union[Tumbling, Sliding, Session]
 
+_INT64_MAX = 2**63 - 1
+
+
+def window_ticks(w: Window, ticks_per_ms: int) -> Tuple[int, int]:
+    """(size, slide) of ``w`` in ticks of ``ticks_per_ms`` per ms (a session:
+    its gap twice); refuses a length that does not fit in int64 ticks, naming
+    it, so no executor computes with an overflowed length.
+
+    >>> window_ticks(Tumbling(86_400_000), 1_000_000)
+    (86400000000000, 86400000000000)
+    """
+    if isinstance(w, Sliding):
+        size, slide = w.size_ms, w.slide_ms
+    else:
+        size = slide = w.size_ms if isinstance(w, Tumbling) else w.gap_ms
+    for what, ms in (("window size" if not isinstance(w, Session) else "session gap", size),
+                     ("window slide", slide)):
+        if ms * ticks_per_ms > _INT64_MAX:
+            raise InvalidArgument(f"{what} {ms} ms is {ms * ticks_per_ms} time units of the time "
+                                  f"column, more than int64 holds ({_INT64_MAX})")
+    return size * ticks_per_ms, slide * ticks_per_ms
+
 
 def parse_window(spec: Union[str, Window]) -> Window:
     """``"tumbling:10s"``, ``"sliding:60s/10s"`` or ``"session:10s"`` to a Window.
@@ -139,4 +176,5 @@ def parse_window(spec: Union[str, Window]) -> Window:
     raise InvalidArgument(f"window kind must be tumbling, sliding or session, got {spec!r}")
 
 
-__all__ = ["Tumbling", "Sliding", "Session", "Window", "parse_window", "parse_duration"]
+__all__ = ["Tumbling", "Sliding", "Session", "Window", "parse_window", "parse_duration",
+           "window_ticks", "MAX_WINDOWS_PER_RECORD"]
