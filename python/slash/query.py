@@ -385,7 +385,9 @@ class Query:
                            key_type=self.key_type(schema), partitions=partitions, value_types=types,
                            time_unit=self.tick_unit(schema),
                            nullable=[c for c in self.value_columns if c in may_null],
-                           key_nullable=mode != "composite" and self.key[0] in may_null)
+                           key_nullable=mode != "composite" and self.key[0] in may_null,
+                           key_label=f"key column {self.key[0]!r}" if len(self.key) == 1
+                           else f"composite key {list(self.key)}")
 
     def output_names(self, schema: pa.Schema) -> List[str]:
         return ["window_start", "window_end", *self.key, *(a.name for a in self.aggregates)]

@@ -31,7 +31,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from slash.errors import InvalidArgument, SlashError, SystemFailure, Timeout, write_error
+from slash.errors import (InvalidArgument, PeerDisconnected, SlashError, SystemFailure, Timeout,
+                          write_error)
 from slash.limits import MAX_EXECUTORS
 from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
@@ -486,8 +487,27 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
                   f"{type(e).__name__}: {e}", traceback.format_exc()))
 
 
-def _raise_reported(rep: Tuple[Any, ...]) -> None:
-    """Raises an executor's ("error", rank, exc, text, traceback) report."""
+#: how long the driver waits, after a rank reports that a peer went away, for
+#: that peer's own error (the cause, which it reports in the same instant)
+CAUSE_GRACE_S = 3.0
+
+
+def _raise_reported(rep: Tuple[Any, ...], pg: Any = None) -> None:
+    """Raises an executor's ("error", rank, exc, text, traceback) report. A
+    rank whose peer closed its channel fails because that peer failed: with
+    the group ``pg``, the peer's own error (its type, so its exit code) is
+    awaited for :data:`CAUSE_GRACE_S` and raised instead, whichever arrives
+    first."""
+    if pg is not None and isinstance(rep[2], PeerDisconnected):
+        deadline = time.monotonic() + CAUSE_GRACE_S
+        while time.monotonic() < deadline:
+            try:
+                other = pg.recv(timeout=max(0.0, deadline - time.monotonic()))
+            except SlashError:  # a timeout, or every rank has reported or died
+                break
+            if other[0] == "error" and not isinstance(other[2], PeerDisconnected):
+                rep = other
+                break
     _, rank, exc, text, tb = rep
     log.debug("executor %d failed:\n%s", rank, tb)
     if exc is not None:
@@ -856,7 +876,7 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
                 raise SystemFailure(f"only {len(got)} of {n} executors started within "
                                     f"{group.timeout} s") from None
             if rep[0] == "error":
-                _raise_reported(rep)
+                _raise_reported(rep, pg)
             got[rep[1]] = rep[2]
         pg.broadcast([got[r] for r in range(n)])
         if ctl is not None:
@@ -882,7 +902,7 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
                     continue
                 raise SystemFailure(f"query did not finish within {timeout} s") from None
             if rep[0] == "error":
-                _raise_reported(rep)
+                _raise_reported(rep, pg)
             if rep[0] == "metrics":
                 if live is not None:
                     live.update_executor(rep[1], rep[2])

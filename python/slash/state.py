@@ -146,6 +146,9 @@ class StateConfig:
     a column left out costs no validity tracking, and a null in it is an
     error. ``key_nullable``: keys may be null (a null key is a group of its
     own); False refuses null keys and skips the reserved-value check.
+    ``key_label``: how errors name the key column (a query's: the user's key
+    column, e.g. ``"column 'user_id'"``; default ``"column 'keys'"``, the
+    argument of :meth:`StateBackend.update`).
 
     Null times are in no window: such records are skipped and counted
     (:attr:`StateBackend.null_times`).
@@ -162,6 +165,7 @@ class StateConfig:
     time_unit: str = "ms"
     nullable: Optional[Sequence[str]] = None
     key_nullable: bool = True
+    key_label: str = field(default="column 'keys'", repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "window", parse_window(self.window))
@@ -290,14 +294,14 @@ def _int_keys(obj: Any, cfg: StateConfig) -> np.ndarray:
     arr = _to_arrow_or_numpy(obj, "keys")
     if isinstance(arr, pa.Array) and arr.null_count:
         if not cfg.key_nullable:
-            raise SchemaError(f"column 'keys' has {arr.null_count} null value(s) and the state "
+            raise SchemaError(f"{cfg.key_label} has {arr.null_count} null value(s) and the state "
                               "was configured with key_nullable=False")
         out = _numeric(arr, "keys", "int64", fill=0)
-        _check_reserved(out, arr)
+        _check_reserved(out, arr, cfg.key_label)
         return np.where(arr.is_null().to_numpy(zero_copy_only=False), NULL_KEY_INT, out)
     out = _numeric(arr, "keys", "int64")
     if cfg.key_nullable and out.dtype == np.int64 and len(out) and _may_hold_min(arr):
-        _check_reserved(out, arr)
+        _check_reserved(out, arr, cfg.key_label)
     return out
 
 
@@ -309,19 +313,21 @@ def _may_hold_min(arr: Any) -> bool:
     return t in (pa.int64(), pa.uint64()) or pa.types.is_timestamp(t) or pa.types.is_date64(t)
 
 
-def _check_reserved(out: np.ndarray, arr: Any) -> None:
+def _check_reserved(out: np.ndarray, arr: Any, label: str) -> None:
     valid = out if not (isinstance(arr, pa.Array) and arr.null_count) else \
         out[arr.is_valid().to_numpy(zero_copy_only=False)]
     if len(valid) and valid.min() == NULL_KEY_INT:
-        raise SchemaError(f"column 'keys' holds the value {NULL_KEY_INT}, which stands for a null "
+        raise SchemaError(f"{label} holds the value {NULL_KEY_INT}, which stands for a null "
                           "key in a nullable int64 key column; declare the key non-null "
                           "(key_nullable=False) or use another value")
 
 
 def _byte_keys(obj: Any, name: str, nullable: bool = False,
-               is_string: bool = True) -> Tuple[np.ndarray, np.ndarray, int]:
+               is_string: bool = True, label: Optional[str] = None
+               ) -> Tuple[np.ndarray, np.ndarray, int]:
     """(offsets int32|int64, data uint8, n) of a string/binary column; nulls
-    of a string column become NULL_KEY_BYTES when ``nullable``."""
+    of a string column become NULL_KEY_BYTES when ``nullable``. Errors name
+    ``label`` (default ``column 'name'``)."""
     arr = _to_arrow_or_numpy(obj, name)
     if isinstance(arr, np.ndarray):
         if arr.dtype.kind not in "OUS":
@@ -359,7 +365,8 @@ def _byte_keys(obj: Any, name: str, nullable: bool = False,
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     if n and int(np.max(np.diff(offsets))) > KEY_MAX_BYTES:
         row = int(np.argmax(np.diff(offsets) > KEY_MAX_BYTES))
-        raise SchemaError(f"column {name!r}: key at row {row} is longer than {KEY_MAX_BYTES} bytes")
+        raise SchemaError(f"{label or f'column {name!r}'}: key at row {row} is longer than "
+                          f"{KEY_MAX_BYTES} bytes")
     return np.ascontiguousarray(offsets), data, n
 
 
@@ -416,7 +423,8 @@ def prepare_columns(cfg: StateConfig, keys: Any, times: Any,
         offsets = data = None
         nk = len(k)
     else:
-        offsets, data, nk = _byte_keys(keys, "keys", cfg.key_nullable, cfg.key_type == "string")
+        offsets, data, nk = _byte_keys(keys, "keys", cfg.key_nullable, cfg.key_type == "string",
+                                       cfg.key_label)
         k = None
     if nk != n:
         raise SchemaError(f"columns 'keys' and 'times' differ in length ({nk} != {n})")
