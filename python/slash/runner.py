@@ -721,15 +721,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         from slash.autotune import serve_checkpointed
 
         rescaler = Rescaler()
-        ctl, server = serve_checkpointed(control, query, src, n, rescaler)
-        if live is not None:
-            to_ctl = rescaler.on_metrics
-
-            def both(rank: int, snap: Dict[str, Any]) -> None:
-                live.feed(rank, snap)  # takes the fired windows out of snap
-                to_ctl(rank, snap)
-
-            rescaler.on_metrics, rescaler.on_event = both, live.event
+        ctl, server = serve_checkpointed(control, query, src, n, rescaler, live)
         try:
             return _run_checkpointed(query, src, n, group, token, output, timeout, metrics,
                                      late_output, checkpoint, checkpoint_every, max_restarts,
