@@ -17,19 +17,23 @@ from slash import errors
 STATE = dict(window="tumbling:10ms", aggregates=["count"], key_type="int64")
 
 
-def _hostile(address):
-    """Connects to an shm listener as a stranger would: a wrong token, garbage,
-    and a connection that sends nothing (held open until the test ends)."""
+def _hostile(address, transport="shm"):
+    """Connects to a listener as a stranger would: a wrong token, and on shm
+    also garbage and a connection that sends nothing (held open until the
+    test ends)."""
     held = []
 
     def wrong_token():
         try:
-            slash.Channel.connect("shm", address, token="not-the-token", timeout=10)
+            slash.Channel.connect(transport, address, token="not-the-token", timeout=10)
         except errors.SlashError:
             pass
 
     t = threading.Thread(target=wrong_token, daemon=True)
     t.start()
+    if transport != "shm":
+        t.join(10)
+        return t, held
     for payload in (b"", b"\x00garbage-garbage-garbage"):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         s.connect("\0slash-" + address)
@@ -39,10 +43,10 @@ def _hostile(address):
     return t, held
 
 
-def _rank(lst, rank, addresses, token, table, out, timeout=30.0):
+def _rank(lst, rank, addresses, token, table, out, timeout=30.0, transport="shm"):
     try:
         ex = slash.Executor(lst, rank, addresses, slash.StateConfig(**STATE),
-                            slash.GroupConfig(transport="shm", timeout=timeout), token=token)
+                            slash.GroupConfig(transport=transport, timeout=timeout), token=token)
         ex.push_batch(table.to_batches()[0]) if table.num_rows else None
         ex.finish()
         rows = ex.results()
@@ -52,17 +56,21 @@ def _rank(lst, rank, addresses, token, table, out, timeout=30.0):
         out[rank] = e
 
 
-def test_group_forms_despite_hostile_connections_and_logs_them(caplog):
+@pytest.mark.parametrize("transport,strangers_each", [
+    ("shm", 3), pytest.param("ofi:tcp", 1, marks=pytest.mark.skipif(
+        not slash.have_ofi(), reason="this build has no libfabric (ofi)"))])
+def test_group_forms_despite_hostile_connections_and_logs_them(caplog, transport, strangers_each):
     token = secrets.token_hex(8)
-    lst = [slash.Executor.listen("shm", token=token) for _ in range(2)]
+    lst = [slash.Executor.listen(transport, token=token) for _ in range(2)]
     addresses = [x.address for x in lst]
-    strangers = [_hostile(a) for a in addresses]
+    strangers = [_hostile(a, transport) for a in addresses]
     table = pa.table({"key": pa.array([1, 2, 3], pa.int64()), "time": pa.array([1, 2, 3], pa.int64())})
     out = {}
     caplog.set_level(logging.WARNING, logger="slash.executor")
     t0 = time.monotonic()
     threads = [threading.Thread(target=_rank, args=(lst[r], r, addresses, token,
-                                                    table if r == 0 else table.slice(0, 0), out))
+                                                    table if r == 0 else table.slice(0, 0), out),
+                                kwargs={"transport": transport})
                for r in range(2)]
     for th in threads:
         th.start()
@@ -71,7 +79,8 @@ def test_group_forms_despite_hostile_connections_and_logs_them(caplog):
     assert all(isinstance(v, int) for v in out.values()) and sum(out.values()) == 3, out
     assert time.monotonic() - t0 < 20  # not the join's deadline: each stranger costs <= 2 s
     refused = [r for r in caplog.records if "refused and closed" in r.getMessage()]
-    assert len(refused) == 2 and all("3 connection(s)" in r.getMessage() for r in refused)
+    assert len(refused) == 2
+    assert all(f"{strangers_each} connection(s)" in r.getMessage() for r in refused)
     for t, held in strangers:
         t.join(10)
         for s in held:
