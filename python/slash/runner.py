@@ -503,8 +503,12 @@ def _raise_reported(rep: Tuple[Any, ...], pg: Any = None) -> None:
         while time.monotonic() < deadline:
             try:
                 other = pg.recv(timeout=max(0.0, deadline - time.monotonic()))
-            except SlashError:  # a timeout, or every rank has reported or died
+            except Timeout:
                 break
+            except SystemFailure as e:
+                if any(how != "exit code 0" for how in pg.exited().values()):
+                    raise e from None  # a rank died (killed, crashed): that is the cause
+                break  # every rank has reported: no cause beyond this report
             if other[0] == "error" and not isinstance(other[2], PeerDisconnected):
                 rep = other
                 break
