@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from slash import _core
 from slash.errors import InvalidArgument, SchemaError
 from slash.limits import KEY_MAX_BYTES, MAX_AGGREGATES, MAX_PARTITIONS
-from slash.window import Session, Sliding, Tumbling, Window, parse_window, window_ticks
+from slash.window import Window, parse_window, window_ticks
 
 log = logging.getLogger(__name__)
 
