@@ -163,3 +163,11 @@ def test_too_many_sliding_windows_per_record_are_refused_with_the_number():
     assert "86,400,000" in str(e.value)
     assert Sliding(86_400_000, 1, max_windows=100_000_000).slide_ms == 1  # allowed when asked
     parse_window("sliding:10s/1ms")  # 10,000: the default limit itself
+
+
+def test_a_logic_switch_after_the_last_time_stays_in_int64():
+    from slash.control import LogicPlan
+
+    plan = LogicPlan(Query(time="ts", window="sliding:10s/2s", key=["k"], aggregates=["count"]))
+    assert plan.switch_point(MAX - 1, plan.slide_ticks(1)) == MAX
+    assert plan.switch_point(MAX, None) == MAX

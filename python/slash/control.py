@@ -116,7 +116,8 @@ class LogicPlan:
             t = max_seen + 1
         else:
             t = (max_seen // slide + 1) * slide
-        return max(t, self.starts[-1])
+        # past the last representable time: from the end of the range (int64 ticks)
+        return max(min(t, (1 << 63) - 1), self.starts[-1])
 
     def add(self, start: int, query: Any) -> int:
         """Installs ``query`` from ``start`` on; returns its version number.

@@ -894,7 +894,7 @@ def output_overlaps_input(output: str, source: Any) -> Optional[str]:
     sources = source if isinstance(source, (tuple, list)) else [source]
     out = os.path.realpath(output)
     for src in sources:
-        if not isinstance(src, FileSource):
+        if not isinstance(src, FileSource) or isinstance(src, BatchSource):  # batches: no files
             continue
         for given, f in [(g, None) for g in src.inputs] + [(f, f) for f in src.paths]:
             if any(ch in given for ch in "*?[") and f is None:
@@ -917,7 +917,7 @@ def input_stamp(source: Any) -> Dict[str, List[int]]:
     counts, new contents). Empty for sources that are not files."""
     out: Dict[str, List[int]] = {}
     for src in source if isinstance(source, (tuple, list)) else [source]:
-        if isinstance(src, FileSource):
+        if isinstance(src, FileSource) and not isinstance(src, BatchSource):  # batches: no files
             for p in src.paths:
                 st = os.stat(p)
                 out[os.path.abspath(p)] = [st.st_size, st.st_mtime_ns]
