@@ -171,3 +171,19 @@ def test_a_logic_switch_after_the_last_time_stays_in_int64():
     plan = LogicPlan(Query(time="ts", window="sliding:10s/2s", key=["k"], aggregates=["count"]))
     assert plan.switch_point(MAX - 1, plan.slide_ticks(1)) == MAX
     assert plan.switch_point(MAX, None) == MAX
+
+
+@pytest.mark.parametrize("window", ["session:10s", "tumbling:10s"])
+def test_a_join_at_the_last_time_pairs_its_records_in_the_clipped_window(window):
+    from slash.query import JoinQuery
+
+    left = pa.table({"ts": pa.array([0, MAX], pa.int64()), "k": pa.array([1, 2], pa.int64()),
+                     "a": [1, 2]})
+    right = pa.table({"ts": pa.array([5, MAX], pa.int64()), "k": pa.array([1, 2], pa.int64()),
+                      "b": [3, 4]})
+    got = run(JoinQuery(time="ts", window=window, on=["k"]), (left, right), executors=2)
+    d = got.to_pydict()
+    top = MAX if window.startswith("session") else MAX // 10_000 * 10_000
+    first_end = 10_005 if window.startswith("session") else 10_000
+    assert list(zip(d["window_start"], d["window_end"], d["k"], d["left_a"], d["right_b"])) == \
+        [(0, first_end, 1, 1, 3), (top, MAX, 2, 2, 4)]
