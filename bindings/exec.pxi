@@ -69,6 +69,13 @@ cdef class ExecutorCore(_Closeable):
         finally:
             free(addrs)
         check(st)
+        cdef const char *why = NULL
+        cdef uint32_t refused = slash_group_refused(g, &why)
+        if refused:
+            import logging
+            logging.getLogger("slash.executor").warning(
+                "rank %d: refused and closed %d connection(s) that were not group members "
+                "(last: %s)", rank, refused, why.decode(errors="replace"))
         with nogil:
             st = slash_exec_open(g, &cfg, &self.ex)
         check(st)

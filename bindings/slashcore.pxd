@@ -230,6 +230,7 @@ cdef extern from "slash/group.h" nogil:
                                   const slash_channel_config *cfg, int timeout_ms,
                                   slash_group **out)
     void slash_group_close(slash_group *g)
+    uint32_t slash_group_refused(const slash_group *g, const char **detail)
 
 cdef extern from "slash/checkpoint.h" nogil:
     ctypedef struct slash_ckpt

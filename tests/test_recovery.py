@@ -159,8 +159,9 @@ def test_store_writes_the_manifest_last(tmp_path, monkeypatch):
 
     order = []
     real = ck.write_durably
+    s = _store(tmp_path)  # marks the directory (_SLASH_CHECKPOINT) before any checkpoint
     monkeypatch.setattr(ck, "write_durably", lambda p, d: order.append(os.path.basename(p)) or real(p, d))
-    _commit(_store(tmp_path), 1)
+    _commit(s, 1)
     assert order[-1] == MANIFEST and len(order) == 4
 
 

@@ -177,13 +177,15 @@ def rebalance_op(rescaler: Any, live: Any) -> Any:
     return rebalance
 
 
-def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any) -> Any:
+def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any,
+                       live: Any = None) -> Any:
     """(control, server): the control socket of a checkpointed ``slash run``
     without a latency target (``control=True`` or a socket path): status
     from the executors' live reports, ``rebalance`` (live moves of partition
     leadership through rank 0), ``scale-out``/``scale-in`` (a rescale from a
     checkpoint cut) and ``epoch``, all through ``rescaler``
-    (:class:`slash.recovery.CheckpointedRun`)."""
+    (:class:`slash.recovery.CheckpointedRun`). With ``live`` (LiveMetrics) the
+    reports feed its page too, and recoveries are marks on it."""
     from slash.control import ControlServer
     from slash.query import Query
 
@@ -195,6 +197,8 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
     ctl = _controlled_class()(query, src.schema, n, bounded=bool(getattr(src, "bounded", True)))
 
     def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
+        if live is not None:
+            live.feed(rank, snap)  # takes the fired windows out of snap
         ctl.on_message(("metrics", rank, snap))
 
     def scale(to: int) -> Dict[str, Any]:
@@ -209,6 +213,8 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
         return {"epoch_ms": ms}
 
     rescaler.on_metrics = on_metrics
+    if live is not None:
+        rescaler.on_event = live.event
     ctl.set_hook("scale-out", lambda k: scale((rescaler.executors or n) + int(k)))
     ctl.set_hook("scale-in", lambda k: scale((rescaler.executors or n) - int(k)))
     ctl.set_hook("epoch", epoch)
@@ -245,7 +251,7 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
                                   "latency_target= too")
         return _run_measured(query, src, n, group, token, live, checkpoint, checkpoint_every,
                              max_restarts, checkpoint_keep, output, timeout, metrics, t0,
-                             late_output)
+                             late_output, control)
     if isinstance(latency_target, ControllerConfig):  # every knob of the policy
         if min_executors is not None or max_executors is not None:
             raise InvalidArgument("latency_target is a ControllerConfig: give min_executors and "
@@ -347,9 +353,11 @@ def _run_measured(query: Any, src: Any, n: int, group: Any, token: str, live: An
                   checkpoint: Optional[str], checkpoint_every: Any, max_restarts: int,
                   checkpoint_keep: int, output: Optional[str], timeout: float,
                   metrics: Optional[Dict[str, Any]], t0: float,
-                  late_output: Optional[str] = None) -> pa.Table:
+                  late_output: Optional[str] = None, control: Any = None) -> pa.Table:
     """``realtime=True`` without a target: the same paced, measured run with
-    a fixed configuration (the baseline ``slash bench autotune`` sweeps)."""
+    a fixed configuration (the baseline ``slash bench autotune`` sweeps).
+    ``control`` (True or a socket path): its control socket, as a checkpointed
+    run's (:func:`serve_checkpointed`)."""
     from slash.metrics import LiveMetrics
     from slash.recovery import CheckpointedRun as Rescaler
     from slash.runner import _run_checkpointed
@@ -359,6 +367,9 @@ def _run_measured(query: Any, src: Any, n: int, group: Any, token: str, live: An
 
     rescaler.on_metrics = live.feed
     rescaler.on_event = live.event
+    ctl = server = None
+    if control not in (None, False):
+        ctl, server = serve_checkpointed(control, query, src, n, rescaler, live)
     tmp = None
     if checkpoint is None:
         tmp = checkpoint = tempfile.mkdtemp(prefix="slash-realtime-")
@@ -370,6 +381,9 @@ def _run_measured(query: Any, src: Any, n: int, group: Any, token: str, live: An
                                    rescaler, live_every=live.report_interval, realtime=True)
     finally:
         sampler.stop()
+        if server is not None:
+            server.close()
+            ctl.close()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     if metrics is not None:

@@ -13,9 +13,16 @@ Layout of a checkpoint directory ``DIR``::
                                                 cut 7 (a run with late_output=)
     DIR/_FINISHED.json, DIR/result.parquet      a run that completed (see :meth:`finish`;
                                                 with late_output=, also late.arrow)
+    DIR/_SLASH_CHECKPOINT                       marks DIR as a Slash checkpoint directory
 
 Invariants:
 
+* A store deletes and overwrites only in a directory it owns: an empty (or
+  new) one, which it marks with ``_SLASH_CHECKPOINT``, or one with that
+  marker. A non-empty directory without it is refused untouched, unless it
+  is a checkpoint directory written before markers: then it holds nothing
+  but the layout above, ``results/`` included (every store made it at
+  once), and it is marked and resumed.
 * A checkpoint exists only once its ``_MANIFEST.json`` does. The manifest is
   written to a temporary file, fsynced, renamed into place (``os.replace``)
   and the directory fsynced, after every file it names is fsynced. A
@@ -50,7 +57,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from slash.errors import CheckpointCorrupt, InvalidArgument, SystemCallError
+from slash.errors import CheckpointCorrupt, InvalidArgument, SystemCallError, write_error
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +66,9 @@ MANIFEST = "_MANIFEST.json"
 FINISHED = "_FINISHED.json"
 RESULT = "result.parquet"
 RESULTS_DIR = "results"
+#: written into every checkpoint directory this project makes; a non-empty
+#: directory without it is not one and is refused (see :func:`_claim`)
+MARKER = "_SLASH_CHECKPOINT"
 _CHK = re.compile(r"^chk-(\d{12})$")
 
 
@@ -92,8 +102,8 @@ def write_durably(path: str, data: bytes) -> Tuple[int, int]:
     """Writes ``data`` to ``path`` via a temporary name, fsync and rename;
     returns (size, crc32)."""
     tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
+    try:  # 0600, as the output: a checkpoint holds the user's data
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -103,8 +113,49 @@ def write_durably(path: str, data: bytes) -> Tuple[int, int]:
             os.unlink(tmp)
         except OSError:
             pass
-        raise SystemCallError(f"cannot write checkpoint file {path!r}: {e.strerror or e}") from None
+        raise write_error(path, e, "write checkpoint file") from None
     return len(data), crc32(data)
+
+
+_SEGMENT = re.compile(r"^rank-\d+\.chk-\d{12}\.arrow(\.tmp-\d+)?$")
+_TMP = re.compile(r"\.tmp-\d+$")
+
+
+def _ours_before_marker(directory: str, names: List[str]) -> bool:
+    """Whether a directory without :data:`MARKER` is a checkpoint directory
+    this project wrote before it wrote markers: nothing in it but the layout
+    above (``chk-<12 digits>/``, ``results/`` of result segments,
+    ``_FINISHED.json``, ``result.parquet``, their temporaries), with the
+    ``results/`` directory every store made at once."""
+    for name in names:
+        path = os.path.join(directory, name)
+        if _CHK.match(name) and os.path.isdir(path):
+            continue
+        if name == RESULTS_DIR and os.path.isdir(path):
+            if not all(_SEGMENT.match(f) for f in os.listdir(path)):
+                return False
+        elif _TMP.sub("", name) not in (FINISHED, RESULT):
+            return False
+    return RESULTS_DIR in names
+
+
+def _claim(directory: str) -> None:
+    """Makes ``directory`` a checkpoint directory of this project, or refuses:
+    an empty one (or one written before markers, see :func:`_ours_before_marker`)
+    gets :data:`MARKER`; a non-empty one without it is the user's, and a
+    checkpoint store deletes files in its directory (interrupted checkpoints,
+    uncommitted result segments), so it is refused untouched."""
+    marker = os.path.join(directory, MARKER)
+    if os.path.exists(marker):
+        return
+    names = os.listdir(directory)
+    if names and not _ours_before_marker(directory, names):
+        shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
+        raise InvalidArgument(f"checkpoint directory {directory!r} is not empty ({shown}) and "
+                              f"holds no {MARKER} file, so it is not a Slash checkpoint "
+                              "directory; a checkpoint store deletes files it did not commit, so "
+                              "it refuses: give a new or empty directory")
+    write_durably(marker, b"a Slash checkpoint directory: its files are managed by Slash\n")
 
 
 @dataclass
@@ -194,7 +245,7 @@ class CheckpointStore:
     """
 
     def __init__(self, directory: str, *, fingerprint: str, executors: int, partitions: int,
-                 keep: int = 2) -> None:
+                 keep: int = 2, inputs: Optional[Dict[str, List[int]]] = None) -> None:
         if keep < 1:
             raise InvalidArgument(f"checkpoint keep must be >= 1, got {keep}")
         self.dir = os.path.abspath(os.fspath(directory))
@@ -202,11 +253,15 @@ class CheckpointStore:
         self.executors = executors
         self.partitions = partitions
         self.keep = keep
+        #: the input files' [size, mtime_ns] (:func:`slash.sources.input_stamp`): a
+        #: finished run's result is returned only for the same input
+        self.inputs = inputs
         try:
+            os.makedirs(self.dir, exist_ok=True)
+            _claim(self.dir)
             os.makedirs(os.path.join(self.dir, RESULTS_DIR), exist_ok=True)
         except OSError as e:
-            raise SystemCallError(f"cannot create checkpoint directory {self.dir!r}: "
-                                  f"{e.strerror}") from None
+            raise write_error(self.dir, e, "create checkpoint directory") from None
 
     # -- writing (workers write files, the parent commits) ----------------------
     def begin(self, ckpt_id: int) -> str:
@@ -346,7 +401,7 @@ class CheckpointStore:
         size, crc = write_durably(os.path.join(self.dir, RESULT), result_ipc)
         marker = {"format": FORMAT_VERSION, "query": self.fingerprint, "executors": self.executors,
                   "partitions": self.partitions, "result": {"size": size, "crc32": crc},
-                  "info": info}
+                  "info": info, "inputs": self.inputs}
         if late_ipc is not None:
             size, crc = write_durably(os.path.join(self.dir, LATE), late_ipc)
             marker["late"] = {"size": size, "crc32": crc}
@@ -377,4 +432,25 @@ class CheckpointStore:
         if m.get("query") != self.fingerprint:
             raise InvalidArgument(f"checkpoint directory {self.dir!r} holds the finished run of "
                                   f"another query ({m.get('query')!r}); give an empty directory")
+        if self.inputs is not None and m.get("inputs") != self.inputs:
+            why = _changed(m.get("inputs"), self.inputs)
+            raise InvalidArgument(f"checkpoint directory {self.dir!r} holds the finished run of "
+                                  f"this query over other input: {why}; "
+                                  "its stored result would not be this input's, so it is not "
+                                  "returned: give a new or empty directory")
         return m
+
+
+def _changed(then: Any, now: Dict[str, List[int]]) -> str:
+    """What differs between a finish marker's input stamp and this run's."""
+    if not isinstance(then, dict):
+        return "the directory was finished without a record of its input files"
+    for path in sorted(set(then) | set(now)):
+        if path not in now:
+            return f"input file {path!r} is no longer an input"
+        if path not in then:
+            return f"input file {path!r} was not an input then"
+        if list(then[path]) != list(now[path]):
+            return (f"input file {path!r} changed (size {then[path][0]} -> {now[path][0]} bytes, "
+                    f"modified {then[path][1]} -> {now[path][1]} ns)")
+    return "the input differs"

@@ -22,7 +22,9 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 from typing import Any, Dict, List, Optional, Sequence
 
 log = logging.getLogger("slash.cli")
@@ -184,8 +186,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
+    old = _on_sigterm()
     try:
         return int(args.func(args))
+    except _Terminated:
+        return _error("terminated", 143)
     except errors.UsageError as e:
         log.debug("usage error", exc_info=True)
         return _error(str(e), 2)
@@ -194,6 +199,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _error(str(e) or type(e).__name__, 1)
     except KeyboardInterrupt:
         return _error("interrupted", 130)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as SIGINT is: the same unwinding
+    (executors stopped, control socket removed), no traceback."""
+
+
+def _on_sigterm() -> Any:
+    """Makes SIGTERM stop the command like SIGINT; returns the old handler
+    (None off the main thread, where no handler can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _Terminated()
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "earlier than its latest time; window latency = emit time - window end")
     p.add_argument("--max-restarts", type=int, default=3, metavar="K",
                    help="restarts from the last checkpoint before the run fails (default 3)")
+    p.add_argument("--timeout", default=None, metavar="SECONDS",
+                   help="fail the run if it has not finished within SECONDS ('none': never); "
+                        "default 3600 for files read as fast as possible, none for a stream "
+                        "(--rate or --realtime)")
+
+
+#: a timeout that is no cap: 31 years, within what every wait in the run takes
+NO_TIMEOUT_S = 1e9
+
+
+def _timeout(args: argparse.Namespace) -> float:
+    """--timeout in seconds: given, 'none', or the default for the kind of run."""
+    from slash.errors import InvalidArgument
+
+    if args.timeout is None:
+        return NO_TIMEOUT_S if (args.rate is not None or args.realtime) else 3600.0
+    if str(args.timeout).strip().lower() in ("none", "inf", "0"):
+        return NO_TIMEOUT_S
+    try:
+        value = float(args.timeout)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= NO_TIMEOUT_S:
+        raise InvalidArgument(f"--timeout must be a number of seconds > 0 or 'none', got "
+                              f"{args.timeout!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
@@ -113,6 +139,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
     def cols(text: str) -> list:
         return [k for k in text.split(",") if k]
+
+    if args.rate is not None and not args.rate > 0:  # 0 would mean no pacing at all
+        raise InvalidArgument(f"--rate must be > 0 records/s, got {args.rate:g}")
+    timeout = _timeout(args)
 
     if args.join:
         if not (args.left and args.right and args.on):
@@ -166,7 +196,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         result = run_query(query, source, executors=args.executors, transport=args.transport,
                            mode=args.mode, output=args.output, metrics=m,
                            late_output=args.late_output, live=live, control=control,
-                           **({"rate": args.rate} if args.rate else {}),
+                           timeout=timeout,
+                           **({"rate": args.rate} if args.rate is not None else {}),
                            **({"latency_target": args.latency_target,
                                "min_executors": args.min_executors,
                                "max_executors": args.max_executors}

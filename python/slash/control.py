@@ -116,7 +116,8 @@ class LogicPlan:
             t = max_seen + 1
         else:
             t = (max_seen // slide + 1) * slide
-        return max(t, self.starts[-1])
+        # past the last representable time: from the end of the range (int64 ticks)
+        return max(min(t, (1 << 63) - 1), self.starts[-1])
 
     def add(self, start: int, query: Any) -> int:
         """Installs ``query`` from ``start`` on; returns its version number.
@@ -564,6 +565,9 @@ class RunControl:
     :meth:`call_hook`, so an operation added later needs no change here."""
 
     tick = 0.05
+    #: a rank that has not reported for this long (several report intervals of
+    #: 0.5 s) while the run goes on is shown as stalled (stopped, or stuck)
+    stall_after = 3.0
 
     def __init__(self, query: Any, schema: pa.Schema, executors: int, *,
                  bounded: bool = True, kind: str = "run") -> None:
@@ -583,6 +587,7 @@ class RunControl:
         self._lock = threading.Lock()
         self._service_lock = threading.Lock()
         self._per: Dict[int, Dict[str, Any]] = {}
+        self._heard: Dict[int, float] = {}  # rank -> monotonic time of its latest report
         self._input_done: Dict[int, Optional[int]] = {}
         self._rounds: "queue.Queue[_Round]" = queue.Queue()
         self._active: Optional[_Round] = None
@@ -613,6 +618,7 @@ class RunControl:
         if kind == "metrics":
             with self._lock:
                 self._per[rank] = dict(msg[2])
+                self._heard[rank] = time.monotonic()
             return True
         if kind == "ctl-input-done":
             with self._lock:
@@ -772,6 +778,16 @@ class RunControl:
         with self._lock:
             per = {str(r): dict(s) for r, s in sorted(self._per.items())}
             done = sorted(self._input_done)
+            heard = dict(self._heard)
+        now = time.monotonic()
+        stalled = []
+        for r, p in per.items():
+            if int(r) in heard:
+                p["silent_s"] = round(now - heard[int(r)], 3)
+                p["stalled"] = (not self.finished and int(r) not in done
+                                and p["silent_s"] > self.stall_after)
+                if p["stalled"]:
+                    stalled.append(int(r))
         q = self.plan.current
         wm = [p.get("group_watermark_ms") for p in per.values()]
         seen = [p.get("max_event_time_ms") for p in per.values() if p.get("max_event_time_ms")
@@ -783,7 +799,7 @@ class RunControl:
                 "watermark_ms": min(wm) if wm and None not in wm else None,
                 "records": sum(int(p.get("records_in", 0) or 0) for p in per.values()),
                 "max_event_time_ms": max(seen) if seen else None,
-                "input_done": done, "finished": self.finished,
+                "input_done": done, "finished": self.finished, "stalled": stalled,
                 **(self._hooks["elastic-status"]() if "elastic-status" in self._hooks else {}),
                 # a run with latency_target= over a live group (slash.autotune): its decisions
                 **({"controller": self._hooks["controller-status"]()}
@@ -893,6 +909,9 @@ def _status_summary(r: Dict[str, Any]) -> str:
     lines = [f"{r['kind']} pid {r['pid']}: {r['executors']} executors ({r['reporting']} reporting), "
              f"epoch {r['epoch']}, watermark {r['watermark_ms']} ms, {r['records']:,} records, "
              f"highest event time {r['max_event_time_ms']} ms, logic version {r['logic_version']}"]
+    for rank in r.get("stalled") or []:
+        lines.append(f"  STALLED: rank {rank} has not reported for "
+                     f"{r['per_executor'][str(rank)]['silent_s']:.1f} s (stopped or stuck)")
     if r.get("active_ranks") is not None:
         lines.append(f"  active ranks {r['active_ranks']}, standby ranks {r['standby_ranks']} "
                      f"(live scaling up to {r['max_executors']})")
@@ -1031,7 +1050,14 @@ class ControlServer:
         if len(self.path.encode()) > 107:
             raise InvalidArgument(f"control socket path {self.path!r} is longer than a Unix socket "
                                   "allows (107 bytes)")
-        if os.path.exists(self.path):
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            st = None
+        if st is not None:  # only a socket nobody answers on is stale: anything else is the user's
+            if not stat.S_ISSOCK(st.st_mode):
+                raise InvalidArgument(f"control socket path {self.path!r} exists and is not a "
+                                      "socket; it is left alone: give another --control path")
             if _alive(self.path):
                 raise InvalidState(f"control socket {self.path!r} belongs to a running stream")
             os.unlink(self.path)
@@ -1045,6 +1071,7 @@ class ControlServer:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
+        self._ino = os.lstat(self.path).st_ino  # close() removes this socket, not a successor
         self._sock.listen(8)
         self._sock.settimeout(0.2)
         self._closed = threading.Event()
@@ -1119,7 +1146,8 @@ class ControlServer:
         self._thread.join(2.0)
         self._sock.close()
         try:
-            os.unlink(self.path)
+            if os.lstat(self.path).st_ino == self._ino:
+                os.unlink(self.path)
         except FileNotFoundError:
             pass
 

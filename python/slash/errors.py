@@ -78,6 +78,28 @@ class SystemCallError(SystemFailure, OSError):
     status = "system call failed"
 
 
+class NoSpaceLeft(SystemCallError):
+    """A write failed because the file system is full (ENOSPC, EDQUOT). A
+    restart would fail the same way, so a checkpointed run stops with it."""
+
+    status = "no space left"
+
+
+def write_error(path: str, e: OSError, what: str = "write") -> SystemCallError:
+    """The error for a failed write of ``path``: :class:`NoSpaceLeft` naming
+    the directory for a full disk (pyarrow's errors carry the errno only in
+    their text), else :class:`SystemCallError` naming the path."""
+    import errno
+    import os
+
+    text = str(e)
+    if (getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in text
+            or "Disk quota exceeded" in text):
+        d = os.path.dirname(os.path.abspath(path)) or "."
+        return NoSpaceLeft(f"cannot {what} {path!r}: no space left on {d!r}")
+    return SystemCallError(f"cannot {what} {path!r}: {e.strerror or text}")
+
+
 class ProviderError(SystemFailure):
     status = "fabric provider error"
 
@@ -141,4 +163,4 @@ class EndOfStream(SlashError, EOFError):
     status = "end of stream"
 
 
-__all__ = [name for name in dir() if name[0].isupper()]
+__all__ = [name for name in dir() if name[0].isupper()] + ["write_error"]

@@ -40,7 +40,7 @@ from slash.errors import InvalidArgument, SchemaError
 from slash.limits import MAX_JOIN_COLUMNS, MAX_PARTITIONS
 from slash.state import KEY_TYPES, TIME_UNITS, VALUE_TYPES, StateBackend, StateConfig, _numeric, \
     prepare_columns, result_batch
-from slash.window import Session, Sliding, Tumbling, Window, state_window
+from slash.window import Session, Sliding, Tumbling, Window, state_window, window_ticks
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +118,8 @@ class JoinConfig:
 
 
 def _window_args(w: Window, ticks_per_ms: int = 1) -> tuple:
-    if isinstance(w, Tumbling):
-        return "tumbling", w.size_ms * ticks_per_ms
-    assert isinstance(w, Session)
-    return "session", w.gap_ms * ticks_per_ms
+    assert isinstance(w, (Tumbling, Session))
+    return w.kind, window_ticks(w, ticks_per_ms)[0]
 
 
 def _key_config(config: JoinConfig) -> StateConfig:

@@ -77,6 +77,10 @@ def describe_exit(exitcode: Optional[int]) -> str:
     return f"exit code {exitcode}"
 
 
+#: the longest single wait of :meth:`ProcessGroup.recv` (it loops to its deadline)
+_WAIT_SLICE_S = 3600.0
+
+
 class Link:
     """A worker's end of its pipe to the parent: ``put`` a message, ``get``
     one (raises :class:`slash.errors.Timeout` after ``timeout`` seconds, and
@@ -104,6 +108,10 @@ class Link:
 def _entry(target: Callable[..., None], args: Tuple[Any, ...], conn: Connection) -> None:
     try:
         target(*args, Link(conn))
+    except (BrokenPipeError, ConnectionResetError):
+        # the launching process went away (stopped by SIGINT or SIGTERM):
+        # nobody is left to report to, and nothing to print
+        log.debug("the launching process went away")
     finally:
         conn.close()
     # The final message is sent and the target has closed what it opened: a
@@ -240,8 +248,11 @@ class ProcessGroup:
                 waits[self._conns[r]] = r
                 waits[self._procs[r].sentinel] = r
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = wait(list(waits), left)
+            # in slices: a poll takes at most ~24 days (its timeout is an int of ms)
+            ready = wait(list(waits), None if left is None else min(left, _WAIT_SLICE_S))
             if not ready:
+                if left is not None and left > _WAIT_SLICE_S:
+                    continue
                 raise Timeout(f"no message from any {self.name} within {timeout} s")
             # pipes first: a process that sent its result and exited is not dead
             for obj in sorted(ready, key=lambda o: not isinstance(o, Connection)):

@@ -73,7 +73,7 @@ from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState,
 from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
 from slash.run import compat
-from slash.sources import FileSource, Work
+from slash.sources import FileSource, Work, input_stamp
 
 log = logging.getLogger(__name__)
 
@@ -465,7 +465,7 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
     partitions = group.partitions_for(m)
     fp = fingerprint(query, source) + " in a live group"
     store = CheckpointStore(os.fspath(directory), fingerprint=fp, executors=m,
-                            partitions=partitions, keep=keep)
+                            partitions=partitions, keep=keep, inputs=input_stamp(source))
     stored = store.finished()
     if stored is not None:
         log.info("checkpoint directory %r holds this query's finished run: returning its result "

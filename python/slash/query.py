@@ -31,10 +31,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from slash.arrow_np import scalar, to_numpy
-from slash.errors import InvalidArgument, SchemaError
+from slash.errors import InvalidArgument, OutOfRange, SchemaError
 from slash.limits import KEY_MAX_BYTES
 from slash.state import TIME_UNITS, Aggregate, StateConfig, value_columns
-from slash.window import Window, parse_duration, parse_window
+from slash.window import Window, parse_duration, parse_window, window_ticks
 
 log = logging.getLogger(__name__)
 
@@ -412,6 +412,7 @@ class Query:
                                   f"{a.column!r} is {vt}{hint}")
         for f in self.filters:
             f.check(schema)
+        window_ticks(self.window, TIME_UNITS[self.tick_unit(schema)])  # lengths fit in int64 ticks
 
     def tick_unit(self, schema: pa.Schema) -> str:
         """The unit the state runs in: the time column's own where it is
@@ -493,9 +494,9 @@ class Query:
         except pa.ArrowInvalid:
             raise self._unrepresentable(col, schema) from None
 
-    def _unrepresentable(self, col: pa.Array, schema: pa.Schema) -> SchemaError:
+    def _unrepresentable(self, col: pa.Array, schema: pa.Schema) -> OutOfRange:
         mm = pc.min_max(col)
-        return SchemaError(
+        return OutOfRange(
             f"time column {self.time!r}: a time between {mm['min']} and {mm['max']} cannot be "
             f"held as int64 {self.tick_unit(schema)}"
             + (f" shifted by the window offset of {self.offset_ms} ms" if self.offset_ms else "")

@@ -63,14 +63,15 @@ import pyarrow as pa
 from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import Checkpoint, CheckpointStore
 from slash.ckpt_worker import AskSchedule, LateRows, write_image
-from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState, NotSupported,
-                          SlashError, SystemFailure, UsageError)
+from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState, NoSpaceLeft,
+                          NotSupported, SlashError, SystemFailure, UsageError)
 from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
 from slash.query import JoinQuery, Query
 from slash.run import compat
 from slash.run.pacing import RatePacer
-from slash.sources import FileSource, GeneratorSource, Position, TableSource, Work, read_from
+from slash.sources import (FileSource, GeneratorSource, Position, TableSource, Work, input_stamp,
+                           read_from)
 from slash.window import parse_duration
 
 log = logging.getLogger(__name__)
@@ -874,7 +875,7 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     policy = CheckpointEvery.parse(every)
     partitions = group.partitions_for(n)
     store = CheckpointStore(directory, fingerprint=fingerprint(query, source), executors=n,
-                            partitions=partitions, keep=keep)
+                            partitions=partitions, keep=keep, inputs=input_stamp(source))
     stored = store.finished()
     if stored is not None:
         log.info("checkpoint directory %r holds this query's finished run: returning its result "
@@ -977,7 +978,8 @@ def _restartable(f: "_Failed", store: CheckpointStore, restarts: int,
     re-raises what a restart cannot cure (a usage error, a corrupt
     checkpoint, anything not a SystemFailure) and gives up past
     ``max_restarts``."""
-    if isinstance(f.error, (UsageError, CheckpointCorrupt)) or not isinstance(f.error, SystemFailure):
+    if isinstance(f.error, (UsageError, CheckpointCorrupt, NoSpaceLeft)) or \
+            not isinstance(f.error, SystemFailure):  # a full disk stays full on a restart
         raise f.error
     last = store.latest(verify=False)
     lost = _replayed(f.error, last)

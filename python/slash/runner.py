@@ -31,7 +31,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from slash.errors import InvalidArgument, SlashError, SystemCallError, SystemFailure, Timeout
+from slash.errors import (InvalidArgument, PeerDisconnected, SlashError, SystemFailure, Timeout,
+                          write_error)
 from slash.limits import MAX_EXECUTORS
 from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
@@ -39,7 +40,7 @@ from slash.query import JoinQuery, Query
 from slash.recovery_join import time_ordered as _time_ordered
 from slash.run import compat
 from slash.run.pacing import RatePacer
-from slash.sources import FileSource, Source, as_source
+from slash.sources import FileSource, Source, as_source, output_overlaps_input
 
 log = logging.getLogger(__name__)
 
@@ -502,8 +503,31 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
                   f"{type(e).__name__}: {e}", traceback.format_exc()))
 
 
-def _raise_reported(rep: Tuple[Any, ...]) -> None:
-    """Raises an executor's ("error", rank, exc, text, traceback) report."""
+#: how long the driver waits, after a rank reports that a peer went away, for
+#: that peer's own error (the cause, which it reports in the same instant)
+CAUSE_GRACE_S = 3.0
+
+
+def _raise_reported(rep: Tuple[Any, ...], pg: Any = None) -> None:
+    """Raises an executor's ("error", rank, exc, text, traceback) report. A
+    rank whose peer closed its channel fails because that peer failed: with
+    the group ``pg``, the peer's own error (its type, so its exit code) is
+    awaited for :data:`CAUSE_GRACE_S` and raised instead, whichever arrives
+    first."""
+    if pg is not None and isinstance(rep[2], PeerDisconnected):
+        deadline = time.monotonic() + CAUSE_GRACE_S
+        while time.monotonic() < deadline:
+            try:
+                other = pg.recv(timeout=max(0.0, deadline - time.monotonic()))
+            except Timeout:
+                break
+            except SystemFailure as e:
+                if any(how != "exit code 0" for how in pg.exited().values()):
+                    raise e from None  # a rank died (killed, crashed): that is the cause
+                break  # every rank has reported: no cause beyond this report
+            if other[0] == "error" and not isinstance(other[2], PeerDisconnected):
+                rep = other
+                break
     _, rank, exc, text, tb = rep
     log.debug("executor %d failed:\n%s", rank, tb)
     if exc is not None:
@@ -511,9 +535,15 @@ def _raise_reported(rep: Tuple[Any, ...]) -> None:
     raise SystemFailure(f"executor rank {rank} failed: {text}")
 
 
-def _check_output_path(path: str, what: str) -> None:
-    """Fails before any process starts if `path` cannot be written, naming it."""
+def _check_output_path(path: str, what: str, src: Any = None) -> None:
+    """Fails before any process starts if `path` cannot be written, naming it,
+    or if writing it would overwrite or join an input of `src`, naming both."""
     d = os.path.dirname(os.path.abspath(path)) or "."
+    given = output_overlaps_input(path, src) if src is not None else None
+    if given is not None:
+        raise InvalidArgument(f"{what} {path!r} would overwrite or join the input {given!r} "
+                              "(the same file, inside an input directory, or matched by an "
+                              "input pattern): give an output outside the inputs")
     if os.path.isdir(path):
         raise InvalidArgument(f"{what} {path!r} is a directory; give a file name")
     if not os.path.isdir(d):
@@ -650,9 +680,11 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         log.warning("%d executors on %d cores: executors share cores and wait on each other; "
                     "a run is fastest with at most one executor per core", n, cores)
     if output:
-        _check_output_path(output, "output")
+        _check_output_path(output, "output", src)
     if late_output is not None:
-        _check_output_path(late_output, "late_output")
+        _check_output_path(late_output, "late_output", src)
+        if output and os.path.realpath(output) == os.path.realpath(late_output):
+            raise InvalidArgument(f"late_output {late_output!r} is the output: give two files")
     if rate is not None and (latency_target is not None or realtime):
         raise InvalidArgument("rate= and realtime=True (which latency_target= needs) both pace "
                               "the input, at a fixed rate or at its event times: give one")
@@ -727,15 +759,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         from slash.autotune import serve_checkpointed
 
         rescaler = Rescaler()
-        ctl, server = serve_checkpointed(control, query, src, n, rescaler)
-        if live is not None:
-            to_ctl = rescaler.on_metrics
-
-            def both(rank: int, snap: Dict[str, Any]) -> None:
-                live.feed(rank, snap)  # takes the fired windows out of snap
-                to_ctl(rank, snap)
-
-            rescaler.on_metrics, rescaler.on_event = both, live.event
+        ctl, server = serve_checkpointed(control, query, src, n, rescaler, live)
         try:
             return _run_checkpointed(query, src, n, group, token, output, timeout, metrics,
                                      late_output, checkpoint, checkpoint_every, max_restarts,
@@ -880,7 +904,7 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
                 raise SystemFailure(f"only {len(got)} of {n} executors started within "
                                     f"{group.timeout} s") from None
             if rep[0] == "error":
-                _raise_reported(rep)
+                _raise_reported(rep, pg)
             got[rep[1]] = rep[2]
         pg.broadcast([got[r] for r in range(n)])
         if ctl is not None:
@@ -906,7 +930,7 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
                     continue
                 raise SystemFailure(f"query did not finish within {timeout} s") from None
             if rep[0] == "error":
-                _raise_reported(rep)
+                _raise_reported(rep, pg)
             if rep[0] == "metrics":
                 if live is not None:
                     live.update_executor(rep[1], rep[2])
@@ -1009,14 +1033,16 @@ def write_parquet_atomically(table: pa.Table, path: str) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=".slash-", suffix=".parquet", dir=d)
     except OSError as e:  # name the user's path, not the hidden temporary file
-        raise SystemCallError(f"cannot write {path!r}: {e.strerror}") from None
+        raise write_error(path, e) from None
     os.close(fd)
     try:
         pq.write_table(table, tmp)
         os.replace(tmp, path)
-    except OSError as e:
-        os.unlink(tmp)
-        raise SystemCallError(f"cannot write {path!r}: {e.strerror or e}") from None
-    except BaseException:
-        os.unlink(tmp)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(e, OSError):
+            raise write_error(path, e) from None
         raise

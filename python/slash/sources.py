@@ -30,6 +30,7 @@ Invariant of every ``read(..., time=COL)``: no batch yielded after a
 """
 from __future__ import annotations
 
+import fnmatch
 import glob
 import heapq
 import json
@@ -376,8 +377,11 @@ class FileSource:
     bounded = True
 
     def __init__(self, paths: Union[str, Sequence[str]], time: Optional[str] = None) -> None:
-        files = _expand([paths] if isinstance(paths, (str, os.PathLike)) else list(paths))
+        given = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        files = _expand(given)
         self.paths = [f for f, _ in files]
+        #: the paths as given (files, directories, glob patterns): what an output may not be
+        self.inputs = [os.fspath(p) for p in given]
         self.time = time
         part_fields, self._parts = _partitions(files)
         self.units: List[Unit] = []
@@ -939,6 +943,44 @@ def read_from(source: Any, rank: int, n: int, columns: Optional[List[str]],
         pos += 1
         if start is None or pos > start:
             yield pos, item
+
+
+def output_overlaps_input(output: str, source: Any) -> Optional[str]:
+    """The input (file, directory or glob pattern as given) that ``output``
+    would overwrite or land in, or None. A file source's output may not be
+    one of its input files, lie inside one of its input directories, or
+    match one of its glob patterns (it would be read as input next time)."""
+    sources = source if isinstance(source, (tuple, list)) else [source]
+    out = os.path.realpath(output)
+    for src in sources:
+        if not isinstance(src, FileSource) or isinstance(src, BatchSource):  # batches: no files
+            continue
+        for given, f in [(g, None) for g in src.inputs] + [(f, f) for f in src.paths]:
+            if any(ch in given for ch in "*?[") and f is None:
+                pat = os.path.abspath(given).split(os.sep)
+                parts = os.path.abspath(output).split(os.sep)
+                if len(pat) == len(parts) and all(fnmatch.fnmatchcase(a, b)
+                                                  for a, b in zip(parts, pat)):
+                    return given
+                continue
+            real = os.path.realpath(given)
+            if out == real or (os.path.isdir(real) and out.startswith(real.rstrip(os.sep) + os.sep)):
+                return given
+    return None
+
+
+def input_stamp(source: Any) -> Dict[str, List[int]]:
+    """Each input file of a file source (or of a join's two) as its absolute
+    path -> [size, modification time in ns]: what tells a finished run's
+    checkpoint directory that its input changed since (same names and row
+    counts, new contents). Empty for sources that are not files."""
+    out: Dict[str, List[int]] = {}
+    for src in source if isinstance(source, (tuple, list)) else [source]:
+        if isinstance(src, FileSource) and not isinstance(src, BatchSource):  # batches: no files
+            for p in src.paths:
+                st = os.stat(p)
+                out[os.path.abspath(p)] = [st.st_size, st.st_mtime_ns]
+    return out
 
 
 def as_source(obj: Any) -> Source:

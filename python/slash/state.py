@@ -31,7 +31,7 @@ from slash import _core
 from slash.arrow_np import from_numpy, scalar, to_numpy
 from slash.errors import InvalidArgument, SchemaError
 from slash.limits import KEY_MAX_BYTES, MAX_AGGREGATES, MAX_PARTITIONS
-from slash.window import Session, Sliding, Tumbling, Window, state_window
+from slash.window import Window, state_window, window_ticks
 
 log = logging.getLogger(__name__)
 
@@ -219,13 +219,8 @@ class StateConfig:
 
 def _window_args(w: Window, ticks_per_ms: int = 1) -> Tuple[str, int, int]:
     """(kind, size, slide) in the state's time unit."""
-    f = ticks_per_ms
-    if isinstance(w, Tumbling):
-        return "tumbling", w.size_ms * f, w.size_ms * f
-    if isinstance(w, Sliding):
-        return "sliding", w.size_ms * f, w.slide_ms * f
-    assert isinstance(w, Session)
-    return "session", w.gap_ms * f, w.gap_ms * f
+    size, slide = window_ticks(w, ticks_per_ms)
+    return w.kind, size, slide
 
 
 # --- input columns --------------------------------------------------------
@@ -340,7 +335,8 @@ def _check_reserved(out: np.ndarray, arr: Any, cfg: StateConfig) -> None:
 def _byte_keys(obj: Any, name: str, nullable: bool = False,
                is_string: bool = True, label: Optional[str] = None) -> Tuple[np.ndarray, np.ndarray, int]:
     """(offsets int32|int64, data uint8, n) of a string/binary column; nulls
-    of a string column become NULL_KEY_BYTES when ``nullable``."""
+    of a string column become NULL_KEY_BYTES when ``nullable``. Errors name
+    ``label`` (default ``column 'name'``)."""
     arr = _to_arrow_or_numpy(obj, name)
     if isinstance(arr, np.ndarray):
         if arr.dtype.kind not in "OUS":

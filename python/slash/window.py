@@ -27,8 +27,8 @@ Tumbling(size_ms=86400000, offset_ms=0)
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-from typing import Optional, Union
+from dataclasses import dataclass, field, replace
+from typing import Optional, Tuple, Union
 
 from slash.errors import InvalidArgument
 
@@ -95,17 +95,26 @@ class Tumbling:
         _check_offset(self.offset_ms, self.size_ms)
 
 
+#: the most sliding windows one record may fall in (size / slide) unless a
+#: Sliding window allows more (``max_windows=``): each is a row to emit per key
+MAX_WINDOWS_PER_RECORD = 10_000
+
+
 @dataclass(frozen=True)
 class Sliding:
     """Windows ``[k*slide + offset, k*slide + offset + size)``: each event is
     in size/slide windows.
 
     State is kept per slice of gcd(size, slide) ms, so one event updates one slice.
+    ``max_windows`` bounds size/slide (default :data:`MAX_WINDOWS_PER_RECORD`):
+    every window is emitted per key, so ``sliding:1d/1ms`` (86.4 M windows a
+    record) is refused unless allowed.
     """
 
     size_ms: int
     slide_ms: int
     offset_ms: int = 0
+    max_windows: int = field(default=MAX_WINDOWS_PER_RECORD, repr=False, compare=False)
     kind = "sliding"
 
     def __post_init__(self) -> None:
@@ -114,6 +123,12 @@ class Sliding:
         if self.slide_ms > self.size_ms:
             raise InvalidArgument(f"window slide ({self.slide_ms} ms) must not exceed "
                                   f"window size ({self.size_ms} ms)")
+        per = -(-self.size_ms // self.slide_ms)
+        if per > self.max_windows:
+            raise InvalidArgument(f"sliding window {self.size_ms} ms / {self.slide_ms} ms puts "
+                                  f"each record in {per:,} windows, more than max_windows="
+                                  f"{self.max_windows:,} (each is a result row per key): use "
+                                  "a longer slide, or Sliding(size_ms, slide_ms, max_windows=N)")
 
 
 @dataclass(frozen=True)
@@ -138,6 +153,28 @@ class Session:
 
 
 Window = Union[Tumbling, Sliding, Session]
+
+_INT64_MAX = 2**63 - 1
+
+
+def window_ticks(w: Window, ticks_per_ms: int) -> Tuple[int, int]:
+    """(size, slide) of ``w`` in ticks of ``ticks_per_ms`` per ms (a session:
+    its gap twice); refuses a length that does not fit in int64 ticks, naming
+    it, so no executor computes with an overflowed length.
+
+    >>> window_ticks(Tumbling(86_400_000), 1_000_000)
+    (86400000000000, 86400000000000)
+    """
+    if isinstance(w, Sliding):
+        size, slide = w.size_ms, w.slide_ms
+    else:
+        size = slide = w.size_ms if isinstance(w, Tumbling) else w.gap_ms
+    for what, ms in (("window size" if not isinstance(w, Session) else "session gap", size),
+                     ("window slide", slide)):
+        if ms * ticks_per_ms > _INT64_MAX:
+            raise InvalidArgument(f"{what} {ms} ms is {ms * ticks_per_ms} time units of the time "
+                                  f"column, more than int64 holds ({_INT64_MAX})")
+    return size * ticks_per_ms, slide * ticks_per_ms
 
 
 def parse_window(spec: Union[str, Window]) -> Window:
@@ -204,4 +241,5 @@ def with_start_time(window: Union[str, Window], start_time: Optional[str]) -> Wi
 
 
 __all__ = ["Tumbling", "Sliding", "Session", "Window", "parse_window", "parse_duration",
-           "state_window", "with_start_time"]
+           "state_window", "with_start_time", "window_ticks",
+           "MAX_WINDOWS_PER_RECORD"]

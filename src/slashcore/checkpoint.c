@@ -286,13 +286,13 @@ static slash_status decode_rec(const slash_ssb *s, uint32_t part, const uint8_t 
     r->schema = s->schema;
     r->magic = SLASH_REC_MAGIC;
     if (s->session) {
-        if (end <= r->win)
+        if (end <= r->win && end != INT64_MAX) /* a session at INT64_MAX is clipped there */
             return slash_fail(SLASH_EINVAL, "checkpoint partition %u: record %llu is an empty "
                               "session [%lld, %lld)", part, (unsigned long long)i,
                               (long long)r->win, (long long)end);
         *ssb_rec_session_end(r) = end;
     } else if (r->win != *aligned) {
-        if (r->win % s->cfg.window.slice != 0)
+        if (r->win % s->cfg.window.slice != 0 && r->win != INT64_MIN) /* INT64_MIN: clipped */
             return slash_fail(SLASH_EINVAL, "checkpoint partition %u: record %llu: window %lld is "
                               "not a slice start", part, (unsigned long long)i, (long long)r->win);
         *aligned = r->win;

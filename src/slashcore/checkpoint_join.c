@@ -125,7 +125,7 @@ static slash_status decode_set(const slash_join *s, uint32_t part, const uint8_t
         goto trunc;
     g->key = p + o, o += g->key_len;
     const int64_t size = s->cfg.window.size;
-    if (s->session ? g->end <= g->win
+    if (s->session ? g->end <= g->win && g->end != INT64_MAX /* clipped at INT64_MAX */
                    : (g->win % size != 0 ||
                       g->end != (g->win > INT64_MAX - size ? INT64_MAX : g->win + size)))
         return slash_fail(SLASH_EINVAL, "checkpoint join partition %u: set %llu has a bad window "

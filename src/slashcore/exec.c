@@ -499,9 +499,9 @@ static bool window_can_close(const slash_exec *ex)
     const slash_window *win = ex->cfg.kind == SLASH_EXEC_JOIN ? &ex->cfg.join.window
                                                                : &ex->cfg.state.window;
     if (win->kind == SLASH_WINDOW_SESSION)
-        return w - ex->published >= win->size;
-    int64_t k_pub = slash_floor_div(ex->published - win->size, win->slide);
-    int64_t k_now = slash_floor_div(w - win->size, win->slide);
+        return (slash_i128)w - ex->published >= win->size;
+    slash_i128 k_pub = slash_floor_div128((slash_i128)ex->published - win->size, win->slide);
+    slash_i128 k_now = slash_floor_div128((slash_i128)w - win->size, win->slide);
     return k_now > k_pub;
 }
 

@@ -7,6 +7,8 @@
 #define _GNU_SOURCE
 #include "slash/group.h"
 
+#include "slash/backoff.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,8 @@ typedef struct group_hello {
 } group_hello;
 
 struct slash_group {
+    uint32_t refused;         /* connections refused while joining (see accept_all) */
+    char refused_detail[256]; /* why the last one was */
     uint32_t rank, n;
     slash_channel **out;
     slash_channel **in;
@@ -63,16 +67,36 @@ static slash_status accept_one(acceptor *a)
     return SLASH_OK;
 }
 
+/* Accepts the n - 1 peers within the join's deadline. A connection that fails
+ * authentication (a wrong token, no handshake in time: anyone on the host can
+ * reach an shm listener) is closed, counted in g->refused, and the listener
+ * goes on accepting; the join fails only when a real peer does not come in
+ * time or a member breaks the protocol. */
 static void *accept_all(void *arg)
 {
     acceptor *a = arg;
     a->st = SLASH_OK;
-    for (uint32_t k = 0; k + 1 < a->g->n && a->st == SLASH_OK; k++) {
+    const int total = a->timeout_ms;
+    uint64_t deadline = slash_deadline(total);
+    for (uint32_t k = 0; k + 1 < a->g->n && a->st == SLASH_OK;) {
+        if (total >= 0) {
+            uint64_t now = slash_now_ns();
+            a->timeout_ms = now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
+        }
         a->st = accept_one(a);
-        if (a->st == SLASH_ETIMEDOUT)
-            slash_fail(SLASH_ETIMEDOUT, "group: rank %u heard from only %u of %u peers in time",
-                       a->g->rank, k, a->g->n - 1);
+        if (a->st == SLASH_OK) {
+            k++;
+        } else if (a->st == SLASH_EAUTH) {
+            a->g->refused++;
+            snprintf(a->g->refused_detail, sizeof a->g->refused_detail, "%s", slash_last_error());
+            a->st = SLASH_OK;
+        } else if (a->st == SLASH_ETIMEDOUT) {
+            slash_fail(SLASH_ETIMEDOUT, "group: rank %u heard from only %u of %u peers in time%s%s",
+                       a->g->rank, k, a->g->n - 1, a->g->refused ? "; refused: " : "",
+                       a->g->refused ? a->g->refused_detail : "");
+        }
     }
+    a->timeout_ms = total;
     if (a->st != SLASH_OK)
         snprintf(a->detail, sizeof a->detail, "%s", slash_last_error());
     return NULL;
@@ -139,6 +163,13 @@ slash_status slash_group_join(slash_listener *l, uint32_t rank, uint32_t n,
 }
 
 uint32_t slash_group_rank(const slash_group *g) { return g->rank; }
+
+uint32_t slash_group_refused(const slash_group *g, const char **detail)
+{
+    if (detail)
+        *detail = g->refused_detail;
+    return g->refused;
+}
 uint32_t slash_group_size(const slash_group *g) { return g->n; }
 
 slash_channel *slash_group_out(slash_group *g, uint32_t peer)

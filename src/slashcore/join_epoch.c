@@ -89,7 +89,7 @@ static slash_status check_group(const slash_join *s, const join_group *g, size_t
     if (g->h.size != join_group_size(g->key_len))
         return slash_fail(SLASH_EPROTO, "delta: bad group size %u at offset %zu", g->h.size, off);
     const int64_t size = s->cfg.window.size;
-    if (s->session ? g->end <= g->win
+    if (s->session ? g->end <= g->win && g->end != INT64_MAX /* clipped at INT64_MAX */
                    : (g->win % size != 0 ||
                       g->end != (g->win > INT64_MAX - size ? INT64_MAX : g->win + size)))
         return slash_fail(SLASH_EPROTO, "delta: bad window [%lld, %lld) at offset %zu",

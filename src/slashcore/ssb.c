@@ -614,8 +614,9 @@ static slash_status check_batch(const slash_ssb *s, const slash_ssb_batch *b)
 /* Per-record window bookkeeping: caches the current slice so a run of
  * records in one slice costs no division. */
 typedef struct slice_cache {
-    int64_t lo, hi; /* current slice [lo, hi) */
+    int64_t lo, hi; /* current slice [lo, hi) (lo clipped at INT64_MIN) */
     bool late;
+    bool fits; /* slash_window_slice_fits: its windows lie within the int64 range */
 } slice_cache;
 
 static inline bool slice_of(const slash_ssb *s, slice_cache *c, int64_t t)
@@ -625,6 +626,7 @@ static inline bool slice_of(const slash_ssb *s, slice_cache *c, int64_t t)
         c->lo = slash_window_slice_start(w, t);
         c->hi = slash_window_slice_end(w, c->lo);
         c->late = slash_window_slice_last_end(w, c->lo) <= s->watermark;
+        c->fits = slash_window_slice_fits(w, c->lo);
     }
     return !c->late;
 }
@@ -759,9 +761,10 @@ static inline bool fast_bytes_hit(const fast_bytes *f, const uint8_t *k, uint32_
  * only when the cache misses (at low cardinality nearly never). */
 static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
 {
-    slice_cache c = {1, 0, false}; /* empty: lo > hi */
+    slice_cache c = {1, 0, false, true}; /* empty: lo > hi */
     uint64_t hash[SSB_CHUNK];
     int64_t win[SSB_CHUNK];
+    bool late[SSB_CHUNK]; /* not win == INT64_MIN: a slice clipped there is a live one */
     uint32_t pidx[SSB_CHUNK];
     size_t rows[SSB_CHUNK];
     const bool i64 = s->cfg.key_type == SLASH_KEY_INT64;
@@ -808,10 +811,16 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
         const bool hashed = prefetch; /* else hashed on a cache miss */
         for (size_t j = 0; j < m; j++) {
             size_t i = rows[j];
-            if (!slice_of(s, &c, b->times[i])) {
-                win[j] = INT64_MIN; /* late */
-                continue;
+            late[j] = !slice_of(s, &c, b->times[i]);
+            if (!c.fits) {
+                st = slash_fail(SLASH_ERANGE, "record time %lld: a sliding window of size %lld "
+                                "and slide %lld holding it would start before or end after the "
+                                "int64 time range", (long long)b->times[i],
+                                (long long)s->cfg.window.size, (long long)s->cfg.window.slide);
+                goto out;
             }
+            if (late[j])
+                continue;
             win[j] = c.lo;
             if (!hashed)
                 continue;
@@ -831,7 +840,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
         }
         if (prefetch) {
             for (size_t j = 0; j < m; j++) {
-                if (win[j] == INT64_MIN)
+                if (late[j])
                     continue;
                 ssb_part *p = &s->parts[pidx[j]];
                 slash_hidx_entry *e = slash_hidx_find(&p->index, hash[j], p->log.begin);
@@ -841,7 +850,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
         }
         for (size_t j = 0; j < m; j++) {
             size_t i = rows[j];
-            if (win[j] == INT64_MIN) {
+            if (late[j]) {
                 s->late++;
                 continue;
             }

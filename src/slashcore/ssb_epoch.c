@@ -85,9 +85,9 @@ slash_status ssb_check_region(const slash_ssb *s, const uint8_t *p, size_t len)
         if (s->session) {
             int64_t end;
             memcpy(&end, p + off + sizeof h, 8);
-            if (end <= h.win)
+            if (end <= h.win && end != INT64_MAX) /* a session at INT64_MAX is clipped there */
                 return slash_fail(SLASH_EPROTO, "delta: empty session at offset %zu", off);
-        } else if (h.win % s->cfg.window.slice != 0) { /* no floor division: h.win may be near INT64_MIN */
+        } else if (h.win % s->cfg.window.slice != 0 && h.win != INT64_MIN) { /* INT64_MIN: clipped */
             return slash_fail(SLASH_EPROTO, "delta: window %lld at offset %zu is not a slice start",
                               (long long)h.win, off);
         }

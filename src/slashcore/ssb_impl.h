@@ -158,7 +158,7 @@ static inline uint64_t ssb_rec_key_hash(const slash_ssb *s, slash_rec *r)
 /* End of the window state held by a record (session end or slice end). */
 static inline int64_t ssb_rec_end(const slash_ssb *s, slash_rec *r)
 {
-    return s->session ? *ssb_rec_session_end(r) : slash_sat_add(r->win, s->cfg.window.slice);
+    return s->session ? *ssb_rec_session_end(r) : slash_window_slice_end(&s->cfg.window, r->win);
 }
 
 /* The earliest emit time at which an emit touches record r, or a lower
@@ -170,7 +170,7 @@ static inline int64_t ssb_rec_end(const slash_ssb *s, slash_rec *r)
 static inline int64_t ssb_rec_due(const slash_ssb *s, slash_rec *r)
 {
     return s->session ? slash_sat_add(*ssb_rec_session_end(r), 1)
-                      : slash_sat_add(r->win, s->cfg.window.slice);
+                      : slash_window_slice_end(&s->cfg.window, r->win);
 }
 
 static inline void ssb_part_lower_due(ssb_part *p, int64_t due)

@@ -958,6 +958,8 @@ static void deny(ofi_endpoint *e)
     ofi_endpoint_close(&e->base);
 }
 
+#define OFI_HANDSHAKE_MS 5000
+
 static slash_status ofi_accept(slash_listener *lg, int timeout_ms, slash_endpoint **out)
 {
     ofi_listener *l = (ofi_listener *)lg;
@@ -1001,14 +1003,22 @@ static slash_status ofi_accept(slash_listener *lg, int timeout_ms, slash_endpoin
         ofi_endpoint_close(&e->base);
         return slash_fail(SLASH_EPEER, "accept from %s: fi_accept: %s", peer, ferr(rc));
     }
-    if ((st = wait_connected(e, deadline, "accept from")) != SLASH_OK) {
+    /* a connector presents its token at once: one that does not within
+     * OFI_HANDSHAKE_MS (or hangs up first) is not a peer, and is refused as
+     * one with a wrong token is, so the caller may go on accepting */
+    uint64_t hs = slash_deadline(OFI_HANDSHAKE_MS);
+    hs = hs < deadline ? hs : deadline;
+    ofi_pending *f = NULL;
+    if ((st = wait_connected(e, hs, "accept from")) == SLASH_OK)
+        st = wait_frame(e, TAG_ANY, hs, "accept: waiting for the token", &f);
+    if (st != SLASH_OK) {
         ofi_endpoint_close(&e->base);
-        return st;
-    }
-    ofi_pending *f;
-    if ((st = wait_frame(e, TAG_ANY, deadline, "accept: waiting for the token", &f)) != SLASH_OK) {
-        ofi_endpoint_close(&e->base);
-        return st;
+        if (st == SLASH_ENOMEM)
+            return st;
+        char why[256];
+        snprintf(why, sizeof why, "%s", slash_last_error());
+        return slash_fail(SLASH_EAUTH, "accept from %s: the connection did not authenticate "
+                          "within %d ms: %s", peer, OFI_HANDSHAKE_MS, why);
     }
     char tok[SLASH_TOKEN_MAX + 1];
     bool ok = f->tag == TAG_AUTH && f->len >= 1 && f->len <= SLASH_TOKEN_MAX &&

@@ -279,6 +279,11 @@ static shm_endpoint *endpoint_new(slash_transport *tp, int fd)
     return ep;
 }
 
+/* A connector sends its handshake as soon as it is connected: one that sends
+ * nothing for this long is not a peer (the listener's name is public in
+ * /proc/net/unix, so any local process can connect) and is refused. */
+#define SHM_HANDSHAKE_MS 2000
+
 static slash_status shm_accept(slash_listener *base, int timeout_ms, slash_endpoint **out)
 {
     shm_listener *l = (shm_listener *)base;
@@ -291,7 +296,11 @@ static slash_status shm_accept(slash_listener *base, int timeout_ms, slash_endpo
         return slash_fail(SLASH_ESYS, "shm: accept: %s", strerror(errno));
     frame f;
     int junk;
-    st = wait_readable(fd, deadline, "the peer's handshake");
+    uint64_t hs = slash_deadline(SHM_HANDSHAKE_MS);
+    st = wait_readable(fd, hs < deadline ? hs : deadline, "the peer's handshake");
+    if (st == SLASH_ETIMEDOUT)
+        st = slash_fail(SLASH_EAUTH, "shm: a connection to \"%s\" presented no token within %d ms",
+                        l->base.addr, SHM_HANDSHAKE_MS);
     if (st == SLASH_OK)
         st = recv_frame(fd, &f, &junk);
     if (st == SLASH_OK && junk >= 0)
@@ -301,7 +310,8 @@ static slash_status shm_accept(slash_listener *base, int timeout_ms, slash_endpo
         memcpy(&magic, f.data, 4);
         memcpy(&version, f.data + 4, 4);
         if (f.type != FRAME_HELLO || f.len < 8 || magic != SHM_MAGIC || version != SHM_VERSION) {
-            st = slash_fail(SLASH_EPROTO, "shm: peer sent no valid handshake");
+            st = slash_fail(SLASH_EAUTH, "shm: a connection to \"%s\" sent no valid handshake",
+                            l->base.addr);
         } else {
             char tok[SLASH_TOKEN_MAX + 1];
             size_t n = f.len - 8;
@@ -316,6 +326,14 @@ static slash_status shm_accept(slash_listener *base, int timeout_ms, slash_endpo
                                 "shm: refused a peer at \"%s\" that presented a wrong auth token",
                                 l->base.addr);
         }
+    }
+    if (st != SLASH_OK && st != SLASH_EAUTH && st != SLASH_ENOMEM) {
+        /* whatever went wrong before the token was checked (a short frame, a
+         * hang-up) was a connection that is not a peer */
+        char why[256];
+        snprintf(why, sizeof why, "%s", slash_last_error());
+        st = slash_fail(SLASH_EAUTH, "shm: a connection to \"%s\" failed its handshake: %s",
+                        l->base.addr, why);
     }
     if (st != SLASH_OK) {
         close(fd);

@@ -56,11 +56,55 @@ TEST(bad_parameters)
     CHECK_ST(slash_window_init(&w, (slash_window_kind)9, 10, 10), SLASH_EINVAL);
 }
 
+/* Times at both ends of int64: a tumbling window past an end is clipped
+ * there, and its clipped start still names its own slice (the end of the
+ * slice at INT64_MIN is its true end, not INT64_MIN + size). */
+TEST(tumbling_clipped_at_both_ends)
+{
+    slash_window w;
+    CHECK_OK(slash_window_init(&w, SLASH_WINDOW_TUMBLING, 10000, 0));
+    int64_t lo = slash_window_slice_start(&w, INT64_MIN + 1);
+    CHECK(lo == INT64_MIN);
+    CHECK(slash_window_slice_end(&w, lo) == -9223372036854770000LL);
+    CHECK(slash_window_slice_last_end(&w, lo) == -9223372036854770000LL);
+    /* the next slice starts where the clipped one ends */
+    CHECK(slash_window_slice_start(&w, -9223372036854770000LL) == -9223372036854770000LL);
+    CHECK(slash_window_slice_start(&w, -9223372036854770001LL) == INT64_MIN);
+    int64_t hi = slash_window_slice_start(&w, INT64_MAX);
+    CHECK(hi == 9223372036854770000LL);
+    CHECK(slash_window_slice_end(&w, hi) == INT64_MAX);
+    CHECK(slash_window_slice_fits(&w, lo) && slash_window_slice_fits(&w, hi));
+    /* a day in ns at pandas' Timestamp.min (INT64_MIN + 1) */
+    CHECK_OK(slash_window_init(&w, SLASH_WINDOW_TUMBLING, 86400000000000LL, 0));
+    lo = slash_window_slice_start(&w, INT64_MIN + 1);
+    CHECK(lo == INT64_MIN);
+    CHECK(slash_window_slice_end(&w, lo) == -106751LL * 86400000000000LL);
+}
+
+/* Sliding windows past an end would share a clipped bound: such slices do not
+ * fit; the ones whose every window is in range do, and their bounds are exact. */
+TEST(sliding_fits_only_inside_the_range)
+{
+    slash_window w;
+    CHECK_OK(slash_window_init(&w, SLASH_WINDOW_SLIDING, 10000, 5000));
+    CHECK(!slash_window_slice_fits(&w, slash_window_slice_start(&w, INT64_MIN + 1)));
+    CHECK(!slash_window_slice_fits(&w, slash_window_slice_start(&w, INT64_MAX)));
+    int64_t a = slash_window_slice_start(&w, -9223372036854770000LL);
+    CHECK(slash_window_slice_fits(&w, a));
+    CHECK(slash_window_slice_first_start(&w, a) == -9223372036854775000LL);
+    a = slash_window_slice_start(&w, 9223372036854765000LL);
+    CHECK(slash_window_slice_fits(&w, a));
+    CHECK(slash_window_slice_last_end(&w, a) == 9223372036854775000LL);
+    CHECK(!slash_window_slice_fits(&w, slash_window_slice_start(&w, 9223372036854770000LL)));
+}
+
 int main(void)
 {
     RUN(floor_division);
     RUN(tumbling);
     RUN(sliding_slices);
     RUN(bad_parameters);
+    RUN(tumbling_clipped_at_both_ends);
+    RUN(sliding_fits_only_inside_the_range);
     return UNIT_DONE();
 }

@@ -32,7 +32,9 @@ typedef struct slash_group slash_group;
  * listener address of rank i (addrs[rank] is l's own). Every channel this
  * executor consumes gets the geometry cfg. Fails with SLASH_EINVAL for bad
  * arguments, SLASH_ETIMEDOUT when a peer does not show up in time (the
- * detail names it), SLASH_EAUTH on a token mismatch, SLASH_EPROTO when two
+ * detail names it and the last refused connection), SLASH_EAUTH when a peer
+ * refuses our token (an inbound connection with a wrong token, or none in
+ * time, is refused and counted: slash_group_refused), SLASH_EPROTO when two
  * peers claim one rank. The caller owns the group; l must stay open until
  * join returns and may be closed afterwards. */
 slash_status slash_group_join(slash_listener *l, uint32_t rank, uint32_t n,
@@ -42,6 +44,11 @@ slash_status slash_group_join(slash_listener *l, uint32_t rank, uint32_t n,
 
 uint32_t slash_group_rank(const slash_group *g);
 uint32_t slash_group_size(const slash_group *g);
+
+/* Connections the join refused and closed (a wrong token or no handshake in
+ * time) while it went on accepting its peers; *detail (if given) says why the
+ * last one was, owned by g. Cannot fail. */
+uint32_t slash_group_refused(const slash_group *g, const char **detail);
 /* The producer channel to peer, or NULL for the own rank. */
 slash_channel *slash_group_out(slash_group *g, uint32_t peer);
 /* The consumer channel from peer, or NULL for the own rank. */

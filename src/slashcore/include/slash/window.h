@@ -85,31 +85,71 @@ static inline int64_t slash_sat_mul(int64_t a, int64_t b)
     return r;
 }
 
-/* Start of the slice holding t (tumbling: the window start). */
-static inline int64_t slash_window_slice_start(const slash_window *w, int64_t t)
+/* Window bounds are computed in 128 bits and clamped to int64 once, so a
+ * window reaching past an end of the int64 range is clipped there (its start
+ * to INT64_MIN, its end to INT64_MAX) and every time in the range is in a
+ * window. A clipped slice start still identifies its slice: floor division of
+ * it by the slice (or the slide, a multiple of it) gives the true slice's
+ * index, which is what the functions below compute from. Tumbling windows and
+ * sessions clip unambiguously (one window per end of the range); clipped
+ * sliding windows would share a start or an end, so their records are refused
+ * (slash_window_slice_fits). */
+__extension__ typedef __int128 slash_i128;
+
+static inline int64_t slash_clamp128(slash_i128 x)
 {
-    return slash_sat_mul(slash_floor_div(t, w->slice), w->slice);
+    return x > INT64_MAX ? INT64_MAX : x < INT64_MIN ? INT64_MIN : (int64_t)x;
 }
 
-/* End of the slice starting at a. */
+/* floor(a / b) for b > 0 in 128 bits. */
+static inline slash_i128 slash_floor_div128(slash_i128 a, slash_i128 b)
+{
+    slash_i128 q = a / b;
+    return q - ((a % b != 0) & (a < 0));
+}
+
+/* Start of the slice holding t (tumbling: the window start), clipped. */
+static inline int64_t slash_window_slice_start(const slash_window *w, int64_t t)
+{
+    return slash_clamp128((slash_i128)slash_floor_div(t, w->slice) * w->slice);
+}
+
+/* End of the slice starting at a (a clipped start: its true slice's end). */
 static inline int64_t slash_window_slice_end(const slash_window *w, int64_t a)
 {
-    return slash_sat_add(a, w->slice);
+    return slash_clamp128(((slash_i128)slash_floor_div(a, w->slice) + 1) * w->slice);
 }
 
 /* End of the last window that contains the slice starting at a: the slice's
  * state may be freed once every window ending at or before that is emitted. */
 static inline int64_t slash_window_slice_last_end(const slash_window *w, int64_t a)
 {
-    return slash_sat_add(slash_sat_mul(slash_floor_div(a, w->slide), w->slide), w->size);
+    return slash_clamp128((slash_i128)slash_floor_div(a, w->slide) * w->slide + w->size);
 }
 
-/* Start of the first (earliest) window containing the slice starting at a. */
+/* Start of the first (earliest) window containing the slice starting at a, in
+ * 128 bits: the smallest multiple s of slide with s + size >= slice end. */
+static inline slash_i128 slash_window_slice_first_start128(const slash_window *w, int64_t a)
+{
+    slash_i128 x = ((slash_i128)slash_floor_div(a, w->slice) + 1) * w->slice - w->size;
+    return (slash_floor_div128(x - 1, w->slide) + 1) * w->slide;
+}
+
 static inline int64_t slash_window_slice_first_start(const slash_window *w, int64_t a)
 {
-    /* smallest multiple of slide s with s + size >= a + slice */
-    int64_t x = slash_sat_add(slash_sat_add(a, w->slice), -w->size);
-    return slash_sat_mul(slash_floor_div(slash_sat_add(x, -1), w->slide) + 1, w->slide);
+    return slash_clamp128(slash_window_slice_first_start128(w, a));
+}
+
+/* Whether every window containing the slice starting at a lies within the
+ * int64 range: always for tumbling windows (clipped, see above); for sliding
+ * windows the first must start at or after INT64_MIN and the last end at or
+ * before INT64_MAX. */
+static inline bool slash_window_slice_fits(const slash_window *w, int64_t a)
+{
+    if (w->kind != SLASH_WINDOW_SLIDING)
+        return true;
+    slash_i128 last_end = (slash_i128)slash_floor_div(a, w->slide) * w->slide + w->size;
+    return slash_window_slice_first_start128(w, a) >= INT64_MIN && last_end <= INT64_MAX;
 }
 
 #ifdef __cplusplus
