@@ -5,7 +5,7 @@ stream's tasks (:mod:`slash.spark._stream_ckpt`):
 
 * :class:`AskSchedule` - when rank 0 asks its executor for the next
   checkpoint (``request_checkpoint``): every ``seconds`` of wall time,
-  ``epochs`` epochs or ``batches`` push calls (:class:`slash.recovery.CheckpointEvery`),
+  ``epochs`` epochs or ``batches`` push calls (:class:`slash.run.plan.CheckpointEvery`),
   or at once when the parent forces one (a rescale).
 * :func:`write_image` - how the image the executor hands over at a cut
   becomes the rank's files in ``DIR/chk-<c>/`` and its result segment, and
@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from slash._ipc import to_ipc
 from slash.checkpoint import CheckpointStore
+from slash.run.protocol import CheckpointWritten
 
 
 class AskSchedule:
@@ -35,7 +36,7 @@ class AskSchedule:
     :meth:`cut` when an image is taken, :meth:`force` when the parent wants
     a checkpoint now.
 
-    >>> from slash.recovery import CheckpointEvery
+    >>> from slash.run.plan import CheckpointEvery
     >>> class Ex:
     ...     metrics = {"epochs": 0}
     ...     asked = []
@@ -122,5 +123,5 @@ def write_image(store: CheckpointStore, link: Any, rank: int, img: Any,
     files[f"rank-{rank}.json"] = store.write(img.id, f"rank-{rank}.json",
                                              json.dumps(info, sort_keys=True).encode())
     size = sum(f["size"] for f in files.values()) + entry["size"]
-    link.put(("ckpt", rank, img.id, files, {seg: entry},
-              {"bytes": size, "seconds": time.monotonic() - t0, **(stats or {})}))
+    link.put(CheckpointWritten(rank, img.id, files, {seg: entry},
+                               {"bytes": size, "seconds": time.monotonic() - t0, **(stats or {})}))
