@@ -37,7 +37,7 @@ from slash.run.failure import reported
 from slash.run.gc import no_cyclic_gc
 from slash.run.inputs import bound_ticks, source_nullable
 from slash.run.output import write_parquet_atomically
-from slash.run.protocol import Address, Error, Finished
+from slash.run.protocol import Address, Error, Finished, Metrics, Windows
 from slash.sources import FileSource, Source, as_source
 
 log = logging.getLogger(__name__)
@@ -294,7 +294,7 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
             elastic, realtime, link) -> None:
     """One executor process of :func:`run` (see :mod:`slash.launcher`): sends
     its listener address, gets everyone's, runs its split, sends the result;
-    with ``report_every`` (seconds) also ("metrics", rank, snapshot) as it runs;
+    with ``report_every`` (seconds) also :class:`~slash.run.protocol.Metrics` as it runs;
     with ``control_on`` it answers the driver's control messages
     (:class:`slash.control.ExecutorControl`); ``rate``: its records/s;
     ``realtime`` (a live-scalable rank): its input paced by event time, and
@@ -332,11 +332,11 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
                         snap["standby"] = not agent.is_active
                     if pacer is not None:
                         snap.update(pacer.snapshot())
-                    link.put(("metrics", rank, snap))
+                    link.put(Metrics(rank, snap))
 
             if not getattr(source, "bounded", True) or pacer is not None:  # a stream: latency = emit - window end
                 def on_windows(mark: Optional[int], wins: List[Tuple[int, int, int]]) -> None:
-                    link.put(("windows", rank, mark, wins))
+                    link.put(Windows(rank, mark, wins))
         lst = Executor.listen(group.transport, token=token)
         link.put(Address(rank, lst.address))
         addresses = link.get(timeout=group.timeout)
@@ -701,9 +701,9 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
             except Timeout:
                 raise SystemFailure(f"only {len(got)} of {n} executors started within "
                                     f"{group.timeout} s") from None
-            if rep[0] == "error":
+            if isinstance(rep, Error):
                 raise reported(rep).error
-            got[rep[1]] = rep[2]
+            got[rep.rank] = rep.address
         pg.broadcast([got[r] for r in range(n)])
         if ctl is not None:
             ctl.attach(pg.send)
@@ -727,11 +727,11 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
                 if ctl is not None and left > ctl.tick:
                     continue
                 raise SystemFailure(f"query did not finish within {timeout} s") from None
-            if rep[0] == "error":
+            if isinstance(rep, Error):
                 raise reported(rep).error
-            if rep[0] == "metrics":
+            if isinstance(rep, Metrics):
                 if live is not None:
-                    live.update_executor(rep[1], rep[2])
+                    live.update_executor(rep.rank, rep.snapshot)
                 if ctl is not None:
                     ctl.on_message(rep)
                 continue
@@ -739,14 +739,14 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
                 continue
             if scaler is not None and scaler.on_message(rep):
                 continue
-            if rep[0] == "windows":  # the emit time: when the driver learns a window is whole
+            if isinstance(rep, Windows):  # the emit time: when the driver learns a window is whole
                 if live is not None:
-                    live.executor_windows(rep[1], rep[2], rep[3])
+                    live.executor_windows(rep.rank, rep.mark, rep.windows)
                 continue
-            parts[rep[1]] = rep[2]
-            per_exec[rep[1]] = rep[3]
-            if rep[4] is not None:
-                late_parts.append(rep[4])
+            parts[rep.rank] = rep.result  # a Finished
+            per_exec[rep.rank] = rep.metrics
+            if rep.late is not None:
+                late_parts.append(rep.late)
             done += 1
     if isinstance(query, JoinQuery):
         result = query.finalize(pa.concat_tables(parts), src[0].schema, src[1].schema)

@@ -9,7 +9,7 @@ named fields: a sender writes ``Progress(rank, records)``, a reader
 own class, so the reader on the other side of a link gets the record back.
 
 Rank to driver:
-  :class:`Address`, :class:`Resumed`, :class:`Progress`, :class:`Metrics`,
+  :class:`Address`, :class:`Resumed`, :class:`Progress`, :class:`Metrics`, :class:`Windows`,
   :class:`CheckpointWritten`, :class:`Finished`, :class:`Error`,
   :class:`ScaleAck`, :class:`ScaleIdle`.
 Driver to rank:
@@ -87,6 +87,14 @@ class Metrics(Message, kind="metrics"):
     """A rank's live metrics snapshot (:class:`slash.metrics.Reporter`)."""
     rank: int
     snapshot: Dict[str, Any]
+
+
+class Windows(Message, kind="windows"):
+    """Windows a realtime rank fired (end, emit, rows each), after its
+    watermark ``mark``: when the driver learns a window is whole."""
+    rank: int
+    mark: Optional[int]
+    windows: List[Tuple[int, int, int]]
 
 
 class CheckpointWritten(Message, kind="ckpt"):
