@@ -62,6 +62,7 @@ from slash.errors import CheckpointCorrupt, InvalidArgument, NotSupported, Timeo
 from slash.recovery import fingerprint
 from slash.run.ckpt import commit
 from slash.run.plan import AttemptPlan, CheckpointEvery, CheckpointPlan
+from slash.run.protocol import CheckpointWritten, Resumed
 from slash.sources import Watermark
 
 log = logging.getLogger(__name__)
@@ -258,13 +259,14 @@ class BatchCheckpoints:
             if group != self.group:  # a report of a failed attempt
                 return True
             self._heard = time.monotonic()  # ranks report progress every 50 ms while they read
-            if inner[0] == "ckpt":
-                _, r, cid, files, segs, stats = inner
-                self.reports.setdefault(cid, {})[r] = (files, segs, stats)
+            if isinstance(inner, CheckpointWritten):
+                cid = inner.ckpt_id
+                self.reports.setdefault(cid, {})[inner.rank] = (inner.files, inner.segments,
+                                                                inner.stats)
                 if len(self.reports[cid]) == self.n:
                     commit(self.store, cid, self.reports.pop(cid), self.checkpoints)
-            elif inner[0] == "resumed":
-                self.resumed.add(inner[1])
+            elif isinstance(inner, Resumed):
+                self.resumed.add(inner.rank)
                 if len(self.resumed) == self.n and self.recoveries and \
                         "seconds_to_resume" not in self.recoveries[-1]:
                     self.recoveries[-1]["seconds_to_resume"] = round(time.monotonic() - self._lost_at, 3)
