@@ -5,6 +5,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from slash import runner
+from slash.run.failure import first_cause, reported
+from slash.run.protocol import Error, Metrics
 from slash.errors import PeerDisconnected, SchemaError, SlashError, Timeout
 from slash.query import Query
 
@@ -22,19 +24,23 @@ class _Group:
 
 
 def _err(rank, exc):
-    return ("error", rank, exc, f"{type(exc).__name__}: {exc}", "")
+    return Error(rank, exc, f"{type(exc).__name__}: {exc}", "")
+
+
+def _raise_first(rep, pg):
+    raise reported(first_cause(rep, pg)).error
 
 
 def test_a_peers_closed_channel_yields_to_the_failing_ranks_own_error():
     cause = _err(0, SchemaError("key column 'k' holds the value -9223372036854775808"))
-    pg = _Group([("metrics", 1, {}), cause])
+    pg = _Group([Metrics(1, {}), cause])
     with pytest.raises(SchemaError, match="executor rank 0: key column 'k'"):
-        runner._raise_reported(_err(1, PeerDisconnected("executor rank 0 closed its channel")), pg)
+        _raise_first(_err(1, PeerDisconnected("executor rank 0 closed its channel")), pg)
 
 
 def test_a_closed_channel_with_no_other_report_is_raised_as_it_is():
     with pytest.raises(PeerDisconnected, match="rank 1"):
-        runner._raise_reported(_err(1, PeerDisconnected("executor rank 0 closed its channel")),
+        _raise_first(_err(1, PeerDisconnected("executor rank 0 closed its channel")),
                                _Group([]))
 
 

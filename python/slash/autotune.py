@@ -1,5 +1,5 @@
 """A ``slash run`` that tunes itself to a latency target: the driver side of
-:mod:`slash.controller` (issue 18, item 4).
+:mod:`slash.controller`.
 
 :func:`run_autotuned` is :func:`slash.runner.run` with ``latency_target=``.
 Two paths, chosen at the start:
@@ -52,15 +52,33 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import pyarrow as pa
 
+from slash.control import ControlServer, RunControl
 from slash.controller import Actuator, Controller, ControllerConfig, Decision
 from slash.errors import InvalidArgument, SlashError
+from slash.metrics import LiveMetrics
+from slash.query import Query
+from slash.recovery import CheckpointedRun as Rescaler
 from slash.run import compat
+from slash.run.protocol import Epoch
+from slash.sources import FileSource
 
 log = logging.getLogger(__name__)
+
+
+class GroupDrivers(NamedTuple):
+    """The group drivers a tuned run goes through, handed in by
+    :func:`slash.runner.run` (the runner dispatches to the autotuner, so the
+    autotuner does not import the runner): ``run_group`` runs a (live)
+    process group, ``run_checkpointed`` a checkpointed one, ``control_for``
+    makes the control socket of a group."""
+
+    run_group: Callable[..., pa.Table]
+    run_checkpointed: Callable[..., pa.Table]
+    control_for: Callable[..., Tuple[Any, Any]]
 
 
 class AutoTuner:
@@ -144,8 +162,6 @@ class AutoTuner:
 
 
 def _controlled_class() -> Any:
-    from slash.control import RunControl
-
     class CheckpointedControl(RunControl):
         """The control socket's side of a checkpointed run: status (with
         the controller's decisions) and the scale/epoch operations through
@@ -186,9 +202,6 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
     checkpoint cut) and ``epoch``, all through ``rescaler``
     (:class:`slash.recovery.CheckpointedRun`). With ``live`` (LiveMetrics) the
     reports feed its page too, and recoveries are marks on it."""
-    from slash.control import ControlServer
-    from slash.query import Query
-
     if not isinstance(query, Query):
         compat.check("run", "join", ["checkpoint", "rebalance"])
     if not (control is True or isinstance(control, (str, os.PathLike))):
@@ -227,16 +240,12 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
                   min_executors: Optional[int], max_executors: Optional[int], realtime: bool,
                   live: Any, control: Any, checkpoint: Optional[str], checkpoint_every: Any,
                   max_restarts: int, checkpoint_keep: int, output: Optional[str], timeout: float,
-                  metrics: Optional[Dict[str, Any]], t0: float,
+                  metrics: Optional[Dict[str, Any]], t0: float, drivers: GroupDrivers,
                   controller_options: Optional[Dict[str, Any]] = None,
                   late_output: Optional[str] = None) -> pa.Table:
     """:func:`slash.runner.run` with ``latency_target``: see the module doc
-    (``late_output``: as for :func:`slash.runner.run`, on every path)."""
-    from slash.metrics import LiveMetrics
-    from slash.query import Query
-    from slash.recovery import CheckpointedRun as Rescaler
-    from slash.runner import _run_checkpointed
-
+    (``late_output``: as for :func:`slash.runner.run`, on every path).
+    ``drivers``: the runner's group drivers the tuned run goes through."""
     if not isinstance(query, Query):  # runner.run refuses it first (slash.run.compat)
         compat.check("run", "join", ["latency_target"])
     if not realtime:
@@ -251,7 +260,7 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
                                   "latency_target= too")
         return _run_measured(query, src, n, group, token, live, checkpoint, checkpoint_every,
                              max_restarts, checkpoint_keep, output, timeout, metrics, t0,
-                             late_output, control)
+                             drivers, late_output, control)
     if isinstance(latency_target, ControllerConfig):  # every knob of the policy
         if min_executors is not None or max_executors is not None:
             raise InvalidArgument("latency_target is a ControllerConfig: give min_executors and "
@@ -265,7 +274,7 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
     controller = Controller(config, executors=n, epoch_ms=group.epoch_ms)
     if checkpoint is None and _scales_live(query, src):
         return _run_live_tuned(query, src, n, group, token, config, controller, live, control,
-                               output, timeout, metrics, t0, late_output)
+                               output, timeout, metrics, t0, drivers, late_output)
     live = live if live is not None else LiveMetrics(n, kind="run")
     rescaler = Rescaler()
     tmp = None
@@ -276,8 +285,6 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
                  "removed at the end (checkpoint= chooses one)", tmp)
     ctl = server = None
     if control not in (None, False):
-        from slash.control import ControlServer
-
         if not (control is True or isinstance(control, (str, os.PathLike))):
             raise InvalidArgument("with latency_target=, control must be True or a socket path")
         ctl = _controlled_class()(query, src.schema, n, bounded=bool(getattr(src, "bounded", True)))
@@ -330,9 +337,10 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
     tuner.start()
     m: Dict[str, Any] = {}
     try:
-        result = _run_checkpointed(query, src, n, group, token, output, timeout, m, late_output,
-                                   checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0,
-                                   rescaler, live_every=live.report_interval, realtime=True)
+        result = drivers.run_checkpointed(query, src, n, group, token, output, timeout, m, late_output,
+                                           checkpoint, checkpoint_every, max_restarts,
+                                           checkpoint_keep, t0, rescaler,
+                                           live_every=live.report_interval, realtime=True)
     finally:
         tuner.stop()
         if server is not None:
@@ -352,16 +360,12 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
 def _run_measured(query: Any, src: Any, n: int, group: Any, token: str, live: Any,
                   checkpoint: Optional[str], checkpoint_every: Any, max_restarts: int,
                   checkpoint_keep: int, output: Optional[str], timeout: float,
-                  metrics: Optional[Dict[str, Any]], t0: float,
+                  metrics: Optional[Dict[str, Any]], t0: float, drivers: GroupDrivers,
                   late_output: Optional[str] = None, control: Any = None) -> pa.Table:
     """``realtime=True`` without a target: the same paced, measured run with
     a fixed configuration (the baseline ``slash bench autotune`` sweeps).
     ``control`` (True or a socket path): its control socket, as a checkpointed
     run's (:func:`serve_checkpointed`)."""
-    from slash.metrics import LiveMetrics
-    from slash.recovery import CheckpointedRun as Rescaler
-    from slash.runner import _run_checkpointed
-
     live = live if live is not None else LiveMetrics(n, kind="run")
     rescaler = Rescaler()
 
@@ -376,9 +380,10 @@ def _run_measured(query: Any, src: Any, n: int, group: Any, token: str, live: An
     sampler = AutoTuner(None, None, live, tick=live.report_interval, executors=n).start()
     m: Dict[str, Any] = {}
     try:
-        result = _run_checkpointed(query, src, n, group, token, output, timeout, m, late_output,
-                                   checkpoint, checkpoint_every, max_restarts, checkpoint_keep, t0,
-                                   rescaler, live_every=live.report_interval, realtime=True)
+        result = drivers.run_checkpointed(query, src, n, group, token, output, timeout, m, late_output,
+                                           checkpoint, checkpoint_every, max_restarts,
+                                           checkpoint_keep, t0, rescaler,
+                                           live_every=live.report_interval, realtime=True)
     finally:
         sampler.stop()
         if server is not None:
@@ -397,9 +402,6 @@ def _scales_live(query: Any, src: Any) -> bool:
     """Whether ``latency_target=`` takes the live path: a window aggregation
     over a FileSource (or a BatchSource), whose units a pre-provisioned group
     re-deals without a restart (:mod:`slash.live_scale`)."""
-    from slash.query import Query
-    from slash.sources import FileSource
-
     return isinstance(query, Query) and isinstance(src, FileSource)
 
 
@@ -425,16 +427,13 @@ class _ActiveView:
 def _run_live_tuned(query: Any, src: Any, n: int, group: Any, token: str, config: ControllerConfig,
                     controller: Controller, live: Any, control: Any, output: Optional[str],
                     timeout: float, metrics: Optional[Dict[str, Any]], t0: float,
-                    late_output: Optional[str] = None) -> pa.Table:
+                    drivers: GroupDrivers, late_output: Optional[str] = None) -> pa.Table:
     """``latency_target=`` without ``checkpoint=`` over a FileSource: the
     controller drives a group of ``max_executors`` processes, ``n`` active at
     the start, that scales LIVE (:class:`slash.live_scale.LiveScaler`: no
     restart, the input paused for milliseconds). Scale-out/in go through the
     live scaler, epoch lengths to every rank (``Executor.set_epoch``), a
     rebalance to rank 0 as live partition moves (``RunControl.rebalance``)."""
-    from slash.metrics import LiveMetrics
-    from slash.runner import _control_for, _run_group
-
     size = config.max_executors
     if not config.min_executors <= n <= size:
         raise InvalidArgument(f"executors={n} must be within min_executors..max_executors "
@@ -442,7 +441,8 @@ def _run_live_tuned(query: Any, src: Any, n: int, group: Any, token: str, config
     group.partitions_for(size)
     live = live if live is not None else LiveMetrics(size, kind="run")
     live.set_executors(size)  # every provisioned rank reports (standbys too)
-    ctl, server = _control_for(True if control in (None, False) else control, query, src, size)
+    ctl, server = drivers.control_for(True if control in (None, False) else control, query, src,
+                                      size)
     holder: Dict[str, Any] = {}
     view = _ActiveView(live, None)
 
@@ -455,7 +455,7 @@ def _run_live_tuned(query: Any, src: Any, n: int, group: Any, token: str, config
 
     def epoch(epoch_ms: float) -> None:
         ms = max(1, int(round(epoch_ms)))
-        holder["scaler"].broadcast(("epoch", ms, 0))
+        holder["scaler"].broadcast(Epoch(ms, 0))
         live.event(f"epochs of {ms} ms")
 
     def rebalance(from_rank: int, to_rank: int) -> None:
@@ -493,9 +493,9 @@ def _run_live_tuned(query: Any, src: Any, n: int, group: Any, token: str, config
     tuner.start()
     m: Dict[str, Any] = {}
     try:
-        result = _run_group(query, src, size, group, token, late_output is not None,
-                            live.report_interval, ctl, None, t0, timeout, live, m, output,
-                            late_output, elastic=n, realtime=True, on_scaler=on_scaler)
+        result = drivers.run_group(query, src, size, group, token, late_output is not None,
+                                   live.report_interval, ctl, None, t0, timeout, live, m, output,
+                                   late_output, elastic=n, realtime=True, on_scaler=on_scaler)
     finally:
         tuner.stop()
         ctl.close()

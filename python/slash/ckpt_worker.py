@@ -5,7 +5,7 @@ stream's tasks (:mod:`slash.spark._stream_ckpt`):
 
 * :class:`AskSchedule` - when rank 0 asks its executor for the next
   checkpoint (``request_checkpoint``): every ``seconds`` of wall time,
-  ``epochs`` epochs or ``batches`` push calls (:class:`slash.recovery.CheckpointEvery`),
+  ``epochs`` epochs or ``batches`` push calls (:class:`slash.run.plan.CheckpointEvery`),
   or at once when the parent forces one (a rescale).
 * :func:`write_image` - how the image the executor hands over at a cut
   becomes the rank's files in ``DIR/chk-<c>/`` and its result segment, and
@@ -23,6 +23,7 @@ the image is written.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -30,6 +31,9 @@ import pyarrow as pa
 
 from slash._ipc import to_ipc
 from slash.checkpoint import CheckpointStore
+from slash.run.protocol import CheckpointNow, CheckpointWritten, Epoch, Move
+
+log = logging.getLogger(__name__)
 
 
 class AskSchedule:
@@ -37,7 +41,7 @@ class AskSchedule:
     :meth:`cut` when an image is taken, :meth:`force` when the parent wants
     a checkpoint now.
 
-    >>> from slash.recovery import CheckpointEvery
+    >>> from slash.run.plan import CheckpointEvery
     >>> class Ex:
     ...     metrics = {"epochs": 0}
     ...     asked = []
@@ -169,5 +173,24 @@ def write_image(store: CheckpointStore, link: Any, rank: int, img: Any,
     files[f"rank-{rank}.json"] = store.write(img.id, f"rank-{rank}.json",
                                              json.dumps(info, sort_keys=True).encode())
     size = sum(f["size"] for f in files.values()) + sum(e["size"] for e in segs.values())
-    link.put(("ckpt", rank, img.id, files, segs,
-              {"bytes": size, "seconds": time.monotonic() - t0, **(stats or {})}))
+    link.put(CheckpointWritten(rank, img.id, files, segs,
+                               {"bytes": size, "seconds": time.monotonic() - t0, **(stats or {})}))
+
+
+def serve_driver(link: Any, ex: Any, asks: AskSchedule, moves: Optional[Any]) -> None:
+    """A checkpointing rank's messages from the driver, between two pushes:
+    :class:`CheckpointNow` (a rescale: cut at the next chance), :class:`Epoch`
+    (0: unchanged) and, with ``moves`` (a :class:`slash.control.MoveRequests`),
+    rank 0's :class:`Move` (a rebalance), applied at once when its turn comes."""
+    while link.poll():
+        msg = link.get()
+        if isinstance(msg, CheckpointNow):
+            asks.force()
+        elif isinstance(msg, Epoch):
+            ex.set_epoch(msg.epoch_ms or None, msg.epoch_bytes or None)
+            log.info("executor %d: epochs of %s ms / %s bytes from now on", ex.rank,
+                     msg.epoch_ms, msg.epoch_bytes)
+        elif isinstance(msg, Move) and moves is not None:
+            moves.add(msg)
+    if moves is not None and moves.pending:
+        moves.apply(ex)

@@ -52,6 +52,9 @@ import pyarrow.compute as pc
 from slash import errors
 from slash.errors import (InvalidArgument, InvalidState, NotSupported, SlashError,
                           SystemFailure, Timeout)
+from slash.live_scale import spread_moves
+from slash.query import Filter, one_batch
+from slash.state import TIME_UNITS
 from slash.window import Session, parse_duration
 
 log = logging.getLogger(__name__)
@@ -138,9 +141,7 @@ class LogicPlan:
 
     def prepare(self, batch: Any) -> Tuple[pa.RecordBatch, Optional[np.ndarray], Optional[int]]:
         """(projected batch, skip or None, highest non-null time in ticks or None)."""
-        from slash.query import _one_batch
-
-        batch = _one_batch(batch)
+        batch = one_batch(batch)
         q0 = self.query
         ticks = q0.time_ticks(batch.column(q0.time), batch.schema)
         if not batch.num_rows:
@@ -190,9 +191,7 @@ class LogicPlan:
         """The source rows a :meth:`prepare` result holds, in its order (for
         a side output of late rows): all of them when it gave a ``skip``
         selection, else those the versions keep."""
-        from slash.query import _one_batch
-
-        batch = _one_batch(batch)
+        batch = one_batch(batch)
         if skip is not None or not batch.num_rows:
             return batch
         ticks = self.query.time_ticks(batch.column(self.query.time), batch.schema)
@@ -209,8 +208,6 @@ def updated_query(query: Any, schema: pa.Schema, args: Dict[str, Any], *,
     or adds one; ``drop_filter``: columns whose filters are removed;
     ``clear_filters``: remove all first. ``aggregate`` and ``lateness`` are
     refused, saying why (see docs/control.md)."""
-    from slash.query import Filter
-
     known = {"filter", "drop_filter", "clear_filters", "aggregate", "lateness"}
     unknown = sorted(set(args) - known)
     if unknown:
@@ -377,7 +374,6 @@ class MoveRequests:
             if "moves" in spec:
                 moves = {int(p): int(r) for p, r in spec["moves"].items()}
             elif "spread" in spec:  # a live scale: the active ranks lead every partition evenly
-                from slash.live_scale import spread_moves
                 moves = spread_moves(leaders, spec["spread"])
                 if not moves:
                     self.pending.pop(0)
@@ -580,7 +576,6 @@ class RunControl:
         self.plan = LogicPlan(query)
         self.ticks_per_ms = 1
         try:
-            from slash.state import TIME_UNITS
             self.ticks_per_ms = TIME_UNITS[query.tick_unit(schema)]
         except (AttributeError, KeyError):
             pass

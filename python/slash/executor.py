@@ -21,6 +21,7 @@ Forming a group takes two steps, so whoever launches the executors (Spark's
 from __future__ import annotations
 
 import logging
+import struct
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -39,7 +40,7 @@ from slash.state import StateConfig, core_args, prepare_columns, result_batch
 
 #: the lateness that marks a bounded input (the core's SLASH_LATENESS_BOUNDED)
 LATENESS_BOUNDED = (1 << 63) - 1
-from slash.window import parse_duration
+from slash.window import Session, parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -184,8 +185,6 @@ def checkpoint_fired(meta: bytes) -> int:
     recovery driver keeps the former and drops the latter from what the old
     group emitted (the restored group fires them again). Raises
     CheckpointCorrupt for something that is no META blob."""
-    import struct
-
     if len(meta) < 64 + 48 + 4 or meta[:4] != b"SLCK" or struct.unpack_from("<H", meta, 6)[0] != 2:
         raise CheckpointCorrupt("checkpoint meta blob: not a META blob (bad magic, kind or length)")
     return struct.unpack_from("<q", meta, 64 + 40)[0]
@@ -445,8 +444,6 @@ class Executor:
         ``img`` (this executor's image, just taken): (fired before the cut:
         they go with the image, fired after it: they go with a later cut).
         See :func:`split_at_cut`."""
-        from slash.window import Session
-
         session = isinstance(getattr(self.state, "window", None), Session)
         return split_at_cut(list(held) + (self.results() if take else []), img.meta, session)
 

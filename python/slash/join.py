@@ -38,7 +38,7 @@ import pyarrow as pa
 from slash import _core
 from slash.errors import InvalidArgument, SchemaError
 from slash.limits import MAX_JOIN_COLUMNS, MAX_PARTITIONS
-from slash.state import KEY_TYPES, TIME_UNITS, VALUE_TYPES, StateBackend, StateConfig, _numeric, \
+from slash.state import KEY_TYPES, TIME_UNITS, VALUE_TYPES, StateBackend, StateConfig, as_numeric, \
     prepare_columns, result_batch
 from slash.window import Session, Sliding, Tumbling, Window, state_window, window_ticks
 
@@ -155,7 +155,7 @@ def prepare_side(config: JoinConfig, side: str, keys: Any, times: Any,
     for name, dtype in want.items():
         if name not in columns:
             raise SchemaError(f"{side} column {name!r} is missing")
-        col = _numeric(columns[name], f"{side}_{name}", dtype)
+        col = as_numeric(columns[name], f"{side}_{name}", dtype)
         if len(col) != len(t):
             raise SchemaError(f"column '{side}_{name}' has {len(col)} values, 'times' has "
                               f"{len(t)}")

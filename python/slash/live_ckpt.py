@@ -60,19 +60,35 @@ import logging
 import os
 import threading
 import time
-import traceback
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
 from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import Checkpoint, CheckpointStore
-from slash.control import RunControl
-from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState,
-                          SlashError, SystemFailure, Timeout)
+from slash.ckpt_worker import AskSchedule, LateRows, write_image
+from slash.control import ControlServer, ExecutorControl, LogicPlan, RunControl
+from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState, SystemFailure,
+                          Timeout)
 from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
+from slash.limits import MAX_EXECUTORS
+from slash.live_scale import LiveScaler, ScaleAgent
+from slash.metrics import Reporter
+from slash.recovery import (CheckpointEvery, all_late, checkpoint_leaders, fingerprint, part_name,
+                            read_partitions, stored_late)
 from slash.run import compat
+from slash.run.ckpt import SharedLink, Writer, commit
+from slash.run.elastic import elastic_items
+from slash.run.failure import Failed, Reported, failed, reported, restartable
+from slash.run.faults import kill_after_cuts, kill_in_write, kill_point
+from slash.run.gc import no_cyclic_gc
+from slash.run.group import connect
+from slash.run.inputs import bound_ticks, source_nullable
+from slash.run.output import write_parquet_atomically
+from slash.run.plan import PROGRESS_S, AttemptPlan
+from slash.run.protocol import (Address, CheckpointNow, CheckpointWritten, Error, Finished, Metrics,
+                                 Progress, Resumed)
 from slash.sources import FileSource, Work, input_stamp
 
 log = logging.getLogger(__name__)
@@ -91,18 +107,10 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
     if given, then reads ``work`` (global terms) while it is active, takes
     the driver's scale and checkpoint messages, and cuts. Returns the windows
     it fired in this attempt and its metrics."""
-    from slash.ckpt_worker import AskSchedule, LateRows, write_image
-    from slash.control import ExecutorControl, LogicPlan
-    from slash.live_scale import ScaleAgent
-    from slash.metrics import Reporter
-    from slash.recovery import (_SharedLink, _Writer, _kill_after_cuts, _kill_in_write,
-                                _kill_point, checkpoint_leaders, part_name, read_partitions)
-    from slash.runner import _elastic_items, _no_cyclic_gc, source_nullable
-
     n = len(addresses)
     store = plan.store()
-    shared = _SharedLink(link)  # the writer thread reports over it too
-    writer = _Writer(rank)
+    shared = SharedLink(link)  # the writer thread reports over it too
+    writer = Writer(rank)
     schema = source.schema
     nullable = source_nullable(source, [*query.key, *query.value_columns])
     state = query.state_config(schema, plan.partitions, nullable)
@@ -125,14 +133,14 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
                 base_pushes, records = int(info["pushes"]), int(info["records"])
             elif rank == 0:
                 records = sum(int(ck.rank_info(r)["records"]) for r in range(ck.executors))
-        shared.put(("resumed", rank, records))
+        shared.put(Resumed(rank, records))
         ctl = ExecutorControl(shared.put, link._conn, rank, LogicPlan(query), group.timeout)
         agent = ScaleAgent(rank, n, work, active, shared.put, link._conn, group.timeout)
         agent.start(ex, ctl, source, query.time, restored=restored)
         asks = AskSchedule(ex, plan.every, plan.next_id, base_pushes)  # rank 0's
 
         def from_driver(msg: Any) -> None:
-            if isinstance(msg, tuple) and msg[:1] == ("checkpoint_now",):
+            if isinstance(msg, CheckpointNow):
                 asks.force()  # a rescale beyond M: cut at the next chance
             else:
                 agent.handle(msg)
@@ -145,7 +153,7 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
         out: List[pa.RecordBatch] = []
         pending: List[pa.RecordBatch] = []  # fired since the last cut
         result_schema = ex.result_schema()
-        kill_at = _kill_point(rank, plan.attempt)
+        kill_at = kill_point(rank, plan.attempt)
         reporter = Reporter(report_every)
         call_t = [time.monotonic()]
         late_rows = LateRows() if plan.want_late else None
@@ -177,7 +185,7 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
                         "live": gens}
                 writer.submit(write_image, store, shared, rank, img, pending, result_schema, info,
                               lambda p: part_name(p, rank),
-                              _kill_in_write(store, plan, kill_at, rank, pushes),
+                              kill_in_write(store, plan, kill_at, rank, pushes),
                               {"cut_seconds": time.monotonic() - call_t[0],
                                "gens": sorted(int(g) for g in gens)}, None,
                               late_rows.at_cut(img.pushes) if late_rows is not None else None)
@@ -196,7 +204,7 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
                 snap["standby"] = not agent.is_active
                 snap["records_read"] = records
                 snap["pid"] = os.getpid()  # which process is which rank (status per_executor)
-                shared.put(("metrics", rank, snap))
+                shared.put(Metrics(rank, snap))
 
         def wait(seconds: float) -> bool:
             """Serves the executor (and cuts) for ``seconds``: a rank waiting for work."""
@@ -210,8 +218,8 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
                 after_call()
 
         last_progress = time.monotonic()
-        with _no_cyclic_gc():
-            for item in _elastic_items(query, source, agent, ex, ctl, rate, wait):
+        with no_cyclic_gc():
+            for item in elastic_items(query, source, agent, ex, ctl, rate, wait):
                 call_t[0] = time.monotonic()
                 if isinstance(item, (pa.RecordBatch, pa.Table)):
                     b, skip = ctl.prepare(item)
@@ -230,10 +238,10 @@ def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: Lis
                         agent.advanced(wm)
                 after_call()
                 if kill_at is not None and not kill_at[2] and pushes >= kill_at[0]:
-                    _kill_after_cuts(ex, store, plan, kill_at, rank, pushes, after_call)
-                if time.monotonic() - last_progress >= 0.05:
+                    kill_after_cuts(ex, store, plan, kill_at, rank, pushes, after_call)
+                if time.monotonic() - last_progress >= PROGRESS_S:
                     last_progress = time.monotonic()
-                    shared.put(("progress", rank, records))
+                    shared.put(Progress(rank, records))
             ctl.input_done()
             ex.finish()
             after_call()
@@ -255,16 +263,15 @@ def _worker(query: Any, source: Any, rank: int, size: int, group: GroupConfig, t
     """One executor process of the group (see :mod:`slash.launcher`)."""
     try:
         lst = Executor.listen(group.transport, token=token)
-        link.put(("addr", rank, lst.address))
+        link.put(Address(rank, lst.address))
         addresses = link.get(timeout=group.timeout)
         result, m = execute_live_checkpointed(query, source, rank, addresses, lst, group, token,
                                               plan, link, work, active, rate, report_every)
         lst.close()
         plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
-        link.put(("ok", rank, result, plain, m.get("late_rows")))
+        link.put(Finished(rank, result, plain, m.get("late_rows")))
     except BaseException as e:  # the parent raises or recovers, naming the rank
-        link.put(("error", rank, e if isinstance(e, SlashError) else None,
-                  f"{type(e).__name__}: {e}", traceback.format_exc()))
+        link.put(Error.of(rank, e))
 
 
 # ---- the driver's side ---------------------------------------------------------------------------
@@ -331,8 +338,6 @@ class ElasticCheckpointed:
         return self._current(f"scale-in {k}").scale_in(k)
 
     def _restart(self, count: int, what: str) -> Dict[str, Any]:
-        from slash.limits import MAX_EXECUTORS
-
         if count > MAX_EXECUTORS:
             raise InvalidArgument(f"{what}: {count} executors is more than {MAX_EXECUTORS}")
         with self._cond:
@@ -421,25 +426,6 @@ def resume_shape(ck: Optional[Checkpoint], source: Any, size: int, active_n: int
     return [dealt[r] if r < active_n else [] for r in range(size)], list(range(active_n))
 
 
-def _commit(store: CheckpointStore, cid: int, reports: Dict[int, Tuple[Any, ...]], gen: int,
-            carried: Dict[str, Dict[str, int]], checkpoints: List[Dict[str, Any]]) -> None:
-    files: Dict[str, Dict[str, int]] = {}
-    segs: Dict[str, Dict[str, int]] = dict(carried)
-    size, secs, cut = 0, 0.0, 0.0
-    for rank in sorted(reports):
-        f, s, stats = reports[rank]
-        files.update(f)
-        segs.update(s)
-        size += stats["bytes"]
-        secs = max(secs, stats["seconds"])
-        cut = max(cut, stats.get("cut_seconds", 0.0))
-    t = time.monotonic()
-    store.commit(cid, files, segs, {"bytes": size, "live_gen": gen})
-    checkpoints.append({"id": cid, "bytes": size, "seconds": round(secs + time.monotonic() - t, 4),
-                        "cut_seconds": round(cut, 4)})
-    log.info("checkpoint %d committed: %d bytes (scale generation %d)", cid, size, gen)
-
-
 def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupConfig, token: str,
                           *, directory: str, every: Any, keep: int, max_restarts: int,
                           timeout: float, rate: Optional[float], control: Any,
@@ -452,12 +438,6 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
     (checkpoints, recoveries, records_replayed) plus ``live_scales`` (each
     scale, ``path`` "live" or "restart") and ``checkpoints_dropped``;
     ``late``, if given, receives the late rows (``late_output=``)."""
-    from slash.control import ControlServer
-    from slash.live_scale import LiveScaler
-    from slash.recovery import (CheckpointEvery, _Failed, _Plan, _restartable, all_late,
-                                fingerprint, stored_late)
-    from slash.runner import _bound_ticks, write_parquet_atomically
-
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise InvalidArgument(f"max_restarts must be an int >= 0, got {max_restarts!r}")
     t_start = time.monotonic()
@@ -500,7 +480,7 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
     if not isinstance(control, RunControl):  # served once it can answer every operation
         server = ControlServer(ctl, None if control in (None, True, False) else os.fspath(control))
     report_every = getattr(live, "report_interval", 0.5) if live is not None else 0.5
-    ticks = lambda b: _bound_ticks(query, source, b)  # noqa: E731
+    ticks = lambda b: bound_ticks(query, source.schema, b)  # noqa: E731
 
     checkpoints: List[Dict[str, Any]] = []
     recoveries: List[Dict[str, Any]] = []
@@ -518,7 +498,7 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
                          "re-dealing the input left", size, active_n, ck.id, ck.executors)
             works, active = resume_shape(ck, source, size, active_n, query.time)
             store.executors = size
-            plan = _Plan(store.dir, store.fingerprint, size, partitions, keep, policy,
+            plan = AttemptPlan(store.dir, store.fingerprint, size, partitions, keep, policy,
                          ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
                          attempt, want_late=late is not None)
             scaler = LiveScaler(source, query, size, len(active), ticks)
@@ -550,8 +530,8 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
                 attempt += 1
                 failed_at = None
                 continue
-            except _Failed as f:
-                last, lost = _restartable(f, store, restarts, max_restarts)
+            except Failed as f:
+                last, lost = restartable(f, store, restarts, max_restarts)
                 replayed += lost
                 restarts += 1
                 attempt += 1
@@ -607,32 +587,24 @@ def _attempt(query: Any, source: Any, size: int, group: GroupConfig, token: str,
              resumed_scale: Optional[_Restart], t_start: float, timeout: float,
              late: List[pa.Table]) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
     """One group of ``size`` from ``plan``'s checkpoint to the end; raises
-    recovery's _Failed, or _Rescale once the cut a restart asked for commits.
+    a :class:`slash.run.failure.Failed`, or _Rescale once the cut a restart asked for commits.
     ``late`` receives the late rows each rank found in this attempt."""
-    from slash.recovery import _Failed, _failed, _reported, _Reported
-
     t0 = time.monotonic()
     progress: Dict[int, int] = {}
     reports: Dict[int, Dict[int, Tuple[Any, ...]]] = {}
     carried: Dict[str, Dict[str, int]] = {}  # segments of cuts not committed (see module doc)
     resumed: set = set()
 
-    def fail(rank: Optional[int], cause: str, err: BaseException) -> "_Failed":
+    def fail(rank: Optional[int], cause: str, err: BaseException) -> Failed:
         err._slash_progress = dict(progress)  # type: ignore[attr-defined]
-        return _Failed(rank, cause, err)
+        return Failed(rank, cause, err)
 
     pg = ProcessGroup(size, _worker, lambda r: (query, source, r, size, group, token, plan,
                                                 works[r], active, rate, report_every))
     try:
         with pg:
             try:
-                got: Dict[int, str] = {}
-                while len(got) < size:
-                    rep = pg.recv(timeout=max(0.0, t0 + group.timeout - time.monotonic()))
-                    if rep[0] == "error":
-                        raise _reported(rep)
-                    got[rep[1]] = rep[2]
-                pg.broadcast([got[r] for r in range(size)])
+                connect(pg, size, t0 + group.timeout)
                 ctl.attach(pg.send)
                 scaler.attach(pg.send)
                 parts: List[Optional[pa.Table]] = [None] * size
@@ -652,7 +624,7 @@ def _attempt(query: Any, source: Any, size: int, group: GroupConfig, token: str,
                                 "input); no checkpoint can be cut to restart from"))
                         elif not req.sent:
                             req.sent, req.after = True, len(checkpoints)
-                            pg.send(0, ("checkpoint_now",))
+                            pg.send(0, CheckpointNow())
                     else:
                         ctl.service()
                         if ctl._active is None:
@@ -663,26 +635,25 @@ def _attempt(query: Any, source: Any, size: int, group: GroupConfig, token: str,
                         if left > ctl.tick:
                             continue
                         raise SystemFailure(f"query did not finish within {timeout} s") from None
-                    kind = rep[0]
-                    if kind == "error":
-                        raise _reported(rep)
-                    if kind == "metrics":
+                    if isinstance(rep, Error):
+                        raise reported(rep)
+                    if isinstance(rep, Metrics):
                         ctl.on_message(rep)
                         if live is not None:
-                            live.update_executor(rep[1], rep[2])
+                            live.update_executor(rep.rank, rep.snapshot)
                         continue
                     if ctl.on_message(rep) or scaler.on_message(rep):
                         continue
-                    if kind == "resumed":
-                        resumed.add(rep[1])
-                        progress[rep[1]] = rep[2]
+                    if isinstance(rep, Resumed):
+                        resumed.add(rep.rank)
+                        progress[rep.rank] = rep.records
                         if len(resumed) == size:
                             _resumed(resumed_scale, elastic, failed_at, recoveries)
-                    elif kind == "progress":
-                        progress[rep[1]] = rep[2]
-                    elif kind == "ckpt":
-                        _, rank, cid, files, segs, stats = rep
-                        reports.setdefault(cid, {})[rank] = (files, segs, stats)
+                    elif isinstance(rep, Progress):
+                        progress[rep.rank] = rep.records
+                    elif isinstance(rep, CheckpointWritten):
+                        cid = rep.ckpt_id
+                        reports.setdefault(cid, {})[rep.rank] = (rep.files, rep.segments, rep.stats)
                         if len(reports[cid]) < size:
                             continue
                         rs = reports.pop(cid)
@@ -698,18 +669,18 @@ def _attempt(query: Any, source: Any, size: int, group: GroupConfig, token: str,
                             if req is not None:
                                 req.sent = False  # ask again
                             continue
-                        _commit(store, cid, rs, max(common), carried, checkpoints)
+                        commit(store, cid, rs, checkpoints, carried, gen=max(common))
                         carried = {}
                         if req is not None and req.sent and len(checkpoints) > req.after:
                             raise _Rescale(req.count, cid)
-                    elif kind == "ok":
-                        parts[rep[1]] = rep[2]
-                        per_exec[rep[1]] = rep[3]
-                        if rep[4] is not None:
-                            late.append(rep[4])
+                    elif isinstance(rep, Finished):
+                        parts[rep.rank] = rep.result
+                        per_exec[rep.rank] = rep.metrics
+                        if rep.late is not None:
+                            late.append(rep.late)
                         done += 1
-            except (SystemFailure, _Reported) as e:
-                raise _failed(e, pg, fail) from None
+            except (SystemFailure, Reported) as e:
+                raise failed(e, pg, fail) from None
     finally:
         scaler.close()
     return [t for t in parts if t is not None], per_exec

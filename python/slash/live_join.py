@@ -51,9 +51,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
-from slash.control import RunControl
+from slash.control import RunControl, leadership
 from slash.errors import InvalidState, NotSupported
-from slash.live_scale import LiveScaler, ScaleAgent, Work, _NO, deal_work
+from slash.executor import Executor
+from slash.live_scale import NO_WATERMARK, LiveScaler, ScaleAgent, Work, deal_work
+from slash.recovery_join import Side, merged
+from slash.run.gc import no_cyclic_gc
+from slash.run.inputs import bound_ticks
+from slash.run.protocol import ScaleCommit
 from slash.run import compat
 from slash.sources import FileSource
 
@@ -70,22 +75,11 @@ JOIN_MOVES = True
 Works = Dict[str, Work]
 
 
-def _bound_ticks(query: Any, schema: pa.Schema, bound: Any) -> Optional[int]:
-    """A unit's bound in ticks (as :func:`slash.runner._bound_ticks`, for a join side)."""
-    from slash.sources import _ALL_NULL
-
-    if bound is None:
-        return None
-    if bound is _ALL_NULL:
-        return _TOP
-    return query._keys.watermark_ticks(bound, schema)
-
-
 # ---- the executor's side -------------------------------------------------------------------------
 class JoinScaleAgent(ScaleAgent):
     """A join rank's end of live scaling: :class:`ScaleAgent` with a work
     list per side (``works``) and the merge's sides in hand (``sides``: the
-    :class:`slash.recovery_join._Side` of each, None while it reads
+    :class:`slash.recovery_join.Side` of each, None while it reads
     nothing); ``push(side, batch)`` pushes rows (the loop's, with its
     counting), used to push the rows held in hand at a prepare."""
 
@@ -124,7 +118,7 @@ class JoinScaleAgent(ScaleAgent):
         b = src._bounds_of(self.time)
         out: List[Optional[int]] = [_TOP] * (len(w) + 1)
         for i in range(len(w) - 1, -1, -1):
-            t = _bound_ticks(self.query, src.schema, b[int(w[i][0])])
+            t = bound_ticks(self.query._keys, src.schema, b[int(w[i][0])])
             nxt = out[i + 1]
             out[i] = None if t is None or nxt is None else min(t, nxt)
         self._suffix[side] = (w, out)
@@ -187,10 +181,6 @@ def execute_join_elastic(query: Any, left: FileSource, right: FileSource, rank: 
     nothing to read (a standby, or its work done) serves the executor until
     new work or the driver's finish comes. ``rate``: records/s over all
     active ranks. Returns the pairs this rank fired."""
-    from slash.executor import Executor
-    from slash.recovery_join import merged, _Side
-    from slash.runner import _no_cyclic_gc
-
     n = len(addresses)
     srcs = {"left": left, "right": right}
     cfg = query.join_config(left.schema, right.schema, group.partitions_for(n))
@@ -221,12 +211,12 @@ def execute_join_elastic(query: Any, left: FileSource, right: FileSource, rank: 
     agent.start_join(ex, control, query, srcs, push)
     control.other = agent.handle
     try:
-        with _no_cyclic_gc():
+        with no_cyclic_gc():
             while True:
                 if agent.has_work:
                     per = rate / max(1, len(agent.active)) if rate else None
                     t0, base = time.monotonic(), pushed
-                    sides = {s: _Side(iter(srcs[s].read_work(agent.works[s], cols[s],
+                    sides = {s: Side(iter(srcs[s].read_work(agent.works[s], cols[s],
                                                              batch_rows)))
                              for s in SIDES}
                     agent.sides = sides
@@ -291,7 +281,7 @@ class JoinLiveScaler(LiveScaler):
         for s in SIDES:
             src = self.srcs[s]
             got = deal_work(src, self.query.time, {r: left[r][s] for r in left}, wm,
-                            lambda b, sch=src.schema: _bound_ticks(self.query, sch, b), active)
+                            lambda b, sch=src.schema: bound_ticks(self.query._keys, sch, b), active)
             for r in active:
                 out[r][s] = got[r]
         return out
@@ -302,7 +292,7 @@ class JoinLiveScaler(LiveScaler):
         if op.count >= len(old):
             new = sorted(old + op.joining)
         else:  # leavers: the highest watermarks; on a tie the higher ranks leave
-            by = sorted(old, key=lambda r: (_NO if wm[r] is None else wm[r], r))
+            by = sorted(old, key=lambda r: (NO_WATERMARK if wm[r] is None else wm[r], r))
             new = sorted(by[:op.count])
         left = {r: op.acks[r]["left"] for r in range(self.size)}
         err: Optional[BaseException] = None
@@ -314,8 +304,8 @@ class JoinLiveScaler(LiveScaler):
         moving = new != old and JOIN_MOVES
         empty: Works = {s: [] for s in SIDES}
         for r in range(self.size):
-            self.send(r, ("scale", "commit", op.sid, work.get(r, empty), new,
-                          self.moves_id + op.sid if moving and r == 0 else None))
+            self.send(r, ScaleCommit(op.sid, work.get(r, empty), new,
+                                     self.moves_id + op.sid if moving and r == 0 else None))
         pause = time.monotonic() - op.t0
         with self._lock:
             self.active = new
@@ -347,8 +337,6 @@ class JoinRunControl(RunControl):
         compat.check("run", "join", ["update"])
 
     def status(self) -> Dict[str, Any]:
-        from slash.control import leadership
-
         with self._lock:
             per = {str(r): dict(s) for r, s in sorted(self._per.items())}
             done = sorted(self._input_done)

@@ -46,11 +46,14 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from slash.errors import InvalidArgument, InvalidState, SystemFailure, Timeout
+from slash.run.protocol import (Epoch, Move, ScaleAck, ScaleCommit, ScaleFinish, ScaleIdle,
+                                 ScalePrepare)
+from slash.sources import FileSource, Watermark, promises
 
 log = logging.getLogger(__name__)
 
 Work = List[List[int]]
-_NO = -(1 << 63)
+NO_WATERMARK = -(1 << 63)
 
 
 # ---- the deal ------------------------------------------------------------------------------------
@@ -141,7 +144,7 @@ def spread_moves(leaders: Sequence[int], active: Sequence[int]) -> Dict[int, int
 class ScaleAgent:
     """One rank's end of live scaling. The push loop reads ``work`` (global
     terms, :meth:`FileSource.read_work`) from ``pos``; :meth:`handle` takes
-    the driver's ``("scale", ...)`` messages (through
+    the driver's scale messages (:mod:`slash.run.protocol`, through
     :class:`slash.control.ExecutorControl`'s ``other``). ``changed`` tells the
     loop to reopen its reader on the new work; ``finish`` that the stream is
     over."""
@@ -189,45 +192,42 @@ class ScaleAgent:
         """A Watermark for what this rank's work has left (the smallest bound
         of its units from ``pos`` on, when all have statistics), else None.
         Sound by the source's invariant: no row left is older."""
-        from slash.sources import Watermark, _promises
-
         left = self.left()
         if not left or self.source is None:
             return None
         b = self.source._bounds_of(self.time)
-        w = _promises([b[int(g)] for g, _ in left])[0]
+        w = promises([b[int(g)] for g, _ in left])[0]
         return None if w is None else Watermark(w)
 
     def left(self) -> Work:
-        from slash.sources import FileSource
         return FileSource.remaining(self.work, self.pos)
 
     def idle(self) -> None:
         """Tells the driver (once per commit) that this rank has nothing to read."""
         if self._idle_told != self.sid:
             self._idle_told = self.sid
-            self.send(("scale-idle", self.rank, self.sid))
+            self.send(ScaleIdle(self.rank, self.sid))
 
     def _commit_expected(self, msg: Any) -> None:
-        if isinstance(msg, tuple) and msg[:2] == ("scale", "finish"):
+        if isinstance(msg, ScaleFinish):
             raise SystemFailure(f"executor rank {self.rank}: told to finish inside a scale request")
         self.ctl._other(msg)  # a rebalance request meanwhile
 
     def handle(self, msg: Any) -> None:
-        if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "epoch":
+        if isinstance(msg, Epoch):
             # the latency controller's epoch length (LiveScaler.broadcast): in force by the
             # next epoch end; what windows hold never changes
-            self.ex.set_epoch(epoch_ms=msg[1] or None, epoch_bytes=msg[2] or None)
+            self.ex.set_epoch(epoch_ms=msg.epoch_ms or None, epoch_bytes=msg.epoch_bytes or None)
             return
-        if not (isinstance(msg, tuple) and len(msg) >= 2 and msg[0] == "scale"):
-            raise SystemFailure(f"executor rank {self.rank}: unexpected message from the driver "
-                                f"{msg!r:.80}")
-        if msg[1] == "finish":
+        if isinstance(msg, ScaleFinish):
             self.finish = True
             return
-        if msg[1] != "prepare":
-            raise SystemFailure(f"executor rank {self.rank}: scale message {msg[1]!r} out of turn")
-        _, _, sid, joining = msg
+        if isinstance(msg, ScaleCommit):
+            raise SystemFailure(f"executor rank {self.rank}: scale message 'commit' out of turn")
+        if not isinstance(msg, ScalePrepare):
+            raise SystemFailure(f"executor rank {self.rank}: unexpected message from the driver "
+                                f"{msg!r:.80}")
+        sid, joining = msg.sid, msg.joining
         t0 = time.monotonic()
         ex = self.ex
         if self.rank in joining:
@@ -235,11 +235,12 @@ class ScaleAgent:
         # its watermark as the group knows it or soon will: what it published (a standby's
         # followed value too) or the highest promise it pushed, whichever is later
         self._before_ack()
-        wm = max(_NO if self.wm is None else self.wm, int(ex.metrics["watermark"]))
-        self.send(("scale-ack", self.rank, sid, {"left": self._left_report(),
-                                                 "wm": None if wm <= _NO else wm}))
-        got = self.ctl.await_commit(ex, "scale", sid, t0 + self.timeout, self._commit_expected)
-        _, _, _, work, active, moves_id = got
+        wm = max(NO_WATERMARK if self.wm is None else self.wm, int(ex.metrics["watermark"]))
+        self.send(ScaleAck(self.rank, sid, {"left": self._left_report(),
+                                            "wm": None if wm <= NO_WATERMARK else wm}))
+        got: ScaleCommit = self.ctl.await_commit(ex, "scale", sid, t0 + self.timeout,
+                                                 self._commit_expected)
+        work, active, moves_id = got.work, got.active, got.moves_id
         self.sid = sid
         self._adopt_work(work)
         self.active = sorted(active)
@@ -249,7 +250,7 @@ class ScaleAgent:
         else:
             ex.set_standby(list(self.active))
         if self.rank == 0 and moves_id is not None:
-            self.ctl.moves.add(("move", moves_id, {"spread": self.active}))
+            self.ctl.moves.add(Move(moves_id, {"spread": self.active}))
         self.paused_seconds += time.monotonic() - t0
         log.info("%s: %s with %s after scale request %d (paused %.1f ms)", self._who(),
                  "active" if self.is_active else "standby", self._units(), sid,
@@ -339,7 +340,7 @@ class LiveScaler:
 
     def broadcast(self, msg: Any) -> None:
         """Queues ``msg`` for every rank (any thread); the runner's loop
-        sends it at its next :meth:`service` (``("epoch", ms, bytes)``: the
+        sends it at its next :meth:`service` (:class:`slash.run.protocol.Epoch`: the
         latency controller's epoch length, taken by :meth:`ScaleAgent.handle`)."""
         with self._lock:
             if self.closed or self.finishing:
@@ -360,17 +361,16 @@ class LiveScaler:
         self.send = send
 
     def on_message(self, msg: Tuple[Any, ...]) -> bool:
-        kind = msg[0]
-        if kind == "scale-ack":
+        if isinstance(msg, ScaleAck):
             with self._lock:
                 op = self._op
-                if op is not None and op.sid == msg[2]:
-                    op.acks[msg[1]] = msg[3]
+                if op is not None and op.sid == msg.sid:
+                    op.acks[msg.rank] = msg.report
             return True
-        if kind == "scale-idle":
+        if isinstance(msg, ScaleIdle):
             with self._lock:
-                if msg[2] == self._sid_committed():
-                    self.idle.add(msg[1])
+                if msg.sid == self._sid_committed():
+                    self.idle.add(msg.rank)
             return True
         return False
 
@@ -395,7 +395,7 @@ class LiveScaler:
             if not self.finishing and len(self.idle) == self.size:
                 self.finishing = True
                 for r in range(self.size):
-                    self.send(r, ("scale", "finish"))
+                    self.send(r, ScaleFinish())
             return
         if not op.sent:
             if self.finishing:
@@ -406,7 +406,7 @@ class LiveScaler:
                 :max(0, op.count - len(self.active))]
             op.sent = True
             for r in range(self.size):
-                self.send(r, ("scale", "prepare", op.sid, op.joining))
+                self.send(r, ScalePrepare(op.sid, op.joining))
             return
         if len(op.acks) < self.size:
             if time.monotonic() - op.t0 > self.timeout:
@@ -425,7 +425,7 @@ class LiveScaler:
             new = sorted(old + op.joining)
         else:  # leavers: the highest watermarks (their units may go to any rank that stays);
             # on a tie the higher ranks leave (rank 0 stays active while it can)
-            by = sorted(old, key=lambda r: (_NO if wm[r] is None else wm[r], r))
+            by = sorted(old, key=lambda r: (NO_WATERMARK if wm[r] is None else wm[r], r))
             new = sorted(by[:op.count])
         left = {r: op.acks[r]["left"] for r in range(self.size)}
         err: Optional[BaseException] = None
@@ -436,8 +436,8 @@ class LiveScaler:
             work = {r: left[r] for r in old}
         moving = new != old
         for r in range(self.size):
-            self.send(r, ("scale", "commit", op.sid, work.get(r, []), new,
-                          self.moves_id + op.sid if moving and r == 0 else None))
+            self.send(r, ScaleCommit(op.sid, work.get(r, []), new,
+                                     self.moves_id + op.sid if moving and r == 0 else None))
         pause = time.monotonic() - op.t0
         with self._lock:
             self.active = new

@@ -32,9 +32,10 @@ import pyarrow.compute as pc
 
 from slash.arrow_np import scalar, to_numpy
 from slash.errors import InvalidArgument, OutOfRange, SchemaError
+from slash.join import JoinConfig
 from slash.limits import KEY_MAX_BYTES
 from slash.state import TIME_UNITS, Aggregate, StateConfig, value_columns
-from slash.window import Window, parse_duration, parse_window, window_ticks
+from slash.window import Sliding, Window, parse_duration, parse_window, window_ticks
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +189,7 @@ def _midnight_ms(col: pa.Array, zone: str) -> pa.Array:
     return local.view(pa.int64())
 
 
-def _one_batch(batch: Union[pa.RecordBatch, pa.Table]) -> pa.RecordBatch:
+def one_batch(batch: Union[pa.RecordBatch, pa.Table]) -> pa.RecordBatch:
     if isinstance(batch, pa.Table):
         return batch.combine_chunks().to_batches()[0] if batch.num_rows else \
             pa.RecordBatch.from_pylist([], schema=batch.schema)
@@ -543,7 +544,7 @@ class Query:
     def prepare(self, batch: Union[pa.RecordBatch, pa.Table]) -> pa.RecordBatch:
         """Filter and projection: a batch of columns ``key``, ``time`` (int64
         ticks) and the value columns, as the executor takes them."""
-        batch = _one_batch(batch)
+        batch = one_batch(batch)
         if self.filters and batch.num_rows:
             m = self.filters[0].mask(batch)
             for f in self.filters[1:]:
@@ -571,7 +572,7 @@ class Query:
         of a copy of the rows that pass: (batch of every row, skip or None).
         A batch whose key is not one integer column is filtered as
         :meth:`prepare` does (a dropped row's string key may be too long)."""
-        batch = _one_batch(batch)
+        batch = one_batch(batch)
         if not self.filters or not batch.num_rows or len(self.key) != 1 or \
                 not _int_like(_plain(batch.schema.field(self.key[0]).type)):
             return self.prepare(batch), None
@@ -775,7 +776,6 @@ class JoinQuery:
         object.__setattr__(self, "window", helper.window)
         object.__setattr__(self, "on", helper.key)
         object.__setattr__(self, "lateness", helper.lateness)
-        from slash.window import Sliding
 
         if isinstance(self.window, Sliding):
             raise InvalidArgument("window: a join takes tumbling or session windows, not sliding")
@@ -823,8 +823,6 @@ class JoinQuery:
                               f"({left.field(self.time).type} vs {right.field(self.time).type})")
 
     def join_config(self, left: pa.Schema, right: pa.Schema, partitions: int = 1):
-        from slash.join import JoinConfig
-
         self.check(left, right)
 
         def types(side: str, schema: pa.Schema) -> Dict[str, str]:
@@ -850,7 +848,7 @@ class JoinQuery:
     def prepare_counted(self, side: str, batch: pa.RecordBatch,
                         schema: pa.Schema) -> Tuple[pa.RecordBatch, int]:
         """As :meth:`prepare`, with the number of rows left out for a null time."""
-        batch = _one_batch(batch)
+        batch = one_batch(batch)
         null_times = batch.column(self.time).null_count
         drop = None
         for c in (self.time, *self.on):

@@ -11,7 +11,7 @@ With ``run(..., checkpoint=DIR)`` the run is cut into checkpoints:
   fired before the cut as a result segment ``DIR/results/rank-<r>.chk-c.arrow``;
   then it reports ``("ckpt", rank, c, ...)`` to the parent.
   The files are written by a background thread of the worker (see
-  :class:`_Writer`: one write in flight per rank), so the push loop goes on
+  :class:`slash.run.ckpt.Writer`: one write in flight per rank), so the push loop goes on
   while they are fsynced; the report is sent once they are durable.
 * The parent commits c (writes its manifest, last and atomically: see
   :mod:`slash.checkpoint`) once every rank reported it.
@@ -35,147 +35,49 @@ rank has left in global terms (``work``), so a checkpoint resumes with
 another executor count (:func:`resplit`); :class:`CheckpointedRun` rescales a
 running group that way.
 
-Test hook (documented, used by tests/test_recovery.py only): the environment
-variable ``SLASH_TEST_KILL="RANK:PUSHES[:ATTEMPT[:CUTS]],..."`` makes the
-worker of rank RANK SIGKILL itself right after a push call that brings its
-push count (counted from the start of the run, as the core counts them) to
-PUSHES or more, in attempt ATTEMPT (default 0; attempt k is the k-th
-restart), once CUTS checkpoints of that attempt are committed (default 0;
-the worker polls its executor until they are, for at most 10 s). A fifth
-field ``:w`` moves the kill into the next checkpoint write after that
-point: after the worker wrote its meta and half of its partitions' files,
-before its ``rank-<r>.json`` and its report (so that checkpoint never
-commits).
+The test kill hook ``SLASH_TEST_KILL`` (tests/test_recovery.py) is read by
+:mod:`slash.run.faults`.
 """
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import logging
-import os
 import re
-import signal
+import threading
 import time
-import traceback
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import Checkpoint, CheckpointStore
-from slash.ckpt_worker import AskSchedule, LateRows, write_image
-from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState, NoSpaceLeft,
-                          NotSupported, SlashError, SystemFailure, UsageError)
+from slash.control import MoveRequests, MoveWaiters, rebalance_spec
+from slash.ckpt_worker import AskSchedule, LateRows, serve_driver, write_image
+from slash.errors import InvalidArgument, InvalidState, NotSupported, SystemFailure, Timeout
 from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
+from slash.metrics import Reporter
 from slash.query import JoinQuery, Query
+from slash.recovery_join import execute_join_split_checkpointed
 from slash.run import compat
+from slash.run.ckpt import SharedLink, Writer, commit
+from slash.run.failure import Failed, Reported, failed, reported, restartable
+from slash.run.faults import kill_after_cuts, kill_in_write, kill_point
+from slash.run.gc import no_cyclic_gc
+from slash.run.group import connect
+from slash.run.inputs import source_nullable
 from slash.run.pacing import RatePacer
+from slash.run.output import concat_as_first
+from slash.run.plan import PROGRESS_S, AttemptPlan, CheckpointEvery
+from slash.run.protocol import (Address, CheckpointNow, CheckpointWritten, Epoch, Error, Finished,
+                                 Metrics, Move, Progress, Resumed)
 from slash.sources import (FileSource, GeneratorSource, Position, TableSource, Work, input_stamp,
                            read_from)
-from slash.window import parse_duration
 
 log = logging.getLogger(__name__)
 
-_PROGRESS_S = 0.05  # how often a worker tells the parent how many records it has read
-
-
-@dataclass(frozen=True)
-class CheckpointEvery:
-    """When rank 0 asks for the next checkpoint: every ``seconds`` of wall
-    time, every ``epochs`` epochs of its executor, or every ``batches`` of
-    its push calls (deterministic: for tests)."""
-
-    seconds: Optional[float] = None
-    epochs: Optional[int] = None
-    batches: Optional[int] = None
-
-    @classmethod
-    def parse(cls, spec: Union[str, int, float, "CheckpointEvery"]) -> "CheckpointEvery":
-        """``"10s"`` / ``"500ms"`` / ``10`` (seconds), ``"5 epochs"``, ``"100 batches"``.
-
-        >>> CheckpointEvery.parse("5 epochs").epochs
-        5
-        >>> CheckpointEvery.parse("2s").seconds
-        2.0
-        """
-        if isinstance(spec, CheckpointEvery):
-            return spec
-        if isinstance(spec, bool):
-            raise InvalidArgument(f"checkpoint_every must be a duration, 'N epochs' or "
-                                  f"'N batches', got {spec!r}")
-        if isinstance(spec, (int, float)):
-            if spec <= 0:
-                raise InvalidArgument(f"checkpoint_every must be positive, got {spec!r}")
-            return cls(seconds=float(spec))
-        if isinstance(spec, str):
-            m = re.fullmatch(r"\s*(\d+)\s*(epochs?|batches|batch)\s*", spec)
-            if m:
-                k = int(m.group(1))
-                if k < 1:
-                    raise InvalidArgument(f"checkpoint_every {spec!r}: the count must be >= 1")
-                return cls(epochs=k) if m.group(2).startswith("epoch") else cls(batches=k)
-            try:
-                ms = parse_duration(spec)
-            except (UsageError, ValueError) as e:
-                raise InvalidArgument(f"checkpoint_every {spec!r} is not a duration like '10s', "
-                                      f"'N epochs' or 'N batches': {e}") from None
-            if ms <= 0:
-                raise InvalidArgument(f"checkpoint_every must be positive, got {spec!r}")
-            return cls(seconds=ms / 1000.0)
-        raise InvalidArgument(f"checkpoint_every must be a duration, 'N epochs' or 'N batches', "
-                              f"got {type(spec).__name__}")
-
-
-@dataclass(frozen=True)
-class CheckpointPlan:
-    """Where and how often a group of executors checkpoints (pickled into
-    every worker or Spark task)."""
-
-    directory: str
-    fingerprint: str
-    executors: int
-    partitions: int
-    keep: int
-    every: CheckpointEvery
-
-    def store(self) -> CheckpointStore:
-        return CheckpointStore(self.directory, fingerprint=self.fingerprint,
-                               executors=self.executors, partitions=self.partitions, keep=self.keep)
-
-
-@dataclass(frozen=True)
-class _Plan(CheckpointPlan):
-    """What a worker of one attempt of :func:`run_checkpointed` needs: the
-    plan, and where this attempt resumes."""
-
-    resume_id: Optional[int]
-    next_id: int
-    attempt: int
-    # live metrics (slash.runner.run with live= or latency_target=): report every
-    # live_every s; realtime: event times are wall-clock times, each batch is read no
-    # earlier than its latest time and fired windows carry their emit time
-    live_every: Optional[float] = None
-    realtime: bool = False
-    # rate=: records/s over the whole group, each rank reading its 1/n share (a restart
-    # paces the rows after the cut from the restart on: slash.run.pacing)
-    rate: Optional[float] = None
-    # late_output=: each rank keeps the rows it finds late, per cut (ckpt_worker.LateRows)
-    want_late: bool = False
-
-
-def _kill_point(rank: int, attempt: int) -> Optional[Tuple[int, int, bool]]:
-    """(pushes, cuts, in_write) after which this worker kills itself (test
-    hook), or None."""
-    spec = os.environ.get("SLASH_TEST_KILL")
-    if not spec:
-        return None
-    for part in spec.split(","):
-        fields = part.split(":")
-        in_write = len(fields) > 4 and fields[4] == "w"
-        f = [int(x) for x in fields[:4]]
-        if f[0] == rank and (f[2] if len(f) > 2 else 0) == attempt:
-            return f[1], (f[3] if len(f) > 3 else 0), in_write
-    return None
 
 
 _PART_FILE = re.compile(r"part-(\d+)(?:\.r(\d+))?\.bin")
@@ -225,45 +127,10 @@ def checkpoint_leaders(ck: Checkpoint, n: int, partitions: int) -> Optional[List
     return [int(x) for x in best["leaders"]]
 
 
-def _committed_since(store: CheckpointStore, first_id: int) -> int:
-    """Committed checkpoints with an id >= first_id (for the test hook)."""
-    return sum(1 for i in store._ids() if i >= first_id and store._has_manifest(i))
-
-
-
-def _kill_after_cuts(ex: Executor, store: CheckpointStore, plan: "_Plan", kill_at: Tuple[int, ...],
-                     rank: int, pushes: int, after_call: Callable[[], None]) -> None:
-    """The SLASH_TEST_KILL hook between pushes: waits (polling, <= 10 s) for
-    the hook's CUTS committed checkpoints, then SIGKILLs this process."""
-    waited = time.monotonic()
-    while _committed_since(store, plan.next_id) < kill_at[1] and time.monotonic() - waited < 10:
-        ex.poll(0.01)
-        after_call()
-    log.warning("test hook SLASH_TEST_KILL: rank %d kills itself after %d pushes", rank, pushes)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _kill_in_write(store: CheckpointStore, plan: "_Plan", kill_at: Optional[Tuple[int, ...]],
-                   rank: int, pushes: int) -> Optional[Callable[[int], None]]:
-    """The SLASH_TEST_KILL hook with ``:w``, for the write of an image cut
-    after ``pushes`` push calls: a ``midway`` for :func:`write_image` that
-    SIGKILLs this process halfway through the partition files once the
-    hook's CUTS checkpoints are committed; None when the hook does not apply."""
-    if kill_at is None or not kill_at[2] or pushes < kill_at[0]:
-        return None
-
-    def midway(ckpt_id: int) -> None:
-        if _committed_since(store, plan.next_id) >= kill_at[1]:
-            log.warning("test hook SLASH_TEST_KILL: rank %d kills itself while writing "
-                        "checkpoint %d", rank, ckpt_id)
-            os.kill(os.getpid(), signal.SIGKILL)
-    return midway
 
 
 def _source_time(source: Any, query: Query) -> Optional[str]:
     """The time column to pass to ``read`` (as runner's bounded reads do)."""
-    import inspect
-
     if not getattr(source, "bounded", True):
         return None
     try:
@@ -274,17 +141,16 @@ def _source_time(source: Any, query: Query) -> Optional[str]:
 
 
 def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: List[str],
-                               listener: Any, group: GroupConfig, token: str, plan: _Plan,
+                               listener: Any, group: GroupConfig, token: str, plan: AttemptPlan,
                                link: Any) -> Tuple[pa.Table, Dict[str, Any]]:
     """One executor's run with checkpoints (see the module doc): restores
     from ``plan.resume_id`` if given, then reads, pushes and cuts. Returns
     the windows this executor fired in this attempt and its metrics."""
-    from slash.runner import _no_cyclic_gc, source_nullable
 
     n = len(addresses)
     store = plan.store()
-    link = _SharedLink(link)  # the writer thread reports over it too
-    writer = _Writer(rank)
+    link = SharedLink(link)  # the writer thread reports over it too
+    writer = Writer(rank)
     schema = source.schema
     bounded = bool(getattr(source, "bounded", True))
     nullable = source_nullable(source, [*query.key, *query.value_columns])
@@ -316,7 +182,7 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                 records = sum(int(i["records"]) for i in infos) if rank == 0 else 0
         elif isinstance(source, FileSource):
             work = source.work(rank, n, time_col)
-        link.put(("resumed", rank, records))
+        link.put(Resumed(rank, records))
         # push calls, counted as the core counts them (a restored executor
         # goes on from the checkpoint's count): push count -> source position after it
         pushes = base_pushes
@@ -325,7 +191,7 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
         pending: List[pa.RecordBatch] = []  # fired since the last cut
         asks = AskSchedule(ex, plan.every, plan.next_id, base_pushes)  # rank 0's
         last_progress = time.monotonic()
-        kill_at = _kill_point(rank, plan.attempt)
+        kill_at = kill_point(rank, plan.attempt)
         result_schema = ex.result_schema()
         live = _LiveReport(ex, plan, link) if plan.live_every or plan.realtime else None
 
@@ -350,7 +216,7 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                 cut_s = time.monotonic() - call_t[0]
                 writer.submit(write_image, store, link, rank, img, pending, result_schema, info,
                               lambda p: part_name(p, rank),
-                              _kill_in_write(store, plan, kill_at, rank, pushes),
+                              kill_in_write(store, plan, kill_at, rank, pushes),
                               {"cut_seconds": cut_s}, None,
                               late_rows.at_cut(img.pushes) if late_rows is not None else None)
                 out.extend(pending)
@@ -364,11 +230,10 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
 
         records_at: Dict[int, int] = {pushes: records}
         call_t = [time.monotonic()]  # when the executor call that may cut began
-        from slash.control import MoveRequests
         moves = MoveRequests(link.put, rank)  # rank 0: the parent's rebalance requests
         throttle = RatePacer(plan.rate / n) if plan.rate else None
         late_rows = LateRows() if plan.want_late else None
-        with _no_cyclic_gc():
+        with no_cyclic_gc():
             items = (source.read_work(work, query.input_columns, time=time_col)
                      if work is not None else
                      read_from(source, rank, n, query.input_columns, time_col, start))
@@ -399,10 +264,10 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
                 if rank == 0:
                     asks.step(pushes)
                 if kill_at is not None and not kill_at[2] and pushes >= kill_at[0]:
-                    _kill_after_cuts(ex, store, plan, kill_at, rank, pushes, after_call)
-                if time.monotonic() - last_progress >= _PROGRESS_S:
+                    kill_after_cuts(ex, store, plan, kill_at, rank, pushes, after_call)
+                if time.monotonic() - last_progress >= PROGRESS_S:
                     last_progress = time.monotonic()
-                    link.put(("progress", rank, records))
+                    link.put(Progress(rank, records))
             moves.fail_all(InvalidState("rebalance: rank 0 has read all of its input; "
                                         "leadership no longer moves"))
             ex.finish()
@@ -421,26 +286,6 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
         ex.close()
 
 
-def serve_driver(link: Any, ex: Executor, asks: AskSchedule, moves: Optional[Any]) -> None:
-    """A checkpointing rank's messages from the driver, between two pushes:
-    ``("checkpoint_now",)`` (a rescale: cut at the next chance),
-    ``("epoch", ms, bytes)`` (0: unchanged) and, with ``moves`` (a
-    :class:`slash.control.MoveRequests`), rank 0's ``("move", id, spec)``
-    (a rebalance), applied at once when its turn comes."""
-    while link.poll():
-        msg = link.get()
-        if msg[0] == "checkpoint_now":
-            asks.force()
-        elif msg[0] == "epoch":
-            ex.set_epoch(msg[1] or None, msg[2] or None)
-            log.info("executor %d: epochs of %s ms / %s bytes from now on", ex.rank, msg[1],
-                     msg[2])
-        elif msg[0] == "move" and moves is not None:
-            moves.add(msg)
-    if moves is not None and moves.pending:
-        moves.apply(ex)
-
-
 def _results(ex: Executor, live: Optional["_LiveReport"]) -> List[pa.RecordBatch]:
     got = ex.results()
     if live is not None and got:
@@ -456,9 +301,7 @@ class _LiveReport:
     ``[[window_end_ms, emit_ms, rows], ...]`` (wall clock, so emit - end is
     the window's latency)."""
 
-    def __init__(self, ex: Executor, plan: "_Plan", link: Any) -> None:
-        from slash.metrics import Reporter
-
+    def __init__(self, ex: Executor, plan: "AttemptPlan", link: Any) -> None:
         self.ex, self.plan, self.link = ex, plan, link
         self.reporter = Reporter(plan.live_every or 0.5)
         self.windows: List[List[int]] = []
@@ -468,7 +311,6 @@ class _LiveReport:
     def fired(self, batches: List[pa.RecordBatch]) -> None:
         if not self.plan.realtime:
             return
-        import pyarrow.compute as pc
 
         now = int(time.time() * 1000)
         tpm = self.ex.state.ticks_per_ms
@@ -482,8 +324,6 @@ class _LiveReport:
     def pace(self, query: Query, item: Any, serve: Callable[[], None]) -> None:
         """Waits (serving the channels and firing what is due) until the
         wall clock reaches the batch's latest event time."""
-        import pyarrow.compute as pc
-
         if not item.num_rows:
             return
         mm = pc.min_max(query.time_ticks(item.column(query.time), item.schema))
@@ -507,66 +347,14 @@ class _LiveReport:
     def report(self, final: bool = False) -> None:
         if not (self.plan.live_every and (self.reporter.due() or final)):
             return
-        from slash.metrics import Reporter
 
         snap = Reporter.snapshot(self.ex)
         snap["windows"], self.windows = self.windows, []
         if self.behind is not None:
             snap["records_behind"] = self.behind
             snap["input_lag_ms"] = round(self.lag * 1000.0, 1)
-        self.link.put(("metrics", self.ex.rank, snap))
+        self.link.put(Metrics(self.ex.rank, snap))
 
-
-class _SharedLink:
-    """A worker's link, usable from the push loop and the writer thread."""
-
-    def __init__(self, link: Any) -> None:
-        import threading
-
-        self._link, self._lock = link, threading.Lock()
-
-    def put(self, msg: Any) -> None:
-        with self._lock:
-            self._link.put(msg)
-
-    def poll(self, timeout: float = 0.0) -> bool:
-        return self._link.poll(timeout)
-
-    def get(self, timeout: Optional[float] = None) -> Any:
-        return self._link.get(timeout)
-
-
-class _Writer:
-    """Writes a rank's checkpoint images on a background thread, so its push
-    loop does not wait for the files (and their fsyncs).
-
-    The core hands over an immutable image (bytes); the thread writes its
-    files durably, then reports ("ckpt", ...) to the parent, which writes the
-    manifest only once every rank's report is in: a crash before that leaves
-    the previous checkpoint the newest complete one. At most one write is in
-    flight per rank: a second image waits in :meth:`submit` (the push loop
-    blocks) until the first is written, so memory holds at most two images
-    (the one being written and the one waiting) and checkpoints that fall
-    behind slow the input down instead of piling up. A write's error is
-    raised in the push loop at the next submit or drain."""
-
-    def __init__(self, rank: int) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"slash-ckpt-{rank}")
-        self._fut: Any = None
-
-    def submit(self, fn: Callable[..., None], *args: Any) -> None:
-        self.drain()
-        self._fut = self._pool.submit(fn, *args)
-
-    def drain(self) -> None:
-        if self._fut is not None:
-            fut, self._fut = self._fut, None
-            fut.result()
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
 
 
 def _left_of(source: FileSource, info: Dict[str, Any], rank: int, n: int,
@@ -624,14 +412,13 @@ def resplit(source: Any, infos: List[Dict[str, Any]], ck_n: int, n: int,
 
 
 def _worker(query: Query, source: Any, rank: int, n: int, group: GroupConfig, token: str,
-            plan: _Plan, link: Any) -> None:
+            plan: AttemptPlan, link: Any) -> None:
     """One executor process of a checkpointed run (see :mod:`slash.launcher`)."""
     try:
         lst = Executor.listen(group.transport, token=token)
-        link.put(("addr", rank, lst.address))
+        link.put(Address(rank, lst.address))
         addresses = link.get(timeout=group.timeout)
         if isinstance(query, JoinQuery):  # a join's worker: slash.recovery_join
-            from slash.recovery_join import execute_join_split_checkpointed
             result, m = execute_join_split_checkpointed(query, source[0], source[1], rank,
                                                         addresses, lst, group, token, plan, link)
         else:
@@ -639,18 +426,10 @@ def _worker(query: Query, source: Any, rank: int, n: int, group: GroupConfig, to
                                                    token, plan, link)
         lst.close()
         plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
-        link.put(("ok", rank, result, plain, m.get("late_rows")))
+        link.put(Finished(rank, result, plain, m.get("late_rows")))
     except BaseException as e:  # the parent raises or recovers, naming the rank
-        link.put(("error", rank, e if isinstance(e, SlashError) else None,
-                  f"{type(e).__name__}: {e}", traceback.format_exc()))
+        link.put(Error.of(rank, e))
 
-
-class _Failed(Exception):
-    """One attempt failed: ``rank`` (None if unknown) and ``cause``."""
-
-    def __init__(self, rank: Optional[int], cause: str, error: BaseException) -> None:
-        super().__init__(cause)
-        self.rank, self.cause, self.error = rank, cause, error
 
 
 def fingerprint(query: Query, source: Any) -> str:
@@ -687,8 +466,6 @@ class CheckpointedRun:
     """
 
     def __init__(self) -> None:
-        import threading
-
         self._cond = threading.Condition()
         self._want: Optional[int] = None  # a requested executor count not yet applied
         self._asked_at: Optional[float] = None
@@ -707,7 +484,6 @@ class CheckpointedRun:
         #: (epoch_ms, epoch_bytes) set by :meth:`set_epoch` (0: unchanged), else None
         self.epoch: Optional[Tuple[int, int]] = None
         self._epoch_seq = 0
-        from slash.control import MoveWaiters
         self._moves = MoveWaiters()
         self._move_queue: List[Tuple[int, Dict[str, Any]]] = []  # (id, spec) not sent yet
         #: each rank's latest live metrics snapshot (with ``live_every``)
@@ -726,8 +502,6 @@ class CheckpointedRun:
         end). Raises InvalidArgument for a bad partition or rank,
         InvalidState when the run is not running or rank 0 has read all of
         its input, Timeout after ``timeout`` s."""
-        from slash.control import rebalance_spec
-
         with self._cond:
             if isinstance(self._source, (tuple, list)):
                 compat.check("run", "join", ["checkpoint", "rebalance"])
@@ -779,8 +553,6 @@ class CheckpointedRun:
         One rescale at a time: a second call while one is pending replaces
         its target count.
         """
-        from slash.errors import Timeout
-
         with self._cond:
             if self._state != "running":
                 raise InvalidState(f"rescale({n!r}): the run is {self._state}, not running")
@@ -870,7 +642,6 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     of the cuts committed before the last attempt's start, and that attempt's."""
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise InvalidArgument(f"max_restarts must be an int >= 0, got {max_restarts!r}")
-    import dataclasses
 
     policy = CheckpointEvery.parse(every)
     partitions = group.partitions_for(n)
@@ -913,7 +684,7 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
         while True:
             ck = first if attempt == 0 else store.latest()
             store.executors = n
-            plan = _Plan(store.dir, store.fingerprint, n, partitions, keep, policy,
+            plan = AttemptPlan(store.dir, store.fingerprint, n, partitions, keep, policy,
                          ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
                          attempt, live_every, realtime, rate, late is not None)
             if control is not None and control.epoch is not None:  # a restart keeps a tuned epoch
@@ -939,9 +710,9 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
                 attempt += 1
                 failed_at = None
                 continue
-            except _Failed as f:
+            except Failed as f:
                 _void_moves(control)
-                last, lost = _restartable(f, store, restarts, max_restarts)
+                last, lost = restartable(f, store, restarts, max_restarts)
                 replayed += lost
                 restarts += 1
                 attempt += 1
@@ -972,36 +743,6 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     return result
 
 
-def _restartable(f: "_Failed", store: CheckpointStore, restarts: int,
-                 max_restarts: int) -> Tuple[Optional[Checkpoint], int]:
-    """(the checkpoint to restart from, records replayed) after failure ``f``;
-    re-raises what a restart cannot cure (a usage error, a corrupt
-    checkpoint, anything not a SystemFailure) and gives up past
-    ``max_restarts``."""
-    if isinstance(f.error, (UsageError, CheckpointCorrupt, NoSpaceLeft)) or \
-            not isinstance(f.error, SystemFailure):  # a full disk stays full on a restart
-        raise f.error
-    last = store.latest(verify=False)
-    lost = _replayed(f.error, last)
-    if restarts >= max_restarts:
-        raise SystemFailure(f"run failed after {restarts} restart(s) (max_restarts="
-                            f"{max_restarts}); last failure: {f.cause}") from f.error
-    return last, lost
-
-
-def _replayed(error: BaseException, last: Optional[Checkpoint]) -> int:
-    """Records the failed attempt had read past checkpoint ``last`` (as last
-    reported: a lower bound); carried on the _Failed's progress."""
-    prog: Dict[int, int] = getattr(error, "_slash_progress", {})
-    cut: Dict[int, int] = {}
-    if last is not None:
-        for r in prog:
-            try:
-                cut[r] = int(last.rank_info(r)["records"])
-            except (CheckpointCorrupt, KeyError):
-                cut[r] = 0
-    return sum(max(0, v - cut.get(r, 0)) for r, v in prog.items())
-
 
 def _void_moves(control: Optional[CheckpointedRun]) -> None:
     """A group stopped (rescale, failure): moves asked of it are void."""
@@ -1012,7 +753,7 @@ def _void_moves(control: Optional[CheckpointedRun]) -> None:
         control.per.clear()
 
 
-def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, plan: _Plan,
+def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, plan: AttemptPlan,
              store: CheckpointStore, timeout: float, checkpoints: List[Dict[str, Any]],
              recoveries: List[Dict[str, Any]], failed_at: Optional[float],
              control: Optional[CheckpointedRun] = None,
@@ -1020,10 +761,8 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
              late: Optional[List[pa.Table]] = None
              ) -> Tuple[List[pa.Table], List[Dict[str, Any]], Dict[int, int]]:
     """One group of n executors from plan's checkpoint to the end; raises
-    _Failed, or _Rescale once a checkpoint asked for by ``control`` commits.
-    ``late`` receives the late rows each rank found in this attempt (its "ok" report's)."""
-    from slash.errors import Timeout
-
+    Failed, or _Rescale once a checkpoint asked for by ``control`` commits.
+    ``late`` receives the late rows each rank found in this attempt (its Finished report's)."""
     t0 = time.monotonic()
     rescale_asked: Optional[Tuple[int, float, int]] = None  # (n, asked at, commits before)
     pending_resume = rescales[-1] if rescales and "seconds_to_resume" not in rescales[-1] else None
@@ -1033,21 +772,15 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
     # the group starts with control's epoch (set in run_checkpointed); later changes are sent
     epoch_sent = control._epoch_seq if control is not None else 0
 
-    def fail(rank: Optional[int], cause: str, err: BaseException) -> _Failed:
+    def fail(rank: Optional[int], cause: str, err: BaseException) -> Failed:
         err._slash_progress = dict(progress)  # type: ignore[attr-defined]
-        return _Failed(rank, cause, err)
+        return Failed(rank, cause, err)
 
     pg = ProcessGroup(n, _worker, lambda r: (query, source, r, n, group, token, plan))
     if True:
         with pg:
             try:
-                got: Dict[int, str] = {}
-                while len(got) < n:
-                    rep = pg.recv(timeout=max(0.0, t0 + group.timeout - time.monotonic()))
-                    if rep[0] == "error":
-                        raise _reported(rep)
-                    got[rep[1]] = rep[2]
-                pg.broadcast([got[r] for r in range(n)])
+                connect(pg, n, t0 + group.timeout)
                 parts: List[Optional[pa.Table]] = [None] * n
                 per_exec: List[Dict[str, Any]] = [{} for _ in range(n)]
                 done = 0
@@ -1059,18 +792,18 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                             finished = _finished_ranks(parts)
                             for r in range(n):
                                 if r not in finished:
-                                    pg.send(r, ("epoch", *control.epoch))
+                                    pg.send(r, Epoch(*control.epoch))
                         for rid, spec in control._take_moves():
                             if 0 in _finished_ranks(parts):
                                 control._moves.answer(rid, {"error": [
                                     "InvalidState", "rebalance: rank 0 has read all of its input; "
                                     "leadership no longer moves"]})
                             else:
-                                pg.send(0, ("move", rid, spec))
+                                pg.send(0, Move(rid, spec))
                         want, asked_at = control._pending()
                         if want is not None and want != n and rescale_asked is None and \
                                 0 not in _finished_ranks(parts):
-                            pg.send(0, ("checkpoint_now",))
+                            pg.send(0, CheckpointNow())
                             rescale_asked = (want, asked_at or time.monotonic(), len(checkpoints))
                         try:
                             rep = pg.recv(timeout=min(left, 0.05))
@@ -1080,12 +813,11 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                             raise
                     else:
                         rep = pg.recv(timeout=left)
-                    kind = rep[0]
-                    if kind == "error":
-                        raise _reported(rep)
-                    if kind == "resumed":
-                        resumed.add(rep[1])
-                        progress[rep[1]] = rep[2]
+                    if isinstance(rep, Error):
+                        raise reported(rep)
+                    if isinstance(rep, Resumed):
+                        resumed.add(rep.rank)
+                        progress[rep.rank] = rep.records
                         if len(resumed) == n and pending_resume is not None and control is not None:
                             pending_resume["seconds_to_resume"] = round(
                                 time.monotonic() - pending_resume["_asked_at"], 3)
@@ -1095,32 +827,32 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                         if len(resumed) == n and failed_at is not None and recoveries:
                             recoveries[-1]["seconds_to_resume"] = round(
                                 time.monotonic() - failed_at, 3)
-                    elif kind == "progress":
-                        progress[rep[1]] = rep[2]
-                    elif kind == "metrics":
+                    elif isinstance(rep, Progress):
+                        progress[rep.rank] = rep.records
+                    elif isinstance(rep, Metrics):
                         if control is not None:
-                            control.per[rep[1]] = rep[2]
+                            control.per[rep.rank] = rep.snapshot
                             if control.on_metrics is not None:
-                                control.on_metrics(rep[1], rep[2])
-                    elif kind == "ctl-moved":
+                                control.on_metrics(rep.rank, rep.snapshot)
+                    elif rep[0] == "ctl-moved":  # ExecutorControl's answer to a Move
                         if control is not None:
                             control._moves.answer(rep[2], rep[3])
-                    elif kind == "ckpt":
-                        _, rank, cid, files, segs, stats = rep
-                        reports.setdefault(cid, {})[rank] = (files, segs, stats)
+                    elif isinstance(rep, CheckpointWritten):
+                        cid = rep.ckpt_id
+                        reports.setdefault(cid, {})[rep.rank] = (rep.files, rep.segments, rep.stats)
                         if len(reports[cid]) == n:
-                            _commit(store, cid, reports.pop(cid), checkpoints)
+                            commit(store, cid, reports.pop(cid), checkpoints)
                             if rescale_asked is not None and len(checkpoints) > rescale_asked[2]:
                                 raise _Rescale(rescale_asked[0], cid, rescale_asked[1],
                                                time.monotonic())
-                    elif kind == "ok":
-                        parts[rep[1]] = rep[2]
-                        per_exec[rep[1]] = rep[3]
-                        if late is not None and rep[4] is not None:
-                            late.append(rep[4])
+                    elif isinstance(rep, Finished):
+                        parts[rep.rank] = rep.result
+                        per_exec[rep.rank] = rep.metrics
+                        if late is not None and rep.late is not None:
+                            late.append(rep.late)
                         done += 1
-            except (SystemFailure, _Reported) as e:
-                raise _failed(e, pg, fail) from None
+            except (SystemFailure, Reported) as e:
+                raise failed(e, pg, fail) from None
     return [t for t in parts if t is not None], per_exec, progress
 
 
@@ -1152,70 +884,9 @@ def all_late(ck: Optional[Checkpoint], late_now: List[pa.Table],
     return to_ipc(concat_as_first(late) if late else pa.table({}))
 
 
-def concat_as_first(tables: List[pa.Table]) -> pa.Table:
-    """One table of ``tables`` (the first one's schema; a rank without a
-    nullable column may have typed it not null)."""
-    return pa.concat_tables([t.cast(tables[0].schema) if t.schema != tables[0].schema else t
-                             for t in tables])
-
-
 def _finished_ranks(parts: List[Optional[pa.Table]]) -> set:
     """Ranks that have sent their result (they can take no checkpoint)."""
     return {r for r, t in enumerate(parts) if t is not None}
 
 
-def _failed(e: BaseException, pg: ProcessGroup,
-            fail: Callable[[Optional[int], str, BaseException], "_Failed"]) -> "_Failed":
-    """The _Failed a driver loop raises for ``e``: a SystemFailure of its own
-    (a process died, or a deadline passed: the rank it names, else the first
-    dead one) or an executor's _Reported error (a peer's broken link is
-    blamed on a dead process if there is one)."""
-    if not isinstance(e, _Reported):
-        dead = pg.exited()
-        m = re.search(r"rank (\d+)", str(e))
-        return fail(int(m.group(1)) if m else (min(dead) if dead else None), str(e), e)
-    err = e.error
-    if isinstance(err, SystemFailure) and not isinstance(err, CheckpointCorrupt):
-        time.sleep(0.2)  # a peer's broken link: is a process dead? that is the cause
-        dead = pg.exited()
-        if dead:
-            k = min(dead)
-            return fail(k, f"executor rank {k} died ({dead[k]})", err)
-    return fail(e.rank, str(err), err)
 
-
-class _Reported(Exception):
-    def __init__(self, rank: int, error: BaseException) -> None:
-        super().__init__(str(error))
-        self.rank, self.error = rank, error
-
-
-def _reported(rep: Tuple[Any, ...]) -> _Reported:
-    """An executor's ("error", rank, exc, text, traceback) report as an exception."""
-    _, rank, exc, text, tb = rep
-    log.debug("executor %d failed:\n%s", rank, tb)
-    if exc is not None:
-        return _Reported(rank, type(exc)(f"executor rank {rank}: {exc}"))
-    return _Reported(rank, SystemFailure(f"executor rank {rank} failed: {text}"))
-
-
-def _commit(store: CheckpointStore, cid: int, reports: Dict[int, Tuple[Any, ...]],
-            checkpoints: List[Dict[str, Any]]) -> None:
-    files: Dict[str, Dict[str, int]] = {}
-    segs: Dict[str, Dict[str, int]] = {}
-    size, secs, cut = 0, 0.0, 0.0
-    for rank in sorted(reports):
-        f, s, stats = reports[rank]
-        files.update(f)
-        segs.update(s)
-        size += stats["bytes"]
-        secs = max(secs, stats["seconds"])
-        cut = max(cut, stats.get("cut_seconds", 0.0))
-    t = time.monotonic()
-    store.commit(cid, files, segs, {"bytes": size})
-    # seconds: the slowest rank's file writes (background) + the commit;
-    # cut_seconds: the longest executor call holding the cut (in the push loop)
-    checkpoints.append({"id": cid, "bytes": size,
-                        "seconds": round(secs + time.monotonic() - t, 4),
-                        "cut_seconds": round(cut, 4)})
-    log.info("checkpoint %d committed: %d bytes", cid, size)

@@ -49,23 +49,28 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from slash._ipc import from_ipc, to_ipc
-from slash.ckpt_worker import AskSchedule, write_image
+from slash.ckpt_worker import AskSchedule, serve_driver, write_image
 from slash.errors import NotSupported
 from slash.executor import Executor, GroupConfig
 from slash.query import JoinQuery
 from slash.run.pacing import RatePacer
+from slash.run.faults import kill_after_cuts, kill_in_write, kill_point
+from slash.run.gc import no_cyclic_gc
+from slash.run.plan import PROGRESS_S
+from slash.run.protocol import Progress, Resumed
 from slash.sources import FileSource, Work
 
 log = logging.getLogger(__name__)
 
 SIDES = ("left", "right")
 #: one side's state after a push: (position after the batch the merge holds, rows of it held)
-_SideState = Tuple[Any, Optional[pa.RecordBatch]]
+SideState = Tuple[Any, Optional[pa.RecordBatch]]
 
 
-class _Side:
+class Side:
     """One input of the merge: ``items`` yields ``(position after, batch)``;
     ``cur`` is the batch in hand (rows not pushed yet), ``pos`` the position
     after the batch last pulled."""
@@ -81,19 +86,17 @@ class _Side:
                 self.cur = b
                 return
 
-    def state(self) -> _SideState:
+    def state(self) -> SideState:
         return self.pos, self.cur
 
 
-def merged(query: JoinQuery, sides: Dict[str, _Side]) -> Iterator[Tuple[str, pa.RecordBatch]]:
+def merged(query: JoinQuery, sides: Dict[str, Side]) -> Iterator[Tuple[str, pa.RecordBatch]]:
     """Both sides' rows merged by event time at batch grain: each step
     yields the rows of one side that come before the other side's next row,
     so neither side runs ahead of the other (rows out of order within one
     side are kept in their place; the lateness covers them). When it
-    yields, each side's :meth:`_Side.state` is its state after that push
+    yields, each side's :meth:`Side.state` is its state after that push
     (the next batch is pulled only when the merge goes on)."""
-    import pyarrow.compute as pc
-
     def first_time(b: pa.RecordBatch) -> int:
         t = pc.min(query._keys.time_ticks(b.column(query.time), b.schema)).as_py()
         return -(1 << 63) if t is None else t  # all times null: dropped at once
@@ -125,7 +128,7 @@ def time_ordered(query: JoinQuery, left: Any, right: Any, rank: int, n: int,
     """Both sides' rows of one split (``Source.read(rank, n, ...)``) in the
     order of :func:`merged`: the side batches a join executor pushes."""
     srcs = {"left": left, "right": right}
-    return merged(query, {s: _Side(_counted(iter(srcs[s].read(
+    return merged(query, {s: Side(_counted(iter(srcs[s].read(
         rank, n, query.input_columns(s, srcs[s].schema), batch_rows)))) for s in SIDES})
 
 
@@ -156,7 +159,7 @@ def _counted(items: Iterator[Any]) -> Iterator[Tuple[int, pa.RecordBatch]]:
 
 
 def _held_at(work: Work, held: Dict[int, pa.RecordBatch],
-             st: _SideState) -> Dict[int, pa.RecordBatch]:
+             st: SideState) -> Dict[int, pa.RecordBatch]:
     """The rows a FileSource side holds at a cut, by global unit: the rows
     of the batch in hand not pushed yet (its unit is the first item of the
     work left), and the held rows this attempt was dealt for units it has
@@ -210,10 +213,6 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
     the side batches before the cut; with another (both inputs FileSources),
     reads the work dealt to it - then pushes and cuts. Returns the pairs this
     executor fired in this attempt and its metrics."""
-    from slash.recovery import (_PROGRESS_S, _kill_after_cuts, _kill_in_write, _kill_point,
-                                serve_driver)
-    from slash.runner import _no_cyclic_gc
-
     n = len(addresses)
     store = plan.store()
     srcs = {"left": left, "right": right}
@@ -246,10 +245,10 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
                          [len(works[s] or []) for s in SIDES])
         if files and works["left"] is None:
             works = {s: srcs[s].work(rank, n) for s in SIDES}
-        link.put(("resumed", rank, records))
+        link.put(Resumed(rank, records))
         schemas = {"left": left.schema, "right": right.schema}
         cols = {s: query.input_columns(s, schemas[s]) for s in SIDES}
-        sides = {s: _Side(_file_items(srcs[s], works[s], held[s], cols[s], batch_rows)
+        sides = {s: Side(_file_items(srcs[s], works[s], held[s], cols[s], batch_rows)
                           if works[s] is not None else
                           _counted(iter(srcs[s].read(rank, n, cols[s], batch_rows))))
                  for s in SIDES}
@@ -257,13 +256,13 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
         pushes = 0  # side batches consumed, the dropped ones before the cut included
         records_at: Dict[int, int] = {base_pushes: records}
         # push count -> each FileSource side's state after it (a cut records it in global terms)
-        state_at: Dict[int, Dict[str, _SideState]] = {
+        state_at: Dict[int, Dict[str, SideState]] = {
             base_pushes: {s: (None, None) for s in SIDES}}
         out: List[pa.RecordBatch] = []
         pending: List[pa.RecordBatch] = []  # fired since the last cut
         asks = AskSchedule(ex, plan.every, plan.next_id, base_pushes)  # rank 0's
         last_progress = time.monotonic()
-        kill_at = _kill_point(rank, plan.attempt)
+        kill_at = kill_point(rank, plan.attempt)
         dropped = 0
         throttle = RatePacer(plan.rate / n) if plan.rate else None
 
@@ -293,7 +292,7 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
                             extra[_held_name(rank, s, g)] = to_ipc(pa.Table.from_batches([rows]))
                 write_image(store, link, rank, img, pending, result_schema, info,
                             lambda p: f"part-{p}.bin",
-                            _kill_in_write(store, plan, kill_at, rank, pushes), extra=extra)
+                            kill_in_write(store, plan, kill_at, rank, pushes), extra=extra)
                 out.extend(pending)
                 pending = after
                 for k in [k for k in records_at if k < img.pushes]:  # older cuts are not needed
@@ -302,7 +301,7 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
                 asks.cut(img.id)
             pending.extend(ex.results())
 
-        with _no_cyclic_gc():
+        with no_cyclic_gc():
             for side, batch in merged(query, sides):
                 if pushes < base_pushes:  # pushed before the cut: its rows are in the stores
                     pushes += 1
@@ -324,10 +323,10 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
                 if rank == 0:
                     asks.step(pushes)
                 if kill_at is not None and not kill_at[2] and pushes >= kill_at[0]:
-                    _kill_after_cuts(ex, store, plan, kill_at, rank, pushes, after_call)
-                if time.monotonic() - last_progress >= _PROGRESS_S:
+                    kill_after_cuts(ex, store, plan, kill_at, rank, pushes, after_call)
+                if time.monotonic() - last_progress >= PROGRESS_S:
                     last_progress = time.monotonic()
-                    link.put(("progress", rank, records))
+                    link.put(Progress(rank, records))
             ex.finish()
             after_call()
         out.extend(pending)

@@ -17,65 +17,34 @@ barrier task in the same way.
 """
 from __future__ import annotations
 
-import gc
 import inspect
 import logging
 import os
 import secrets
-import tempfile
 import time
-import traceback
-from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from slash.errors import (InvalidArgument, PeerDisconnected, SlashError, SystemFailure, Timeout,
-                          write_error)
+from slash.errors import InvalidArgument, SystemFailure, Timeout
 from slash.limits import MAX_EXECUTORS
 from slash.executor import Executor, GroupConfig
 from slash.launcher import ProcessGroup
 from slash.query import JoinQuery, Query
 from slash.recovery_join import time_ordered as _time_ordered
 from slash.run import compat
+from slash.run.elastic import Pacer, elastic_items
+from slash.run.failure import first_cause, reported
+from slash.run.gc import no_cyclic_gc
+from slash.run.inputs import bound_ticks, source_nullable
+from slash.run.output import write_late, write_parquet_atomically
 from slash.run.pacing import RatePacer
+from slash.run.protocol import Address, Error, Finished, Metrics, Windows
 from slash.sources import FileSource, Source, as_source, output_overlaps_input
 
 log = logging.getLogger(__name__)
 
 _NEVER = -(1 << 63)
-
-
-@contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """The push loop allocates a few wrapper objects per batch and frees them
-    at once; the cyclic collector still ran every few hundred of them (3% of
-    a 100-key YSB task) scanning the task's whole heap for nothing."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-def source_nullable(source: Any, columns: List[str]) -> List[str]:
-    """The columns that may hold nulls, as the source knows it (Parquet
-    statistics, a table's null counts), else as its schema declares."""
-    ask = getattr(source, "may_have_nulls", None)
-    schema = source.schema
-    out = []
-    for c in columns:
-        if c not in schema.names:
-            continue
-        if ask is not None:
-            if ask(c):
-                out.append(c)
-        elif schema.field(c).nullable:
-            out.append(c)
-    return out
 
 
 def _read_with_watermarks(source: Any, rank: int, n: int, query: Query,
@@ -182,94 +151,6 @@ def _items(query: Query, source: Any, rank: int, n: int, ex: Executor, control: 
             return
 
 
-class _Pacer:
-    """A live-scalable rank's input replayed at its own pace (``realtime``:
-    event times are wall-clock times): each batch is pushed no earlier than
-    its latest event time; ``lag_s`` / ``behind`` tell how far the reader is
-    behind the clock (the latency controller's "falling behind" signal,
-    reported as ``input_lag_ms`` / ``records_behind``)."""
-
-    def __init__(self) -> None:
-        self.lag_s = 0.0
-        self.behind: Optional[int] = None
-
-    def pace(self, query: Query, item: Any, wait: Callable[[float], bool],
-             changed: Callable[[], bool]) -> None:
-        import pyarrow.compute as pc
-
-        if not getattr(item, "num_rows", 0):
-            return
-        ticks = query.time_ticks(item.column(query.time), item.schema)
-        mm = pc.min_max(ticks)
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        if hi is None:
-            return
-        due = query.ticks_to_ms(hi, item.schema) / 1000.0
-        span = max((query.ticks_to_ms(hi, item.schema) - query.ticks_to_ms(lo, item.schema))
-                   / 1000.0, 0.001)
-        self.lag_s = max(0.0, time.time() - due)
-        self.behind = int(self.lag_s * item.num_rows / span)
-        while not changed():
-            ahead = due - time.time()
-            if ahead <= 0:
-                return
-            wait(min(ahead, 0.01))
-
-    def snapshot(self) -> Dict[str, Any]:
-        if self.behind is None:
-            return {}
-        return {"records_behind": self.behind, "input_lag_ms": round(self.lag_s * 1000.0, 1)}
-
-
-def _elastic_items(query: Query, source: Any, agent: Any, ex: Executor, control: Any,
-                   rate: Optional[float], wait: Callable[[float], bool],
-                   pacer: Optional[_Pacer] = None) -> Iterator[Any]:
-    """A live-scalable rank's batches and Watermarks (:mod:`slash.live_scale`):
-    it reads ``agent.work`` from ``agent.pos``, reopens its reader when a
-    scale commit gave it new work (or an update more columns), and with
-    nothing to read (a standby, or its work done) serves the executor until
-    new work or the driver's finish comes. ``rate``: records/s over all
-    active ranks (each reads its share of it)."""
-    cols = control.plan.input_columns
-    while True:
-        if agent.work:
-            throttle = RatePacer(rate / max(1, len(agent.active))) if rate else None
-            stop = False
-            first = agent.promise()
-            if first is not None:  # what its (new) work allows at once: a joining rank does not
-                yield first        # wait for its first unit's end to let the group move on
-            for pos, item in source.read_work(agent.work, cols, time=query.time, start=agent.pos):
-                if pacer is not None:
-                    # served while it waits: a scale request is answered within ~10 ms
-                    pacer.pace(query, item, lambda t: (wait(t), control.poll(ex))[0],
-                               lambda: agent.changed)
-                    control.poll(ex)
-                    if agent.changed:  # new work came while it waited: reread from agent.pos
-                        stop = True
-                        break
-                agent.pos = pos
-                yield item
-                if throttle is not None:
-                    throttle.after(getattr(item, "num_rows", 0),
-                                   lambda s: (ex.poll(s), control.poll(ex)), lambda: agent.changed)
-                control.poll(ex)
-                if agent.changed or control.plan.input_columns != cols:
-                    stop = True
-                    break
-            if stop:
-                agent.changed = False
-                cols = control.plan.input_columns
-                continue
-            agent.work, agent.pos = [], None  # read to its end
-        agent.idle()
-        while not agent.changed and not agent.finish:
-            wait(0.02)
-            control.poll(ex)
-        if agent.finish and not agent.changed:
-            return
-        agent.changed = False
-
-
 def execute_split(query: Query, source: Source, rank: int, addresses: List[str], listener: Any,
                   group: GroupConfig, token: str,
                   on_batch: Optional[Callable[[pa.RecordBatch], None]] = None,
@@ -279,7 +160,7 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
                   control: Optional[Any] = None, rate: Optional[float] = None,
                   on_windows: Optional[Callable[[Optional[int], List[Tuple[int, int, int]]],
                                                 None]] = None,
-                  agent: Optional[Any] = None, pacer: Optional[_Pacer] = None) -> pa.Table:
+                  agent: Optional[Any] = None, pacer: Optional[Pacer] = None) -> pa.Table:
     """One executor's whole run: read split `rank`, push, finish; returns the
     results this executor leads (key column still named ``key``, window
     bounds in the state's time unit: :meth:`Query.finalize` converts them).
@@ -345,11 +226,11 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
     if agent is not None:
         agent.start(ex, control, source, query.time)
         control.other = agent.handle
-        items = _elastic_items(query, source, agent, ex, control, rate, wait, pacer)
+        items = elastic_items(query, source, agent, ex, control, rate, wait, pacer)
     else:
         items = _items(query, source, rank, n, ex, control, rate, wait)
     try:
-        with _no_cyclic_gc():
+        with no_cyclic_gc():
             for item in items:
                 if isinstance(item, (pa.RecordBatch, pa.Table)):
                     b, skip = prepare(item)
@@ -435,7 +316,7 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
             elastic, realtime, link) -> None:
     """One executor process of :func:`run` (see :mod:`slash.launcher`): sends
     its listener address, gets everyone's, runs its split, sends the result;
-    with ``report_every`` (seconds) also ("metrics", rank, snapshot) as it runs;
+    with ``report_every`` (seconds) also :class:`~slash.run.protocol.Metrics` as it runs;
     with ``control_on`` it answers the driver's control messages
     (:class:`slash.control.ExecutorControl`); ``rate``: its records/s;
     ``realtime`` (a live-scalable rank): its input paced by event time, and
@@ -457,7 +338,7 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
             work = source.work(rank, elastic, query.time) if rank < elastic else []
             agent = ScaleAgent(rank, n, work, range(elastic), link.put, link._conn, group.timeout)
         report = on_windows = None
-        pacer = _Pacer() if realtime and agent is not None else None
+        pacer = Pacer() if realtime and agent is not None else None
         if report_every:
             from slash.metrics import Reporter
             reporter = Reporter(report_every)
@@ -473,13 +354,13 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
                         snap["standby"] = not agent.is_active
                     if pacer is not None:
                         snap.update(pacer.snapshot())
-                    link.put(("metrics", rank, snap))
+                    link.put(Metrics(rank, snap))
 
             if not getattr(source, "bounded", True) or pacer is not None:  # a stream: latency = emit - window end
                 def on_windows(mark: Optional[int], wins: List[Tuple[int, int, int]]) -> None:
-                    link.put(("windows", rank, mark, wins))
+                    link.put(Windows(rank, mark, wins))
         lst = Executor.listen(group.transport, token=token)
-        link.put(("addr", rank, lst.address))
+        link.put(Address(rank, lst.address))
         addresses = link.get(timeout=group.timeout)
         m: Dict[str, Any] = {}
         late: Optional[List[pa.RecordBatch]] = [] if want_late else None
@@ -497,42 +378,9 @@ def _worker(query, source, rank, n, group, token, want_late, report_every, contr
                                    on_windows=on_windows, agent=agent, pacer=pacer)
         lst.close()
         plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
-        link.put(("ok", rank, result, plain, pa.Table.from_batches(late) if late else None))
+        link.put(Finished(rank, result, plain, pa.Table.from_batches(late) if late else None))
     except BaseException as e:  # the parent raises it, naming the rank
-        link.put(("error", rank, e if isinstance(e, SlashError) else None,
-                  f"{type(e).__name__}: {e}", traceback.format_exc()))
-
-
-#: how long the driver waits, after a rank reports that a peer went away, for
-#: that peer's own error (the cause, which it reports in the same instant)
-CAUSE_GRACE_S = 3.0
-
-
-def _raise_reported(rep: Tuple[Any, ...], pg: Any = None) -> None:
-    """Raises an executor's ("error", rank, exc, text, traceback) report. A
-    rank whose peer closed its channel fails because that peer failed: with
-    the group ``pg``, the peer's own error (its type, so its exit code) is
-    awaited for :data:`CAUSE_GRACE_S` and raised instead, whichever arrives
-    first."""
-    if pg is not None and isinstance(rep[2], PeerDisconnected):
-        deadline = time.monotonic() + CAUSE_GRACE_S
-        while time.monotonic() < deadline:
-            try:
-                other = pg.recv(timeout=max(0.0, deadline - time.monotonic()))
-            except Timeout:
-                break
-            except SystemFailure as e:
-                if any(how != "exit code 0" for how in pg.exited().values()):
-                    raise e from None  # a rank died (killed, crashed): that is the cause
-                break  # every rank has reported: no cause beyond this report
-            if other[0] == "error" and not isinstance(other[2], PeerDisconnected):
-                rep = other
-                break
-    _, rank, exc, text, tb = rep
-    log.debug("executor %d failed:\n%s", rank, tb)
-    if exc is not None:
-        raise type(exc)(f"executor rank {rank}: {exc}")
-    raise SystemFailure(f"executor rank {rank} failed: {text}")
+        link.put(Error.of(rank, e))
 
 
 def _check_output_path(path: str, what: str, src: Any = None) -> None:
@@ -699,14 +547,15 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     t0 = time.monotonic()
     want_late = late_output is not None
     if latency_target is not None or realtime:
-        from slash.autotune import run_autotuned
+        from slash.autotune import GroupDrivers, run_autotuned
 
         return run_autotuned(query, src, n, group, token, latency_target=latency_target,
                              min_executors=min_executors, max_executors=max_executors,
                              realtime=realtime, live=live, control=control, checkpoint=checkpoint,
                              checkpoint_every=checkpoint_every, max_restarts=max_restarts,
                              checkpoint_keep=checkpoint_keep, output=output, timeout=timeout,
-                             metrics=metrics, t0=t0, late_output=late_output)
+                             metrics=metrics, t0=t0, late_output=late_output,
+                             drivers=GroupDrivers(_run_group, run_checkpointed_group, _control_for))
     if min_executors is not None:
         raise InvalidArgument("min_executors bounds the controller: give latency_target= too")
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
@@ -730,7 +579,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
                                            timeout=timeout, rate=rate, control=control,
                                            metrics=metrics, output=output, live=live, late=late)
             if late:
-                _write_late(late, late_output)
+                write_late(late, late_output)
             return result
         ctl, server = _control_for(True if control in (None, False) else control, query, src,
                                    max_executors, elastic=True)
@@ -751,7 +600,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
             if live is not None:  # ranks report over their links; recoveries are marks on the page
                 control = control or Rescaler()
                 control.on_metrics, control.on_event = live.feed, live.event
-            return _run_checkpointed(query, src, n, group, token, output, timeout, metrics,
+            return run_checkpointed_group(query, src, n, group, token, output, timeout, metrics,
                                      late_output, checkpoint, checkpoint_every, max_restarts,
                                      checkpoint_keep, t0, control or None, live_every=live_every,
                                      rate=rate)
@@ -761,7 +610,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         rescaler = Rescaler()
         ctl, server = serve_checkpointed(control, query, src, n, rescaler, live)
         try:
-            return _run_checkpointed(query, src, n, group, token, output, timeout, metrics,
+            return run_checkpointed_group(query, src, n, group, token, output, timeout, metrics,
                                      late_output, checkpoint, checkpoint_every, max_restarts,
                                      checkpoint_keep, t0, rescaler,
                                      live_every=min(live_every or 1e9, ctl.tick * 10),
@@ -858,7 +707,7 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
             from slash.live_join import JoinLiveScaler
             scaler = JoinLiveScaler(src, query, n, elastic)
         else:
-            scaler = LiveScaler(src, query, n, elastic, lambda b: _bound_ticks(query, src, b))
+            scaler = LiveScaler(src, query, n, elastic, lambda b: bound_ticks(query, src.schema, b))
         ctl.set_hook("scale-out", scaler.scale_out)
         ctl.set_hook("scale-in", scaler.scale_in)
         ctl.set_hook("elastic-status", scaler.status)
@@ -871,19 +720,6 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
     finally:
         if scaler is not None:
             scaler.close()
-
-
-def _bound_ticks(query: Any, src: Any, bound: Any) -> Optional[int]:
-    """A unit's bound in ticks: None without statistics (it bounds nothing
-    below), the highest tick for a unit without a non-null time (no row of
-    it is in any window, so no rank's watermark makes it late)."""
-    from slash.sources import _ALL_NULL
-
-    if bound is None:
-        return None
-    if bound is _ALL_NULL:
-        return (1 << 63) - 1
-    return query.watermark_ticks(bound, src.schema)
 
 
 def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str,
@@ -903,9 +739,9 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
             except Timeout:
                 raise SystemFailure(f"only {len(got)} of {n} executors started within "
                                     f"{group.timeout} s") from None
-            if rep[0] == "error":
-                _raise_reported(rep, pg)
-            got[rep[1]] = rep[2]
+            if isinstance(rep, Error):
+                raise reported(first_cause(rep, pg)).error
+            got[rep.rank] = rep.address
         pg.broadcast([got[r] for r in range(n)])
         if ctl is not None:
             ctl.attach(pg.send)
@@ -929,11 +765,11 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
                 if ctl is not None and left > ctl.tick:
                     continue
                 raise SystemFailure(f"query did not finish within {timeout} s") from None
-            if rep[0] == "error":
-                _raise_reported(rep, pg)
-            if rep[0] == "metrics":
+            if isinstance(rep, Error):
+                raise reported(first_cause(rep, pg)).error
+            if isinstance(rep, Metrics):
                 if live is not None:
-                    live.update_executor(rep[1], rep[2])
+                    live.update_executor(rep.rank, rep.snapshot)
                 if ctl is not None:
                     ctl.on_message(rep)
                 continue
@@ -941,14 +777,14 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
                 continue
             if scaler is not None and scaler.on_message(rep):
                 continue
-            if rep[0] == "windows":  # the emit time: when the driver learns a window is whole
+            if isinstance(rep, Windows):  # the emit time: when the driver learns a window is whole
                 if live is not None:
-                    live.executor_windows(rep[1], rep[2], rep[3])
+                    live.executor_windows(rep.rank, rep.mark, rep.windows)
                 continue
-            parts[rep[1]] = rep[2]
-            per_exec[rep[1]] = rep[3]
-            if rep[4] is not None:
-                late_parts.append(rep[4])
+            parts[rep.rank] = rep.result  # a Finished
+            per_exec[rep.rank] = rep.metrics
+            if rep.late is not None:
+                late_parts.append(rep.late)
             done += 1
     if isinstance(query, JoinQuery):
         result = query.finalize(pa.concat_tables(parts), src[0].schema, src[1].schema)
@@ -982,7 +818,7 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
     return result
 
 
-def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: str,
+def run_checkpointed_group(query: Any, src: Any, n: int, group: GroupConfig, token: str,
                       output: Optional[str], timeout: float, metrics: Optional[Dict[str, Any]],
                       late_output: Optional[str], checkpoint: str, every: Any, max_restarts: int,
                       keep: int, t0: float, control: Optional[Any] = None,
@@ -1013,36 +849,5 @@ def _run_checkpointed(query: Any, src: Any, n: int, group: GroupConfig, token: s
     if output:
         write_parquet_atomically(result, output)
     if late:
-        _write_late(late, late_output)
+        write_late(late, late_output)
     return result
-
-
-def _write_late(late: List[pa.Table], path: str) -> None:
-    """Writes the late rows (every rank's, every committed cut's) to ``path``
-    if there are any, and warns with their count."""
-    from slash.recovery import concat_as_first
-
-    rows = concat_as_first(late)
-    if rows.num_rows:
-        log.warning("%d late record(s) were not applied (written to %s)", rows.num_rows, path)
-        write_parquet_atomically(rows, path)
-
-
-def write_parquet_atomically(table: pa.Table, path: str) -> None:
-    d = os.path.dirname(os.path.abspath(path)) or "."
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".slash-", suffix=".parquet", dir=d)
-    except OSError as e:  # name the user's path, not the hidden temporary file
-        raise write_error(path, e) from None
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(e, OSError):
-            raise write_error(path, e) from None
-        raise

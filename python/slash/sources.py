@@ -86,17 +86,17 @@ class Unit:
 
 # ---- time bounds of units -------------------------------------------------------
 # A unit's bound on the time column is one of: None (no statistics: it may hold
-# any time), _ALL_NULL (it holds no non-null time: it bounds nothing), or a
+# any time), ALL_NULL (it holds no non-null time: it bounds nothing), or a
 # pa.Scalar no larger than every non-null time it holds.
 class _AllNull:
     def __repr__(self) -> str:
         return "<all null>"
 
     def __reduce__(self) -> str:  # stays a singleton through pickling
-        return "_ALL_NULL"
+        return "ALL_NULL"
 
 
-_ALL_NULL = _AllNull()
+ALL_NULL = _AllNull()
 _Bound = Union[None, _AllNull, pa.Scalar]
 
 
@@ -111,7 +111,7 @@ def _key(s: pa.Scalar) -> Any:
 def _order_key(b: _Bound) -> Tuple[int, Any]:
     if b is None:
         return (0, 0)
-    if b is _ALL_NULL:
+    if b is ALL_NULL:
         return (2, 0)
     return (1, _key(b))
 
@@ -143,7 +143,7 @@ def _contiguous(units: Sequence[Unit], rank: int, n: int) -> List[int]:
     return out
 
 
-def _promises(bounds: Sequence[_Bound]) -> List[Optional[pa.Scalar]]:
+def promises(bounds: Sequence[_Bound]) -> List[Optional[pa.Scalar]]:
     """For each position i, the watermark the units from i on allow: the
     smallest of their minima, or None if one lacks statistics or none holds a
     non-null time."""
@@ -154,7 +154,7 @@ def _promises(bounds: Sequence[_Bound]) -> List[Optional[pa.Scalar]]:
         b = bounds[i]
         if b is None:
             known = False
-        elif b is not _ALL_NULL and (best is None or _key(b) < _key(best)):
+        elif b is not ALL_NULL and (best is None or _key(b) < _key(best)):
             best = b
         out[i] = best if known else None
     return out
@@ -164,7 +164,7 @@ def _with_markers(parts: Iterable[Iterator[pa.RecordBatch]], bounds: Sequence[_B
                   markers: bool) -> Iterator[Union[pa.RecordBatch, Watermark]]:
     """Each unit's batches, then (when ``markers``) a Watermark after every
     unit but the last whenever the promise of the units left has advanced."""
-    promise = _promises(bounds) if markers else []
+    promise = promises(bounds) if markers else []
     last = None
     for i, batches in enumerate(parts):
         yield from batches
@@ -195,7 +195,7 @@ def _parquet_min(stats: Any, rows: int, col: Any, t: pa.DataType) -> _Bound:
     if stats is None:
         return None
     if stats.has_null_count and stats.null_count == rows:
-        return _ALL_NULL
+        return ALL_NULL
     if not stats.has_min_max or col.physical_type == "INT96":  # Spark's legacy INT96: no usable order
         return None
     if pa.types.is_timestamp(t):
@@ -224,7 +224,7 @@ def _leaf_index(md: pq.FileMetaData, name: str) -> Optional[int]:
 
 def _batch_min(arr: Union[pa.Array, pa.ChunkedArray]) -> _Bound:
     if arr.null_count == len(arr):
-        return _ALL_NULL
+        return ALL_NULL
     return pc.min(arr)
 
 
@@ -546,7 +546,7 @@ class FileSource:
         if time in self._part_names:
             for u in self.units:
                 v = self._parts.get(os.path.normpath(u.path), {}).get(time)
-                out.append(_ALL_NULL if v is None else scalar(v, t))
+                out.append(ALL_NULL if v is None else scalar(v, t))
         else:
             for path, units in self._by_file():
                 if _is_ipc(path):
@@ -662,7 +662,7 @@ class FileSource:
             raise InvalidArgument(f"source position {list(start or [])} is outside this "
                                   f"split of {len(units)} units")
         markers = time is not None
-        promise = _promises(bounds) if markers else []
+        promise = promises(bounds) if markers else []
         last = None
         for i in range(1, u0 + 1):  # the markers given before the start, without reading
             w = promise[i] if i < len(bounds) else None

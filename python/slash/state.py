@@ -238,7 +238,7 @@ def _to_arrow_or_numpy(obj: Any, name: str) -> Union[pa.Array, np.ndarray]:
         raise SchemaError(f"column {name!r}: cannot read it as an array ({e})") from None
 
 
-def _numeric(obj: Any, name: str, dtype: str, fill: Any = None, unit: str = "ms") -> np.ndarray:
+def as_numeric(obj: Any, name: str, dtype: str, fill: Any = None, unit: str = "ms") -> np.ndarray:
     """A C-contiguous int64 or float64 NumPy array; safe casts only. Nulls
     are an error unless ``fill`` is given (they become ``fill``).
     Timestamps must be in ``unit``."""
@@ -285,8 +285,8 @@ def _times(obj: Any, cfg: StateConfig) -> Tuple[np.ndarray, Optional[np.ndarray]
     nulls = None
     if isinstance(arr, pa.Array) and arr.null_count:
         nulls = to_numpy(arr.is_null())
-        return _numeric(arr, "times", "int64", fill=0, unit=cfg.time_unit), nulls
-    return _numeric(arr, "times", "int64", unit=cfg.time_unit), nulls
+        return as_numeric(arr, "times", "int64", fill=0, unit=cfg.time_unit), nulls
+    return as_numeric(arr, "times", "int64", unit=cfg.time_unit), nulls
 
 
 def _key_label(cfg: StateConfig) -> str:
@@ -304,10 +304,10 @@ def _int_keys(obj: Any, cfg: StateConfig) -> np.ndarray:
         if not cfg.key_nullable:
             raise SchemaError(f"{_key_label(cfg)} has {arr.null_count} null value(s) and the "
                               "state was configured with key_nullable=False")
-        out = _numeric(arr, "keys", "int64", fill=0)
+        out = as_numeric(arr, "keys", "int64", fill=0)
         _check_reserved(out, arr, cfg)
         return np.where(to_numpy(arr.is_null()), NULL_KEY_INT, out)
-    out = _numeric(arr, "keys", "int64")
+    out = as_numeric(arr, "keys", "int64")
     if cfg.key_nullable and out.dtype == np.int64 and len(out) and _may_hold_min(arr):
         _check_reserved(out, arr, cfg)
     return out
@@ -417,7 +417,7 @@ def _slot_values(cfg: StateConfig, slot: CoreSlot, col: Any, n: int) -> np.ndarr
         return _ones(n)
     dtype = cfg.value_type(slot.column)
     fill = _identity(slot.kind, dtype) if slot.column in cfg.nullable else None
-    return _numeric(col, slot.column, dtype, fill=fill)
+    return as_numeric(col, slot.column, dtype, fill=fill)
 
 
 def prepare_columns(cfg: StateConfig, keys: Any, times: Any,

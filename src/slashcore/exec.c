@@ -19,6 +19,10 @@
  * Leadership: partition p is led by the leader map's rank (leadermap.h);
  * moving it (the MAP marker and the hand-over) is exec_moves.c's protocol.
  *
+ * Rows: the repartition baseline, and routing of records whose local
+ * aggregation does not pay, send records as rows to their leaders
+ * (exec_repartition.c).
+ *
  * Failure: an executor that fails sends ABORT with its reason to every peer
  * whose ring has room before it closes, so the others name the root cause
  * (the rank that died first) rather than the executor that noticed it.
@@ -133,11 +137,6 @@ static slash_status merge_timed(slash_exec *ex, const void *addr, size_t len)
     return st;
 }
 
-static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, size_t len,
-                               uint64_t rows, uint32_t side);
-static bool repartitioning(const slash_exec *ex);
-static slash_status flush_all_rows(slash_exec *ex);
-
 static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_t len)
 {
     sync_msg h;
@@ -179,7 +178,7 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
         if (h.frag != len - sizeof h)
             return slash_fail(SLASH_EPROTO, "exec: rank %u sent a truncated record message", r);
         ex->m.delta_bytes_received += h.frag;
-        return apply_rows(ex, r, buf + sizeof h, h.frag, h.offset, h.part);
+        return exec_apply_rows(ex, r, buf + sizeof h, h.frag, h.offset, h.part);
     }
     if (h.type != SYNC_DELTA)
         return slash_fail(SLASH_EPROTO, "exec: unknown message type %u from rank %u", h.type, r);
@@ -432,16 +431,16 @@ static slash_status end_epoch(slash_exec *ex, bool final)
 {
     uint64_t t0 = slash_now_ns();
     int64_t wm = final ? INT64_MAX : current_watermark(ex);
-    if (repartitioning(ex)) {
+    if (exec_repartitioning(ex)) {
         /* records went out as they came; only the watermark is left to send */
-        slash_status st = flush_all_rows(ex);
+        slash_status st = exec_flush_all_rows(ex);
         if (st == SLASH_OK && ex->mv.pending)
             st = switch_map(ex);
         if (st != SLASH_OK)
             return st;
         return publish_epoch(ex, wm, t0);
     }
-    slash_status st = flush_all_rows(ex); /* records routed this epoch go first */
+    slash_status st = exec_flush_all_rows(ex); /* records routed this epoch go first */
     if (st == SLASH_OK && ex->mv.pending) /* then the marker, then new-map deltas */
         st = switch_map(ex);
     if (st != SLASH_OK)
@@ -695,23 +694,6 @@ slash_status slash_exec_handle_message(slash_exec *ex, uint32_t from, const void
     return handle(ex, from, buf, len);
 }
 
-static size_t key_bytes_at(const slash_ssb_batch *b, size_t i)
-{
-    if (b->key_offsets_64) {
-        const int64_t *o = b->key_offsets;
-        return (size_t)(o[i + 1] - o[i]);
-    }
-    const int32_t *o = b->key_offsets;
-    return (size_t)(o[i + 1] - o[i]);
-}
-
-static size_t key_start_at(const slash_ssb_batch *b, size_t i)
-{
-    if (b->key_offsets_64)
-        return (size_t)((const int64_t *)b->key_offsets)[i];
-    return (size_t)((const int32_t *)b->key_offsets)[i];
-}
-
 /* Records kept out of a batch (the on-time ones, or the own ones), copied
  * into columns of their own. */
 typedef struct compacted {
@@ -821,288 +803,6 @@ static slash_status join_subset(slash_exec *ex, void *store, const slash_join_ba
         nb.columns[j] = c.vals[j];
     st = slash_join_update(store, &nb);
     compacted_free(&c);
-    return st;
-}
-
-/* ---- repartition mode (the baseline) --------------------------------------------- */
-
-static bool repartitioning(const slash_exec *ex) { return ex->cfg.mode == SLASH_EXEC_REPARTITION; }
-
-static slash_key_type exec_key_type(const slash_exec *ex)
-{
-    return ex->cfg.kind == SLASH_EXEC_JOIN ? ex->cfg.join.key_type : ex->cfg.state.key_type;
-}
-
-static inline uint32_t owner_of(const slash_exec *ex, const slash_ssb_batch *b, size_t i)
-{
-    uint64_t h = exec_key_type(ex) == SLASH_KEY_INT64
-                     ? ssb_hash_i64(b->keys[i])
-                     : ssb_hash_bytes(b->key_data + key_start_at(b, i), key_bytes_at(b, i));
-    /* both modes: the leader of the key's partition, so a checkpoint holds each
-     * partition at one executor and a restore with another N can move it */
-    return slash_leadermap_leader(&ex->mv.map, ssb_part_of_n(ex->parts, h));
-}
-
-/* Value columns a row carries: aggregates, the inputs they read; joins, the
- * side's columns. present[j] says whether column j travels. */
-static uint32_t row_columns(const slash_exec *ex, uint32_t side, bool present[SLASH_SSB_MAX_AGGS])
-{
-    uint32_t n = ex->cfg.kind == SLASH_EXEC_JOIN ? ex->cfg.join.ncols[side ? 1 : 0] : ex->cfg.state.naggs;
-    for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS; j++)
-        present[j] = j < n && (ex->cfg.kind == SLASH_EXEC_JOIN ||
-                               slash_crdt_needs_input(ex->cfg.state.aggs[j]));
-    return n;
-}
-
-static slash_status flush_rows(slash_exec *ex, uint32_t r)
-{
-    rowbuf *rb = &ex->out_rows[r];
-    if (!rb->len)
-        return SLASH_OK;
-    sync_msg h = {.type = SYNC_ROWS, .part = rb->side, .epoch = ex->epoch + 1, .offset = rb->rows,
-                  .frag = rb->len};
-    slash_status st = ship(ex, r, &h, rb->buf, rb->len);
-    ex->m.delta_bytes_sent += rb->len;
-    ex->m.records_shipped += rb->rows;
-    rb->len = 0;
-    rb->rows = 0;
-    return st;
-}
-
-static slash_status flush_all_rows(slash_exec *ex)
-{
-    slash_status st = SLASH_OK;
-    for (uint32_t r = 0; r < ex->n && st == SLASH_OK; r++)
-        if (r != ex->rank)
-            st = flush_rows(ex, r);
-    return st;
-}
-
-/* Appends record i (times and keys as in kv, columns in values) to the rows
- * bound for owner r. */
-static slash_status append_row(slash_exec *ex, uint32_t r, const slash_ssb_batch *kv,
-                               const void *const *values, uint32_t side, size_t i)
-{
-    rowbuf *rb = &ex->out_rows[r];
-    bool present[SLASH_SSB_MAX_AGGS];
-    uint32_t n = row_columns(ex, side, present);
-    size_t kl = exec_key_type(ex) == SLASH_KEY_INT64 ? 8 : 1 + key_bytes_at(kv, i);
-    size_t w = 8 + kl;
-    for (uint32_t j = 0; j < n; j++)
-        w += present[j] ? 8 : 0;
-    if (rb->len + w > rb->cap || (rb->rows && rb->side != side)) {
-        slash_status st = flush_rows(ex, r);
-        if (st != SLASH_OK)
-            return st;
-    }
-    rb->side = side;
-    uint8_t *p = rb->buf + rb->len;
-    memcpy(p, &kv->times[i], 8);
-    p += 8;
-    if (exec_key_type(ex) == SLASH_KEY_INT64) {
-        memcpy(p, &kv->keys[i], 8);
-        p += 8;
-    } else {
-        *p++ = (uint8_t)(kl - 1);
-        if (kl > 1)
-            memcpy(p, kv->key_data + key_start_at(kv, i), kl - 1);
-        p += kl - 1;
-    }
-    for (uint32_t j = 0; j < n; j++)
-        if (present[j]) {
-            memcpy(p, (const uint8_t *)values[j] + i * 8, 8);
-            p += 8;
-        }
-    rb->len += w;
-    rb->rows++;
-    return SLASH_OK;
-}
-
-static bool grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    void *np = realloc(*p, need * elem);
-    if (!np)
-        return false;
-    *p = np;
-    *cap = need;
-    return true;
-}
-
-/* Decodes rows received from rank r and folds them into the leader store. */
-static slash_status apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, size_t len,
-                               uint64_t rows, uint32_t side)
-{
-    columns *d = &ex->dec;
-    bool present[SLASH_SSB_MAX_AGGS];
-    uint32_t ncols = row_columns(ex, side, present);
-    slash_key_type kt = exec_key_type(ex);
-    if (rows > len / 9) /* a row takes >= 9 bytes: refuse a count the payload cannot hold */
-        goto bad;
-    if ((size_t)rows + 1 > d->cap) { /* offs holds rows + 1 entries */
-        size_t cap = d->cap, need = (size_t)rows + 1;
-        bool ok = grow((void **)&d->times, &cap, need, 8);
-        cap = d->cap;
-        ok = ok && grow((void **)&d->keys, &cap, need, 8);
-        cap = d->cap;
-        ok = ok && grow((void **)&d->offs, &cap, need, 8);
-        for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS && ok; j++) {
-            cap = d->cap;
-            ok = grow((void **)&d->vals[j], &cap, need, 8);
-        }
-        if (!ok)
-            return slash_fail(SLASH_ENOMEM, "exec: out of memory decoding rows");
-        d->cap = need;
-    }
-    if (!grow((void **)&d->data, &d->data_cap, len ? len : 1, 1))
-        return slash_fail(SLASH_ENOMEM, "exec: out of memory decoding rows");
-    const uint8_t *end = p + len;
-    size_t kd = 0;
-    d->offs[0] = 0;
-    for (uint64_t k = 0; k < rows; k++) {
-        if (end - p < 8)
-            goto bad;
-        memcpy(&d->times[k], p, 8);
-        p += 8;
-        if (kt == SLASH_KEY_INT64) {
-            if (end - p < 8)
-                goto bad;
-            memcpy(&d->keys[k], p, 8);
-            p += 8;
-        } else {
-            if (end - p < 1 || end - p - 1 < *p || *p > SLASH_SSB_KEY_MAX)
-                goto bad;
-            size_t kl = *p++;
-            if (kl)
-                memcpy(d->data + kd, p, kl);
-            p += kl;
-            kd += kl;
-            d->offs[k + 1] = (int64_t)kd;
-        }
-        for (uint32_t j = 0; j < ncols; j++)
-            if (present[j]) {
-                if (end - p < 8)
-                    goto bad;
-                memcpy(&d->vals[j][k], p, 8);
-                p += 8;
-            }
-    }
-    if (p != end)
-        goto bad;
-    const int64_t *keys = kt == SLASH_KEY_INT64 ? d->keys : NULL;
-    const int64_t *offs = kt == SLASH_KEY_INT64 ? NULL : d->offs;
-    const uint8_t *data = kt == SLASH_KEY_INT64 ? NULL : d->data;
-    if (ex->cfg.kind == SLASH_EXEC_JOIN) {
-        slash_join_batch jb = {.side = side ? SLASH_JOIN_RIGHT : SLASH_JOIN_LEFT, .n = (size_t)rows,
-                               .times = d->times, .keys = keys, .key_offsets = offs,
-                               .key_offsets_64 = 1, .key_data = data};
-        for (uint32_t j = 0; j < ncols; j++)
-            jb.columns[j] = d->vals[j];
-        return slash_join_update(ex->leader, &jb);
-    }
-    slash_ssb_batch nb = {.n = (size_t)rows, .times = d->times, .keys = keys, .key_offsets = offs,
-                          .key_offsets_64 = 1, .key_data = data};
-    for (uint32_t j = 0; j < ncols; j++)
-        if (present[j])
-            nb.values[j] = d->vals[j];
-    return slash_ssb_update(ex->leader, &nb);
-bad:
-    return slash_fail(SLASH_EPROTO, "exec: malformed records from rank %u", r);
-}
-
-/* Marks the on-time records of (kv, values) for their owners: the own ones
- * get skip[i] = 0 (returned count), the others go out as rows. */
-#define ROUTE_CHUNK 64
-
-/* route_rows for int64 keys, where every row has the same width: in chunks,
- * the selected on-time rows are gathered without branches, then each is
- * written to its owner's buffer, or for an own row to a sink that is
- * dropped: a select, not a branch, since the owner of a random key is a coin
- * toss that mispredicted every other row. */
-static slash_status route_rows_i64(slash_exec *ex, const slash_ssb_batch *kv,
-                                   const void *const *values, uint32_t side, uint8_t *skip,
-                                   size_t *keep)
-{
-    bool present[SLASH_SSB_MAX_AGGS];
-    const uint32_t nv = row_columns(ex, side, present);
-    const uint8_t *cols[SLASH_SSB_MAX_AGGS];
-    uint32_t nc = 0;
-    for (uint32_t j = 0; j < nv; j++)
-        if (present[j])
-            cols[nc++] = values[j];
-    const size_t w = 16 + 8 * (size_t)nc;
-    size_t chunk = ROUTE_CHUNK; /* rows that fit in every peer's empty buffer */
-    for (uint32_t r = 0; r < ex->n; r++)
-        if (r != ex->rank && ex->out_rows[r].cap / w < chunk)
-            chunk = ex->out_rows[r].cap / w;
-    uint8_t scratch[16 + 8 * SLASH_SSB_MAX_AGGS];
-    rowbuf sink = {.buf = scratch, .cap = sizeof scratch};
-    const int64_t pub = ex->published;
-    const int64_t *times = kv->times, *keys = kv->keys;
-    const uint8_t *sel = kv->skip;
-    size_t idx[ROUTE_CHUNK], kept = 0;
-    for (size_t base = 0; base < kv->n; base += chunk) {
-        size_t lim = kv->n - base < chunk ? kv->n - base : chunk, m = 0;
-        for (size_t j = 0; j < lim; j++) {
-            size_t i = base + j;
-            skip[i] = 1;
-            idx[m] = i;
-            m += (size_t)!((sel ? sel[i] != 0 : 0) | (times[i] < pub));
-        }
-        if (!m)
-            continue;
-        for (uint32_t r = 0; r < ex->n; r++) {
-            rowbuf *rb = &ex->out_rows[r];
-            if (r == ex->rank)
-                continue;
-            if (rb->len + m * w > rb->cap || (rb->rows && rb->side != side)) {
-                slash_status st = flush_rows(ex, r);
-                if (st != SLASH_OK)
-                    return st;
-            }
-            rb->side = side;
-        }
-        for (size_t t = 0; t < m; t++) {
-            size_t i = idx[t];
-            uint32_t o = owner_of(ex, kv, i);
-            size_t mine = o == ex->rank;
-            rowbuf *rb = mine ? &sink : &ex->out_rows[o];
-            uint8_t *p = rb->buf + rb->len;
-            memcpy(p, &times[i], 8);
-            memcpy(p + 8, &keys[i], 8);
-            for (uint32_t j = 0; j < nc; j++)
-                memcpy(p + 16 + 8 * j, cols[j] + i * 8, 8);
-            rb->len += w;
-            rb->rows++;
-            sink.len = 0;
-            skip[i] = (uint8_t)(mine ^ 1);
-            kept += mine;
-        }
-    }
-    *keep = kept;
-    return SLASH_OK;
-}
-
-static slash_status route_rows(slash_exec *ex, const slash_ssb_batch *kv, const void *const *values,
-                               uint32_t side, uint8_t *skip, size_t *keep)
-{
-    if (exec_key_type(ex) == SLASH_KEY_INT64)
-        return route_rows_i64(ex, kv, values, side, skip, keep);
-    *keep = 0;
-    slash_status st = SLASH_OK;
-    for (size_t i = 0; i < kv->n && st == SLASH_OK; i++) {
-        skip[i] = 1;
-        if ((kv->skip && kv->skip[i]) || kv->times[i] < ex->published)
-            continue;
-        uint32_t o = owner_of(ex, kv, i);
-        if (o == ex->rank) {
-            skip[i] = 0;
-            (*keep)++;
-        } else {
-            st = append_row(ex, o, kv, values, side, i);
-        }
-    }
     return st;
 }
 
@@ -1266,14 +966,14 @@ static slash_status route(slash_exec *ex, const batch_kind *k, const void *b)
     if (!skip)
         return slash_fail(SLASH_ENOMEM, "exec: out of memory");
     size_t keep = 0;
-    slash_status st = route_rows(ex, &kv, k->values(b), k->side(b), skip, &keep);
+    slash_status st = exec_route_rows(ex, &kv, k->values(b), k->side(b), skip, &keep);
     if (st == SLASH_OK && keep)
         st = keep == kv.n ? k->whole(ex->leader, b) : k->subset(ex, ex->leader, b, skip, keep);
-    if (st == SLASH_OK && !repartitioning(ex))
+    if (st == SLASH_OK && !exec_repartitioning(ex))
         ex->m.own_rows_direct += keep;
     free(skip);
     if (st == SLASH_OK)
-        st = flush_all_rows(ex);
+        st = exec_flush_all_rows(ex);
     return st;
 }
 
@@ -1284,7 +984,7 @@ static uint64_t batch_bytes(const slash_exec *ex, const slash_ssb_batch *kv, uin
                             size_t rows)
 {
     bool present[SLASH_SSB_MAX_AGGS];
-    uint32_t n = row_columns(ex, side, present);
+    uint32_t n = exec_row_columns(ex, side, present);
     size_t width = 8 + (exec_key_type(ex) == SLASH_KEY_INT64 ? 8 : 0);
     for (uint32_t j = 0; j < n; j++)
         width += present[j] ? 8 : 0;
@@ -1354,7 +1054,7 @@ static slash_status push_any(slash_exec *ex, const batch_kind *k, const void *b,
     size_t nl, ns;
     int64_t mx;
     scan_late(ex, &kv, late, &nl, &ns, &mx);
-    if (repartitioning(ex) || ex->routing) {
+    if (exec_repartitioning(ex) || ex->routing) {
         st = route(ex, k, b);
     } else if (ex->direct) {
         st = apply_split(ex, k, b);

@@ -186,6 +186,48 @@ slash_status exec_enter(slash_exec *ex);
 slash_status exec_leave(slash_exec *ex, slash_status st);
 int exec_timeout_ms(const slash_exec *ex);
 
+/* exec_repartition.c, called by exec.c (with ex->mu held): the repartition
+ * baseline and routing. exec_route_rows marks in skip[] which records of a
+ * batch stay (the own partitions' on-time ones, counted in *keep) and
+ * buffers the others as rows for their leaders; exec_flush_all_rows sends
+ * every buffer; exec_apply_rows folds a ROWS message from rank r into the
+ * leader store. exec_row_columns: the value columns a row carries (present[j]:
+ * whether column j travels). */
+slash_status exec_route_rows(slash_exec *ex, const slash_ssb_batch *kv, const void *const *values,
+                             uint32_t side, uint8_t *skip, size_t *keep);
+slash_status exec_flush_all_rows(slash_exec *ex);
+slash_status exec_apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, size_t len,
+                             uint64_t rows, uint32_t side);
+uint32_t exec_row_columns(const slash_exec *ex, uint32_t side, bool present[SLASH_SSB_MAX_AGGS]);
+
+static inline bool exec_repartitioning(const slash_exec *ex)
+{
+    return ex->cfg.mode == SLASH_EXEC_REPARTITION;
+}
+
+static inline slash_key_type exec_key_type(const slash_exec *ex)
+{
+    return ex->cfg.kind == SLASH_EXEC_JOIN ? ex->cfg.join.key_type : ex->cfg.state.key_type;
+}
+
+/* Byte keys of a batch: record i's length and start in key_data. */
+static inline size_t key_bytes_at(const slash_ssb_batch *b, size_t i)
+{
+    if (b->key_offsets_64) {
+        const int64_t *o = b->key_offsets;
+        return (size_t)(o[i + 1] - o[i]);
+    }
+    const int32_t *o = b->key_offsets;
+    return (size_t)(o[i + 1] - o[i]);
+}
+
+static inline size_t key_start_at(const slash_ssb_batch *b, size_t i)
+{
+    if (b->key_offsets_64)
+        return (size_t)((const int64_t *)b->key_offsets)[i];
+    return (size_t)((const int32_t *)b->key_offsets)[i];
+}
+
 /* exec_ckpt.c, called by exec.c: a CKPT or CKPT_DONE message from rank r;
  * the protocol at a safe point (only when ex->ck.pending); set-up and
  * teardown of the protocol state. */

@@ -2,7 +2,7 @@
  * slash/gen_cm.h).
  *
  * The frequency tables below were counted from the 16,385 rows of
- * google-cluster-task-events-sample.txt (see shared/data/README.md): per-job
+ * google-cluster-task-events-sample.txt (Google's public cluster trace): per-job
  * attributes counted once per job (240 jobs), event types once per row.
  * cpu/ram/disk are in thousandths, as printed in the sample.
  *

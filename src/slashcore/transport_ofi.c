@@ -28,7 +28,7 @@
  *    order, so within a write the last byte lands last. That intra-write order
  *    is NOT promised by libfabric in general; on verbs it holds for the
  *    common NICs (in-order placement on RC QPs) but a provider that places
- *    out of order needs a completion-based consumer (see DESIGN.md).
+ *    out of order would need a completion-based consumer instead.
  *  - Progress: the tcp provider of libfabric 1.17 reports FI_PROGRESS_AUTO,
  *    yet measured here (see the test "target_progress") bytes of incoming
  *    writes are only placed while the target process calls into the provider

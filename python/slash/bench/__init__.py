@@ -20,7 +20,7 @@ Modules whose name starts with ``_`` and helpers that lack those names
 import error instead of hiding the benchmark.
 
 Performance is always reported as a ratio against a baseline measured in the
-same run on the same machine (see DESIGN.md, "How performance is judged").
+same run on the same machine, never as a time measured alone.
 
 >>> from slash.bench import discover
 >>> "channel" in discover()

@@ -1,5 +1,5 @@
 """``slash bench autotune``: a stream tuned to a latency target against the
-best fixed configuration, across rate steps (issue 18, item 4).
+best fixed configuration, across rate steps.
 
 The input is a recording whose event times are wall-clock times (an Arrow
 IPC file, one record batch per 100 ms of event time), replayed at its own

@@ -1,4 +1,4 @@
-"""``slash bench elastic``: what a live leadership move pauses (issue 17).
+"""``slash bench elastic``: what a live leadership move pauses.
 
 Two executors over shm, as threads of this process (as in the tests), a
 window aggregation with ``P`` key partitions whose keys spread evenly, so
@@ -168,7 +168,7 @@ def rate_doubling(low: int, seconds: Tuple[float, float], scale_out: bool, keys:
     from slash.metrics import LiveMetrics
     from slash.query import Query
     from slash.recovery import CheckpointedRun
-    from slash.runner import _run_checkpointed
+    from slash.runner import run_checkpointed_group
 
     work = tempfile.mkdtemp(prefix="slash-bench-elastic-")
     phases = [(low, seconds[0]), (2 * low, seconds[1])]
@@ -202,7 +202,7 @@ def rate_doubling(low: int, seconds: Tuple[float, float], scale_out: bool, keys:
         sampler = AutoTuner(None, None, live, tick=live.report_interval, executors=1).start()
         m: Dict[str, Any] = {}
         try:
-            res = _run_checkpointed(q, _source(path), 1, GroupConfig(epoch_ms=100),
+            res = run_checkpointed_group(q, _source(path), 1, GroupConfig(epoch_ms=100),
                                     secrets.token_hex(8), None, 300.0, m, None,
                                     os.path.join(work, "ck"), "2s", 3, 2, time.time(), ctl,
                                     live_every=live.report_interval, realtime=True)

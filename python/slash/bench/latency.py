@@ -1,4 +1,4 @@
-"""``slash bench latency``: the latency floor of a stream (issue 18, item 5).
+"""``slash bench latency``: the latency floor of a stream.
 
 A paced stream through :func:`slash.runner.run` (what ``slash run`` does)
 on 2 executor processes: :class:`PacedSource` generates ``rate`` records/s

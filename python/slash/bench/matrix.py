@@ -37,7 +37,7 @@ null key is a group, floats to 1e-9 relative); a cell whose answers differ
 is reported as ``DIFFER`` with the first differing row, and the run raises
 :class:`~slash.errors.SystemFailure` after writing its outputs. Ratios are
 ``spark_seconds / slash_seconds`` and ``duckdb_seconds / slash_seconds``
-(above 1: Slash is faster). The targets of issue 15 are checked per cell:
+(above 1: Slash is faster). The speed targets are checked per cell:
 Spark/Slash >= 2 with 100 k keys or more, >= 1.5 at 100 keys; DuckDB/Slash
 >= 1.
 

@@ -46,6 +46,8 @@ Positions, and what makes them stable across attempts:
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 import os
 import socket
@@ -55,8 +57,12 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import pyarrow as pa
 
 from slash._ipc import from_ipc
+from slash.checkpoint import CheckpointStore
 from slash.errors import CheckpointCorrupt, InvalidArgument, NotSupported, Timeout
-from slash.recovery import CheckpointEvery, CheckpointPlan, _commit, _Plan, fingerprint
+from slash.recovery import fingerprint
+from slash.run.ckpt import commit
+from slash.run.plan import AttemptPlan, CheckpointEvery, CheckpointPlan
+from slash.run.protocol import CheckpointWritten, Resumed
 from slash.sources import Watermark
 
 log = logging.getLogger(__name__)
@@ -79,9 +85,6 @@ def make_plan(directory: Any, what: str, query: Any, source: Any, n: int, group:
     key partition count is kept, and positions resume only with the
     executor count that cut them (NotSupported otherwise). ``source``: the
     FileSource(s) / GeneratorSource, or the Spark DataFrame."""
-    import dataclasses
-
-    from slash.checkpoint import CheckpointStore
 
     if not isinstance(directory, (str, os.PathLike)) or "://" in os.fspath(directory):
         raise NotSupported(f"checkpoint={directory!r}: a mounted directory every Spark worker and "
@@ -111,8 +114,6 @@ def make_plan(directory: Any, what: str, query: Any, source: Any, n: int, group:
 
 def dataframe_label(df: Any) -> str:
     """A DataFrame in a fingerprint: its analyzed plan (hashed) and partition count."""
-    import hashlib
-
     plan = df._jdf.queryExecution().analyzed().toString()
     return f"dataframe {hashlib.sha1(plan.encode()).hexdigest()[:16]} of {df.rdd.getNumPartitions()} partitions"
 
@@ -196,7 +197,8 @@ def _resume_point(conn: Any, rank: int, group: int, timeout: float) -> Tuple[Opt
 
 
 def run_task(ck: CheckpointPlan, conn: Any, group: int, rank: int, n: int, timeout: float,
-             run: Callable[[_Plan, Any], Tuple[pa.Table, Dict[str, Any]]]) -> Tuple[pa.Table, Dict[str, Any]]:
+             run: Callable[[AttemptPlan, Any], Tuple[pa.Table, Dict[str, Any]]]
+             ) -> Tuple[pa.Table, Dict[str, Any]]:
     """In a barrier task: asks where to resume, runs ``run(plan, link)``
     (execute_split_checkpointed or its join twin) and adds this rank's share
     of the windows the resumed checkpoint had committed. Returns (the
@@ -206,7 +208,7 @@ def run_task(ck: CheckpointPlan, conn: Any, group: int, rank: int, n: int, timeo
     if conn is None:
         raise InvalidArgument("checkpoint= needs rendezvous='driver' (the driver commits the checkpoints)")
     resume_id, next_id, attempt = _resume_point(conn, rank, group, timeout)
-    plan = _Plan(ck.directory, ck.fingerprint, ck.executors, ck.partitions, ck.keep, ck.every,
+    plan = AttemptPlan(ck.directory, ck.fingerprint, ck.executors, ck.partitions, ck.keep, ck.every,
                  resume_id, next_id, attempt)
     mine: List[pa.Table] = []
     before = 0  # records this rank had read by the cut
@@ -257,13 +259,14 @@ class BatchCheckpoints:
             if group != self.group:  # a report of a failed attempt
                 return True
             self._heard = time.monotonic()  # ranks report progress every 50 ms while they read
-            if inner[0] == "ckpt":
-                _, r, cid, files, segs, stats = inner
-                self.reports.setdefault(cid, {})[r] = (files, segs, stats)
+            if isinstance(inner, CheckpointWritten):
+                cid = inner.ckpt_id
+                self.reports.setdefault(cid, {})[inner.rank] = (inner.files, inner.segments,
+                                                                inner.stats)
                 if len(self.reports[cid]) == self.n:
-                    _commit(self.store, cid, self.reports.pop(cid), self.checkpoints)
-            elif inner[0] == "resumed":
-                self.resumed.add(inner[1])
+                    commit(self.store, cid, self.reports.pop(cid), self.checkpoints)
+            elif isinstance(inner, Resumed):
+                self.resumed.add(inner.rank)
                 if len(self.resumed) == self.n and self.recoveries and \
                         "seconds_to_resume" not in self.recoveries[-1]:
                     self.recoveries[-1]["seconds_to_resume"] = round(time.monotonic() - self._lost_at, 3)

@@ -28,12 +28,12 @@ log = logging.getLogger(__name__)
 def require_pyspark() -> Any:
     """Imports pyspark (and pandas, which ``mapInArrow`` needs) or raises SparkUnavailable."""
     try:
-        import pyspark
+        import pyspark  # an optional dependency (slash-stream[spark])
     except ImportError as e:
         raise SparkUnavailable(f"pyspark is not installed ({e}); pip install 'slash-stream[spark]' "
                                "or pip install pyspark pandas") from None
     try:
-        import pandas  # noqa: F401  (pyspark's mapInArrow imports it)
+        import pandas  # noqa: F401  (optional: pyspark's mapInArrow imports it)
     except ImportError:
         raise SparkUnavailable("pandas is not installed; pyspark's mapInArrow needs it: "
                                "pip install pandas") from None
@@ -100,13 +100,20 @@ def _cleanup_tmp() -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def conf_get(spark: Any, key: str, default: Optional[str] = None) -> Optional[str]:
+    """One Spark setting: one gateway call (``sparkContext.getConf()`` copies
+    every setting over the gateway, 25 ms a query here)."""
+    try:
+        return spark.conf.get(key, default)
+    except Exception:  # a key the runtime conf refuses to show
+        return spark.sparkContext.getConf().get(key, default)
+
+
 def result_root(spark: Any, result_dir: Optional[str]) -> str:
     """The directory under which each query writes its result files: the
     caller's (``result_dir`` or the ``spark.slash.resultDir`` conf), else one
     temporary directory per driver process, removed at exit. Executors write
     there, so on a cluster of several hosts it must be shared storage."""
-    from slash.spark._tasks import conf_get
-
     d = result_dir or conf_get(spark, "spark.slash.resultDir")
     if d:
         if "://" not in d:

@@ -59,7 +59,8 @@ from slash.ckpt_worker import AskSchedule
 from slash.errors import (CheckpointCorrupt, InvalidState, NotSupported, PeerDisconnected,
                           Timeout)
 from slash.executor import split_at_cut
-from slash.recovery import CheckpointPlan, checkpoint_leaders, part_name, read_partitions
+from slash.recovery import checkpoint_leaders, part_name, read_partitions
+from slash.run.plan import CheckpointPlan
 from slash.spark._tasks import write_table
 
 log = logging.getLogger(__name__)

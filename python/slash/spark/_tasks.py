@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from slash.errors import Timeout
 from slash.executor import Executor
-from slash.spark._env import TaskFailed
+from slash.spark._env import TaskFailed, conf_get
 
 log = logging.getLogger(__name__)
 
@@ -321,15 +321,6 @@ def report_error(conn: Any, e: BaseException) -> None:
         conn.send(("error", type(e).__name__, str(e)))
     except Exception:
         pass
-
-
-def conf_get(spark: Any, key: str, default: Optional[str] = None) -> Optional[str]:
-    """One Spark setting: one gateway call (``sparkContext.getConf()`` copies
-    every setting over the gateway, 25 ms a query here)."""
-    try:
-        return spark.conf.get(key, default)
-    except Exception:  # a key the runtime conf refuses to show
-        return spark.sparkContext.getConf().get(key, default)
 
 
 def driver_host(spark: Any) -> str:

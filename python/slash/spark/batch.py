@@ -46,7 +46,8 @@ from slash.limits import MAX_EXECUTORS
 from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
 from slash.query import Query
-from slash.recovery import CheckpointPlan, execute_split_checkpointed
+from slash.recovery import execute_split_checkpointed
+from slash.run.plan import CheckpointPlan
 from slash.runner import execute_split
 from slash.sources import FileSource, GeneratorSource
 from slash.window import with_start_time
@@ -138,8 +139,8 @@ class _Plan:
     checkpoint: Optional[CheckpointPlan] = None  # checkpoint=: see slash.spark._batch_ckpt
 
 
-def _summary(rank: int, out: pa.Table, m: Dict[str, Any], seconds: float,
-             path: Optional[str]) -> Dict[str, Any]:
+def task_summary(rank: int, out: pa.Table, m: Dict[str, Any], seconds: float,
+                  path: Optional[str]) -> Dict[str, Any]:
     plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
     return {"rank": rank, "rows": out.num_rows, "records_in": int(m.get("records_in", 0)),
             "late_records": int(m.get("late_records", 0)), "epochs": int(m.get("epochs", 0)),
@@ -199,7 +200,7 @@ def _make_task(plan: _Plan):
             finally:
                 if conn is not None:
                     conn.close()
-            yield _summary(rank, out, m, time.perf_counter() - t0, path)
+            yield task_summary(rank, out, m, time.perf_counter() - t0, path)
     return task
 
 
@@ -237,7 +238,7 @@ def session_time_zone(spark: Any) -> str:
     return conf_get(spark, "spark.sql.session.timeZone") or "UTC"
 
 
-def _is_dataframe(obj: Any) -> bool:
+def is_dataframe(obj: Any) -> bool:
     try:
         from pyspark.sql import DataFrame
     except ImportError:
@@ -293,7 +294,7 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
         raise InvalidArgument("give start_time or Spark's spelling startTime, not both")
     query = make_query(time, window, key, aggs, filter, lateness, session_time_zone(spark),
                        start_time if start_time is not None else startTime)
-    fast = not _is_dataframe(source)
+    fast = not is_dataframe(source)
     time_columns: tuple = ()
     if fast:
         src = source if isinstance(source, (FileSource, GeneratorSource)) else None
@@ -327,7 +328,8 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
         raise InvalidArgument(f"rendezvous must be 'driver' or 'allgather', got {rendezvous!r}")
     inline = inline_limit(result_inline_bytes, n) if rendezvous == "driver" else 0
     early = EarlyFrame(spark, out_dir, n)
-    rdv, ckd = _rendezvous(spark, n, token, early, ck_plan) if rendezvous == "driver" else (None, None)
+    rdv, ckd = (start_rendezvous(spark, n, token, early, ck_plan) if rendezvous == "driver"
+                else (None, None))
     plan = _Plan(query, schema, group, token, out_dir, src if fast else None, time_columns,
                  rdv.address if rdv else None, inline, ck_plan)
     task = _make_task(plan)
@@ -406,8 +408,8 @@ def barrier_refused(df: Any) -> Optional[str]:
     return None
 
 
-def _rendezvous(spark: Any, n: int, token: str, early: "EarlyFrame",
-                ck_plan: Optional[CheckpointPlan]) -> Tuple[Rendezvous, Any]:
+def start_rendezvous(spark: Any, n: int, token: str, early: "EarlyFrame",
+                     ck_plan: Optional[CheckpointPlan]) -> Tuple[Rendezvous, Any]:
     """The driver's rendezvous; with checkpoints it also commits them
     (:class:`slash.spark._batch_ckpt.BatchCheckpoints`)."""
     if ck_plan is None:

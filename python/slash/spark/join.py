@@ -22,15 +22,15 @@ from typing import Any, Optional, Sequence, Union
 from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
 from slash.query import JoinQuery
-from slash.recovery import CheckpointPlan
 from slash.recovery_join import execute_join_split_checkpointed
+from slash.run.plan import CheckpointPlan
 from slash.runner import execute_join_split
 from slash.sources import FileSource
 from slash.spark import _batch_ckpt, _env
 from slash.spark._tasks import (barrier_stage, join_group, rank_errors,
                                 raise_task_failure, report_error)
-from slash.spark.batch import (INLINE_BYTES, EarlyFrame, _is_dataframe, _rendezvous, _summary,
-                               deliver_result, group_for, inline_limit, session_time_zone)
+from slash.spark.batch import (INLINE_BYTES, EarlyFrame, deliver_result, group_for, inline_limit,
+                               is_dataframe, session_time_zone, start_rendezvous, task_summary)
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class _JoinPlan:
 def _make_join_task(plan: _JoinPlan):
     def task(batches):
         t0 = time.perf_counter()
-        from pyspark import BarrierTaskContext
+        from pyspark import BarrierTaskContext  # optional dependency, in a Spark task
 
         rank = BarrierTaskContext.get().partitionId()
         with rank_errors(rank):
@@ -83,7 +83,7 @@ def _make_join_task(plan: _JoinPlan):
             finally:
                 if conn is not None:
                     conn.close()
-            yield _summary(rank, out, dict(m, attempt=attempt), time.perf_counter() - t0, path)
+            yield task_summary(rank, out, dict(m, attempt=attempt), time.perf_counter() - t0, path)
     return task
 
 
@@ -113,7 +113,7 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
     """
     _env.require_pyspark()
     for name, src in (("left", left), ("right", right)):
-        if _is_dataframe(src):
+        if is_dataframe(src):
             raise InvalidArgument(f"window_join reads Parquet/Arrow paths; write the {name} DataFrame "
                                   "to Parquet first (df.write.parquet(PATH))")
     query = JoinQuery(time=time, window=window, on=on, left_columns=left_columns,
@@ -130,7 +130,7 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
     token = secrets.token_hex(16)
     out_dir = f"{_env.result_root(spark, result_dir).rstrip('/')}/j-{token[:12]}"
     early = EarlyFrame(spark, out_dir, n)
-    rdv, ckd = _rendezvous(spark, n, token, early, ck_plan)
+    rdv, ckd = start_rendezvous(spark, n, token, early, ck_plan)
     plan = _JoinPlan(query, lsrc, rsrc, group, token, out_dir, rdv.address, inline, ck_plan)
     stage = barrier_stage(spark, n, _make_join_task(plan))
     if ck_plan is not None:

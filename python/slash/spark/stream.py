@@ -79,7 +79,7 @@ from slash.executor import Executor, GroupConfig
 from slash.metrics import LiveMetrics, MetricsServer, Reporter
 from slash.query import Query
 from slash.run import compat
-from slash.recovery import CheckpointEvery, CheckpointPlan
+from slash.run.plan import CheckpointEvery, CheckpointPlan
 from slash.spark import _env
 from slash.spark._stream_ckpt import DriverCheckpoints, TaskCheckpoints, add_metadata
 from slash.spark._tasks import (Rendezvous, barrier_stage, driver_host, join_group, rank_errors, raise_task_failure,

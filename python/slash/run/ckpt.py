@@ -1,0 +1,94 @@
+"""A checkpoint's way through a rank and the driver: the rank's link shared
+by its push loop and its writer thread, the writer that makes images durable
+in the background, and the driver's commit once every rank reported."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from slash.checkpoint import CheckpointStore
+
+log = logging.getLogger(__name__)
+
+
+class SharedLink:
+    """A worker's link, usable from the push loop and the writer thread."""
+
+    def __init__(self, link: Any) -> None:
+        self._link, self._lock = link, threading.Lock()
+
+    def put(self, msg: Any) -> None:
+        with self._lock:
+            self._link.put(msg)
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return self._link.poll(timeout)
+
+    def get(self, timeout: Optional[float] = None) -> Any:
+        return self._link.get(timeout)
+
+
+class Writer:
+    """Writes a rank's checkpoint images on a background thread, so its push
+    loop does not wait for the files (and their fsyncs).
+
+    The core hands over an immutable image (bytes); the thread writes its
+    files durably, then reports ("ckpt", ...) to the parent, which writes the
+    manifest only once every rank's report is in: a crash before that leaves
+    the previous checkpoint the newest complete one. At most one write is in
+    flight per rank: a second image waits in :meth:`submit` (the push loop
+    blocks) until the first is written, so memory holds at most two images
+    (the one being written and the one waiting) and checkpoints that fall
+    behind slow the input down instead of piling up. A write's error is
+    raised in the push loop at the next submit or drain."""
+
+    def __init__(self, rank: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"slash-ckpt-{rank}")
+        self._fut: Any = None
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        self.drain()
+        self._fut = self._pool.submit(fn, *args)
+
+    def drain(self) -> None:
+        if self._fut is not None:
+            fut, self._fut = self._fut, None
+            fut.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def commit(store: CheckpointStore, cid: int, reports: Dict[int, Tuple[Any, ...]],
+           checkpoints: List[Dict[str, Any]], carried: Optional[Dict[str, Dict[str, int]]] = None,
+           gen: Optional[int] = None) -> None:
+    """Checkpoint ``cid`` committed (its manifest written, last) from every
+    rank's ("ckpt", ...) report of it; its sizes and times appended to
+    ``checkpoints``. ``carried``: result segments of earlier cuts that did not
+    commit, kept by this one; ``gen``: the live group's scale generation the
+    cut was taken in (recorded in the manifest, :mod:`slash.live_ckpt`)."""
+    files: Dict[str, Dict[str, int]] = {}
+    segs: Dict[str, Dict[str, int]] = dict(carried or {})
+    size, secs, cut = 0, 0.0, 0.0
+    for rank in sorted(reports):
+        f, s, stats = reports[rank]
+        files.update(f)
+        segs.update(s)
+        size += stats["bytes"]
+        secs = max(secs, stats["seconds"])
+        cut = max(cut, stats.get("cut_seconds", 0.0))
+    t = time.monotonic()
+    meta: Dict[str, Any] = {"bytes": size} if gen is None else {"bytes": size, "live_gen": gen}
+    store.commit(cid, files, segs, meta)
+    # seconds: the slowest rank's file writes (background) + the commit;
+    # cut_seconds: the longest executor call holding the cut (in the push loop)
+    checkpoints.append({"id": cid, "bytes": size,
+                        "seconds": round(secs + time.monotonic() - t, 4),
+                        "cut_seconds": round(cut, 4)})
+    if gen is None:
+        log.info("checkpoint %d committed: %d bytes", cid, size)
+    else:
+        log.info("checkpoint %d committed: %d bytes (scale generation %d)", cid, size, gen)

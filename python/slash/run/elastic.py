@@ -1,0 +1,101 @@
+"""A live-scalable rank's input (:mod:`slash.live_scale`): the batches of the
+work its agent holds, reread when a scale commit deals it new work, paced
+by event time when the run is realtime."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, Iterator, Optional
+
+import pyarrow.compute as pc
+
+from slash.executor import Executor
+from slash.query import Query
+from slash.run.pacing import RatePacer
+
+
+class Pacer:
+    """A live-scalable rank's input replayed at its own pace (``realtime``:
+    event times are wall-clock times): each batch is pushed no earlier than
+    its latest event time; ``lag_s`` / ``behind`` tell how far the reader is
+    behind the clock (the latency controller's "falling behind" signal,
+    reported as ``input_lag_ms`` / ``records_behind``)."""
+
+    def __init__(self) -> None:
+        self.lag_s = 0.0
+        self.behind: Optional[int] = None
+
+    def pace(self, query: Query, item: Any, wait: Callable[[float], bool],
+             changed: Callable[[], bool]) -> None:
+        if not getattr(item, "num_rows", 0):
+            return
+        ticks = query.time_ticks(item.column(query.time), item.schema)
+        mm = pc.min_max(ticks)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if hi is None:
+            return
+        due = query.ticks_to_ms(hi, item.schema) / 1000.0
+        span = max((query.ticks_to_ms(hi, item.schema) - query.ticks_to_ms(lo, item.schema))
+                   / 1000.0, 0.001)
+        self.lag_s = max(0.0, time.time() - due)
+        self.behind = int(self.lag_s * item.num_rows / span)
+        while not changed():
+            ahead = due - time.time()
+            if ahead <= 0:
+                return
+            wait(min(ahead, 0.01))
+
+    def snapshot(self) -> Dict[str, Any]:
+        if self.behind is None:
+            return {}
+        return {"records_behind": self.behind, "input_lag_ms": round(self.lag_s * 1000.0, 1)}
+
+
+def elastic_items(query: Query, source: Any, agent: Any, ex: Executor, control: Any,
+                  rate: Optional[float], wait: Callable[[float], bool],
+                  pacer: Optional[Pacer] = None) -> Iterator[Any]:
+    """A live-scalable rank's batches and Watermarks (:mod:`slash.live_scale`):
+    it reads ``agent.work`` from ``agent.pos``, reopens its reader when a
+    scale commit gave it new work (or an update more columns), and with
+    nothing to read (a standby, or its work done) serves the executor until
+    new work or the driver's finish comes. ``rate``: records/s over all
+    active ranks (each reads its share of it)."""
+    cols = control.plan.input_columns
+    while True:
+        if agent.work:
+            throttle = RatePacer(rate / max(1, len(agent.active))) if rate else None
+            stop = False
+            first = agent.promise()
+            if first is not None:  # what its (new) work allows at once: a joining rank does not
+                yield first        # wait for its first unit's end to let the group move on
+            for pos, item in source.read_work(agent.work, cols, time=query.time, start=agent.pos):
+                if pacer is not None:
+                    # served while it waits: a scale request is answered within ~10 ms
+                    pacer.pace(query, item, lambda t: (wait(t), control.poll(ex))[0],
+                               lambda: agent.changed)
+                    control.poll(ex)
+                    if agent.changed:  # new work came while it waited: reread from agent.pos
+                        stop = True
+                        break
+                agent.pos = pos
+                yield item
+                if throttle is not None:
+                    throttle.after(getattr(item, "num_rows", 0),
+                                   lambda s: (ex.poll(s), control.poll(ex)), lambda: agent.changed)
+                control.poll(ex)
+                if agent.changed or control.plan.input_columns != cols:
+                    stop = True
+                    break
+            if stop:
+                agent.changed = False
+                cols = control.plan.input_columns
+                continue
+            agent.work, agent.pos = [], None  # read to its end
+        agent.idle()
+        while not agent.changed and not agent.finish:
+            wait(0.02)
+            control.poll(ex)
+        if agent.finish and not agent.changed:
+            return
+        agent.changed = False
+
+

@@ -1,0 +1,120 @@
+"""How a driver tells a failed attempt from a finished one, and what it does
+about it: a rank's error report as an exception (:func:`reported`), the
+failure of one attempt (:class:`Failed`, made by :func:`failed` from what
+the driver loop caught), and whether a restart can cure it
+(:func:`restartable`)."""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from slash.checkpoint import Checkpoint, CheckpointStore
+from slash.errors import (CheckpointCorrupt, NoSpaceLeft, PeerDisconnected, SystemFailure, Timeout,
+                          UsageError)
+from slash.launcher import ProcessGroup
+from slash.run.protocol import Error
+
+log = logging.getLogger(__name__)
+
+
+class Failed(Exception):
+    """One attempt failed: ``rank`` (None if unknown) and ``cause``."""
+
+    def __init__(self, rank: Optional[int], cause: str, error: BaseException) -> None:
+        super().__init__(cause)
+        self.rank, self.cause, self.error = rank, cause, error
+
+
+def failed(e: BaseException, pg: ProcessGroup,
+           fail: Callable[[Optional[int], str, BaseException], Failed]) -> Failed:
+    """The Failed a driver loop raises for ``e``: a SystemFailure of its own
+    (a process died, or a deadline passed: the rank it names, else the first
+    dead one) or an executor's Reported error (a peer's broken link is
+    blamed on a dead process if there is one)."""
+    if not isinstance(e, Reported):
+        dead = pg.exited()
+        m = re.search(r"rank (\d+)", str(e))
+        return fail(int(m.group(1)) if m else (min(dead) if dead else None), str(e), e)
+    err = e.error
+    if isinstance(err, SystemFailure) and not isinstance(err, CheckpointCorrupt):
+        time.sleep(0.2)  # a peer's broken link: is a process dead? that is the cause
+        dead = pg.exited()
+        if dead:
+            k = min(dead)
+            return fail(k, f"executor rank {k} died ({dead[k]})", err)
+    return fail(e.rank, str(err), err)
+
+
+class Reported(Exception):
+    def __init__(self, rank: int, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.rank, self.error = rank, error
+
+
+#: how long the driver waits, after a rank reports that a peer went away, for
+#: that peer's own error (the cause, which it reports in the same instant)
+CAUSE_GRACE_S = 3.0
+
+
+def first_cause(rep: Error, pg: Any = None) -> Error:
+    """The report to raise for ``rep``. A rank whose peer closed its channel
+    fails because that peer failed: with the group ``pg``, the peer's own
+    error (its type, so its exit code) is awaited for :data:`CAUSE_GRACE_S`
+    and returned instead, whichever arrives first; a rank that died (killed,
+    crashed) in the meantime is the cause, and its SystemFailure is raised."""
+    if pg is None or not isinstance(rep.error, PeerDisconnected):
+        return rep
+    deadline = time.monotonic() + CAUSE_GRACE_S
+    while time.monotonic() < deadline:
+        try:
+            other = pg.recv(timeout=max(0.0, deadline - time.monotonic()))
+        except Timeout:
+            break
+        except SystemFailure as e:
+            if any(how != "exit code 0" for how in pg.exited().values()):
+                raise e from None
+            break  # every rank has reported: no cause beyond this report
+        if isinstance(other, Error) and not isinstance(other.error, PeerDisconnected):
+            return other
+    return rep
+
+
+def reported(rep: Error) -> Reported:
+    """An executor's :class:`slash.run.protocol.Error` report as an exception."""
+    log.debug("executor %d failed:\n%s", rep.rank, rep.traceback)
+    if rep.error is not None:
+        return Reported(rep.rank, type(rep.error)(f"executor rank {rep.rank}: {rep.error}"))
+    return Reported(rep.rank, SystemFailure(f"executor rank {rep.rank} failed: {rep.text}"))
+
+
+def restartable(f: Failed, store: CheckpointStore, restarts: int,
+                max_restarts: int) -> Tuple[Optional[Checkpoint], int]:
+    """(the checkpoint to restart from, records replayed) after failure ``f``;
+    re-raises what a restart cannot cure (a usage error, a corrupt
+    checkpoint, anything not a SystemFailure) and gives up past
+    ``max_restarts``."""
+    if (isinstance(f.error, (UsageError, CheckpointCorrupt, NoSpaceLeft))
+            or not isinstance(f.error, SystemFailure)):  # a full disk stays full on a restart
+        raise f.error
+    last = store.latest(verify=False)
+    lost = _replayed(f.error, last)
+    if restarts >= max_restarts:
+        raise SystemFailure(f"run failed after {restarts} restart(s) (max_restarts="
+                            f"{max_restarts}); last failure: {f.cause}") from f.error
+    return last, lost
+
+
+def _replayed(error: BaseException, last: Optional[Checkpoint]) -> int:
+    """Records the failed attempt had read past checkpoint ``last`` (as last
+    reported: a lower bound); carried on the Failed's progress."""
+    prog: Dict[int, int] = getattr(error, "_slash_progress", {})
+    cut: Dict[int, int] = {}
+    if last is not None:
+        for r in prog:
+            try:
+                cut[r] = int(last.rank_info(r)["records"])
+            except (CheckpointCorrupt, KeyError):
+                cut[r] = 0
+    return sum(max(0, v - cut.get(r, 0)) for r, v in prog.items())

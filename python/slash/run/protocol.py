@@ -1,0 +1,179 @@
+"""The messages between a driver and its ranks, one typed record each.
+
+A message is a tuple whose first items name its kind (``("progress", rank,
+records)``, ``("scale", "commit", sid, ...)``): that is what goes over a
+rank's link (pickled), what tests compare with, and what readers not yet
+converted still index. Each kind here is a :class:`Message` subclass with
+named fields: a sender writes ``Progress(rank, records)``, a reader
+``isinstance(msg, Progress)`` and ``msg.records``. A record pickles as its
+own class, so the reader on the other side of a link gets the record back.
+
+Rank to driver:
+  :class:`Address`, :class:`Resumed`, :class:`Progress`, :class:`Metrics`, :class:`Windows`,
+  :class:`CheckpointWritten`, :class:`Finished`, :class:`Error`,
+  :class:`ScaleAck`, :class:`ScaleIdle`.
+Driver to rank:
+  :class:`CheckpointNow`, :class:`Epoch`, :class:`Move`,
+  :class:`ScalePrepare`, :class:`ScaleCommit`, :class:`ScaleFinish`.
+
+The Spark paths' messages (:mod:`slash.spark`) and the control rounds'
+(:mod:`slash.control`) still travel as plain tuples.
+"""
+from __future__ import annotations
+
+import traceback
+from operator import itemgetter
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
+
+from slash.errors import SlashError
+
+
+class Message(tuple):
+    """A driver<->rank message: ``KIND + fields`` as a tuple, its fields by
+    name. A subclass declares ``kind=`` (a tag, or a tuple of tags) and its
+    fields as annotations, in order."""
+
+    __slots__ = ()
+    KIND: ClassVar[Tuple[str, ...]] = ()
+    FIELDS: ClassVar[Tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, kind: Any = None, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if kind is None:
+            raise TypeError(f"{cls.__name__}: a message needs kind=")
+        cls.KIND = (kind,) if isinstance(kind, str) else tuple(kind)
+        cls.FIELDS = tuple(n for n in cls.__dict__.get("__annotations__", {})
+                           if not n.isupper())
+        for i, name in enumerate(cls.FIELDS):
+            setattr(cls, name, property(itemgetter(len(cls.KIND) + i)))
+
+    def __new__(cls, *fields: Any) -> Any:
+        if len(fields) != len(cls.FIELDS):
+            raise TypeError(f"{cls.__name__} takes {len(cls.FIELDS)} fields "
+                            f"({', '.join(cls.FIELDS)}), got {len(fields)}")
+        return tuple.__new__(cls, cls.KIND + fields)
+
+    def __getnewargs__(self) -> Tuple[Any, ...]:  # pickled as its fields; the kind is the class
+        return tuple(self)[len(self.KIND):]
+
+    @property
+    def kind(self) -> str:
+        return self[0]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self.FIELDS)})"
+
+
+# ---- rank to driver ------------------------------------------------------------------------------
+class Address(Message, kind="addr"):
+    """A rank's listener address, before the group connects."""
+    rank: int
+    address: str
+
+
+class Resumed(Message, kind="resumed"):
+    """A rank restored its checkpoint (or started) and has read ``records``."""
+    rank: int
+    records: int
+
+
+class Progress(Message, kind="progress"):
+    """Records a rank has read so far (every :data:`slash.run.plan.PROGRESS_S`)."""
+    rank: int
+    records: int
+
+
+class Metrics(Message, kind="metrics"):
+    """A rank's live metrics snapshot (:class:`slash.metrics.Reporter`)."""
+    rank: int
+    snapshot: Dict[str, Any]
+
+
+class Windows(Message, kind="windows"):
+    """Windows a realtime rank fired (end, emit, rows each), after its
+    watermark ``mark``: when the driver learns a window is whole."""
+    rank: int
+    mark: Optional[int]
+    windows: List[Tuple[int, int, int]]
+
+
+class CheckpointWritten(Message, kind="ckpt"):
+    """A rank's part of checkpoint ``ckpt_id`` is durable: its files and result
+    segments (name -> entry) and its write statistics."""
+    rank: int
+    ckpt_id: int
+    files: Dict[str, Dict[str, int]]
+    segments: Dict[str, Dict[str, int]]
+    stats: Dict[str, Any]
+
+
+class Finished(Message, kind="ok"):
+    """A rank's end: the windows it fired, its metrics, its late records (or None)."""
+    rank: int
+    result: Any
+    metrics: Dict[str, Any]
+    late: Any
+
+
+class Error(Message, kind="error"):
+    """A rank failed: the exception when it is a SlashError (else None), its
+    text and traceback (:func:`slash.run.failure.reported` raises it)."""
+    rank: int
+    error: Optional[BaseException]
+    text: str
+    traceback: str
+
+    @classmethod
+    def of(cls, rank: int, e: BaseException) -> "Error":
+        """The report of ``e``, caught in rank ``rank`` (call it in the ``except`` block)."""
+        return cls(rank, e if isinstance(e, SlashError) else None, f"{type(e).__name__}: {e}",
+                   traceback.format_exc())
+
+
+class ScaleAck(Message, kind="scale-ack"):
+    """A rank's answer to a :class:`ScalePrepare`: what it has left and its watermark."""
+    rank: int
+    sid: int
+    report: Dict[str, Any]
+
+
+class ScaleIdle(Message, kind="scale-idle"):
+    """A rank has nothing to read since scale commit ``sid``."""
+    rank: int
+    sid: int
+
+
+# ---- driver to rank ------------------------------------------------------------------------------
+class CheckpointNow(Message, kind="checkpoint_now"):
+    """To rank 0: ask the core for a checkpoint now (a rescale's cut)."""
+
+
+class Epoch(Message, kind="epoch"):
+    """An epoch length from the next epoch end (0: unchanged)."""
+    epoch_ms: int
+    epoch_bytes: int
+
+
+class Move(Message, kind="move"):
+    """To rank 0: move partition leadership (``spec``, answered under ``moves_id``)."""
+    moves_id: int
+    spec: Dict[str, Any]
+
+
+class ScalePrepare(Message, kind=("scale", "prepare")):
+    """Every rank: pause, report what is left (:class:`ScaleAck`); ``joining`` become active."""
+    sid: int
+    joining: List[int]
+
+
+class ScaleCommit(Message, kind=("scale", "commit")):
+    """Every rank: its new ``work``, the new ``active`` ranks; rank 0 spreads
+    leadership under ``moves_id`` (None: no move)."""
+    sid: int
+    work: Any
+    active: List[int]
+    moves_id: Optional[int]
+
+
+class ScaleFinish(Message, kind=("scale", "finish")):
+    """Every rank is idle: the stream is over."""
