@@ -13,6 +13,9 @@ the core recorded (which call, which peer, which column) in its message.
 """
 from __future__ import annotations
 
+import errno
+import os
+
 
 class SlashError(Exception):
     """Base class of every error raised by Slash."""
@@ -89,9 +92,6 @@ def write_error(path: str, e: OSError, what: str = "write") -> SystemCallError:
     """The error for a failed write of ``path``: :class:`NoSpaceLeft` naming
     the directory for a full disk (pyarrow's errors carry the errno only in
     their text), else :class:`SystemCallError` naming the path."""
-    import errno
-    import os
-
     text = str(e)
     if (getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in text
             or "Disk quota exceeded" in text):
