@@ -9,6 +9,7 @@ refused with OutOfRange naming its time; nothing is dropped. Window lengths
 that overflow int64 ticks and window/slide ratios above max_windows are
 refused when the query is checked. Runs under ASan/UBSan too (test.sh)."""
 import pandas as pd
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -187,3 +188,17 @@ def test_a_join_at_the_last_time_pairs_its_records_in_the_clipped_window(window)
     first_end = 10_005 if window.startswith("session") else 10_000
     assert list(zip(d["window_start"], d["window_end"], d["k"], d["left_a"], d["right_b"])) == \
         [(0, first_end, 1, 1, 3), (top, MAX, 2, 2, 4)]
+
+
+@pytest.mark.parametrize("window", ["tumbling:10s", "sliding:10s/5s", "session:10s"])
+def test_a_spark_streams_late_windows_at_both_ends_stay_in_int64(window):
+    from slash.spark.stream import late_windows
+    from slash.window import parse_window
+
+    w = parse_window(window)
+    got = late_windows(np.array([MIN + 1, MAX], np.int64), w)
+    # each time falls in its one tumbling window / session, and in size/slide = 2 sliding ones
+    assert sum(c for _, _, c in got) == (4 if window.startswith("sliding") else 2), got
+    for start, end, _ in got:
+        assert MIN <= start <= end <= MAX, (start, end)
+    assert any(s <= MIN + 1 < e for s, e, _ in got) and any(s <= MAX <= e for s, e, _ in got)

@@ -339,21 +339,26 @@ def late_windows(times: np.ndarray, window: Window) -> List[Tuple[int, int, int]
     t = np.asarray(times, dtype=np.int64)
     if not len(t):
         return []
+    lo, hi = -2**63, 2**63 - 1  # a window reaching past an end of int64 is clipped there,
+    if isinstance(window, Session):  # as the state clips it
+        u, c = np.unique(t, return_counts=True)
+        return [(int(a), min(int(a) + window.gap_ms, hi), int(b)) for a, b in zip(u, c)]
     if isinstance(window, Tumbling):
-        starts, size = t - t % window.size_ms, window.size_ms
+        size = slide = window.size_ms
+        ks = t // size  # window indices: no product that could wrap in int64
     elif isinstance(window, Sliding):
         size, slide = window.size_ms, window.slide_ms
         last = t // slide  # the latest window start (in slides) at or before t
-        first = (t - size) // slide + 1  # the earliest whose end is after t
         per = -(-size // slide)  # at most this many windows hold one time
-        ks = last[None, :] - np.arange(per, dtype=np.int64)[:, None]
-        starts = (ks[ks >= first[None, :]]) * slide
-    elif isinstance(window, Session):
-        starts, size = t, window.gap_ms
+        cand = last[None, :] - np.arange(per, dtype=np.int64)[:, None]
+        # the windows whose end is after t: k * slide + size > t
+        ks = cand[cand.astype(object) * slide + size > t[None, :].astype(object)] \
+            if len(t) and (t.min() < lo + size or t.max() > hi - size) else \
+            cand[cand > ((t - size) // slide)[None, :]]
     else:
         raise InvalidArgument(f"unknown window {window!r}")
-    u, c = np.unique(starts, return_counts=True)
-    return [(int(a), int(a) + size, int(b)) for a, b in zip(u, c)]
+    u, c = np.unique(ks, return_counts=True)
+    return [(max(int(k) * slide, lo), min(int(k) * slide + size, hi), int(b)) for k, b in zip(u, c)]
 
 
 def _selected_rows(query: Query, batch: pa.RecordBatch, skip: Optional[np.ndarray]) -> pa.RecordBatch:
