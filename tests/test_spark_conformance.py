@@ -263,3 +263,26 @@ def test_nanosecond_session_before_1970_starts_at_its_first_record_floored(spark
     res = window_aggregate(spark, path, time="t", window="session:1s", key="id", executors=1)
     start, end = res.select(F.unix_micros("window_start"), F.unix_micros("window_end")).first()
     assert (start, end) == (-2, 999_999)  # floor(-1500 ns), floor(-500 ns + 1 s)
+
+
+def test_window_join_takes_sparks_start_time(spark, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import pyspark.sql.functions as F
+
+    from slash.spark import window_join
+
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    ms = pa.timestamp("ms", "UTC")
+    lp, rp = str(tmp_path / "l.parquet"), str(tmp_path / "r.parquet")
+    pq.write_table(pa.table({"ts": pa.array([1_000, 2_500, 11_999, 12_000], ms), "k": [1, 1, 1, 1],
+                             "a": [1, 2, 3, 4]}), lp)
+    pq.write_table(pa.table({"ts": pa.array([1_500, 12_500], ms), "k": [1, 1], "b": [10, 20]}), rp)
+    res = window_join(spark, lp, rp, on="k", time="ts", window="tumbling:10s",
+                      startTime="2 seconds", executors=1)
+    got = sorted(tuple(r) for r in res.select(F.unix_millis("window_start"),
+                                              F.unix_millis("window_end"), "left_a",
+                                              "right_b").collect())
+    # 10 s windows from 2 s: [-8 s, 2 s) holds 1.0 s and 1.5 s; [2 s, 12 s) no right row;
+    # [12 s, 22 s) holds 12.0 s and 12.5 s
+    assert got == [(-8_000, 2_000, 1, 10), (12_000, 22_000, 4, 20)]

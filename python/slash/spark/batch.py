@@ -232,6 +232,14 @@ def make_query(time: str, window: str, key: Union[str, Sequence[str]], aggs: Seq
                  time_zone=time_zone)
 
 
+def one_start_time(start_time: Optional[str], startTime: Optional[str]) -> Optional[str]:
+    """The window start time given as ``start_time=`` or in Spark's spelling
+    ``startTime=`` (None: none); both is an InvalidArgument."""
+    if start_time is not None and startTime is not None:
+        raise InvalidArgument("give start_time or Spark's spelling startTime, not both")
+    return start_time if start_time is not None else startTime
+
+
 def session_time_zone(spark: Any) -> str:
     """Spark's session time zone (``spark.sql.session.timeZone``): the zone
     a date time column is cast in, as Spark's own window() casts it."""
@@ -290,10 +298,8 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     _env.require_pyspark()
     import pyspark.sql.functions  # noqa: F401  (fail here, not in a task)
 
-    if start_time is not None and startTime is not None:
-        raise InvalidArgument("give start_time or Spark's spelling startTime, not both")
     query = make_query(time, window, key, aggs, filter, lateness, session_time_zone(spark),
-                       start_time if start_time is not None else startTime)
+                       one_start_time(start_time, startTime))
     fast = not is_dataframe(source)
     time_columns: tuple = ()
     if fast:

@@ -26,11 +26,13 @@ from slash.recovery_join import execute_join_split_checkpointed
 from slash.run.plan import CheckpointPlan
 from slash.runner import execute_join_split
 from slash.sources import FileSource
+from slash.window import with_start_time
 from slash.spark import _batch_ckpt, _env
 from slash.spark._tasks import (barrier_stage, join_group, rank_errors,
                                 raise_task_failure, report_error)
 from slash.spark.batch import (INLINE_BYTES, EarlyFrame, deliver_result, group_for, inline_limit,
-                               is_dataframe, session_time_zone, start_rendezvous, task_summary)
+                               is_dataframe, one_start_time, session_time_zone, start_rendezvous,
+                               task_summary)
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +96,8 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
                 transport: str = "shm", result_dir: Optional[str] = None,
                 slots_wait: float = 30.0, result_inline_bytes: int = INLINE_BYTES,
                 checkpoint: Optional[str] = None, checkpoint_every: Union[str, int, float] = "10s",
-                checkpoint_keep: int = 2) -> Any:
+                checkpoint_keep: int = 2, start_time: Optional[str] = None,
+                startTime: Optional[str] = None) -> Any:
     """Joins ``left`` and ``right`` (Parquet/Arrow paths) on ``on`` within
     ``window`` (``"tumbling:12h"`` or ``"session:10s"``) and returns an
     ordinary Spark DataFrame: ``window_start``, ``window_end``, the key
@@ -107,7 +110,9 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
     ``checkpoint``, ``checkpoint_every``, ``checkpoint_keep``: as for
     :func:`slash.spark.run_aggregate`: a retried barrier stage resumes from
     the newest complete checkpoint (both inputs' positions) instead of
-    starting over; the result is the same rows.
+    starting over; the result is the same rows. ``start_time`` (or Spark's
+    ``startTime``): moves tumbling windows as for
+    :func:`slash.spark.window_aggregate`.
 
     >>> # df = window_join(spark, "persons/", "auctions/", on="id", time="ts", window="tumbling:12h")
     """
@@ -116,7 +121,8 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
         if is_dataframe(src):
             raise InvalidArgument(f"window_join reads Parquet/Arrow paths; write the {name} DataFrame "
                                   "to Parquet first (df.write.parquet(PATH))")
-    query = JoinQuery(time=time, window=window, on=on, left_columns=left_columns,
+    query = JoinQuery(time=time, window=with_start_time(window, one_start_time(start_time, startTime)),
+                      on=on, left_columns=left_columns,
                       right_columns=right_columns, lateness=0 if lateness is None else lateness,
                       time_zone=session_time_zone(spark))
     lsrc, rsrc = FileSource(left), FileSource(right)  # UnknownName / SchemaError before work

@@ -84,7 +84,7 @@ from slash.spark import _env
 from slash.spark._stream_ckpt import DriverCheckpoints, TaskCheckpoints, add_metadata
 from slash.spark._tasks import (Rendezvous, barrier_stage, driver_host, join_group, rank_errors, raise_task_failure,
                                 report_error, write_table)
-from slash.spark.batch import group_for, make_query, session_time_zone
+from slash.spark.batch import group_for, make_query, one_start_time, session_time_zone
 from slash.window import Session, Sliding, Tumbling, Window
 
 log = logging.getLogger(__name__)
@@ -1225,8 +1225,11 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
            slots_wait: float = 30.0, metrics_port: Optional[int] = None, ui: bool = False,
            ui_bind: str = "127.0.0.1", ui_token: Optional[str] = None,
            checkpoint: Optional[str] = None, checkpoint_every: Union[str, int, float] = "10s",
-           max_restarts: int = 3, checkpoint_keep: int = 2) -> StreamHandle:
+           max_restarts: int = 3, checkpoint_keep: int = 2, start_time: Optional[str] = None,
+           startTime: Optional[str] = None) -> StreamHandle:
     """Starts a streaming aggregation; returns at once with its handle.
+    ``start_time`` (or Spark's ``startTime``): moves tumbling and sliding
+    windows as for :func:`slash.spark.window_aggregate`.
 
     The query spellings are those of :func:`slash.spark.window_aggregate`.
     ``source``: a RateSource, a DirectorySource or a directory path. ``sink``:
@@ -1257,7 +1260,8 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
     _env.require_pyspark()
     import pyspark.sql.functions  # noqa: F401
 
-    query = make_query(time, window, key, aggs, filter, lateness, session_time_zone(spark))
+    query = make_query(time, window, key, aggs, filter, lateness, session_time_zone(spark),
+                       one_start_time(start_time, startTime))
     if isinstance(source, (str, os.PathLike)):
         source = DirectorySource(os.fspath(source))
     if isinstance(source, RateSource):
