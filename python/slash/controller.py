@@ -61,9 +61,10 @@ slower on purpose), the up and down thresholds are apart (late: lag or p99
 over the target; room: lag under ``low_water`` x target and the load
 fitting one executor fewer at ``fit`` < 1 utilisation, so the count after a
 release is not saturated), and after any decision nothing happens for
-``cooldown`` seconds (the change must show in the signals first). The controller never touches what the
-query computes: every action it takes is one the stream applies at an
-epoch boundary with output equal to the untuned run.
+``cooldown`` seconds (the change must show in the signals first). The
+controller never touches what the query computes: every action it takes is
+one the stream applies at an epoch boundary with output equal to the
+untuned run.
 """
 from __future__ import annotations
 
@@ -232,11 +233,12 @@ class Controller:
         prev = self._prev
         per: Dict[int, _Exec] = {}
         epochs = []
-        fresh = False
+        new: List[int] = []  # the executors with a report new since the last tick
         for r, cur in (snap.get("per_executor") or {}).items():
             old = (prev.get("per_executor") or {}).get(r) if prev else None
             dt = (cur["time"] - old["time"]) if old else 0.0
-            fresh = fresh or old is None or dt > 0
+            if old is None or dt > 0:
+                new.append(int(r))
             merge = stalls = 0.0
             if old and dt > 0:
                 merge = max(0.0, (cur.get("merge_seconds", 0) - old.get("merge_seconds", 0)) / dt)
@@ -268,14 +270,14 @@ class Controller:
                 growing = all(b > a for a, b in zip(vals, vals[1:]))
                 span = self._behind[-1][0] - self._behind[0][0]
                 slope = max(0.0, (vals[-1] - vals[0]) / span) if span > 0 else 0.0
-        if fresh:
-            for e in per.values():  # an executor behind the clock reads as fast as it can
-                if e.lag_ms is not None and e.lag_ms > self.config.target_ms and e.records_per_s > 0:
-                    self._capacity = (self._capacity + [e.records_per_s])[-_CAPACITY_SAMPLES:]
+        for r in new:  # an executor behind the clock reads as fast as it can
+            e = per[r]
+            if e.lag_ms is not None and e.lag_ms > self.config.target_ms and e.records_per_s > 0:
+                self._capacity = (self._capacity + [e.records_per_s])[-_CAPACITY_SAMPLES:]
         return Signals(time=t, executors=self.executors, p99_ms=p99,
                        epoch_ms=statistics.median(epochs) if epochs else None, per=per,
                        backlog_growing=growing, backlog_per_s=slope,
-                       fresh=fresh or bool(self._fresh))
+                       fresh=bool(new) or bool(self._fresh))
 
     # -- the policy -------------------------------------------------------------
     def observe(self, snap: Mapping[str, Any]) -> Optional[Decision]:
