@@ -31,7 +31,9 @@ Bottlenecks, checked in this order when p99 is over the target
    (> target / 4): halve the epoch length (down to ``min_epoch_ms``).
 4. ``credit``: senders wait for channel credits: add an executor.
 
-A tick is "late" when the latest p99 (a history point at most 2 s old)
+Conditions are sampled once per new point of the metrics history (one a
+second, whether windows came out in it or not; "ticks" below). A tick is
+"late" when the latest p99 (a history point at most 2 s old)
 is over the target or an executor reads its input behind the clock by more
 than the target (windows stop coming out when the input falls behind, so
 the input lag is what shows it then). It has "room" when the latest p99 is
@@ -184,7 +186,7 @@ class Signals:
     per: Dict[int, _Exec] = field(default_factory=dict)
     backlog_growing: bool = False
     backlog_per_s: float = 0.0   # growth of the records behind the clock, summed over executors
-    fresh: bool = False          # a new executor report or history point since the last tick
+    fresh: bool = False          # a new point of the metrics history since the last tick
 
 
 #: seconds a history point's p99 stands for the latency now
@@ -250,9 +252,11 @@ class Controller:
             if cur.get("epoch_ms"):
                 epochs.append(float(cur["epoch_ms"]))
         self._fresh = []
+        points = 0  # history points new since the last tick: one a second, with windows or not
         for point in snap.get("history") or ():
             if point["t"] > self._last_point:
                 self._last_point = point["t"]
+                points += 1
                 if point.get("latency_p99_ms") is not None:
                     self._fresh.append(float(point["latency_p99_ms"]))
                     self._p99 = (float(point["t"]), float(point["latency_p99_ms"]))
@@ -277,7 +281,7 @@ class Controller:
         return Signals(time=t, executors=self.executors, p99_ms=p99,
                        epoch_ms=statistics.median(epochs) if epochs else None, per=per,
                        backlog_growing=growing, backlog_per_s=slope,
-                       fresh=bool(new) or bool(self._fresh))
+                       fresh=points > 0)
 
     # -- the policy -------------------------------------------------------------
     def observe(self, snap: Mapping[str, Any]) -> Optional[Decision]:
@@ -287,7 +291,7 @@ class Controller:
         c = self.config
         if not s.per:
             return None
-        if not s.fresh:  # nothing new since the last tick: no sample
+        if not s.fresh:  # a sample per history point (one a second), however often it is seen
             return None
         late, room = self._judge(s)
         self._over = self._over + 1 if late else 0
