@@ -17,7 +17,8 @@ class Stream:
         self.cum = {r: {"merge_seconds": 0.0, "credit_stalls": 0} for r in range(executors)}
         self.behind = {r: None for r in range(executors)}
 
-    def tick(self, p99, load=0.3, merge=None, stalls=0.0, behind=None, epoch_ms=100.0, dt=1.0):
+    def tick(self, p99, load=0.3, merge=None, stalls=0.0, behind=None, epoch_ms=100.0, dt=1.0,
+             rate=1e5, lag=None):
         self.t += dt
         per = {}
         for r in range(self.n):
@@ -25,7 +26,8 @@ class Stream:
             c["merge_seconds"] += (merge[r] if merge else 0.05) * dt
             c["credit_stalls"] += stalls * dt
             per[str(r)] = {"time": self.t, "cpu_load": load[r] if isinstance(load, (list, tuple)) else load,
-                           "records_per_s": 1e5, "records_behind": behind[r] if behind else None,
+                           "records_per_s": rate, "records_behind": behind[r] if behind else None,
+                           "input_lag_ms": lag,
                            "merge_seconds": c["merge_seconds"], "credit_stalls": c["credit_stalls"],
                            "epoch_ms": epoch_ms}
         return {"time": self.t, "per_executor": per,
@@ -180,6 +182,62 @@ def test_a_load_step_up_then_down_scales_out_then_back_in_without_flapping():
     # never out again after the first release: no oscillation
     first_in = actions.index("scale_in")
     assert "scale_out" not in actions[first_in:]
+
+
+def test_capacity_is_measured_from_executors_reading_behind_the_clock():
+    ctl = Controller(cfg(max_executors=4), executors=1, epoch_ms=50)
+    s = Stream(1)
+    assert run(ctl, s, 2, p99=100, rate=1e5, lag=0.0) == [] and ctl.capacity is None
+    # the input steps up: the executor reads 1.5 M rec/s, 2 s behind the clock, its backlog
+    # growing by 2 M rec/s: 3.5 M rec/s due, more than 3 executors at fit 0.6 of 1.5 M
+    d = run(ctl, s, 3, p99=None, rate=1.5e6, lag=2000.0, load=0.4,
+            behind=None)
+    assert ctl.capacity == 1.5e6
+    assert [x.action for x in d] == ["scale_out"] and "measured capacity 1500000" in d[0].reason
+    assert "input read 2000 ms behind the clock" in d[0].reason
+
+
+def test_scale_out_asks_for_what_the_demand_needs_at_the_measured_capacity():
+    ctl = Controller(cfg(max_executors=4), executors=1, epoch_ms=50)
+    s = Stream(1)
+    out = []
+    for b in (1e6, 2e6, 3e6, 4e6):  # backlog growing 1 M rec/s beside 1 M read: 2 M due
+        d = ctl.observe(s.tick(p99=None, rate=1e6, lag=1000.0, load=0.4, behind=[b]))
+        if d:
+            out.append(d)
+    # 2 M rec/s at 0.6 x 1 M per executor: 4 executors, 3 more
+    assert [(x.action, x.args) for x in out] == [("scale_out", {"k": 3})], out
+
+
+def test_release_when_the_load_fits_one_executor_fewer_though_p99_is_above_low_water():
+    # a loaded machine at a low rate: p99 150-190 ms at a 250 ms target (the epoch length
+    # and merges, which the executor count does not lower), input read on time
+    ctl = Controller(cfg(latency_target="250ms", release_sustain=6), executors=2, epoch_ms=100)
+    s = Stream(2)
+    run(ctl, s, 3, p99=None, rate=1.2e6, lag=900.0, load=0.5)  # the burst: capacity 1.2 M
+    s.t += 10  # past the cool-down of the scale-out it asked for
+    ctl.executors = 2
+    got = []
+    for i in range(8):
+        got += run(ctl, s, 1, p99=150 + 40 * (i % 2), rate=5e4, lag=0.0, load=0.15)
+    assert [(x.action, x.args) for x in got] == [("scale_in", {"k": 1})]
+    assert "measured capacity 1200000" in got[0].reason
+
+
+def test_no_release_when_the_demand_would_not_fit_the_measured_capacity_whatever_the_cpu_load():
+    # starved executors show little CPU load; what they read tells the load
+    ctl = Controller(cfg(latency_target="250ms", release_sustain=3), executors=2, epoch_ms=100)
+    s = Stream(2)
+    run(ctl, s, 3, p99=None, rate=1e6, lag=900.0, load=0.2)  # capacity 1 M
+    s.t += 10
+    ctl.executors = 2
+    # 2 x 0.4 M = 0.8 M rec/s on one executor would be 0.8 of its capacity (> fit 0.6)
+    assert run(ctl, s, 10, p99=100, rate=4e5, lag=0.0, load=0.1) == []
+
+
+def test_a_starved_executor_at_max_executors_does_not_lengthen_epochs():
+    ctl = Controller(cfg(max_executors=2, latency_target="2s"), executors=2, epoch_ms=100)
+    assert run(ctl, Stream(2), 6, p99=None, rate=1e6, lag=5000.0, load=0.3) == []
 
 
 def test_actuator_reports_actions_the_stream_does_not_offer():

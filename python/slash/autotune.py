@@ -158,6 +158,7 @@ class AutoTuner:
             return {"latency_target_ms": c.config.target_ms, "executors": c.executors,
                     "min_executors": c.config.min_executors,
                     "max_executors": c.config.max_executors, "epoch_ms": c.epoch_ms,
+                    "capacity_records_per_s": c.capacity,
                     "decisions": [dict(d) for d in self.decisions]}
 
 

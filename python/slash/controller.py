@@ -31,18 +31,42 @@ Bottlenecks, checked in this order when p99 is over the target
    (> target / 4): halve the epoch length (down to ``min_epoch_ms``).
 4. ``credit``: senders wait for channel credits: add an executor.
 
-When p99 stays under ``low_water`` x target and the load would fit in one
-executor fewer (predicted load < ``fit``), it releases one (``scale_in``,
-not below ``min_executors``); when epochs were shortened and the latency
-has room, it lengthens them back (throughput).
+Conditions are sampled once per new point of the metrics history (one a
+second, whether windows came out in it or not; "ticks" below). A tick is
+"late" when the latest p99 (a history point at most 2 s old)
+is over the target or an executor reads its input behind the clock by more
+than the target (windows stop coming out when the input falls behind, so
+the input lag is what shows it then). It has "room" when the latest p99 is
+within the target, every executor reads its input within ``low_water`` x
+target of the clock (or, on a source that does not report its lag, p99 is
+under ``low_water`` x target) and no backlog grows.
 
-Against oscillation: a condition must hold for ``sustain`` consecutive
-ticks (``release_sustain`` for releasing, which is slower on purpose), the
-up and down thresholds are apart (target vs ``low_water`` x target), and
-after any decision nothing happens for ``cooldown`` seconds (the change
-must show in the signals first). The controller never touches what the
-query computes: every action it takes is one the stream applies at an
-epoch boundary with output equal to the untuned run.
+The capacity of one executor is measured, not assumed: the records/s an
+executor reads while it is behind the clock by more than the target (it
+reads as fast as it can) is a sample of its capacity on this machine as
+loaded now; the controller keeps the median of the recent samples
+(:attr:`Controller.capacity`). The utilisation of ``k`` executors is the
+demand (records/s read plus the backlog's growth) over ``k`` x capacity,
+and where no capacity was measured yet, their summed CPU load over ``k``.
+
+With room for ``release_sustain`` ticks and the load fitting in one
+executor fewer with margin (predicted utilisation < ``fit``, by both
+measures where both are known), it releases one (``scale_in``, not below
+``min_executors``); when epochs were changed and the latency has room, it
+moves them back toward the configured length. Latency well under the
+target is not required for a release: a stream's latency floor is its
+epoch length plus its merges, which the executor count does not lower.
+
+Against oscillation (hysteresis and cool-down): a condition must hold for
+``sustain`` consecutive ticks (``release_sustain`` for releasing, which is
+slower on purpose), the up and down thresholds are apart (late: lag or p99
+over the target; room: lag under ``low_water`` x target and the load
+fitting one executor fewer at ``fit`` < 1 utilisation, so the count after a
+release is not saturated), and after any decision nothing happens for
+``cooldown`` seconds (the change must show in the signals first). The
+controller never touches what the query computes: every action it takes is
+one the stream applies at an epoch boundary with output equal to the
+untuned run.
 """
 from __future__ import annotations
 
@@ -95,9 +119,9 @@ class ControllerConfig:
     sustain: int = 3             # ticks a "too slow" condition must hold
     release_sustain: int = 10    # ticks a "room to spare" condition must hold
     cooldown: float = 8.0        # seconds after a decision with no other
-    low_water: float = 0.5       # p99 under low_water x target: room to spare
+    low_water: float = 0.5       # input lag under low_water x target: room to spare
     busy: float = 0.85           # CPU load of a saturated executor
-    fit: float = 0.6             # predicted load that one executor fewer must stay under
+    fit: float = 0.6             # predicted utilisation that one executor fewer must stay under
     merge_share: float = 0.2     # merge seconds per second of a hot leader
     min_epoch_ms: float = 5.0
     max_epoch_ms: float = 1000.0
@@ -161,6 +185,14 @@ class Signals:
     epoch_ms: Optional[float]
     per: Dict[int, _Exec] = field(default_factory=dict)
     backlog_growing: bool = False
+    backlog_per_s: float = 0.0   # growth of the records behind the clock, summed over executors
+    fresh: bool = False          # a new point of the metrics history since the last tick
+
+
+#: seconds a history point's p99 stands for the latency now
+_P99_FRESH_S = 2.0
+#: capacity samples kept (the median of them is the estimate)
+_CAPACITY_SAMPLES = 20
 
 
 class Controller:
@@ -188,6 +220,14 @@ class Controller:
         self._under = 0
         self._quiet_until = 0.0
         self._behind: List[tuple] = []  # (time, total records behind)
+        self._p99: Optional[tuple] = None  # (history time, p99 ms) of the latest point with windows
+        self._capacity: List[float] = []  # records/s of executors read while behind the clock
+
+    @property
+    def capacity(self) -> Optional[float]:
+        """Records/s one executor reads at most on this machine now (the
+        median of its recent samples), or None before any was measured."""
+        return statistics.median(self._capacity) if self._capacity else None
 
     # -- signals ----------------------------------------------------------------
     def _signals(self, snap: Mapping[str, Any]) -> Signals:
@@ -195,9 +235,12 @@ class Controller:
         prev = self._prev
         per: Dict[int, _Exec] = {}
         epochs = []
+        new: List[int] = []  # the executors with a report new since the last tick
         for r, cur in (snap.get("per_executor") or {}).items():
             old = (prev.get("per_executor") or {}).get(r) if prev else None
             dt = (cur["time"] - old["time"]) if old else 0.0
+            if old is None or dt > 0:
+                new.append(int(r))
             merge = stalls = 0.0
             if old and dt > 0:
                 merge = max(0.0, (cur.get("merge_seconds", 0) - old.get("merge_seconds", 0)) / dt)
@@ -209,15 +252,19 @@ class Controller:
             if cur.get("epoch_ms"):
                 epochs.append(float(cur["epoch_ms"]))
         self._fresh = []
+        points = 0  # history points new since the last tick: one a second, with windows or not
         for point in snap.get("history") or ():
             if point["t"] > self._last_point:
                 self._last_point = point["t"]
+                points += 1
                 if point.get("latency_p99_ms") is not None:
                     self._fresh.append(float(point["latency_p99_ms"]))
-        p99 = self._fresh[-1] if self._fresh else None
+                    self._p99 = (float(point["t"]), float(point["latency_p99_ms"]))
+        p99 = self._p99[1] if self._p99 is not None and t - self._p99[0] <= _P99_FRESH_S else None
         horizon = t - 3.0
         behind = [e.behind for e in per.values() if e.behind is not None]
         growing = False
+        slope = 0.0
         if behind and (not self._behind or self._behind[-1][1] != float(sum(behind))):
             # a tick that saw no new report is no sample (equal values are not growth)
             self._behind.append((t, float(sum(behind))))
@@ -225,9 +272,16 @@ class Controller:
             if len(self._behind) >= 3:
                 vals = [x[1] for x in self._behind]
                 growing = all(b > a for a, b in zip(vals, vals[1:]))
+                span = self._behind[-1][0] - self._behind[0][0]
+                slope = max(0.0, (vals[-1] - vals[0]) / span) if span > 0 else 0.0
+        for r in new:  # an executor behind the clock reads as fast as it can
+            e = per[r]
+            if e.lag_ms is not None and e.lag_ms > self.config.target_ms and e.records_per_s > 0:
+                self._capacity = (self._capacity + [e.records_per_s])[-_CAPACITY_SAMPLES:]
         return Signals(time=t, executors=self.executors, p99_ms=p99,
                        epoch_ms=statistics.median(epochs) if epochs else None, per=per,
-                       backlog_growing=growing)
+                       backlog_growing=growing, backlog_per_s=slope,
+                       fresh=points > 0)
 
     # -- the policy -------------------------------------------------------------
     def observe(self, snap: Mapping[str, Any]) -> Optional[Decision]:
@@ -237,12 +291,11 @@ class Controller:
         c = self.config
         if not s.per:
             return None
-        target = c.target_ms
-        for p in self._fresh:  # each history point counts once, however often it is seen
-            self._over = self._over + 1 if p > target else 0
-            self._under = self._under + 1 if p < c.low_water * target else 0
-        if not self._fresh:
+        if not s.fresh:  # a sample per history point (one a second), however often it is seen
             return None
+        late, room = self._judge(s)
+        self._over = self._over + 1 if late else 0
+        self._under = self._under + 1 if room else 0
         if s.time < self._quiet_until:
             return None
         d: Optional[Decision] = None
@@ -257,12 +310,40 @@ class Controller:
             log.info("controller: %s %s (%s: %s)", d.action, d.args, d.bottleneck, d.reason)
         return d
 
+    def _judge(self, s: Signals) -> tuple:
+        """(late, room) for this tick (see the module doc)."""
+        target = self.config.target_ms
+        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
+        lag = max(lags) if lags else None
+        late = (s.p99_ms is not None and s.p99_ms > target) or (lag is not None and lag > target)
+        if late or s.backlog_growing:
+            return late, False
+        if lag is not None:
+            return False, lag <= self.config.low_water * target and (s.p99_ms is None
+                                                                     or s.p99_ms <= target)
+        return False, s.p99_ms is not None and s.p99_ms < self.config.low_water * target
+
+    def _demand(self, s: Signals) -> float:
+        """Records/s due now: what the executors read plus the backlog's growth."""
+        return sum(e.records_per_s for e in s.per.values()) + s.backlog_per_s
+
+    def _utilisation(self, s: Signals, k: int) -> Dict[str, float]:
+        """The predicted utilisation of ``k`` executors by the load now:
+        ``capacity`` (demand over k x the measured capacity of one) where
+        that was measured, ``cpu`` (summed CPU load over k) always."""
+        got = {"cpu": sum(e.cpu_load for e in s.per.values()) / k}
+        cap = self.capacity
+        if cap is not None:
+            got["capacity"] = self._demand(s) / (k * cap)
+        return got
+
     def _too_slow(self, s: Signals) -> Optional[Decision]:
         c = self.config
         loads = {r: e.cpu_load for r, e in s.per.items()}
         hot = max(loads.values())
         mean = sum(loads.values()) / len(loads)
-        p99 = f"p99 {s.p99_ms:.0f} ms > target {c.target_ms:.0f} ms for {self._over} ticks"
+        p99 = (f"p99 {s.p99_ms:.0f} ms" if s.p99_ms is not None else "no window out") + \
+            f" against target {c.target_ms:.0f} ms, late for {self._over} ticks"
         lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
         # reading behind the clock by more than the target: the input is the bottleneck,
         # whatever the CPU load says (on a shared machine a starved executor shows little)
@@ -272,11 +353,20 @@ class Controller:
                    + ("; backlog growing" if s.backlog_growing else "")
                    + (f"; input read {max(lags):.0f} ms behind the clock" if lagging else ""))
             if self.executors < c.max_executors:
-                need = (math.ceil(self.executors * max(mean, hot) / c.fit)
-                        if not (s.backlog_growing or lagging) else 0)
+                cap = self.capacity
+                if cap is not None:  # as many as the demand needs at the measured capacity
+                    demand = self._demand(s)
+                    need = math.ceil(demand / (c.fit * cap))
+                    why += (f"; demand {demand:.0f} rec/s, one executor's measured capacity "
+                            f"{cap:.0f} rec/s")
+                else:
+                    need = (math.ceil(self.executors * max(mean, hot) / c.fit)
+                            if not (s.backlog_growing or lagging) else 0)
                 k = max(1, min(need - self.executors, c.max_executors - self.executors))
                 return Decision(s.time, "scale_out", {"k": k}, "input", why)
-            if self.epoch_ms * 2 <= min(c.max_epoch_ms, c.target_ms / 2):
+            # longer epochs only help executors busy with their own work: one starved by
+            # other processes on the machine (late, little CPU load) gains nothing from them
+            if hot >= c.busy and self.epoch_ms * 2 <= min(c.max_epoch_ms, c.target_ms / 2):
                 return Decision(s.time, "epoch", {"epoch_ms": self.epoch_ms * 2}, "input",
                                 why + f"; at max_executors {c.max_executors}: longer epochs cost less CPU")
             return None
@@ -300,18 +390,29 @@ class Controller:
 
     def _room_to_spare(self, s: Signals) -> Optional[Decision]:
         c = self.config
-        loads = [e.cpu_load for e in s.per.values()]
-        total = sum(loads)
-        p99 = f"p99 {s.p99_ms:.0f} ms < {c.low_water:.2f} x target for {self._under} ticks"
+        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
+        p99 = ((f"p99 {s.p99_ms:.0f} ms" if s.p99_ms is not None else "no window out")
+               + f" within target {c.target_ms:.0f} ms"
+               + (f", input read at most {max(lags):.0f} ms behind the clock" if lags else "")
+               + f" for {self._under} ticks")
         if self.executors > c.min_executors and not s.backlog_growing:
-            predicted = total / (self.executors - 1)
-            if predicted < c.fit:
+            k = self.executors - 1
+            pred = self._utilisation(s, k)
+            if max(pred.values()) < c.fit:
+                cap = self.capacity
+                measured = (f"demand {self._demand(s):.0f} rec/s is {pred['capacity']:.2f} of "
+                            f"{k} x one executor's measured capacity {cap:.0f} rec/s, "
+                            if cap is not None else "")
                 return Decision(s.time, "scale_in", {"k": 1}, "none",
-                                f"{p99}; load {total:.2f} fits {self.executors - 1} executors "
-                                f"(predicted {predicted:.2f} each)")
+                                f"{p99}; the load fits {k} executor(s) with margin: {measured}"
+                                f"CPU load {pred['cpu'] * k:.2f} is {pred['cpu']:.2f} each "
+                                f"(< fit {c.fit:.2f})")
         if self.epoch_ms < self.base_epoch_ms and self.epoch_ms * 2 <= c.target_ms / 4:
             return Decision(s.time, "epoch", {"epoch_ms": min(self.base_epoch_ms, self.epoch_ms * 2)}, "none",
                             f"{p99}; epochs back toward {self.base_epoch_ms:.0f} ms (throughput)")
+        if self.epoch_ms > self.base_epoch_ms:
+            return Decision(s.time, "epoch", {"epoch_ms": max(self.base_epoch_ms, self.epoch_ms / 2)},
+                            "none", f"{p99}; epochs back toward {self.base_epoch_ms:.0f} ms (latency)")
         return None
 
     def applied(self, d: Decision, ok: bool = True) -> None:
