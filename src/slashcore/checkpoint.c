@@ -177,6 +177,10 @@ slash_status ckpt_header_check(const void *data, size_t len, unsigned kind, uint
         return slash_fail(SLASH_EINVAL, "checkpoint %s blob: truncated or padded (header says "
                           "%llu payload bytes, %zu present)", kind_name(kind),
                           (unsigned long long)h->payload, len - SLASH_CKPT_HEADER - 4);
+    for (size_t i = 48; i < SLASH_CKPT_HEADER; i++)
+        if (p[i] != 0)
+            return slash_fail(SLASH_EINVAL, "checkpoint %s blob: header byte %zu is %u where "
+                              "every writer puts 0", kind_name(kind), i, p[i]);
     uint32_t want = get_u32(p + len - 4);
     uint32_t got = slash_crc32c(0, p, len - 4);
     if (want != got)
@@ -477,7 +481,8 @@ slash_status slash_ckpt_read_meta(const void *data, size_t len, uint64_t fp,
     m->late_records = get_u64(p + 80);
     if (m->size < 1 || m->size > SLASH_GROUP_MAX || m->rank >= m->size ||
         h.payload != META_FIXED + 8 * (uint64_t)m->size || m->rank != h.partition ||
-        m->partitions != h.partitions)
+        m->partitions != h.partitions || get_u32(p + 28) != 0 || h.records != 0 ||
+        h.watermark != 0) /* what a META blob leaves 0: one blob, one reading */
         return slash_fail(SLASH_EINVAL, "checkpoint meta blob: inconsistent (rank %u of %u, "
                           "%llu payload bytes)", m->rank, m->size, (unsigned long long)h.payload);
     for (uint32_t r = 0; r < m->size; r++)
