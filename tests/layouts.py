@@ -248,9 +248,10 @@ def write_spark(spark: Any, table: pa.Table, d: str, partitions: int = 3,
     """Spark writes the table itself: ``df.repartition(n).write.parquet``
     (round-robin, so each part file spans the time range; a ``_SUCCESS``
     file and ``.crc`` files beside). Timestamps as Spark's default
-    TIMESTAMP_MICROS, or with ``int96`` as INT96 (pyarrow reads those as
-    timestamp[ns]). A timestamp[ns] time loses its sub-microsecond part (Spark
-    keeps microseconds); the returned table is what Spark wrote."""
+    TIMESTAMP_MICROS, or with ``int96`` as INT96 (Spark's TimestampType, an
+    instant: the returned table has them as timestamp[us, UTC], as Slash and
+    Spark read them). A timestamp[ns] time loses its sub-microsecond part
+    (Spark keeps microseconds); the returned table is what Spark wrote."""
     df = spark.createDataFrame(table)
     key = "spark.sql.parquet.outputTimestampType"
     old = spark.conf.get(key)
@@ -264,7 +265,21 @@ def write_spark(spark: Any, table: pa.Table, d: str, partitions: int = 3,
 
 def _read_dir(d: str) -> pa.Table:
     files = sorted(f for f in os.listdir(d) if f.endswith(".parquet"))
-    return pa.concat_tables([pq.read_table(os.path.join(d, f)) for f in files])
+    return pa.concat_tables([_read_instants(os.path.join(d, f)) for f in files])
+
+
+def _read_instants(path: str) -> pa.Table:
+    """A Parquet file with each INT96 column as timestamp[us, UTC]: an INT96
+    is Spark's TimestampType, an instant (pyarrow alone gives a wall clock in
+    nanoseconds, which wraps outside 1677-2262)."""
+    f = pq.ParquetFile(path)
+    int96 = {f.metadata.schema.column(j).path for j in range(f.metadata.num_columns)
+             if f.metadata.schema.column(j).physical_type == "INT96"}
+    t = pq.read_table(path, coerce_int96_timestamp_unit="us")
+    for i, name in enumerate(t.column_names):
+        if name in int96:
+            t = t.set_column(i, name, t.column(i).cast(pa.timestamp("us", "UTC")))
+    return t
 
 
 # -- window specs, parsed independently of Slash ------------------------------------------------
@@ -580,8 +595,8 @@ def expected_bound_type(time_type: pa.DataType) -> pa.DataType:
     """The type of window_start/window_end for a time column of this type."""
     if pa.types.is_timestamp(time_type):
         return time_type
-    if pa.types.is_date(time_type):
-        return pa.timestamp("ms")
+    if pa.types.is_date(time_type):  # midnight in the query's time zone: an instant
+        return pa.timestamp("ms", "UTC")
     return pa.int64()
 
 
