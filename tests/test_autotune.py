@@ -38,7 +38,8 @@ TARGET_MS = 250
 FIT = 0.6
 QUERY = Query(time="t", window="tumbling:1s", key="k", aggregates=["count", "sum:v", "min:v", "max:v"])
 SCHEMA = pa.schema([("t", pa.timestamp("ms")), ("k", pa.int32()), ("v", pa.float32())])
-LOW_SHARE, HIGH_SHARE = 1 / 20, 2.0  # the rates, in executor capacities
+LOW_SHARE, HIGH_SHARE = 1 / 20, 3.0  # the rates, in executor capacities (the calibration
+# runs whole processes, so it can read one executor at ~2/3 of what the controller then measures)
 PHASE_S = (3, 3, 25)  # low, high, low: seconds of event time
 
 
