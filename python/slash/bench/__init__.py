@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional
 
+from slash.errors import NotSupported
+
 log = logging.getLogger(__name__)
 
 #: the names a module must define to be a benchmark
@@ -62,8 +64,6 @@ class Benchmark:
 
     def run(self, args: argparse.Namespace) -> Dict[str, Any]:
         if self.module is None:
-            from slash.errors import NotSupported
-
             raise NotSupported(f"benchmark {self.name!r} is unavailable: {self.error}")
         result = self.module.run(args)
         if not isinstance(result, dict):

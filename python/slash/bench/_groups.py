@@ -16,6 +16,11 @@ from typing import Any, Dict, List
 
 import pyarrow as pa
 
+import slash
+from slash.errors import SystemFailure, Timeout
+from slash.launcher import ProcessGroup
+from slash.workloads import ysb_batches
+
 log = logging.getLogger(__name__)
 
 
@@ -36,16 +41,12 @@ class GroupBenchConfig:
 
 
 def _stream(cfg: GroupBenchConfig, rank: int):
-    from slash.workloads import ysb_batches
-
     return ysb_batches(cfg.records, keys=cfg.keys, skew=cfg.skew, seed=cfg.seed + rank,
                        rate=cfg.rate, batch_size=cfg.batch, columns=["key", "event_time"])
 
 
 def _worker(cfg: GroupBenchConfig, rank: int, token: str, link) -> None:
     try:
-        import slash
-
         lst = slash.Executor.listen(cfg.transport, token=token)
         link.put(("addr", rank, lst.address))
         addresses = link.get(timeout=120)
@@ -73,9 +74,6 @@ def _worker(cfg: GroupBenchConfig, rank: int, token: str, link) -> None:
 
 def run_group(cfg: GroupBenchConfig) -> Dict[str, Any]:
     """Runs one configuration and returns its measurements."""
-    from slash.errors import SystemFailure, Timeout
-    from slash.launcher import ProcessGroup
-
     n = cfg.executors
     token = secrets.token_hex(8)
     with ProcessGroup(n, _worker, lambda r: (cfg, r, token)) as pg:
@@ -120,7 +118,7 @@ def run_group(cfg: GroupBenchConfig) -> Dict[str, Any]:
 
 def verify(cfg: GroupBenchConfig, result: pa.Table) -> bool:
     """Compares the group's answer with DuckDB's on the same records."""
-    import duckdb
+    import duckdb  # optional dependency
 
     data = pa.Table.from_batches([b for r in range(cfg.executors) for b in _stream(cfg, r)])
     con = duckdb.connect()

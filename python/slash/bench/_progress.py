@@ -15,7 +15,7 @@ from typing import Any, Iterator, Optional
 
 def _rich_available() -> bool:
     try:
-        import rich.progress  # noqa: F401
+        import rich.progress  # noqa: F401  (optional dependency)
     except ImportError:
         return False
     return sys.stderr.isatty()
@@ -39,9 +39,9 @@ class Progress:
 
     def __enter__(self) -> "Progress":
         if not self.plain:
-            from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar,
-                                       SpinnerColumn, TextColumn, TimeElapsedColumn)
+            from rich.console import Console  # optional dependency
+            from rich.progress import (BarColumn, MofNCompleteColumn,  # optional dependency
+                                       Progress as Bar, SpinnerColumn, TextColumn, TimeElapsedColumn)
 
             self._bar = Bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                             MofNCompleteColumn(), TimeElapsedColumn(),

@@ -51,11 +51,18 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+import slash.workloads as w
 from slash.bench._progress import Progress
 from slash.errors import InvalidArgument, NotSupported, SystemFailure
+from slash.executor import Executor, GroupConfig
+from slash.join import JoinConfig
 from slash.launcher import ProcessGroup
 from slash.query import Query
+from slash.runner import execute_split
+from slash.workloads import cm_sample
+from slash.workloads.gen_nexmark import count
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +106,6 @@ class Stream:
 
     def make(self, b: int) -> pa.RecordBatch:
         """Block b as one batch (generated in C; the sample is sliced)."""
-        import slash.workloads as w
-
         first = b * self.block
         n = min(self.block, self.records - first)
         cols = list(self.columns) or None
@@ -145,8 +150,6 @@ class Stream:
 
 @functools.lru_cache(maxsize=2)
 def _sample(path: str) -> pa.Table:
-    from slash.workloads import cm_sample
-
     return cm_sample(path)
 
 
@@ -219,8 +222,6 @@ class Plan:
 
 def _rows(s: Stream) -> int:
     if s.kind in _NEXMARK:
-        from slash.workloads.gen_nexmark import count
-
         return count(s.kind, s.records)
     if s.kind == "cm-sample":
         return min(s.records, _sample(s.sample_path).num_rows)
@@ -306,7 +307,7 @@ class SuiteConfig:
 
 def run_duckdb(plan: Plan, tables: Dict[str, pa.Table], threads: int) -> Tuple[float, pa.Table]:
     """(seconds, answer) of the reference SQL with ``threads`` threads."""
-    import duckdb
+    import duckdb  # optional dependency
 
     con = duckdb.connect()
     try:
@@ -325,8 +326,6 @@ def _execute(plan: Plan, parts: Dict[str, List[pa.RecordBatch]], schemas: Dict[s
              rank: int, addresses: List[str], lst: Any, group: Any, token: str,
              in_q: Any, out_q: Any) -> Tuple[pa.Table, Dict[str, Any]]:
     """One executor's timed work; returns (its part of the answer, metrics)."""
-    from slash.runner import execute_split
-
     metrics: Dict[str, Any] = {}
     if plan.join is not None:
         return _execute_join(plan, parts, rank, addresses, lst, group, token), metrics
@@ -366,9 +365,6 @@ def _execute(plan: Plan, parts: Dict[str, List[pa.RecordBatch]], schemas: Dict[s
 
 def _execute_join(plan: Plan, parts: Dict[str, List[pa.RecordBatch]], rank: int,
                   addresses: List[str], lst: Any, group: Any, token: str) -> pa.Table:
-    from slash.executor import Executor
-    from slash.join import JoinConfig
-
     j = plan.join
     assert j is not None
     (lname, _), (rname, _) = plan.inputs[0], plan.inputs[1]
@@ -395,8 +391,6 @@ def _worker(plan: Plan, rank: int, n: int, mode: str, transport: str, token: str
             link: Any) -> None:
     in_q = out_q = link  # slash.launcher.Link: put() to the parent, get() from it
     try:
-        from slash.executor import Executor, GroupConfig
-
         lst = Executor.listen(transport, token=token)
         t0 = time.perf_counter()
         parts = {name: s.split(rank, n) for name, s in plan.inputs}
@@ -468,7 +462,7 @@ def run_group(plan: Plan, executors: int, mode: str, transport: str = "shm",
 def spark_session(executors: int) -> Any:
     """A local[N] SparkSession, or raises NotSupported naming what is missing."""
     try:
-        import slash.spark as ss
+        import slash.spark as ss  # optional dependency
     except ImportError as e:
         raise NotSupported(f"spark engine skipped: slash.spark is not available ({e})") from None
     try:
@@ -592,8 +586,6 @@ def _spark_run(plan: Plan, cfg: SuiteConfig, build: Optional[SparkBuilder],
     if build is None:
         raise NotSupported(f"spark engine skipped: no Spark plan for {plan.name}")
     spark = spark_session(cfg.executors)
-    import pyarrow.parquet as pq
-
     d = tempfile.mkdtemp(prefix="slash-bench-spark-")
     try:
         paths = {}

@@ -43,7 +43,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import pyarrow as pa
 
+from slash import runner
 from slash.bench._progress import Progress
+from slash.controller import ControllerConfig, parse_duration_ms
+from slash.executor import GroupConfig
+from slash.query import Query
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +84,6 @@ def write_steps(path: str, phases: List[Tuple[int, float]], keys: int, lead_s: f
 
 def _one(args: argparse.Namespace, work: str, phases: List[Tuple[int, float]], executors: int,
          epoch_ms: int, target: Optional[str], restart: bool = False) -> Dict[str, Any]:
-    from slash.controller import ControllerConfig
-    from slash.executor import GroupConfig
-    from slash.query import Query
-    from slash.runner import run
-
     path = os.path.join(work, "steps.arrow")
     t0, starts = write_steps(path, phases, args.keys, args.lead)
     q = Query(time="t", window=args.window, key="k", aggregates=["count", "sum:v", "max:v"])
@@ -97,7 +96,7 @@ def _one(args: argparse.Namespace, work: str, phases: List[Tuple[int, float]], e
         if restart:  # the checkpoint path: a rescale restarts the group from a cut
             kw["checkpoint"] = os.path.join(work, "ck")
     began = time.time()
-    res = run(q, path, executors=executors, realtime=True, metrics=m,
+    res = runner.run(q, path, executors=executors, realtime=True, metrics=m,
               group=GroupConfig(epoch_ms=epoch_ms), checkpoint_every=args.checkpoint_every, **kw)
     wall = time.time() - began
     auto = m["autotune"]
@@ -129,8 +128,6 @@ def _one(args: argparse.Namespace, work: str, phases: List[Tuple[int, float]], e
 
 
 def _ms(target: str) -> float:
-    from slash.controller import parse_duration_ms
-
     return parse_duration_ms(target)
 
 
@@ -145,8 +142,8 @@ def plot(result: Dict[str, Any], path: str) -> Optional[str]:
     """Records/s, p99 window latency and executors over time: the tuned run
     and the best fixed one; the controller's decisions as vertical marks."""
     try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # optional dependency
+        from matplotlib.figure import Figure  # optional dependency
     except ImportError:
         log.warning("matplotlib is not installed: no plot")
         return None

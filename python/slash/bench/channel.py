@@ -47,10 +47,14 @@ import statistics
 import sys
 import time
 from array import array
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import slash
+from slash.bench import baselines
 from slash.bench._harness import HEADER, Measurement, consume, produce, python_floor_ns
+from slash.bench.plot import plot_channel_sweep
+from slash.errors import InvalidArgument, SystemFailure, Timeout
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +87,6 @@ class ChannelBenchConfig:
     repeat: int = 1
 
     def __post_init__(self) -> None:
-        from slash.errors import InvalidArgument
-
         if not self.seconds > 0:
             raise InvalidArgument(f"--seconds must be > 0, got {self.seconds}")
         if self.api not in APIS:
@@ -116,8 +118,6 @@ def _source(n: int) -> memoryview:
 
 
 def _produce_channel(job: _ProducerJob) -> Dict[str, Any]:
-    import slash
-
     with slash.Transport(job.transport) as tp:
         ch = slash.Channel.connect(tp, job.address, token=job.token, timeout=ACCEPT_TIMEOUT_S)
         with ch:
@@ -146,8 +146,6 @@ def _produce_channel(job: _ProducerJob) -> Dict[str, Any]:
 
 
 def _produce_baseline(job: _ProducerJob) -> Dict[str, Any]:
-    from slash.bench import baselines
-
     cls = baselines.ShmRingProducer if job.link == "shm-ring" else baselines.TcpStreamProducer
     link = cls(job.address)
     try:
@@ -190,8 +188,6 @@ class _Child:
 
         The report is kept for :meth:`result`, so checking never loses it.
         """
-        from slash.errors import SystemFailure
-
         if self._msg is None and self.conn.poll():
             self._msg = self.conn.recv()
         if self._msg is not None:
@@ -206,8 +202,6 @@ class _Child:
         return False
 
     def result(self, timeout: float) -> Dict[str, Any]:
-        from slash.errors import SystemFailure
-
         if self._msg is None:
             if not self.conn.poll(timeout):
                 raise SystemFailure(f"{self.link} producer did not report within {timeout:.0f} s")
@@ -227,8 +221,6 @@ class _Child:
 
 def _accept_watching(accept: Callable[[float], Any], child: _Child) -> Any:
     """Calls accept(timeout) in short slices, checking the child in between."""
-    from slash.errors import SystemFailure, Timeout
-
     deadline = time.monotonic() + ACCEPT_TIMEOUT_S
     while True:
         try:
@@ -241,8 +233,6 @@ def _accept_watching(accept: Callable[[float], Any], child: _Child) -> Any:
 
 
 def _measure_channel(cfg: ChannelBenchConfig) -> Tuple[Measurement, Dict[str, Any]]:
-    import slash
-
     token = secrets.token_hex(16)
     with slash.Transport(cfg.transport) as tp, slash.Listener(tp, token=token) as lst:
         child = _Child(_ProducerJob("channel", lst.address, cfg.seconds, cfg.transport, token, cfg.api))
@@ -263,8 +253,6 @@ def _measure_channel(cfg: ChannelBenchConfig) -> Tuple[Measurement, Dict[str, An
 
 
 def _measure_baseline(cfg: ChannelBenchConfig, payload: int) -> Measurement:
-    from slash.bench import baselines
-
     dst = memoryview(bytearray(payload))
     if cfg.baseline == "shm-ring":
         ring = baselines.ShmRing(cfg.buffer_size, cfg.credits, payload)
@@ -307,8 +295,6 @@ def run_once(cfg: ChannelBenchConfig) -> Dict[str, Any]:
     Raises a :class:`slash.errors.UsageError` for an unknown transport or a
     bad geometry (before any process starts, for the transport).
     """
-    import slash
-
     with slash.Transport(cfg.transport):  # an unknown transport fails here, before any spawn
         pass
     chans: List[Measurement] = []
@@ -323,8 +309,6 @@ def run_once(cfg: ChannelBenchConfig) -> Dict[str, Any]:
         bases.append(_measure_baseline(cfg, info["payload_bytes"]))
     ch, base = _pooled(chans), _pooled(bases)
     if ch.buffers == 0 or base.buffers == 0:
-        from slash.errors import SystemFailure
-
         raise SystemFailure(f"no buffers measured (channel {ch.buffers}, baseline {base.buffers}); "
                             f"--seconds {cfg.seconds} is too short for this machine")
     tput = statistics.median(m.gbps for m in chans)
@@ -358,8 +342,6 @@ def run_once(cfg: ChannelBenchConfig) -> Dict[str, Any]:
 def run_sweep(base: ChannelBenchConfig, sizes: List[int], credits: List[int], plot_path: str,
               progress: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
     """Runs every (buffer size, credits) point, plots them to plot_path, returns all points."""
-    from dataclasses import replace
-
     points: List[Dict[str, Any]] = []
     total = len(sizes) * len(credits)
     for size in sizes:
@@ -368,8 +350,6 @@ def run_sweep(base: ChannelBenchConfig, sizes: List[int], credits: List[int], pl
             points.append(r)
             if progress is not None:
                 progress(f"[{len(points)}/{total}] {summary(r)}")
-    from slash.bench.plot import plot_channel_sweep
-
     plot_channel_sweep(points, plot_path)
     return {"bench": NAME, "sweep": True, "transport": base.transport, "seconds": base.seconds,
             "api": base.api, "sizes": sizes, "credit_counts": credits, "plot": plot_path,

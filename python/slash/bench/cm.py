@@ -18,7 +18,10 @@ import argparse
 from typing import Any, Dict, Optional
 
 from slash.bench import _suite
+from slash.errors import UnknownName
 from slash.query import Query
+from slash.spark.reference import spark_window_aggregate
+from slash.workloads.gen_cm import cm_sample, find_sample
 
 NAME = "cm"
 HELP = "cluster monitoring: 2 s tumbling average CPU per job (trace sample or synthetic)"
@@ -30,8 +33,6 @@ COLUMNS = ("timestamp", "job_id", "cpu")
 def plan(records: int, keys: int = 240, skew: str = "zipf:1.42", rate: int = 100_000, seed: int = 1,
          block: int = 1 << 16, sample: Optional[str] = None) -> _suite.Plan:
     if sample:
-        from slash.workloads.gen_cm import cm_sample
-
         rows = cm_sample(sample).num_rows
         stream = _suite.Stream("cm-sample", min(records, rows), block=min(block, 2048),
                                columns=COLUMNS, sample_path=str(sample))
@@ -48,8 +49,6 @@ def plan(records: int, keys: int = 240, skew: str = "zipf:1.42", rate: int = 100
 
 
 def spark_plan(spark: Any, paths: Dict[str, str]) -> Any:
-    from slash.spark.reference import spark_window_aggregate
-
     return spark_window_aggregate(spark, paths["events"], time="timestamp",
                                   window=f"tumbling:{WINDOW_MS}ms", key="job_id", aggs=["avg:cpu"])
 
@@ -67,12 +66,8 @@ def _sample_path(arg: Optional[str]) -> Optional[str]:
         return None
     if arg:
         return arg
-    from slash.workloads.gen_cm import find_sample
-
     found = find_sample()
     if found is None:
-        from slash.errors import UnknownName
-
         raise UnknownName("cm --sample: the trace sample was not found; give its path "
                           "(--sample PATH) or set SLASH_DATA_DIR")
     return str(found)

@@ -38,6 +38,14 @@ import sys
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from slash.executor import Executor, GroupConfig
+from slash.query import Query
+from slash.runner import execute_split
+
 log = logging.getLogger(__name__)
 
 NAME = "count"
@@ -55,10 +63,6 @@ con.execute(f"COPY (SELECT ts // 10000 * 10000 AS window_start, k, count(*) AS c
 def write_input(root: str, rows: int, files: int, keys: int, span_ms: int,
                 seed: int = 7) -> List[str]:
     """The input files under ``root`` (written once per shape, then reused)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     d = os.path.join(root, f"count-{rows}-{files}-{keys}-{span_ms}")
     paths = [os.path.join(d, f"part-{i}.parquet") for i in range(files)]
     if all(os.path.exists(p) for p in paths):
@@ -86,8 +90,6 @@ def _timed(cmd: List[str]) -> float:
 
 
 def _same(a: str, b: str) -> bool:
-    import pyarrow.parquet as pq
-
     def rows(path: str) -> List[Any]:
         t = pq.read_table(path, columns=["window_start", "k", "count"])
         return sorted(zip(*(t.column(c).to_pylist() for c in ("window_start", "k", "count"))))
@@ -97,13 +99,6 @@ def _same(a: str, b: str) -> bool:
 
 def _stages(paths: List[str], repeat: int) -> Dict[str, float]:
     """CPU seconds of decode and fold over the whole input, best of ``repeat``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from slash.executor import Executor, GroupConfig
-    from slash.query import Query
-    from slash.runner import execute_split
-
     def decode(keep: bool) -> List[pa.Table]:
         out = []
         for p in paths:

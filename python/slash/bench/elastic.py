@@ -39,15 +39,28 @@ import argparse
 import logging
 import os
 import secrets
+import shutil
 import statistics
+import tempfile
 import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+import slash
+from slash.autotune import AutoTuner
 from slash.bench._progress import Progress
+from slash.bench.autotune import write_steps
+from slash.control import request, wait_for_socket
+from slash.executor import GroupConfig
+from slash.metrics import LiveMetrics
+from slash.query import Query
+from slash.recovery import CheckpointedRun
+from slash.runner import run as run_query, run_checkpointed_group
+from slash.sources import as_source
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +75,6 @@ BYTES_PER_KEY_GUESS = 48
 
 
 def _group(partitions: int, lateness_ms: int) -> List[Any]:
-    import slash
-
     token = secrets.token_hex(8)
     listeners = [slash.Executor.listen("shm", token=token) for _ in range(2)]
     addrs = [lst.address for lst in listeners]
@@ -101,8 +112,6 @@ def _batch(keys: np.ndarray, t: int) -> pa.Table:
 def measure(partitions: int, moved_mb: float, steps: int, move_at: int,
             probe_keys: int = 2000) -> Dict[str, Any]:
     """One run: build the state, probe, move partition 0 at step move_at."""
-    from slash.executor import GroupConfig
-
     exs = _group(partitions, lateness_ms=3_600_000)
     keys_total = int(moved_mb * 1e6 / BYTES_PER_KEY_GUESS) * partitions
     try:
@@ -159,17 +168,6 @@ def rate_doubling(low: int, seconds: Tuple[float, float], scale_out: bool, keys:
                   lead_s: float) -> Dict[str, Any]:
     """One replay of `low` then `2 * low` rec/s (checkpointed group of 1,
     rescaled to 2 when the rate doubles if `scale_out`); the timeline."""
-    import shutil
-    import tempfile
-
-    from slash.autotune import AutoTuner
-    from slash.bench.autotune import write_steps
-    from slash.executor import GroupConfig
-    from slash.metrics import LiveMetrics
-    from slash.query import Query
-    from slash.recovery import CheckpointedRun
-    from slash.runner import run_checkpointed_group
-
     work = tempfile.mkdtemp(prefix="slash-bench-elastic-")
     phases = [(low, seconds[0]), (2 * low, seconds[1])]
     try:
@@ -263,16 +261,6 @@ def live_scale_pause(rows: int, rate: float, files: int = 4, every: float = 0.02
     request -> the next output (an executor's emitted rows grew; reports
     every ``every`` s), and the longest gap between outputs from 1 s
     before to 2 s after the request against the median gap."""
-    import shutil
-    import tempfile
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from slash.control import request, wait_for_socket
-    from slash.query import Query
-    from slash.runner import run as run_query
-
     work = tempfile.mkdtemp(prefix="slash-bench-live-")
     try:
         rng = np.random.default_rng(3)
@@ -325,8 +313,6 @@ def live_scale_pause(rows: int, rate: float, files: int = 4, every: float = 0.02
 
 def _source(path: str) -> Any:
     """The recording as a runner source."""
-    from slash.sources import as_source
-
     return as_source(path)
 
 
@@ -334,9 +320,9 @@ def plot(r: Dict[str, Any], path: str) -> Optional[str]:
     """Rate doubling: records/s and p99 window latency over time, fixed vs
     scale-out; moves: probe step times (one epoch each) around the move."""
     try:
-        import matplotlib
+        import matplotlib  # optional dependency
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # optional dependency
     except ImportError:
         log.warning("matplotlib is not installed: no plot")
         return None

@@ -36,7 +36,11 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 import numpy as np
 import pyarrow as pa
 
+from slash import runner
+from slash.errors import InvalidArgument
+from slash.executor import GroupConfig
 from slash.metrics import LiveMetrics
+from slash.query import Query
 from slash.sources import GeneratorSource, Watermark
 
 log = logging.getLogger(__name__)
@@ -138,10 +142,6 @@ def measure(transport: str, load: str, seconds: float, epoch_ms: int, tick_ms: i
             window_ms: int = 1000, executors: int = 2, serve: bool = True) -> Dict[str, Any]:
     """One configuration: its windows' latency percentiles, records in and
     out (checked: every record counted once), epoch length, CPU load."""
-    from slash.executor import GroupConfig
-    from slash.query import Query
-    from slash.runner import run
-
     keys, rate = LOADS[load]
     # every rank starts on the same window boundary, far enough ahead for the
     # executor processes to start and connect: no window is cut by a late start
@@ -151,7 +151,7 @@ def measure(transport: str, load: str, seconds: float, epoch_ms: int, tick_ms: i
     q = Query(time="t", window=f"tumbling:{window_ms}ms", key="k", aggregates=["count"])
     m: Dict[str, Any] = {}
     t0 = time.time()
-    out = run(q, src, executors=executors, group=GroupConfig(transport=transport, epoch_ms=epoch_ms),
+    out = runner.run(q, src, executors=executors, group=GroupConfig(transport=transport, epoch_ms=epoch_ms),
               live=live, metrics=m)
     wall = time.time() - t0
     counted = int(np.asarray(out.column("count")).sum()) if out.num_rows else 0
@@ -177,14 +177,10 @@ def measure(transport: str, load: str, seconds: float, epoch_ms: int, tick_ms: i
 def measure_idle(transport: str, seconds: float, epoch_ms: int, executors: int = 2) -> Dict[str, Any]:
     """A stream with no input for ``seconds``: each executor's CPU time over
     it, as a fraction of one core."""
-    from slash.executor import GroupConfig
-    from slash.query import Query
-    from slash.runner import run
-
     live = _FirstAndLast(executors, kind="run")
     live.report_interval = 0.25
     q = Query(time="t", window="tumbling:1s", key="k", aggregates=["count"])
-    run(q, PacedSource(rate=0, seconds=seconds), executors=executors,
+    runner.run(q, PacedSource(rate=0, seconds=seconds), executors=executors,
         group=GroupConfig(transport=transport, epoch_ms=epoch_ms), live=live)
     cpu, span = [], []
     for r in sorted(live.first):
@@ -236,8 +232,6 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     for tr in [t for t in args.transports.split(",") if t]:
         for load in [x for x in args.loads.split(",") if x]:
             if load not in LOADS:
-                from slash.errors import InvalidArgument
-
                 raise InvalidArgument(f"--loads: unknown load {load!r} ({', '.join(LOADS)})")
             r = measure(tr, load, args.seconds, args.epoch_ms, args.tick_ms, args.window_ms,
                         serve=not args.no_serve)

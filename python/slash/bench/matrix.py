@@ -50,6 +50,7 @@ import argparse
 import itertools
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -58,7 +59,16 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from slash import runner
+from slash.bench._progress import Progress
 from slash.errors import InvalidArgument, SystemFailure
+from slash.query import Query
+from slash.spark import session, window_aggregate
 
 log = logging.getLogger(__name__)
 
@@ -129,11 +139,6 @@ def make_data(path: str, rows: int, keys: int, layout: str, seed: int = 1,
     directory of part files that each span the whole time range (nullable:
     with nulls). Generated a row group at a time; written under a temporary
     name renamed into place at the end."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
     if layout not in LAYOUTS:
         raise InvalidArgument(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
     rng = np.random.default_rng(seed)
@@ -188,24 +193,18 @@ def _parquet_glob(path: str) -> str:
 
 # -- the three sides ----------------------------------------------------------------------------
 def slash_query(q: QuerySpec, key: str) -> Any:
-    from slash.query import Query
-
     return Query(time="ts", window=q.window, key=key, aggregates=list(q.aggs),
                  filters=[q.filter] if q.filter else [])
 
 
 def run_slash(q: QuerySpec, key: str, path: str, executors: int = 2) -> Any:
     """Slash's answer as an Arrow table (:func:`slash.runner.run`)."""
-    from slash.runner import run
-
-    return run(slash_query(q, key), path, executors=executors)
+    return runner.run(slash_query(q, key), path, executors=executors)
 
 
 def run_slash_spark(spark: Any, q: QuerySpec, key: str, path: str, executors: int = 2) -> Any:
     """Slash's answer through slash.spark (one barrier stage of ``executors``
     Slash executors in the running Spark application), read back as Arrow."""
-    from slash.spark import window_aggregate
-
     return window_aggregate(spark, path, time="ts", window=q.window, key=key, aggs=list(q.aggs),
                             filter=q.filter, executors=executors).toArrow()
 
@@ -246,7 +245,7 @@ def duckdb_sql(q: QuerySpec, key: str, path: str) -> str:
 def duckdb_runner(q: QuerySpec, key: str, path: str, threads: int = 2) -> Tuple[Callable[[], Any], Any]:
     """A function that runs the query in DuckDB (``threads`` threads) and
     returns its Arrow table, and the connection (close it when done)."""
-    import duckdb
+    import duckdb  # optional dependency
 
     con = duckdb.connect(config={"threads": threads})
     sql = duckdb_sql(q, key, path)
@@ -257,7 +256,7 @@ def spark_frame(spark: Any, q: QuerySpec, key: str, path: str) -> Any:
     """Spark's own query as a DataFrame: ``groupBy(F.window(...), key)`` or
     ``F.session_window``, the time read as epoch ms, null times dropped (Spark
     would put them in a null window), bounds back as epoch ms."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # optional dependency
 
     df = spark.read.parquet(path)
     ts = F.timestamp_millis(F.col("ts"))
@@ -287,8 +286,6 @@ def spark_frame(spark: Any, q: QuerySpec, key: str, path: str) -> Any:
 
 # -- comparing answers --------------------------------------------------------------------------
 def _normalise(t: Any, columns: Sequence[str]) -> Any:
-    import pyarrow as pa
-
     cols = {}
     for c in columns:
         col = t.column(c)
@@ -310,9 +307,6 @@ def compare(a: Any, b: Any, group_by: Sequence[str], what: str = "") -> Optional
     row (the window bounds and the key); the others are aggregates. Nulls
     equal only nulls; floats equal within 1e-9 relative; integer widths and
     string encodings are normalised first."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     names_a, names_b = list(a.column_names), list(b.column_names)
     if sorted(names_a) != sorted(names_b):
         return f"{what}: columns {names_a} != {names_b}"
@@ -466,8 +460,6 @@ def run_matrix(cfg: MatrixConfig, data_dir: Optional[str] = None,
     """Runs every cell of ``cfg``; returns ``{"runs": [cell, ...], ...}``.
     ``on_cell``, if given, receives the result so far after each cell (an
     interrupted run keeps what it measured)."""
-    from slash.bench._progress import Progress
-
     log.info("%s", plan_text(cfg))
     cells = cfg.cells()
     spark = None
@@ -480,8 +472,6 @@ def run_matrix(cfg: MatrixConfig, data_dir: Optional[str] = None,
         with Progress("matrix", stages=len(cells) + 1) as progress:
             if cfg.spark:
                 with progress.stage(f"starting Spark {cfg.master}"):
-                    from slash.spark import session
-
                     spark = session(cfg.master, "slash-bench-matrix",
                                     {"spark.driver.memory": "4g", "spark.ui.showConsoleProgress": "false",
                                      "spark.sql.shuffle.partitions": "2"})
@@ -559,10 +549,8 @@ def markdown(result: Dict[str, Any]) -> str:
 def plot(result: Dict[str, Any], path: str) -> str:
     """Two heat maps (Spark/Slash, DuckDB/Slash): rows query x key type,
     columns key count x layout, each cell annotated with its ratio."""
-    import math
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # optional dependency
+    from matplotlib.figure import Figure  # optional dependency
 
     runs = result["runs"]
     rows = sorted({(r["query"], r["key_type"]) for r in runs},

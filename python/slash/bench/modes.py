@@ -57,10 +57,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def plot(runs: List[Dict[str, Any]], path: str) -> str:
-    import matplotlib
+    import matplotlib  # optional dependency
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional dependency
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     xs = [r["skew"] for r in runs]

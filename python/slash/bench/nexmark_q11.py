@@ -23,6 +23,7 @@ from typing import Any, Dict
 
 from slash.bench import _nexmark, _suite
 from slash.query import Query
+from slash.spark.reference import spark_window_aggregate
 
 NAME = "nexmark-q11"
 HELP = "NEXMark Q11: bids per bidder per 10 s-gap session; slash vs repartition, DuckDB, Spark"
@@ -48,8 +49,6 @@ def plan(events: int, rate: int = _nexmark.DEFAULT_RATE, seed: int = 1,
 
 
 def spark_plan(spark: Any, paths: Dict[str, str]) -> Any:
-    from slash.spark.reference import spark_window_aggregate
-
     return spark_window_aggregate(spark, paths["bids"], time="date_time",
                                   window=f"session:{GAP_MS}ms", key="bidder", aggs=["count"])
 

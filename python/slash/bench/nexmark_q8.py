@@ -46,7 +46,7 @@ def plan(events: int, rate: int = _nexmark.DEFAULT_RATE, seed: int = 1,
 
 
 def spark_plan(spark: Any, paths: Dict[str, str]) -> Any:
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # optional dependency
 
     p = spark.read.parquet(paths["persons"]).select(
         "id", (F.col("date_time") - F.col("date_time") % WINDOW_MS).alias("window_start"))

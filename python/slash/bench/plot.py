@@ -22,8 +22,8 @@ def plot_channel_sweep(points: Sequence[Dict[str, Any]], path: str) -> str:
 
     One colour per credit count. Returns ``path``.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # optional dependency
+    from matplotlib.figure import Figure  # optional dependency
 
     if not points:
         raise ValueError("no points to plot")

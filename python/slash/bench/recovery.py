@@ -34,6 +34,7 @@ import glob
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import tempfile
@@ -44,8 +45,15 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from slash.bench._progress import Progress
+from slash.checkpoint import MANIFEST, CheckpointStore
+from slash.executor import Executor, GroupConfig
+from slash.query import Query
+from slash.recovery import fingerprint, read_partitions
+from slash.runner import run as slash_run, source_nullable
+from slash.sources import GeneratorSource
 
 log = logging.getLogger(__name__)
 
@@ -133,22 +141,15 @@ def _starts(log_dir: str) -> Dict[int, Tuple[int, float, float]]:
 
 
 def _query(window: str) -> Any:
-    from slash.query import Query
-
     return Query(time="event_time", window=window, key="key", aggregates=["count"])
 
 
 def _group() -> Any:
-    from slash.executor import GroupConfig
-
     return GroupConfig(transport="shm")
 
 
 # ---- (a) throughput ---------------------------------------------------------------------
 def _throughput_run(gen: Gen, n: int, every: Optional[str], work: str) -> Dict[str, Any]:
-    from slash.runner import run as slash_run
-    from slash.sources import GeneratorSource
-
     m: Dict[str, Any] = {}
     d = tempfile.mkdtemp(prefix="ckpt-", dir=work) if every else None
     kw: Dict[str, Any] = dict(checkpoint=d, checkpoint_every=every) if d else {}
@@ -211,8 +212,6 @@ def throughput(args: argparse.Namespace, work: str, prog: Progress) -> Dict[str,
 # ---- (b) + (c) state size and recovery ------------------------------------------------------
 def _watch(directory: str, stop: threading.Event, seen: Dict[int, Dict[str, Any]]) -> None:
     """Copies every committed checkpoint's manifest and rank-*.json as it appears."""
-    from slash.checkpoint import MANIFEST
-
     while not stop.is_set():
         for d in glob.glob(os.path.join(directory, "chk-*")):
             cid = int(d.rsplit("-", 1)[1])
@@ -251,9 +250,6 @@ def _pids_by_rank(log_dir: str) -> Dict[int, int]:
 def state_run(args: argparse.Namespace, mb: int, work: str, prog: Progress) -> Dict[str, Any]:
     """One run whose state reaches ~mb MB; rank 1 is SIGKILLed right after the
     first checkpoint of the full state commits."""
-    from slash.runner import run as slash_run
-    from slash.sources import GeneratorSource
-
     n = args.executors
     rows = 1 << 16
     keys = max(rows * n, int(mb * 1e6 / args.bytes_per_key)) // n * n
@@ -307,8 +303,6 @@ def state_run(args: argparse.Namespace, mb: int, work: str, prog: Progress) -> D
     if "error" in box:
         raise box["error"]
     res = box["result"]
-    import pyarrow.compute as pc
-
     want = keys  # one window: one row per key, the counts summing to every record once
 
     expected_total = batches * rows * n
@@ -372,13 +366,6 @@ def state_run(args: argparse.Namespace, mb: int, work: str, prog: Progress) -> D
 def _restore_profile(ck_dir: str, gen: Gen, n: int) -> Dict[str, float]:
     """Reading the newest checkpoint's files (with their crc32 checks) and
     restoring all its partitions into one executor, timed in this process."""
-    import secrets
-
-    from slash.checkpoint import CheckpointStore
-    from slash.executor import Executor, GroupConfig
-    from slash.recovery import fingerprint, read_partitions
-    from slash.sources import GeneratorSource
-
     src = GeneratorSource(gen, SCHEMA)
     q = _query("tumbling:100000000s")
     parts_n = _group().partitions_for(n)
@@ -393,8 +380,6 @@ def _restore_profile(ck_dir: str, gen: Gen, n: int) -> Dict[str, float]:
     t1 = time.perf_counter()
     token = secrets.token_hex(8)
     lst = Executor.listen("shm", token=token)
-    from slash.runner import source_nullable
-
     state = q.state_config(SCHEMA, parts_n, source_nullable(src, [*q.key, *q.value_columns]))
     ex = Executor(lst, 0, [lst.address], state, GroupConfig(transport="shm", partitions=parts_n),
                   token=token)
@@ -431,8 +416,8 @@ def _timeline(logs: List[Tuple[float, int, int, int, int]], position: Dict[int, 
 
 def plot(result: Dict[str, Any], path: str) -> Optional[str]:
     """Throughput over time across the kill, one line per state size."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # optional dependency
+    from matplotlib.figure import Figure  # optional dependency
 
     runs = [r for r in result.get("state", []) if r.get("timeline", {}).get("t")]
     if not runs:

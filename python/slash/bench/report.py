@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from slash.bench.modes import plot as plot_skew
+from slash.bench.plot import plot_channel_sweep
 from slash.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
@@ -200,8 +202,8 @@ def _fmt(v: Any) -> str:
 # -- plots -----------------------------------------------------------------------
 def plot_throughput(rows: List[Dict[str, Any]], path: str) -> str:
     """Grouped bars: M records/s (log scale) per workload, one bar per engine."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # optional dependency
+    from matplotlib.figure import Figure  # optional dependency
 
     by_wl: Dict[str, Dict[str, float]] = defaultdict(dict)
     for r in rows:
@@ -241,9 +243,6 @@ class ReportConfig:
 
 def build(cfg: ReportConfig) -> Dict[str, Any]:
     """Writes report.md and the plots; returns what was written and counted."""
-    from slash.bench.modes import plot as plot_skew
-    from slash.bench.plot import plot_channel_sweep
-
     out = cfg.out or cfg.results
     os.makedirs(out, exist_ok=True)
     g = gather(cfg.results)

@@ -16,7 +16,9 @@ import argparse
 from typing import Any, Dict
 
 from slash.bench import _suite
+from slash.errors import InvalidArgument
 from slash.query import Query
+from slash.spark.reference import spark_window_aggregate
 from slash.window import Tumbling, parse_window
 
 NAME = "ro"
@@ -27,8 +29,6 @@ def plan(records: int, keys: int = 100_000_000, skew: str = "uniform", rate: int
          seed: int = 1, block: int = 1 << 16, window: str = "tumbling:1h") -> _suite.Plan:
     w = parse_window(window)
     if not isinstance(w, Tumbling):
-        from slash.errors import InvalidArgument
-
         raise InvalidArgument(f"ro: --window must be tumbling, got {window!r}")
     size = w.size_ms
     stream = _suite.Stream("ro", records, block=block, keys=keys, skew=skew, seed=seed, rate=rate)
@@ -49,8 +49,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def spark_plan(window_ms: int) -> _suite.SparkBuilder:
     """Spark's own count per key per tumbling window of window_ms."""
     def build(spark: Any, paths: Dict[str, str]) -> Any:
-        from slash.spark.reference import spark_window_aggregate
-
         return spark_window_aggregate(spark, paths["events"], time="event_time",
                                       window=f"tumbling:{window_ms}ms", key="key", aggs=["count"])
     return build

@@ -38,13 +38,20 @@ import logging
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from slash.errors import InvalidArgument
+from slash.spark import run_aggregate, session, spark_window_aggregate
+from slash.workloads import WORKLOADS, parse_skew, write_parquet
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +83,6 @@ class SparkBenchConfig:
     layout: str = "ordered"
 
     def __post_init__(self) -> None:
-        from slash.workloads import parse_skew
-
         if self.layout not in LAYOUTS:
             raise InvalidArgument(f"layout must be one of {list(LAYOUTS)}, got {self.layout!r}")
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
@@ -101,9 +106,8 @@ class Progress:
         self._done = 0
         self.total = total
         try:
-            import sys
-
-            from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+            from rich.progress import (BarColumn, Progress as RichProgress,  # optional dependency
+                                       TextColumn, TimeElapsedColumn)
             if sys.stderr.isatty():
                 self._bar = RichProgress(TextColumn("{task.description:<44}"), BarColumn(),
                                          TextColumn("{task.completed}/{task.total}"),
@@ -136,8 +140,6 @@ def make_data(path: str, cfg: SparkBenchConfig) -> str:
     a directory of part files (spanning); returns ``path``."""
     if cfg.layout == "spanning":
         return write_spanning(path, cfg)
-    from slash.workloads import write_parquet
-
     write_parquet(path, "ysb", records=cfg.records, keys=cfg.keys, skew=cfg.dist, seed=cfg.seed,
                   row_group_size=cfg.row_group)
     return path
@@ -150,12 +152,6 @@ def write_spanning(path: str, cfg: SparkBenchConfig, files: int = SPANNING_FILES
     every file spans the whole time range. Written into a temporary directory
     renamed into place at the end (a crash leaves no half-written data that a
     later run would reuse)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from slash.workloads import WORKLOADS
-
     tmp = f"{path}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -232,8 +228,6 @@ def _sorted_columns(table) -> Dict[str, Any]:
 
 
 def verify(ours, theirs) -> bool:
-    import numpy as np
-
     if ours.num_rows != theirs.num_rows:
         log.warning("spark bench: slash has %d result rows, Spark %d", ours.num_rows, theirs.num_rows)
         return False
@@ -242,8 +236,6 @@ def verify(ours, theirs) -> bool:
 
 
 def run_config(spark: Any, path: str, cfg: SparkBenchConfig, progress: Progress) -> Dict[str, Any]:
-    from slash.spark import run_aggregate, spark_window_aggregate
-
     label = f"{cfg.keys} keys {cfg.dist}:"
     ref = spark_window_aggregate(spark, path, **QUERY)
     (ts_slash, ts_spark), (res, _) = _interleaved(
@@ -280,8 +272,6 @@ def _workdir(d: Optional[str]) -> Iterator[str]:
 
 def run_all(configs: List[SparkBenchConfig], data_dir: Optional[str] = None,
             driver_memory: str = "6g") -> Dict[str, Any]:
-    from slash.spark import session
-
     per = 2 * configs[0].repeat + 3  # data, warm-up, both sides' runs, the check
     progress = Progress(per * len(configs) + 1)
     runs = []

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from slash.errors import InvalidArgument
+from slash.state import StateBackend, StateConfig
 from slash.window import Tumbling, parse_duration, parse_window
 
 log = logging.getLogger(__name__)
@@ -96,8 +97,6 @@ def make_table(cfg: SsbBenchConfig) -> pa.Table:
 
 def run_slash(table: pa.Table, cfg: SsbBenchConfig) -> Tuple[float, float, pa.RecordBatch, Dict[str, Any]]:
     """(total seconds, update-only seconds, result, stats) of one Slash run."""
-    from slash.state import StateBackend, StateConfig
-
     sc = StateConfig(window=cfg.window, aggregates=["count", "sum:price"],
                      value_types={"price": "int64"}, partitions=cfg.partitions)
     key, tm, price = (table.column(c).combine_chunks() for c in ("key", "time", "price"))
@@ -114,7 +113,7 @@ def run_slash(table: pa.Table, cfg: SsbBenchConfig) -> Tuple[float, float, pa.Re
 
 
 def run_duckdb(table: pa.Table, cfg: SsbBenchConfig) -> Tuple[float, pa.Table]:
-    import duckdb
+    import duckdb  # optional dependency
 
     size = parse_window(cfg.window).size_ms
     con = duckdb.connect()

@@ -17,6 +17,7 @@ from typing import Any, Dict
 
 from slash.bench import _suite
 from slash.query import Query
+from slash.spark.reference import spark_window_aggregate
 
 NAME = "ysb"
 HELP = "YSB: filter views, 10 s tumbling count per campaign; slash vs repartition, DuckDB, Spark"
@@ -38,8 +39,6 @@ def plan(records: int, keys: int = 10_000_000, skew: str = "uniform", rate: int 
 
 
 def spark_plan(spark: Any, paths: Dict[str, str]) -> Any:
-    from slash.spark.reference import spark_window_aggregate
-
     return spark_window_aggregate(spark, paths["events"], time="event_time",
                                   window=f"tumbling:{WINDOW_MS}ms", key="key", aggs=["count"],
                                   filter="event_type == view")
