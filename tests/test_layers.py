@@ -49,7 +49,8 @@ ABOVE_ENGINE = ("slash.runner", "slash.autotune", "slash.spark", "slash.cli", "s
 LAZY_CHECKED = RANK_SIDE | {
     "slash.recovery", "slash.recovery_join", "slash.live_ckpt", "slash.live_join",
     "slash.live_scale", "slash.autotune", "slash.control", "slash.spark._env",
-    "slash.spark.join", "slash.spark._batch_ckpt", "slash.spark._stream_ckpt"}
+    "slash.spark.join", "slash.spark._batch_ckpt", "slash.spark._stream_ckpt", "slash.cli",
+    "slash.doctor", "slash.metrics", "slash.launcher"}
 #: a reason for a lazy import: an optional dependency, or a measured cost
 LAZY_REASON = re.compile(r"optional|start-?up|\d+(\.\d+)?\s*(ms|s)\b", re.IGNORECASE)
 

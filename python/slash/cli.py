@@ -33,7 +33,7 @@ PROG = "slash"
 
 
 def _version() -> str:
-    from slash import __version__
+    from slash import __version__  # start-up: a broken compiled core is reported by main(), not at import
 
     return __version__
 
@@ -57,7 +57,7 @@ def _add_bench(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", disco
     p.set_defaults(func=no_name)
     if not discover:
         return
-    from slash.bench import discover as find
+    from slash.bench import discover as find  # start-up: discovering imports every benchmark (~0.75 s), only for `slash bench`
 
     names = p.add_subparsers(dest="bench", metavar="NAME")
     for bench in find().values():
@@ -69,7 +69,7 @@ def _add_bench(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", disco
 
 
 def _add_run(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    from slash import cli_run
+    from slash import cli_run  # start-up: ~40 ms, only for `slash run`
 
     p = sub.add_parser("run", help="run a windowed aggregation over Parquet/Arrow files",
                        description=cli_run.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -78,7 +78,7 @@ def _add_run(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from slash import cli_run
+    from slash import cli_run  # start-up: ~40 ms, only for `slash run`
 
     print(cli_run.summary(cli_run.run(args)), flush=True)
     return 0
@@ -91,13 +91,13 @@ def _add_ctl(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", full: b
                                    "socket (docs/control.md).")
     p.set_defaults(func=_cmd_ctl)
     if full:  # its operations are imported only when asked for (pyarrow, numpy)
-        from slash import control
+        from slash import control  # start-up: ~0.7 s (pyarrow, numpy), only for `slash ctl`
 
         control.add_ctl_arguments(p)
 
 
 def _cmd_ctl(args: argparse.Namespace) -> int:
-    from slash import control
+    from slash import control  # start-up: ~0.7 s (pyarrow, numpy), only for `slash ctl`
 
     print(control.run_ctl(args), flush=True)
     return 0
@@ -119,7 +119,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from slash import doctor
+    from slash import doctor  # start-up: ~30 ms, only for `slash doctor`
 
     report = doctor.collect()
     if args.json:
@@ -174,7 +174,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the ``slash`` command with ``argv`` (default: ``sys.argv[1:]``) and returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        from slash import errors
+        from slash import errors  # start-up: a missing or broken compiled core is reported, not raised
     except ImportError as e:  # the compiled core is missing or broken
         return _error(f"cannot import slash ({e}); reinstall it with `pip install .`", 1)
     parser = build_parser(argv)

@@ -91,7 +91,7 @@ def _read(path: str) -> Optional[str]:
 # --- sections ---------------------------------------------------------------
 def transports() -> Dict[str, Dict[str, Any]]:
     """Opens each transport spec and reports whether it worked, with the error text if not."""
-    import slash
+    import slash  # start-up: the report is made even where the compiled core fails to import
 
     out: Dict[str, Dict[str, Any]] = {}
     for spec in TRANSPORT_SPECS:
@@ -106,7 +106,7 @@ def transports() -> Dict[str, Dict[str, Any]]:
 
 
 def libfabric() -> Dict[str, Any]:
-    import slash
+    import slash  # start-up: the report is made even where the compiled core fails to import
 
     info: Dict[str, Any] = {"compiled_in": bool(slash.have_ofi()), "fi_info": shutil.which("fi_info"),
                             "providers": []}
@@ -145,7 +145,7 @@ def _sysfs_devices(root: Optional[str] = None) -> List[Dict[str, Any]]:
 
 def _pyverbs_devices() -> List[Dict[str, Any]]:
     """RDMA devices and port states through pyverbs (raises ImportError without it)."""
-    from pyverbs.device import Context, get_device_list
+    from pyverbs.device import Context, get_device_list  # optional dependency (rdma-core's Python bindings)
 
     devices: List[Dict[str, Any]] = []
     for dev in get_device_list():
@@ -225,7 +225,7 @@ def java() -> Dict[str, Any]:
 
 def spark() -> Dict[str, Any]:
     try:
-        import pyspark
+        import pyspark  # optional dependency
     except ImportError as e:
         return {"version": None, "detail": f"pyspark not importable ({e}); pip install pyspark"}
     return {"version": getattr(pyspark, "__version__", None), "detail": os.path.dirname(pyspark.__file__)}
@@ -249,7 +249,7 @@ def system() -> Dict[str, Any]:
 
 def collect() -> Dict[str, Any]:
     """Gathers every section into one JSON-ready dict (see the module docstring)."""
-    import slash
+    import slash  # start-up: the report is made even where the compiled core fails to import
 
     tps = transports()
     return {

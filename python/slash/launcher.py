@@ -23,10 +23,12 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import sys
 import threading
 import time
+from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -57,8 +59,6 @@ def use_forkserver(preload: Sequence[str]) -> None:
     started with, so a long-lived caller that changes them between runs
     should keep the default "spawn"."""
     global _START_METHOD
-    from multiprocessing import forkserver
-
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(list(preload))
     forkserver.ensure_running()
@@ -136,8 +136,6 @@ class _InProcess:
 
     def __init__(self, target: Callable[..., None], args: Tuple[Any, ...], conn: Connection,
                  name: str) -> None:
-        import pickle
-
         self._args = pickle.loads(pickle.dumps(args))
         self._target, self._conn = target, conn
         self._r, self._w = os.pipe()

@@ -284,7 +284,7 @@ class LiveMetrics:
         """The Prometheus collector (``registry.register(live)``): every
         metric built from the latest snapshots at scrape time, so feeding the
         registry costs nothing more than a dict update."""
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily  # optional dependency
 
         with self._lock:
             execs = {r: dict(s) for r, s in self._exec.items()}
@@ -363,12 +363,12 @@ class MetricsServer:
 
     def __init__(self, live: LiveMetrics, port: int = 0, bind: str = "127.0.0.1",
                  token: Optional[str] = None) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # the executors never need it
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # start-up: ~70 ms; ranks never need it
         from urllib.parse import parse_qs, urlparse
 
         try:
-            from prometheus_client import CollectorRegistry
-            from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+            from prometheus_client import CollectorRegistry  # optional dependency
+            from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest  # optional dependency
         except ImportError:
             raise NotSupported("the metrics endpoint needs prometheus_client: "
                                     "pip install prometheus_client (or slash-stream[metrics])") from None
