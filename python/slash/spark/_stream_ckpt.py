@@ -102,12 +102,16 @@ class TaskCheckpoints:
         self.stop_after: Optional[int] = None  # the driver's stop checkpoint
         self.exit = False
         self.schema = ex.result_schema()
-        # a source whose positions are global (a RateSource: see its work()): this
-        # rank's share of the current group, so a checkpoint re-splits to any count
-        self.source = source if hasattr(source, "resplit") and hasattr(source, "advance") else None
+        # a source whose positions are global (see RateSource.work, DirectorySource.work):
+        # this rank's work left, so a checkpoint re-splits to any count
+        self.source = source if hasattr(source, "resplit") and hasattr(source, "work") else None
         self.work: Optional[Dict[str, Any]] = (self.source.work(rank, n)
                                                if self.source is not None else None)
         self.base_pushes = 0  # the core's push count when this group started
+        # the core's push count -> the work left after that push (read_to); pruned at each cut
+        self.positions: Dict[int, Any] = {}
+        # batches the source passes over first: a checkpoint that recorded a count, no work
+        self.source_skip = 0
 
     def handshake(self, group: int, timeout: float, on_other: Callable[[Tuple[Any, ...]], None]
                   ) -> Tuple[int, int]:
@@ -141,17 +145,16 @@ class TaskCheckpoints:
                 info = ck.rank_info(self.rank)
                 skip = int(info["pushes"])
                 if self.work is not None:
-                    self.work = info.get("work") or self.source.advance(
-                        self.source.work(self.rank, self.n), skip)
+                    self.work = self._left(info, self.rank, old_n)
+                    if self.work is None:  # a count only: the source passes over as many
+                        self.source_skip = skip
             else:  # another executor count: every rank's work left, dealt to n
-                if self.work is None:
+                left = [self._left(ck.rank_info(r), r, old_n) for r in range(old_n)]
+                if self.work is None or any(w is None for w in left):
                     raise NotSupported(f"checkpoint {ck.path!r} was cut with {old_n} executors "
-                                       f"and this stream has {self.n}: only a RateSource's "
-                                       "position re-splits to another count")
-                infos = [ck.rank_info(r) for r in range(old_n)]
-                left = [i.get("work") or self.source.advance(self.source.work(r, old_n),
-                                                             int(i["pushes"]))
-                        for r, i in enumerate(infos)]
+                                       f"and this stream has {self.n}: its ranks' positions are "
+                                       "counts of their own batches, not the work left in "
+                                       f"global terms; start it with executors={old_n}")
                 self.work = self.source.resplit(left, self.n)[self.rank]
                 skip = 0  # the core counts push calls afresh in a group of another size
             self.taken = resume_id
@@ -160,6 +163,20 @@ class TaskCheckpoints:
         self.base_pushes = skip
         self.asks = AskSchedule(self.ex, self.plan.every, next_id, skip, give_up=False)
         return skip, base_ms
+
+    def _left(self, info: Dict[str, Any], rank: int, n: int) -> Optional[Dict[str, Any]]:
+        """Rank's work left at a cut: as recorded, else from its push count
+        when the source can count (RateSource.advance), else None."""
+        if info.get("work") is not None:
+            return info["work"]
+        if hasattr(self.source, "advance"):
+            return self.source.advance(self.source.work(rank, n), int(info["pushes"]))
+        return None
+
+    def read_to(self, pushes: int, left: Dict[str, Any]) -> None:
+        """The task, right after push number ``pushes`` (the core's count):
+        the source's work left after it, for the cut that ends there."""
+        self.positions[pushes] = left
 
     def on_driver(self, msg: Tuple[Any, ...]) -> None:
         if msg[0] == "stop_after":
@@ -188,8 +205,17 @@ class TaskCheckpoints:
         version, leaders = self.ex.leader_map()  # the map this rank followed at the cut
         info: Dict[str, Any] = {"rank": r, "pushes": img.pushes,
                                 "leader_map": {"version": version, "leaders": leaders}}
-        if self.work is not None:  # what is left of this rank's share, in global terms
-            info["work"] = self.source.advance(self.work, img.pushes - self.base_pushes)
+        if self.source is not None:  # what is left of this rank's share, in global terms
+            if img.pushes == self.base_pushes:
+                if self.work is not None:  # else only the count is known, as before
+                    info["work"] = self.work
+            elif img.pushes in self.positions:
+                info["work"] = self.positions[img.pushes]
+            else:
+                raise InvalidState(f"rank {r}: checkpoint {img.id} ends after push {img.pushes}, "
+                                   f"whose source position was not recorded")
+            for p in [p for p in self.positions if p < img.pushes]:
+                del self.positions[p]
         files[f"rank-{r}.json"] = st.write(img.id, f"rank-{r}.json", json.dumps(info).encode())
         table = self.finalize(pre)
         sink: Dict[str, str] = {}
