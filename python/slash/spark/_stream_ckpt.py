@@ -8,8 +8,10 @@ Task side (:class:`TaskCheckpoints`, one per barrier task):
   the stream's base time (a RateSource's first event time, kept across
   restarts so replayed batches are identical) and the next checkpoint id.
   The task restores its executor from that checkpoint (every rank's META
-  blob, the leader stores of its partitions) and its source skips the
-  batches it had taken before the cut.
+  blob, the leader stores of its partitions) and its source resumes from
+  the work it had left at the cut (``rank-<r>.json``'s ``work``, in global
+  terms: the source's ``resplit`` deals every rank's work left to a group
+  of another size).
 * Rank 0 requests checkpoint ids every ``checkpoint_every``; every executor
   cuts at its next safe point. Right after every executor call the task
   takes the finished images and splits the windows it fired at the cut's
