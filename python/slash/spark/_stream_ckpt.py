@@ -34,6 +34,13 @@ Driver side (:class:`DriverCheckpoints`):
   done twice. Pending parts no committed manifest names are deleted when a
   group starts: the windows in them are fired again by the replay.
 * Reports of an older group (a failed attempt) are ignored.
+* Updates (``StreamHandle.update``): every manifest records the logic
+  versions agreed so far (each one's start and the update's arguments), and
+  every "resume" carries the driver's versions (every one agreed before the
+  failure, also after the newest cut), which each task installs before
+  reading: the replay after the cut filters as the run without the failure
+  did. A driver started again on the directory rebuilds them from the
+  newest manifest (versions agreed after its commit published nothing).
 * A clean ``stop()``: rank 0 requests a last checkpoint, the driver tells
   every rank its id, each rank stops after taking it and waits for the
   driver's "exit" (no rank finishes, so no open window fires); a stream
@@ -114,6 +121,9 @@ class TaskCheckpoints:
         self.positions: Dict[int, Any] = {}
         # batches the source passes over first: a checkpoint that recorded a count, no work
         self.source_skip = 0
+        # the logic versions agreed so far ((start, query) for versions 1, 2, ...): the
+        # driver's, sent with where to resume, for the task to install before reading
+        self.versions: List[Tuple[int, Any]] = []
 
     def handshake(self, group: int, timeout: float, on_other: Callable[[Tuple[Any, ...]], None]
                   ) -> Tuple[int, int]:
@@ -131,7 +141,7 @@ class TaskCheckpoints:
             if msg[0] == "resume_error":
                 raise CheckpointCorrupt(msg[1])
             on_other(msg)
-        _, resume_id, base_ms, next_id = msg
+        _, resume_id, base_ms, next_id, self.versions = msg
         skip = 0
         if resume_id is not None:
             ck = self.store.load(resume_id)
@@ -295,8 +305,14 @@ class DriverCheckpoints:
     def __init__(self, plan: CheckpointPlan, sink_dir: Optional[str],
                  send_to: Callable[[int, Any], None], send_all: Callable[[Any], None],
                  deliver: Callable[[List[pa.Table], str], None],
-                 observe: Callable[[List[Tuple[int, int, int]], int], None]) -> None:
+                 observe: Callable[[List[Tuple[int, int, int]], int], None],
+                 logic: Optional[Callable[[], Tuple[List[Tuple[int, Any]],
+                                                    List[Dict[str, Any]]]]] = None) -> None:
         self.plan = plan
+        # the logic versions agreed so far: ([(start, query), ...] for the tasks,
+        # [{"from_ticks", "args"}, ...] for the manifest), versions 1, 2, ...
+        self.logic = logic if logic is not None else (lambda: ([], []))
+        self.start_logic: List[Dict[str, Any]] = []  # the newest manifest's, at check_start
         self.store = plan.store()
         self.sink_dir = sink_dir
         self.send_to, self.send_all, self.deliver, self.observe = send_to, send_all, deliver, observe
@@ -324,6 +340,7 @@ class DriverCheckpoints:
                                "its end (its source was exhausted); give a new directory")
         ck = self.store.latest()
         self.committed = ck.id if ck is not None else None
+        self.start_logic = list(ck.manifest.get("info", {}).get("logic", [])) if ck else []
 
     def _prepare(self, started_ms: int) -> Tuple[Any, ...]:
         ck = self.store.latest()
@@ -336,7 +353,8 @@ class DriverCheckpoints:
         base = int(ck.manifest["info"]["base_ms"]) if ck is not None else started_ms
         self.base_ms = base
         self.committed = ck.id if ck is not None else None
-        return ("resume", ck.id if ck is not None else None, base, (ck.id + 1) if ck else 1)
+        return ("resume", ck.id if ck is not None else None, base, (ck.id + 1) if ck else 1,
+                self.logic()[0])
 
     def _rename(self, renames: Dict[str, str]) -> None:
         for pending, final in sorted(renames.items()):
@@ -411,7 +429,8 @@ class DriverCheckpoints:
             size += stats["bytes"]
             secs = max(secs, stats["seconds"])
         t = time.monotonic()
-        self.store.commit(cid, files, {}, {"bytes": size, "base_ms": self.base_ms, "sink": renames})
+        self.store.commit(cid, files, {}, {"bytes": size, "base_ms": self.base_ms, "sink": renames,
+                                           "logic": self.logic()[1]})
         self.committed = cid
         self.checkpoints.append({"id": cid, "bytes": size,
                                  "seconds": round(secs + time.monotonic() - t, 4)})

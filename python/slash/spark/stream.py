@@ -74,14 +74,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from slash._ipc import from_ipc, to_ipc
-from slash.control import ExecutorControl, LogicPlan, RunControl
+from slash.control import ExecutorControl, LogicPlan, RunControl, updated_query
 from slash.errors import (InvalidArgument, InvalidState, NotSupported, SinkFailed, TaskFailed,
                           Timeout, UnknownName)
 from slash.executor import Executor, GroupConfig
 from slash.metrics import LiveMetrics, MetricsServer, Reporter
 from slash.query import Query
 from slash.sources import FileSource
-from slash.run import compat
 from slash.run.plan import CheckpointEvery, CheckpointPlan
 from slash.spark import _env
 from slash.spark._stream_ckpt import DriverCheckpoints, TaskCheckpoints, add_metadata
@@ -563,6 +562,8 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
             ck = TaskCheckpoints(plan.checkpoint, rank, n, conn, ex, finalize, plan.sink_dir,
                                  isinstance(q.window, Session), plan.source)
             skip_batches, base_ms = ck.handshake(start_ms, plan.group.timeout, on_driver)
+            for v, (start, version_query) in enumerate(ck.versions, 1):  # agreed before
+                ctl.install(ex, start, v, version_query)
 
         def report() -> None:
             snap = reporter.snapshot(ex)
@@ -729,6 +730,8 @@ class StreamHandle:
         self._ck: Optional[DriverCheckpoints] = None  # with checkpoint=
         self._resumed_from: Optional[int] = None
         self._ctl: Optional[RunControl] = None  # update(), rebalance(): set by stream()
+        # each update's query and arguments, as submitted (agreed or not): the manifest's record
+        self._update_args: List[Tuple[Any, Dict[str, Any]]] = []
         self._partitions = 0  # the stream's key partitions (rebalance checks moves against them)
         # rebalance with a callable sink: windows ending after _freeze are not handed over until
         # every executor reported map version >= _freeze_version with no partition held
@@ -1104,16 +1107,19 @@ class StreamHandle:
         ``version``, ``effective_from_ms`` (T), ``max_event_time_seen_ms``,
         ``agreed_ms`` and the new ``filters``. A filter on a missing column
         raises :class:`SchemaError` naming it; ``aggregate`` and ``lateness``
-        raise :class:`NotSupported` saying why; so does a stream with
-        ``checkpoint=`` (:mod:`slash.run.compat` says why)."""
-        if self._ck is not None:
-            compat.check("spark.stream", "aggregation", ["update", "checkpoint"])
+        raise :class:`NotSupported` saying why. With ``checkpoint=`` every
+        checkpoint records the versions agreed so far: a restart (a failed
+        task, a rescale, the stream started again on the directory)
+        re-applies them, so the replay after the cut follows the same logic
+        as the run without the failure."""
         if self._ctl is None or not self.running:
             raise InvalidState("StreamHandle.update: the stream is not running")
         args = {k: v for k, v in {"filter": filter, "drop_filter": drop_filter,
                                   "clear_filters": clear_filters, "aggregate": aggregate,
                                   "lateness": lateness}.items() if v not in (None, False, [], ())}
         r = self._ctl.submit(args)
+        with self._lock:
+            self._update_args.append((r.query, args))
         deadline = time.monotonic() + timeout
         while not r.done.is_set():
             rdv = self._rdv
@@ -1126,6 +1132,39 @@ class StreamHandle:
                 raise Timeout(f"StreamHandle.update: not agreed within {timeout} s")
             r.done.wait(0.005)
         return self._ctl.outcome(r)
+
+    def _logic(self) -> Tuple[List[Tuple[int, Any]], List[Dict[str, Any]]]:
+        """The logic versions agreed so far (1, 2, ...): [(start, query)] for
+        the tasks of a restarted group, [{"from_ticks", "args"}] for a
+        checkpoint's manifest (see :mod:`slash.spark._stream_ckpt`)."""
+        if self._ctl is None:
+            return [], []
+        plan = self._ctl.plan
+        versions = list(zip(plan.starts[1:], plan.versions[1:]))
+        with self._lock:
+            submitted = list(self._update_args)
+        record = []
+        for start, query in versions:
+            args = next((a for q, a in submitted if q is query), None)
+            if args is None:  # not recorded yet (just agreed): nor are the later ones
+                break
+            record.append({"from_ticks": int(start), "args": args})
+        return versions, record
+
+    def _restore_logic(self, record: Sequence[Dict[str, Any]]) -> None:
+        """A stream started again on a checkpoint directory: the versions
+        its newest manifest records, agreed again on the driver (the tasks
+        get them with where to resume)."""
+        ctl = self._ctl
+        assert ctl is not None
+        for u in record:
+            q = updated_query(ctl.plan.current, ctl.schema, dict(u["args"]), bounded=False)
+            ctl.plan.add(int(u["from_ticks"]), q)
+            ctl.query = q
+            self._update_args.append((q, dict(u["args"])))
+        if record:
+            log.info("slash.spark.stream: %d logic version(s) agreed before restored from "
+                     "the checkpoint", len(record))
 
     def rebalance(self, moves: Union[None, str, Dict[int, int]] = None, *,
                   from_rank: Optional[int] = None, to_rank: Optional[int] = None,
@@ -1402,7 +1441,7 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
         ck_plan = CheckpointPlan(ck_dir, fp, n, parts, checkpoint_keep, every)  # type: ignore[arg-type]
         handle._ck = DriverCheckpoints(ck_plan, sink_dir, lambda r, m: handle._rdv.send_to(r, m),
                                        lambda m: handle._rdv.send_all(m), handle._committed,
-                                       handle._observe)
+                                       handle._observe, handle._logic)
         handle._ck.check_start()
         handle._resumed_from = handle._ck.committed
     handle._source, handle._spark, handle._slots_wait = source, spark, slots_wait
@@ -1420,6 +1459,8 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
         raise
     handle._rdv = rdv
     handle._ctl = RunControl(query, schema, n, bounded=False, kind="stream")
+    if handle._ck is not None:
+        handle._restore_logic(handle._ck.start_logic)
     handle._ctl.attach(lambda r, m: rdv.send_to(r, m))
     plan = _StreamPlan(query, schema, source, group, token, rdv.address, sink_dir, late_dir,
                        checkpoint=ck_plan)
