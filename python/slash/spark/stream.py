@@ -11,7 +11,9 @@ Sources (each task reads its own share; nothing passes through the JVM):
   ``_`` or ``.`` are skipped); every rank reads its row groups of each file,
   then moves its watermark to the file's latest event time minus the
   lateness, so ranks without rows still let windows fire. Files must follow
-  each other in event time (up to the lateness). With checkpoints, positions
+  each other in event time (up to the lateness). A file named before one a
+  rank already started raises InvalidState naming both (the ranks past it
+  would skip it). With checkpoints, positions
   are in global terms (the row groups of each file not yet read, the last
   file started), so a restart may deal them to another executor count.
 
