@@ -75,3 +75,25 @@ def test_a_stream_started_again_on_its_directory_keeps_the_updates_agreed_before
     assert m["resumed_from"] is not None
     assert sink_windows(read_sink(out)) == duckdb_updated_windows(h.base_ms,
                                                                   u["effective_from_ms"])
+
+
+def test_an_update_asked_of_a_group_that_restarted_fails_without_a_commit():
+    """The group died while agreeing T: the round fails with InvalidState and
+    no rank (of the new group) gets a commit it was never asked for."""
+    from slash.control import RunControl
+    from slash.errors import InvalidState
+    from slash.query import Query
+
+    schema = pa.schema([("t", pa.int64()), ("k", pa.int64())])
+    ctl = RunControl(Query(time="t", window="tumbling:1s", key="k"), schema, 2, bounded=False)
+    sent = []
+    ctl.attach(lambda rank, msg: sent.append((rank, msg)))
+    r = ctl.submit({"filter": "k < 3"})
+    ctl.service()  # the prepare goes out to both ranks
+    ctl.on_message(("ctl-ack", 0, r.rid, 500))  # rank 1 dies before answering
+    ctl.new_group("restarted")
+    ctl.service()
+    assert r.done.is_set() and [m[1] for _, m in sent] == ["prepare", "prepare"]
+    with pytest.raises(InvalidState, match="restarted"):
+        ctl.outcome(r)
+    assert ctl.plan.version == 0

@@ -703,6 +703,19 @@ class RunControl:
         r.error, r.result = err, result
         r.done.set()
 
+    def new_group(self, why: str) -> None:
+        """The group was replaced (restarted from a checkpoint): what its ranks
+        reported is forgotten, and an update they were asked about fails with
+        :class:`InvalidState` (``why``) without a commit (no rank of the new
+        group was asked; one agreed before is the new group's already)."""
+        with self._service_lock, self._lock:
+            r, self._active = self._active, None
+            self._per.clear()
+            self._input_done.clear()
+        if r is not None:
+            r.error = InvalidState(why)
+            r.done.set()
+
     def close(self) -> None:
         """The run ended: requests waiting or arriving now fail."""
         self.finished = True

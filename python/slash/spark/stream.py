@@ -1125,7 +1125,9 @@ class StreamHandle:
         deadline = time.monotonic() + timeout
         while not r.done.is_set():
             rdv = self._rdv
-            if rdv is not None and rdv.started_ms is not None and \
+            with self._cond:  # every task of the group reported: past where to resume
+                resumed = len(self._follow) == self.executors
+            if rdv is not None and rdv.started_ms is not None and resumed and \
                     len(rdv._members) == self.executors:  # every task can be reached
                 self._ctl.service()
             if not self.running:
@@ -1267,9 +1269,8 @@ class StreamHandle:
             self._follow.clear()
             self._groups += 1
         if self._ctl is not None:
-            with self._ctl._lock:
-                self._ctl._per.clear()
-                self._ctl._input_done.clear()
+            self._ctl.new_group("StreamHandle.update: the barrier job restarted from a checkpoint "
+                                "while the update was being agreed; nothing changed, send it again")
 
     def _moved_everywhere(self, version: int) -> bool:
         """With the lock held: every rank's latest report follows map ``version``
