@@ -346,10 +346,13 @@ class DirectorySource:
             hi = _max_time(path, time_col)
             yield None, (None if hi is None else hi - lateness_ms), left()
 
+        read_any = bool(files)
         while files:
             yield from read_first()
-        if work["after"] is not None:
-            hi = _max_time(os.path.join(self.path, work["after"]), time_col)
+        if after is not None and not (read_any and after != work["after"]):
+            # the last file read before the cut (or of the resplit) whose watermark
+            # no file read here gave: it lets the windows it closed fire
+            hi = _max_time(os.path.join(self.path, after), time_col)
             if hi is not None:
                 yield None, hi - lateness_ms, left()
         known: Optional[Set[str]] = None
