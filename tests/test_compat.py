@@ -79,15 +79,3 @@ def test_rate_with_realtime_is_an_invalid_argument_naming_both():
     with pytest.raises(InvalidArgument, match="rate=.*realtime=True"):
         run(Query(time="t", window="tumbling:2s", key="k"), _tables()[0], executors=1,
             rate=100, realtime=True)
-
-
-def test_a_checkpointed_spark_streams_update_is_refused_with_the_tables_reason(tmp_path):
-    pytest.importorskip("pyspark")
-    from slash.spark.stream import StreamHandle
-
-    h = StreamHandle(2, str(tmp_path / "sink"))
-    h._ck = object()  # a stream started with checkpoint= (its driver-side checkpoints)
-    with pytest.raises(NotSupported) as e:
-        h.update(filter="v < 5")
-    assert compat.COMBINATIONS[("spark.stream", "aggregation",
-                                frozenset({"update", "checkpoint"}))] in str(e.value)

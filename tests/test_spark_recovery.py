@@ -260,7 +260,7 @@ def test_a_restarted_driver_rolls_the_newest_commit_forward_and_drops_uncommitte
                           lambda t, label: None, lambda w, now: None)
     d.check_start()
     assert d.on_message(0, ("resume?", 0, ("h", 1), 99), 2)
-    assert d.decision == ("resume", 2, 123, 3)
+    assert d.decision == ("resume", 2, 123, 3, [])
     assert sorted(os.listdir(sink)) == [PENDING, "part-r0000-c000000000002.parquet",
                                         "part-r0001-c000000000002.parquet"]
     assert os.listdir(sink / PENDING) == []

@@ -6,8 +6,6 @@ generated records; a stream stopped with 2 executors resumes with 1."""
 import os
 import time
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("pyspark")
@@ -61,24 +59,3 @@ def test_a_stream_stopped_with_two_executors_resumes_with_one(spark, tmp_path):
     m = h2.wait(180)
     assert m["resumed_from"] is not None and m["executors"] == 1
     assert sink_windows(read_sink(out)) == duckdb_windows(h.base_ms, src=SRC)
-
-
-def test_rescale_of_a_directory_source_is_refused_naming_why_and_the_stream_goes_on(
-        spark, tmp_path):
-    from slash.errors import NotSupported
-    from slash.spark import DirectorySource
-
-    src = tmp_path / "in"
-    src.mkdir()
-    pq.write_table(pa.table({"event_time": pa.array([0, 500, 1500], pa.int64()),
-                             "key": pa.array([1, 2, 1], pa.int64())}), str(src / "f0.parquet"))
-    h = stream(spark, DirectorySource(str(src)), time="event_time", window="tumbling:1s",
-               key="key", aggs=["count"], sink=str(tmp_path / "out"), executors=2,
-               checkpoint=str(tmp_path / "ck"), checkpoint_every="200ms")
-    try:
-        wait_for_checkpoints(h, 1)  # running (a stop sent before the tasks joined is lost)
-        with pytest.raises(NotSupported, match="DirectorySource.*only a RateSource"):
-            h.rescale(1)
-        assert h.running and h.executors == 2
-    finally:
-        h.stop(120)

@@ -514,16 +514,24 @@ class ExecutorControl:
         got = self.await_commit(ex, "ctl", rid, t0 + self.timeout, self._commit_expected)
         _, _, _, start, version, query = got
         if query is not None:
-            if query.lateness != self.plan.current.lateness:
-                self._lateness_at.append((start, query.lateness))
-            v = self.plan.add(start, query)
-            if v != version:
-                raise SystemFailure(f"executor rank {self.rank}: logic version {v} installed, "
-                                    f"the driver says {version}")
+            self.install(ex, start, version, query)
         self.paused_seconds += time.monotonic() - t0
         log.info("executor %d: logic version %d from time %d (paused %.1f ms)", self.rank,
                  self.plan.version, start, 1000 * (time.monotonic() - t0))
         return query is not None
+
+    def install(self, ex: Any, start: int, version: int, query: Any) -> None:
+        """Installs logic ``version`` (``query``) for records with time >=
+        ``start``: an agreed commit, or one a restart from a checkpoint
+        re-applies; a lateness change applies to executor ``ex`` once it has
+        seen a time >= ``start``."""
+        self._ex = ex
+        if query.lateness != self.plan.current.lateness:
+            self._lateness_at.append((start, query.lateness))
+        v = self.plan.add(start, query)
+        if v != version:
+            raise SystemFailure(f"executor rank {self.rank}: logic version {v} installed, "
+                                f"the driver says {version}")
 
     def input_done(self) -> None:
         self.moves.fail_all(InvalidState("rebalance: rank 0 has read all of its input; "
@@ -694,6 +702,19 @@ class RunControl:
                     self._send(rank, ("ctl", "commit", r.rid, self.plan.starts[-1], None, None))
         r.error, r.result = err, result
         r.done.set()
+
+    def new_group(self, why: str) -> None:
+        """The group was replaced (restarted from a checkpoint): what its ranks
+        reported is forgotten, and an update they were asked about fails with
+        :class:`InvalidState` (``why``) without a commit (no rank of the new
+        group was asked; one agreed before is the new group's already)."""
+        with self._service_lock, self._lock:
+            r, self._active = self._active, None
+            self._per.clear()
+            self._input_done.clear()
+        if r is not None:
+            r.error = InvalidState(why)
+            r.done.set()
 
     def close(self) -> None:
         """The run ended: requests waiting or arriving now fail."""

@@ -104,7 +104,6 @@ for _entry, _kind, _other in (
 #: (entry, kind, features) -> why that combination of supported features is refused
 COMBINATIONS: Dict[Tuple[str, str, FrozenSet[str]], str] = {
     ("run", "aggregation", frozenset({"update", "checkpoint"})): _UPDATE_CKPT,
-    ("spark.stream", "aggregation", frozenset({"update", "checkpoint"})): _UPDATE_CKPT,
     ("run", "join", frozenset({"live_scale", "checkpoint"})):
         "a checkpointed live join group would have to record both inputs' positions at every "
         "live scale's agreed point; a join scales live without checkpoint=, and with "

@@ -8,8 +8,10 @@ Task side (:class:`TaskCheckpoints`, one per barrier task):
   the stream's base time (a RateSource's first event time, kept across
   restarts so replayed batches are identical) and the next checkpoint id.
   The task restores its executor from that checkpoint (every rank's META
-  blob, the leader stores of its partitions) and its source skips the
-  batches it had taken before the cut.
+  blob, the leader stores of its partitions) and its source resumes from
+  the work it had left at the cut (``rank-<r>.json``'s ``work``, in global
+  terms: the source's ``resplit`` deals every rank's work left to a group
+  of another size).
 * Rank 0 requests checkpoint ids every ``checkpoint_every``; every executor
   cuts at its next safe point. Right after every executor call the task
   takes the finished images and splits the windows it fired at the cut's
@@ -32,6 +34,13 @@ Driver side (:class:`DriverCheckpoints`):
   done twice. Pending parts no committed manifest names are deleted when a
   group starts: the windows in them are fired again by the replay.
 * Reports of an older group (a failed attempt) are ignored.
+* Updates (``StreamHandle.update``): every manifest records the logic
+  versions agreed so far (each one's start and the update's arguments), and
+  every "resume" carries the driver's versions (every one agreed before the
+  failure, also after the newest cut), which each task installs before
+  reading: the replay after the cut filters as the run without the failure
+  did. A driver started again on the directory rebuilds them from the
+  newest manifest (versions agreed after its commit published nothing).
 * A clean ``stop()``: rank 0 requests a last checkpoint, the driver tells
   every rank its id, each rank stops after taking it and waits for the
   driver's "exit" (no rank finishes, so no open window fires); a stream
@@ -102,12 +111,19 @@ class TaskCheckpoints:
         self.stop_after: Optional[int] = None  # the driver's stop checkpoint
         self.exit = False
         self.schema = ex.result_schema()
-        # a source whose positions are global (a RateSource: see its work()): this
-        # rank's share of the current group, so a checkpoint re-splits to any count
-        self.source = source if hasattr(source, "resplit") and hasattr(source, "advance") else None
+        # a source whose positions are global (see RateSource.work, DirectorySource.work):
+        # this rank's work left, so a checkpoint re-splits to any count
+        self.source = source if hasattr(source, "resplit") and hasattr(source, "work") else None
         self.work: Optional[Dict[str, Any]] = (self.source.work(rank, n)
                                                if self.source is not None else None)
         self.base_pushes = 0  # the core's push count when this group started
+        # the core's push count -> the work left after that push (read_to); pruned at each cut
+        self.positions: Dict[int, Any] = {}
+        # batches the source passes over first: a checkpoint that recorded a count, no work
+        self.source_skip = 0
+        # the logic versions agreed so far ((start, query) for versions 1, 2, ...): the
+        # driver's, sent with where to resume, for the task to install before reading
+        self.versions: List[Tuple[int, Any]] = []
 
     def handshake(self, group: int, timeout: float, on_other: Callable[[Tuple[Any, ...]], None]
                   ) -> Tuple[int, int]:
@@ -125,7 +141,7 @@ class TaskCheckpoints:
             if msg[0] == "resume_error":
                 raise CheckpointCorrupt(msg[1])
             on_other(msg)
-        _, resume_id, base_ms, next_id = msg
+        _, resume_id, base_ms, next_id, self.versions = msg
         skip = 0
         if resume_id is not None:
             ck = self.store.load(resume_id)
@@ -141,17 +157,16 @@ class TaskCheckpoints:
                 info = ck.rank_info(self.rank)
                 skip = int(info["pushes"])
                 if self.work is not None:
-                    self.work = info.get("work") or self.source.advance(
-                        self.source.work(self.rank, self.n), skip)
+                    self.work = self._left(info, self.rank, old_n)
+                    if self.work is None:  # a count only: the source passes over as many
+                        self.source_skip = skip
             else:  # another executor count: every rank's work left, dealt to n
-                if self.work is None:
+                left = [self._left(ck.rank_info(r), r, old_n) for r in range(old_n)]
+                if self.work is None or any(w is None for w in left):
                     raise NotSupported(f"checkpoint {ck.path!r} was cut with {old_n} executors "
-                                       f"and this stream has {self.n}: only a RateSource's "
-                                       "position re-splits to another count")
-                infos = [ck.rank_info(r) for r in range(old_n)]
-                left = [i.get("work") or self.source.advance(self.source.work(r, old_n),
-                                                             int(i["pushes"]))
-                        for r, i in enumerate(infos)]
+                                       f"and this stream has {self.n}: its ranks' positions are "
+                                       "counts of their own batches, not the work left in "
+                                       f"global terms; start it with executors={old_n}")
                 self.work = self.source.resplit(left, self.n)[self.rank]
                 skip = 0  # the core counts push calls afresh in a group of another size
             self.taken = resume_id
@@ -160,6 +175,20 @@ class TaskCheckpoints:
         self.base_pushes = skip
         self.asks = AskSchedule(self.ex, self.plan.every, next_id, skip, give_up=False)
         return skip, base_ms
+
+    def _left(self, info: Dict[str, Any], rank: int, n: int) -> Optional[Dict[str, Any]]:
+        """Rank's work left at a cut: as recorded, else from its push count
+        when the source can count (RateSource.advance), else None."""
+        if info.get("work") is not None:
+            return info["work"]
+        if hasattr(self.source, "advance"):
+            return self.source.advance(self.source.work(rank, n), int(info["pushes"]))
+        return None
+
+    def read_to(self, pushes: int, left: Dict[str, Any]) -> None:
+        """The task, right after push number ``pushes`` (the core's count):
+        the source's work left after it, for the cut that ends there."""
+        self.positions[pushes] = left
 
     def on_driver(self, msg: Tuple[Any, ...]) -> None:
         if msg[0] == "stop_after":
@@ -188,8 +217,17 @@ class TaskCheckpoints:
         version, leaders = self.ex.leader_map()  # the map this rank followed at the cut
         info: Dict[str, Any] = {"rank": r, "pushes": img.pushes,
                                 "leader_map": {"version": version, "leaders": leaders}}
-        if self.work is not None:  # what is left of this rank's share, in global terms
-            info["work"] = self.source.advance(self.work, img.pushes - self.base_pushes)
+        if self.source is not None:  # what is left of this rank's share, in global terms
+            if img.pushes == self.base_pushes:
+                if self.work is not None:  # else only the count is known, as before
+                    info["work"] = self.work
+            elif img.pushes in self.positions:
+                info["work"] = self.positions[img.pushes]
+            else:
+                raise InvalidState(f"rank {r}: checkpoint {img.id} ends after push {img.pushes}, "
+                                   f"whose source position was not recorded")
+            for p in [p for p in self.positions if p < img.pushes]:
+                del self.positions[p]
         files[f"rank-{r}.json"] = st.write(img.id, f"rank-{r}.json", json.dumps(info).encode())
         table = self.finalize(pre)
         sink: Dict[str, str] = {}
@@ -267,8 +305,14 @@ class DriverCheckpoints:
     def __init__(self, plan: CheckpointPlan, sink_dir: Optional[str],
                  send_to: Callable[[int, Any], None], send_all: Callable[[Any], None],
                  deliver: Callable[[List[pa.Table], str], None],
-                 observe: Callable[[List[Tuple[int, int, int]], int], None]) -> None:
+                 observe: Callable[[List[Tuple[int, int, int]], int], None],
+                 logic: Optional[Callable[[], Tuple[List[Tuple[int, Any]],
+                                                    List[Dict[str, Any]]]]] = None) -> None:
         self.plan = plan
+        # the logic versions agreed so far: ([(start, query), ...] for the tasks,
+        # [{"from_ticks", "args"}, ...] for the manifest), versions 1, 2, ...
+        self.logic = logic if logic is not None else (lambda: ([], []))
+        self.start_logic: List[Dict[str, Any]] = []  # the newest manifest's, at check_start
         self.store = plan.store()
         self.sink_dir = sink_dir
         self.send_to, self.send_all, self.deliver, self.observe = send_to, send_all, deliver, observe
@@ -296,6 +340,7 @@ class DriverCheckpoints:
                                "its end (its source was exhausted); give a new directory")
         ck = self.store.latest()
         self.committed = ck.id if ck is not None else None
+        self.start_logic = list(ck.manifest.get("info", {}).get("logic", [])) if ck else []
 
     def _prepare(self, started_ms: int) -> Tuple[Any, ...]:
         ck = self.store.latest()
@@ -308,7 +353,8 @@ class DriverCheckpoints:
         base = int(ck.manifest["info"]["base_ms"]) if ck is not None else started_ms
         self.base_ms = base
         self.committed = ck.id if ck is not None else None
-        return ("resume", ck.id if ck is not None else None, base, (ck.id + 1) if ck else 1)
+        return ("resume", ck.id if ck is not None else None, base, (ck.id + 1) if ck else 1,
+                self.logic()[0])
 
     def _rename(self, renames: Dict[str, str]) -> None:
         for pending, final in sorted(renames.items()):
@@ -383,7 +429,8 @@ class DriverCheckpoints:
             size += stats["bytes"]
             secs = max(secs, stats["seconds"])
         t = time.monotonic()
-        self.store.commit(cid, files, {}, {"bytes": size, "base_ms": self.base_ms, "sink": renames})
+        self.store.commit(cid, files, {}, {"bytes": size, "base_ms": self.base_ms, "sink": renames,
+                                           "logic": self.logic()[1]})
         self.committed = cid
         self.checkpoints.append({"id": cid, "bytes": size,
                                  "seconds": round(secs + time.monotonic() - t, 4)})

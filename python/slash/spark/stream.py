@@ -11,7 +11,11 @@ Sources (each task reads its own share; nothing passes through the JVM):
   ``_`` or ``.`` are skipped); every rank reads its row groups of each file,
   then moves its watermark to the file's latest event time minus the
   lateness, so ranks without rows still let windows fire. Files must follow
-  each other in event time (up to the lateness).
+  each other in event time (up to the lateness). A file named before one a
+  rank already started raises InvalidState naming both (the ranks past it
+  would skip it). With checkpoints, positions
+  are in global terms (the row groups of each file not yet read, the last
+  file started), so a restart may deal them to another executor count.
 
 Sinks: a directory (each rank writes what it fires as Parquet parts, straight
 from the task) or a callable on the driver, called once per window, in event
@@ -72,13 +76,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from slash._ipc import from_ipc, to_ipc
-from slash.control import ExecutorControl, LogicPlan, RunControl
+from slash.control import ExecutorControl, LogicPlan, RunControl, updated_query
 from slash.errors import (InvalidArgument, InvalidState, NotSupported, SinkFailed, TaskFailed,
                           Timeout, UnknownName)
 from slash.executor import Executor, GroupConfig
 from slash.metrics import LiveMetrics, MetricsServer, Reporter
 from slash.query import Query
-from slash.run import compat
+from slash.sources import FileSource
 from slash.run.plan import CheckpointEvery, CheckpointPlan
 from slash.spark import _env
 from slash.spark._stream_ckpt import DriverCheckpoints, TaskCheckpoints, add_metadata
@@ -184,9 +188,10 @@ class RateSource:
 
     def batches(self, rank: int, n: int, base_ms: int, wait: Callable[[float], bool],
                 skip: int = 0, work: Optional[Dict[str, Any]] = None
-                ) -> Iterator[Tuple[pa.RecordBatch, Optional[int]]]:
-        """This rank's batches as they become due; ``wait(seconds)`` sleeps
-        (serving the executor) and returns True when the stream must stop.
+                ) -> Iterator[Tuple[pa.RecordBatch, Optional[int], Dict[str, Any]]]:
+        """This rank's batches as they become due, each as (batch, None, the
+        work left after it); ``wait(seconds)`` sleeps (serving the executor)
+        and returns True when the stream must stop.
         ``skip``: this rank's batches already taken (a checkpoint's position:
         the stream resumes at global batch ``rank + skip * n``, identical to
         what a run without the failure would have generated). ``work``
@@ -203,7 +208,7 @@ class RateSource:
                 yield b
                 b += work["step"]
 
-        for b in order():
+        for i, b in enumerate(order()):
             if self.records is not None and b * self.batch >= self.records:
                 if b >= work["from"]:
                     return
@@ -219,7 +224,7 @@ class RateSource:
                     return
             yield next(ysb_batches(count, keys=self.keys, seed=self.seed, rate=self.rate,
                                    base_ms=base_ms, start=first, batch_size=count,
-                                   columns=list(self.columns))), None
+                                   columns=list(self.columns))), None, self.advance(work, i + 1)
 
 
 @dataclass(frozen=True)
@@ -244,45 +249,132 @@ class DirectorySource:
         if not files:
             raise InvalidArgument(f"stream directory {self.path!r} is empty: pass "
                                   "DirectorySource(path, schema=...)")
-        from slash.sources import FileSource
-
         # as FileSource reads the files (Spark's INT96 as instants in microseconds)
         return FileSource(files[0]).schema.remove_metadata()
 
-    def batches(self, rank: int, n: int, time_col: str, lateness_ms: int,
-                wait: Callable[[float], bool], skip: int = 0
-                ) -> Iterator[Tuple[Optional[pa.RecordBatch], Optional[int]]]:
-        """(batch, None) for this rank's rows of each new file, then (None,
-        watermark) once the file is read. ``skip``: this rank's non-empty
-        batches already taken (a checkpoint's position): they are passed over
-        in the same order (files in name order, each file's row groups), and
-        so are the watermarks of the files wholly before the cut (the
-        checkpoint holds them; the file the cut ends in gives its own again,
-        which changes nothing). The files before the cut must still be
-        there, unchanged, and no file may appear before them in name order."""
-        from slash.sources import FileSource
+    # -- positions in global terms (for a restart with another executor count) ----
+    # A rank's work: {"files": [[name, FileSource work], ...], "after": name or None,
+    # "rank": r, "n": n}: the listed files' units first (in name order; each list is
+    # a FileSource work, its units indexing FileSource(name).units), then every file
+    # named after "after" that is not listed, each dealt as FileSource(file).work(r, n)
+    # deals it. A file stays listed (perhaps with no unit left) until its watermark
+    # was given; "after" is the last file whose watermark the rank gave.
+    @staticmethod
+    def work(rank: int, n: int) -> Dict[str, Any]:
+        """Rank's share of a fresh group: its split of every file."""
+        return {"files": [], "after": None, "rank": rank, "n": n}
 
-        seen: Set[str] = set()
-        left = skip
+    def resplit(self, left: Sequence[Dict[str, Any]], n: int) -> List[Dict[str, Any]]:
+        """Deals every rank's work left at a cut to ``n`` ranks: up to the
+        furthest file any rank started (``top``), each file's units nobody has
+        read are dealt by :meth:`slash.sources.FileSource.resplit` (a rank's
+        units of a file it had not reached are its share by its own deal);
+        every file after ``top`` is dealt afresh to the ``n`` ranks.
+        Deterministic; each unread unit goes to exactly one rank. Files up to
+        ``top`` must still be in the directory, unchanged."""
+        names = [w["after"] for w in left if w["after"] is not None] + \
+            [f for w in left for f, _ in w["files"]]
+        top = max(names, default=None)
+        per_file: Dict[str, List[Any]] = {}
+        if top is not None:
+            present = [os.path.basename(f) for f in self.files()]
+            for name in sorted(set(names) - set(present)):
+                raise InvalidState(f"stream directory {self.path!r}: file {name!r}, read in part "
+                                   "before the checkpoint, is gone; the files a checkpoint's "
+                                   "positions name must stay in place, unchanged")
+        else:
+            present = []
+        for w in left:
+            listed = {f for f, _ in w["files"]}
+            for f, units in w["files"]:
+                per_file.setdefault(f, []).append(units)
+            for f in present:  # this rank's share of the files it had not reached
+                if (w["after"] is None or f > w["after"]) and f <= top and f not in listed:
+                    per_file.setdefault(f, []).append(
+                        FileSource(os.path.join(self.path, f)).work(int(w["rank"]), int(w["n"])))
+        out: List[Dict[str, Any]] = [{"files": [], "after": top, "rank": r, "n": n}
+                                     for r in range(n)]
+        for f in sorted(per_file):
+            dealt = FileSource(os.path.join(self.path, f)).resplit(per_file[f], n)
+            for r in range(n):
+                if dealt[r]:
+                    out[r]["files"].append([f, dealt[r]])
+        return out
+
+    def batches(self, rank: int, n: int, time_col: str, lateness_ms: int,
+                wait: Callable[[float], bool], skip: int = 0,
+                work: Optional[Dict[str, Any]] = None
+                ) -> Iterator[Tuple[Optional[pa.RecordBatch], Optional[int], Dict[str, Any]]]:
+        """(batch, None, left) for this rank's rows of each new file, then
+        (None, watermark, left) once the file is read; ``left`` is the work
+        left after the item (see :meth:`work`). ``work``: where to start (a
+        checkpoint's position, or its :meth:`resplit`; None: a fresh group's
+        share of rank of n). A work resumed with files already read first
+        gives the watermark of the last of them (given before the cut:
+        giving it again changes nothing). ``skip``: non-empty batches of
+        ``work`` to pass over first (a checkpoint that recorded only a count).
+        A file that appears after a file later in name order was started by
+        this rank raises :class:`InvalidState` (it could be read only in part)."""
+        if work is None:
+            work = self.work(rank, n)
+        files: List[List[Any]] = [[f, [list(u) for u in units]] for f, units in work["files"]]
+        after: Optional[str] = work["after"]
+        deal = (int(work["rank"]), int(work["n"]))
+        listed = {f for f, _ in files}
+        left_skip = skip
+
+        def left() -> Dict[str, Any]:
+            return {"files": [[f, [list(u) for u in units]] for f, units in files],
+                    "after": after, "rank": deal[0], "n": deal[1]}
+
+        def read_first(src: Optional[FileSource] = None
+                       ) -> Iterator[Tuple[Optional[pa.RecordBatch], Optional[int], Dict[str, Any]]]:
+            nonlocal after, left_skip
+            name, units = files[0]
+            path = os.path.join(self.path, name)
+            src = src if src is not None else FileSource(path)
+            for pos, b in src.read_work(units):
+                if not b.num_rows:
+                    continue
+                files[0][1] = FileSource.remaining(units, pos)
+                if left_skip:
+                    left_skip -= 1
+                    continue
+                yield b, None, left()
+            files.pop(0)
+            after = name if after is None or name > after else after
+            hi = _max_time(path, time_col)
+            yield None, (None if hi is None else hi - lateness_ms), left()
+
+        read_any = bool(files)
+        while files:
+            yield from read_first()
+        if after is not None and not (read_any and after != work["after"]):
+            # the last file read before the cut (or of the resplit) whose watermark
+            # no file read here gave: it lets the windows it closed fire
+            hi = _max_time(os.path.join(self.path, after), time_col)
+            if hi is not None:
+                yield None, hi - lateness_ms, left()
+        known: Optional[Set[str]] = None
         while True:
-            new = [f for f in self.files() if f not in seen]
+            present = [os.path.basename(f) for f in self.files()]
+            if known is not None:
+                early = [f for f in present if f not in known and after is not None and f <= after]
+                if early:
+                    raise InvalidState(f"stream directory {self.path!r}: file {early[0]!r} appeared "
+                                       f"after {after!r}, later in name order, was read; files "
+                                       "are taken in name order (name each new file after the "
+                                       "last one)")
+            known = set(present)
+            new = [f for f in present if (after is None or f > after) and f not in listed]
             if not new:
                 if wait(self.poll_interval):
                     return
                 continue
             for f in new:
-                seen.add(f)
-                src = FileSource(f)
-                for b in src.read(rank, n):
-                    if left:
-                        left -= 1 if b.num_rows else 0
-                        continue
-                    yield b, None
-                if left:  # the whole file lies before the cut
-                    continue
-                hi = _max_time(f, time_col)
-                if hi is not None:
-                    yield None, hi - lateness_ms
+                src = FileSource(os.path.join(self.path, f))
+                files.append([f, src.work(*deal)])
+                yield from read_first(src)
 
 
 def _max_time(path: str, col: str) -> Optional[int]:
@@ -475,6 +567,8 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
             ck = TaskCheckpoints(plan.checkpoint, rank, n, conn, ex, finalize, plan.sink_dir,
                                  isinstance(q.window, Session), plan.source)
             skip_batches, base_ms = ck.handshake(start_ms, plan.group.timeout, on_driver)
+            for v, (start, version_query) in enumerate(ck.versions, 1):  # agreed before
+                ctl.install(ex, start, v, version_query)
 
         def report() -> None:
             snap = reporter.snapshot(ex)
@@ -532,12 +626,13 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
                     return False
 
         src = plan.source
+        work = ck.work if ck is not None else None
         if isinstance(src, RateSource):
-            it = src.batches(rank, n, base_ms, wait, skip=skip_batches,
-                             work=ck.work if ck is not None else None)
+            it = src.batches(rank, n, base_ms, wait, skip=skip_batches, work=work)
         else:
-            it = src.batches(rank, n, q.time, q.lateness, wait, skip=skip_batches)
-        for batch, advance in it:
+            it = src.batches(rank, n, q.time, q.lateness, wait,
+                             skip=ck.source_skip if ck is not None else 0, work=work)
+        for batch, advance, left in it:
             if batch is not None and batch.num_rows:
                 read[0] += batch.num_rows
                 b, skip = ctl.prepare(batch)
@@ -548,6 +643,7 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
                                       return_late=True, skip=skip)
                 pushes[0] += 1
                 if ck is not None:
+                    ck.read_to(pushes[0], left)
                     ck.after_call()
                 if n_late:
                     late.add(ctl.plan if ctl.plan.version else q, batch, b, skip, idx)
@@ -639,6 +735,8 @@ class StreamHandle:
         self._ck: Optional[DriverCheckpoints] = None  # with checkpoint=
         self._resumed_from: Optional[int] = None
         self._ctl: Optional[RunControl] = None  # update(), rebalance(): set by stream()
+        # each update's query and arguments, as submitted (agreed or not): the manifest's record
+        self._update_args: List[Tuple[Any, Dict[str, Any]]] = []
         self._partitions = 0  # the stream's key partitions (rebalance checks moves against them)
         # rebalance with a callable sink: windows ending after _freeze are not handed over until
         # every executor reported map version >= _freeze_version with no partition held
@@ -903,7 +1001,9 @@ class StreamHandle:
         directory sink holds each window once; a callable sink gets each
         window once): windows fired before the cut are published with that
         checkpoint, the others fire in the new group. A RateSource's batches
-        not yet taken are dealt to the new ranks (:meth:`RateSource.resplit`).
+        not yet taken are dealt to the new ranks (:meth:`RateSource.resplit`),
+        as are a DirectorySource's row groups not yet read and the files
+        still to come (:meth:`DirectorySource.resplit`).
 
         Returns when every rank of the new group asked where to resume:
         ``{"from", "to", "checkpoint", "seconds_to_resume"}`` (from this call);
@@ -911,8 +1011,7 @@ class StreamHandle:
         call to the first window published after the new group resumed: the
         pause a rescale costs). Raises InvalidState without ``checkpoint=``,
         while another rescale runs or once the stream has ended,
-        NotSupported for a DirectorySource (its positions are per-rank file
-        splits), InvalidArgument for an ``n`` outside 1..partitions,
+        InvalidArgument for an ``n`` outside 1..partitions,
         NotEnoughSlots when Spark has fewer task slots, and Timeout."""
         from slash.errors import Timeout
         from slash.spark import _env as env
@@ -920,10 +1019,6 @@ class StreamHandle:
         if self._ck is None:
             raise InvalidState("rescale() needs a stream started with checkpoint=: it restarts the "
                                "barrier job from a checkpoint")
-        if not isinstance(self._source, RateSource):
-            raise NotSupported(f"rescale(): a {type(self._source).__name__}'s positions are each "
-                               "rank's split of every file and cannot be dealt to another "
-                               "executor count; only a RateSource's re-split")
         parts = self._ck.plan.partitions
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= parts:
             raise InvalidArgument(f"rescale needs an executor count in 1..{parts} (the stream's key "
@@ -1017,20 +1112,25 @@ class StreamHandle:
         ``version``, ``effective_from_ms`` (T), ``max_event_time_seen_ms``,
         ``agreed_ms`` and the new ``filters``. A filter on a missing column
         raises :class:`SchemaError` naming it; ``aggregate`` and ``lateness``
-        raise :class:`NotSupported` saying why; so does a stream with
-        ``checkpoint=`` (:mod:`slash.run.compat` says why)."""
-        if self._ck is not None:
-            compat.check("spark.stream", "aggregation", ["update", "checkpoint"])
+        raise :class:`NotSupported` saying why. With ``checkpoint=`` every
+        checkpoint records the versions agreed so far: a restart (a failed
+        task, a rescale, the stream started again on the directory)
+        re-applies them, so the replay after the cut follows the same logic
+        as the run without the failure."""
         if self._ctl is None or not self.running:
             raise InvalidState("StreamHandle.update: the stream is not running")
         args = {k: v for k, v in {"filter": filter, "drop_filter": drop_filter,
                                   "clear_filters": clear_filters, "aggregate": aggregate,
                                   "lateness": lateness}.items() if v not in (None, False, [], ())}
         r = self._ctl.submit(args)
+        with self._lock:
+            self._update_args.append((r.query, args))
         deadline = time.monotonic() + timeout
         while not r.done.is_set():
             rdv = self._rdv
-            if rdv is not None and rdv.started_ms is not None and \
+            with self._cond:  # every task of the group reported: past where to resume
+                resumed = len(self._follow) == self.executors
+            if rdv is not None and rdv.started_ms is not None and resumed and \
                     len(rdv._members) == self.executors:  # every task can be reached
                 self._ctl.service()
             if not self.running:
@@ -1039,6 +1139,39 @@ class StreamHandle:
                 raise Timeout(f"StreamHandle.update: not agreed within {timeout} s")
             r.done.wait(0.005)
         return self._ctl.outcome(r)
+
+    def _logic(self) -> Tuple[List[Tuple[int, Any]], List[Dict[str, Any]]]:
+        """The logic versions agreed so far (1, 2, ...): [(start, query)] for
+        the tasks of a restarted group, [{"from_ticks", "args"}] for a
+        checkpoint's manifest (see :mod:`slash.spark._stream_ckpt`)."""
+        if self._ctl is None:
+            return [], []
+        plan = self._ctl.plan
+        versions = list(zip(plan.starts[1:], plan.versions[1:]))
+        with self._lock:
+            submitted = list(self._update_args)
+        record = []
+        for start, query in versions:
+            args = next((a for q, a in submitted if q is query), None)
+            if args is None:  # not recorded yet (just agreed): nor are the later ones
+                break
+            record.append({"from_ticks": int(start), "args": args})
+        return versions, record
+
+    def _restore_logic(self, record: Sequence[Dict[str, Any]]) -> None:
+        """A stream started again on a checkpoint directory: the versions
+        its newest manifest records, agreed again on the driver (the tasks
+        get them with where to resume)."""
+        ctl = self._ctl
+        assert ctl is not None
+        for u in record:
+            q = updated_query(ctl.plan.current, ctl.schema, dict(u["args"]), bounded=False)
+            ctl.plan.add(int(u["from_ticks"]), q)
+            ctl.query = q
+            self._update_args.append((q, dict(u["args"])))
+        if record:
+            log.info("slash.spark.stream: %d logic version(s) agreed before restored from "
+                     "the checkpoint", len(record))
 
     def rebalance(self, moves: Union[None, str, Dict[int, int]] = None, *,
                   from_rank: Optional[int] = None, to_rank: Optional[int] = None,
@@ -1139,9 +1272,8 @@ class StreamHandle:
             self._follow.clear()
             self._groups += 1
         if self._ctl is not None:
-            with self._ctl._lock:
-                self._ctl._per.clear()
-                self._ctl._input_done.clear()
+            self._ctl.new_group("StreamHandle.update: the barrier job restarted from a checkpoint "
+                                "while the update was being agreed; nothing changed, send it again")
 
     def _moved_everywhere(self, version: int) -> bool:
         """With the lock held: every rank's latest report follows map ``version``
@@ -1255,7 +1387,9 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
     and resumes from it when started again with the same directory. Output
     becomes exactly-once and waits for the checkpoint covering it: see
     docs/recovery.md. A DirectorySource resumes after the files (and row
-    groups) read before the cut: keep them in place, unchanged.
+    groups) read before the cut, with any executor count (its positions are
+    in global terms: :meth:`DirectorySource.work`): keep them in place,
+    unchanged.
     """
     _env.require_pyspark()
     import pyspark.sql.functions  # noqa: F401
@@ -1307,18 +1441,13 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
                                       f"{shape[1]} key partitions; this stream asks for "
                                       f"{group.partitions} (leave it unset)")
             parts = shape[1]
-            if shape[0] != n and not isinstance(source, RateSource):
-                raise NotSupported(f"checkpoint directory {ck_dir!r} was cut with {shape[0]} "
-                                   f"executors and this stream has {n}: a "
-                                   f"{type(source).__name__}'s positions cannot be dealt to "
-                                   f"another count; start it with executors={shape[0]}")
         # fixed for the life of the checkpoints: a rescaled group keeps it
         group = dataclasses.replace(group, partitions=parts)
         group.partitions_for(n)
         ck_plan = CheckpointPlan(ck_dir, fp, n, parts, checkpoint_keep, every)  # type: ignore[arg-type]
         handle._ck = DriverCheckpoints(ck_plan, sink_dir, lambda r, m: handle._rdv.send_to(r, m),
                                        lambda m: handle._rdv.send_all(m), handle._committed,
-                                       handle._observe)
+                                       handle._observe, handle._logic)
         handle._ck.check_start()
         handle._resumed_from = handle._ck.committed
     handle._source, handle._spark, handle._slots_wait = source, spark, slots_wait
@@ -1336,6 +1465,8 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
         raise
     handle._rdv = rdv
     handle._ctl = RunControl(query, schema, n, bounded=False, kind="stream")
+    if handle._ck is not None:
+        handle._restore_logic(handle._ck.start_logic)
     handle._ctl.attach(lambda r, m: rdv.send_to(r, m))
     plan = _StreamPlan(query, schema, source, group, token, rdv.address, sink_dir, late_dir,
                        checkpoint=ck_plan)
