@@ -1,6 +1,8 @@
 """The controller's policy (slash.controller) on recorded-style signals:
 which bottleneck it names, what it does about it, and that it neither
 oscillates nor acts during its cool-down."""
+import re
+
 import pytest
 
 from slash.controller import Actuator, Controller, ControllerConfig, parse_duration_ms
@@ -266,3 +268,56 @@ def test_durations_parse_to_milliseconds():
     assert parse_duration_ms("500ms") == 500.0
     assert parse_duration_ms("2s") == 2000.0
     assert parse_duration_ms(0.25) == 250.0
+
+
+# -- the latency model (As-Stream): epoch length and executors chosen together ------------
+def test_an_epoch_bound_latency_gets_the_longest_epoch_the_model_predicts_within_target():
+    # p99 = 20 ms + the epoch: at 1000 ms epochs a 500 ms target is missed by the epoch term;
+    # halving (500 ms -> 520 ms) would not do, the model picks 250 ms (270 ms < 0.8 x 500)
+    ctl = Controller(cfg(sustain=7, max_epoch_ms=1000), executors=1, epoch_ms=1000)
+    s = Stream(1)
+    got = run(ctl, s, 7, p99=1020, load=0.3, epoch_ms=1000, lag=0.0)
+    assert [(d.action, d.args) for d in got] == [("epoch", {"epoch_ms": 250.0})]
+    assert "limited by epoch" in got[0].reason
+    predicted = float(re.search(r"predicts (\d+) ms", got[0].reason).group(1))
+    assert 255 <= predicted <= 285, got[0].reason
+
+
+def test_no_epoch_change_when_the_model_says_the_epoch_is_not_what_costs():
+    # p99 = 900 ms whatever the epoch (observed at 100 and 200 ms): shorter epochs cannot help
+    ctl = Controller(cfg(sustain=8, latency_target="500ms"), executors=1, epoch_ms=200)
+    s = Stream(1)
+    for i in range(8):
+        ctl.epoch_ms = 100.0 if i % 2 == 0 else 200.0
+        assert run(ctl, s, 1, p99=900, load=0.3, epoch_ms=ctl.epoch_ms, lag=0.0) == []
+    assert ctl.model.fit().per_epoch < 0.1
+
+
+def _release_after_varied_rates(law):
+    """Two executors of measured capacity 1 M rec/s each read r rec/s on
+    time; p99 follows ``law(u)`` at u = r / 1 M (their utilisation). The
+    decisions over 20 ticks that end at r = 250 k (one executor would be at
+    u = 0.5, under fit 0.6)."""
+    ctl = Controller(cfg(latency_target="1s", release_sustain=12), executors=2, epoch_ms=100)
+    s = Stream(2)
+    run(ctl, s, 3, p99=None, rate=1e6, lag=2000.0, load=0.5)  # capacity 1 M, a scale-out asked
+    s.t += 10
+    ctl.executors = 2
+    got = []
+    for i in range(20):
+        r = (1e5, 1.5e5, 2e5, 2.5e5)[i % 4] if i < 8 else 2.5e5
+        got += run(ctl, s, 1, p99=law(r / 1e6), rate=r, lag=0.0, load=0.2)
+    return ctl, got
+
+
+def test_no_release_when_the_model_predicts_the_queueing_term_over_target_with_one_fewer():
+    ctl, got = _release_after_varied_rates(lambda u: 100 + 1500 * u / (1 - u))
+    assert got == [], [d.reason for d in got]
+    fit = ctl.model.fit()
+    assert 1200 < fit.queueing < 1800 and fit.predict(100, 0.5) > 800
+
+
+def test_release_when_the_latency_does_not_depend_on_the_load():
+    ctl, got = _release_after_varied_rates(lambda u: 300.0)
+    assert [(d.action, d.args) for d in got] == [("scale_in", {"k": 1})]
+    assert "model p99 ~" in got[0].reason and "limited by fixed" in got[0].reason

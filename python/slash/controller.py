@@ -57,6 +57,15 @@ moves them back toward the configured length. Latency well under the
 target is not required for a release: a stream's latency floor is its
 epoch length plus its merges, which the executor count does not lower.
 
+Epoch length and executor count are chosen together from a latency model
+fitted online (:mod:`slash.latency_model`: p99 as a fixed term, a share of
+the epoch length and a queueing term in the utilisation): a scale-out asks
+for at least the executors that keep the predicted p99 under ``headroom`` x
+target, an epoch change takes the longest shorter epoch predicted within it
+(and none when the epoch term cannot matter), and a release waits while the
+model predicts one executor fewer over it. Each decision's reason ends with
+the fitted law and the term that limits the latency at its new setting.
+
 Against oscillation (hysteresis and cool-down): a condition must hold for
 ``sustain`` consecutive ticks (``release_sustain`` for releasing, which is
 slower on purpose), the up and down thresholds are apart (late: lag or p99
@@ -77,6 +86,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from slash.errors import InvalidArgument
+from slash.latency_model import Fit, LatencyModel, choose
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +135,7 @@ class ControllerConfig:
     merge_share: float = 0.2     # merge seconds per second of a hot leader
     min_epoch_ms: float = 5.0
     max_epoch_ms: float = 1000.0
+    headroom: float = 0.8        # a setting chosen by the model must predict p99 under headroom x target
 
     def __post_init__(self) -> None:
         target = parse_duration_ms(self.latency_target)
@@ -141,6 +152,8 @@ class ControllerConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise InvalidArgument(f"{name} must be > 0, got {v!r}")
+        if not self.headroom <= 1:
+            raise InvalidArgument(f"headroom must be in (0, 1] (a fraction of the target), got {self.headroom}")
         if not self.low_water < 1:
             raise InvalidArgument(f"low_water must be below 1 (a fraction of the target), got {self.low_water}")
 
@@ -222,6 +235,7 @@ class Controller:
         self._behind: List[tuple] = []  # (time, total records behind)
         self._p99: Optional[tuple] = None  # (history time, p99 ms) of the latest point with windows
         self._capacity: List[float] = []  # records/s of executors read while behind the clock
+        self.model = LatencyModel()  # p99 against epoch length and utilisation, fitted online
 
     @property
     def capacity(self) -> Optional[float]:
@@ -293,6 +307,7 @@ class Controller:
             return None
         if not s.fresh:  # a sample per history point (one a second), however often it is seen
             return None
+        self._observe_model(s)
         late, room = self._judge(s)
         self._over = self._over + 1 if late else 0
         self._under = self._under + 1 if room else 0
@@ -304,11 +319,59 @@ class Controller:
         elif self._under >= c.release_sustain:
             d = self._room_to_spare(s)
         if d is not None:
+            d = self._explained(d, s)
             self._quiet_until = s.time + c.cooldown
             self._over = self._under = 0
             self.decisions.append(d)
             log.info("controller: %s %s (%s: %s)", d.action, d.args, d.bottleneck, d.reason)
         return d
+
+    # -- the latency model (As-Stream) ------------------------------------------
+    def _u(self, s: Signals, k: int) -> float:
+        """Utilisation of ``k`` executors by the load now: by the measured
+        capacity where known, else by the summed CPU load."""
+        pred = self._utilisation(s, k)
+        return pred.get("capacity", pred["cpu"])
+
+    def _observe_model(self, s: Signals) -> None:
+        """One observation per new p99 of a stream reading on time."""
+        if not self._fresh or s.p99_ms is None:
+            return
+        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
+        if (lags and max(lags) > self.config.target_ms) or s.backlog_growing:
+            return  # behind the clock: latency grows with time, not with the settings
+        self.model.add(s.epoch_ms or self.epoch_ms, self._u(s, self.executors), self._fresh[-1])
+
+    def _fit(self) -> Optional[Fit]:
+        return self.model.fit()
+
+    def _epochs_down(self) -> List[float]:
+        """The epoch lengths the controller may set below the current one."""
+        out, e = [], self.epoch_ms / 2
+        while e >= self.config.min_epoch_ms:
+            out.append(e)
+            e /= 2
+        return out
+
+    def _explained(self, d: Decision, s: Signals) -> Decision:
+        """The decision with the model's view appended: the fitted law and
+        which term limits the latency at the setting it leads to."""
+        fit = self._fit()
+        if fit is None:
+            return d
+        k, e = self.executors, self.epoch_ms
+        if d.action == "scale_out":
+            k += int(d.args["k"])
+        elif d.action == "scale_in":
+            k -= int(d.args["k"])
+        elif d.action == "epoch":
+            e = float(d.args["epoch_ms"])
+        u = self._u(s, k)
+        term, value = fit.limiting(e, u)
+        why = (f"{d.reason}; model {fit.describe()}: predicts {fit.predict(e, u):.0f} ms at "
+               f"{k} executor(s), epoch {e:.0f} ms, utilisation {u:.2f}; limited by {term} "
+               f"({value:.0f} ms)")
+        return Decision(d.time, d.action, d.args, d.bottleneck, why)
 
     def _judge(self, s: Signals) -> tuple:
         """(late, room) for this tick (see the module doc)."""
@@ -362,6 +425,15 @@ class Controller:
                 else:
                     need = (math.ceil(self.executors * max(mean, hot) / c.fit)
                             if not (s.backlog_growing or lagging) else 0)
+                fit = self._fit()
+                if fit is not None:  # enough executors for the queueing term too
+                    more = range(self.executors + 1, c.max_executors + 1)
+                    got = choose(fit, target_ms=c.headroom * c.target_ms, epochs=[self.epoch_ms],
+                                 executors=more, utilisation={k: self._u(s, k) for k in more},
+                                 fit_limit=c.fit)
+                    if got is not None and got[0] > need:
+                        need = got[0]
+                        why += f"; the model wants {need} for the queueing term"
                 k = max(1, min(need - self.executors, c.max_executors - self.executors))
                 return Decision(s.time, "scale_out", {"k": k}, "input", why)
             # longer epochs only help executors busy with their own work: one starved by
@@ -379,7 +451,18 @@ class Controller:
                 return Decision(s.time, "rebalance", {"from_rank": r_hot, "to_rank": idle}, "merge",
                                 f"{p99}; leader {r_hot} merges {merges[r_hot]:.2f} s/s, median {med:.2f}")
         if self.epoch_ms > c.target_ms / 4 and self.epoch_ms / 2 >= c.min_epoch_ms:
-            return Decision(s.time, "epoch", {"epoch_ms": self.epoch_ms / 2}, "epoch",
+            e = self.epoch_ms / 2
+            fit = self._fit()
+            if fit is not None:  # the longest shorter epoch the model predicts within the target
+                got = choose(fit, target_ms=c.headroom * c.target_ms, epochs=self._epochs_down(),
+                             executors=[self.executors],
+                             utilisation={self.executors: self._u(s, self.executors)},
+                             fit_limit=float("inf"))
+                if got is not None:
+                    e = got[1]
+                elif fit.per_epoch * self.epoch_ms / 2 < c.target_ms / 20:
+                    return None  # shorter epochs would not help: the model's other terms dominate
+            return Decision(s.time, "epoch", {"epoch_ms": e}, "epoch",
                             f"{p99}; epochs of {self.epoch_ms:.0f} ms are long for the target, "
                             f"load max {hot:.2f}")
         stalls = sum(e.stalls_per_s for e in s.per.values())
@@ -398,7 +481,10 @@ class Controller:
         if self.executors > c.min_executors and not s.backlog_growing:
             k = self.executors - 1
             pred = self._utilisation(s, k)
-            if max(pred.values()) < c.fit:
+            fit = self._fit()
+            over = (fit is not None
+                    and fit.predict(self.epoch_ms, self._u(s, k)) > c.headroom * c.target_ms)
+            if max(pred.values()) < c.fit and not over:
                 cap = self.capacity
                 measured = (f"demand {self._demand(s):.0f} rec/s is {pred['capacity']:.2f} of "
                             f"{k} x one executor's measured capacity {cap:.0f} rec/s, "
