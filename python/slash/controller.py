@@ -63,7 +63,7 @@ the epoch length and a queueing term in the utilisation): a scale-out asks
 for at least the executors that keep the predicted p99 under ``headroom`` x
 target, an epoch change takes the longest shorter epoch predicted within it
 (and none when the epoch term cannot matter), and a release waits while the
-model predicts one executor fewer over it. Each decision's reason ends with
+model predicts one executor fewer over the target itself. Each decision's reason ends with
 the fitted law and the term that limits the latency at its new setting.
 
 Against oscillation (hysteresis and cool-down): a condition must hold for
@@ -483,7 +483,7 @@ class Controller:
             pred = self._utilisation(s, k)
             fit = self._fit()
             over = (fit is not None
-                    and fit.predict(self.epoch_ms, self._u(s, k)) > c.headroom * c.target_ms)
+                    and fit.predict(self.epoch_ms, self._u(s, k)) > c.target_ms)
             if max(pred.values()) < c.fit and not over:
                 cap = self.capacity
                 measured = (f"demand {self._demand(s):.0f} rec/s is {pred['capacity']:.2f} of "
