@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--left", nargs="+", metavar="PATH", help="left input of a join")
     p.add_argument("--right", nargs="+", metavar="PATH", help="right input of a join")
     p.add_argument("--on", metavar="COL[,COL]", help="join key column(s), named alike on both sides")
+    p.add_argument("--string-bytes", type=int, default=32, metavar="N",
+                   help="a join's string/binary payload values hold at most N bytes (each is kept "
+                        "in N + 2 bytes rounded up to 8; a longer one is an error)")
     p.add_argument("--filter", action="append", default=[], metavar="'COL OP VALUE'",
                    help="keep records where it holds; OP: == != < <= > >= in (repeatable)")
     p.add_argument("--lateness", default="0ms", metavar="DUR",
@@ -151,7 +154,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             raise InvalidArgument("--join takes --left/--right/--on, not --input/--key/--agg/--filter")
         query = JoinQuery(time=args.time, window=args.window, on=cols(args.on),
                           lateness=args.lateness, time_unit=args.time_unit,
-                          time_zone=args.time_zone)
+                          time_zone=args.time_zone, string_bytes=args.string_bytes)
         source = (FileSource(args.left), FileSource(args.right))
         rows_in = source[0].rows + source[1].rows
     else:
