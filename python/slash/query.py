@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from slash import _core
 from slash.arrow_np import scalar, to_numpy
 from slash.errors import InvalidArgument, OutOfRange, SchemaError
 from slash.join import JoinConfig
@@ -788,40 +789,24 @@ def _pack_bytes(col: pa.Array, width: int, what: str) -> List[np.ndarray]:
     ``what`` for a value longer than ``width`` bytes."""
     if pa.types.is_dictionary(col.type):
         col = col.dictionary_decode()
+    if col.null_count:
+        col = pc.fill_null(col, scalar("" if _is_str(col.type) else b"", col.type))
     n = len(col)
     offs, data = _binary_buffers(col)
     lens = np.diff(offs)
-    if col.null_count:
-        lens = lens * to_numpy(col.is_valid())
     if n and int(lens.max()) > width:
         row = int(np.argmax(lens > width))
         raise SchemaError(f"{what}: the value at row {row} is {int(lens[row])} bytes, longer "
                           f"than string_bytes={width}, the most a joined string or binary value "
                           f"holds (raise string_bytes, up to {MAX_STRING_BYTES})")
-    k = payload_words(width)
-    buf = np.zeros((n, 8 * k), np.uint8)
-    buf[:, 0] = lens & 0xFF
-    buf[:, 1] = lens >> 8
-    if lens.any():
-        rows, within = _spread(lens)
-        buf[rows, _LEN_BYTES + within] = data[offs[:-1][rows] + within]
-    words = buf.view("<i8")
-    return [np.ascontiguousarray(words[:, j]) for j in range(k)]
+    return list(_core.pack_payload_bytes(np.ascontiguousarray(offs), data, payload_words(width)))
 
 
 def _unpack_bytes(words: List[np.ndarray], t: pa.DataType, valid: np.ndarray) -> pa.Array:
     """The inverse of _pack_bytes: the column in type ``t``, null where
     ``valid`` (bool per row) is False."""
     n = len(words[0])
-    buf = np.stack([np.asarray(w, np.int64) for w in words], axis=1).astype("<i8").view(np.uint8)
-    lens = buf[:, 0].astype(np.int64) | (buf[:, 1].astype(np.int64) << 8)
-    room = buf.shape[1] - _LEN_BYTES
-    if n and int(lens.max()) > room:
-        raise SchemaError(f"a joined string value claims {int(lens.max())} bytes in {room} bytes "
-                          "of room: the payload words are corrupt")
-    offs = np.zeros(n + 1, np.int64)
-    np.cumsum(lens, out=offs[1:])
-    data = np.ascontiguousarray(buf[:, _LEN_BYTES:][np.arange(room)[None, :] < lens[:, None]])
+    offs, data = _core.unpack_payload_bytes(list(words))
     plain = _plain(t)
     bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
     arr = pa.Array.from_buffers(pa.large_string() if _is_str(plain) else pa.large_binary(), n,
