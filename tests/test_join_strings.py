@@ -155,6 +155,20 @@ def test_the_join_state_counts_the_bytes_of_string_payloads():
     assert used[240] - used[32] >= 2000 * extra
 
 
+def test_dictionary_encoded_string_payloads_come_back_in_their_type():
+    left = pa.table({"k": [1, 1, 2], "ts": [1, 2, 3],
+                     "c": pa.array(["ä", None, ""]).dictionary_encode()})
+    right = pa.table({"k": [1, 2], "ts": [4, 5], "v": [10, 20]})
+    q = JoinQuery(time="ts", window="tumbling:1s", on="k")
+    with JoinBackend(q.join_config(left.schema, right.schema)) as jb:
+        for side, t in (("left", left), ("right", right)):
+            jb.update_batch(side, q.prepare(side, t.to_batches()[0], t.schema))
+        out = q.finalize(pa.Table.from_batches([jb.emit(1000)]), left.schema, right.schema)
+    assert out.schema.field("left_c").type == left.schema.field("c").type
+    assert sorted(((r["k"], r["left_c"], r["right_v"]) for r in out.to_pylist()), key=repr) == \
+        sorted([(1, "ä", 10), (1, None, 10), (2, "", 20)], key=repr)
+
+
 def test_a_string_key_longer_than_the_state_backends_64_bytes_is_joined(tmp_path):
     lp, rp = str(tmp_path / "l.parquet"), str(tmp_path / "r.parquet")
     keys = ["k" * JOIN_KEY_MAX_BYTES, "ö" * 100, "short"]  # 255, 200 and 5 bytes

@@ -634,13 +634,18 @@ class Query:
                     col = col.cast(vt)
             cols[a.name] = col
         out = pa.table(cols)
-        if out.num_rows and sort:
-            by = {c: (out.column(c).cast(out.schema.field(c).type.value_type)
-                      if pa.types.is_dictionary(out.schema.field(c).type) else out.column(c))
-                  for c in ["window_start", *self.key]}  # Arrow sorts no dictionaries
-            order = pc.sort_indices(pa.table(by), [(c, "ascending") for c in by])
-            out = out.take(order)
-        return out
+        return _sorted(out, ["window_start", *self.key]) if sort else out
+
+
+def _sorted(table: pa.Table, by: List[str]) -> pa.Table:
+    """``table`` in ascending order of the columns ``by`` (dictionary columns
+    by their values: Arrow sorts no dictionaries)."""
+    if not table.num_rows:
+        return table
+    keys = {c: (table.column(c).cast(table.schema.field(c).type.value_type)
+                if pa.types.is_dictionary(table.schema.field(c).type) else table.column(c))
+            for c in by}
+    return table.take(pc.sort_indices(pa.table(keys), [(c, "ascending") for c in by]))
 
 
 def _spread(lens: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -1011,6 +1016,4 @@ class JoinQuery:
                     col = pc.if_else(pa.array(mask), pa.scalar(None, col.type), col)
                 cols[f"{side}_{c}"] = col
         out = pa.table(cols)
-        if out.num_rows:
-            out = out.sort_by([(c, "ascending") for c in out.column_names])
-        return out
+        return _sorted(out, out.column_names)
