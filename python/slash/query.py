@@ -322,6 +322,19 @@ class Query:
     ``min``/``max`` of floats order NaN above every number, as Spark does
     (a NaN makes ``max`` NaN; ``min`` is NaN only when every value is).
 
+    Top-N per window: ``"top:N:COL"`` among the aggregates (or ``top=(N,
+    COL)``), COL the output name of another aggregate of the query
+    (``count``, ``sum_price``, ...), keeps per window only the N keys with
+    the largest COL, ranked 1..N in an added ``rank`` column (SQL's
+    ``row_number() OVER (PARTITION BY window ORDER BY COL DESC, keys)``:
+    ties go to the smaller key, a null COL ranks last). It is computed from
+    the leaders' merged, fired windows: each leader holds every key of its
+    partitions, so its N best are the only candidates, and the N best of
+    those are the window's. Bounded runs only (``run``, ``slash run``,
+    ``slash.spark.window_aggregate``); a stream appends each window as its
+    leaders fire it, so no part of the output could say which keys rank
+    first until every leader has fired the window.
+
     Nulls follow Spark's ``groupBy`` and SQL: a null key is a group of its
     own (per column of a composite key); aggregates skip nulls (a window
     whose values are all null gives null); ``count`` counts records and
@@ -337,6 +350,7 @@ class Query:
     lateness: Union[int, str] = 0
     time_unit: Optional[str] = None
     time_zone: Optional[str] = None
+    top: Optional[Tuple[int, str]] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "window", parse_window(self.window))
@@ -349,7 +363,9 @@ class Query:
         object.__setattr__(self, "key", tuple(key))
         if isinstance(self.aggregates, (str, Aggregate)):
             raise InvalidArgument("aggregates must be a list, e.g. ['count', 'sum:price']")
-        aggs = tuple(Aggregate.parse(a) for a in self.aggregates)
+        tops = [a for a in self.aggregates if isinstance(a, str) and a.strip().startswith("top:")]
+        aggs = tuple(Aggregate.parse(a) for a in self.aggregates if a not in tops)
+        object.__setattr__(self, "top", _parse_top(tops, self.top, [a.name for a in aggs]))
         if not aggs:
             raise InvalidArgument("at least one aggregate is needed (e.g. 'count')")
         names = [a.name for a in aggs]
@@ -461,7 +477,8 @@ class Query:
                            key_names=self.key)
 
     def output_names(self, schema: pa.Schema) -> List[str]:
-        return ["window_start", "window_end", *self.key, *(a.name for a in self.aggregates)]
+        return ["window_start", "window_end", *self.key, *(a.name for a in self.aggregates),
+                *(["rank"] if self.top else [])]
 
     # -- time ------------------------------------------------------------------
     @property
@@ -634,7 +651,53 @@ class Query:
                     col = col.cast(vt)
             cols[a.name] = col
         out = pa.table(cols)
+        if self.top:
+            return _top_n(out, self.top[0], self.top[1], list(self.key))
         return _sorted(out, ["window_start", *self.key]) if sort else out
+
+
+def _parse_top(specs: List[str], given: Any, names: List[str]) -> Optional[Tuple[int, str]]:
+    """(N, COL) of a query's one ``top:N:COL`` (or its ``top=`` argument)."""
+    if len(specs) + (given is not None) > 1:
+        raise InvalidArgument(f"a query takes one top:N:COL, got {specs + ([given] if given else [])}")
+    if not specs and given is None:
+        return None
+    spec = specs[0].strip()[len("top:"):] if specs else given
+    if isinstance(spec, str):
+        n_text, _, col = spec.partition(":")
+        try:
+            n: Any = int(n_text)
+        except ValueError:
+            raise InvalidArgument(f"top:N:COL needs an integer N, got {n_text!r}") from None
+    elif isinstance(spec, (tuple, list)) and len(spec) == 2:
+        n, col = spec
+    else:
+        raise InvalidArgument(f"top must be (N, COL) or 'N:COL', got {spec!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidArgument(f"top:N:COL needs N >= 1, got {n!r}")
+    if col not in names:
+        raise InvalidArgument(f"top:{n}:{col}: {col!r} is not an aggregate of this query; it ranks "
+                              f"by one of {names}")
+    return n, col
+
+
+def _top_n(table: pa.Table, n: int, col: str, keys: List[str]) -> pa.Table:
+    """Per window_start, the n rows with the largest ``col`` (ties: the
+    smaller key first; nulls last), in rank order, with a ``rank`` column."""
+    by = ["window_start", col, *keys]
+    cols = {c: (table.column(c).cast(table.schema.field(c).type.value_type)
+                if pa.types.is_dictionary(table.schema.field(c).type) else table.column(c))
+            for c in by}
+    order = pc.sort_indices(pa.table(cols), [(c, "descending" if c == col else "ascending")
+                                             for c in by])  # nulls at the end: Arrow's default
+    t = table.take(order)
+    ws = to_numpy(_as_int64(t.column("window_start").combine_chunks()))
+    pos = np.arange(len(ws))
+    first = np.maximum.accumulate(np.where(np.r_[True, ws[1:] != ws[:-1]], pos, 0)) if len(ws) \
+        else pos
+    rank = pos - first + 1
+    keep = rank <= n
+    return t.filter(pa.array(keep)).append_column("rank", pa.array(rank[keep], pa.int64()))
 
 
 def _sorted(table: pa.Table, by: List[str]) -> pa.Table:
