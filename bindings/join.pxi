@@ -216,3 +216,82 @@ cdef class JoinStore(_Closeable):
                 "memory_bytes": st.memory_bytes, "log_bytes": st.log_bytes,
                 "index_bytes": st.index_bytes, "sealed": bool(st.sealed),
                 "watermark": slash_join_watermark(self.s)}
+
+
+# -- string/binary payload words ---------------------------------------------------------
+# A join carries a string or binary payload value as `words` int64 columns:
+# per row the value's length (2 bytes, little-endian) then its bytes,
+# zero-padded to 8 * words bytes (slash.query packs and unpacks with these).
+
+def pack_payload_bytes(const int64_t[::1] offsets, const uint8_t[::1] data, int words):
+    """Packs the n values data[offsets[i]:offsets[i+1]] (each at most
+    8 * words - 2 bytes, else InvalidArgument) into a (words, n) int64
+    array: row j is the j-th word column."""
+    cdef Py_ssize_t n = offsets.shape[0] - 1
+    out = _np.zeros((words, n), _np.int64)
+    cdef int64_t[:, ::1] w = out
+    cdef uint8_t row[8 * 64]
+    cdef Py_ssize_t i, lo, ln
+    cdef int j, width = 8 * words
+    if words < 1 or words > 64:
+        raise _errors.InvalidArgument(f"words must be in 1..64, got {words}")
+    if n <= 0:
+        return out
+    if offsets[0] < 0 or offsets[n] > data.shape[0]:
+        raise _errors.InvalidArgument("offsets reach beyond the data")
+    for i in range(n):
+        ln = offsets[i + 1] - offsets[i]
+        if ln < 0 or ln > width - 2:
+            raise _errors.InvalidArgument(f"value {i} is {ln} bytes: not in 0..{width - 2}")
+    with nogil:
+        for i in range(n):
+            lo = offsets[i]
+            ln = offsets[i + 1] - lo
+            memset(row, 0, width)
+            row[0] = <uint8_t>(ln & 0xFF)
+            row[1] = <uint8_t>(ln >> 8)
+            if ln:
+                memcpy(row + 2, &data[lo], ln)
+            for j in range(words):
+                memcpy(&w[j, i], row + 8 * j, 8)
+    return out
+
+
+def unpack_payload_bytes(list columns):
+    """The inverse of pack_payload_bytes: (int64 offsets of n + 1, uint8
+    data) from the word columns (C-contiguous int64 arrays of one length)."""
+    cdef int words = len(columns), j
+    if words < 1 or words > 64:
+        raise _errors.InvalidArgument(f"expected 1..64 word columns, got {words}")
+    cdef const int64_t *cols[64]
+    keep = [_np.ascontiguousarray(c, _np.int64) for c in columns]
+    cdef const int64_t[::1] v
+    cdef Py_ssize_t n = keep[0].shape[0], i, total = 0, ln
+    for j in range(words):
+        if keep[j].shape[0] != n:
+            raise _errors.InvalidArgument("word columns differ in length")
+        v = keep[j]
+        cols[j] = &v[0] if n else NULL
+    offs = _np.empty(n + 1, _np.int64)
+    cdef int64_t[::1] o = offs
+    cdef int width = 8 * words
+    cdef uint8_t row[8 * 64]
+    o[0] = 0
+    for i in range(n):
+        ln = cols[0][i] & 0xFFFF
+        if ln > width - 2:
+            raise _errors.ProtocolError(f"a joined value claims {ln} bytes in {width - 2} bytes "
+                                        "of room: the payload words are corrupt")
+        total += ln
+        o[i + 1] = total
+    data = _np.empty(total, _np.uint8)
+    cdef uint8_t[::1] d = data
+    with nogil:
+        for i in range(n):
+            ln = o[i + 1] - o[i]
+            if not ln:
+                continue
+            for j in range((ln + 2 + 7) // 8):
+                memcpy(row + 8 * j, &cols[j][i], 8)
+            memcpy(&d[o[i]], row + 2, ln)
+    return offs, data

@@ -7,5 +7,6 @@ LIMITS = {
     "aggregates": SLASH_SSB_MAX_AGGS,       # core aggregates per state
     "key_bytes": SLASH_SSB_KEY_MAX,         # bytes of a string/binary/composite key
     "join_columns": SLASH_JOIN_MAX_COLS,    # payload columns per join side
+    "join_key_bytes": SLASH_JOIN_KEY_MAX,   # bytes of a join's string/binary/composite key
     "executors": SLASH_GROUP_MAX,           # executors in one group
 }

@@ -165,6 +165,7 @@ cdef extern from "slash/ssb.h" nogil:
 cdef extern from "slash/join.h" nogil:
     enum:
         SLASH_JOIN_MAX_COLS
+        SLASH_JOIN_KEY_MAX
     ctypedef enum slash_join_side:
         SLASH_JOIN_LEFT
         SLASH_JOIN_RIGHT

@@ -61,9 +61,10 @@ def pairs(result):
     return sorted(tuple(r[c] for c in cols) for r in result.to_pylist())
 
 
-def scaled_join(sides, query, sock, ops, seed, rate=16_000, **kw):
+def scaled_join(sides, query, sock, ops, seed, rate=16_000, total=TOTAL, sources=None, **kw):
     """runner.run of the join with 1 of 3 executors active; a thread applies
-    ``ops`` at random points of the input (by records read, from status)."""
+    ``ops`` at random points of the input (by records read, from status);
+    ``total``: the records of both inputs; ``sources``: default srcs(sides)."""
     rng = random.Random(seed)
     points = sorted(rng.uniform(0.1, 0.6) for _ in ops)
     done, errors = [], []
@@ -72,7 +73,7 @@ def scaled_join(sides, query, sock, ops, seed, rate=16_000, **kw):
         try:
             wait_for_socket(sock, 60)
             for op, frac in zip(ops, points):
-                wait_until(lambda: request(sock, "status")["records"] >= frac * TOTAL, 60,
+                wait_until(lambda: request(sock, "status")["records"] >= frac * total, 60,
                            f"{frac:.0%} of the input read")
                 done.append(request(sock, op, {"k": 1}))
         except BaseException as e:  # noqa: BLE001 - raised in the test's thread below
@@ -82,7 +83,7 @@ def scaled_join(sides, query, sock, ops, seed, rate=16_000, **kw):
     th.start()
     m = {}
     try:
-        out = run(query, srcs(sides), executors=1, max_executors=3, control=sock, rate=rate,
+        out = run(query, sources or srcs(sides), executors=1, max_executors=3, control=sock, rate=rate,
                   metrics=m, timeout=120, **kw)
     finally:
         th.join()

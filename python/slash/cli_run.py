@@ -36,12 +36,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key", metavar="COL[,COL]", help="key column(s) of an aggregation")
     p.add_argument("--agg", action="append", metavar="AGG",
                    help="count | count:COL | sum:COL | min:COL | max:COL | avg:COL (repeatable; "
-                        "nulls are skipped, as in SQL)")
+                        "nulls are skipped, as in SQL); top:N:AGG keeps per window the N keys "
+                        "with the largest AGG (e.g. top:3:count), ranked in a 'rank' column")
     p.add_argument("--join", action="store_true",
                    help="a windowed equi-join of --left and --right on --on (tumbling or session)")
     p.add_argument("--left", nargs="+", metavar="PATH", help="left input of a join")
     p.add_argument("--right", nargs="+", metavar="PATH", help="right input of a join")
     p.add_argument("--on", metavar="COL[,COL]", help="join key column(s), named alike on both sides")
+    p.add_argument("--string-bytes", type=int, default=32, metavar="N",
+                   help="a join's string/binary payload values hold at most N bytes (each is kept "
+                        "in N + 2 bytes rounded up to 8; a longer one is an error)")
     p.add_argument("--filter", action="append", default=[], metavar="'COL OP VALUE'",
                    help="keep records where it holds; OP: == != < <= > >= in (repeatable)")
     p.add_argument("--lateness", default="0ms", metavar="DUR",
@@ -151,7 +155,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             raise InvalidArgument("--join takes --left/--right/--on, not --input/--key/--agg/--filter")
         query = JoinQuery(time=args.time, window=args.window, on=cols(args.on),
                           lateness=args.lateness, time_unit=args.time_unit,
-                          time_zone=args.time_zone)
+                          time_zone=args.time_zone, string_bytes=args.string_bytes)
         source = (FileSource(args.left), FileSource(args.right))
         rows_in = source[0].rows + source[1].rows
     else:

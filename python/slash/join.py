@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import pyarrow as pa
 
 from slash import _core
 from slash.errors import InvalidArgument, SchemaError
-from slash.limits import MAX_JOIN_COLUMNS, MAX_PARTITIONS
+from slash.limits import JOIN_KEY_MAX_BYTES, MAX_JOIN_COLUMNS, MAX_PARTITIONS
 from slash.state import KEY_TYPES, TIME_UNITS, VALUE_TYPES, StateBackend, StateConfig, as_numeric, \
     prepare_columns, result_batch
 from slash.window import Session, Sliding, Tumbling, Window, state_window, window_ticks
@@ -68,10 +68,12 @@ class JoinConfig:
 
     ``window``: ``"tumbling:SIZE"`` or ``"session:GAP"`` (or a
     :mod:`slash.window` Tumbling/Session). ``key_type``: ``"int64"``,
-    ``"string"`` or ``"binary"`` (at most 64 bytes). ``left_columns`` and
-    ``right_columns`` map each side's payload columns to ``"int64"`` or
-    ``"float64"`` (at most 16 per side); results name them ``left_NAME`` and
-    ``right_NAME``. ``partitions``: key partitions, each with its own delta.
+    ``"string"`` or ``"binary"`` (at most 255 bytes: ``JOIN_KEY_MAX_BYTES``).
+    ``left_columns`` and ``right_columns`` map each side's payload columns
+    to ``"int64"`` or ``"float64"`` (at most 64 per side); results name them
+    ``left_NAME`` and ``right_NAME``. ``partitions``: key partitions, each
+    with its own delta. ``key_names``: the input columns the keys come from
+    (a query's join keys), named in errors about key values.
 
     >>> JoinConfig(window="session:5s", right_columns={"bid": "int64"}).output_names
     ['window_start', 'window_end', 'key', 'right_bid']
@@ -83,8 +85,10 @@ class JoinConfig:
     right_columns: Mapping[str, str] = field(default_factory=dict)
     partitions: int = 1
     time_unit: str = "ms"
+    key_names: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "key_names", tuple(self.key_names))
         if self.time_unit not in TIME_UNITS:
             raise InvalidArgument(f"time_unit must be one of {list(TIME_UNITS)}, got {self.time_unit!r}")
         w = state_window(self.window)
@@ -126,7 +130,7 @@ def _key_config(config: JoinConfig) -> StateConfig:
     """The state backend's view of the key and window, whose helpers check key
     and time columns and build the window/key columns of results."""
     return StateConfig(window=config.window, aggregates=(), key_type=config.key_type,
-                       time_unit=config.time_unit, key_nullable=False)
+                       time_unit=config.time_unit, key_nullable=False, key_names=config.key_names)
 
 
 def join_core_args(config: JoinConfig, partitions: Optional[int] = None) -> tuple:
@@ -144,7 +148,8 @@ def prepare_side(config: JoinConfig, side: str, keys: Any, times: Any,
     columns, key offsets, key data). SchemaError names the bad column."""
     if side not in SIDES:
         raise InvalidArgument(f"side must be 'left' or 'right', got {side!r}")
-    t, k, _, offsets, data, null_times = prepare_columns(_key_config(config), keys, times, None)
+    t, k, _, offsets, data, null_times = prepare_columns(_key_config(config), keys, times, None,
+                                                         JOIN_KEY_MAX_BYTES)
     want = config.columns(side)
     columns = dict(columns or {})
     unknown = set(columns) - set(want)

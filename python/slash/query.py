@@ -30,10 +30,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from slash import _core
 from slash.arrow_np import scalar, to_numpy
 from slash.errors import InvalidArgument, OutOfRange, SchemaError
 from slash.join import JoinConfig
-from slash.limits import KEY_MAX_BYTES
+from slash.limits import JOIN_KEY_MAX_BYTES, KEY_MAX_BYTES, MAX_JOIN_COLUMNS
 from slash.state import TIME_UNITS, Aggregate, StateConfig, value_columns
 from slash.window import Sliding, Window, parse_duration, parse_window, window_ticks
 
@@ -321,6 +322,19 @@ class Query:
     ``min``/``max`` of floats order NaN above every number, as Spark does
     (a NaN makes ``max`` NaN; ``min`` is NaN only when every value is).
 
+    Top-N per window: ``"top:N:COL"`` among the aggregates (or ``top=(N,
+    COL)``), COL the output name of another aggregate of the query
+    (``count``, ``sum_price``, ...), keeps per window only the N keys with
+    the largest COL, ranked 1..N in an added ``rank`` column (SQL's
+    ``row_number() OVER (PARTITION BY window ORDER BY COL DESC, keys)``:
+    ties go to the smaller key, a null COL ranks last). It is computed from
+    the leaders' merged, fired windows: each leader holds every key of its
+    partitions, so its N best are the only candidates, and the N best of
+    those are the window's. Bounded runs only (``run``, ``slash run``,
+    ``slash.spark.window_aggregate``); a stream appends each window as its
+    leaders fire it, so no part of the output could say which keys rank
+    first until every leader has fired the window.
+
     Nulls follow Spark's ``groupBy`` and SQL: a null key is a group of its
     own (per column of a composite key); aggregates skip nulls (a window
     whose values are all null gives null); ``count`` counts records and
@@ -336,6 +350,7 @@ class Query:
     lateness: Union[int, str] = 0
     time_unit: Optional[str] = None
     time_zone: Optional[str] = None
+    top: Optional[Tuple[int, str]] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "window", parse_window(self.window))
@@ -348,7 +363,9 @@ class Query:
         object.__setattr__(self, "key", tuple(key))
         if isinstance(self.aggregates, (str, Aggregate)):
             raise InvalidArgument("aggregates must be a list, e.g. ['count', 'sum:price']")
-        aggs = tuple(Aggregate.parse(a) for a in self.aggregates)
+        tops = [a for a in self.aggregates if isinstance(a, str) and a.strip().startswith("top:")]
+        aggs = tuple(Aggregate.parse(a) for a in self.aggregates if a not in tops)
+        object.__setattr__(self, "top", _parse_top(tops, self.top, [a.name for a in aggs]))
         if not aggs:
             raise InvalidArgument("at least one aggregate is needed (e.g. 'count')")
         names = [a.name for a in aggs]
@@ -460,7 +477,8 @@ class Query:
                            key_names=self.key)
 
     def output_names(self, schema: pa.Schema) -> List[str]:
-        return ["window_start", "window_end", *self.key, *(a.name for a in self.aggregates)]
+        return ["window_start", "window_end", *self.key, *(a.name for a in self.aggregates),
+                *(["rank"] if self.top else [])]
 
     # -- time ------------------------------------------------------------------
     @property
@@ -581,14 +599,16 @@ class Query:
             skip |= f.skip(batch)
         return self._project(batch), skip
 
-    def _encode_keys(self, batch: pa.RecordBatch) -> pa.Array:
+    def _encode_keys(self, batch: pa.RecordBatch, key_max: int = KEY_MAX_BYTES) -> pa.Array:
+        """The key column(s) as the executor's ``key``; ``key_max``: the most
+        bytes an encoded key may take (a join's may be longer)."""
         mode = self._key_mode(batch.schema)
         if mode == "int":
             return _as_int64(batch.column(self.key[0]))
         if mode == "string":
             col = batch.column(self.key[0])
             return col.dictionary_decode() if pa.types.is_dictionary(col.type) else col
-        return _encode_composite([batch.column(k) for k in self.key], list(self.key))
+        return _encode_composite([batch.column(k) for k in self.key], list(self.key), key_max)
 
     def decode_keys(self, key_col: Any, schema: pa.Schema) -> Dict[str, pa.Array]:
         """The executor's ``key`` column back into the key columns, in order."""
@@ -631,19 +651,91 @@ class Query:
                     col = col.cast(vt)
             cols[a.name] = col
         out = pa.table(cols)
-        if out.num_rows and sort:
-            by = {c: (out.column(c).cast(out.schema.field(c).type.value_type)
-                      if pa.types.is_dictionary(out.schema.field(c).type) else out.column(c))
-                  for c in ["window_start", *self.key]}  # Arrow sorts no dictionaries
-            order = pc.sort_indices(pa.table(by), [(c, "ascending") for c in by])
-            out = out.take(order)
-        return out
+        if self.top:
+            return _top_n(out, self.top[0], self.top[1], list(self.key))
+        return _sorted(out, ["window_start", *self.key]) if sort else out
 
 
-def _encode_composite(cols: List[pa.Array], names: List[str]) -> pa.Array:
+def _parse_top(specs: List[str], given: Any, names: List[str]) -> Optional[Tuple[int, str]]:
+    """(N, COL) of a query's one ``top:N:COL`` (or its ``top=`` argument)."""
+    if len(specs) + (given is not None) > 1:
+        raise InvalidArgument(f"a query takes one top:N:COL, got {specs + ([given] if given else [])}")
+    if not specs and given is None:
+        return None
+    spec = specs[0].strip()[len("top:"):] if specs else given
+    if isinstance(spec, str):
+        n_text, _, col = spec.partition(":")
+        try:
+            n: Any = int(n_text)
+        except ValueError:
+            raise InvalidArgument(f"top:N:COL needs an integer N, got {n_text!r}") from None
+    elif isinstance(spec, (tuple, list)) and len(spec) == 2:
+        n, col = spec
+    else:
+        raise InvalidArgument(f"top must be (N, COL) or 'N:COL', got {spec!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidArgument(f"top:N:COL needs N >= 1, got {n!r}")
+    if col not in names:
+        raise InvalidArgument(f"top:{n}:{col}: {col!r} is not an aggregate of this query; it ranks "
+                              f"by one of {names}")
+    return n, col
+
+
+def _top_n(table: pa.Table, n: int, col: str, keys: List[str]) -> pa.Table:
+    """Per window_start, the n rows with the largest ``col`` (ties: the
+    smaller key first; nulls last), in rank order, with a ``rank`` column."""
+    by = ["window_start", col, *keys]
+    cols = {c: (table.column(c).cast(table.schema.field(c).type.value_type)
+                if pa.types.is_dictionary(table.schema.field(c).type) else table.column(c))
+            for c in by}
+    order = pc.sort_indices(pa.table(cols), [(c, "descending" if c == col else "ascending")
+                                             for c in by])  # nulls at the end: Arrow's default
+    t = table.take(order)
+    ws = to_numpy(_as_int64(t.column("window_start").combine_chunks()))
+    pos = np.arange(len(ws))
+    first = np.maximum.accumulate(np.where(np.r_[True, ws[1:] != ws[:-1]], pos, 0)) if len(ws) \
+        else pos
+    rank = pos - first + 1
+    keep = rank <= n
+    return t.filter(pa.array(keep)).append_column("rank", pa.array(rank[keep], pa.int64()))
+
+
+def _sorted(table: pa.Table, by: List[str]) -> pa.Table:
+    """``table`` in ascending order of the columns ``by`` (dictionary columns
+    by their values: Arrow sorts no dictionaries)."""
+    if not table.num_rows:
+        return table
+    keys = {c: (table.column(c).cast(table.schema.field(c).type.value_type)
+                if pa.types.is_dictionary(table.schema.field(c).type) else table.column(c))
+            for c in by}
+    return table.take(pc.sort_indices(pa.table(keys), [(c, "ascending") for c in by]))
+
+
+def _spread(lens: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """For variable-length values of ``lens`` bytes laid end to end: each
+    byte's row and its position within the row's value."""
+    total = int(lens.sum())
+    rows = np.repeat(np.arange(len(lens)), lens)
+    within = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
+    return rows, within
+
+
+def _binary_buffers(col: pa.Array) -> Tuple[np.ndarray, np.ndarray]:
+    """(int64 offsets of len(col) + 1, uint8 data) of a string/binary column."""
+    bcol = col.cast(pa.large_binary())
+    n = len(bcol)
+    offs = np.frombuffer(bcol.buffers()[1], np.int64, count=bcol.offset + n + 1)[bcol.offset:]
+    data = np.frombuffer(bcol.buffers()[2], np.uint8) if bcol.buffers()[2] is not None \
+        else np.zeros(0, np.uint8)
+    return offs, data
+
+
+def _encode_composite(cols: List[pa.Array], names: List[str],
+                      key_max: int = KEY_MAX_BYTES) -> pa.Array:
     """Composite (or binary) keys as bytes: per column a flag byte (0: null,
     1: a value), then an int64 as 8 big-endian bytes, or a string's length
-    (one byte) and its bytes. Vectorised: no Python per row."""
+    (one byte) and its bytes; at most ``key_max`` bytes. Vectorised: no
+    Python per row."""
     n = len(cols[0]) if cols else 0
     widths = np.zeros(n, np.int64)
     parts: List[Tuple[str, Any]] = []
@@ -663,18 +755,16 @@ def _encode_composite(cols: List[pa.Array], names: List[str]) -> pa.Array:
             parts.append(("fixed", (valid, b)))
             widths += 1 + 8 * valid
         else:
-            bcol = col.cast(pa.large_binary())
-            offs = np.frombuffer(bcol.buffers()[1], np.int64, count=bcol.offset + n + 1)[bcol.offset:]
-            data = np.frombuffer(bcol.buffers()[2], np.uint8) if bcol.buffers()[2] is not None \
-                else np.zeros(0, np.uint8)
+            offs, data = _binary_buffers(col)
             lens = np.diff(offs) * valid
-            if n and lens.max() > KEY_MAX_BYTES:
-                raise SchemaError(f"key column {name!r}: a value is longer than {KEY_MAX_BYTES} bytes")
+            if n and lens.max() > min(key_max, 255):  # its length takes one byte
+                raise SchemaError(f"key column {name!r}: a value is longer than "
+                                  f"{min(key_max, 255)} bytes")
             parts.append(("var", (valid, offs, data, lens)))
             widths += 1 + (1 + lens) * valid
-    if n and widths.max() > KEY_MAX_BYTES:
+    if n and widths.max() > key_max:
         raise SchemaError(f"composite key {names} is {int(widths.max())} bytes for some records; "
-                          f"at most {KEY_MAX_BYTES} are allowed")
+                          f"at most {key_max} are allowed")
     out_offs = np.zeros(n + 1, np.int64)
     np.cumsum(widths, out=out_offs[1:])
     buf = np.zeros(int(out_offs[-1]), np.uint8)
@@ -694,10 +784,8 @@ def _encode_composite(cols: List[pa.Array], names: List[str]) -> pa.Array:
             vi = np.flatnonzero(valid)
             buf[pos[vi]] = lens[vi]
             pos += valid
-            total = int(lens.sum())
-            if total:
-                rows = np.repeat(np.arange(n), lens)
-                within = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
+            if lens.any():
+                rows, within = _spread(lens)
                 buf[pos[rows] + within] = data[offs[:-1][rows] + within]
             pos += lens
     return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(out_offs),
@@ -737,7 +825,61 @@ def _is_numeric_payload(t: pa.DataType) -> bool:
     return _is_int(t) or pa.types.is_floating(t) or _is_time_like(t)
 
 
+def _is_bytes_payload(t: pa.DataType) -> bool:
+    t = _plain(t)
+    return _is_str(t) or _is_bin(t)
+
+
 _VALID = "__valid"  # a side's payload validity: bit j set = column j not null
+
+# A string or binary payload column COL travels as the 8-byte words COL,
+# COL\x1f1, COL\x1f2, ... of its values packed to string_bytes: per row the
+# value's length (2 bytes, little-endian) and its bytes, zero-padded. The
+# join state, its deltas, checkpoints and hand-overs hold them as any other
+# column, so each value costs its declared width whatever its length.
+_WORD = "\x1f"
+_LEN_BYTES = 2
+MAX_STRING_BYTES = 8 * (MAX_JOIN_COLUMNS - 1) - _LEN_BYTES  # one word is the validity
+
+
+def payload_words(string_bytes: int) -> int:
+    """8-byte words a string/binary payload column of ``string_bytes`` takes."""
+    return (string_bytes + _LEN_BYTES + 7) // 8
+
+
+def _word_names(col: str, words: int) -> List[str]:
+    return [col] + [f"{col}{_WORD}{i}" for i in range(1, words)]
+
+
+def _pack_bytes(col: pa.Array, width: int, what: str) -> List[np.ndarray]:
+    """A string/binary column as payload_words(width) int64 columns (nulls
+    as empty values; the validity word keeps them). SchemaError naming
+    ``what`` for a value longer than ``width`` bytes."""
+    if pa.types.is_dictionary(col.type):
+        col = col.dictionary_decode()
+    if col.null_count:
+        col = pc.fill_null(col, scalar("" if _is_str(col.type) else b"", col.type))
+    n = len(col)
+    offs, data = _binary_buffers(col)
+    lens = np.diff(offs)
+    if n and int(lens.max()) > width:
+        row = int(np.argmax(lens > width))
+        raise SchemaError(f"{what}: the value at row {row} is {int(lens[row])} bytes, longer "
+                          f"than string_bytes={width}, the most a joined string or binary value "
+                          f"holds (raise string_bytes, up to {MAX_STRING_BYTES})")
+    return list(_core.pack_payload_bytes(np.ascontiguousarray(offs), data, payload_words(width)))
+
+
+def _unpack_bytes(words: List[np.ndarray], t: pa.DataType, valid: np.ndarray) -> pa.Array:
+    """The inverse of _pack_bytes: the column in type ``t``, null where
+    ``valid`` (bool per row) is False."""
+    n = len(words[0])
+    offs, data = _core.unpack_payload_bytes(list(words))
+    plain = _plain(t)
+    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    arr = pa.Array.from_buffers(pa.large_string() if _is_str(plain) else pa.large_binary(), n,
+                                [bitmap, pa.py_buffer(offs), pa.py_buffer(data)])
+    return _redict(arr.cast(plain), t)
 
 
 @dataclass(frozen=True)
@@ -750,11 +892,17 @@ class JoinQuery:
     ``"tumbling:SIZE"`` (pairs whose rows fall in the same window) or
     ``"session:GAP"`` (pairs within one session of the key, sessions formed
     over both sides' rows); ``on``: the key column(s), named alike on both
-    sides; ``left_columns`` / ``right_columns``: the payload each side
-    carries (default: every column but the keys; each must be numeric, a
-    date or a timestamp, since rows travel between executors as 8-byte
-    values). Null keys never match (SQL); rows with a null time are in no
-    window; null payload values come back as nulls.
+    sides (string, binary or composite keys of at most 255 bytes);
+    ``left_columns`` / ``right_columns``: the payload each side carries
+    (default: every column but the keys): integers, floats, dates,
+    timestamps, strings and binary. ``string_bytes``: the most bytes
+    (UTF-8 for strings) a string or binary payload value holds; each such
+    value is kept and shipped in that many bytes plus 2 (rounded up to 8),
+    whatever its length, and a longer one is refused (SchemaError naming the
+    column). A side's payload fits in 63 words of 8 bytes (numbers: one;
+    strings: ``payload_words(string_bytes)``). Null keys never match (SQL);
+    rows with a null time are in no window; null payload values come back
+    as nulls.
 
     Output: ``window_start``, ``window_end``, the key columns, then
     ``left_COL`` for each left payload column and ``right_COL`` for each right one.
@@ -768,8 +916,13 @@ class JoinQuery:
     lateness: Union[int, str] = 0
     time_unit: Optional[str] = None
     time_zone: Optional[str] = None
+    string_bytes: int = 32
 
     def __post_init__(self) -> None:
+        sb = self.string_bytes
+        if isinstance(sb, bool) or not isinstance(sb, int) or not 1 <= sb <= MAX_STRING_BYTES:
+            raise InvalidArgument(f"string_bytes must be an int in 1..{MAX_STRING_BYTES}, "
+                                  f"got {sb!r}")
         helper = Query(time=self.time, window=self.window, key=self.on, lateness=self.lateness,
                        time_unit=self.time_unit, time_zone=self.time_zone)
         object.__setattr__(self, "time_zone", helper.time_zone)
@@ -803,16 +956,22 @@ class JoinQuery:
             except SchemaError as e:
                 raise SchemaError(f"{side} input: {e}") from None
             cols = self.payload(side, schema)
-            if len(cols) > 15:
-                raise SchemaError(f"{side} input: at most 15 payload columns, got {len(cols)}")
             for c in cols:
                 if c not in schema.names:
                     raise SchemaError(f"{side} input: payload column {c!r} is missing "
                                       f"(has {schema.names})")
                 t = schema.field(c).type
-                if not _is_numeric_payload(t):
+                if not (_is_numeric_payload(t) or _is_bytes_payload(t)):
                     raise SchemaError(f"{side} input: join payload column {c!r} is {t}; joins carry "
-                                      "integer, float, date or timestamp columns (select others out)")
+                                      "integer, float, date, timestamp, string or binary columns "
+                                      "(select others out)")
+            words = sum(self._words(schema, c) for c in cols)
+            if words > MAX_JOIN_COLUMNS - 1:
+                raise SchemaError(
+                    f"{side} input: the payload {cols} takes {words} words of 8 bytes, at most "
+                    f"{MAX_JOIN_COLUMNS - 1} fit (a number takes 1, a string or binary column "
+                    f"{payload_words(self.string_bytes)} at string_bytes={self.string_bytes}): "
+                    "carry fewer columns or lower string_bytes")
         kt = [self._keys.key_type(s) for s in (left, right)]
         if kt[0] != kt[1]:
             raise SchemaError(f"join keys {list(self.on)} have different types on the two sides "
@@ -822,12 +981,21 @@ class JoinQuery:
             raise SchemaError(f"time column {self.time!r} has different units on the two sides "
                               f"({left.field(self.time).type} vs {right.field(self.time).type})")
 
+    def _words(self, schema: pa.Schema, col: str) -> int:
+        """8-byte words payload column ``col`` takes in the join state."""
+        return payload_words(self.string_bytes) if _is_bytes_payload(schema.field(col).type) else 1
+
     def join_config(self, left: pa.Schema, right: pa.Schema, partitions: int = 1):
         self.check(left, right)
 
         def types(side: str, schema: pa.Schema) -> Dict[str, str]:
-            out = {c: "float64" if pa.types.is_floating(schema.field(c).type) else "int64"
-                   for c in self.payload(side, schema)}
+            out: Dict[str, str] = {}
+            for c in self.payload(side, schema):
+                t = schema.field(c).type
+                if _is_bytes_payload(t):
+                    out.update((w, "int64") for w in _word_names(c, self._words(schema, c)))
+                else:
+                    out[c] = "float64" if pa.types.is_floating(t) else "int64"
             out[_VALID] = "int64"
             return out
 
@@ -835,7 +1003,8 @@ class JoinQuery:
         return JoinConfig(window=replace(w, offset_ms=0) if getattr(w, "offset_ms", 0)
                           else w, key_type=self._keys.key_type(left),
                           left_columns=types("left", left), right_columns=types("right", right),
-                          partitions=partitions, time_unit=self._keys.tick_unit(left))
+                          partitions=partitions, time_unit=self._keys.tick_unit(left),
+                          key_names=tuple(self.on))
 
     def input_columns(self, side: str, schema: pa.Schema) -> List[str]:
         return list(dict.fromkeys([self.time, *self.on, *self.payload(side, schema)]))
@@ -859,11 +1028,16 @@ class JoinQuery:
         if drop is not None:
             batch = batch.filter(drop)
         keys = self._keys
-        cols = {"key": keys._encode_keys(batch),
+        cols = {"key": keys._encode_keys(batch, JOIN_KEY_MAX_BYTES),
                 "time": keys.time_ticks(batch.column(self.time), batch.schema)}
         valid = np.zeros(batch.num_rows, np.int64)
         for j, c in enumerate(self.payload(side, schema)):
             col = batch.column(c)
+            if _is_bytes_payload(col.type):
+                valid |= (to_numpy(col.is_valid()).astype(np.int64) if col.null_count else 1) << j
+                words = _pack_bytes(col, self.string_bytes, f"{side} payload column {c!r}")
+                cols.update(zip(_word_names(c, len(words)), words))
+                continue
             if _is_time_like(col.type):
                 col = _as_int64(col)
             if col.null_count:
@@ -889,17 +1063,20 @@ class JoinQuery:
                 col = results.column(f"{side}_{c}")
                 if isinstance(col, pa.ChunkedArray):
                     col = col.combine_chunks()
+                mask = (valid >> j) & 1 == 0
+                if _is_bytes_payload(t):
+                    cols[f"{side}_{c}"] = _unpack_bytes(
+                        [to_numpy(results.column(f"{side}_{w}"))
+                         for w in _word_names(c, self._words(schema, c))], t, ~mask)
+                    continue
                 if _is_time_like(t):
                     col = _from_int64(col.cast(pa.int64()), t)
                 elif _is_int(t):
                     col = col.cast(t)
                 elif col.type != t:
                     col = col.cast(t)
-                mask = (valid >> j) & 1 == 0
                 if mask.any():
                     col = pc.if_else(pa.array(mask), pa.scalar(None, col.type), col)
                 cols[f"{side}_{c}"] = col
         out = pa.table(cols)
-        if out.num_rows:
-            out = out.sort_by([(c, "ascending") for c in out.column_names])
-        return out
+        return _sorted(out, out.column_names)

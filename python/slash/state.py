@@ -333,7 +333,8 @@ def _check_reserved(out: np.ndarray, arr: Any, cfg: StateConfig) -> None:
 
 
 def _byte_keys(obj: Any, name: str, nullable: bool = False,
-               is_string: bool = True, label: Optional[str] = None) -> Tuple[np.ndarray, np.ndarray, int]:
+               is_string: bool = True, label: Optional[str] = None,
+               key_max: int = KEY_MAX_BYTES) -> Tuple[np.ndarray, np.ndarray, int]:
     """(offsets int32|int64, data uint8, n) of a string/binary column; nulls
     of a string column become NULL_KEY_BYTES when ``nullable``. Errors name
     ``label`` (default ``column 'name'``)."""
@@ -372,10 +373,10 @@ def _byte_keys(obj: Any, name: str, nullable: bool = False,
     bufs = arr.buffers()
     offsets = np.frombuffer(bufs[1], dtype=otype, count=arr.offset + n + 1)[arr.offset:]
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
-    if n and int(np.max(np.diff(offsets))) > KEY_MAX_BYTES:
-        row = int(np.argmax(np.diff(offsets) > KEY_MAX_BYTES))
+    if n and int(np.max(np.diff(offsets))) > key_max:
+        row = int(np.argmax(np.diff(offsets) > key_max))
         raise SchemaError(f"{label or f'column {name!r}'}: the value at row {row} is "
-                          f"{int(np.diff(offsets)[row])} bytes, longer than {KEY_MAX_BYTES} bytes "
+                          f"{int(np.diff(offsets)[row])} bytes, longer than {key_max} bytes "
                           "(the most a key holds)")
     return np.ascontiguousarray(offsets), data, n
 
@@ -421,11 +422,13 @@ def _slot_values(cfg: StateConfig, slot: CoreSlot, col: Any, n: int) -> np.ndarr
 
 
 def prepare_columns(cfg: StateConfig, keys: Any, times: Any,
-                    values: Optional[Mapping[str, Any]]) -> Tuple[Any, ...]:
+                    values: Optional[Mapping[str, Any]],
+                    key_max: int = KEY_MAX_BYTES) -> Tuple[Any, ...]:
     """Checks and converts one batch's columns for the core: returns (times,
     int64 keys or None, per-core-slot value arrays, key offsets, key data,
     mask of null times or None). Raises SchemaError naming the column on
-    nulls where none may be, wrong dtypes or lengths."""
+    nulls where none may be, wrong dtypes or lengths; ``key_max``: the most
+    bytes a string/binary key holds (a join's keys may be longer)."""
     t, null_times = _times(times, cfg)
     n = len(t)
     if cfg.key_type == "int64":
@@ -434,7 +437,7 @@ def prepare_columns(cfg: StateConfig, keys: Any, times: Any,
         nk = len(k)
     else:
         offsets, data, nk = _byte_keys(keys, "keys", cfg.key_nullable, cfg.key_type == "string",
-                                       _key_label(cfg))
+                                       _key_label(cfg), key_max)
         k = None
     if nk != n:
         raise SchemaError(f"columns 'keys' and 'times' differ in length ({nk} != {n})")

@@ -116,10 +116,10 @@ static slash_status decode_set(const slash_join *s, uint32_t part, const uint8_t
     g->key_len = 8;
     if (s->cfg.key_type == SLASH_KEY_BYTES) {
         g->key_len = p[o++];
-        if (g->key_len > SLASH_SSB_KEY_MAX)
+        if (g->key_len > SLASH_JOIN_KEY_MAX)
             return slash_fail(SLASH_EINVAL, "checkpoint join partition %u: set %llu has a %u-byte "
                               "key (at most %d)", part, (unsigned long long)i, g->key_len,
-                              SLASH_SSB_KEY_MAX);
+                              SLASH_JOIN_KEY_MAX);
     }
     if (n - o < (size_t)g->key_len + 16)
         goto trunc;

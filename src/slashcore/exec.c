@@ -648,7 +648,7 @@ static slash_status exec_open(slash_group *g, uint32_t rank, uint32_t n,
         slash_channel_stats cs;
         slash_channel_get_stats(ch, &cs);
         ex->out_rows[r].cap = slash_channel_payload_max(cs.buffer_size) - sizeof(sync_msg);
-        if (ex->out_rows[r].cap < 8 + 1 + SLASH_SSB_KEY_MAX + 8 * SLASH_SSB_MAX_AGGS ||
+        if (ex->out_rows[r].cap < 8 + 1 + EXEC_KEY_MAX + 8 * EXEC_MAX_COLS ||
             !(ex->out_rows[r].buf = malloc(ex->out_rows[r].cap)))
             st = slash_fail(SLASH_EINVAL, "exec: channel buffers too small for repartitioned records");
     }
@@ -699,7 +699,7 @@ slash_status slash_exec_handle_message(slash_exec *ex, uint32_t from, const void
 typedef struct compacted {
     int64_t *times, *keys, *offs;
     uint8_t *data;
-    uint64_t *vals[SLASH_SSB_MAX_AGGS];
+    uint64_t *vals[EXEC_MAX_COLS];
 } compacted;
 
 static void compacted_free(compacted *c)
@@ -708,7 +708,7 @@ static void compacted_free(compacted *c)
     free(c->keys);
     free(c->offs);
     free(c->data);
-    for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS; j++)
+    for (uint32_t j = 0; j < EXEC_MAX_COLS; j++)
         free(c->vals[j]);
 }
 
@@ -983,7 +983,7 @@ static slash_status route(slash_exec *ex, const batch_kind *k, const void *b)
 static uint64_t batch_bytes(const slash_exec *ex, const slash_ssb_batch *kv, uint32_t side,
                             size_t rows)
 {
-    bool present[SLASH_SSB_MAX_AGGS];
+    bool present[EXEC_MAX_COLS];
     uint32_t n = exec_row_columns(ex, side, present);
     size_t width = 8 + (exec_key_type(ex) == SLASH_KEY_INT64 ? 8 : 0);
     for (uint32_t j = 0; j < n; j++)
@@ -1389,7 +1389,7 @@ void slash_exec_close(slash_exec *ex)
     free(ex->dec.keys);
     free(ex->dec.offs);
     free(ex->dec.data);
-    for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS; j++)
+    for (uint32_t j = 0; j < EXEC_MAX_COLS; j++)
         free(ex->dec.vals[j]);
     exec_ckpt_free(ex);
     exec_moves_free(ex);

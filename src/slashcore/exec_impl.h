@@ -14,6 +14,11 @@
 #include "exec_store.h"
 
 #include <assert.h>
+
+/* Value columns a repartitioned row may carry (aggregate inputs or a join
+ * side's columns), and the longest byte-string key of either kind of store. */
+#define EXEC_MAX_COLS (SLASH_SSB_MAX_AGGS > SLASH_JOIN_MAX_COLS ? SLASH_SSB_MAX_AGGS : SLASH_JOIN_MAX_COLS)
+#define EXEC_KEY_MAX (SLASH_SSB_KEY_MAX > SLASH_JOIN_KEY_MAX ? SLASH_SSB_KEY_MAX : SLASH_JOIN_KEY_MAX)
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -67,7 +72,7 @@ typedef struct rowbuf {
 typedef struct columns {
     int64_t *times, *keys, *offs;
     uint8_t *data;
-    uint64_t *vals[SLASH_SSB_MAX_AGGS];
+    uint64_t *vals[EXEC_MAX_COLS];
     size_t cap, data_cap;
 } columns;
 
@@ -198,7 +203,7 @@ slash_status exec_route_rows(slash_exec *ex, const slash_ssb_batch *kv, const vo
 slash_status exec_flush_all_rows(slash_exec *ex);
 slash_status exec_apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, size_t len,
                              uint64_t rows, uint32_t side);
-uint32_t exec_row_columns(const slash_exec *ex, uint32_t side, bool present[SLASH_SSB_MAX_AGGS]);
+uint32_t exec_row_columns(const slash_exec *ex, uint32_t side, bool present[EXEC_MAX_COLS]);
 
 static inline bool exec_repartitioning(const slash_exec *ex)
 {

@@ -34,10 +34,10 @@ static inline uint32_t owner_of(const slash_exec *ex, const slash_ssb_batch *b, 
 
 /* Value columns a row carries: aggregates, the inputs they read; joins, the
  * side's columns. present[j] says whether column j travels. */
-uint32_t exec_row_columns(const slash_exec *ex, uint32_t side, bool present[SLASH_SSB_MAX_AGGS])
+uint32_t exec_row_columns(const slash_exec *ex, uint32_t side, bool present[EXEC_MAX_COLS])
 {
     uint32_t n = ex->cfg.kind == SLASH_EXEC_JOIN ? ex->cfg.join.ncols[side ? 1 : 0] : ex->cfg.state.naggs;
-    for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS; j++)
+    for (uint32_t j = 0; j < EXEC_MAX_COLS; j++)
         present[j] = j < n && (ex->cfg.kind == SLASH_EXEC_JOIN ||
                                slash_crdt_needs_input(ex->cfg.state.aggs[j]));
     return n;
@@ -73,7 +73,7 @@ static slash_status append_row(slash_exec *ex, uint32_t r, const slash_ssb_batch
                                const void *const *values, uint32_t side, size_t i)
 {
     rowbuf *rb = &ex->out_rows[r];
-    bool present[SLASH_SSB_MAX_AGGS];
+    bool present[EXEC_MAX_COLS];
     uint32_t n = exec_row_columns(ex, side, present);
     size_t kl = exec_key_type(ex) == SLASH_KEY_INT64 ? 8 : 1 + key_bytes_at(kv, i);
     size_t w = 8 + kl;
@@ -124,7 +124,7 @@ slash_status exec_apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, size_
                                uint64_t rows, uint32_t side)
 {
     columns *d = &ex->dec;
-    bool present[SLASH_SSB_MAX_AGGS];
+    bool present[EXEC_MAX_COLS];
     uint32_t ncols = exec_row_columns(ex, side, present);
     slash_key_type kt = exec_key_type(ex);
     if (rows > len / 9) /* a row takes >= 9 bytes: refuse a count the payload cannot hold */
@@ -136,7 +136,7 @@ slash_status exec_apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, size_
         ok = ok && grow((void **)&d->keys, &cap, need, 8);
         cap = d->cap;
         ok = ok && grow((void **)&d->offs, &cap, need, 8);
-        for (uint32_t j = 0; j < SLASH_SSB_MAX_AGGS && ok; j++) {
+        for (uint32_t j = 0; j < EXEC_MAX_COLS && ok; j++) {
             cap = d->cap;
             ok = grow((void **)&d->vals[j], &cap, need, 8);
         }
@@ -160,7 +160,8 @@ slash_status exec_apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, size_
             memcpy(&d->keys[k], p, 8);
             p += 8;
         } else {
-            if (end - p < 1 || end - p - 1 < *p || *p > SLASH_SSB_KEY_MAX)
+            if (end - p < 1 || end - p - 1 < *p ||
+                *p > (ex->cfg.kind == SLASH_EXEC_JOIN ? SLASH_JOIN_KEY_MAX : SLASH_SSB_KEY_MAX))
                 goto bad;
             size_t kl = *p++;
             if (kl)
@@ -213,9 +214,9 @@ static slash_status route_rows_i64(slash_exec *ex, const slash_ssb_batch *kv,
                                    const void *const *values, uint32_t side, uint8_t *skip,
                                    size_t *keep)
 {
-    bool present[SLASH_SSB_MAX_AGGS];
+    bool present[EXEC_MAX_COLS];
     const uint32_t nv = exec_row_columns(ex, side, present);
-    const uint8_t *cols[SLASH_SSB_MAX_AGGS];
+    const uint8_t *cols[EXEC_MAX_COLS];
     uint32_t nc = 0;
     for (uint32_t j = 0; j < nv; j++)
         if (present[j])
@@ -225,7 +226,7 @@ static slash_status route_rows_i64(slash_exec *ex, const slash_ssb_batch *kv,
     for (uint32_t r = 0; r < ex->n; r++)
         if (r != ex->rank && ex->out_rows[r].cap / w < chunk)
             chunk = ex->out_rows[r].cap / w;
-    uint8_t scratch[16 + 8 * SLASH_SSB_MAX_AGGS];
+    uint8_t scratch[16 + 8 * EXEC_MAX_COLS];
     rowbuf sink = {.buf = scratch, .cap = sizeof scratch};
     const int64_t pub = ex->published;
     const int64_t *times = kv->times, *keys = kv->keys;

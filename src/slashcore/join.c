@@ -483,9 +483,9 @@ static slash_status check_batch(const slash_join *s, const slash_join_batch *b)
         batch_key(b, i, &lo, &hi);
         if (lo < 0 || hi < lo)
             return slash_fail(SLASH_EINVAL, "batch (%s): key offsets decrease at row %zu", name, i);
-        if (hi - lo > SLASH_SSB_KEY_MAX)
+        if (hi - lo > SLASH_JOIN_KEY_MAX)
             return slash_fail(SLASH_EINVAL, "batch (%s): key at row %zu is %lld bytes, the limit "
-                              "is %d", name, i, (long long)(hi - lo), SLASH_SSB_KEY_MAX);
+                              "is %d", name, i, (long long)(hi - lo), SLASH_JOIN_KEY_MAX);
     }
     return SLASH_OK;
 }

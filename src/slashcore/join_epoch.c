@@ -83,7 +83,7 @@ static inline bool map_has(const uint64_t *map, size_t off)
 
 static slash_status check_group(const slash_join *s, const join_group *g, size_t off)
 {
-    uint32_t kmax = s->cfg.key_type == SLASH_KEY_INT64 ? 8 : SLASH_SSB_KEY_MAX;
+    uint32_t kmax = s->cfg.key_type == SLASH_KEY_INT64 ? 8 : SLASH_JOIN_KEY_MAX;
     if (g->key_len > kmax || (s->cfg.key_type == SLASH_KEY_INT64 && g->key_len != 8))
         return slash_fail(SLASH_EPROTO, "delta: bad key length %u at offset %zu", g->key_len, off);
     if (g->h.size != join_group_size(g->key_len))

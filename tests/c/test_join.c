@@ -712,14 +712,14 @@ TEST(bad_config_and_input)
     CHECK(s == NULL);
 
     s = open_join(SLASH_WINDOW_TUMBLING, 10, SLASH_KEY_BYTES, 1);
-    int64_t t[2] = {1, 2}, id[2] = {1, 2}, offs[3] = {0, 3, 70};
+    int64_t t[2] = {1, 2}, id[2] = {1, 2}, offs[3] = {0, 3, 3 + SLASH_JOIN_KEY_MAX + 1};
     double v[2] = {0, 0};
-    uint8_t kd[80] = {0};
+    uint8_t kd[4 + SLASH_JOIN_KEY_MAX] = {0};
     slash_join_batch b = {.side = 2, .n = 2, .times = t, .key_offsets = offs,
                           .key_offsets_64 = 1, .key_data = kd, .columns = {id, v}};
     CHECK_ST(slash_join_update(s, &b), SLASH_EINVAL); /* side */
     b.side = SLASH_JOIN_LEFT;
-    CHECK_ST(slash_join_update(s, &b), SLASH_EINVAL); /* key of 67 bytes */
+    CHECK_ST(slash_join_update(s, &b), SLASH_EINVAL); /* a key of SLASH_JOIN_KEY_MAX + 1 bytes */
     CHECK(strstr(slash_last_error(), "row 1") != NULL);
     offs[2] = 5;
     b.columns[1] = NULL;
@@ -856,6 +856,33 @@ TEST(session_pairs_emitted_only_once_the_watermark_is_past_the_end)
     slash_join_close(s);
 }
 
+/* A byte-string key of SLASH_JOIN_KEY_MAX bytes (longer than the state
+ * backend's SLASH_SSB_KEY_MAX) is joined after travelling in a delta. */
+TEST(longest_key_joins_across_a_delta)
+{
+    slash_join *helper = open_join(SLASH_WINDOW_TUMBLING, 10, SLASH_KEY_BYTES, 4);
+    slash_join *leader = open_join(SLASH_WINDOW_TUMBLING, 10, SLASH_KEY_BYTES, 4);
+    uint8_t kd[SLASH_JOIN_KEY_MAX];
+    for (size_t i = 0; i < sizeof kd; i++)
+        kd[i] = (uint8_t)('a' + i % 26);
+    int64_t t[1] = {3}, id[1] = {7}, offs[2] = {0, SLASH_JOIN_KEY_MAX};
+    double v[1] = {1.5};
+    slash_join_batch b = {.side = SLASH_JOIN_LEFT, .n = 1, .times = t, .key_offsets = offs,
+                          .key_offsets_64 = 1, .key_data = kd, .columns = {id, v}};
+    CHECK_OK(slash_join_update(helper, &b));
+    b.side = SLASH_JOIN_RIGHT;
+    CHECK_OK(slash_join_update(leader, &b));
+    ship(helper, leader, 4);
+    slash_join_result *r = NULL;
+    CHECK_OK(slash_join_emit(leader, 10, &r));
+    CHECK(r->rows == 1);
+    CHECK(r->key_offsets[1] - r->key_offsets[0] == SLASH_JOIN_KEY_MAX);
+    CHECK(memcmp(r->key_data, kd, SLASH_JOIN_KEY_MAX) == 0);
+    slash_join_result_free(r);
+    slash_join_close(helper);
+    slash_join_close(leader);
+}
+
 int main(void)
 {
     RUN(tumbling_int64);
@@ -878,5 +905,6 @@ int main(void)
     RUN(compaction_keeps_sets);
     RUN(malformed_delta_rejected);
     RUN(bad_config_and_input);
+    RUN(longest_key_joins_across_a_delta);
     return UNIT_DONE();
 }

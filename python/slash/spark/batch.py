@@ -372,6 +372,8 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
             metrics.append(m)
         # before the links close: inline parts may still be on their way
         df = early.frame({m["rank"]: (m.get("attempt"), m["path"]) for m in metrics}, group.timeout)
+        if query.top:
+            df = _rank_top(df, query)
     finally:
         sc.setJobDescription(None)
         if rdv is not None:
@@ -385,6 +387,19 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     wrote = any(m["path"] is not None for m in metrics)
     return AggregateResult(df, out_dir if wrote else None, n, seconds, metrics, fast, stage,
                            ckd.summary() if ckd is not None else None)
+
+
+def _rank_top(df: Any, query: Query) -> Any:
+    """The window's top N of the tasks' parts: each task kept its leader's N
+    best keys of each window (Query.finalize), so the N best of those are the
+    window's; ranked as Query.finalize ranks them."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    n, col = query.top
+    order = Window.partitionBy("window_start").orderBy(
+        F.col(col).desc_nulls_last(), *(F.col(k).asc_nulls_last() for k in query.key))
+    return df.withColumn("rank", F.row_number().over(order).cast("long")).where(F.col("rank") <= n)
 
 
 def barrier_refused(df: Any) -> Optional[str]:

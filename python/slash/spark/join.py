@@ -97,12 +97,14 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
                 slots_wait: float = 30.0, result_inline_bytes: int = INLINE_BYTES,
                 checkpoint: Optional[str] = None, checkpoint_every: Union[str, int, float] = "10s",
                 checkpoint_keep: int = 2, start_time: Optional[str] = None,
-                startTime: Optional[str] = None) -> Any:
+                startTime: Optional[str] = None, string_bytes: int = 32) -> Any:
     """Joins ``left`` and ``right`` (Parquet/Arrow paths) on ``on`` within
     ``window`` (``"tumbling:12h"`` or ``"session:10s"``) and returns an
     ordinary Spark DataFrame: ``window_start``, ``window_end``, the key
-    columns, then ``left_COL`` and ``right_COL`` for each side's (numeric)
-    payload columns, as ``slash run --join`` writes them. A small result
+    columns, then ``left_COL`` and ``right_COL`` for each side's payload
+    columns (numbers, dates, timestamps, strings, binary), as ``slash run
+    --join`` writes them; ``string_bytes``: the most bytes a string or
+    binary payload value holds (:class:`slash.query.JoinQuery`). A small result
     returns to the driver over the rendezvous link and is an in-memory
     DataFrame (``result_inline_bytes``, as for
     :func:`slash.spark.run_aggregate`); a larger one is Parquet files.
@@ -124,7 +126,7 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
     query = JoinQuery(time=time, window=with_start_time(window, one_start_time(start_time, startTime)),
                       on=on, left_columns=left_columns,
                       right_columns=right_columns, lateness=0 if lateness is None else lateness,
-                      time_zone=session_time_zone(spark))
+                      time_zone=session_time_zone(spark), string_bytes=string_bytes)
     lsrc, rsrc = FileSource(left), FileSource(right)  # UnknownName / SchemaError before work
     query.check(lsrc.schema, rsrc.schema)
     n, group = group_for(spark, query, executors, transport, None, slots_wait)

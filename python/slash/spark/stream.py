@@ -1396,6 +1396,11 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
 
     query = make_query(time, window, key, aggs, filter, lateness, session_time_zone(spark),
                        one_start_time(start_time, startTime))
+    if query.top:
+        raise InvalidArgument(f"top:{query.top[0]}:{query.top[1]} ranks every key of a window, and "
+                              "a stream appends a window's rows as each leader fires its keys: no "
+                              "appended part could say which keys rank first (run it over bounded "
+                              "inputs: slash.spark.window_aggregate)")
     if isinstance(source, (str, os.PathLike)):
         source = DirectorySource(os.fspath(source))
     if isinstance(source, RateSource):

@@ -20,7 +20,11 @@
  * refused (a row would belong to several windows' sets).
  *
  * A row is the side's fixed set of 8-byte columns (int64 or float64), copied
- * from the batch's columns in C. One thread at a time may use a store.
+ * from the batch's columns in C. A string or binary payload value travels as
+ * several int64 columns holding its length and bytes packed to a declared
+ * width (slash.query.JoinQuery, string_bytes), so deltas, checkpoints,
+ * hand-overs and repartitioned rows carry it as any other column and the
+ * store's memory counts its bytes. One thread at a time may use a store.
  */
 #ifndef SLASH_JOIN_H
 #define SLASH_JOIN_H
@@ -36,7 +40,11 @@
 extern "C" {
 #endif
 
-#define SLASH_JOIN_MAX_COLS 16 /* columns per side */
+#define SLASH_JOIN_MAX_COLS 64 /* columns per side */
+/* Bytes of a byte-string join key: a group record keeps its key's length, and
+ * the repartitioned-row and checkpoint formats one byte of it, so join keys
+ * may be longer than the state backend's SLASH_SSB_KEY_MAX. */
+#define SLASH_JOIN_KEY_MAX 255
 
 typedef enum slash_join_side {
     SLASH_JOIN_LEFT = 0,
@@ -50,7 +58,7 @@ typedef enum slash_join_col_type {
 
 typedef struct slash_join_config {
     slash_window window;     /* tumbling or session, from slash_window_init() */
-    slash_key_type key_type; /* int64, or bytes of at most SLASH_SSB_KEY_MAX */
+    slash_key_type key_type; /* int64, or bytes of at most SLASH_JOIN_KEY_MAX */
     uint32_t partitions;     /* key partitions, 1..SLASH_MAX_PARTITIONS */
     uint32_t ncols[2];       /* columns per side, 0..SLASH_JOIN_MAX_COLS */
     slash_join_col_type cols[2][SLASH_JOIN_MAX_COLS];
@@ -109,7 +117,7 @@ void slash_join_close(slash_join *s);
 
 /* Appends one side's batch to the sets. Rows whose window was already
  * emitted are counted as late and dropped. Fails with SLASH_EINVAL on a bad
- * side, a missing column or a key longer than SLASH_SSB_KEY_MAX (nothing of
+ * side, a missing column or a key longer than SLASH_JOIN_KEY_MAX (nothing of
  * the batch is applied then), or SLASH_ENOMEM (a prefix is applied). */
 slash_status slash_join_update(slash_join *s, const slash_join_batch *b);
 
