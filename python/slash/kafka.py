@@ -1,0 +1,446 @@
+"""Kafka topics as inputs, read by each executor directly (librdkafka through
+``confluent-kafka``; no record passes through the driver).
+
+:class:`KafkaSource` (``bounded=True``, the default) is a batch query over a
+topic: at open the driver reads each partition's start offset (``start``:
+``"earliest"``, ``"latest"`` or ``{partition: offset}``) and end offset (the
+high watermark then), and the records in between are the input, cut into
+*units* of at most ``unit_records`` offsets of one partition. Units are the
+positions of the engine's other sources (:class:`slash.sources.BatchSource`),
+so everything the engine does with positions works on a topic: each rank
+reads its own units (partitions dealt by record count), a checkpoint records
+``[unit, batches read]`` = a partition and an offset, a restart seeks there
+(``assign`` at that offset), and a rescale re-deals the units left, with
+their offsets, to the new executor count. Reading a unit is deterministic
+(the same records in the same batches), which is what exactly-once replay
+after a failure rests on.
+
+:class:`KafkaStream` (``KafkaSource(..., bounded=False)``) is an unbounded
+stream (see its doc for watermarks and idleness).
+
+Values are decoded in bulk: JSON objects (``format="json"``, the default) by
+``pyarrow.json`` over the unit's values joined by newlines (one parse per
+batch, with the schema given or inferred at open from the first records),
+or kept as bytes (``format="raw"``: columns ``key`` and ``value``). Every
+row also gets the record's Kafka timestamp as ``timestamp_column``
+(``timestamp[ms, UTC]``, default ``kafka_timestamp``; None leaves it out),
+which ``time=`` may name instead of a JSON field.
+
+A value that is not a JSON object of the schema (bad syntax, a wrong type, a
+null value) is skipped, never a crash: counted in :attr:`KafkaSource.malformed`
+of the process that read it, logged with topic/partition/offset, and, given
+``bad_records=DIR``, written to ``DIR/bad-<topic>-<partition>-<offset>.jsonl``
+(one file per unit, so a unit read again after a restart rewrites its file).
+An unreachable broker raises :class:`slash.errors.Timeout` within
+``connect_timeout`` seconds; a missing topic raises UnknownName.
+"""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import pyarrow as pa
+import pyarrow.json as pj
+
+from slash.errors import InvalidArgument, NotSupported, SchemaError, Timeout, UnknownName
+from slash.sources import BatchSource, Unit, Watermark
+
+log = logging.getLogger(__name__)
+
+_KAFKA = "<kafka>"
+#: records a unit holds at most (offsets of one partition): the grain of a split and a rescale
+UNIT_RECORDS = 200_000
+#: records decoded into one batch at most
+BATCH_RECORDS = 65_536
+_SAMPLE = 1000  # records read at open to infer a JSON schema
+TS_TYPE = pa.timestamp("ms", tz="UTC")
+
+
+def _kafka() -> Any:
+    try:
+        import confluent_kafka
+    except ImportError:
+        raise NotSupported("reading Kafka needs the confluent-kafka package "
+                           "(pip install 'slash[kafka]')") from None
+    return confluent_kafka
+
+
+def _consumer_config(bootstrap: str, extra: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    conf: Dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        # no group membership: partitions are assigned, offsets are the engine's
+        "group.id": "slash",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
+        "socket.connection.setup.timeout.ms": 5000,
+        "fetch.wait.max.ms": 50,
+    }
+    conf.update(extra or {})
+    return conf
+
+
+class _Decoder:
+    """Kafka records -> Arrow batches (see the module doc)."""
+
+    def __init__(self, topic: str, fmt: str, value_schema: Optional[pa.Schema],
+                 timestamp_column: Optional[str], bad_records: Optional[str]) -> None:
+        self.topic, self.format, self.value_schema = topic, fmt, value_schema
+        self.timestamp_column, self.bad_records = timestamp_column, bad_records
+        fields = list(value_schema) if fmt == "json" else [pa.field("key", pa.binary()),
+                                                            pa.field("value", pa.binary())]
+        if timestamp_column is not None:
+            if timestamp_column in [f.name for f in fields]:
+                raise SchemaError(f"timestamp_column {timestamp_column!r} is also a field of the "
+                                  f"values of topic {topic!r}: name it otherwise or pass None")
+            fields.append(pa.field(timestamp_column, TS_TYPE))
+        self.schema = pa.schema(fields)
+        self.malformed = 0
+
+    def decode(self, partition: int, msgs: List[Any]) -> Tuple[Optional[pa.RecordBatch],
+                                                                List[Dict[str, Any]]]:
+        """One batch of ``msgs`` (records of one partition), and the malformed ones."""
+        bad: List[Dict[str, Any]] = []
+        if self.format == "raw":
+            cols = [pa.array([m.key() for m in msgs], pa.binary()),
+                    pa.array([m.value() for m in msgs], pa.binary())]
+            keep = msgs
+        else:
+            values = [m.value() for m in msgs]
+            table = self._parse(values)
+            keep = msgs
+            if table is None:  # some value is malformed: find which, one by one
+                good, keep = [], []
+                for m, v in zip(msgs, values):
+                    why = self._check(v)
+                    if why is None:
+                        good.append(v)
+                        keep.append(m)
+                    else:
+                        bad.append({"topic": self.topic, "partition": partition,
+                                    "offset": m.offset(), "error": why,
+                                    "value": None if v is None else v.decode("utf-8", "replace")})
+                table = self._parse(good) if good else None
+                if table is None and good:  # cannot happen: each value parsed alone
+                    raise SchemaError(f"topic {self.topic!r} partition {partition}: values "
+                                      "that parse alone fail together")
+            cols = ([table.column(i).combine_chunks() for i in range(table.num_columns)]
+                    if table is not None else
+                    [pa.array([], f.type) for f in self.value_schema])
+        if self.timestamp_column is not None:
+            cols.append(pa.array([m.timestamp()[1] for m in keep], pa.int64()).cast(TS_TYPE))
+        if bad:
+            self.malformed += len(bad)
+        if not keep:
+            return None, bad
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema), bad
+
+    def _parse(self, values: List[Optional[bytes]]) -> Optional[pa.Table]:
+        """The values parsed in one call, or None if one is malformed."""
+        if not values or any(v is None for v in values):
+            return None if values else pa.table({f.name: pa.array([], f.type)
+                                                 for f in self.value_schema})
+        data = b"\n".join(values)
+        if data.count(b"\n") != len(values) - 1:  # a newline inside a value: JSON whitespace
+            data = b"\n".join(v.replace(b"\n", b" ").replace(b"\r", b" ") for v in values)
+        try:
+            t = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(
+                use_threads=False, block_size=max(1 << 20, len(data) + 1)),
+                parse_options=pj.ParseOptions(explicit_schema=self.value_schema,
+                                              unexpected_field_behavior="ignore"))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+        if t.num_rows != len(values):  # an empty value: no row
+            return None
+        return t.select(self.value_schema.names)
+
+    def _check(self, v: Optional[bytes]) -> Optional[str]:
+        """Why one value is malformed, or None."""
+        if v is None:
+            return "null value"
+        try:
+            obj = json.loads(v)
+        except ValueError as e:
+            return f"not JSON: {e}"
+        if not isinstance(obj, dict):
+            return f"not a JSON object: {type(obj).__name__}"
+        try:
+            pj.read_json(io.BytesIO(json.dumps(obj).encode()), parse_options=pj.ParseOptions(
+                explicit_schema=self.value_schema, unexpected_field_behavior="ignore"))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            return f"does not fit the schema: {e}"
+        return None
+
+    def report(self, bad: List[Dict[str, Any]], partition: int, first_offset: int) -> None:
+        """Logs the malformed records of a unit (and writes them, given ``bad_records``)."""
+        if not bad:
+            return
+        log.warning("topic %r partition %d: %d malformed value(s) skipped, the first at offset "
+                    "%d (%s)", self.topic, partition, len(bad), bad[0]["offset"], bad[0]["error"])
+        if self.bad_records is not None:
+            os.makedirs(self.bad_records, exist_ok=True)
+            path = os.path.join(self.bad_records,
+                                f"bad-{self.topic}-{partition}-{first_offset}.jsonl")
+            tmp = f"{path}.tmp-{os.getpid()}"
+            with open(tmp, "w") as f:
+                f.writelines(json.dumps(b) + "\n" for b in bad)
+            os.replace(tmp, path)
+
+
+def _infer_schema(consumer: Any, topic: str, starts: Dict[int, int], ends: Dict[int, int],
+                  timeout: float) -> pa.Schema:
+    """The schema pyarrow.json infers from the first records of the topic."""
+    ck = _kafka()
+    want = {p: min(ends[p], starts[p] + _SAMPLE) for p in starts if ends[p] > starts[p]}
+    if not want:
+        raise InvalidArgument(f"topic {topic!r} holds no records to infer a schema from: pass "
+                              "schema= (a pyarrow.Schema of the JSON values)")
+    consumer.assign([ck.TopicPartition(topic, p, starts[p]) for p in want])
+    values: List[bytes] = []
+    left = set(want)
+    deadline = time.monotonic() + timeout
+    while left and len(values) < _SAMPLE and time.monotonic() < deadline:
+        for m in consumer.consume(num_messages=_SAMPLE, timeout=0.2):
+            if m.error() is not None:
+                if m.error().code() == ck.KafkaError._PARTITION_EOF:
+                    left.discard(m.partition())
+                continue
+            if m.offset() >= want[m.partition()] - 1:
+                left.discard(m.partition())
+            if m.offset() < want[m.partition()] and m.value() is not None:
+                try:
+                    if isinstance(json.loads(m.value()), dict):
+                        values.append(m.value().replace(b"\n", b" "))
+                except ValueError:
+                    pass
+    consumer.unassign()
+    if not values:
+        raise InvalidArgument(f"topic {topic!r}: none of its first records is a JSON object to "
+                              "infer a schema from: pass schema=")
+    t = pj.read_json(io.BytesIO(b"\n".join(values)))
+    return t.schema
+
+
+def _meta(bootstrap: str, topic: str, config: Optional[Mapping[str, Any]],
+          connect_timeout: float) -> Tuple[Any, List[int]]:
+    """A consumer and the topic's partitions, or a clear error within ``connect_timeout``."""
+    ck = _kafka()
+    if not isinstance(topic, str) or not topic:
+        raise InvalidArgument(f"topic must be a non-empty string, got {topic!r}")
+    errors: List[str] = []
+    conf = _consumer_config(bootstrap, config)
+    conf["error_cb"] = lambda e: errors.append(str(e))
+    try:
+        c = ck.Consumer(conf)
+    except ck.KafkaException as e:
+        raise InvalidArgument(f"Kafka consumer for {bootstrap!r}: {e}") from None
+    try:
+        md = c.list_topics(topic, timeout=connect_timeout)
+    except ck.KafkaException as e:
+        c.close()
+        raise Timeout(f"Kafka broker {bootstrap!r} unreachable within {connect_timeout:g} s "
+                      f"({e.args[0] if e.args else e}{'; ' + errors[-1] if errors else ''})") from None
+    t = md.topics.get(topic)
+    if t is None or (t.error is not None and t.error.code() in (
+            ck.KafkaError.UNKNOWN_TOPIC_OR_PART, ck.KafkaError._UNKNOWN_TOPIC)):
+        c.close()
+        raise UnknownName(f"Kafka broker {bootstrap!r} has no topic {topic!r}")
+    if t.error is not None:
+        c.close()
+        raise InvalidArgument(f"Kafka topic {topic!r} on {bootstrap!r}: {t.error}")
+    return c, sorted(t.partitions)
+
+
+def _offsets(c: Any, topic: str, parts: List[int], start: Any, timeout: float
+             ) -> Tuple[Dict[int, int], Dict[int, int]]:
+    """Each partition's start (as ``start`` asks) and end offset (its high watermark now)."""
+    lo, hi = {}, {}
+    for p in parts:
+        lo[p], hi[p] = c.get_watermark_offsets(_kafka().TopicPartition(topic, p), timeout=timeout)
+    if start == "earliest":
+        starts = dict(lo)
+    elif start == "latest":
+        starts = dict(hi)
+    elif isinstance(start, Mapping):
+        starts = dict(lo)
+        for p, off in start.items():
+            if int(p) not in lo:
+                raise InvalidArgument(f"start names partition {p} of topic {topic!r}, which has "
+                                      f"partitions {parts}")
+            starts[int(p)] = max(lo[int(p)], int(off))
+    else:
+        raise InvalidArgument(f"start must be 'earliest', 'latest' or {{partition: offset}}, "
+                              f"got {start!r}")
+    return starts, hi
+
+
+class _Reader:
+    """A process's consumer for reading units (made on first use, one per source
+    per process; units are read one at a time)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.consumer: Any = None
+
+
+class KafkaSource(BatchSource):
+    """A topic from the start offsets to the end offsets seen at open (see the
+    module doc)::
+
+        src = KafkaSource("127.0.0.1:9092", "events", time="ts")
+        run(Query(time="ts", window="tumbling:10s", key=["campaign"], aggs=["count"]), src)
+    """
+
+    bounded = True
+
+    def __init__(self, bootstrap: str, topic: str, *, schema: Optional[pa.Schema] = None,
+                 time: Optional[str] = None, format: str = "json",
+                 timestamp_column: Optional[str] = "kafka_timestamp",
+                 start: Union[str, Mapping[int, int]] = "earliest", bounded: bool = True,
+                 unit_records: int = UNIT_RECORDS, bad_records: Optional[str] = None,
+                 config: Optional[Mapping[str, Any]] = None, connect_timeout: float = 10.0,
+                 read_timeout: float = 60.0) -> None:
+        if format not in ("json", "raw"):
+            raise InvalidArgument(f"format must be 'json' or 'raw', got {format!r}")
+        if isinstance(unit_records, bool) or not isinstance(unit_records, int) or unit_records < 1:
+            raise InvalidArgument(f"unit_records must be an int >= 1, got {unit_records!r}")
+        self.bootstrap, self.topic, self.config = bootstrap, topic, dict(config or {})
+        self.read_timeout = float(read_timeout)
+        c, parts = _meta(bootstrap, topic, config, connect_timeout)
+        try:
+            self.starts, self.ends = _offsets(c, topic, parts, start, connect_timeout)
+            if format == "json" and schema is None:
+                schema = _infer_schema(c, topic, self.starts, self.ends, connect_timeout)
+        finally:
+            c.close()
+        if schema is not None and not isinstance(schema, pa.Schema):
+            raise InvalidArgument(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
+        self._decoder = _Decoder(topic, format, schema, timestamp_column, bad_records)
+        self.schema, self.time = self._decoder.schema, time
+        if time is not None and time not in self.schema.names:
+            raise UnknownName(f"topic {topic!r} has no column {time!r} (columns: "
+                              f"{', '.join(self.schema.names)})")
+        self.make, self.bound = None, None
+        self.units = []
+        #: (partition, first offset, end offset) of each unit
+        self.ranges: List[Tuple[int, int, int]] = []
+        for p in parts:
+            for lo in range(self.starts[p], self.ends[p], unit_records):
+                hi = min(lo + unit_records, self.ends[p])
+                self.units.append(Unit(_KAFKA, len(self.units), hi - lo))
+                self.ranges.append((p, lo, hi))
+        # what names this input (a checkpoint's fingerprint): the topic and its offsets
+        self.paths = [f"<kafka {topic} " + ",".join(f"{p}:{self.starts[p]}-{self.ends[p]}"
+                                                     for p in parts) + ">"]
+        self._parts, self._part_names, self._bounds = {}, set(), {}
+        self._footers, self._nulls = {}, {}
+        self._reader = _Reader()
+        log.debug("topic %r: %d partitions, %d records, %d units", topic, len(parts), self.rows,
+                  len(self.units))
+
+    @property
+    def malformed(self) -> int:
+        """Malformed values this process skipped."""
+        return self._decoder.malformed
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = super().__getstate__()
+        state["_reader"] = None
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._reader = _Reader()
+
+    def may_have_nulls(self, column: str) -> bool:
+        """Any JSON field may be missing (null); the Kafka timestamp never is."""
+        if column not in self.schema.names:
+            raise UnknownName(f"topic {self.topic!r} has no column {column!r}")
+        return column != self._decoder.timestamp_column
+
+    def _consumer(self) -> Any:
+        r = self._reader
+        if r.consumer is None:
+            r.consumer = _kafka().Consumer(_consumer_config(self.bootstrap, self.config))
+        return r.consumer
+
+    def _read_unit(self, readers: Any, u: Unit, names: List[str], file_cols: List[str],
+                   batch_rows: int) -> Iterator[pa.RecordBatch]:
+        p, lo, hi = self.ranges[u.index]
+        with self._reader.lock:
+            batches, bad = self._fetch(p, lo, hi, min(batch_rows, BATCH_RECORDS))
+        self._decoder.report(bad, p, lo)
+        for b in batches:
+            yield b if names == self.schema.names else b.select(names)
+
+    def _fetch(self, p: int, lo: int, hi: int, batch_rows: int
+               ) -> Tuple[List[pa.RecordBatch], List[Dict[str, Any]]]:
+        """Records lo..hi-1 of partition p, decoded in batches of ``batch_rows``
+        records (cut by count, so the same unit gives the same batches)."""
+        ck = _kafka()
+        c = self._consumer()
+        c.assign([ck.TopicPartition(self.topic, p, lo)])
+        out: List[pa.RecordBatch] = []
+        bad: List[Dict[str, Any]] = []
+        msgs: List[Any] = []
+        last = time.monotonic()
+        done = lo >= hi
+        try:
+            while not done:
+                got = c.consume(num_messages=batch_rows, timeout=0.1)
+                for m in got:
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == ck.KafkaError._PARTITION_EOF:
+                            if m.offset() >= hi:
+                                done = True
+                            continue
+                        if err.fatal() or not err.retriable():
+                            raise Timeout(f"Kafka topic {self.topic!r} partition {p} at offset "
+                                          f"{lo}: {err.str()}")
+                        continue
+                    if m.offset() >= hi:
+                        done = True
+                        continue
+                    msgs.append(m)
+                    if m.offset() >= hi - 1:
+                        done = True
+                    if len(msgs) == batch_rows:
+                        self._flush(p, msgs, out, bad)
+                        msgs = []
+                if got:
+                    last = time.monotonic()
+                elif not done:
+                    pos = c.position([ck.TopicPartition(self.topic, p)])[0].offset
+                    if pos >= hi:  # transaction markers end the range
+                        done = True
+                    elif time.monotonic() - last > self.read_timeout:
+                        raise Timeout(f"Kafka topic {self.topic!r} partition {p}: no record "
+                                      f"for {self.read_timeout:g} s at offset {max(lo, pos)} "
+                                      f"(reading up to {hi})")
+            if msgs:
+                self._flush(p, msgs, out, bad)
+        finally:
+            c.unassign()
+        return out, bad
+
+    def _flush(self, p: int, msgs: List[Any], out: List[pa.RecordBatch],
+               bad: List[Dict[str, Any]]) -> None:
+        b, wrong = self._decoder.decode(p, msgs)
+        bad.extend(wrong)
+        if b is not None:
+            out.append(b)
+
+    def close(self) -> None:
+        """Closes this process's consumer (also done at exit)."""
+        r = self._reader
+        if r.consumer is not None:
+            r.consumer.close()
+            r.consumer = None

@@ -1,0 +1,243 @@
+"""KafkaSource against a real broker (the session's ``kafka_broker``, KRaft,
+started from the Apache Kafka jars): window results over a topic equal
+DuckDB's over the records produced into it."""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from slash.errors import Timeout, UnknownName
+from slash.executor import GroupConfig
+from slash.query import Query
+from slash.runner import run
+
+ck = pytest.importorskip("confluent_kafka")
+from slash.kafka import KafkaSource  # noqa: E402
+
+SCHEMA = pa.schema([("k", pa.string()), ("t", pa.int64()), ("v", pa.int64()),
+                    ("seq", pa.int64())])
+WINDOWS = {"tumbling": "tumbling:1s", "sliding": "sliding:2s/500ms", "session": "session:300ms"}
+_names = itertools.count()
+
+
+def topic_name(kind: str) -> str:
+    return f"{kind}-{next(_names)}-{os.getpid()}"
+
+
+def records(n: int, seed: int = 0, span_ms: int = 20_000, keys: int = 7):
+    """n JSON records (k, t, v, seq), times ascending with jitter (out of order by < 200 ms)."""
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.integers(0, span_ms, n)) + rng.integers(0, 200, n)
+    k = rng.integers(0, keys, n)
+    v = rng.integers(-50, 50, n)
+    return [{"k": f"c{k[i]}", "t": int(t[i]), "v": int(v[i]), "seq": i} for i in range(n)]
+
+
+def produce(broker, topic, recs, partition_of, partitions, key=None, timestamp=None,
+            raw=None):
+    """Creates ``topic`` and writes ``recs`` (dicts, or bytes given ``raw``) to it."""
+    broker.create_topic(topic, partitions)
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5,
+                     "enable.idempotence": True})
+    for i, r in enumerate(recs):
+        value = r if isinstance(r, (bytes, type(None))) else json.dumps(r).encode()
+        kw = {}
+        if timestamp is not None:
+            kw["timestamp"] = timestamp(i, r)
+        p.produce(topic, value=value, key=None if key is None else key(i, r),
+                  partition=partition_of(i, r), **kw)
+        if i % 10_000 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+
+
+def query(kind: str, time_col: str = "t") -> Query:
+    return Query(time=time_col, window=WINDOWS[kind], key="k", aggregates=["count", "sum:v"])
+
+
+def duckdb_windows(recs, kind: str) -> list:
+    """The windows' (start, end, k, count, sum_v) by DuckDB over the records."""
+    con = duckdb.connect()
+    con.register("t", pa.Table.from_pylist(recs).rename_columns(
+        ["k", "tm", "v", "seq"]))
+    def start(col, n):
+        return f"({col} - ((({col} % {n}) + {n}) % {n}))"
+    if kind == "tumbling":
+        q = f"""SELECT {start('tm', 1000)} AS s, {start('tm', 1000)} + 1000 AS e, k, count(*) AS c,
+                sum(v)::BIGINT AS sv FROM t GROUP BY ALL"""
+    elif kind == "sliding":
+        q = f"""WITH w AS (SELECT {start('tm', 500)} - j * 500 AS s, * FROM t, range(0, 4) r(j))
+                SELECT s, s + 2000 AS e, k, count(*) AS c, sum(v)::BIGINT AS sv FROM w
+                WHERE tm < s + 2000 GROUP BY ALL"""
+    else:
+        q = """WITH f AS (SELECT *, CASE WHEN tm - lag(tm) OVER (PARTITION BY k ORDER BY tm)
+                                    <= 300 THEN 0 ELSE 1 END AS new FROM t),
+                    g AS (SELECT *, sum(new) OVER (PARTITION BY k ORDER BY tm
+                          ROWS UNBOUNDED PRECEDING) AS sid FROM f)
+               SELECT min(tm) AS s, max(tm) + 300 AS e, k, count(*) AS c, sum(v)::BIGINT AS sv
+               FROM g GROUP BY k, sid"""
+    return sorted(tuple(r) for r in con.sql(q).fetchall())
+
+
+def windows(result: pa.Table) -> list:
+    def ms(x):
+        return int(x.timestamp() * 1000) if hasattr(x, "timestamp") else int(x)
+    rows = [(ms(r["window_start"]), ms(r["window_end"]), r["k"], r["count"], r["sum_v"])
+            for r in result.to_pylist()]
+    assert len(rows) == len(set(rows[i][:3] for i in range(len(rows)))), "a window twice"
+    return sorted(rows)
+
+
+@pytest.fixture(scope="module")
+def four_partitions(kafka_broker):
+    """3000 records over 4 partitions by key."""
+    recs = records(3000, seed=1)
+    topic = topic_name("four")
+    produce(kafka_broker, topic, recs, lambda i, r: int(r["k"][1:]) % 4, 4)
+    return topic, recs
+
+
+@pytest.mark.parametrize("kind", ["tumbling", "sliding", "session"])
+def test_window_counts_over_a_topic_equal_duckdb(kafka_broker, four_partitions, kind):
+    topic, recs = four_partitions
+    src = KafkaSource(kafka_broker.bootstrap, topic, schema=SCHEMA)
+    got = run(query(kind), src, executors=2)
+    assert windows(got) == duckdb_windows(recs, kind)
+
+
+def test_schema_is_inferred_from_the_first_records(kafka_broker, four_partitions):
+    topic, recs = four_partitions
+    src = KafkaSource(kafka_broker.bootstrap, topic)
+    assert src.schema.names == ["k", "t", "v", "seq", "kafka_timestamp"]
+    assert src.schema.field("t").type == pa.int64()
+    assert windows(run(query("tumbling"), src, executors=2)) == duckdb_windows(recs, "tumbling")
+
+
+def test_a_topic_with_fewer_partitions_than_executors(kafka_broker):
+    recs = records(1500, seed=2)
+    topic = topic_name("fewer")
+    produce(kafka_broker, topic, recs, lambda i, r: i % 2, 2)
+    src = KafkaSource(kafka_broker.bootstrap, topic, schema=SCHEMA)
+    assert windows(run(query("tumbling"), src, executors=3)) == duckdb_windows(recs, "tumbling")
+
+
+def test_skewed_partitions_and_an_empty_one_are_dealt_by_record_count(kafka_broker):
+    """8 partitions, partition 0 holds 70% of the records, partition 7 none:
+    the split deals units by record count, and the result is DuckDB's."""
+    recs = records(4000, seed=3)
+    topic = topic_name("skew")
+    produce(kafka_broker, topic, recs,
+            lambda i, r: 0 if i % 10 < 7 else 1 + i % 6, 8)
+    src = KafkaSource(kafka_broker.bootstrap, topic, schema=SCHEMA, unit_records=500)
+    rows = [sum(u.rows for u in src.split(r, 3)) for r in range(3)]
+    assert sum(rows) == 4000 and max(rows) - min(rows) <= 500
+    assert src.ends[7] == src.starts[7]  # the empty partition has no unit
+    got = run(query("sliding"), src, executors=3)
+    assert windows(got) == duckdb_windows(recs, "sliding")
+
+
+def test_time_from_the_kafka_record_timestamp(kafka_broker):
+    recs = records(1200, seed=4)
+    topic = topic_name("ts")
+    base = 1_700_000_000_000
+    produce(kafka_broker, topic, recs, lambda i, r: i % 3, 3,
+            timestamp=lambda i, r: base + r["t"])
+    src = KafkaSource(kafka_broker.bootstrap, topic, schema=SCHEMA, time="kafka_timestamp")
+    got = run(query("tumbling", "kafka_timestamp"), src, executors=2)
+    want = duckdb_windows([dict(r, t=base + r["t"]) for r in recs], "tumbling")
+    assert windows(got) == want
+
+
+def test_raw_format_keeps_key_and_value_bytes(kafka_broker):
+    topic = topic_name("raw")
+    values = [bytes([i % 256]) * (i % 5) + b"\x00\xff" for i in range(300)]
+    produce(kafka_broker, topic, values, lambda i, r: i % 2, 2, key=lambda i, r: b"k%d" % i)
+    src = KafkaSource(kafka_broker.bootstrap, topic, format="raw")
+    assert src.schema.names == ["key", "value", "kafka_timestamp"]
+    got = pa.Table.from_batches([b for b in src.read(0, 1) if isinstance(b, pa.RecordBatch)])
+    pairs = sorted(zip(got.column("key").to_pylist(), got.column("value").to_pylist()))
+    assert pairs == sorted((b"k%d" % i, v) for i, v in enumerate(values))
+
+
+def test_malformed_values_are_skipped_counted_and_reported_with_their_offsets(
+        kafka_broker, tmp_path, caplog):
+    recs = records(900, seed=5)
+    values = [json.dumps(r).encode() for r in recs]
+    bad_at = {17: b"{not json", 300: b'{"k": "c1", "t": "soon", "v": 1, "seq": 0}',
+              301: b"[1, 2]", 650: None, 899: b""}
+    for i, v in bad_at.items():
+        values[i] = v
+    topic = topic_name("bad")
+    produce(kafka_broker, topic, values, lambda i, r: 0, 1)
+    src = KafkaSource(kafka_broker.bootstrap, topic, schema=SCHEMA,
+                      bad_records=str(tmp_path / "bad"))
+    with caplog.at_level("WARNING", logger="slash.kafka"):
+        got = run(query("tumbling"), src)  # in process: the reader's warning is caught here
+    good = [r for i, r in enumerate(recs) if i not in bad_at]
+    assert windows(got) == duckdb_windows(good, "tumbling")
+    assert f"topic {topic!r} partition 0: 5 malformed value(s) skipped, the first at offset 17" \
+        in caplog.text
+    [f] = os.listdir(tmp_path / "bad")
+    found = [json.loads(line) for line in open(tmp_path / "bad" / f)]
+    assert [(b["topic"], b["partition"], b["offset"]) for b in found] == \
+        [(topic, 0, i) for i in sorted(bad_at)]
+    assert "null value" in found[3]["error"] and "schema" in found[1]["error"]
+
+
+def test_an_unreachable_broker_is_a_clear_error_within_seconds():
+    from kafka_broker import free_port
+
+    t0 = time.monotonic()
+    with pytest.raises(Timeout, match=r"unreachable within 3 s"):
+        KafkaSource(f"127.0.0.1:{free_port()}", "t", schema=SCHEMA, connect_timeout=3)
+    assert time.monotonic() - t0 < 8
+
+
+def test_a_missing_topic_is_named(kafka_broker):
+    with pytest.raises(UnknownName, match="no topic 'nosuch'"):
+        KafkaSource(kafka_broker.bootstrap, "nosuch", schema=SCHEMA)
+
+
+def test_positions_are_offsets_and_a_resplit_reads_every_record_once(kafka_broker):
+    """Half of each rank's work read, the rest re-dealt to 3 ranks: every
+    record (by seq) is read exactly once in all."""
+    recs = records(2000, seed=6)
+    topic = topic_name("resplit")
+    produce(kafka_broker, topic, recs, lambda i, r: i % 5, 5)
+    src = KafkaSource(kafka_broker.bootstrap, topic, schema=SCHEMA, unit_records=150)
+    seen, lefts = [], []
+    for rank in range(2):
+        work = src.work(rank, 2)
+        pos = None
+        for i, (pos, item) in enumerate(src.read_work(work, ["seq"], batch_rows=40)):
+            seen += item.column(0).to_pylist()
+            if i == 7:
+                break
+        lefts.append(src.remaining(work, pos))
+        p, lo, _ = src.ranges[lefts[-1][0][0]]
+        assert lo + 40 * lefts[-1][0][1] <= src.ends[p]  # [unit, batches]: an offset of p
+    for work in src.resplit(lefts, 3):
+        seen += [s for _, b in src.read_work(work, ["seq"], batch_rows=40)
+                 for s in b.column(0).to_pylist()]
+    assert sorted(seen) == list(range(2000))
+
+
+def test_an_executor_killed_mid_topic_with_checkpoints_gives_duckdbs_output(
+        kafka_broker, tmp_path, monkeypatch):
+    recs = records(6000, seed=7)
+    topic = topic_name("kill")
+    produce(kafka_broker, topic, recs, lambda i, r: i % 4, 4)
+    src = KafkaSource(kafka_broker.bootstrap, topic, schema=SCHEMA, unit_records=400)
+    monkeypatch.setenv("SLASH_TEST_KILL", "1:6:0:1")  # rank 1 at push 6, after a cut
+    m = {}
+    got = run(query("session"), src, executors=2, checkpoint=str(tmp_path / "ck"),
+              checkpoint_every="2 batches", group=GroupConfig(epoch_ms=10), metrics=m)
+    assert windows(got) == duckdb_windows(recs, "session")
+    assert len(m["recoveries"]) == 1 and m["recoveries"][0]["from_checkpoint"] is not None
