@@ -4,6 +4,7 @@ DuckDB's over the records produced into it."""
 from __future__ import annotations
 
 import itertools
+import threading
 import json
 import os
 import time
@@ -19,7 +20,8 @@ from slash.query import Query
 from slash.runner import run
 
 ck = pytest.importorskip("confluent_kafka")
-from slash.kafka import KafkaSource  # noqa: E402
+from slash.kafka import KafkaSource, KafkaStream  # noqa: E402
+from slash.sources import Watermark  # noqa: E402
 
 SCHEMA = pa.schema([("k", pa.string()), ("t", pa.int64()), ("v", pa.int64()),
                     ("seq", pa.int64())])
@@ -241,3 +243,87 @@ def test_an_executor_killed_mid_topic_with_checkpoints_gives_duckdbs_output(
               checkpoint_every="2 batches", group=GroupConfig(epoch_ms=10), metrics=m)
     assert windows(got) == duckdb_windows(recs, "session")
     assert len(m["recoveries"]) == 1 and m["recoveries"][0]["from_checkpoint"] is not None
+
+
+# ---- KafkaStream: unbounded, watermarks per partition -----------------------------------
+@pytest.mark.parametrize("kind", ["tumbling", "session"])
+def test_stream_window_counts_over_a_topic_equal_duckdb(kafka_broker, four_partitions, kind):
+    topic, recs = four_partitions
+    src = KafkaStream(kafka_broker.bootstrap, topic, schema=SCHEMA, lateness=250,
+                      idle_timeout=0.5, end_after_idle=1.0)
+    m = {}
+    got = run(query(kind), src, executors=2, metrics=m)
+    assert windows(got) == duckdb_windows(recs, kind)
+    assert m["late_records"] == 0
+
+
+def test_per_partition_watermarks_keep_a_lagging_partition_on_time(kafka_broker):
+    """Partition 0 is 10 s of event time ahead of partition 1, whose records
+    arrive 2.5 s later, both in order: with lateness 0 nothing is late, since
+    the rank's watermark is the minimum over its partitions (one watermark
+    from the largest time seen would make all of partition 1 late)."""
+    ahead = [dict(r, t=r["t"] + 10_000) for r in records(800, seed=8)]
+    behind = [dict(r, seq=r["seq"] + 800) for r in records(800, seed=9)]
+    recs = [dict(r, t=r["t"] - r["t"] % 200) for r in ahead + behind]  # ascending per partition
+    topic = topic_name("lag")
+    produce(kafka_broker, topic, recs[:800], lambda i, r: 0, 2)
+
+    def later():
+        time.sleep(2.5)
+        p = ck.Producer({"bootstrap.servers": kafka_broker.bootstrap})
+        for r in recs[800:]:
+            p.produce(topic, json.dumps(r).encode(), partition=1)
+        p.flush(10)
+
+    th = threading.Thread(target=later)
+    th.start()
+    try:
+        src = KafkaStream(kafka_broker.bootstrap, topic, schema=SCHEMA, lateness=0,
+                          idle_timeout=30, end_after_idle=4.0)
+        m = {}
+        got = run(query("tumbling"), src, executors=1, metrics=m)
+    finally:
+        th.join()
+    assert m["late_records"] == 0
+    assert windows(got) == duckdb_windows(recs, "tumbling")
+
+
+def test_an_idle_partition_stops_holding_the_watermark_after_the_idle_timeout(kafka_broker):
+    """Partition 1 stays silent while partition 0 gets a record every 50 ms:
+    no watermark until partition 1 has been idle for idle_timeout, then the
+    watermark follows partition 0 alone."""
+    topic = topic_name("idle")
+    kafka_broker.create_topic(topic, 2)
+    src = KafkaStream(kafka_broker.bootstrap, topic, schema=SCHEMA, lateness=0,
+                      idle_timeout=1.0)
+    stop = threading.Event()
+    sent = []
+
+    def feed():
+        p = ck.Producer({"bootstrap.servers": kafka_broker.bootstrap, "linger.ms": 0})
+        i = 0
+        while not stop.is_set() and i < 80:
+            r = {"k": "c0", "t": 1000 * i, "v": 1, "seq": i}
+            p.produce(topic, json.dumps(r).encode(), partition=0)
+            p.flush(5)
+            sent.append(r["t"])
+            i += 1
+            time.sleep(0.05)
+
+    th = threading.Thread(target=feed)
+    t0 = time.monotonic()
+    th.start()
+    marks = []
+    try:
+        for item in src.read(0, 1, time="t"):
+            if isinstance(item, Watermark):
+                marks.append((time.monotonic() - t0, item.value.as_py()))
+                if len(marks) >= 5:
+                    break
+            assert time.monotonic() - t0 < 20
+    finally:
+        stop.set()
+        th.join()
+    assert marks[0][0] >= 1.0  # partition 1 held the rank back until it was idle
+    assert [v for _, v in marks] == sorted(v for _, v in marks)
+    assert all(v in sent for _, v in marks)  # partition 0's largest time, lateness 0

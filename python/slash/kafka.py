@@ -15,8 +15,8 @@ their offsets, to the new executor count. Reading a unit is deterministic
 (the same records in the same batches), which is what exactly-once replay
 after a failure rests on.
 
-:class:`KafkaStream` (``KafkaSource(..., bounded=False)``) is an unbounded
-stream (see its doc for watermarks and idleness).
+:class:`KafkaStream` reads a topic as an unbounded stream, with event-time
+watermarks per partition and an idle timeout (see its doc for the rule).
 
 Values are decoded in bulk: JSON objects (``format="json"``, the default) by
 ``pyarrow.json`` over the unit's values joined by newlines (one parse per
@@ -444,3 +444,241 @@ class KafkaSource(BatchSource):
         if r.consumer is not None:
             r.consumer.close()
             r.consumer = None
+
+
+# ---- an unbounded stream ----------------------------------------------------------------
+_TICKS_PER_MS = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}
+
+
+def _ms_to_ticks(ms: int, t: pa.DataType) -> int:
+    """A duration of ``ms`` milliseconds in the units of time type ``t``, rounded up."""
+    if pa.types.is_timestamp(t):
+        per = _TICKS_PER_MS[t.unit]
+        return -(-ms // 1000) if per is None else ms * per
+    return ms  # an integer time column holds ms
+
+
+def _as_seconds(v: Any, what: str) -> float:
+    from slash.window import parse_duration
+
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise InvalidArgument(f"{what} must be seconds or a duration like '5s', got {v!r}")
+    s = parse_duration(v, what) / 1000.0 if isinstance(v, str) else float(v)
+    if s < 0:
+        raise InvalidArgument(f"{what} must be >= 0, got {v!r}")
+    return s
+
+
+class KafkaStream:
+    """A topic read as an unbounded stream, from ``start`` on (see the module
+    doc for decoding, malformed values and errors).
+
+    Rank r of n reads the topic's partitions p_r, p_{r+n}, ... (sorted),
+    assigned directly (no consumer group).
+
+    **Watermarks, per partition.** ``read(..., time=COL)`` keeps, for each of
+    its partitions, the largest COL value read so far, and that partition's
+    watermark is that value minus ``lateness``: records of one partition may
+    come at most ``lateness`` out of order. The rank's watermark (the
+    :class:`~slash.sources.Watermark` it yields after each batch when it
+    advanced) is the **minimum over its partitions that are not idle**: a
+    partition that gave no record for ``idle_timeout`` (wall clock) is idle
+    and does not hold the others back until it gives a record again; a
+    partition that never gave one holds the rank back until it is idle. When
+    every partition of a rank is idle, the rank's watermark is the largest of
+    its partitions' (it never goes back). A rank without partitions promises
+    the end of time. The group's watermark is the minimum over ranks, so a
+    window fires once every partition that is not idle passed its end; a
+    record older than it (an idle partition that woke up behind) is late.
+    The executor takes its watermark from these markers alone
+    (``bounded = True`` tells the rank loop so), not from the largest time
+    any partition of it has seen.
+
+    The stream ends when the rank loop's ``wait`` says so (stop), or, given
+    ``end_after_idle``, once every partition of the rank was idle that long.
+
+    Positions are the next offset of each partition: :meth:`read_from` yields
+    them and resumes from them (the rank loop must call it to record them at a
+    cut and seek to them on a restart; see the report in docs/kafka.md).
+    """
+
+    #: to the rank loop: the executor's watermark moves by this source's markers only
+    bounded = True
+
+    def __init__(self, bootstrap: str, topic: str, *, schema: Optional[pa.Schema] = None,
+                 time: Optional[str] = None, format: str = "json",
+                 timestamp_column: Optional[str] = "kafka_timestamp",
+                 start: Union[str, Mapping[int, int]] = "earliest",
+                 lateness: Union[int, str] = 0, idle_timeout: Any = "5s",
+                 end_after_idle: Any = None, bad_records: Optional[str] = None,
+                 config: Optional[Mapping[str, Any]] = None, connect_timeout: float = 10.0,
+                 poll_interval: float = 0.05) -> None:
+        from slash.window import parse_duration
+
+        if format not in ("json", "raw"):
+            raise InvalidArgument(f"format must be 'json' or 'raw', got {format!r}")
+        self.bootstrap, self.topic, self.config = bootstrap, topic, dict(config or {})
+        self.lateness_ms = parse_duration(lateness, "lateness") if isinstance(lateness, str) \
+            else int(lateness)
+        if self.lateness_ms < 0:
+            raise InvalidArgument(f"lateness must be >= 0, got {lateness!r}")
+        self.idle_timeout = _as_seconds(idle_timeout, "idle_timeout")
+        self.end_after_idle = None if end_after_idle is None else \
+            _as_seconds(end_after_idle, "end_after_idle")
+        self.poll_interval = float(poll_interval)
+        c, self.partitions = _meta(bootstrap, topic, config, connect_timeout)
+        try:
+            self.starts, ends = _offsets(c, topic, self.partitions, start, connect_timeout)
+            if format == "json" and schema is None:
+                schema = _infer_schema(c, topic, self.starts, ends, connect_timeout)
+        finally:
+            c.close()
+        self._decoder = _Decoder(topic, format, schema, timestamp_column, bad_records)
+        self.schema, self.time = self._decoder.schema, time
+        if time is not None and time not in self.schema.names:
+            raise UnknownName(f"topic {topic!r} has no column {time!r} (columns: "
+                              f"{', '.join(self.schema.names)})")
+
+    @property
+    def malformed(self) -> int:
+        """Malformed values this process skipped."""
+        return self._decoder.malformed
+
+    def may_have_nulls(self, column: str) -> bool:
+        if column not in self.schema.names:
+            raise UnknownName(f"topic {self.topic!r} has no column {column!r}")
+        return column != self._decoder.timestamp_column
+
+    def assignment(self, rank: int, n: int) -> List[int]:
+        """The partitions rank reads of n: every n-th, from the rank-th."""
+        if not 0 <= rank < n:
+            raise InvalidArgument(f"rank {rank} is outside 0..{n - 1}")
+        return self.partitions[rank::n]
+
+    def read(self, rank: int, n: int, columns: Optional[List[str]] = None,
+             batch_rows: int = BATCH_RECORDS, time: Optional[str] = None,
+             wait: Optional[Any] = None) -> Iterator[Union[pa.RecordBatch, Watermark]]:
+        """Rank's batches as they arrive; with ``time`` (or the source's
+        ``time``), Watermarks as the class doc says. ``wait(seconds)``: what
+        to do while nothing arrives (the rank loop serves its executor; True:
+        stop)."""
+        for _, item in self.read_from(rank, n, columns, batch_rows, time, None, wait):
+            yield item
+
+    def read_from(self, rank: int, n: int, columns: Optional[List[str]] = None,
+                  batch_rows: int = BATCH_RECORDS, time: Optional[str] = None,
+                  start: Optional[Mapping[str, int]] = None, wait: Optional[Any] = None
+                  ) -> Iterator[Tuple[Dict[str, int], Union[pa.RecordBatch, Watermark]]]:
+        """What :meth:`read` yields, each item with the position after it:
+        ``{"<partition>": next offset}`` for each partition of the rank.
+        ``start`` resumes there (partitions it does not name start at the
+        source's ``start``)."""
+        ck = _kafka()
+        time_col = time if time is not None else self.time
+        names = list(columns) if columns else self.schema.names
+        for c in names:
+            if c not in self.schema.names:
+                raise UnknownName(f"topic {self.topic!r} has no column {c!r}")
+        mine = self.assignment(rank, n)
+        pos = {str(p): int((start or {}).get(str(p), self.starts[p])) for p in mine}
+        t = self.schema.field(time_col).type if time_col is not None else None
+        if t is not None and not (pa.types.is_integer(t) or pa.types.is_timestamp(t)):
+            raise SchemaError(f"a Kafka stream's time column {time_col!r} must be an integer "
+                              f"(ms) or a timestamp, not {t}")
+        late = _ms_to_ticks(self.lateness_ms, t) if t is not None else 0
+        top: Dict[int, Optional[int]] = {p: None for p in mine}  # largest time per partition
+        heard = {p: _now() for p in mine}  # when each partition last gave a record
+        mark: Optional[int] = None
+
+        def watermark() -> Optional[int]:
+            now = _now()
+            live = [p for p in mine if now - heard[p] < self.idle_timeout]
+            if not mine:
+                return (1 << 63) - 1
+            if live:
+                if any(top[p] is None for p in live):
+                    return None
+                return min(top[p] for p in live) - late
+            seen = [v for v in top.values() if v is not None]
+            return max(seen) - late if seen else None
+
+        def advanced() -> Optional[Watermark]:
+            nonlocal mark
+            if t is None:
+                return None
+            w = watermark()
+            if w is None or (mark is not None and w <= mark):
+                return None
+            mark = w
+            return Watermark(_scalar(w, t))
+
+        if not mine:
+            w = advanced()
+            if w is not None:
+                yield dict(pos), w
+            while not (wait(self.poll_interval) if wait is not None else _sleep(self.poll_interval)):
+                if self.end_after_idle is not None:
+                    return
+            return
+        c = ck.Consumer(_consumer_config(self.bootstrap, self.config))
+        try:
+            c.assign([ck.TopicPartition(self.topic, p, pos[str(p)]) for p in mine])
+            while True:
+                got = c.consume(num_messages=batch_rows, timeout=0 if wait is not None
+                                else self.poll_interval)
+                by: Dict[int, List[Any]] = {}
+                for m in got:
+                    err = m.error()
+                    if err is None:
+                        by.setdefault(m.partition(), []).append(m)
+                    elif err.code() != ck.KafkaError._PARTITION_EOF and \
+                            (err.fatal() or not err.retriable()):
+                        raise Timeout(f"Kafka topic {self.topic!r}: {err.str()}")
+                for p, msgs in sorted(by.items()):
+                    heard[p] = _now()
+                    b, bad = self._decoder.decode(p, msgs)
+                    self._decoder.report(bad, p, msgs[0].offset())
+                    pos[str(p)] = msgs[-1].offset() + 1
+                    if b is None:
+                        continue
+                    if t is not None:
+                        hi = _max_ticks(b.column(time_col))
+                        if hi is not None and (top[p] is None or hi > top[p]):
+                            top[p] = hi
+                    yield dict(pos), (b if names == self.schema.names else b.select(names))
+                w = advanced()  # an idle partition stops holding the rank back, data or not
+                if w is not None:
+                    yield dict(pos), w
+                if got:
+                    continue
+                if self.end_after_idle is not None and \
+                        all(_now() - heard[p] >= self.end_after_idle for p in mine):
+                    return
+                if wait is not None and wait(self.poll_interval):
+                    return
+        finally:
+            c.close()
+
+
+def _now() -> float:
+    return time.monotonic()
+
+
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return False
+
+
+def _max_ticks(col: pa.Array) -> Optional[int]:
+    import pyarrow.compute as pc
+
+    if col.null_count == len(col):
+        return None
+    v = pc.max(col)
+    return v.cast(pa.int64()).as_py() if pa.types.is_timestamp(col.type) else v.as_py()
+
+
+def _scalar(v: int, t: pa.DataType) -> pa.Scalar:
+    from slash.arrow_np import scalar
+
+    return scalar(v, t)

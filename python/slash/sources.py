@@ -984,8 +984,12 @@ def input_stamp(source: Any) -> Dict[str, List[int]]:
 
 
 def as_source(obj: Any) -> Source:
-    """A path, list of paths, pyarrow.Table or Source as a Source."""
+    """A path, list of paths, pyarrow.Table or Source as a Source: any object
+    with a ``schema`` (pyarrow.Schema) and ``read(rank, n, columns, ...)``
+    (e.g. :class:`slash.kafka.KafkaStream`) is one."""
     if isinstance(obj, (FileSource, TableSource, GeneratorSource)):
+        return obj
+    if callable(getattr(obj, "read", None)) and isinstance(getattr(obj, "schema", None), pa.Schema):
         return obj
     if isinstance(obj, pa.Table):
         return TableSource(obj)
