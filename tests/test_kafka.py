@@ -327,3 +327,37 @@ def test_an_idle_partition_stops_holding_the_watermark_after_the_idle_timeout(ka
     assert marks[0][0] >= 1.0  # partition 1 held the rank back until it was idle
     assert [v for _, v in marks] == sorted(v for _, v in marks)
     assert all(v in sent for _, v in marks)  # partition 0's largest time, lateness 0
+
+
+# ---- slash run ---------------------------------------------------------------------------
+@pytest.mark.parametrize("stream", [False, True], ids=["bounded", "stream"])
+def test_slash_run_reads_a_topic(kafka_broker, four_partitions, tmp_path, stream):
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    topic, recs = four_partitions
+    out = tmp_path / "out.parquet"
+    argv = [sys.executable, "-m", "slash", "run", "--kafka-bootstrap", kafka_broker.bootstrap,
+            "--topic", topic, "--time", "t", "--window", "tumbling:1s", "--key", "k",
+            "--agg", "count", "--agg", "sum:v", "--executors", "2", "--output", str(out)]
+    if stream:
+        argv += ["--kafka-stream", "--lateness", "250ms", "--kafka-idle-timeout", "500ms",
+                 "--kafka-end-after-idle", "1s"]
+    got = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert "3,000 records" in got.stdout + got.stderr
+    assert windows(pq.read_table(out)) == duckdb_windows(recs, "tumbling")
+
+
+def test_slash_run_names_a_missing_kafka_option(tmp_path):
+    import subprocess
+    import sys
+
+    got = subprocess.run([sys.executable, "-m", "slash", "run", "--topic", "t", "--time", "t",
+                          "--window", "tumbling:1s", "--key", "k", "--agg", "count",
+                          "--output", str(tmp_path / "o.parquet")],
+                         capture_output=True, text=True, timeout=60)
+    assert got.returncode != 0
+    assert "needs both --kafka-bootstrap HOST:PORT and --topic T" in got.stderr
