@@ -70,8 +70,12 @@ class KafkaBroker:
         b = cls(str(directory), kafka_jars())
         b._write_config()
         cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        subprocess.run(b._java("kafka.tools.StorageTool", "format", "-t", cluster,
-                               "-c", b.config), check=True, capture_output=True, timeout=120)
+        # (an id may start with '-': given as --cluster-id=ID, it is no option)
+        got = subprocess.run(b._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster}",
+                                     "-c", b.config), capture_output=True, text=True, timeout=120)
+        if got.returncode != 0:
+            raise RuntimeError(f"formatting the Kafka broker's storage failed: "
+                               f"{got.stdout[-2000:]}{got.stderr[-2000:]}")
         b._launch(timeout)
         return b
 

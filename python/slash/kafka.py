@@ -482,9 +482,11 @@ class KafkaStream:
     come at most ``lateness`` out of order. The rank's watermark (the
     :class:`~slash.sources.Watermark` it yields after each batch when it
     advanced) is the **minimum over its partitions that are not idle**: a
-    partition that gave no record for ``idle_timeout`` (wall clock) is idle
-    and does not hold the others back until it gives a record again; a
-    partition that never gave one holds the rank back until it is idle. When
+    partition that was read to its end and then gave no record for
+    ``idle_timeout`` (wall clock) is idle and does not hold the others back
+    until it gives a record again; a partition that never gave one holds the
+    rank back until it is idle. (A partition with a backlog is never idle,
+    however slowly the consumer reaches it.) When
     every partition of a rank is idle, the rank's watermark is the largest of
     its partitions' (it never goes back). A rank without partitions promises
     the end of time. The group's watermark is the minimum over ranks, so a
@@ -495,7 +497,10 @@ class KafkaStream:
     any partition of it has seen.
 
     The stream ends when the rank loop's ``wait`` says so (stop), or, given
-    ``end_after_idle``, once every partition of the rank was idle that long.
+    ``end_after_idle``, once every partition of the rank was read to its end
+    and silent that long.
+    A batch holds what one poll of the consumer gave, at most
+    ``batch_records`` records, decoded per partition.
 
     Positions are the next offset of each partition: :meth:`read_from` yields
     them and resumes from them (the rank loop must call it to record them at a
@@ -512,8 +517,13 @@ class KafkaStream:
                  lateness: Union[int, str] = 0, idle_timeout: Any = "5s",
                  end_after_idle: Any = None, bad_records: Optional[str] = None,
                  config: Optional[Mapping[str, Any]] = None, connect_timeout: float = 10.0,
-                 poll_interval: float = 0.05) -> None:
+                 poll_interval: float = 0.05, batch_records: int = BATCH_RECORDS) -> None:
         from slash.window import parse_duration
+
+        if isinstance(batch_records, bool) or not isinstance(batch_records, int) or \
+                batch_records < 1:
+            raise InvalidArgument(f"batch_records must be an int >= 1, got {batch_records!r}")
+        self.batch_records = batch_records
 
         if format not in ("json", "raw"):
             raise InvalidArgument(f"format must be 'json' or 'raw', got {format!r}")
@@ -555,6 +565,38 @@ class KafkaStream:
             raise InvalidArgument(f"rank {rank} is outside 0..{n - 1}")
         return self.partitions[rank::n]
 
+    # -- positions: {"<partition>": next offset}, in global terms --------------------------
+    def work(self, rank: int, n: int, time: Optional[str] = None) -> Dict[str, int]:
+        """Rank's share of a fresh read: its partitions at the start offsets."""
+        return {str(p): self.starts[p] for p in self.assignment(rank, n)}
+
+    @staticmethod
+    def remaining(work: Mapping[str, int], pos: Optional[Mapping[str, int]]) -> Dict[str, int]:
+        """What is left of ``work`` at position ``pos`` (None: nothing read).
+
+        >>> KafkaStream.remaining({"0": 5, "2": 0}, {"0": 9, "2": 3})
+        {'0': 9, '2': 3}
+        """
+        return {p: int((pos or {}).get(p, off)) for p, off in work.items()}
+
+    def resplit(self, left: Sequence[Mapping[str, int]], n: int,
+                time: Optional[str] = None) -> List[Dict[str, int]]:
+        """Every rank's position at a cut dealt to ``n`` ranks: each partition
+        with its offset, partitions[r::n] to rank r (as :meth:`assignment`).
+        A partition in no position starts at the source's start (the topic
+        gained it); one in two is refused (positions of another run)."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InvalidArgument(f"resplit needs n >= 1 ranks, got {n!r}")
+        offsets: Dict[str, int] = {}
+        for w in left:
+            for p, off in w.items():
+                if p in offsets:
+                    raise InvalidArgument(f"partition {p} of topic {self.topic!r} is in two "
+                                          "ranks' positions (a checkpoint of another run?)")
+                offsets[p] = int(off)
+        return [{str(p): offsets.get(str(p), self.starts[p]) for p in self.partitions[r::n]}
+                for r in range(n)]
+
     def read(self, rank: int, n: int, columns: Optional[List[str]] = None,
              batch_rows: int = BATCH_RECORDS, time: Optional[str] = None,
              wait: Optional[Any] = None) -> Iterator[Union[pa.RecordBatch, Watermark]]:
@@ -571,16 +613,25 @@ class KafkaStream:
                   ) -> Iterator[Tuple[Dict[str, int], Union[pa.RecordBatch, Watermark]]]:
         """What :meth:`read` yields, each item with the position after it:
         ``{"<partition>": next offset}`` for each partition of the rank.
-        ``start`` resumes there (partitions it does not name start at the
-        source's ``start``)."""
+        ``start`` (such a position) resumes there."""
+        return self.read_work(self.remaining(self.work(rank, n), start), columns, batch_rows,
+                              time, wait)
+
+    def read_work(self, work: Mapping[str, int], columns: Optional[List[str]] = None,
+                  batch_rows: int = BATCH_RECORDS, time: Optional[str] = None,
+                  wait: Optional[Any] = None
+                  ) -> Iterator[Tuple[Dict[str, int], Union[pa.RecordBatch, Watermark]]]:
+        """Reads the partitions of ``work`` (``{"<partition>": offset}``,
+        from :meth:`work`, :meth:`remaining` or :meth:`resplit`) from
+        those offsets on, as :meth:`read_from` does."""
         ck = _kafka()
         time_col = time if time is not None else self.time
         names = list(columns) if columns else self.schema.names
         for c in names:
             if c not in self.schema.names:
                 raise UnknownName(f"topic {self.topic!r} has no column {c!r}")
-        mine = self.assignment(rank, n)
-        pos = {str(p): int((start or {}).get(str(p), self.starts[p])) for p in mine}
+        mine = sorted(int(p) for p in work)
+        pos = {str(p): int(work[str(p)]) for p in mine}
         t = self.schema.field(time_col).type if time_col is not None else None
         if t is not None and not (pa.types.is_integer(t) or pa.types.is_timestamp(t)):
             raise SchemaError(f"a Kafka stream's time column {time_col!r} must be an integer "
@@ -588,11 +639,12 @@ class KafkaStream:
         late = _ms_to_ticks(self.lateness_ms, t) if t is not None else 0
         top: Dict[int, Optional[int]] = {p: None for p in mine}  # largest time per partition
         heard = {p: _now() for p in mine}  # when each partition last gave a record
+        at_end = {p: False for p in mine}  # read to its end (an EOF event since its last record)
         mark: Optional[int] = None
 
         def watermark() -> Optional[int]:
             now = _now()
-            live = [p for p in mine if now - heard[p] < self.idle_timeout]
+            live = [p for p in mine if not (at_end[p] and now - heard[p] >= self.idle_timeout)]
             if not mine:
                 return (1 << 63) - 1
             if live:
@@ -624,18 +676,22 @@ class KafkaStream:
         try:
             c.assign([ck.TopicPartition(self.topic, p, pos[str(p)]) for p in mine])
             while True:
-                got = c.consume(num_messages=batch_rows, timeout=0 if wait is not None
+                got = c.consume(num_messages=min(batch_rows, self.batch_records),
+                                timeout=0 if wait is not None
                                 else self.poll_interval)
                 by: Dict[int, List[Any]] = {}
                 for m in got:
                     err = m.error()
                     if err is None:
                         by.setdefault(m.partition(), []).append(m)
-                    elif err.code() != ck.KafkaError._PARTITION_EOF and \
-                            (err.fatal() or not err.retriable()):
+                    elif err.code() == ck.KafkaError._PARTITION_EOF:
+                        if m.partition() in at_end and m.offset() >= pos[str(m.partition())]:
+                            at_end[m.partition()] = True
+                    elif err.fatal() or not err.retriable():
                         raise Timeout(f"Kafka topic {self.topic!r}: {err.str()}")
                 for p, msgs in sorted(by.items()):
                     heard[p] = _now()
+                    at_end[p] = False
                     b, bad = self._decoder.decode(p, msgs)
                     self._decoder.report(bad, p, msgs[0].offset())
                     pos[str(p)] = msgs[-1].offset() + 1
@@ -652,7 +708,7 @@ class KafkaStream:
                 if got:
                     continue
                 if self.end_after_idle is not None and \
-                        all(_now() - heard[p] >= self.end_after_idle for p in mine):
+                        all(at_end[p] and _now() - heard[p] >= self.end_after_idle for p in mine):
                     return
                 if wait is not None and wait(self.poll_interval):
                     return
