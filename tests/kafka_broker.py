@@ -39,6 +39,15 @@ def kafka_jars() -> str:
     return got.stdout.strip().splitlines()[-1]
 
 
+def _die_with_parent() -> None:
+    """In the broker's process before exec: SIGKILL it when the test process
+    dies (a killed pytest leaves no broker behind)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 # a JVM that starts fast and stays small: the broker serves a few MB in a test
 _JVM = ["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
         "-Xshare:auto", "-Djava.awt.headless=true"]
@@ -113,7 +122,8 @@ class KafkaBroker:
     def _launch(self, timeout: float) -> None:
         out = open(os.path.join(self.dir, "stdout.log"), "ab")
         self.proc = subprocess.Popen(self._java("kafka.Kafka", self.config), stdout=out,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
         out.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
