@@ -401,3 +401,95 @@ def test_a_checkpoint_of_a_topic_resumes_on_another_executor_count(
     got = run(query("sliding"), src, executors=3, metrics=m, **kw)
     assert windows(got) == duckdb_windows(recs, "sliding")
     assert m["records_replayed"] < 6000  # resumed from the cut, not from the start
+
+
+# ---- KafkaSink --------------------------------------------------------------------------
+def read_topic(broker, topic, isolation="read_committed"):
+    """Every record of ``topic`` as (key, value dict, headers) in partition/offset order."""
+    c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "reader",
+                     "isolation.level": isolation, "enable.partition.eof": True,
+                     "enable.auto.commit": False})
+    out = []
+    md = c.list_topics(topic, timeout=10).topics[topic]
+    for p in sorted(md.partitions):
+        c.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                assert m.error().code() == ck.KafkaError._PARTITION_EOF, m.error()
+                break
+            out.append((m.key().decode(), json.loads(m.value()), dict(m.headers() or [])))
+        c.unassign()
+    c.close()
+    return out
+
+
+def test_sink_writes_each_fired_window_keyed_by_its_group_key(kafka_broker, four_partitions):
+    from slash.kafka import KafkaSink
+
+    topic, recs = four_partitions
+    result = run(query("sliding"), KafkaSource(kafka_broker.bootstrap, topic, schema=SCHEMA),
+                 executors=2)
+    out = topic_name("out")
+    kafka_broker.create_topic(out, 3)
+    sink = KafkaSink(kafka_broker.bootstrap, out, key="k")
+    assert sink.write(result) == result.num_rows
+    sink.close()
+    got = read_topic(kafka_broker, out)
+    assert all(k == v["k"] for k, v, _ in got)
+    assert sorted((v["window_start"], v["window_end"], v["k"], v["count"], v["sum_v"])
+                  for _, v, _ in got) == duckdb_windows(recs, "sliding")
+
+
+def window_table(cut: int) -> pa.Table:
+    """The windows a checkpoint `cut` covers (a fixed table per cut)."""
+    return pa.table({"window_start": pa.array([cut * 1000] * 3, pa.int64()),
+                     "window_end": pa.array([cut * 1000 + 1000] * 3, pa.int64()),
+                     "k": ["a", "b", "c"], "count": pa.array([cut, cut + 1, cut + 2], pa.int64())})
+
+
+_DIES_IN_A_TRANSACTION = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+from test_kafka import window_table
+from slash.kafka import KafkaSink
+s = KafkaSink({bootstrap!r}, {topic!r}, key="k", transactional_id="tx-test")
+s.deliver(1, window_table(1))            # checkpoint 1: committed
+p = s._p()
+p.begin_transaction()                    # checkpoint 2: written, never committed
+s._produce(window_table(2), [("slash-cut", b"2")])
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_transactional_sink_recovers_a_killed_delivery_exactly_once(kafka_broker):
+    """A producer dies inside checkpoint 2's transaction: the recovering sink
+    (same transactional id) aborts it and delivers checkpoint 2 again; a
+    read_committed reader sees each window once (a read_uncommitted one sees
+    the dead attempt's records too), and recovering again delivers nothing."""
+    import subprocess
+    import sys
+
+    from slash.kafka import KafkaSink
+
+    topic = topic_name("tx")
+    kafka_broker.create_topic(topic, 2)
+    child = subprocess.run([sys.executable, "-c", _DIES_IN_A_TRANSACTION.format(
+        tests=os.path.dirname(os.path.abspath(__file__)), bootstrap=kafka_broker.bootstrap,
+        topic=topic)], capture_output=True, text=True, timeout=120)
+    assert child.returncode == -9, child.stderr
+    sink = KafkaSink(kafka_broker.bootstrap, topic, key="k", transactional_id="tx-test")
+    assert sink.recover({1: window_table(1), 2: window_table(2)}) == [2]
+    want = sorted(tuple(r.values()) for c in (1, 2) for r in window_table(c).to_pylist())
+    got = read_topic(kafka_broker, topic)
+    assert sorted(tuple(v.values()) for _, v, _ in got) == want
+    assert sorted(h["slash-cut"] for _, _, h in got) == [b"1"] * 3 + [b"2"] * 3
+    dirty = read_topic(kafka_broker, topic, "read_uncommitted")
+    assert len(dirty) == 9  # the aborted attempt's 3 records are in the log
+    sink.close()
+    again = KafkaSink(kafka_broker.bootstrap, topic, key="k", transactional_id="tx-test")
+    assert again.recover({1: window_table(1), 2: window_table(2)}) == []
+    again.close()
