@@ -42,10 +42,10 @@ def records(n: int, seed: int = 0, span_ms: int = 20_000, keys: int = 7):
     return [{"k": f"c{k[i]}", "t": int(t[i]), "v": int(v[i]), "seq": i} for i in range(n)]
 
 
-def produce(broker, topic, recs, partition_of, partitions, key=None, timestamp=None,
-            raw=None):
-    """Creates ``topic`` and writes ``recs`` (dicts, or bytes given ``raw``) to it."""
-    broker.create_topic(topic, partitions)
+def produce(broker, topic, recs, partition_of, partitions, key=None, timestamp=None):
+    """Creates ``topic`` and writes ``recs`` (dicts, or bytes) to it. Its records
+    are kept whatever their timestamps (no retention: old ones are not deleted)."""
+    broker.create_topic(topic, partitions, **{"retention.ms": "-1"})
     p = ck.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5,
                      "enable.idempotence": True})
     for i, r in enumerate(recs):

@@ -83,6 +83,9 @@ def _consumer_config(bootstrap: str, extra: Optional[Mapping[str, Any]]) -> Dict
         "auto.offset.reset": "earliest",
         "socket.connection.setup.timeout.ms": 5000,
         "fetch.wait.max.ms": 50,
+        # one partition is read at a time (a unit): large fetches, few round trips
+        "max.partition.fetch.bytes": 16 << 20,
+        "queued.min.messages": 500_000,
     }
     conf.update(extra or {})
     return conf
@@ -145,10 +148,12 @@ class _Decoder:
 
     def _parse(self, values: List[Optional[bytes]]) -> Optional[pa.Table]:
         """The values parsed in one call, or None if one is malformed."""
-        if not values or any(v is None for v in values):
-            return None if values else pa.table({f.name: pa.array([], f.type)
-                                                 for f in self.value_schema})
-        data = b"\n".join(values)
+        if not values:
+            return pa.table({f.name: pa.array([], f.type) for f in self.value_schema})
+        try:
+            data = b"\n".join(values)
+        except TypeError:  # a null value
+            return None
         if data.count(b"\n") != len(values) - 1:  # a newline inside a value: JSON whitespace
             data = b"\n".join(v.replace(b"\n", b" ").replace(b"\r", b" ") for v in values)
         try:
@@ -395,27 +400,26 @@ class KafkaSource(BatchSource):
         done = lo >= hi
         try:
             while not done:
-                got = c.consume(num_messages=batch_rows, timeout=0.1)
-                for m in got:
-                    err = m.error()
-                    if err is not None:
+                got = c.consume(num_messages=batch_rows - len(msgs), timeout=0.1)
+                errs = [m for m in got if m.error() is not None]
+                if errs:  # rare: EOF events, broker errors
+                    for m in errs:
+                        err = m.error()
                         if err.code() == ck.KafkaError._PARTITION_EOF:
-                            if m.offset() >= hi:
-                                done = True
-                            continue
-                        if err.fatal() or not err.retriable():
+                            done = done or m.offset() >= hi
+                        elif err.fatal() or not err.retriable():
                             raise Timeout(f"Kafka topic {self.topic!r} partition {p} at offset "
                                           f"{lo}: {err.str()}")
-                        continue
-                    if m.offset() >= hi:
-                        done = True
-                        continue
-                    msgs.append(m)
-                    if m.offset() >= hi - 1:
-                        done = True
-                    if len(msgs) == batch_rows:
-                        self._flush(p, msgs, out, bad)
-                        msgs = []
+                    got = [m for m in got if m.error() is None]
+                while got and got[-1].offset() >= hi:  # offsets ascend: past the unit at the end
+                    got.pop()
+                    done = True
+                if got:
+                    msgs.extend(got)
+                    done = done or got[-1].offset() >= hi - 1
+                    if len(msgs) >= batch_rows:
+                        self._flush(p, msgs[:batch_rows], out, bad)
+                        msgs = msgs[batch_rows:]
                 if got:
                     last = time.monotonic()
                 elif not done:
@@ -640,12 +644,16 @@ class KafkaStream:
         late = _ms_to_ticks(self.lateness_ms, t) if t is not None else 0
         top: Dict[int, Optional[int]] = {p: None for p in mine}  # largest time per partition
         heard = {p: _now() for p in mine}  # when each partition last gave a record
-        at_end = {p: False for p in mine}  # read to its end (an EOF event since its last record)
+        eof_at = {p: -1 for p in mine}  # the offset of each partition's latest end-of-log event
+
+        def at_end(p: int) -> bool:
+            """Read to its end: an end-of-log event at or past its next offset."""
+            return eof_at[p] >= pos[str(p)]
         mark: Optional[int] = None
 
         def watermark() -> Optional[int]:
             now = _now()
-            live = [p for p in mine if not (at_end[p] and now - heard[p] >= self.idle_timeout)]
+            live = [p for p in mine if not (at_end(p) and now - heard[p] >= self.idle_timeout)]
             if not mine:
                 return (1 << 63) - 1
             if live:
@@ -686,13 +694,12 @@ class KafkaStream:
                     if err is None:
                         by.setdefault(m.partition(), []).append(m)
                     elif err.code() == ck.KafkaError._PARTITION_EOF:
-                        if m.partition() in at_end and m.offset() >= pos[str(m.partition())]:
-                            at_end[m.partition()] = True
+                        if m.partition() in eof_at:  # (it may come before the records it ends)
+                            eof_at[m.partition()] = max(eof_at[m.partition()], m.offset())
                     elif err.fatal() or not err.retriable():
                         raise Timeout(f"Kafka topic {self.topic!r}: {err.str()}")
                 for p, msgs in sorted(by.items()):
                     heard[p] = _now()
-                    at_end[p] = False
                     b, bad = self._decoder.decode(p, msgs)
                     self._decoder.report(bad, p, msgs[0].offset())
                     pos[str(p)] = msgs[-1].offset() + 1
@@ -709,7 +716,7 @@ class KafkaStream:
                 if got:
                     continue
                 if self.end_after_idle is not None and \
-                        all(at_end[p] and _now() - heard[p] >= self.end_after_idle for p in mine):
+                        all(at_end(p) and _now() - heard[p] >= self.end_after_idle for p in mine):
                     return
                 if wait is not None and wait(self.poll_interval):
                     return
