@@ -161,6 +161,11 @@ class KafkaBroker:
                 pass
         return text
 
+    def restart(self, timeout: float = 60.0) -> None:
+        """Stops the broker and starts it again on the same ports and data."""
+        self.stop()
+        self._launch(timeout)
+
     def create_topic(self, name: str, partitions: int = 1, **config: str) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 

@@ -329,6 +329,36 @@ def test_an_idle_partition_stops_holding_the_watermark_after_the_idle_timeout(ka
     assert all(v in sent for _, v in marks)  # partition 0's largest time, lateness 0
 
 
+def test_a_stream_goes_on_across_a_broker_restart(kafka_broker):
+    """Half the records, then the broker restarts (same port and data) while
+    the stream reads, then the other half: every record counted once."""
+    recs = records(2000, seed=12)
+    topic = topic_name("restart")
+    produce(kafka_broker, topic, recs[:1000], lambda i, r: i % 2, 2)
+    src = KafkaStream(kafka_broker.bootstrap, topic, schema=SCHEMA, lateness=250,
+                      idle_timeout=30, end_offsets={0: 1000, 1: 1000})
+    out, m = {}, {}
+
+    def go():
+        try:
+            out["result"] = run(query("tumbling"), src, executors=2, metrics=m)
+        except BaseException as e:  # raised in the test below
+            out["error"] = e
+
+    th = threading.Thread(target=go)
+    th.start()
+    time.sleep(3.0)  # the stream has read the first half and waits for more
+    kafka_broker.restart()
+    p = ck.Producer({"bootstrap.servers": kafka_broker.bootstrap, "enable.idempotence": True})
+    for i, r in enumerate(recs[1000:]):
+        p.produce(topic, json.dumps(r).encode(), partition=i % 2)
+    assert p.flush(30) == 0
+    th.join(120)
+    assert not th.is_alive() and "error" not in out, out.get("error")
+    assert m["late_records"] == 0
+    assert windows(out["result"]) == duckdb_windows(recs, "tumbling")
+
+
 # ---- slash run ---------------------------------------------------------------------------
 @pytest.mark.parametrize("stream", [False, True], ids=["bounded", "stream"])
 def test_slash_run_reads_a_topic(kafka_broker, four_partitions, tmp_path, stream):

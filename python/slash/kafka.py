@@ -407,9 +407,11 @@ class KafkaSource(BatchSource):
                         err = m.error()
                         if err.code() == ck.KafkaError._PARTITION_EOF:
                             done = done or m.offset() >= hi
-                        elif err.fatal() or not err.retriable():
+                        elif err.fatal():
                             raise Timeout(f"Kafka topic {self.topic!r} partition {p} at offset "
                                           f"{lo}: {err.str()}")
+                        else:  # the client retries (a broker restarting): read_timeout bounds it
+                            log.info("Kafka topic %r partition %d: %s", self.topic, p, err.str())
                     got = [m for m in got if m.error() is None]
                 while got and got[-1].offset() >= hi:  # offsets ascend: past the unit at the end
                     got.pop()
@@ -503,7 +505,9 @@ class KafkaStream:
 
     The stream ends when the rank loop's ``wait`` says so (stop), or, given
     ``end_after_idle``, once every partition of the rank was read to its end
-    and silent that long.
+    and silent that long, or, given ``end_offsets`` ({partition: offset}),
+    once each of its partitions reached its offset there (records from that
+    offset on are not read; a partition not named has no end).
     A batch holds what one poll of the consumer gave, at most
     ``batch_records`` records, decoded per partition.
 
@@ -520,7 +524,8 @@ class KafkaStream:
                  timestamp_column: Optional[str] = "kafka_timestamp",
                  start: Union[str, Mapping[int, int]] = "earliest",
                  lateness: Union[int, str] = 0, idle_timeout: Any = "5s",
-                 end_after_idle: Any = None, bad_records: Optional[str] = None,
+                 end_after_idle: Any = None, end_offsets: Optional[Mapping[int, int]] = None,
+                 bad_records: Optional[str] = None,
                  config: Optional[Mapping[str, Any]] = None, connect_timeout: float = 10.0,
                  poll_interval: float = 0.05, batch_records: int = BATCH_RECORDS) -> None:
         from slash.window import parse_duration
@@ -540,6 +545,7 @@ class KafkaStream:
         self.idle_timeout = _as_seconds(idle_timeout, "idle_timeout")
         self.end_after_idle = None if end_after_idle is None else \
             _as_seconds(end_after_idle, "end_after_idle")
+        self.end_offsets = {int(p): int(o) for p, o in (end_offsets or {}).items()}
         self.poll_interval = float(poll_interval)
         c, self.partitions = _meta(bootstrap, topic, config, connect_timeout)
         try:
@@ -646,6 +652,11 @@ class KafkaStream:
         heard = {p: _now() for p in mine}  # when each partition last gave a record
         eof_at = {p: -1 for p in mine}  # the offset of each partition's latest end-of-log event
 
+        def ended() -> bool:
+            """Every partition of the rank at its end offset (given end_offsets)."""
+            return bool(self.end_offsets) and all(
+                p in self.end_offsets and pos[str(p)] >= self.end_offsets[p] for p in mine)
+
         def at_end(p: int) -> bool:
             """Read to its end: an end-of-log event at or past its next offset."""
             return eof_at[p] >= pos[str(p)]
@@ -653,7 +664,8 @@ class KafkaStream:
 
         def watermark() -> Optional[int]:
             now = _now()
-            live = [p for p in mine if not (at_end(p) and now - heard[p] >= self.idle_timeout)]
+            live = [p for p in mine if not (at_end(p) and now - heard[p] >= self.idle_timeout)
+                    and not (p in self.end_offsets and pos[str(p)] >= self.end_offsets[p])]
             if not mine:
                 return (1 << 63) - 1
             if live:
@@ -678,7 +690,7 @@ class KafkaStream:
             if w is not None:
                 yield dict(pos), w
             while not (wait(self.poll_interval) if wait is not None else _sleep(self.poll_interval)):
-                if self.end_after_idle is not None:
+                if self.end_after_idle is not None or self.end_offsets:
                     return
             return
         c = ck.Consumer(_consumer_config(self.bootstrap, self.config))
@@ -696,10 +708,17 @@ class KafkaStream:
                     elif err.code() == ck.KafkaError._PARTITION_EOF:
                         if m.partition() in eof_at:  # (it may come before the records it ends)
                             eof_at[m.partition()] = max(eof_at[m.partition()], m.offset())
-                    elif err.fatal() or not err.retriable():
+                    elif err.fatal():
                         raise Timeout(f"Kafka topic {self.topic!r}: {err.str()}")
+                    else:  # the client reconnects by itself (a broker restarting)
+                        log.info("Kafka topic %r: %s", self.topic, err.str())
                 for p, msgs in sorted(by.items()):
                     heard[p] = _now()
+                    if p in self.end_offsets:  # offsets ascend: the records past the end
+                        while msgs and msgs[-1].offset() >= self.end_offsets[p]:
+                            msgs.pop()
+                        if not msgs:
+                            continue
                     b, bad = self._decoder.decode(p, msgs)
                     self._decoder.report(bad, p, msgs[0].offset())
                     pos[str(p)] = msgs[-1].offset() + 1
@@ -713,6 +732,8 @@ class KafkaStream:
                 w = advanced()  # an idle partition stops holding the rank back, data or not
                 if w is not None:
                     yield dict(pos), w
+                if ended():
+                    return
                 if got:
                     continue
                 if self.end_after_idle is not None and \
