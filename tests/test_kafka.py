@@ -97,6 +97,22 @@ def windows(result: pa.Table) -> list:
     return sorted(rows)
 
 
+def run_in_background(*args, **kw):
+    """``run(*args, **kw)`` on a thread: (the thread, a dict that gets "result"
+    and "metrics", or "error")."""
+    out = {"metrics": {}}
+
+    def go():
+        try:
+            out["result"] = run(*args, metrics=out["metrics"], **kw)
+        except BaseException as e:  # noqa: BLE001 -- the test asserts on it
+            out["error"] = e
+
+    th = threading.Thread(target=go)
+    th.start()
+    return th, out
+
+
 @pytest.fixture(scope="module")
 def four_partitions(kafka_broker):
     """3000 records over 4 partitions by key."""
@@ -337,16 +353,7 @@ def test_a_stream_goes_on_across_a_broker_restart(kafka_broker):
     produce(kafka_broker, topic, recs[:1000], lambda i, r: i % 2, 2)
     src = KafkaStream(kafka_broker.bootstrap, topic, schema=SCHEMA, lateness=250,
                       idle_timeout=30, end_offsets={0: 1000, 1: 1000})
-    out, m = {}, {}
-
-    def go():
-        try:
-            out["result"] = run(query("tumbling"), src, executors=2, metrics=m)
-        except BaseException as e:  # raised in the test below
-            out["error"] = e
-
-    th = threading.Thread(target=go)
-    th.start()
+    th, out = run_in_background(query("tumbling"), src, executors=2)
     time.sleep(3.0)  # the stream has read the first half and waits for more
     kafka_broker.restart()
     p = ck.Producer({"bootstrap.servers": kafka_broker.bootstrap, "enable.idempotence": True})
@@ -355,7 +362,7 @@ def test_a_stream_goes_on_across_a_broker_restart(kafka_broker):
     assert p.flush(30) == 0
     th.join(120)
     assert not th.is_alive() and "error" not in out, out.get("error")
-    assert m["late_records"] == 0
+    assert out["metrics"]["late_records"] == 0
     assert windows(out["result"]) == duckdb_windows(recs, "tumbling")
 
 
@@ -535,20 +542,11 @@ def test_a_running_group_over_a_topic_rescales_two_to_three_to_two(kafka_broker,
     topic = topic_name("scale")
     produce(kafka_broker, topic, recs, lambda i, r: i % 6, 6)
     src = KafkaSource(kafka_broker.bootstrap, topic, schema=SCHEMA, unit_records=250)
-    control, out = CheckpointedRun(), {}
-
-    def go():
-        try:
-            m = {}
-            out["got"] = run(query("session"), src, executors=2, checkpoint=str(tmp_path / "ck"),
-                             checkpoint_every="2 batches", group=GroupConfig(epoch_ms=10),
-                             control=control, rate=1500, metrics=m)  # paced: ~5 s of input
-            out["m"] = m
-        except BaseException as e:  # noqa: BLE001 -- re-raised below
-            out["error"] = e
-
-    th = threading.Thread(target=go)
-    th.start()
+    control = CheckpointedRun()
+    th, out = run_in_background(query("session"), src, executors=2,
+                                checkpoint=str(tmp_path / "ck"), checkpoint_every="2 batches",
+                                group=GroupConfig(epoch_ms=10), control=control,
+                                rate=1500)  # paced: ~5 s of input, the rescales land mid-run
     deadline = time.monotonic() + 30
     while control.executors is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -556,8 +554,7 @@ def test_a_running_group_over_a_topic_rescales_two_to_three_to_two(kafka_broker,
     first = control.scale_out(1, timeout=60)
     second = control.rescale(2, timeout=60)
     th.join(120)
-    if "error" in out:
-        raise out["error"]
+    assert not th.is_alive() and "error" not in out, out.get("error")
     assert (first["from"], first["to"], second["from"], second["to"]) == (2, 3, 3, 2)
-    assert [(r["from"], r["to"]) for r in out["m"]["rescales"]] == [(2, 3), (3, 2)]
-    assert windows(out["got"]) == duckdb_windows(recs, "session")
+    assert [(r["from"], r["to"]) for r in out["metrics"]["rescales"]] == [(2, 3), (3, 2)]
+    assert windows(out["result"]) == duckdb_windows(recs, "session")
