@@ -558,3 +558,31 @@ def test_a_running_group_over_a_topic_rescales_two_to_three_to_two(kafka_broker,
     assert (first["from"], first["to"], second["from"], second["to"]) == (2, 3, 3, 2)
     assert [(r["from"], r["to"]) for r in out["metrics"]["rescales"]] == [(2, 3), (3, 2)]
     assert windows(out["result"]) == duckdb_windows(recs, "session")
+
+
+def test_a_window_join_over_two_topics_equals_duckdb(kafka_broker):
+    """Clicks joined with views of the same key in the same tumbling window,
+    each side a topic of its own (3 and 2 partitions)."""
+    from slash.query import JoinQuery
+
+    rng = np.random.default_rng(14)
+    left = [{"k": int(rng.integers(0, 40)), "t": int(rng.integers(0, 20_000)), "a": i}
+            for i in range(1500)]
+    right = [{"k": int(rng.integers(0, 40)), "t": int(rng.integers(0, 20_000)), "b": i}
+             for i in range(1200)]
+    lt, rt = topic_name("left"), topic_name("right")
+    produce(kafka_broker, lt, left, lambda i, r: i % 3, 3)
+    produce(kafka_broker, rt, right, lambda i, r: i % 2, 2)
+    src = (KafkaSource(kafka_broker.bootstrap, lt, timestamp_column=None),
+           KafkaSource(kafka_broker.bootstrap, rt, timestamp_column=None))
+    got = run(JoinQuery(time="t", window="tumbling:2s", on="k"), src, executors=2)
+    pairs = sorted(zip(got.column("window_start").cast(pa.int64()).to_pylist(),
+                       got.column("k").to_pylist(), got.column("left_a").to_pylist(),
+                       got.column("right_b").to_pylist()))
+    con = duckdb.connect()
+    con.register("lhs", pa.Table.from_pylist(left))
+    con.register("rhs", pa.Table.from_pylist(right))
+    want = sorted(con.sql("select l.t - l.t % 2000, l.k, l.a, r.b from lhs l join rhs r "
+                          "on l.k = r.k and l.t // 2000 = r.t // 2000").fetchall())
+    assert len(want) > 500
+    assert pairs == want
