@@ -366,6 +366,32 @@ def test_a_stream_goes_on_across_a_broker_restart(kafka_broker):
     assert windows(out["result"]) == duckdb_windows(recs, "tumbling")
 
 
+def test_a_stream_picks_up_partitions_the_topic_gains(kafka_broker):
+    """A topic of 2 partitions gains a third while 2 executors read it: the
+    rank that owns it (2 mod 2 = rank 0) reads it from its start."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    recs = records(600, seed=15)
+    later = [dict(r, t=r["t"] + 25_000, seq=r["seq"] + 600) for r in records(300, seed=16)]
+    topic = topic_name("grow")
+    produce(kafka_broker, topic, recs, lambda i, r: i % 2, 2)
+    src = KafkaStream(kafka_broker.bootstrap, topic, schema=SCHEMA, lateness=250,
+                      idle_timeout=30, partition_check=0.2,
+                      end_offsets={0: 300, 1: 300, 2: 300})
+    th, out = run_in_background(query("tumbling"), src, executors=2)
+    time.sleep(2.0)
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    p = ck.Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    for r in later:
+        p.produce(topic, json.dumps(r).encode(), partition=2)
+    assert p.flush(30) == 0
+    th.join(120)
+    assert not th.is_alive() and "error" not in out, out.get("error")
+    assert out["metrics"]["late_records"] == 0
+    assert windows(out["result"]) == duckdb_windows(recs + later, "tumbling")
+
+
 # ---- slash run ---------------------------------------------------------------------------
 @pytest.mark.parametrize("stream", [False, True], ids=["bounded", "stream"])
 def test_slash_run_reads_a_topic(kafka_broker, four_partitions, tmp_path, stream):

@@ -511,6 +511,11 @@ class KafkaStream:
     A batch holds what one poll of the consumer gave, at most
     ``batch_records`` records, decoded per partition.
 
+    Every ``partition_check`` (5 s) a rank looks for partitions the topic
+    gained since the open and reads those :meth:`owner` deals it, from their
+    start; until it gives a record, a gained partition holds its rank's
+    watermark like any other.
+
     Positions are the next offset of each partition: :meth:`read_from` yields
     them and resumes from them (the rank loop must call it to record them at a
     cut and seek to them on a restart; see the report in docs/kafka.md).
@@ -527,13 +532,15 @@ class KafkaStream:
                  end_after_idle: Any = None, end_offsets: Optional[Mapping[int, int]] = None,
                  bad_records: Optional[str] = None,
                  config: Optional[Mapping[str, Any]] = None, connect_timeout: float = 10.0,
-                 poll_interval: float = 0.05, batch_records: int = BATCH_RECORDS) -> None:
+                 poll_interval: float = 0.05, batch_records: int = BATCH_RECORDS,
+                 partition_check: Any = "5s") -> None:
         from slash.window import parse_duration
 
         if isinstance(batch_records, bool) or not isinstance(batch_records, int) or \
                 batch_records < 1:
             raise InvalidArgument(f"batch_records must be an int >= 1, got {batch_records!r}")
         self.batch_records = batch_records
+        self.partition_check = _as_seconds(partition_check, "partition_check")
 
         if format not in ("json", "raw"):
             raise InvalidArgument(f"format must be 'json' or 'raw', got {format!r}")
@@ -570,11 +577,27 @@ class KafkaStream:
             raise UnknownName(f"topic {self.topic!r} has no column {column!r}")
         return column != self._decoder.timestamp_column
 
+    def _gained(self, c: Any, deal: Tuple[int, int], have: Mapping[int, Any]) -> List[int]:
+        """Partitions the topic gained since the open that rank deal[0] of
+        deal[1] owns and does not read yet."""
+        return [p for p in _gained_partitions(c, self.topic)
+                if p not in self.partitions and p not in have and
+                self.owner(p, deal[1]) == deal[0]]
+
     def assignment(self, rank: int, n: int) -> List[int]:
         """The partitions rank reads of n: every n-th, from the rank-th."""
         if not 0 <= rank < n:
             raise InvalidArgument(f"rank {rank} is outside 0..{n - 1}")
         return self.partitions[rank::n]
+
+    def owner(self, partition: int, n: int) -> int:
+        """The rank of n that reads ``partition``: by :meth:`assignment` for
+        the partitions the topic had at open; a partition it gained since goes
+        to rank ``partition mod k`` of the k ranks that have partitions (a
+        rank without any promised the end of time)."""
+        if partition in self.partitions:
+            return self.partitions.index(partition) % n
+        return partition % max(1, min(n, len(self.partitions)))
 
     # -- positions: {"<partition>": next offset}, in global terms --------------------------
     def work(self, rank: int, n: int, time: Optional[str] = None) -> Dict[str, int]:
@@ -588,7 +611,9 @@ class KafkaStream:
         >>> KafkaStream.remaining({"0": 5, "2": 0}, {"0": 9, "2": 3})
         {'0': 9, '2': 3}
         """
-        return {p: int((pos or {}).get(p, off)) for p, off in work.items()}
+        out = {p: int((pos or {}).get(p, off)) for p, off in work.items()}
+        out.update({p: int(off) for p, off in (pos or {}).items() if p not in out})  # gained
+        return out
 
     def resplit(self, left: Sequence[Mapping[str, int]], n: int,
                 time: Optional[str] = None) -> List[Dict[str, int]]:
@@ -605,8 +630,12 @@ class KafkaStream:
                     raise InvalidArgument(f"partition {p} of topic {self.topic!r} is in two "
                                           "ranks' positions (a checkpoint of another run?)")
                 offsets[p] = int(off)
-        return [{str(p): offsets.get(str(p), self.starts[p]) for p in self.partitions[r::n]}
-                for r in range(n)]
+        out: List[Dict[str, int]] = [{str(p): offsets.get(str(p), self.starts[p])
+                                      for p in self.partitions[r::n]} for r in range(n)]
+        for p, off in offsets.items():
+            if int(p) not in self.partitions:  # gained since the open
+                out[self.owner(int(p), n)][p] = off
+        return out
 
     def read(self, rank: int, n: int, columns: Optional[List[str]] = None,
              batch_rows: int = BATCH_RECORDS, time: Optional[str] = None,
@@ -626,15 +655,17 @@ class KafkaStream:
         ``{"<partition>": next offset}`` for each partition of the rank.
         ``start`` (such a position) resumes there."""
         return self.read_work(self.remaining(self.work(rank, n), start), columns, batch_rows,
-                              time, wait)
+                              time, wait, deal=(rank, n))
 
     def read_work(self, work: Mapping[str, int], columns: Optional[List[str]] = None,
                   batch_rows: int = BATCH_RECORDS, time: Optional[str] = None,
-                  wait: Optional[Any] = None
+                  wait: Optional[Any] = None, deal: Optional[Tuple[int, int]] = None
                   ) -> Iterator[Tuple[Dict[str, int], Union[pa.RecordBatch, Watermark]]]:
         """Reads the partitions of ``work`` (``{"<partition>": offset}``,
         from :meth:`work`, :meth:`remaining` or :meth:`resplit`) from
-        those offsets on, as :meth:`read_from` does."""
+        those offsets on, as :meth:`read_from` does. ``deal``: (rank, n) of
+        this reader: every ``partition_check`` it looks for partitions the
+        topic gained and reads those :meth:`owner` gives it, from their start."""
         ck = _kafka()
         time_col = time if time is not None else self.time
         names = list(columns) if columns else self.schema.names
@@ -654,8 +685,10 @@ class KafkaStream:
 
         def ended() -> bool:
             """Every partition of the rank at its end offset (given end_offsets)."""
-            return bool(self.end_offsets) and all(
-                p in self.end_offsets and pos[str(p)] >= self.end_offsets[p] for p in mine)
+            if not self.end_offsets or (deal is not None and any(
+                    self.owner(p, deal[1]) == deal[0] and p not in top for p in self.end_offsets)):
+                return False  # (a partition it will own is not there yet)
+            return all(p in self.end_offsets and pos[str(p)] >= self.end_offsets[p] for p in mine)
 
         def at_end(p: int) -> bool:
             """Read to its end: an end-of-log event at or past its next offset."""
@@ -696,7 +729,19 @@ class KafkaStream:
         c = ck.Consumer(_consumer_config(self.bootstrap, self.config))
         try:
             c.assign([ck.TopicPartition(self.topic, p, pos[str(p)]) for p in mine])
+            checked = _now()
             while True:
+                if deal is not None and mine and _now() - checked >= self.partition_check:
+                    checked = _now()
+                    for p in self._gained(c, deal, top):
+                        lo, _ = c.get_watermark_offsets(ck.TopicPartition(self.topic, p),
+                                                        timeout=5)
+                        mine.append(p)
+                        mine.sort()
+                        pos[str(p)], top[p], heard[p], eof_at[p] = lo, None, _now(), -1
+                        c.incremental_assign([ck.TopicPartition(self.topic, p, lo)])
+                        log.info("topic %r gained partition %d: rank %d of %d reads it from "
+                                 "offset %d", self.topic, p, deal[0], deal[1], lo)
                 got = c.consume(num_messages=min(batch_rows, self.batch_records),
                                 timeout=0 if wait is not None
                                 else self.poll_interval)
@@ -743,6 +788,16 @@ class KafkaStream:
                     return
         finally:
             c.close()
+
+
+def _gained_partitions(c: Any, topic: str) -> List[int]:
+    try:
+        md = c.list_topics(topic, timeout=2)
+    except _kafka().KafkaException as e:  # the broker away for now: next time
+        log.info("topic %r: partitions not listed (%s)", topic, e)
+        return []
+    t = md.topics.get(topic)
+    return sorted(t.partitions) if t is not None and t.error is None else []
 
 
 def _now() -> float:
