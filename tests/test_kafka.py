@@ -354,7 +354,7 @@ def test_a_stream_goes_on_across_a_broker_restart(kafka_broker):
     src = KafkaStream(kafka_broker.bootstrap, topic, schema=SCHEMA, lateness=250,
                       idle_timeout=30, end_offsets={0: 1000, 1: 1000})
     th, out = run_in_background(query("tumbling"), src, executors=2)
-    time.sleep(3.0)  # the stream has read the first half and waits for more
+    time.sleep(2.0)  # the stream has read the first half and waits for more
     kafka_broker.restart()
     p = ck.Producer({"bootstrap.servers": kafka_broker.bootstrap, "enable.idempotence": True})
     for i, r in enumerate(recs[1000:]):

@@ -82,6 +82,8 @@ def _consumer_config(bootstrap: str, extra: Optional[Mapping[str, Any]]) -> Dict
         "isolation.level": "read_committed",
         "auto.offset.reset": "earliest",
         "socket.connection.setup.timeout.ms": 5000,
+        # a restarted broker is found again within a second, not librdkafka's 10 s backoff
+        "reconnect.backoff.max.ms": 1000,
         "fetch.wait.max.ms": 50,
         # one partition is read at a time (a unit): large fetches, few round trips
         "max.partition.fetch.bytes": 16 << 20,
