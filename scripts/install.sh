@@ -61,6 +61,14 @@ install_python() {
         "setuptools>=61" wheel "Cython>=3.0" "cmake>=3.16" numpy "pyarrow>=12" $extras
 }
 
+install_kafka_broker() {
+    # the Kafka tests' broker (tests/kafka_broker.py): Maven resolves the Apache
+    # Kafka jars once into a cache (scripts/kafka-jars.sh); the JRE is install_system's
+    [ "${SLASH_SKIP_INSTALL:-0}" = 1 ] && return
+    command -v mvn >/dev/null 2>&1 || need_apt maven
+    log "Kafka broker jars in $("$SLASH_ROOT/scripts/kafka-jars.sh")"
+}
+
 build_package() {
     log "building and installing slash (C core + bindings)"
     (cd "$SLASH_ROOT" && "$PYTHON" -m pip install -q --disable-pip-version-check \

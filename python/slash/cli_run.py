@@ -5,6 +5,8 @@
               --executors 2 --transport shm --output out.parquet
     slash run --join --left persons/ --right auctions/ --on id --time ts \\
               --window tumbling:12h --output matches.parquet
+    slash run --kafka-bootstrap 127.0.0.1:9092 --topic events --time ts \\
+              --window tumbling:10s --key campaign --agg count --output out.parquet
 """
 from __future__ import annotations
 
@@ -19,7 +21,28 @@ log = logging.getLogger(__name__)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", nargs="+", metavar="PATH",
-                   help="Parquet or Arrow IPC files, directories or glob patterns")
+                   help="Parquet or Arrow IPC files, directories or glob patterns (or "
+                        "--kafka-bootstrap and --topic)")
+    p.add_argument("--kafka-bootstrap", metavar="HOST:PORT",
+                   help="read a Kafka topic (--topic) from this broker instead of --input: its "
+                        "records from the start to the end offsets seen at start (a batch query), "
+                        "or, with --kafka-stream, as an unbounded stream (docs/kafka.md)")
+    p.add_argument("--topic", metavar="TOPIC", help="the Kafka topic of --kafka-bootstrap")
+    p.add_argument("--kafka-stream", action="store_true",
+                   help="read the topic as an unbounded stream: watermarks per partition "
+                        "(largest time minus --lateness), the minimum over partitions that are "
+                        "not idle; runs until stopped or --kafka-end-after-idle")
+    p.add_argument("--kafka-format", choices=["json", "raw"], default="json",
+                   help="json: values are JSON objects (schema inferred from the first records); "
+                        "raw: columns key and value as bytes (default json)")
+    p.add_argument("--kafka-start", default="earliest", choices=["earliest", "latest"],
+                   help="where each partition is read from (default earliest)")
+    p.add_argument("--kafka-idle-timeout", default="5s", metavar="DUR",
+                   help="a partition silent this long stops holding the watermark (default 5s)")
+    p.add_argument("--kafka-end-after-idle", default=None, metavar="DUR",
+                   help="end the stream once every partition of an executor was silent this long")
+    p.add_argument("--kafka-bad-records", default=None, metavar="DIR",
+                   help="write malformed values (with topic, partition, offset) here as JSON lines")
     p.add_argument("--time", required=True, metavar="COL",
                    help="event-time column: an integer (ms unless --time-unit), a timestamp of any "
                         "unit (Spark's INT96 too) or a date")
@@ -104,8 +127,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="restarts from the last checkpoint before the run fails (default 3)")
     p.add_argument("--timeout", default=None, metavar="SECONDS",
                    help="fail the run if it has not finished within SECONDS ('none': never); "
-                        "default 3600 for files read as fast as possible, none for a stream "
-                        "(--rate or --realtime)")
+                        "default 3600 for files or a topic read as fast as possible, none for a "
+                        "stream (--rate, --realtime, --kafka-stream)")
 
 
 #: a timeout that is no cap: 31 years, within what every wait in the run takes
@@ -117,7 +140,8 @@ def _timeout(args: argparse.Namespace) -> float:
     from slash.errors import InvalidArgument
 
     if args.timeout is None:
-        return NO_TIMEOUT_S if (args.rate is not None or args.realtime) else 3600.0
+        return NO_TIMEOUT_S if (args.rate is not None or args.realtime or
+                                getattr(args, "kafka_stream", False)) else 3600.0
     if str(args.timeout).strip().lower() in ("none", "inf", "0"):
         return NO_TIMEOUT_S
     try:
@@ -128,6 +152,24 @@ def _timeout(args: argparse.Namespace) -> float:
         raise InvalidArgument(f"--timeout must be a number of seconds > 0 or 'none', got "
                               f"{args.timeout!r}")
     return value
+
+
+def _kafka_source(args: argparse.Namespace) -> Any:
+    """--kafka-bootstrap / --topic as a KafkaSource (bounded) or KafkaStream."""
+    from slash.errors import InvalidArgument
+    from slash.kafka import KafkaSource, KafkaStream
+
+    if not (args.kafka_bootstrap and args.topic):
+        raise InvalidArgument("a Kafka input needs both --kafka-bootstrap HOST:PORT and --topic T")
+    if args.input:
+        raise InvalidArgument("--input and --kafka-bootstrap name two inputs: give one")
+    common = dict(time=args.time, format=args.kafka_format, start=args.kafka_start,
+                  bad_records=args.kafka_bad_records)
+    if args.kafka_stream:
+        return KafkaStream(args.kafka_bootstrap, args.topic, lateness=args.lateness,
+                           idle_timeout=args.kafka_idle_timeout,
+                           end_after_idle=args.kafka_end_after_idle, **common)
+    return KafkaSource(args.kafka_bootstrap, args.topic, **common)
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
@@ -159,14 +201,20 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         source = (FileSource(args.left), FileSource(args.right))
         rows_in = source[0].rows + source[1].rows
     else:
-        if not (args.input and args.key and args.agg):
-            raise InvalidArgument("an aggregation needs --input PATH, --key COL and --agg AGG "
-                                  "(or --join with --left/--right/--on)")
+        kafka = args.kafka_bootstrap is not None or args.topic is not None
+        if not ((args.input or kafka) and args.key and args.agg):
+            raise InvalidArgument("an aggregation needs --input PATH (or --kafka-bootstrap and "
+                                  "--topic), --key COL and --agg AGG (or --join with "
+                                  "--left/--right/--on)")
         query = Query(time=args.time, window=args.window, key=cols(args.key), aggregates=args.agg,
                       filters=args.filter, lateness=args.lateness, time_unit=args.time_unit,
                       time_zone=args.time_zone)
-        source = FileSource(args.input)
-        rows_in = source.rows
+        if kafka:
+            source = _kafka_source(args)
+            rows_in = getattr(source, "rows", None)
+        else:
+            source = FileSource(args.input)
+            rows_in = source.rows
     here = runs_in_process(source, args.executors, checkpoint=args.checkpoint,
                            max_executors=args.max_executors, latency_target=args.latency_target,
                            realtime=args.realtime)
@@ -217,6 +265,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         if server is not None:
             server.close()
     secs = time.perf_counter() - t0
+    if rows_in is None:  # a stream: what its executors read
+        rows_in = int(m.get("records_in", 0) or 0)
     return {"output": args.output, "rows_in": rows_in, "rows_out": result.num_rows,
             "seconds": round(secs, 3), "records_per_s": rows_in / secs if secs else None,
             "executors": m.get("executors", executors), "in_process": m.get("in_process", False),

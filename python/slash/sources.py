@@ -921,7 +921,9 @@ def read_from(source: Any, rank: int, n: int, columns: Optional[List[str]],
     position after it (JSON-able), resuming at ``start``.
 
     A :class:`FileSource` skips the units before ``start`` unread (see
-    :meth:`FileSource.read_from`). Any other source's position is the count
+    :meth:`FileSource.read_from`); another source with a ``read_from`` of its
+    own (:class:`slash.kafka.KafkaStream`: offsets per partition) resumes by
+    it. Any other source's position is the count
     of items (batches and Watermarks) read so far, and resuming reads again
     and drops that many: a :class:`TableSource`'s slices cost nothing, and a
     :class:`GeneratorSource` regenerates, which is exact because ``make`` is
@@ -931,6 +933,10 @@ def read_from(source: Any, rank: int, n: int, columns: Optional[List[str]],
     if isinstance(source, FileSource):
         yield from source.read_from(rank, n, columns, time=time,
                                     start=start if isinstance(start, (list, tuple)) else None)
+        return
+    if not isinstance(source, (TableSource, GeneratorSource)) and \
+            callable(getattr(source, "read_from", None)):  # positions of its own (a Kafka stream's offsets)
+        yield from source.read_from(rank, n, columns, time=time, start=start)
         return
     if start is not None and not isinstance(start, int):
         raise InvalidArgument(f"source position {start!r} is not an item count")
@@ -984,8 +990,12 @@ def input_stamp(source: Any) -> Dict[str, List[int]]:
 
 
 def as_source(obj: Any) -> Source:
-    """A path, list of paths, pyarrow.Table or Source as a Source."""
+    """A path, list of paths, pyarrow.Table or Source as a Source: any object
+    with a ``schema`` (pyarrow.Schema) and ``read(rank, n, columns, ...)``
+    (e.g. :class:`slash.kafka.KafkaStream`) is one."""
     if isinstance(obj, (FileSource, TableSource, GeneratorSource)):
+        return obj
+    if callable(getattr(obj, "read", None)) and isinstance(getattr(obj, "schema", None), pa.Schema):
         return obj
     if isinstance(obj, pa.Table):
         return TableSource(obj)
