@@ -41,7 +41,8 @@ RANK_SIDE = {"slash", "slash.errors", "slash.limits", "slash.window", "slash.sta
 #: the drivers and everything above them
 DRIVER_SIDE = {"slash.runner", "slash.recovery", "slash.recovery_join", "slash.live_ckpt",
                "slash.live_join", "slash.live_scale", "slash.autotune", "slash.control",
-               "slash.controller", "slash.latency_model", "slash.launcher", "slash.metrics", "slash.cli",
+               "slash.controller", "slash.latency_model", "slash.launcher", "slash.metrics",
+               "slash.worker", "slash.cli",
                "slash.cli_run", "slash.doctor", "slash.spark", "slash.bench"}
 #: what the engine must not import (it is below all of them)
 ABOVE_ENGINE = ("slash.runner", "slash.autotune", "slash.spark", "slash.cli", "slash.bench")

@@ -1,5 +1,5 @@
 """What every checkpointing worker of :mod:`slash.recovery` does around a
-cut, shared by the aggregate worker (:func:`slash.recovery.execute_split_checkpointed`),
+cut, shared by the aggregate rank loop (:class:`slash.run.rank.Checkpointing`),
 the join worker (:mod:`slash.recovery_join`) and, for the asks, a Spark
 stream's tasks (:mod:`slash.spark._stream_ckpt`):
 
@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from slash._ipc import to_ipc
 from slash.checkpoint import CheckpointStore
-from slash.run.protocol import CheckpointNow, CheckpointWritten, Epoch, Move
+from slash.run.protocol import CheckpointWritten
 
 log = logging.getLogger(__name__)
 
@@ -175,22 +175,3 @@ def write_image(store: CheckpointStore, link: Any, rank: int, img: Any,
     size = sum(f["size"] for f in files.values()) + sum(e["size"] for e in segs.values())
     link.put(CheckpointWritten(rank, img.id, files, segs,
                                {"bytes": size, "seconds": time.monotonic() - t0, **(stats or {})}))
-
-
-def serve_driver(link: Any, ex: Any, asks: AskSchedule, moves: Optional[Any]) -> None:
-    """A checkpointing rank's messages from the driver, between two pushes:
-    :class:`CheckpointNow` (a rescale: cut at the next chance), :class:`Epoch`
-    (0: unchanged) and, with ``moves`` (a :class:`slash.control.MoveRequests`),
-    rank 0's :class:`Move` (a rebalance), applied at once when its turn comes."""
-    while link.poll():
-        msg = link.get()
-        if isinstance(msg, CheckpointNow):
-            asks.force()
-        elif isinstance(msg, Epoch):
-            ex.set_epoch(msg.epoch_ms or None, msg.epoch_bytes or None)
-            log.info("executor %d: epochs of %s ms / %s bytes from now on", ex.rank,
-                     msg.epoch_ms, msg.epoch_bytes)
-        elif isinstance(msg, Move) and moves is not None:
-            moves.add(msg)
-    if moves is not None and moves.pending:
-        moves.apply(ex)

@@ -414,8 +414,9 @@ class ExecutorControl:
     """One executor's end of the control protocol, over its connection to
     the driver (``send(msg)``; ``conn.poll(t)``/``conn.recv()``).
 
-    Between batches the push loop calls :meth:`poll`: a ``("ctl", "prepare",
-    id)`` from the driver is answered with the highest event time this
+    Between batches the rank loop (:class:`slash.run.rank.Control`) hands it
+    the driver's ``ctl`` messages (:meth:`handle`): a ``("ctl", "prepare",
+    id)`` is answered with the highest event time this
     executor has pushed (``("ctl-ack", rank, id, ticks)``); the executor then
     serves its channels (``ex.poll``) without pushing until ``("ctl",
     "commit", id, T, version, query)`` comes, and installs the version.
@@ -449,15 +450,6 @@ class ExecutorControl:
                 self._ex.set_lateness(ms)
                 log.info("executor %d: lateness %d ms from now on", self.rank, ms)
         return b, skip
-
-    def poll(self, ex: Any) -> bool:
-        """Handles the driver's messages; True when a new version was installed."""
-        changed = False
-        while self.conn.poll(0):
-            changed |= self.handle(self._recv(), ex)
-        if self.moves.pending:
-            self.moves.apply(ex)
-        return changed
 
     def _recv(self) -> Any:
         try:

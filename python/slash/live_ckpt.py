@@ -60,219 +60,33 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
 from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import Checkpoint, CheckpointStore
-from slash.ckpt_worker import AskSchedule, LateRows, write_image
-from slash.control import ControlServer, ExecutorControl, LogicPlan, RunControl
+from slash.control import ControlServer, RunControl
 from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState, SystemFailure,
                           Timeout)
-from slash.executor import Executor, GroupConfig
+from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
 from slash.limits import MAX_EXECUTORS
-from slash.live_scale import LiveScaler, ScaleAgent
-from slash.metrics import Reporter
-from slash.recovery import (CheckpointEvery, all_late, checkpoint_leaders, fingerprint, part_name,
-                            read_partitions, stored_late)
+from slash.live_scale import LiveScaler
+from slash.recovery import CheckpointEvery, all_late, fingerprint, stored_late
 from slash.run import compat
-from slash.run.ckpt import SharedLink, Writer, commit
-from slash.run.elastic import elastic_items
+from slash.run.ckpt import commit
 from slash.run.failure import Failed, Reported, failed, reported, restartable
-from slash.run.faults import kill_after_cuts, kill_in_write, kill_point
-from slash.run.gc import no_cyclic_gc
 from slash.run.group import connect
-from slash.run.inputs import bound_ticks, source_nullable
+from slash.run.inputs import bound_ticks
 from slash.run.output import write_parquet_atomically
-from slash.run.plan import PROGRESS_S, AttemptPlan
-from slash.run.protocol import (Address, CheckpointNow, CheckpointWritten, Error, Finished, Metrics,
+from slash.run.plan import AttemptPlan
+from slash.run.protocol import (CheckpointNow, CheckpointWritten, Error, Finished, Metrics,
                                  Progress, Resumed)
-from slash.sources import FileSource, Work, input_stamp
+from slash.sources import Work, input_stamp
+from slash.worker import RankSpec, worker
 
 log = logging.getLogger(__name__)
-
-#: (scale generation, its work, the position in it after the push, its active ranks)
-_Cand = Tuple[int, Work, Optional[Sequence[int]], List[int]]
-
-
-# ---- the executor's side -------------------------------------------------------------------------
-def execute_live_checkpointed(query: Any, source: Any, rank: int, addresses: List[str],
-                              listener: Any, group: GroupConfig, token: str, plan: Any,
-                              link: Any, work: Work, active: Sequence[int],
-                              rate: Optional[float], report_every: float
-                              ) -> Tuple[pa.Table, Dict[str, Any]]:
-    """One rank's run (see the module doc): restores from ``plan.resume_id``
-    if given, then reads ``work`` (global terms) while it is active, takes
-    the driver's scale and checkpoint messages, and cuts. Returns the windows
-    it fired in this attempt and its metrics."""
-    n = len(addresses)
-    store = plan.store()
-    shared = SharedLink(link)  # the writer thread reports over it too
-    writer = Writer(rank)
-    schema = source.schema
-    nullable = source_nullable(source, [*query.key, *query.value_columns])
-    state = query.state_config(schema, plan.partitions, nullable)
-    ex = Executor(listener, rank, addresses, state, group, token=token, bounded=True)
-    base_pushes = records = 0
-    restored = False
-    try:
-        if plan.resume_id is not None:
-            ck = store.load(plan.resume_id)
-            metas = [ck.read(f"rank-{r}.meta") for r in range(ck.executors)]
-            # the map the ranks followed at the cut (same M); else the partitions dealt over
-            # the active ranks, as a fresh live group starts (any agreed map is correct: every
-            # image of a partition is merged into its leader)
-            leaders = checkpoint_leaders(ck, n, plan.partitions) or \
-                [sorted(active)[p % len(active)] for p in range(plan.partitions)]
-            ex.restore(metas, read_partitions(ck, lambda p: leaders[p] == rank), leaders)
-            restored = True
-            if ck.executors == n:
-                info = ck.rank_info(rank)
-                base_pushes, records = int(info["pushes"]), int(info["records"])
-            elif rank == 0:
-                records = sum(int(ck.rank_info(r)["records"]) for r in range(ck.executors))
-        shared.put(Resumed(rank, records))
-        ctl = ExecutorControl(shared.put, link._conn, rank, LogicPlan(query), group.timeout)
-        agent = ScaleAgent(rank, n, work, active, shared.put, link._conn, group.timeout)
-        agent.start(ex, ctl, source, query.time, restored=restored)
-        asks = AskSchedule(ex, plan.every, plan.next_id, base_pushes)  # rank 0's
-
-        def from_driver(msg: Any) -> None:
-            if isinstance(msg, CheckpointNow):
-                asks.force()  # a rescale beyond M: cut at the next chance
-            else:
-                agent.handle(msg)
-        ctl.other = from_driver
-
-        pushes = base_pushes
-        cands: Dict[int, List[_Cand]] = {pushes: [(agent.sid, agent.work, None,
-                                                   list(agent.active))]}
-        records_at: Dict[int, int] = {pushes: records}
-        out: List[pa.RecordBatch] = []
-        pending: List[pa.RecordBatch] = []  # fired since the last cut
-        result_schema = ex.result_schema()
-        kill_at = kill_point(rank, plan.attempt)
-        reporter = Reporter(report_every)
-        call_t = [time.monotonic()]
-        late_rows = LateRows() if plan.want_late else None
-
-        def sync() -> None:
-            # a scale commit since the last push: the same push count is also described by
-            # the new generation (its new work, nothing of it read)
-            now = cands[pushes]
-            if now[-1][0] != agent.sid:
-                now.append((agent.sid, agent.work, None, list(agent.active)))
-
-        def after_call() -> None:
-            nonlocal pending
-            sync()
-            while True:
-                img = ex.take_checkpoint()
-                if img is None:
-                    break
-                # the windows fired before the cut go with it; those the service thread
-                # fired since (peers' later epochs) go with the next cut (split_at_cut)
-                pending, after = ex.results_at_cut(img, pending)
-                gens = {str(g): {"work": FileSource.remaining(w, pos), "active": act}
-                        for g, w, pos, act in cands[img.pushes]}
-                version, leaders_now = ex.leader_map()
-                info = {"rank": rank, "position": None, "pushes": img.pushes,
-                        "records": records_at[img.pushes],
-                        "windows": sum(b.num_rows for b in pending),
-                        "leader_map": {"version": version, "leaders": leaders_now},
-                        "live": gens}
-                writer.submit(write_image, store, shared, rank, img, pending, result_schema, info,
-                              lambda p: part_name(p, rank),
-                              kill_in_write(store, plan, kill_at, rank, pushes),
-                              {"cut_seconds": time.monotonic() - call_t[0],
-                               "gens": sorted(int(g) for g in gens)}, None,
-                              late_rows.at_cut(img.pushes) if late_rows is not None else None)
-                out.extend(pending)
-                pending = after
-                for k in [k for k in cands if k < img.pushes]:  # older cuts are not needed
-                    del cands[k]
-                    records_at.pop(k, None)
-                asks.cut(img.id)
-            pending.extend(ex.results())
-            if rank == 0 and not ex.finished:  # a finished executor takes no more asks
-                asks.step(pushes)
-            if reporter.due():
-                snap = Reporter.snapshot(ex)
-                snap.update(ctl.status())
-                snap["standby"] = not agent.is_active
-                snap["records_read"] = records
-                snap["pid"] = os.getpid()  # which process is which rank (status per_executor)
-                shared.put(Metrics(rank, snap))
-
-        def wait(seconds: float) -> bool:
-            """Serves the executor (and cuts) for ``seconds``: a rank waiting for work."""
-            deadline = time.monotonic() + seconds
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                call_t[0] = time.monotonic()
-                ex.poll(min(0.05, left))
-                after_call()
-
-        last_progress = time.monotonic()
-        with no_cyclic_gc():
-            for item in elastic_items(query, source, agent, ex, ctl, rate, wait):
-                call_t[0] = time.monotonic()
-                if isinstance(item, (pa.RecordBatch, pa.Table)):
-                    b, skip = ctl.prepare(item)
-                    if late_rows is not None:
-                        late_rows.add(pushes + 1, ex.push_batch(b, skip=skip, return_late=True))
-                    else:
-                        ex.push_batch(b, skip=skip)
-                    pushes += 1
-                    records += item.num_rows
-                    cands[pushes] = [(agent.sid, agent.work, agent.pos, list(agent.active))]
-                    records_at[pushes] = records
-                else:  # a Watermark: what the work left promises
-                    wm = query.watermark_ticks(getattr(item, "value", None), schema)
-                    if wm is not None:
-                        ex.advance_watermark(wm)
-                        agent.advanced(wm)
-                after_call()
-                if kill_at is not None and not kill_at[2] and pushes >= kill_at[0]:
-                    kill_after_cuts(ex, store, plan, kill_at, rank, pushes, after_call)
-                if time.monotonic() - last_progress >= PROGRESS_S:
-                    last_progress = time.monotonic()
-                    shared.put(Progress(rank, records))
-            ctl.input_done()
-            ex.finish()
-            after_call()
-            writer.drain()  # every checkpoint this rank took is durable and reported
-        out.extend(pending)
-        m = dict(ex.metrics)
-        m["records_read"] = records
-        if late_rows is not None:  # every late row of this attempt (the worker sends them)
-            m["late_rows"] = late_rows.found()
-        return pa.Table.from_batches(out, schema=result_schema), m
-    finally:
-        writer.close()
-        ex.close()
-
-
-def _worker(query: Any, source: Any, rank: int, size: int, group: GroupConfig, token: str,
-            plan: Any, work: Work, active: List[int], rate: Optional[float],
-            report_every: float, link: Any) -> None:
-    """One executor process of the group (see :mod:`slash.launcher`)."""
-    try:
-        lst = Executor.listen(group.transport, token=token)
-        link.put(Address(rank, lst.address))
-        addresses = link.get(timeout=group.timeout)
-        result, m = execute_live_checkpointed(query, source, rank, addresses, lst, group, token,
-                                              plan, link, work, active, rate, report_every)
-        lst.close()
-        plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
-        link.put(Finished(rank, result, plain, m.get("late_rows")))
-    except BaseException as e:  # the parent raises or recovers, naming the rank
-        link.put(Error.of(rank, e))
-
 
 # ---- the driver's side ---------------------------------------------------------------------------
 class CheckpointedRunControl(RunControl):
@@ -599,8 +413,10 @@ def _attempt(query: Any, source: Any, size: int, group: GroupConfig, token: str,
         err._slash_progress = dict(progress)  # type: ignore[attr-defined]
         return Failed(rank, cause, err)
 
-    pg = ProcessGroup(size, _worker, lambda r: (query, source, r, size, group, token, plan,
-                                                works[r], active, rate, report_every))
+    # the ranks' loop: slash.run.rank.RankLoop with Scaling and Checkpointing (LivePositions)
+    spec = RankSpec(query, source, group, token, report_every=report_every, control=True,
+                    rate=rate, active=list(active), works=works, plan=plan)
+    pg = ProcessGroup(size, worker, lambda r: (spec, r))
     try:
         with pg:
             try:

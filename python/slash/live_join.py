@@ -47,18 +47,18 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
 from slash.control import RunControl, leadership
 from slash.errors import InvalidState, NotSupported
-from slash.executor import Executor
 from slash.live_scale import NO_WATERMARK, LiveScaler, ScaleAgent, Work, deal_work
 from slash.recovery_join import Side, merged
-from slash.run.gc import no_cyclic_gc
+from slash.run.elastic import wait_for_work
 from slash.run.inputs import bound_ticks
 from slash.run.protocol import ScaleCommit
+from slash.run.rank import JoinPush, RankLoop, SideBatch
 from slash.run import compat
 from slash.sources import FileSource
 
@@ -170,98 +170,70 @@ class JoinScaleAgent(ScaleAgent):
         return f"{[len(self.works[s]) for s in SIDES]} unit(s) (left, right)"
 
 
-def execute_join_elastic(query: Any, left: FileSource, right: FileSource, rank: int,
-                         addresses: List[str], listener: Any, group: Any, token: str,
-                         agent: JoinScaleAgent, control: Any, rate: Optional[float] = None,
-                         batch_rows: int = 8192, metrics: Optional[Dict[str, Any]] = None,
-                         report: Optional[Callable[[Any], None]] = None) -> pa.Table:
-    """One join rank of a live-scalable group: reads ``agent.works`` of both
-    sides merged by time, advancing its watermark by what they have left,
-    reopens both readers when a scale commit gave it new work, and with
-    nothing to read (a standby, or its work done) serves the executor until
-    new work or the driver's finish comes. ``rate``: records/s over all
-    active ranks. Returns the pairs this rank fired."""
-    n = len(addresses)
-    srcs = {"left": left, "right": right}
-    cfg = query.join_config(left.schema, right.schema, group.partitions_for(n))
-    ex = Executor(listener, rank, addresses, cfg, group, token=token, bounded=True)
-    out: List[pa.RecordBatch] = []
-    cols = {s: query.input_columns(s, srcs[s].schema) for s in SIDES}
-    dropped = 0
-    pushed = 0
+class JoinScaling:
+    """A live-scalable join rank's feature of the rank loop: its agent takes
+    the driver's scale requests, pushes the rows in hand at a prepare
+    through the loop's join push, and after each push the watermark
+    advances by what both sides have left (:meth:`JoinScaleAgent.promise_ticks`)."""
 
-    def push(side: str, batch: pa.RecordBatch) -> None:
-        nonlocal dropped, pushed
-        b, gone = query.prepare_counted(side, batch, srcs[side].schema)
-        dropped += gone
-        pushed += batch.num_rows
-        ex.push_side_batch(side, b)
+    def __init__(self, agent: JoinScaleAgent, ctl: Any) -> None:
+        self.agent, self.ctl = agent, ctl
 
-    def drain() -> None:
-        out.extend(ex.results())
-        if report is not None:
-            report(ex)
+    def install(self, loop: RankLoop) -> None:
+        agent, ex = self.agent, loop.ex
+        srcs = dict(zip(SIDES, loop.source))
+        agent.start_join(ex, self.ctl, loop.query, srcs,
+                         lambda side, b: loop.push_item(SideBatch(side, b)))
+        loop.handlers["scale"] = agent.handle
+        loop.on_push.append(self.advance)
+        loop.status.append(lambda: {"standby": not agent.is_active})
+        self.ex = ex
 
-    def advance() -> None:
+    def advance(self) -> None:
+        agent = self.agent
         t = agent.promise_ticks()
         if t is not None and (agent.wm is None or t > agent.wm):
-            ex.advance_watermark(t)
+            self.ex.advance_watermark(t)
             agent.advanced(t)
 
-    agent.start_join(ex, control, query, srcs, push)
-    control.other = agent.handle
-    try:
-        with no_cyclic_gc():
-            while True:
-                if agent.has_work:
-                    per = rate / max(1, len(agent.active)) if rate else None
-                    t0, base = time.monotonic(), pushed
-                    sides = {s: Side(iter(srcs[s].read_work(agent.works[s], cols[s],
-                                                             batch_rows)))
-                             for s in SIDES}
-                    agent.sides = sides
-                    advance()  # what its (new) work allows at once
-                    stop = False
-                    for side, batch in merged(query, sides):
-                        push(side, batch)
-                        advance()
-                        drain()
-                        while per and not agent.changed:
-                            ahead = (pushed - base) / per - (time.monotonic() - t0)
-                            if ahead <= 0:
-                                break
-                            ex.poll(min(ahead, 0.01))
-                            drain()
-                            control.poll(ex)
-                        if not agent.changed:
-                            control.poll(ex)
-                        if agent.changed:  # a commit: the merge's state is dropped
-                            stop = True
-                            break
-                    if stop:
-                        agent.changed = False
-                        continue
-                    agent.works, agent.sides = {s: [] for s in SIDES}, None  # read to its end
-                agent.idle()
-                while not agent.changed and not agent.finish:
-                    ex.poll(0.02)
-                    drain()
-                    control.poll(ex)
-                if agent.finish and not agent.changed:
+
+def live_join_items(loop: RankLoop, scaling: JoinScaling, push: JoinPush,
+                    rate: Optional[float] = None,
+                    batch_rows: int = 8192) -> Iterator[Tuple[Any, SideBatch]]:
+    """A live-scalable join rank's items: ``agent.works`` of both sides
+    merged by time, both readers reopened when a scale commit gave it new
+    work; with nothing to read (a standby, or its work done) it serves the
+    executor until new work or the driver's finish comes. ``rate``:
+    records/s over all active ranks (``push.rows`` counts what it pushed)."""
+    agent, query = scaling.agent, loop.query
+    srcs = dict(zip(SIDES, loop.source))
+    cols = {s: query.input_columns(s, srcs[s].schema) for s in SIDES}
+    while True:
+        if agent.has_work:
+            per = rate / max(1, len(agent.active)) if rate else None
+            t0, base = time.monotonic(), push.rows
+            sides = {s: Side(iter(srcs[s].read_work(agent.works[s], cols[s], batch_rows)))
+                     for s in SIDES}
+            agent.sides = sides
+            scaling.advance()  # what its (new) work allows at once
+            stop = False
+            for side, batch in merged(query, sides):
+                yield None, SideBatch(side, batch)  # pushed, served and the driver heard
+                while per and not agent.changed:
+                    ahead = (push.rows - base) / per - (time.monotonic() - t0)
+                    if ahead <= 0:
+                        break
+                    loop.wait(min(ahead, 0.01))
+                    loop.serve()
+                if agent.changed:  # a commit: the merge's state is dropped
+                    stop = True
                     break
+            if stop:
                 agent.changed = False
-            control.input_done()
-            ex.finish()
-            drain()
-        m = dict(ex.metrics)
-        m["null_time_records"] = dropped
-        if metrics is not None:
-            metrics.update(m)
-        log.info("join executor %d/%d: %d records in, %d late, %d pairs out", rank, n,
-                 m["records_in"], m["late_records"], sum(b.num_rows for b in out))
-        return pa.Table.from_batches(out, schema=ex.result_schema())
-    finally:
-        ex.close()
+                continue
+            agent.works, agent.sides = {s: [] for s in SIDES}, None  # read to its end
+        if not wait_for_work(loop, agent):
+            return
 
 
 # ---- the driver's side ---------------------------------------------------------------------------
@@ -325,7 +297,7 @@ class JoinLiveScaler(LiveScaler):
 class JoinRunControl(RunControl):
     """The control socket's view of a live-scalable join: ``status``, the
     scale operations (hooks set by the runner) and ``rebalance``
-    (:meth:`RunControl.rebalance`: rank 0's loop in :func:`execute_join_elastic`
+    (:meth:`RunControl.rebalance`: rank 0's loop in :func:`live_join_items`
     serves the moves through its :class:`slash.control.ExecutorControl`,
     reading or not); ``update`` is refused (a join's logic cannot change
     while it runs)."""

@@ -41,395 +41,47 @@ The test kill hook ``SLASH_TEST_KILL`` (tests/test_recovery.py) is read by
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
-import re
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import Checkpoint, CheckpointStore
-from slash.control import MoveRequests, MoveWaiters, rebalance_spec
-from slash.ckpt_worker import AskSchedule, LateRows, serve_driver, write_image
-from slash.errors import InvalidArgument, InvalidState, NotSupported, SystemFailure, Timeout
-from slash.executor import Executor, GroupConfig
+from slash.control import MoveWaiters, rebalance_spec
+from slash.errors import InvalidArgument, InvalidState, SystemFailure, Timeout
+from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
-from slash.metrics import Reporter
-from slash.query import JoinQuery, Query
-from slash.recovery_join import execute_join_split_checkpointed
+from slash.query import Query
 from slash.run import compat
-from slash.run.ckpt import SharedLink, Writer, commit
+from slash.run.ckpt import (checkpoint_leaders, commit, part_name,  # noqa: F401 (re-exported)
+                            read_partitions)
 from slash.run.failure import Failed, Reported, failed, reported, restartable
-from slash.run.faults import kill_after_cuts, kill_in_write, kill_point
-from slash.run.gc import no_cyclic_gc
 from slash.run.group import connect
-from slash.run.inputs import source_nullable
-from slash.run.pacing import RatePacer
 from slash.run.output import concat_as_first
-from slash.run.plan import PROGRESS_S, AttemptPlan, CheckpointEvery
-from slash.run.protocol import (Address, CheckpointNow, CheckpointWritten, Epoch, Error, Finished,
-                                 Metrics, Move, Progress, Resumed)
-from slash.sources import (FileSource, GeneratorSource, Position, TableSource, Work, input_stamp,
-                           read_from)
+from slash.run.plan import AttemptPlan, CheckpointEvery
+from slash.run.protocol import (CheckpointNow, CheckpointWritten, Epoch, Error, Finished, Metrics,
+                                 Move, Progress, Resumed)
+from slash.run.resume import check_resplittable, resplit  # noqa: F401 (re-exported)
+from slash.sources import FileSource, GeneratorSource, TableSource, input_stamp
+from slash.worker import RankSpec, run_rank, worker
 
 log = logging.getLogger(__name__)
 
 
 
-_PART_FILE = re.compile(r"part-(\d+)(?:\.r(\d+))?\.bin")
-
-
-def part_name(partition: int, rank: int) -> str:
-    """The file of partition ``partition`` in rank ``rank``'s image:
-    ``part-<p>.r<rank>.bin``. A partition is in two images when the cut was
-    taken during its hand-over (the old leader still owes it, the new one
-    holds the deltas merged since the move); each image's copy is kept and a
-    restore merges them. (Older checkpoints, and the join and Spark paths,
-    write one ``part-<p>.bin``; :func:`read_partitions` reads both.)"""
-    return f"part-{partition}.r{rank}.bin"
-
-
-def read_partitions(ck: Checkpoint, wanted: Callable[[int], bool]) -> Dict[int, List[bytes]]:
-    """Every stored image of each partition ``wanted(p)`` accepts, as listed
-    in the checkpoint's manifest: partition -> blobs (one per image holding it)."""
-    out: Dict[int, List[bytes]] = {}
-    for name in sorted(ck.files()):
-        m = _PART_FILE.fullmatch(name)
-        if m is None:
-            continue
-        p = int(m.group(1))
-        if wanted(p):
-            out.setdefault(p, []).append(ck.read(name))
-    return out
-
-
-def checkpoint_leaders(ck: Checkpoint, n: int, partitions: int) -> Optional[List[int]]:
-    """The leader map to restore checkpoint ``ck`` with in a group of ``n``:
-    the newest map (highest version) a rank recorded at the cut when ``n`` is
-    the checkpoint's executor count, else None (the default map of the new
-    group, partition mod n). Any map agreed by every executor is correct,
-    since every image of a partition is merged into its leader; the newest
-    one keeps the moves already made."""
-    if ck.executors != n:
-        return None
-    best: Optional[Dict[str, Any]] = None
-    for r in range(n):
-        got = ck.rank_info(r).get("leader_map")
-        if got is not None and (best is None or got["version"] > best["version"]):
-            best = got
-    if best is None or len(best["leaders"]) != partitions or \
-            not all(0 <= int(x) < n for x in best["leaders"]):
-        return None
-    return [int(x) for x in best["leaders"]]
-
-
-
-
-def _source_time(source: Any, query: Query) -> Optional[str]:
-    """The time column to pass to ``read`` (as runner's bounded reads do)."""
-    if not getattr(source, "bounded", True):
-        return None
-    try:
-        params = inspect.signature(source.read).parameters
-    except (TypeError, ValueError):
-        return None
-    return query.time if "time" in params else None
-
-
 def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: List[str],
                                listener: Any, group: GroupConfig, token: str, plan: AttemptPlan,
                                link: Any) -> Tuple[pa.Table, Dict[str, Any]]:
-    """One executor's run with checkpoints (see the module doc): restores
-    from ``plan.resume_id`` if given, then reads, pushes and cuts. Returns
-    the windows this executor fired in this attempt and its metrics."""
-
-    n = len(addresses)
-    store = plan.store()
-    link = SharedLink(link)  # the writer thread reports over it too
-    writer = Writer(rank)
-    schema = source.schema
-    bounded = bool(getattr(source, "bounded", True))
-    nullable = source_nullable(source, [*query.key, *query.value_columns])
-    state = query.state_config(schema, plan.partitions, nullable)
-    ex = Executor(listener, rank, addresses, state, group, token=token, bounded=bounded)
-    start: Optional[Position] = None
-    base_pushes = 0
-    records = 0
-    time_col = _source_time(source, query)
-    # a FileSource's share of this attempt in global terms ([[unit, batches read], ...])
-    work: Optional[Work] = None
-    try:
-        if plan.resume_id is not None:
-            ck = store.load(plan.resume_id)
-            old_n = ck.executors
-            metas = [ck.read(f"rank-{r}.meta") for r in range(old_n)]
-            leaders = checkpoint_leaders(ck, n, plan.partitions)
-            lead = leaders if leaders is not None else [p % n for p in range(plan.partitions)]
-            ex.restore(metas, read_partitions(ck, lambda p: lead[p] == rank), leaders)
-            if old_n == n:  # each rank resumes its own split where it was
-                info = ck.rank_info(rank)
-                start, base_pushes, records = info["position"], info["pushes"], info["records"]
-                if isinstance(source, FileSource):
-                    work, start = _left_of(source, info, rank, n, time_col), None
-            else:  # another executor count: what every rank left, dealt to n ranks
-                infos = [ck.rank_info(r) for r in range(old_n)]
-                work = resplit(source, infos, old_n, n, time_col, store.dir)[rank]
-                base_pushes = 0  # the core counts push calls afresh in a group of another size
-                records = sum(int(i["records"]) for i in infos) if rank == 0 else 0
-        elif isinstance(source, FileSource):
-            work = source.work(rank, n, time_col)
-        link.put(Resumed(rank, records))
-        # push calls, counted as the core counts them (a restored executor
-        # goes on from the checkpoint's count): push count -> source position after it
-        pushes = base_pushes
-        pos_after: Dict[int, Optional[Position]] = {pushes: start}
-        out: List[pa.RecordBatch] = []
-        pending: List[pa.RecordBatch] = []  # fired since the last cut
-        asks = AskSchedule(ex, plan.every, plan.next_id, base_pushes)  # rank 0's
-        last_progress = time.monotonic()
-        kill_at = kill_point(rank, plan.attempt)
-        result_schema = ex.result_schema()
-        live = _LiveReport(ex, plan, link) if plan.live_every or plan.realtime else None
-
-        def after_call() -> None:
-            nonlocal pending
-            while True:
-                img = ex.take_checkpoint()
-                if img is None:
-                    break
-                # the windows fired before the cut go with it; those the service thread
-                # fired since (peers' later epochs) go with the next cut (split_at_cut)
-                pending, after = ex.results_at_cut(img, pending + _results(ex, live),
-                                                 take=False)
-                info = {"rank": rank, "position": pos_after[img.pushes],
-                        "pushes": img.pushes, "records": records_at[img.pushes],
-                        "windows": sum(b.num_rows for b in pending)}
-                version, leaders_now = ex.leader_map()  # the map this rank followed at the cut
-                info["leader_map"] = {"version": version, "leaders": leaders_now}
-                if work is not None:  # what is left of this rank's input, in global terms
-                    info["work"] = FileSource.remaining(work, pos_after[img.pushes])
-                # the executor call holding the cut (alignment + the core's image), in the loop
-                cut_s = time.monotonic() - call_t[0]
-                writer.submit(write_image, store, link, rank, img, pending, result_schema, info,
-                              lambda p: part_name(p, rank),
-                              kill_in_write(store, plan, kill_at, rank, pushes),
-                              {"cut_seconds": cut_s}, None,
-                              late_rows.at_cut(img.pushes) if late_rows is not None else None)
-                out.extend(pending)
-                pending = after
-                for k in [k for k in pos_after if k < img.pushes]:  # older cuts are not needed
-                    del pos_after[k]
-                    records_at.pop(k, None)
-                asks.cut(img.id)
-            got = _results(ex, live)
-            pending.extend(got)
-
-        records_at: Dict[int, int] = {pushes: records}
-        call_t = [time.monotonic()]  # when the executor call that may cut began
-        moves = MoveRequests(link.put, rank)  # rank 0: the parent's rebalance requests
-        throttle = RatePacer(plan.rate / n) if plan.rate else None
-        late_rows = LateRows() if plan.want_late else None
-        with no_cyclic_gc():
-            items = (source.read_work(work, query.input_columns, time=time_col)
-                     if work is not None else
-                     read_from(source, rank, n, query.input_columns, time_col, start))
-            for pos, item in items:
-                call_t[0] = time.monotonic()
-                if isinstance(item, (pa.RecordBatch, pa.Table)):
-                    if live is not None and plan.realtime:
-                        live.pace(query, item, after_call)
-                    b, skip = query.prepare_selected(item)
-                    if late_rows is not None:
-                        late_rows.add(pushes + 1, ex.push_batch(b, skip=skip, return_late=True))
-                    else:
-                        ex.push_batch(b, skip=skip)
-                    pushes += 1
-                    records += item.num_rows
-                    pos_after[pushes] = pos
-                    records_at[pushes] = records
-                    if throttle is not None:  # cuts and results are served while it waits
-                        throttle.after(item.num_rows, lambda s: (ex.poll(s), after_call()))
-                else:  # a Watermark
-                    wm = query.watermark_ticks(getattr(item, "value", None), schema)
-                    if wm is not None:
-                        ex.advance_watermark(wm)
-                after_call()
-                serve_driver(link, ex, asks, moves)
-                if live is not None:
-                    live.report()
-                if rank == 0:
-                    asks.step(pushes)
-                if kill_at is not None and not kill_at[2] and pushes >= kill_at[0]:
-                    kill_after_cuts(ex, store, plan, kill_at, rank, pushes, after_call)
-                if time.monotonic() - last_progress >= PROGRESS_S:
-                    last_progress = time.monotonic()
-                    link.put(Progress(rank, records))
-            moves.fail_all(InvalidState("rebalance: rank 0 has read all of its input; "
-                                        "leadership no longer moves"))
-            ex.finish()
-            after_call()
-            if live is not None:
-                live.report(final=True)
-            writer.drain()  # every checkpoint this rank took is durable and reported
-        out.extend(pending)
-        m = dict(ex.metrics)
-        m["records_read"] = records
-        if late_rows is not None:  # every late row of this attempt (the worker sends them)
-            m["late_rows"] = late_rows.found()
-        return pa.Table.from_batches(out, schema=result_schema), m
-    finally:
-        writer.close()
-        ex.close()
-
-
-def _results(ex: Executor, live: Optional["_LiveReport"]) -> List[pa.RecordBatch]:
-    got = ex.results()
-    if live is not None and got:
-        live.fired(got)
-    return got
-
-
-class _LiveReport:
-    """A checkpointed rank's live metrics (``("metrics", rank, snapshot)``
-    every ``plan.live_every`` s, :class:`slash.metrics.Reporter`'s snapshot)
-    and, with ``plan.realtime``, the pacing of its input by event time and
-    the windows it fired since the last report: ``snapshot["windows"]`` =
-    ``[[window_end_ms, emit_ms, rows], ...]`` (wall clock, so emit - end is
-    the window's latency)."""
-
-    def __init__(self, ex: Executor, plan: "AttemptPlan", link: Any) -> None:
-        self.ex, self.plan, self.link = ex, plan, link
-        self.reporter = Reporter(plan.live_every or 0.5)
-        self.windows: List[List[int]] = []
-        self.behind: Optional[int] = None  # records due by the wall clock, not yet read (estimate)
-        self.lag = 0.0  # seconds the latest batch was read after its latest event time
-
-    def fired(self, batches: List[pa.RecordBatch]) -> None:
-        if not self.plan.realtime:
-            return
-
-        now = int(time.time() * 1000)
-        tpm = self.ex.state.ticks_per_ms
-        for b in batches:
-            if not b.num_rows:
-                continue
-            vc = pc.value_counts(b.column("window_end"))
-            for end, rows in zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()):
-                self.windows.append([end // tpm, now, rows])
-
-    def pace(self, query: Query, item: Any, serve: Callable[[], None]) -> None:
-        """Waits (serving the channels and firing what is due) until the
-        wall clock reaches the batch's latest event time."""
-        if not item.num_rows:
-            return
-        mm = pc.min_max(query.time_ticks(item.column(query.time), item.schema))
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        if hi is None:
-            return
-        tps = self.ex.state.ticks_per_ms * 1000.0
-        due = hi / tps
-        # how far the reader is behind the clock, in records at this batch's rate
-        span = max((hi - lo) / tps, 0.001)
-        self.lag = max(0.0, time.time() - due)
-        self.behind = int(self.lag * item.num_rows / span)
-        while True:
-            ahead = due - time.time()
-            if ahead <= 0:
-                return
-            self.ex.poll(min(ahead, 0.01))
-            serve()
-            self.report()
-
-    def report(self, final: bool = False) -> None:
-        if not (self.plan.live_every and (self.reporter.due() or final)):
-            return
-
-        snap = Reporter.snapshot(self.ex)
-        snap["windows"], self.windows = self.windows, []
-        if self.behind is not None:
-            snap["records_behind"] = self.behind
-            snap["input_lag_ms"] = round(self.lag * 1000.0, 1)
-        self.link.put(Metrics(self.ex.rank, snap))
-
-
-
-def _left_of(source: FileSource, info: Dict[str, Any], rank: int, n: int,
-             time_col: Optional[str]) -> Work:
-    """What rank of a group of n had left of a FileSource at a cut, in
-    global terms: its ``work`` (recorded since rescaling exists), else its
-    position in its own split of n (checkpoints written before)."""
-    if "work" in info:
-        return [[int(g), int(k)] for g, k in info["work"]]
-    pos = info.get("position")
-    return FileSource.remaining(source.work(rank, n, time_col),
-                                pos if isinstance(pos, (list, tuple)) else None)
-
-
-def check_resplittable(source: Any, ck_n: int, n: int, directory: str) -> None:
-    """Raises NotSupported, naming the reason, unless ``source``'s positions
-    at a cut of ck_n executors can be dealt to n."""
-    if ck_n == n or isinstance(source, FileSource):
-        return
-    if isinstance(source, (tuple, list)):  # a join: each input must re-split
-        for side, s in zip(("left", "right"), source):
-            if not isinstance(s, FileSource):
-                raise NotSupported(f"checkpoint directory {directory!r} was cut with {ck_n} "
-                                   f"executors and this run has {n}: the join's {side} input is "
-                                   f"not a FileSource ({_why_not_resplit(s)}). Resume with "
-                                   f"executors={ck_n}, or join files (FileSource), whose "
-                                   f"positions re-split to any executor count")
-        return
-    raise NotSupported(f"checkpoint directory {directory!r} was cut with {ck_n} executors and this "
-                       f"run has {n}: {_why_not_resplit(source)}. Resume with executors={ck_n}, "
-                       f"or read files (FileSource), whose positions re-split to any executor "
-                       f"count")
-
-
-def _why_not_resplit(source: Any) -> str:
-    """Why ``source``'s positions cannot be dealt to another executor count."""
-    return {GeneratorSource: "a GeneratorSource's make(rank, n) decides each executor's input, "
-                             "and input made for one split cannot be dealt to another",
-            TableSource: "a TableSource's slices depend on the executor count"}.get(
-        type(source), f"a {type(source).__name__} records no position in global terms")
-
-
-def resplit(source: Any, infos: List[Dict[str, Any]], ck_n: int, n: int,
-            time_col: Optional[str], directory: str) -> List[Work]:
-    """Every rank's work left at a cut of ck_n executors (``infos``: their
-    rank-<r>.json), dealt to n ranks (:meth:`FileSource.resplit`): every rank
-    of the new group computes the same lists. Units read whole are in none,
-    a unit read in part resumes after its batches read, so no record is
-    read twice or skipped. The watermark stays correct: the core restores
-    every rank of another group size at the cut's group watermark (the
-    smallest rank watermark), below every record any rank had left."""
-    check_resplittable(source, ck_n, n, directory)
-    lefts = [_left_of(source, infos[r], r, ck_n, time_col) for r in range(ck_n)]
-    return source.resplit(lefts, n, time_col)
-
-
-def _worker(query: Query, source: Any, rank: int, n: int, group: GroupConfig, token: str,
-            plan: AttemptPlan, link: Any) -> None:
-    """One executor process of a checkpointed run (see :mod:`slash.launcher`)."""
-    try:
-        lst = Executor.listen(group.transport, token=token)
-        link.put(Address(rank, lst.address))
-        addresses = link.get(timeout=group.timeout)
-        if isinstance(query, JoinQuery):  # a join's worker: slash.recovery_join
-            result, m = execute_join_split_checkpointed(query, source[0], source[1], rank,
-                                                        addresses, lst, group, token, plan, link)
-        else:
-            result, m = execute_split_checkpointed(query, source, rank, addresses, lst, group,
-                                                   token, plan, link)
-        lst.close()
-        plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
-        link.put(Finished(rank, result, plain, m.get("late_rows")))
-    except BaseException as e:  # the parent raises or recovers, naming the rank
-        link.put(Error.of(rank, e))
-
+    """One executor's run with checkpoints (see the module doc; a Spark
+    batch task's, over its task link): restores from ``plan.resume_id`` if
+    given, then reads, pushes and cuts. Returns the windows this executor
+    fired in this attempt and its metrics. The loop is
+    :class:`slash.run.rank.RankLoop` with :class:`slash.run.rank.Checkpointing`."""
+    return run_rank(RankSpec(query, source, group, token, plan=plan), rank, addresses, listener,
+                    link)
 
 
 def fingerprint(query: Query, source: Any) -> str:
@@ -636,7 +288,7 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     and may have another executor count (a FileSource's positions are
     re-split; other sources refuse). ``control``: see :class:`CheckpointedRun`.
     ``live_every``: executors report live metrics every so many seconds to
-    ``control.on_metrics``; ``realtime``: see :class:`_LiveReport`; ``rate``:
+    ``control.on_metrics``; ``realtime``: see :class:`slash.run.rank.Realtime`; ``rate``:
     records/s over the group (every attempt's ranks share it); ``late``: a
     list that receives the input rows found late (``late_output=``): those
     of the cuts committed before the last attempt's start, and that attempt's."""
@@ -776,7 +428,8 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
         err._slash_progress = dict(progress)  # type: ignore[attr-defined]
         return Failed(rank, cause, err)
 
-    pg = ProcessGroup(n, _worker, lambda r: (query, source, r, n, group, token, plan))
+    spec = RankSpec(query, source, group, token, plan=plan)
+    pg = ProcessGroup(n, worker, lambda r: (spec, r))
     if True:
         with pg:
             try:

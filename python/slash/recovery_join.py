@@ -45,22 +45,19 @@ worker's.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from slash._ipc import from_ipc, to_ipc
-from slash.ckpt_worker import AskSchedule, serve_driver, write_image
 from slash.errors import NotSupported
-from slash.executor import Executor, GroupConfig
+from slash.executor import GroupConfig
 from slash.query import JoinQuery
-from slash.run.pacing import RatePacer
-from slash.run.faults import kill_after_cuts, kill_in_write, kill_point
-from slash.run.gc import no_cyclic_gc
-from slash.run.plan import PROGRESS_S
-from slash.run.protocol import Progress, Resumed
+from slash.run.ckpt import SharedLink
+from slash.run.protocol import Resumed
+from slash.run.rank import (Checkpointing, JoinPush, ProgressReport, RankLoop, SideBatch,
+                            open_executor, paced)
 from slash.sources import FileSource, Work
 
 log = logging.getLogger(__name__)
@@ -204,135 +201,146 @@ def _redealt(ck: Any, srcs: Dict[str, Any], old_n: int, n: int, rank: int, direc
     return works, held
 
 
+def join_split_items(loop: RankLoop, n: int, batch_rows: int = 8192,
+                     rate: Optional[float] = None) -> Iterator[Tuple[Any, SideBatch]]:
+    """A join rank's split of both inputs in time order (:func:`time_ordered`)
+    as the rank loop's items; ``rate``: records/s of both inputs together."""
+    left, right = loop.source
+    return paced(((None, SideBatch(side, b)) for side, b in
+                  time_ordered(loop.query, left, right, loop.rank, n, batch_rows)), loop, rate)
+
+
+def execute_join_split(query: JoinQuery, left: Any, right: Any, rank: int,
+                       addresses: List[str], listener: Any, group: GroupConfig, token: str,
+                       metrics: Optional[Dict[str, Any]] = None) -> pa.Table:
+    """One join executor's run without a driver link (a Spark batch task):
+    its splits of both inputs, in time order. Rows with a null key never
+    match (SQL) and are left out; rows with a null time are in no window and
+    are counted (``null_time_records``)."""
+    ex = open_executor(query, (left, right), rank, addresses, listener, group, token,
+                       group.partitions_for(len(addresses)))
+    with RankLoop(query, (left, right), ex) as loop:
+        result = loop.use(JoinPush()).run(join_split_items(loop, len(addresses)))
+        if metrics is not None:
+            metrics.update(loop.metrics())
+        return result
+
+
+class JoinPositions:
+    """A checkpointed join rank's positions (for :class:`Checkpointing`):
+    with FileSource inputs, each side's state after each push (work left in
+    global terms, rows the merge holds in hand, written with the image)."""
+
+    def __init__(self, rank: int, sides: Dict[str, Side], works: Dict[str, Optional[Work]],
+                 held: Dict[str, Dict[int, pa.RecordBatch]], files: bool) -> None:
+        self.rank, self.sides, self.works, self.held, self.files = rank, sides, works, held, files
+        self.state_at: Dict[int, Dict[str, SideState]] = {}
+
+    def begin(self, loop: RankLoop) -> None:
+        self.state_at = {loop.pushes: {s: (None, None) for s in SIDES}}
+
+    def now(self, pushes: int) -> None:
+        if self.files:
+            self.state_at[pushes] = {s: self.sides[s].state() for s in SIDES}
+
+    def note(self, loop: RankLoop) -> None:
+        self.now(loop.pushes)
+
+    def sync(self, loop: RankLoop) -> None:
+        pass
+
+    def at(self, pushes: int) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, bytes]]:
+        info: Dict[str, Any] = {"position": None}
+        extra: Dict[str, bytes] = {}
+        if self.files:  # each side's position in global terms: work left, rows held
+            st = self.state_at[pushes]
+            info["sides"] = {}
+            for s in SIDES:
+                w = self.works[s]
+                assert w is not None
+                now = _held_at(w, self.held[s], st[s])
+                info["sides"][s] = {"work": FileSource.remaining(w, st[s][0]),
+                                    "held": sorted(now)}
+                for g, rows in now.items():
+                    extra[_held_name(self.rank, s, g)] = to_ipc(pa.Table.from_batches([rows]))
+        return info, {}, extra
+
+    def forget_before(self, pushes: int) -> None:
+        for k in [k for k in self.state_at if k < pushes]:
+            del self.state_at[k]
+
+
+def _restore_join(ex: Any, plan: Any, rank: int, n: int, srcs: Dict[str, Any]
+                  ) -> Tuple[int, int, Dict[str, Optional[Work]], Dict[str, Dict[int, pa.RecordBatch]]]:
+    """The restore step of a checkpointed join rank: (push count and records
+    at the cut, each FileSource side's work in this attempt, rows held)."""
+    works: Dict[str, Optional[Work]] = {s: None for s in SIDES}
+    held: Dict[str, Dict[int, pa.RecordBatch]] = {s: {} for s in SIDES}
+    base = records = 0
+    if plan.resume_id is not None:
+        store = plan.store()
+        ck = store.load(plan.resume_id)
+        old_n = ck.executors
+        metas = [ck.read(f"rank-{r}.meta") for r in range(old_n)]
+        ex.restore(metas, {p: ck.read(f"part-{p}.bin") for p in range(plan.partitions)
+                           if p % n == rank})
+        if old_n == n:  # the same merged sequence: drop the pushes before the cut
+            info = ck.rank_info(rank)
+            base, records = int(info["pushes"]), int(info["records"])
+        else:  # another executor count: what every rank left of each side, dealt to n
+            works, held = _redealt(ck, srcs, old_n, n, rank, store.dir)
+            records = sum(int(ck.rank_info(r)["records"]) for r in range(old_n)) \
+                if rank == 0 else 0
+            log.info("join executor %d of %d: resuming checkpoint %d of %d executors with "
+                     "%s units left (left, right)", rank, n, plan.resume_id, old_n,
+                     [len(works[s] or []) for s in SIDES])
+    if all(isinstance(srcs[s], FileSource) for s in SIDES) and works["left"] is None:
+        works = {s: srcs[s].work(rank, n) for s in SIDES}
+    return base, records, works, held
+
+
+def _after(query: JoinQuery, sides: Dict[str, Side], base: int,
+           positions: JoinPositions) -> Iterator[Tuple[Any, SideBatch]]:
+    """The merged side batches after the first ``base`` (pushed before the
+    cut: their rows are in the restored stores)."""
+    pushes = 0
+    for side, batch in merged(query, sides):
+        if pushes < base:
+            pushes += 1
+            positions.state_at = {}
+            positions.now(pushes)
+            continue
+        yield None, SideBatch(side, batch)
+
+
 def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, rank: int,
                                     addresses: List[str], listener: Any, group: GroupConfig,
                                     token: str, plan: Any, link: Any,
                                     batch_rows: int = 8192) -> Tuple[pa.Table, Dict[str, Any]]:
-    """One join executor's run with checkpoints: restores from
+    """One join executor's run with checkpoints (the rank loop with
+    :class:`JoinPush` and :class:`Checkpointing`): restores from
     ``plan.resume_id`` if given - with the executor count that cut it, drops
     the side batches before the cut; with another (both inputs FileSources),
     reads the work dealt to it - then pushes and cuts. Returns the pairs this
     executor fired in this attempt and its metrics."""
     n = len(addresses)
-    store = plan.store()
     srcs = {"left": left, "right": right}
-    cfg = query.join_config(left.schema, right.schema, plan.partitions)
-    bounded = bool(getattr(left, "bounded", True)) and bool(getattr(right, "bounded", True))
-    ex = Executor(listener, rank, addresses, cfg, group, token=token, bounded=bounded)
-    files = all(isinstance(srcs[s], FileSource) for s in SIDES)
-    # each FileSource side's work in global terms in this attempt (None: read by rank and n)
-    works: Dict[str, Optional[Work]] = {s: None for s in SIDES}
-    held: Dict[str, Dict[int, pa.RecordBatch]] = {s: {} for s in SIDES}
-    base_pushes = 0
-    records = 0
-    try:
-        if plan.resume_id is not None:
-            ck = store.load(plan.resume_id)
-            old_n = ck.executors
-            metas = [ck.read(f"rank-{r}.meta") for r in range(old_n)]
-            parts = {p: ck.read(f"part-{p}.bin") for p in range(plan.partitions) if p % n == rank}
-            ex.restore(metas, parts)
-            if old_n == n:  # the same merged sequence: drop the pushes before the cut
-                info = ck.rank_info(rank)
-                base_pushes, records = int(info["pushes"]), int(info["records"])
-            else:  # another executor count: what every rank left of each side, dealt to n
-                works, held = _redealt(ck, srcs, old_n, n, rank, store.dir)
-                records = sum(int(ck.rank_info(r)["records"]) for r in range(old_n)) \
-                    if rank == 0 else 0
-                # the core counts push calls afresh in a group of another size
-                log.info("join executor %d of %d: resuming checkpoint %d of %d executors with "
-                         "%s units left (left, right)", rank, n, plan.resume_id, old_n,
-                         [len(works[s] or []) for s in SIDES])
-        if files and works["left"] is None:
-            works = {s: srcs[s].work(rank, n) for s in SIDES}
+    link = SharedLink(link)  # the writer thread reports over it too
+    ex = open_executor(query, (left, right), rank, addresses, listener, group, token,
+                       plan.partitions)
+    with RankLoop(query, (left, right), ex, link) as loop:
+        base, records, works, held = _restore_join(ex, plan, rank, n, srcs)
         link.put(Resumed(rank, records))
-        schemas = {"left": left.schema, "right": right.schema}
-        cols = {s: query.input_columns(s, schemas[s]) for s in SIDES}
+        cols = {s: query.input_columns(s, srcs[s].schema) for s in SIDES}
         sides = {s: Side(_file_items(srcs[s], works[s], held[s], cols[s], batch_rows)
-                          if works[s] is not None else
-                          _counted(iter(srcs[s].read(rank, n, cols[s], batch_rows))))
+                         if works[s] is not None else
+                         _counted(iter(srcs[s].read(rank, n, cols[s], batch_rows))))
                  for s in SIDES}
-        result_schema = ex.result_schema()
-        pushes = 0  # side batches consumed, the dropped ones before the cut included
-        records_at: Dict[int, int] = {base_pushes: records}
-        # push count -> each FileSource side's state after it (a cut records it in global terms)
-        state_at: Dict[int, Dict[str, SideState]] = {
-            base_pushes: {s: (None, None) for s in SIDES}}
-        out: List[pa.RecordBatch] = []
-        pending: List[pa.RecordBatch] = []  # fired since the last cut
-        asks = AskSchedule(ex, plan.every, plan.next_id, base_pushes)  # rank 0's
-        last_progress = time.monotonic()
-        kill_at = kill_point(rank, plan.attempt)
-        dropped = 0
-        throttle = RatePacer(plan.rate / n) if plan.rate else None
-
-        def after_call() -> None:
-            nonlocal pending
-            while True:
-                img = ex.take_checkpoint()
-                if img is None:
-                    break
-                # the pairs fired before the cut go with it; those the service thread
-                # fired since (peers' later epochs) go with the next cut (split_at_cut)
-                pending, after = ex.results_at_cut(img, pending)
-                info: Dict[str, Any] = {"rank": rank, "position": None, "pushes": img.pushes,
-                                        "records": records_at[img.pushes],
-                                        "windows": sum(b.num_rows for b in pending)}
-                extra: Dict[str, bytes] = {}
-                if files:  # each side's position in global terms: work left, rows held
-                    st = state_at[img.pushes]
-                    info["sides"] = {}
-                    for s in SIDES:
-                        w = works[s]
-                        assert w is not None
-                        now = _held_at(w, held[s], st[s])
-                        info["sides"][s] = {"work": FileSource.remaining(w, st[s][0]),
-                                            "held": sorted(now)}
-                        for g, rows in now.items():
-                            extra[_held_name(rank, s, g)] = to_ipc(pa.Table.from_batches([rows]))
-                write_image(store, link, rank, img, pending, result_schema, info,
-                            lambda p: f"part-{p}.bin",
-                            kill_in_write(store, plan, kill_at, rank, pushes), extra=extra)
-                out.extend(pending)
-                pending = after
-                for k in [k for k in records_at if k < img.pushes]:  # older cuts are not needed
-                    del records_at[k]
-                    state_at.pop(k, None)
-                asks.cut(img.id)
-            pending.extend(ex.results())
-
-        with no_cyclic_gc():
-            for side, batch in merged(query, sides):
-                if pushes < base_pushes:  # pushed before the cut: its rows are in the stores
-                    pushes += 1
-                    if files:
-                        state_at = {pushes: {s: sides[s].state() for s in SIDES}}
-                    continue
-                b, gone = query.prepare_counted(side, batch, schemas[side])
-                dropped += gone
-                ex.push_side_batch(side, b)
-                pushes += 1
-                records += batch.num_rows
-                records_at[pushes] = records
-                if files:
-                    state_at[pushes] = {s: sides[s].state() for s in SIDES}
-                if throttle is not None:  # cuts and results are served while it waits
-                    throttle.after(batch.num_rows, lambda s: (ex.poll(s), after_call()))
-                after_call()
-                serve_driver(link, ex, asks, None)  # a rescale's forced cut; epoch lengths
-                if rank == 0:
-                    asks.step(pushes)
-                if kill_at is not None and not kill_at[2] and pushes >= kill_at[0]:
-                    kill_after_cuts(ex, store, plan, kill_at, rank, pushes, after_call)
-                if time.monotonic() - last_progress >= PROGRESS_S:
-                    last_progress = time.monotonic()
-                    link.put(Progress(rank, records))
-            ex.finish()
-            after_call()
-        out.extend(pending)
-        m = dict(ex.metrics)
-        m["records_read"] = records
-        m["null_time_records"] = dropped
-        return pa.Table.from_batches(out, schema=result_schema), m
-    finally:
-        ex.close()
+        positions = JoinPositions(rank, sides, works, held,
+                                  all(isinstance(srcs[s], FileSource) for s in SIDES))
+        loop.use(JoinPush(), Checkpointing(plan, link, positions, base, records,
+                                           part_file=lambda r, p: f"part-{p}.bin"),
+                 ProgressReport(link.put))
+        result = loop.run(paced(_after(query, sides, base, positions), loop,
+                                plan.rate / n if plan.rate else None))
+        return result, loop.metrics()

@@ -3,10 +3,10 @@
 :func:`run` checks the query against the source's schema, starts N executor
 processes (the "spawn" method: each starts clean), lets them exchange their
 listener addresses, and gathers the results. Each process runs
-:func:`execute_split`: it reads its own split of the source, pushes it
-through the query's filter and projection into its executor, and returns the
-windows it leads. The Spark integration calls :func:`execute_split` from each
-barrier task in the same way.
+:func:`slash.worker.worker`: its rank loop reads its own split of the
+source, pushes it through the query's filter and projection into its
+executor, and returns the windows it leads. The Spark integration runs the
+same loop from each barrier task (:func:`execute_split`).
 
 >>> import pyarrow as pa
 >>> from slash.query import Query
@@ -17,51 +17,31 @@ barrier task in the same way.
 """
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import secrets
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
 from slash.errors import InvalidArgument, SystemFailure, Timeout
 from slash.limits import MAX_EXECUTORS
-from slash.executor import Executor, GroupConfig
+from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
 from slash.query import JoinQuery, Query
-from slash.recovery_join import time_ordered as _time_ordered
+from slash.recovery_join import execute_join_split  # noqa: F401 (Spark's join task runs it)
 from slash.run import compat
-from slash.run.elastic import Pacer, elastic_items
 from slash.run.failure import first_cause, reported
-from slash.run.gc import no_cyclic_gc
-from slash.run.inputs import bound_ticks, source_nullable
+from slash.run.inputs import bound_ticks, source_nullable  # noqa: F401 (the benchmarks')
 from slash.run.output import write_late, write_parquet_atomically
-from slash.run.pacing import RatePacer
-from slash.run.protocol import Address, Error, Finished, Metrics, Windows
+from slash.run.protocol import Error, Metrics, Windows
 from slash.sources import FileSource, Source, as_source, output_overlaps_input
+from slash.worker import RankSpec, run_rank, worker
 
 log = logging.getLogger(__name__)
 
 _NEVER = -(1 << 63)
-
-
-def _read_with_watermarks(source: Any, rank: int, n: int, query: Query,
-                          wait: Optional[Callable[[float], bool]] = None) -> Iterator[Any]:
-    """A bounded source's batches with its Watermark promises, where it
-    makes them (``read(..., time=COL)``); any other source's batches. A
-    source whose ``read`` takes ``wait`` (a paced stream) is given it: it
-    calls ``wait(seconds)`` instead of sleeping, so the executor keeps
-    ending epochs and handing out windows while the source has nothing due."""
-    try:
-        params = inspect.signature(source.read).parameters
-    except (TypeError, ValueError):
-        params = {}
-    kw: Dict[str, Any] = {"wait": wait} if wait is not None and "wait" in params else {}
-    if getattr(source, "bounded", True) and "time" in params:
-        return source.read(rank, n, query.input_columns, time=query.time, **kw)
-    return source.read(rank, n, query.input_columns, **kw)
 
 
 #: an input of at most this many rows, run with the default executor count,
@@ -85,302 +65,25 @@ def runs_in_process(src: Any, executors: Optional[int], **settings: Any) -> bool
     return all(isinstance(r, int) for r in rows) and sum(rows) <= IN_PROCESS_ROWS
 
 
-#: ex.poll's longest single wait inside a source's wait(): a bound on how
-#: late a window is handed out after it fired when the core has nothing else
-#: to say (poll itself returns as soon as a result is ready)
-WAIT_POLL_S = 0.05
-
-
-def fired_windows(batches: List[pa.RecordBatch], ticks_per_ms: int) -> List[Tuple[int, int, int]]:
-    """(window_start ms, window_end ms, rows) of each window in fired
-    executor results (bounds in ticks), in order of window end.
-
-    >>> b = pa.record_batch({"window_start": [0, 0, 1000], "window_end": [1000, 1000, 2000]})
-    >>> fired_windows([b], 1)
-    [(0, 1000, 2), (1000, 2000, 1)]
-    """
-    import numpy as np
-
-    if not batches:
-        return []
-    s = np.concatenate([b.column("window_start").to_numpy() for b in batches]) // ticks_per_ms
-    e = np.concatenate([b.column("window_end").to_numpy() for b in batches]) // ticks_per_ms
-    if not len(s):
-        return []
-    u, c = np.unique(np.stack([e, s], axis=1), axis=0, return_counts=True)
-    return [(int(a), int(b), int(k)) for (b, a), k in zip(u, c)]
-
-
-def _items(query: Query, source: Any, rank: int, n: int, ex: Executor, control: Optional[Any],
-           rate: Optional[float], wait: Optional[Callable[[float], bool]] = None) -> Iterator[Any]:
-    """The split's batches and Watermarks, for :func:`execute_split`. With
-    ``control``, the driver's messages are handled after each item (the
-    loop has pushed it by then), and when a new logic version reads more
-    columns the split is read again from the position reached, with them;
-    with ``rate``, items come no faster than ``rate`` records/s (the
-    executor serves its channels while it waits)."""
-    if control is None and not rate:
-        yield from _read_with_watermarks(source, rank, n, query, wait)
-        return
-    from slash.sources import read_from
-
-    time_col = None
-    if getattr(source, "bounded", True):
-        try:
-            if "time" in inspect.signature(source.read).parameters:
-                time_col = query.time
-        except (TypeError, ValueError):
-            pass
-    cols = control.plan.input_columns if control is not None else query.input_columns
-    pos = None
-    throttle = RatePacer(rate) if rate else None
-    while True:
-        reopened = False
-        for pos, item in read_from(source, rank, n, cols, time_col, pos):
-            yield item
-            if throttle is not None:
-                throttle.after(getattr(item, "num_rows", 0),
-                               lambda s: (ex.poll(s), control is not None and control.poll(ex)))
-            if control is not None:
-                control.poll(ex)
-            if control is not None and control.plan.input_columns != cols:
-                cols = control.plan.input_columns
-                reopened = True
-                break
-        if not reopened:
-            return
-
-
 def execute_split(query: Query, source: Source, rank: int, addresses: List[str], listener: Any,
                   group: GroupConfig, token: str,
-                  on_batch: Optional[Callable[[pa.RecordBatch], None]] = None,
-                  metrics: Optional[Dict[str, Any]] = None,
-                  late_rows: Optional[List[pa.RecordBatch]] = None,
-                  report: Optional[Callable[[Executor], None]] = None,
-                  control: Optional[Any] = None, rate: Optional[float] = None,
-                  on_windows: Optional[Callable[[Optional[int], List[Tuple[int, int, int]]],
-                                                None]] = None,
-                  agent: Optional[Any] = None, pacer: Optional[Pacer] = None) -> pa.Table:
-    """One executor's whole run: read split `rank`, push, finish; returns the
-    results this executor leads (key column still named ``key``, window
-    bounds in the state's time unit: :meth:`Query.finalize` converts them).
+                  metrics: Optional[Dict[str, Any]] = None) -> pa.Table:
+    """One executor's whole run without a driver link (a Spark batch task,
+    the benchmarks): read split ``rank``, push, finish; returns the results
+    this executor leads (key column still named ``key``, window bounds in the
+    state's time unit: :meth:`Query.finalize` converts them). ``metrics``,
+    if given, receives the executor's final metrics.
 
     A bounded source (files, tables, a Spark partition: ``bounded`` true or
     absent) loses nothing whatever its layout: the executor's watermark moves
     only by what the source promises it has left to read (its Watermark
     markers, from Parquet row-group statistics), and finish() fires the rest.
-    An unbounded source keeps the group's lateness. With ``on_batch`` each
-    fired batch is also handed over as soon as it fires; ``metrics``, if
-    given, receives the executor's final metrics; ``late_rows``, if given,
-    receives the input rows that were late (projected as pushed);
-    ``report``, if given, is called with the executor after each batch (and
-    once at the end) to send live metrics when due (:mod:`slash.metrics`).
-    ``control``: a :class:`slash.control.ExecutorControl` whose logic
-    versions filter each batch and which is polled between batches (see
-    :mod:`slash.control`); ``rate``: read at most this many records per
-    second (a replay of the input as a stream).
-    ``on_windows``, if given, is called as windows fire with (the group
-    watermark in ms up to which this executor has fired everything, None
-    once it finished; the fired windows as :func:`fired_windows` lists
-    them), whenever either changed: the driver's per-window latency.
-    ``agent``: a :class:`slash.live_scale.ScaleAgent` (with ``control``):
-    this rank is one of a pre-provisioned group that scales live; it reads
-    the work the agent holds, and nothing while it is standby."""
-    n = len(addresses)
-    schema = source.schema
-    bounded = bool(getattr(source, "bounded", True))
-    nullable = source_nullable(source, [*query.key, *query.value_columns])
-    state = query.state_config(schema, group.partitions_for(n), nullable)
-    ex = Executor(listener, rank, addresses, state, group, token=token, bounded=bounded)
-    out: List[pa.RecordBatch] = []
-    tpm = max(1, int(getattr(ex.state, "ticks_per_ms", 1) or 1))
-    told = [_NEVER]
-
-    def drain(done: bool = False) -> None:
-        # the group watermark before taking: every window ending at or before it has fired
-        gw = ex.metrics["group_watermark"] if on_windows is not None else None
-        got = ex.results()
-        for b in got:
-            out.append(b)
-            if on_batch is not None:
-                on_batch(b)
-        if on_windows is not None:
-            mark = None if done else (_NEVER if gw is None or gw <= _NEVER else gw // tpm)
-            if got or mark != told[0]:
-                told[0] = mark
-                on_windows(mark, fired_windows(got, tpm))
-
-    def wait(seconds: float) -> bool:
-        """Serves the executor for ``seconds`` (a paced source's sleep)."""
-        deadline = time.monotonic() + seconds
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            ex.poll(min(WAIT_POLL_S, left))
-            drain()
-            if report is not None:
-                report(ex)
-
-    prepare = query.prepare_selected if control is None else control.prepare
-    if agent is not None:
-        agent.start(ex, control, source, query.time)
-        control.other = agent.handle
-        items = elastic_items(query, source, agent, ex, control, rate, wait, pacer)
-    else:
-        items = _items(query, source, rank, n, ex, control, rate, wait)
-    try:
-        with no_cyclic_gc():
-            for item in items:
-                if isinstance(item, (pa.RecordBatch, pa.Table)):
-                    b, skip = prepare(item)
-                    if late_rows is not None:
-                        late = ex.push_batch(b, skip=skip, return_late=True)
-                        if late.num_rows:
-                            late_rows.append(late)
-                    else:
-                        ex.push_batch(b, skip=skip)
-                else:  # a Watermark: no later row is older than its value
-                    wm = query.watermark_ticks(getattr(item, "value", None), schema)
-                    if wm is not None:
-                        ex.advance_watermark(wm)
-                        if agent is not None:
-                            agent.advanced(wm)
-                        if not bounded:  # a stream's promise may close a window: end the epoch now,
-                            ex.poll(0)   # not at the next record (an idle split may have none)
-                drain()
-                if report is not None:
-                    report(ex)
-            if control is not None:
-                control.input_done()
-            ex.finish()
-            drain(done=True)
-            if report is not None:
-                report(ex)
-        m = ex.metrics
-        if metrics is not None:
-            metrics.update(m)
-        log.info("executor %d/%d: %d records in, %d epochs, %d late, %d null times, %d rows out",
-                 rank, n, m["records_in"], m["epochs"], m["late_records"], m["null_time_records"],
-                 m["rows_emitted"])
-        if bounded and m["late_records"]:
-            log.warning("executor %d/%d: %d record(s) of a bounded input came after the watermark "
-                        "their source had promised (row-group statistics that do not match the "
-                        "data?) and were not applied", rank, n, m["late_records"])
-        return pa.Table.from_batches(out, schema=ex.result_schema())
-    finally:
-        ex.close()
-
-
-def execute_join_split(query: JoinQuery, left: Source, right: Source, rank: int,
-                       addresses: List[str], listener: Any, group: GroupConfig, token: str,
-                       batch_rows: int = 8192, metrics: Optional[Dict[str, Any]] = None,
-                       report: Optional[Callable[[Executor], None]] = None,
-                       rate: Optional[float] = None) -> pa.Table:
-    """One join executor's run: its splits of both inputs, in time order.
-    Rows with a null key never match (SQL) and are left out; rows with a
-    null time are in no window and are counted (``null_time_records``);
-    ``report`` as in :func:`execute_split`; ``rate``: read at most this many
-    records per second of both inputs together."""
-    n = len(addresses)
-    cfg = query.join_config(left.schema, right.schema, group.partitions_for(n))
-    bounded = bool(getattr(left, "bounded", True)) and bool(getattr(right, "bounded", True))
-    ex = Executor(listener, rank, addresses, cfg, group, token=token, bounded=bounded)
-    out: List[pa.RecordBatch] = []
-    dropped = 0
-    try:
-        schemas = {"left": left.schema, "right": right.schema}
-        throttle = RatePacer(rate) if rate else None
-        for side, batch in _time_ordered(query, left, right, rank, n, batch_rows):
-            b, gone = query.prepare_counted(side, batch, schemas[side])
-            dropped += gone
-            ex.push_side_batch(side, b)
-            if throttle is not None:
-                throttle.after(batch.num_rows, ex.poll)
-            out += ex.results()
-            if report is not None:
-                report(ex)
-        ex.finish()
-        out += ex.results()
-        if report is not None:
-            report(ex)
-        if metrics is not None:
-            metrics.update(ex.metrics)
-            metrics["null_time_records"] = dropped
-        return pa.Table.from_batches(out, schema=ex.result_schema())
-    finally:
-        ex.close()
-
-
-def _worker(query, source, rank, n, group, token, want_late, report_every, control_on, rate,
-            elastic, realtime, link) -> None:
-    """One executor process of :func:`run` (see :mod:`slash.launcher`): sends
-    its listener address, gets everyone's, runs its split, sends the result;
-    with ``report_every`` (seconds) also :class:`~slash.run.protocol.Metrics` as it runs;
-    with ``control_on`` it answers the driver's control messages
-    (:class:`slash.control.ExecutorControl`); ``rate``: its records/s;
-    ``realtime`` (a live-scalable rank): its input paced by event time, and
-    the windows it fires reported (the latency controller's inputs)."""
-    try:
-        ctl = None
-        if control_on:
-            from slash.control import ExecutorControl, LogicPlan
-            ctl = ExecutorControl(link.put, link._conn, rank, LogicPlan(query), group.timeout)
-        agent = None
-        if elastic is not None and isinstance(query, JoinQuery):  # both sides' work per rank
-            from slash.live_join import SIDES, JoinScaleAgent
-            works = {s: src.work(rank, elastic, query.time) if rank < elastic else []
-                     for s, src in zip(SIDES, source)}
-            agent = JoinScaleAgent(rank, n, works, range(elastic), link.put, link._conn,
-                                   group.timeout)
-        elif elastic is not None:  # a pre-provisioned group: the first `elastic` ranks are active
-            from slash.live_scale import ScaleAgent
-            work = source.work(rank, elastic, query.time) if rank < elastic else []
-            agent = ScaleAgent(rank, n, work, range(elastic), link.put, link._conn, group.timeout)
-        report = on_windows = None
-        pacer = Pacer() if realtime and agent is not None else None
-        if report_every:
-            from slash.metrics import Reporter
-            reporter = Reporter(report_every)
-
-            def report(ex: Executor) -> None:
-                if reporter.due() or ex.finished:
-                    snap = reporter.snapshot(ex)
-                    if ctl is not None:
-                        snap.update(ctl.status())
-                        if ctl.max_seen is not None:
-                            snap["max_event_time_ms"] = ctl.max_seen // ex.state.ticks_per_ms
-                    if agent is not None:
-                        snap["standby"] = not agent.is_active
-                    if pacer is not None:
-                        snap.update(pacer.snapshot())
-                    link.put(Metrics(rank, snap))
-
-            if not getattr(source, "bounded", True) or pacer is not None:  # a stream: latency = emit - window end
-                def on_windows(mark: Optional[int], wins: List[Tuple[int, int, int]]) -> None:
-                    link.put(Windows(rank, mark, wins))
-        lst = Executor.listen(group.transport, token=token)
-        link.put(Address(rank, lst.address))
-        addresses = link.get(timeout=group.timeout)
-        m: Dict[str, Any] = {}
-        late: Optional[List[pa.RecordBatch]] = [] if want_late else None
-        if isinstance(query, JoinQuery) and agent is not None:
-            from slash.live_join import execute_join_elastic
-            result = execute_join_elastic(query, source[0], source[1], rank, addresses, lst,
-                                          group, token, agent, ctl, rate=rate, metrics=m,
-                                          report=report)
-        elif isinstance(query, JoinQuery):
-            result = execute_join_split(query, source[0], source[1], rank, addresses, lst, group,
-                                        token, metrics=m, report=report, rate=rate)
-        else:
-            result = execute_split(query, source, rank, addresses, lst, group, token, metrics=m,
-                                   late_rows=late, report=report, control=ctl, rate=rate,
-                                   on_windows=on_windows, agent=agent, pacer=pacer)
-        lst.close()
-        plain = {k: v for k, v in m.items() if isinstance(v, (int, float, str, type(None)))}
-        link.put(Finished(rank, result, plain, pa.Table.from_batches(late) if late else None))
-    except BaseException as e:  # the parent raises it, naming the rank
-        link.put(Error.of(rank, e))
+    An unbounded source keeps the group's lateness. The loop is
+    :class:`slash.run.rank.RankLoop`, built by :func:`slash.worker.run_rank`."""
+    result, m = run_rank(RankSpec(query, source, group, token), rank, addresses, listener, None)
+    if metrics is not None:
+        metrics.update(m)
+    return result
 
 
 def _check_output_path(path: str, what: str, src: Any = None) -> None:
@@ -728,10 +431,10 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
                     metrics: Optional[Dict[str, Any]], output: Optional[str],
                     late_output: Optional[str], elastic: Optional[int],
                     scaler: Any, realtime: bool = False, in_process: bool = False) -> pa.Table:
-    with ProcessGroup(n, _worker, lambda r: (query, src, r, n, group, token, want_late,
-                                             report_every, ctl is not None, rate,
-                                             elastic, realtime),
-                      in_process=in_process) as pg:
+    spec = RankSpec(query, src, group, token, want_late=want_late, report_every=report_every,
+                    control=ctl is not None, rate=rate,
+                    active=None if elastic is None else list(range(elastic)), realtime=realtime)
+    with ProcessGroup(n, worker, lambda r: (spec, r), in_process=in_process) as pg:
         got: Dict[int, str] = {}
         while len(got) < n:
             try:

@@ -4,12 +4,13 @@ in the background, and the driver's commit once every rank reported."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from slash.checkpoint import CheckpointStore
+from slash.checkpoint import Checkpoint, CheckpointStore
 
 log = logging.getLogger(__name__)
 
@@ -92,3 +93,50 @@ def commit(store: CheckpointStore, cid: int, reports: Dict[int, Tuple[Any, ...]]
         log.info("checkpoint %d committed: %d bytes", cid, size)
     else:
         log.info("checkpoint %d committed: %d bytes (scale generation %d)", cid, size, gen)
+
+
+_PART_FILE = re.compile(r"part-(\d+)(?:\.r(\d+))?\.bin")
+
+
+def part_name(partition: int, rank: int) -> str:
+    """The file of partition ``partition`` in rank ``rank``'s image:
+    ``part-<p>.r<rank>.bin``. A partition is in two images when the cut was
+    taken during its hand-over (the old leader still owes it, the new one
+    holds the deltas merged since the move); each image's copy is kept and a
+    restore merges them. (Older checkpoints, and the join and Spark paths,
+    write one ``part-<p>.bin``; :func:`read_partitions` reads both.)"""
+    return f"part-{partition}.r{rank}.bin"
+
+
+def read_partitions(ck: Checkpoint, wanted: Callable[[int], bool]) -> Dict[int, List[bytes]]:
+    """Every stored image of each partition ``wanted(p)`` accepts, as listed
+    in the checkpoint's manifest: partition -> blobs (one per image holding it)."""
+    out: Dict[int, List[bytes]] = {}
+    for name in sorted(ck.files()):
+        m = _PART_FILE.fullmatch(name)
+        if m is None:
+            continue
+        p = int(m.group(1))
+        if wanted(p):
+            out.setdefault(p, []).append(ck.read(name))
+    return out
+
+
+def checkpoint_leaders(ck: Checkpoint, n: int, partitions: int) -> Optional[List[int]]:
+    """The leader map to restore checkpoint ``ck`` with in a group of ``n``:
+    the newest map (highest version) a rank recorded at the cut when ``n`` is
+    the checkpoint's executor count, else None (the default map of the new
+    group, partition mod n). Any map agreed by every executor is correct,
+    since every image of a partition is merged into its leader; the newest
+    one keeps the moves already made."""
+    if ck.executors != n:
+        return None
+    best: Optional[Dict[str, Any]] = None
+    for r in range(n):
+        got = ck.rank_info(r).get("leader_map")
+        if got is not None and (best is None or got["version"] > best["version"]):
+            best = got
+    if best is None or len(best["leaders"]) != partitions or \
+            not all(0 <= int(x) < n for x in best["leaders"]):
+        return None
+    return [int(x) for x in best["leaders"]]

@@ -4,11 +4,10 @@ by event time when the run is realtime."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import pyarrow.compute as pc
 
-from slash.executor import Executor
 from slash.query import Query
 from slash.run.pacing import RatePacer
 
@@ -50,52 +49,59 @@ class Pacer:
         return {"records_behind": self.behind, "input_lag_ms": round(self.lag_s * 1000.0, 1)}
 
 
-def elastic_items(query: Query, source: Any, agent: Any, ex: Executor, control: Any,
-                  rate: Optional[float], wait: Callable[[float], bool],
-                  pacer: Optional[Pacer] = None) -> Iterator[Any]:
-    """A live-scalable rank's batches and Watermarks (:mod:`slash.live_scale`):
-    it reads ``agent.work`` from ``agent.pos``, reopens its reader when a
-    scale commit gave it new work (or an update more columns), and with
-    nothing to read (a standby, or its work done) serves the executor until
-    new work or the driver's finish comes. ``rate``: records/s over all
-    active ranks (each reads its share of it)."""
-    cols = control.plan.input_columns
+def elastic_items(loop: Any, agent: Any, rate: Optional[float],
+                  pacer: Optional[Pacer] = None) -> Iterator[Tuple[Any, Any]]:
+    """A live-scalable rank's (position, batch or Watermark) items for its
+    :class:`slash.run.rank.RankLoop` (:mod:`slash.live_scale`): it reads
+    ``agent.work`` from ``agent.pos``, reopens its reader when a scale commit
+    gave it new work (or an update more columns), and with nothing to read
+    (a standby, or its work done) serves the executor until new work or the
+    driver's finish comes. ``rate``: records/s over all active ranks (each
+    reads its share of it)."""
+    query, source = loop.query, loop.source
+    cols = loop.columns()
     while True:
         if agent.work:
             throttle = RatePacer(rate / max(1, len(agent.active))) if rate else None
             stop = False
             first = agent.promise()
             if first is not None:  # what its (new) work allows at once: a joining rank does not
-                yield first        # wait for its first unit's end to let the group move on
+                yield agent.pos, first  # wait for its first unit's end to let the group move on
             for pos, item in source.read_work(agent.work, cols, time=query.time, start=agent.pos):
                 if pacer is not None:
                     # served while it waits: a scale request is answered within ~10 ms
-                    pacer.pace(query, item, lambda t: (wait(t), control.poll(ex))[0],
+                    pacer.pace(query, item, lambda t: (loop.wait(t), loop.serve())[0],
                                lambda: agent.changed)
-                    control.poll(ex)
+                    loop.serve()
                     if agent.changed:  # new work came while it waited: reread from agent.pos
                         stop = True
                         break
                 agent.pos = pos
-                yield item
+                yield pos, item  # the loop serves the driver's messages after it
                 if throttle is not None:
                     throttle.after(getattr(item, "num_rows", 0),
-                                   lambda s: (ex.poll(s), control.poll(ex)), lambda: agent.changed)
-                control.poll(ex)
-                if agent.changed or control.plan.input_columns != cols:
+                                   lambda s: (loop.wait(s), loop.serve()), lambda: agent.changed)
+                if agent.changed or loop.columns() != cols:
                     stop = True
                     break
             if stop:
                 agent.changed = False
-                cols = control.plan.input_columns
+                cols = loop.columns()
                 continue
             agent.work, agent.pos = [], None  # read to its end
-        agent.idle()
-        while not agent.changed and not agent.finish:
-            wait(0.02)
-            control.poll(ex)
-        if agent.finish and not agent.changed:
+        if not wait_for_work(loop, agent):
             return
-        agent.changed = False
 
 
+def wait_for_work(loop: Any, agent: Any) -> bool:
+    """A live rank with nothing to read (a standby, or its work done): tells
+    the driver once and serves the executor until a scale commit gives it
+    new work (True: read it) or the driver's finish comes (False)."""
+    agent.idle()
+    while not agent.changed and not agent.finish:
+        loop.wait(0.02)
+        loop.serve()
+    if agent.finish and not agent.changed:
+        return False
+    agent.changed = False
+    return True
