@@ -103,6 +103,10 @@ cdef extern from "slash/crdt.h" nogil:
         SLASH_AGG_MAX_F64
         SLASH_AGG_AVG_I64
         SLASH_AGG_AVG_F64
+        SLASH_AGG_FIRST_I64
+        SLASH_AGG_FIRST_F64
+        SLASH_AGG_LAST_I64
+        SLASH_AGG_LAST_F64
     bint slash_crdt_result_is_f64(slash_agg_kind k)
     bint slash_crdt_input_is_f64(slash_agg_kind k)
     bint slash_crdt_needs_input(slash_agg_kind k)

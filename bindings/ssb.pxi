@@ -14,6 +14,8 @@ _AGG_KINDS = {
     ("min", "int64"): SLASH_AGG_MIN_I64, ("min", "float64"): SLASH_AGG_MIN_F64,
     ("max", "int64"): SLASH_AGG_MAX_I64, ("max", "float64"): SLASH_AGG_MAX_F64,
     ("avg", "int64"): SLASH_AGG_AVG_I64, ("avg", "float64"): SLASH_AGG_AVG_F64,
+    ("first", "int64"): SLASH_AGG_FIRST_I64, ("first", "float64"): SLASH_AGG_FIRST_F64,
+    ("last", "int64"): SLASH_AGG_LAST_I64, ("last", "float64"): SLASH_AGG_LAST_F64,
 }
 _WINDOW_KINDS = {"tumbling": SLASH_WINDOW_TUMBLING, "sliding": SLASH_WINDOW_SLIDING,
                  "session": SLASH_WINDOW_SESSION}

@@ -8,7 +8,8 @@ import pyarrow as pa
 
 from slash.window import Session, Sliding, Tumbling
 
-AGGS = ["count", "sum:x", "min:x", "max:x", "avg:x", "sum:y", "min:y", "max:y", "avg:y"]
+AGGS = ["count", "sum:x", "min:x", "max:x", "avg:x", "sum:y", "min:y", "max:y", "avg:y", "first:x",
+        "last:y"]
 VALUE_TYPES = {"x": "int64", "y": "float64"}
 
 
@@ -27,7 +28,11 @@ def _start(col: str, n: int) -> str:
 
 
 SELECT_AGGS = ("count(*) AS count, sum(x)::BIGINT AS sum_x, min(x) AS min_x, max(x) AS max_x, "
-               "avg(x) AS avg_x, sum(y) AS sum_y, min(y) AS min_y, max(y) AS max_y, avg(y) AS avg_y")
+               "avg(x) AS avg_x, sum(y) AS sum_y, min(y) AS min_y, max(y) AS max_y, avg(y) AS avg_y, "
+               # the value at the earliest / latest time; among records of one time, by value
+               # (nulls below every value): first takes the smallest, last the largest
+               "first(x ORDER BY time, x NULLS FIRST) AS first_x, "
+               "last(y ORDER BY time, y NULLS FIRST) AS last_y")
 
 
 def duckdb_reference(table: pa.Table, window) -> pa.Table:

@@ -627,7 +627,7 @@ class Query:
                     else:
                         col = _decimal_from_unscaled(col.cast(pa.int64()),
                                                      _sum_type(vt) if a.kind == "sum" else vt)
-                elif a.kind in ("min", "max") and col.type != vt:
+                elif a.kind in ("min", "max", "first", "last") and col.type != vt:
                     col = col.cast(vt)
             cols[a.name] = col
         out = pa.table(cols)

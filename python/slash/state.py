@@ -35,7 +35,9 @@ from slash.window import Window, state_window, window_ticks
 
 log = logging.getLogger(__name__)
 
-AGGREGATE_KINDS = ("count", "sum", "min", "max", "avg")
+AGGREGATE_KINDS = ("count", "sum", "min", "max", "avg", "first", "last")
+#: the kinds whose result is the value of one record, chosen by event time
+AT_TIME_KINDS = ("first", "last")
 VALUE_TYPES = ("int64", "float64")
 KEY_TYPES = ("int64", "string", "binary")
 #: the time units a state runs in, as ticks per millisecond
@@ -55,7 +57,14 @@ class Aggregate:
     ``count`` counts records; ``count:COL`` counts the non-null values of
     COL; ``sum|min|max|avg:COL`` skip nulls (a window whose values are all
     null gives null), as Spark's and SQL's aggregates do.
-    Output names: ``count``, ``count_COL``, ``sum_COL``, ``min_COL``, ``max_COL``, ``avg_COL``.
+    ``first:COL`` / ``last:COL``: the value of COL at the earliest / latest
+    event time of the window (Spark's ``min_by(COL, time)`` /
+    ``max_by(COL, time)``); a null there is the result, as in Spark. Among
+    records of one event time the order is by value, a null below every
+    value and NaN above every number: first takes the smallest, last the
+    largest, so the answer depends on neither arrival order nor split.
+    Output names: ``count``, ``count_COL``, ``sum_COL``, ``min_COL``,
+    ``max_COL``, ``avg_COL``, ``first_COL``, ``last_COL``.
 
     >>> Aggregate.parse("sum:price").name
     'sum_price'
@@ -114,6 +123,11 @@ def core_slots(aggregates: Sequence[Aggregate], nullable: Sequence[str]) -> Tupl
         elif c not in nullable:
             add(CoreSlot("count") if a.kind == "count" else CoreSlot(a.kind, c))
         else:
+            if a.kind in AT_TIME_KINDS:
+                # the validity of the chosen record, chosen by the same order
+                add(CoreSlot(a.kind, c))
+                add(CoreSlot(a.kind, c, valid=True))
+                continue
             if a.kind in ("sum", "min", "max"):
                 add(CoreSlot(a.kind, c))
             elif a.kind == "avg":
@@ -401,9 +415,12 @@ def _ones(n: int) -> np.ndarray:
 
 
 def _identity(kind: str, dtype: str) -> Any:
-    if kind == "min":
+    """What a null becomes for the core: the identity of the aggregate (for
+    first/last, the bottom of the value order, so a null never wins a tie of
+    time for last; for first the validity slot says null whatever it holds)."""
+    if kind in ("min", "first"):
         return _I64.max if dtype == "int64" else float("nan")  # NaN: the top of min's order
-    if kind == "max":
+    if kind in ("max", "last"):
         return _I64.min if dtype == "int64" else float("-inf")
     return 0 if dtype == "int64" else 0.0
 
@@ -491,6 +508,10 @@ def aggregate_columns(cfg: StateConfig, cols: List[np.ndarray]) -> List[pa.Array
         if c not in cfg.nullable:
             out.append(from_numpy(by_slot[CoreSlot(a.kind, c)],
                                   pa.float64() if a.kind == "avg" else ftype))
+            continue
+        if a.kind in AT_TIME_KINDS:
+            chosen = np.asarray(by_slot[CoreSlot(a.kind, c, valid=True)])
+            out.append(_masked(np.asarray(by_slot[CoreSlot(a.kind, c)]), chosen, ftype))
             continue
         valid = np.asarray(by_slot[CoreSlot("sum", c, valid=True)])
         if a.kind == "count":

@@ -61,11 +61,16 @@ def spark_window_aggregate(spark: Any, source: Any, *, time: str, window: str,
         col = F.col(a.column)
         is_int = isinstance(df.schema[a.column].dataType, NumericType) and \
             df.schema[a.column].dataType.typeName() in ("byte", "short", "integer", "long")
-        fn = {"sum": F.sum, "min": F.min, "max": F.max, "avg": F.avg}[a.kind]
-        out = fn(col)
+        if a.kind in ("first", "last"):
+            # min_by/max_by(COL, time), ties of time broken by value (nulls
+            # first, as Spark orders a struct): Slash's order, made total
+            by = F.min_by if a.kind == "first" else F.max_by
+            out = by(col, F.struct(F.col(q.time), col))
+        else:
+            out = {"sum": F.sum, "min": F.min, "max": F.max, "avg": F.avg}[a.kind](col)
         if a.kind == "avg" or not is_int:
             out = out.cast("double")
-        elif a.kind == "sum":
+        elif a.kind == "sum" or a.kind in ("first", "last"):
             out = out.cast("long")
         outs.append(out.alias(a.name))
     g = df.groupBy(wcol.alias("w"), *q.key).agg(*outs)
