@@ -40,9 +40,12 @@ cdef list fill_ssb_config(slash_ssb_config *cfg, str window_kind, int64_t size, 
                                       f"got {len(aggregates)}")
     result_f64 = []
     for j, a in enumerate(aggregates):
-        if a not in _AGG_KINDS:
+        if a[0] == "hll":  # ("hll", precision): a sketch kind (sketch.pxi)
+            cfg.aggs[j] = hll_kind(a[1])
+        elif a not in _AGG_KINDS:
             raise _errors.InvalidArgument(f"unknown aggregate {a!r}")
-        cfg.aggs[j] = _AGG_KINDS[a]
+        else:
+            cfg.aggs[j] = _AGG_KINDS[a]
         result_f64.append(bool(slash_crdt_result_is_f64(cfg.aggs[j])))
     cfg.naggs = len(aggregates)
     return result_f64

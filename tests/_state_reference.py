@@ -76,3 +76,15 @@ def assert_same(got, want) -> None:
                 assert a[col] == __import__("pytest").approx(v, rel=1e-9, abs=1e-9), (col, a, b)
             else:
                 assert a[col] == v, (col, a, b)
+
+
+def ship(src, dst, times: int = 1) -> None:
+    """One epoch exchange between state backends: seal src, merge each
+    partition delta into dst `times` times (merging twice tests idempotence),
+    reset src."""
+    src.begin_epoch()
+    for d in src.deltas():
+        for _ in range(times):
+            dst.merge_delta(bytes(d))
+        d.release()
+    src.reset_delta()

@@ -27,6 +27,8 @@ from slash.runner import run
 from slash.spark.batch import make_query
 from slash.window import Session, Sliding, Tumbling
 
+from _state_reference import ship
+
 AGGS = ["count", "first:qty", "last:qty", "first:price", "last:price"]
 
 
@@ -141,15 +143,6 @@ def _store(recs) -> StateBackend:
     return sb
 
 
-def _ship(src: StateBackend, dst: StateBackend, times: int = 1) -> None:
-    src.begin_epoch()
-    for d in src.deltas():
-        for _ in range(times):
-            dst.merge_delta(bytes(d))
-        d.release()
-    src.reset_delta()
-
-
 def _canon(v):
     return "NaN" if isinstance(v, float) and v != v else v
 
@@ -184,10 +177,10 @@ def test_merge_in_any_order_and_grouping_equals_the_definition(recs, nparts, rnd
     stores = [_store(p) for p in parts]
     rnd.shuffle(stores)  # commutative
     if len(stores) > 2 and rnd.random() < 0.5:  # associative: (a + b) + c vs a + (b + c)
-        _ship(stores.pop(), stores[-1])
+        ship(stores.pop(), stores[-1])
     leader = StateBackend(CFG)
     for s in stores:
-        _ship(s, leader, times=rnd.choice([1, 2]))  # idempotent: a delta merged twice
+        ship(s, leader, times=rnd.choice([1, 2]))  # idempotent: a delta merged twice
     got = _result(leader)
     for s in stores + [leader]:
         s.close()

@@ -34,7 +34,7 @@ from slash.arrow_np import scalar, to_numpy
 from slash.errors import InvalidArgument, OutOfRange, SchemaError
 from slash.join import JoinConfig
 from slash.limits import KEY_MAX_BYTES
-from slash.state import TIME_UNITS, Aggregate, StateConfig, value_columns
+from slash.state import COUNT_KINDS, SKETCH_ANY_TYPE, TIME_UNITS, Aggregate, StateConfig, value_columns
 from slash.window import Sliding, Window, parse_duration, parse_window, window_ticks
 
 log = logging.getLogger(__name__)
@@ -407,6 +407,9 @@ class Query:
                 raise SchemaError(f"aggregate {a.kind}:{a.column} reads missing column {a.column!r} "
                                   f"(input has {names})")
             vt = schema.field(a.column).type
+            if a.kind in SKETCH_ANY_TYPE and (_value_ok(vt) or _int_like(_plain(vt)) or
+                                              _is_str(_plain(vt)) or _is_bin(_plain(vt))):
+                continue
             if a.kind != "count" and not _value_ok(vt):
                 hint = " (decimal precision must be <= 18)" if pa.types.is_decimal(vt) else ""
                 raise SchemaError(f"aggregate {a.kind}:{a.column} needs a numeric column; "
@@ -620,7 +623,7 @@ class Query:
             vt = schema.field(a.column).type if a.column else None
             if vt is not None and pa.types.is_dictionary(vt):
                 vt = vt.value_type
-            if vt is not None and a.kind != "count":
+            if vt is not None and a.kind not in COUNT_KINDS:
                 if pa.types.is_decimal(vt):
                     if a.kind == "avg":
                         col = pc.divide(col, float(10 ** vt.scale))

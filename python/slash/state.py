@@ -35,9 +35,17 @@ from slash.window import Window, state_window, window_ticks
 
 log = logging.getLogger(__name__)
 
-AGGREGATE_KINDS = ("count", "sum", "min", "max", "avg", "first", "last")
+AGGREGATE_KINDS = ("count", "sum", "min", "max", "avg", "first", "last", "approx_count_distinct")
 #: the kinds whose result is the value of one record, chosen by event time
 AT_TIME_KINDS = ("first", "last")
+#: the kinds whose result is a count (int64, never null)
+COUNT_KINDS = ("count", "approx_count_distinct")
+#: the kinds that read a column of any type they can hash (not only numbers)
+SKETCH_ANY_TYPE = ("approx_count_distinct",)
+#: the kinds that take a parameter after the column (``KIND:COL:PARAM``)
+PARAM_KINDS = ("approx_count_distinct",)
+#: approx_count_distinct's default relative standard deviation (Spark's)
+DEFAULT_RSD = 0.05
 VALUE_TYPES = ("int64", "float64")
 KEY_TYPES = ("int64", "string", "binary")
 #: the time units a state runs in, as ticks per millisecond
@@ -65,6 +73,11 @@ class Aggregate:
     largest, so the answer depends on neither arrival order nor split.
     Output names: ``count``, ``count_COL``, ``sum_COL``, ``min_COL``,
     ``max_COL``, ``avg_COL``, ``first_COL``, ``last_COL``.
+    ``approx_count_distinct:COL[:RSD]``: the number of distinct non-null
+    values of COL (any numeric, boolean, date/time, string or binary
+    column), estimated by a HyperLogLog sketch with relative standard
+    deviation RSD (default 0.05, as Spark's); an int64 count, 0 when every
+    value is null. Output name ``approx_count_distinct_COL``.
 
     >>> Aggregate.parse("sum:price").name
     'sum_price'
@@ -72,22 +85,51 @@ class Aggregate:
 
     kind: str
     column: Optional[str] = None
+    param: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.kind not in AGGREGATE_KINDS:
             raise InvalidArgument(f"aggregate kind must be one of {AGGREGATE_KINDS}, got {self.kind!r}")
         if self.kind != "count" and not self.column:
             raise InvalidArgument(f"aggregate {self.kind!r} needs a column: '{self.kind}:COLUMN'")
+        if self.param is not None and self.kind not in PARAM_KINDS:
+            raise InvalidArgument(f"aggregate {self.kind}:{self.column} takes no parameter, got "
+                                  f"{self.param!r}")
+        if self.kind == "approx_count_distinct":
+            self.precision  # checks the relative standard deviation
+
+    @property
+    def precision(self) -> int:
+        """approx_count_distinct: the HyperLogLog precision p (2^p one-byte
+        registers a window and key) Spark derives from the relative standard
+        deviation: ceil(2 log2(1.106 / rsd))."""
+        rsd = DEFAULT_RSD if self.param is None else self.param
+        p = _core.hll_precision(float(rsd)) if isinstance(rsd, (int, float)) else 0
+        if not _core.HLL_P_MIN <= p <= _core.HLL_P_MAX:
+            lo = 1.106 / 2 ** (_core.HLL_P_MAX / 2)
+            raise InvalidArgument(f"approx_count_distinct:{self.column}: the relative standard "
+                                  f"deviation must be in [{lo:.5f}, 0.39] (HyperLogLog of "
+                                  f"2^{_core.HLL_P_MIN}..2^{_core.HLL_P_MAX} registers), got {rsd!r}")
+        return p
 
     @classmethod
     def parse(cls, spec: Union[str, "Aggregate"]) -> "Aggregate":
-        """``"count"`` or ``"KIND:COLUMN"`` to an Aggregate."""
+        """``"count"``, ``"KIND:COLUMN"`` or ``"KIND:COLUMN:PARAM"`` (kinds
+        that take one, e.g. ``approx_count_distinct:user:0.02``) to an Aggregate."""
         if isinstance(spec, Aggregate):
             return spec
         if not isinstance(spec, str):
             raise InvalidArgument(f"aggregate must be a string like 'sum:price', got {spec!r}")
         kind, _, col = spec.partition(":")
-        return cls(kind.strip(), col.strip() or None)
+        kind, param = kind.strip(), None
+        if kind in PARAM_KINDS and ":" in col:
+            col, _, text = col.rpartition(":")
+            try:
+                param = float(text)
+            except ValueError:
+                raise InvalidArgument(f"aggregate {spec!r}: the parameter after the column must "
+                                      f"be a number, got {text!r}") from None
+        return cls(kind, col.strip() or None, param)
 
     @property
     def name(self) -> str:
@@ -105,6 +147,7 @@ class CoreSlot:
     kind: str
     column: Optional[str] = None
     valid: bool = False
+    param: Optional[int] = None  # a sketch's precision
 
 
 def core_slots(aggregates: Sequence[Aggregate], nullable: Sequence[str]) -> Tuple[CoreSlot, ...]:
@@ -120,6 +163,8 @@ def core_slots(aggregates: Sequence[Aggregate], nullable: Sequence[str]) -> Tupl
         c = a.column
         if c is None:
             add(CoreSlot("count"))
+        elif a.kind == "approx_count_distinct":  # a null hashes to "no value"
+            add(CoreSlot(a.kind, c, param=a.precision))
         elif c not in nullable:
             add(CoreSlot("count") if a.kind == "count" else CoreSlot(a.kind, c))
         else:
@@ -398,7 +443,8 @@ def core_args(cfg: StateConfig, partitions: Optional[int] = None) -> Tuple[Any, 
     """The core's view of a config: (window kind, size, slide in the time
     unit, key type, partitions, [(aggregate kind, value type)] per core slot)."""
     kind, size, slide = _window_args(cfg.window, cfg.ticks_per_ms)
-    aggs = [(s.kind, None if s.kind == "count" else "int64" if s.valid else cfg.value_type(s.column))
+    aggs = [("hll", s.param) if s.kind == "approx_count_distinct" else
+            (s.kind, None if s.kind == "count" else "int64" if s.valid else cfg.value_type(s.column))
             for s in cfg.slots]
     key = "int64" if cfg.key_type == "int64" else "bytes"
     return kind, size, slide, key, partitions or cfg.partitions, aggs
@@ -425,7 +471,41 @@ def _identity(kind: str, dtype: str) -> Any:
     return 0 if dtype == "int64" else 0.0
 
 
+def hash_column(col: Any, name: str) -> np.ndarray:
+    """Stable 64-bit hashes (as int64) of a value column for a sketch, 0
+    for a null: integers, booleans, dates and times by their integer value,
+    floats by value (-0.0 as 0.0, every NaN alike), strings and binary by
+    their bytes. The same value hashes the same in every process."""
+    arr = _to_arrow_or_numpy(col, name)
+    if isinstance(arr, np.ndarray):
+        arr = pa.array(arr)
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr = arr.dictionary_decode()
+        t = arr.type
+    valid = np.ascontiguousarray(to_numpy(arr.is_valid()), np.uint8) if arr.null_count else None
+    if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or \
+            pa.types.is_large_binary(t):
+        arr = arr.cast(pa.large_binary())
+        bufs = arr.buffers()
+        offsets = np.frombuffer(bufs[1], np.int64, count=arr.offset + len(arr) + 1)[arr.offset:]
+        data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+        return _core.hll_hash_strings(np.ascontiguousarray(offsets), data, valid)
+    if pa.types.is_floating(t):
+        values = as_numeric(arr, name, "float64", fill=0.0)
+    elif pa.types.is_integer(t) or pa.types.is_boolean(t):
+        values = as_numeric(arr, name, "int64", fill=0)
+    elif pa.types.is_temporal(t):
+        values = as_numeric(arr.cast(pa.int64()) if t.bit_width == 64 else
+                            arr.cast(pa.int32()).cast(pa.int64()), name, "int64", fill=0)
+    else:
+        raise SchemaError(f"column {name!r} has type {t}, which a sketch cannot hash")
+    return _core.hll_hash_values(values, valid)
+
+
 def _slot_values(cfg: StateConfig, slot: CoreSlot, col: Any, n: int) -> np.ndarray:
+    if slot.kind == "approx_count_distinct":
+        return hash_column(col, slot.column)
     if slot.valid:
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
@@ -503,6 +583,9 @@ def aggregate_columns(cfg: StateConfig, cols: List[np.ndarray]) -> List[pa.Array
         c = a.column
         if c is None or (a.kind == "count" and c not in cfg.nullable):
             out.append(from_numpy(by_slot[CoreSlot("count")], pa.int64()))
+            continue
+        if a.kind == "approx_count_distinct":
+            out.append(from_numpy(by_slot[CoreSlot(a.kind, c, param=a.precision)], pa.int64()))
             continue
         ftype = pa.float64() if cfg.value_type(c) == "float64" else pa.int64()
         if c not in cfg.nullable:

@@ -44,40 +44,27 @@ uint64_t slash_hll_hash_bytes(const uint8_t *p, size_t n)
     return nonzero(fmix64(h));
 }
 
-static inline int is_valid(const uint8_t *valid, size_t i)
-{
-    return !valid || (valid[i >> 3] >> (i & 7) & 1);
-}
-
-void slash_hll_hash_column(const void *values, int is_f64, const uint8_t *valid, size_t bit0,
-                           size_t n, uint64_t *out)
+void slash_hll_hash_column(const void *values, int is_f64, const uint8_t *valid, size_t n,
+                           uint64_t *out)
 {
     if (is_f64) {
         const double *v = values;
         for (size_t i = 0; i < n; i++)
-            out[i] = is_valid(valid, bit0 + i) ? slash_hll_hash_f64(v[i]) : 0;
+            out[i] = !valid || valid[i] ? slash_hll_hash_f64(v[i]) : 0;
     } else {
         const int64_t *v = values;
         for (size_t i = 0; i < n; i++)
-            out[i] = is_valid(valid, bit0 + i) ? slash_hll_hash_i64(v[i]) : 0;
+            out[i] = !valid || valid[i] ? slash_hll_hash_i64(v[i]) : 0;
     }
 }
 
-void slash_hll_hash_strings(const void *offsets, int offsets_64, const uint8_t *data,
-                            const uint8_t *valid, size_t bit0, size_t n, uint64_t *out)
+void slash_hll_hash_strings(const int64_t *offsets, const uint8_t *data, const uint8_t *valid,
+                            size_t n, uint64_t *out)
 {
-    for (size_t i = 0; i < n; i++) {
-        if (!is_valid(valid, bit0 + i)) {
-            out[i] = 0;
-            continue;
-        }
-        int64_t lo, hi;
-        if (offsets_64)
-            lo = ((const int64_t *)offsets)[i], hi = ((const int64_t *)offsets)[i + 1];
-        else
-            lo = ((const int32_t *)offsets)[i], hi = ((const int32_t *)offsets)[i + 1];
-        out[i] = slash_hll_hash_bytes(data + lo, (size_t)(hi - lo));
-    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = !valid || valid[i]
+                     ? slash_hll_hash_bytes(data + offsets[i], (size_t)(offsets[i + 1] - offsets[i]))
+                     : 0;
 }
 
 void slash_hll_merge(uint8_t *dst, const uint8_t *src, unsigned p)

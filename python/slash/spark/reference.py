@@ -66,11 +66,15 @@ def spark_window_aggregate(spark: Any, source: Any, *, time: str, window: str,
             # first, as Spark orders a struct): Slash's order, made total
             by = F.min_by if a.kind == "first" else F.max_by
             out = by(col, F.struct(F.col(q.time), col))
+        elif a.kind == "approx_count_distinct":  # Spark's own HLL++, at the same error
+            out = F.approx_count_distinct(col, 0.05 if a.param is None else a.param)
         else:
             out = {"sum": F.sum, "min": F.min, "max": F.max, "avg": F.avg}[a.kind](col)
-        if a.kind == "avg" or not is_int:
+        if a.kind == "approx_count_distinct":
+            out = out.cast("long")
+        elif a.kind == "avg" or not is_int:
             out = out.cast("double")
-        elif a.kind == "sum" or a.kind in ("first", "last"):
+        elif a.kind in ("sum", "first", "last"):
             out = out.cast("long")
         outs.append(out.alias(a.name))
     g = df.groupBy(wcol.alias("w"), *q.key).agg(*outs)

@@ -37,13 +37,12 @@ uint64_t slash_hll_hash_f64(double v);
 uint64_t slash_hll_hash_bytes(const uint8_t *p, size_t n);
 
 /* Hashes n values into out: int64 or double (is_f64) values, or byte
- * strings given as Arrow offsets (int32, or int64 when offsets_64) into
- * data. valid: optional Arrow validity bitmap starting at bit `bit0`
- * (NULL: all valid); a null hashes to 0. Nothing is kept. */
-void slash_hll_hash_column(const void *values, int is_f64, const uint8_t *valid, size_t bit0,
-                           size_t n, uint64_t *out);
-void slash_hll_hash_strings(const void *offsets, int offsets_64, const uint8_t *data,
-                            const uint8_t *valid, size_t bit0, size_t n, uint64_t *out);
+ * strings given as int64 Arrow offsets into data. valid: optional, one byte
+ * a row (0: null; NULL: all valid); a null hashes to 0. Nothing is kept. */
+void slash_hll_hash_column(const void *values, int is_f64, const uint8_t *valid, size_t n,
+                           uint64_t *out);
+void slash_hll_hash_strings(const int64_t *offsets, const uint8_t *data, const uint8_t *valid,
+                            size_t n, uint64_t *out);
 
 /* Adds hash h to the 2^p registers at reg (h == 0: nothing). Inline: the hot loop. */
 static inline void slash_hll_add(uint8_t *reg, unsigned p, uint64_t h)
