@@ -4,6 +4,7 @@ import numpy as _np
 
 HLL_P_MIN = SLASH_HLL_P_MIN
 HLL_P_MAX = SLASH_HLL_P_MAX
+COUNT_DISTINCT_MAX = SLASH_DISTINCT_MAX
 
 
 cdef slash_agg_kind hll_kind(object p) except *:
@@ -11,6 +12,13 @@ cdef slash_agg_kind hll_kind(object p) except *:
         raise _errors.InvalidArgument(f"HyperLogLog precision must be in {SLASH_HLL_P_MIN}.."
                                       f"{SLASH_HLL_P_MAX}, got {p!r}")
     return <slash_agg_kind>(<int>SLASH_AGG_HLL + <int>p)
+
+
+cdef slash_agg_kind quantile_kind(object q) except *:
+    if not isinstance(q, int) or not 0 <= q <= SLASH_QS_Q_SCALE:
+        raise _errors.InvalidArgument(f"a quantile must be in 0..{SLASH_QS_Q_SCALE} "
+                                      f"(1/{SLASH_QS_Q_SCALE}), got {q!r}")
+    return <slash_agg_kind>(<int>SLASH_AGG_QUANTILE + <int>q)
 
 
 def hll_precision(double rsd):

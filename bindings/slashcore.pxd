@@ -107,7 +107,9 @@ cdef extern from "slash/crdt.h" nogil:
         SLASH_AGG_FIRST_F64
         SLASH_AGG_LAST_I64
         SLASH_AGG_LAST_F64
+        SLASH_AGG_COUNT_DISTINCT
         SLASH_AGG_HLL
+        SLASH_AGG_QUANTILE
     bint slash_crdt_result_is_f64(slash_agg_kind k)
     bint slash_crdt_input_is_f64(slash_agg_kind k)
     bint slash_crdt_needs_input(slash_agg_kind k)
@@ -470,3 +472,11 @@ cdef extern from "slash/hll.h" nogil:
     void slash_hll_hash_strings(const int64_t *offsets, const uint8_t *data, const uint8_t *valid,
                                 size_t n, uint64_t *out)
     unsigned slash_hll_precision(double rsd)
+
+cdef extern from "slash/distinct.h" nogil:
+    enum:
+        SLASH_DISTINCT_MAX
+
+cdef extern from "slash/quantile.h" nogil:
+    enum:
+        SLASH_QS_Q_SCALE

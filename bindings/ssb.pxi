@@ -16,6 +16,7 @@ _AGG_KINDS = {
     ("avg", "int64"): SLASH_AGG_AVG_I64, ("avg", "float64"): SLASH_AGG_AVG_F64,
     ("first", "int64"): SLASH_AGG_FIRST_I64, ("first", "float64"): SLASH_AGG_FIRST_F64,
     ("last", "int64"): SLASH_AGG_LAST_I64, ("last", "float64"): SLASH_AGG_LAST_F64,
+    ("count_distinct", "int64"): SLASH_AGG_COUNT_DISTINCT,  # over value hashes (sketch.pxi)
 }
 _WINDOW_KINDS = {"tumbling": SLASH_WINDOW_TUMBLING, "sliding": SLASH_WINDOW_SLIDING,
                  "session": SLASH_WINDOW_SESSION}
@@ -42,6 +43,8 @@ cdef list fill_ssb_config(slash_ssb_config *cfg, str window_kind, int64_t size, 
     for j, a in enumerate(aggregates):
         if a[0] == "hll":  # ("hll", precision): a sketch kind (sketch.pxi)
             cfg.aggs[j] = hll_kind(a[1])
+        elif a[0] == "quantile":  # ("quantile", q in 1/10000)
+            cfg.aggs[j] = quantile_kind(a[1])
         elif a not in _AGG_KINDS:
             raise _errors.InvalidArgument(f"unknown aggregate {a!r}")
         else:

@@ -6,30 +6,22 @@ count(distinct) on the same data, in every window kind and both modes; the
 registers merge by max, so any split over any number of executor
 processes, epochs, deltas merged twice, checkpoints with a killed worker
 and leadership moves give exactly the estimate of one sequential store (the
-hashes are the same in every process)."""
+hashes are the same in every process: test_agg_sketches.py)."""
 from __future__ import annotations
 
-import functools
 import math
-import subprocess
-import sys
-
 import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-import slash
-from slash import StateBackend, StateConfig
 from slash.errors import InvalidArgument, SchemaError
 from slash.query import Query
 from slash.runner import run
 from slash.state import Aggregate
 
-from _state_reference import ship
+from _state_reference import slash_and_spark, slash_run_cli, window_sql
 
 STATED = {9: 1.04 / math.sqrt(2 ** 9), 12: 1.04 / math.sqrt(2 ** 12)}
 
@@ -50,19 +42,9 @@ def make_file(tmp_path, rows=60000, seed=3) -> str:
 
 def exact(path: str, window: str) -> dict:
     """DuckDB's exact count(distinct) per (window_start, k) for the windows used here."""
-    con = duckdb.connect()
-    src = f"read_parquet('{path}')"
     cols = "count(DISTINCT user) AS user, count(DISTINCT page) AS page, count(DISTINCT score) AS score"
-    if window.startswith("tumbling"):
-        sql = f"SELECT ts // 3000 * 3000 AS ws, k, {cols} FROM {src} GROUP BY ALL"
-    elif window.startswith("sliding"):
-        sql = (f"WITH f AS (SELECT ts // 2000 * 2000 - j * 2000 AS ws, * FROM {src}, range(0, 2) r(j)) "
-               f"SELECT ws, k, {cols} FROM f WHERE ts < ws + 4000 GROUP BY ALL")
-    else:
-        sql = (f"WITH f AS (SELECT *, CASE WHEN ts - lag(ts) OVER (PARTITION BY k ORDER BY ts) <= 5 "
-               f"THEN 0 ELSE 1 END AS new FROM {src}), s AS (SELECT *, sum(new) OVER (PARTITION BY "
-               f"k ORDER BY ts ROWS UNBOUNDED PRECEDING) AS sid FROM f) "
-               f"SELECT min(ts) AS ws, k, {cols} FROM s GROUP BY k, sid")
+    sql = window_sql(f"read_parquet('{path}')", window, cols)
+    con = duckdb.connect()
     return {(r[0], r[1]): r[2:] for r in con.sql(sql).fetchall()}
 
 
@@ -116,27 +98,10 @@ def test_estimate_within_the_stated_error_of_duckdb_exact_count(tmp_path, window
     check_within_stated_error(got, exact(path, window))
 
 
-def test_estimate_is_the_same_for_any_executor_count_mode_and_transport(tmp_path):
-    """The registers of any split merge to the sequential sketch, and each
-    process hashes alike: the estimates are equal, not only close."""
-    path = make_file(tmp_path, rows=30000)
-    q = Query(time="ts", window="sliding:4s/2s", key="k", aggregates=AGGS)
-    base = run(q, [path], executors=1)
-    assert run(q, [path], executors=3).equals(base)
-    assert run(q, [path], executors=2, mode="repartition").equals(base)
-    if slash.have_ofi():
-        assert run(q, [path], executors=2, transport="ofi:tcp").equals(base)
-
-
 def test_slash_run_cli_takes_approx_count_distinct_with_a_relative_error(tmp_path):
     path = make_file(tmp_path, rows=30000)
-    out = tmp_path / "out.parquet"
-    cmd = [sys.executable, "-m", "slash", "run", "--input", path, "--time", "ts", "--window",
-           "tumbling:3s", "--key", "k", *sum((["--agg", a] for a in AGGS), []), "--executors", "2",
-           "--output", str(out)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    check_within_stated_error(pq.read_table(out), exact(path, "tumbling:3s"))
+    got = slash_run_cli(path, tmp_path / "out.parquet", "tumbling:3s", "k", AGGS)
+    check_within_stated_error(got, exact(path, "tumbling:3s"))
 
 
 def test_nulls_are_not_counted_and_an_all_null_window_counts_zero():
@@ -173,89 +138,6 @@ def test_a_column_of_a_type_without_a_hash_is_refused_naming_it():
         run(Query(time="ts", window="tumbling:5s", key="k", aggregates=["approx_count_distinct:v"]), t)
 
 
-# ---- the merge law over the real delta path ---------------------------------------
-
-CFG = StateConfig(window="sliding:20ms/10ms", aggregates=["approx_count_distinct:v",
-                                                         "approx_count_distinct:w:0.2"],
-                  value_types={"v": "int64", "w": "int64"}, partitions=2)
-
-
-def _store(recs) -> StateBackend:
-    sb = StateBackend(CFG)
-    if recs:
-        k, t, v = zip(*recs)
-        v = pa.array(v, pa.int64())
-        sb.update(np.array(k, np.int64), np.array(t, np.int64), {"v": v, "w": v})
-    return sb
-
-
-record = st.tuples(st.integers(0, 2), st.integers(0, 40), st.one_of(st.none(), st.integers(0, 3000)))
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(record, max_size=300), st.integers(1, 4), st.randoms())
-def test_merging_parts_in_any_order_grouping_and_repetition_equals_one_store(recs, nparts, rnd):
-    single = _store(recs)
-    want = single.emit(2**62).to_pylist()
-    single.close()
-    parts = [[] for _ in range(nparts)]
-    for r in recs:
-        parts[rnd.randrange(nparts)].append(r)
-    stores = [_store(p) for p in parts]
-    rnd.shuffle(stores)  # commutative
-    if len(stores) > 2 and rnd.random() < 0.5:
-        ship(stores.pop(), stores[-1], 1)  # associative: (a + b) + c vs a + (b + c)
-    leader = StateBackend(CFG)
-    for s in stores:
-        ship(s, leader, rnd.choice([1, 2]))  # idempotent: a delta merged twice
-    got = leader.emit(2**62).to_pylist()
-    for s in stores + [leader]:
-        s.close()
-    key = lambda r: (r["window_start"], r["key"])  # noqa: E731
-    assert sorted(got, key=key) == sorted(want, key=key)
-
-
-# ---- checkpoints with a killed worker, and leadership moves --------------------------
-
-def test_killed_worker_gives_the_estimates_of_the_failure_free_run(tmp_path, monkeypatch):
-    import test_recovery as rec
-    from slash.executor import GroupConfig
-    from slash.sources import GeneratorSource
-    q = Query(time="t", window="sliding:10s/5s", key="k",
-              aggregates=["count", "approx_count_distinct:v:0.02"])
-    gen = functools.partial(GeneratorSource, rec.make, rec.SCHEMA)
-    want = run(q, gen(), executors=2)
-    monkeypatch.setenv("SLASH_TEST_KILL", "1:9:0:2")  # at push 9 or later, after 2 cuts
-    m = {}
-    got = run(q, gen(), executors=2, checkpoint=str(tmp_path / "ck"), metrics=m,
-              checkpoint_every="4 batches", group=GroupConfig(epoch_ms=10))
-    assert len(m["recoveries"]) == 1 and m["recoveries"][0]["from_checkpoint"] is not None
-    assert got.equals(want)
-
-
-@pytest.mark.parametrize("transport", ["shm", pytest.param("ofi:tcp", marks=pytest.mark.skipif(
-    not slash.have_ofi(), reason="this build has no libfabric (ofi:tcp)"))])
-def test_moves_at_random_points_give_the_estimates_of_one_store(monkeypatch, transport):
-    import test_leader_moves as lm
-    from test_executor import stream
-    aggs = ["count", "approx_count_distinct:x", "approx_count_distinct:y:0.02"]
-    monkeypatch.setattr(lm, "AGGS", aggs)
-    table = stream(5, n=12000, nkeys=200, span_ms=30000)
-    got, metrics, maps = lm.run(table, 3, "sliding:3s/1s", seed=5, plan=lm.random_moves(3),
-                                transport=transport)
-    assert sum(m["moves"] for m in metrics) > 0
-    single = StateBackend(StateConfig(window="sliding:3s/1s", aggregates=aggs,
-                                      value_types={"x": "int64", "y": "float64"}))
-    single.update(table.column("key"), table.column("time"),
-                  {"x": table.column("x"), "y": table.column("y")})
-    key = lambda r: (r["window_start"], r["key"])  # noqa: E731
-    assert sorted(pa.Table.from_batches(got).to_pylist(), key=key) == \
-        sorted(single.emit(2**62).to_pylist(), key=key)
-    single.close()
-
-
-# ---- against Spark's own approx_count_distinct ---------------------------------------
-
 @pytest.mark.slow
 def test_slash_spark_and_sparks_own_hll_both_within_the_stated_error(tmp_path):
     """Through slash.spark.window_aggregate and Spark's own
@@ -264,16 +146,9 @@ def test_slash_spark_and_sparks_own_hll_both_within_the_stated_error(tmp_path):
     square error not above 1.5 times Spark's (the hashes differ, so the
     estimates are not equal)."""
     pytest.importorskip("pyspark")
-    from slash.spark import session, spark_window_aggregate, window_aggregate
     path = make_file(tmp_path)
     want = exact(path, "tumbling:3s")
-    spark = session("local[2]", "slash-test-hll")
-    try:
-        ours = window_aggregate(spark, path, time="ts", window="tumbling:3s", key="k", aggs=AGGS).toArrow()
-        theirs = spark_window_aggregate(spark, path, time="ts", window="tumbling:3s", key="k",
-                                        aggs=AGGS).toArrow()
-    finally:
-        spark.stop()
+    ours, theirs = slash_and_spark(path, "tumbling:3s", "k", AGGS, "slash-test-hll")
     check_within_stated_error(ours, want)
     check_within_stated_error(theirs, want)
 

@@ -34,7 +34,7 @@ from slash.arrow_np import scalar, to_numpy
 from slash.errors import InvalidArgument, OutOfRange, SchemaError
 from slash.join import JoinConfig
 from slash.limits import KEY_MAX_BYTES
-from slash.state import COUNT_KINDS, SKETCH_ANY_TYPE, TIME_UNITS, Aggregate, StateConfig, value_columns
+from slash.state import COUNT_KINDS, FLOAT_KINDS, SKETCH_ANY_TYPE, TIME_UNITS, Aggregate, StateConfig, value_columns
 from slash.window import Sliding, Window, parse_duration, parse_window, window_ticks
 
 log = logging.getLogger(__name__)
@@ -625,7 +625,7 @@ class Query:
                 vt = vt.value_type
             if vt is not None and a.kind not in COUNT_KINDS:
                 if pa.types.is_decimal(vt):
-                    if a.kind == "avg":
+                    if a.kind in FLOAT_KINDS:
                         col = pc.divide(col, float(10 ** vt.scale))
                     else:
                         col = _decimal_from_unscaled(col.cast(pa.int64()),

@@ -29,21 +29,28 @@ import pyarrow.compute as pc
 
 from slash import _core
 from slash.arrow_np import from_numpy, scalar, to_numpy
-from slash.errors import InvalidArgument, SchemaError
+from slash.errors import InvalidArgument, OutOfRange, SchemaError
 from slash.limits import KEY_MAX_BYTES, MAX_AGGREGATES, MAX_PARTITIONS
 from slash.window import Window, state_window, window_ticks
 
 log = logging.getLogger(__name__)
 
-AGGREGATE_KINDS = ("count", "sum", "min", "max", "avg", "first", "last", "approx_count_distinct")
+AGGREGATE_KINDS = ("count", "sum", "min", "max", "avg", "first", "last", "approx_count_distinct",
+                   "percentile_approx", "count_distinct")
 #: the kinds whose result is the value of one record, chosen by event time
 AT_TIME_KINDS = ("first", "last")
 #: the kinds whose result is a count (int64, never null)
-COUNT_KINDS = ("count", "approx_count_distinct")
+COUNT_KINDS = ("count", "approx_count_distinct", "count_distinct")
 #: the kinds that read a column of any type they can hash (not only numbers)
-SKETCH_ANY_TYPE = ("approx_count_distinct",)
+SKETCH_ANY_TYPE = ("approx_count_distinct", "count_distinct")
+#: the most distinct values count_distinct keeps a window and key (distinct.h)
+COUNT_DISTINCT_MAX = _core.COUNT_DISTINCT_MAX
 #: the kinds that take a parameter after the column (``KIND:COL:PARAM``)
-PARAM_KINDS = ("approx_count_distinct",)
+PARAM_KINDS = ("approx_count_distinct", "percentile_approx")
+#: the kinds whose result is a float64 whatever the column's type
+FLOAT_KINDS = ("avg", "percentile_approx")
+#: percentile_approx's quantiles are given in steps of 1 / QUANTILE_SCALE
+QUANTILE_SCALE = 10000
 #: approx_count_distinct's default relative standard deviation (Spark's)
 DEFAULT_RSD = 0.05
 VALUE_TYPES = ("int64", "float64")
@@ -78,6 +85,16 @@ class Aggregate:
     column), estimated by a HyperLogLog sketch with relative standard
     deviation RSD (default 0.05, as Spark's); an int64 count, 0 when every
     value is null. Output name ``approx_count_distinct_COL``.
+    ``count_distinct:COL``: the exact number of distinct non-null values
+    (types as approx_count_distinct), for modest cardinalities: at most
+    COUNT_DISTINCT_MAX (1023) a window and key, 8 KiB of state; a window
+    past the bound is an OutOfRange error naming the column when it fires.
+    ``percentile_approx:COL:Q``: the Q-quantile of COL's non-null values
+    (the value at rank ceil(Q n), as Spark's percentile_approx and DuckDB's
+    quantile_disc), approximated by a fixed-size log-bucket sketch within
+    0.78 % of it while the values span under 2^15.9 in magnitude (see
+    docs/aggregates.md); a float64, null when every value is null. Output
+    name ``percentile_approx_COL_pQ`` (``percentile_approx_t_p99_9`` for Q 0.999).
 
     >>> Aggregate.parse("sum:price").name
     'sum_price'
@@ -97,6 +114,19 @@ class Aggregate:
                                   f"{self.param!r}")
         if self.kind == "approx_count_distinct":
             self.precision  # checks the relative standard deviation
+        if self.kind == "percentile_approx":
+            self.quantile_scaled  # checks the quantile
+
+    @property
+    def quantile_scaled(self) -> int:
+        """percentile_approx: the quantile in 1/10000 (the core's unit)."""
+        q = self.param
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 <= q <= 1 or \
+                abs(round(q * QUANTILE_SCALE) - q * QUANTILE_SCALE) > 1e-6:
+            raise InvalidArgument(f"percentile_approx:{self.column} needs a quantile in [0, 1] with "
+                                  f"at most 4 decimals, e.g. 'percentile_approx:{self.column}:0.99', "
+                                  f"got {q!r}")
+        return int(round(q * QUANTILE_SCALE))
 
     @property
     def precision(self) -> int:
@@ -133,6 +163,8 @@ class Aggregate:
 
     @property
     def name(self) -> str:
+        if self.kind == "percentile_approx":  # percentile_approx_latency_p99, ..._p99_9
+            return f"{self.kind}_{self.column}_p{self.quantile_scaled / 100:g}".replace(".", "_")
         return "count" if self.column is None else f"{self.kind}_{self.column}"
 
 
@@ -165,6 +197,12 @@ def core_slots(aggregates: Sequence[Aggregate], nullable: Sequence[str]) -> Tupl
             add(CoreSlot("count"))
         elif a.kind == "approx_count_distinct":  # a null hashes to "no value"
             add(CoreSlot(a.kind, c, param=a.precision))
+        elif a.kind == "count_distinct":  # as the sketch: a set of hashes
+            add(CoreSlot(a.kind, c))
+        elif a.kind == "percentile_approx":  # a null is "no value"; all null: null
+            add(CoreSlot(a.kind, c, param=a.quantile_scaled))
+            if c in nullable:
+                add(CoreSlot("sum", c, valid=True))
         elif c not in nullable:
             add(CoreSlot("count") if a.kind == "count" else CoreSlot(a.kind, c))
         else:
@@ -444,6 +482,8 @@ def core_args(cfg: StateConfig, partitions: Optional[int] = None) -> Tuple[Any, 
     unit, key type, partitions, [(aggregate kind, value type)] per core slot)."""
     kind, size, slide = _window_args(cfg.window, cfg.ticks_per_ms)
     aggs = [("hll", s.param) if s.kind == "approx_count_distinct" else
+            ("quantile", s.param) if s.kind == "percentile_approx" else
+            (s.kind, "int64") if s.kind == "count_distinct" else
             (s.kind, None if s.kind == "count" else "int64" if s.valid else cfg.value_type(s.column))
             for s in cfg.slots]
     key = "int64" if cfg.key_type == "int64" else "bytes"
@@ -503,9 +543,27 @@ def hash_column(col: Any, name: str) -> np.ndarray:
     return _core.hll_hash_values(values, valid)
 
 
+#: a float64 that stands for "no value" in a quantile sketch's input (a
+#: signalling NaN the core skips: SLASH_QS_NULL_BITS in quantile.h)
+_QS_NULL = np.array([0x7FF4000000000BAD], np.uint64).view(np.float64)[0]
+
+
+def _quantile_values(col: Any, name: str) -> np.ndarray:
+    """float64 values for a quantile sketch; nulls as _QS_NULL (and the
+    column's own NaNs made the one canonical NaN, so none reads as a null)."""
+    arr = _to_arrow_or_numpy(col, name)
+    if isinstance(arr, pa.Array) and arr.null_count:
+        values = as_numeric(arr, name, "float64", fill=0.0)
+        values = np.where(np.isnan(values), np.nan, values)
+        return np.where(to_numpy(arr.is_valid()), values, _QS_NULL)
+    return as_numeric(arr, name, "float64")
+
+
 def _slot_values(cfg: StateConfig, slot: CoreSlot, col: Any, n: int) -> np.ndarray:
-    if slot.kind == "approx_count_distinct":
+    if slot.kind in SKETCH_ANY_TYPE:
         return hash_column(col, slot.column)
+    if slot.kind == "percentile_approx":
+        return _quantile_values(col, slot.column)
     if slot.valid:
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
@@ -586,6 +644,20 @@ def aggregate_columns(cfg: StateConfig, cols: List[np.ndarray]) -> List[pa.Array
             continue
         if a.kind == "approx_count_distinct":
             out.append(from_numpy(by_slot[CoreSlot(a.kind, c, param=a.precision)], pa.int64()))
+            continue
+        if a.kind == "count_distinct":
+            counts = np.asarray(by_slot[CoreSlot(a.kind, c)])
+            over = int(np.count_nonzero(counts < 0))
+            if over:
+                raise OutOfRange(f"count_distinct:{c}: {over} window(s) hold more than "
+                                 f"{COUNT_DISTINCT_MAX} distinct values, the most an exact count "
+                                 f"keeps a window and key; use approx_count_distinct:{c}")
+            out.append(from_numpy(counts, pa.int64()))
+            continue
+        if a.kind == "percentile_approx":
+            q = np.asarray(by_slot[CoreSlot(a.kind, c, param=a.quantile_scaled)])
+            out.append(_masked(q, np.asarray(by_slot[CoreSlot("sum", c, valid=True)])
+                               if c in cfg.nullable else None, pa.float64()))
             continue
         ftype = pa.float64() if cfg.value_type(c) == "float64" else pa.int64()
         if c not in cfg.nullable:

@@ -9,10 +9,14 @@
 size_t slash_crdt_size(slash_agg_kind k)
 {
     unsigned p = slash_agg_hll_p(k);
+    uint32_t q;
     if (p)
         return (size_t)1 << p;
+    if (slash_agg_quantile(k, &q))
+        return sizeof(slash_qsketch);
     switch (k) {
-    case SLASH_AGG_HLL: return 0;
+    case SLASH_AGG_HLL:
+    case SLASH_AGG_QUANTILE: return 0;
     case SLASH_AGG_COUNT:
     case SLASH_AGG_SUM_I64:
     case SLASH_AGG_SUM_F64:
@@ -26,13 +30,15 @@ size_t slash_crdt_size(slash_agg_kind k)
     case SLASH_AGG_FIRST_F64:
     case SLASH_AGG_LAST_I64:
     case SLASH_AGG_LAST_F64: return 16;
+    case SLASH_AGG_COUNT_DISTINCT: return sizeof(slash_distinct);
     }
     return 0;
 }
 
 int slash_crdt_input_is_f64(slash_agg_kind k)
 {
-    return k == SLASH_AGG_SUM_F64 || k == SLASH_AGG_MIN_F64 || k == SLASH_AGG_MAX_F64 ||
+    uint32_t q;
+    return slash_agg_quantile(k, &q) || k == SLASH_AGG_SUM_F64 || k == SLASH_AGG_MIN_F64 || k == SLASH_AGG_MAX_F64 ||
            k == SLASH_AGG_AVG_F64 || k == SLASH_AGG_FIRST_F64 || k == SLASH_AGG_LAST_F64;
 }
 
@@ -45,6 +51,11 @@ int slash_crdt_result_is_f64(slash_agg_kind k)
 
 void slash_crdt_zero(slash_agg_kind k, void *p)
 {
+    uint32_t q;
+    if (slash_agg_quantile(k, &q)) {
+        slash_qs_zero(p);
+        return;
+    }
     switch (k) {
     case SLASH_AGG_MIN_I64: *(int64_t *)p = INT64_MAX; break;
     case SLASH_AGG_MAX_I64: *(int64_t *)p = INT64_MIN; break;
@@ -61,12 +72,18 @@ void slash_crdt_zero(slash_agg_kind k, void *p)
 void slash_crdt_merge(slash_agg_kind k, void *dst, const void *src)
 {
     unsigned p = slash_agg_hll_p(k);
+    uint32_t q;
     if (p) {
         slash_hll_merge(dst, src, p);
         return;
     }
+    if (slash_agg_quantile(k, &q)) {
+        slash_qs_merge(dst, src);
+        return;
+    }
     switch (k) {
-    case SLASH_AGG_HLL: break;
+    case SLASH_AGG_HLL:
+    case SLASH_AGG_QUANTILE: break;
     case SLASH_AGG_COUNT:
     case SLASH_AGG_SUM_I64:
         *(int64_t *)dst = slash_wrap_add(*(int64_t *)dst, *(const int64_t *)src);
@@ -88,6 +105,7 @@ void slash_crdt_merge(slash_agg_kind k, void *dst, const void *src)
         slash_crdt_update_at(k, dst, &s->v, s->time);
         break;
     }
+    case SLASH_AGG_COUNT_DISTINCT: slash_distinct_merge(dst, src); break;
     case SLASH_AGG_AVG_I64: {
         slash_avg_i64 *d = dst;
         const slash_avg_i64 *s = src;
@@ -108,8 +126,13 @@ void slash_crdt_merge(slash_agg_kind k, void *dst, const void *src)
 void slash_crdt_result(slash_agg_kind k, const void *p, void *out)
 {
     unsigned prec = slash_agg_hll_p(k);
+    uint32_t q;
     if (prec) {
         *(int64_t *)out = llround(slash_hll_estimate(p, prec));
+        return;
+    }
+    if (slash_agg_quantile(k, &q)) {
+        *(double *)out = slash_qs_quantile(p, q);
         return;
     }
     switch (k) {
@@ -127,6 +150,7 @@ void slash_crdt_result(slash_agg_kind k, const void *p, void *out)
     case SLASH_AGG_FIRST_F64:
     case SLASH_AGG_LAST_I64:
     case SLASH_AGG_LAST_F64: memcpy(out, &((const slash_at_value *)p)->v, 8); break;
+    case SLASH_AGG_COUNT_DISTINCT: *(int64_t *)out = slash_distinct_count(p); break;
     default: memcpy(out, p, 8); break;
     }
 }

@@ -225,8 +225,9 @@ def _as_list(v: Union[None, str, Sequence[str]]) -> List[str]:
 
 #: Spark's names of aggregate functions that are Slash aggregates under another
 #: name: ``min_by:COL`` is Spark's ``min_by(COL, time)``, the value at the
-#: earliest event time (``first:COL``), ``max_by:COL`` the latest (``last:COL``)
-SPARK_AGG_NAMES = {"min_by": "first", "max_by": "last"}
+#: earliest event time (``first:COL``), ``max_by:COL`` the latest (``last:COL``);
+#: ``countDistinct:COL`` is ``count_distinct:COL``
+SPARK_AGG_NAMES = {"min_by": "first", "max_by": "last", "countDistinct": "count_distinct"}
 
 
 def spark_aggregate(spec: Any) -> Any:

@@ -68,11 +68,15 @@ def spark_window_aggregate(spark: Any, source: Any, *, time: str, window: str,
             out = by(col, F.struct(F.col(q.time), col))
         elif a.kind == "approx_count_distinct":  # Spark's own HLL++, at the same error
             out = F.approx_count_distinct(col, 0.05 if a.param is None else a.param)
+        elif a.kind == "count_distinct":
+            out = F.count_distinct(col)
+        elif a.kind == "percentile_approx":  # Spark's own (GK summary, default accuracy)
+            out = F.percentile_approx(col, a.param)
         else:
             out = {"sum": F.sum, "min": F.min, "max": F.max, "avg": F.avg}[a.kind](col)
-        if a.kind == "approx_count_distinct":
+        if a.kind in ("approx_count_distinct", "count_distinct"):
             out = out.cast("long")
-        elif a.kind == "avg" or not is_int:
+        elif a.kind in ("avg", "percentile_approx") or not is_int:
             out = out.cast("double")
         elif a.kind in ("sum", "first", "last"):
             out = out.cast("long")

@@ -17,7 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "slash/distinct.h"
 #include "slash/hll.h"
+#include "slash/quantile.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,14 +43,32 @@ typedef enum slash_agg_kind {
     SLASH_AGG_FIRST_F64 = 11,
     SLASH_AGG_LAST_I64 = 12,
     SLASH_AGG_LAST_F64 = 13,
+    /* count_distinct: an exact set of at most SLASH_DISTINCT_MAX value
+     * hashes (distinct.h); input a column of hashes (0 = null), result the
+     * count, or -1 past the bound */
+    SLASH_AGG_COUNT_DISTINCT = 14,
     /* approx_count_distinct: a HyperLogLog sketch (hll.h) of precision p is
      * kind SLASH_AGG_HLL + p, p in SLASH_HLL_P_MIN..SLASH_HLL_P_MAX; its
      * input is a column of hashes (slash_hll_hash_*, 0 = null), its result
      * the rounded estimate */
-    SLASH_AGG_HLL = 0x100
+    SLASH_AGG_HLL = 0x100,
+    /* percentile_approx: a quantile sketch (quantile.h) answering quantile
+     * q = j / SLASH_QS_Q_SCALE is kind SLASH_AGG_QUANTILE + j, j in
+     * 0..SLASH_QS_Q_SCALE; its input is a float64 column, its result the
+     * float64 quantile */
+    SLASH_AGG_QUANTILE = 0x1000
 } slash_agg_kind;
 
-#define SLASH_AGG_KIND_MAX 13
+#define SLASH_AGG_KIND_MAX 14
+
+/* Whether k is a quantile kind; *q gets its quantile in 1/SLASH_QS_Q_SCALE. */
+static inline int slash_agg_quantile(slash_agg_kind k, uint32_t *q)
+{
+    if ((unsigned)k < SLASH_AGG_QUANTILE || (unsigned)k > SLASH_AGG_QUANTILE + SLASH_QS_Q_SCALE)
+        return 0;
+    *q = (unsigned)k - SLASH_AGG_QUANTILE;
+    return 1;
+}
 
 /* The precision of an HLL kind, 0 for any other kind. */
 static inline unsigned slash_agg_hll_p(slash_agg_kind k)
@@ -181,16 +201,21 @@ static inline void slash_crdt_update(slash_agg_kind k, void *p, const void *v)
 {
     if ((unsigned)k > SLASH_AGG_HLL) {
         unsigned prec = slash_agg_hll_p(k);
+        uint32_t q;
         if (prec)
             slash_hll_add(p, prec, *(const uint64_t *)v);
+        else if (slash_agg_quantile(k, &q))
+            slash_qs_add(p, *(const double *)v);
         return;
     }
     switch (k) {
-    case SLASH_AGG_HLL: break;
+    case SLASH_AGG_HLL:
+    case SLASH_AGG_QUANTILE: break;
     case SLASH_AGG_FIRST_I64:
     case SLASH_AGG_FIRST_F64:
     case SLASH_AGG_LAST_I64:
     case SLASH_AGG_LAST_F64: break;
+    case SLASH_AGG_COUNT_DISTINCT: slash_distinct_add(p, *(const uint64_t *)v); break;
     case SLASH_AGG_COUNT: *(int64_t *)p = slash_wrap_add(*(int64_t *)p, 1); break;
     case SLASH_AGG_SUM_I64: *(int64_t *)p = slash_wrap_add(*(int64_t *)p, *(const int64_t *)v); break;
     case SLASH_AGG_SUM_F64: *(double *)p += *(const double *)v; break;
