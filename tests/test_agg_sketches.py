@@ -103,7 +103,7 @@ SKETCHES = {
                  st.one_of(st.none(), st.floats(-1e9, 1e9, allow_nan=False, allow_subnormal=False)),
                  False),
     # exact sets (their overflow, the absorbing top: tests/c/test_distinct.c)
-    "distinct": (vw_store(_sketch_config(["count_distinct:v"], "int64"), pa.int64()),
+    "distinct": (vw_store(_sketch_config(["count_distinct:v", "count_distinct:w"], "int64"), pa.int64()),
                  st.one_of(st.none(), st.integers(0, 3000)), True),
 }
 
