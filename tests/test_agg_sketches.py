@@ -1,11 +1,12 @@
-"""The sketches (approx_count_distinct, percentile_approx, count_distinct) are CRDTs whose
-merge is exact: any split (and grouping and order of merges, by hypothesis
-over the real delta path; the HyperLogLog's also any repetition) and any split of the input over executor processes, either
-mode, either transport, a worker killed and restored from a checkpoint, and
-leadership moves give exactly the answer of one sequential store (hashes
-and buckets are fixed functions of the values, the same in every process).
+"""The sketches (approx_count_distinct, percentile_approx, count_distinct)
+are CRDTs whose merge is exact: any split, grouping and order of merges (by
+hypothesis over the real delta path; for the idempotent ones also any
+repetition), any split of the input over executor processes, either mode,
+either transport, a worker killed and restored from a checkpoint, and
+leadership moves give exactly the answer of one sequential store (hashes and
+buckets are fixed functions of the values, the same in every process).
 Their accuracy against DuckDB: test_agg_approx_distinct.py,
-test_agg_percentile.py."""
+test_agg_percentile.py, test_agg_count_distinct.py."""
 from __future__ import annotations
 
 import functools
