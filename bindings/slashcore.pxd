@@ -103,6 +103,13 @@ cdef extern from "slash/crdt.h" nogil:
         SLASH_AGG_MAX_F64
         SLASH_AGG_AVG_I64
         SLASH_AGG_AVG_F64
+        SLASH_AGG_FIRST_I64
+        SLASH_AGG_FIRST_F64
+        SLASH_AGG_LAST_I64
+        SLASH_AGG_LAST_F64
+        SLASH_AGG_COUNT_DISTINCT
+        SLASH_AGG_HLL
+        SLASH_AGG_QUANTILE
     bint slash_crdt_result_is_f64(slash_agg_kind k)
     bint slash_crdt_input_is_f64(slash_agg_kind k)
     bint slash_crdt_needs_input(slash_agg_kind k)
@@ -455,3 +462,22 @@ cdef extern from "slash/gen_nexmark.h" nogil:
                                              const slash_gen_nexmark_bids *out)
     uint64_t slash_gen_nexmark_event_of(int kind, uint64_t k)
     uint64_t slash_gen_nexmark_count(int kind, uint64_t events)
+
+# ---- sketches (hll.h) ------------------------------------------------------------
+cdef extern from "slash/hll.h" nogil:
+    enum:
+        SLASH_HLL_P_MIN
+        SLASH_HLL_P_MAX
+    void slash_hll_hash_column(const void *values, int is_f64, const uint8_t *valid, size_t n,
+                               uint64_t *out)
+    void slash_hll_hash_strings(const int64_t *offsets, const uint8_t *data, const uint8_t *valid,
+                                size_t n, uint64_t *out)
+    unsigned slash_hll_precision(double rsd)
+
+cdef extern from "slash/distinct.h" nogil:
+    enum:
+        SLASH_DISTINCT_MAX
+
+cdef extern from "slash/quantile.h" nogil:
+    enum:
+        SLASH_QS_Q_SCALE

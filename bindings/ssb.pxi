@@ -14,6 +14,9 @@ _AGG_KINDS = {
     ("min", "int64"): SLASH_AGG_MIN_I64, ("min", "float64"): SLASH_AGG_MIN_F64,
     ("max", "int64"): SLASH_AGG_MAX_I64, ("max", "float64"): SLASH_AGG_MAX_F64,
     ("avg", "int64"): SLASH_AGG_AVG_I64, ("avg", "float64"): SLASH_AGG_AVG_F64,
+    ("first", "int64"): SLASH_AGG_FIRST_I64, ("first", "float64"): SLASH_AGG_FIRST_F64,
+    ("last", "int64"): SLASH_AGG_LAST_I64, ("last", "float64"): SLASH_AGG_LAST_F64,
+    ("count_distinct", "int64"): SLASH_AGG_COUNT_DISTINCT,  # over value hashes (sketch.pxi)
 }
 _WINDOW_KINDS = {"tumbling": SLASH_WINDOW_TUMBLING, "sliding": SLASH_WINDOW_SLIDING,
                  "session": SLASH_WINDOW_SESSION}
@@ -38,9 +41,14 @@ cdef list fill_ssb_config(slash_ssb_config *cfg, str window_kind, int64_t size, 
                                       f"got {len(aggregates)}")
     result_f64 = []
     for j, a in enumerate(aggregates):
-        if a not in _AGG_KINDS:
+        if a[0] == "hll":  # ("hll", precision): a sketch kind (sketch.pxi)
+            cfg.aggs[j] = hll_kind(a[1])
+        elif a[0] == "quantile":  # ("quantile", q in 1/10000)
+            cfg.aggs[j] = quantile_kind(a[1])
+        elif a not in _AGG_KINDS:
             raise _errors.InvalidArgument(f"unknown aggregate {a!r}")
-        cfg.aggs[j] = _AGG_KINDS[a]
+        else:
+            cfg.aggs[j] = _AGG_KINDS[a]
         result_f64.append(bool(slash_crdt_result_is_f64(cfg.aggs[j])))
     cfg.naggs = len(aggregates)
     return result_f64

@@ -8,7 +8,8 @@ import pyarrow as pa
 
 from slash.window import Session, Sliding, Tumbling
 
-AGGS = ["count", "sum:x", "min:x", "max:x", "avg:x", "sum:y", "min:y", "max:y", "avg:y"]
+AGGS = ["count", "sum:x", "min:x", "max:x", "avg:x", "sum:y", "min:y", "max:y", "avg:y", "first:x",
+        "last:y"]
 VALUE_TYPES = {"x": "int64", "y": "float64"}
 
 
@@ -27,7 +28,11 @@ def _start(col: str, n: int) -> str:
 
 
 SELECT_AGGS = ("count(*) AS count, sum(x)::BIGINT AS sum_x, min(x) AS min_x, max(x) AS max_x, "
-               "avg(x) AS avg_x, sum(y) AS sum_y, min(y) AS min_y, max(y) AS max_y, avg(y) AS avg_y")
+               "avg(x) AS avg_x, sum(y) AS sum_y, min(y) AS min_y, max(y) AS max_y, avg(y) AS avg_y, "
+               # the value at the earliest / latest time; among records of one time, by value
+               # (nulls below every value): first takes the smallest, last the largest
+               "first(x ORDER BY time, x NULLS FIRST) AS first_x, "
+               "last(y ORDER BY time, y NULLS FIRST) AS last_y")
 
 
 def duckdb_reference(table: pa.Table, window) -> pa.Table:
@@ -71,3 +76,108 @@ def assert_same(got, want) -> None:
                 assert a[col] == __import__("pytest").approx(v, rel=1e-9, abs=1e-9), (col, a, b)
             else:
                 assert a[col] == v, (col, a, b)
+
+
+def ship(src, dst, times: int = 1) -> None:
+    """One epoch exchange between state backends: seal src, merge each
+    partition delta into dst `times` times (merging twice tests idempotence),
+    reset src."""
+    src.begin_epoch()
+    for d in src.deltas():
+        for _ in range(times):
+            dst.merge_delta(bytes(d))
+        d.release()
+    src.reset_delta()
+
+
+def split_and_merge(make_store, recs, nparts: int, rnd, repeat: bool = False):
+    """(merged, single): the emitted rows of `recs` split at random over
+    nparts stores (make_store(part) builds one) merged into a leader in a
+    random order, sometimes two of them first (grouping), each delta merged
+    twice at random when `repeat` (idempotence); and of one store fed
+    everything. Both sorted by (window_start, key)."""
+    def rows(sb):
+        return sorted(sb.emit(2**62).to_pylist(), key=lambda r: (r["window_start"], r["key"]))
+
+    single = make_store(recs)
+    want = rows(single)
+    single.close()
+    parts = [[] for _ in range(nparts)]
+    for r in recs:
+        parts[rnd.randrange(nparts)].append(r)
+    stores = [make_store(p) for p in parts]
+    rnd.shuffle(stores)  # commutative
+    if len(stores) > 2 and rnd.random() < 0.5:
+        ship(stores.pop(), stores[-1])  # associative: (a + b) + c vs a + (b + c)
+    leader = make_store([])
+    for s in stores:
+        ship(s, leader, rnd.choice([1, 2]) if repeat else 1)
+    got = rows(leader)
+    for s in stores + [leader]:
+        s.close()
+    return got, want
+
+
+def slash_and_spark(path: str, window: str, key: str, aggs, app: str):
+    """(slash.spark.window_aggregate's answer, Spark's own query's answer) as
+    Arrow tables, over the Parquet file at path, in a local[2] session."""
+    from slash.spark import session, spark_window_aggregate, window_aggregate
+    spark = session("local[2]", app)
+    try:
+        ours = window_aggregate(spark, path, time="ts", window=window, key=key, aggs=aggs).toArrow()
+        theirs = spark_window_aggregate(spark, path, time="ts", window=window, key=key,
+                                        aggs=aggs).toArrow()
+    finally:
+        spark.stop()
+    return ours, theirs
+
+
+def window_sql(src: str, window: str, cols: str, time: str = "ts", key: str = "k") -> str:
+    """DuckDB SQL of `cols` (aggregate expressions) per (window start AS ws,
+    key) over the table expression src, for a tumbling, sliding or session
+    window spec (times >= 0, as integers in ms)."""
+    from slash.window import parse_window
+    w = parse_window(window)
+    if isinstance(w, Tumbling):
+        return f"SELECT {time} // {w.size_ms} * {w.size_ms} AS ws, {key}, {cols} FROM {src} GROUP BY ALL"
+    if isinstance(w, Sliding):
+        n = -(-w.size_ms // w.slide_ms)
+        return (f"WITH f AS (SELECT {time} // {w.slide_ms} * {w.slide_ms} - j * {w.slide_ms} AS ws, * "
+                f"FROM {src}, range(0, {n}) r(j)) "
+                f"SELECT ws, {key}, {cols} FROM f WHERE {time} < ws + {w.size_ms} GROUP BY ALL")
+    return (f"WITH f AS (SELECT *, CASE WHEN {time} - lag({time}) OVER (PARTITION BY {key} ORDER BY "
+            f"{time}) <= {w.gap_ms} THEN 0 ELSE 1 END AS new FROM {src}), s AS (SELECT *, sum(new) "
+            f"OVER (PARTITION BY {key} ORDER BY {time} ROWS UNBOUNDED PRECEDING) AS sid FROM f) "
+            f"SELECT min({time}) AS ws, {key}, {cols} FROM s GROUP BY {key}, sid")
+
+
+def vw_store(cfg, dtype):
+    """A maker of state backends of cfg from records (key, time, value):
+    the value (pyarrow type dtype, None = null) feeds columns v and w alike."""
+    import functools
+    return functools.partial(_vw_store, cfg, dtype)
+
+
+def _vw_store(cfg, dtype, recs):
+    from slash import StateBackend
+    sb = StateBackend(cfg)
+    if recs:
+        k, t, v = zip(*recs)
+        v = pa.array(v, dtype)
+        sb.update(np.array(k, np.int64), np.array(t, np.int64), {"v": v, "w": v})
+    return sb
+
+
+def slash_run_cli(path: str, out, window: str, key: str, aggs, executors: int = 2) -> pa.Table:
+    """`slash run` over the Parquet file at path (time column ts), writing
+    to out; asserts it succeeded and returns what it wrote."""
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+    cmd = [sys.executable, "-m", "slash", "run", "--input", path, "--time", "ts", "--window", window,
+           "--key", key, *sum((["--agg", a] for a in aggs), []), "--executors", str(executors),
+           "--output", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return pq.read_table(out)

@@ -19,7 +19,7 @@ from slash.spark import (NotEnoughSlots, TaskFailed, run_aggregate, session,  # 
 
 pytestmark = pytest.mark.slow
 
-AGGS = ["count", "sum:i", "min:i", "max:i", "avg:v", "sum:v", "min:v", "max:v"]
+AGGS = ["count", "sum:i", "min:i", "max:i", "avg:v", "sum:v", "min:v", "max:v", "min_by:i", "max_by:v"]
 
 
 def make_table(n=6000, seed=3):

@@ -32,7 +32,7 @@ def test_against_duckdb(window, key_type, partitions):
         assert sb.records == 0 and sb.late_records == 0
     got = pa.Table.from_batches([first, rest])
     assert got.schema.names == ["window_start", "window_end", "key", "count", "sum_x", "min_x",
-                                "max_x", "avg_x", "sum_y", "min_y", "max_y", "avg_y"]
+                                "max_x", "avg_x", "sum_y", "min_y", "max_y", "avg_y", "first_x", "last_y"]
     assert_same(got, duckdb_reference(table, parse_window(window)))
 
 

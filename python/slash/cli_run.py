@@ -58,9 +58,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "on it)")
     p.add_argument("--key", metavar="COL[,COL]", help="key column(s) of an aggregation")
     p.add_argument("--agg", action="append", metavar="AGG",
-                   help="count | count:COL | sum:COL | min:COL | max:COL | avg:COL (repeatable; "
-                        "nulls are skipped, as in SQL); top:N:AGG keeps per window the N keys "
-                        "with the largest AGG (e.g. top:3:count), ranked in a 'rank' column")
+                   help="count | count:COL | sum:COL | min:COL | max:COL | avg:COL | first:COL | "
+                        "last:COL | approx_count_distinct:COL[:RSD] | percentile_approx:COL:Q | "
+                        "count_distinct:COL (repeatable; nulls as in SQL; see docs/aggregates.md); "
+                        "top:N:AGG keeps per window the N keys with the largest AGG (e.g. "
+                        "top:3:count), ranked in a 'rank' column")
     p.add_argument("--join", action="store_true",
                    help="a windowed equi-join of --left and --right on --on (tumbling or session)")
     p.add_argument("--left", nargs="+", metavar="PATH", help="left input of a join")

@@ -36,7 +36,7 @@ from slash.limits import MAX_PARTITIONS
 #: not tied to the number of executors, so leadership can move (docs/elastic.md).
 DEFAULT_PARTITIONS = 256
 from slash.join import JoinConfig, join_core_args, join_result_batch, prepare_side
-from slash.state import StateConfig, core_args, prepare_columns, result_batch
+from slash.state import COUNT_KINDS, FLOAT_KINDS, StateConfig, core_args, prepare_columns, result_batch
 
 #: the lateness that marks a bounded input (the core's SLASH_LATENESS_BOUNDED)
 LATENESS_BOUNDED = (1 << 63) - 1
@@ -462,7 +462,8 @@ class Executor:
                     fields.append(pa.field(f"{side}_{c}", pa.float64() if t == "float64" else pa.int64()))
             return pa.schema(fields)
         for a in self.state.aggregates:
-            is_f = a.kind == "avg" or (a.kind != "count" and self.state.value_type(a.column) == "float64")
+            is_f = a.kind in FLOAT_KINDS or (a.kind not in COUNT_KINDS and
+                                       self.state.value_type(a.column) == "float64")
             fields.append(pa.field(a.name, pa.float64() if is_f else pa.int64()))
         return pa.schema(fields)
 

@@ -35,7 +35,8 @@ from slash.arrow_np import scalar, to_numpy
 from slash.errors import InvalidArgument, OutOfRange, SchemaError
 from slash.join import JoinConfig
 from slash.limits import JOIN_KEY_MAX_BYTES, KEY_MAX_BYTES, MAX_JOIN_COLUMNS
-from slash.state import TIME_UNITS, Aggregate, StateConfig, value_columns
+from slash.state import (COUNT_KINDS, FLOAT_KINDS, SKETCH_ANY_TYPE, TIME_UNITS, Aggregate, StateConfig,
+                         value_columns)
 from slash.window import Sliding, Window, parse_duration, parse_window, window_ticks
 
 log = logging.getLogger(__name__)
@@ -424,6 +425,9 @@ class Query:
                 raise SchemaError(f"aggregate {a.kind}:{a.column} reads missing column {a.column!r} "
                                   f"(input has {names})")
             vt = schema.field(a.column).type
+            if a.kind in SKETCH_ANY_TYPE and (_value_ok(vt) or _int_like(_plain(vt)) or
+                                              _is_str(_plain(vt)) or _is_bin(_plain(vt))):
+                continue
             if a.kind != "count" and not _value_ok(vt):
                 hint = " (decimal precision must be <= 18)" if pa.types.is_decimal(vt) else ""
                 raise SchemaError(f"aggregate {a.kind}:{a.column} needs a numeric column; "
@@ -640,14 +644,14 @@ class Query:
             vt = schema.field(a.column).type if a.column else None
             if vt is not None and pa.types.is_dictionary(vt):
                 vt = vt.value_type
-            if vt is not None and a.kind != "count":
+            if vt is not None and a.kind not in COUNT_KINDS:
                 if pa.types.is_decimal(vt):
-                    if a.kind == "avg":
+                    if a.kind in FLOAT_KINDS:
                         col = pc.divide(col, float(10 ** vt.scale))
                     else:
                         col = _decimal_from_unscaled(col.cast(pa.int64()),
                                                      _sum_type(vt) if a.kind == "sum" else vt)
-                elif a.kind in ("min", "max") and col.type != vt:
+                elif a.kind in ("min", "max", "first", "last") and col.type != vt:
                     col = col.cast(vt)
             cols[a.name] = col
         out = pa.table(cols)

@@ -29,13 +29,30 @@ import pyarrow.compute as pc
 
 from slash import _core
 from slash.arrow_np import from_numpy, scalar, to_numpy
-from slash.errors import InvalidArgument, SchemaError
+from slash.errors import InvalidArgument, OutOfRange, SchemaError
 from slash.limits import KEY_MAX_BYTES, MAX_AGGREGATES, MAX_PARTITIONS
 from slash.window import Window, state_window, window_ticks
 
 log = logging.getLogger(__name__)
 
-AGGREGATE_KINDS = ("count", "sum", "min", "max", "avg")
+AGGREGATE_KINDS = ("count", "sum", "min", "max", "avg", "first", "last", "approx_count_distinct",
+                   "percentile_approx", "count_distinct")
+#: the kinds whose result is the value of one record, chosen by event time
+AT_TIME_KINDS = ("first", "last")
+#: the kinds whose result is a count (int64, never null)
+COUNT_KINDS = ("count", "approx_count_distinct", "count_distinct")
+#: the kinds that read a column of any type they can hash (not only numbers)
+SKETCH_ANY_TYPE = ("approx_count_distinct", "count_distinct")
+#: the most distinct values count_distinct keeps a window and key (distinct.h)
+COUNT_DISTINCT_MAX = _core.COUNT_DISTINCT_MAX
+#: the kinds that take a parameter after the column (``KIND:COL:PARAM``)
+PARAM_KINDS = ("approx_count_distinct", "percentile_approx")
+#: the kinds whose result is a float64 whatever the column's type
+FLOAT_KINDS = ("avg", "percentile_approx")
+#: percentile_approx's quantiles are given in steps of 1 / QUANTILE_SCALE
+QUANTILE_SCALE = 10000
+#: approx_count_distinct's default relative standard deviation (Spark's)
+DEFAULT_RSD = 0.05
 VALUE_TYPES = ("int64", "float64")
 KEY_TYPES = ("int64", "string", "binary")
 #: the time units a state runs in, as ticks per millisecond
@@ -55,7 +72,29 @@ class Aggregate:
     ``count`` counts records; ``count:COL`` counts the non-null values of
     COL; ``sum|min|max|avg:COL`` skip nulls (a window whose values are all
     null gives null), as Spark's and SQL's aggregates do.
-    Output names: ``count``, ``count_COL``, ``sum_COL``, ``min_COL``, ``max_COL``, ``avg_COL``.
+    ``first:COL`` / ``last:COL``: the value of COL at the earliest / latest
+    event time of the window (Spark's ``min_by(COL, time)`` /
+    ``max_by(COL, time)``); a null there is the result, as in Spark. Among
+    records of one event time the order is by value, a null below every
+    value and NaN above every number: first takes the smallest, last the
+    largest, so the answer depends on neither arrival order nor split.
+    Output names: ``count``, ``count_COL``, ``sum_COL``, ``min_COL``,
+    ``max_COL``, ``avg_COL``, ``first_COL``, ``last_COL``.
+    ``approx_count_distinct:COL[:RSD]``: the number of distinct non-null
+    values of COL (any numeric, boolean, date/time, string or binary
+    column), estimated by a HyperLogLog sketch with relative standard
+    deviation RSD (default 0.05, as Spark's); an int64 count, 0 when every
+    value is null. Output name ``approx_count_distinct_COL``.
+    ``count_distinct:COL``: the exact number of distinct non-null values
+    (types as approx_count_distinct), for modest cardinalities: at most
+    COUNT_DISTINCT_MAX (1023) a window and key, 8 KiB of state; a window
+    past the bound is an OutOfRange error naming the column when it fires.
+    ``percentile_approx:COL:Q``: the Q-quantile of COL's non-null values
+    (the value at rank ceil(Q n), as Spark's percentile_approx and DuckDB's
+    quantile_disc), approximated by a fixed-size log-bucket sketch within
+    0.78 % of it while the values span under 2^15.9 in magnitude (see
+    docs/aggregates.md); a float64, null when every value is null. Output
+    name ``percentile_approx_COL_pQ`` (``percentile_approx_t_p99_9`` for Q 0.999).
 
     >>> Aggregate.parse("sum:price").name
     'sum_price'
@@ -63,25 +102,69 @@ class Aggregate:
 
     kind: str
     column: Optional[str] = None
+    param: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.kind not in AGGREGATE_KINDS:
             raise InvalidArgument(f"aggregate kind must be one of {AGGREGATE_KINDS}, got {self.kind!r}")
         if self.kind != "count" and not self.column:
             raise InvalidArgument(f"aggregate {self.kind!r} needs a column: '{self.kind}:COLUMN'")
+        if self.param is not None and self.kind not in PARAM_KINDS:
+            raise InvalidArgument(f"aggregate {self.kind}:{self.column} takes no parameter, got "
+                                  f"{self.param!r}")
+        if self.kind == "approx_count_distinct":
+            self.precision  # checks the relative standard deviation
+        if self.kind == "percentile_approx":
+            self.quantile_scaled  # checks the quantile
+
+    @property
+    def quantile_scaled(self) -> int:
+        """percentile_approx: the quantile in 1/10000 (the core's unit)."""
+        q = self.param
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 <= q <= 1 or \
+                abs(round(q * QUANTILE_SCALE) - q * QUANTILE_SCALE) > 1e-6:
+            raise InvalidArgument(f"percentile_approx:{self.column} needs a quantile in [0, 1] with "
+                                  f"at most 4 decimals, e.g. 'percentile_approx:{self.column}:0.99', "
+                                  f"got {q!r}")
+        return int(round(q * QUANTILE_SCALE))
+
+    @property
+    def precision(self) -> int:
+        """approx_count_distinct: the HyperLogLog precision p (2^p one-byte
+        registers a window and key) Spark derives from the relative standard
+        deviation: ceil(2 log2(1.106 / rsd))."""
+        rsd = DEFAULT_RSD if self.param is None else self.param
+        p = _core.hll_precision(float(rsd)) if isinstance(rsd, (int, float)) else 0
+        if not _core.HLL_P_MIN <= p <= _core.HLL_P_MAX:
+            lo = 1.106 / 2 ** (_core.HLL_P_MAX / 2)
+            raise InvalidArgument(f"approx_count_distinct:{self.column}: the relative standard "
+                                  f"deviation must be in [{lo:.5f}, 0.39] (HyperLogLog of "
+                                  f"2^{_core.HLL_P_MIN}..2^{_core.HLL_P_MAX} registers), got {rsd!r}")
+        return p
 
     @classmethod
     def parse(cls, spec: Union[str, "Aggregate"]) -> "Aggregate":
-        """``"count"`` or ``"KIND:COLUMN"`` to an Aggregate."""
+        """``"count"``, ``"KIND:COLUMN"`` or ``"KIND:COLUMN:PARAM"`` (kinds
+        that take one, e.g. ``approx_count_distinct:user:0.02``) to an Aggregate."""
         if isinstance(spec, Aggregate):
             return spec
         if not isinstance(spec, str):
             raise InvalidArgument(f"aggregate must be a string like 'sum:price', got {spec!r}")
         kind, _, col = spec.partition(":")
-        return cls(kind.strip(), col.strip() or None)
+        kind, param = kind.strip(), None
+        if kind in PARAM_KINDS and ":" in col:
+            col, _, text = col.rpartition(":")
+            try:
+                param = float(text)
+            except ValueError:
+                raise InvalidArgument(f"aggregate {spec!r}: the parameter after the column must "
+                                      f"be a number, got {text!r}") from None
+        return cls(kind, col.strip() or None, param)
 
     @property
     def name(self) -> str:
+        if self.kind == "percentile_approx":  # percentile_approx_latency_p99, ..._p99_9
+            return f"{self.kind}_{self.column}_p{self.quantile_scaled / 100:g}".replace(".", "_")
         return "count" if self.column is None else f"{self.kind}_{self.column}"
 
 
@@ -96,6 +179,7 @@ class CoreSlot:
     kind: str
     column: Optional[str] = None
     valid: bool = False
+    param: Optional[int] = None  # a sketch's precision
 
 
 def core_slots(aggregates: Sequence[Aggregate], nullable: Sequence[str]) -> Tuple[CoreSlot, ...]:
@@ -111,9 +195,22 @@ def core_slots(aggregates: Sequence[Aggregate], nullable: Sequence[str]) -> Tupl
         c = a.column
         if c is None:
             add(CoreSlot("count"))
+        elif a.kind == "approx_count_distinct":  # a null hashes to "no value"
+            add(CoreSlot(a.kind, c, param=a.precision))
+        elif a.kind == "count_distinct":  # as the sketch: a set of hashes
+            add(CoreSlot(a.kind, c))
+        elif a.kind == "percentile_approx":  # a null is "no value"; all null: null
+            add(CoreSlot(a.kind, c, param=a.quantile_scaled))
+            if c in nullable:
+                add(CoreSlot("sum", c, valid=True))
         elif c not in nullable:
             add(CoreSlot("count") if a.kind == "count" else CoreSlot(a.kind, c))
         else:
+            if a.kind in AT_TIME_KINDS:
+                # the validity of the chosen record, chosen by the same order
+                add(CoreSlot(a.kind, c))
+                add(CoreSlot(a.kind, c, valid=True))
+                continue
             if a.kind in ("sum", "min", "max"):
                 add(CoreSlot(a.kind, c))
             elif a.kind == "avg":
@@ -385,7 +482,10 @@ def core_args(cfg: StateConfig, partitions: Optional[int] = None) -> Tuple[Any, 
     """The core's view of a config: (window kind, size, slide in the time
     unit, key type, partitions, [(aggregate kind, value type)] per core slot)."""
     kind, size, slide = _window_args(cfg.window, cfg.ticks_per_ms)
-    aggs = [(s.kind, None if s.kind == "count" else "int64" if s.valid else cfg.value_type(s.column))
+    aggs = [("hll", s.param) if s.kind == "approx_count_distinct" else
+            ("quantile", s.param) if s.kind == "percentile_approx" else
+            (s.kind, "int64") if s.kind == "count_distinct" else
+            (s.kind, None if s.kind == "count" else "int64" if s.valid else cfg.value_type(s.column))
             for s in cfg.slots]
     key = "int64" if cfg.key_type == "int64" else "bytes"
     return kind, size, slide, key, partitions or cfg.partitions, aggs
@@ -402,14 +502,69 @@ def _ones(n: int) -> np.ndarray:
 
 
 def _identity(kind: str, dtype: str) -> Any:
-    if kind == "min":
+    """What a null becomes for the core: the identity of the aggregate (for
+    first/last, the bottom of the value order, so a null never wins a tie of
+    time for last; for first the validity slot says null whatever it holds)."""
+    if kind in ("min", "first"):
         return _I64.max if dtype == "int64" else float("nan")  # NaN: the top of min's order
-    if kind == "max":
+    if kind in ("max", "last"):
         return _I64.min if dtype == "int64" else float("-inf")
     return 0 if dtype == "int64" else 0.0
 
 
+def hash_column(col: Any, name: str) -> np.ndarray:
+    """Stable 64-bit hashes (as int64) of a value column for a sketch, 0
+    for a null: integers, booleans, dates and times by their integer value,
+    floats by value (-0.0 as 0.0, every NaN alike), strings and binary by
+    their bytes. The same value hashes the same in every process."""
+    arr = _to_arrow_or_numpy(col, name)
+    if isinstance(arr, np.ndarray):
+        arr = pa.array(arr)
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr = arr.dictionary_decode()
+        t = arr.type
+    valid = np.ascontiguousarray(to_numpy(arr.is_valid()), np.uint8) if arr.null_count else None
+    if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or \
+            pa.types.is_large_binary(t):
+        arr = arr.cast(pa.large_binary())
+        bufs = arr.buffers()
+        offsets = np.frombuffer(bufs[1], np.int64, count=arr.offset + len(arr) + 1)[arr.offset:]
+        data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+        return _core.hll_hash_strings(np.ascontiguousarray(offsets), data, valid)
+    if pa.types.is_floating(t):
+        values = as_numeric(arr, name, "float64", fill=0.0)
+    elif pa.types.is_integer(t) or pa.types.is_boolean(t):
+        values = as_numeric(arr, name, "int64", fill=0)
+    elif pa.types.is_temporal(t):
+        values = as_numeric(arr.cast(pa.int64()) if t.bit_width == 64 else
+                            arr.cast(pa.int32()).cast(pa.int64()), name, "int64", fill=0)
+    else:
+        raise SchemaError(f"column {name!r} has type {t}, which a sketch cannot hash")
+    return _core.hll_hash_values(values, valid)
+
+
+#: a float64 that stands for "no value" in a quantile sketch's input (a
+#: signalling NaN the core skips: SLASH_QS_NULL_BITS in quantile.h)
+_QS_NULL = np.array([0x7FF4000000000BAD], np.uint64).view(np.float64)[0]
+
+
+def _quantile_values(col: Any, name: str) -> np.ndarray:
+    """float64 values for a quantile sketch; nulls as _QS_NULL (and the
+    column's own NaNs made the one canonical NaN, so none reads as a null)."""
+    arr = _to_arrow_or_numpy(col, name)
+    if isinstance(arr, pa.Array) and arr.null_count:
+        values = as_numeric(arr, name, "float64", fill=0.0)
+        values = np.where(np.isnan(values), np.nan, values)
+        return np.where(to_numpy(arr.is_valid()), values, _QS_NULL)
+    return as_numeric(arr, name, "float64")
+
+
 def _slot_values(cfg: StateConfig, slot: CoreSlot, col: Any, n: int) -> np.ndarray:
+    if slot.kind in SKETCH_ANY_TYPE:
+        return hash_column(col, slot.column)
+    if slot.kind == "percentile_approx":
+        return _quantile_values(col, slot.column)
     if slot.valid:
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
@@ -490,10 +645,31 @@ def aggregate_columns(cfg: StateConfig, cols: List[np.ndarray]) -> List[pa.Array
         if c is None or (a.kind == "count" and c not in cfg.nullable):
             out.append(from_numpy(by_slot[CoreSlot("count")], pa.int64()))
             continue
+        if a.kind == "approx_count_distinct":
+            out.append(from_numpy(by_slot[CoreSlot(a.kind, c, param=a.precision)], pa.int64()))
+            continue
+        if a.kind == "count_distinct":
+            counts = np.asarray(by_slot[CoreSlot(a.kind, c)])
+            over = int(np.count_nonzero(counts < 0))
+            if over:
+                raise OutOfRange(f"count_distinct:{c}: {over} window(s) hold more than "
+                                 f"{COUNT_DISTINCT_MAX} distinct values, the most an exact count "
+                                 f"keeps a window and key; use approx_count_distinct:{c}")
+            out.append(from_numpy(counts, pa.int64()))
+            continue
+        if a.kind == "percentile_approx":
+            q = np.asarray(by_slot[CoreSlot(a.kind, c, param=a.quantile_scaled)])
+            out.append(_masked(q, np.asarray(by_slot[CoreSlot("sum", c, valid=True)])
+                               if c in cfg.nullable else None, pa.float64()))
+            continue
         ftype = pa.float64() if cfg.value_type(c) == "float64" else pa.int64()
         if c not in cfg.nullable:
             out.append(from_numpy(by_slot[CoreSlot(a.kind, c)],
                                   pa.float64() if a.kind == "avg" else ftype))
+            continue
+        if a.kind in AT_TIME_KINDS:
+            chosen = np.asarray(by_slot[CoreSlot(a.kind, c, valid=True)])
+            out.append(_masked(np.asarray(by_slot[CoreSlot(a.kind, c)]), chosen, ftype))
             continue
         valid = np.asarray(by_slot[CoreSlot("sum", c, valid=True)])
         if a.kind == "count":

@@ -257,10 +257,8 @@ slash_status slash_ckpt_write_partition(const slash_ssb *s, uint32_t part, uint8
     return ckpt_seal(buf, &h, payload, out, len);
 }
 
-#define REC_MAX (sizeof(slash_rec) + 8 + SLASH_SSB_KEY_MAX + SLASH_SSB_MAX_AGGS * 16)
-
 /* Decodes the record at payload offset *off into the store record r (a
- * REC_MAX buffer), checking it; advances *off. r->prev gets the record's
+ * buffer of s->rec_max bytes), checking it; advances *off. r->prev gets the record's
  * index hash (ssb_part_bulk_link takes it from there; a merge ignores prev).
  * *aligned caches the last window found to be a slice start (blobs hold runs
  * of records of one window; the check is a 64-bit division). */
@@ -334,8 +332,7 @@ static slash_status bulk_load(slash_ssb *s, uint32_t part, const uint8_t *p, siz
     slash_status st = ssb_part_bulk_reserve(s, dst, records);
     if (st != SLASH_OK)
         return st;
-    alignas(8) uint8_t one[REC_MAX];
-    slash_rec *r = (slash_rec *)one;
+    slash_rec *r = (slash_rec *)s->scratch;
     size_t off = 0;
     int64_t aligned = 0;
     for (uint64_t i = 0; i < records && st == SLASH_OK; i++) {
@@ -388,7 +385,7 @@ slash_status slash_ckpt_read_partition(slash_ssb *s, uint32_t part, const void *
     if (dst->live == 0 && dst->log.begin == dst->log.tail) {
         st = bulk_load(s, part, p, n, h.records);
     } else { /* the partition holds records: merge, as a peer's delta is merged */
-        alignas(8) uint8_t one[REC_MAX];
+        uint8_t *one = s->scratch;
         size_t off = 0, region = 0;
         int64_t aligned = 0;
         for (uint64_t i = 0; i < h.records; i++) { /* pass 1: check, and size the region */

@@ -428,22 +428,37 @@ slash_status slash_ssb_open(const slash_ssb_config *cfg, slash_ssb **out)
     s->key_off = (uint32_t)sizeof(slash_rec) + (s->session ? 8u : 0u);
     uint64_t fp = ssb_mix((uint64_t)w->kind * 31 + (uint64_t)w->size * 131 +
                           (uint64_t)w->slide * 7 + (uint64_t)cfg->key_type);
+    size_t total = 0;
     for (uint32_t j = 0; j < cfg->naggs; j++) {
         size_t sz = slash_crdt_size(cfg->aggs[j]);
         if (!sz) {
             free(s);
             return slash_fail(SLASH_EINVAL, "aggregate %u: unknown kind %d", j, (int)cfg->aggs[j]);
         }
-        s->agg_off[j] = s->agg_bytes;
-        slash_crdt_zero(cfg->aggs[j], (uint8_t *)s->zero + s->agg_bytes);
-        s->agg_bytes += (uint32_t)sz;
+        s->agg_off[j] = (uint32_t)total;
+        total += sz;
         fp = ssb_mix(fp ^ ((uint64_t)cfg->aggs[j] << (j % 8 * 8)));
     }
+    if (total > SLASH_SSB_PARTIALS_MAX) {
+        free(s);
+        return slash_fail(SLASH_EINVAL, "aggregates: their partial states take %zu bytes a "
+                          "record, at most %d", total, SLASH_SSB_PARTIALS_MAX);
+    }
+    s->agg_bytes = (uint32_t)total;
+    s->rec_max = ssb_rec_size(s, SLASH_SSB_KEY_MAX);
+    s->zero = calloc(1, total ? total : 8);
+    s->scratch = aligned_alloc(8, (size_t)SSB_SCRATCH_RECS * s->rec_max);
+    if (!s->zero || !s->scratch) {
+        free(s->zero), free(s->scratch), free(s);
+        return slash_fail(SLASH_ENOMEM, "state backend");
+    }
+    for (uint32_t j = 0; j < cfg->naggs; j++)
+        slash_crdt_zero(cfg->aggs[j], s->zero + s->agg_off[j]);
     s->schema = (uint8_t)(fp | 1);
     s->watermark = INT64_MIN;
     s->parts = calloc(cfg->partitions, sizeof *s->parts);
     if (!s->parts) {
-        free(s);
+        free(s->zero), free(s->scratch), free(s);
         return slash_fail(SLASH_ENOMEM, "state backend partitions");
     }
     for (uint32_t i = 0; i < cfg->partitions; i++) {
@@ -465,6 +480,8 @@ void slash_ssb_close(slash_ssb *s)
     for (uint32_t i = 0; i < s->cfg.partitions; i++)
         ssb_part_destroy(&s->parts[i]);
     free(s->parts);
+    free(s->zero);
+    free(s->scratch);
     free(s);
 }
 
@@ -493,7 +510,10 @@ static inline void apply(const slash_ssb *s, uint8_t *part, const slash_ssb_batc
 {
     for (uint32_t j = 0; j < s->cfg.naggs; j++) {
         const uint8_t *v = b->values[j] ? (const uint8_t *)b->values[j] + i * 8 : NULL;
-        slash_crdt_update(s->cfg.aggs[j], part + s->agg_off[j], v);
+        if (slash_crdt_needs_time(s->cfg.aggs[j]))
+            slash_crdt_update_at(s->cfg.aggs[j], part + s->agg_off[j], v, b->times[i]);
+        else
+            slash_crdt_update(s->cfg.aggs[j], part + s->agg_off[j], v);
     }
 }
 

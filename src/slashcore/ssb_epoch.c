@@ -61,8 +61,6 @@ slash_status slash_ssb_reset_delta(slash_ssb *s)
     return SLASH_OK;
 }
 
-#define REC_MAX (sizeof(slash_rec) + 8 + SLASH_SSB_KEY_MAX + SLASH_SSB_MAX_AGGS * 16)
-
 slash_status ssb_check_region(const slash_ssb *s, const uint8_t *p, size_t len)
 {
     size_t off = 0;
@@ -100,7 +98,7 @@ slash_status ssb_check_region(const slash_ssb *s, const uint8_t *p, size_t len)
 static slash_status merge_sessions(slash_ssb *s, const uint8_t *p, size_t len)
 {
     slash_status st = SLASH_OK;
-    alignas(8) uint8_t buf[REC_MAX];
+    uint8_t *buf = s->scratch;
     slash_rec *r = (slash_rec *)buf;
     for (size_t off = 0; off < len; off += r->size) {
         memcpy(buf, p + off, sizeof(slash_rec));
@@ -130,9 +128,8 @@ static slash_status merge_sessions(slash_ssb *s, const uint8_t *p, size_t len)
  * place when the region is 8-byte aligned, else copied out first. */
 static slash_status merge_slices(slash_ssb *s, const uint8_t *p, size_t len)
 {
-    enum { CHUNK = 32 };
+    enum { CHUNK = SSB_SCRATCH_RECS };
     const bool aligned = ((uintptr_t)p & 7) == 0;
-    alignas(8) uint8_t bufs[CHUNK][REC_MAX]; /* only used for an unaligned region */
     slash_rec *recs[CHUNK];
     uint64_t hash[CHUNK];
     uint32_t pidx[CHUNK];
@@ -145,7 +142,7 @@ static slash_status merge_slices(slash_ssb *s, const uint8_t *p, size_t len)
             if (aligned) {
                 r = (slash_rec *)(uintptr_t)(p + off);
             } else {
-                r = (slash_rec *)bufs[m];
+                r = (slash_rec *)(s->scratch + m * s->rec_max); /* an unaligned region */
                 memcpy(r, p + off, sizeof(slash_rec));
                 memcpy(r, p + off, r->size);
             }

@@ -5,7 +5,8 @@
  *   slash_rec header (24 bytes)
  *   [int64 session end]            session windows only
  *   key (key_len bytes, zero-padded to a multiple of 8)
- *   partials, one per aggregate, in config order (8 or 16 bytes each)
+ *   partials, one per aggregate, in config order (8 or 16 bytes each, 2^p
+ *   for a sketch; at most SLASH_SSB_PARTIALS_MAX in all)
  * `prev` is local chain metadata: peers ignore it and it may change while a
  * sealed span is being shipped. Every other byte of a sealed record is
  * immutable until reset. Invariants: a live (not FREED) record is reachable
@@ -23,6 +24,7 @@
 
 #include "slash/hash_index.h"
 #include "slash/lss.h"
+#include "slash/mix.h"
 #include "slash/ssb.h"
 
 #define SLASH_REC_MAGIC 0xA5
@@ -38,6 +40,8 @@ typedef struct slash_rec {
     int64_t win;      /* slice start, or session start */
 } slash_rec;
 static_assert(sizeof(slash_rec) == 24, "record header is shipped to peers");
+
+#define SSB_SCRATCH_RECS 32
 
 typedef struct ssb_part {
     slash_lss log;
@@ -65,22 +69,19 @@ struct slash_ssb {
     uint32_t key_off;             /* key offset in a record */
     uint32_t agg_bytes;           /* bytes of all partials */
     uint32_t agg_off[SLASH_SSB_MAX_AGGS];
-    uint64_t zero[SLASH_SSB_MAX_AGGS * 2]; /* the partials' zero values */
+    uint8_t *zero;                /* the partials' zero values (agg_bytes, 8-aligned) */
+    /* SSB_SCRATCH_RECS records of the largest size (a byte key of
+     * SLASH_SSB_KEY_MAX bytes), 8-aligned: where a record read from an
+     * unaligned region or a checkpoint blob is copied to */
+    uint8_t *scratch;
+    uint32_t rec_max;
     ssb_part *parts;
     uint64_t epoch;
     uint64_t late;
     int64_t watermark;
 };
 
-static inline uint64_t ssb_mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= UINT64_C(0xff51afd7ed558ccd);
-    x ^= x >> 33;
-    x *= UINT64_C(0xc4ceb9fe1a85ec53);
-    x ^= x >> 33;
-    return x;
-}
+static inline uint64_t ssb_mix(uint64_t x) { return slash_mix64(x); }
 
 static inline uint64_t ssb_hash_i64(int64_t k) { return ssb_mix((uint64_t)k ^ UINT64_C(0x243f6a8885a308d3)); }
 

@@ -2,6 +2,7 @@
  * commutative and associative, and merging partials of a split equals
  * updating with the whole input. */
 #include <math.h>
+#include <stdalign.h>
 #include <stdlib.h>
 
 #include "slash/crdt.h"
@@ -119,13 +120,36 @@ static double special(void)
     return base[r];
 }
 
-static void special_partial(slash_agg_kind k, void *p, int n)
+static void special_partial(slash_agg_kind k, double *p, int n)
 {
-    slash_crdt_zero(k, p);
+    uint8_t buf[16]; /* as large as any fixed-size partial: the kind is not known to the compiler */
+    slash_crdt_zero(k, buf);
     for (int i = 0; i < n; i++) {
         double v = special();
-        slash_crdt_update(k, p, &v);
+        slash_crdt_update(k, buf, &v);
     }
+    memcpy(p, buf, sizeof *p);
+}
+
+/* Checks on partials a, b, c of kind k (at most 16 bytes) that merge is
+ * commutative and associative bit for bit, idempotent, and has zero as its
+ * identity. */
+static void check_semilattice(slash_agg_kind k, const void *a, const void *b, const void *c)
+{
+    size_t sz = slash_crdt_size(k);
+    alignas(8) uint8_t x[16], y[16], z[16];
+    memcpy(x, a, sz), slash_crdt_merge(k, x, b);
+    memcpy(y, b, sz), slash_crdt_merge(k, y, a);
+    CHECK(memcmp(x, y, sz) == 0); /* commutative */
+    slash_crdt_merge(k, x, c);
+    memcpy(y, b, sz), slash_crdt_merge(k, y, c);
+    memcpy(z, a, sz), slash_crdt_merge(k, z, y);
+    CHECK(memcmp(x, z, sz) == 0); /* associative */
+    memcpy(y, a, sz), slash_crdt_merge(k, y, a);
+    CHECK(memcmp(a, y, sz) == 0); /* idempotent */
+    slash_crdt_zero(k, z);
+    memcpy(y, a, sz), slash_crdt_merge(k, y, z);
+    CHECK(memcmp(a, y, sz) == 0); /* zero is the identity */
 }
 
 TEST(float_min_max_merge_laws_with_nan_and_signed_zero)
@@ -135,19 +159,11 @@ TEST(float_min_max_merge_laws_with_nan_and_signed_zero)
     for (int round = 0; round < 2000; round++) {
         for (size_t i = 0; i < 2; i++) {
             slash_agg_kind k = FK[i];
-            double a, b, c, x, y, z;
+            double a, b, c;
             special_partial(k, &a, rand() % 4);
             special_partial(k, &b, rand() % 4);
             special_partial(k, &c, rand() % 4);
-            x = a, slash_crdt_merge(k, &x, &b);
-            y = b, slash_crdt_merge(k, &y, &a);
-            CHECK(memcmp(&x, &y, 8) == 0); /* commutative, bit for bit */
-            slash_crdt_merge(k, &x, &c);
-            y = b, slash_crdt_merge(k, &y, &c);
-            z = a, slash_crdt_merge(k, &z, &y);
-            CHECK(memcmp(&x, &z, 8) == 0); /* associative */
-            y = a, slash_crdt_merge(k, &y, &a);
-            CHECK(memcmp(&a, &y, 8) == 0); /* idempotent */
+            check_semilattice(k, &a, &b, &c);
         }
     }
 }
@@ -176,8 +192,65 @@ TEST(float_min_max_order_nan_above_every_number)
     CHECK(mx == 0.0 && !signbit(mx));
 }
 
+static const slash_agg_kind AT_KINDS[] = {SLASH_AGG_FIRST_I64, SLASH_AGG_FIRST_F64, SLASH_AGG_LAST_I64,
+                                          SLASH_AGG_LAST_F64};
+
+/* a first/last partial of n records with times and values from small sets,
+ * so ties of time (and of value) are frequent */
+static void at_partial(slash_agg_kind k, slash_at_value *p, int n)
+{
+    slash_crdt_zero(k, p);
+    for (int i = 0; i < n; i++) {
+        int64_t t = rand() % 4, vi = rand() % 5 - 2;
+        double vf = rand() % 7 == 0 ? special() : (double)vi;
+        slash_crdt_update_at(k, p, slash_crdt_input_is_f64(k) ? (const void *)&vf : (const void *)&vi, t);
+    }
+}
+
+TEST(first_last_merge_laws_with_ties)
+{
+    srand(11);
+    for (int round = 0; round < 3000; round++) {
+        for (size_t i = 0; i < 4; i++) {
+            slash_agg_kind k = AT_KINDS[i];
+            slash_at_value a, b, c;
+            at_partial(k, &a, rand() % 4);
+            at_partial(k, &b, rand() % 4);
+            at_partial(k, &c, rand() % 4);
+            check_semilattice(k, &a, &b, &c);
+        }
+    }
+}
+
+TEST(first_last_take_the_value_at_the_earliest_and_latest_time)
+{
+    int64_t t[] = {5, 2, 9, 2, 9}, v[] = {50, 21, 90, 20, 91};
+    slash_at_value f, l;
+    slash_crdt_zero(SLASH_AGG_FIRST_I64, &f), slash_crdt_zero(SLASH_AGG_LAST_I64, &l);
+    for (int i = 0; i < 5; i++) {
+        slash_crdt_update_at(SLASH_AGG_FIRST_I64, &f, &v[i], t[i]);
+        slash_crdt_update_at(SLASH_AGG_LAST_I64, &l, &v[i], t[i]);
+    }
+    int64_t rf, rl;
+    slash_crdt_result(SLASH_AGG_FIRST_I64, &f, &rf), slash_crdt_result(SLASH_AGG_LAST_I64, &l, &rl);
+    CHECK(rf == 20); /* time 2: the smaller of 21 and 20 */
+    CHECK(rl == 91); /* time 9: the larger of 90 and 91 */
+    double d[] = {1.0, NAN}, rd;
+    slash_at_value lf;
+    slash_crdt_zero(SLASH_AGG_LAST_F64, &lf);
+    slash_crdt_update_at(SLASH_AGG_LAST_F64, &lf, &d[0], INT64_MIN); /* a real record at the zero's time */
+    slash_crdt_result(SLASH_AGG_LAST_F64, &lf, &rd);
+    CHECK(rd == 1.0);
+    slash_crdt_update_at(SLASH_AGG_LAST_F64, &lf, &d[1], INT64_MIN);
+    slash_crdt_result(SLASH_AGG_LAST_F64, &lf, &rd);
+    CHECK(isnan(rd)); /* NaN orders above every number */
+    CHECK(slash_crdt_needs_time(SLASH_AGG_FIRST_I64) && !slash_crdt_needs_time(SLASH_AGG_MIN_I64));
+}
+
 int main(void)
 {
+    RUN(first_last_merge_laws_with_ties);
+    RUN(first_last_take_the_value_at_the_earliest_and_latest_time);
     RUN(zero_is_identity);
     RUN(commutative_associative);
     RUN(split_equals_whole);

@@ -15,6 +15,12 @@ Each side runs ``--repeat`` times; the best time of each is kept (the machine
 is shared). Both answers are sorted and compared exactly: ``verified``.
 ``ratio`` = Slash records/s over DuckDB records/s, both including producing
 the result.
+
+``--agg-cost AGG`` (repeatable, e.g. ``approx_count_distinct:price``): the
+per-record cost of one more aggregate over a count, measured side by side:
+Slash runs ``count`` alone and ``count`` + AGG on the same table, in
+alternation, ``--repeat`` times each, best of each kept; ``agg_cost[AGG]``
+gives both in ns a record (update and emit) and ``added`` = with / alone - 1.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ import argparse
 import logging
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -95,16 +101,18 @@ def make_table(cfg: SsbBenchConfig) -> pa.Table:
     return pa.table({"key": keys, "time": times, "price": price})
 
 
-def run_slash(table: pa.Table, cfg: SsbBenchConfig) -> Tuple[float, float, pa.RecordBatch, Dict[str, Any]]:
+def run_slash(table: pa.Table, cfg: SsbBenchConfig, aggregates: Sequence[str] = ("count", "sum:price")
+              ) -> Tuple[float, float, pa.RecordBatch, Dict[str, Any]]:
     """(total seconds, update-only seconds, result, stats) of one Slash run."""
-    sc = StateConfig(window=cfg.window, aggregates=["count", "sum:price"],
+    sc = StateConfig(window=cfg.window, aggregates=list(aggregates),
                      value_types={"price": "int64"}, partitions=cfg.partitions)
     key, tm, price = (table.column(c).combine_chunks() for c in ("key", "time", "price"))
     with StateBackend(sc) as sb:
         t0 = time.perf_counter()
         for lo in range(0, cfg.records, cfg.batch):
             n = min(cfg.batch, cfg.records - lo)
-            sb.update(key.slice(lo, n), tm.slice(lo, n), {"price": price.slice(lo, n)})
+            sb.update(key.slice(lo, n), tm.slice(lo, n),
+                      {"price": price.slice(lo, n)} if sc.value_columns else None)
         t1 = time.perf_counter()
         stats = sb.stats()
         out = sb.emit(2**62)
@@ -174,6 +182,22 @@ def run_config(cfg: SsbBenchConfig) -> Dict[str, Any]:
     }
 
 
+def agg_costs(table: pa.Table, cfg: SsbBenchConfig, aggs: Sequence[str]) -> Dict[str, Any]:
+    """Per aggregate: ns a record of ``count`` alone and of ``count`` + it,
+    run in alternation on the same table (best of ``cfg.repeat`` each)."""
+    out: Dict[str, Any] = {}
+    for agg in aggs:
+        alone = with_agg = float("inf")
+        for _ in range(cfg.repeat):
+            alone = min(alone, run_slash(table, cfg, ["count"])[0])
+            with_agg = min(with_agg, run_slash(table, cfg, ["count", agg])[0])
+        out[agg] = {"count_ns": alone / cfg.records * 1e9, "with_ns": with_agg / cfg.records * 1e9,
+                    "added": with_agg / alone - 1}
+        log.info("ssb: %s costs %.2f ns a record over a count's %.2f (+%.0f %%)", agg,
+                 out[agg]["with_ns"], out[agg]["count_ns"], 100 * out[agg]["added"])
+    return out
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keys", type=int, default=100, metavar="N", help="distinct keys (default 100)")
     parser.add_argument("--records", type=int, default=20_000_000, metavar="M",
@@ -188,13 +212,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions", type=int, default=1, metavar="P",
                         help="key partitions of the state backend (default 1)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--agg-cost", action="append", default=[], metavar="AGG",
+                        help="also measure the per-record cost of count + AGG against count alone "
+                             "(repeatable; over the column price, e.g. approx_count_distinct:price)")
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     cfg = SsbBenchConfig(keys=args.keys, records=args.records, dist=args.dist, window=args.window,
                          span_ms=parse_duration(args.span, "span"), batch=args.batch,
                          repeat=args.repeat, seed=args.seed, partitions=args.partitions)
-    return run_config(cfg)
+    result = run_config(cfg)
+    if args.agg_cost:
+        result["agg_cost"] = agg_costs(make_table(cfg), cfg, args.agg_cost)
+    return result
 
 
 def summary(result: Dict[str, Any]) -> str:
@@ -202,4 +232,7 @@ def summary(result: Dict[str, Any]) -> str:
     return (f"ssb keys={p['keys']} records={p['records']} dist={p['dist']}: "
             f"slash {result['records_per_s'] / 1e6:.1f} M rec/s, duckdb(1 thread) "
             f"{result['duckdb_records_per_s'] / 1e6:.1f} M rec/s, ratio {result['ratio']:.2f}, "
-            f"verified={result['verified']}")
+            f"verified={result['verified']}" +
+            "".join(f"\n  {a}: {c['with_ns']:.2f} ns a record with a count, count alone "
+                    f"{c['count_ns']:.2f} ns ({100 * c['added']:+.0f} %)"
+                    for a, c in result.get("agg_cost", {}).items()))

@@ -223,11 +223,27 @@ def _as_list(v: Union[None, str, Sequence[str]]) -> List[str]:
     return [v] if isinstance(v, str) else list(v)
 
 
+#: Spark's names of aggregate functions that are Slash aggregates under another
+#: name: ``min_by:COL`` is Spark's ``min_by(COL, time)``, the value at the
+#: earliest event time (``first:COL``), ``max_by:COL`` the latest (``last:COL``);
+#: ``countDistinct:COL`` is ``count_distinct:COL``
+SPARK_AGG_NAMES = {"min_by": "first", "max_by": "last", "countDistinct": "count_distinct"}
+
+
+def spark_aggregate(spec: Any) -> Any:
+    """An aggregate spec with Spark's function name replaced by Slash's
+    (:data:`SPARK_AGG_NAMES`); any other spec as given."""
+    if not isinstance(spec, str):
+        return spec
+    kind, sep, rest = spec.partition(":")
+    return SPARK_AGG_NAMES.get(kind.strip(), kind.strip()) + sep + rest if sep else spec
+
+
 def make_query(time: str, window: str, key: Union[str, Sequence[str]], aggs: Sequence[str],
                filter: Union[None, str, Sequence[str]], lateness: Union[None, int, str],
                time_zone: Optional[str] = None, start_time: Optional[str] = None) -> Query:
     return Query(time=time, window=with_start_time(window, start_time), key=key,
-                 aggregates=list(aggs) if not isinstance(aggs, str) else aggs,
+                 aggregates=[spark_aggregate(a) for a in aggs] if not isinstance(aggs, str) else aggs,
                  filters=_as_list(filter), lateness=0 if lateness is None else lateness,
                  time_zone=time_zone)
 

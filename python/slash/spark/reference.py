@@ -61,11 +61,24 @@ def spark_window_aggregate(spark: Any, source: Any, *, time: str, window: str,
         col = F.col(a.column)
         is_int = isinstance(df.schema[a.column].dataType, NumericType) and \
             df.schema[a.column].dataType.typeName() in ("byte", "short", "integer", "long")
-        fn = {"sum": F.sum, "min": F.min, "max": F.max, "avg": F.avg}[a.kind]
-        out = fn(col)
-        if a.kind == "avg" or not is_int:
+        if a.kind in ("first", "last"):
+            # min_by/max_by(COL, time), ties of time broken by value (nulls
+            # first, as Spark orders a struct): Slash's order, made total
+            by = F.min_by if a.kind == "first" else F.max_by
+            out = by(col, F.struct(F.col(q.time), col))
+        elif a.kind == "approx_count_distinct":  # Spark's own HLL++, at the same error
+            out = F.approx_count_distinct(col, 0.05 if a.param is None else a.param)
+        elif a.kind == "count_distinct":
+            out = F.count_distinct(col)
+        elif a.kind == "percentile_approx":  # Spark's own (GK summary, default accuracy)
+            out = F.percentile_approx(col, a.param)
+        else:
+            out = {"sum": F.sum, "min": F.min, "max": F.max, "avg": F.avg}[a.kind](col)
+        if a.kind in ("approx_count_distinct", "count_distinct"):
+            out = out.cast("long")
+        elif a.kind in ("avg", "percentile_approx") or not is_int:
             out = out.cast("double")
-        elif a.kind == "sum":
+        elif a.kind in ("sum", "first", "last"):
             out = out.cast("long")
         outs.append(out.alias(a.name))
     g = df.groupBy(wcol.alias("w"), *q.key).agg(*outs)

@@ -30,6 +30,8 @@ extern "C" {
 /* key partitions of one store (and of a join store, and of an executor group) */
 #define SLASH_MAX_PARTITIONS 4096
 #define SLASH_SSB_KEY_MAX 64 /* bytes of a byte-string key */
+/* bytes of all partials of one record (a sketch's registers count) */
+#define SLASH_SSB_PARTIALS_MAX (64 << 10)
 
 typedef enum slash_key_type {
     SLASH_KEY_INT64 = 1,
