@@ -195,6 +195,28 @@ def test_a_rescale_two_three_two_re_deals_partitions_with_their_offsets(
     assert sink_windows(out) == want
 
 
+def test_a_stream_stopped_and_started_again_on_its_directory_seeks_to_its_offsets(
+        spark, kafka_broker, tmp_path):
+    """Stopped with 2 executors, started again with 3 over a new KafkaStream
+    of the same topic: the checkpoint names the same stream, its offsets are
+    dealt to the 3 ranks, and the sink holds every window once."""
+    topic, recs, h, out = checkpointed_stream(spark, kafka_broker, tmp_path, 3, seed=6, first=3000)
+    try:
+        wait_for_checkpoints(h, 2)
+    finally:
+        h.stop(60)
+    produce(kafka_broker, topic, recs[3000:] + closers(range(3)))
+    h2 = stream(spark, kafka_stream(kafka_broker, topic), sink=out, executors=3,
+                checkpoint=str(tmp_path / "ck"), checkpoint_every="200ms", **QUERY)
+    want = duckdb_windows(recs)
+    try:
+        wait_for_windows(h2, out, want)
+    finally:
+        m = h2.stop(60)
+    assert m["resumed_from"] is not None and m["executors"] == 3
+    assert sink_windows(out) == want and m["late_records"] == 0
+
+
 def test_an_idle_partition_stops_holding_back_the_windows(spark, kafka_broker, tmp_path):
     """Partition 2 never gets a record; rank 0 reads partitions 0 and 2, so
     its watermark waits for partition 2 until it is idle (1 s), then every
@@ -225,7 +247,7 @@ def test_a_stream_lateness_other_than_the_sources_is_refused(spark, kafka_broker
 @pytest.fixture(scope="module")
 def bounded_topic(kafka_broker):
     topic = new_topic(kafka_broker, "bounded", 3)
-    recs = records(5000, seed=5, partitions=3)
+    recs = records(2000, seed=5, partitions=3)
     produce(kafka_broker, topic, recs)
     return topic, recs
 
