@@ -153,7 +153,8 @@ def test_a_tumbling_count_over_a_topic_equals_duckdb(spark, kafka_broker, tmp_pa
 
 def test_a_sigkilled_task_resumes_at_the_checkpoints_offsets_exactly_once(
         spark, kafka_broker, tmp_path):
-    topic, recs, h, out = checkpointed_stream(spark, kafka_broker, tmp_path, 4, seed=2, first=3000)
+    topic, recs, h, out = checkpointed_stream(spark, kafka_broker, tmp_path, 4, seed=2,
+                                              first=3000)
     try:
         wait_for_checkpoints(h, 2)
         # the cut's positions: every partition with its next offset, in the ranks' work
@@ -176,7 +177,8 @@ def test_a_sigkilled_task_resumes_at_the_checkpoints_offsets_exactly_once(
 
 def test_a_rescale_two_three_two_re_deals_partitions_with_their_offsets(
         spark, kafka_broker, tmp_path):
-    topic, recs, h, out = checkpointed_stream(spark, kafka_broker, tmp_path, 5, seed=3, first=2000)
+    topic, recs, h, out = checkpointed_stream(spark, kafka_broker, tmp_path, 5, seed=3,
+                                              first=2000)
     try:
         wait_for_checkpoints(h, 1)
         up = h.scale_out(1)
@@ -200,7 +202,8 @@ def test_a_stream_stopped_and_started_again_on_its_directory_seeks_to_its_offset
     """Stopped with 2 executors, started again with 3 over a new KafkaStream
     of the same topic: the checkpoint names the same stream, its offsets are
     dealt to the 3 ranks, and the sink holds every window once."""
-    topic, recs, h, out = checkpointed_stream(spark, kafka_broker, tmp_path, 3, seed=6, first=3000)
+    topic, recs, h, out = checkpointed_stream(spark, kafka_broker, tmp_path, 3, seed=6,
+                                              first=3000)
     try:
         wait_for_checkpoints(h, 2)
     finally:
@@ -257,7 +260,8 @@ def spark_windows(spark, recs, size, slide):
     built from them in Python)."""
     from pyspark.sql import functions as F
 
-    df = spark.createDataFrame([(r["k"], r["t"], r["v"]) for _, r in recs], "k string, t long, v long")
+    df = spark.createDataFrame([(r["k"], r["t"], r["v"]) for _, r in recs],
+                               "k string, t long, v long")
     df = df.withColumn("ts", F.expr("timestamp_millis(t)"))
     g = df.groupBy(F.window("ts", size, slide), "k").agg(F.count("*").alias("c"),
                                                          F.sum("v").alias("s"))
@@ -265,8 +269,9 @@ def spark_windows(spark, recs, size, slide):
     return {(r["ws"], r["k"]): (r["c"], r["s"]) for r in rows}
 
 
-@pytest.mark.parametrize("window,size,slide", [("tumbling:1s", "1 second", "1 second"),
-                                               ("sliding:2s/500ms", "2 seconds", "500 milliseconds")])
+@pytest.mark.parametrize("window,size,slide", [
+    ("tumbling:1s", "1 second", "1 second"),
+    ("sliding:2s/500ms", "2 seconds", "500 milliseconds")])
 def test_window_aggregate_over_a_kafka_source_equals_duckdb_and_spark(
         spark, kafka_broker, bounded_topic, window, size, slide):
     topic, recs = bounded_topic

@@ -1395,7 +1395,8 @@ class StreamHandle:
             self.stop()
 
 
-def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, str], *, time: str, window: str,
+def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, str], *,
+           time: str, window: str,
            key: Union[str, Sequence[str]], aggs: Sequence[str] = ("count",),
            filter: Union[None, str, Sequence[str]] = None, lateness: Union[None, int, str] = None,
            sink: Sink, late_output: Optional[str] = None, executors: Optional[int] = None,
