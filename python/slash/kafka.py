@@ -574,6 +574,13 @@ class KafkaStream:
         """Malformed values this process skipped."""
         return self._decoder.malformed
 
+    def __repr__(self) -> str:
+        # what names the stream (a checkpoint's fingerprint): the same topic read the same
+        # way, whatever the broker's address or the partitions it has gained since
+        return (f"KafkaStream(topic={self.topic!r}, format={self._decoder.format!r}, "
+                f"columns={self.schema.names!r}, time={self.time!r}, "
+                f"lateness_ms={self.lateness_ms})")
+
     def may_have_nulls(self, column: str) -> bool:
         if column not in self.schema.names:
             raise UnknownName(f"topic {self.topic!r} has no column {column!r}")

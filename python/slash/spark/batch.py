@@ -45,6 +45,7 @@ import pyarrow as pa
 from slash.limits import MAX_EXECUTORS
 from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
+from slash.kafka import KafkaSource
 from slash.query import Query
 from slash.recovery import execute_split_checkpointed
 from slash.run.plan import CheckpointPlan
@@ -319,13 +320,14 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     fast = not is_dataframe(source)
     time_columns: tuple = ()
     if fast:
-        src = source if isinstance(source, (FileSource, GeneratorSource)) else None
+        src = source if isinstance(source, (FileSource, GeneratorSource, KafkaSource)) else None
         if src is None:
             if not (isinstance(source, (str, os.PathLike)) or
                     (isinstance(source, (list, tuple)) and source and
                      all(isinstance(p, (str, os.PathLike)) for p in source))):
                 raise InvalidArgument("source must be Parquet/Arrow path(s), a FileSource, a "
-                                      f"GeneratorSource or a Spark DataFrame, got {type(source).__name__}")
+                                      "GeneratorSource, a KafkaSource or a Spark DataFrame, got "
+                                      f"{type(source).__name__}")
             src = FileSource(source)  # UnknownName for a missing path, SchemaError for a bad file
         schema = src.schema
     else:
@@ -658,7 +660,10 @@ def window_aggregate(spark: Any, source: Any, *, time: str, window: str,
     stage, returned as an ordinary Spark DataFrame.
 
     ``source``: Parquet/Arrow file(s) or directories (fast path: each task
-    reads its split with pyarrow) or a Spark DataFrame (general path). The
+    reads its split with pyarrow), a :class:`slash.kafka.KafkaSource` (a
+    topic from its start to the end offsets seen when it was made; each task
+    reads its units of the partitions directly with librdkafka, no record
+    through the JVM) or a Spark DataFrame (general path). The
     spellings are those of ``slash run``: ``window="tumbling:10s"``,
     ``"sliding:60s/10s"`` or ``"session:5s"``; ``aggs=["count", "sum:price"]``
     (count, sum, min, max, avg); ``filter="event_type == 'view'"`` (or a

@@ -16,6 +16,11 @@ Sources (each task reads its own share; nothing passes through the JVM):
   would skip it). With checkpoints, positions
   are in global terms (the row groups of each file not yet read, the last
   file started), so a restart may deal them to another executor count.
+* :class:`slash.kafka.KafkaStream`: a Kafka topic; each task reads the
+  partitions the source deals its rank, straight from the broker, with the
+  source's watermarks (per partition, the minimum over the rank's partitions
+  that are not idle) and positions (the next offset of each partition, in
+  global terms: a checkpoint's are re-dealt with their partitions).
 
 Sinks: a directory (each rank writes what it fires as Parquet parts, straight
 from the task) or a callable on the driver, called once per window, in event
@@ -81,8 +86,9 @@ from slash.errors import (InvalidArgument, InvalidState, NotSupported, SinkFaile
                           Timeout, UnknownName)
 from slash.executor import Executor, GroupConfig
 from slash.metrics import LiveMetrics, MetricsServer, Reporter
+from slash.kafka import KafkaStream
 from slash.query import Query
-from slash.sources import FileSource
+from slash.sources import FileSource, Watermark
 from slash.run.plan import CheckpointEvery, CheckpointPlan
 from slash.spark import _env
 from slash.spark._stream_ckpt import DriverCheckpoints, TaskCheckpoints, add_metadata
@@ -394,6 +400,41 @@ def _max_time(path: str, col: str) -> Optional[int]:
     return best
 
 
+def _kafka_items(src: KafkaStream, rank: int, n: int, query: Query, schema: pa.Schema,
+                 wait: Callable[[float], bool], work: Optional[Dict[str, int]]
+                 ) -> Iterator[Tuple[Optional[pa.RecordBatch], Optional[int], Dict[str, int]]]:
+    """A KafkaStream read by one task, as the stream task takes its sources'
+    items: (batch, None, position) per batch and (None, watermark in ticks,
+    position) per promise of the source. ``work``: the position to resume
+    from (``{"<partition>": next offset}``, a checkpoint's or its resplit's;
+    None: rank's share of the topic at the source's start offsets)."""
+    if work is None:
+        work = src.work(rank, n)
+    for pos, item in src.read_work(work, time=query.time, wait=wait, deal=(rank, n)):
+        if isinstance(item, Watermark):
+            wm = query.watermark_ticks(item.value, schema)
+            if wm is not None:
+                yield None, wm, pos
+        else:
+            yield item, None, pos
+
+
+def _kafka_lateness(source: KafkaStream, lateness: Union[None, int, str]) -> int:
+    """The stream's lateness over a KafkaStream: the source's own, which its
+    per-partition watermarks already subtract; another one is refused."""
+    from slash.window import parse_duration
+
+    if lateness is None:
+        return source.lateness_ms
+    ms = parse_duration(lateness, "lateness") if isinstance(lateness, str) else lateness
+    if ms != source.lateness_ms:
+        raise InvalidArgument(f"lateness={lateness!r} differs from the KafkaStream's lateness "
+                              f"({source.lateness_ms} ms): a Kafka stream's watermark is the "
+                              "source's, per partition (its largest time minus its lateness), "
+                              "so the lateness is set once, on KafkaStream(lateness=...)")
+    return ms
+
+
 # ---- the task -------------------------------------------------------------------
 @dataclass(frozen=True)
 class _StreamPlan:
@@ -541,7 +582,10 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
     seq = [0]
     stop = [False]
     late = _LateBuffer(rank, q.window, plan.late_dir)
-    ex = Executor(lst, rank, addresses, state, plan.group, token=plan.token)
+    # a KafkaStream's watermark is its own (per partition, idle rule): the executor's moves by
+    # the source's markers alone, never by the largest time a partition of it has seen
+    ex = Executor(lst, rank, addresses, state, plan.group, token=plan.token,
+                  bounded=isinstance(plan.source, KafkaStream))
     reporter = Reporter(plan.report_every)
     read = [0]  # source rows this rank took (before filters)
 
@@ -629,6 +673,8 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
         work = ck.work if ck is not None else None
         if isinstance(src, RateSource):
             it = src.batches(rank, n, base_ms, wait, skip=skip_batches, work=work)
+        elif isinstance(src, KafkaStream):
+            it = _kafka_items(src, rank, n, q, plan.schema, wait, work)
         else:
             it = src.batches(rank, n, q.time, q.lateness, wait,
                              skip=ck.source_skip if ck is not None else 0, work=work)
@@ -1349,7 +1395,8 @@ class StreamHandle:
             self.stop()
 
 
-def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time: str, window: str,
+def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, str], *,
+           time: str, window: str,
            key: Union[str, Sequence[str]], aggs: Sequence[str] = ("count",),
            filter: Union[None, str, Sequence[str]] = None, lateness: Union[None, int, str] = None,
            sink: Sink, late_output: Optional[str] = None, executors: Optional[int] = None,
@@ -1364,7 +1411,13 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
     windows as for :func:`slash.spark.window_aggregate`.
 
     The query spellings are those of :func:`slash.spark.window_aggregate`.
-    ``source``: a RateSource, a DirectorySource or a directory path. ``sink``:
+    ``source``: a RateSource, a DirectorySource, a
+    :class:`slash.kafka.KafkaStream` or a directory path. A KafkaStream is
+    read by each task directly (its share of the partitions, no record
+    through the JVM or the driver); its watermarks are the source's (per
+    partition, with its idle rule; ``lateness`` is the source's), its
+    positions are offsets per partition, and a checkpoint's are re-dealt with
+    their offsets to another executor count (docs/kafka.md). ``sink``:
     a directory for Parquet parts (written by the tasks) or a callable taking
     one window's rows (called on the driver, in event-time order, in a thread
     of its own; see :class:`StreamHandle` for a sink that raises).
@@ -1389,11 +1442,14 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
     docs/recovery.md. A DirectorySource resumes after the files (and row
     groups) read before the cut, with any executor count (its positions are
     in global terms: :meth:`DirectorySource.work`): keep them in place,
-    unchanged.
+    unchanged. A KafkaStream seeks to the offsets the checkpoint recorded,
+    with any executor count (the topic must keep those records).
     """
     _env.require_pyspark()
     import pyspark.sql.functions  # noqa: F401
 
+    if isinstance(source, KafkaStream):
+        lateness = _kafka_lateness(source, lateness)
     query = make_query(time, window, key, aggs, filter, lateness, session_time_zone(spark),
                        one_start_time(start_time, startTime))
     if query.top:
@@ -1407,10 +1463,18 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, str], *, time:
         schema = source.schema
     elif isinstance(source, DirectorySource):
         schema = source.resolve_schema()
+    elif isinstance(source, KafkaStream):
+        schema = source.schema
     else:
-        raise InvalidArgument(f"stream source must be a RateSource, a DirectorySource or a directory, "
-                              f"got {type(source).__name__}")
+        raise InvalidArgument(f"stream source must be a RateSource, a DirectorySource, a "
+                              f"KafkaStream or a directory, got {type(source).__name__}")
     query.check(schema)
+    if isinstance(source, KafkaStream):
+        t = schema.field(time).type
+        if not (pa.types.is_integer(t) or pa.types.is_timestamp(t)):
+            raise InvalidArgument(f"time column {time!r} of topic {source.topic!r} is {t}: a "
+                                  "Kafka stream's per-partition watermarks need an integer (ms) "
+                                  "or a timestamp column")
     if not (callable(sink) or isinstance(sink, (str, os.PathLike))):
         raise InvalidArgument(f"sink must be a directory or a callable, got {type(sink).__name__}")
     sink_dir = None if callable(sink) else os.fspath(sink)
