@@ -40,6 +40,11 @@ def _exit_silently(rank: int, link) -> None:
     pass
 
 
+def _exit_leaving_a_message_unread(rank: int, link) -> None:
+    link.put(("hello", rank))
+    time.sleep(1.0)  # the parent's message arrives and is never read
+
+
 class KillerSource(TableSource):
     """Rank 1 kills its own process with SIGKILL after its first item (an
     injected fault mid-run: rank 0 is then waiting on it in the executor)."""
@@ -69,6 +74,16 @@ def test_group_names_a_rank_killed_by_a_signal():
 def test_group_treats_an_exit_without_a_result_as_a_failure():
     with pytest.raises(SystemFailure, match=r"executor rank 0 died \(exit code 0\) before reporting"):
         with ProcessGroup(1, _exit_silently, lambda r: (r,)) as g:
+            g.recv(timeout=60)
+
+
+def test_a_rank_that_exits_leaving_a_message_unread_is_a_failure_not_a_reset_pipe():
+    # its end of the pipe resets (ECONNRESET) instead of ending: still a rank that died
+    with pytest.raises(SystemFailure, match=r"executor rank 0 died \(exit code 0\) before reporting"):
+        with ProcessGroup(1, _exit_leaving_a_message_unread, lambda r: (r,)) as g:
+            assert g.recv(timeout=60)[0] == "hello"
+            g.send(0, "never read")
+            time.sleep(2.0)
             g.recv(timeout=60)
 
 

@@ -261,7 +261,9 @@ class ProcessGroup:
                 if conn.poll(0):
                     try:
                         msg = conn.recv()
-                    except EOFError:
+                    except (EOFError, ConnectionResetError):
+                        # the process closed its end (a socketpair whose peer exited with
+                        # bytes it never read resets instead of ending): it is gone
                         self._open[r] = False
                         self._raise_if_unfinished(r)
                         continue
