@@ -185,13 +185,10 @@ def cases(draw) -> Case:
     drawn = [Event(op, draw(st.floats(0.1, 0.4)),
                    draw(st.sampled_from(UPDATES)) if op == "update"
                    else draw(st.integers(0, 2)) if op == "kill" else None) for op in ops]
-    # realtime pacing of a live group without a latency target is refused by the runner
-    # although the table says they combine: test_realtime_pacing_of_a_live_group_... below
-    assume(not (case.pacing == "realtime" and case.max_executors))
+    # a realtime run with checkpoint= rescales by restart; max_executors= (a live group) with
+    # both is refused, naming why (latency_target= gives the controller that scales it)
+    assume(not (case.pacing == "realtime" and case.max_executors and case.checkpoint))
     events = _valid_events(case, drawn)
-    # an update of a realtime-paced run is refused with checkpoint='s reason although the
-    # table says they combine: test_an_update_of_a_realtime_paced_run_... below
-    assume(not (case.pacing == "realtime" and any(e.op == "update" for e in events)))
     pacing = case.pacing
     if events and pacing == "none":
         pacing = "rate"  # an event needs a run that lasts: the input is replayed paced
@@ -467,11 +464,6 @@ def test_a_drawn_combination_of_features_and_events_gives_the_answer_of_duckdb_a
     check_case(case)
 
 
-@pytest.mark.xfail(strict=True, raises=InvalidArgument, reason=(
-    "runner.run refuses realtime=True with max_executors= and no latency_target= "
-    "('min_executors/max_executors bound the controller: give latency_target= too') although "
-    "slash.run.compat says live scale within max_executors combines with rate / realtime "
-    "pacing; the fix (or a table cell saying why) lies in runner.py/autotune.py"))
 def test_realtime_pacing_of_a_live_group_is_supported_as_the_table_says():
     check_case(Case(window="tumbling:500ms", keys=("k",), aggregates=("count",), filter=None,
                     layout=Layout(rows=400, files=1, shuffled=False, row_groups=2,
@@ -491,12 +483,6 @@ def test_a_checkpointed_run_rescaled_in_then_out_by_restart_gives_duckdbs_answer
                     events=(Event("scale-in", 0.31), Event("scale-out", 0.43))))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "realtime=True without a latency target runs as a checkpointed group in a temporary "
-    "directory (slash.autotune), so an update is refused with the reason for checkpoint= "
-    "with update, a setting the user did not give; the table says update combines with "
-    "realtime pacing. The fix lies in autotune.py/runner.py (an update-safe path for "
-    "realtime runs, or a table cell saying why)"))
 def test_an_update_of_a_realtime_paced_run_takes_effect_as_the_table_says():
     check_case(Case(window="sliding:600ms/200ms", keys=("k", "s"), aggregates=("max:x", "sum:v"),
                     filter=None,

@@ -256,9 +256,17 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
             "stream or a recording replayed at its own pace")
     cores = os.cpu_count() or 1
     if latency_target is None:  # realtime=True alone: measured the same way, never tuned
-        if min_executors is not None or max_executors is not None:
-            raise InvalidArgument("min_executors/max_executors bound the controller: give "
-                                  "latency_target= too")
+        if min_executors is not None:
+            raise InvalidArgument("min_executors bounds the controller: give latency_target= too")
+        if checkpoint is None and _scales_live(query, src):
+            return _run_measured_live(query, src, n, max_executors or n, group, token, live,
+                                      control, output, timeout, metrics, t0, drivers, late_output)
+        if max_executors is not None:
+            raise InvalidArgument(
+                "max_executors= with realtime=True provisions a group that scales live over file "
+                "inputs without checkpoint=; with checkpoint= (or another input) a realtime run "
+                "rescales by restart: give latency_target= for a controller, or scale by hand "
+                "with slash ctl scale-out/scale-in")
         return _run_measured(query, src, n, group, token, live, checkpoint, checkpoint_every,
                              max_restarts, checkpoint_keep, output, timeout, metrics, t0,
                              drivers, late_output, control)
@@ -399,6 +407,69 @@ def _run_measured(query: Any, src: Any, n: int, group: Any, token: str, live: An
     return result
 
 
+def _run_measured_live(query: Any, src: Any, n: int, size: int, group: Any, token: str, live: Any,
+                       control: Any, output: Optional[str], timeout: float,
+                       metrics: Optional[Dict[str, Any]], t0: float, drivers: GroupDrivers,
+                       late_output: Optional[str] = None) -> pa.Table:
+    """``realtime=True`` without a target over file inputs and without
+    ``checkpoint=``: a group of ``size`` processes (``max_executors``, or
+    ``n``), ``n`` active, paced by event time and measured, a fixed
+    configuration unless scaled or updated by hand over its control socket
+    (``slash ctl scale-out/scale-in/update``), as any live group."""
+    if not 1 <= n <= size:
+        raise InvalidArgument(f"executors={n} must be within 1..max_executors ({size})")
+    live, ctl, server = _provision(query, src, size, group, live, control, drivers)
+    holder: Dict[str, Any] = {}
+    view = _ActiveView(live, None)
+
+    def on_scaler(scaler: Any) -> None:
+        holder["scaler"] = view.scaler = scaler
+
+    sampler = AutoTuner(None, None, view, tick=live.report_interval, executors=n)
+    return _run_live_group(query, src, n, size, group, token, live, ctl, server, sampler, on_scaler,
+                           output, timeout, metrics, t0, drivers, late_output)
+
+
+def _provision(query: Any, src: Any, size: int, group: Any, live: Any, control: Any,
+               drivers: GroupDrivers) -> Tuple[Any, Any, Any]:
+    """(live metrics, RunControl, ControlServer or None) of a realtime live
+    group of ``size`` processes: its partitions sized for all of them, every
+    provisioned rank reporting (standbys too), a control socket always
+    (``control`` names it; scaling goes through it)."""
+    group.partitions_for(size)
+    live = live if live is not None else LiveMetrics(size, kind="run")
+    live.set_executors(size)
+    ctl, server = drivers.control_for(True if control in (None, False) else control, query, src,
+                                      size)
+    return live, ctl, server
+
+
+def _run_live_group(query: Any, src: Any, n: int, size: int, group: Any, token: str, live: Any,
+                    ctl: Any, server: Any, ticker: "AutoTuner", on_scaler: Callable[[Any], None],
+                    output: Optional[str], timeout: float, metrics: Optional[Dict[str, Any]],
+                    t0: float, drivers: GroupDrivers, late_output: Optional[str]) -> pa.Table:
+    """Runs a realtime live group of ``size`` processes, ``n`` active, with
+    ``ticker`` (the controller's, or a sampler without one) ticking beside it;
+    closes the control socket at the end and puts the ticker's view in
+    ``metrics["autotune"]``."""
+    ticker.start()
+    m: Dict[str, Any] = {}
+    try:
+        result = drivers.run_group(query, src, size, group, token, late_output is not None,
+                                   live.report_interval, ctl, None, t0, timeout, live, m, output,
+                                   late_output, elastic=n, realtime=True, on_scaler=on_scaler)
+    finally:
+        ticker.stop()
+        ctl.close()
+        if server is not None:
+            server.close()
+    if metrics is not None:
+        metrics.update(m)
+        metrics["autotune"] = {**ticker.status(), "path": "live", "timeline": list(ticker.timeline),
+                               "window_latency": live.snapshot()["window_latency"]}
+    return result
+
+
 def _scales_live(query: Any, src: Any) -> bool:
     """Whether ``latency_target=`` takes the live path: a window aggregation
     over a FileSource (or a BatchSource), whose units a pre-provisioned group
@@ -439,11 +510,7 @@ def _run_live_tuned(query: Any, src: Any, n: int, group: Any, token: str, config
     if not config.min_executors <= n <= size:
         raise InvalidArgument(f"executors={n} must be within min_executors..max_executors "
                               f"({config.min_executors}..{size})")
-    group.partitions_for(size)
-    live = live if live is not None else LiveMetrics(size, kind="run")
-    live.set_executors(size)  # every provisioned rank reports (standbys too)
-    ctl, server = drivers.control_for(True if control in (None, False) else control, query, src,
-                                      size)
+    live, ctl, server = _provision(query, src, size, group, live, control, drivers)
     holder: Dict[str, Any] = {}
     view = _ActiveView(live, None)
 
@@ -491,22 +558,9 @@ def _run_live_tuned(query: Any, src: Any, n: int, group: Any, token: str, config
                f"{config.min_executors}..{size} provisioned, starting with {n} active")
     log.info("latency_target: %d executor processes provisioned, %d active; the controller "
              "scales them live (checkpoint= takes the restart path instead)", size, n)
-    tuner.start()
-    m: Dict[str, Any] = {}
-    try:
-        result = drivers.run_group(query, src, size, group, token, late_output is not None,
-                                   live.report_interval, ctl, None, t0, timeout, live, m, output,
-                                   late_output, elastic=n, realtime=True, on_scaler=on_scaler)
-    finally:
-        tuner.stop()
-        ctl.close()
-        if server is not None:
-            server.close()
+    result = _run_live_group(query, src, n, size, group, token, live, ctl, server, tuner,
+                             on_scaler, output, timeout, metrics, t0, drivers, late_output)
     live.event("run ended")
     if metrics is not None:
-        metrics.update(m)
         metrics["executors_final"] = controller.executors
-        metrics["autotune"] = {**tuner.status(), "path": "live",
-                               "timeline": list(tuner.timeline),
-                               "window_latency": live.snapshot()["window_latency"]}
     return result
