@@ -118,7 +118,7 @@ class IntervalPlan:
     def stored_times(self, side: str, ticks: np.ndarray, tpm: int) -> Tuple[np.ndarray, np.ndarray]:
         """(row index, stored time) of every copy of a side's rows (int64
         ticks, ``tpm`` ticks per ms): one per left row, one or two per right
-        row."""
+        row; the first len(ticks) copies are the rows in order."""
         x = self.shift_ms * tpm
         idx = np.arange(len(ticks), dtype=np.int64)
         if side == "left":

@@ -1070,11 +1070,14 @@ class JoinQuery:
         if self._plan:  # stored at their buckets' times, with the event time kept
             ts = to_numpy(cols["time"]).astype(np.int64, copy=False)
             idx, stored = self._plan.stored_times(side, ts, TIME_UNITS[keys.tick_unit(schema)])
+            n = len(ts)
             cols[TS] = pa.array(ts, pa.int64())
-            cols["time"] = pa.array(stored, pa.int64())
-            out = pa.RecordBatch.from_pydict({c: v for c, v in cols.items() if c != "time"})
-            out = take_rows(out, idx).append_column("time", cols["time"])
-            return out.select(list(cols)), null_times
+            cols["time"] = pa.array(stored[:n], pa.int64())
+            out = pa.RecordBatch.from_pydict(cols)
+            if len(idx) == n:
+                return out, null_times
+            extra = take_rows(out, idx[n:]).set_column(1, "time", pa.array(stored[n:], pa.int64()))
+            return pa.Table.from_batches([out, extra]).combine_chunks().to_batches()[0], null_times
         return pa.RecordBatch.from_pydict(cols), null_times
 
     def finalize(self, results: pa.Table, left: pa.Schema, right: pa.Schema) -> pa.Table:
