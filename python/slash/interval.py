@@ -43,7 +43,9 @@ import pyarrow as pa
 from slash.errors import InvalidArgument
 from slash.window import Sliding, Tumbling, parse_duration
 
-TS = "__ts"  # a side's original event time (ticks), carried as a payload word
+TS = "__ts"
+#: bucket width in interval widths (module docstring)
+BUCKET_SPANS = 1
 
 
 def parse_signed(text: Union[str, int], what: str) -> int:
@@ -98,7 +100,7 @@ class IntervalPlan:
 
     @property
     def bucket_ms(self) -> int:
-        return max(self.hi - self.lo, 1)
+        return BUCKET_SPANS * max(self.hi - self.lo, 1)
 
     @property
     def shift_ms(self) -> int:
