@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import slash
 from slash import errors
 from slash.executor import GroupConfig
 from slash.join import JoinBackend
@@ -96,6 +97,15 @@ def test_interval_join_equals_duckdb_range_join(files, tables, n, interval, lo, 
     got = run(JoinQuery(time="ts", on="id", interval=interval), files, executors=n)
     want = duck_interval(*tables, lo, hi)
     assert got.column_names == ["id", "left_ts", "left_a", "right_ts", "right_b"]
+    assert got.num_rows == want.num_rows > 0
+    assert rows_of(got) == rows_of(want)
+
+
+@pytest.mark.skipif(not slash.have_ofi(), reason="this build has no libfabric (ofi:tcp)")
+def test_interval_join_over_ofi_tcp_equals_duckdb(files, tables):
+    got = run(JoinQuery(time="ts", on="id", interval=("-500ms", "+1s")), files, executors=2,
+              group=GroupConfig(transport="ofi:tcp"))
+    want = duck_interval(*tables, -500, 1000)
     assert got.num_rows == want.num_rows > 0
     assert rows_of(got) == rows_of(want)
 
