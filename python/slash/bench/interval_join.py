@@ -48,8 +48,6 @@ def plan(events: int, rate: int = _nexmark.DEFAULT_RATE, seed: int = 1,
 
 
 def spark_plan(spark: Any, paths: Dict[str, str]) -> Any:
-    from pyspark.sql import functions as F  # optional dependency
-
     p = spark.read.parquet(paths["persons"]).select("id", "date_time")
     a = spark.read.parquet(paths["auctions"]).select("id", "seller", "date_time")
     cond = (p.id == a.seller) & (p.date_time >= a.date_time - WITHIN_MS) & \
