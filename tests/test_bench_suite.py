@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from slash.bench import _suite, cm, nexmark_q7, nexmark_q8, nexmark_q11, report, ro, ysb
+from slash.bench import _suite, cm, interval_join, nexmark_q7, nexmark_q8, nexmark_q11, report, ro, ysb
 from slash.bench._progress import Progress
 from slash.errors import SystemFailure
 
@@ -40,6 +40,8 @@ PLANS = {
     "nexmark-q7": lambda: nexmark_q7.plan(300_000, rate=2_000, block=BLOCK),
     "nexmark-q8": lambda: nexmark_q8.plan(300_000, rate=2, block=BLOCK),
     "nexmark-q11": lambda: nexmark_q11.plan(300_000, block=BLOCK),
+    # streams with a block's lateness: the watermark moves while rows are buffered
+    "interval-join": lambda: interval_join.plan(300_000, block=BLOCK),
 }
 
 
@@ -64,7 +66,8 @@ def test_every_engine_equals_duckdb(name):
 
 def _spark_builders():
     return {"ysb": ysb.spark_plan, "ro": ro.spark_plan(3_600_000), "cm": cm.spark_plan, "nexmark-q7": nexmark_q7.spark_plan,
-            "nexmark-q8": nexmark_q8.spark_plan, "nexmark-q11": nexmark_q11.spark_plan}
+            "nexmark-q8": nexmark_q8.spark_plan, "nexmark-q11": nexmark_q11.spark_plan,
+            "interval-join": interval_join.spark_plan}
 
 
 def test_cm_on_the_trace_sample():

@@ -96,5 +96,3 @@ def test_unsupported_payload_is_named(tmp_path):
     with pytest.raises(errors.SchemaError, match="left input: key column 'nope'"):
         run(JoinQuery(time="ts", window="tumbling:1s", on="nope", left_columns=[]),
             (str(rp), str(rp)), executors=1)
-    with pytest.raises(errors.InvalidArgument, match="sliding"):
-        JoinQuery(time="ts", window="sliding:2s/1s", on="id")

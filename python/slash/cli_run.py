@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "unit (Spark's INT96 too) or a date")
     p.add_argument("--time-unit", choices=["s", "ms", "us", "ns"], default=None,
                    help="unit of an integer time column (default ms)")
-    p.add_argument("--window", required=True, metavar="SPEC",
+    p.add_argument("--window", metavar="SPEC",
                    help="tumbling:10s | sliding:7d/1d | session:10s (units ms, s, m, h, d, or "
                         "Spark's '10 seconds', '1 day'); +OFFSET moves tumbling and sliding "
                         "windows as Spark's startTime does: tumbling:1d+-8h")
@@ -65,6 +65,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "top:3:count), ranked in a 'rank' column")
     p.add_argument("--join", action="store_true",
                    help="a windowed equi-join of --left and --right on --on (tumbling or session)")
+    p.add_argument("--join-interval", metavar="LOWER,UPPER",
+                   help="an interval join instead of a windowed one: pairs with left time "
+                        "BETWEEN right time + LOWER AND right time + UPPER (inclusive), e.g. "
+                        "-5s,+10s (give it as --join-interval=-5s,+10s)")
     p.add_argument("--left", nargs="+", metavar="PATH", help="left input of a join")
     p.add_argument("--right", nargs="+", metavar="PATH", help="right input of a join")
     p.add_argument("--on", metavar="COL[,COL]", help="join key column(s), named alike on both sides")
@@ -199,7 +203,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             raise InvalidArgument("--join takes --left/--right/--on, not --input/--key/--agg/--filter")
         query = JoinQuery(time=args.time, window=args.window, on=cols(args.on),
                           lateness=args.lateness, time_unit=args.time_unit,
-                          time_zone=args.time_zone, string_bytes=args.string_bytes)
+                          time_zone=args.time_zone, string_bytes=args.string_bytes,
+                          interval=args.join_interval)
         source = (FileSource(args.left), FileSource(args.right))
         rows_in = source[0].rows + source[1].rows
     else:
@@ -208,6 +213,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             raise InvalidArgument("an aggregation needs --input PATH (or --kafka-bootstrap and "
                                   "--topic), --key COL and --agg AGG (or --join with "
                                   "--left/--right/--on)")
+        if not args.window:
+            raise InvalidArgument("an aggregation needs --window SPEC (e.g. tumbling:10s)")
         query = Query(time=args.time, window=args.window, key=cols(args.key), aggregates=args.agg,
                       filters=args.filter, lateness=args.lateness, time_unit=args.time_unit,
                       time_zone=args.time_zone)

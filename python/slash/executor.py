@@ -256,7 +256,8 @@ class Executor:
         # a bounded input (files, a table) has no lateness: its watermark moves
         # only by advance_watermark, from what the source has left to read
         lateness = LATENESS_BOUNDED if bounded else min(
-            group.lateness_ms * state.ticks_per_ms, LATENESS_BOUNDED - 1)
+            (group.lateness_ms + (state.lead_ms if self.is_join else 0)) * state.ticks_per_ms,
+            LATENESS_BOUNDED - 1)
         log.debug("executor %d/%d joining over %s", rank, n, group.transport)
         self._core = _core.ExecutorCore(listener, rank, [str(a) for a in addresses], token, args,
                                         lateness, group.epoch_bytes, group.epoch_ms,

@@ -73,7 +73,10 @@ class JoinConfig:
     to ``"int64"`` or ``"float64"`` (at most 64 per side); results name them
     ``left_NAME`` and ``right_NAME``. ``partitions``: key partitions, each
     with its own delta. ``key_names``: the input columns the keys come from
-    (a query's join keys), named in errors about key values.
+    (a query's join keys), named in errors about key values. ``lead_ms``:
+    how far the times rows are stored at may lead their event times (an
+    interval join's buckets, :mod:`slash.interval`); an executor's watermark
+    holds back by it, so a stored copy is late only when its row is.
 
     >>> JoinConfig(window="session:5s", right_columns={"bid": "int64"}).output_names
     ['window_start', 'window_end', 'key', 'right_bid']
@@ -86,9 +89,12 @@ class JoinConfig:
     partitions: int = 1
     time_unit: str = "ms"
     key_names: Tuple[str, ...] = ()
+    lead_ms: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_names", tuple(self.key_names))
+        if isinstance(self.lead_ms, bool) or not isinstance(self.lead_ms, int) or self.lead_ms < 0:
+            raise InvalidArgument(f"lead_ms must be an int >= 0, got {self.lead_ms!r}")
         if self.time_unit not in TIME_UNITS:
             raise InvalidArgument(f"time_unit must be one of {list(TIME_UNITS)}, got {self.time_unit!r}")
         w = state_window(self.window)

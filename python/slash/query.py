@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from slash import _core
 from slash.arrow_np import scalar, to_numpy
 from slash.errors import InvalidArgument, OutOfRange, SchemaError
+from slash.interval import TS, IntervalPlan, take_rows
 from slash.join import JoinConfig
 from slash.limits import JOIN_KEY_MAX_BYTES, KEY_MAX_BYTES, MAX_JOIN_COLUMNS
 from slash.state import (COUNT_KINDS, FLOAT_KINDS, SKETCH_ANY_TYPE, TIME_UNITS, Aggregate, StateConfig,
@@ -913,29 +914,45 @@ class JoinQuery:
     """
 
     time: str
-    window: Union[str, Window]
-    on: Sequence[str]
+    window: Union[str, Window, None] = None
+    on: Sequence[str] = ()
     left_columns: Optional[Sequence[str]] = None
     right_columns: Optional[Sequence[str]] = None
     lateness: Union[int, str] = 0
     time_unit: Optional[str] = None
     time_zone: Optional[str] = None
     string_bytes: int = 32
+    interval: Optional[Any] = None
 
     def __post_init__(self) -> None:
         sb = self.string_bytes
         if isinstance(sb, bool) or not isinstance(sb, int) or not 1 <= sb <= MAX_STRING_BYTES:
             raise InvalidArgument(f"string_bytes must be an int in 1..{MAX_STRING_BYTES}, "
                                   f"got {sb!r}")
-        helper = Query(time=self.time, window=self.window, key=self.on, lateness=self.lateness,
-                       time_unit=self.time_unit, time_zone=self.time_zone)
+        if not self.on:
+            raise InvalidArgument("on: a join needs its key column(s), named alike on both sides")
+        # -- interval and sliding-window joins (slash.interval) run on buckets
+        plan = None
+        if self.interval is not None:
+            if self.window is not None:
+                raise InvalidArgument(f"interval={self.interval!r} and window={self.window!r}: an "
+                                      "interval join pairs rows by their time distance, not by "
+                                      "windows; give one")
+            plan = IntervalPlan.for_interval(self.interval)
+            object.__setattr__(self, "interval", (plan.lo, plan.hi))
+        elif self.window is None:
+            raise InvalidArgument("a join needs window= (tumbling, session or sliding) or "
+                                  "interval= (lower, upper)")
+        elif isinstance(parse_window(self.window), Sliding):
+            plan = IntervalPlan.for_sliding(parse_window(self.window))
+        object.__setattr__(self, "_plan", plan)
+        helper = Query(time=self.time, window=plan.window if plan else self.window, key=self.on,
+                       lateness=self.lateness, time_unit=self.time_unit, time_zone=self.time_zone)
         object.__setattr__(self, "time_zone", helper.time_zone)
-        object.__setattr__(self, "window", helper.window)
+        if plan is None or plan.sliding is None:
+            object.__setattr__(self, "window", None if plan else helper.window)
         object.__setattr__(self, "on", helper.key)
         object.__setattr__(self, "lateness", helper.lateness)
-
-        if isinstance(self.window, Sliding):
-            raise InvalidArgument("window: a join takes tumbling or session windows, not sliding")
         for name in ("left_columns", "right_columns"):
             v = getattr(self, name)
             if v is not None:
@@ -943,8 +960,9 @@ class JoinQuery:
 
     @property
     def _keys(self) -> Query:
-        return Query(time=self.time, window=self.window, key=self.on, lateness=self.lateness,
-                     time_unit=self.time_unit, time_zone=self.time_zone)
+        plan = self._plan
+        return Query(time=self.time, window=plan.window if plan else self.window, key=self.on,
+                     lateness=self.lateness, time_unit=self.time_unit, time_zone=self.time_zone)
 
     def payload(self, side: str, schema: pa.Schema) -> List[str]:
         given = self.left_columns if side == "left" else self.right_columns
@@ -1001,14 +1019,16 @@ class JoinQuery:
                 else:
                     out[c] = "float64" if pa.types.is_floating(t) else "int64"
             out[_VALID] = "int64"
+            if self._plan:
+                out[TS] = "int64"
             return out
 
-        w = self.window
+        w = self._keys.window
         return JoinConfig(window=replace(w, offset_ms=0) if getattr(w, "offset_ms", 0)
                           else w, key_type=self._keys.key_type(left),
                           left_columns=types("left", left), right_columns=types("right", right),
                           partitions=partitions, time_unit=self._keys.tick_unit(left),
-                          key_names=tuple(self.on))
+                          key_names=tuple(self.on), lead_ms=self._plan.lead_ms if self._plan else 0)
 
     def input_columns(self, side: str, schema: pa.Schema) -> List[str]:
         return list(dict.fromkeys([self.time, *self.on, *self.payload(side, schema)]))
@@ -1051,14 +1071,31 @@ class JoinQuery:
                 valid |= 1 << j
             cols[c] = col
         cols[_VALID] = pa.array(valid, pa.int64())
+        if self._plan:  # stored at their buckets' times, with the event time kept
+            ts = to_numpy(cols["time"]).astype(np.int64, copy=False)
+            idx, stored = self._plan.stored_times(side, ts, TIME_UNITS[keys.tick_unit(schema)])
+            n = len(ts)
+            cols[TS] = pa.array(ts, pa.int64())
+            cols["time"] = pa.array(stored[:n], pa.int64())
+            out = pa.RecordBatch.from_pydict(cols)
+            if len(idx) == n:
+                return out, null_times
+            extra = take_rows(out, idx[n:]).set_column(1, "time", pa.array(stored[n:], pa.int64()))
+            return pa.Table.from_batches([out, extra]).combine_chunks().to_batches()[0], null_times
         return pa.RecordBatch.from_pydict(cols), null_times
 
     def finalize(self, results: pa.Table, left: pa.Schema, right: pa.Schema) -> pa.Table:
         """Executor results to the output shape: window bounds in the input's
         kind, keys decoded, payload types and nulls restored, rows sorted."""
         keys = self._keys
-        cols: Dict[str, Any] = {"window_start": keys._window_column(results.column("window_start"), left),
-                                "window_end": keys._window_column(results.column("window_end"), left)}
+        if self._plan:
+            results, ws, we = self._time_pairs(results, left)
+        else:
+            ws, we = results.column("window_start"), results.column("window_end")
+        cols: Dict[str, Any] = {}
+        if ws is not None:
+            cols = {"window_start": keys._window_column(ws, left),
+                    "window_end": keys._window_column(we, left)}
         cols.update(keys.decode_keys(results.column("key"), left))
         for side, schema in (("left", left), ("right", right)):
             valid = results.column(f"{side}_{_VALID}").to_numpy()
@@ -1084,3 +1121,19 @@ class JoinQuery:
                 cols[f"{side}_{c}"] = col
         out = pa.table(cols)
         return _sorted(out, out.column_names)
+
+    def _time_pairs(self, results: pa.Table, schema: pa.Schema) -> Tuple[pa.Table, Any, Any]:
+        """Interval and sliding joins: the candidate pairs of the buckets
+        filtered to the interval (sliding: repeated once per window both rows
+        fall in), with their window bounds in ticks (None for an interval
+        join)."""
+        plan = self._plan
+        tpm = TIME_UNITS[self._keys.tick_unit(schema)]
+        lt, rt = (to_numpy(results.column(f"{s}_{TS}")).astype(np.int64) for s in ("left", "right"))
+        keep = np.flatnonzero(plan.matches(lt, rt, tpm))
+        results, lt, rt = results.take(pa.array(keep, pa.int64())), lt[keep], rt[keep]
+        if plan.sliding is None:
+            return results, None, None
+        pair, start, end = plan.windows(lt, rt, tpm)
+        return results.take(pa.array(pair, pa.int64())), pa.array(start, pa.int64()), \
+            pa.array(end, pa.int64())

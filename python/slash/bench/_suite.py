@@ -200,6 +200,18 @@ class WindowJoin:
 
 
 @dataclass(frozen=True)
+class TimeJoin:
+    """An interval or sliding-window join (a :class:`slash.query.JoinQuery`
+    with ``interval=`` or a sliding window) of inputs[0] (left) and
+    inputs[1] (right), run as the runner runs it (prepare, push, finalize);
+    ``rename`` renames input columns per side first (``(input, old, new)``),
+    so both sides name the key and time alike."""
+
+    query: Any
+    rename: Tuple[Tuple[str, str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class Plan:
     """A workload: its inputs (table name -> stream), the Slash plan (an
     aggregation ``query`` over inputs[0], optionally followed by ``semijoin``;
@@ -211,6 +223,7 @@ class Plan:
     query: Optional[Query] = None
     semijoin: Optional[MaxSemiJoin] = None
     join: Optional[WindowJoin] = None
+    time_join: Optional[TimeJoin] = None
     float_columns: Tuple[str, ...] = ()
     lateness_ms: int = 0
 
@@ -329,6 +342,8 @@ def _execute(plan: Plan, parts: Dict[str, List[pa.RecordBatch]], schemas: Dict[s
     metrics: Dict[str, Any] = {}
     if plan.join is not None:
         return _execute_join(plan, parts, rank, addresses, lst, group, token), metrics
+    if plan.time_join is not None:
+        return _execute_time_join(plan, parts, rank, addresses, lst, group, token), metrics
     name = plan.inputs[0][0]
     assert plan.query is not None
     part = execute_split(plan.query, BatchList(parts[name], schemas[name]), rank, addresses, lst,
@@ -363,28 +378,63 @@ def _execute(plan: Plan, parts: Dict[str, List[pa.RecordBatch]], schemas: Dict[s
     return pa.Table.from_batches(kept, schema=schema), metrics
 
 
+def _join_pairs(cfg: JoinConfig, left: List[pa.RecordBatch], right: List[pa.RecordBatch],
+                push: Callable[[Executor, pa.RecordBatch, pa.RecordBatch], None], rank: int,
+                addresses: List[str], lst: Any, group: Any, token: str) -> pa.Table:
+    """One join executor's pairs: ``push(ex, left block, right block)`` for
+    each pair of blocks, then the end of input."""
+    ex = Executor(lst, rank, addresses, cfg, group, token=token)
+    out: List[pa.RecordBatch] = []
+    try:
+        for lb, rb in zip(left, right):
+            push(ex, lb, rb)
+            out += ex.results()
+        ex.finish()
+        out += ex.results()
+        return pa.Table.from_batches(out, schema=ex.result_schema())
+    finally:
+        ex.close()
+
+
 def _execute_join(plan: Plan, parts: Dict[str, List[pa.RecordBatch]], rank: int,
                   addresses: List[str], lst: Any, group: Any, token: str) -> pa.Table:
     j = plan.join
     assert j is not None
     (lname, _), (rname, _) = plan.inputs[0], plan.inputs[1]
     cfg = JoinConfig(window=j.window, partitions=group.partitions_for(len(addresses)))
-    ex = Executor(lst, rank, addresses, cfg, group, token=token)
-    out: List[pa.RecordBatch] = []
-    try:
-        for lb, rb in zip(parts[lname], parts[rname]):
-            ex.push_left(lb.column(j.left_key), lb.column(j.left_time))
-            ex.push_right(rb.column(j.right_key), rb.column(j.right_time))
-            out += ex.results()
-        ex.finish()
-        out += ex.results()
-        pairs = pa.Table.from_batches(out, schema=ex.result_schema())
-    finally:
-        ex.close()
+
+    def push(ex: Executor, lb: pa.RecordBatch, rb: pa.RecordBatch) -> None:
+        ex.push_left(lb.column(j.left_key), lb.column(j.left_time))
+        ex.push_right(rb.column(j.right_key), rb.column(j.right_time))
+
+    pairs = _join_pairs(cfg, parts[lname], parts[rname], push, rank, addresses, lst, group, token)
     # DISTINCT (window, key): each (window, key) is emitted by its one leader
     g = pairs.select(["window_start", "window_end", "key"]).group_by(
         ["window_start", "window_end", "key"], use_threads=False).aggregate([])
     return g.rename_columns(["window_start", "window_end", j.out_key])
+
+
+def _renamed(tj: TimeJoin, name: str, b: pa.RecordBatch) -> pa.RecordBatch:
+    new = {old: to for inp, old, to in tj.rename if inp == name}
+    return b.rename_columns([new.get(c, c) for c in b.schema.names]) if new else b
+
+
+def _execute_time_join(plan: Plan, parts: Dict[str, List[pa.RecordBatch]], rank: int,
+                       addresses: List[str], lst: Any, group: Any, token: str) -> pa.Table:
+    tj = plan.time_join
+    assert tj is not None
+    q = tj.query
+    (lname, ls), (rname, rs) = plan.inputs[0], plan.inputs[1]
+    schemas = {side: _renamed(tj, name, pa.RecordBatch.from_pylist([], schema=s.schema())).schema
+               for side, (name, s) in (("left", (lname, ls)), ("right", (rname, rs)))}
+    cfg = q.join_config(schemas["left"], schemas["right"], group.partitions_for(len(addresses)))
+
+    def push(ex: Executor, lb: pa.RecordBatch, rb: pa.RecordBatch) -> None:
+        for side, name, b in (("left", lname, lb), ("right", rname, rb)):
+            ex.push_side_batch(side, q.prepare(side, _renamed(tj, name, b), schemas[side]))
+
+    pairs = _join_pairs(cfg, parts[lname], parts[rname], push, rank, addresses, lst, group, token)
+    return q.finalize(pairs, schemas["left"], schemas["right"])
 
 
 def _worker(plan: Plan, rank: int, n: int, mode: str, transport: str, token: str, timeout: float,
@@ -416,7 +466,7 @@ def run_group(plan: Plan, executors: int, mode: str, transport: str = "shm",
     """Runs the Slash plan on ``executors`` spawned processes in ``mode``;
     returns seconds (slowest executor), generation seconds, the answer and
     per-executor metrics."""
-    if plan.query is None and plan.join is None:
+    if plan.query is None and plan.join is None and plan.time_join is None:
         raise NotSupported(f"{plan.name}: no Slash plan for this query")
     token = secrets.token_hex(16)
     with ProcessGroup(executors, _worker,
@@ -450,7 +500,7 @@ def run_group(plan: Plan, executors: int, mode: str, transport: str = "shm",
             else:
                 done[rank] = (msg[2], msg[3], msg[4])
     parts = pa.concat_tables([done[r][2] for r in range(executors)])
-    if plan.semijoin is None and plan.join is None:
+    if plan.semijoin is None and plan.join is None and plan.time_join is None:
         assert plan.query is not None
         parts = plan.query.finalize(parts, plan.inputs[0][1].schema())
     return {"seconds": max(d[0] for d in done.values()),

@@ -90,14 +90,15 @@ def _make_join_task(plan: _JoinPlan):
 
 
 def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[str]], time: str,
-                window: str, lateness: Union[None, int, str] = None,
+                window: Optional[str] = None, lateness: Union[None, int, str] = None,
                 left_columns: Optional[Sequence[str]] = None,
                 right_columns: Optional[Sequence[str]] = None, executors: Optional[int] = None,
                 transport: str = "shm", result_dir: Optional[str] = None,
                 slots_wait: float = 30.0, result_inline_bytes: int = INLINE_BYTES,
                 checkpoint: Optional[str] = None, checkpoint_every: Union[str, int, float] = "10s",
                 checkpoint_keep: int = 2, start_time: Optional[str] = None,
-                startTime: Optional[str] = None, string_bytes: int = 32) -> Any:
+                startTime: Optional[str] = None, string_bytes: int = 32,
+                interval: Optional[Any] = None) -> Any:
     """Joins ``left`` and ``right`` (Parquet/Arrow paths) on ``on`` within
     ``window`` (``"tumbling:12h"`` or ``"session:10s"``) and returns an
     ordinary Spark DataFrame: ``window_start``, ``window_end``, the key
@@ -114,7 +115,11 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
     the newest complete checkpoint (both inputs' positions) instead of
     starting over; the result is the same rows. ``start_time`` (or Spark's
     ``startTime``): moves tumbling windows as for
-    :func:`slash.spark.window_aggregate`.
+    :func:`slash.spark.window_aggregate`. ``window="sliding:SIZE/SLIDE"``
+    pairs rows once per sliding window both fall in; ``interval=("-5s",
+    "+10s")`` instead of a window: pairs with left time between right time
+    - 5 s and right time + 10 s, inclusive, without window columns
+    (:mod:`slash.interval`).
 
     >>> # df = window_join(spark, "persons/", "auctions/", on="id", time="ts", window="tumbling:12h")
     """
@@ -123,7 +128,9 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
         if is_dataframe(src):
             raise InvalidArgument(f"window_join reads Parquet/Arrow paths; write the {name} DataFrame "
                                   "to Parquet first (df.write.parquet(PATH))")
-    query = JoinQuery(time=time, window=with_start_time(window, one_start_time(start_time, startTime)),
+    query = JoinQuery(time=time, interval=interval,
+                      window=window if window is None
+                      else with_start_time(window, one_start_time(start_time, startTime)),
                       on=on, left_columns=left_columns,
                       right_columns=right_columns, lateness=0 if lateness is None else lateness,
                       time_zone=session_time_zone(spark), string_bytes=string_bytes)

@@ -1,0 +1,67 @@
+"""``slash bench interval-join``: the NEXMark Q3/Q4 shape on time ranges:
+each new person joined with the auctions they opened within 10 s after
+registering, an interval join of persons and auctions on person id = seller
+(``person.date_time BETWEEN auction.date_time - 10 s AND auction.date_time``).
+
+Output: one row per (person, auction) pair: ``id``, ``left_date_time`` (the
+person's), ``right_date_time`` and ``right_auction`` (the auction's).
+
+Slash runs it as :class:`slash.query.JoinQuery` with ``interval=("-10s",
+"0s")`` (:mod:`slash.interval`: rows buffered per (bucket, key) in the join
+state, merged at each partition's leader, no shuffle); every executor pushes
+a block's persons, then its auctions, so the allowed lateness is one block's
+span of event time. DuckDB runs its range join (``JOIN ... ON p.id =
+a.seller AND p.date_time BETWEEN ...``) and Spark its own batch range join
+over the same records. See :mod:`slash.bench._nexmark` for ``--records`` and
+the rate.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Any, Dict
+
+from slash.bench import _nexmark, _suite
+from slash.query import JoinQuery
+
+NAME = "interval-join"
+HELP = "NEXMark Q3/Q4 shape: persons x the auctions they open within 10 s (an interval join)"
+
+WITHIN_MS = 10_000
+
+
+def plan(events: int, rate: int = _nexmark.DEFAULT_RATE, seed: int = 1,
+         block: int = 1 << 16) -> _suite.Plan:
+    persons = _suite.Stream("person", events, block=block, seed=seed, rate=rate,
+                            columns=("id", "date_time"))
+    auctions = _suite.Stream("auction", events, block=block, seed=seed, rate=rate,
+                             columns=("id", "seller", "date_time"))
+    query = JoinQuery(time="date_time", on="id", interval=(-WITHIN_MS, 0),
+                      left_columns=["date_time"], right_columns=["date_time", "auction"])
+    return _suite.Plan(
+        name=NAME, inputs=(("persons", persons), ("auctions", auctions)),
+        time_join=_suite.TimeJoin(query, rename=(("auctions", "id", "auction"),
+                                                 ("auctions", "seller", "id"))),
+        lateness_ms=-(-block * 1000 // rate) + 1,
+        sql=("SELECT p.id AS id, p.date_time AS left_date_time, a.date_time AS right_date_time, "
+             "a.id AS right_auction FROM persons p JOIN auctions a ON p.id = a.seller "
+             f"AND p.date_time BETWEEN a.date_time - {WITHIN_MS} AND a.date_time"))
+
+
+def spark_plan(spark: Any, paths: Dict[str, str]) -> Any:
+    p = spark.read.parquet(paths["persons"]).select("id", "date_time")
+    a = spark.read.parquet(paths["auctions"]).select("id", "seller", "date_time")
+    cond = (p.id == a.seller) & (p.date_time >= a.date_time - WITHIN_MS) & \
+        (p.date_time <= a.date_time)
+    return p.join(a, cond).select(p.id.alias("id"), p.date_time.alias("left_date_time"),
+                                  a.date_time.alias("right_date_time"),
+                                  a.id.alias("right_auction"))
+
+
+add_arguments = _nexmark.add_arguments
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    return _nexmark.run(args, plan, spark_plan)
+
+
+summary = _suite.summary
