@@ -295,7 +295,7 @@ def test_no_epoch_change_when_the_model_says_the_epoch_is_not_what_costs():
 
 def _release_after_varied_rates(law):
     """Two executors of measured capacity 1 M rec/s each read r rec/s on
-    time; p99 follows ``law(u)`` at u = r / 1 M (their utilisation). The
+    time; p99 follows ``law(u)`` at u = r / 1 M (their utilisation, 0.1-0.35). The
     decisions over 20 ticks that end at r = 250 k (one executor would be at
     u = 0.5, under fit 0.6)."""
     ctl = Controller(cfg(latency_target="1s", release_sustain=12), executors=2, epoch_ms=100)
@@ -305,7 +305,7 @@ def _release_after_varied_rates(law):
     ctl.executors = 2
     got = []
     for i in range(20):
-        r = (1e5, 1.5e5, 2e5, 2.5e5)[i % 4] if i < 8 else 2.5e5
+        r = (1e5, 2e5, 3e5, 3.5e5)[i % 4] if i < 8 else 2.5e5
         got += run(ctl, s, 1, p99=law(r / 1e6), rate=r, lag=0.0, load=0.2)
     return ctl, got
 

@@ -87,3 +87,13 @@ def test_choose_takes_the_fewest_executors_then_the_longest_epoch_within_target(
 def test_queueing_grows_without_bound_toward_saturation_but_is_capped():
     assert queueing(0.0) == 0 and queueing(0.5) == pytest.approx(1.0)
     assert queueing(2.0) == queueing(MAX_UTILISATION)
+
+
+def test_the_queueing_term_is_believed_only_over_a_span_of_utilisation():
+    narrow, wide = LatencyModel(), LatencyModel()
+    rng = np.random.default_rng(3)
+    for i in range(20):
+        narrow.add(100, 0.02 + 0.004 * (i % 5), 100 + rng.normal(0, 30))  # jitter at u 0.02-0.04
+        wide.add(100, 0.1 + 0.1 * (i % 5), law(100, 0.1 + 0.1 * (i % 5)))
+    assert not narrow.fit().queueing_known
+    assert wide.fit().queueing_known

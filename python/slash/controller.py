@@ -426,7 +426,7 @@ class Controller:
                     need = (math.ceil(self.executors * max(mean, hot) / c.fit)
                             if not (s.backlog_growing or lagging) else 0)
                 fit = self._fit()
-                if fit is not None:  # enough executors for the queueing term too
+                if fit is not None and fit.queueing_known:  # executors for the queueing term too
                     more = range(self.executors + 1, c.max_executors + 1)
                     got = choose(fit, target_ms=c.headroom * c.target_ms, epochs=[self.epoch_ms],
                                  executors=more, utilisation={k: self._u(s, k) for k in more},
@@ -482,7 +482,7 @@ class Controller:
             k = self.executors - 1
             pred = self._utilisation(s, k)
             fit = self._fit()
-            over = (fit is not None
+            over = (fit is not None and fit.queueing_known
                     and fit.predict(self.epoch_ms, self._u(s, k)) > c.target_ms)
             if max(pred.values()) < c.fit and not over:
                 cap = self.capacity

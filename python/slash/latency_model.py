@@ -37,6 +37,10 @@ import numpy as np
 TERMS = ("fixed", "epoch", "queueing")
 #: observations above this utilisation are not a steady state and are not fitted
 MAX_UTILISATION = 0.95
+#: the span of utilisation the observations must cover before the queueing term is
+#: believed where it matters (a prediction at another utilisation): over a narrow span
+#: its slope is the machine's jitter
+MIN_U_SPAN = 0.2
 #: the prior the fit is pulled toward when observations do not tell a coefficient
 PRIOR = (0.0, 1.0, 0.0)
 #: the prior's weight per coefficient, in observations (of the term's typical size): small,
@@ -63,6 +67,13 @@ class Fit:
     queueing: float
     points: int
     rms_ms: float  # root-mean-square residual over the observations
+    u_span: float = 0.0  # max - min utilisation observed
+
+    @property
+    def queueing_known(self) -> bool:
+        """Whether the observations span enough utilisation (:data:`MIN_U_SPAN`)
+        for the queueing term to be extrapolated."""
+        return self.u_span >= MIN_U_SPAN
 
     def terms(self, epoch_ms: float, u: float) -> Dict[str, float]:
         return {"fixed": self.fixed, "epoch": self.per_epoch * epoch_ms,
@@ -136,7 +147,7 @@ class LatencyModel:
         beta = best[1] if best is not None else np.array(PRIOR)
         rms = float(np.sqrt(((x @ beta - y) ** 2).mean()))
         return Fit(fixed=float(beta[0]), per_epoch=float(beta[1]), queueing=float(beta[2]),
-                   points=n, rms_ms=rms)
+                   points=n, rms_ms=rms, u_span=float(obs[:, 1].max() - obs[:, 1].min()))
 
 
 def choose(fit: Fit, *, target_ms: float, epochs: Sequence[float], executors: Sequence[int],
