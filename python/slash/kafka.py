@@ -502,7 +502,7 @@ class KafkaStream:
     window fires once every partition that is not idle passed its end; a
     record older than it (an idle partition that woke up behind) is late.
     The executor takes its watermark from these markers alone
-    (``bounded = True`` tells the rank loop so), not from the largest time
+    (``source_watermarks = True`` tells the rank loop so), not from the largest time
     any partition of it has seen.
 
     The stream ends when the rank loop's ``wait`` says so (stop), or, given
@@ -523,8 +523,10 @@ class KafkaStream:
     cut and seek to them on a restart; see the report in docs/kafka.md).
     """
 
+    #: a stream: it does not end by itself (window latencies are reported)
+    bounded = False
     #: to the rank loop: the executor's watermark moves by this source's markers only
-    bounded = True
+    source_watermarks = True
 
     def __init__(self, bootstrap: str, topic: str, *, schema: Optional[pa.Schema] = None,
                  time: Optional[str] = None, format: str = "json",

@@ -36,7 +36,8 @@ from slash.run.failure import first_cause, reported
 from slash.run.inputs import bound_ticks, source_nullable  # noqa: F401 (the benchmarks')
 from slash.run.output import write_late, write_parquet_atomically
 from slash.run.protocol import Error, Metrics, Windows
-from slash.sources import FileSource, Source, as_source, output_overlaps_input
+from slash.sources import (FileSource, Source, as_source, output_overlaps_input,
+                           watermarks_from_source)
 from slash.worker import RankSpec, run_rank, worker
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
     absent) loses nothing whatever its layout: the executor's watermark moves
     only by what the source promises it has left to read (its Watermark
     markers, from Parquet row-group statistics), and finish() fires the rest.
-    An unbounded source keeps the group's lateness. The loop is
+    An unbounded source keeps the group's lateness, unless it declares
+    ``source_watermarks`` (a Kafka stream's per-partition watermarks). The loop is
     :class:`slash.run.rank.RankLoop`, built by :func:`slash.worker.run_rank`."""
     result, m = run_rank(RankSpec(query, source, group, token), rank, addresses, listener, None)
     if metrics is not None:
@@ -383,7 +385,7 @@ def _control_for(control: Any, query: Any, src: Any, n: int,
     if control is not True and not isinstance(control, (str, os.PathLike)):
         raise InvalidArgument(f"control must be True, a socket path or a RunControl, got "
                               f"{type(control).__name__}")
-    ctl = RunControl(query, src.schema, n, bounded=bool(getattr(src, "bounded", True)))
+    ctl = RunControl(query, src.schema, n, bounded=watermarks_from_source(src))
     return ctl, ControlServer(ctl, None if control is True else os.fspath(control))
 
 
