@@ -21,8 +21,8 @@ from slash.runner import execute_split, run
 
 ck = pytest.importorskip("confluent_kafka")
 from slash.kafka import KafkaStream  # noqa: E402
-from test_kafka import (SCHEMA, duckdb_windows, produce, query, records,  # noqa: E402
-                        run_in_background, topic_name, windows)
+from test_kafka import (SCHEMA, duckdb_windows, four_partitions, produce, query,  # noqa: E402,F401
+                        read_topic, records, run_in_background, topic_name, windows)
 
 
 def in_order(recs):
@@ -116,3 +116,124 @@ def test_a_quiet_topic_is_served_windows_fire_and_checkpoints_are_cut(kafka_brok
         th.join(60)
     assert not th.is_alive() and "error" not in out, out.get("error")
     assert windows(out["result"]) == duckdb_windows(recs + [last], "tumbling")
+
+
+def sink_windows(broker, topic):
+    """The windows a read_committed reader of the sink topic sees, and the
+    checkpoint ids their records carry."""
+    got = read_topic(broker, topic)
+    assert all(k == v["k"] for k, v, _ in got)
+    rows = sorted((v["window_start"], v["window_end"], v["k"], v["count"], v["sum_v"])
+                  for _, v, _ in got)
+    return rows, {h.get("slash-cut") for _, _, h in got}
+
+
+def test_a_killed_stream_delivers_each_window_to_a_transactional_sink_exactly_once(
+        kafka_broker, tmp_path, monkeypatch):
+    """Rank 1 is SIGKILLed after a committed checkpoint: the windows the dead
+    attempt fired after that cut were in no committed checkpoint, so none of
+    them reached the topic; the restarted group fires them again and they are
+    delivered with a later cut. A read_committed reader sees each window once,
+    equal to DuckDB's over the input topic, in transactions of several cuts."""
+    from slash.kafka import KafkaSink
+
+    recs = records(6000, seed=23)
+    topic, out = topic_name("eo-in"), topic_name("eo-out")
+    produce(kafka_broker, topic, recs, lambda i, r: i % 4, 4)
+    kafka_broker.create_topic(out, 3)
+    src = KafkaStream(kafka_broker.bootstrap, topic, schema=SCHEMA, lateness=250,
+                      idle_timeout=0.5, end_after_idle=1.0, batch_records=200)
+    sink = KafkaSink(kafka_broker.bootstrap, out, key="k", transactional_id=f"eo-{out}")
+    monkeypatch.setenv("SLASH_TEST_KILL", "1:8:0:1")  # rank 1 at push 8, after a cut
+    m = {}
+    got = run(query("tumbling"), src, executors=2, checkpoint=str(tmp_path / "ck"),
+              checkpoint_every="2 batches", group=GroupConfig(epoch_ms=10), metrics=m, sink=sink)
+    sink.close()
+    assert len(m["recoveries"]) == 1 and m["recoveries"][0]["from_checkpoint"] is not None
+    want = duckdb_windows(recs, "tumbling")
+    assert windows(got) == want
+    rows, cuts = sink_windows(kafka_broker, out)
+    assert rows == want
+    assert len(cuts) >= 3 and None not in cuts
+
+
+def test_a_run_resumed_from_its_checkpoints_recovers_the_sink_exactly_once(
+        kafka_broker, tmp_path, monkeypatch):
+    """A run dies (no restart left) after checkpoints it delivered; the same
+    query started again from the directory with a new sink of the same
+    transactional id fences the old one, delivers only what the topic lacks,
+    and a read_committed reader sees every window once."""
+    from slash.errors import SlashError
+    from slash.kafka import KafkaSink
+
+    recs = records(6000, seed=24)
+    topic, out = topic_name("eo2-in"), topic_name("eo2-out")
+    # a partition per rank: each rank's watermark moves from its first batch (a rank of
+    # two partitions gets all of one before the other, and waits for the second)
+    produce(kafka_broker, topic, recs, lambda i, r: i % 2, 2)
+    kafka_broker.create_topic(out, 2)
+    src = KafkaStream(kafka_broker.bootstrap, topic, schema=SCHEMA, lateness=250,
+                      idle_timeout=0.5, end_after_idle=1.0, batch_records=100)
+    kw = dict(checkpoint=str(tmp_path / "ck"), checkpoint_every="2 batches",
+              group=GroupConfig(epoch_ms=10), executors=2)
+    monkeypatch.setenv("SLASH_TEST_KILL", "0:15:0:3")  # of 30 pushes or more, after 3 cuts
+    first = KafkaSink(kafka_broker.bootstrap, out, key="k", transactional_id=f"eo-{out}")
+    with pytest.raises(SlashError):
+        run(query("tumbling"), src, max_restarts=0, sink=first, **kw)
+    first.close()
+    before, _ = sink_windows(kafka_broker, out)
+    assert 0 < len(before) < len(duckdb_windows(recs, "tumbling"))
+    monkeypatch.delenv("SLASH_TEST_KILL")
+    again = KafkaSink(kafka_broker.bootstrap, out, key="k", transactional_id=f"eo-{out}")
+    run(query("tumbling"), src, sink=again, **kw)
+    again.close()
+    rows, _ = sink_windows(kafka_broker, out)
+    assert rows == duckdb_windows(recs, "tumbling")
+
+
+def test_a_sink_without_checkpoints_gets_the_windows_at_least_once(kafka_broker):
+    from slash.kafka import KafkaSink
+
+    recs = records(2000, seed=25)
+    topic, out = topic_name("alo-in"), topic_name("alo-out")
+    produce(kafka_broker, topic, recs, lambda i, r: i % 2, 2)
+    kafka_broker.create_topic(out, 2)
+    src = KafkaStream(kafka_broker.bootstrap, topic, schema=SCHEMA, lateness=250,
+                      idle_timeout=0.5, end_after_idle=1.0)
+    sink = KafkaSink(kafka_broker.bootstrap, out, key="k")
+    run(query("tumbling"), src, executors=2, sink=sink)
+    sink.close()
+    rows, _ = sink_windows(kafka_broker, out)
+    assert rows == duckdb_windows(recs, "tumbling")
+
+
+def test_a_transactional_sink_without_checkpoints_is_refused(kafka_broker, four_partitions):
+    from slash.errors import InvalidArgument
+    from slash.kafka import KafkaSink
+
+    topic, _ = four_partitions
+    src = KafkaStream(kafka_broker.bootstrap, topic, schema=SCHEMA, end_after_idle=1.0)
+    sink = KafkaSink(kafka_broker.bootstrap, topic, key="k", transactional_id="refused")
+    with pytest.raises(InvalidArgument, match="without checkpoint= is written once at the end"):
+        run(query("tumbling"), src, executors=2, sink=sink)
+
+
+def test_slash_run_writes_a_sink_topic_exactly_once_with_checkpoints(kafka_broker, tmp_path):
+    import subprocess
+    import sys
+
+    recs = records(2000, seed=26)
+    topic, out = topic_name("cli-in"), topic_name("cli-out")
+    produce(kafka_broker, topic, recs, lambda i, r: i % 2, 2)
+    kafka_broker.create_topic(out, 2)
+    argv = [sys.executable, "-m", "slash", "run", "--kafka-bootstrap", kafka_broker.bootstrap,
+            "--topic", topic, "--kafka-stream", "--lateness", "250ms",
+            "--kafka-idle-timeout", "500ms", "--kafka-end-after-idle", "1s", "--time", "t",
+            "--window", "tumbling:1s", "--key", "k", "--agg", "count", "--agg", "sum:v",
+            "--executors", "2", "--checkpoint", str(tmp_path / "ck"), "--checkpoint-every",
+            "300ms", "--kafka-sink-topic", out, "--output", str(tmp_path / "o.parquet")]
+    got = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    rows, cuts = sink_windows(kafka_broker, out)
+    assert rows == duckdb_windows(recs, "tumbling")
+    assert None not in cuts
