@@ -128,6 +128,18 @@ def sink_windows(broker, topic):
     return rows, {h.get("slash-cut") for _, _, h in got}
 
 
+def stream_and_sink_topic(broker, name, seed, partitions, batch_records):
+    """6000 records in a new topic of ``partitions`` (round robin), a
+    KafkaStream over it, and a new sink topic: (records, stream, sink topic)."""
+    recs = records(6000, seed=seed)
+    topic, out = topic_name(f"{name}-in"), topic_name(f"{name}-out")
+    produce(broker, topic, recs, lambda i, r: i % partitions, partitions)
+    broker.create_topic(out, 2)
+    return recs, KafkaStream(broker.bootstrap, topic, schema=SCHEMA, lateness=250,
+                             idle_timeout=0.5, end_after_idle=1.0,
+                             batch_records=batch_records), out
+
+
 def test_a_killed_stream_delivers_each_window_to_a_transactional_sink_exactly_once(
         kafka_broker, tmp_path, monkeypatch):
     """Rank 1 is SIGKILLed after a committed checkpoint: the windows the dead
@@ -137,12 +149,7 @@ def test_a_killed_stream_delivers_each_window_to_a_transactional_sink_exactly_on
     equal to DuckDB's over the input topic, in transactions of several cuts."""
     from slash.kafka import KafkaSink
 
-    recs = records(6000, seed=23)
-    topic, out = topic_name("eo-in"), topic_name("eo-out")
-    produce(kafka_broker, topic, recs, lambda i, r: i % 4, 4)
-    kafka_broker.create_topic(out, 3)
-    src = KafkaStream(kafka_broker.bootstrap, topic, schema=SCHEMA, lateness=250,
-                      idle_timeout=0.5, end_after_idle=1.0, batch_records=200)
+    recs, src, out = stream_and_sink_topic(kafka_broker, "eo", 23, 4, 200)
     sink = KafkaSink(kafka_broker.bootstrap, out, key="k", transactional_id=f"eo-{out}")
     monkeypatch.setenv("SLASH_TEST_KILL", "1:8:0:1")  # rank 1 at push 8, after a cut
     m = {}
@@ -166,14 +173,9 @@ def test_a_run_resumed_from_its_checkpoints_recovers_the_sink_exactly_once(
     from slash.errors import SlashError
     from slash.kafka import KafkaSink
 
-    recs = records(6000, seed=24)
-    topic, out = topic_name("eo2-in"), topic_name("eo2-out")
     # a partition per rank: each rank's watermark moves from its first batch (a rank of
     # two partitions gets all of one before the other, and waits for the second)
-    produce(kafka_broker, topic, recs, lambda i, r: i % 2, 2)
-    kafka_broker.create_topic(out, 2)
-    src = KafkaStream(kafka_broker.bootstrap, topic, schema=SCHEMA, lateness=250,
-                      idle_timeout=0.5, end_after_idle=1.0, batch_records=100)
+    recs, src, out = stream_and_sink_topic(kafka_broker, "eo2", 24, 2, 100)
     kw = dict(checkpoint=str(tmp_path / "ck"), checkpoint_every="2 batches",
               group=GroupConfig(epoch_ms=10), executors=2)
     monkeypatch.setenv("SLASH_TEST_KILL", "0:15:0:3")  # of 30 pushes or more, after 3 cuts
