@@ -21,8 +21,9 @@ from slash.runner import execute_split, run
 
 ck = pytest.importorskip("confluent_kafka")
 from slash.kafka import KafkaStream  # noqa: E402
-from test_kafka import (SCHEMA, duckdb_windows, four_partitions, produce, query,  # noqa: E402,F401
-                        read_topic, records, run_in_background, topic_name, windows)
+from test_kafka import (SCHEMA, duckdb_windows, four_partitions,  # noqa: E402,F401
+                        killed_then_resumed, produce, query, read_topic, records,
+                        run_in_background, topic_name, windows)
 
 
 def in_order(recs):
@@ -239,3 +240,19 @@ def test_slash_run_writes_a_sink_topic_exactly_once_with_checkpoints(kafka_broke
     rows, cuts = sink_windows(kafka_broker, out)
     assert rows == duckdb_windows(recs, "tumbling")
     assert None not in cuts
+
+
+def test_a_stream_checkpoint_cut_with_two_executors_resumes_with_three(
+        kafka_broker, tmp_path, monkeypatch):
+    """A stream of 2 executors over 6 partitions dies (no restart left) after
+    checkpoints; the same query resumed from the directory with 3 executors
+    deals every partition with its offset at the cut (KafkaStream.resplit):
+    DuckDB's output, every record read once before or after the cut."""
+    recs, src, _ = stream_and_sink_topic(kafka_broker, "rs", 27, 6, 100)
+    got, m = killed_then_resumed(monkeypatch, query("tumbling"), src, "0:15:0:3", 2, 3,
+                                 str(tmp_path / "ck"))
+    assert m["resumed_from"] is not None
+    assert m["late_records"] == 0
+    assert windows(got) == duckdb_windows(recs, "tumbling")
+    # the records read before the cut (carried by the checkpoint) and after it, each once
+    assert m["records_in"] == 6000

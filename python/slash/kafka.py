@@ -663,14 +663,18 @@ class KafkaStream:
 
     def read_work(self, work: Mapping[str, int], columns: Optional[List[str]] = None,
                   batch_rows: int = BATCH_RECORDS, time: Optional[str] = None,
-                  wait: Optional[Any] = None, deal: Optional[Tuple[int, int]] = None
+                  wait: Optional[Any] = None, deal: Optional[Tuple[int, int]] = None,
+                  start: Optional[Mapping[str, int]] = None
                   ) -> Iterator[Tuple[Dict[str, int], Union[pa.RecordBatch, Watermark]]]:
         """Reads the partitions of ``work`` (``{"<partition>": offset}``,
         from :meth:`work`, :meth:`remaining` or :meth:`resplit`) from
-        those offsets on, as :meth:`read_from` does. ``deal``: (rank, n) of
+        those offsets on, as :meth:`read_from` does (``start``, such a
+        position, resumes there). ``deal``: (rank, n) of
         this reader: every ``partition_check`` it looks for partitions the
         topic gained and reads those :meth:`owner` gives it, from their start."""
         ck = _kafka()
+        if start is not None:
+            work = self.remaining(work, start)
         time_col = time if time is not None else self.time
         names = list(columns) if columns else self.schema.names
         for c in names:

@@ -550,11 +550,14 @@ class ProgressReport:
 
 
 class SplitPositions:
-    """A fixed split's positions at each push (and, over a FileSource, the
-    work it has left in global terms), for :class:`Checkpointing`."""
+    """A fixed split's positions at each push (and, given ``work`` in global
+    terms, the work it has left: ``remaining(work, position)``, the source's,
+    e.g. :meth:`FileSource.remaining`), for :class:`Checkpointing`."""
 
-    def __init__(self, start: Optional[Position], work: Optional[Work]) -> None:
+    def __init__(self, start: Optional[Position], work: Any,
+                 remaining: Optional[Callable[[Any, Any], Any]] = None) -> None:
         self.start, self.work = start, work
+        self.remaining = remaining or FileSource.remaining
         self.after: Dict[int, Optional[Position]] = {}
 
     def begin(self, loop: RankLoop) -> None:
@@ -569,7 +572,7 @@ class SplitPositions:
     def at(self, pushes: int) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, bytes]]:
         info: Dict[str, Any] = {"position": self.after[pushes]}
         if self.work is not None:  # what is left of this rank's input, in global terms
-            info["work"] = FileSource.remaining(self.work, self.after[pushes])
+            info["work"] = self.remaining(self.work, self.after[pushes])
         return info, {}, {}
 
     def forget_before(self, pushes: int) -> None:
