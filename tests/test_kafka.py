@@ -445,6 +445,19 @@ def test_a_stream_killed_mid_topic_with_checkpoints_resumes_at_its_offsets(
     assert windows(got) == duckdb_windows(recs, "tumbling")
 
 
+def killed_then_resumed(monkeypatch, q, src, kill, first_n, then_n, directory):
+    """A checkpointed run of ``first_n`` executors killed by SLASH_TEST_KILL=``kill``
+    with no restart left, then the same query resumed from ``directory`` with
+    ``then_n``: (its result, its metrics)."""
+    kw = dict(checkpoint=directory, checkpoint_every="2 batches", group=GroupConfig(epoch_ms=10))
+    monkeypatch.setenv("SLASH_TEST_KILL", kill)
+    with pytest.raises(Exception):
+        run(q, src, executors=first_n, max_restarts=0, **kw)
+    monkeypatch.delenv("SLASH_TEST_KILL")
+    m = {}
+    return run(q, src, executors=then_n, metrics=m, **kw), m
+
+
 def test_a_checkpoint_of_a_topic_resumes_on_another_executor_count(
         kafka_broker, tmp_path, monkeypatch):
     """A run of 2 executors dies (no restart left) after a checkpoint; the
@@ -454,14 +467,8 @@ def test_a_checkpoint_of_a_topic_resumes_on_another_executor_count(
     topic = topic_name("rescale")
     produce(kafka_broker, topic, recs, lambda i, r: i % 5, 5)
     src = KafkaSource(kafka_broker.bootstrap, topic, schema=SCHEMA, unit_records=300)
-    kw = dict(checkpoint=str(tmp_path / "ck"), checkpoint_every="2 batches",
-              group=GroupConfig(epoch_ms=10))
-    monkeypatch.setenv("SLASH_TEST_KILL", "0:8:0:1")
-    with pytest.raises(Exception):
-        run(query("sliding"), src, executors=2, max_restarts=0, **kw)
-    monkeypatch.delenv("SLASH_TEST_KILL")
-    m = {}
-    got = run(query("sliding"), src, executors=3, metrics=m, **kw)
+    got, m = killed_then_resumed(monkeypatch, query("sliding"), src, "0:8:0:1", 2, 3,
+                                 str(tmp_path / "ck"))
     assert windows(got) == duckdb_windows(recs, "sliding")
     assert m["records_replayed"] < 6000  # resumed from the cut, not from the start
 

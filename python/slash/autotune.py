@@ -64,7 +64,7 @@ from slash.query import Query
 from slash.recovery import CheckpointedRun as Rescaler
 from slash.run import compat
 from slash.run.protocol import Epoch
-from slash.sources import FileSource
+from slash.sources import FileSource, watermarks_from_source
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
     if not (control is True or isinstance(control, (str, os.PathLike))):
         raise InvalidArgument("with checkpoint=, control must be True, a socket path or a "
                               "slash.recovery.CheckpointedRun")
-    ctl = _controlled_class()(query, src.schema, n, bounded=bool(getattr(src, "bounded", True)))
+    ctl = _controlled_class()(query, src.schema, n, bounded=watermarks_from_source(src))
 
     def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
         if live is not None:
@@ -296,7 +296,7 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
     if control not in (None, False):
         if not (control is True or isinstance(control, (str, os.PathLike))):
             raise InvalidArgument("with latency_target=, control must be True or a socket path")
-        ctl = _controlled_class()(query, src.schema, n, bounded=bool(getattr(src, "bounded", True)))
+        ctl = _controlled_class()(query, src.schema, n, bounded=watermarks_from_source(src))
         server = ControlServer(ctl, None if control is True else os.fspath(control))
 
     def on_metrics(rank: int, snap: Dict[str, Any]) -> None:

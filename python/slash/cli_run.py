@@ -43,6 +43,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="end the stream once every partition of an executor was silent this long")
     p.add_argument("--kafka-bad-records", default=None, metavar="DIR",
                    help="write malformed values (with topic, partition, offset) here as JSON lines")
+    p.add_argument("--kafka-sink-topic", default=None, metavar="TOPIC",
+                   help="also write each window as a record (JSON, key = the group key) to this "
+                        "topic of --kafka-bootstrap: exactly once with --checkpoint (a Kafka "
+                        "transaction per checkpoint, read_committed readers see each window "
+                        "once), else at least once at the end of the run")
     p.add_argument("--time", required=True, metavar="COL",
                    help="event-time column: an integer (ms unless --time-unit), a timestamp of any "
                         "unit (Spark's INT96 too) or a date")
@@ -160,6 +165,26 @@ def _timeout(args: argparse.Namespace) -> float:
     return value
 
 
+def _kafka_sink(args: argparse.Namespace, query: Any) -> Any:
+    """--kafka-sink-topic as a KafkaSink keyed by the query's key; with
+    --checkpoint DIR transactional, its id named by DIR (a run started
+    again from DIR fences the one before it)."""
+    import hashlib
+
+    from slash.kafka import KafkaSink
+
+    if not args.kafka_bootstrap:
+        raise InvalidArgument("--kafka-sink-topic writes to the broker of --kafka-bootstrap "
+                              "HOST:PORT: give it")
+    tid = None
+    if args.checkpoint:
+        digest = hashlib.sha1(os.path.abspath(args.checkpoint).encode()).hexdigest()[:16]
+        tid = f"slash-{digest}"
+    key = [query.key] if isinstance(query.key, str) else list(query.key)
+    return KafkaSink(args.kafka_bootstrap, args.kafka_sink_topic, key=key,
+                     transactional_id=tid)
+
+
 def _kafka_source(args: argparse.Namespace) -> Any:
     """--kafka-bootstrap / --topic as a KafkaSource (bounded) or KafkaStream."""
     from slash.errors import InvalidArgument
@@ -267,6 +292,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                               if args.max_executors is not None and not args.latency_target
                               else {}),
                            **({"realtime": True} if args.realtime else {}),
+                           **({"sink": _kafka_sink(args, query)}
+                              if args.kafka_sink_topic else {}),
                            **({"checkpoint": args.checkpoint,
                                "checkpoint_every": args.checkpoint_every,
                                "max_restarts": args.max_restarts} if args.checkpoint else {}))

@@ -226,9 +226,10 @@ def updated_query(query: Any, schema: pa.Schema, args: Dict[str, Any], *,
             raise InvalidArgument(f"update: lateness must be >= 0 ms, got {lateness}")
         if bounded:
             raise NotSupported(
-                "update: lateness does not apply to this run: its input is bounded (files, a "
-                "table), so every executor's watermark moves only by what its source has left "
-                "to read, and no record is ever late")
+                "update: lateness does not apply to this run: every executor's watermark moves "
+                "only by what its source promises (a bounded input's: what it has left to read; "
+                "a Kafka stream's: its partitions' watermarks with its own lateness=), not by "
+                "the group's lateness")
     filters = [] if args.get("clear_filters") else list(query.filters)
     drop = args.get("drop_filter") or []
     drop = [drop] if isinstance(drop, str) else list(drop)

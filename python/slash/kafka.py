@@ -502,7 +502,7 @@ class KafkaStream:
     window fires once every partition that is not idle passed its end; a
     record older than it (an idle partition that woke up behind) is late.
     The executor takes its watermark from these markers alone
-    (``bounded = True`` tells the rank loop so), not from the largest time
+    (``source_watermarks = True`` tells the rank loop so), not from the largest time
     any partition of it has seen.
 
     The stream ends when the rank loop's ``wait`` says so (stop), or, given
@@ -523,8 +523,10 @@ class KafkaStream:
     cut and seek to them on a restart; see the report in docs/kafka.md).
     """
 
+    #: a stream: it does not end by itself (window latencies are reported)
+    bounded = False
     #: to the rank loop: the executor's watermark moves by this source's markers only
-    bounded = True
+    source_watermarks = True
 
     def __init__(self, bootstrap: str, topic: str, *, schema: Optional[pa.Schema] = None,
                  time: Optional[str] = None, format: str = "json",
@@ -668,14 +670,18 @@ class KafkaStream:
 
     def read_work(self, work: Mapping[str, int], columns: Optional[List[str]] = None,
                   batch_rows: int = BATCH_RECORDS, time: Optional[str] = None,
-                  wait: Optional[Any] = None, deal: Optional[Tuple[int, int]] = None
+                  wait: Optional[Any] = None, deal: Optional[Tuple[int, int]] = None,
+                  start: Optional[Mapping[str, int]] = None
                   ) -> Iterator[Tuple[Dict[str, int], Union[pa.RecordBatch, Watermark]]]:
         """Reads the partitions of ``work`` (``{"<partition>": offset}``,
         from :meth:`work`, :meth:`remaining` or :meth:`resplit`) from
-        those offsets on, as :meth:`read_from` does. ``deal``: (rank, n) of
+        those offsets on, as :meth:`read_from` does (``start``, such a
+        position, resumes there). ``deal``: (rank, n) of
         this reader: every ``partition_check`` it looks for partitions the
         topic gained and reads those :meth:`owner` gives it, from their start."""
         ck = _kafka()
+        if start is not None:
+            work = self.remaining(work, start)
         time_col = time if time is not None else self.time
         names = list(columns) if columns else self.schema.names
         for c in names:

@@ -58,6 +58,7 @@ from slash.query import Query
 from slash.run import compat
 from slash.run.ckpt import (checkpoint_leaders, commit, part_name,  # noqa: F401 (re-exported)
                             read_partitions)
+from slash.run.delivery import Delivery
 from slash.run.failure import Failed, Reported, failed, reported, restartable
 from slash.run.group import connect
 from slash.run.output import concat_as_first
@@ -280,7 +281,7 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
                      metrics: Dict[str, Any], control: Optional[CheckpointedRun] = None,
                      live_every: Optional[float] = None, realtime: bool = False,
                      rate: Optional[float] = None,
-                     late: Optional[List[pa.Table]] = None) -> pa.Table:
+                     late: Optional[List[pa.Table]] = None, sink: Any = None) -> pa.Table:
     """The parent's side (see the module doc); returns the finalized result.
     ``metrics`` receives records_in, per_executor, checkpoints, recoveries,
     records_replayed, resumed_from and rescales. A run resumed from a
@@ -291,11 +292,14 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     ``control.on_metrics``; ``realtime``: see :class:`slash.run.rank.Realtime`; ``rate``:
     records/s over the group (every attempt's ranks share it); ``late``: a
     list that receives the input rows found late (``late_output=``): those
-    of the cuts committed before the last attempt's start, and that attempt's."""
+    of the cuts committed before the last attempt's start, and that attempt's.
+    ``sink``: a transactional sink given each checkpoint's windows once it
+    commits, exactly once (:class:`slash.run.delivery.Delivery`)."""
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise InvalidArgument(f"max_restarts must be an int >= 0, got {max_restarts!r}")
 
     policy = CheckpointEvery.parse(every)
+    delivery = Delivery(sink, finalize) if sink is not None else None
     partitions = group.partitions_for(n)
     store = CheckpointStore(directory, fingerprint=fingerprint(query, source), executors=n,
                             partitions=partitions, keep=keep, inputs=input_stamp(source))
@@ -306,7 +310,10 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
         metrics.update(checkpoints=[], recoveries=[], records_replayed=0, finished_before=True,
                        rescales=[])
         stored_late(store, late)
-        return from_ipc(stored)
+        result = from_ipc(stored)
+        if delivery is not None:  # what a driver that died after finishing did not deliver
+            delivery.finished(result, store.latest())
+        return result
     shape = store.newest_shape()
     if shape is not None:  # resuming: the checkpoint's partition count, any executor count
         ck_n, ck_parts = shape
@@ -330,6 +337,8 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     failed_at: Optional[float] = None
     first = store.latest()
     metrics["resumed_from"] = first.id if first is not None else None
+    if delivery is not None:  # fence a dead driver's sink; deliver what it committed, not sent
+        delivery.recover(first)
     if control is not None:
         control._start(source, n, partitions, store.dir)
     try:
@@ -350,7 +359,8 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
             try:
                 tables, per_exec, prog = _attempt(query, source, n, group, token, plan, store,
                                                   timeout, checkpoints, recoveries, failed_at,
-                                                  control, rescales, late_now)
+                                                  control, rescales, late_now,
+                                                  delivery.committed if delivery else None)
                 break
             except _Rescale as r:
                 _void_moves(control)
@@ -388,6 +398,8 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
                                         else t for t in base] + tables))
     store.finish(to_ipc(result), {"checkpoints": len(checkpoints), "recoveries": len(recoveries)},
                  all_late(ck, late_now, late))
+    if delivery is not None:  # the windows after the last cut
+        delivery.finished(result, store.latest())
     metrics.update(per_executor=per_exec, checkpoints=checkpoints, recoveries=recoveries,
                    records_replayed=replayed, finished_before=False,
                    rescales=[{k: v for k, v in r.items() if not k.startswith("_")}
@@ -410,11 +422,13 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
              recoveries: List[Dict[str, Any]], failed_at: Optional[float],
              control: Optional[CheckpointedRun] = None,
              rescales: Optional[List[Dict[str, Any]]] = None,
-             late: Optional[List[pa.Table]] = None
+             late: Optional[List[pa.Table]] = None,
+             committed: Optional[Callable[[Checkpoint], None]] = None
              ) -> Tuple[List[pa.Table], List[Dict[str, Any]], Dict[int, int]]:
     """One group of n executors from plan's checkpoint to the end; raises
     Failed, or _Rescale once a checkpoint asked for by ``control`` commits.
-    ``late`` receives the late rows each rank found in this attempt (its Finished report's)."""
+    ``late`` receives the late rows each rank found in this attempt (its Finished report's);
+    ``committed`` is called with each checkpoint committed (its manifest written)."""
     t0 = time.monotonic()
     rescale_asked: Optional[Tuple[int, float, int]] = None  # (n, asked at, commits before)
     pending_resume = rescales[-1] if rescales and "seconds_to_resume" not in rescales[-1] else None
@@ -494,7 +508,9 @@ def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, 
                         cid = rep.ckpt_id
                         reports.setdefault(cid, {})[rep.rank] = (rep.files, rep.segments, rep.stats)
                         if len(reports[cid]) == n:
-                            commit(store, cid, reports.pop(cid), checkpoints)
+                            done_ck = commit(store, cid, reports.pop(cid), checkpoints)
+                            if committed is not None:
+                                committed(done_ck)
                             if rescale_asked is not None and len(checkpoints) > rescale_asked[2]:
                                 raise _Rescale(rescale_asked[0], cid, rescale_asked[1],
                                                time.monotonic())

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
-from slash.errors import InvalidArgument, SystemFailure, Timeout
+from slash.errors import InvalidArgument, SinkFailed, SystemFailure, Timeout
 from slash.limits import MAX_EXECUTORS
 from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
@@ -36,7 +36,8 @@ from slash.run.failure import first_cause, reported
 from slash.run.inputs import bound_ticks, source_nullable  # noqa: F401 (the benchmarks')
 from slash.run.output import write_late, write_parquet_atomically
 from slash.run.protocol import Error, Metrics, Windows
-from slash.sources import FileSource, Source, as_source, output_overlaps_input
+from slash.sources import (FileSource, Source, as_source, output_overlaps_input,
+                           watermarks_from_source)
 from slash.worker import RankSpec, run_rank, worker
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
     absent) loses nothing whatever its layout: the executor's watermark moves
     only by what the source promises it has left to read (its Watermark
     markers, from Parquet row-group statistics), and finish() fires the rest.
-    An unbounded source keeps the group's lateness. The loop is
+    An unbounded source keeps the group's lateness, unless it declares
+    ``source_watermarks`` (a Kafka stream's per-partition watermarks). The loop is
     :class:`slash.run.rank.RankLoop`, built by :func:`slash.worker.run_rank`."""
     result, m = run_rank(RankSpec(query, source, group, token), rank, addresses, listener, None)
     if metrics is not None:
@@ -110,7 +112,8 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         checkpoint: Optional[str] = None, checkpoint_every: Any = "10s", max_restarts: int = 3,
         checkpoint_keep: int = 2, control: Any = None, rate: Optional[float] = None,
         latency_target: Any = None, min_executors: Optional[int] = None,
-        max_executors: Optional[int] = None, realtime: bool = False) -> pa.Table:
+        max_executors: Optional[int] = None, realtime: bool = False,
+        sink: Any = None) -> pa.Table:
     """Runs `query` over `source` on `executors` processes (default: one
     per core; an input of at most :data:`IN_PROCESS_ROWS` rows runs on one
     executor in this process, when nothing below asks for a process group).
@@ -204,6 +207,14 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     latest time and window latency is emit time minus window end; alone
     (no target) the run is measured the same way with its configuration
     fixed (a checkpointed group; ``metrics["autotune"]["timeline"]``).
+
+    ``sink``: where the windows go besides the result, e.g. a
+    :class:`slash.kafka.KafkaSink`. With ``checkpoint``, exactly once: a
+    sink with a ``transactional_id`` gets each checkpoint's windows in one
+    transaction once its manifest commits, a run started from the directory
+    first recovers it, and the windows after the last cut go when the run
+    finishes (:mod:`slash.run.delivery`). Without ``checkpoint``, at least
+    once: ``sink.write(result)`` when the run finishes.
     """
     if isinstance(query, JoinQuery):
         if not (isinstance(source, (tuple, list)) and len(source) == 2):
@@ -249,6 +260,9 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     token = secrets.token_hex(16)
     t0 = time.monotonic()
     want_late = late_output is not None
+    if sink is not None:
+        _check_sink(sink, checkpoint, max_executors is not None or latency_target is not None
+                    or realtime)
     if latency_target is not None or realtime:
         from slash.autotune import GroupDrivers, run_autotuned
 
@@ -306,7 +320,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
             return run_checkpointed_group(query, src, n, group, token, output, timeout, metrics,
                                      late_output, checkpoint, checkpoint_every, max_restarts,
                                      checkpoint_keep, t0, control or None, live_every=live_every,
-                                     rate=rate)
+                                     rate=rate, sink=sink)
         # the control socket (status, rebalance, scale-out/in, epoch) of a checkpointed run
         from slash.autotune import serve_checkpointed
 
@@ -317,7 +331,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
                                      late_output, checkpoint, checkpoint_every, max_restarts,
                                      checkpoint_keep, t0, rescaler,
                                      live_every=min(live_every or 1e9, ctl.tick * 10),
-                                     rate=rate)
+                                     rate=rate, sink=sink)
         finally:
             server.close()
             ctl.close()
@@ -326,14 +340,43 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     if ctl is not None and report_every is None:
         report_every = 0.5  # status shows each executor's latest report
     try:
-        return _run_group(query, src, n, group, token, want_late, report_every, ctl,
-                          None if rate is None else rate / n, t0, timeout, live, metrics, output,
-                          late_output, in_process=in_process)
+        result = _run_group(query, src, n, group, token, want_late, report_every, ctl,
+                            None if rate is None else rate / n, t0, timeout, live, metrics, output,
+                            late_output, in_process=in_process)
+        if sink is not None:  # at least once: a failure after this and a retry write it again
+            try:
+                sink.write(result)
+            except Exception as e:
+                raise SinkFailed(f"sink: the run's {result.num_rows} window rows were not "
+                                 f"written ({e})") from e
+        return result
     finally:
         if ctl is not None:
             ctl.close()
         if server is not None:
             server.close()
+
+
+def _check_sink(sink: Any, checkpoint: Any, driven: bool) -> None:
+    """What ``sink=`` needs (see :func:`run`), before any process starts.
+    ``driven``: a live-scaled or self-tuning run (its own drivers)."""
+    if driven:
+        raise InvalidArgument(
+            "sink= is written by the run's driver: the checkpoint driver's commits "
+            "(checkpoint=) or a plain run's end; a live-scaled or self-tuning group "
+            "(max_executors=, latency_target=, realtime=) has drivers of its own, which hand "
+            "windows to no sink")
+    transactional = getattr(sink, "transactional_id", None) is not None
+    if checkpoint is None:
+        if transactional or not callable(getattr(sink, "write", None)):
+            raise InvalidArgument(
+                "sink= without checkpoint= is written once at the end (at least once) with "
+                "sink.write(result): give a KafkaSink without transactional_id, or checkpoint= "
+                "for exactly once (a transaction per checkpoint)")
+    elif not transactional or not callable(getattr(sink, "deliver", None)):
+        raise InvalidArgument(
+            "sink= with checkpoint= delivers each checkpoint's windows in one transaction when "
+            "its manifest commits (exactly once): give a KafkaSink with a transactional_id")
 
 
 def _check_elastic(query: Any, src: Any, n: int, m: Any, checkpoint: Any) -> None:
@@ -383,7 +426,7 @@ def _control_for(control: Any, query: Any, src: Any, n: int,
     if control is not True and not isinstance(control, (str, os.PathLike)):
         raise InvalidArgument(f"control must be True, a socket path or a RunControl, got "
                               f"{type(control).__name__}")
-    ctl = RunControl(query, src.schema, n, bounded=bool(getattr(src, "bounded", True)))
+    ctl = RunControl(query, src.schema, n, bounded=watermarks_from_source(src))
     return ctl, ControlServer(ctl, None if control is True else os.fspath(control))
 
 
@@ -526,9 +569,9 @@ def run_checkpointed_group(query: Any, src: Any, n: int, group: GroupConfig, tok
                       late_output: Optional[str], checkpoint: str, every: Any, max_restarts: int,
                       keep: int, t0: float, control: Optional[Any] = None,
                       live_every: Optional[float] = None, realtime: bool = False,
-                      rate: Optional[float] = None) -> pa.Table:
+                      rate: Optional[float] = None, sink: Any = None) -> pa.Table:
     """:func:`run` with ``checkpoint=``: the recovery driver runs the group
-    (``rate``: records/s over the group)."""
+    (``rate``: records/s over the group; ``sink``: see :func:`run`)."""
     from slash.recovery import run_checkpointed
 
     m: Dict[str, Any] = {}
@@ -539,7 +582,7 @@ def run_checkpointed_group(query: Any, src: Any, n: int, group: GroupConfig, tok
                               if isinstance(query, JoinQuery)
                               else (lambda t: query.finalize(t, src.schema)), metrics=m,
                               control=control, live_every=live_every, realtime=realtime,
-                              rate=rate, late=late)
+                              rate=rate, late=late, sink=sink)
     per_exec = m.get("per_executor", [])
     log.info("query ran on %d executors in %.2f s: %d result rows, %d checkpoints, %d recoveries",
              n, time.monotonic() - t0, result.num_rows, len(m.get("checkpoints", [])),

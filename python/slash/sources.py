@@ -27,6 +27,19 @@ each rank reads a contiguous run of about rows / n rows.
 
 Invariant of every ``read(..., time=COL)``: no batch yielded after a
 ``Watermark(v)`` holds a non-null COL value smaller than ``v``.
+
+The protocol's two attributes that tell the engine how to treat a source
+(:func:`watermarks_from_source` reads them):
+
+* ``bounded`` (default True): the input ends; an unbounded one is a stream
+  (its windows' latency is reported, a late record is the stream's, not a
+  sign of wrong statistics).
+* ``source_watermarks`` (default False): the executor's watermark moves by
+  the source's Watermark markers alone (``read`` is given ``time=``), not by
+  the largest time pushed minus the group's lateness. Every bounded source
+  has this implicitly; an unbounded one declares it when it knows more than
+  the order its rows arrive in (:class:`slash.kafka.KafkaStream`: per
+  partition watermarks with an idle timeout).
 """
 from __future__ import annotations
 
@@ -914,8 +927,17 @@ Position = Union[int, List[int]]
 Work = List[List[int]]
 
 
+def watermarks_from_source(source: Any) -> bool:
+    """Whether an executor over ``source`` takes its watermark from the
+    source's Watermark markers alone (see the module doc): a bounded
+    source's, or one with ``source_watermarks = True``."""
+    return bool(getattr(source, "bounded", True)) or bool(getattr(source, "source_watermarks",
+                                                                   False))
+
+
 def read_from(source: Any, rank: int, n: int, columns: Optional[List[str]],
-              time: Optional[str], start: Optional[Position] = None
+              time: Optional[str], start: Optional[Position] = None,
+              wait: Optional[Callable[[float], bool]] = None
               ) -> Iterator[Tuple[Position, Union[pa.RecordBatch, Watermark]]]:
     """``source.read(rank, n, columns[, time=time])``'s items, each with the
     position after it (JSON-able), resuming at ``start``.
@@ -928,7 +950,9 @@ def read_from(source: Any, rank: int, n: int, columns: Optional[List[str]],
     and drops that many: a :class:`TableSource`'s slices cost nothing, and a
     :class:`GeneratorSource` regenerates, which is exact because ``make`` is
     deterministic by contract. ``time`` is passed only to a source whose
-    ``read`` takes it.
+    ``read`` takes it; ``wait`` (what to do while the input is quiet, see
+    :meth:`slash.run.rank.RankLoop.source_kw`) only to a source with a
+    ``read_from`` of its own.
     """
     if isinstance(source, FileSource):
         yield from source.read_from(rank, n, columns, time=time,
@@ -936,7 +960,8 @@ def read_from(source: Any, rank: int, n: int, columns: Optional[List[str]],
         return
     if not isinstance(source, (TableSource, GeneratorSource)) and \
             callable(getattr(source, "read_from", None)):  # positions of its own (a Kafka stream's offsets)
-        yield from source.read_from(rank, n, columns, time=time, start=start)
+        kw = {} if wait is None else {"wait": wait}
+        yield from source.read_from(rank, n, columns, time=time, start=start, **kw)
         return
     if start is not None and not isinstance(start, int):
         raise InvalidArgument(f"source position {start!r} is not an item count")

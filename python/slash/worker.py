@@ -168,7 +168,9 @@ def _resume(spec: RankSpec, loop: RankLoop, n: int, link: Any, agent: Any) -> Ch
         records = sum(int(i["records"]) for i in infos) if rank == 0 else 0
     elif isinstance(source, FileSource):
         work = source.work(rank, n, time_col)
-    return Checkpointing(plan, link, SplitPositions(start, work), base, records)
+    return Checkpointing(plan, link, SplitPositions(start, work, type(source).remaining
+                                                    if work is not None else None),
+                         base, records)
 
 
 def _run_join(spec: RankSpec, rank: int, addresses: List[str], listener: Any,

@@ -65,12 +65,13 @@ class Writer:
 
 def commit(store: CheckpointStore, cid: int, reports: Dict[int, Tuple[Any, ...]],
            checkpoints: List[Dict[str, Any]], carried: Optional[Dict[str, Dict[str, int]]] = None,
-           gen: Optional[int] = None) -> None:
+           gen: Optional[int] = None) -> Checkpoint:
     """Checkpoint ``cid`` committed (its manifest written, last) from every
     rank's ("ckpt", ...) report of it; its sizes and times appended to
     ``checkpoints``. ``carried``: result segments of earlier cuts that did not
     commit, kept by this one; ``gen``: the live group's scale generation the
-    cut was taken in (recorded in the manifest, :mod:`slash.live_ckpt`)."""
+    cut was taken in (recorded in the manifest, :mod:`slash.live_ckpt`).
+    Returns the committed checkpoint."""
     files: Dict[str, Dict[str, int]] = {}
     segs: Dict[str, Dict[str, int]] = dict(carried or {})
     size, secs, cut = 0, 0.0, 0.0
@@ -83,7 +84,7 @@ def commit(store: CheckpointStore, cid: int, reports: Dict[int, Tuple[Any, ...]]
         cut = max(cut, stats.get("cut_seconds", 0.0))
     t = time.monotonic()
     meta: Dict[str, Any] = {"bytes": size} if gen is None else {"bytes": size, "live_gen": gen}
-    store.commit(cid, files, segs, meta)
+    ck = store.commit(cid, files, segs, meta)
     # seconds: the slowest rank's file writes (background) + the commit;
     # cut_seconds: the longest executor call holding the cut (in the push loop)
     checkpoints.append({"id": cid, "bytes": size,
@@ -93,6 +94,7 @@ def commit(store: CheckpointStore, cid: int, reports: Dict[int, Tuple[Any, ...]]
         log.info("checkpoint %d committed: %d bytes", cid, size)
     else:
         log.info("checkpoint %d committed: %d bytes (scale generation %d)", cid, size, gen)
+    return ck
 
 
 _PART_FILE = re.compile(r"part-(\d+)(?:\.r(\d+))?\.bin")

@@ -50,7 +50,7 @@ from slash.run.inputs import source_nullable
 from slash.run.pacing import RatePacer
 from slash.run.plan import PROGRESS_S, AttemptPlan
 from slash.run.protocol import Metrics, Progress, Windows
-from slash.sources import FileSource, Position, Work, read_from
+from slash.sources import FileSource, Position, Work, read_from, watermarks_from_source
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def open_executor(query: Query, source: Any, rank: int, addresses: List[str], li
         state = query.state_config(source.schema, partitions, nullable)
     sides = source if isinstance(source, tuple) else (source,)
     return Executor(listener, rank, addresses, state, group, token=token,
-                    bounded=all(bool(getattr(s, "bounded", True)) for s in sides))
+                    bounded=all(watermarks_from_source(s) for s in sides))
 
 
 class RankLoop:
@@ -97,6 +97,8 @@ class RankLoop:
         sides = source if isinstance(source, tuple) else (source,)  # a join's: (left, right)
         self.schema = sides[0].schema if len(sides) == 1 else None
         self.bounded = all(bool(getattr(s, "bounded", True)) for s in sides)
+        #: the executor's watermark moves by the sources' markers alone (bounded or declared)
+        self.source_watermarks = all(watermarks_from_source(s) for s in sides)
         #: pushes one batch: the aggregation's (below), or a join backend's (:class:`JoinPush`)
         self.push_item: Callable[[Any], None] = self._push_batch
         #: each updates the final metrics (:meth:`metrics`)
@@ -217,6 +219,25 @@ class RankLoop:
             self.ex.poll(min(WAIT_POLL_S, left))
             self.service()
 
+    def idle(self, seconds: float) -> bool:
+        """A quiet input's wait: the executor served (:meth:`wait`: epochs,
+        cuts, windows fired by the watermark) and the driver's messages
+        (:meth:`serve`) for ``seconds``. False: the input goes on."""
+        self.wait(seconds)
+        self.serve()
+        return False
+
+    def source_kw(self, method: Callable[..., Any]) -> Dict[str, Any]:
+        """``{"wait": self.idle}`` when ``method`` (a source's ``read``,
+        ``read_from`` or ``read_work``) takes ``wait``, else ``{}``: the one
+        place where every read path gives a source that can be quiet the
+        loop's wait, so a silent topic does not stop epochs, cuts or windows."""
+        try:
+            params = inspect.signature(method).parameters
+        except (TypeError, ValueError):
+            return {}
+        return {"wait": self.idle} if "wait" in params else {}
+
     def serve(self) -> None:
         """The driver's messages waiting on the link, each to its handler."""
         if self.link is not None:
@@ -258,12 +279,18 @@ class RankLoop:
             log.warning("executor %d/%d: %d record(s) of a bounded input came after the watermark "
                         "their source had promised (row-group statistics that do not match the "
                         "data?) and were not applied", self.rank, n, m["late_records"])
+        elif self.source_watermarks and m["late_records"]:
+            log.warning("executor %d/%d: %d record(s) of the stream came after the watermark "
+                        "their source had promised (later than its lateness allows, or from a "
+                        "partition that woke up after it was idle) and were not applied",
+                        self.rank, n, m["late_records"])
 
 
 # ---- inputs --------------------------------------------------------------------------------------
 def source_time(source: Any, query: Query) -> Optional[str]:
-    """The time column to pass to a bounded source's ``read`` (its Watermark promises), if it takes one."""
-    if not getattr(source, "bounded", True):
+    """The time column to pass to the ``read`` of a source whose Watermark
+    promises move the executor's watermark (:func:`watermarks_from_source`), if it takes one."""
+    if not watermarks_from_source(source):
         return None
     try:
         params = inspect.signature(source.read).parameters
@@ -282,15 +309,12 @@ def split_items(loop: RankLoop, n: int, start: Optional[Position] = None,
     ``rate``: this rank's records/s (the loop served while it waits). Without
     any of these and without ``positions`` (a checkpoint's), a source whose
     ``read`` takes ``wait`` (a paced stream) is given the loop's wait
-    instead of sleeping, and positions are None."""
+    instead of sleeping (:meth:`RankLoop.source_kw`, on every path), and
+    positions are None."""
     source, query, rank = loop.source, loop.query, loop.rank
     time_col = source_time(source, query)
     if fixed and not rate and work is None and start is None and not positions:
-        try:
-            params = inspect.signature(source.read).parameters
-        except (TypeError, ValueError):
-            params = {}
-        kw: Dict[str, Any] = {"wait": loop.wait} if "wait" in params else {}
+        kw = loop.source_kw(source.read)
         if time_col is not None:
             kw["time"] = time_col
         for item in source.read(rank, n, query.input_columns, **kw):
@@ -305,8 +329,10 @@ def _reads(loop: RankLoop, n: int, time_col: Optional[str], start: Optional[Posi
     cols, pos = loop.columns(), start
     while True:
         reopened = False
-        items = (source.read_work(work, cols, time=time_col, start=pos) if work is not None
-                 else read_from(source, rank, n, cols, time_col, pos))
+        items = (source.read_work(work, cols, time=time_col, start=pos,
+                                  **loop.source_kw(source.read_work)) if work is not None
+                 else read_from(source, rank, n, cols, time_col, pos,
+                                **loop.source_kw(getattr(source, "read_from", source.read))))
         for pos, item in items:
             yield pos, item
             if not fixed and loop.columns() != cols:
@@ -524,11 +550,14 @@ class ProgressReport:
 
 
 class SplitPositions:
-    """A fixed split's positions at each push (and, over a FileSource, the
-    work it has left in global terms), for :class:`Checkpointing`."""
+    """A fixed split's positions at each push (and, given ``work`` in global
+    terms, the work it has left: ``remaining(work, position)``, the source's,
+    e.g. :meth:`FileSource.remaining`), for :class:`Checkpointing`."""
 
-    def __init__(self, start: Optional[Position], work: Optional[Work]) -> None:
+    def __init__(self, start: Optional[Position], work: Any,
+                 remaining: Optional[Callable[[Any, Any], Any]] = None) -> None:
         self.start, self.work = start, work
+        self.remaining = remaining or FileSource.remaining
         self.after: Dict[int, Optional[Position]] = {}
 
     def begin(self, loop: RankLoop) -> None:
@@ -543,7 +572,7 @@ class SplitPositions:
     def at(self, pushes: int) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, bytes]]:
         info: Dict[str, Any] = {"position": self.after[pushes]}
         if self.work is not None:  # what is left of this rank's input, in global terms
-            info["work"] = FileSource.remaining(self.work, self.after[pushes])
+            info["work"] = self.remaining(self.work, self.after[pushes])
         return info, {}, {}
 
     def forget_before(self, pushes: int) -> None:

@@ -7,28 +7,42 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from slash.errors import NotSupported
-from slash.sources import FileSource, GeneratorSource, TableSource, Work
+from slash.sources import FileSource, GeneratorSource, TableSource
 
 
-def left_of(source: FileSource, info: Dict[str, Any], rank: int, n: int,
-             time_col: Optional[str]) -> Work:
-    """What rank of a group of n had left of a FileSource at a cut, in
-    global terms: its ``work`` (recorded since rescaling exists), else its
-    position in its own split of n (checkpoints written before)."""
-    if "work" in info:
-        return [[int(g), int(k)] for g, k in info["work"]]
+def left_of(source: Any, info: Dict[str, Any], rank: int, n: int,
+             time_col: Optional[str]) -> Any:
+    """What rank of a group of n had left of a re-splittable source at a
+    cut, in global terms: its ``work`` (recorded since rescaling exists),
+    else its position in its own split of n (checkpoints written before;
+    a :class:`slash.kafka.KafkaStream`'s: its partitions' next offsets)."""
+    work = info.get("work")
+    if isinstance(work, dict):  # {"<partition>": offset}
+        return {str(p): int(o) for p, o in work.items()}
+    if work is not None:
+        return [[int(g), int(k)] for g, k in work]
     pos = info.get("position")
-    return FileSource.remaining(source.work(rank, n, time_col),
-                                pos if isinstance(pos, (list, tuple)) else None)
+    if isinstance(source, FileSource):
+        pos = pos if isinstance(pos, (list, tuple)) else None
+    return type(source).remaining(source.work(rank, n, time_col), pos)
+
+
+def resplittable(source: Any) -> bool:
+    """Whether ``source``'s positions at a cut can be dealt to another
+    executor count: a FileSource's units, or any source with ``resplit``
+    and the ``work`` / ``remaining`` that describe a rank's share in global
+    terms (a KafkaStream's partitions with their offsets)."""
+    return isinstance(source, FileSource) or all(
+        callable(getattr(source, m, None)) for m in ("resplit", "work", "remaining", "read_work"))
 
 
 def check_resplittable(source: Any, ck_n: int, n: int, directory: str) -> None:
     """Raises NotSupported, naming the reason, unless ``source``'s positions
     at a cut of ck_n executors can be dealt to n."""
-    if ck_n == n or isinstance(source, FileSource):
+    if ck_n == n or resplittable(source):
         return
-    if isinstance(source, (tuple, list)):  # a join: each input must re-split
-        for side, s in zip(("left", "right"), source):
+    if isinstance(source, (tuple, list)):  # a join: each input's units must re-split
+        for side, s in zip(("left", "right"), source):  # (its held rows are kept per unit)
             if not isinstance(s, FileSource):
                 raise NotSupported(f"checkpoint directory {directory!r} was cut with {ck_n} "
                                    f"executors and this run has {n}: the join's {side} input is "
@@ -51,7 +65,7 @@ def _why_not_resplit(source: Any) -> str:
 
 
 def resplit(source: Any, infos: List[Dict[str, Any]], ck_n: int, n: int,
-            time_col: Optional[str], directory: str) -> List[Work]:
+            time_col: Optional[str], directory: str) -> List[Any]:
     """Every rank's work left at a cut of ck_n executors (``infos``: their
     rank-<r>.json), dealt to n ranks (:meth:`FileSource.resplit`): every rank
     of the new group computes the same lists. Units read whole are in none,
