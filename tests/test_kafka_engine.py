@@ -162,7 +162,9 @@ def test_a_killed_stream_delivers_each_window_to_a_transactional_sink_exactly_on
     assert windows(got) == want
     rows, cuts = sink_windows(kafka_broker, out)
     assert rows == want
-    assert len(cuts) >= 3 and None not in cuts
+    # delivered by checkpoint, not all at the end: how many cuts carried windows depends
+    # on the machine's speed (2 on a quiet one, more on a loaded one)
+    assert len(cuts) >= 2 and None not in cuts
 
 
 def test_a_run_resumed_from_its_checkpoints_recovers_the_sink_exactly_once(
