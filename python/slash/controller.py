@@ -61,9 +61,10 @@ Epoch length and executor count are chosen together from a latency model
 fitted online (:mod:`slash.latency_model`: p99 as a fixed term, a share of
 the epoch length and a queueing term in the utilisation): a scale-out asks
 for at least the executors that keep the predicted p99 under ``headroom`` x
-target, an epoch change takes the longest shorter epoch predicted within it
-(and none when the epoch term cannot matter), and a release waits while the
-model predicts one executor fewer over the target itself. Each decision's reason ends with
+target, and an epoch change takes the longest shorter epoch predicted within
+it (and none when the epoch term cannot matter). Releases follow the
+measured load only: a model fitted on a restart's transient would hold them
+back. Observations are taken outside the cool-down of a decision. Each decision's reason ends with
 the fitted law and the term that limits the latency at its new setting.
 
 Against oscillation (hysteresis and cool-down): a condition must hold for
@@ -335,8 +336,8 @@ class Controller:
 
     def _observe_model(self, s: Signals) -> None:
         """One observation per new p99 of a stream reading on time."""
-        if not self._fresh or s.p99_ms is None:
-            return
+        if not self._fresh or s.p99_ms is None or s.time < self._quiet_until:
+            return  # nothing new, or the transient of a reconfiguration (its cool-down)
         lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
         if (lags and max(lags) > self.config.target_ms) or s.backlog_growing:
             return  # behind the clock: latency grows with time, not with the settings
@@ -481,10 +482,7 @@ class Controller:
         if self.executors > c.min_executors and not s.backlog_growing:
             k = self.executors - 1
             pred = self._utilisation(s, k)
-            fit = self._fit()
-            over = (fit is not None and fit.queueing_known
-                    and fit.predict(self.epoch_ms, self._u(s, k)) > c.target_ms)
-            if max(pred.values()) < c.fit and not over:
+            if max(pred.values()) < c.fit:
                 cap = self.capacity
                 measured = (f"demand {self._demand(s):.0f} rec/s is {pred['capacity']:.2f} of "
                             f"{k} x one executor's measured capacity {cap:.0f} rec/s, "
