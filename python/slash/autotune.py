@@ -419,11 +419,10 @@ def _run_measured_live(query: Any, src: Any, n: int, size: int, group: Any, toke
     if not 1 <= n <= size:
         raise InvalidArgument(f"executors={n} must be within 1..max_executors ({size})")
     live, ctl, server = _provision(query, src, size, group, live, control, drivers)
-    holder: Dict[str, Any] = {}
     view = _ActiveView(live, None)
 
     def on_scaler(scaler: Any) -> None:
-        holder["scaler"] = view.scaler = scaler
+        view.scaler = scaler
 
     sampler = AutoTuner(None, None, view, tick=live.report_interval, executors=n)
     return _run_live_group(query, src, n, size, group, token, live, ctl, server, sampler, on_scaler,

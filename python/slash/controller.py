@@ -87,7 +87,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from slash.errors import InvalidArgument
-from slash.latency_model import Fit, LatencyModel, choose
+from slash.latency_model import LatencyModel, choose
 
 log = logging.getLogger(__name__)
 
@@ -343,9 +343,6 @@ class Controller:
             return  # behind the clock: latency grows with time, not with the settings
         self.model.add(s.epoch_ms or self.epoch_ms, self._u(s, self.executors), self._fresh[-1])
 
-    def _fit(self) -> Optional[Fit]:
-        return self.model.fit()
-
     def _epochs_down(self) -> List[float]:
         """The epoch lengths the controller may set below the current one."""
         out, e = [], self.epoch_ms / 2
@@ -357,7 +354,7 @@ class Controller:
     def _explained(self, d: Decision, s: Signals) -> Decision:
         """The decision with the model's view appended: the fitted law and
         which term limits the latency at the setting it leads to."""
-        fit = self._fit()
+        fit = self.model.fit()
         if fit is None:
             return d
         k, e = self.executors, self.epoch_ms
@@ -426,7 +423,7 @@ class Controller:
                 else:
                     need = (math.ceil(self.executors * max(mean, hot) / c.fit)
                             if not (s.backlog_growing or lagging) else 0)
-                fit = self._fit()
+                fit = self.model.fit()
                 if fit is not None and fit.queueing_known:  # executors for the queueing term too
                     more = range(self.executors + 1, c.max_executors + 1)
                     got = choose(fit, target_ms=c.headroom * c.target_ms, epochs=[self.epoch_ms],
@@ -453,7 +450,7 @@ class Controller:
                                 f"{p99}; leader {r_hot} merges {merges[r_hot]:.2f} s/s, median {med:.2f}")
         if self.epoch_ms > c.target_ms / 4 and self.epoch_ms / 2 >= c.min_epoch_ms:
             e = self.epoch_ms / 2
-            fit = self._fit()
+            fit = self.model.fit()
             if fit is not None:  # the longest shorter epoch the model predicts within the target
                 got = choose(fit, target_ms=c.headroom * c.target_ms, epochs=self._epochs_down(),
                              executors=[self.executors],
