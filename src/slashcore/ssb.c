@@ -774,16 +774,17 @@ static inline bool fast_bytes_hit(const fast_bytes *f, const uint8_t *k, uint32_
     return acc == 0;
 }
 
-/* A count per int64 key over every row (no selection) while no partition
- * has outgrown the cache (nothing to prefetch): times come in runs of one
- * slice (sorted, or nearly, in most inputs), so a record costs a range
- * check, one cache-slot lookup and an increment, without the chunk arrays
- * of the general loop. Shares fast[] and acc[] with it (the same slots), so
- * it may stop anywhere: returns the rows done, all of them or those up to a
- * partition outgrowing the cache or an error (*st set); the general loop
- * does the rest. */
-static size_t count_runs_i64(slash_ssb *s, const slash_ssb_batch *b, const additive *add,
-                             fast_entry *fast, int64_t *acc, slash_status *st)
+/* Counts and int64 sums per int64 key over every row (no selection) while
+ * no partition has outgrown the cache (nothing to prefetch): times come in
+ * runs of one slice (sorted, or nearly, in most inputs), so a record costs a
+ * range check, one cache-slot lookup and its pending deltas, without the
+ * chunk arrays of the general loop. Shares fast[] and acc[] with it (the
+ * same slots), so it may stop anywhere: returns the rows done, all of them
+ * or those up to a partition outgrowing the cache or an error (*st set); the
+ * general loop does the rest. */
+static size_t additive_runs_i64(slash_ssb *s, const slash_ssb_batch *b, const additive *add,
+                                bool count_only, fast_entry *fast, int64_t *acc,
+                                slash_status *st)
 {
     slice_cache c = {1, 0, false, true}; /* empty: lo > hi */
     size_t i = 0;
@@ -802,11 +803,14 @@ static size_t count_runs_i64(slash_ssb *s, const slash_ssb_batch *b, const addit
             const size_t slot = fast_slot(key, lo);
             fast_entry *f = &fast[slot];
             if (__builtin_expect(f->partials && f->key == key && f->win == lo, 1)) {
-                acc[slot] = slash_wrap_add(acc[slot], 1);
+                if (count_only)
+                    acc[slot] = slash_wrap_add(acc[slot], 1);
+                else
+                    add_pending(add, acc + slot * add->n, i);
                 continue;
             }
             if (f->partials)
-                flush_pending(add, f->partials, acc + slot);
+                flush_pending(add, f->partials, acc + slot * add->n);
             const uint64_t kh = ssb_hash_i64(key);
             ssb_part *part = &s->parts[ssb_part_of(s, kh)];
             uint8_t *rec = ssb_upsert(s, part, ssb_hash_win(s, kh, lo), lo, (const uint8_t *)&b->keys[i],
@@ -814,7 +818,7 @@ static size_t count_runs_i64(slash_ssb *s, const slash_ssb_batch *b, const addit
             f->key = key, f->win = lo, f->partials = rec;
             if (!rec)
                 return i;
-            acc[slot] = slash_wrap_add(acc[slot], 1);
+            add_pending(add, acc + slot * add->n, i);
             if (part_bytes(part) > SSB_PREFETCH_MIN)
                 return i + 1;
         }
@@ -863,8 +867,8 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     for (uint32_t q = 0; q < s->cfg.partitions && !prefetch; q++)
         prefetch = part_bytes(&s->parts[q]) > SSB_PREFETCH_MIN;
     size_t start = 0;
-    if (count_only && i64 && !b->skip && !prefetch) {
-        start = count_runs_i64(s, b, &add, fast, acc, &st);
+    if (additive && i64 && !b->skip && !prefetch) {
+        start = additive_runs_i64(s, b, &add, count_only, fast, acc, &st);
         if (st != SLASH_OK)
             goto out;
     }

@@ -7,7 +7,8 @@
  * and emits in small steps over many partitions (most skip their scan: nothing
  * due) fire every window at exactly the first emit that closes it; a large
  * imported partition (its index faulted in at once) matches its origin; a
- * count alone per int64 key (its own path) matches a brute-force count. */
+ * count and int64 sums per int64 key (their own path) match a brute-force
+ * count and sum. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -847,10 +848,17 @@ TEST(merge_of_window_near_int64_min_is_clean)
     slash_ssb_close(s);
 }
 
-/* A count alone per int64 key takes a path of its own (runs of one slice,
- * no chunk arrays) that hands over to the general loop when a partition
- * outgrows the cache: its counts equal a brute-force count whether the
- * times come sorted, shuffled or partly late, and across that hand-over. */
+/* Counts and int64 sums per int64 key take a path of their own (runs of one
+ * slice, no chunk arrays) that hands over to the general loop when a
+ * partition outgrows the cache: they equal a brute-force count and sum
+ * whether the times come sorted, shuffled or partly late, and across that
+ * hand-over. */
+static int cmp_i64(const void *a, const void *b)
+{
+    const int64_t *x = a, *y = b;
+    return *x < *y ? -1 : *x > *y;
+}
+
 static int cmp_pair(const void *a, const void *b)
 {
     const int64_t *x = a, *y = b;
@@ -858,22 +866,15 @@ static int cmp_pair(const void *a, const void *b)
     return x[1] < y[1] ? -1 : x[1] > y[1];
 }
 
-static int cmp_i64(const void *a, const void *b)
+static void check_additive(size_t n, int64_t nkeys, int sorted, int64_t late_before, int with_sum)
 {
-    const int64_t *x = a, *y = b;
-    return *x < *y ? -1 : *x > *y;
-}
-
-static void check_count_only(size_t n, int64_t nkeys, int sorted, int64_t late_before)
-{
-    slash_window w;
-    CHECK_OK(slash_window_init(&w, SLASH_WINDOW_TUMBLING, 1000, 0));
     slash_ssb_config cfg = {0};
-    cfg.window = w;
+    CHECK_OK(slash_window_init(&cfg.window, SLASH_WINDOW_TUMBLING, 1000, 0));
     cfg.key_type = SLASH_KEY_INT64;
     cfg.partitions = 1;
-    cfg.naggs = 1;
-    cfg.aggs[0] = SLASH_AGG_COUNT;
+    cfg.naggs = with_sum ? 2 : 1;
+    cfg.aggs[A_COUNT] = SLASH_AGG_COUNT;
+    cfg.aggs[A_SUM] = SLASH_AGG_SUM_I64;
     cfg.log_reserve = (size_t)1 << 30;
     slash_ssb *s = NULL;
     CHECK_OK(slash_ssb_open(&cfg, &s));
@@ -889,8 +890,8 @@ static void check_count_only(size_t n, int64_t nkeys, int sorted, int64_t late_b
     CHECK_OK(update(s, SLASH_KEY_INT64, &d, n / 2, n));
     slash_ssb_result *r = NULL;
     CHECK_OK(slash_ssb_emit(s, INT64_MAX, &r));
-    /* the reference: (window, key) pairs of the records on time, sorted, counted */
-    int64_t *pairs = malloc(n * 16);
+    /* the reference: (window, key, value) of the records on time, sorted, summed up */
+    int64_t *want = malloc(n * 24);
     size_t m = 0, late = 0;
     for (size_t i = 0; i < n; i++) {
         int64_t ws = slash_floor_div(d.times[i], 1000) * 1000;
@@ -898,21 +899,25 @@ static void check_count_only(size_t n, int64_t nkeys, int sorted, int64_t late_b
             late++;
             continue;
         }
-        pairs[2 * m] = ws, pairs[2 * m + 1] = d.keys[i], m++;
+        want[3 * m] = ws, want[3 * m + 1] = d.keys[i], want[3 * m + 2] = d.vals[i], m++;
     }
-    qsort(pairs, m, 16, cmp_pair);
-    int64_t *got = malloc((r->rows + 1) * 24);
-    for (size_t i = 0; i < r->rows; i++)
-        got[3 * i] = r->window_start[i], got[3 * i + 1] = r->keys[i],
-        got[3 * i + 2] = ((int64_t *)r->columns[0])[i];
-    qsort(got, r->rows, 24, cmp_pair);
-    size_t rows = 0, ok = 1;
+    qsort(want, m, 24, cmp_pair);
+    int64_t *got = malloc((r->rows + 1) * 32);
+    for (size_t i = 0; i < r->rows; i++) {
+        got[4 * i] = r->window_start[i], got[4 * i + 1] = r->keys[i];
+        got[4 * i + 2] = ((int64_t *)r->columns[A_COUNT])[i];
+        got[4 * i + 3] = with_sum ? ((int64_t *)r->columns[A_SUM])[i] : 0;
+    }
+    qsort(got, r->rows, 32, cmp_pair);
+    size_t rows = 0;
+    int ok = 1;
     for (size_t i = 0; i < m && ok; rows++) {
         size_t j = i;
-        while (j < m && pairs[2 * j] == pairs[2 * i] && pairs[2 * j + 1] == pairs[2 * i + 1])
-            j++;
-        ok = rows < r->rows && got[3 * rows] == pairs[2 * i] && got[3 * rows + 1] == pairs[2 * i + 1] &&
-             got[3 * rows + 2] == (int64_t)(j - i);
+        int64_t sum = 0;
+        for (; j < m && want[3 * j] == want[3 * i] && want[3 * j + 1] == want[3 * i + 1]; j++)
+            sum += want[3 * j + 2];
+        ok = rows < r->rows && got[4 * rows] == want[3 * i] && got[4 * rows + 1] == want[3 * i + 1] &&
+             got[4 * rows + 2] == (int64_t)(j - i) && (!with_sum || got[4 * rows + 3] == sum);
         i = j;
     }
     CHECK(ok);
@@ -920,16 +925,19 @@ static void check_count_only(size_t n, int64_t nkeys, int sorted, int64_t late_b
     slash_ssb_stats st;
     slash_ssb_get_stats(s, &st);
     CHECK(st.late == late);
-    free(pairs), free(got);
+    free(want), free(got);
     slash_ssb_result_free(r);
     slash_ssb_close(s);
     data_free(&d);
 }
 
-TEST(count_only_sorted_times) { check_count_only(200000, 100, 1, 0); }
-TEST(count_only_shuffled_times) { check_count_only(200000, 100, 0, 0); }
-TEST(count_only_with_late_records) { check_count_only(200000, 100, 1, 3000); }
-TEST(count_only_past_the_cache_hands_over) { check_count_only(400000, 1 << 20, 1, 0); }
+TEST(count_only_sorted_times) { check_additive(200000, 100, 1, 0, 0); }
+TEST(count_only_shuffled_times) { check_additive(200000, 100, 0, 0, 0); }
+TEST(count_only_with_late_records) { check_additive(200000, 100, 1, 3000, 0); }
+TEST(count_only_past_the_cache_hands_over) { check_additive(400000, 1 << 20, 1, 0, 0); }
+TEST(count_and_sum_sorted_times) { check_additive(200000, 100, 1, 0, 1); }
+TEST(count_and_sum_shuffled_with_late_records) { check_additive(200000, 100, 0, 3000, 1); }
+TEST(count_and_sum_past_the_cache_hands_over) { check_additive(400000, 1 << 20, 1, 0, 1); }
 
 int main(void)
 {
@@ -957,6 +965,9 @@ int main(void)
     RUN(count_only_shuffled_times);
     RUN(count_only_with_late_records);
     RUN(count_only_past_the_cache_hands_over);
+    RUN(count_and_sum_sorted_times);
+    RUN(count_and_sum_shuffled_with_late_records);
+    RUN(count_and_sum_past_the_cache_hands_over);
     RUN(late_records_and_states);
     RUN(bad_input);
     RUN(merge_of_window_near_int64_min_is_clean);
