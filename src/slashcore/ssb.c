@@ -792,13 +792,17 @@ static size_t additive_runs_i64(slash_ssb *s, const slash_ssb_batch *b, const ad
         const bool live = slice_of(s, &c, b->times[i]);
         if (!c.fits)
             return i; /* the general loop reports it */
+        /* the run: row i (in the slice by slice_of, even at a saturated
+         * end: a time of INT64_MAX is in the slice clipped to end there)
+         * and the rows after it inside [lo, hi) */
         const int64_t lo = c.lo, hi = c.hi;
+        const size_t first = i;
         if (!live) {
-            for (; i < b->n && b->times[i] >= lo && b->times[i] < hi; i++)
+            for (; i < b->n && (i == first || (b->times[i] >= lo && b->times[i] < hi)); i++)
                 s->late++;
             continue;
         }
-        for (; i < b->n && b->times[i] >= lo && b->times[i] < hi; i++) {
+        for (; i < b->n && (i == first || (b->times[i] >= lo && b->times[i] < hi)); i++) {
             const int64_t key = b->keys[i];
             const size_t slot = fast_slot(key, lo);
             fast_entry *f = &fast[slot];
