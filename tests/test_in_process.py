@@ -1,7 +1,8 @@
-"""Small jobs run on one executor in the calling process
+"""Executors run on threads of the calling process unless a setting needs a
+process per rank (a checkpoint, live scaling, a latency target, realtime
+pacing, a fault injected by the test hook). Small jobs run on one executor
 (``slash.runner.IN_PROCESS_ROWS``) when the executor count is left to
-``run``; asked for a count, a run starts that many processes. Answers are
-checked against DuckDB either way."""
+``run``. Answers are checked against DuckDB either way."""
 import os
 import subprocess
 import sys
@@ -13,9 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from slash.errors import SystemFailure
+from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
 from slash.query import Query
-from slash.runner import IN_PROCESS_ROWS, run, runs_in_process
+from slash.runner import IN_PROCESS_ROWS, executor_count, run, runs_in_process
 from slash.sources import FileSource
 
 QUERY = Query(time="ts", window="tumbling:10s", key="k", aggregates=["count", "sum:x"])
@@ -52,22 +54,52 @@ def test_a_small_input_runs_on_one_executor_in_this_process(table):
     _same(result, table)
 
 
-def test_an_explicit_executor_count_runs_that_many_processes(table):
+def test_an_explicit_executor_count_runs_that_many_executors_in_this_process(table):
     m = {}
     result = run(QUERY, table, executors=2, metrics=m)
+    assert m["in_process"] and m["executors"] == 2
+    _same(result, table)
+
+
+def test_a_checkpointed_run_runs_its_executors_in_processes(tmp_path, table):
+    m = {}
+    result = run(QUERY, table, executors=2, metrics=m, checkpoint=str(tmp_path / "ck"))
+    assert not m.get("in_process") and m["executors"] == 2
+    _same(result, table)
+
+
+def test_a_group_that_asks_for_isolation_runs_its_executors_in_processes(table):
+    m = {}
+    result = run(QUERY, table, executors=2, metrics=m, group=GroupConfig(isolation="process"))
     assert not m["in_process"] and m["executors"] == 2
     _same(result, table)
 
 
-def test_a_large_input_or_a_checkpoint_is_not_run_in_process(tmp_path, table):
+def test_settings_that_need_a_process_per_rank_are_not_run_in_process(tmp_path, table,
+                                                                      monkeypatch):
     path = tmp_path / "in.parquet"
     pq.write_table(table, path)
     src = FileSource(str(path))
     assert runs_in_process(src, None)
-    assert not runs_in_process(src, 1)
+    assert runs_in_process(src, 1)
     assert not runs_in_process(src, None, checkpoint=str(tmp_path))
+    assert not runs_in_process(src, None, max_executors=2)
+    assert not runs_in_process(src, None, latency_target="1s")
+    assert not runs_in_process(src, None, realtime=True)
+    assert not runs_in_process(src, None, isolation=True)
+    monkeypatch.setenv("SLASH_TEST_KILL", "1:5")
+    assert not runs_in_process(src, None)  # the hook kills a process
+
+
+def test_a_large_input_left_to_run_gets_one_executor_per_core(tmp_path, table):
+    path = tmp_path / "in.parquet"
+    pq.write_table(table, path)
+    src = FileSource(str(path))
+    assert executor_count(src, None, True) == 1
+    assert executor_count(src, 3, True) == 3
     src.units = src.units * (IN_PROCESS_ROWS // table.num_rows + 1)  # as if it held more rows
-    assert not runs_in_process(src, None)
+    assert runs_in_process(src, None)
+    assert executor_count(src, None, True) == (os.cpu_count() or 1)
 
 
 def _no_report(rank, link):
@@ -92,3 +124,35 @@ def test_slash_run_of_a_small_file_runs_in_its_own_process(tmp_path, table):
     assert "1 executor in this process" in r.stdout
     result = pq.read_table(out)
     _same(result, table)
+
+
+def test_the_collector_stays_off_until_the_last_rank_on_a_thread_leaves_its_loop():
+    import gc
+    import threading
+
+    from slash.run.gc import no_cyclic_gc
+
+    assert gc.isenabled()
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with no_cyclic_gc():
+            first_in.set()
+            second_in.wait(10)
+        first_out.set()
+
+    def second():
+        first_in.wait(10)
+        with no_cyclic_gc():
+            second_in.set()
+            first_out.wait(10)
+            seen["after the first left"] = gc.isenabled()
+
+    ts = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(20)
+    assert seen == {"after the first left": False}
+    assert gc.isenabled()

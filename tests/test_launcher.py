@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from slash.errors import InvalidArgument, SlashError, SystemFailure
+from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup, describe_exit
 from slash.query import Query
 from slash.runner import run
@@ -96,7 +97,7 @@ def test_run_fails_at_once_naming_an_executor_killed_mid_run():
     src = KillerSource(_table())
     t0 = time.monotonic()
     with pytest.raises(SystemFailure, match=r"rank 1 died \(killed by signal SIGKILL\)"):
-        run(QUERY, src, executors=2, timeout=120)
+        run(QUERY, src, executors=2, timeout=120, group=GroupConfig(isolation="process"))
     assert time.monotonic() - t0 < 60  # not the run's timeout (120 s): noticed at the death
 
 

@@ -16,6 +16,8 @@ import os
 import time
 from typing import Any, Dict
 
+from slash.errors import InvalidArgument
+
 log = logging.getLogger(__name__)
 
 
@@ -148,8 +150,6 @@ NO_TIMEOUT_S = 1e9
 
 def _timeout(args: argparse.Namespace) -> float:
     """--timeout in seconds: given, 'none', or the default for the kind of run."""
-    from slash.errors import InvalidArgument
-
     if args.timeout is None:
         return NO_TIMEOUT_S if (args.rate is not None or args.realtime or
                                 getattr(args, "kafka_stream", False)) else 3600.0
@@ -187,7 +187,6 @@ def _kafka_sink(args: argparse.Namespace, query: Any) -> Any:
 
 def _kafka_source(args: argparse.Namespace) -> Any:
     """--kafka-bootstrap / --topic as a KafkaSource (bounded) or KafkaStream."""
-    from slash.errors import InvalidArgument
     from slash.kafka import KafkaSource, KafkaStream
 
     if not (args.kafka_bootstrap and args.topic):
@@ -206,12 +205,12 @@ def _kafka_source(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     from slash.launcher import use_forkserver
 
-    if args.executors is not None:  # processes for sure: the server's imports overlap ours
+    process_settings = {"checkpoint": args.checkpoint, "max_executors": args.max_executors,
+                        "latency_target": args.latency_target, "realtime": args.realtime}
+    if any(process_settings.values()):  # processes for sure: the server's imports overlap ours
         use_forkserver(["slash._warm"])
-    from slash.errors import InvalidArgument
     from slash.query import JoinQuery, Query
-    from slash.runner import run as run_query
-    from slash.runner import runs_in_process
+    from slash.runner import executor_count, run as run_query, runs_in_process
     from slash.sources import FileSource
 
     def cols(text: str) -> list:
@@ -249,15 +248,13 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         else:
             source = FileSource(args.input)
             rows_in = source.rows
-    here = runs_in_process(source, args.executors, checkpoint=args.checkpoint,
-                           max_executors=args.max_executors, latency_target=args.latency_target,
-                           realtime=args.realtime)
-    if not here and args.executors is None:
-        # executors are forked from a server that loads their modules once,
-        # in the background while this process checks the query (started
-        # above, before this process's imports, when --executors was given)
+    here = runs_in_process(source, args.executors, **process_settings)
+    if not here:
+        # executors are forked from a server that loads their modules once
+        # (started above, before this process's imports, when a setting
+        # asked for processes; no-op if so)
         use_forkserver(["slash._warm"])
-    executors = 1 if here else args.executors or os.cpu_count() or 1
+    executors = executor_count(source, args.executors, here)
     live = server = None
     if args.metrics_port is not None or args.ui:
         from slash.metrics import LiveMetrics, MetricsServer
@@ -318,7 +315,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 def summary(r: Dict[str, Any]) -> str:
     text = (f"slash run: {r['rows_in']:,} records -> {r['rows_out']:,} rows in {r['seconds']:.2f} s "
             f"({r['records_per_s'] / 1e6:.2f} M records/s, "
-            f"{'1 executor in this process' if r.get('in_process') else str(r['executors']) + ' executors'}, "
+            f"{r['executors']} executor{'s' if r['executors'] != 1 else ''}"
+            f"{' in this process' if r.get('in_process') else ''}, "
             f"{r['transport']}, {r['mode']} mode) -> {r['output']}")
     if r.get("checkpoints") is not None:
         text += (f"\n  {len(r['checkpoints'])} checkpoint(s), {len(r['recoveries'] or [])} "

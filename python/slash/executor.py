@@ -86,10 +86,13 @@ class GroupConfig:
     timeout: float = 120.0
     mode: str = "slash"
     own_rows: str = "auto"
+    isolation: str = "auto"
 
     def __post_init__(self) -> None:
         if self.mode not in ("slash", "repartition"):
             raise InvalidArgument(f"mode must be 'slash' or 'repartition', got {self.mode!r}")
+        if self.isolation not in ("auto", "process"):
+            raise InvalidArgument(f"isolation must be 'auto' or 'process', got {self.isolation!r}")
         if self.own_rows not in ("auto", "local", "leader"):
             raise InvalidArgument(f"own_rows must be 'auto', 'local' or 'leader', got {self.own_rows!r}")
         if not isinstance(self.transport, str) or not self.transport:

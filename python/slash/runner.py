@@ -1,7 +1,8 @@
-"""Running a query on N executor processes of this machine.
+"""Running a query on N executors of this machine.
 
-:func:`run` checks the query against the source's schema, starts N executor
-processes (the "spawn" method: each starts clean), lets them exchange their
+:func:`run` checks the query against the source's schema, starts N executors
+(threads of this process, or processes started by the "spawn" method when a
+feature needs a process per rank: :func:`runs_in_process`), lets them exchange their
 listener addresses, and gathers the results. Each process runs
 :func:`slash.worker.worker`: its rank loop reads its own split of the
 source, pushes it through the query's filter and projection into its
@@ -26,9 +27,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import pyarrow as pa
 
 from slash.errors import InvalidArgument, SinkFailed, SystemFailure, Timeout
-from slash.limits import MAX_EXECUTORS
 from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
+from slash.limits import MAX_EXECUTORS
 from slash.query import JoinQuery, Query
 from slash.recovery_join import execute_join_split  # noqa: F401 (Spark's join task runs it)
 from slash.run import compat
@@ -36,8 +37,7 @@ from slash.run.failure import first_cause, reported
 from slash.run.inputs import bound_ticks, source_nullable  # noqa: F401 (the benchmarks')
 from slash.run.output import write_late, write_parquet_atomically
 from slash.run.protocol import Error, Metrics, Windows
-from slash.sources import (FileSource, Source, as_source, output_overlaps_input,
-                           watermarks_from_source)
+from slash.sources import FileSource, Source, as_source, output_overlaps_input, watermarks_from_source
 from slash.worker import RankSpec, run_rank, worker
 
 log = logging.getLogger(__name__)
@@ -46,24 +46,47 @@ _NEVER = -(1 << 63)
 
 
 #: an input of at most this many rows, run with the default executor count,
-#: runs on one executor in the calling process (its reader decoding on a
-#: second thread): a process group's start costs more than what a second
-#: executor saves below it (16 M rows of a 2-column count: 1.43 s in
-#: process against 3.10 s with 2 processes, best of 4, machine at load 15)
+#: runs on one executor (its reader decoding on a second thread): a second
+#: executor's start and merge cost more than it saves below it (16 M rows of
+#: a 2-column count: 1.43 s on one against 3.10 s with 2 processes, best of
+#: 4, machine at load 15)
 IN_PROCESS_ROWS = 16_000_000
 
 
 def runs_in_process(src: Any, executors: Optional[int], **settings: Any) -> bool:
-    """Whether :func:`run` runs over ``src`` (a Source, or a join's two)
-    on one executor in the calling process: the executor count is left to
-    it (``executors`` None), the input holds at most IN_PROCESS_ROWS rows,
-    and none of ``settings`` (run's ``checkpoint``, ``max_executors``,
-    ``latency_target``, ``realtime``) is given."""
-    if executors is not None or any(v not in (None, False) for v in settings.values()):
+    """Whether :func:`run` runs its executors on threads of the calling
+    process rather than in processes of their own: an input of known size
+    (files, tables), and none of ``settings`` (run's ``checkpoint``,
+    ``max_executors``, ``latency_target``, ``realtime``; ``isolation``: the
+    group asked for processes, :class:`GroupConfig`) given. Those need what only a process
+    gives: a rank that can die and be restarted from a checkpoint alone, a
+    standby that joins a running group, a pace of its own. Nothing else
+    does: the executors' channels are the same rings (or endpoints), and the
+    decode and the fold run without the GIL, so threads give the same answer
+    without a process start, the executors' imports and a copy of each
+    result through a pipe (60 M rows on 2 executors: 0.88 s against 1.22 s
+    wall, quiet machine). A fault injected by the test hook SLASH_TEST_KILL
+    kills a process, so it asks for processes too."""
+    if any(v not in (None, False) for v in settings.values()):
+        return False
+    if os.environ.get("SLASH_TEST_KILL"):
         return False
     parts = src if isinstance(src, tuple) else (src,)
     rows = [getattr(p, "rows", None) for p in parts]
-    return all(isinstance(r, int) for r in rows) and sum(rows) <= IN_PROCESS_ROWS
+    return all(isinstance(r, int) for r in rows)
+
+
+def executor_count(src: Any, executors: Optional[int], in_process: bool) -> int:
+    """The executors :func:`run` starts: ``executors`` if given; else one
+    for an input of at most :data:`IN_PROCESS_ROWS` rows run in this process,
+    one per core otherwise."""
+    if executors is not None:
+        return executors
+    if in_process:
+        parts = src if isinstance(src, tuple) else (src,)
+        if sum(getattr(p, "rows", 0) for p in parts) <= IN_PROCESS_ROWS:
+            return 1
+    return os.cpu_count() or 1
 
 
 def execute_split(query: Query, source: Source, rank: int, addresses: List[str], listener: Any,
@@ -114,9 +137,10 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
         latency_target: Any = None, min_executors: Optional[int] = None,
         max_executors: Optional[int] = None, realtime: bool = False,
         sink: Any = None) -> pa.Table:
-    """Runs `query` over `source` on `executors` processes (default: one
-    per core; an input of at most :data:`IN_PROCESS_ROWS` rows runs on one
-    executor in this process, when nothing below asks for a process group).
+    """Runs `query` over `source` on `executors` executors (default: one
+    per core; one for an input of at most :data:`IN_PROCESS_ROWS` rows). They
+    run on threads of this process unless a setting below needs processes
+    (:func:`runs_in_process` says which and why).
 
     ``mode="repartition"`` runs the same query by hash-repartitioning records
     across the executors instead (the baseline Slash is compared with).
@@ -227,12 +251,11 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     else:
         raise InvalidArgument(f"query must be a slash.query.Query or JoinQuery, got "
                               f"{type(query).__name__}")
-    n = executors if executors is not None else (os.cpu_count() or 1)
     in_process = runs_in_process(src, executors, checkpoint=checkpoint,
                                  max_executors=max_executors, latency_target=latency_target,
-                                 realtime=realtime)
-    if in_process:
-        n = 1
+                                 realtime=realtime,
+                                 isolation=group is not None and group.isolation == "process")
+    n = executor_count(src, executors, in_process)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_EXECUTORS:
         raise InvalidArgument(f"executors must be an int in 1..{MAX_EXECUTORS}, got {executors!r}")
     group = GroupConfig.for_call(group, transport=transport, mode=mode, lateness=query.lateness)
@@ -536,8 +559,8 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
         result = query.finalize(pa.concat_tables(parts), src[0].schema, src[1].schema)
     else:
         result = query.finalize(pa.concat_tables(parts), src.schema)
-    log.info("query ran on %d executor%s in %.2f s: %d result rows", n,
-             " in this process" if in_process else "s" if n > 1 else "",
+    log.info("query ran on %d executor%s%s in %.2f s: %d result rows", n,
+             "s" if n > 1 else "", " in this process" if in_process else "",
              time.monotonic() - t0, result.num_rows)
     totals = {k: sum(int(m.get(k, 0) or 0) for m in per_exec)
               for k in ("records_in", "late_records", "null_time_records")}
