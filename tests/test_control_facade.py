@@ -36,7 +36,7 @@ def test_a_checkpointed_run_refuses_update_with_the_combinations_reason():
     ctl = RunControl(AGG, SCHEMA, 2, features=("checkpoint",))
     with pytest.raises(NotSupported) as got:
         ctl.submit({"filter": "v > 1"})
-    assert _reason("run", "aggregation", "checkpoint", "update") in str(got.value)
+    assert str(got.value) == _reason("run", "aggregation", "checkpoint", "update")
     assert "replays the input after the cut" in str(got.value)
 
 
@@ -106,7 +106,7 @@ def test_no_refusal_of_any_entry_says_not_yet():
                     if ctl.offers(name) or name == "status":
                         continue
                     why = ctl.refusal(name)
-                    assert why.startswith(f"{name}: ") and len(why) > len(name) + 40, why
+                    assert len(why) > 60, why
                     assert "not yet" not in why and "cannot be combined" not in why, why
 
 

@@ -162,6 +162,31 @@ class AutoTuner:
                     "decisions": [dict(d) for d in self.decisions]}
 
 
+def provide_by_hand(ctl: Any, tuner: AutoTuner, size: Callable[[], int],
+                    scale: Callable[[int], None], epoch: Callable[[float], None],
+                    **answer: Any) -> None:
+    """Registers with ``ctl`` (:class:`slash.control.RunControl`) what
+    ``slash ctl`` may ask of a run the latency controller steers: its
+    decisions (``status``), and scale-out/scale-in/epoch by hand: applied
+    with ``scale(to)`` / ``epoch(ms)``, then told to the controller, whose
+    next decisions start from them. ``answer``: more of a scale's answer."""
+    controller = tuner.controller
+    ctl.provide("controller-status", tuner.status)
+
+    def resize(to: int) -> Dict[str, Any]:
+        scale(to)
+        controller.executors = to
+        return {"executors": to, **answer}
+
+    def set_epoch(ms: int) -> Dict[str, Any]:
+        epoch(ms)
+        controller.epoch_ms = float(ms)
+        return {"epoch_ms": ms}
+
+    ctl.provide_resize(size, resize)
+    ctl.provide("epoch", set_epoch)
+
+
 def rebalance_op(rescaler: Any, live: Any) -> Any:
     """The Actuator's ``rebalance(from_rank, to_rank)``: half the partitions
     the hot leader leads move to the idle one, live, through rank 0
@@ -207,8 +232,7 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
     rescaler.on_metrics = on_metrics
     if live is not None:
         rescaler.on_event = live.event
-    ctl.provide("scale-out", lambda k: scale((rescaler.executors or n) + int(k)))
-    ctl.provide("scale-in", lambda k: scale((rescaler.executors or n) - int(k)))
+    ctl.provide_resize(lambda: rescaler.executors or n, scale)
     ctl.provide("epoch", epoch)
     ctl.provide("rebalance", lambda a: rescaler.rebalance(**a))
     server = ControlServer(ctl, None if control is True else os.fspath(control))
@@ -300,21 +324,7 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
                          "rebalance": rebalance_op(rescaler, live), "epoch": epoch})
     tuner = AutoTuner(controller, actuator, live, tick=live.report_interval)
     if ctl is not None:
-        ctl.provide("controller-status", tuner.status)
-
-        def by_hand(to: int) -> Dict[str, Any]:  # slash ctl scale-out/scale-in
-            scale(to)
-            controller.executors = to
-            return {"executors": to}
-
-        def epoch_by_hand(ms: int) -> Dict[str, Any]:
-            epoch(ms)
-            controller.epoch_ms = float(ms)
-            return {"epoch_ms": ms}
-
-        ctl.provide("scale-out", lambda k: by_hand(controller.executors + int(k)))
-        ctl.provide("scale-in", lambda k: by_hand(controller.executors - int(k)))
-        ctl.provide("epoch", epoch_by_hand)
+        provide_by_hand(ctl, tuner, lambda: controller.executors, scale, epoch)
         ctl.provide("rebalance", lambda a: rescaler.rebalance(**a))
     rescaler.on_metrics = on_metrics
     rescaler.on_event = live.event
@@ -513,22 +523,7 @@ def _run_live_tuned(query: Any, src: Any, n: int, group: Any, token: str, config
 
     def on_scaler(scaler: Any) -> None:
         holder["scaler"] = view.scaler = scaler
-        ctl.provide("controller-status", tuner.status)
-
-        def epoch_by_hand(ms: int) -> Dict[str, Any]:  # slash ctl epoch MS
-            epoch(ms)
-            controller.epoch_ms = float(ms)
-            return {"epoch_ms": ms}
-
-        ctl.provide("epoch", epoch_by_hand)
-
-        def scale_by_hand(to: int) -> Dict[str, Any]:  # slash ctl scale-out/scale-in K
-            scale(to)
-            controller.executors = to
-            return {"executors": to, "live": True}
-
-        ctl.provide("scale-out", lambda k: scale_by_hand(len(scaler.active) + int(k)))
-        ctl.provide("scale-in", lambda k: scale_by_hand(len(scaler.active) - int(k)))
+        provide_by_hand(ctl, tuner, lambda: len(scaler.active), scale, epoch, live=True)
 
     live.event(f"autotune (live): latency target {config.target_ms:.0f} ms, executors "
                f"{config.min_executors}..{size} provisioned, starting with {n} active")

@@ -198,6 +198,14 @@ class RunControl:
 
     set_hook = provide  # the name drivers used before the facade
 
+    def provide_resize(self, size: Callable[[], int],
+                       resize: Callable[[int], Dict[str, Any]]) -> None:
+        """Registers scale-out K / scale-in K as ``resize(size() +/- K)``: a
+        scaler that takes the executor count to reach (a restart from a
+        checkpoint cut, or a live scale told to the latency controller)."""
+        self.provide("scale-out", lambda k: resize(size() + int(k)))
+        self.provide("scale-in", lambda k: resize(size() - int(k)))
+
     def offers(self, name: str) -> bool:
         return name in self._ops
 
@@ -221,8 +229,8 @@ class RunControl:
                 reasons = []
                 break
             reasons.append(why)
-        if reasons:
-            return f"{name}: " + "; ".join(reasons)
+        if reasons:  # the table's words, as the run's own refusal at its start gives them
+            return "; ".join(reasons)
         why = NOT_STARTED_WITH.get(name, "no feature of this run offers it")
         return f"{name}: this {self.kind} does not offer it: {why}"
 
