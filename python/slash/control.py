@@ -13,44 +13,49 @@ handler plus :func:`register` and, for ``slash ctl``, an argument spec::
     register(Operation("scale-out", lambda ctl, a: ctl.call("scale-out", int(a["k"])),
                        "add executors", cli_args=[(("k",), {"type": int})]))
 
-The map: every entry point, the control it builds and who registers what.
+The map: every entry point, the control it builds, and who registers what
+(``status`` is everywhere; "the table" is :mod:`slash.run.compat`).
 
-==============================  ============================================================
-entry point                     operations (registered by)
-==============================  ============================================================
-``runner.run(control=)`` /      status; update (:class:`slash.control_logic.LogicUpdates`,
-``slash run --control``         rounds advanced by the runner's loop); rebalance
-(no checkpoint)                 (:class:`slash.control_moves.LiveMoves`: rank 0 moves
-                                leadership live). With ``max_executors=``: scale-out,
-                                scale-in, elastic-status (``slash.live_scale.LiveScaler``,
-                                ``runner._run_group``).
-the same, a window join          status, rebalance (LiveMoves), scale-out/scale-in/elastic-
-(``max_executors=``)            status (``slash.live_join.JoinLiveScaler``); update refused
-                                by the table (a join has no logic to change).
-``checkpoint=`` (with           status; rebalance, scale-out, scale-in (a restart from a
-``control=`` or ``realtime=``)  checkpoint cut) and epoch through
-                                ``slash.recovery.CheckpointedRun``
-                                (``autotune.serve_checkpointed``); update refused by the
-                                table (update with checkpoint).
-``checkpoint=`` +               status, rebalance (LiveMoves); scale-out, scale-in,
-``max_executors=``              elastic-status through ``live_ckpt.ElasticCheckpointed``
-                                (live within the group, a restart beyond it); update
-                                refused by the table.
-``latency_target=`` (restart    status + controller-status, scale-out/scale-in/epoch by
-path, checkpointed)             hand (told to the controller), rebalance via
-                                ``CheckpointedRun`` (``autotune.run_autotuned``).
-``latency_target=`` (live path) the ``runner.run`` control above, plus controller-status,
-                                epoch and live scale-out/scale-in by hand
-                                (``autotune._run_live_tuned``).
-``slash.spark.stream``          ``StreamHandle``: status, update (the handle drives the
-(``StreamHandle``)              rounds), rebalance (LiveMoves to rank 0's task),
-                                scale-out/scale-in (``StreamHandle.rescale``: a restart of
-                                the barrier stage from a checkpoint); no socket.
-``slash.spark.window_aggregate``  no control (one bounded pass: the table says why).
-/ ``window_join``
-``slash ctl``                   the client: :func:`slash.control_socket.request` with an
-                                operation of :data:`OPERATIONS`.
-==============================  ============================================================
+* ``runner.run(control=)`` / ``slash run --control``, no checkpoint
+  (``runner._control_for``): update (:class:`slash.control_logic.LogicUpdates`,
+  rounds advanced by the runner's loop), rebalance
+  (:class:`slash.control_moves.LiveMoves`: rank 0 moves leadership live).
+  With ``max_executors=``: scale-out, scale-in, elastic-status
+  (``slash.live_scale.LiveScaler``, registered in ``runner._run_group``).
+* the same for a window join with ``max_executors=``: rebalance (LiveMoves),
+  scale-out, scale-in, elastic-status (``slash.live_join.JoinLiveScaler``);
+  update refused by the table (a join has no filters to change).
+* ``checkpoint=`` with ``control=`` (or ``realtime=`` without a target;
+  ``autotune.serve_checkpointed``): rebalance, scale-out, scale-in (by
+  restart from a checkpoint cut) and epoch, all through
+  ``slash.recovery.CheckpointedRun``; update refused by the table (update
+  with checkpoint).
+* ``checkpoint=`` with ``max_executors=`` (``live_ckpt.run_live_checkpointed``):
+  rebalance (LiveMoves); scale-out, scale-in, elastic-status through
+  ``live_ckpt.ElasticCheckpointed`` (live within the group, by restart
+  beyond it); update refused by the table.
+* ``latency_target=``, restart path (``autotune.run_autotuned``):
+  controller-status, scale-out, scale-in and epoch by hand (told to the
+  controller: ``autotune.provide_by_hand``), rebalance through
+  ``CheckpointedRun``; update refused by the table.
+* ``latency_target=``, live path (``autotune._run_live_tuned``): the
+  ``runner.run`` control with ``max_executors=`` above, its scale operations
+  and epoch by hand (``provide_by_hand``), and controller-status.
+* ``slash.spark.stream`` (``StreamHandle``, no socket): update (the handle
+  advances the rounds itself), rebalance (LiveMoves, to rank 0's task),
+  scale-out and scale-in (``StreamHandle.rescale``: the barrier stage
+  restarted from a checkpoint); ``StreamHandle.status/update/rebalance``
+  delegate to it.
+* ``slash.spark.window_aggregate`` / ``window_join``: no control (one bounded
+  pass; the table says why each operation's feature is refused there).
+* ``slash ctl``: the client (:func:`slash.control_socket.request`) of the
+  operations of :data:`OPERATIONS`.
+
+Before this facade the same roles were played by four classes:
+``RunControl`` and its subclasses ``live_ckpt.CheckpointedRunControl``,
+``autotune``'s ``CheckpointedControl`` and ``live_join.JoinRunControl``, each
+refusing update by overriding ``submit`` (the join's with a copy of
+``status``).
 
 The executors' end: ``slash.worker`` (local ranks) and ``slash.spark.stream``'s
 tasks build :class:`slash.control_logic.ExecutorControl` (update rounds, and
