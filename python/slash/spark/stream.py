@@ -82,8 +82,8 @@ import pyarrow.parquet as pq
 
 from slash._ipc import from_ipc, to_ipc
 from slash.control import RunControl
-from slash.control_moves import parse_moves
 from slash.control_logic import ExecutorControl, LogicPlan, updated_query
+from slash.control_moves import parse_moves
 from slash.errors import (InvalidArgument, InvalidState, NotSupported, SinkFailed, TaskFailed,
                           Timeout, UnknownName)
 from slash.executor import Executor, GroupConfig
