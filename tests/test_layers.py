@@ -41,6 +41,7 @@ RANK_SIDE = {"slash", "slash.errors", "slash.limits", "slash.window", "slash.sta
 #: the drivers and everything above them
 DRIVER_SIDE = {"slash.runner", "slash.recovery", "slash.recovery_join", "slash.live_ckpt",
                "slash.live_join", "slash.live_scale", "slash.autotune", "slash.control",
+               "slash.control_logic", "slash.control_moves", "slash.control_socket",
                "slash.controller", "slash.latency_model", "slash.launcher", "slash.metrics",
                "slash.worker", "slash.cli",
                "slash.cli_run", "slash.doctor", "slash.spark", "slash.bench"}
@@ -49,7 +50,8 @@ ABOVE_ENGINE = ("slash.runner", "slash.autotune", "slash.spark", "slash.cli", "s
 #: modules whose imports inside functions must each say why (besides slash.run)
 LAZY_CHECKED = RANK_SIDE | {
     "slash.recovery", "slash.recovery_join", "slash.live_ckpt", "slash.live_join",
-    "slash.live_scale", "slash.autotune", "slash.control", "slash.spark._env",
+    "slash.live_scale", "slash.autotune", "slash.control", "slash.control_logic",
+    "slash.control_moves", "slash.control_socket", "slash.spark._env",
     "slash.spark.join", "slash.spark._batch_ckpt", "slash.spark._stream_ckpt", "slash.cli",
     "slash.doctor", "slash.metrics", "slash.launcher"}
 #: a reason for a lazy import: an optional dependency, or a measured cost

@@ -162,25 +162,29 @@ class AutoTuner:
                     "decisions": [dict(d) for d in self.decisions]}
 
 
-def _controlled_class() -> Any:
-    class CheckpointedControl(RunControl):
-        """The control socket's side of a checkpointed run: status (with
-        the controller's decisions) and the scale/epoch operations through
-        hooks; ``update`` is refused (:mod:`slash.run.compat` says why)."""
+def provide_by_hand(ctl: Any, tuner: AutoTuner, size: Callable[[], int],
+                    scale: Callable[[int], None], epoch: Callable[[float], None],
+                    **answer: Any) -> None:
+    """Registers with ``ctl`` (:class:`slash.control.RunControl`) what
+    ``slash ctl`` may ask of a run the latency controller steers: its
+    decisions (``status``), and scale-out/scale-in/epoch by hand: applied
+    with ``scale(to)`` / ``epoch(ms)``, then told to the controller, whose
+    next decisions start from them. ``answer``: more of a scale's answer."""
+    controller = tuner.controller
+    ctl.provide("controller-status", tuner.status)
 
-        tuner: Optional[AutoTuner] = None
+    def resize(to: int) -> Dict[str, Any]:
+        scale(to)
+        controller.executors = to
+        return {"executors": to, **answer}
 
-        def submit(self, args: Dict[str, Any]) -> Any:
-            compat.check("run", "aggregation", ["update", "checkpoint"])
+    def set_epoch(ms: int) -> Dict[str, Any]:
+        epoch(ms)
+        controller.epoch_ms = float(ms)
+        return {"epoch_ms": ms}
 
-        def status(self) -> Dict[str, Any]:
-            st = super().status()
-            if self.tuner is not None:
-                st["controller"] = self.tuner.status()
-                st["executors"] = self.tuner.controller.executors
-            return st
-
-    return CheckpointedControl
+    ctl.provide_resize(size, resize)
+    ctl.provide("epoch", set_epoch)
 
 
 def rebalance_op(rescaler: Any, live: Any) -> Any:
@@ -208,7 +212,8 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
     if not (control is True or isinstance(control, (str, os.PathLike))):
         raise InvalidArgument("with checkpoint=, control must be True, a socket path or a "
                               "slash.recovery.CheckpointedRun")
-    ctl = _controlled_class()(query, src.schema, n, bounded=watermarks_from_source(src))
+    ctl = RunControl(query, src.schema, n, bounded=watermarks_from_source(src),
+                     features=("checkpoint",))  # update: refused (slash.run.compat says why)
 
     def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
         if live is not None:
@@ -217,9 +222,7 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
 
     def scale(to: int) -> Dict[str, Any]:
         got = rescaler.rescale(to)
-        ctl.executors = got["to"]
-        with ctl._lock:
-            ctl._per.clear()
+        ctl.regroup(got["to"], "the group restarted with another executor count")
         return {"executors": got["to"]}
 
     def epoch(ms: int) -> Dict[str, Any]:
@@ -229,10 +232,9 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
     rescaler.on_metrics = on_metrics
     if live is not None:
         rescaler.on_event = live.event
-    ctl.set_hook("scale-out", lambda k: scale((rescaler.executors or n) + int(k)))
-    ctl.set_hook("scale-in", lambda k: scale((rescaler.executors or n) - int(k)))
-    ctl.set_hook("epoch", epoch)
-    ctl.set_hook("rebalance", lambda a: rescaler.rebalance(**a))
+    ctl.provide_resize(lambda: rescaler.executors or n, scale)
+    ctl.provide("epoch", epoch)
+    ctl.provide("rebalance", lambda a: rescaler.rebalance(**a))
     server = ControlServer(ctl, None if control is True else os.fspath(control))
     return ctl, server
 
@@ -296,7 +298,8 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
     if control not in (None, False):
         if not (control is True or isinstance(control, (str, os.PathLike))):
             raise InvalidArgument("with latency_target=, control must be True or a socket path")
-        ctl = _controlled_class()(query, src.schema, n, bounded=watermarks_from_source(src))
+        ctl = RunControl(query, src.schema, n, bounded=watermarks_from_source(src),
+                         features=("checkpoint", "latency_target"))
         server = ControlServer(ctl, None if control is True else os.fspath(control))
 
     def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
@@ -308,9 +311,7 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
         got = rescaler.rescale(to)
         live.set_executors(got["to"])
         if ctl is not None:
-            ctl.executors = got["to"]
-            with ctl._lock:
-                ctl._per.clear()
+            ctl.regroup(got["to"], "the group restarted with another executor count")
         live.event(f"rescale {got['from']} -> {got['to']} executors from checkpoint "
                    f"{got['checkpoint']} ({got['seconds_to_resume']:.2f} s to resume)")
 
@@ -323,22 +324,8 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
                          "rebalance": rebalance_op(rescaler, live), "epoch": epoch})
     tuner = AutoTuner(controller, actuator, live, tick=live.report_interval)
     if ctl is not None:
-        ctl.tuner = tuner
-
-        def by_hand(to: int) -> Dict[str, Any]:  # slash ctl scale-out/scale-in
-            scale(to)
-            controller.executors = to
-            return {"executors": to}
-
-        def epoch_by_hand(ms: int) -> Dict[str, Any]:
-            epoch(ms)
-            controller.epoch_ms = float(ms)
-            return {"epoch_ms": ms}
-
-        ctl.set_hook("scale-out", lambda k: by_hand(controller.executors + int(k)))
-        ctl.set_hook("scale-in", lambda k: by_hand(controller.executors - int(k)))
-        ctl.set_hook("epoch", epoch_by_hand)
-        ctl.set_hook("rebalance", lambda a: rescaler.rebalance(**a))
+        provide_by_hand(ctl, tuner, lambda: controller.executors, scale, epoch)
+        ctl.provide("rebalance", lambda a: rescaler.rebalance(**a))
     rescaler.on_metrics = on_metrics
     rescaler.on_event = live.event
     live.event(f"autotune: latency target {config.target_ms:.0f} ms, executors "
@@ -439,7 +426,7 @@ def _provision(query: Any, src: Any, size: int, group: Any, live: Any, control: 
     live = live if live is not None else LiveMetrics(size, kind="run")
     live.set_executors(size)
     ctl, server = drivers.control_for(True if control in (None, False) else control, query, src,
-                                      size)
+                                      size, elastic=True)
     return live, ctl, server
 
 
@@ -536,22 +523,7 @@ def _run_live_tuned(query: Any, src: Any, n: int, group: Any, token: str, config
 
     def on_scaler(scaler: Any) -> None:
         holder["scaler"] = view.scaler = scaler
-        ctl.set_hook("controller-status", tuner.status)
-
-        def epoch_by_hand(ms: int) -> Dict[str, Any]:  # slash ctl epoch MS
-            epoch(ms)
-            controller.epoch_ms = float(ms)
-            return {"epoch_ms": ms}
-
-        ctl.set_hook("epoch", epoch_by_hand)
-
-        def scale_by_hand(to: int) -> Dict[str, Any]:  # slash ctl scale-out/scale-in K
-            scale(to)
-            controller.executors = to
-            return {"executors": to, "live": True}
-
-        ctl.set_hook("scale-out", lambda k: scale_by_hand(len(scaler.active) + int(k)))
-        ctl.set_hook("scale-in", lambda k: scale_by_hand(len(scaler.active) - int(k)))
+        provide_by_hand(ctl, tuner, lambda: len(scaler.active), scale, epoch, live=True)
 
     live.event(f"autotune (live): latency target {config.target_ms:.0f} ms, executors "
                f"{config.min_executors}..{size} provisioned, starting with {n} active")

@@ -74,7 +74,6 @@ from slash.launcher import ProcessGroup
 from slash.limits import MAX_EXECUTORS
 from slash.live_scale import LiveScaler
 from slash.recovery import CheckpointEvery, all_late, fingerprint, stored_late
-from slash.run import compat
 from slash.run.ckpt import commit
 from slash.run.failure import Failed, Reported, failed, reported, restartable
 from slash.run.group import connect
@@ -89,15 +88,6 @@ from slash.worker import RankSpec, worker
 log = logging.getLogger(__name__)
 
 # ---- the driver's side ---------------------------------------------------------------------------
-class CheckpointedRunControl(RunControl):
-    """The control socket's side of a checkpointed live group: as
-    :class:`slash.control.RunControl`, but ``update`` is refused (a new logic
-    version would be lost when the group resumes from a checkpoint)."""
-
-    def submit(self, args: Dict[str, Any]) -> Any:
-        compat.check("run", "aggregation", ["update", "checkpoint"])
-
-
 class _Restart:
     """A scale-out beyond the provisioned group, carried out by restart."""
 
@@ -281,16 +271,18 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
 
     if isinstance(control, RunControl):
         ctl, server = control, None
+        ctl.declare("checkpoint", "live_scale")  # update withdrawn: slash.run.compat says why
     elif not (control in (None, True, False) or isinstance(control, (str, os.PathLike))):
         raise InvalidArgument(f"control must be True, a socket path or a "
                               f"slash.control.RunControl with max_executors=, got "
                               f"{type(control).__name__}")
     else:
-        ctl, server = CheckpointedRunControl(query, source.schema, m, bounded=True), None
+        ctl = RunControl(query, source.schema, m, features=("checkpoint", "live_scale"))
+        server = None
     elastic = ElasticCheckpointed()
-    ctl.set_hook("scale-out", elastic.scale_out)
-    ctl.set_hook("scale-in", elastic.scale_in)
-    ctl.set_hook("elastic-status", elastic.status)
+    ctl.provide("scale-out", elastic.scale_out)
+    ctl.provide("scale-in", elastic.scale_in)
+    ctl.provide("elastic-status", elastic.status)
     if not isinstance(control, RunControl):  # served once it can answer every operation
         server = ControlServer(ctl, None if control in (None, True, False) else os.fspath(control))
     report_every = getattr(live, "report_interval", 0.5) if live is not None else 0.5
@@ -443,7 +435,7 @@ def _attempt(query: Any, source: Any, size: int, group: GroupConfig, token: str,
                             pg.send(0, CheckpointNow())
                     else:
                         ctl.service()
-                        if ctl._active is None:
+                        if not ctl.agreeing:
                             scaler.service()
                     try:
                         rep = pg.recv(timeout=min(left, ctl.tick))

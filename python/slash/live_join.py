@@ -45,13 +45,11 @@ finish() fires the rest. See docs/elastic.md.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
-from slash.control import RunControl, leadership
 from slash.errors import InvalidState, NotSupported
 from slash.live_scale import NO_WATERMARK, LiveScaler, ScaleAgent, Work, deal_work
 from slash.recovery_join import Side, merged
@@ -59,7 +57,6 @@ from slash.run.elastic import wait_for_work
 from slash.run.inputs import bound_ticks
 from slash.run.protocol import ScaleCommit
 from slash.run.rank import JoinPush, RankLoop, SideBatch
-from slash.run import compat
 from slash.sources import FileSource
 
 log = logging.getLogger(__name__)
@@ -292,40 +289,6 @@ class JoinLiveScaler(LiveScaler):
         log.warning("live scale: %d -> %d active executors (ranks %s) of a join; input paused "
                     "%.1f ms", len(old), len(new), new, 1000 * pause)
         self._end(op, None, {"executors": len(new), **entry, "live": True})
-
-
-class JoinRunControl(RunControl):
-    """The control socket's view of a live-scalable join: ``status``, the
-    scale operations (hooks set by the runner) and ``rebalance``
-    (:meth:`RunControl.rebalance`: rank 0's loop in :func:`live_join_items`
-    serves the moves through its :class:`slash.control.ExecutorControl`,
-    reading or not); ``update`` is refused (a join's logic cannot change
-    while it runs)."""
-
-    def __init__(self, query: Any, schemas: Tuple[pa.Schema, pa.Schema], executors: int) -> None:
-        super().__init__(query, schemas[0], executors, bounded=True)
-
-    def submit(self, args: Dict[str, Any]) -> Any:
-        compat.check("run", "join", ["update"])
-
-    def status(self) -> Dict[str, Any]:
-        with self._lock:
-            per = {str(r): dict(s) for r, s in sorted(self._per.items())}
-            done = sorted(self._input_done)
-        q = self.query
-        wm = [p.get("group_watermark_ms") for p in per.values()]
-        return {"kind": self.kind, "pid": os.getpid(), "started": self.started,
-                "uptime_s": round(time.time() - self.started, 3),
-                "executors": self.executors, "reporting": len(per),
-                "epoch": max((p.get("epochs", 0) for p in per.values()), default=0),
-                "watermark_ms": min(wm) if wm and None not in wm else None,
-                "records": sum(int(p.get("records_in", 0) or 0) for p in per.values()),
-                "max_event_time_ms": None, "input_done": done, "finished": self.finished,
-                **(self._hooks["elastic-status"]() if "elastic-status" in self._hooks else {}),
-                **leadership(per), "logic_version": 0, "logic": [],
-                "query": {"time": q.time, "window": repr(q.window), "join_on": list(q.on),
-                          "lateness_ms": q.lateness, "bounded": True},
-                "per_executor": per}
 
 
 def check_join_sources(srcs: Tuple[Any, Any]) -> None:

@@ -426,30 +426,30 @@ def _check_elastic(query: Any, src: Any, n: int, m: Any, checkpoint: Any) -> Non
 def _control_for(control: Any, query: Any, src: Any, n: int,
                  elastic: bool = False) -> Tuple[Any, Any]:
     """(RunControl, ControlServer or None) for :func:`run`'s ``control=``;
-    ``elastic``: a live-scalable group (a join's control offers status and
-    scaling, :class:`slash.live_join.JoinRunControl`)."""
+    ``elastic``: a live-scalable group (its scaler registers the scale
+    operations, :func:`_run_group`)."""
     if control is None or control is False:
         return None, None
     from slash.control import ControlServer, RunControl
 
+    features = ("live_scale",) if elastic else ()
     if isinstance(query, JoinQuery) and elastic and not isinstance(control, RunControl):
-        from slash.live_join import JoinRunControl
-
         if control is not True and not isinstance(control, (str, os.PathLike)):
             raise InvalidArgument(f"control must be True or a socket path, got "
                                   f"{type(control).__name__}")
-        jctl = JoinRunControl(query, (src[0].schema, src[1].schema), n)
+        jctl = RunControl(query, src[0].schema, n, features=features)  # update: refused
         return jctl, ControlServer(jctl, None if control is True else os.fspath(control))
     if isinstance(query, JoinQuery):
         raise InvalidArgument("control=: a join serves a control socket over file inputs "
                               "(FileSource or BatchSource) without checkpoint= (it runs as a "
                               "live join group, slash.live_join)")
     if isinstance(control, RunControl):
+        control.declare(*features)
         return control, None
     if control is not True and not isinstance(control, (str, os.PathLike)):
         raise InvalidArgument(f"control must be True, a socket path or a RunControl, got "
                               f"{type(control).__name__}")
-    ctl = RunControl(query, src.schema, n, bounded=watermarks_from_source(src))
+    ctl = RunControl(query, src.schema, n, bounded=watermarks_from_source(src), features=features)
     return ctl, ControlServer(ctl, None if control is True else os.fspath(control))
 
 
@@ -477,9 +477,9 @@ def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, wan
             scaler = JoinLiveScaler(src, query, n, elastic)
         else:
             scaler = LiveScaler(src, query, n, elastic, lambda b: bound_ticks(query, src.schema, b))
-        ctl.set_hook("scale-out", scaler.scale_out)
-        ctl.set_hook("scale-in", scaler.scale_in)
-        ctl.set_hook("elastic-status", scaler.status)
+        ctl.provide("scale-out", scaler.scale_out)
+        ctl.provide("scale-in", scaler.scale_in)
+        ctl.provide("elastic-status", scaler.status)
         if on_scaler is not None:
             on_scaler(scaler)
     try:
@@ -527,7 +527,7 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
                     scaler.service()  # one agreement at a time: a scale, or an update
                 elif ctl is not None:
                     ctl.service()
-                    if scaler is not None and ctl._active is None:
+                    if scaler is not None and not ctl.agreeing:
                         scaler.service()
                 rep = pg.recv(timeout=left if ctl is None else min(left, ctl.tick))
             except Timeout:

@@ -81,7 +81,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from slash._ipc import from_ipc, to_ipc
-from slash.control import ExecutorControl, LogicPlan, RunControl, updated_query
+from slash.control import RunControl
+from slash.control_logic import ExecutorControl, LogicPlan, updated_query
+from slash.control_moves import parse_moves
 from slash.errors import (InvalidArgument, InvalidState, NotSupported, SinkFailed, TaskFailed,
                           Timeout, UnknownName)
 from slash.executor import Executor, GroupConfig
@@ -1231,7 +1233,7 @@ class StreamHandle:
         the partitions ``from_rank`` leads go to ``to_rank``, each chosen
         from the executors' latest metrics when not given (the leader with
         the most merge time, then delta bytes received, to the least loaded
-        one), as ``slash ctl rebalance`` does (:func:`slash.control.rebalance_spec`).
+        one), as ``slash ctl rebalance`` does (:func:`slash.control_moves.rebalance_spec`).
         Rank 0's task applies the moves (``Executor.move_partitions``); this
         returns once every executor reported the new leader map version:
         ``{"moves": {"p": rank}, "map_version": v}``. With ``checkpoint=``
@@ -1244,8 +1246,6 @@ class StreamHandle:
         :class:`InvalidState` when the stream is not running (or is
         rescaling, or rank 0 has read all of its input), and
         :class:`Timeout` after ``timeout`` s."""
-        from slash.control import parse_moves
-
         ctl = self._ctl
         if ctl is None or not self.running or self._stop_sent:
             raise InvalidState("StreamHandle.rebalance: the stream is not running")
@@ -1533,7 +1533,10 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
         handle._close_server()
         raise
     handle._rdv = rdv
-    handle._ctl = RunControl(query, schema, n, bounded=False, kind="stream")
+    handle._ctl = RunControl(query, schema, n, bounded=False, kind="stream", entry="spark.stream",
+                             features=("checkpoint",) if handle._ck is not None else ())
+    handle._ctl.provide("scale-out", handle.scale_out)  # a restart of the barrier stage
+    handle._ctl.provide("scale-in", handle.scale_in)
     if handle._ck is not None:
         handle._restore_logic(handle._ck.start_logic)
     handle._ctl.attach(lambda r, m: rdv.send_to(r, m))

@@ -1,0 +1,119 @@
+"""The one control facade (slash.control.RunControl): operations are
+registered by the features that implement them, and an operation nobody
+registered is refused with the reason of the compatibility table
+(slash.run.compat) or with what the run was started without."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from slash import control
+from slash.control import ControlServer, RunControl
+from slash.errors import NotSupported
+from slash.query import JoinQuery, Query
+from slash.run import compat
+
+SCHEMA = pa.schema([("t", pa.int64()), ("k", pa.int64()), ("v", pa.int64())])
+AGG = Query(time="t", window="tumbling:1s", key="k")
+JOIN = JoinQuery(time="t", window="tumbling:1s", on=["k"])
+
+
+def _reason(entry, kind, *features):
+    with pytest.raises(NotSupported) as got:
+        compat.check(entry, kind, features)
+    return str(got.value)
+
+
+def test_a_join_refuses_update_with_the_tables_reason():
+    ctl = RunControl(JOIN, SCHEMA, 2, features=("live_scale",))
+    assert not ctl.offers("update")
+    with pytest.raises(NotSupported) as got:
+        ctl.update({"filter": "v > 1"})
+    assert _reason("run", "join", "update") in str(got.value)
+
+
+def test_a_checkpointed_run_refuses_update_with_the_combinations_reason():
+    ctl = RunControl(AGG, SCHEMA, 2, features=("checkpoint",))
+    with pytest.raises(NotSupported) as got:
+        ctl.submit({"filter": "v > 1"})
+    assert str(got.value) == _reason("run", "aggregation", "checkpoint", "update")
+    assert "replays the input after the cut" in str(got.value)
+
+
+def test_a_control_the_user_made_loses_update_when_the_run_declares_checkpoint():
+    ctl = RunControl(AGG, SCHEMA, 2)
+    assert ctl.offers("update") and ctl.offers("rebalance")
+    ctl.declare("checkpoint", "live_scale")
+    assert not ctl.offers("update") and ctl.offers("rebalance")
+    with pytest.raises(NotSupported, match="update"):
+        ctl.update({"filter": "v > 1"})
+
+
+def test_a_checkpointed_join_has_no_live_rebalance():
+    ctl = RunControl(JOIN, SCHEMA, 2, features=("checkpoint",))
+    with pytest.raises(NotSupported) as got:
+        ctl.rebalance({})
+    assert _reason("run", "join", "checkpoint", "rebalance") in str(got.value)
+
+
+def test_a_spark_stream_with_checkpoints_offers_update():
+    """The table allows update with checkpoint= in slash.spark.stream (each
+    checkpoint records the versions agreed): the facade registers it."""
+    ctl = RunControl(AGG, SCHEMA, 2, bounded=False, kind="stream", entry="spark.stream",
+                     features=("checkpoint",))
+    assert ctl.offers("update")
+    r = ctl.submit({"filter": "v > 1"})
+    assert r.query.filters[0].column == "v"
+
+
+def test_a_fixed_group_refuses_scale_out_naming_what_it_was_started_without():
+    ctl = RunControl(AGG, SCHEMA, 2)
+    with pytest.raises(NotSupported, match="scale-out") as got:
+        ctl.call("scale-out", 1)
+    assert "max_executors=" in str(got.value) and "checkpoint=" in str(got.value)
+
+
+def test_a_scaler_registers_the_scale_operations_and_its_status():
+    ctl = RunControl(AGG, SCHEMA, 2, features=("live_scale",))
+    asked = []
+    ctl.provide("scale-out", lambda k: asked.append(k) or {"executors": 2 + k})
+    ctl.provide("elastic-status", lambda: {"active_ranks": [0, 1], "standby_ranks": [2]})
+    assert ctl.call("scale-out", 1) == {"executors": 3} and asked == [1]
+    st = ctl.status()
+    assert st["active_ranks"] == [0, 1] and st["standby_ranks"] == [2]
+    assert ctl.active_ranks() == [0, 1]
+
+
+def test_a_registered_rebalance_replaces_the_live_one():
+    ctl = RunControl(AGG, SCHEMA, 2, features=("checkpoint",))
+    ctl.provide("rebalance", lambda a: {"moves": {"3": 1}, "map_version": 1, "asked": a})
+    got = ctl.rebalance({"from_rank": 0, "to_rank": 1})
+    assert got["asked"] == {"from_rank": 0, "to_rank": 1}
+
+
+def test_no_refusal_of_any_entry_says_not_yet():
+    """Every operation of OPERATIONS that a run of any entry point and kind
+    does not offer is refused with a reason; none says "not yet"."""
+    for entry in compat.ENTRIES:
+        for kind, query in (("aggregation", AGG), ("join", JOIN)):
+            for features in ((), ("checkpoint",), ("live_scale",)):
+                ctl = RunControl(query, SCHEMA, 2, entry=entry, features=())
+                try:
+                    ctl.declare(*features)
+                except NotSupported:
+                    continue
+                for name in control.OPERATIONS:
+                    if ctl.offers(name) or name == "status":
+                        continue
+                    why = ctl.refusal(name)
+                    assert len(why) > 60, why
+                    assert "not yet" not in why and "cannot be combined" not in why, why
+
+
+def test_the_socket_answers_a_refused_operation_with_its_reason(tmp_path):
+    ctl = RunControl(JOIN, SCHEMA, 2, features=("live_scale",))
+    with ControlServer(ctl, str(tmp_path / "j.sock")) as srv:
+        st = control.request(srv.path, "status")
+        assert st["query"]["join_on"] == ["k"] and st["logic"] == [] and st["logic_version"] == 0
+        with pytest.raises(NotSupported, match="window join has no filters"):
+            control.request(srv.path, "update", {"filter": "v > 1"})
