@@ -154,3 +154,16 @@ def test_importing_configures_no_logging():
             "print(len(logging.getLogger().handlers), logging.getLogger().level)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
     assert r.stdout.split() == ["0", "30"]  # no handlers, root level still WARNING
+
+
+@pytest.mark.parametrize("given,kept", [(None, "1"), ("4", "4")])
+def test_the_command_runs_numpy_with_one_blas_thread_unless_the_user_chose(given, kept):
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    code = ("import os, sys; from slash.cli import main; main(['--version']); "
+            "import numpy; print(os.environ['OPENBLAS_NUM_THREADS'])")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == kept

@@ -173,6 +173,11 @@ def _error(msg: str, code: int) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the ``slash`` command with ``argv`` (default: ``sys.argv[1:]``) and returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    # This process is the command's: numpy's OpenBLAS would start a thread per
+    # core at import that spins for work that never comes (slash does no BLAS
+    # work that needs threads), 0.1 s of CPU per process on 2 cores; one
+    # thread, unless the user chose (inherited by the executors' processes)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         from slash import errors  # start-up: a missing or broken compiled core is reported, not raised
     except ImportError as e:  # the compiled core is missing or broken
