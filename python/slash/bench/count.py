@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def summary(r: Dict[str, Any]) -> str:
-    text = (f"count over {r['rows'] / 1e6:.0f} M rows, {r['executors']} executors/threads: slash run "
+    text = (f"count over {r['rows']:,} rows, {r['executors']} executors/threads: slash run "
             f"{r['slash_best_s']:.2f} s (median {r['slash_median_s']:.2f}), DuckDB "
             f"{r['duckdb_best_s']:.2f} s (median {r['duckdb_median_s']:.2f}): ratio "
             f"{r['ratio']:.2f} (median {r['ratio_median']:.2f}), verified={r['verified']}, "
