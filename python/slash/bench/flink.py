@@ -1,0 +1,551 @@
+"""``slash bench flink``: the Slash paper's comparison with Flink, on this
+machine: YSB and NEXMark Q7 through PyFlink (a real Flink runtime, Flink's
+own windowed aggregation in SQL) against Slash on the same records and cores.
+
+Input. The stream of ``slash bench ysb`` / ``slash bench nexmark-q7`` (the
+project's C generators, same seed), written once to one Parquet file under
+``--dir`` (pyarrow, snappy, 1 Mi-row row groups) and reused. Every side reads
+that file: Flink with its filesystem connector and Parquet format, Slash and
+DuckDB with pyarrow, Spark through :mod:`slash.spark`.
+
+Sides (each a fresh process, as a user runs it):
+
+* ``flink``: a Flink SQL job (``TUMBLE`` window table function; Q7 a window
+  join of the bids with their window's ``MAX(price)``, Flink's own NEXMark
+  Q7 plan) run by the PyFlink venv's python (:mod:`slash.bench._flink_job`),
+  in a local mini-cluster. Options (printed with the result, see
+  :class:`FlinkOptions`): ``parallelism.default`` = ``--cores``, as many
+  task slots, managed memory ``--flink-managed-memory`` (local execution
+  honours its size, default there 128 MB; Flink's docs size it for batch
+  operators, RocksDB and Python workers), the default hashmap state backend
+  (the docs' choice when state fits in memory), ``pipeline.object-reuse``,
+  no checkpoints (no side takes any). Streaming mode (``--flink-mode
+  batch`` runs the batch runtime); the watermark trails event time by the
+  input's whole span, so no record is late and every window fires at the end
+  of the input, as on every other side.
+* ``slash-run`` (YSB): ``slash run --executors --cores`` over the file.
+* ``slash-spark`` (YSB): :func:`slash.spark.window_aggregate` in
+  ``local[--cores]``, the answer collected to Arrow.
+* ``slash`` (Q7, which ``slash run`` does not express): the executors of
+  ``slash bench nexmark-q7`` (:func:`slash.bench._suite.run_group`), their
+  records generated in memory before the clock starts.
+
+Timing. One warm-up run of every side, then ``--repeat`` rounds with the
+sides taking turns; best and median kept. ``query_s`` is the job's own span
+(from submitting the query to the last row of the answer, start-up of the
+JVM, Spark session or executors excluded; for Flink its own net runtime of
+the job, which leaves out the local mini-cluster's start and the job's
+submission, in ``flink_client_seconds`` as the job script saw them: the
+figure most favourable to Flink); ``wall_s`` and ``cpu_s`` are the
+whole process's (its descendants included, reaped with a child subreaper).
+Throughput is input records per second of ``query_s`` (``records_per_s``)
+and per CPU second of the whole process (``records_per_cpu_s``); ``ratio``
+is a side's best records/s over Flink's. Every answer is compared row for row
+with DuckDB's over the same file; a difference fails the run.
+
+    slash bench flink --workload ysb --records 20000000 --keys 100 --repeat 3
+
+PyFlink lives in a venv of its own (it pins its own numpy and pyarrow):
+``install_pyflink`` in ``scripts/install.sh`` makes it; this benchmark runs
+it on first use (``--no-install`` refuses instead).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from slash.bench import _suite, nexmark_q7, ysb
+from slash.errors import InvalidArgument, NotSupported, SystemFailure
+
+log = logging.getLogger(__name__)
+
+NAME = "flink"
+HELP = "the paper's comparison: YSB and NEXMark Q7 in PyFlink (Flink SQL) vs slash run and slash.spark"
+
+WORKLOADS = ("ysb", "nexmark-q7")
+JOB_SCRIPT = Path(__file__).with_name("_flink_job.py")
+DEFAULT_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "slash" / "pyflink-venv"
+PYFLINK_VERSION = "1.20.3"  # what install_pyflink installs
+
+
+# -- the PyFlink venv -----------------------------------------------------------
+def pyflink_venv() -> Path:
+    return Path(os.environ.get("SLASH_PYFLINK_VENV", DEFAULT_VENV))
+
+
+def installer() -> Optional[Path]:
+    """``scripts/install.sh`` of the checkout this package was built from (or the working directory's)."""
+    for start in (Path(__file__).resolve(), Path.cwd().resolve()):
+        for d in (start, *start.parents):
+            p = d / "scripts" / "install.sh"
+            if p.is_file() and "install_pyflink()" in p.read_text():
+                return p
+    return None
+
+
+def pyflink_python(install: bool = True) -> str:
+    """The PyFlink venv's python; made with ``install_pyflink`` first if missing and ``install``.
+
+    Raises :class:`NotSupported` saying how to install it otherwise."""
+    venv = pyflink_venv()
+    py = venv / "bin" / "python"
+    if py.exists() and (venv / f".slash-pyflink-{PYFLINK_VERSION}").exists() and \
+            any(venv.glob(".slash-jars-*")):
+        return str(py)
+    how = "source scripts/install.sh && install_pyflink"
+    if not install:
+        raise NotSupported(f"PyFlink is not installed in {venv}: run `{how}` in the slash checkout")
+    script = installer()
+    if script is None:
+        raise NotSupported(f"PyFlink is not installed in {venv}, and no slash checkout with "
+                           f"scripts/install.sh is found from here: run `{how}` in one")
+    log.warning("installing PyFlink %s into %s (once; a few minutes, progress below)",
+                PYFLINK_VERSION, venv)
+    r = subprocess.run(["bash", "-c", f"source {_q(str(script))} && install_pyflink"],
+                       stdout=subprocess.PIPE, text=True)  # its progress goes to our stderr
+    if r.returncode != 0:
+        raise SystemFailure(f"install_pyflink failed (exit {r.returncode}); see the log above")
+    return r.stdout.strip().splitlines()[-1]
+
+
+def _q(s: str) -> str:
+    return "'" + s.replace("'", "'\\''") + "'"
+
+
+# -- Flink's options and one job --------------------------------------------------
+@dataclass(frozen=True)
+class FlinkOptions:
+    """How Flink runs on one machine (see the module docstring for why)."""
+
+    parallelism: int = 2
+    managed_memory: str = "512m"
+    mode: str = "streaming"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.parallelism, bool) or not isinstance(self.parallelism, int) \
+                or self.parallelism < 1:
+            raise InvalidArgument(f"Flink parallelism must be an int >= 1, got {self.parallelism!r}")
+        if self.mode not in ("streaming", "batch"):
+            raise InvalidArgument(f"--flink-mode must be streaming or batch, got {self.mode!r}")
+        if not re.fullmatch(r"\d+(k|m|g|kb|mb|gb)", self.managed_memory.lower()):
+            raise InvalidArgument(f"--flink-managed-memory must be a size such as 512m, "
+                                  f"got {self.managed_memory!r}")
+
+    def config(self) -> Dict[str, str]:
+        return {"parallelism.default": str(self.parallelism),
+                "taskmanager.numberOfTaskSlots": str(self.parallelism),
+                "taskmanager.memory.managed.size": self.managed_memory,
+                "state.backend.type": "hashmap",
+                "pipeline.object-reuse": "true"}
+
+
+@dataclass(frozen=True)
+class FlinkJob:
+    """A Flink SQL job: source DDL, the query, result columns of a TIMESTAMP type."""
+
+    statements: Tuple[str, ...]
+    query: str
+    timestamp_columns: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One process: its wall and CPU seconds (descendants included) and what it printed."""
+
+    wall_s: float
+    cpu_s: float
+    stdout: str
+    stderr: str
+
+
+#: runs argv[1:] as a child subreaper (orphaned descendants, such as a JVM
+#: its launcher left, are reparented here and reaped), so RUSAGE_CHILDREN
+#: holds the CPU of the whole tree; prints wall and CPU seconds as JSON
+_MEASURE = r"""
+import ctypes, json, os, resource, subprocess, sys, time
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+t = time.perf_counter()
+p = subprocess.run(sys.argv[2:], stdout=open(sys.argv[1] + ".out", "w"),
+                   stderr=open(sys.argv[1] + ".err", "w"))
+wall = time.perf_counter() - t
+deadline = time.monotonic() + 30
+while True:
+    try:
+        pid, _ = os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        break
+    if pid == 0:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"rc": p.returncode, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime}))
+"""
+
+
+def measure(cmd: Sequence[str], timeout: float = 3600.0, env: Optional[Dict[str, str]] = None) -> Measured:
+    """Runs ``cmd``; raises :class:`SystemFailure` with its stderr's tail if it fails."""
+    with tempfile.TemporaryDirectory(prefix="slash-bench-flink-") as d:
+        base = os.path.join(d, "proc")
+        r = subprocess.run([sys.executable, "-c", _MEASURE, base, *cmd], capture_output=True,
+                           text=True, timeout=timeout, env=env)
+        out = Path(base + ".out").read_text() if os.path.exists(base + ".out") else ""
+        err = Path(base + ".err").read_text() if os.path.exists(base + ".err") else ""
+        if r.returncode != 0:
+            raise SystemFailure(f"measuring {cmd[0]} failed: {r.stderr[-2000:]}")
+        m = json.loads(r.stdout.strip().splitlines()[-1])
+        if m["rc"] != 0:
+            what = "slash.spark" if "-c" in cmd[:2] else " ".join(os.path.basename(c) for c in cmd[:3])
+            raise SystemFailure(f"{what} exited {m['rc']}; its stderr ended:\n{err[-3000:]}")
+        return Measured(m["wall_s"], m["cpu_s"], out, err)
+
+
+def _last_json(text: str, what: str) -> Dict[str, Any]:
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise SystemFailure(f"{what} printed no result line; its output ended:\n{text[-2000:]}")
+
+
+def run_flink_job(job: FlinkJob, options: FlinkOptions, output: str, python: str,
+                  timeout: float = 3600.0) -> Tuple[Measured, Dict[str, Any]]:
+    """Runs ``job`` in the PyFlink venv's ``python``; the answer goes to ``output`` (Parquet).
+
+    Returns the process's measurement and the job's report (``query_seconds``,
+    ``cpu_seconds``, ``rows``, ``config``, ``flink_version``)."""
+    spec = {"mode": options.mode, "config": options.config(), "statements": list(job.statements),
+            "query": job.query, "timestamp_columns": list(job.timestamp_columns), "output": output}
+    fd, path = tempfile.mkstemp(prefix="flink-job-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(spec, f)
+        m = measure([python, str(JOB_SCRIPT), path], timeout)
+        return m, _last_json(m.stdout, "the Flink job")
+    finally:
+        os.unlink(path)
+
+
+def parquet_table_ddl(name: str, path: str, columns: Sequence[Tuple[str, str]], time_col: str,
+                      watermark_delay_ms: int) -> str:
+    """A filesystem/Parquet source table with an event-time attribute ``rt``
+    (``time_col`` in epoch ms) whose watermark trails it by ``watermark_delay_ms``."""
+    days = max(1, math.ceil(watermark_delay_ms / 86_400_000))
+    if days > 99:
+        raise InvalidArgument(f"the input spans {watermark_delay_ms} ms of event time, more than "
+                              "99 days: Flink's interval literal holds 2 digits")
+    cols = ",\n  ".join(f"`{c}` {t}" for c, t in columns)
+    return (f"CREATE TABLE {name} (\n  {cols},\n  rt AS TO_TIMESTAMP_LTZ(`{time_col}`, 3),\n"
+            f"  WATERMARK FOR rt AS rt - INTERVAL '{days}' DAY\n) WITH ('connector' = "
+            f"'filesystem', 'path' = 'file://{os.path.abspath(path)}', 'format' = 'parquet')")
+
+
+# -- the workloads ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    plan: _suite.Plan
+    flink: Callable[[str, int], FlinkJob]  # (parquet path, event-time span ms) -> job
+    time_col: str
+
+
+def _ysb_flink(path: str, span_ms: int) -> FlinkJob:
+    ddl = parquet_table_ddl("events", path, [("key", "BIGINT"), ("event_time", "BIGINT"),
+                                             ("event_type", "STRING")], "event_time", span_ms)
+    q = (f"SELECT window_start, window_end, `key`, COUNT(*) AS `count` FROM TABLE(TUMBLE("
+         f"TABLE events, DESCRIPTOR(rt), INTERVAL '{ysb.WINDOW_MS // 1000}' SECOND)) "
+         f"WHERE event_type = 'view' GROUP BY window_start, window_end, `key`")
+    return FlinkJob((ddl,), q, ("window_start", "window_end"))
+
+
+def _q7_flink(path: str, span_ms: int) -> FlinkJob:
+    ddl = parquet_table_ddl("bids", path, [("auction", "BIGINT"), ("bidder", "BIGINT"),
+                                           ("price", "BIGINT"), ("date_time", "BIGINT")],
+                            "date_time", span_ms)
+    w = f"INTERVAL '{nexmark_q7.WINDOW_MS // 1000}' SECOND"
+    q = (f"SELECT B.window_start, B.window_end, B.auction, B.bidder, B.price, B.date_time FROM "
+         f"(SELECT * FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(rt), {w}))) B JOIN "
+         f"(SELECT window_start, window_end, MAX(price) AS top FROM TABLE(TUMBLE(TABLE bids, "
+         f"DESCRIPTOR(rt), {w})) GROUP BY window_start, window_end) M "
+         f"ON B.window_start = M.window_start AND B.window_end = M.window_end AND B.price = M.top")
+    return FlinkJob((ddl,), q, ("window_start", "window_end"))
+
+
+def workload(name: str, records: int, keys: int = 100, seed: int = 1) -> Workload:
+    if name == "ysb":
+        return Workload(name, ysb.plan(records, keys=keys, seed=seed), _ysb_flink, "event_time")
+    if name == "nexmark-q7":
+        return Workload(name, nexmark_q7.plan(records, seed=seed), _q7_flink, "date_time")
+    raise InvalidArgument(f"--workload must be one of {list(WORKLOADS)}, got {name!r}")
+
+
+def write_input(root: str, wl: Workload) -> Tuple[str, int]:
+    """The workload's stream as one Parquet file under ``root`` (written once); (path, span ms)."""
+    s = wl.plan.inputs[0][1]
+    tag = f"{wl.name}-{s.records}-{s.keys}-{s.seed}-{s.rate}"
+    path = os.path.join(root, f"{tag}.parquet")
+    if not os.path.exists(path):
+        os.makedirs(root, exist_ok=True)
+        log.info("flink: writing %s", path)
+        pq.write_table(s.table(), path + ".tmp", row_group_size=1 << 20)
+        os.replace(path + ".tmp", path)
+    md = pq.read_metadata(path)
+    ci = md.schema.names.index(wl.time_col)
+    lo = min(md.row_group(g).column(ci).statistics.min for g in range(md.num_row_groups))
+    hi = max(md.row_group(g).column(ci).statistics.max for g in range(md.num_row_groups))
+    return path, int(hi - lo) + 1
+
+
+def reference(wl: Workload, path: str) -> pa.Table:
+    """DuckDB's answer over the file (the plan's SQL, the stream's table name bound to it)."""
+    import duckdb  # optional dependency (bench)
+
+    con = duckdb.connect()
+    try:
+        con.execute(f"CREATE VIEW {wl.plan.inputs[0][0]} AS SELECT * FROM read_parquet('{path}')")
+        return con.sql(wl.plan.sql).to_arrow_table()
+    finally:
+        con.close()
+
+
+def check(got: pa.Table, want: pa.Table) -> _suite.Verdict:
+    """Row-for-row comparison (as multisets), with the result columns cast to the reference's."""
+    if any(c not in got.column_names for c in want.column_names):
+        return _suite.verify(got, want)
+    cols = [got.column(c).cast(want.schema.field(c).type)
+            if pa.types.is_integer(want.schema.field(c).type) else got.column(c)
+            for c in want.column_names]
+    return _suite.verify(pa.table(cols, names=want.column_names), want)
+
+
+# -- the Slash sides -----------------------------------------------------------------
+_SLASH_SPARK = r"""
+import json, sys, time
+import pyarrow as pa
+import pyarrow.parquet as pq
+import slash.spark as ss
+path, cores, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+spark = ss.session(f"local[{cores}]", app_name="slash-bench-flink",
+                   conf={"spark.sql.shuffle.partitions": str(cores), "spark.driver.memory": "2g"})
+t = time.perf_counter()
+df = ss.window_aggregate(spark, path, time="event_time", window="tumbling:%dms", key="key",
+                         aggs=["count"], filter="event_type == view", executors=cores)
+ans = df.toArrow() if hasattr(df, "toArrow") else pa.Table.from_pandas(df.toPandas())
+seconds = time.perf_counter() - t
+pq.write_table(ans, out)
+print(json.dumps({"query_seconds": seconds, "rows": ans.num_rows}), flush=True)
+spark.stop()
+""" % ysb.WINDOW_MS
+
+_RAN = re.compile(r"query ran on \d+ executors?(?: in this process)? in ([0-9.]+) s")
+
+
+@dataclass
+class Side:
+    """One side's runs: answer checked once, then (query, wall, cpu) seconds per round."""
+
+    name: str
+    run: Callable[[str], Tuple[float, float, float]]  # out path -> (query_s, wall_s, cpu_s)
+    query_s: List[float]
+    wall_s: List[float]
+    cpu_s: List[float]
+    verdict: Optional[_suite.Verdict] = None
+    extra: Optional[Dict[str, Any]] = None
+
+
+def _slash_run_side(path: str, cores: int, slash_cmd: Sequence[str]) -> Callable[[str], Tuple[float, float, float]]:
+    def run(out: str) -> Tuple[float, float, float]:
+        m = measure([*slash_cmd, "-v", "run", "--input", path, "--time", "event_time", "--window",
+                     f"tumbling:{ysb.WINDOW_MS}ms", "--key", "key", "--agg", "count", "--filter",
+                     "event_type == view", "--executors", str(cores), "--output", out])
+        found = _RAN.findall(m.stderr)
+        if not found:
+            raise SystemFailure(f"slash run logged no query time; its log ended:\n{m.stderr[-2000:]}")
+        return float(found[-1]), m.wall_s, m.cpu_s
+    return run
+
+
+def _slash_spark_side(path: str, cores: int) -> Callable[[str], Tuple[float, float, float]]:
+    def run(out: str) -> Tuple[float, float, float]:
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}  # Spark's workers: this Python
+        m = measure([sys.executable, "-c", _SLASH_SPARK, path, str(cores), out], env=env)
+        return _last_json(m.stdout, "slash.spark")["query_seconds"], m.wall_s, m.cpu_s
+    return run
+
+
+def _slash_group_side(wl: Workload, cores: int) -> Callable[[str], Tuple[float, float, float]]:
+    def run(out: str) -> Tuple[float, float, float]:
+        c0, t0 = _children_cpu(), time.perf_counter()
+        r = _suite.run_group(wl.plan, cores, "slash")
+        wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
+        pq.write_table(r["answer"], out)
+        return r["seconds"], wall, cpu
+    return run
+
+
+def _children_cpu() -> float:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+# -- one invocation ------------------------------------------------------------------
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", default="ysb,nexmark-q7",
+                   help=f"comma-separated of {list(WORKLOADS)} (default both)")
+    p.add_argument("--records", type=int, default=20_000_000,
+                   help="YSB records / NEXMark events (default 20 M)")
+    p.add_argument("--keys", type=int, default=100,
+                   help="YSB campaigns (default 100, the original benchmark's)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
+                   help="Flink parallelism, slash executors, Spark local[N] (default: all cores)")
+    p.add_argument("--repeat", type=int, default=3, help="timed rounds after a warm-up (default 3)")
+    p.add_argument("--dir", default="/tmp/slash_bench_flink", help="where the input is kept")
+    p.add_argument("--sides", default="flink,slash-run,slash-spark",
+                   help="comma-separated of flink, slash-run, slash-spark (YSB; Q7 runs flink "
+                        "and the slash executors)")
+    p.add_argument("--flink-mode", default="streaming", help="streaming (default) or batch")
+    p.add_argument("--flink-managed-memory", default="512m", help="Flink managed memory (default 512m)")
+    p.add_argument("--no-install", action="store_true",
+                   help="fail instead of installing PyFlink when it is missing")
+    p.add_argument("--slash", default=None, metavar="CMD",
+                   help="the slash command to time (default: this Python's -m slash)")
+
+
+SIDES = ("flink", "slash-run", "slash-spark")
+
+
+def _names(value: str, allowed: Sequence[str], option: str) -> List[str]:
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if not names or any(n not in allowed for n in names):
+        raise InvalidArgument(f"{option} takes a comma-separated list of {list(allowed)}, "
+                              f"got {value!r}")
+    return names
+
+
+def parse(args: argparse.Namespace) -> Tuple[List[str], List[str], FlinkOptions]:
+    """(workloads, sides, Flink options) from the arguments; InvalidArgument on a bad one."""
+    wls = _names(args.workload, WORKLOADS, "--workload")
+    sides = _names(args.sides, SIDES, "--sides")
+    for name in ("records", "keys", "cores", "repeat"):
+        v = getattr(args, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InvalidArgument(f"--{name} must be an int >= 1, got {v!r}")
+    return wls, sides, FlinkOptions(args.cores, args.flink_managed_memory, args.flink_mode)
+
+
+def run_workload(wl: Workload, sides: List[str], opts: FlinkOptions, root: str, repeat: int,
+                 python: Optional[str], slash_cmd: Sequence[str]) -> Dict[str, Any]:
+    path, span = write_input(root, wl)
+    records = wl.plan.records
+    want = reference(wl, path)
+    cores = opts.parallelism
+    flink_info: Dict[str, Any] = {}
+    todo: List[Side] = []
+    if "flink" in sides:
+        assert python is not None
+        job = wl.flink(path, span)
+
+        def flink_run(out: str) -> Tuple[float, float, float]:
+            m, rep = run_flink_job(job, opts, out, python)
+            flink_info.update(flink_version=rep["flink_version"], config=rep["config"])
+            flink_info.setdefault("client_seconds", []).append(round(rep["query_seconds"], 3))
+            q = rep["net_runtime_seconds"]
+            return (q if q is not None else rep["query_seconds"]), m.wall_s, m.cpu_s
+        todo.append(Side("flink", flink_run, [], [], []))
+    if wl.name == "ysb":
+        if "slash-run" in sides:
+            todo.append(Side("slash-run", _slash_run_side(path, cores, slash_cmd), [], [], []))
+        if "slash-spark" in sides:
+            todo.append(Side("slash-spark", _slash_spark_side(path, cores), [], [], []))
+    elif "slash-run" in sides or "slash-spark" in sides:
+        todo.append(Side("slash", _slash_group_side(wl, cores), [], [], []))
+    out_dir = tempfile.mkdtemp(prefix="slash-bench-flink-out-")
+    load = [round(x, 2) for x in os.getloadavg()]
+    try:
+        for rnd in range(repeat + 1):  # round 0 warms up and checks the answers
+            for s in todo:
+                out = os.path.join(out_dir, f"{s.name}.parquet")
+                q, wall, cpu = s.run(out)
+                log.info("%s %s round %d: query %.3f s, wall %.3f s, cpu %.3f s", wl.name, s.name,
+                         rnd, q, wall, cpu)
+                if rnd == 0:
+                    s.verdict = check(pq.read_table(out), want)
+                    continue
+                s.query_s.append(q), s.wall_s.append(wall), s.cpu_s.append(cpu)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    runs = [_summary_run(s, records, cores) for s in todo]
+    flink_best = next((r["records_per_s"] for r in runs if r["side"] == "flink"), None)
+    for r in runs:
+        if flink_best:
+            r["ratio"] = round(r["records_per_s"] / flink_best, 2)
+    return {"workload": wl.name, "records": records, "file": path, "event_time_span_ms": span,
+            "result_rows": want.num_rows, "cores": cores, "runs": runs,
+            "load_before": load, "load_after": [round(x, 2) for x in os.getloadavg()],
+            "flink_options": {"mode": opts.mode, **opts.config()},
+            "flink_version": flink_info.get("flink_version"),
+            "flink_options_seen": flink_info.get("config"),
+            "flink_client_seconds": flink_info.get("client_seconds", [])[1:],
+            "all_verified": all(s.verdict is not None and s.verdict.ok for s in todo)}
+
+
+def _summary_run(s: Side, records: int, cores: int) -> Dict[str, Any]:
+    assert s.verdict is not None
+    best_q = min(s.query_s)
+    return {"side": s.name, "query_best_s": round(best_q, 3),
+            "query_median_s": round(statistics.median(s.query_s), 3),
+            "wall_best_s": round(min(s.wall_s), 3),
+            "wall_median_s": round(statistics.median(s.wall_s), 3),
+            "cpu_median_s": round(statistics.median(s.cpu_s), 3),
+            "records_per_s": round(records / best_q),
+            "records_per_s_median": round(records / statistics.median(s.query_s)),
+            "records_per_s_wall": round(records / min(s.wall_s)),
+            "records_per_cpu_s": round(records / statistics.median(s.cpu_s)),
+            "verified": s.verdict.ok, "check": s.verdict.message}
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    wls, sides, opts = parse(args)
+    python = pyflink_python(install=not args.no_install) if "flink" in sides else None
+    slash_cmd = args.slash.split() if args.slash else [sys.executable, "-m", "slash"]
+    results = [run_workload(workload(w, args.records, args.keys, args.seed), sides, opts,
+                            args.dir, args.repeat, python, slash_cmd) for w in wls]
+    out = {"runs": results, "parameters": _suite.parameters(args),
+           "all_verified": all(r["all_verified"] for r in results)}
+    if not out["all_verified"]:
+        bad = [f"{r['workload']} {s['side']}: {s['check']}" for r in results for s in r["runs"]
+               if not s["verified"]]
+        raise SystemFailure("flink: answer differs from DuckDB's: " + "; ".join(bad))
+    return out
+
+
+def summary(r: Dict[str, Any]) -> str:
+    lines = [f"{r['workload']}: {r['records'] / 1e6:.1f} M records, {r['cores']} cores, "
+             f"load {r['load_before']} -> {r['load_after']}, Flink {r['flink_version']} "
+             f"{r['flink_options']}"]
+    for s in r["runs"]:
+        ratio = f" ({s['ratio']:.2f}x Flink)" if "ratio" in s else ""
+        lines.append(
+            f"  {s['side']:>11}: query best {s['query_best_s']:.3f} s (median "
+            f"{s['query_median_s']:.3f}) = {s['records_per_s'] / 1e6:.2f} M rec/s{ratio}; "
+            f"wall best {s['wall_best_s']:.2f} s, CPU {s['cpu_median_s']:.2f} s = "
+            f"{s['records_per_cpu_s'] / 1e6:.2f} M rec/CPU-s; verified={s['verified']}")
+    return "\n".join(lines)
