@@ -173,3 +173,36 @@ def test_flink_answers_equal_duckdb_on_the_same_file(tmp_path, name):
     assert want.num_rows > 0 and rep["rows"] == want.num_rows
     v = flink.check(pq.read_table(out), want)
     assert v.ok, v.message
+
+
+# -- the latency run ----------------------------------------------------------------
+def test_window_latency_is_the_last_arrival_past_the_window_end_without_the_last_window():
+    t = pa.table({"window_end": [1000, 1000, 2000, 3000], "arrival_ms": [1010, 1250, 2040, 2500]})
+    assert flink.window_latencies(t) == [250.0, 40.0]  # window 3000 fired early by the end of input
+
+
+def test_the_paced_flink_source_runs_at_the_rate_for_the_seconds_asked():
+    job = flink.paced_flink_job(5000, 10, 4, 1000)
+    assert "'rows-per-second' = '5000'" in job.statements[0]
+    assert "'number-of-rows' = '20000'" in job.statements[0]
+    assert "'fields.k.max' = '9'" in job.statements[0] and "INTERVAL '1' SECOND" in job.query
+
+
+def test_a_latency_window_of_a_fraction_of_a_second_is_refused():
+    with pytest.raises(errors.InvalidArgument, match="whole seconds"):
+        flink.paced_flink_job(1000, 10, 4, 500)
+
+
+@pytest.mark.parametrize("field,value,name", [("latency", -1, "--latency"),
+                                              ("latency_rate", 0, "--latency-rate")])
+def test_a_bad_latency_argument_is_refused(field, value, name):
+    with pytest.raises(errors.InvalidArgument, match=name):
+        flink.parse(_args(**{field: value}))
+
+
+def test_slash_latency_side_paces_the_rate_asked_and_counts_every_record():
+    from slash.bench import latency
+
+    r = latency.measure("shm", "high", 2.0, epoch_ms=200, tick_ms=10, rate=3000)
+    assert r["records_per_s"] == 3000 and r["records_in"] == 6000
+    assert r["windows"] >= 1 and r["p99_ms"] >= r["p50_ms"]

@@ -45,6 +45,17 @@ with DuckDB's over the same file; a difference fails the run.
 
     slash bench flink --workload ysb --records 20000000 --keys 100 --repeat 3
 
+Latency (``--latency SECONDS``): a paced stream of ``--latency-rate``
+records/s (default 100 k, the ``high`` load of ``slash bench latency``;
+1,000 keys, 1 s tumbling windows, event time the wall clock), a count per
+key per window. Flink: its datagen
+source paced at that rate, the watermark equal to event time, each window's
+latency the arrival of its last row in the job's process minus the window's
+end (the window the end of the input fires early is left out). Slash:
+:func:`slash.bench.latency.measure` (the driver learning that every executor
+fired the window, minus its end; epochs of 200 ms, Flink's watermark interval
+is its default 200 ms). Percentiles over the windows; every record counted.
+
 PyFlink lives in a venv of its own (it pins its own numpy and pyarrow):
 ``install_pyflink`` in ``scripts/install.sh`` makes it; this benchmark runs
 it on first use (``--no-install`` refuses instead).
@@ -68,6 +79,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from slash.bench import _suite, nexmark_q7, ysb
@@ -224,13 +236,15 @@ def _last_json(text: str, what: str) -> Dict[str, Any]:
 
 
 def run_flink_job(job: FlinkJob, options: FlinkOptions, output: str, python: str,
-                  timeout: float = 3600.0) -> Tuple[Measured, Dict[str, Any]]:
+                  timeout: float = 3600.0, arrival_column: Optional[str] = None
+                  ) -> Tuple[Measured, Dict[str, Any]]:
     """Runs ``job`` in the PyFlink venv's ``python``; the answer goes to ``output`` (Parquet).
 
     Returns the process's measurement and the job's report (``query_seconds``,
     ``cpu_seconds``, ``rows``, ``config``, ``flink_version``)."""
     spec = {"mode": options.mode, "config": options.config(), "statements": list(job.statements),
-            "query": job.query, "timestamp_columns": list(job.timestamp_columns), "output": output}
+            "query": job.query, "timestamp_columns": list(job.timestamp_columns), "output": output,
+            "arrival_column": arrival_column}
     fd, path = tempfile.mkstemp(prefix="flink-job-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
@@ -405,6 +419,78 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+# -- window latency of a paced stream ---------------------------------------------
+def paced_flink_job(rate: int, keys: int, seconds: int, window_ms: int) -> FlinkJob:
+    """Flink's side of the latency run: its datagen source paced at ``rate``
+    records/s in total for ``seconds``, random keys in [0, keys), event time
+    the wall clock at generation (``NOW()``, a watermark equal to it: in
+    order per subtask), a count per key per tumbling window."""
+    if window_ms % 1000:
+        raise InvalidArgument(f"the latency window must be whole seconds, got {window_ms} ms")
+    ddl = (f"CREATE TABLE paced (k BIGINT, rt AS NOW(), WATERMARK FOR rt AS rt) WITH ("
+           f"'connector' = 'datagen', 'rows-per-second' = '{rate}', "
+           f"'number-of-rows' = '{rate * seconds}', 'fields.k.kind' = 'random', "
+           f"'fields.k.min' = '0', 'fields.k.max' = '{keys - 1}')")
+    q = (f"SELECT window_start, window_end, k, COUNT(*) AS `count` FROM TABLE(TUMBLE("
+         f"TABLE paced, DESCRIPTOR(rt), INTERVAL '{window_ms // 1000}' SECOND)) "
+         f"GROUP BY window_start, window_end, k")
+    return FlinkJob((ddl,), q, ("window_start", "window_end"))
+
+
+def window_latencies(t: pa.Table) -> List[float]:
+    """Per window, the last row's arrival minus the window's end (ms), in
+    window order, without the last window (the end of the input fires it
+    early, before its end)."""
+    ends = t.column("window_end").to_numpy()
+    arr = t.column("arrival_ms").to_numpy()
+    uniq = sorted(set(ends.tolist()))[:-1]
+    return [float(arr[ends == e].max() - e) for e in uniq]
+
+
+def _percentiles(lat: Sequence[float]) -> Dict[str, float]:
+    import numpy as np
+
+    if not len(lat):
+        return {}
+    p50, p95, p99 = np.percentile(np.asarray(lat, dtype=np.float64), [50, 95, 99])
+    return {"windows": len(lat), "p50_ms": round(float(p50), 1), "p95_ms": round(float(p95), 1),
+            "p99_ms": round(float(p99), 1), "max_ms": round(float(max(lat)), 1)}
+
+
+def run_latency(opts: FlinkOptions, seconds: int, python: Optional[str],
+                sides: Sequence[str], rate: int = 100_000) -> Dict[str, Any]:
+    """Flink and Slash on a paced stream of ``rate`` records/s with the keys
+    of ``slash bench latency``'s ``high`` load (1,000 keys, 1 s windows), one
+    after the other."""
+    from slash.bench import latency
+
+    keys = latency.LOADS["high"][0]
+    window_ms = 1000
+    res: Dict[str, Any] = {"workload": "latency", "records_per_s": rate, "keys": keys,
+                           "window_ms": window_ms, "seconds": seconds, "cores": opts.parallelism,
+                           "load_before": [round(x, 2) for x in os.getloadavg()]}
+    if "flink" in sides:
+        assert python is not None
+        with tempfile.TemporaryDirectory(prefix="slash-bench-flink-lat-") as d:
+            out = os.path.join(d, "flink.parquet")
+            job = paced_flink_job(rate, keys, seconds, window_ms)
+            run_flink_job(job, opts, out, python, arrival_column="arrival_ms")
+            t = pq.read_table(out)
+        counted = int(pc.sum(t.column("count")).as_py() or 0)
+        res["flink"] = {**_percentiles(window_latencies(t)), "records_counted": counted,
+                        "records_generated": rate * seconds}
+        if counted != rate * seconds:
+            raise SystemFailure(f"flink latency run: {counted} records counted, "
+                                f"{rate * seconds} generated")
+    if any(s != "flink" for s in sides):
+        r = latency.measure("shm", "high", float(seconds), epoch_ms=200, tick_ms=10,
+                            window_ms=window_ms, executors=opts.parallelism, rate=rate)
+        res["slash"] = {k: r[k] for k in ("windows", "p50_ms", "p95_ms", "p99_ms", "max_ms",
+                                         "records_in", "epoch_ms") if k in r}
+    res["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    return res
+
+
 # -- one invocation ------------------------------------------------------------------
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", default="ysb,nexmark-q7",
@@ -423,6 +509,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and the slash executors)")
     p.add_argument("--flink-mode", default="streaming", help="streaming (default) or batch")
     p.add_argument("--flink-managed-memory", default="512m", help="Flink managed memory (default 512m)")
+    p.add_argument("--latency", type=int, default=0, metavar="SECONDS",
+                   help="also a paced stream of SECONDS (--latency-rate, 1,000 keys, 1 s "
+                        "windows) through Flink and slash: per-window latency (default: off)")
+    p.add_argument("--latency-rate", type=int, default=100_000,
+                   help="records/s of the paced stream in total (default 100 k)")
     p.add_argument("--no-install", action="store_true",
                    help="fail instead of installing PyFlink when it is missing")
     p.add_argument("--slash", default=None, metavar="CMD",
@@ -444,10 +535,12 @@ def parse(args: argparse.Namespace) -> Tuple[List[str], List[str], FlinkOptions]
     """(workloads, sides, Flink options) from the arguments; InvalidArgument on a bad one."""
     wls = _names(args.workload, WORKLOADS, "--workload")
     sides = _names(args.sides, SIDES, "--sides")
-    for name in ("records", "keys", "cores", "repeat"):
+    if isinstance(args.latency, bool) or not isinstance(args.latency, int) or args.latency < 0:
+        raise InvalidArgument(f"--latency must be a number of seconds >= 0, got {args.latency!r}")
+    for name in ("records", "keys", "cores", "repeat", "latency_rate"):
         v = getattr(args, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InvalidArgument(f"--{name} must be an int >= 1, got {v!r}")
+            raise InvalidArgument(f"--{name.replace('_', '-')} must be an int >= 1, got {v!r}")
     return wls, sides, FlinkOptions(args.cores, args.flink_managed_memory, args.flink_mode)
 
 
@@ -528,16 +621,26 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     slash_cmd = args.slash.split() if args.slash else [sys.executable, "-m", "slash"]
     results = [run_workload(workload(w, args.records, args.keys, args.seed), sides, opts,
                             args.dir, args.repeat, python, slash_cmd) for w in wls]
+    if args.latency:
+        results.append(run_latency(opts, args.latency, python, sides, args.latency_rate))
     out = {"runs": results, "parameters": _suite.parameters(args),
-           "all_verified": all(r["all_verified"] for r in results)}
+           "all_verified": all(r.get("all_verified", True) for r in results)}
     if not out["all_verified"]:
-        bad = [f"{r['workload']} {s['side']}: {s['check']}" for r in results for s in r["runs"]
-               if not s["verified"]]
+        bad = [f"{r['workload']} {s['side']}: {s['check']}" for r in results
+               for s in r.get("runs", ()) if not s["verified"]]
         raise SystemFailure("flink: answer differs from DuckDB's: " + "; ".join(bad))
     return out
 
 
 def summary(r: Dict[str, Any]) -> str:
+    if r["workload"] == "latency":
+        def side(name: str) -> str:
+            x = r.get(name)
+            return (f"{name} p50 {x.get('p50_ms')} ms, p99 {x.get('p99_ms')} ms over "
+                    f"{x.get('windows')} windows") if x else f"{name} not run"
+        return (f"latency: {r['records_per_s'] / 1e3:.0f} k rec/s, {r['keys']} keys, "
+                f"{r['window_ms']} ms windows, {r['cores']} cores, load {r['load_before']} -> "
+                f"{r['load_after']}: {side('flink')}; {side('slash')}")
     lines = [f"{r['workload']}: {r['records'] / 1e6:.1f} M records, {r['cores']} cores, "
              f"load {r['load_before']} -> {r['load_after']}, Flink {r['flink_version']} "
              f"{r['flink_options']}"]
