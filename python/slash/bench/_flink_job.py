@@ -13,6 +13,9 @@ written by :mod:`slash.bench.flink`):
 * ``timestamp_columns``: result columns of a TIMESTAMP type, turned into
   int64 epoch milliseconds (the session time zone is UTC);
 * ``output``: where the answer goes, a Parquet file written with pyarrow;
+* ``runs`` (optional, default 1): how many times the query runs, one
+  after the other in this JVM (the later ones warm); the answer written is
+  the last run's;
 * ``arrival_column`` (optional): adds a column of that name, the wall clock
   (epoch ms) at which each row reached this process (window latency).
 
@@ -21,10 +24,11 @@ into this process: the whole job (read, window, aggregate, emit), not the
 JVM's start, but with the local mini-cluster's start, which Flink does per
 job; ``net_runtime_seconds`` is Flink's own figure for the job (from its
 start in the cluster to its end: without the client's submission and the
-cluster's start). On stdout, one JSON line: ``query_seconds``, ``startup_seconds``
-(the JVM and the table environment), ``rows``, ``flink_version``,
-``config`` (every option as the job saw it) and ``cpu_seconds`` (this
-process and the JVM over the timed span, from /proc).
+cluster's start). On stdout, one JSON line: ``query_seconds``,
+``net_runtime_seconds`` and ``cpu_seconds`` (this process and the JVM over
+the timed span, from /proc), each a list with one entry per run;
+``startup_seconds`` (the JVM and the table environment), ``rows`` (of the
+last run), ``flink_version``, ``config`` (every option as the job saw it).
 """
 import calendar
 import datetime
@@ -78,20 +82,23 @@ def main(spec_path: str) -> None:
         env.execute_sql(stmt)
     startup = time.perf_counter() - t0
 
-    cpu0 = _tree_cpu_seconds()
-    t0 = time.perf_counter()
-    result = env.sql_query(spec["query"]).execute()
-    names = list(result.get_table_schema().get_field_names())
-    rows = []
-    arrivals = []  # wall-clock ms at which each row reached this process
-    with result.collect() as it:
-        for row in it:
-            arrivals.append(time.time_ns() // 1_000_000)
-            rows.append(tuple(row))
-    seconds = time.perf_counter() - t0
-    cpu = _tree_cpu_seconds() - cpu0
-    client = result.get_job_client()
-    net_ms = client.get_job_execution_result().result().get_net_runtime() if client else None
+    runs = []  # (client seconds, net runtime seconds, cpu seconds) per run of the query
+    for _ in range(int(spec.get("runs", 1))):
+        cpu0 = _tree_cpu_seconds()
+        t0 = time.perf_counter()
+        result = env.sql_query(spec["query"]).execute()
+        names = list(result.get_table_schema().get_field_names())
+        rows = []
+        arrivals = []  # wall-clock ms at which each row reached this process
+        with result.collect() as it:
+            for row in it:
+                arrivals.append(time.time_ns() // 1_000_000)
+                rows.append(tuple(row))
+        seconds = time.perf_counter() - t0
+        cpu = _tree_cpu_seconds() - cpu0
+        client = result.get_job_client()
+        net_ms = client.get_job_execution_result().result().get_net_runtime() if client else None
+        runs.append((seconds, None if net_ms is None else net_ms / 1000.0, cpu))
 
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -108,10 +115,10 @@ def main(spec_path: str) -> None:
     from pyflink.version import __version__
 
     seen = {k: conf.get_configuration().get_string(k, "") for k in spec["config"]}
-    print(json.dumps({"query_seconds": seconds, "startup_seconds": startup, "rows": len(rows),
-                      "net_runtime_seconds": None if net_ms is None else net_ms / 1000.0,
-                      "cpu_seconds": cpu, "flink_version": __version__, "config": seen}),
-          flush=True)
+    print(json.dumps({"query_seconds": [r[0] for r in runs], "startup_seconds": startup,
+                      "rows": len(rows), "net_runtime_seconds": [r[1] for r in runs],
+                      "cpu_seconds": [r[2] for r in runs], "flink_version": __version__,
+                      "config": seen}), flush=True)
 
 
 if __name__ == "__main__":

@@ -30,18 +30,23 @@ Sides (each a fresh process, as a user runs it):
   ``slash bench nexmark-q7`` (:func:`slash.bench._suite.run_group`), their
   records generated in memory before the clock starts.
 
-Timing. One warm-up run of every side, then ``--repeat`` rounds with the
-sides taking turns; best and median kept. ``query_s`` is the job's own span
-(from submitting the query to the last row of the answer, start-up of the
-JVM, Spark session or executors excluded; for Flink its own net runtime of
-the job, which leaves out the local mini-cluster's start and the job's
-submission, in ``flink_client_seconds`` as the job script saw them: the
-figure most favourable to Flink); ``wall_s`` and ``cpu_s`` are the
-whole process's (its descendants included, reaped with a child subreaper).
-Throughput is input records per second of ``query_s`` (``records_per_s``)
-and per CPU second of the whole process (``records_per_cpu_s``); ``ratio``
-is a side's best records/s over Flink's. Every answer is compared row for row
-with DuckDB's over the same file; a difference fails the run.
+Timing. One warm-up round of every side (its answer checked), then
+``--repeat`` rounds with the sides taking turns; best and median kept. Each
+round is a fresh process per side; the JVM sides (Flink, slash.spark) run
+the query twice in it and the second, warm run is timed (the first, cold
+one is reported as ``cold_query_median_s``); ``slash run`` and the Q7
+executors run it once, cold. ``query_s`` is the query's own span (from
+submitting it to the last row of the answer; the start of the JVM, the Spark
+session or the executors excluded); for Flink its own net runtime of the
+job, which also leaves out the local mini-cluster's start and the job's
+submission (the client's span is in ``flink_client_seconds``): the figure
+most favourable to Flink. ``wall_s`` and ``cpu_s`` are the whole process's
+(its descendants included, reaped with a child subreaper). Throughput is
+input records per second of ``query_s`` (``records_per_s``) and per CPU
+second of the whole process divided by the queries it ran
+(``records_per_cpu_s``, start-up included); ``ratio`` is a side's best
+records/s over Flink's. Every answer is compared row for row with DuckDB's
+over the same file; a difference fails the run.
 
     slash bench flink --workload ysb --records 20000000 --keys 100 --repeat 3
 
@@ -236,15 +241,17 @@ def _last_json(text: str, what: str) -> Dict[str, Any]:
 
 
 def run_flink_job(job: FlinkJob, options: FlinkOptions, output: str, python: str,
-                  timeout: float = 3600.0, arrival_column: Optional[str] = None
-                  ) -> Tuple[Measured, Dict[str, Any]]:
+                  timeout: float = 3600.0, arrival_column: Optional[str] = None,
+                  runs: int = 1) -> Tuple[Measured, Dict[str, Any]]:
     """Runs ``job`` in the PyFlink venv's ``python``; the answer goes to ``output`` (Parquet).
 
-    Returns the process's measurement and the job's report (``query_seconds``,
-    ``cpu_seconds``, ``rows``, ``config``, ``flink_version``)."""
+    The query runs ``runs`` times in the one JVM. Returns the process's
+    measurement and the job's report (``query_seconds``,
+    ``net_runtime_seconds``, ``cpu_seconds``: one per run; ``rows``,
+    ``config``, ``flink_version``)."""
     spec = {"mode": options.mode, "config": options.config(), "statements": list(job.statements),
             "query": job.query, "timestamp_columns": list(job.timestamp_columns), "output": output,
-            "arrival_column": arrival_column}
+            "arrival_column": arrival_column, "runs": runs}
     fd, path = tempfile.mkstemp(prefix="flink-job-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
@@ -353,14 +360,16 @@ import json, sys, time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import slash.spark as ss
-path, cores, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+path, cores, out, runs = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 spark = ss.session(f"local[{cores}]", app_name="slash-bench-flink",
                    conf={"spark.sql.shuffle.partitions": str(cores), "spark.driver.memory": "2g"})
-t = time.perf_counter()
-df = ss.window_aggregate(spark, path, time="event_time", window="tumbling:%dms", key="key",
-                         aggs=["count"], filter="event_type == view", executors=cores)
-ans = df.toArrow() if hasattr(df, "toArrow") else pa.Table.from_pandas(df.toPandas())
-seconds = time.perf_counter() - t
+seconds = []
+for _ in range(runs):
+    t = time.perf_counter()
+    df = ss.window_aggregate(spark, path, time="event_time", window="tumbling:%dms", key="key",
+                             aggs=["count"], filter="event_type == view", executors=cores)
+    ans = df.toArrow() if hasattr(df, "toArrow") else pa.Table.from_pandas(df.toPandas())
+    seconds.append(time.perf_counter() - t)
 pq.write_table(ans, out)
 print(json.dumps({"query_seconds": seconds, "rows": ans.num_rows}), flush=True)
 spark.stop()
@@ -368,47 +377,63 @@ spark.stop()
 
 _RAN = re.compile(r"query ran on \d+ executors?(?: in this process)? in ([0-9.]+) s")
 
+#: how often a JVM side (Flink, slash.spark) runs the query in one process: the
+#: first run pays the JVM's warm-up (JIT, class loading, Python workers), the
+#: last one is timed warm
+JVM_RUNS = 2
+
+
+@dataclass(frozen=True)
+class Round:
+    """One process of a side: the timed (warm) query's seconds, the first
+    (cold) one's, and the process's wall and CPU seconds over ``queries`` runs."""
+
+    query_s: float
+    cold_s: float
+    wall_s: float
+    cpu_s: float
+    queries: int = 1
+
 
 @dataclass
 class Side:
-    """One side's runs: answer checked once, then (query, wall, cpu) seconds per round."""
+    """One side's rounds: the answer checked at the warm-up round, then one Round per round."""
 
     name: str
-    run: Callable[[str], Tuple[float, float, float]]  # out path -> (query_s, wall_s, cpu_s)
-    query_s: List[float]
-    wall_s: List[float]
-    cpu_s: List[float]
+    run: Callable[[str], Round]  # the answer's path -> the round
+    rounds: List[Round]
     verdict: Optional[_suite.Verdict] = None
-    extra: Optional[Dict[str, Any]] = None
 
 
-def _slash_run_side(path: str, cores: int, slash_cmd: Sequence[str]) -> Callable[[str], Tuple[float, float, float]]:
-    def run(out: str) -> Tuple[float, float, float]:
+def _slash_run_side(path: str, cores: int, slash_cmd: Sequence[str]) -> Callable[[str], Round]:
+    def run(out: str) -> Round:
         m = measure([*slash_cmd, "-v", "run", "--input", path, "--time", "event_time", "--window",
                      f"tumbling:{ysb.WINDOW_MS}ms", "--key", "key", "--agg", "count", "--filter",
                      "event_type == view", "--executors", str(cores), "--output", out])
         found = _RAN.findall(m.stderr)
         if not found:
             raise SystemFailure(f"slash run logged no query time; its log ended:\n{m.stderr[-2000:]}")
-        return float(found[-1]), m.wall_s, m.cpu_s
+        return Round(float(found[-1]), float(found[-1]), m.wall_s, m.cpu_s)
     return run
 
 
-def _slash_spark_side(path: str, cores: int) -> Callable[[str], Tuple[float, float, float]]:
-    def run(out: str) -> Tuple[float, float, float]:
+def _slash_spark_side(path: str, cores: int) -> Callable[[str], Round]:
+    def run(out: str) -> Round:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable}  # Spark's workers: this Python
-        m = measure([sys.executable, "-c", _SLASH_SPARK, path, str(cores), out], env=env)
-        return _last_json(m.stdout, "slash.spark")["query_seconds"], m.wall_s, m.cpu_s
+        m = measure([sys.executable, "-c", _SLASH_SPARK, path, str(cores), out, str(JVM_RUNS)],
+                    env=env)
+        q = _last_json(m.stdout, "slash.spark")["query_seconds"]
+        return Round(q[-1], q[0], m.wall_s, m.cpu_s, len(q))
     return run
 
 
-def _slash_group_side(wl: Workload, cores: int) -> Callable[[str], Tuple[float, float, float]]:
-    def run(out: str) -> Tuple[float, float, float]:
+def _slash_group_side(wl: Workload, cores: int) -> Callable[[str], Round]:
+    def run(out: str) -> Round:
         c0, t0 = _children_cpu(), time.perf_counter()
         r = _suite.run_group(wl.plan, cores, "slash")
         wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
         pq.write_table(r["answer"], out)
-        return r["seconds"], wall, cpu
+        return Round(r["seconds"], r["seconds"], wall, cpu)
     return run
 
 
@@ -556,33 +581,34 @@ def run_workload(wl: Workload, sides: List[str], opts: FlinkOptions, root: str, 
         assert python is not None
         job = wl.flink(path, span)
 
-        def flink_run(out: str) -> Tuple[float, float, float]:
-            m, rep = run_flink_job(job, opts, out, python)
+        def flink_run(out: str) -> Round:
+            m, rep = run_flink_job(job, opts, out, python, runs=JVM_RUNS)
             flink_info.update(flink_version=rep["flink_version"], config=rep["config"])
-            flink_info.setdefault("client_seconds", []).append(round(rep["query_seconds"], 3))
-            q = rep["net_runtime_seconds"]
-            return (q if q is not None else rep["query_seconds"]), m.wall_s, m.cpu_s
-        todo.append(Side("flink", flink_run, [], [], []))
+            flink_info.setdefault("client_seconds", []).append(round(rep["query_seconds"][-1], 3))
+            q = [n if n is not None else c
+                 for n, c in zip(rep["net_runtime_seconds"], rep["query_seconds"])]
+            return Round(q[-1], q[0], m.wall_s, m.cpu_s, len(q))
+        todo.append(Side("flink", flink_run, []))
     if wl.name == "ysb":
         if "slash-run" in sides:
-            todo.append(Side("slash-run", _slash_run_side(path, cores, slash_cmd), [], [], []))
+            todo.append(Side("slash-run", _slash_run_side(path, cores, slash_cmd), []))
         if "slash-spark" in sides:
-            todo.append(Side("slash-spark", _slash_spark_side(path, cores), [], [], []))
+            todo.append(Side("slash-spark", _slash_spark_side(path, cores), []))
     elif "slash-run" in sides or "slash-spark" in sides:
-        todo.append(Side("slash", _slash_group_side(wl, cores), [], [], []))
+        todo.append(Side("slash", _slash_group_side(wl, cores), []))
     out_dir = tempfile.mkdtemp(prefix="slash-bench-flink-out-")
     load = [round(x, 2) for x in os.getloadavg()]
     try:
         for rnd in range(repeat + 1):  # round 0 warms up and checks the answers
             for s in todo:
                 out = os.path.join(out_dir, f"{s.name}.parquet")
-                q, wall, cpu = s.run(out)
-                log.info("%s %s round %d: query %.3f s, wall %.3f s, cpu %.3f s", wl.name, s.name,
-                         rnd, q, wall, cpu)
+                r = s.run(out)
+                log.info("%s %s round %d: query %.3f s (cold %.3f), wall %.3f s, cpu %.3f s",
+                         wl.name, s.name, rnd, r.query_s, r.cold_s, r.wall_s, r.cpu_s)
                 if rnd == 0:
                     s.verdict = check(pq.read_table(out), want)
                     continue
-                s.query_s.append(q), s.wall_s.append(wall), s.cpu_s.append(cpu)
+                s.rounds.append(r)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     runs = [_summary_run(s, records, cores) for s in todo]
@@ -602,16 +628,18 @@ def run_workload(wl: Workload, sides: List[str], opts: FlinkOptions, root: str, 
 
 def _summary_run(s: Side, records: int, cores: int) -> Dict[str, Any]:
     assert s.verdict is not None
-    best_q = min(s.query_s)
-    return {"side": s.name, "query_best_s": round(best_q, 3),
-            "query_median_s": round(statistics.median(s.query_s), 3),
-            "wall_best_s": round(min(s.wall_s), 3),
-            "wall_median_s": round(statistics.median(s.wall_s), 3),
-            "cpu_median_s": round(statistics.median(s.cpu_s), 3),
-            "records_per_s": round(records / best_q),
-            "records_per_s_median": round(records / statistics.median(s.query_s)),
-            "records_per_s_wall": round(records / min(s.wall_s)),
-            "records_per_cpu_s": round(records / statistics.median(s.cpu_s)),
+    q = [r.query_s for r in s.rounds]
+    cpu_per_query = statistics.median(r.cpu_s / r.queries for r in s.rounds)
+    return {"side": s.name, "query_best_s": round(min(q), 3),
+            "query_median_s": round(statistics.median(q), 3),
+            "cold_query_median_s": round(statistics.median(r.cold_s for r in s.rounds), 3),
+            "queries_per_process": s.rounds[0].queries,
+            "wall_best_s": round(min(r.wall_s for r in s.rounds), 3),
+            "wall_median_s": round(statistics.median(r.wall_s for r in s.rounds), 3),
+            "cpu_median_s": round(statistics.median(r.cpu_s for r in s.rounds), 3),
+            "records_per_s": round(records / min(q)),
+            "records_per_s_median": round(records / statistics.median(q)),
+            "records_per_cpu_s": round(records / cpu_per_query),
             "verified": s.verdict.ok, "check": s.verdict.message}
 
 
@@ -648,7 +676,9 @@ def summary(r: Dict[str, Any]) -> str:
         ratio = f" ({s['ratio']:.2f}x Flink)" if "ratio" in s else ""
         lines.append(
             f"  {s['side']:>11}: query best {s['query_best_s']:.3f} s (median "
-            f"{s['query_median_s']:.3f}) = {s['records_per_s'] / 1e6:.2f} M rec/s{ratio}; "
-            f"wall best {s['wall_best_s']:.2f} s, CPU {s['cpu_median_s']:.2f} s = "
+            f"{s['query_median_s']:.3f}, cold {s['cold_query_median_s']:.3f}) = "
+            f"{s['records_per_s'] / 1e6:.2f} M rec/s{ratio}; process wall best "
+            f"{s['wall_best_s']:.2f} s, CPU {s['cpu_median_s']:.2f} s for "
+            f"{s['queries_per_process']} quer{'y' if s['queries_per_process'] == 1 else 'ies'} = "
             f"{s['records_per_cpu_s'] / 1e6:.2f} M rec/CPU-s; verified={s['verified']}")
     return "\n".join(lines)
