@@ -82,16 +82,19 @@ def test_bad_flink_options_are_refused(kw, match):
         flink.FlinkOptions(**kw)
 
 
-def test_the_watermark_trails_by_whole_days_covering_the_span():
-    ddl = flink.parquet_table_ddl("t", "/x/y.parquet", [("ts", "BIGINT")], "ts",
-                                  86_400_000 + 1)
-    assert "WATERMARK FOR rt AS rt - INTERVAL '2' DAY" in ddl
+def test_the_watermark_trails_by_the_delay_in_whole_seconds():
+    ddl = flink.parquet_table_ddl("t", "/x/y.parquet", [("ts", "BIGINT")], "ts", 3_723_001)
+    assert "WATERMARK FOR rt AS rt - INTERVAL '1:02:04' HOUR TO SECOND" in ddl
     assert "TO_TIMESTAMP_LTZ(`ts`, 3)" in ddl and "'path' = 'file:///x/y.parquet'" in ddl
 
 
-def test_a_span_beyond_the_interval_literal_is_refused():
+def test_a_delay_of_100_hours_or_more_is_written_in_days():
+    assert flink.interval_literal(100 * 3_600_000) == "INTERVAL '5' DAY"
+
+
+def test_a_delay_beyond_the_interval_literal_is_refused():
     with pytest.raises(errors.InvalidArgument, match="99 days"):
-        flink.parquet_table_ddl("t", "/x.parquet", [("ts", "BIGINT")], "ts", 100 * 86_400_000)
+        flink.interval_literal(100 * 86_400_000)
 
 
 def test_a_missing_pyflink_venv_without_install_says_how_to_install(tmp_path, monkeypatch):
@@ -179,8 +182,8 @@ def test_flink_answers_equal_duckdb_on_the_same_file(tmp_path, name):
 
 
 # -- the latency run ----------------------------------------------------------------
-def test_window_latency_is_the_last_arrival_past_the_window_end_without_the_last_window():
-    t = pa.table({"window_end": [1000, 1000, 2000, 3000], "arrival_ms": [1010, 1250, 2040, 2500]})
+def test_window_latency_is_the_last_emission_past_the_window_end_without_the_last_window():
+    t = pa.table({"window_end": [1000, 1000, 2000, 3000], "emitted": [1010, 1250, 2040, 2500]})
     assert flink.window_latencies(t) == [250.0, 40.0]  # window 3000 fired early by the end of input
 
 
@@ -189,6 +192,7 @@ def test_the_paced_flink_source_runs_at_the_rate_for_the_seconds_asked():
     assert "'rows-per-second' = '5000'" in job.statements[0]
     assert "'number-of-rows' = '20000'" in job.statements[0]
     assert "'fields.k.max' = '9'" in job.statements[0] and "INTERVAL '1' SECOND" in job.query
+    assert "CAST(CURRENT_TIMESTAMP AS TIMESTAMP(3)) AS emitted" in job.query and "emitted" in job.timestamp_columns
 
 
 def test_a_latency_window_of_a_fraction_of_a_second_is_refused():
@@ -197,7 +201,8 @@ def test_a_latency_window_of_a_fraction_of_a_second_is_refused():
 
 
 @pytest.mark.parametrize("field,value,name", [("latency", -1, "--latency"),
-                                              ("latency_rate", 0, "--latency-rate")])
+                                              ("latency_rate", 0, "--latency-rate"),
+                                              ("flink_watermark_delay", -5, "--flink-watermark-delay")])
 def test_a_bad_latency_argument_is_refused(field, value, name):
     with pytest.raises(errors.InvalidArgument, match=name):
         flink.parse(_args(**{field: value}))

@@ -15,9 +15,7 @@ written by :mod:`slash.bench.flink`):
 * ``output``: where the answer goes, a Parquet file written with pyarrow;
 * ``runs`` (optional, default 1): how many times the query runs, one
   after the other in this JVM (the later ones warm); the answer written is
-  the last run's;
-* ``arrival_column`` (optional): adds a column of that name, the wall clock
-  (epoch ms) at which each row reached this process (window latency).
+  the last run's.
 
 The timed span runs from submitting the query to its last row collected
 into this process: the whole job (read, window, aggregate, emit), not the
@@ -89,10 +87,8 @@ def main(spec_path: str) -> None:
         result = env.sql_query(spec["query"]).execute()
         names = list(result.get_table_schema().get_field_names())
         rows = []
-        arrivals = []  # wall-clock ms at which each row reached this process
         with result.collect() as it:
             for row in it:
-                arrivals.append(time.time_ns() // 1_000_000)
                 rows.append(tuple(row))
         seconds = time.perf_counter() - t0
         cpu = _tree_cpu_seconds() - cpu0
@@ -108,8 +104,6 @@ def main(spec_path: str) -> None:
     for i, n in enumerate(names):
         vals = [r[i] for r in rows]
         cols[n] = pa.array([_epoch_ms(v) for v in vals], pa.int64()) if n in ts else pa.array(vals)
-    if spec.get("arrival_column"):
-        cols[spec["arrival_column"]] = pa.array(arrivals, pa.int64())
     pq.write_table(pa.table(cols) if cols else pa.table({}), spec["output"])
 
     from pyflink.version import __version__

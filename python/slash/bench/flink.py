@@ -21,8 +21,9 @@ Sides (each a fresh process, as a user runs it):
   (the docs' choice when state fits in memory), ``pipeline.object-reuse``,
   no checkpoints (no side takes any). Streaming mode (``--flink-mode
   batch`` runs the batch runtime); the watermark trails event time by the
-  input's whole span, so no record is late and every window fires at the end
-  of the input, as on every other side.
+  input's whole span (``--flink-watermark-delay`` sets it), so no record is
+  late whatever order Flink reads the file's splits in, and every window
+  fires at the end of the input, as on the Slash sides.
 * ``slash-run`` (YSB): ``slash run --executors --cores`` over the file.
 * ``slash-spark`` (YSB): :func:`slash.spark.window_aggregate` in
   ``local[--cores]``, the answer collected to Arrow.
@@ -55,8 +56,9 @@ records/s (default 100 k, the ``high`` load of ``slash bench latency``;
 1,000 keys, 1 s tumbling windows, event time the wall clock), a count per
 key per window. Flink: its datagen
 source paced at that rate, the watermark equal to event time, each window's
-latency the arrival of its last row in the job's process minus the window's
-end (the window the end of the input fires early is left out). Slash:
+latency the ``CURRENT_TIMESTAMP`` stamped on its last row as it leaves the
+window operator, inside the job, minus the window's end (the window the end
+of the input fires early is left out). Slash:
 :func:`slash.bench.latency.measure` (the driver learning that every executor
 fired the window, minus its end; epochs of 200 ms, Flink's watermark interval
 is its default 200 ms). Percentiles over the windows; every record counted.
@@ -241,8 +243,7 @@ def _last_json(text: str, what: str) -> Dict[str, Any]:
 
 
 def run_flink_job(job: FlinkJob, options: FlinkOptions, output: str, python: str,
-                  timeout: float = 3600.0, arrival_column: Optional[str] = None,
-                  runs: int = 1) -> Tuple[Measured, Dict[str, Any]]:
+                  timeout: float = 3600.0, runs: int = 1) -> Tuple[Measured, Dict[str, Any]]:
     """Runs ``job`` in the PyFlink venv's ``python``; the answer goes to ``output`` (Parquet).
 
     The query runs ``runs`` times in the one JVM. Returns the process's
@@ -251,7 +252,7 @@ def run_flink_job(job: FlinkJob, options: FlinkOptions, output: str, python: str
     ``config``, ``flink_version``)."""
     spec = {"mode": options.mode, "config": options.config(), "statements": list(job.statements),
             "query": job.query, "timestamp_columns": list(job.timestamp_columns), "output": output,
-            "arrival_column": arrival_column, "runs": runs}
+            "runs": runs}
     fd, path = tempfile.mkstemp(prefix="flink-job-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
@@ -262,18 +263,29 @@ def run_flink_job(job: FlinkJob, options: FlinkOptions, output: str, python: str
         os.unlink(path)
 
 
+def interval_literal(ms: int) -> str:
+    """Flink SQL's interval of at least ``ms`` milliseconds: whole seconds as
+    HOUR TO SECOND below 100 hours, whole days above (the literal's leading
+    field holds 2 digits)."""
+    secs = max(0, math.ceil(ms / 1000))
+    if secs < 100 * 3600:
+        return f"INTERVAL '{secs // 3600}:{secs // 60 % 60:02d}:{secs % 60:02d}' HOUR TO SECOND"
+    days = math.ceil(ms / 86_400_000)
+    if days > 99:
+        raise InvalidArgument(f"an interval of {ms} ms is more than 99 days: Flink's interval "
+                              "literal holds 2 digits")
+    return f"INTERVAL '{days}' DAY"
+
+
 def parquet_table_ddl(name: str, path: str, columns: Sequence[Tuple[str, str]], time_col: str,
                       watermark_delay_ms: int) -> str:
     """A filesystem/Parquet source table with an event-time attribute ``rt``
     (``time_col`` in epoch ms) whose watermark trails it by ``watermark_delay_ms``."""
-    days = max(1, math.ceil(watermark_delay_ms / 86_400_000))
-    if days > 99:
-        raise InvalidArgument(f"the input spans {watermark_delay_ms} ms of event time, more than "
-                              "99 days: Flink's interval literal holds 2 digits")
     cols = ",\n  ".join(f"`{c}` {t}" for c, t in columns)
     return (f"CREATE TABLE {name} (\n  {cols},\n  rt AS TO_TIMESTAMP_LTZ(`{time_col}`, 3),\n"
-            f"  WATERMARK FOR rt AS rt - INTERVAL '{days}' DAY\n) WITH ('connector' = "
-            f"'filesystem', 'path' = 'file://{os.path.abspath(path)}', 'format' = 'parquet')")
+            f"  WATERMARK FOR rt AS rt - {interval_literal(watermark_delay_ms)}\n) WITH ("
+            f"'connector' = 'filesystem', 'path' = 'file://{os.path.abspath(path)}', "
+            f"'format' = 'parquet')")
 
 
 # -- the workloads ------------------------------------------------------------------
@@ -281,23 +293,23 @@ def parquet_table_ddl(name: str, path: str, columns: Sequence[Tuple[str, str]], 
 class Workload:
     name: str
     plan: _suite.Plan
-    flink: Callable[[str, int], FlinkJob]  # (parquet path, event-time span ms) -> job
+    flink: Callable[[str, int], FlinkJob]  # (parquet path, watermark delay ms) -> job
     time_col: str
 
 
-def _ysb_flink(path: str, span_ms: int) -> FlinkJob:
+def _ysb_flink(path: str, delay_ms: int) -> FlinkJob:
     ddl = parquet_table_ddl("events", path, [("key", "BIGINT"), ("event_time", "BIGINT"),
-                                             ("event_type", "STRING")], "event_time", span_ms)
+                                             ("event_type", "STRING")], "event_time", delay_ms)
     q = (f"SELECT window_start, window_end, `key`, COUNT(*) AS `count` FROM TABLE(TUMBLE("
          f"TABLE events, DESCRIPTOR(rt), INTERVAL '{ysb.WINDOW_MS // 1000}' SECOND)) "
          f"WHERE event_type = 'view' GROUP BY window_start, window_end, `key`")
     return FlinkJob((ddl,), q, ("window_start", "window_end"))
 
 
-def _q7_flink(path: str, span_ms: int) -> FlinkJob:
+def _q7_flink(path: str, delay_ms: int) -> FlinkJob:
     ddl = parquet_table_ddl("bids", path, [("auction", "BIGINT"), ("bidder", "BIGINT"),
                                            ("price", "BIGINT"), ("date_time", "BIGINT")],
-                            "date_time", span_ms)
+                            "date_time", delay_ms)
     w = f"INTERVAL '{nexmark_q7.WINDOW_MS // 1000}' SECOND"
     q = (f"SELECT B.window_start, B.window_end, B.auction, B.bidder, B.price, B.date_time FROM "
          f"(SELECT * FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(rt), {w}))) B JOIN "
@@ -456,18 +468,23 @@ def paced_flink_job(rate: int, keys: int, seconds: int, window_ms: int) -> Flink
            f"'connector' = 'datagen', 'rows-per-second' = '{rate}', "
            f"'number-of-rows' = '{rate * seconds}', 'fields.k.kind' = 'random', "
            f"'fields.k.min' = '0', 'fields.k.max' = '{keys - 1}')")
-    q = (f"SELECT window_start, window_end, k, COUNT(*) AS `count` FROM TABLE(TUMBLE("
+    # each result row is stamped as it leaves the window operator, inside the
+    # job: PyFlink's client takes milliseconds per row over py4j, which would
+    # measure the client instead of Flink
+    q = (f"SELECT window_start, window_end, k, `count`, CAST(CURRENT_TIMESTAMP AS TIMESTAMP(3)) "
+         f"AS emitted FROM ("
+         f"SELECT window_start, window_end, k, COUNT(*) AS `count` FROM TABLE(TUMBLE("
          f"TABLE paced, DESCRIPTOR(rt), INTERVAL '{window_ms // 1000}' SECOND)) "
-         f"GROUP BY window_start, window_end, k")
-    return FlinkJob((ddl,), q, ("window_start", "window_end"))
+         f"GROUP BY window_start, window_end, k)")
+    return FlinkJob((ddl,), q, ("window_start", "window_end", "emitted"))
 
 
 def window_latencies(t: pa.Table) -> List[float]:
-    """Per window, the last row's arrival minus the window's end (ms), in
-    window order, without the last window (the end of the input fires it
-    early, before its end)."""
+    """Per window, its last row's ``emitted`` stamp minus the window's end
+    (ms), in window order, without the last window (the end of the input
+    fires it early, before its end)."""
     ends = t.column("window_end").to_numpy()
-    arr = t.column("arrival_ms").to_numpy()
+    arr = t.column("emitted").to_numpy()
     uniq = sorted(set(ends.tolist()))[:-1]
     return [float(arr[ends == e].max() - e) for e in uniq]
 
@@ -499,7 +516,7 @@ def run_latency(opts: FlinkOptions, seconds: int, python: Optional[str],
         with tempfile.TemporaryDirectory(prefix="slash-bench-flink-lat-") as d:
             out = os.path.join(d, "flink.parquet")
             job = paced_flink_job(rate, keys, seconds, window_ms)
-            run_flink_job(job, opts, out, python, arrival_column="arrival_ms")
+            run_flink_job(job, opts, out, python)
             t = pq.read_table(out)
         counted = int(pc.sum(t.column("count")).as_py() or 0)
         res["flink"] = {**_percentiles(window_latencies(t)), "records_counted": counted,
@@ -534,6 +551,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and the slash executors)")
     p.add_argument("--flink-mode", default="streaming", help="streaming (default) or batch")
     p.add_argument("--flink-managed-memory", default="512m", help="Flink managed memory (default 512m)")
+    p.add_argument("--flink-watermark-delay", type=int, default=None, metavar="SECONDS",
+                   help="how far Flink's watermark trails event time (default: the input's whole "
+                        "span, so no record is late whatever order Flink reads the file's splits "
+                        "in; shorter keeps less state, and a record it makes late fails the check)")
     p.add_argument("--latency", type=int, default=0, metavar="SECONDS",
                    help="also a paced stream of SECONDS (--latency-rate, 1,000 keys, 1 s "
                         "windows) through Flink and slash: per-window latency (default: off)")
@@ -560,6 +581,9 @@ def parse(args: argparse.Namespace) -> Tuple[List[str], List[str], FlinkOptions]
     """(workloads, sides, Flink options) from the arguments; InvalidArgument on a bad one."""
     wls = _names(args.workload, WORKLOADS, "--workload")
     sides = _names(args.sides, SIDES, "--sides")
+    d = args.flink_watermark_delay
+    if d is not None and (isinstance(d, bool) or not isinstance(d, int) or d < 0):
+        raise InvalidArgument(f"--flink-watermark-delay must be seconds >= 0, got {d!r}")
     if isinstance(args.latency, bool) or not isinstance(args.latency, int) or args.latency < 0:
         raise InvalidArgument(f"--latency must be a number of seconds >= 0, got {args.latency!r}")
     for name in ("records", "keys", "cores", "repeat", "latency_rate"):
@@ -570,7 +594,8 @@ def parse(args: argparse.Namespace) -> Tuple[List[str], List[str], FlinkOptions]
 
 
 def run_workload(wl: Workload, sides: List[str], opts: FlinkOptions, root: str, repeat: int,
-                 python: Optional[str], slash_cmd: Sequence[str]) -> Dict[str, Any]:
+                 python: Optional[str], slash_cmd: Sequence[str],
+                 watermark_delay_ms: Optional[int] = None) -> Dict[str, Any]:
     path, span = write_input(root, wl)
     records = wl.plan.records
     want = reference(wl, path)
@@ -579,7 +604,8 @@ def run_workload(wl: Workload, sides: List[str], opts: FlinkOptions, root: str, 
     todo: List[Side] = []
     if "flink" in sides:
         assert python is not None
-        job = wl.flink(path, span)
+        delay = span if watermark_delay_ms is None else watermark_delay_ms
+        job = wl.flink(path, delay)
 
         def flink_run(out: str) -> Round:
             m, rep = run_flink_job(job, opts, out, python, runs=JVM_RUNS)
@@ -617,6 +643,7 @@ def run_workload(wl: Workload, sides: List[str], opts: FlinkOptions, root: str, 
         if flink_best:
             r["ratio"] = round(r["records_per_s"] / flink_best, 2)
     return {"workload": wl.name, "records": records, "file": path, "event_time_span_ms": span,
+            "flink_watermark_delay_ms": span if watermark_delay_ms is None else watermark_delay_ms,
             "result_rows": want.num_rows, "cores": cores, "runs": runs,
             "load_before": load, "load_after": [round(x, 2) for x in os.getloadavg()],
             "flink_options": {"mode": opts.mode, **opts.config()},
@@ -648,7 +675,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     python = pyflink_python(install=not args.no_install) if "flink" in sides else None
     slash_cmd = args.slash.split() if args.slash else [sys.executable, "-m", "slash"]
     results = [run_workload(workload(w, args.records, args.keys, args.seed), sides, opts,
-                            args.dir, args.repeat, python, slash_cmd) for w in wls]
+                            args.dir, args.repeat, python, slash_cmd,
+                            None if args.flink_watermark_delay is None
+                            else args.flink_watermark_delay * 1000) for w in wls]
     if args.latency:
         results.append(run_latency(opts, args.latency, python, sides, args.latency_rate))
     out = {"runs": results, "parameters": _suite.parameters(args),
