@@ -35,6 +35,11 @@ import os
 import sys
 import time
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyflink.table import EnvironmentSettings, TableEnvironment
+from pyflink.version import __version__
+
 
 def _tree_cpu_seconds() -> float:
     """CPU seconds (user + system) of this process and its children so far (the gateway JVM)."""
@@ -67,8 +72,6 @@ def main(spec_path: str) -> None:
     with open(spec_path) as f:
         spec = json.load(f)
     t0 = time.perf_counter()
-    from pyflink.table import EnvironmentSettings, TableEnvironment
-
     settings = (EnvironmentSettings.in_streaming_mode() if spec["mode"] == "streaming"
                 else EnvironmentSettings.in_batch_mode())
     env = TableEnvironment.create(settings)
@@ -96,17 +99,12 @@ def main(spec_path: str) -> None:
         net_ms = client.get_job_execution_result().result().get_net_runtime() if client else None
         runs.append((seconds, None if net_ms is None else net_ms / 1000.0, cpu))
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     ts = set(spec.get("timestamp_columns", ()))
     cols = {}
     for i, n in enumerate(names):
         vals = [r[i] for r in rows]
         cols[n] = pa.array([_epoch_ms(v) for v in vals], pa.int64()) if n in ts else pa.array(vals)
     pq.write_table(pa.table(cols) if cols else pa.table({}), spec["output"])
-
-    from pyflink.version import __version__
 
     seen = {k: conf.get_configuration().get_string(k, "") for k in spec["config"]}
     print(json.dumps({"query_seconds": [r[0] for r in runs], "startup_seconds": startup,

@@ -75,6 +75,7 @@ import logging
 import math
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -85,11 +86,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from slash.bench import _suite, nexmark_q7, ysb
+from slash.bench import _suite, latency, nexmark_q7, ysb
 from slash.errors import InvalidArgument, NotSupported, SystemFailure
 
 log = logging.getLogger(__name__)
@@ -450,8 +452,6 @@ def _slash_group_side(wl: Workload, cores: int) -> Callable[[str], Round]:
 
 
 def _children_cpu() -> float:
-    import resource
-
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
 
@@ -490,8 +490,6 @@ def window_latencies(t: pa.Table) -> List[float]:
 
 
 def _percentiles(lat: Sequence[float]) -> Dict[str, float]:
-    import numpy as np
-
     if not len(lat):
         return {}
     p50, p95, p99 = np.percentile(np.asarray(lat, dtype=np.float64), [50, 95, 99])
@@ -504,8 +502,6 @@ def run_latency(opts: FlinkOptions, seconds: int, python: Optional[str],
     """Flink and Slash on a paced stream of ``rate`` records/s with the keys
     of ``slash bench latency``'s ``high`` load (1,000 keys, 1 s windows), one
     after the other."""
-    from slash.bench import latency
-
     keys = latency.LOADS["high"][0]
     window_ms = 1000
     res: Dict[str, Any] = {"workload": "latency", "records_per_s": rate, "keys": keys,
