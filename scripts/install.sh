@@ -69,6 +69,45 @@ install_kafka_broker() {
     log "Kafka broker jars in $("$SLASH_ROOT/scripts/kafka-jars.sh")"
 }
 
+install_pyflink() {
+    # PyFlink (apache-flink from PyPI) for the Flink benchmarks (slash bench
+    # flink), in a venv of its own, never the project's: it pins its own numpy,
+    # pyarrow and pandas. Then the jars PyFlink lacks (the Parquet format,
+    # scripts/pyflink/pom.xml), resolved with Maven into its pyflink/lib. Made
+    # once, reused after; prints the venv's python. Not part of slash_install
+    # (a JVM runtime of some 400 MB).
+    #   SLASH_PYFLINK_VENV  the venv (default ~/.cache/slash/pyflink-venv)
+    local version=1.20.3  # wheels for CPython 3.8-3.11; runs on JDK 11 and 17
+    local venv="${SLASH_PYFLINK_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/slash/pyflink-venv}"
+    local pom="$SLASH_ROOT/scripts/pyflink/pom.xml"
+    local stamp="$venv/.slash-pyflink-$version"
+    local jars_stamp="$venv/.slash-jars-$(sha256sum "$pom" | cut -c1-16)"
+    if [ ! -e "$stamp" ]; then
+        command -v java >/dev/null 2>&1 || need_apt openjdk-17-jre-headless
+        log "creating the PyFlink venv $venv (apache-flink==$version, once; a few minutes)"
+        rm -rf "$venv"
+        "${PYFLINK_PYTHON:-python3}" -m venv "$venv"
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "apache-flink==$version" >&2
+        touch "$stamp"
+    fi
+    if [ ! -e "$jars_stamp" ]; then
+        command -v mvn >/dev/null 2>&1 || need_apt maven
+        local lib
+        lib="$("$venv/bin/python" -c 'import os, pyflink; print(os.path.join(os.path.dirname(pyflink.__file__), "lib"))')"
+        log "resolving the Parquet format's jars into $lib (Maven, once)"
+        rm -rf "$venv/jars.tmp"
+        mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
+            -DoutputDirectory="$venv/jars.tmp" >&2
+        rm -f "$venv"/.slash-jars-*
+        [ -f "$venv/jars.list" ] && (cd "$lib" && xargs -r rm -f < "$venv/jars.list")
+        (cd "$venv/jars.tmp" && ls) > "$venv/jars.list"
+        mv "$venv"/jars.tmp/*.jar "$lib"/
+        rm -rf "$venv/jars.tmp"
+        touch "$jars_stamp"
+    fi
+    echo "$venv/bin/python"
+}
+
 build_package() {
     log "building and installing slash (C core + bindings)"
     (cd "$SLASH_ROOT" && "$PYTHON" -m pip install -q --disable-pip-version-check \

@@ -139,10 +139,13 @@ class PacedSource(GeneratorSource):
 
 
 def measure(transport: str, load: str, seconds: float, epoch_ms: int, tick_ms: int,
-            window_ms: int = 1000, executors: int = 2, serve: bool = True) -> Dict[str, Any]:
+            window_ms: int = 1000, executors: int = 2, serve: bool = True,
+            rate: Optional[int] = None) -> Dict[str, Any]:
     """One configuration: its windows' latency percentiles, records in and
-    out (checked: every record counted once), epoch length, CPU load."""
-    keys, rate = LOADS[load]
+    out (checked: every record counted once), epoch length, CPU load.
+    ``rate`` (records/s in total) replaces the load's own."""
+    keys, load_rate = LOADS[load]
+    rate = load_rate if rate is None else rate
     # every rank starts on the same window boundary, far enough ahead for the
     # executor processes to start and connect: no window is cut by a late start
     start = (int(time.time() * 1000 + STARTUP_MS) // window_ms + 1) * window_ms / 1000.0
