@@ -302,9 +302,9 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
         elastic._attach(scaler)
         late_now.clear()
         try:
-            return _group(query, source, size, group, token, plan, store, works, active, rate,
-                          report_every, ctl, scaler, elastic, live, checkpoints, dropped, sup,
-                          resumed_scale, t_start, timeout, late_now)
+            return _live_group(query, source, size, group, token, plan, store, works, active,
+                               rate, report_every, ctl, scaler, elastic, live, checkpoints,
+                               dropped, sup, resumed_scale, t_start, timeout, late_now)
         finally:
             elastic._detach()
 
@@ -364,12 +364,13 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
     return result
 
 
-def _group(query: Any, source: Any, size: int, group: GroupConfig, token: str, plan: Any,
-           store: CheckpointStore, works: List[Work], active: List[int], rate: Optional[float],
-           report_every: float, ctl: Any, scaler: Any, elastic: ElasticCheckpointed, live: Any,
-           checkpoints: List[Dict[str, Any]], dropped: List[int], sup: Supervisor,
-           resumed_scale: Optional[_Restart], t_start: float, timeout: float,
-           late: List[pa.Table]) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
+def _live_group(query: Any, source: Any, size: int, group: GroupConfig, token: str, plan: Any,
+                store: CheckpointStore, works: List[Work], active: List[int],
+                rate: Optional[float], report_every: float, ctl: Any, scaler: Any,
+                elastic: ElasticCheckpointed, live: Any, checkpoints: List[Dict[str, Any]],
+                dropped: List[int], sup: Supervisor, resumed_scale: Optional[_Restart],
+                t_start: float, timeout: float,
+                late: List[pa.Table]) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
     """One attempt of :func:`run_live_checkpointed`: a group of ``size`` from
     ``plan``'s checkpoint to the end; raises a :class:`slash.run.failure.Failed`,
     or a :class:`slash.run.supervisor.Rescale` once the cut a restart asked for

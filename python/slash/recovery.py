@@ -331,8 +331,9 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
             log.info("starting %d executors from checkpoint %s (attempt %d)", n, ck.path,
                      sup.attempt)
         late_now.clear()
-        return _group(query, source, n, group, token, plan, store, timeout, checkpoints, sup,
-                      control, rescales, late_now, delivery.committed if delivery else None)
+        return _checkpointed_group(query, source, n, group, token, plan, store, timeout,
+                                   checkpoints, sup, control, rescales, late_now,
+                                   delivery.committed if delivery else None)
 
     def rescaled(r: Rescale) -> None:
         nonlocal n
@@ -377,11 +378,13 @@ def _void_moves(control: Optional[CheckpointedRun]) -> None:
         control.per.clear()
 
 
-def _group(query: Query, source: Any, n: int, group: GroupConfig, token: str, plan: AttemptPlan,
-           store: CheckpointStore, timeout: float, checkpoints: List[Dict[str, Any]],
-           sup: Supervisor, control: Optional[CheckpointedRun], rescales: List[Dict[str, Any]],
-           late: List[pa.Table], committed: Optional[Callable[[Checkpoint], None]] = None
-           ) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
+def _checkpointed_group(query: Query, source: Any, n: int, group: GroupConfig, token: str,
+                        plan: AttemptPlan, store: CheckpointStore, timeout: float,
+                        checkpoints: List[Dict[str, Any]], sup: Supervisor,
+                        control: Optional[CheckpointedRun], rescales: List[Dict[str, Any]],
+                        late: List[pa.Table],
+                        committed: Optional[Callable[[Checkpoint], None]] = None
+                        ) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
     """One attempt of :func:`run_checkpointed`: a group of n executors from
     plan's checkpoint to the end; raises Failed, or Rescale once a checkpoint
     asked for by ``control`` commits. ``late`` receives the late rows each
