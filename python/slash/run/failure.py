@@ -5,6 +5,7 @@ the driver loop caught), and whether a restart can cure it
 (:class:`RestartPolicy`)."""
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import time
@@ -82,11 +83,20 @@ def first_cause(rep: Error, pg: Any = None) -> Error:
 
 
 def reported(rep: Error) -> Reported:
-    """An executor's :class:`slash.run.protocol.Error` report as an exception."""
+    """An executor's :class:`slash.run.protocol.Error` report as an exception
+    (the one way a driver turns a rank's report into one): a SlashError keeps
+    its type, its attributes (a TaskFailed's rank and reason, a SinkFailed's
+    window, ...) and its cause, its message prefixed with the rank; any other
+    error is a SystemFailure naming its type and text."""
     log.debug("executor %d failed:\n%s", rep.rank, rep.traceback)
-    if rep.error is not None:
-        return Reported(rep.rank, type(rep.error)(f"executor rank {rep.rank}: {rep.error}"))
-    return Reported(rep.rank, SystemFailure(f"executor rank {rep.rank} failed: {rep.text}"))
+    err = rep.error
+    if err is None:
+        return Reported(rep.rank, SystemFailure(f"executor rank {rep.rank} failed: {rep.text}"))
+    cause = vars(err).pop(Error.CAUSE, None)
+    out = copy.copy(err)  # the type and attributes, never the constructor's signature
+    out.args = (f"executor rank {rep.rank}: {err}",)
+    out.__cause__ = cause
+    return Reported(rep.rank, out)
 
 
 def curable(error: BaseException) -> bool:
