@@ -160,6 +160,7 @@ def test_the_result_is_the_cuts_committed_windows_plus_the_last_attempts(tmp_pat
     rel, entry = store.write_segment(0, 1, to_ipc(pa.table({"w": [1]})))
     store.commit(1, {}, {rel: entry})
     sup = Supervisor(RestartPolicy(0), store)
+    sup.run(lambda ck: None, rescaled=_never, failed=_never)  # the last attempt, from chk 1
     late = []
     got = sup.finish([pa.table({"w": [2, 3]})], lambda t: t.sort_by("w"), 1,
                      [pa.table({"t": [9]})], late)
@@ -203,3 +204,13 @@ def test_reports_hand_over_a_cut_once_every_rank_wrote_it_and_count_finished_ran
     assert got.finished(1) and not got.finished(0) and got.running
     assert got.take(("ctl-moved", 0, 1, {})) is None
     assert got.tables() == [t] and got.per_exec == [{}, {"m": 1}]
+
+
+def test_the_first_checkpoint_is_read_once_the_store_has_the_checkpoints_partition_count(tmp_path):
+    _commit(_store(tmp_path, partitions=4), 1)
+    store = _store(tmp_path, partitions=8)  # a run that did not know the directory's count yet
+    sup = Supervisor(RestartPolicy(0), store)
+    store.partitions = newest_shape(store, None)[1]
+    assert sup.first.id == 1
+    attempt, started = _script(["done"])
+    assert sup.run(attempt, rescaled=_never, failed=_never) == "done" and started == [1]

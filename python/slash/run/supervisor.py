@@ -180,10 +180,18 @@ class Supervisor:
         #: records_replayed, seconds_to_resume (once every rank resumed)
         self.recoveries: List[Dict[str, Any]] = []
         self.failed_at: Optional[float] = None  # the last failure's time, until the next rescale
-        #: the checkpoint the first attempt starts from (the directory's newest)
-        self.first: Optional[Checkpoint] = store.latest() if store is not None else None
         #: the checkpoint the current attempt started from
-        self.start: Optional[Checkpoint] = self.first
+        self.start: Optional[Checkpoint] = None
+        self._first: Any = self  # not read yet
+
+    @property
+    def first(self) -> Optional[Checkpoint]:
+        """The checkpoint the first attempt starts from: the directory's newest
+        when first asked (once the store has the run's partition count: a
+        checkpoint of another is refused)."""
+        if self._first is self:
+            self._first = self.store.latest() if self.store is not None else None
+        return self._first
 
     def finished_before(self, late: Optional[List[pa.Table]]) -> Optional[pa.Table]:
         """The result of the query's finished run ``store`` holds (None if
