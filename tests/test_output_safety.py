@@ -261,9 +261,8 @@ def test_checkpoint_write_on_a_full_disk_says_no_space_left(tmp_path, monkeypatc
 
 
 def test_a_full_disk_stops_a_checkpointed_run_instead_of_restarting(tmp_path):
-    from slash.run.failure import Failed, restartable
+    from slash.run.failure import Failed, RestartPolicy
 
-    s = _store(tmp_path)
     f = Failed(0, "checkpoint write", NoSpaceLeft("cannot write 'x': no space left on '/d'"))
     with pytest.raises(NoSpaceLeft):
-        restartable(f, s, 0, 3)
+        RestartPolicy(max_restarts=3).check(f, restarts=0)

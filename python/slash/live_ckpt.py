@@ -64,7 +64,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
-from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import Checkpoint, CheckpointStore
 from slash.control import ControlServer, RunControl
 from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState, SystemFailure,
@@ -73,15 +72,15 @@ from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
 from slash.limits import MAX_EXECUTORS
 from slash.live_scale import LiveScaler
-from slash.recovery import CheckpointEvery, all_late, fingerprint, stored_late
+from slash.recovery import CheckpointEvery, fingerprint
 from slash.run.ckpt import commit
-from slash.run.failure import Failed, Reported, failed, reported, restartable
+from slash.run.failure import Failed, Reported, RestartPolicy, failed, reported
 from slash.run.group import connect
 from slash.run.inputs import bound_ticks
 from slash.run.output import write_parquet_atomically
 from slash.run.plan import AttemptPlan
-from slash.run.protocol import (CheckpointNow, CheckpointWritten, Error, Finished, Metrics,
-                                 Progress, Resumed)
+from slash.run.protocol import CheckpointWritten, Error, Metrics, Resumed
+from slash.run.supervisor import Reports, Rescale, RescaleCut, Supervisor, newest_shape
 from slash.sources import Work, input_stamp
 from slash.worker import RankSpec, worker
 
@@ -95,8 +94,6 @@ class _Restart:
         self.count, self.what = count, what
         self.asked = time.monotonic()
         self.done = threading.Event()
-        self.sent = False
-        self.after = 0  # checkpoints committed when the cut was asked for
         self.result: Optional[Dict[str, Any]] = None
         self.error: Optional[BaseException] = None
         self.entry: Optional[Dict[str, Any]] = None
@@ -197,12 +194,6 @@ class ElasticCheckpointed:
         self._end_restart(InvalidState("the run ended before the restart took effect"))
 
 
-class _Rescale(Exception):
-    def __init__(self, count: int, ckpt: int) -> None:
-        super().__init__(f"restart with {count} executors")
-        self.count, self.ckpt = count, ckpt
-
-
 def _live_gen(ck: Checkpoint) -> int:
     return int(ck.manifest.get("info", {}).get("live_gen", 0))
 
@@ -242,31 +233,23 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
     (checkpoints, recoveries, records_replayed) plus ``live_scales`` (each
     scale, ``path`` "live" or "restart") and ``checkpoints_dropped``;
     ``late``, if given, receives the late rows (``late_output=``)."""
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-        raise InvalidArgument(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+    policy = RestartPolicy(max_restarts)
     t_start = time.monotonic()
-    policy = CheckpointEvery.parse(every)
+    every_ = CheckpointEvery.parse(every)
     partitions = group.partitions_for(m)
     fp = fingerprint(query, source) + " in a live group"
     store = CheckpointStore(os.fspath(directory), fingerprint=fp, executors=m,
                             partitions=partitions, keep=keep, inputs=input_stamp(source))
-    stored = store.finished()
+    sup = Supervisor(policy, store)
+    stored = sup.finished_before(late)
     if stored is not None:
-        log.info("checkpoint directory %r holds this query's finished run: returning its result "
-                 "without running again", store.dir)
         if metrics is not None:
             metrics.update(checkpoints=[], recoveries=[], records_replayed=0,
                            finished_before=True, live_scales=[])
-        stored_late(store, late)
-        return from_ipc(stored)
-    shape = store.newest_shape()
+        return stored
+    shape = newest_shape(store, group.partitions)
     if shape is not None:
-        ck_parts = shape[1]
-        if group.partitions is not None and group.partitions != ck_parts:
-            raise InvalidArgument(f"checkpoint directory {store.dir!r} holds checkpoints with "
-                                  f"{ck_parts} key partitions; this run asks for "
-                                  f"{group.partitions} (the count stays fixed: leave it unset)")
-        partitions = store.partitions = ck_parts
+        partitions = store.partitions = shape[1]
     group = dataclasses.replace(group, partitions=partitions)
 
     if isinstance(control, RunControl):
@@ -289,122 +272,104 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
     ticks = lambda b: bound_ticks(query, source.schema, b)  # noqa: E731
 
     checkpoints: List[Dict[str, Any]] = []
-    recoveries: List[Dict[str, Any]] = []
     dropped: List[int] = []
-    replayed = restarts = attempt = 0
+    late_now: List[pa.Table] = []  # the late rows the last attempt found
     size, active_n = m, n
-    first = store.latest()
-    failed_at: Optional[float] = None
     resumed_scale: Optional[_Restart] = None  # a restart whose new group is starting
+    scaler: Any = None
+
+    def attempt(ck: Optional[Checkpoint]) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
+        nonlocal scaler
+        if ck is not None and ck.executors != size:
+            log.info("starting a group of %d (%d active) from checkpoint %d of %d executors: "
+                     "re-dealing the input left", size, active_n, ck.id, ck.executors)
+        works, active = resume_shape(ck, source, size, active_n, query.time)
+        store.executors = size
+        plan = AttemptPlan(store.dir, store.fingerprint, size, partitions, keep, every_,
+                           ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
+                           sup.attempt, want_late=late is not None)
+        scaler = LiveScaler(source, query, size, len(active), ticks)
+        scaler.active = list(active)
+        ctl.executors = size
+        elastic._attach(scaler)
+        late_now.clear()
+        try:
+            return _live_group(query, source, size, group, token, plan, store, works, active,
+                               rate, report_every, ctl, scaler, elastic, live, checkpoints,
+                               dropped, sup, resumed_scale, t_start, timeout, late_now)
+        finally:
+            elastic._detach()
+
+    def rescaled(r: Rescale) -> None:
+        nonlocal resumed_scale, size, active_n
+        req = elastic.restart
+        old_active = len(scaler.active)
+        log.warning("scale-out beyond max_executors=%d: restart path, %d -> %d executors "
+                    "from checkpoint %d", size, old_active, r.count, r.ckpt)
+        if req is not None:
+            req.entry = {"sid": None, "from": old_active, "to": r.count,
+                         "active_ranks": list(range(r.count)),
+                         "joined": list(range(size, r.count)), "left": [],
+                         "path": "restart", "checkpoint": r.ckpt,
+                         "max_executors": r.count,
+                         "seconds_to_cut": round(time.monotonic() - req.asked, 3),
+                         "at": time.time()}
+        resumed_scale = req
+        size = active_n = max(size, r.count)
+
+    def failed(f: Failed, rec: Dict[str, Any], last: Optional[Checkpoint]) -> None:
+        nonlocal resumed_scale
+        rec["active_at_cut"] = (None if last is None else
+                                resume_shape(last, source, size, active_n, query.time)[1])
+        log.warning("executor rank %s failed (%s): restarting the group of %d from %s "
+                    "(restart %d of at most %d)", f.rank, f.cause, size,
+                    f"checkpoint {last.id}" if last is not None else "the beginning",
+                    sup.restarts, max_restarts)
+        if resumed_scale is not None and resumed_scale.done.is_set():
+            resumed_scale = None
+
     try:
-        while True:
-            ck = first if attempt == 0 else store.latest()
-            if ck is not None and ck.executors != size:
-                log.info("starting a group of %d (%d active) from checkpoint %d of %d executors: "
-                         "re-dealing the input left", size, active_n, ck.id, ck.executors)
-            works, active = resume_shape(ck, source, size, active_n, query.time)
-            store.executors = size
-            plan = AttemptPlan(store.dir, store.fingerprint, size, partitions, keep, policy,
-                         ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
-                         attempt, want_late=late is not None)
-            scaler = LiveScaler(source, query, size, len(active), ticks)
-            scaler.active = list(active)
-            ctl.executors = size
-            elastic._attach(scaler)
-            late_now: List[pa.Table] = []  # the late rows this attempt found
-            try:
-                tables, per_exec = _attempt(query, source, size, group, token, plan, store,
-                                            works, active, rate, report_every, ctl, scaler,
-                                            elastic, live, checkpoints, dropped, recoveries,
-                                            failed_at, resumed_scale, t_start, timeout, late_now)
-                break
-            except _Rescale as r:
-                req = elastic.restart
-                old_active = len(scaler.active)
-                log.warning("scale-out beyond max_executors=%d: restart path, %d -> %d executors "
-                            "from checkpoint %d", size, old_active, r.count, r.ckpt)
-                if req is not None:
-                    req.entry = {"sid": None, "from": old_active, "to": r.count,
-                                 "active_ranks": list(range(r.count)),
-                                 "joined": list(range(size, r.count)), "left": [],
-                                 "path": "restart", "checkpoint": r.ckpt,
-                                 "max_executors": r.count,
-                                 "seconds_to_cut": round(time.monotonic() - req.asked, 3),
-                                 "at": time.time()}
-                resumed_scale = req
-                size = active_n = max(size, r.count)
-                attempt += 1
-                failed_at = None
-                continue
-            except Failed as f:
-                last, lost = restartable(f, store, restarts, max_restarts)
-                replayed += lost
-                restarts += 1
-                attempt += 1
-                failed_at = time.monotonic()
-                recoveries.append({"cause": f.cause, "rank": f.rank,
-                                   "from_checkpoint": last.id if last is not None else None,
-                                   "records_replayed": lost,
-                                   "active_at_cut": None if last is None else
-                                   resume_shape(last, source, size, active_n, query.time)[1]})
-                log.warning("executor rank %s failed (%s): restarting the group of %d from %s "
-                            "(restart %d of at most %d)", f.rank, f.cause, size,
-                            f"checkpoint {last.id}" if last is not None else "the beginning",
-                            restarts, max_restarts)
-                if resumed_scale is not None and resumed_scale.done.is_set():
-                    resumed_scale = None
-            finally:
-                elastic._detach()
+        tables, per_exec = sup.run(attempt, rescaled=rescaled, failed=failed)
     finally:
         elastic._end()
         ctl.close()
         if server is not None:
             server.close()
-    base = [from_ipc(ck.read_segment(rel)) for rel in sorted(ck.segments())] if ck else []
-    raw = pa.concat_tables([t.cast(tables[0].schema) if t.schema != tables[0].schema else t
-                            for t in base] + tables)
-    result = query.finalize(raw, source.schema)
-    store.finish(to_ipc(result), {"checkpoints": len(checkpoints), "recoveries": len(recoveries)},
-                 all_late(ck, late_now, late))
+    result = sup.finish(tables, lambda raw: query.finalize(raw, source.schema), len(checkpoints),
+                        late_now, late)
     scales = elastic.history
     log.info("query ran on a live group of %d in %.2f s: %d result rows, %d checkpoints "
              "(%d dropped), %d recoveries, %d scales", size, time.monotonic() - t_start,
-             result.num_rows, len(checkpoints), len(dropped), len(recoveries), len(scales))
+             result.num_rows, len(checkpoints), len(dropped), len(sup.recoveries), len(scales))
     if metrics is not None:
         totals = {k: sum(int(x.get(k, 0) or 0) for x in per_exec)
                   for k in ("late_records", "null_time_records")}
         totals["records_in"] = sum(int(x.get("records_read", 0) or 0) for x in per_exec)
         metrics.update(totals, rows=result.num_rows, executors=len(scaler.active),
                        max_executors=size, per_executor=per_exec, checkpoints=checkpoints,
-                       checkpoints_dropped=dropped, recoveries=recoveries,
-                       records_replayed=replayed, finished_before=False,
-                       resumed_from=first.id if first is not None else None,
+                       checkpoints_dropped=dropped, recoveries=sup.recoveries,
+                       records_replayed=sup.replayed, finished_before=False,
+                       resumed_from=sup.first.id if sup.first is not None else None,
                        live_scales=scales)
     if output:
         write_parquet_atomically(result, output)
     return result
 
 
-def _attempt(query: Any, source: Any, size: int, group: GroupConfig, token: str, plan: Any,
-             store: CheckpointStore, works: List[Work], active: List[int], rate: Optional[float],
-             report_every: float, ctl: Any, scaler: Any, elastic: ElasticCheckpointed, live: Any,
-             checkpoints: List[Dict[str, Any]], dropped: List[int],
-             recoveries: List[Dict[str, Any]], failed_at: Optional[float],
-             resumed_scale: Optional[_Restart], t_start: float, timeout: float,
-             late: List[pa.Table]) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
-    """One group of ``size`` from ``plan``'s checkpoint to the end; raises
-    a :class:`slash.run.failure.Failed`, or _Rescale once the cut a restart asked for commits.
-    ``late`` receives the late rows each rank found in this attempt."""
-    t0 = time.monotonic()
-    progress: Dict[int, int] = {}
-    reports: Dict[int, Dict[int, Tuple[Any, ...]]] = {}
+def _live_group(query: Any, source: Any, size: int, group: GroupConfig, token: str, plan: Any,
+                store: CheckpointStore, works: List[Work], active: List[int],
+                rate: Optional[float], report_every: float, ctl: Any, scaler: Any,
+                elastic: ElasticCheckpointed, live: Any, checkpoints: List[Dict[str, Any]],
+                dropped: List[int], sup: Supervisor, resumed_scale: Optional[_Restart],
+                t_start: float, timeout: float,
+                late: List[pa.Table]) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
+    """One attempt of :func:`run_live_checkpointed`: a group of ``size`` from
+    ``plan``'s checkpoint to the end; raises a :class:`slash.run.failure.Failed`,
+    or a :class:`slash.run.supervisor.Rescale` once the cut a restart asked for
+    commits. ``late`` receives the late rows each rank found in this attempt."""
+    got = Reports(size)
+    cut = RescaleCut()
     carried: Dict[str, Dict[str, int]] = {}  # segments of cuts not committed (see module doc)
-    resumed: set = set()
-
-    def fail(rank: Optional[int], cause: str, err: BaseException) -> Failed:
-        err._slash_progress = dict(progress)  # type: ignore[attr-defined]
-        return Failed(rank, cause, err)
-
     # the ranks' loop: slash.run.rank.RankLoop with Scaling and Checkpointing (LivePositions)
     spec = RankSpec(query, source, group, token, report_every=report_every, control=True,
                     rate=rate, active=list(active), works=works, plan=plan)
@@ -412,13 +377,10 @@ def _attempt(query: Any, source: Any, size: int, group: GroupConfig, token: str,
     try:
         with pg:
             try:
-                connect(pg, size, t0 + group.timeout)
+                connect(pg, size, got.t0 + group.timeout)
                 ctl.attach(pg.send)
                 scaler.attach(pg.send)
-                parts: List[Optional[pa.Table]] = [None] * size
-                per_exec: List[Dict[str, Any]] = [{} for _ in range(size)]
-                done = 0
-                while done < size:
+                while got.running:
                     left = max(0.0, t_start + timeout - time.monotonic())
                     req = elastic.restart
                     if req is resumed_scale:  # this group is that restart's: it is not asking
@@ -426,13 +388,12 @@ def _attempt(query: Any, source: Any, size: int, group: GroupConfig, token: str,
                     if scaler.busy:
                         scaler.service()  # one agreement at a time
                     elif req is not None:
-                        if scaler.finishing or parts[0] is not None:
+                        if scaler.finishing or got.finished(0):
                             elastic._end_restart(InvalidState(
                                 f"{req.what}: the run is ending (every rank has read its "
                                 "input); no checkpoint can be cut to restart from"))
-                        elif not req.sent:
-                            req.sent, req.after = True, len(checkpoints)
-                            pg.send(0, CheckpointNow())
+                        else:
+                            cut.ask(pg.send, req.count, req.asked, len(checkpoints))
                     else:
                         ctl.service()
                         if not ctl.agreeing:
@@ -452,51 +413,36 @@ def _attempt(query: Any, source: Any, size: int, group: GroupConfig, token: str,
                         continue
                     if ctl.on_message(rep) or scaler.on_message(rep):
                         continue
-                    if isinstance(rep, Resumed):
-                        resumed.add(rep.rank)
-                        progress[rep.rank] = rep.records
-                        if len(resumed) == size:
-                            _resumed(resumed_scale, elastic, failed_at, recoveries)
-                    elif isinstance(rep, Progress):
-                        progress[rep.rank] = rep.records
-                    elif isinstance(rep, CheckpointWritten):
+                    kept = got.take(rep)
+                    if isinstance(rep, Resumed) and kept:
+                        _resumed(resumed_scale, elastic)
+                        sup.resumed()
+                    elif isinstance(rep, CheckpointWritten) and kept is not None:
                         cid = rep.ckpt_id
-                        reports.setdefault(cid, {})[rep.rank] = (rep.files, rep.segments, rep.stats)
-                        if len(reports[cid]) < size:
-                            continue
-                        rs = reports.pop(cid)
                         common = set.intersection(*(set(st.get("gens", [0]))
-                                                    for _, _, st in rs.values()))
+                                                    for _, _, st in kept.values()))
                         if not common:
-                            for _, s, _ in rs.values():
-                                carried.update(s)
+                            for _, segs, _ in kept.values():
+                                carried.update(segs)
                             dropped.append(cid)
                             log.warning("checkpoint %d not committed: its cut straddles a live "
                                         "scale (no generation every rank can be described in); "
                                         "its windows go with the next cut", cid)
-                            if req is not None:
-                                req.sent = False  # ask again
+                            cut.again()
                             continue
-                        commit(store, cid, rs, checkpoints, carried, gen=max(common))
+                        commit(store, cid, kept, checkpoints, carried, gen=max(common))
                         carried = {}
-                        if req is not None and req.sent and len(checkpoints) > req.after:
-                            raise _Rescale(req.count, cid)
-                    elif isinstance(rep, Finished):
-                        parts[rep.rank] = rep.result
-                        per_exec[rep.rank] = rep.metrics
-                        if rep.late is not None:
-                            late.append(rep.late)
-                        done += 1
+                        cut.committed(cid, len(checkpoints))
             except (SystemFailure, Reported) as e:
-                raise failed(e, pg, fail) from None
+                raise failed(e, pg, got.fail) from None
     finally:
         scaler.close()
-    return [t for t in parts if t is not None], per_exec
+    late.extend(got.late)
+    return got.tables(), got.per_exec
 
 
-def _resumed(req: Optional[_Restart], elastic: ElasticCheckpointed, failed_at: Optional[float],
-             recoveries: List[Dict[str, Any]]) -> None:
-    """Every rank of a new group restored: a restart scale is done, a recovery resumed."""
+def _resumed(req: Optional[_Restart], elastic: ElasticCheckpointed) -> None:
+    """Every rank of a new group restored: a restart scale is done."""
     if req is not None and not req.done.is_set() and req.entry is not None:
         entry = dict(req.entry)
         entry["seconds_to_resume"] = round(time.monotonic() - req.asked, 3)
@@ -504,5 +450,3 @@ def _resumed(req: Optional[_Restart], elastic: ElasticCheckpointed, failed_at: O
         with elastic._cond:
             elastic.history.append(entry)
         elastic._end_restart(None, {"executors": entry["to"], **entry, "live": False})
-    if failed_at is not None and recoveries and "seconds_to_resume" not in recoveries[-1]:
-        recoveries[-1]["seconds_to_resume"] = round(time.monotonic() - failed_at, 3)

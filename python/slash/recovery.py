@@ -48,7 +48,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
-from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import Checkpoint, CheckpointStore
 from slash.control import MoveWaiters, rebalance_spec
 from slash.errors import InvalidArgument, InvalidState, SystemFailure, Timeout
@@ -59,13 +58,12 @@ from slash.run import compat
 from slash.run.ckpt import (checkpoint_leaders, commit, part_name,  # noqa: F401 (re-exported)
                             read_partitions)
 from slash.run.delivery import Delivery
-from slash.run.failure import Failed, Reported, failed, reported, restartable
+from slash.run.failure import Failed, Reported, RestartPolicy, failed, reported
 from slash.run.group import connect
-from slash.run.output import concat_as_first
 from slash.run.plan import AttemptPlan, CheckpointEvery
-from slash.run.protocol import (CheckpointNow, CheckpointWritten, Epoch, Error, Finished, Metrics,
-                                 Move, Progress, Resumed)
+from slash.run.protocol import CheckpointWritten, Epoch, Error, Metrics, Move, Resumed
 from slash.run.resume import check_resplittable, resplit  # noqa: F401 (re-exported)
+from slash.run.supervisor import Reports, Rescale, RescaleCut, Supervisor, newest_shape
 from slash.sources import FileSource, GeneratorSource, TableSource, input_stamp
 from slash.worker import RankSpec, run_rank, worker
 
@@ -266,15 +264,6 @@ class CheckpointedRun:
 #: socket's side of a run, another class)
 RunControl = CheckpointedRun
 
-
-class _Rescale(Exception):
-    """An attempt stopped for a rescale, at committed checkpoint ``ckpt``."""
-
-    def __init__(self, n: int, ckpt: int, asked_at: float, cut_at: float) -> None:
-        super().__init__(f"rescale to {n}")
-        self.n, self.ckpt, self.asked_at, self.cut_at = n, ckpt, asked_at, cut_at
-
-
 def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, token: str, *,
                      directory: str, every: Any, keep: int, max_restarts: int, timeout: float,
                      finalize: Callable[[pa.Table], pa.Table],
@@ -295,32 +284,23 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     of the cuts committed before the last attempt's start, and that attempt's.
     ``sink``: a transactional sink given each checkpoint's windows once it
     commits, exactly once (:class:`slash.run.delivery.Delivery`)."""
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-        raise InvalidArgument(f"max_restarts must be an int >= 0, got {max_restarts!r}")
-
-    policy = CheckpointEvery.parse(every)
+    policy = RestartPolicy(max_restarts)
+    every_ = CheckpointEvery.parse(every)
     delivery = Delivery(sink, finalize) if sink is not None else None
     partitions = group.partitions_for(n)
     store = CheckpointStore(directory, fingerprint=fingerprint(query, source), executors=n,
                             partitions=partitions, keep=keep, inputs=input_stamp(source))
-    stored = store.finished()
+    sup = Supervisor(policy, store)
+    stored = sup.finished_before(late)
     if stored is not None:
-        log.info("checkpoint directory %r holds this query's finished run: returning its result "
-                 "without running again", store.dir)
         metrics.update(checkpoints=[], recoveries=[], records_replayed=0, finished_before=True,
                        rescales=[])
-        stored_late(store, late)
-        result = from_ipc(stored)
         if delivery is not None:  # what a driver that died after finishing did not deliver
-            delivery.finished(result, store.latest())
-        return result
-    shape = store.newest_shape()
+            delivery.finished(stored, store.latest())
+        return stored
+    shape = newest_shape(store, group.partitions)
     if shape is not None:  # resuming: the checkpoint's partition count, any executor count
         ck_n, ck_parts = shape
-        if group.partitions is not None and group.partitions != ck_parts:
-            raise InvalidArgument(f"checkpoint directory {store.dir!r} holds checkpoints with "
-                                  f"{ck_parts} key partitions; this run asks for "
-                                  f"{group.partitions} (the count stays fixed: leave it unset)")
         group = dataclasses.replace(group, partitions=ck_parts)
         partitions = store.partitions = group.partitions_for(n)
         check_resplittable(source, ck_n, n, store.dir)
@@ -329,83 +309,64 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     # fixed for the life of the checkpoints: a rescaled group keeps it (not 4 x its own n)
     group = dataclasses.replace(group, partitions=partitions)
     checkpoints: List[Dict[str, Any]] = []
-    recoveries: List[Dict[str, Any]] = []
     rescales: List[Dict[str, Any]] = []
-    replayed = 0
-    restarts = 0
-    attempt = 0
-    failed_at: Optional[float] = None
-    first = store.latest()
-    metrics["resumed_from"] = first.id if first is not None else None
+    late_now: List[pa.Table] = []  # the late rows the last attempt found
+    metrics["resumed_from"] = sup.first.id if sup.first is not None else None
     if delivery is not None:  # fence a dead driver's sink; deliver what it committed, not sent
-        delivery.recover(first)
+        delivery.recover(sup.first)
     if control is not None:
         control._start(source, n, partitions, store.dir)
+
+    def attempt(ck: Optional[Checkpoint]) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
+        nonlocal group
+        store.executors = n
+        plan = AttemptPlan(store.dir, store.fingerprint, n, partitions, keep, every_,
+                           ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
+                           sup.attempt, live_every, realtime, rate, late is not None)
+        if control is not None and control.epoch is not None:  # a restart keeps a tuned epoch
+            ms, nbytes = control.epoch
+            group = dataclasses.replace(group, epoch_ms=ms or group.epoch_ms,
+                                        epoch_bytes=nbytes or group.epoch_bytes)
+        if ck is not None:
+            log.info("starting %d executors from checkpoint %s (attempt %d)", n, ck.path,
+                     sup.attempt)
+        late_now.clear()
+        return _checkpointed_group(query, source, n, group, token, plan, store, timeout,
+                                   checkpoints, sup, control, rescales, late_now,
+                                   delivery.committed if delivery else None)
+
+    def rescaled(r: Rescale) -> None:
+        nonlocal n
+        _void_moves(control)
+        log.info("rescale: %d -> %d executors from checkpoint %d", n, r.count, r.ckpt)
+        rescales.append({"from": n, "to": r.count, "checkpoint": r.ckpt,
+                         "seconds_to_cut": round(r.cut_at - r.asked_at, 3),
+                         "_asked_at": r.asked_at})
+        n = r.count
+
+    def failed(f: Failed, rec: Dict[str, Any], last: Optional[Checkpoint]) -> None:
+        _void_moves(control)
+        start = f"checkpoint {last.id}" if last is not None else "the beginning"
+        log.warning("executor rank %s failed (%s): restarting all %d executors from %s "
+                    "(restart %d of at most %d)", f.rank, f.cause, n, start, sup.restarts,
+                    max_restarts)
+        if control is not None and control.on_event is not None:
+            control.on_event(f"recovery {sup.restarts}: rank {f.rank} failed ({f.cause}); "
+                             f"from {start}")
+
     try:
-        while True:
-            ck = first if attempt == 0 else store.latest()
-            store.executors = n
-            plan = AttemptPlan(store.dir, store.fingerprint, n, partitions, keep, policy,
-                         ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
-                         attempt, live_every, realtime, rate, late is not None)
-            if control is not None and control.epoch is not None:  # a restart keeps a tuned epoch
-                ms, nbytes = control.epoch
-                group = dataclasses.replace(group, epoch_ms=ms or group.epoch_ms,
-                                            epoch_bytes=nbytes or group.epoch_bytes)
-            if ck is not None:
-                log.info("starting %d executors from checkpoint %s (attempt %d)", n, ck.path,
-                         attempt)
-            late_now: List[pa.Table] = []  # the late rows this attempt found
-            try:
-                tables, per_exec, prog = _attempt(query, source, n, group, token, plan, store,
-                                                  timeout, checkpoints, recoveries, failed_at,
-                                                  control, rescales, late_now,
-                                                  delivery.committed if delivery else None)
-                break
-            except _Rescale as r:
-                _void_moves(control)
-                log.info("rescale: %d -> %d executors from checkpoint %d", n, r.n, r.ckpt)
-                rescales.append({"from": n, "to": r.n, "checkpoint": r.ckpt,
-                                 "seconds_to_cut": round(r.cut_at - r.asked_at, 3),
-                                 "_asked_at": r.asked_at})
-                n = r.n
-                attempt += 1
-                failed_at = None
-                continue
-            except Failed as f:
-                _void_moves(control)
-                last, lost = restartable(f, store, restarts, max_restarts)
-                replayed += lost
-                restarts += 1
-                attempt += 1
-                failed_at = time.monotonic()
-                recoveries.append({"cause": f.cause, "rank": f.rank,
-                                   "from_checkpoint": last.id if last is not None else None,
-                                   "records_replayed": lost})
-                log.warning("executor rank %s failed (%s): restarting all %d executors from %s "
-                            "(restart %d of at most %d)", f.rank, f.cause, n,
-                            f"checkpoint {last.id}" if last is not None else "the beginning",
-                            restarts, max_restarts)
-                if control is not None and control.on_event is not None:
-                    control.on_event(f"recovery {restarts}: rank {f.rank} failed ({f.cause}); from "
-                                     + (f"checkpoint {last.id}" if last is not None else "the beginning"))
+        tables, per_exec = sup.run(attempt, rescaled=rescaled, failed=failed)
     finally:
         if control is not None:
             control._end()
-    # the committed windows of cuts before this attempt, plus everything it fired
-    base = [from_ipc(ck.read_segment(rel)) for rel in sorted(ck.segments())] if ck else []
-    result = finalize(pa.concat_tables([t.cast(tables[0].schema) if t.schema != tables[0].schema
-                                        else t for t in base] + tables))
-    store.finish(to_ipc(result), {"checkpoints": len(checkpoints), "recoveries": len(recoveries)},
-                 all_late(ck, late_now, late))
+    result = sup.finish(tables, finalize, len(checkpoints), late_now, late)
     if delivery is not None:  # the windows after the last cut
         delivery.finished(result, store.latest())
-    metrics.update(per_executor=per_exec, checkpoints=checkpoints, recoveries=recoveries,
-                   records_replayed=replayed, finished_before=False,
+    metrics.update(per_executor=per_exec, checkpoints=checkpoints, recoveries=sup.recoveries,
+                   records_replayed=sup.replayed, finished_before=False,
                    rescales=[{k: v for k, v in r.items() if not k.startswith("_")}
                              for r in rescales], executors_final=n)
     return result
-
 
 
 def _void_moves(control: Optional[CheckpointedRun]) -> None:
@@ -417,145 +378,81 @@ def _void_moves(control: Optional[CheckpointedRun]) -> None:
         control.per.clear()
 
 
-def _attempt(query: Query, source: Any, n: int, group: GroupConfig, token: str, plan: AttemptPlan,
-             store: CheckpointStore, timeout: float, checkpoints: List[Dict[str, Any]],
-             recoveries: List[Dict[str, Any]], failed_at: Optional[float],
-             control: Optional[CheckpointedRun] = None,
-             rescales: Optional[List[Dict[str, Any]]] = None,
-             late: Optional[List[pa.Table]] = None,
-             committed: Optional[Callable[[Checkpoint], None]] = None
-             ) -> Tuple[List[pa.Table], List[Dict[str, Any]], Dict[int, int]]:
-    """One group of n executors from plan's checkpoint to the end; raises
-    Failed, or _Rescale once a checkpoint asked for by ``control`` commits.
-    ``late`` receives the late rows each rank found in this attempt (its Finished report's);
-    ``committed`` is called with each checkpoint committed (its manifest written)."""
-    t0 = time.monotonic()
-    rescale_asked: Optional[Tuple[int, float, int]] = None  # (n, asked at, commits before)
+def _checkpointed_group(query: Query, source: Any, n: int, group: GroupConfig, token: str,
+                        plan: AttemptPlan, store: CheckpointStore, timeout: float,
+                        checkpoints: List[Dict[str, Any]], sup: Supervisor,
+                        control: Optional[CheckpointedRun], rescales: List[Dict[str, Any]],
+                        late: List[pa.Table],
+                        committed: Optional[Callable[[Checkpoint], None]] = None
+                        ) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
+    """One attempt of :func:`run_checkpointed`: a group of n executors from
+    plan's checkpoint to the end; raises Failed, or Rescale once a checkpoint
+    asked for by ``control`` commits. ``late`` receives the late rows each
+    rank found in this attempt (its Finished report's); ``committed`` is
+    called with each checkpoint committed (its manifest written)."""
     pending_resume = rescales[-1] if rescales and "seconds_to_resume" not in rescales[-1] else None
-    progress: Dict[int, int] = {}
-    reports: Dict[int, Dict[int, Tuple[Any, ...]]] = {}
-    resumed: set = set()
+    got = Reports(n)
+    cut = RescaleCut()
     # the group starts with control's epoch (set in run_checkpointed); later changes are sent
     epoch_sent = control._epoch_seq if control is not None else 0
-
-    def fail(rank: Optional[int], cause: str, err: BaseException) -> Failed:
-        err._slash_progress = dict(progress)  # type: ignore[attr-defined]
-        return Failed(rank, cause, err)
-
     spec = RankSpec(query, source, group, token, plan=plan)
     pg = ProcessGroup(n, worker, lambda r: (spec, r))
-    if True:
-        with pg:
-            try:
-                connect(pg, n, t0 + group.timeout)
-                parts: List[Optional[pa.Table]] = [None] * n
-                per_exec: List[Dict[str, Any]] = [{} for _ in range(n)]
-                done = 0
-                while done < n:
-                    left = max(0.0, t0 + timeout - time.monotonic())
+    with pg:
+        try:
+            connect(pg, n, got.t0 + group.timeout)
+            while got.running:
+                left = max(0.0, got.t0 + timeout - time.monotonic())
+                if control is not None:
+                    if control._epoch_seq != epoch_sent:
+                        epoch_sent = control._epoch_seq
+                        for r in range(n):
+                            if not got.finished(r):
+                                pg.send(r, Epoch(*control.epoch))
+                    for rid, move in control._take_moves():
+                        if got.finished(0):
+                            control._moves.answer(rid, {"error": [
+                                "InvalidState", "rebalance: rank 0 has read all of its input; "
+                                "leadership no longer moves"]})
+                        else:
+                            pg.send(0, Move(rid, move))
+                    want, asked_at = control._pending()
+                    if want is not None and want != n and not got.finished(0):
+                        cut.ask(pg.send, want, asked_at or time.monotonic(), len(checkpoints))
+                    try:
+                        rep = pg.recv(timeout=min(left, 0.05))
+                    except Timeout:
+                        if left > 0.05:
+                            continue
+                        raise
+                else:
+                    rep = pg.recv(timeout=left)
+                if isinstance(rep, Error):
+                    raise reported(rep)
+                kept = got.take(rep)
+                if isinstance(rep, Resumed):
+                    if kept and pending_resume is not None and control is not None:
+                        pending_resume["seconds_to_resume"] = round(
+                            time.monotonic() - pending_resume["_asked_at"], 3)
+                        control._done({k: v for k, v in pending_resume.items()
+                                       if not k.startswith("_")})
+                        pending_resume = None
+                    if kept:
+                        sup.resumed()
+                elif isinstance(rep, Metrics):
                     if control is not None:
-                        if control._epoch_seq != epoch_sent:
-                            epoch_sent = control._epoch_seq
-                            finished = _finished_ranks(parts)
-                            for r in range(n):
-                                if r not in finished:
-                                    pg.send(r, Epoch(*control.epoch))
-                        for rid, spec in control._take_moves():
-                            if 0 in _finished_ranks(parts):
-                                control._moves.answer(rid, {"error": [
-                                    "InvalidState", "rebalance: rank 0 has read all of its input; "
-                                    "leadership no longer moves"]})
-                            else:
-                                pg.send(0, Move(rid, spec))
-                        want, asked_at = control._pending()
-                        if want is not None and want != n and rescale_asked is None and \
-                                0 not in _finished_ranks(parts):
-                            pg.send(0, CheckpointNow())
-                            rescale_asked = (want, asked_at or time.monotonic(), len(checkpoints))
-                        try:
-                            rep = pg.recv(timeout=min(left, 0.05))
-                        except Timeout:
-                            if left > 0.05:
-                                continue
-                            raise
-                    else:
-                        rep = pg.recv(timeout=left)
-                    if isinstance(rep, Error):
-                        raise reported(rep)
-                    if isinstance(rep, Resumed):
-                        resumed.add(rep.rank)
-                        progress[rep.rank] = rep.records
-                        if len(resumed) == n and pending_resume is not None and control is not None:
-                            pending_resume["seconds_to_resume"] = round(
-                                time.monotonic() - pending_resume["_asked_at"], 3)
-                            control._done({k: v for k, v in pending_resume.items()
-                                           if not k.startswith("_")})
-                            pending_resume = None
-                        if len(resumed) == n and failed_at is not None and recoveries:
-                            recoveries[-1]["seconds_to_resume"] = round(
-                                time.monotonic() - failed_at, 3)
-                    elif isinstance(rep, Progress):
-                        progress[rep.rank] = rep.records
-                    elif isinstance(rep, Metrics):
-                        if control is not None:
-                            control.per[rep.rank] = rep.snapshot
-                            if control.on_metrics is not None:
-                                control.on_metrics(rep.rank, rep.snapshot)
-                    elif rep[0] == "ctl-moved":  # ExecutorControl's answer to a Move
-                        if control is not None:
-                            control._moves.answer(rep[2], rep[3])
-                    elif isinstance(rep, CheckpointWritten):
-                        cid = rep.ckpt_id
-                        reports.setdefault(cid, {})[rep.rank] = (rep.files, rep.segments, rep.stats)
-                        if len(reports[cid]) == n:
-                            done_ck = commit(store, cid, reports.pop(cid), checkpoints)
-                            if committed is not None:
-                                committed(done_ck)
-                            if rescale_asked is not None and len(checkpoints) > rescale_asked[2]:
-                                raise _Rescale(rescale_asked[0], cid, rescale_asked[1],
-                                               time.monotonic())
-                    elif isinstance(rep, Finished):
-                        parts[rep.rank] = rep.result
-                        per_exec[rep.rank] = rep.metrics
-                        if late is not None and rep.late is not None:
-                            late.append(rep.late)
-                        done += 1
-            except (SystemFailure, Reported) as e:
-                raise failed(e, pg, fail) from None
-    return [t for t in parts if t is not None], per_exec, progress
-
-
-def stored_late(store: CheckpointStore, late: Optional[List[pa.Table]]) -> None:
-    """A finished run returned again: its stored late rows into ``late``
-    (when the caller wants them)."""
-    if late is None:
-        return
-    kept = store.finished_late()
-    if kept is None:
-        log.warning("the finished run in %r ran without late_output=: its late rows were not "
-                    "kept", store.dir)
-    else:
-        late.append(from_ipc(kept))
-
-
-def all_late(ck: Optional[Checkpoint], late_now: List[pa.Table],
-             late: Optional[List[pa.Table]]) -> Optional[bytes]:
-    """A run that finished from checkpoint ``ck``: fills ``late`` (when the
-    caller wants the late rows) with those of ``ck``'s late segments (every
-    committed cut's up to ``ck``) and ``late_now`` (every rank's of the last
-    attempt, which started from ``ck``);
-    returns them as IPC to store with the finished run (None without ``late``)."""
-    if late is None:
-        return None
-    if ck is not None:
-        late.extend(from_ipc(ck.read_segment(rel)) for rel in sorted(ck.late_segments()))
-    late.extend(late_now)
-    return to_ipc(concat_as_first(late) if late else pa.table({}))
-
-
-def _finished_ranks(parts: List[Optional[pa.Table]]) -> set:
-    """Ranks that have sent their result (they can take no checkpoint)."""
-    return {r for r, t in enumerate(parts) if t is not None}
-
-
-
+                        control.per[rep.rank] = rep.snapshot
+                        if control.on_metrics is not None:
+                            control.on_metrics(rep.rank, rep.snapshot)
+                elif isinstance(rep, CheckpointWritten):
+                    if kept is not None:  # every rank wrote the cut
+                        done_ck = commit(store, rep.ckpt_id, kept, checkpoints)
+                        if committed is not None:
+                            committed(done_ck)
+                        cut.committed(rep.ckpt_id, len(checkpoints))
+                elif rep[0] == "ctl-moved":  # ExecutorControl's answer to a Move
+                    if control is not None:
+                        control._moves.answer(rep[2], rep[3])
+        except (SystemFailure, Reported) as e:
+            raise failed(e, pg, got.fail) from None
+    late.extend(got.late)
+    return got.tables(), got.per_exec

@@ -2,17 +2,18 @@
 about it: a rank's error report as an exception (:func:`reported`), the
 failure of one attempt (:class:`Failed`, made by :func:`failed` from what
 the driver loop caught), and whether a restart can cure it
-(:func:`restartable`)."""
+(:class:`RestartPolicy`)."""
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
-from slash.checkpoint import Checkpoint, CheckpointStore
-from slash.errors import (CheckpointCorrupt, NoSpaceLeft, PeerDisconnected, SystemFailure, Timeout,
-                          UsageError)
+from slash.errors import (CheckpointCorrupt, InvalidArgument, NoSpaceLeft, PeerDisconnected,
+                          SystemFailure, Timeout, UsageError)
 from slash.launcher import ProcessGroup
 from slash.run.protocol import Error
 
@@ -82,39 +83,55 @@ def first_cause(rep: Error, pg: Any = None) -> Error:
 
 
 def reported(rep: Error) -> Reported:
-    """An executor's :class:`slash.run.protocol.Error` report as an exception."""
+    """An executor's :class:`slash.run.protocol.Error` report as an exception
+    (the one way a driver turns a rank's report into one): a SlashError keeps
+    its type, its attributes (a TaskFailed's rank and reason, a SinkFailed's
+    window, ...) and its cause, its message prefixed with the rank; any other
+    error is a SystemFailure naming its type and text."""
     log.debug("executor %d failed:\n%s", rep.rank, rep.traceback)
-    if rep.error is not None:
-        return Reported(rep.rank, type(rep.error)(f"executor rank {rep.rank}: {rep.error}"))
-    return Reported(rep.rank, SystemFailure(f"executor rank {rep.rank} failed: {rep.text}"))
+    err = rep.error
+    if err is None:
+        return Reported(rep.rank, SystemFailure(f"executor rank {rep.rank} failed: {rep.text}"))
+    cause = vars(err).pop(Error.CAUSE, None)
+    out = copy.copy(err)  # the type and attributes, never the constructor's signature
+    out.args = (f"executor rank {rep.rank}: {err}",)
+    out.__cause__ = cause
+    return Reported(rep.rank, out)
 
 
-def restartable(f: Failed, store: CheckpointStore, restarts: int,
-                max_restarts: int) -> Tuple[Optional[Checkpoint], int]:
-    """(the checkpoint to restart from, records replayed) after failure ``f``;
-    re-raises what a restart cannot cure (a usage error, a corrupt
-    checkpoint, anything not a SystemFailure) and gives up past
-    ``max_restarts``."""
-    if (isinstance(f.error, (UsageError, CheckpointCorrupt, NoSpaceLeft))
-            or not isinstance(f.error, SystemFailure)):  # a full disk stays full on a restart
-        raise f.error
-    last = store.latest(verify=False)
-    lost = _replayed(f.error, last)
-    if restarts >= max_restarts:
-        raise SystemFailure(f"run failed after {restarts} restart(s) (max_restarts="
-                            f"{max_restarts}); last failure: {f.cause}") from f.error
-    return last, lost
+def curable(error: BaseException) -> bool:
+    """Whether a restart can cure ``error``: a SystemFailure (a process died, a
+    link broke, a deadline passed), but not a usage error, a corrupt
+    checkpoint or a full disk (it stays full on a restart)."""
+    return (isinstance(error, SystemFailure)
+            and not isinstance(error, (UsageError, CheckpointCorrupt, NoSpaceLeft)))
 
 
-def _replayed(error: BaseException, last: Optional[Checkpoint]) -> int:
-    """Records the failed attempt had read past checkpoint ``last`` (as last
-    reported: a lower bound); carried on the Failed's progress."""
-    prog: Dict[int, int] = getattr(error, "_slash_progress", {})
-    cut: Dict[int, int] = {}
-    if last is not None:
-        for r in prog:
-            try:
-                cut[r] = int(last.rank_info(r)["records"])
-            except (CheckpointCorrupt, KeyError):
-                cut[r] = 0
-    return sum(max(0, v - cut.get(r, 0)) for r, v in prog.items())
+def gave_up(f: Failed, restarts: int, max_restarts: int) -> BaseException:
+    """The error a run ends with once ``max_restarts`` restarts did not cure it."""
+    return SystemFailure(f"run failed after {restarts} restart(s) (max_restarts="
+                         f"{max_restarts}); last failure: {f.cause}")
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """What a failure allows (Flink's restart strategy): at most
+    ``max_restarts`` restarts, of failures ``curable`` says a restart can cure;
+    past them the run ends with ``gave_up(failure, restarts, max_restarts)``."""
+
+    max_restarts: int
+    curable: Callable[[BaseException], bool] = curable
+    gave_up: Callable[[Failed, int, int], BaseException] = gave_up
+
+    def __post_init__(self) -> None:
+        m = self.max_restarts
+        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+            raise InvalidArgument(f"max_restarts must be an int >= 0, got {m!r}")
+
+    def check(self, f: Failed, restarts: int) -> None:
+        """Returns if failure ``f``, after ``restarts`` restarts, may restart;
+        else raises the error the run ends with."""
+        if not self.curable(f.error):
+            raise f.error
+        if restarts >= self.max_restarts:
+            raise self.gave_up(f, restarts, self.max_restarts) from f.error

@@ -21,11 +21,12 @@ The Spark paths' messages (:mod:`slash.spark`) and the control rounds'
 """
 from __future__ import annotations
 
+import pickle
 import traceback
 from operator import itemgetter
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
-from slash.errors import SlashError
+from slash.errors import SlashError, SystemFailure
 
 
 class Message(tuple):
@@ -125,9 +126,17 @@ class Error(Message, kind="error"):
 
     @classmethod
     def of(cls, rank: int, e: BaseException) -> "Error":
-        """The report of ``e``, caught in rank ``rank`` (call it in the ``except`` block)."""
+        """The report of ``e``, caught in rank ``rank`` (call it in the ``except`` block).
+        A SlashError travels whole, its attributes with it, and its ``__cause__`` too
+        (which pickling drops: it goes as ``CAUSE``; a cause that does not pickle as a
+        SystemFailure naming its type and text)."""
+        if isinstance(e, SlashError) and e.__cause__ is not None:
+            setattr(e, cls.CAUSE, _portable(e.__cause__))
         return cls(rank, e if isinstance(e, SlashError) else None, f"{type(e).__name__}: {e}",
                    traceback.format_exc())
+
+    #: the attribute of a reported SlashError that carries its cause over a link
+    CAUSE: ClassVar[str] = "slash_reported_cause"
 
 
 class ScaleAck(Message, kind="scale-ack"):
@@ -177,3 +186,12 @@ class ScaleCommit(Message, kind=("scale", "commit")):
 
 class ScaleFinish(Message, kind=("scale", "finish")):
     """Every rank is idle: the stream is over."""
+
+
+def _portable(e: BaseException) -> BaseException:
+    """``e`` if it pickles, else a SystemFailure naming its type and text."""
+    try:
+        pickle.dumps(e)
+        return e
+    except Exception:
+        return SystemFailure(f"{type(e).__name__}: {e}")

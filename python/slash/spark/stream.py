@@ -91,7 +91,9 @@ from slash.metrics import LiveMetrics, MetricsServer, Reporter
 from slash.kafka import KafkaStream
 from slash.query import Query
 from slash.sources import FileSource, Watermark
+from slash.run.failure import Failed, RestartPolicy
 from slash.run.plan import CheckpointEvery, CheckpointPlan
+from slash.run.supervisor import Rescale, Supervisor, newest_shape
 from slash.spark import _env
 from slash.spark._stream_ckpt import DriverCheckpoints, TaskCheckpoints, add_metadata
 from slash.spark._tasks import (Rendezvous, barrier_stage, driver_host, join_group, rank_errors, raise_task_failure,
@@ -1484,8 +1486,7 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
     for d in (sink_dir, late_dir):
         if d is not None and "://" not in d:
             os.makedirs(d, exist_ok=True)
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-        raise InvalidArgument(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+    RestartPolicy(max_restarts)  # checked before anything starts
     every = CheckpointEvery.parse(checkpoint_every) if checkpoint is not None else None
     n, group = group_for(spark, query, executors, transport, group, slots_wait)
 
@@ -1502,13 +1503,9 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
 
         ck_dir, fp = os.path.abspath(os.fspath(checkpoint)), f"stream {query!r} over {source!r}"
         parts = group.partitions_for(n)
-        shape = CheckpointStore(ck_dir, fingerprint=fp, executors=n, partitions=parts,
-                                keep=checkpoint_keep).newest_shape()
+        shape = newest_shape(CheckpointStore(ck_dir, fingerprint=fp, executors=n, partitions=parts,
+                                             keep=checkpoint_keep), group.partitions, "stream")
         if shape is not None:  # resuming: the checkpoint's partition count, any executor count
-            if group.partitions is not None and group.partitions != shape[1]:
-                raise InvalidArgument(f"checkpoint directory {ck_dir!r} holds checkpoints with "
-                                      f"{shape[1]} key partitions; this stream asks for "
-                                      f"{group.partitions} (leave it unset)")
             parts = shape[1]
         # fixed for the life of the checkpoints: a rescaled group keeps it
         group = dataclasses.replace(group, partitions=parts)
@@ -1543,56 +1540,67 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
     plan = _StreamPlan(query, schema, source, group, token, rdv.address, sink_dir, late_dir,
                        checkpoint=ck_plan)
 
+    def curable(err: BaseException) -> bool:
+        """A failed barrier job restarts from a checkpoint, unless the stream
+        has none, was stopping (not for a rescale), its sink failed or a
+        checkpoint is corrupt."""
+        return not (handle._ck is None or (handle._stop_sent and handle._rescale_to is None)
+                    or handle._sink_error is not None or "CheckpointCorrupt" in str(err))
+
+    def gave_up(f: Failed, restarts: int, most: int) -> BaseException:
+        assert handle._ck is not None
+        return TaskFailed(f"{f.error} (after {restarts} restart(s), max_restarts={most}; the "
+                          f"checkpoints in {handle._ck.store.dir!r} stay: start the stream again "
+                          "to resume)", getattr(f.error, "rank", None), getattr(f.error, "reason", ""))
+
+    def attempt(_: Any) -> List[Dict[str, Any]]:
+        """One barrier job; a rescale asked for stops it after a checkpoint."""
+        try:
+            rows = barrier_stage(spark, handle.executors, _stream_task(plan)).collect()
+        except Exception as e:
+            try:
+                raise_task_failure(e, "slash.spark.stream", rdv.root_cause())
+            except Exception as err:
+                ck = handle._ck
+                if ck is not None and ck.fatal is not None:
+                    raise ck.fatal from None
+                raise Failed(getattr(err, "rank", None), str(err), err) from None
+        nxt, ck = handle._rescale_to, handle._ck
+        if nxt is not None and ck is not None and ck.fatal is None and \
+                handle._sink_error is None and not ck.finished:
+            handle._records_before += sum(int(r["records_in"]) for r in rows)
+            raise Rescale(nxt, ck.committed)
+        return rows
+
+    def failed(f: Failed, _rec: Dict[str, Any], _last: Any) -> None:
+        ck = handle._ck
+        assert ck is not None
+        ck.failed(f.cause, f.rank, rdv.silent_loss())
+        # a rebalance rank 0 had not answered died with the group
+        handle._next_group()
+        handle._ctl._moves.fail_pending(  # type: ignore[union-attr]
+            "the barrier job restarted from a checkpoint before every executor "
+            "followed the moves; the restored map is the checkpoint's")
+        rdv.errors.clear()
+        rdv.lost.clear()
+        with handle._cond:
+            handle._done.clear()
+        if handle._rescale_to is not None:  # it failed while stopping for a rescale
+            handle._switch(handle._rescale_to)
+        handle.live.event(f"recovery {sup.restarts}: {f.error}")
+        log.warning("slash.spark.stream: %s; restarting the barrier job from checkpoint %s "
+                    "(restart %d of at most %d)", f.error, ck.committed, sup.restarts,
+                    max_restarts)
+
+    sup = Supervisor(RestartPolicy(max_restarts, curable, gave_up))
+
     def run() -> None:
         rows = None
-        restarts = 0
         try:
             spark.sparkContext.setJobDescription(f"slash stream {query.window} by {list(query.key)}")
-            while True:
-                try:
-                    rows = barrier_stage(spark, handle.executors, _stream_task(plan)).collect()
-                    nxt = handle._rescale_to
-                    if nxt is not None and handle._ck is not None and handle._ck.fatal is None \
-                            and handle._sink_error is None and not handle._ck.finished:
-                        handle._records_before += sum(int(r["records_in"]) for r in rows)
-                        handle._switch(nxt)
-                        continue
-                    break
-                except Exception as e:
-                    try:
-                        raise_task_failure(e, "slash.spark.stream", rdv.root_cause())
-                    except Exception as err:
-                        ck = handle._ck
-                        # a job that failed while stopping for a rescale: restart with the new n
-                        rescaling = handle._rescale_to is not None
-                        if (ck is None or ck.fatal is not None or
-                                (handle._stop_sent and not rescaling) or
-                                handle._sink_error is not None or restarts >= max_restarts or
-                                "CheckpointCorrupt" in str(err)):
-                            if ck is not None and ck.fatal is None and restarts >= max_restarts:
-                                err = TaskFailed(f"{err} (after {restarts} restart(s), max_restarts="
-                                                 f"{max_restarts}; the checkpoints in {ck.store.dir!r} "
-                                                 "stay: start the stream again to resume)",
-                                                 getattr(err, "rank", None), getattr(err, "reason", ""))
-                            handle._error = ck.fatal if ck is not None and ck.fatal else err
-                            return
-                        restarts += 1
-                        ck.failed(str(err), getattr(err, "rank", None), rdv.silent_loss())
-                        # a rebalance rank 0 had not answered died with the group
-                        handle._next_group()
-                        handle._ctl._moves.fail_pending(  # type: ignore[union-attr]
-                            "the barrier job restarted from a checkpoint before every executor "
-                            "followed the moves; the restored map is the checkpoint's")
-                        rdv.errors.clear()
-                        rdv.lost.clear()
-                        with handle._cond:
-                            handle._done.clear()
-                        if rescaling:
-                            handle._switch(handle._rescale_to)  # type: ignore[arg-type]
-                        handle.live.event(f"recovery {restarts}: {err}")
-                        log.warning("slash.spark.stream: %s; restarting the barrier job from "
-                                    "checkpoint %s (restart %d of at most %d)", err, ck.committed,
-                                    restarts, max_restarts)
+            rows = sup.run(attempt, rescaled=lambda r: handle._switch(r.count), failed=failed)
+        except Exception as err:  # what the policy does not restart from
+            handle._error = err
         finally:
             handle._stage_ended(rows)
     handle.live.event(f"stream started: {n} executors, {query.window}")
