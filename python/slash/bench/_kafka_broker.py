@@ -77,7 +77,8 @@ def maven_jars(pom: str, name: str, properties: Optional[Mapping[str, str]] = No
     got = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if got.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
-        tail = "\n".join((got.stdout + got.stderr).strip().splitlines()[-6:])
+        lines = (got.stdout + got.stderr).strip().splitlines()
+        tail = next((x for x in lines if x.startswith("[ERROR]")), "\n".join(lines[-6:]))
         raise NotSupported(f"Maven could not resolve the jars of {os.path.basename(pom)} "
                            f"{props}: {tail}")
     try:
