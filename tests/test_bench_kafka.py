@@ -31,7 +31,7 @@ from slash.errors import SystemFailure  # noqa: E402
 def args(bootstrap, tmp_path, **kw):
     a = dict(records=6000, partitions=8, keys=7, rate=200, seed=3, cores=2, sides="slash-run",
              repeat=1, bootstrap=bootstrap, spark_kafka_version=None, dir=str(tmp_path / "w"),
-             timeout=120.0)
+             timeout=120.0, latency_rate=0, latency_seconds=60.0, latency_window=1000)
     a.update(kw)
     return argparse.Namespace(**a)
 

@@ -55,6 +55,19 @@ and ``cpu_s_per_m_records`` follow from them; ``vs`` holds each side's
 records/s over every other's. ``load_before`` / ``load_after`` are
 ``os.getloadavg()`` around the side (the machine is shared).
 
+Latency (``--latency-rate R``): for each side that runs live (``slash-spark``,
+``spark``), a fresh topic of the same partitions is fed at R events/s from the side's
+start until ``--latency-seconds`` after a 10 s warm-up that begins once the
+side is up (slash: its executors formed their group; Spark: a micro-batch
+read records), each event's ``event_time`` the wall clock (ms) when it is
+produced; the side runs the same query with
+``--latency-window`` (1 s) windows as a stream (Spark: the default trigger,
+append mode, ``withWatermark(0 s)``; slash.spark.stream: its own watermarks,
+per partition). A window's latency is the wall clock when its rows reached
+the side's driver (Spark's ``foreachBatch``, slash's sink callable) minus the
+window's end; p50/p95/p99/max over the windows that ended after the warm-up
+and before the feed stopped (``events`` counts the whole feed).
+
 A further side (e.g. Flink reading the topic with its Kafka connector) is
 one more entry in :data:`SIDES`: a function ``(Topic, cores, workdir) ->
 SideRun`` that runs the query in a process of its own (through
@@ -62,10 +75,12 @@ SideRun`` that runs the query in a process of its own (through
 ``window_start, campaign, count``.
 
     slash bench kafka --records 4000000 --cores 2 --json kafka.json
+    slash bench kafka --records 1000000 --latency-rate 10000 --latency-seconds 60
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -370,9 +385,9 @@ def side_slash_run(topic: Topic, cores: int, workdir: str, opts: Dict[str, Any])
            "--key", "campaign", "--agg", "count", "--filter", "event_type == view",
            "--executors", str(cores), "--output", out]
     m = measured(cmd, opts.get("broker_pid"), opts["timeout"])
-    # the whole command's: wall from start to exit, CPU of the driver and the
-    # executors it reaped
-    return SideRun("slash-run", comparable(pq.read_table(out)), m["wall"], m["cpu"], m["broker_cpu"],
+    # the whole command's: wall from start to exit, CPU of every process under it
+    return SideRun("slash-run", comparable(pq.read_table(out)), m["wall"], m["cpu"],
+                   m["broker_cpu"],
                    {"timed": "the whole command, start-up included"})
 
 
@@ -396,6 +411,7 @@ def side_slash_spark(topic: Topic, cores: int, workdir: str, opts: Dict[str, Any
     return _spark_side("slash-spark", topic, cores, workdir, opts, {})
 
 
+@functools.lru_cache(maxsize=4)
 def spark_kafka_jars(version: Optional[str] = None) -> Tuple[str, List[str]]:
     """(release, jars): spark-sql-kafka-0-10 and the runtime dependencies
     PySpark does not ship. ``version`` None: the installed PySpark's, or, when
@@ -420,8 +436,8 @@ def spark_kafka_jars(version: Optional[str] = None) -> Tuple[str, List[str]]:
         d = maven_jars(pom, f"spark-sql-kafka-{want}", {"spark.version": want})
     shipped = {_artifact(j) for j in os.listdir(os.path.join(os.path.dirname(pyspark.__file__),
                                                              "jars"))}
-    return want, sorted(os.path.join(d, j) for j in os.listdir(d)
-                        if j.endswith(".jar") and _artifact(j) not in shipped)
+    return want, [os.path.join(d, j) for j in sorted(os.listdir(d))
+                  if j.endswith(".jar") and _artifact(j) not in shipped]
 
 
 def _artifact(jar: str) -> str:
@@ -466,20 +482,33 @@ def _run_slash_spark(spec: Dict[str, Any]) -> Dict[str, Any]:
     from slash.spark import stream
 
     topic = Topic(**{k: v for k, v in spec["topic"].items()})
+    live, window_ms = spec.get("live", False), spec.get("window_ms", WINDOW_MS)
     spark = _session(spec["cores"])
     parts: List[pa.Table] = []
+    seen: List[Tuple[int, int]] = []  # (window end, ms when the sink got it)
+
+    def sink(t: pa.Table) -> None:
+        seen.append((int(t.column("window_end")[0].as_py()), int(time.time() * 1000)))
+        parts.append(t)
+
     src = KafkaStream(topic.bootstrap, topic.name, schema=SCHEMA, timestamp_column=None,
-                      end_offsets={int(p): o for p, o in topic.end_offsets.items()},
+                      end_offsets=None if live else
+                      {int(p): o for p, o in topic.end_offsets.items()},
                       idle_timeout="1s", poll_interval=0.01)
     clock = _Clock(spec.get("broker_pid"))
     clock.start()
-    h = stream(spark, src, time="event_time", window=f"tumbling:{WINDOW_MS}ms", key="campaign",
-               aggs=["count"], filter="event_type == view", sink=parts.append,
-               executors=spec["cores"])
-    m = h.wait()
+    h = stream(spark, src, time="event_time", window=f"tumbling:{window_ms}ms", key="campaign",
+               aggs=["count"], filter="event_type == view", sink=sink, executors=spec["cores"])
+    if live:
+        while h.base_ms is None and h.running:  # until the executors formed their group
+            time.sleep(0.1)
+        _until_stopped()
+        m = h.stop(120)
+    else:
+        m = h.wait()
     timed = clock.stop()
     spark.stop()
-    return {**timed, "answer": pa.concat_tables(parts),
+    return {**timed, "answer": pa.concat_tables(parts), "visible": seen,
             "detail": {"records_in": m.get("records_in"), "late_records": m.get("late_records")}}
 
 
@@ -487,13 +516,17 @@ def _run_spark(spec: Dict[str, Any]) -> Dict[str, Any]:
     from pyspark.sql import functions as F
 
     topic = Topic(**{k: v for k, v in spec["topic"].items()})
+    live, window_ms = spec.get("live", False), spec.get("window_ms", WINDOW_MS)
     spark = _session(spec["cores"], spec["jars"])
     schema = "campaign BIGINT, event_type STRING, event_time BIGINT"
     parts: List[pa.Table] = []
+    seen: List[Tuple[int, int]] = []  # (window end, ms when its rows reached the driver)
 
     def collect(df: Any, batch_id: int) -> None:
         rows = df.select(F.col("window.start").cast("long").alias("start_s"), "campaign",
                          "count").collect()
+        now = int(time.time() * 1000)
+        seen.extend((s * 1000 + window_ms, now) for s in sorted({r[0] for r in rows}))
         if rows:
             parts.append(pa.table({"window_start": [r[0] * 1000 for r in rows],
                                    "campaign": [r[1] for r in rows],
@@ -508,11 +541,21 @@ def _run_spark(spec: Dict[str, Any]) -> Dict[str, Any]:
               .select(F.from_json(F.col("value").cast("string"), schema).alias("e"))
               .select("e.*").withColumn("ts", F.timestamp_millis("event_time")))
     q = (events.withWatermark("ts", "0 seconds").filter(F.col("event_type") == "view")
-         .groupBy(F.window("ts", "10 seconds"), "campaign").count()
-         .writeStream.outputMode("append").trigger(availableNow=True)
-         .option("checkpointLocation", os.path.join(spec["workdir"], "spark-checkpoint"))
+         .groupBy(F.window("ts", f"{window_ms // 1000} seconds"), "campaign").count()
+         .writeStream.outputMode("append"))
+    q = q if live else q.trigger(availableNow=True)
+    q = (q.option("checkpointLocation", os.path.join(spec["workdir"], "spark-checkpoint"))
          .foreachBatch(collect).start())
-    q.awaitTermination()
+    if live:  # up once a micro-batch has read records (the feed has started)
+        while not any((x if isinstance(x, dict) else json.loads(x.json))["numInputRows"]
+                      for x in q.recentProgress):
+            if q.exception() is not None:
+                raise SystemFailure(f"the Spark query failed: {q.exception()}")
+            time.sleep(0.1)
+        _until_stopped()
+        q.stop()
+    else:
+        q.awaitTermination()
     timed = clock.stop()
     progress = [{"batch": p["batchId"], "rows": p["numInputRows"],
                  "watermark": p.get("eventTime", {}).get("watermark"),
@@ -523,7 +566,7 @@ def _run_spark(spec: Dict[str, Any]) -> Dict[str, Any]:
     batches = len(progress)
     spark.stop()
     empty = pa.table({c: pa.array([], pa.int64()) for c in ANSWER_COLUMNS})
-    return {**timed, "answer": pa.concat_tables(parts) if parts else empty,
+    return {**timed, "answer": pa.concat_tables(parts) if parts else empty, "visible": seen,
             "detail": {"micro_batches": batches}}
 
 
@@ -542,6 +585,13 @@ class _Clock:
                 "broker_cpu_s": (tree_cpu(self.broker_pid) - self.b0) if self.broker_pid else 0.0}
 
 
+def _until_stopped() -> None:
+    """A live side: tells the benchmark it is up, and waits for its stop (a line on stdin)."""
+    print(_READY, flush=True)
+    sys.stdin.readline()
+
+
+_READY = "side is up"
 _IN_PROCESS = {"slash-spark": _run_slash_spark, "spark": _run_spark}
 
 
@@ -552,6 +602,136 @@ def _side_main(spec: Dict[str, Any]) -> None:
     pq.write_table(r.pop("answer"), path)
     r["answer"] = path
     print(json.dumps(r), flush=True)
+
+
+# ---- latency at a paced rate ---------------------------------------------------------------------
+def paced_values(n: int, keys: int, seed: int) -> List[Tuple[str, str]]:
+    """n YSB events as JSON cut around their event_time: (head, tail), the
+    value being head + str(event time) + tail."""
+    mark = '"event_time":-7777'
+    out = []
+    for v in ysb_json(n, keys, 1000, seed).to_pylist():
+        v = v.replace(f'"event_time":{json.loads(v)["event_time"]}', mark, 1)
+        head, tail = v.split(mark, 1)
+        out.append((head + '"event_time":', tail))
+    return out
+
+
+def produce_paced(bootstrap: str, topic: str, partitions: int, rate: int,
+                  until: Callable[[], Optional[float]], values: List[Tuple[str, str]],
+                  tick_s: float = 0.01, limit_s: float = 900.0) -> Tuple[int, int, int]:
+    """``rate`` events/s, each stamped with the wall clock (ms) when it is
+    produced, round-robin over the partitions, until the time ``until()``
+    returns (None: not known yet; at most ``limit_s``); returns (events,
+    first ms, last ms)."""
+    p = _producer(bootstrap)
+    n, i = 0, 0
+    t0 = time.time()
+    first_ms = int(t0 * 1000)
+    while True:
+        now = time.time()
+        end = until()
+        if (end is not None and now >= end) or now - t0 >= limit_s:
+            break
+        due = int((now - t0) * rate)
+        ms = str(int(now * 1000))
+        while n < due:
+            head, tail = values[i]
+            i = (i + 1) % len(values)
+            while True:
+                try:
+                    p.produce(topic, head + ms + tail, partition=n % partitions)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+            n += 1
+        p.poll(0)
+        time.sleep(max(0.0, tick_s - (time.time() - now)))
+    last_ms = int(time.time() * 1000)
+    if p.flush(60):
+        raise SystemFailure(f"paced topic {topic!r}: records not acknowledged within 60 s")
+    return n, first_ms, last_ms
+
+
+def _percentiles(xs: List[float]) -> Dict[str, float]:
+    import numpy as np
+
+    if not xs:
+        return {}
+    a = np.asarray(xs, dtype=np.float64)
+    return {f"p{q}": round(float(np.percentile(a, q)), 1) for q in (50, 95, 99)} | \
+        {"max": round(float(a.max()), 1)}
+
+
+def latency_run(side: str, bootstrap: str, create: Callable[[str, int], None], rate: int,
+                seconds: float, warmup: float, window_ms: int, args: argparse.Namespace,
+                workdir: str, values: List[Tuple[str, str]]) -> Dict[str, Any]:
+    """One live side over a fresh topic fed at ``rate`` events/s: the
+    latency (ms the result reached the side's driver - window end) of each
+    window that ended after the warm-up and before the producer stopped."""
+    name = f"lat-{side}-{os.getpid()}-{int(time.time())}"
+    create(name, args.partitions)
+    topic = Topic(bootstrap, name, args.partitions, 0)
+    spec: Dict[str, Any] = {"side": side, "topic": asdict(topic), "cores": args.cores,
+                            "workdir": workdir, "live": True, "window_ms": window_ms}
+    if side == "spark":
+        spec["jars"] = spark_kafka_jars(args.spark_kafka_version)[1]
+    os.makedirs(workdir, exist_ok=True)
+    errors = os.path.join(workdir, "stderr.log")
+    with open(errors, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "slash.bench.kafka", json.dumps(spec)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                text=True, start_new_session=True)
+    lines: List[str] = []
+    ready: List[float] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.strip() == _READY:
+                ready.append(time.time())
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert proc.stdin is not None
+        load = os.getloadavg()[0]
+        # the feed starts with the side; measured: from warm-up after the side is up
+        n, first_ms, last_ms = produce_paced(
+            bootstrap, name, args.partitions, rate,
+            lambda: ready[0] + warmup + seconds if ready else
+            (time.time() - 1 if proc.poll() is not None else None), values)
+        if not ready:
+            raise SystemFailure(f"latency run of {side}: the side was not up within the feed "
+                                f"(exit {proc.poll()})")
+        drain = max(15.0, 3 * window_ms / 1000)
+        time.sleep(drain)  # the last windows' results
+        proc.stdin.write("stop\n")
+        proc.stdin.flush()
+        proc.wait(180)
+        reader.join(30)
+        out = "".join(lines)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    report = next((json.loads(x) for x in reversed(out.splitlines()) if x.startswith("{")), None)
+    if report is None:
+        with open(errors, errors="replace") as f:
+            tail = f.read()[-3000:]
+        raise SystemFailure(f"latency run of {side}: no report (exit {proc.returncode}):\n{tail}")
+    lo, hi = ready[0] * 1000 + warmup * 1000, last_ms
+    first = -(-int(lo) // window_ms) * window_ms  # the first window starting after the warm-up
+    expected = list(range(first + window_ms, hi + 1, window_ms))  # window ends
+    got = {e: v - e for e, v in report["visible"]}
+    lats = [got[e] for e in expected if e in got]
+    return {"kind": "latency", "side": side, "rate": rate, "seconds": seconds,
+            "window_ms": window_ms, "events": n, "windows": len(lats),
+            # windows of the measured span not visible by the stop (drain_s after the feed)
+            "windows_missing": len(expected) - len(lats), "drain_s": drain,
+            "windows_visible_in_all": len(got), **_percentiles(lats),
+            "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
 
 
 # ---- the benchmark -----------------------------------------------------------------------------
@@ -575,11 +755,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "else the newest one known to resolve)")
     p.add_argument("--dir", default=None, help="working directory (default: a temporary one)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds a side may take")
+    p.add_argument("--latency-rate", type=int, default=0, metavar="EVENTS_PER_S",
+                   help="also feed a fresh topic at this rate, event time = wall clock, and "
+                        "measure each live side's window latency (default 0: not measured)")
+    p.add_argument("--latency-seconds", type=float, default=60.0,
+                   help="seconds of the paced feed measured, from 10 s after the side is up "
+                        "(default 60)")
+    p.add_argument("--latency-window", type=int, default=1000, metavar="MS",
+                   help="tumbling window of the latency runs in ms, whole seconds (default 1000)")
 
 
-def _record(run: SideRun, topic: Topic, cores: int, verdict: Verdict, load: float) -> Dict[str, Any]:
+def _record(run: SideRun, topic: Topic, cores: int, verdict: Verdict,
+            load: float) -> Dict[str, Any]:
     rps = topic.records / run.seconds if run.seconds > 0 else float("inf")
-    return {"side": run.side, "cores": cores, "records": topic.records,
+    return {"kind": "throughput", "side": run.side, "cores": cores, "records": topic.records,
             "seconds": round(run.seconds, 3), "records_per_s": round(rps),
             "cpu_s": round(run.cpu_s, 2),
             "cpu_s_per_m_records": round(run.cpu_s / topic.records * 1e6, 3),
@@ -643,10 +832,19 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         for r in runs:
             r["vs"] = {o["side"]: round(r["records_per_s"] / o["records_per_s"], 2)
                        for o in runs if o is not r and o["records_per_s"] > 0}
+        latency: List[Dict[str, Any]] = []
+        if args.latency_rate:
+            values = paced_values(min(args.latency_rate * 10, 200_000), args.keys, args.seed)
+            for name in sides:
+                if name not in _IN_PROCESS or name in skipped:
+                    continue
+                latency.append(latency_run(name, bootstrap, create, args.latency_rate,
+                                           args.latency_seconds, 10.0, args.latency_window,
+                                           args, os.path.join(workdir, f"lat-{name}"), values))
         result = {"benchmark": NAME, "topic": topic.name, "partitions": topic.partitions,
                   "records": topic.records, "cores": args.cores, "cpus": os.cpu_count(),
                   "fill_seconds": round(fill_s, 1), "reference_rows": want.num_rows,
-                  "runs": runs, "skipped": skipped,
+                  "runs": runs + latency, "skipped": skipped,
                   "all_verified": all(r["verified"] for r in runs),
                   "note": "shared machine: other jobs may run at the same time (load_*)"}
     finally:
@@ -673,8 +871,16 @@ def _creator(bootstrap: str) -> Callable[[str, int], None]:
 
 
 def summary(r: Dict[str, Any]) -> str:
+    if r.get("kind") == "latency":
+        return (f"kafka {r['side']:>12} at {r['rate']:,} events/s, {r['window_ms']} ms windows: "
+                f"latency p50 {r.get('p50', float('nan')):.0f} ms, p95 "
+                f"{r.get('p95', float('nan')):.0f} ms, p99 {r.get('p99', float('nan')):.0f} ms, "
+                f"max {r.get('max', float('nan')):.0f} ms over {r['windows']} windows "
+                f"({r['windows_missing']} not visible {r['drain_s']:.0f} s after the feed); "
+                f"load {r['load_before']} -> {r['load_after']}")
     vs = ", ".join(f"{v:.2f}x {k}" for k, v in r.get("vs", {}).items())
-    return (f"kafka {r['side']:>12} on {r['cores']} core(s): {r['records_per_s'] / 1e6:6.2f} M rec/s, "
+    return (f"kafka {r['side']:>12} on {r['cores']} core(s): "
+            f"{r['records_per_s'] / 1e6:6.2f} M rec/s, "
             f"{r['seconds']:.2f} s, {r['cpu_s_per_m_records']:.2f} CPU s/M records "
             f"(broker {r['broker_cpu_s']:.1f} s){'; ' + vs if vs else ''}; "
             f"verified={str(r['verified']).lower()}; load {r['load_before']} -> {r['load_after']}")
