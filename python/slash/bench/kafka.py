@@ -220,14 +220,14 @@ def topic_values(topic: Topic) -> List[bytes]:
             if end <= 0:
                 continue
             c.assign([ck.TopicPartition(topic.name, p, 0)])
-            last = time.monotonic()
-            while True:
-                got = c.consume(num_messages=100_000, timeout=1.0)
+            last, nxt = time.monotonic(), 0
+            while nxt < end:
+                # as many as are left: consume() returns once it has them, not at its timeout
+                got = c.consume(num_messages=min(100_000, end - nxt), timeout=1.0)
                 for m in got:
-                    if m.error() is None and m.offset() < end:
+                    if m.error() is None and nxt <= m.offset() < end:
                         out.append(m.value())
-                if any(m.error() is None and m.offset() >= end - 1 for m in got):
-                    break
+                        nxt = m.offset() + 1
                 if got:
                     last = time.monotonic()
                 elif time.monotonic() - last > 60:
