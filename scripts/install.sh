@@ -62,11 +62,11 @@ install_python() {
 }
 
 install_kafka_broker() {
-    # the Kafka tests' broker (tests/kafka_broker.py): Maven resolves the Apache
-    # Kafka jars once into a cache (scripts/kafka-jars.sh); the JRE is install_system's
+    # the Kafka tests' broker (slash.bench._kafka_broker, after build_package): Maven
+    # resolves the Apache Kafka jars once into a cache; the JRE is install_system's
     [ "${SLASH_SKIP_INSTALL:-0}" = 1 ] && return
     command -v mvn >/dev/null 2>&1 || need_apt maven
-    log "Kafka broker jars in $("$SLASH_ROOT/scripts/kafka-jars.sh")"
+    log "Kafka broker jars in $(cd / && "$PYTHON" -m slash.bench._kafka_broker)"
 }
 
 install_pyflink() {

@@ -44,9 +44,9 @@ def token():
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory):
     """A real single-node Kafka broker (KRaft) on 127.0.0.1, shared by the
-    session's Kafka tests and stopped at its end (tests/kafka_broker.py)."""
+    session's Kafka tests and stopped at its end (slash.bench._kafka_broker)."""
     pytest.importorskip("confluent_kafka", reason="pip install confluent-kafka (./test.sh does)")
-    from kafka_broker import KafkaBroker
+    from slash.bench._kafka_broker import KafkaBroker
 
     broker = KafkaBroker.start(tmp_path_factory.mktemp("kafka"))
     try:

@@ -210,7 +210,7 @@ def test_malformed_values_are_skipped_counted_and_reported_with_their_offsets(
 
 
 def test_an_unreachable_broker_is_a_clear_error_within_seconds():
-    from kafka_broker import free_port
+    from slash.bench._kafka_broker import free_port
 
     t0 = time.monotonic()
     with pytest.raises(Timeout, match=r"unreachable within 3 s"):

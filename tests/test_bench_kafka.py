@@ -1,0 +1,99 @@
+"""``slash bench kafka`` (slash.bench.kafka), on the session's real broker:
+
+* the topic's JSON values are the generator's YSB events;
+* the reference is DuckDB over the values read back from the broker, and it
+  equals counts made by hand from the same values;
+* a side whose answer differs from the reference fails the run, naming it
+  (the check cannot pass a wrong answer);
+* a tiny end-to-end run of ``slash bench kafka --sides slash-run`` fills a
+  topic of 8 partitions and reports a verified, measured run.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+duckdb = pytest.importorskip("duckdb")
+pytest.importorskip("confluent_kafka")
+
+import slash.workloads as w  # noqa: E402
+from slash.bench import kafka as kb  # noqa: E402
+from slash.errors import SystemFailure  # noqa: E402
+
+
+def args(bootstrap, tmp_path, **kw):
+    a = dict(records=6000, partitions=8, keys=7, rate=200, seed=3, cores=2, sides="slash-run",
+             repeat=1, bootstrap=bootstrap, spark_kafka_version=None, dir=str(tmp_path / "w"),
+             timeout=120.0, latency_rate=0, latency_seconds=60.0, latency_window=1000)
+    a.update(kw)
+    return argparse.Namespace(**a)
+
+
+def by_hand(values):
+    """{(window_start, campaign): count} of the views, closers left out."""
+    got = collections.Counter()
+    for v in values:
+        e = json.loads(v)
+        if e["event_type"] == "view" and e["campaign"] != kb.CLOSER:
+            got[(e["event_time"] - e["event_time"] % kb.WINDOW_MS, e["campaign"])] += 1
+    return dict(got)
+
+
+def test_the_topics_values_are_the_generators_ysb_events():
+    values = [json.loads(v) for v in kb.ysb_json(500, keys=7, rate=1000, seed=3).to_pylist()]
+    t = w.ysb(500, keys=7, rate=1000, seed=3, columns=["key", "event_time", "event_type"])
+    assert [v["campaign"] for v in values] == t.column("key").to_pylist()
+    assert [v["event_time"] for v in values] == t.column("event_time").to_pylist()
+    assert [v["event_type"] for v in values] == t.column("event_type").cast(pa.string()).to_pylist()
+    assert all(len(v["ad_id"]) == 32 and v["ip_address"].count(".") == 3 for v in values)
+
+
+def test_the_reference_is_duckdb_over_the_values_read_back_from_the_broker(kafka_broker, tmp_path):
+    topic = kb.fill_topic(kafka_broker.bootstrap, kafka_broker.create_topic, "kbench-ref",
+                          3000, 3, 5, 200, 4)
+    values = kb.topic_values(topic)
+    assert len(values) == 3000 + 3  # the events and one closer per partition
+    want = kb.reference(values, str(tmp_path))
+    got = {(s, c): n for s, c, n in zip(*(want.column(x).to_pylist() for x in kb.ANSWER_COLUMNS))}
+    assert got == by_hand(values) and len(got) == 2 * 5  # 15 s of events: 2 windows of 5 campaigns
+
+
+def test_a_side_whose_answer_differs_from_duckdbs_fails_the_run(kafka_broker, tmp_path,
+                                                                  monkeypatch):
+    """A further side (as Flink's will be) is one entry of SIDES; this one
+    answers from the topic's values, one count off."""
+    def off_by_one(topic, cores, workdir, opts):
+        rows = sorted(by_hand(kb.topic_values(topic)).items())
+        (s, c), n = rows[0]
+        rows[0] = ((s, c), n + 1)
+        answer = pa.table({"window_start": [r[0][0] for r in rows],
+                           "campaign": [r[0][1] for r in rows], "count": [r[1] for r in rows]})
+        return kb.SideRun("off-by-one", kb.comparable(answer), 1.0, 1.0)
+
+    monkeypatch.setitem(kb.SIDES, "off-by-one", off_by_one)
+    with pytest.raises(SystemFailure, match=r"off-by-one: column 'count' differs in 1 of"):
+        kb.run(args(kafka_broker.bootstrap, tmp_path, sides="off-by-one"))
+
+
+def test_slash_run_over_a_topic_of_8_partitions_gives_duckdbs_windows_end_to_end(
+        kafka_broker, tmp_path):
+    out = tmp_path / "r.json"
+    got = subprocess.run(
+        [sys.executable, "-m", "slash", "bench", "kafka", "--bootstrap", kafka_broker.bootstrap,
+         "--sides", "slash-run", "--records", "6000", "--keys", "7", "--rate", "200",
+         "--json", str(out)], capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert got.returncode == 0, got.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["all_verified"] and r["partitions"] == 8 and r["records"] == 6000
+    [run] = r["runs"]
+    assert run["side"] == "slash-run" and run["verified"] and run["check"].endswith("rows equal")
+    assert run["records_per_s"] > 0 and run["cpu_s"] > 0 and "load_before" in run
+    assert r["reference_rows"] == int(run["check"].split()[0]) > 7
+    assert "slash-run" in got.stdout and "verified=true" in got.stdout
