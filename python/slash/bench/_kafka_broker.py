@@ -101,7 +101,7 @@ def broker_jars() -> str:
 def _die_with_parent() -> None:
     """In the broker's process before exec: SIGKILL it when the process that
     started it dies (a killed test run or benchmark leaves no broker behind)."""
-    import ctypes
+    import ctypes  # start-up: only a started broker needs it
 
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -206,7 +206,7 @@ class KafkaBroker:
         raise RuntimeError(f"the Kafka broker did not start within {timeout} s: {self._tail()}")
 
     def _ready(self) -> bool:
-        from confluent_kafka.admin import AdminClient
+        from confluent_kafka.admin import AdminClient  # optional dependency (confluent-kafka)
 
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
@@ -235,7 +235,7 @@ class KafkaBroker:
         self._launch(timeout)
 
     def create_topic(self, name: str, partitions: int = 1, **config: str) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.admin import AdminClient, NewTopic  # optional dependency (confluent-kafka)
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         futs = admin.create_topics([NewTopic(name, num_partitions=partitions,

@@ -93,6 +93,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -133,9 +134,9 @@ class Topic:
 def ysb_json(records: int, keys: int, rate: int, seed: int, first: int = 0) -> pa.Array:
     """Events first .. first + records - 1 of the YSB stream as JSON objects
     (strings; see the module doc), formatted by DuckDB."""
-    import duckdb
+    import duckdb  # optional dependency (the reference)
 
-    import slash.workloads as w
+    import slash.workloads as w  # start-up: only the writer of the topic needs the generators
 
     t = w.ysb(records, keys=keys, rate=rate, seed=seed, start=first)
     t = t.set_column(t.schema.get_field_index("ad_type"), "ad_type",
@@ -156,7 +157,7 @@ def ysb_json(records: int, keys: int, rate: int, seed: int, first: int = 0) -> p
 
 
 def _producer(bootstrap: str) -> Any:
-    import confluent_kafka as ck
+    import confluent_kafka as ck  # optional dependency (confluent-kafka)
 
     return ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
                         "compression.type": "none", "enable.idempotence": True,
@@ -197,7 +198,7 @@ def fill_topic(broker_bootstrap: str, create: Callable[[str, int], None], name: 
 
 
 def end_offsets(bootstrap: str, topic: str) -> Dict[int, int]:
-    import confluent_kafka as ck
+    import confluent_kafka as ck  # optional dependency (confluent-kafka)
 
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "slash-bench"})
     try:
@@ -210,7 +211,7 @@ def end_offsets(bootstrap: str, topic: str) -> Dict[int, int]:
 
 def topic_values(topic: Topic) -> List[bytes]:
     """Every value of the topic, read back by a plain consumer (the reference's input)."""
-    import confluent_kafka as ck
+    import confluent_kafka as ck  # optional dependency (confluent-kafka)
 
     c = ck.Consumer({"bootstrap.servers": topic.bootstrap, "group.id": "slash-bench-reference",
                      "enable.auto.commit": False, "enable.partition.eof": True})
@@ -240,7 +241,7 @@ def topic_values(topic: Topic) -> List[bytes]:
 
 def reference(values: List[bytes], workdir: str) -> pa.Table:
     """DuckDB's answer over the topic's values (its own JSON reader over them)."""
-    import duckdb
+    import duckdb  # optional dependency (the reference)
 
     path = os.path.join(workdir, "topic.jsonl")
     with open(path, "wb") as f:
@@ -372,7 +373,7 @@ Side = Callable[[Topic, int, str, Dict[str, Any]], SideRun]
 
 def comparable(t: pa.Table) -> pa.Table:
     """An answer as compared: its YSB windows (the closers' left out), int64 columns."""
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # start-up: pyarrow.compute costs 35-48 ms to import
 
     t = t.select(ANSWER_COLUMNS).cast(pa.schema([(c, pa.int64()) for c in ANSWER_COLUMNS]))
     return t.filter(pc.not_equal(t.column("campaign"), CLOSER))
@@ -417,7 +418,7 @@ def spark_kafka_jars(version: Optional[str] = None) -> Tuple[str, List[str]]:
     PySpark does not ship. ``version`` None: the installed PySpark's, or, when
     Maven has no such release, the pom's own (``jvm/spark-sql-kafka.pom.xml``,
     a release that resolves), with a warning naming both."""
-    import pyspark
+    import pyspark  # optional dependency (the Spark sides)
 
     pom = os.path.join(JVM_DIR, "spark-sql-kafka.pom.xml")
     want = version or pyspark.__version__
@@ -452,7 +453,7 @@ def _artifact(jar: str) -> str:
 
 
 def side_spark(topic: Topic, cores: int, workdir: str, opts: Dict[str, Any]) -> SideRun:
-    import pyspark
+    import pyspark  # optional dependency (the Spark sides)
 
     release, jars = spark_kafka_jars(opts.get("spark_kafka_version"))
     r = _spark_side("spark", topic, cores, workdir, opts, {"jars": jars})
@@ -467,7 +468,7 @@ SIDES: Dict[str, Side] = {"slash-run": side_slash_run, "slash-spark": side_slash
 
 # ---- inside a side's process -------------------------------------------------------------------
 def _session(cores: int, jars: Sequence[str] = ()) -> Any:
-    from slash.spark import session
+    from slash.spark import session  # optional dependency (pyspark)
 
     # the Python workers run this interpreter (the one slash is installed in)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -478,8 +479,8 @@ def _session(cores: int, jars: Sequence[str] = ()) -> Any:
 
 
 def _run_slash_spark(spec: Dict[str, Any]) -> Dict[str, Any]:
-    from slash.kafka import KafkaStream
-    from slash.spark import stream
+    from slash.kafka import KafkaStream  # optional dependency (confluent-kafka)
+    from slash.spark import stream  # optional dependency (pyspark)
 
     topic = Topic(**{k: v for k, v in spec["topic"].items()})
     live, window_ms = spec.get("live", False), spec.get("window_ms", WINDOW_MS)
@@ -513,7 +514,7 @@ def _run_slash_spark(spec: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _run_spark(spec: Dict[str, Any]) -> Dict[str, Any]:
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # optional dependency (pyspark)
 
     topic = Topic(**{k: v for k, v in spec["topic"].items()})
     live, window_ms = spec.get("live", False), spec.get("window_ms", WINDOW_MS)
@@ -654,7 +655,6 @@ def produce_paced(bootstrap: str, topic: str, partitions: int, rate: int,
 
 
 def _percentiles(xs: List[float]) -> Dict[str, float]:
-    import numpy as np
 
     if not xs:
         return {}
@@ -862,7 +862,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
 def _creator(bootstrap: str) -> Callable[[str, int], None]:
     def create(name: str, partitions: int) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.admin import AdminClient, NewTopic  # optional dependency (confluent-kafka)
 
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)],
