@@ -653,13 +653,13 @@ def _summary_run(s: Side, records: int, cores: int) -> Dict[str, Any]:
     assert s.verdict is not None
     q = [r.query_s for r in s.rounds]
     cpu_per_query = statistics.median(r.cpu_s / r.queries for r in s.rounds)
-    return {"side": s.name, "query_best_s": round(min(q), 3),
-            "query_median_s": round(statistics.median(q), 3),
-            "cold_query_median_s": round(statistics.median(r.cold_s for r in s.rounds), 3),
+    return {"side": s.name, "query_best_s": round(min(q), 6),
+            "query_median_s": round(statistics.median(q), 6),
+            "cold_query_median_s": round(statistics.median(r.cold_s for r in s.rounds), 6),
             "queries_per_process": s.rounds[0].queries,
-            "wall_best_s": round(min(r.wall_s for r in s.rounds), 3),
-            "wall_median_s": round(statistics.median(r.wall_s for r in s.rounds), 3),
-            "cpu_median_s": round(statistics.median(r.cpu_s for r in s.rounds), 3),
+            "wall_best_s": round(min(r.wall_s for r in s.rounds), 6),
+            "wall_median_s": round(statistics.median(r.wall_s for r in s.rounds), 6),
+            "cpu_median_s": round(statistics.median(r.cpu_s for r in s.rounds), 6),
             "records_per_s": round(records / min(q)),
             "records_per_s_median": round(records / statistics.median(q)),
             "records_per_cpu_s": round(records / cpu_per_query),
