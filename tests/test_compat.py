@@ -40,10 +40,14 @@ def test_check_raises_the_cells_reason():
 
 
 def test_check_raises_a_refused_combination_only_when_all_of_it_is_asked():
-    compat.check("run", "aggregation", ["update"])
-    compat.check("run", "aggregation", ["checkpoint"])
+    compat.check("run", "join", ["rebalance"])
+    compat.check("run", "join", ["checkpoint"])
     with pytest.raises(NotSupported, match="checkpoint"):
-        compat.check("run", "aggregation", ["update", "checkpoint"])
+        compat.check("run", "join", ["rebalance", "checkpoint"])
+
+
+def test_every_feature_of_a_window_aggregation_in_run_combines_with_every_other():
+    compat.check("run", "aggregation", list(compat.FEATURES))
 
 
 def test_unknown_cell_is_an_invalid_argument():

@@ -32,21 +32,35 @@ def test_a_join_refuses_update_with_the_tables_reason():
     assert _reason("run", "join", "update") in str(got.value)
 
 
-def test_a_checkpointed_run_refuses_update_with_the_combinations_reason():
-    ctl = RunControl(AGG, SCHEMA, 2, features=("checkpoint",))
-    with pytest.raises(NotSupported) as got:
-        ctl.submit({"filter": "v > 1"})
-    assert str(got.value) == _reason("run", "aggregation", "checkpoint", "update")
-    assert "replays the input after the cut" in str(got.value)
+def test_a_checkpointed_run_offers_update_and_records_each_agreed_version():
+    """Every checkpoint of a run records the versions agreed so far, and a
+    group started again installs them (slash.recovery, slash.live_ckpt)."""
+    ctl = RunControl(AGG, SCHEMA, 2, features=("checkpoint", "live_scale"))
+    assert ctl.offers("update")
+    r = ctl.submit({"filter": "v > 1"})
+    assert r.query.filters[0].column == "v" and r.args == {"filter": "v > 1"}
 
 
-def test_a_control_the_user_made_loses_update_when_the_run_declares_checkpoint():
-    ctl = RunControl(AGG, SCHEMA, 2)
-    assert ctl.offers("update") and ctl.offers("rebalance")
-    ctl.declare("checkpoint", "live_scale")
-    assert not ctl.offers("update") and ctl.offers("rebalance")
-    with pytest.raises(NotSupported, match="update"):
-        ctl.update({"filter": "v > 1"})
+def test_a_resumed_run_agrees_its_manifests_versions_again_from_the_same_starts():
+    first = RunControl(AGG, SCHEMA, 2, features=("checkpoint",))
+    first.updates.record.append({"from_ticks": 4000, "args": {"filter": "v > 1"}})
+    first.updates.record.append({"from_ticks": 9000, "args": {"filter": "k != 3"}})
+    again = RunControl(AGG, SCHEMA, 2, features=("checkpoint",))
+    again.updates.restore(first.updates.record)
+    versions = again.updates.versions()
+    assert [start for start, _ in versions] == [4000, 9000]
+    assert [str(f) for f in versions[-1][1].filters] == [str(f) for f in again.query.filters]
+    assert {f.column for f in again.query.filters} == {"v", "k"}  # the second adds to the first
+    assert again.updates.record == first.updates.record  # the next manifest records them again
+
+
+def test_a_control_the_user_made_loses_rebalance_when_a_join_declares_checkpoint():
+    ctl = RunControl(JOIN, SCHEMA, 2)
+    assert ctl.offers("rebalance")
+    ctl.declare("checkpoint")
+    assert not ctl.offers("rebalance")
+    with pytest.raises(NotSupported, match="rebalance"):
+        ctl.call("rebalance", {})
 
 
 def test_a_checkpointed_join_has_no_live_rebalance():

@@ -3,6 +3,7 @@ and max_executors=, slash.live_ckpt): scaled live at random points with
 checkpoints cut at random points, killed after a live scale, or scaled out
 beyond its provisioned size (the restart path), its output equals DuckDB's
 and the static run's; each scale says which path it took."""
+import json
 import logging
 import os
 import random
@@ -21,7 +22,7 @@ import pytest
 import _slash_run
 
 from slash.control import request, wait_for_socket
-from slash.errors import InvalidArgument, NotSupported
+from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
 from slash.query import Query
 from slash.runner import run
@@ -226,24 +227,41 @@ def test_beyond_max_executors_without_checkpoint_is_refused_saying_to_provision_
     assert "provision more" in got[0] and "checkpoint=" in got[0]
 
 
-def test_an_update_of_a_checkpointed_live_group_is_refused_naming_why(parts, tmp_path):
-    sock = str(tmp_path / "c.sock")
-    got = []
+def test_an_update_of_a_checkpointed_live_group_takes_effect_at_T_and_is_recorded(parts, tmp_path):
+    sock, ck = str(tmp_path / "c.sock"), str(tmp_path / "ck")
+    got, errors = [], []
 
     def driver():
-        wait_for_socket(sock, 60)
         try:
-            request(sock, "update", {"filter": ["v < 500"]})
-        except NotSupported as e:
-            got.append(str(e))
+            wait_for_socket(sock, 60)
+            _slash_run.wait_until(lambda: request(sock, "status")["records"] >= 0.2 * TOTAL, 60,
+                                  "20% of the input read", every=0.02)
+            got.append(request(sock, "update", {"filter": ["v < 500"]}))
+        except BaseException as e:  # noqa: BLE001 - raised in the test's thread below
+            errors.append(e)
 
     th = threading.Thread(target=driver)
     th.start()
-    out = run(Q, parts, executors=1, max_executors=2, control=sock, rate=100_000, timeout=120,
-              checkpoint=str(tmp_path / "ck"))
-    th.join()
-    assert len(got) == 1 and "checkpoint" in got[0] and "update" in got[0]
-    assert out.num_rows > 0
+    try:
+        out = run(Q, parts, executors=1, max_executors=2, control=sock, rate=30_000, timeout=120,
+                  checkpoint=ck, checkpoint_every="300ms", group=GroupConfig(partitions=32))
+    finally:
+        th.join()
+    if errors:
+        raise errors[0]
+    T = got[0]["effective_from_ms"]
+    assert 0 < T < SPAN_MS
+    want = sorted(tuple(r) for r in duckdb.sql(
+        f"select (t // 10000) * 10000, k, count(*), sum(v) from read_parquet('{parts}/*.parquet') "
+        f"where t < {T} or v < 500 group by all").fetchall())
+    assert rows(out) == want
+    manifests = sorted(os.path.join(ck, f, "_MANIFEST.json") for f in os.listdir(ck)
+                       if os.path.exists(os.path.join(ck, f, "_MANIFEST.json")))
+    assert manifests, "no checkpoint was kept"
+    with open(manifests[-1], encoding="utf-8") as f:  # the newest: cut after the update
+        logic = json.load(f)["info"]["logic"]
+    assert logic == [{"from_ticks": got[0]["effective_from_ticks"],
+                      "args": {"filter": ["v < 500"]}}]
 
 
 def test_slash_ctl_scales_a_checkpointed_slash_run_beyond_max_executors_naming_the_path(

@@ -168,7 +168,8 @@ def test_an_executor_killed_after_a_rescale_recovers_with_the_new_count(files, t
     _assert_same(got, reference("tumbling", files))
 
 
-def test_the_former_name_run_control_is_kept_for_checkpointed_run():
+def test_the_former_name_run_control_says_where_it_went():
     import slash.recovery
 
-    assert slash.recovery.RunControl is CheckpointedRun  # documented before the rename
+    with pytest.raises(AttributeError, match="renamed slash.recovery.CheckpointedRun"):
+        slash.recovery.RunControl

@@ -213,7 +213,7 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
         raise InvalidArgument("with checkpoint=, control must be True, a socket path or a "
                               "slash.recovery.CheckpointedRun")
     ctl = RunControl(query, src.schema, n, bounded=watermarks_from_source(src),
-                     features=("checkpoint",))  # update: refused (slash.run.compat says why)
+                     features=("checkpoint",))
 
     def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
         if live is not None:
@@ -336,7 +336,8 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
         result = drivers.run_checkpointed(query, src, n, group, token, output, timeout, m, late_output,
                                            checkpoint, checkpoint_every, max_restarts,
                                            checkpoint_keep, t0, rescaler,
-                                           live_every=live.report_interval, realtime=True)
+                                           live_every=live.report_interval, realtime=True,
+                                           rounds=ctl)
     finally:
         tuner.stop()
         if server is not None:
@@ -379,7 +380,8 @@ def _run_measured(query: Any, src: Any, n: int, group: Any, token: str, live: An
         result = drivers.run_checkpointed(query, src, n, group, token, output, timeout, m, late_output,
                                            checkpoint, checkpoint_every, max_restarts,
                                            checkpoint_keep, t0, rescaler,
-                                           live_every=live.report_interval, realtime=True)
+                                           live_every=live.report_interval, realtime=True,
+                                           rounds=ctl)
     finally:
         sampler.stop()
         if server is not None:

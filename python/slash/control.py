@@ -28,16 +28,17 @@ The map: every entry point, the control it builds, and who registers what
 * ``checkpoint=`` with ``control=`` (or ``realtime=`` without a target;
   ``autotune.serve_checkpointed``): rebalance, scale-out, scale-in (by
   restart from a checkpoint cut) and epoch, all through
-  ``slash.recovery.CheckpointedRun``; update refused by the table (update
-  with checkpoint).
+  ``slash.recovery.CheckpointedRun``; update (LogicUpdates, rounds served
+  by the checkpointed group's driver loop, the versions recorded in every
+  checkpoint and installed by every restarted group).
 * ``checkpoint=`` with ``max_executors=`` (``live_ckpt.run_live_checkpointed``):
   rebalance (LiveMoves); scale-out, scale-in, elastic-status through
   ``live_ckpt.ElasticCheckpointed`` (live within the group, by restart
-  beyond it); update refused by the table.
+  beyond it); update as with ``checkpoint=`` alone.
 * ``latency_target=``, restart path (``autotune.run_autotuned``):
   controller-status, scale-out, scale-in and epoch by hand (told to the
   controller: ``autotune.provide_by_hand``), rebalance through
-  ``CheckpointedRun``; update refused by the table.
+  ``CheckpointedRun``; update as with ``checkpoint=`` alone.
 * ``latency_target=``, live path (``autotune._run_live_tuned``): the
   ``runner.run`` control with ``max_executors=`` above, its scale operations
   and epoch by hand (``provide_by_hand``), and controller-status.

@@ -377,6 +377,7 @@ class UpdateRound:
     result: Optional[Dict[str, Any]] = None
     error: Optional[BaseException] = None
     t0: float = 0.0
+    args: Dict[str, Any] = field(default_factory=dict)  # the update as asked (a manifest keeps it)
 
 
 class LogicUpdates:
@@ -396,6 +397,9 @@ class LogicUpdates:
         self._rounds: "queue.Queue[UpdateRound]" = queue.Queue()
         self._active: Optional[UpdateRound] = None
         self._rid = 0
+        #: each agreed version's start and the update that made it ({"from_ticks", "args"}),
+        #: versions 1, 2, ...: what a checkpoint's manifest records (:meth:`restore`)
+        self.record: List[Dict[str, Any]] = []
 
     def _ms(self, ticks: Optional[int]) -> Optional[int]:
         return ticks_to_ms(ticks, self.group.ticks_per_ms)
@@ -414,7 +418,7 @@ class LogicUpdates:
         q = updated_query(self.plan.current, self.group.schema, args, bounded=self.group.bounded)
         with self._lock:
             self._rid += 1
-            r = UpdateRound(self._rid, q)
+            r = UpdateRound(self._rid, q, args=dict(args))
         self._rounds.put(r)
         return r
 
@@ -485,6 +489,7 @@ class LogicUpdates:
         m = max(seen) if seen else None
         start = self.plan.switch_point(m, self.plan.slide_ticks(self.group.ticks_per_ms))
         version = self.plan.add(start, r.query)
+        self.record.append({"from_ticks": int(start), "args": r.args})
         done = g.finished_ranks()
         for rank in range(n):
             if rank not in done:
@@ -513,6 +518,26 @@ class LogicUpdates:
                                            None))
         r.error, r.result = err, result
         r.done.set()
+
+    def versions(self) -> Tuple[Tuple[int, Any], ...]:
+        """The versions agreed so far, (start, query) for versions 1, 2, ...:
+        what the ranks of a group started after them install before reading."""
+        return tuple(zip(self.plan.starts[1:], self.plan.versions[1:]))
+
+    def restore(self, record: List[Dict[str, Any]]) -> None:
+        """A run started again on a checkpoint directory: the versions its
+        newest manifest records (:attr:`record`) agreed again, each from the
+        same start with the same update (versions agreed after that commit
+        published nothing and are not among them)."""
+        for u in record:
+            q = updated_query(self.plan.current, self.group.schema, dict(u["args"]),
+                              bounded=self.group.bounded)
+            self.plan.add(int(u["from_ticks"]), q)
+            self.group.query = q
+            self.record.append({"from_ticks": int(u["from_ticks"]), "args": dict(u["args"])})
+        if record:
+            log.info("control: %d logic version(s) agreed before restored from the checkpoint",
+                     len(record))
 
     def new_group(self, why: str) -> None:
         """The group was replaced (restarted from a checkpoint): an update its

@@ -49,9 +49,14 @@ with ``"path": "live"`` or ``"restart"``.
 **Late rows** (``late_output=``) go with the cut after the push that found
 them (:class:`slash.ckpt_worker.LateRows`), as the fired windows do.
 
-Not supported here (NotSupported / InvalidArgument naming why): joins, and
-``update`` (a logic version would not survive a resume: the workers restart
-with the query's logic).
+**Updates** (``slash ctl update``): every manifest records the logic
+versions agreed so far, and every attempt's ranks install the versions
+agreed before it (also after its cut) before reading, so the replay filters
+as the run without the restart did; a directory resumed agrees its newest
+manifest's versions again.
+
+Not supported here (NotSupported naming why): joins (see
+:mod:`slash.run.compat`).
 """
 from __future__ import annotations
 
@@ -66,21 +71,19 @@ import pyarrow as pa
 
 from slash.checkpoint import Checkpoint, CheckpointStore
 from slash.control import ControlServer, RunControl
-from slash.errors import (CheckpointCorrupt, InvalidArgument, InvalidState, SystemFailure,
-                          Timeout)
+from slash.errors import CheckpointCorrupt, InvalidArgument, InvalidState, SystemFailure, Timeout
 from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
 from slash.limits import MAX_EXECUTORS
 from slash.live_scale import LiveScaler
 from slash.recovery import CheckpointEvery, fingerprint
-from slash.run.ckpt import commit
-from slash.run.failure import Failed, Reported, RestartPolicy, failed, reported
-from slash.run.group import connect
+from slash.run.driver import Committer, Driver, serve_rounds, show_live
+from slash.run.failure import Failed, Reported, RestartPolicy, failed
 from slash.run.inputs import bound_ticks
 from slash.run.output import write_parquet_atomically
 from slash.run.plan import AttemptPlan
-from slash.run.protocol import CheckpointWritten, Error, Metrics, Resumed
-from slash.run.supervisor import Reports, Rescale, RescaleCut, Supervisor, newest_shape
+from slash.run.protocol import Resumed
+from slash.run.supervisor import Rescale, RescaleCut, Supervisor, newest_shape
 from slash.sources import Work, input_stamp
 from slash.worker import RankSpec, worker
 
@@ -254,7 +257,7 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
 
     if isinstance(control, RunControl):
         ctl, server = control, None
-        ctl.declare("checkpoint", "live_scale")  # update withdrawn: slash.run.compat says why
+        ctl.declare("checkpoint", "live_scale")
     elif not (control in (None, True, False) or isinstance(control, (str, os.PathLike))):
         raise InvalidArgument(f"control must be True, a socket path or a "
                               f"slash.control.RunControl with max_executors=, got "
@@ -262,6 +265,9 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
     else:
         ctl = RunControl(query, source.schema, m, features=("checkpoint", "live_scale"))
         server = None
+    updates = ctl.updates  # every manifest records the versions agreed; a resume agrees them again
+    if updates is not None and sup.first is not None:
+        updates.restore(sup.first.manifest.get("info", {}).get("logic", []))
     elastic = ElasticCheckpointed()
     ctl.provide("scale-out", elastic.scale_out)
     ctl.provide("scale-in", elastic.scale_in)
@@ -287,10 +293,11 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
         store.executors = size
         plan = AttemptPlan(store.dir, store.fingerprint, size, partitions, keep, every_,
                            ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
-                           sup.attempt, want_late=late is not None)
+                           sup.attempt, want_late=late is not None,
+                           versions=updates.versions() if updates is not None else ())
         scaler = LiveScaler(source, query, size, len(active), ticks)
         scaler.active = list(active)
-        ctl.executors = size
+        ctl.regroup(size, "the group restarted from a checkpoint")
         elastic._attach(scaler)
         late_now.clear()
         try:
@@ -367,72 +374,46 @@ def _live_group(query: Any, source: Any, size: int, group: GroupConfig, token: s
     ``plan``'s checkpoint to the end; raises a :class:`slash.run.failure.Failed`,
     or a :class:`slash.run.supervisor.Rescale` once the cut a restart asked for
     commits. ``late`` receives the late rows each rank found in this attempt."""
-    got = Reports(size)
     cut = RescaleCut()
-    carried: Dict[str, Dict[str, int]] = {}  # segments of cuts not committed (see module doc)
     # the ranks' loop: slash.run.rank.RankLoop with Scaling and Checkpointing (LivePositions)
     spec = RankSpec(query, source, group, token, report_every=report_every, control=True,
                     rate=rate, active=list(active), works=works, plan=plan)
     pg = ProcessGroup(size, worker, lambda r: (spec, r))
     try:
         with pg:
+            d = Driver(pg, size, t_start + timeout, timeout)
+            got = d.got
+            Committer(d, store, checkpoints, cut, live=True, dropped=dropped,
+                      info=(lambda: {"logic": list(ctl.updates.record)})
+                      if ctl.updates is not None else None)
+
+            def restart() -> bool:
+                """A scale beyond the group asks for the cut it restarts from."""
+                req = elastic.restart
+                if req is None or req is resumed_scale:  # this group is that restart's
+                    return False
+                if scaler.finishing or got.finished(0):
+                    elastic._end_restart(InvalidState(
+                        f"{req.what}: the run is ending (every rank has read its input); no "
+                        "checkpoint can be cut to restart from"))
+                else:
+                    cut.ask(pg.send, req.count, req.asked, len(checkpoints))
+                return True
+
+            def resumed(rep: Resumed, every_rank: bool) -> None:
+                if every_rank:
+                    _resumed(resumed_scale, elastic)
+                    sup.resumed()
+
+            if live is not None:
+                show_live(d, live)
+            serve_rounds(d, ctl, scaler, between=restart)
+            d.on(Resumed, resumed)
             try:
-                connect(pg, size, got.t0 + group.timeout)
+                d.start(group.timeout)
                 ctl.attach(pg.send)
                 scaler.attach(pg.send)
-                while got.running:
-                    left = max(0.0, t_start + timeout - time.monotonic())
-                    req = elastic.restart
-                    if req is resumed_scale:  # this group is that restart's: it is not asking
-                        req = None
-                    if scaler.busy:
-                        scaler.service()  # one agreement at a time
-                    elif req is not None:
-                        if scaler.finishing or got.finished(0):
-                            elastic._end_restart(InvalidState(
-                                f"{req.what}: the run is ending (every rank has read its "
-                                "input); no checkpoint can be cut to restart from"))
-                        else:
-                            cut.ask(pg.send, req.count, req.asked, len(checkpoints))
-                    else:
-                        ctl.service()
-                        if not ctl.agreeing:
-                            scaler.service()
-                    try:
-                        rep = pg.recv(timeout=min(left, ctl.tick))
-                    except Timeout:
-                        if left > ctl.tick:
-                            continue
-                        raise SystemFailure(f"query did not finish within {timeout} s") from None
-                    if isinstance(rep, Error):
-                        raise reported(rep)
-                    if isinstance(rep, Metrics):
-                        ctl.on_message(rep)
-                        if live is not None:
-                            live.update_executor(rep.rank, rep.snapshot)
-                        continue
-                    if ctl.on_message(rep) or scaler.on_message(rep):
-                        continue
-                    kept = got.take(rep)
-                    if isinstance(rep, Resumed) and kept:
-                        _resumed(resumed_scale, elastic)
-                        sup.resumed()
-                    elif isinstance(rep, CheckpointWritten) and kept is not None:
-                        cid = rep.ckpt_id
-                        common = set.intersection(*(set(st.get("gens", [0]))
-                                                    for _, _, st in kept.values()))
-                        if not common:
-                            for _, segs, _ in kept.values():
-                                carried.update(segs)
-                            dropped.append(cid)
-                            log.warning("checkpoint %d not committed: its cut straddles a live "
-                                        "scale (no generation every rank can be described in); "
-                                        "its windows go with the next cut", cid)
-                            cut.again()
-                            continue
-                        commit(store, cid, kept, checkpoints, carried, gen=max(common))
-                        carried = {}
-                        cut.committed(cid, len(checkpoints))
+                got = d.run()
             except (SystemFailure, Reported) as e:
                 raise failed(e, pg, got.fail) from None
     finally:

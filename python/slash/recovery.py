@@ -55,15 +55,14 @@ from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
 from slash.query import Query
 from slash.run import compat
-from slash.run.ckpt import (checkpoint_leaders, commit, part_name,  # noqa: F401 (re-exported)
-                            read_partitions)
+from slash.run.ckpt import checkpoint_leaders, part_name, read_partitions  # noqa: F401 (re-exported)
 from slash.run.delivery import Delivery
-from slash.run.failure import Failed, Reported, RestartPolicy, failed, reported
-from slash.run.group import connect
+from slash.run.driver import Committer, Driver, serve_rounds
+from slash.run.failure import Failed, Reported, RestartPolicy, failed
 from slash.run.plan import AttemptPlan, CheckpointEvery
-from slash.run.protocol import CheckpointWritten, Epoch, Error, Metrics, Move, Resumed
+from slash.run.protocol import Epoch, Metrics, Move, Resumed
 from slash.run.resume import check_resplittable, resplit  # noqa: F401 (re-exported)
-from slash.run.supervisor import Reports, Rescale, RescaleCut, Supervisor, newest_shape
+from slash.run.supervisor import Rescale, RescaleCut, Supervisor, newest_shape
 from slash.sources import FileSource, GeneratorSource, TableSource, input_stamp
 from slash.worker import RankSpec, run_rank, worker
 
@@ -235,6 +234,49 @@ class CheckpointedRun:
         return self.rescale((self.executors or 0) - k, timeout)
 
     # -- the driver's side --------------------------------------------------------
+    def serve(self, d: Driver, cut: RescaleCut, committed: Callable[[], int]) -> None:
+        """This control's part of one attempt's driver loop ``d``: epoch
+        changes and moves go to the ranks, a rescale asks ``cut`` for its cut
+        (``committed()``: checkpoints committed so far), each rank's live
+        metrics are kept (and given to :attr:`on_metrics`), and rank 0's
+        answers to moves reach their callers."""
+        epoch_sent = self._epoch_seq  # the group starts with the epoch set when it started
+
+        def turn() -> bool:
+            nonlocal epoch_sent
+            got = d.got
+            if self._epoch_seq != epoch_sent:
+                epoch_sent = self._epoch_seq
+                for r in range(d.n):
+                    if not got.finished(r):
+                        d.send(r, Epoch(*self.epoch))  # type: ignore[misc]
+            for rid, move in self._take_moves():
+                if got.finished(0):
+                    self._moves.answer(rid, {"error": [
+                        "InvalidState", "rebalance: rank 0 has read all of its input; "
+                        "leadership no longer moves"]})
+                else:
+                    d.send(0, Move(rid, move))
+            want, asked_at = self._pending()
+            if want is not None and want != d.n and not got.finished(0):
+                cut.ask(d.send, want, asked_at or time.monotonic(), committed())
+            return False
+
+        def metrics(rep: Metrics, _: Any) -> None:
+            self.per[rep.rank] = rep.snapshot
+            if self.on_metrics is not None:
+                self.on_metrics(rep.rank, rep.snapshot)
+
+        def moved(rep: Any) -> bool:  # ExecutorControl's answer to a Move
+            if rep[0] != "ctl-moved":
+                return False
+            self._moves.answer(rep[2], rep[3])
+            return True
+
+        d.every_turn(turn, 0.05)
+        d.on(Metrics, metrics)
+        d.claim(moved)
+
     def _start(self, source: Any, n: int, partitions: int, directory: str) -> None:
         with self._cond:
             self._source, self.executors, self._partitions, self._dir = source, n, partitions, directory
@@ -259,10 +301,14 @@ class CheckpointedRun:
         self._moves.close()
 
 
-#: The former name of :class:`CheckpointedRun` (documented in docs/recovery.md
-#: before the rename; :class:`slash.control.RunControl` is the control
-#: socket's side of a run, another class)
-RunControl = CheckpointedRun
+def __getattr__(name: str) -> Any:
+    # the former name of CheckpointedRun: one name, one class (slash.control.RunControl is
+    # the control socket's side of a run), so the old one answers with where it went
+    if name == "RunControl":
+        raise AttributeError("slash.recovery.RunControl was renamed slash.recovery.CheckpointedRun "
+                             "(slash.control.RunControl is the control socket's side of a run)")
+    raise AttributeError(f"module 'slash.recovery' has no attribute {name!r}")
+
 
 def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, token: str, *,
                      directory: str, every: Any, keep: int, max_restarts: int, timeout: float,
@@ -270,7 +316,8 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
                      metrics: Dict[str, Any], control: Optional[CheckpointedRun] = None,
                      live_every: Optional[float] = None, realtime: bool = False,
                      rate: Optional[float] = None,
-                     late: Optional[List[pa.Table]] = None, sink: Any = None) -> pa.Table:
+                     late: Optional[List[pa.Table]] = None, sink: Any = None,
+                     rounds: Any = None) -> pa.Table:
     """The parent's side (see the module doc); returns the finalized result.
     ``metrics`` receives records_in, per_executor, checkpoints, recoveries,
     records_replayed, resumed_from and rescales. A run resumed from a
@@ -283,7 +330,11 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     list that receives the input rows found late (``late_output=``): those
     of the cuts committed before the last attempt's start, and that attempt's.
     ``sink``: a transactional sink given each checkpoint's windows once it
-    commits, exactly once (:class:`slash.run.delivery.Delivery`)."""
+    commits, exactly once (:class:`slash.run.delivery.Delivery`).
+    ``rounds``: the run's :class:`slash.control.RunControl` when it offers
+    ``update``: the ranks run the control protocol, every checkpoint records
+    the logic versions agreed so far and every attempt's ranks install them
+    before reading (a directory resumed: those of its newest manifest)."""
     policy = RestartPolicy(max_restarts)
     every_ = CheckpointEvery.parse(every)
     delivery = Delivery(sink, finalize) if sink is not None else None
@@ -316,13 +367,19 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
         delivery.recover(sup.first)
     if control is not None:
         control._start(source, n, partitions, store.dir)
+    updates = rounds.updates if rounds is not None else None
+    if updates is not None and sup.first is not None:
+        updates.restore(sup.first.manifest.get("info", {}).get("logic", []))
 
     def attempt(ck: Optional[Checkpoint]) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
         nonlocal group
         store.executors = n
         plan = AttemptPlan(store.dir, store.fingerprint, n, partitions, keep, every_,
                            ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
-                           sup.attempt, live_every, realtime, rate, late is not None)
+                           sup.attempt, live_every, realtime, rate, late is not None,
+                           updates.versions() if updates is not None else ())
+        if rounds is not None:
+            rounds.regroup(n, "the group restarted from a checkpoint")
         if control is not None and control.epoch is not None:  # a restart keeps a tuned epoch
             ms, nbytes = control.epoch
             group = dataclasses.replace(group, epoch_ms=ms or group.epoch_ms,
@@ -333,7 +390,7 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
         late_now.clear()
         return _checkpointed_group(query, source, n, group, token, plan, store, timeout,
                                    checkpoints, sup, control, rescales, late_now,
-                                   delivery.committed if delivery else None)
+                                   delivery.committed if delivery else None, rounds)
 
     def rescaled(r: Rescale) -> None:
         nonlocal n
@@ -383,75 +440,46 @@ def _checkpointed_group(query: Query, source: Any, n: int, group: GroupConfig, t
                         checkpoints: List[Dict[str, Any]], sup: Supervisor,
                         control: Optional[CheckpointedRun], rescales: List[Dict[str, Any]],
                         late: List[pa.Table],
-                        committed: Optional[Callable[[Checkpoint], None]] = None
-                        ) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
+                        committed: Optional[Callable[[Checkpoint], None]] = None,
+                        rounds: Any = None) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
     """One attempt of :func:`run_checkpointed`: a group of n executors from
     plan's checkpoint to the end; raises Failed, or Rescale once a checkpoint
     asked for by ``control`` commits. ``late`` receives the late rows each
     rank found in this attempt (its Finished report's); ``committed`` is
-    called with each checkpoint committed (its manifest written)."""
+    called with each checkpoint committed (its manifest written); ``rounds``:
+    the run's RunControl serving updates (see :func:`run_checkpointed`)."""
     pending_resume = rescales[-1] if rescales and "seconds_to_resume" not in rescales[-1] else None
-    got = Reports(n)
     cut = RescaleCut()
-    # the group starts with control's epoch (set in run_checkpointed); later changes are sent
-    epoch_sent = control._epoch_seq if control is not None else 0
-    spec = RankSpec(query, source, group, token, plan=plan)
-    pg = ProcessGroup(n, worker, lambda r: (spec, r))
-    with pg:
+    spec = RankSpec(query, source, group, token, plan=plan, control=rounds is not None)
+    with ProcessGroup(n, worker, lambda r: (spec, r)) as pg:
+        d = Driver(pg, n, time.monotonic() + timeout, timeout)
+        got = d.got
+        updates = rounds.updates if rounds is not None else None
+        Committer(d, store, checkpoints, cut, committed=committed,
+                  info=(lambda: {"logic": list(updates.record)}) if updates is not None else None)
+
+        def resumed(rep: Resumed, every_rank: bool) -> None:
+            nonlocal pending_resume
+            if not every_rank:
+                return
+            if pending_resume is not None and control is not None:
+                pending_resume["seconds_to_resume"] = round(
+                    time.monotonic() - pending_resume["_asked_at"], 3)
+                control._done({k: v for k, v in pending_resume.items()
+                               if not k.startswith("_")})
+                pending_resume = None
+            sup.resumed()
+
+        d.on(Resumed, resumed)
+        if control is not None:
+            control.serve(d, cut, lambda: len(checkpoints))
+        if rounds is not None:
+            serve_rounds(d, rounds)
         try:
-            connect(pg, n, got.t0 + group.timeout)
-            while got.running:
-                left = max(0.0, got.t0 + timeout - time.monotonic())
-                if control is not None:
-                    if control._epoch_seq != epoch_sent:
-                        epoch_sent = control._epoch_seq
-                        for r in range(n):
-                            if not got.finished(r):
-                                pg.send(r, Epoch(*control.epoch))
-                    for rid, move in control._take_moves():
-                        if got.finished(0):
-                            control._moves.answer(rid, {"error": [
-                                "InvalidState", "rebalance: rank 0 has read all of its input; "
-                                "leadership no longer moves"]})
-                        else:
-                            pg.send(0, Move(rid, move))
-                    want, asked_at = control._pending()
-                    if want is not None and want != n and not got.finished(0):
-                        cut.ask(pg.send, want, asked_at or time.monotonic(), len(checkpoints))
-                    try:
-                        rep = pg.recv(timeout=min(left, 0.05))
-                    except Timeout:
-                        if left > 0.05:
-                            continue
-                        raise
-                else:
-                    rep = pg.recv(timeout=left)
-                if isinstance(rep, Error):
-                    raise reported(rep)
-                kept = got.take(rep)
-                if isinstance(rep, Resumed):
-                    if kept and pending_resume is not None and control is not None:
-                        pending_resume["seconds_to_resume"] = round(
-                            time.monotonic() - pending_resume["_asked_at"], 3)
-                        control._done({k: v for k, v in pending_resume.items()
-                                       if not k.startswith("_")})
-                        pending_resume = None
-                    if kept:
-                        sup.resumed()
-                elif isinstance(rep, Metrics):
-                    if control is not None:
-                        control.per[rep.rank] = rep.snapshot
-                        if control.on_metrics is not None:
-                            control.on_metrics(rep.rank, rep.snapshot)
-                elif isinstance(rep, CheckpointWritten):
-                    if kept is not None:  # every rank wrote the cut
-                        done_ck = commit(store, rep.ckpt_id, kept, checkpoints)
-                        if committed is not None:
-                            committed(done_ck)
-                        cut.committed(rep.ckpt_id, len(checkpoints))
-                elif rep[0] == "ctl-moved":  # ExecutorControl's answer to a Move
-                    if control is not None:
-                        control._moves.answer(rep[2], rep[3])
+            d.start(group.timeout)
+            if rounds is not None:
+                rounds.attach(pg.send)
+            got = d.run()
         except (SystemFailure, Reported) as e:
             raise failed(e, pg, got.fail) from None
     late.extend(got.late)

@@ -26,17 +26,17 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
-from slash.errors import InvalidArgument, SinkFailed, SystemFailure, Timeout
+from slash.errors import InvalidArgument, SinkFailed
 from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
 from slash.limits import MAX_EXECUTORS
 from slash.query import JoinQuery, Query
 from slash.recovery_join import execute_join_split  # noqa: F401 (Spark's join task runs it)
 from slash.run import compat
-from slash.run.failure import first_cause, reported
+from slash.run.driver import Driver, serve_rounds, show_live
+from slash.run.failure import Reported
 from slash.run.inputs import bound_ticks, source_nullable  # noqa: F401 (the benchmarks')
 from slash.run.output import write_late, write_parquet_atomically
-from slash.run.protocol import Error, Metrics, Windows
 from slash.sources import FileSource, Source, as_source, output_overlaps_input, watermarks_from_source
 from slash.worker import RankSpec, run_rank, worker
 
@@ -354,7 +354,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
                                      late_output, checkpoint, checkpoint_every, max_restarts,
                                      checkpoint_keep, t0, rescaler,
                                      live_every=min(live_every or 1e9, ctl.tick * 10),
-                                     rate=rate, sink=sink)
+                                     rate=rate, sink=sink, rounds=ctl)
         finally:
             server.close()
             ctl.close()
@@ -501,60 +501,21 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
                     control=ctl is not None, rate=rate,
                     active=None if elastic is None else list(range(elastic)), realtime=realtime)
     with ProcessGroup(n, worker, lambda r: (spec, r), in_process=in_process) as pg:
-        got: Dict[int, str] = {}
-        while len(got) < n:
-            try:
-                rep = pg.recv(timeout=max(0.0, t0 + group.timeout - time.monotonic()))
-            except Timeout:
-                raise SystemFailure(f"only {len(got)} of {n} executors started within "
-                                    f"{group.timeout} s") from None
-            if isinstance(rep, Error):
-                raise reported(first_cause(rep, pg)).error
-            got[rep.rank] = rep.address
-        pg.broadcast([got[r] for r in range(n)])
+        d = Driver(pg, n, t0 + timeout, timeout, wait_for_cause=True)
+        if live is not None:
+            show_live(d, live)
         if ctl is not None:
-            ctl.attach(pg.send)
-        if scaler is not None:
-            scaler.attach(pg.send)
-        parts: List[pa.Table] = [None] * n  # type: ignore[list-item]
-        per_exec: List[Dict[str, Any]] = [{} for _ in range(n)]
-        late_parts: List[pa.Table] = []
-        done = 0
-        while done < n:
-            left = max(0.0, t0 + timeout - time.monotonic())
-            try:
-                if scaler is not None and scaler.busy:
-                    scaler.service()  # one agreement at a time: a scale, or an update
-                elif ctl is not None:
-                    ctl.service()
-                    if scaler is not None and not ctl.agreeing:
-                        scaler.service()
-                rep = pg.recv(timeout=left if ctl is None else min(left, ctl.tick))
-            except Timeout:
-                if ctl is not None and left > ctl.tick:
-                    continue
-                raise SystemFailure(f"query did not finish within {timeout} s") from None
-            if isinstance(rep, Error):
-                raise reported(first_cause(rep, pg)).error
-            if isinstance(rep, Metrics):
-                if live is not None:
-                    live.update_executor(rep.rank, rep.snapshot)
-                if ctl is not None:
-                    ctl.on_message(rep)
-                continue
-            if ctl is not None and ctl.on_message(rep):
-                continue
-            if scaler is not None and scaler.on_message(rep):
-                continue
-            if isinstance(rep, Windows):  # the emit time: when the driver learns a window is whole
-                if live is not None:
-                    live.executor_windows(rep.rank, rep.mark, rep.windows)
-                continue
-            parts[rep.rank] = rep.result  # a Finished
-            per_exec[rep.rank] = rep.metrics
-            if rep.late is not None:
-                late_parts.append(rep.late)
-            done += 1
+            serve_rounds(d, ctl, scaler)
+        try:
+            d.start(max(0.0, t0 + group.timeout - d.got.t0))
+            if ctl is not None:
+                ctl.attach(pg.send)
+            if scaler is not None:
+                scaler.attach(pg.send)
+            got = d.run()
+        except Reported as e:
+            raise e.error from e.error.__cause__
+    parts, per_exec, late_parts = got.parts, got.per_exec, got.late
     if isinstance(query, JoinQuery):
         result = query.finalize(pa.concat_tables(parts), src[0].schema, src[1].schema)
     else:
@@ -592,9 +553,12 @@ def run_checkpointed_group(query: Any, src: Any, n: int, group: GroupConfig, tok
                       late_output: Optional[str], checkpoint: str, every: Any, max_restarts: int,
                       keep: int, t0: float, control: Optional[Any] = None,
                       live_every: Optional[float] = None, realtime: bool = False,
-                      rate: Optional[float] = None, sink: Any = None) -> pa.Table:
+                      rate: Optional[float] = None, sink: Any = None,
+                      rounds: Any = None) -> pa.Table:
     """:func:`run` with ``checkpoint=``: the recovery driver runs the group
-    (``rate``: records/s over the group; ``sink``: see :func:`run`)."""
+    (``rate``: records/s over the group; ``sink``: see :func:`run`;
+    ``rounds``: the control socket's RunControl, whose updates the group
+    serves: :func:`slash.recovery.run_checkpointed`)."""
     from slash.recovery import run_checkpointed
 
     m: Dict[str, Any] = {}
@@ -605,7 +569,7 @@ def run_checkpointed_group(query: Any, src: Any, n: int, group: GroupConfig, tok
                               if isinstance(query, JoinQuery)
                               else (lambda t: query.finalize(t, src.schema)), metrics=m,
                               control=control, live_every=live_every, realtime=realtime,
-                              rate=rate, late=late, sink=sink)
+                              rate=rate, late=late, sink=sink, rounds=rounds)
     per_exec = m.get("per_executor", [])
     log.info("query ran on %d executors in %.2f s: %d result rows, %d checkpoints, %d recoveries",
              n, time.monotonic() - t0, result.num_rows, len(m.get("checkpoints", [])),

@@ -21,6 +21,7 @@ import pyarrow as pa
 from slash.ckpt_worker import LateRows
 from slash.control_logic import ExecutorControl, LogicPlan
 from slash.control_moves import MoveRequests
+from slash.errors import InvalidArgument
 from slash.executor import Executor, GroupConfig
 from slash.live_join import SIDES, JoinScaleAgent, JoinScaling, live_join_items
 from slash.live_scale import ScaleAgent
@@ -111,6 +112,12 @@ def run_rank(spec: RankSpec, rank: int, addresses: List[str], listener: Any,
         ckpt = None
         if plan is not None:
             ckpt = _resume(spec, loop, n, link, agent)
+            if plan.versions:  # agreed before this attempt: the replay follows them too
+                if ctl is None:
+                    raise InvalidArgument("a checkpointed attempt with logic versions needs the "
+                                          "control protocol (RankSpec.control)")
+                for v, (start, version_query) in enumerate(plan.versions, 1):
+                    ctl.install(ex, start, v, version_query)
             send(Resumed(rank, ckpt.base_records))
         else:
             loop.late = LateRows() if spec.want_late else None

@@ -65,12 +65,13 @@ class Writer:
 
 def commit(store: CheckpointStore, cid: int, reports: Dict[int, Tuple[Any, ...]],
            checkpoints: List[Dict[str, Any]], carried: Optional[Dict[str, Dict[str, int]]] = None,
-           gen: Optional[int] = None) -> Checkpoint:
+           gen: Optional[int] = None, info: Optional[Dict[str, Any]] = None) -> Checkpoint:
     """Checkpoint ``cid`` committed (its manifest written, last) from every
     rank's ("ckpt", ...) report of it; its sizes and times appended to
     ``checkpoints``. ``carried``: result segments of earlier cuts that did not
     commit, kept by this one; ``gen``: the live group's scale generation the
-    cut was taken in (recorded in the manifest, :mod:`slash.live_ckpt`).
+    cut was taken in (recorded in the manifest, :mod:`slash.live_ckpt`);
+    ``info``: more for the manifest's info (the logic versions agreed so far).
     Returns the committed checkpoint."""
     files: Dict[str, Dict[str, int]] = {}
     segs: Dict[str, Dict[str, int]] = dict(carried or {})
@@ -84,6 +85,7 @@ def commit(store: CheckpointStore, cid: int, reports: Dict[int, Tuple[Any, ...]]
         cut = max(cut, stats.get("cut_seconds", 0.0))
     t = time.monotonic()
     meta: Dict[str, Any] = {"bytes": size} if gen is None else {"bytes": size, "live_gen": gen}
+    meta.update(info or {})
     ck = store.commit(cid, files, segs, meta)
     # seconds: the slowest rank's file writes (background) + the commit;
     # cut_seconds: the longest executor call holding the cut (in the push loop)

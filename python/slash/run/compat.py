@@ -51,9 +51,6 @@ _JOIN_LATENCY = ("the latency controller steers by what each rank reports while 
                  "windows it fired with their emit times, and how far its input, paced by "
                  "event time (realtime=True), lags the clock; a join's ranks neither pace "
                  "their two merged inputs by event time nor report fired windows")
-_UPDATE_CKPT = ("a restart from a checkpoint replays the input after the cut with every logic "
-                "version agreed before the failure, and a checkpoint records only the query the "
-                "run started with, so an update could be undone by a restart")
 _JOIN_LATE = ("late_output= writes the late rows of one input as one table; a join's late rows "
               "come from two inputs with different columns (they are counted in late_records "
               "and warned about)")
@@ -103,7 +100,6 @@ for _entry, _kind, _other in (
 
 #: (entry, kind, features) -> why that combination of supported features is refused
 COMBINATIONS: Dict[Tuple[str, str, FrozenSet[str]], str] = {
-    ("run", "aggregation", frozenset({"update", "checkpoint"})): _UPDATE_CKPT,
     ("run", "join", frozenset({"live_scale", "checkpoint"})):
         "a checkpointed live join group would have to record both inputs' positions at every "
         "live scale's agreed point; a join scales live without checkpoint=, and with "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Tuple, Union
 
 from slash.checkpoint import CheckpointStore
 from slash.errors import InvalidArgument, UsageError
@@ -97,3 +97,8 @@ class AttemptPlan(CheckpointPlan):
     rate: Optional[float] = None
     # late_output=: each rank keeps the rows it finds late, per cut (ckpt_worker.LateRows)
     want_late: bool = False
+    # update: the logic versions agreed so far, (start in ticks, query) for versions 1, 2,
+    # ...: every one agreed before this attempt, also after the cut it resumes from, which
+    # each rank installs before reading, so the replay follows the logic the run without the
+    # restart followed (slash.control_logic.LogicUpdates keeps them)
+    versions: Tuple[Tuple[int, Any], ...] = ()
