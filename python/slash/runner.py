@@ -189,7 +189,9 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     ``rebalance`` and ``scale-in`` reach it. With ``checkpoint``: a
     :class:`slash.recovery.CheckpointedRun` through which another thread can
     rescale the running group (``control.rescale(n)``);
-    ``metrics["rescales"]`` lists each one.
+    ``metrics["rescales"]`` lists each one; or ``True`` / a path: the
+    control socket, whose ``update`` every checkpoint records (a restart
+    re-applies the versions agreed before it).
     ``rate``: read the input at most this fast, in records/s over all
     executors (a replay of files as a stream; default: as fast as possible).
 
@@ -213,7 +215,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     recovers from a failed rank exactly once; a scale-out beyond
     ``max_executors`` then restarts the group from a checkpoint with the new
     count (``metrics["live_scales"]`` entries say ``"path": "live"`` or
-    ``"restart"``); ``update`` is refused there.
+    ``"restart"``).
 
     ``latency_target`` (``"500ms"``, ``"2s"``, seconds, or a
     :class:`slash.controller.ControllerConfig` for every knob): the run tunes
