@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import pyarrow as pa
 
 from slash.checkpoint import Checkpoint, CheckpointStore
-from slash.control import MoveWaiters, rebalance_spec
+from slash.control import MoveWaiters, RunControl, rebalance_spec
 from slash.errors import InvalidArgument, InvalidState, SystemFailure, Timeout
 from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
@@ -63,7 +63,8 @@ from slash.run.plan import AttemptPlan, CheckpointEvery
 from slash.run.protocol import Epoch, Metrics, Move, Resumed
 from slash.run.resume import check_resplittable, resplit  # noqa: F401 (re-exported)
 from slash.run.supervisor import Rescale, RescaleCut, Supervisor, newest_shape
-from slash.sources import FileSource, GeneratorSource, TableSource, input_stamp
+from slash.sources import (FileSource, GeneratorSource, TableSource, input_stamp,
+                           watermarks_from_source)
 from slash.worker import RankSpec, run_rank, worker
 
 log = logging.getLogger(__name__)
@@ -367,9 +368,14 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
         delivery.recover(sup.first)
     if control is not None:
         control._start(source, n, partitions, store.dir)
+    logic = sup.first.manifest.get("info", {}).get("logic", []) if sup.first is not None else []
+    own_rounds = logic and rounds is None
+    if own_rounds:  # the directory's run was updated: its versions hold, socket or not
+        rounds = RunControl(query, source.schema, n, bounded=watermarks_from_source(source),
+                            features=("checkpoint",))
     updates = rounds.updates if rounds is not None else None
-    if updates is not None and sup.first is not None:
-        updates.restore(sup.first.manifest.get("info", {}).get("logic", []))
+    if updates is not None:
+        updates.restore(logic)
 
     def attempt(ck: Optional[Checkpoint]) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
         nonlocal group
@@ -416,6 +422,8 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     finally:
         if control is not None:
             control._end()
+        if own_rounds:
+            rounds.close()
     result = sup.finish(tables, finalize, len(checkpoints), late_now, late)
     if delivery is not None:  # the windows after the last cut
         delivery.finished(result, store.latest())

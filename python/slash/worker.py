@@ -137,7 +137,8 @@ def run_rank(spec: RankSpec, rank: int, addresses: List[str], listener: Any,
             items = elastic_items(loop, agent, spec.rate, pacer)
         elif plan is not None:
             items = split_items(loop, n, ckpt.positions.start, ckpt.positions.work,
-                                plan.rate / n if plan.rate else None, positions=True)
+                                plan.rate / n if plan.rate else None, fixed=ctl is None,
+                                positions=True)
         else:
             items = split_items(loop, n, rate=spec.rate, fixed=ctl is None)
         result = loop.run(items)

@@ -10,7 +10,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 from slash.errors import (CheckpointCorrupt, InvalidArgument, NoSpaceLeft, PeerDisconnected,
                           SystemFailure, Timeout, UsageError)
@@ -35,17 +35,33 @@ def failed(e: BaseException, pg: ProcessGroup,
     dead one) or an executor's Reported error (a peer's broken link is
     blamed on a dead process if there is one)."""
     if not isinstance(e, Reported):
-        dead = pg.exited()
+        dead = _died(pg)
         m = re.search(r"rank (\d+)", str(e))
         return fail(int(m.group(1)) if m else (min(dead) if dead else None), str(e), e)
     err = e.error
     if isinstance(err, SystemFailure) and not isinstance(err, CheckpointCorrupt):
         time.sleep(0.2)  # a peer's broken link: is a process dead? that is the cause
-        dead = pg.exited()
+        dead = _died(pg)
         if dead:
             k = min(dead)
             return fail(k, f"executor rank {k} died ({dead[k]})", err)
     return fail(e.rank, str(err), err)
+
+
+def _died(pg: ProcessGroup, grace: float = 2.0) -> Dict[int, str]:
+    """The ranks whose process died (killed, crashed) rather than exiting
+    after its report: a rank that reported its peer's broken link exits with
+    code 0 and is not the cause. A killed process's exit can be known a
+    moment after its peers' (a fork server reaps it), so while only clean
+    exits are known and other ranks run, this waits up to ``grace`` s for a
+    death; then (every rank exited cleanly) the clean exits are returned."""
+    deadline = time.monotonic() + grace
+    while True:
+        dead = pg.exited()
+        died = {k: how for k, how in dead.items() if how != "exit code 0"}
+        if died or len(dead) == pg.n or time.monotonic() > deadline:
+            return died or dead
+        time.sleep(0.02)
 
 
 class Reported(Exception):
