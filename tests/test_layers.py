@@ -37,6 +37,7 @@ PKG = _package_dir()
 #: what a rank's loop is built from: none of these knows a driver
 RANK_SIDE = {"slash", "slash.errors", "slash.limits", "slash.window", "slash.state",
              "slash.state_config", "slash.state_columns", "slash.join", "slash.query",
+             "slash.agg_query", "slash.join_query", "slash.filters", "slash.columns",
              "slash.executor", "slash.sources", "slash._ipc", "slash.checkpoint",
              "slash.ckpt_worker", "slash.arrow_np", "slash.interval"}
 #: the drivers and everything above them
