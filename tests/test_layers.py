@@ -35,9 +35,12 @@ def _package_dir() -> Path:
 PKG = _package_dir()
 
 #: what a rank's loop is built from: none of these knows a driver
-RANK_SIDE = {"slash", "slash.errors", "slash.limits", "slash.window", "slash.state", "slash.join",
-             "slash.query", "slash.executor", "slash.sources", "slash._ipc", "slash.checkpoint",
-             "slash.ckpt_worker", "slash.arrow_np", "slash.interval"}
+RANK_SIDE = {"slash", "slash.errors", "slash.limits", "slash.window", "slash.state",
+             "slash.state_config", "slash.state_columns", "slash.join", "slash.query",
+             "slash.agg_query", "slash.join_query", "slash.filters", "slash.columns",
+             "slash.executor", "slash.sources", "slash.source_units", "slash.file_source",
+             "slash.memory_sources", "slash._ipc", "slash.checkpoint", "slash.ckpt_worker",
+             "slash.arrow_np", "slash.interval"}
 #: the drivers and everything above them
 DRIVER_SIDE = {"slash.runner", "slash.recovery", "slash.recovery_join", "slash.live_ckpt",
                "slash.live_join", "slash.live_scale", "slash.autotune", "slash.control",

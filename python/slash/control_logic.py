@@ -31,9 +31,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from slash.columns import one_batch
 from slash.control_moves import REQUEST_TIMEOUT, MoveRequests
 from slash.errors import InvalidArgument, InvalidState, NotSupported, SystemFailure, Timeout
-from slash.query import Filter, one_batch
+from slash.filters import Filter
 from slash.window import Session, parse_duration
 
 log = logging.getLogger(__name__)

@@ -37,9 +37,10 @@ import pyarrow as pa
 
 from slash import _core
 from slash.errors import InvalidArgument, SchemaError
-from slash.limits import JOIN_KEY_MAX_BYTES, MAX_JOIN_COLUMNS, MAX_PARTITIONS
-from slash.state import KEY_TYPES, TIME_UNITS, VALUE_TYPES, StateBackend, StateConfig, as_numeric, \
+from slash.limits import JOIN_KEY_MAX_BYTES, MAX_JOIN_COLUMNS
+from slash.state import TIME_UNITS, VALUE_TYPES, StateBackend, StateConfig, as_numeric, \
     prepare_columns, result_batch
+from slash.state_config import check_keys_and_partitions
 from slash.window import Session, Sliding, Tumbling, Window, state_window, window_ticks
 
 log = logging.getLogger(__name__)
@@ -102,12 +103,7 @@ class JoinConfig:
             raise InvalidArgument(f"window: a join takes a tumbling or session window, got {w} "
                                   "(a sliding window would copy each row into several sets)")
         object.__setattr__(self, "window", w)
-        if self.key_type not in KEY_TYPES:
-            raise InvalidArgument(f"key_type must be one of {KEY_TYPES}, got {self.key_type!r}")
-        if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or not (
-                1 <= self.partitions <= MAX_PARTITIONS):
-            raise InvalidArgument(f"partitions must be an int in 1..{MAX_PARTITIONS}, got "
-                                  f"{self.partitions!r}")
+        check_keys_and_partitions(self.key_type, self.partitions)
         object.__setattr__(self, "left_columns", _check_columns(self.left_columns, "left_columns"))
         object.__setattr__(self, "right_columns",
                            _check_columns(self.right_columns, "right_columns"))
