@@ -489,8 +489,9 @@ class LogicUpdates:
         seen = [t for t in r.acks.values() if t is not None]
         m = max(seen) if seen else None
         start = self.plan.switch_point(m, self.plan.slide_ticks(self.group.ticks_per_ms))
-        version = self.plan.add(start, r.query)
-        self.record.append({"from_ticks": int(start), "args": r.args})
+        with self._lock:  # a version and its record together (versions_and_record)
+            version = self.plan.add(start, r.query)
+            self.record.append({"from_ticks": int(start), "args": r.args})
         done = g.finished_ranks()
         for rank in range(n):
             if rank not in done:
@@ -523,7 +524,14 @@ class LogicUpdates:
     def versions(self) -> Tuple[Tuple[int, Any], ...]:
         """The versions agreed so far, (start, query) for versions 1, 2, ...:
         what the ranks of a group started after them install before reading."""
-        return tuple(zip(self.plan.starts[1:], self.plan.versions[1:]))
+        return self.versions_and_record()[0]
+
+    def versions_and_record(self) -> Tuple[Tuple[Tuple[int, Any], ...], List[Dict[str, Any]]]:
+        """:meth:`versions` and :attr:`record` as of one moment (another
+        thread may be agreeing the next version)."""
+        with self._lock:
+            return (tuple(zip(self.plan.starts[1:], self.plan.versions[1:])),
+                    [dict(u) for u in self.record])
 
     def restore(self, record: List[Dict[str, Any]]) -> None:
         """A run started again on a checkpoint directory: the versions its
@@ -533,9 +541,10 @@ class LogicUpdates:
         for u in record:
             q = updated_query(self.plan.current, self.group.schema, dict(u["args"]),
                               bounded=self.group.bounded)
-            self.plan.add(int(u["from_ticks"]), q)
+            with self._lock:
+                self.plan.add(int(u["from_ticks"]), q)
+                self.record.append({"from_ticks": int(u["from_ticks"]), "args": dict(u["args"])})
             self.group.query = q
-            self.record.append({"from_ticks": int(u["from_ticks"]), "args": dict(u["args"])})
         if record:
             log.info("control: %d logic version(s) agreed before restored from the checkpoint",
                      len(record))

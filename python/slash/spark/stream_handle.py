@@ -26,7 +26,6 @@ import pyarrow as pa
 
 from slash._ipc import from_ipc
 from slash.control import RunControl
-from slash.control_logic import updated_query
 from slash.control_moves import parse_moves
 from slash.errors import InvalidArgument, InvalidState, SinkFailed, Timeout
 from slash.metrics import LiveMetrics, MetricsServer
@@ -96,8 +95,6 @@ class StreamHandle:
         self._ck: Optional[DriverCheckpoints] = None  # with checkpoint=
         self._resumed_from: Optional[int] = None
         self._ctl: Optional[RunControl] = None  # update(), rebalance(): set by stream()
-        # each update's query and arguments, as submitted (agreed or not): the manifest's record
-        self._update_args: List[Tuple[Any, Dict[str, Any]]] = []
         self._partitions = 0  # the stream's key partitions (rebalance checks moves against them)
         # rebalance with a callable sink: windows ending after _freeze are not handed over until
         # every executor reported map version >= _freeze_version with no partition held
@@ -481,8 +478,6 @@ class StreamHandle:
                                   "clear_filters": clear_filters, "aggregate": aggregate,
                                   "lateness": lateness}.items() if v not in (None, False, [], ())}
         r = self._ctl.submit(args)
-        with self._lock:
-            self._update_args.append((r.query, args))
         deadline = time.monotonic() + timeout
         while not r.done.is_set():
             rdv = self._rdv
@@ -501,35 +496,20 @@ class StreamHandle:
     def _logic(self) -> Tuple[List[Tuple[int, Any]], List[Dict[str, Any]]]:
         """The logic versions agreed so far (1, 2, ...): [(start, query)] for
         the tasks of a restarted group, [{"from_ticks", "args"}] for a
-        checkpoint's manifest (see :mod:`slash.spark._stream_ckpt`)."""
-        if self._ctl is None:
+        checkpoint's manifest (see :mod:`slash.spark._stream_ckpt`), as
+        :class:`slash.control_logic.LogicUpdates` keeps them."""
+        updates = self._ctl.updates if self._ctl is not None else None
+        if updates is None:
             return [], []
-        plan = self._ctl.plan
-        versions = list(zip(plan.starts[1:], plan.versions[1:]))
-        with self._lock:
-            submitted = list(self._update_args)
-        record = []
-        for start, query in versions:
-            args = next((a for q, a in submitted if q is query), None)
-            if args is None:  # not recorded yet (just agreed): nor are the later ones
-                break
-            record.append({"from_ticks": int(start), "args": args})
-        return versions, record
+        versions, record = updates.versions_and_record()
+        return list(versions), record
 
     def _restore_logic(self, record: Sequence[Dict[str, Any]]) -> None:
         """A stream started again on a checkpoint directory: the versions
         its newest manifest records, agreed again on the driver (the tasks
         get them with where to resume)."""
-        ctl = self._ctl
-        assert ctl is not None
-        for u in record:
-            q = updated_query(ctl.plan.current, ctl.schema, dict(u["args"]), bounded=False)
-            ctl.plan.add(int(u["from_ticks"]), q)
-            ctl.query = q
-            self._update_args.append((q, dict(u["args"])))
-        if record:
-            log.info("slash.spark.stream: %d logic version(s) agreed before restored from "
-                     "the checkpoint", len(record))
+        assert self._ctl is not None and self._ctl.updates is not None
+        self._ctl.updates.restore(list(record))
 
     def rebalance(self, moves: Union[None, str, Dict[int, int]] = None, *,
                   from_rank: Optional[int] = None, to_rank: Optional[int] = None,
