@@ -308,7 +308,8 @@ class EventDriver(threading.Thread):
             return "ended"
         try:
             return self._status()["records"] >= frac * self.total
-        except (ConnectionError, FileNotFoundError, Timeout):
+        except (ConnectionError, FileNotFoundError, Timeout, InvalidState):
+            # InvalidState: the socket is gone (the run ended; ``ended`` is set a moment later)
             return "ended" if self.ended.is_set() else False
 
     def _status(self) -> Dict[str, Any]:
