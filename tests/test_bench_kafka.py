@@ -97,3 +97,54 @@ def test_slash_run_over_a_topic_of_8_partitions_gives_duckdbs_windows_end_to_end
     assert run["records_per_s"] > 0 and run["cpu_s"] > 0 and "load_before" in run
     assert r["reference_rows"] == int(run["check"].split()[0]) > 7
     assert "slash-run" in got.stdout and "verified=true" in got.stdout
+
+
+# ---- the flink side ------------------------------------------------------------------------------
+def _pyflink():
+    from slash.bench import flink
+    from slash.errors import NotSupported
+
+    try:
+        return flink.pyflink_python(install=False)
+    except NotSupported as e:
+        pytest.skip(f"no PyFlink venv ({e}); make it with "
+                    "`source scripts/install.sh && install_pyflink`")
+
+
+def test_without_the_pyflink_venv_the_flink_side_is_skipped_saying_how_to_install_it(
+        kafka_broker, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLASH_PYFLINK_VENV", str(tmp_path / "no-venv"))
+    r = kb.run(args(kafka_broker.bootstrap, tmp_path, sides="flink", records=800))
+    assert r["runs"] == [] and "install_pyflink" in r["skipped"]["flink"]
+
+
+def test_a_flink_kafka_connector_release_maven_cannot_resolve_is_named_in_the_refusal(tmp_path,
+                                                                                     monkeypatch):
+    from slash.errors import NotSupported
+
+    if not __import__("shutil").which("mvn"):
+        pytest.skip("no Maven (apt-get install maven)")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with pytest.raises(NotSupported,
+                       match=r"org\.apache\.flink:flink-connector-kafka:0\.0\.0-none"):
+        kb.flink_kafka_jars("0.0.0-none")
+
+
+def test_the_flink_job_reads_the_topic_up_to_the_end_offsets_seen_at_start():
+    topic = kb.Topic("127.0.0.1:9", "t", 3, 10, {0: 4, 1: 3, 2: 5})
+    ddl = kb.flink_job(topic).statements[0]
+    assert "'scan.bounded.specific-offsets' = 'partition:0,offset:4;partition:1,offset:3;" \
+           "partition:2,offset:5'" in ddl
+    assert "bounded" not in kb.flink_job(topic, live=True).statements[0]
+
+
+@pytest.mark.slow  # a JVM and a Flink mini-cluster: ~1 min on a busy machine
+def test_flink_over_a_topic_of_8_partitions_gives_duckdbs_windows(kafka_broker, tmp_path):
+    _pyflink()
+    r = kb.run(args(kafka_broker.bootstrap, tmp_path, sides="flink", records=20_000, rate=1000,
+                    timeout=600.0))
+    [run] = r["runs"]
+    assert r["all_verified"] and run["side"] == "flink" and run["verified"]
+    assert run["check"].endswith("rows equal") and r["reference_rows"] > 7
+    assert run["flink_config"]["parallelism.default"] == "2" and run["cpu_s"] > 0
+    assert run["flink_kafka_version"] == "3.4.0-1.20" and run["flink_version"] == "1.20.3"

@@ -16,6 +16,13 @@ written by :mod:`slash.bench.flink`):
 * ``runs`` (optional, default 1): how many times the query runs, one
   after the other in this JVM (the later ones warm); the answer written is
   the last run's.
+* ``live`` (optional): the query is an unbounded stream (a Kafka topic
+  being fed): its rows are read as they come, and each value of the
+  result column ``live`` names (the window's end, a timestamp) is stamped
+  with the wall clock (ms) when its last row reached this process; the
+  line ``first rows`` is printed when the first row arrives, and a line on
+  stdin cancels the job. The report then holds ``visible``: [end ms,
+  wall ms] per window, and ``rows``; no answer is written.
 
 The timed span runs from submitting the query to its last row collected
 into this process: the whole job (read, window, aggregate, emit), not the
@@ -33,6 +40,7 @@ import datetime
 import json
 import os
 import sys
+import threading
 import time
 
 import pyarrow as pa
@@ -82,6 +90,9 @@ def main(spec_path: str) -> None:
     for stmt in spec["statements"]:
         env.execute_sql(stmt)
     startup = time.perf_counter() - t0
+    if spec.get("live"):
+        _live(env, spec)
+        return
 
     runs = []  # (client seconds, net runtime seconds, cpu seconds) per run of the query
     for _ in range(int(spec.get("runs", 1))):
@@ -111,6 +122,35 @@ def main(spec_path: str) -> None:
                       "rows": len(rows), "net_runtime_seconds": [r[1] for r in runs],
                       "cpu_seconds": [r[2] for r in runs], "flink_version": __version__,
                       "config": seen}), flush=True)
+
+
+def _live(env, spec) -> None:
+    result = env.sql_query(spec["query"]).execute()
+    client = result.get_job_client()
+    end_at = list(result.get_table_schema().get_field_names()).index(spec["live"])
+    stopped = threading.Event()
+
+    def stop_on_a_line() -> None:
+        sys.stdin.readline()
+        stopped.set()
+        client.cancel().result()
+
+    threading.Thread(target=stop_on_a_line, daemon=True).start()
+    visible = {}  # window end -> wall ms when its last row so far arrived
+    rows = 0
+    try:
+        with result.collect() as it:
+            for row in it:
+                now = int(time.time() * 1000)
+                if rows == 0:
+                    print("first rows", flush=True)
+                rows += 1
+                visible[_epoch_ms(row[end_at])] = now
+    except Exception:  # the cancelled job ends the iteration with an error
+        if not stopped.is_set():
+            raise
+    print(json.dumps({"visible": sorted(visible.items()), "rows": rows,
+                      "flink_version": __version__}), flush=True)
 
 
 if __name__ == "__main__":
