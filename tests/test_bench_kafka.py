@@ -148,3 +148,78 @@ def test_flink_over_a_topic_of_8_partitions_gives_duckdbs_windows(kafka_broker, 
     assert run["check"].endswith("rows equal") and r["reference_rows"] > 7
     assert run["flink_config"]["parallelism.default"] == "2" and run["cpu_s"] > 0
     assert run["flink_kafka_version"] == "3.4.0-1.20" and run["flink_version"] == "1.20.3"
+
+
+# ---- the highest sustained rate ------------------------------------------------------------------
+def fake_side(capacity, producer_max=10**9):
+    """A latency run of a side whose p99 is 200 ms up to ``capacity`` events/s and
+    5 s above it, fed by a producer that manages at most ``producer_max``."""
+    tried = []
+
+    def trial(rate):
+        tried.append(rate)
+        return {"side": "fake", "rate": rate, "feed_rate": min(rate, producer_max),
+                "windows": 20, "windows_missing": 0, "p50": 100.0,
+                "p99": 200.0 if rate <= capacity else 5000.0, "max": 300.0,
+                "load_before": 0.0, "load_after": 0.0, "window_ms": 1000}
+    return trial, tried
+
+
+def test_the_sweep_doubles_then_bisects_to_the_highest_rate_the_side_sustains():
+    trial, tried = fake_side(capacity=57_000)
+    r = kb.sweep_rates(trial, start=10_000, top=1_280_000, steps=3)
+    assert tried[:4] == [10_000, 20_000, 40_000, 80_000]  # doubling until 80 k fails
+    assert tried[4:] == [60_000, 50_000, 55_000]  # three bisections between 40 k and 80 k
+    assert r["sustained_rate"] == 55_000 and r["lowest_failed_rate"] == 60_000
+    assert [t["sustained"] for t in r["trials"]] == [True, True, True, False, False, True, True]
+
+
+def test_a_side_that_fails_the_first_rate_is_tried_lower_and_may_sustain_none():
+    r = kb.sweep_rates(fake_side(capacity=3_000)[0], 10_000, 1_280_000, 0)
+    assert r["sustained_rate"] == 2_500 and r["lowest_failed_rate"] == 5_000
+    r = kb.sweep_rates(fake_side(capacity=10)[0], 10_000, 1_280_000, 3)
+    assert r["sustained_rate"] is None and [t["rate"] for t in r["trials"]] == [
+        10_000, 5_000, 2_500, 1_250]
+
+
+def test_a_rate_the_producer_could_not_feed_is_not_sustained_and_ends_the_sweep():
+    trial, tried = fake_side(capacity=10**9, producer_max=50_000)
+    r = kb.sweep_rates(trial, 10_000, 1_280_000, 3)
+    assert tried == [10_000, 20_000, 40_000, 80_000]
+    assert r["sustained_rate"] == 40_000 and r["producer_bound"]
+    assert not r["trials"][-1]["sustained"]
+
+
+def test_a_missing_window_is_not_sustained_whatever_the_p99():
+    run = fake_side(capacity=10**9)[0](1000)
+    assert kb.sustains(run)
+    assert not kb.sustains({**run, "windows_missing": 1})
+
+
+def sample_result():
+    tput = {"kind": "throughput", "side": "flink", "cores": 2, "records": 1000,
+            "seconds": 2.0, "records_per_s": 500, "cpu_s": 3.0, "cpu_s_per_m_records": 3000.0,
+            "broker_cpu_s": 0.1, "verified": True, "check": "7 rows equal",
+            "load_before": 1.0, "load_after": 1.2, "timed": "the query"}
+    sweep = kb.sweep_rates(fake_side(capacity=57_000)[0], 10_000, 1_280_000, 1)
+    fixed = {**fake_side(capacity=10**9)[0](40_000), "kind": "latency", "seconds": 60.0,
+             "p95": 150.0, "drain_s": 15.0}
+    return {"records": 1000, "partitions": 8, "cores": 2, "cpus": 2, "runs": [tput, sweep, fixed],
+            "skipped": {"spark": "no jars"}}
+
+
+def test_the_table_holds_each_runs_figures():
+    md = kb.markdown(sample_result())
+    assert "| flink | 500 | 2.00 | 3000.00 |" in md
+    assert "| fake | 40,000 | 60,000 | 10,000 (200), 20,000 (200), 40,000 (200), " \
+           "80,000 (5,000 x), 60,000 (5,000 x) |" in md
+    assert "| fake | 100 | 150 | 200 | 300 | 20 | 0 |" in md and "spark | skipped: no jars" in md
+
+
+def test_the_plot_is_a_png_of_the_runs(tmp_path):
+    pytest.importorskip("matplotlib")
+    from slash.bench.plot import plot_kafka
+
+    path = plot_kafka(sample_result(), str(tmp_path / "k.png"))
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
