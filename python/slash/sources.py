@@ -156,6 +156,14 @@ def _contiguous(units: Sequence[Unit], rank: int, n: int) -> List[int]:
     return out
 
 
+def malformed_records(source: Any) -> int:
+    """Malformed values ``source`` (or each source of a join's pair) skipped
+    in this process: a Kafka topic's (``KafkaSource.malformed``); 0 for a
+    source that parses nothing."""
+    sources = source if isinstance(source, (tuple, list)) else (source,)
+    return sum(int(getattr(s, "malformed", 0) or 0) for s in sources)
+
+
 def promises(bounds: Sequence[_Bound]) -> List[Optional[pa.Scalar]]:
     """For each position i, the watermark the units from i on allow: the
     smallest of their minima, or None if one lacks statistics or none holds a

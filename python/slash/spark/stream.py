@@ -90,7 +90,7 @@ from slash.executor import Executor, GroupConfig
 from slash.metrics import LiveMetrics, MetricsServer, Reporter
 from slash.kafka import KafkaStream
 from slash.query import Query
-from slash.sources import FileSource, Watermark
+from slash.sources import FileSource, Watermark, malformed_records
 from slash.run.failure import Failed, RestartPolicy
 from slash.run.plan import CheckpointEvery, CheckpointPlan
 from slash.run.supervisor import Rescale, Supervisor, newest_shape
@@ -574,7 +574,8 @@ def _stream_task(plan: _StreamPlan):
                 lst.close()
                 conn.close()
             yield {"rank": rank, "records_in": int(m["records_in"]),
-                   "late_records": int(m["late_records"])}
+                   "late_records": int(m["late_records"]),
+                   "malformed_records": malformed_records(plan.source)}
     return task
 
 
@@ -620,6 +621,7 @@ def _run_stream(plan: _StreamPlan, rank: int, addresses: List[str], lst: Any, co
 
         def report() -> None:
             snap = reporter.snapshot(ex)
+            snap["malformed_records"] = malformed_records(plan.source)
             if isinstance(plan.source, RateSource):  # the backlog: records due but not yet read
                 snap["records_behind"] = max(0, plan.source.due_records(rank, n, base_ms,
                                                                         int(time.time() * 1000))
@@ -765,6 +767,7 @@ class StreamHandle:
         self._emitted: List[Tuple[int, int]] = []
         self._rows = 0
         self._records_in = 0
+        self._malformed = 0  # values the source could not parse, skipped (the final summary's)
         self._late_live = 0  # from the tasks' "late" messages, as they come
         self._late_final: Optional[int] = None  # the executors' own count, at the end
         self._late_by_window: Dict[Tuple[int, int], int] = {}
@@ -979,6 +982,11 @@ class StreamHandle:
                 self._freeze = None  # every executor finished: every hand-over was merged
                 self._records_in = self._records_before + sum(r["records_in"] for r in rows)
                 self._late_final = sum(r["late_records"] for r in rows)
+                self._malformed = sum(int(r.get("malformed_records", 0)) for r in rows)
+                if self._malformed:
+                    log.warning("slash.spark.stream: %d malformed value(s) skipped (each logged "
+                                "with its topic, partition and offset by its executor)",
+                                self._malformed)
                 if callable(self._sink):
                     self._gw = [_DONE] * self.executors
                     self._take()
@@ -1006,7 +1014,8 @@ class StreamHandle:
     def metrics(self) -> Dict[str, Any]:
         """windows and rows emitted, per-window latency (ms: emit wall clock -
         window end) with its percentiles, records in, seconds; late records:
-        ``late_records`` (in all) and ``late_records_by_window``
+        ``malformed_records`` (values the source could not parse, skipped; known
+        once the stream ended), ``late_records`` (in all) and ``late_records_by_window``
         ({(window_start, window_end): records} for the windows they would
         have fallen in); ``undelivered_windows`` after a sink failure.
         With ``checkpoint=``: ``checkpoints`` (id, bytes, seconds, one per
@@ -1020,6 +1029,7 @@ class StreamHandle:
             windows = len({(s, e) for s, e, _, _ in self._latencies})
             out: Dict[str, Any] = {
                 "windows": windows, "rows": self._rows, "records_in": self._records_in,
+                "malformed_records": self._malformed,
                 "late_records": self._late_records(), "late_records_by_window": dict(self._late_by_window),
                 "undelivered_windows": len(self._undelivered), "seconds": time.time() - self._started,
                 "window_latencies": list(self._latencies), "running": self.running}
