@@ -136,18 +136,25 @@ def checkpointed_stream(spark, broker, tmp_path, partitions, seed, first):
     return topic, recs, h, out
 
 
-def test_a_tumbling_count_over_a_topic_equals_duckdb(spark, kafka_broker, tmp_path):
-    topic = new_topic(kafka_broker, "tumbling", 4)
-    recs = records(4000, seed=1, partitions=4)
-    produce(kafka_broker, topic, recs + closers(range(4)))
+def stream_to_windows(spark, broker, topic, recs, tmp_path):
+    """A stream over ``topic`` on 2 executors until its sink holds every window
+    of ``recs``: (the sink's windows, DuckDB's, the stream's final metrics)."""
     out = str(tmp_path / "out")
-    h = stream(spark, kafka_stream(kafka_broker, topic), sink=out, executors=2, **QUERY)
+    h = stream(spark, kafka_stream(broker, topic), sink=out, executors=2, **QUERY)
     want = duckdb_windows(recs)
     try:
         wait_for_windows(h, out, want)
     finally:
         m = h.stop(60)
-    assert sink_windows(out) == want
+    return sink_windows(out), want, m
+
+
+def test_a_tumbling_count_over_a_topic_equals_duckdb(spark, kafka_broker, tmp_path):
+    topic = new_topic(kafka_broker, "tumbling", 4)
+    recs = records(4000, seed=1, partitions=4)
+    produce(kafka_broker, topic, recs + closers(range(4)))
+    got, want, m = stream_to_windows(spark, kafka_broker, topic, recs, tmp_path)
+    assert got == want
     assert m["late_records"] == 0 and m["records_in"] == 4000 + 4
 
 
@@ -296,11 +303,5 @@ def test_malformed_values_are_counted_in_the_streams_metrics(spark, kafka_broker
         p.produce(topic, value, partition=part)
     assert p.flush(30) == 0
     produce(kafka_broker, topic, recs[500:] + closers(range(2)))
-    out = str(tmp_path / "out")
-    h = stream(spark, kafka_stream(kafka_broker, topic), sink=out, executors=2, **QUERY)
-    want = duckdb_windows(recs)
-    try:
-        wait_for_windows(h, out, want)
-    finally:
-        m = h.stop(60)
-    assert sink_windows(out) == want and m["malformed_records"] == 3
+    got, want, m = stream_to_windows(spark, kafka_broker, topic, recs, tmp_path)
+    assert got == want and m["malformed_records"] == 3
