@@ -59,6 +59,7 @@ def plot_kafka(result: Dict[str, Any], path: str) -> str:
     the common rate. Panels without runs are left out. Returns ``path``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # optional dependency
     from matplotlib.figure import Figure  # optional dependency
+    from matplotlib.ticker import NullFormatter  # optional dependency
 
     runs = result["runs"]
     tput = [r for r in runs if r.get("kind") == "throughput"]
@@ -91,6 +92,7 @@ def plot_kafka(result: Dict[str, Any], path: str) -> str:
                         label=f"{r['side']} (sustains {r['sustained_rate'] or 'none'})")
         ax.axhline(1000, linestyle="--", color="grey")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # the decades only: no overlapping labels
         ax.set_yscale("log")
         ax.set_xlabel("input events/s")
         ax.set_ylabel("p99 window latency (ms)")
