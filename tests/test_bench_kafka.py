@@ -223,3 +223,30 @@ def test_the_plot_is_a_png_of_the_runs(tmp_path):
     path = plot_kafka(sample_result(), str(tmp_path / "k.png"))
     with open(path, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_table_holds_flinks_in_job_latency_beside_its_drivers():
+    result = sample_result()
+    result["runs"][2] = {**result["runs"][2], "side": "flink",
+                         "in_job": {"p50": 20.0, "p95": 30.0, "p99": 40.0, "max": 50.0}}
+    md = kb.markdown(result)
+    assert "| flink | 100 | 150 | 200 | 300 | 20 | 0 |" in md
+    assert "| flink, rows leaving the window operator (stamped in the job) | 20 | 30 | 40 | 50 |" \
+        in md
+
+
+@pytest.mark.slow  # a JVM and a Flink mini-cluster fed live: ~1.5 min on a busy machine
+def test_flinks_live_side_delivers_every_window_of_the_measured_span(kafka_broker, tmp_path):
+    _pyflink()
+    a = args(kafka_broker.bootstrap, tmp_path)
+    values = kb.paced_values(2000, keys=7, seed=3)
+    r = kb.latency_run("flink", kafka_broker.bootstrap, kafka_broker.create_topic, 500, 5.0, 2.0,
+                       1000, a, str(tmp_path / "lat"), values)
+    assert r["windows"] >= 4 and r["windows_missing"] == 0 and r["feed_rate"] >= 450
+    assert r["p50"] > 0 and 0 < r["in_job"]["p50"] <= r["p50"] + 1
+
+
+def test_flinks_rate_is_judged_by_its_windows_leaving_the_window_operator():
+    run = {**fake_side(capacity=0)[0](1000), "in_job": {"p99": 300.0}}
+    assert run["p99"] == 5000.0 and kb.sustains(run)
+    assert not kb.sustains({**run, "in_job": {"p99": 1500.0}})

@@ -22,7 +22,9 @@ written by :mod:`slash.bench.flink`):
   with the wall clock (ms) when its last row reached this process; the
   line ``first rows`` is printed when the first row arrives, and a line on
   stdin cancels the job. The report then holds ``visible``: [end ms,
-  wall ms] per window, and ``rows``; no answer is written.
+  wall ms] per window, ``emitted`` (given a result column of that name, a
+  timestamp stamped inside the job: its latest per window, in ms), and
+  ``rows``; no answer is written.
 
 The timed span runs from submitting the query to its last row collected
 into this process: the whole job (read, window, aggregate, emit), not the
@@ -127,7 +129,9 @@ def main(spec_path: str) -> None:
 def _live(env, spec) -> None:
     result = env.sql_query(spec["query"]).execute()
     client = result.get_job_client()
-    end_at = list(result.get_table_schema().get_field_names()).index(spec["live"])
+    names = list(result.get_table_schema().get_field_names())
+    end_at = names.index(spec["live"])
+    stamp_at = names.index("emitted") if "emitted" in names else None
     stopped = threading.Event()
 
     def stop_on_a_line() -> None:
@@ -137,6 +141,7 @@ def _live(env, spec) -> None:
 
     threading.Thread(target=stop_on_a_line, daemon=True).start()
     visible = {}  # window end -> wall ms when its last row so far arrived
+    emitted = {}  # window end -> the latest ``emitted`` stamp of its rows (ms)
     rows = 0
     try:
         with result.collect() as it:
@@ -145,11 +150,15 @@ def _live(env, spec) -> None:
                 if rows == 0:
                     print("first rows", flush=True)
                 rows += 1
-                visible[_epoch_ms(row[end_at])] = now
+                end = _epoch_ms(row[end_at])
+                visible[end] = now
+                if stamp_at is not None:
+                    emitted[end] = max(emitted.get(end, 0), _epoch_ms(row[stamp_at]))
     except Exception:  # the cancelled job ends the iteration with an error
         if not stopped.is_set():
             raise
-    print(json.dumps({"visible": sorted(visible.items()), "rows": rows,
+    print(json.dumps({"visible": sorted(visible.items()), "emitted": sorted(emitted.items()),
+                      "rows": rows,
                       "flink_version": __version__}), flush=True)
 
 

@@ -67,7 +67,10 @@ produced; the side runs the same query with
 ``--latency-window`` (1 s) windows as a stream (Spark: the default trigger,
 append mode, ``withWatermark(0 s)``; slash.spark.stream: its own watermarks,
 per partition; Flink: the same job unbounded, up when its first rows arrive,
-each window visible when its last row reached the job's Python client). A window's latency is the wall clock when its rows reached
+each window visible when its last row reached the job's Python client; its
+record also holds ``in_job``, the percentiles of when each window's last row
+left Flink's window operator, stamped inside the job with
+``CURRENT_TIMESTAMP``: without PyFlink's collect path to the client). A window's latency is the wall clock when its rows reached
 the side's driver (Spark's ``foreachBatch``, slash's sink callable) minus the
 window's end; p50/p95/p99/max over the windows that ended after the warm-up
 and before the feed stopped (``events`` counts the whole feed).
@@ -88,7 +91,7 @@ The highest sustained rate (``--sweep``): for each live side, latency runs
 (below) of ``--sweep-seconds`` at rates doubling from ``--sweep-start``
 until one fails, then ``--sweep-steps`` bisections (:func:`sweep_rates`);
 a side sustains a rate when every window of the measured span is visible,
-their p99 latency is under 1 s, and the producer (one Python process on the
+their p99 latency is under 1 s (Flink's: in the job, see below), and the producer (one Python process on the
 same cores) fed at least 95 % of the rate (a rate it could not feed ends the
 sweep: ``producer_bound``). Then every live side runs ``--latency-seconds``
 at the highest rate all of them sustain (or ``--latency-rate``): the latency
@@ -536,6 +539,10 @@ def flink_job(topic: Topic, window_ms: int = WINDOW_MS, live: bool = False) -> A
     query = ("SELECT window_start, window_end, campaign, COUNT(*) AS `count` FROM TABLE(TUMBLE("
              f"TABLE events, DESCRIPTOR(rt), {interval_literal(window_ms)})) "
              "WHERE event_type = 'view' GROUP BY window_start, window_end, campaign")
+    if live:  # each row also stamped as it leaves the window operator, inside the job
+        query = ("SELECT window_start, window_end, campaign, `count`, "
+                 f"CAST(CURRENT_TIMESTAMP AS TIMESTAMP(3)) AS emitted FROM ({query})")
+        return FlinkJob((ddl,), query, ("window_start", "window_end", "emitted"))
     return FlinkJob((ddl,), query, ("window_start", "window_end"))
 
 
@@ -723,7 +730,8 @@ def _run_flink(spec: Dict[str, Any]) -> Dict[str, Any]:
                             f"see {err.name}")
     empty = pa.table({c: pa.array([], pa.int64()) for c in ANSWER_COLUMNS})
     return {"seconds": 0.0, "cpu_s": 0.0, "broker_cpu_s": 0.0, "answer": empty,
-            "visible": report["visible"], "detail": {"rows": report["rows"]}}
+            "visible": report["visible"], "emitted": report.get("emitted"),
+            "detail": {"rows": report["rows"]}}
 
 
 class _Clock:
@@ -903,13 +911,17 @@ def latency_run(side: str, bootstrap: str, create: Callable[[str, int], None], r
     expected = list(range(first + window_ms, hi + 1, window_ms))  # window ends
     got = {e: v - e for e, v in report["visible"]}
     lats = [got[e] for e in expected if e in got]
+    # Flink's: also when each window's last row left its window operator (inside the job)
+    emitted = {e: v - e for e, v in report.get("emitted") or ()}
+    in_job = {"in_job": _percentiles([emitted[e] for e in expected if e in emitted])} \
+        if emitted else {}
     feed_s = max(1e-3, (last_ms - fed["full_from_ms"]) / 1000)
     return {"kind": "latency", "side": side, "rate": rate, "seconds": seconds,
             "window_ms": window_ms, "events": n, "feed_rate": round(fed["full_events"] / feed_s),
             "windows": len(lats),
             # windows of the measured span not visible by the stop (drain_s after the feed)
             "windows_missing": len(expected) - len(lats), "drain_s": drain,
-            "windows_visible_in_all": len(got), **_percentiles(lats),
+            "windows_visible_in_all": len(got), **_percentiles(lats), **in_job,
             "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
 
 
@@ -922,9 +934,13 @@ FEED_SHARE = 0.95
 
 def sustains(r: Dict[str, Any], p99_ms: float = SUSTAINED_P99_MS) -> bool:
     """A latency run at a sustained rate: every window of the measured span
-    visible, their p99 under ``p99_ms``, and the producer kept the rate."""
-    return (r["windows"] > 0 and r["windows_missing"] == 0 and r.get("p99", 1e18) < p99_ms
-            and not fed_short(r))
+    visible, their p99 under ``p99_ms``, and the producer kept the rate.
+    Flink's p99 is its windows' leaving the window operator (``in_job``),
+    the figure most favourable to it: PyFlink's collect path to the client
+    adds 300-650 ms at any rate (measured at 4,400 events/s: p50 221 ms in
+    the job, 542 ms at the client)."""
+    p99 = (r.get("in_job") or r).get("p99", 1e18)
+    return r["windows"] > 0 and r["windows_missing"] == 0 and p99 < p99_ms and not fed_short(r)
 
 
 def fed_short(r: Dict[str, Any]) -> bool:
@@ -1226,6 +1242,12 @@ def markdown(result: Dict[str, Any]) -> str:
             out.append(f"| {r['side']} | {_ms(r.get('p50'))} | {_ms(r.get('p95'))} | "
                        f"{_ms(r.get('p99'))} | {_ms(r.get('max'))} | {r['windows']} | "
                        f"{r['windows_missing']} | {r['load_before']} -> {r['load_after']} |")
+        for r in fixed:
+            j = r.get("in_job")
+            if j:
+                out.append(f"| {r['side']}, rows leaving the window operator (stamped in the "
+                           f"job) | {_ms(j.get('p50'))} | {_ms(j.get('p95'))} | "
+                           f"{_ms(j.get('p99'))} | {_ms(j.get('max'))} | | | |")
     return "\n".join(out) + "\n"
 
 
@@ -1243,8 +1265,10 @@ def summary(r: Dict[str, Any]) -> str:
                 f"latency p50 {r.get('p50', float('nan')):.0f} ms, p95 "
                 f"{r.get('p95', float('nan')):.0f} ms, p99 {r.get('p99', float('nan')):.0f} ms, "
                 f"max {r.get('max', float('nan')):.0f} ms over {r['windows']} windows "
-                f"({r['windows_missing']} not visible {r['drain_s']:.0f} s after the feed); "
-                f"load {r['load_before']} -> {r['load_after']}")
+                f"({r['windows_missing']} not visible {r['drain_s']:.0f} s after the feed)"
+                + (f"; leaving the window operator p50 {_ms(r['in_job'].get('p50'))} ms, p99 "
+                   f"{_ms(r['in_job'].get('p99'))} ms" if r.get("in_job") else "")
+                + f"; load {r['load_before']} -> {r['load_after']}")
     vs = ", ".join(f"{v:.2f}x {k}" for k, v in r.get("vs", {}).items())
     return (f"kafka {r['side']:>12} on {r['cores']} core(s): "
             f"{r['records_per_s'] / 1e6:6.2f} M rec/s, "
