@@ -209,6 +209,20 @@ def test_malformed_values_are_skipped_counted_and_reported_with_their_offsets(
     assert "null value" in found[3]["error"] and "schema" in found[1]["error"]
 
 
+def test_malformed_values_read_by_executor_processes_are_counted_in_the_runs_metrics(
+        kafka_broker):
+    values = [json.dumps(r).encode() for r in records(600, seed=6)]
+    for i in (5, 250, 401):
+        values[i] = b"{oops"
+    topic = topic_name("badm")
+    produce(kafka_broker, topic, values, lambda i, r: i % 2, 2)
+    m = {}
+    run(query("tumbling"), KafkaSource(kafka_broker.bootstrap, topic, schema=SCHEMA),
+        executors=2, metrics=m)
+    assert m["malformed_records"] == 3
+    assert sorted(x["malformed_records"] for x in m["per_executor"]) == [1, 2]
+
+
 def test_an_unreachable_broker_is_a_clear_error_within_seconds():
     from slash.bench._kafka_broker import free_port
 

@@ -136,18 +136,25 @@ def checkpointed_stream(spark, broker, tmp_path, partitions, seed, first):
     return topic, recs, h, out
 
 
-def test_a_tumbling_count_over_a_topic_equals_duckdb(spark, kafka_broker, tmp_path):
-    topic = new_topic(kafka_broker, "tumbling", 4)
-    recs = records(4000, seed=1, partitions=4)
-    produce(kafka_broker, topic, recs + closers(range(4)))
+def stream_to_windows(spark, broker, topic, recs, tmp_path):
+    """A stream over ``topic`` on 2 executors until its sink holds every window
+    of ``recs``: (the sink's windows, DuckDB's, the stream's final metrics)."""
     out = str(tmp_path / "out")
-    h = stream(spark, kafka_stream(kafka_broker, topic), sink=out, executors=2, **QUERY)
+    h = stream(spark, kafka_stream(broker, topic), sink=out, executors=2, **QUERY)
     want = duckdb_windows(recs)
     try:
         wait_for_windows(h, out, want)
     finally:
         m = h.stop(60)
-    assert sink_windows(out) == want
+    return sink_windows(out), want, m
+
+
+def test_a_tumbling_count_over_a_topic_equals_duckdb(spark, kafka_broker, tmp_path):
+    topic = new_topic(kafka_broker, "tumbling", 4)
+    recs = records(4000, seed=1, partitions=4)
+    produce(kafka_broker, topic, recs + closers(range(4)))
+    got, want, m = stream_to_windows(spark, kafka_broker, topic, recs, tmp_path)
+    assert got == want
     assert m["late_records"] == 0 and m["records_in"] == 4000 + 4
 
 
@@ -285,3 +292,16 @@ def test_window_aggregate_over_a_kafka_source_equals_duckdb_and_spark(
     else:
         assert got == duckdb_windows(recs, slide_ms=500, size_ms=2000)
     assert got == spark_windows(spark, recs, size, slide)
+
+
+def test_malformed_values_are_counted_in_the_streams_metrics(spark, kafka_broker, tmp_path):
+    topic = new_topic(kafka_broker, "bad", 2)
+    recs = records(1000, seed=9, partitions=2)
+    produce(kafka_broker, topic, recs[:500])
+    p = ck.Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    for part, value in ((0, b"{oops"), (1, b"[1, 2]"), (1, b"")):
+        p.produce(topic, value, partition=part)
+    assert p.flush(30) == 0
+    produce(kafka_broker, topic, recs[500:] + closers(range(2)))
+    got, want, m = stream_to_windows(spark, kafka_broker, topic, recs, tmp_path)
+    assert got == want and m["malformed_records"] == 3

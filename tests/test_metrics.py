@@ -200,3 +200,13 @@ def test_a_rate_sources_due_records_count_each_ranks_records_with_event_time_up_
         for r in range(3):
             want = int(np.count_nonzero((t <= now) & (rank_of == r)))
             assert src.due_records(r, 3, 1_000, now) == want, (now, r)
+
+
+def test_the_endpoint_serves_each_executors_malformed_values():
+    live = LiveMetrics(2)
+    live.update_executor(0, {"rank": 0, "records_in": 10, "malformed_records": 3, "time": 1.0})
+    live.update_executor(1, {"rank": 1, "records_in": 10, "malformed_records": 0, "time": 1.0})
+    with MetricsServer(live, port=0) as srv:
+        got = scrape(srv.url)
+    assert got[("slash_malformed_records_total", (("executor", "0"),))] == 3
+    assert got[("slash_malformed_records_total", (("executor", "1"),))] == 0

@@ -306,6 +306,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             "transport": args.transport, "mode": args.mode,
             "late_records": m.get("late_records", 0),
             "null_time_records": m.get("null_time_records", 0),
+            "malformed_records": m.get("malformed_records", 0),
+            "bad_records": getattr(args, "kafka_bad_records", None),
             "late_output": args.late_output,
             "checkpoints": m.get("checkpoints"), "recoveries": m.get("recoveries"),
             "records_replayed": m.get("records_replayed"), "logic": m.get("logic"),
@@ -341,6 +343,10 @@ def summary(r: Dict[str, Any]) -> str:
                  f"decision(s), ending with {auto['executors']} executor(s)")
         for d in auto["decisions"]:
             text += f"\n    {d['action']} {d['args']}: {d['reason']} ({d['outcome']})"
+    if r.get("malformed_records"):
+        text += (f"\n  WARNING: {r['malformed_records']:,} malformed value(s) skipped"
+                 + (f" (written to {r['bad_records']})" if r.get("bad_records") else
+                    " (--kafka-bad-records DIR keeps them)"))
     if r.get("late_records"):
         text += f"\n  WARNING: {r['late_records']:,} late record(s) not applied"
         text += f" (written to {r['late_output']})" if r.get("late_output") else \

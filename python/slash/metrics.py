@@ -61,6 +61,8 @@ _COUNTERS: Tuple[Tuple[str, str, str, float], ...] = (
     ("sync_seconds", "slash_sync_seconds_total", "Time the executor spent syncing with peers.", 1.0),
     ("credit_stalls", "slash_credit_stalls_total", "Sends that waited for a channel credit.", 1.0),
     ("late_records", "slash_late_records_total", "Records older than the watermark, not applied.", 1.0),
+    ("malformed_records", "slash_malformed_records_total",
+     "Input values that did not parse (a Kafka topic's), skipped.", 1.0),
     ("rows_emitted", "slash_rows_emitted_total", "Result rows the executor fired.", 1.0),
     ("cpu_seconds", "slash_cpu_seconds_total", "CPU time of the executor's process.", 1.0),
 )
@@ -240,7 +242,7 @@ class LiveMetrics:
         tot: Dict[str, float] = {}
         for snap in self._exec.values():
             for k in ("records_in", "bytes_in", "epochs", "merge_seconds", "credit_stalls", "late_records",
-                      "rows_emitted", "delta_bytes_sent", "delta_bytes_received", "cpu_seconds"):
+                      "malformed_records", "rows_emitted", "delta_bytes_sent", "delta_bytes_received", "cpu_seconds"):
                 tot[k] = tot.get(k, 0) + (snap.get(k) or 0)
         return tot
 

@@ -526,7 +526,10 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
              "s" if n > 1 else "", " in this process" if in_process else "",
              time.monotonic() - t0, result.num_rows)
     totals = {k: sum(int(m.get(k, 0) or 0) for m in per_exec)
-              for k in ("records_in", "late_records", "null_time_records")}
+              for k in ("records_in", "late_records", "null_time_records", "malformed_records")}
+    if totals["malformed_records"]:
+        log.warning("%d malformed value(s) were skipped (each logged with its topic, partition "
+                    "and offset by the executor that read it)", totals["malformed_records"])
     if totals["null_time_records"]:
         log.warning("%d record(s) have a null time %r: they are in no window and were not "
                     "aggregated", totals["null_time_records"], query.time)
@@ -578,7 +581,7 @@ def run_checkpointed_group(query: Any, src: Any, n: int, group: GroupConfig, tok
              len(m.get("recoveries", [])))
     if metrics is not None:
         totals = {k: sum(int(x.get(k, 0) or 0) for x in per_exec)
-                  for k in ("late_records", "null_time_records")}
+                  for k in ("late_records", "null_time_records", "malformed_records")}
         totals["records_in"] = sum(int(x.get("records_read", 0) or 0) for x in per_exec)
         metrics.update(totals, rows=result.num_rows, executors=m.get("executors_final", n), **m)
     if output:

@@ -113,6 +113,14 @@ def read_from(source: Any, rank: int, n: int, columns: Optional[List[str]],
             yield pos, item
 
 
+def malformed_records(source: Any) -> int:
+    """Malformed values ``source`` (or each source of a join's pair) skipped
+    in this process: a Kafka topic's (``KafkaSource.malformed``); 0 for a
+    source that parses nothing."""
+    sources = source if isinstance(source, (tuple, list)) else (source,)
+    return sum(int(getattr(s, "malformed", 0) or 0) for s in sources)
+
+
 def output_overlaps_input(output: str, source: Any) -> Optional[str]:
     """The input (file, directory or glob pattern as given) that ``output``
     would overwrite or land in, or None. A file source's output may not be
@@ -169,4 +177,5 @@ def as_source(obj: Any) -> Source:
 
 __all__ = ["ALL_NULL", "BatchSource", "FileSource", "GeneratorSource", "Position", "Source",
            "TableSource", "Unit", "Watermark", "Work", "as_source", "input_stamp",
-           "output_overlaps_input", "promises", "read_from", "watermarks_from_source"]
+           "malformed_records", "output_overlaps_input", "promises", "read_from",
+           "watermarks_from_source"]

@@ -16,6 +16,15 @@ written by :mod:`slash.bench.flink`):
 * ``runs`` (optional, default 1): how many times the query runs, one
   after the other in this JVM (the later ones warm); the answer written is
   the last run's.
+* ``live`` (optional): the query is an unbounded stream (a Kafka topic
+  being fed): its rows are read as they come, and each value of the
+  result column ``live`` names (the window's end, a timestamp) is stamped
+  with the wall clock (ms) when its last row reached this process; the
+  line ``first rows`` is printed when the first row arrives, and a line on
+  stdin cancels the job. The report then holds ``visible``: [end ms,
+  wall ms] per window, ``emitted`` (given a result column of that name, a
+  timestamp stamped inside the job: its latest per window, in ms), and
+  ``rows``; no answer is written.
 
 The timed span runs from submitting the query to its last row collected
 into this process: the whole job (read, window, aggregate, emit), not the
@@ -33,6 +42,7 @@ import datetime
 import json
 import os
 import sys
+import threading
 import time
 
 import pyarrow as pa
@@ -82,6 +92,9 @@ def main(spec_path: str) -> None:
     for stmt in spec["statements"]:
         env.execute_sql(stmt)
     startup = time.perf_counter() - t0
+    if spec.get("live"):
+        _live(env, spec)
+        return
 
     runs = []  # (client seconds, net runtime seconds, cpu seconds) per run of the query
     for _ in range(int(spec.get("runs", 1))):
@@ -111,6 +124,42 @@ def main(spec_path: str) -> None:
                       "rows": len(rows), "net_runtime_seconds": [r[1] for r in runs],
                       "cpu_seconds": [r[2] for r in runs], "flink_version": __version__,
                       "config": seen}), flush=True)
+
+
+def _live(env, spec) -> None:
+    result = env.sql_query(spec["query"]).execute()
+    client = result.get_job_client()
+    names = list(result.get_table_schema().get_field_names())
+    end_at = names.index(spec["live"])
+    stamp_at = names.index("emitted") if "emitted" in names else None
+    stopped = threading.Event()
+
+    def stop_on_a_line() -> None:
+        sys.stdin.readline()
+        stopped.set()
+        client.cancel().result()
+
+    threading.Thread(target=stop_on_a_line, daemon=True).start()
+    visible = {}  # window end -> wall ms when its last row so far arrived
+    emitted = {}  # window end -> the latest ``emitted`` stamp of its rows (ms)
+    rows = 0
+    try:
+        with result.collect() as it:
+            for row in it:
+                now = int(time.time() * 1000)
+                if rows == 0:
+                    print("first rows", flush=True)
+                rows += 1
+                end = _epoch_ms(row[end_at])
+                visible[end] = now
+                if stamp_at is not None:
+                    emitted[end] = max(emitted.get(end, 0), _epoch_ms(row[stamp_at]))
+    except Exception:  # the cancelled job ends the iteration with an error
+        if not stopped.is_set():
+            raise
+    print(json.dumps({"visible": sorted(visible.items()), "emitted": sorted(emitted.items()),
+                      "rows": rows,
+                      "flink_version": __version__}), flush=True)
 
 
 if __name__ == "__main__":

@@ -244,21 +244,32 @@ def _last_json(text: str, what: str) -> Dict[str, Any]:
     raise SystemFailure(f"{what} printed no result line; its output ended:\n{text[-2000:]}")
 
 
+def job_spec(job: FlinkJob, options: FlinkOptions, output: str, runs: int = 1,
+             config: Optional[Dict[str, str]] = None, live: Optional[str] = None) -> Dict[str, Any]:
+    """The spec :mod:`slash.bench._flink_job` runs (see its doc; ``live``:
+    the window-end column of an unbounded query read as it comes)."""
+    spec = {"mode": options.mode, "config": {**options.config(), **(config or {})},
+            "statements": list(job.statements), "query": job.query,
+            "timestamp_columns": list(job.timestamp_columns), "output": output, "runs": runs}
+    if live:
+        spec["live"] = live
+    return spec
+
+
 def run_flink_job(job: FlinkJob, options: FlinkOptions, output: str, python: str,
-                  timeout: float = 3600.0, runs: int = 1) -> Tuple[Measured, Dict[str, Any]]:
+                  timeout: float = 3600.0, runs: int = 1,
+                  config: Optional[Dict[str, str]] = None) -> Tuple[Measured, Dict[str, Any]]:
     """Runs ``job`` in the PyFlink venv's ``python``; the answer goes to ``output`` (Parquet).
 
-    The query runs ``runs`` times in the one JVM. Returns the process's
+    The query runs ``runs`` times in the one JVM; ``config`` adds Flink
+    options to ``options``' (a connector's ``pipeline.jars``, ...). Returns the process's
     measurement and the job's report (``query_seconds``,
     ``net_runtime_seconds``, ``cpu_seconds``: one per run; ``rows``,
     ``config``, ``flink_version``)."""
-    spec = {"mode": options.mode, "config": options.config(), "statements": list(job.statements),
-            "query": job.query, "timestamp_columns": list(job.timestamp_columns), "output": output,
-            "runs": runs}
     fd, path = tempfile.mkstemp(prefix="flink-job-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(spec, f)
+            json.dump(job_spec(job, options, output, runs, config), f)
         m = measure([python, str(JOB_SCRIPT), path], timeout)
         return m, _last_json(m.stdout, "the Flink job")
     finally:

@@ -52,5 +52,69 @@ def plot_channel_sweep(points: Sequence[Dict[str, Any]], path: str) -> str:
     return path
 
 
+def plot_kafka(result: Dict[str, Any], path: str) -> str:
+    """Writes a PNG of ``slash bench kafka``'s runs: records/s and CPU s per
+    M records over the filled topic, p99 window latency against the input
+    rate (the sweep; the 1 s bound dashed), and the latency percentiles at
+    the common rate. Panels without runs are left out. Returns ``path``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # optional dependency
+    from matplotlib.figure import Figure  # optional dependency
+    from matplotlib.ticker import NullFormatter  # optional dependency
+
+    runs = result["runs"]
+    tput = [r for r in runs if r.get("kind") == "throughput"]
+    sweeps = [r for r in runs if r.get("kind") == "sweep"]
+    fixed = [r for r in runs if r.get("kind") == "latency" and r.get("p99") is not None]
+    panels = [p for p in (tput, sweeps, fixed) if p]
+    if not panels:
+        raise ValueError("no runs to plot")
+    fig = Figure(figsize=(5 * len(panels), 4.2), constrained_layout=True)
+    FigureCanvasAgg(fig)
+    axes = list(fig.subplots(1, len(panels))) if len(panels) > 1 else [fig.subplots(1, 1)]
+    sides = sorted({r["side"] for r in runs})
+    color = dict(zip(sides, _colors(len(sides))))
+    ax = axes.pop(0) if tput else None
+    if ax is not None:
+        x = range(len(tput))
+        ax.bar(x, [r["records_per_s"] / 1e6 for r in tput], color=[color[r["side"]] for r in tput])
+        for i, r in enumerate(tput):
+            ax.annotate(f"{r['cpu_s_per_m_records']:.1f} CPU s/M", (i, r["records_per_s"] / 1e6),
+                        ha="center", va="bottom", fontsize="small")
+        ax.set_xticks(list(x), [r["side"] for r in tput])
+        ax.set_ylabel("M records/s")
+        ax.set_title(f"{result['records'] / 1e6:g} M records, {result['cores']} cores")
+    ax = axes.pop(0) if sweeps else None
+    if ax is not None:
+        for r in sweeps:
+            pts = sorted((t["rate"], t["judged_p99"]) for t in r["trials"]
+                         if t.get("judged_p99") is not None)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color[r["side"]],
+                        label=f"{r['side']} (sustains {r['sustained_rate'] or 'none'})")
+        ax.axhline(1000, linestyle="--", color="grey")
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # the decades only: no overlapping labels
+        ax.set_yscale("log")
+        ax.set_xlabel("input events/s")
+        ax.set_ylabel("p99 window latency (ms; Flink: in the job)")
+        ax.set_title("highest rate with p99 < 1 s")
+        ax.legend(fontsize="small")
+    ax = axes.pop(0) if fixed else None
+    if ax is not None:
+        qs = ("p50", "p95", "p99", "max")
+        w = 0.8 / len(fixed)
+        for i, r in enumerate(fixed):
+            ax.bar([j + i * w for j in range(len(qs))], [r.get(q) or 0 for q in qs], w,
+                   color=color[r["side"]], label=r["side"])
+        ax.set_xticks([j + 0.4 - w / 2 for j in range(len(qs))], list(qs))
+        ax.set_yscale("log")
+        ax.set_ylabel("window latency (ms)")
+        ax.set_title(f"at {fixed[0]['rate']:,} events/s")
+        ax.legend(fontsize="small")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
 def _colors(n: int) -> List[str]:
     return [f"C{i % 10}" for i in range(n)]

@@ -50,7 +50,8 @@ from slash.run.inputs import source_nullable
 from slash.run.pacing import RatePacer
 from slash.run.plan import PROGRESS_S, AttemptPlan
 from slash.run.protocol import Metrics, Progress, Windows
-from slash.sources import FileSource, Position, Work, read_from, watermarks_from_source
+from slash.sources import (FileSource, Position, Work, malformed_records, read_from,
+                           watermarks_from_source)
 
 log = logging.getLogger(__name__)
 
@@ -264,6 +265,7 @@ class RankLoop:
         """The executor's final metrics, ``records_read`` and (with late rows wanted) ``late_rows``."""
         m = dict(self.ex.metrics)
         m["records_read"] = self.records
+        m["malformed_records"] = malformed_records(self.source)
         if self.late is not None:  # every late row of this attempt (the worker sends them)
             m["late_rows"] = self.late.found()
         for f in self.final:
@@ -448,6 +450,7 @@ class Report:
             if self.reporter.due() or ex.finished:
                 snap = self.reporter.snapshot(ex)
                 snap["records_read"] = loop.records
+                snap["malformed_records"] = malformed_records(loop.source)
                 snap["pid"] = os.getpid()  # which process is which rank (status per_executor)
                 for part in loop.status:
                     snap.update(part())

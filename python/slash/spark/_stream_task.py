@@ -29,6 +29,7 @@ from slash.kafka import KafkaStream
 from slash.metrics import Reporter
 from slash.query import Query
 from slash.run.plan import CheckpointPlan
+from slash.sources import malformed_records
 from slash.spark._stream_ckpt import TaskCheckpoints
 from slash.spark._tasks import join_group, rank_errors, report_error, write_table
 from slash.spark.stream_sources import RateSource, kafka_items
@@ -173,7 +174,8 @@ def stream_task(plan: StreamPlan):
                 lst.close()
                 conn.close()
             yield {"rank": rank, "records_in": int(m["records_in"]),
-                   "late_records": int(m["late_records"])}
+                   "late_records": int(m["late_records"]),
+                   "malformed_records": malformed_records(plan.source)}
     return task
 
 
@@ -219,6 +221,7 @@ def _run_stream(plan: StreamPlan, rank: int, addresses: List[str], lst: Any, con
 
         def report() -> None:
             snap = reporter.snapshot(ex)
+            snap["malformed_records"] = malformed_records(plan.source)
             if isinstance(plan.source, RateSource):  # the backlog: records due but not yet read
                 snap["records_behind"] = max(0, plan.source.due_records(rank, n, base_ms,
                                                                         int(time.time() * 1000))

@@ -75,6 +75,7 @@ class StreamHandle:
         self._emitted: List[Tuple[int, int]] = []
         self._rows = 0
         self._records_in = 0
+        self._malformed = 0  # values the source could not parse, skipped (the final summary's)
         self._late_live = 0  # from the tasks' "late" messages, as they come
         self._late_final: Optional[int] = None  # the executors' own count, at the end
         self._late_by_window: Dict[Tuple[int, int], int] = {}
@@ -287,6 +288,11 @@ class StreamHandle:
                 self._freeze = None  # every executor finished: every hand-over was merged
                 self._records_in = self._records_before + sum(r["records_in"] for r in rows)
                 self._late_final = sum(r["late_records"] for r in rows)
+                self._malformed = sum(int(r.get("malformed_records", 0)) for r in rows)
+                if self._malformed:
+                    log.warning("slash.spark.stream: %d malformed value(s) skipped (each logged "
+                                "with its topic, partition and offset by its executor)",
+                                self._malformed)
                 if callable(self._sink):
                     self._gw = [DONE] * self.executors
                     self._take()
@@ -313,8 +319,10 @@ class StreamHandle:
     @property
     def metrics(self) -> Dict[str, Any]:
         """windows and rows emitted, per-window latency (ms: emit wall clock -
-        window end) with its percentiles, records in, seconds; late records:
-        ``late_records`` (in all) and ``late_records_by_window``
+        window end) with its percentiles, records in, seconds;
+        ``malformed_records`` (values the source could not parse, skipped; known
+        once the stream ended); late records: ``late_records`` (in all) and
+        ``late_records_by_window``
         ({(window_start, window_end): records} for the windows they would
         have fallen in); ``undelivered_windows`` after a sink failure.
         With ``checkpoint=``: ``checkpoints`` (id, bytes, seconds, one per
@@ -328,6 +336,7 @@ class StreamHandle:
             windows = len({(s, e) for s, e, _, _ in self._latencies})
             out: Dict[str, Any] = {
                 "windows": windows, "rows": self._rows, "records_in": self._records_in,
+                "malformed_records": self._malformed,
                 "late_records": self._late_records(), "late_records_by_window": dict(self._late_by_window),
                 "undelivered_windows": len(self._undelivered), "seconds": time.time() - self._started,
                 "window_latencies": list(self._latencies), "running": self.running}
