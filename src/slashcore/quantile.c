@@ -61,18 +61,20 @@ static void collapse(slash_qsketch *s)
     s->level++;
 }
 
-/* Index of the first key >= k. */
+/* Index of the first key >= k, by a search without branches on the data
+ * (a branch per step mispredicts on values of any spread). */
 static uint32_t lower_bound(const slash_qsketch *s, int32_t k)
 {
-    uint32_t lo = 0, hi = s->n;
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (s->key[mid] < k)
-            lo = mid + 1;
-        else
-            hi = mid;
+    if (!s->n)
+        return 0;
+    const int32_t *base = s->key;
+    uint32_t len = s->n;
+    while (len > 1) {
+        const uint32_t half = len / 2;
+        base = base[half] < k ? base + half : base;
+        len -= half;
     }
-    return lo;
+    return (uint32_t)(base - s->key) + (*base < k);
 }
 
 /* Adds c values in fine bucket k0 (at level 0). */
