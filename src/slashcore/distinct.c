@@ -4,6 +4,10 @@
 
 #include <string.h>
 
+#include "slash/lower_bound.h"
+
+SLASH_DEFINE_LOWER_BOUND(first_at_least, uint64_t)
+
 static void overflow(slash_distinct *s)
 {
     memset(s, 0, sizeof *s);
@@ -14,19 +18,7 @@ void slash_distinct_add(slash_distinct *s, uint64_t h)
 {
     if (!h || s->overflow)
         return;
-    /* the first hash >= h, by a search without branches on the data (the
-     * hashes are random: a branch per step mispredicted half the time) */
-    uint32_t lo = 0;
-    if (s->n) {
-        const uint64_t *base = s->h;
-        uint32_t len = s->n;
-        while (len > 1) {
-            const uint32_t half = len / 2;
-            base = base[half] < h ? base + half : base;
-            len -= half;
-        }
-        lo = (uint32_t)(base - s->h) + (*base < h);
-    }
+    const uint32_t lo = first_at_least(s->h, s->n, h);
     if (lo < s->n && s->h[lo] == h)
         return;
     if (s->n == SLASH_DISTINCT_MAX) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "slash/crdt.h"
+#include "slash/lower_bound.h"
 
 #define SHIFT (52 - SLASH_QS_SUB_BITS)
 
@@ -61,28 +62,14 @@ static void collapse(slash_qsketch *s)
     s->level++;
 }
 
-/* Index of the first key >= k, by a search without branches on the data
- * (a branch per step mispredicts on values of any spread). */
-static uint32_t lower_bound(const slash_qsketch *s, int32_t k)
-{
-    if (!s->n)
-        return 0;
-    const int32_t *base = s->key;
-    uint32_t len = s->n;
-    while (len > 1) {
-        const uint32_t half = len / 2;
-        base = base[half] < k ? base + half : base;
-        len -= half;
-    }
-    return (uint32_t)(base - s->key) + (*base < k);
-}
+SLASH_DEFINE_LOWER_BOUND(first_at_least, int32_t)
 
 /* Adds c values in fine bucket k0 (at level 0). */
 static void add_fine(slash_qsketch *s, int32_t k0, uint32_t c)
 {
     for (;;) {
         int32_t k = k0 >> s->level;
-        uint32_t i = lower_bound(s, k);
+        uint32_t i = first_at_least(s->key, s->n, k);
         if (i < s->n && s->key[i] == k) {
             uint64_t sum = (uint64_t)s->cnt[i] + c;
             s->cnt[i] = sum > UINT32_MAX ? UINT32_MAX : (uint32_t)sum;
