@@ -4,6 +4,10 @@
 
 #include <string.h>
 
+#include "slash/lower_bound.h"
+
+SLASH_DEFINE_LOWER_BOUND(first_at_least, uint64_t)
+
 static void overflow(slash_distinct *s)
 {
     memset(s, 0, sizeof *s);
@@ -14,14 +18,7 @@ void slash_distinct_add(slash_distinct *s, uint64_t h)
 {
     if (!h || s->overflow)
         return;
-    uint32_t lo = 0, hi = s->n;
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (s->h[mid] < h)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    const uint32_t lo = first_at_least(s->h, s->n, h);
     if (lo < s->n && s->h[lo] == h)
         return;
     if (s->n == SLASH_DISTINCT_MAX) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "slash/crdt.h"
+#include "slash/lower_bound.h"
 
 #define SHIFT (52 - SLASH_QS_SUB_BITS)
 
@@ -61,26 +62,14 @@ static void collapse(slash_qsketch *s)
     s->level++;
 }
 
-/* Index of the first key >= k. */
-static uint32_t lower_bound(const slash_qsketch *s, int32_t k)
-{
-    uint32_t lo = 0, hi = s->n;
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (s->key[mid] < k)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
+SLASH_DEFINE_LOWER_BOUND(first_at_least, int32_t)
 
 /* Adds c values in fine bucket k0 (at level 0). */
 static void add_fine(slash_qsketch *s, int32_t k0, uint32_t c)
 {
     for (;;) {
         int32_t k = k0 >> s->level;
-        uint32_t i = lower_bound(s, k);
+        uint32_t i = first_at_least(s->key, s->n, k);
         if (i < s->n && s->key[i] == k) {
             uint64_t sum = (uint64_t)s->cnt[i] + c;
             s->cnt[i] = sum > UINT32_MAX ? UINT32_MAX : (uint32_t)sum;

@@ -517,48 +517,126 @@ static inline void apply(const slash_ssb *s, uint8_t *part, const slash_ssb_batc
     }
 }
 
-/* The common case of only counts and int64 sums: each partial is an int64
- * that grows by 1 (count) or by the input value, without a switch. */
-static bool all_additive_i64(const slash_ssb *s)
-{
-    for (uint32_t j = 0; j < s->cfg.naggs; j++)
-        if (s->cfg.aggs[j] != SLASH_AGG_COUNT && s->cfg.aggs[j] != SLASH_AGG_SUM_I64)
-            return false;
-    return true;
-}
-
-/* The additive partials of one update call, read once: their offsets and
- * value columns (NULL: a count) in locals, so the per-record loop reloads
- * nothing through pointers a partial's store may alias. */
-typedef struct additive {
-    uint32_t n;
+/* How one update call folds its aggregates. The additive ones (count, int64
+ * sum: an int64 partial that grows by 1 or by the input value) pile up as
+ * pending deltas per cache slot and reach their records when the slot
+ * changes hands or the call ends: a record's partials sit in its
+ * partition's log, one page per partition, and updating them in place cost
+ * a TLB miss per record (18 ns a record at 256 partitions, 8 ns at one).
+ * The others are applied in place, one aggregate at a time over a chunk of
+ * rows whose records were already found (apply_chunk), so the kind's switch
+ * is taken once a chunk instead of once a record. Offsets and value columns
+ * are read once into locals, so the per-record loops reload nothing through
+ * pointers a partial's store may alias. */
+typedef struct fold_plan {
+    uint32_t n; /* additive aggregates (the stride of the pending deltas) */
     uint32_t off[SLASH_SSB_MAX_AGGS];
-    const int64_t *v[SLASH_SSB_MAX_AGGS];
-} additive;
+    const int64_t *v[SLASH_SSB_MAX_AGGS]; /* NULL: a count */
+    bool count_only;                      /* the additive part is one count */
+    uint32_t nplace;                      /* aggregates applied in place */
+    uint32_t place[SLASH_SSB_MAX_AGGS];   /* their indexes in the config */
+} fold_plan;
 
-static void additive_init(const slash_ssb *s, const slash_ssb_batch *b, additive *a)
+static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *pl)
 {
-    a->n = s->cfg.naggs;
-    for (uint32_t j = 0; j < a->n; j++) {
-        a->off[j] = s->agg_off[j];
-        a->v[j] = b->values[j];
+    pl->n = pl->nplace = 0;
+    for (uint32_t j = 0; j < s->cfg.naggs; j++) {
+        const slash_agg_kind k = s->cfg.aggs[j];
+        if (k == SLASH_AGG_COUNT || k == SLASH_AGG_SUM_I64) {
+            pl->off[pl->n] = s->agg_off[j];
+            pl->v[pl->n++] = k == SLASH_AGG_COUNT ? NULL : b->values[j];
+        } else {
+            pl->place[pl->nplace++] = j;
+        }
     }
+    pl->count_only = pl->n == 1 && !pl->v[0];
 }
 
 /* Adds record i's inputs to the n int64 partials at acc (pending deltas). */
-static inline void add_pending(const additive *a, int64_t *acc, size_t i)
+static inline void add_pending(const fold_plan *a, int64_t *acc, size_t i)
 {
     for (uint32_t j = 0; j < a->n; j++)
         acc[j] = slash_wrap_add(acc[j], a->v[j] ? a->v[j][i] : 1);
 }
 
+/* Adds record i to the pending deltas at acc (its cache slot's);
+ * count_only: pl->count_only, passed from a local (the build may not assume
+ * strict aliasing, so a load through pl would repeat after every store). */
+static inline void add_pending_row(const fold_plan *a, bool count_only, int64_t *acc, size_t i)
+{
+    if (count_only)
+        acc[0] = slash_wrap_add(acc[0], 1);
+    else
+        add_pending(a, acc, i);
+}
+
 /* Applies the pending deltas at acc to the record's partials, and clears them. */
-static inline void flush_pending(const additive *a, uint8_t *part, int64_t *acc)
+static inline void flush_pending(const fold_plan *a, uint8_t *part, int64_t *acc)
 {
     for (uint32_t j = 0; j < a->n; j++) {
         int64_t *p = (int64_t *)(part + a->off[j]);
         *p = slash_wrap_add(*p, acc[j]);
         acc[j] = 0;
+    }
+}
+
+/* Each of the m rows rows[r] updates the partial at recs[r] + off with
+ * update(KIND, partial, value, time), KIND a constant: the loop compiles
+ * to the kind's own code, without a switch per row. */
+#define FOLD_ROWS(KIND, VALUES, UPDATE)                                              \
+    for (size_t r = 0; r < m; r++)                                                   \
+        UPDATE(KIND, recs[r] + off, (VALUES) + rows[r], b->times[rows[r]])
+#define UPDATE_V(k, p, v, t) slash_crdt_update(k, p, v)
+#define UPDATE_AT(k, p, v, t) slash_crdt_update_at(k, p, v, t)
+
+/* Applies the in-place aggregates of the plan for the m rows rows[r], whose
+ * partials start at recs[r]; rows in order, so a record sees its rows in
+ * batch order (a float sum adds in the same order as row by row). */
+static void apply_chunk(const slash_ssb *s, const fold_plan *pl, const slash_ssb_batch *b,
+                        const size_t *rows, uint8_t *const *recs, size_t m)
+{
+    for (uint32_t q = 0; q < pl->nplace; q++) {
+        const uint32_t j = pl->place[q];
+        const slash_agg_kind k = s->cfg.aggs[j];
+        const uint32_t off = s->agg_off[j];
+        const int64_t *vi = b->values[j];
+        const double *vf = b->values[j];
+        const unsigned prec = slash_agg_hll_p(k);
+        uint32_t qs;
+        if (prec) {
+            const uint64_t *h = b->values[j];
+            for (size_t r = 0; r < m; r++)
+                slash_hll_add(recs[r] + off, prec, h[rows[r]]);
+            continue;
+        }
+        if (slash_agg_quantile(k, &qs)) {
+            for (size_t r = 0; r < m; r++)
+                slash_qs_add((slash_qsketch *)(recs[r] + off), vf[rows[r]]);
+            continue;
+        }
+        switch (k) {
+        case SLASH_AGG_HLL:
+        case SLASH_AGG_QUANTILE:
+        case SLASH_AGG_COUNT:
+        case SLASH_AGG_SUM_I64: break; /* additive: pending deltas (plan_init) */
+        case SLASH_AGG_SUM_F64: FOLD_ROWS(SLASH_AGG_SUM_F64, vf, UPDATE_V); break;
+        case SLASH_AGG_MIN_I64: FOLD_ROWS(SLASH_AGG_MIN_I64, vi, UPDATE_V); break;
+        case SLASH_AGG_MIN_F64: FOLD_ROWS(SLASH_AGG_MIN_F64, vf, UPDATE_V); break;
+        case SLASH_AGG_MAX_I64: FOLD_ROWS(SLASH_AGG_MAX_I64, vi, UPDATE_V); break;
+        case SLASH_AGG_MAX_F64: FOLD_ROWS(SLASH_AGG_MAX_F64, vf, UPDATE_V); break;
+        case SLASH_AGG_AVG_I64: FOLD_ROWS(SLASH_AGG_AVG_I64, vi, UPDATE_V); break;
+        case SLASH_AGG_AVG_F64: FOLD_ROWS(SLASH_AGG_AVG_F64, vf, UPDATE_V); break;
+        case SLASH_AGG_FIRST_I64: FOLD_ROWS(SLASH_AGG_FIRST_I64, vi, UPDATE_AT); break;
+        case SLASH_AGG_FIRST_F64: FOLD_ROWS(SLASH_AGG_FIRST_F64, vf, UPDATE_AT); break;
+        case SLASH_AGG_LAST_I64: FOLD_ROWS(SLASH_AGG_LAST_I64, vi, UPDATE_AT); break;
+        case SLASH_AGG_LAST_F64: FOLD_ROWS(SLASH_AGG_LAST_F64, vf, UPDATE_AT); break;
+        case SLASH_AGG_COUNT_DISTINCT: {
+            const uint64_t *h = b->values[j];
+            for (size_t r = 0; r < m; r++)
+                slash_distinct_add((slash_distinct *)(recs[r] + off), h[rows[r]]);
+            break;
+        }
+        }
     }
 }
 
@@ -774,59 +852,135 @@ static inline bool fast_bytes_hit(const fast_bytes *f, const uint8_t *k, uint32_
     return acc == 0;
 }
 
-/* Counts and int64 sums per int64 key over every row (no selection) while
- * no partition has outgrown the cache (nothing to prefetch): times come in
- * runs of one slice (sorted, or nearly, in most inputs), so a record costs a
- * range check, one cache-slot lookup and its pending deltas, without the
- * chunk arrays of the general loop. Shares fast[] and acc[] with it (the
- * same slots), so it may stop anywhere: returns the rows done, all of them
- * or those up to a partition outgrowing the cache or an error (*st set); the
- * general loop does the rest. */
-static size_t additive_runs_i64(slash_ssb *s, const slash_ssb_batch *b, const additive *add,
-                                bool count_only, fast_entry *fast, int64_t *acc,
-                                slash_status *st)
+/* Whether int64 cache entry f holds the record of (key, win). */
+static inline bool fast_i64_hit(const fast_entry *f, int64_t key, int64_t win)
+{
+    return f->partials && f->key == key && f->win == win;
+}
+
+/* A miss of int64 cache entry f (whose pending deltas are at acc): the
+ * entry's pending deltas go to its old record, and the record of (key, win)
+ * is found or made and takes the entry; returns its partials. Not inlined:
+ * rare, and the loops keep their registers. hashed: pidx
+ * and hash (the key's partition and index hash) are given, else computed
+ * here. *part: the partition upserted into. NULL with *st set on an error. */
+static __attribute__((noinline)) uint8_t *
+fast_i64_miss(slash_ssb *s, const fold_plan *pl, fast_entry *f, int64_t *acc, const int64_t *keyp,
+              int64_t win, bool hashed, uint32_t pidx, uint64_t hash, ssb_part **part,
+              slash_status *st)
+{
+    const int64_t key = *keyp; /* keyp: the batch's, so the caller keeps key in a register */
+    if (f->partials)
+        flush_pending(pl, f->partials, acc);
+    if (!hashed) {
+        const uint64_t kh = ssb_hash_i64(key);
+        pidx = ssb_part_of(s, kh);
+        hash = ssb_hash_win(s, kh, win);
+    }
+    *part = &s->parts[pidx];
+    uint8_t *rec = ssb_upsert(s, *part, hash, win, (const uint8_t *)keyp, 8, st);
+    f->key = key, f->win = win, f->partials = rec;
+    return rec;
+}
+
+/* Rows of the run path between two apply_chunk calls */
+#define SSB_RUN_CHUNK 256
+
+/* The run path's buffer of rows resolved but not yet applied in place. */
+typedef struct run_chunk {
+    size_t m;
+    size_t rows[SSB_RUN_CHUNK];
+    uint8_t *recs[SSB_RUN_CHUNK];
+} run_chunk;
+
+/* Folds row i and the rows after it whose times are in the live slice
+ * [lo, hi); returns the next row. *stop: a partition outgrew the cache (the
+ * rows before the returned one are done) or an error (*st set; the row
+ * returned is not done). count_only, in_place and stride (pl->n) are the
+ * plan's, as constants at each call where they are known, so each variant
+ * compiles to its own loop. */
+static inline __attribute__((always_inline)) size_t
+run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry *fast,
+         int64_t *acc, run_chunk *ch, size_t i, int64_t lo, int64_t hi, const bool count_only,
+         const bool in_place, const uint32_t stride, bool *stop, slash_status *st)
+{
+    /* the batch's columns in locals: see add_pending_row */
+    const size_t n = b->n;
+    const int64_t *const times = b->times, *const keys = b->keys;
+    const uint64_t width = (uint64_t)hi - (uint64_t)lo; /* t in [lo, hi): t - lo < width */
+    size_t m = ch->m;
+    do {
+        const int64_t key = keys[i];
+        const size_t slot = fast_slot(key, lo);
+        fast_entry *f = &fast[slot];
+        int64_t *pend = acc + slot * stride;
+        uint8_t *rec = f->partials;
+        if (__builtin_expect(!fast_i64_hit(f, key, lo), 0)) {
+            ssb_part *p;
+            rec = fast_i64_miss(s, pl, f, pend, &keys[i], lo, false, 0, 0, &p, st);
+            if (!rec || part_bytes(p) > SSB_PREFETCH_MIN) {
+                *stop = true;
+                if (rec) { /* this row is done, the rest goes to the general loop */
+                    add_pending_row(pl, count_only, pend, i);
+                    if (in_place)
+                        ch->rows[m] = i, ch->recs[m++] = rec;
+                    i++;
+                }
+                break;
+            }
+        }
+        add_pending_row(pl, count_only, pend, i);
+        if (in_place) {
+            ch->rows[m] = i, ch->recs[m] = rec;
+            if (++m == SSB_RUN_CHUNK) {
+                apply_chunk(s, pl, b, ch->rows, ch->recs, m);
+                m = 0;
+            }
+        }
+    } while (++i < n && (uint64_t)times[i] - (uint64_t)lo < width);
+    ch->m = m;
+    return i;
+}
+
+/* Every row with an int64 key (no selection) while no partition has
+ * outgrown the cache (nothing to prefetch): times come in runs of one slice
+ * (sorted, or nearly, in most inputs), so a record costs a range check, one
+ * cache-slot lookup and its pending deltas, without the chunk arrays of the
+ * general loop; in-place aggregates are applied a chunk of rows at a time.
+ * Shares fast[] and acc[] with the general loop (the same slots), so it may
+ * stop anywhere: returns the rows done, all of them or those up to a
+ * partition outgrowing the cache or an error (*st set); the general loop
+ * does the rest. */
+static __attribute__((noinline)) size_t runs_i64(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl,
+                       fast_entry *fast, int64_t *acc, slash_status *st)
 {
     slice_cache c = {1, 0, false, true}; /* empty: lo > hi */
+    run_chunk ch;
+    ch.m = 0;
     size_t i = 0;
-    while (i < b->n) {
+    bool stop = false;
+    while (i < b->n && !stop) {
         const bool live = slice_of(s, &c, b->times[i]);
         if (!c.fits)
-            return i; /* the general loop reports it */
+            break; /* the general loop reports it */
         /* the run: row i (in the slice by slice_of, even at a saturated
          * end: a time of INT64_MAX is in the slice clipped to end there)
          * and the rows after it inside [lo, hi) */
         const int64_t lo = c.lo, hi = c.hi;
-        const size_t first = i;
         if (!live) {
+            const size_t first = i;
             for (; i < b->n && (i == first || (b->times[i] >= lo && b->times[i] < hi)); i++)
                 s->late++;
-            continue;
-        }
-        for (; i < b->n && (i == first || (b->times[i] >= lo && b->times[i] < hi)); i++) {
-            const int64_t key = b->keys[i];
-            const size_t slot = fast_slot(key, lo);
-            fast_entry *f = &fast[slot];
-            if (__builtin_expect(f->partials && f->key == key && f->win == lo, 1)) {
-                if (count_only)
-                    acc[slot] = slash_wrap_add(acc[slot], 1);
-                else
-                    add_pending(add, acc + slot * add->n, i);
-                continue;
-            }
-            if (f->partials)
-                flush_pending(add, f->partials, acc + slot * add->n);
-            const uint64_t kh = ssb_hash_i64(key);
-            ssb_part *part = &s->parts[ssb_part_of(s, kh)];
-            uint8_t *rec = ssb_upsert(s, part, ssb_hash_win(s, kh, lo), lo, (const uint8_t *)&b->keys[i],
-                                      8, st);
-            f->key = key, f->win = lo, f->partials = rec;
-            if (!rec)
-                return i;
-            add_pending(add, acc + slot * add->n, i);
-            if (part_bytes(part) > SSB_PREFETCH_MIN)
-                return i + 1;
+        } else if (pl->count_only && !pl->nplace) {
+            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, true, false, 1, &stop, st);
+        } else if (pl->count_only) {
+            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, true, true, 1, &stop, st);
+        } else {
+            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, false, pl->nplace != 0, pl->n, &stop,
+                         st);
         }
     }
+    apply_chunk(s, pl, b, ch.rows, ch.recs, ch.m);
     return i;
 }
 
@@ -843,23 +997,21 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     bool late[SSB_CHUNK]; /* not win == INT64_MIN: a slice clipped there is a live one */
     uint32_t pidx[SSB_CHUNK];
     size_t rows[SSB_CHUNK];
+    size_t live_rows[SSB_CHUNK]; /* the chunk's rows not late, and their partials */
+    uint8_t *recs[SSB_CHUNK];
     const bool i64 = s->cfg.key_type == SLASH_KEY_INT64;
-    const bool additive = all_additive_i64(s);
-    struct additive add;
-    additive_init(s, b, &add);
-    /* a count alone (the commonest query): one increment per record */
-    const bool count_only = additive && add.n == 1 && !add.v[0];
+    fold_plan pl;
+    plan_init(s, b, &pl);
+    const bool count_only = pl.count_only; /* in locals: see add_pending_row */
+    const uint32_t stride = pl.n;
     fast_entry *fast = i64 ? calloc(SSB_FAST, sizeof *fast) : NULL;
     fast_bytes *fastb = i64 ? NULL : calloc(SSB_FAST, sizeof *fastb);
-    /* additive partials pile up per cache slot in this dense array and
-     * reach their records when the slot changes hands or the call ends: a
-     * record's partials sit in its partition's log, one page per partition,
-     * and updating them in place cost a TLB miss per record (18 ns a record
-     * at 256 partitions, 8 ns at one) */
-    int64_t *acc = additive ? calloc((size_t)SSB_FAST * (add.n ? add.n : 1), sizeof *acc) : NULL;
-    if ((i64 ? !fast : !fastb) || (additive && !acc)) {
+    /* the pending deltas of the additive aggregates, pl.n per cache slot */
+    int64_t *acc = calloc((size_t)SSB_FAST * (pl.n ? pl.n : 1), sizeof *acc);
+    if ((i64 ? !fast : !fastb) || !acc) {
         free(fast);
         free(fastb);
+        free(acc);
         return slash_fail(SLASH_ENOMEM, "update cache");
     }
     slash_status st = SLASH_OK;
@@ -871,10 +1023,11 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     for (uint32_t q = 0; q < s->cfg.partitions && !prefetch; q++)
         prefetch = part_bytes(&s->parts[q]) > SSB_PREFETCH_MIN;
     size_t start = 0;
-    if (additive && i64 && !b->skip && !prefetch) {
-        start = additive_runs_i64(s, b, &add, count_only, fast, acc, &st);
+    if (i64 && !b->skip && !prefetch) {
+        start = runs_i64(s, b, &pl, fast, acc, &st);
         if (st != SLASH_OK)
             goto out;
+        prefetch = start < b->n; /* it stopped early only for that (or a range error) */
     }
     for (size_t base = start; base < b->n; base += SSB_CHUNK) {
         size_t lim = b->n - base < SSB_CHUNK ? b->n - base : SSB_CHUNK, m = 0;
@@ -930,6 +1083,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                     __builtin_prefetch(slash_lss_ptr(&p->log, slash_hidx_addr(e->word)), 1, 0);
             }
         }
+        size_t nlive = 0;
         for (size_t j = 0; j < m; j++) {
             size_t i = rows[j];
             if (late[j]) {
@@ -938,25 +1092,15 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
             }
             uint8_t *part;
             size_t slot;
+            ssb_part *grown = NULL; /* the partition upserted into, on a miss */
             if (i64) {
                 const int64_t key = b->keys[i];
                 slot = fast_slot(key, win[j]);
                 fast_entry *f = &fast[slot];
-                if (f->partials && f->key == key && f->win == win[j]) {
-                    part = f->partials;
-                } else {
-                    if (acc && f->partials)
-                        flush_pending(&add, f->partials, acc + slot * add.n);
-                    if (!hashed) {
-                        uint64_t kh = ssb_hash_i64(key);
-                        pidx[j] = ssb_part_of(s, kh);
-                        hash[j] = ssb_hash_win(s, kh, win[j]);
-                    }
-                    part = ssb_upsert(s, &s->parts[pidx[j]], hash[j], win[j],
-                                      (const uint8_t *)&b->keys[i], 8, &st);
-                    f->key = key, f->win = win[j], f->partials = part;
-                    prefetch = prefetch || part_bytes(&s->parts[pidx[j]]) > SSB_PREFETCH_MIN;
-                }
+                part = f->partials;
+                if (!fast_i64_hit(f, key, win[j]))
+                    part = fast_i64_miss(s, &pl, f, acc + slot * stride, &b->keys[i], win[j], hashed,
+                                         pidx[j], hash[j], &grown, &st);
             } else {
                 const uint8_t *k;
                 uint32_t klen;
@@ -968,34 +1112,34 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 if (fast_bytes_hit(f, k, klen, ka, kz, win[j])) {
                     part = f->partials;
                 } else {
-                    if (acc && f->partials)
-                        flush_pending(&add, f->partials, acc + slot * add.n);
+                    if (f->partials)
+                        flush_pending(&pl, f->partials, acc + slot * stride);
                     if (!hashed) {
                         uint64_t kh = ssb_hash_bytes(k, klen);
                         pidx[j] = ssb_part_of(s, kh);
                         hash[j] = ssb_hash_win(s, kh, win[j]);
                     }
-                    part = ssb_upsert(s, &s->parts[pidx[j]], hash[j], win[j], k, klen, &st);
+                    grown = &s->parts[pidx[j]];
+                    part = ssb_upsert(s, grown, hash[j], win[j], k, klen, &st);
                     f->a = ka, f->z = kz, f->win = win[j], f->key = k, f->len = klen;
                     f->partials = part;
-                    prefetch = prefetch || part_bytes(&s->parts[pidx[j]]) > SSB_PREFETCH_MIN;
                 }
             }
-            if (!part)
+            if (!part) {
+                apply_chunk(s, &pl, b, live_rows, recs, nlive);
                 goto out;
-            if (count_only)
-                acc[slot] = slash_wrap_add(acc[slot], 1);
-            else if (additive)
-                add_pending(&add, acc + slot * add.n, i);
-            else
-                apply(s, part, b, i);
+            }
+            prefetch = prefetch || (grown && part_bytes(grown) > SSB_PREFETCH_MIN);
+            add_pending_row(&pl, count_only, acc + slot * stride, i);
+            live_rows[nlive] = i, recs[nlive++] = part;
         }
+        apply_chunk(s, &pl, b, live_rows, recs, nlive);
     }
 out:
-    for (size_t q = 0; acc && q < SSB_FAST; q++) {
+    for (size_t q = 0; q < SSB_FAST; q++) {
         uint8_t *part = i64 ? fast[q].partials : fastb[q].partials;
         if (part)
-            flush_pending(&add, part, acc + q * add.n);
+            flush_pending(&pl, part, acc + q * pl.n);
     }
     free(acc);
     free(fast);

@@ -1,0 +1,198 @@
+/* test_fold_kinds.c - every aggregate kind folds exactly as one update per
+ * row would, on each path of the batch update: the run path (int64 keys,
+ * no selection), the general loop (a selection, byte-string keys), and the
+ * hand-over from one to the other when a partition outgrows the cache.
+ *
+ * The reference is independent of the store: a dense table of partials per
+ * (slice, key) updated row by row, in batch order, with slash_crdt_update /
+ * slash_crdt_update_at, whose results are compared bit for bit with the
+ * store's emitted columns (float sums included: both add in row order).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "slash/crdt.h"
+#include "slash/hll.h"
+#include "slash/ssb.h"
+#include "unit.h"
+
+#define W 100 /* tumbling window, ms */
+#define NWIN 8
+
+enum { K_COUNT, K_SUM_F, K_MIN_I, K_MAX_F, K_AVG_I, K_FIRST_I, K_LAST_F, K_HLL, K_QS, K_DISTINCT,
+       NK };
+
+static const slash_agg_kind KINDS[NK] = {
+    SLASH_AGG_COUNT,    SLASH_AGG_SUM_F64,  SLASH_AGG_MIN_I64,     SLASH_AGG_MAX_F64,
+    SLASH_AGG_AVG_I64,  SLASH_AGG_FIRST_I64, SLASH_AGG_LAST_F64,   SLASH_AGG_HLL + 8,
+    SLASH_AGG_QUANTILE + 9000, SLASH_AGG_COUNT_DISTINCT,
+};
+
+typedef struct cols {
+    size_t n;
+    int64_t *keys, *times, *vi;
+    double *vf;
+    uint64_t *h;
+    uint8_t *skip;
+    int32_t *offs;
+    char *kdata;
+} cols;
+
+/* n rows over nkeys keys and NWIN windows; times sorted (runs) or not.
+ * Values repeat (ties for first/last, duplicates for the sets). */
+static cols make(size_t n, int64_t nkeys, int sorted, uint64_t seed)
+{
+    cols c = {.n = n};
+    c.keys = malloc(n * 8), c.times = malloc(n * 8), c.vi = malloc(n * 8);
+    c.vf = malloc(n * 8), c.h = malloc(n * 8), c.skip = calloc(n, 1);
+    c.offs = malloc((n + 1) * 4), c.kdata = malloc(n * 24 + 1);
+    int32_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        c.keys[i] = (int64_t)(unit_rng(&seed) % (uint64_t)nkeys);
+        c.times[i] = sorted ? (int64_t)(i * (NWIN * W) / n) : (int64_t)(unit_rng(&seed) % (NWIN * W));
+        c.vi[i] = (int64_t)(unit_rng(&seed) % 500) - 250;
+        c.vf[i] = (double)c.vi[i] / 8.0 + 0.1;
+        c.h[i] = slash_hll_hash_i64(c.vi[i] % 300);
+        c.offs[i] = o;
+        o += sprintf(c.kdata + o, "key-%lld", (long long)c.keys[i]);
+    }
+    c.offs[n] = o;
+    return c;
+}
+
+static void cols_free(cols *c)
+{
+    free(c->keys), free(c->times), free(c->vi), free(c->vf), free(c->h), free(c->skip);
+    free(c->offs), free(c->kdata);
+}
+
+static const void *input(const cols *c, int j)
+{
+    slash_agg_kind k = KINDS[j];
+    if (k == SLASH_AGG_COUNT)
+        return NULL;
+    if (slash_agg_hll_p(k) || k == SLASH_AGG_COUNT_DISTINCT)
+        return c->h;
+    return slash_crdt_input_is_f64(k) ? (const void *)c->vf : (const void *)c->vi;
+}
+
+static slash_ssb *open_kinds(slash_key_type kt)
+{
+    slash_ssb_config cfg = {0};
+    CHECK_OK(slash_window_init(&cfg.window, SLASH_WINDOW_TUMBLING, W, 0));
+    cfg.key_type = kt;
+    cfg.partitions = 1;
+    cfg.naggs = NK;
+    for (int j = 0; j < NK; j++)
+        cfg.aggs[j] = KINDS[j];
+    cfg.log_reserve = (size_t)1 << 32;
+    slash_ssb *s = NULL;
+    CHECK_OK(slash_ssb_open(&cfg, &s));
+    return s;
+}
+
+/* Feeds rows [lo, hi) of c (byte keys: "key-N"; with_skip: a selection of
+ * every row, which takes the general loop). */
+static void feed(slash_ssb *s, slash_key_type kt, const cols *c, size_t lo, size_t hi, int with_skip)
+{
+    slash_ssb_batch b = {0};
+    b.n = hi - lo;
+    b.times = c->times + lo;
+    for (int j = 0; j < NK; j++) {
+        const uint8_t *v = input(c, j);
+        b.values[j] = v ? v + lo * 8 : NULL;
+    }
+    if (kt == SLASH_KEY_INT64) {
+        b.keys = c->keys + lo;
+    } else {
+        b.key_offsets = c->offs + lo;
+        b.key_data = (const uint8_t *)c->kdata;
+    }
+    if (with_skip)
+        b.skip = c->skip + lo;
+    CHECK_OK(slash_ssb_update(s, &b));
+}
+
+/* Checks the store's emitted rows against the row-by-row reference. */
+static void check_against_reference(slash_ssb *s, slash_key_type kt, const cols *c, int64_t nkeys)
+{
+    size_t psize[NK], off[NK], rec = 0;
+    for (int j = 0; j < NK; j++)
+        off[j] = rec, psize[j] = slash_crdt_size(KINDS[j]), rec += psize[j];
+    uint8_t *ref = malloc((size_t)NWIN * (size_t)nkeys * rec);
+    uint8_t *seen = calloc((size_t)NWIN * (size_t)nkeys, 1);
+    for (size_t g = 0; g < (size_t)NWIN * (size_t)nkeys; g++)
+        for (int j = 0; j < NK; j++)
+            slash_crdt_zero(KINDS[j], ref + g * rec + off[j]);
+    for (size_t i = 0; i < c->n; i++) {
+        size_t g = (size_t)(c->times[i] / W) * (size_t)nkeys + (size_t)c->keys[i];
+        seen[g] = 1;
+        for (int j = 0; j < NK; j++) {
+            const uint8_t *v = input(c, j);
+            if (slash_crdt_needs_time(KINDS[j]))
+                slash_crdt_update_at(KINDS[j], ref + g * rec + off[j], v + i * 8, c->times[i]);
+            else
+                slash_crdt_update(KINDS[j], ref + g * rec + off[j], v ? v + i * 8 : NULL);
+        }
+    }
+    slash_ssb_result *r = NULL;
+    CHECK_OK(slash_ssb_emit(s, INT64_MAX, &r));
+    size_t groups = 0;
+    for (size_t g = 0; g < (size_t)NWIN * (size_t)nkeys; g++)
+        groups += seen[g];
+    CHECK(r && r->rows == groups);
+    size_t bad = 0;
+    for (size_t i = 0; r && i < r->rows; i++) {
+        int64_t key;
+        if (kt == SLASH_KEY_INT64) {
+            key = r->keys[i];
+        } else {
+            char k[80] = {0};
+            memcpy(k, r->key_data + r->key_offsets[i], (size_t)(r->key_offsets[i + 1] - r->key_offsets[i]));
+            key = atoll(k + 4);
+        }
+        size_t g = (size_t)(r->window_start[i] / W) * (size_t)nkeys + (size_t)key;
+        for (int j = 0; j < NK; j++) {
+            uint64_t want;
+            slash_crdt_result(KINDS[j], ref + g * rec + off[j], &want);
+            if (memcmp(&want, (const uint8_t *)r->columns[j] + i * 8, 8) != 0 && bad++ < 5)
+                fprintf(stderr, "  window %lld key %lld aggregate %d differs\n",
+                        (long long)r->window_start[i], (long long)key, j);
+        }
+    }
+    CHECK(bad == 0);
+    slash_ssb_result_free(r);
+    free(ref), free(seen);
+}
+
+static void check_path(slash_key_type kt, int with_skip, size_t n, int64_t nkeys, int sorted,
+                       size_t batch)
+{
+    cols c = make(n, nkeys, sorted, 0x5eed + n + (uint64_t)nkeys);
+    slash_ssb *s = open_kinds(kt);
+    for (size_t lo = 0; s && lo < n; lo += batch)
+        feed(s, kt, &c, lo, lo + batch < n ? lo + batch : n, with_skip);
+    if (s)
+        check_against_reference(s, kt, &c, nkeys);
+    slash_ssb_close(s);
+    cols_free(&c);
+}
+
+TEST(every_kind_on_the_run_path_sorted_times) { check_path(SLASH_KEY_INT64, 0, 60000, 37, 1, 7000); }
+TEST(every_kind_on_the_run_path_shuffled_times) { check_path(SLASH_KEY_INT64, 0, 60000, 37, 0, 7000); }
+TEST(every_kind_on_the_general_loop_with_a_selection) { check_path(SLASH_KEY_INT64, 1, 60000, 37, 0, 7000); }
+TEST(every_kind_with_byte_string_keys) { check_path(SLASH_KEY_BYTES, 0, 60000, 37, 1, 7000); }
+/* 8 windows x 200 keys of ~17 KiB records: the partition outgrows the
+ * cache inside a batch, and the general loop takes over with prefetching */
+TEST(every_kind_across_the_hand_over_to_the_prefetching_loop) { check_path(SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); }
+
+int main(void)
+{
+    RUN(every_kind_on_the_run_path_sorted_times);
+    RUN(every_kind_on_the_run_path_shuffled_times);
+    RUN(every_kind_on_the_general_loop_with_a_selection);
+    RUN(every_kind_with_byte_string_keys);
+    RUN(every_kind_across_the_hand_over_to_the_prefetching_loop);
+    return UNIT_DONE();
+}
