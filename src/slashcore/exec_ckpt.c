@@ -405,10 +405,15 @@ static slash_status restore_meta(slash_exec *ex, const void *meta, size_t len)
             ex->m.late_records = m->late_records;
         }
     } else { /* another size: every executor starts at the group watermark of the cut */
-        /* assigned, not raised: restore_min falls as METAs come in (a peer's
-         * epoch that arrived meanwhile is above it and comes again) */
+        /* assigned, not raised: restore_min falls as METAs come in. A peer
+         * whose epoch already arrived (the service thread runs from open on;
+         * a peer with nothing to read may have sent its final epoch before
+         * this restore) keeps the watermark it published: that epoch never
+         * comes again, and a peer lowered to the cut's would hold the group
+         * watermark there and this executor would never fire its windows. */
         for (uint32_t r = 0; r < ex->n; r++)
-            ex->vc.wm[r] = c->restore_min;
+            if (r == ex->rank || !ex->peer_epoch[r])
+                ex->vc.wm[r] = c->restore_min;
         ex->published = ex->advanced = c->restore_min;
         ex->max_seen = INT64_MIN;
     }

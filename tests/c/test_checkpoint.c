@@ -8,15 +8,20 @@
  * updates find every restored record), refuses a (window, key) given twice
  * or overlapping sessions of a key and leaves the partition empty, and a
  * restore into a partition that holds records merges; the CRC32C instruction
- * path equals the table; and an executor checkpointed mid-input and restored
- * into a new one gives the uninterrupted run's results. */
+ * path equals the table; an executor checkpointed mid-input and restored
+ * into a new one gives the uninterrupted run's results; and in a group of
+ * another size, a rank restored after a peer's final epoch reached it still
+ * fires the windows of its partitions. */
 #define _GNU_SOURCE
 #include "slash/checkpoint.h"
 #include "slash/exec.h"
 #include "blob_faults.h"
 #include "unit.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define NREC 4000
 static int64_t times[NREC], keys[NREC], ivals[NREC], offs[NREC + 1];
@@ -444,39 +449,53 @@ static uint64_t take_all(slash_exec *ex, size_t *rows)
     return d;
 }
 
+/* The windows an uninterrupted executor fires over the input, B records a push. */
+static uint64_t uninterrupted(const slash_ssb_config *c, size_t B, size_t *rows)
+{
+    slash_exec *ex = open_one(c);
+    uint64_t d = 0;
+    for (size_t i = 0; i < NREC; i += B) {
+        slash_ssb_batch b = batch(c, i, B);
+        CHECK_OK(slash_exec_push(ex, &b, NULL, NULL));
+        d += take_all(ex, rows);
+    }
+    CHECK_OK(slash_exec_finish(ex));
+    d += take_all(ex, rows);
+    slash_exec_close(ex);
+    return d;
+}
+
+/* Checkpoint 1 of an executor cut after the records before `cut` (then the
+ * crash: nothing after the cut survives); *d and *rows get the windows fired
+ * before it. */
+static slash_ckpt *checkpointed_at(const slash_ssb_config *c, size_t B, size_t cut, uint64_t *d,
+                                   size_t *rows)
+{
+    slash_exec *ex = open_one(c);
+    for (size_t i = 0; i < cut; i += B) {
+        slash_ssb_batch b = batch(c, i, B);
+        if (i + B == cut)
+            CHECK_OK(slash_exec_request_checkpoint(ex, 1));
+        CHECK_OK(slash_exec_push(ex, &b, NULL, NULL));
+        *d += take_all(ex, rows);
+    }
+    slash_ckpt *ck;
+    CHECK_OK(slash_exec_take_checkpoint(ex, &ck));
+    CHECK(ck && slash_ckpt_id(ck) == 1 && slash_ckpt_pushes(ck) == cut / B);
+    slash_exec_close(ex);
+    return ck;
+}
+
 static void exec_resume(slash_window_kind kind, slash_key_type kt)
 {
     make_input(kind * 3 + kt + 100);
     slash_ssb_config c = config(kind, kt, 4);
     const size_t B = 250, cut = NREC / 2;
-    /* uninterrupted */
-    slash_exec *ex = open_one(&c);
     size_t rows_a = 0, rows_b = 0;
-    uint64_t want = 0;
-    for (size_t i = 0; i < NREC; i += B) {
-        slash_ssb_batch b = batch(&c, i, B);
-        CHECK_OK(slash_exec_push(ex, &b, NULL, NULL));
-        want += take_all(ex, &rows_a);
-    }
-    CHECK_OK(slash_exec_finish(ex));
-    want += take_all(ex, &rows_a);
-    slash_exec_close(ex);
-    /* checkpointed after the first half */
-    ex = open_one(&c);
-    uint64_t got = 0;
-    for (size_t i = 0; i < cut; i += B) {
-        slash_ssb_batch b = batch(&c, i, B);
-        if (i + B == cut)
-            CHECK_OK(slash_exec_request_checkpoint(ex, 1));
-        CHECK_OK(slash_exec_push(ex, &b, NULL, NULL));
-        got += take_all(ex, &rows_b);
-    }
-    slash_ckpt *ck;
-    CHECK_OK(slash_exec_take_checkpoint(ex, &ck));
-    CHECK(ck && slash_ckpt_id(ck) == 1 && slash_ckpt_pushes(ck) == cut / B);
+    uint64_t want = uninterrupted(&c, B, &rows_a), got = 0;
+    slash_ckpt *ck = checkpointed_at(&c, B, cut, &got, &rows_b);
     CHECK(slash_ckpt_parts(ck) == 4);
-    slash_exec_close(ex); /* the crash: nothing after the cut survives */
-    ex = open_one(&c);
+    slash_exec *ex = open_one(&c);
     const void *p;
     size_t len;
     slash_ckpt_meta(ck, &p, &len);
@@ -534,6 +553,117 @@ TEST(restore_refuses_other_partition_count_and_late_calls)
     slash_ckpt_free(ck);
 }
 
+/* ---- a group of another size: a rank restored after its peers finished ------- */
+
+typedef struct late_rank {
+    int rank;
+    slash_listener *l;
+    const char **addrs;
+    const slash_ssb_config *cfg;
+    const slash_ckpt *ck;
+    atomic_int *peer_finishing; /* rank 1 sets it right before its finish */
+    uint64_t digest;
+    size_t rows;
+    slash_status st;
+    char err[256];
+} late_rank;
+
+static void *late_rank_main(void *arg)
+{
+    late_rank *c = arg;
+    slash_channel_config cc = {.buffer_size = 4096, .credits = 4};
+    slash_group *g;
+    slash_exec *ex = NULL;
+    slash_status st = slash_group_join(c->l, (uint32_t)c->rank, 2, c->addrs, "ckptlate", &cc,
+                                       10000, &g);
+    if (st == SLASH_OK) {
+        slash_exec_config ec;
+        memset(&ec, 0, sizeof ec);
+        ec.state = *c->cfg;
+        ec.lateness_ms = 100;
+        ec.epoch_bytes = 16 << 10;
+        ec.timeout_ms = 10000;
+        st = slash_exec_open(g, &ec, &ex);
+    }
+    if (st == SLASH_OK && c->rank == 0) {
+        /* rank 1 has nothing to read: it restores and finishes at once, and its
+         * final epoch reaches this executor's service thread before the restore */
+        while (!atomic_load(c->peer_finishing))
+            usleep(1000);
+        usleep(300 * 1000);
+    }
+    const void *p;
+    size_t len;
+    if (st == SLASH_OK) {
+        slash_ckpt_meta(c->ck, &p, &len);
+        st = slash_exec_restore_meta(ex, p, len);
+    }
+    for (uint32_t i = 0; i < slash_ckpt_parts(c->ck) && st == SLASH_OK; i++) {
+        uint32_t part;
+        st = slash_ckpt_part(c->ck, i, &part, &p, &len);
+        if (st == SLASH_OK && part % 2 == (uint32_t)c->rank)
+            st = slash_exec_restore_partition(ex, part, p, len);
+    }
+    if (c->rank == 1)
+        atomic_store(c->peer_finishing, 1);
+    if (st == SLASH_OK)
+        st = slash_exec_finish(ex);
+    if (st == SLASH_OK)
+        c->digest = take_all(ex, &c->rows);
+    else
+        snprintf(c->err, sizeof c->err, "rank %d: %s (%s)", c->rank, slash_strerror(st),
+                 slash_last_error());
+    c->st = st;
+    slash_exec_close(ex);
+    return NULL;
+}
+
+TEST(rank_restored_after_its_peers_finished_fires_its_windows)
+{
+    /* a checkpoint of one executor cut after the whole input, restored into a
+     * group of 2 where rank 1 finishes before rank 0 restores: rank 0 fires
+     * the windows of its partitions, and the group fires what the
+     * uninterrupted run does */
+    make_input(77);
+    slash_ssb_config c = config(SLASH_WINDOW_TUMBLING, SLASH_KEY_INT64, 4);
+    const size_t B = 250;
+    size_t rows_want = 0, rows_got = 0;
+    uint64_t want = uninterrupted(&c, B, &rows_want), got = 0;
+    slash_ckpt *ck = checkpointed_at(&c, B, NREC, &got, &rows_got);
+    size_t rows_pre = rows_got;
+    atomic_int finishing = 0;
+    late_rank ctx[2];
+    const char *addrs[2];
+    pthread_t th[2];
+    if (!tp)
+        CHECK_OK(slash_transport_open("shm", &tp));
+    for (int q = 0; q < 2; q++) {
+        memset(&ctx[q], 0, sizeof ctx[q]);
+        ctx[q].rank = q, ctx[q].addrs = addrs, ctx[q].cfg = &c, ctx[q].ck = ck;
+        ctx[q].peer_finishing = &finishing;
+        CHECK_OK(slash_listen(tp, NULL, "ckptlate", &ctx[q].l));
+        addrs[q] = slash_listener_addr(ctx[q].l);
+    }
+    for (int q = 0; q < 2; q++)
+        pthread_create(&th[q], NULL, late_rank_main, &ctx[q]);
+    for (int q = 0; q < 2; q++) {
+        pthread_join(th[q], NULL);
+        if (ctx[q].st != SLASH_OK)
+            fprintf(stderr, "  %s\n", ctx[q].err);
+        CHECK(ctx[q].st == SLASH_OK);
+        slash_listener_close(ctx[q].l);
+        got += ctx[q].digest;
+        rows_got += ctx[q].rows;
+    }
+    slash_ckpt_free(ck);
+    CHECK(rows_pre < rows_want); /* the checkpoint holds windows still to fire */
+    CHECK(ctx[0].rows > 0);
+    if (rows_got != rows_want)
+        fprintf(stderr, "  %zu rows (rank 0: %zu, rank 1: %zu after the restore), want %zu\n",
+                rows_got, ctx[0].rows, ctx[1].rows, rows_want);
+    CHECK(rows_got == rows_want && got == want);
+}
+
 int main(void)
 {
     RUN(round_trip_tumbling_int_keys);
@@ -554,6 +684,7 @@ int main(void)
     RUN(executor_resumes_sliding_string_keys);
     RUN(executor_resumes_session);
     RUN(restore_refuses_other_partition_count_and_late_calls);
+    RUN(rank_restored_after_its_peers_finished_fires_its_windows);
     slash_transport_close(tp);
     return UNIT_DONE();
 }
