@@ -49,7 +49,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import pyarrow as pa
 
 from slash.checkpoint import Checkpoint, CheckpointStore
-from slash.control import MoveWaiters, RunControl, rebalance_spec
+import slash.control
+from slash.control import MoveWaiters, rebalance_spec
 from slash.errors import InvalidArgument, InvalidState, SystemFailure, Timeout
 from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
@@ -371,7 +372,8 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     logic = sup.first.manifest.get("info", {}).get("logic", []) if sup.first is not None else []
     own_rounds = logic and rounds is None
     if own_rounds:  # the directory's run was updated: its versions hold, socket or not
-        rounds = RunControl(query, source.schema, n, bounded=watermarks_from_source(source),
+        rounds = slash.control.RunControl(query, source.schema, n,
+                                          bounded=watermarks_from_source(source),
                             features=("checkpoint",))
     updates = rounds.updates if rounds is not None else None
     if updates is not None:
