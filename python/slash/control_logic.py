@@ -366,6 +366,12 @@ class ExecutorControl:
 
 
 # ---- the driver's side ------------------------------------------------------------------------------
+def recorded_logic(ck: Any) -> List[Dict[str, Any]]:
+    """The logic versions checkpoint ``ck``'s manifest records
+    (:meth:`LogicUpdates.manifest_info`; none for ``ck`` None)."""
+    return list(ck.manifest.get("info", {}).get("logic", [])) if ck is not None else []
+
+
 @dataclass
 class UpdateRound:
     """One agreement of the group (an update): prepare, every ack, commit."""
@@ -532,6 +538,11 @@ class LogicUpdates:
         with self._lock:
             return (tuple(zip(self.plan.starts[1:], self.plan.versions[1:])),
                     [dict(u) for u in self.record])
+
+    def manifest_info(self) -> Dict[str, Any]:
+        """What a checkpoint's manifest records of the logic (its ``info``):
+        :attr:`record` as of one moment (:func:`recorded_logic` reads it back)."""
+        return {"logic": self.versions_and_record()[1]}
 
     def restore(self, record: List[Dict[str, Any]]) -> None:
         """A run started again on a checkpoint directory: the versions its

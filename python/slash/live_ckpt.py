@@ -71,6 +71,7 @@ import pyarrow as pa
 
 from slash.checkpoint import Checkpoint, CheckpointStore
 from slash.control import ControlServer, RunControl
+from slash.control_logic import recorded_logic
 from slash.errors import CheckpointCorrupt, InvalidArgument, InvalidState, SystemFailure, Timeout
 from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
@@ -267,7 +268,7 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
         server = None
     updates = ctl.updates  # every manifest records the versions agreed; a resume agrees them again
     if updates is not None and sup.first is not None:
-        updates.restore(sup.first.manifest.get("info", {}).get("logic", []))
+        updates.restore(recorded_logic(sup.first))
     elastic = ElasticCheckpointed()
     ctl.provide("scale-out", elastic.scale_out)
     ctl.provide("scale-in", elastic.scale_in)
@@ -384,8 +385,7 @@ def _live_group(query: Any, source: Any, size: int, group: GroupConfig, token: s
             d = Driver(pg, size, t_start + timeout, timeout)
             got = d.got
             Committer(d, store, checkpoints, cut, live=True, dropped=dropped,
-                      info=(lambda: {"logic": list(ctl.updates.record)})
-                      if ctl.updates is not None else None)
+                      info=ctl.updates.manifest_info if ctl.updates is not None else None)
 
             def restart() -> bool:
                 """A scale beyond the group asks for the cut it restarts from."""

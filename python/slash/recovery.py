@@ -51,6 +51,7 @@ import pyarrow as pa
 from slash.checkpoint import Checkpoint, CheckpointStore
 import slash.control
 from slash.control import MoveWaiters, rebalance_spec
+from slash.control_logic import recorded_logic
 from slash.errors import InvalidArgument, InvalidState, SystemFailure, Timeout
 from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
@@ -369,7 +370,7 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
         delivery.recover(sup.first)
     if control is not None:
         control._start(source, n, partitions, store.dir)
-    logic = sup.first.manifest.get("info", {}).get("logic", []) if sup.first is not None else []
+    logic = recorded_logic(sup.first)
     own_rounds = logic and rounds is None
     if own_rounds:  # the directory's run was updated: its versions hold, socket or not
         rounds = slash.control.RunControl(query, source.schema, n,
@@ -466,7 +467,7 @@ def _checkpointed_group(query: Query, source: Any, n: int, group: GroupConfig, t
         got = d.got
         updates = rounds.updates if rounds is not None else None
         Committer(d, store, checkpoints, cut, committed=committed,
-                  info=(lambda: {"logic": list(updates.record)}) if updates is not None else None)
+                  info=updates.manifest_info if updates is not None else None)
 
         def resumed(rep: Resumed, every_rank: bool) -> None:
             nonlocal pending_resume

@@ -65,6 +65,7 @@ import pyarrow as pa
 from slash._ipc import to_ipc
 from slash.checkpoint import write_durably
 from slash.ckpt_worker import AskSchedule
+from slash.control_logic import recorded_logic
 from slash.errors import (CheckpointCorrupt, InvalidState, NotSupported, PeerDisconnected,
                           Timeout)
 from slash.executor import split_at_cut
@@ -340,7 +341,7 @@ class DriverCheckpoints:
                                "its end (its source was exhausted); give a new directory")
         ck = self.store.latest()
         self.committed = ck.id if ck is not None else None
-        self.start_logic = list(ck.manifest.get("info", {}).get("logic", [])) if ck else []
+        self.start_logic = recorded_logic(ck)
 
     def _prepare(self, started_ms: int) -> Tuple[Any, ...]:
         ck = self.store.latest()
