@@ -50,11 +50,13 @@ def move_when_agreed(ex: slash.Executor, moves) -> bool:
 
 
 def run(table, n, window, *, seed, plan=None, partitions=16, string_keys=False, mover=None,
-        **group_kw):
+        finish_after=None, **group_kw):
     """Every rank pushes its share batch by batch; rank 0 calls plan(rng,
     leaders) before the batches chosen at random and moves what it returns
     (or calls mover(executor, last) before every batch and, last=True,
-    before finish).
+    before finish). finish_after: an Event the other ranks wait for, serving
+    their executors, before they finish (a move asked late in rank 0's input
+    still finds every peer unfinished, however the threads are scheduled).
     Returns (results, metrics per rank, final leader map per rank)."""
     state = slash.StateConfig(window=window, aggregates=AGGS, value_types=VALUE_TYPES,
                               key_type="string" if string_keys else "int64")
@@ -80,6 +82,11 @@ def run(table, n, window, *, seed, plan=None, partitions=16, string_keys=False, 
                 got += ex.results()
             if r == 0 and mover is not None:
                 mover(ex, last=True)  # a version adopted just before the final epoch
+            deadline = time.monotonic() + 60
+            while r != 0 and finish_after is not None and not finish_after.is_set():
+                assert time.monotonic() < deadline, "rank 0 never asked for its move"
+                ex.poll(0.005)
+                got += ex.results()
             ex.finish()
             got += ex.results()
             with lock:
@@ -230,15 +237,17 @@ def test_a_hand_over_queued_deeper_than_a_serve_round_imports_keeps_the_answer()
     to rank 1 halfway, so every hand-over is many fragments."""
     table = stream(17, n=60000, nkeys=50000, span_ms=20000)
     calls = [0]
+    moved = threading.Event()
 
     def mover(ex, last):
         calls[0] += 1
         if calls[0] == 40:
             leaders = ex.leader_map()[1]
             assert move_when_agreed(ex, {p: 1 for p, r in enumerate(leaders) if r == 0})
+            moved.set()
 
     got, metrics, maps = run(table, 2, "tumbling:30s", seed=17, mover=mover, partitions=4,
-                             buffer_size=4 << 10, credits=64, timeout=20)
+                             buffer_size=4 << 10, credits=64, timeout=20, finish_after=moved)
     assert_same(pa.Table.from_batches(got),
                 duckdb_reference(table, slash.parse_window("tumbling:30s")))
     agreed(maps)
