@@ -64,6 +64,7 @@ from slash.query import Query
 from slash.recovery import CheckpointedRun as Rescaler
 from slash.run import compat
 from slash.run.protocol import Epoch
+from slash.run.run_plan import RunPlan
 from slash.sources import FileSource, watermarks_from_source
 
 log = logging.getLogger(__name__)
@@ -239,68 +240,60 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
     return ctl, server
 
 
-def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, latency_target: Any,
-                  min_executors: Optional[int], max_executors: Optional[int], realtime: bool,
-                  live: Any, control: Any, checkpoint: Optional[str], checkpoint_every: Any,
-                  max_restarts: int, checkpoint_keep: int, output: Optional[str], timeout: float,
-                  metrics: Optional[Dict[str, Any]], t0: float, drivers: GroupDrivers,
-                  controller_options: Optional[Dict[str, Any]] = None,
-                  late_output: Optional[str] = None) -> pa.Table:
-    """:func:`slash.runner.run` with ``latency_target``: see the module doc
-    (``late_output``: as for :func:`slash.runner.run`, on every path).
-    ``drivers``: the runner's group drivers the tuned run goes through."""
-    if not isinstance(query, Query):  # runner.run refuses it first (slash.run.compat)
+def run_autotuned(p: RunPlan, drivers: GroupDrivers) -> pa.Table:
+    """:func:`slash.runner.run` with ``latency_target`` or ``realtime``: see
+    the module doc. ``drivers``: the runner's group drivers the tuned run
+    goes through."""
+    if p.is_join:  # runner.run refuses it first (slash.run.compat)
         compat.check("run", "join", ["latency_target"])
-    if not realtime:
+    if not p.realtime:
         raise InvalidArgument(
             "latency_target= measures window latency as emit time minus window end, which needs "
             "event times that are wall-clock times: pass realtime=True (--realtime) for a live "
             "stream or a recording replayed at its own pace")
-    cores = os.cpu_count() or 1
-    if latency_target is None:  # realtime=True alone: measured the same way, never tuned
-        if min_executors is not None:
+    n = p.n
+    if p.latency_target is None:  # realtime=True alone: measured the same way, never tuned
+        if p.min_executors is not None:
             raise InvalidArgument("min_executors bounds the controller: give latency_target= too")
-        if checkpoint is None and _scales_live(query, src):
-            return _run_measured_live(query, src, n, max_executors or n, group, token, live,
-                                      control, output, timeout, metrics, t0, drivers, late_output)
-        if max_executors is not None:
+        if p.checkpoint is None and _scales_live(p):
+            return _run_measured_live(p, drivers)
+        if p.max_executors is not None:
             raise InvalidArgument(
                 "max_executors= with realtime=True provisions a group that scales live over file "
                 "inputs without checkpoint=; with checkpoint= (or another input) a realtime run "
                 "rescales by restart: give latency_target= for a controller, or scale by hand "
                 "with slash ctl scale-out/scale-in")
-        return _run_measured(query, src, n, group, token, live, checkpoint, checkpoint_every,
-                             max_restarts, checkpoint_keep, output, timeout, metrics, t0,
-                             drivers, late_output, control)
-    if isinstance(latency_target, ControllerConfig):  # every knob of the policy
-        if min_executors is not None or max_executors is not None:
+        live = p.live if p.live is not None else LiveMetrics(n, kind="run")
+        rescaler = Rescaler()
+        rescaler.on_metrics, rescaler.on_event = live.feed, live.event
+        ctl = server = None
+        if p.control not in (None, False):
+            ctl, server = serve_checkpointed(p.control, p.query, p.src, n, rescaler, live)
+        sampler = AutoTuner(None, None, live, tick=live.report_interval, executors=n)
+        return _run_restart_group(p, drivers, live, rescaler, ctl, server, sampler)
+    if isinstance(p.latency_target, ControllerConfig):  # every knob of the policy
+        if p.min_executors is not None or p.max_executors is not None:
             raise InvalidArgument("latency_target is a ControllerConfig: give min_executors and "
                                   "max_executors in it")
-        config = latency_target
+        config = p.latency_target
     else:
-        config = ControllerConfig(latency_target=latency_target,
-                                  min_executors=min_executors if min_executors is not None else 1,
-                                  max_executors=max_executors if max_executors is not None
-                                  else max(n, cores), **(controller_options or {}))
-    controller = Controller(config, executors=n, epoch_ms=group.epoch_ms)
-    if checkpoint is None and _scales_live(query, src):
-        return _run_live_tuned(query, src, n, group, token, config, controller, live, control,
-                               output, timeout, metrics, t0, drivers, late_output)
-    live = live if live is not None else LiveMetrics(n, kind="run")
+        config = ControllerConfig(
+            latency_target=p.latency_target,
+            min_executors=p.min_executors if p.min_executors is not None else 1,
+            max_executors=p.max_executors if p.max_executors is not None
+            else max(n, os.cpu_count() or 1))
+    controller = Controller(config, executors=n, epoch_ms=p.group.epoch_ms)
+    if p.checkpoint is None and _scales_live(p):
+        return _run_live_tuned(p, config, controller, drivers)
+    live = p.live if p.live is not None else LiveMetrics(n, kind="run")
     rescaler = Rescaler()
-    tmp = None
-    if checkpoint is None:
-        tmp = tempfile.mkdtemp(prefix="slash-autotune-")
-        checkpoint = tmp
-        log.info("latency_target: checkpoints (for rescales) in the temporary directory %s, "
-                 "removed at the end (checkpoint= chooses one)", tmp)
     ctl = server = None
-    if control not in (None, False):
-        if not (control is True or isinstance(control, (str, os.PathLike))):
+    if p.control not in (None, False):
+        if not (p.control is True or isinstance(p.control, (str, os.PathLike))):
             raise InvalidArgument("with latency_target=, control must be True or a socket path")
-        ctl = RunControl(query, src.schema, n, bounded=watermarks_from_source(src),
+        ctl = RunControl(p.query, p.src.schema, n, bounded=watermarks_from_source(p.src),
                          features=("checkpoint", "latency_target"))
-        server = ControlServer(ctl, None if control is True else os.fspath(control))
+        server = ControlServer(ctl, None if p.control is True else os.fspath(p.control))
 
     def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
         live.feed(rank, snap)
@@ -330,139 +323,105 @@ def run_autotuned(query: Any, src: Any, n: int, group: Any, token: str, *, laten
     rescaler.on_event = live.event
     live.event(f"autotune: latency target {config.target_ms:.0f} ms, executors "
                f"{config.min_executors}..{config.max_executors}, starting with {n}")
-    tuner.start()
+    result = _run_restart_group(p, drivers, live, rescaler, ctl, server, tuner)
+    live.event("run ended")
+    return result
+
+
+def _run_restart_group(p: RunPlan, drivers: GroupDrivers, live: Any, rescaler: Any, ctl: Any,
+                       server: Any, ticker: "AutoTuner") -> pa.Table:
+    """Runs a realtime checkpointed group (rescaled by restart from its
+    checkpoints, through ``rescaler``) with ``ticker`` (the controller's, or
+    a sampler without one) ticking beside it; checkpoints in the plan's
+    directory, else in a temporary one removed at the end; closes the
+    control socket at the end and puts the ticker's view in
+    ``metrics["autotune"]``."""
+    tmp = None
+    if p.checkpoint is None:
+        tmp = tempfile.mkdtemp(prefix="slash-realtime-")
+        log.info("realtime: checkpoints (for rescales) in the temporary directory %s, removed "
+                 "at the end (checkpoint= chooses one)", tmp)
+    ticker.start()
     m: Dict[str, Any] = {}
     try:
-        result = drivers.run_checkpointed(query, src, n, group, token, output, timeout, m, late_output,
-                                           checkpoint, checkpoint_every, max_restarts,
-                                           checkpoint_keep, t0, rescaler,
-                                           live_every=live.report_interval, realtime=True,
-                                           rounds=ctl)
+        result = drivers.run_checkpointed(p, control=rescaler, live_every=live.report_interval,
+                                          realtime=True, rounds=ctl, checkpoint=tmp, metrics=m)
     finally:
-        tuner.stop()
+        ticker.stop()
         if server is not None:
             server.close()
         if ctl is not None:
             ctl.close()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    live.event("run ended")
-    if metrics is not None:
-        metrics.update(m)
-        metrics["autotune"] = {**tuner.status(), "timeline": list(tuner.timeline),
-                               "window_latency": live.snapshot()["window_latency"]}
+    if p.metrics is not None:
+        p.metrics.update(m)
+        p.metrics["autotune"] = {**ticker.status(), "timeline": list(ticker.timeline),
+                                 "window_latency": live.snapshot()["window_latency"]}
     return result
 
 
-def _run_measured(query: Any, src: Any, n: int, group: Any, token: str, live: Any,
-                  checkpoint: Optional[str], checkpoint_every: Any, max_restarts: int,
-                  checkpoint_keep: int, output: Optional[str], timeout: float,
-                  metrics: Optional[Dict[str, Any]], t0: float, drivers: GroupDrivers,
-                  late_output: Optional[str] = None, control: Any = None) -> pa.Table:
-    """``realtime=True`` without a target: the same paced, measured run with
-    a fixed configuration (the baseline ``slash bench autotune`` sweeps).
-    ``control`` (True or a socket path): its control socket, as a checkpointed
-    run's (:func:`serve_checkpointed`)."""
-    live = live if live is not None else LiveMetrics(n, kind="run")
-    rescaler = Rescaler()
-
-    rescaler.on_metrics = live.feed
-    rescaler.on_event = live.event
-    ctl = server = None
-    if control not in (None, False):
-        ctl, server = serve_checkpointed(control, query, src, n, rescaler, live)
-    tmp = None
-    if checkpoint is None:
-        tmp = checkpoint = tempfile.mkdtemp(prefix="slash-realtime-")
-    sampler = AutoTuner(None, None, live, tick=live.report_interval, executors=n).start()
-    m: Dict[str, Any] = {}
-    try:
-        result = drivers.run_checkpointed(query, src, n, group, token, output, timeout, m, late_output,
-                                           checkpoint, checkpoint_every, max_restarts,
-                                           checkpoint_keep, t0, rescaler,
-                                           live_every=live.report_interval, realtime=True,
-                                           rounds=ctl)
-    finally:
-        sampler.stop()
-        if server is not None:
-            server.close()
-            ctl.close()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if metrics is not None:
-        metrics.update(m)
-        metrics["autotune"] = {**sampler.status(), "timeline": list(sampler.timeline),
-                               "window_latency": live.snapshot()["window_latency"]}
-    return result
-
-
-def _run_measured_live(query: Any, src: Any, n: int, size: int, group: Any, token: str, live: Any,
-                       control: Any, output: Optional[str], timeout: float,
-                       metrics: Optional[Dict[str, Any]], t0: float, drivers: GroupDrivers,
-                       late_output: Optional[str] = None) -> pa.Table:
+def _run_measured_live(p: RunPlan, drivers: GroupDrivers) -> pa.Table:
     """``realtime=True`` without a target over file inputs and without
-    ``checkpoint=``: a group of ``size`` processes (``max_executors``, or
-    ``n``), ``n`` active, paced by event time and measured, a fixed
-    configuration unless scaled or updated by hand over its control socket
-    (``slash ctl scale-out/scale-in/update``), as any live group."""
+    ``checkpoint=``: a group of ``max_executors`` processes (or ``n``), ``n``
+    active, paced by event time and measured, a fixed configuration unless
+    scaled or updated by hand over its control socket (``slash ctl
+    scale-out/scale-in/update``), as any live group."""
+    n, size = p.n, p.max_executors or p.n
     if not 1 <= n <= size:
         raise InvalidArgument(f"executors={n} must be within 1..max_executors ({size})")
-    live, ctl, server = _provision(query, src, size, group, live, control, drivers)
+    live, ctl, server = _provision(p, size, drivers)
     view = _ActiveView(live, None)
 
     def on_scaler(scaler: Any) -> None:
         view.scaler = scaler
 
     sampler = AutoTuner(None, None, view, tick=live.report_interval, executors=n)
-    return _run_live_group(query, src, n, size, group, token, live, ctl, server, sampler, on_scaler,
-                           output, timeout, metrics, t0, drivers, late_output)
+    return _run_live_group(p, size, live, ctl, server, sampler, on_scaler, drivers)
 
 
-def _provision(query: Any, src: Any, size: int, group: Any, live: Any, control: Any,
-               drivers: GroupDrivers) -> Tuple[Any, Any, Any]:
+def _provision(p: RunPlan, size: int, drivers: GroupDrivers) -> Tuple[Any, Any, Any]:
     """(live metrics, RunControl, ControlServer or None) of a realtime live
     group of ``size`` processes: its partitions sized for all of them, every
     provisioned rank reporting (standbys too), a control socket always
     (``control`` names it; scaling goes through it)."""
-    group.partitions_for(size)
-    live = live if live is not None else LiveMetrics(size, kind="run")
+    p.group.partitions_for(size)
+    live = p.live if p.live is not None else LiveMetrics(size, kind="run")
     live.set_executors(size)
-    ctl, server = drivers.control_for(True if control in (None, False) else control, query, src,
-                                      size, elastic=True)
+    ctl, server = drivers.control_for(True if p.control in (None, False) else p.control, p.query,
+                                      p.src, size, elastic=True)
     return live, ctl, server
 
 
-def _run_live_group(query: Any, src: Any, n: int, size: int, group: Any, token: str, live: Any,
-                    ctl: Any, server: Any, ticker: "AutoTuner", on_scaler: Callable[[Any], None],
-                    output: Optional[str], timeout: float, metrics: Optional[Dict[str, Any]],
-                    t0: float, drivers: GroupDrivers, late_output: Optional[str]) -> pa.Table:
-    """Runs a realtime live group of ``size`` processes, ``n`` active, with
+def _run_live_group(p: RunPlan, size: int, live: Any, ctl: Any, server: Any, ticker: "AutoTuner",
+                    on_scaler: Callable[[Any], None], drivers: GroupDrivers) -> pa.Table:
+    """Runs a realtime live group of ``size`` processes, ``p.n`` active, with
     ``ticker`` (the controller's, or a sampler without one) ticking beside it;
     closes the control socket at the end and puts the ticker's view in
     ``metrics["autotune"]``."""
     ticker.start()
     m: Dict[str, Any] = {}
     try:
-        result = drivers.run_group(query, src, size, group, token, late_output is not None,
-                                   live.report_interval, ctl, None, t0, timeout, live, m, output,
-                                   late_output, elastic=n, realtime=True, on_scaler=on_scaler)
+        result = drivers.run_group(p, size, ctl, live.report_interval, rate=None, live=live,
+                                   metrics=m, elastic=p.n, realtime=True, on_scaler=on_scaler)
     finally:
         ticker.stop()
         ctl.close()
         if server is not None:
             server.close()
-    if metrics is not None:
-        metrics.update(m)
-        metrics["autotune"] = {**ticker.status(), "path": "live", "timeline": list(ticker.timeline),
-                               "window_latency": live.snapshot()["window_latency"]}
+    if p.metrics is not None:
+        p.metrics.update(m)
+        p.metrics["autotune"] = {**ticker.status(), "path": "live",
+                                 "timeline": list(ticker.timeline),
+                                 "window_latency": live.snapshot()["window_latency"]}
     return result
 
 
-def _scales_live(query: Any, src: Any) -> bool:
+def _scales_live(p: RunPlan) -> bool:
     """Whether ``latency_target=`` takes the live path: a window aggregation
     over a FileSource (or a BatchSource), whose units a pre-provisioned group
     re-deals without a restart (:mod:`slash.live_scale`)."""
-    return isinstance(query, Query) and isinstance(src, FileSource)
+    return isinstance(p.query, Query) and isinstance(p.src, FileSource)
 
 
 class _ActiveView:
@@ -484,21 +443,19 @@ class _ActiveView:
         self.live.event(text)
 
 
-def _run_live_tuned(query: Any, src: Any, n: int, group: Any, token: str, config: ControllerConfig,
-                    controller: Controller, live: Any, control: Any, output: Optional[str],
-                    timeout: float, metrics: Optional[Dict[str, Any]], t0: float,
-                    drivers: GroupDrivers, late_output: Optional[str] = None) -> pa.Table:
+def _run_live_tuned(p: RunPlan, config: ControllerConfig, controller: Controller,
+                    drivers: GroupDrivers) -> pa.Table:
     """``latency_target=`` without ``checkpoint=`` over a FileSource: the
     controller drives a group of ``max_executors`` processes, ``n`` active at
     the start, that scales LIVE (:class:`slash.live_scale.LiveScaler`: no
     restart, the input paused for milliseconds). Scale-out/in go through the
     live scaler, epoch lengths to every rank (``Executor.set_epoch``), a
     rebalance to rank 0 as live partition moves (``RunControl.rebalance``)."""
-    size = config.max_executors
+    n, size = p.n, config.max_executors
     if not config.min_executors <= n <= size:
         raise InvalidArgument(f"executors={n} must be within min_executors..max_executors "
                               f"({config.min_executors}..{size})")
-    live, ctl, server = _provision(query, src, size, group, live, control, drivers)
+    live, ctl, server = _provision(p, size, drivers)
     holder: Dict[str, Any] = {}
     view = _ActiveView(live, None)
 
@@ -531,9 +488,8 @@ def _run_live_tuned(query: Any, src: Any, n: int, group: Any, token: str, config
                f"{config.min_executors}..{size} provisioned, starting with {n} active")
     log.info("latency_target: %d executor processes provisioned, %d active; the controller "
              "scales them live (checkpoint= takes the restart path instead)", size, n)
-    result = _run_live_group(query, src, n, size, group, token, live, ctl, server, tuner,
-                             on_scaler, output, timeout, metrics, t0, drivers, late_output)
+    result = _run_live_group(p, size, live, ctl, server, tuner, on_scaler, drivers)
     live.event("run ended")
-    if metrics is not None:
-        metrics["executors_final"] = controller.executors
+    if p.metrics is not None:
+        p.metrics["executors_final"] = controller.executors
     return result

@@ -50,7 +50,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import pyarrow as pa
 
-from slash.errors import InvalidState, NotSupported
+from slash.errors import InvalidState
 from slash.live_scale import NO_WATERMARK, LiveScaler, ScaleAgent, Work, deal_work
 from slash.recovery_join import Side, merged
 from slash.run.elastic import wait_for_work
@@ -290,12 +290,3 @@ class JoinLiveScaler(LiveScaler):
                     "%.1f ms", len(old), len(new), new, 1000 * pause)
         self._end(op, None, {"executors": len(new), **entry, "live": True})
 
-
-def check_join_sources(srcs: Tuple[Any, Any]) -> None:
-    """NotSupported unless both sides are FileSources (their units are
-    re-dealt in global terms)."""
-    for s, src in zip(SIDES, srcs):
-        if not isinstance(src, FileSource):
-            raise NotSupported(f"max_executors=: live scaling of a join re-deals both inputs' "
-                               f"units in global terms, which a FileSource or a BatchSource "
-                               f"offers; the {s} input is a {type(src).__name__}")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -29,64 +28,21 @@ import pyarrow as pa
 from slash.errors import InvalidArgument, SinkFailed
 from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
-from slash.limits import MAX_EXECUTORS
 from slash.query import JoinQuery, Query
 from slash.recovery_join import execute_join_split  # noqa: F401 (Spark's join task runs it)
-from slash.run import compat
 from slash.run.driver import Driver, serve_rounds, show_live
 from slash.run.failure import Reported
 from slash.run.inputs import bound_ticks, source_nullable  # noqa: F401 (the benchmarks')
 from slash.run.output import write_late, write_parquet_atomically
-from slash.sources import FileSource, Source, as_source, output_overlaps_input, watermarks_from_source
+from slash.run.run_plan import (IN_PROCESS_ROWS, RunPlan, executor_count,  # noqa: F401 (the CLI's)
+                                runs_in_process)
+from slash.sources import Source, watermarks_from_source
 from slash.worker import RankSpec, run_rank, worker
 
 log = logging.getLogger(__name__)
 
 _NEVER = -(1 << 63)
-
-
-#: an input of at most this many rows, run with the default executor count,
-#: runs on one executor (its reader decoding on a second thread): a second
-#: executor's start and merge cost more than it saves below it (16 M rows of
-#: a 2-column count: 1.43 s on one against 3.10 s with 2 processes, best of
-#: 4, machine at load 15)
-IN_PROCESS_ROWS = 16_000_000
-
-
-def runs_in_process(src: Any, executors: Optional[int], **settings: Any) -> bool:
-    """Whether :func:`run` runs its executors on threads of the calling
-    process rather than in processes of their own: an input of known size
-    (files, tables), and none of ``settings`` (run's ``checkpoint``,
-    ``max_executors``, ``latency_target``, ``realtime``; ``isolation``: the
-    group asked for processes, :class:`GroupConfig`) given. Those need what only a process
-    gives: a rank that can die and be restarted from a checkpoint alone, a
-    standby that joins a running group, a pace of its own. Nothing else
-    does: the executors' channels are the same rings (or endpoints), and the
-    decode and the fold run without the GIL, so threads give the same answer
-    without a process start, the executors' imports and a copy of each
-    result through a pipe (60 M rows on 2 executors: 0.88 s against 1.22 s
-    wall, quiet machine). A fault injected by the test hook SLASH_TEST_KILL
-    kills a process, so it asks for processes too."""
-    if any(v not in (None, False) for v in settings.values()):
-        return False
-    if os.environ.get("SLASH_TEST_KILL"):
-        return False
-    parts = src if isinstance(src, tuple) else (src,)
-    rows = [getattr(p, "rows", None) for p in parts]
-    return all(isinstance(r, int) for r in rows)
-
-
-def executor_count(src: Any, executors: Optional[int], in_process: bool) -> int:
-    """The executors :func:`run` starts: ``executors`` if given; else one
-    for an input of at most :data:`IN_PROCESS_ROWS` rows run in this process,
-    one per core otherwise."""
-    if executors is not None:
-        return executors
-    if in_process:
-        parts = src if isinstance(src, tuple) else (src,)
-        if sum(getattr(p, "rows", 0) for p in parts) <= IN_PROCESS_ROWS:
-            return 1
-    return os.cpu_count() or 1
+_PLAN: Any = object()  # an override not given: the plan's own value
 
 
 def execute_split(query: Query, source: Source, rank: int, addresses: List[str], listener: Any,
@@ -109,23 +65,6 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
     if metrics is not None:
         metrics.update(m)
     return result
-
-
-def _check_output_path(path: str, what: str, src: Any = None) -> None:
-    """Fails before any process starts if `path` cannot be written, naming it,
-    or if writing it would overwrite or join an input of `src`, naming both."""
-    d = os.path.dirname(os.path.abspath(path)) or "."
-    given = output_overlaps_input(path, src) if src is not None else None
-    if given is not None:
-        raise InvalidArgument(f"{what} {path!r} would overwrite or join the input {given!r} "
-                              "(the same file, inside an input directory, or matched by an "
-                              "input pattern): give an output outside the inputs")
-    if os.path.isdir(path):
-        raise InvalidArgument(f"{what} {path!r} is a directory; give a file name")
-    if not os.path.isdir(d):
-        raise InvalidArgument(f"{what} {path!r}: directory {d!r} does not exist")
-    if not os.access(d, os.W_OK | os.X_OK):
-        raise InvalidArgument(f"{what} {path!r}: directory {d!r} is not writable")
 
 
 def run(query: Query, source: Any, *, executors: Optional[int] = None, transport: str = "shm",
@@ -242,135 +181,78 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     finishes (:mod:`slash.run.delivery`). Without ``checkpoint``, at least
     once: ``sink.write(result)`` when the run finishes.
     """
-    if isinstance(query, JoinQuery):
-        if not (isinstance(source, (tuple, list)) and len(source) == 2):
-            raise InvalidArgument("a join runs over two sources: source=(left, right)")
-        src = (as_source(source[0]), as_source(source[1]))
-        query.check(src[0].schema, src[1].schema)  # every schema error before any process starts
-    elif isinstance(query, Query):
-        src = as_source(source)
-        query.check(src.schema)  # every schema error before any process starts
-    else:
-        raise InvalidArgument(f"query must be a slash.query.Query or JoinQuery, got "
-                              f"{type(query).__name__}")
-    in_process = runs_in_process(src, executors, checkpoint=checkpoint,
-                                 max_executors=max_executors, latency_target=latency_target,
-                                 realtime=realtime,
-                                 isolation=group is not None and group.isolation == "process")
-    n = executor_count(src, executors, in_process)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_EXECUTORS:
-        raise InvalidArgument(f"executors must be an int in 1..{MAX_EXECUTORS}, got {executors!r}")
-    group = GroupConfig.for_call(group, transport=transport, mode=mode, lateness=query.lateness)
-    group.partitions_for(n)
-    cores = os.cpu_count() or 1
-    if n > cores:
-        log.warning("%d executors on %d cores: executors share cores and wait on each other; "
-                    "a run is fastest with at most one executor per core", n, cores)
-    if output:
-        _check_output_path(output, "output", src)
-    if late_output is not None:
-        _check_output_path(late_output, "late_output", src)
-        if output and os.path.realpath(output) == os.path.realpath(late_output):
-            raise InvalidArgument(f"late_output {late_output!r} is the output: give two files")
-    if rate is not None and (latency_target is not None or realtime):
-        raise InvalidArgument("rate= and realtime=True (which latency_target= needs) both pace "
-                              "the input, at a fixed rate or at its event times: give one")
-    compat.check("run", "join" if isinstance(query, JoinQuery) else "aggregation",
-                 [f for f, on in (("checkpoint", checkpoint is not None),
-                                  ("live_scale", max_executors is not None and
-                                   latency_target is None),
-                                  ("late_output", late_output is not None),
-                                  ("rate", rate is not None or realtime),
-                                  ("latency_target", latency_target is not None)) if on])
-    token = secrets.token_hex(16)
-    t0 = time.monotonic()
-    want_late = late_output is not None
-    if sink is not None:
-        _check_sink(sink, checkpoint, max_executors is not None or latency_target is not None
-                    or realtime)
-    if latency_target is not None or realtime:
-        from slash.autotune import GroupDrivers, run_autotuned
+    plan = RunPlan(**locals())  # every parameter is a field of the plan, checked there
+    return _DRIVERS[plan.path](plan)
 
-        return run_autotuned(query, src, n, group, token, latency_target=latency_target,
-                             min_executors=min_executors, max_executors=max_executors,
-                             realtime=realtime, live=live, control=control, checkpoint=checkpoint,
-                             checkpoint_every=checkpoint_every, max_restarts=max_restarts,
-                             checkpoint_keep=checkpoint_keep, output=output, timeout=timeout,
-                             metrics=metrics, t0=t0, late_output=late_output,
-                             drivers=GroupDrivers(_run_group, run_checkpointed_group, _control_for))
-    if min_executors is not None:
-        raise InvalidArgument("min_executors bounds the controller: give latency_target= too")
-    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
-                             or not rate > 0):
-        raise InvalidArgument(f"rate must be > 0 records/s, got {rate!r}")
-    if (isinstance(query, JoinQuery) and control not in (None, False) and max_executors is None
-            and checkpoint is None and all(isinstance(s, FileSource) for s in src)):
-        # a join's control socket (status, rebalance, scale-in) is the live join's
-        # (slash.live_join): its group of n, every rank active
-        max_executors = n
-    if max_executors is not None:  # a pre-provisioned group that scales live (slash.live_scale)
-        _check_elastic(query, src, n, max_executors, checkpoint)
-        group.partitions_for(max_executors)
-        if checkpoint is not None:  # live within max_executors, beyond it by restart
-            from slash.live_ckpt import run_live_checkpointed
 
-            late: Optional[List[pa.Table]] = [] if late_output is not None else None
-            result = run_live_checkpointed(query, src, n, max_executors, group, token,
-                                           directory=checkpoint, every=checkpoint_every,
-                                           keep=checkpoint_keep, max_restarts=max_restarts,
-                                           timeout=timeout, rate=rate, control=control,
-                                           metrics=metrics, output=output, live=live, late=late)
-            if late:
-                write_late(late, late_output)
-            return result
-        ctl, server = _control_for(True if control in (None, False) else control, query, src,
-                                   max_executors, elastic=True)
-        report_every = getattr(live, "report_interval", 0.5) if live is not None else 0.5
-        try:
-            return _run_group(query, src, max_executors, group, token, want_late, report_every,
-                              ctl, rate, t0, timeout, live, metrics, output, late_output,
-                              elastic=n)
-        finally:
-            ctl.close()
-            if server is not None:
-                server.close()
-    if checkpoint is not None:
-        from slash.recovery import CheckpointedRun as Rescaler
+def _run_tuned(p: RunPlan) -> pa.Table:
+    from slash.autotune import GroupDrivers, run_autotuned  # ~0.1 s of imports a plain run skips
 
-        live_every = live.report_interval if live is not None else None
-        if control in (None, False) or isinstance(control, Rescaler):
-            if live is not None:  # ranks report over their links; recoveries are marks on the page
-                control = control or Rescaler()
-                control.on_metrics, control.on_event = live.feed, live.event
-            return run_checkpointed_group(query, src, n, group, token, output, timeout, metrics,
-                                     late_output, checkpoint, checkpoint_every, max_restarts,
-                                     checkpoint_keep, t0, control or None, live_every=live_every,
-                                     rate=rate, sink=sink)
-        # the control socket (status, rebalance, scale-out/in, epoch) of a checkpointed run
-        from slash.autotune import serve_checkpointed
+    return run_autotuned(p, GroupDrivers(_run_group, run_checkpointed_group, _control_for))
 
-        rescaler = Rescaler()
-        ctl, server = serve_checkpointed(control, query, src, n, rescaler, live)
-        try:
-            return run_checkpointed_group(query, src, n, group, token, output, timeout, metrics,
-                                     late_output, checkpoint, checkpoint_every, max_restarts,
-                                     checkpoint_keep, t0, rescaler,
-                                     live_every=min(live_every or 1e9, ctl.tick * 10),
-                                     rate=rate, sink=sink, rounds=ctl)
-        finally:
-            server.close()
-            ctl.close()
-    report_every = getattr(live, "report_interval", 0.5) if live is not None else None
-    ctl, server = _control_for(control, query, src, n)
-    if ctl is not None and report_every is None:
-        report_every = 0.5  # status shows each executor's latest report
+
+def _run_live_checkpointed(p: RunPlan) -> pa.Table:
+    """Live within ``max_executors``, beyond it by restart (:mod:`slash.live_ckpt`)."""
+    from slash.live_ckpt import run_live_checkpointed
+
+    late: Optional[List[pa.Table]] = [] if p.want_late else None
+    result = run_live_checkpointed(p.query, p.src, p.n, p.max_executors, p.group, p.token,
+                                   directory=p.checkpoint, every=p.checkpoint_every,
+                                   keep=p.checkpoint_keep, max_restarts=p.max_restarts,
+                                   timeout=p.timeout, rate=p.rate, control=p.control,
+                                   metrics=p.metrics, output=p.output, live=p.live, late=late)
+    if late:
+        write_late(late, p.late_output)
+    return result
+
+
+def _run_live(p: RunPlan) -> pa.Table:
+    """A pre-provisioned group that scales live (:mod:`slash.live_scale`)."""
+    ctl, server = _control_for(True if p.control in (None, False) else p.control, p.query, p.src,
+                               p.max_executors, elastic=True)
     try:
-        result = _run_group(query, src, n, group, token, want_late, report_every, ctl,
-                            None if rate is None else rate / n, t0, timeout, live, metrics, output,
-                            late_output, in_process=in_process)
-        if sink is not None:  # at least once: a failure after this and a retry write it again
+        return _run_group(p, p.max_executors, ctl, report_every(p.live, 0.5), rate=p.rate,
+                          elastic=p.n)
+    finally:
+        ctl.close()
+        if server is not None:
+            server.close()
+
+
+def _run_checkpointed(p: RunPlan) -> pa.Table:
+    """The recovery driver (:mod:`slash.recovery`), with the control socket
+    of a checkpointed run if ``control`` asks for one."""
+    from slash.recovery import CheckpointedRun as Rescaler
+
+    live_every = report_every(p.live, None)
+    control = p.control
+    if control in (None, False) or isinstance(control, Rescaler):
+        if p.live is not None:  # ranks report over their links; recoveries are marks on the page
+            control = control or Rescaler()
+            control.on_metrics, control.on_event = p.live.feed, p.live.event
+        return run_checkpointed_group(p, control=control or None, live_every=live_every)
+    # the control socket (status, rebalance, scale-out/in, epoch) of a checkpointed run
+    from slash.autotune import serve_checkpointed
+
+    rescaler = Rescaler()
+    ctl, server = serve_checkpointed(control, p.query, p.src, p.n, rescaler, p.live)
+    try:
+        return run_checkpointed_group(p, control=rescaler,
+                                      live_every=min(live_every or 1e9, ctl.tick * 10),
+                                      rounds=ctl)
+    finally:
+        server.close()
+        ctl.close()
+
+
+def _run_plain(p: RunPlan) -> pa.Table:
+    ctl, server = _control_for(p.control, p.query, p.src, p.n)
+    every = report_every(p.live, 0.5 if ctl is not None else None)  # status: latest reports
+    try:
+        result = _run_group(p, p.n, ctl, every, rate=None if p.rate is None else p.rate / p.n)
+        if p.sink is not None:  # at least once: a failure after this and a retry write it again
             try:
-                sink.write(result)
+                p.sink.write(result)
             except Exception as e:
                 raise SinkFailed(f"sink: the run's {result.num_rows} window rows were not "
                                  f"written ({e})") from e
@@ -382,47 +264,15 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
             server.close()
 
 
-def _check_sink(sink: Any, checkpoint: Any, driven: bool) -> None:
-    """What ``sink=`` needs (see :func:`run`), before any process starts.
-    ``driven``: a live-scaled or self-tuning run (its own drivers)."""
-    if driven:
-        raise InvalidArgument(
-            "sink= is written by the run's driver: the checkpoint driver's commits "
-            "(checkpoint=) or a plain run's end; a live-scaled or self-tuning group "
-            "(max_executors=, latency_target=, realtime=) has drivers of its own, which hand "
-            "windows to no sink")
-    transactional = getattr(sink, "transactional_id", None) is not None
-    if checkpoint is None:
-        if transactional or not callable(getattr(sink, "write", None)):
-            raise InvalidArgument(
-                "sink= without checkpoint= is written once at the end (at least once) with "
-                "sink.write(result): give a KafkaSink without transactional_id, or checkpoint= "
-                "for exactly once (a transaction per checkpoint)")
-    elif not transactional or not callable(getattr(sink, "deliver", None)):
-        raise InvalidArgument(
-            "sink= with checkpoint= delivers each checkpoint's windows in one transaction when "
-            "its manifest commits (exactly once): give a KafkaSink with a transactional_id")
+#: the driver of each plan's path (:attr:`RunPlan.path`)
+_DRIVERS: Dict[str, Callable[[RunPlan], pa.Table]] = {
+    "tuned": _run_tuned, "live_checkpointed": _run_live_checkpointed, "live": _run_live,
+    "checkpointed": _run_checkpointed, "plain": _run_plain}
 
 
-def _check_elastic(query: Any, src: Any, n: int, m: Any, checkpoint: Any) -> None:
-    """What ``max_executors=`` without ``latency_target=`` needs: a window
-    aggregation over files (or a join over two, without checkpoint),
-    ``executors <= max_executors`` (``checkpoint=`` is allowed for an
-    aggregation: :mod:`slash.live_ckpt`)."""
-    from slash.errors import NotSupported
-    from slash.sources import FileSource
-
-    if isinstance(m, bool) or not isinstance(m, int) or not n <= m <= MAX_EXECUTORS:
-        raise InvalidArgument(f"max_executors must be an int in {n}..{MAX_EXECUTORS} (at least "
-                              f"executors={n}), got {m!r}")
-    if isinstance(query, JoinQuery):  # with checkpoint=: refused by slash.run.compat
-        from slash.live_join import check_join_sources
-        check_join_sources(src)  # both sides re-dealt in global terms (slash.live_join)
-        return
-    if not isinstance(src, FileSource):
-        raise NotSupported(f"max_executors=: live scaling re-deals the input's units in global "
-                           f"terms, which a FileSource or a BatchSource (batch i = make(i)) "
-                           f"offers; a {type(src).__name__} does not")
+def report_every(live: Any, default: Optional[float]) -> Optional[float]:
+    """How often ranks report: ``live``'s interval, else ``default``."""
+    return live.report_interval if live is not None else default
 
 
 def _control_for(control: Any, query: Any, src: Any, n: int,
@@ -455,61 +305,59 @@ def _control_for(control: Any, query: Any, src: Any, n: int,
     return ctl, ControlServer(ctl, None if control is True else os.fspath(control))
 
 
-def _run_group(query: Any, src: Any, n: int, group: GroupConfig, token: str, want_late: bool,
-               report_every: Optional[float], ctl: Any, rate: Optional[float], t0: float,
-               timeout: float, live: Any, metrics: Optional[Dict[str, Any]],
-               output: Optional[str], late_output: Optional[str],
+def _run_group(p: RunPlan, size: int, ctl: Any, report_every: Optional[float], *,
+               rate: Optional[float], live: Any = _PLAN, metrics: Any = _PLAN,
                elastic: Optional[int] = None, realtime: bool = False,
-               on_scaler: Optional[Callable[[Any], None]] = None,
-               in_process: bool = False) -> pa.Table:
-    """:func:`run` without checkpoints: the process group and its results.
-    ``elastic``: the group of ``n`` is pre-provisioned, its first ``elastic``
-    ranks active (:mod:`slash.live_scale`; ``rate`` is then the total);
-    ``realtime`` (with ``elastic``): each rank paces its input by event time
-    and reports the windows it fires; ``on_scaler`` is called with the
-    :class:`slash.live_scale.LiveScaler` before the group starts (the
-    latency controller's actuator, :mod:`slash.autotune`); ``in_process``:
-    the ranks run on threads of this process (:class:`ProcessGroup`)."""
+               on_scaler: Optional[Callable[[Any], None]] = None) -> pa.Table:
+    """A run without checkpoints: a group of ``size`` ranks and its results
+    (``live``, ``metrics``: the plan's unless given). ``elastic``: the group
+    is pre-provisioned, its first ``elastic`` ranks active
+    (:mod:`slash.live_scale`; ``rate`` is then the total); ``realtime`` (with
+    ``elastic``): each rank paces its input by event time and reports the
+    windows it fires; ``on_scaler`` is called with the
+    :class:`slash.live_scale.LiveScaler` before the group starts (the latency
+    controller's actuator, :mod:`slash.autotune`)."""
+    live = p.live if live is _PLAN else live
+    metrics = p.metrics if metrics is _PLAN else metrics
     scaler = None
     if elastic is not None:
         from slash.live_scale import LiveScaler
 
-        if isinstance(query, JoinQuery):
+        if p.is_join:
             from slash.live_join import JoinLiveScaler
-            scaler = JoinLiveScaler(src, query, n, elastic)
+            scaler = JoinLiveScaler(p.src, p.query, size, elastic)
         else:
-            scaler = LiveScaler(src, query, n, elastic, lambda b: bound_ticks(query, src.schema, b))
+            scaler = LiveScaler(p.src, p.query, size, elastic,
+                                lambda b: bound_ticks(p.query, p.src.schema, b))
         ctl.provide("scale-out", scaler.scale_out)
         ctl.provide("scale-in", scaler.scale_in)
         ctl.provide("elastic-status", scaler.status)
         if on_scaler is not None:
             on_scaler(scaler)
     try:
-        return _run_group_body(query, src, n, group, token, want_late, report_every, ctl, rate,
-                               t0, timeout, live, metrics, output, late_output, elastic, scaler,
-                               realtime, in_process)
+        return _run_group_body(p, size, ctl, report_every, rate, live, metrics, elastic, scaler,
+                               realtime)
     finally:
         if scaler is not None:
             scaler.close()
 
 
-def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str,
-                    want_late: bool, report_every: Optional[float], ctl: Any,
-                    rate: Optional[float], t0: float, timeout: float, live: Any,
-                    metrics: Optional[Dict[str, Any]], output: Optional[str],
-                    late_output: Optional[str], elastic: Optional[int],
-                    scaler: Any, realtime: bool = False, in_process: bool = False) -> pa.Table:
-    spec = RankSpec(query, src, group, token, want_late=want_late, report_every=report_every,
+def _run_group_body(p: RunPlan, n: int, ctl: Any, report_every: Optional[float],
+                    rate: Optional[float], live: Any, metrics: Optional[Dict[str, Any]],
+                    elastic: Optional[int], scaler: Any, realtime: bool) -> pa.Table:
+    query, t0, in_process, late_output = p.query, p.t0, p.in_process, p.late_output
+    spec = RankSpec(query, p.src, p.group, p.token, want_late=p.want_late,
+                    report_every=report_every,
                     control=ctl is not None, rate=rate,
                     active=None if elastic is None else list(range(elastic)), realtime=realtime)
     with ProcessGroup(n, worker, lambda r: (spec, r), in_process=in_process) as pg:
-        d = Driver(pg, n, t0 + timeout, timeout, wait_for_cause=True)
+        d = Driver(pg, n, t0 + p.timeout, p.timeout, wait_for_cause=True)
         if live is not None:
             show_live(d, live)
         if ctl is not None:
             serve_rounds(d, ctl, scaler)
         try:
-            d.start(max(0.0, t0 + group.timeout - d.got.t0))
+            d.start(max(0.0, t0 + p.group.timeout - d.got.t0))
             if ctl is not None:
                 ctl.attach(pg.send)
             if scaler is not None:
@@ -518,10 +366,7 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
         except Reported as e:
             raise e.error from e.error.__cause__
     parts, per_exec, late_parts = got.parts, got.per_exec, got.late
-    if isinstance(query, JoinQuery):
-        result = query.finalize(pa.concat_tables(parts), src[0].schema, src[1].schema)
-    else:
-        result = query.finalize(pa.concat_tables(parts), src.schema)
+    result = p.finalize(pa.concat_tables(parts))
     log.info("query ran on %d executor%s%s in %.2f s: %d result rows", n,
              "s" if n > 1 else "", " in this process" if in_process else "",
              time.monotonic() - t0, result.num_rows)
@@ -544,8 +389,8 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
             metrics["logic"] = ctl.status()["logic"]
         if scaler is not None:
             metrics["live_scales"] = list(scaler.history)
-    if output:
-        write_parquet_atomically(result, output)
+    if p.output:
+        write_parquet_atomically(result, p.output)
     if late_output is not None:
         late = pa.concat_tables(late_parts) if late_parts else None
         if late is not None and late.num_rows:
@@ -553,39 +398,38 @@ def _run_group_body(query: Any, src: Any, n: int, group: GroupConfig, token: str
     return result
 
 
-def run_checkpointed_group(query: Any, src: Any, n: int, group: GroupConfig, token: str,
-                      output: Optional[str], timeout: float, metrics: Optional[Dict[str, Any]],
-                      late_output: Optional[str], checkpoint: str, every: Any, max_restarts: int,
-                      keep: int, t0: float, control: Optional[Any] = None,
-                      live_every: Optional[float] = None, realtime: bool = False,
-                      rate: Optional[float] = None, sink: Any = None,
-                      rounds: Any = None) -> pa.Table:
-    """:func:`run` with ``checkpoint=``: the recovery driver runs the group
-    (``rate``: records/s over the group; ``sink``: see :func:`run`;
-    ``rounds``: the control socket's RunControl, whose updates the group
-    serves: :func:`slash.recovery.run_checkpointed`)."""
+def run_checkpointed_group(p: RunPlan, *, control: Optional[Any] = None,
+                           live_every: Optional[float] = None, realtime: bool = False,
+                           rounds: Any = None, checkpoint: Optional[str] = None,
+                           metrics: Any = _PLAN) -> pa.Table:
+    """A run with checkpoints: the recovery driver runs the group
+    (:func:`slash.recovery.run_checkpointed`; ``control``: its
+    CheckpointedRun; ``rounds``: the control socket's RunControl, whose
+    updates the group serves; ``realtime``: ranks pace by event time;
+    ``checkpoint``, ``metrics``: the plan's unless given)."""
     from slash.recovery import run_checkpointed
 
+    metrics = p.metrics if metrics is _PLAN else metrics
     m: Dict[str, Any] = {}
-    late: Optional[List[pa.Table]] = [] if late_output is not None else None
-    result = run_checkpointed(query, src, n, group, token, directory=os.fspath(checkpoint),
-                              every=every, keep=keep, max_restarts=max_restarts, timeout=timeout,
-                              finalize=(lambda t: query.finalize(t, src[0].schema, src[1].schema))
-                              if isinstance(query, JoinQuery)
-                              else (lambda t: query.finalize(t, src.schema)), metrics=m,
-                              control=control, live_every=live_every, realtime=realtime,
-                              rate=rate, late=late, sink=sink, rounds=rounds)
+    late: Optional[List[pa.Table]] = [] if p.want_late else None
+    result = run_checkpointed(p.query, p.src, p.n, p.group, p.token,
+                              directory=os.fspath(checkpoint or p.checkpoint),
+                              every=p.checkpoint_every, keep=p.checkpoint_keep,
+                              max_restarts=p.max_restarts, timeout=p.timeout, finalize=p.finalize,
+                              metrics=m, control=control, live_every=live_every,
+                              realtime=realtime, rate=p.rate, late=late, sink=p.sink,
+                              rounds=rounds)
     per_exec = m.get("per_executor", [])
     log.info("query ran on %d executors in %.2f s: %d result rows, %d checkpoints, %d recoveries",
-             n, time.monotonic() - t0, result.num_rows, len(m.get("checkpoints", [])),
+             p.n, time.monotonic() - p.t0, result.num_rows, len(m.get("checkpoints", [])),
              len(m.get("recoveries", [])))
     if metrics is not None:
         totals = {k: sum(int(x.get(k, 0) or 0) for x in per_exec)
                   for k in ("late_records", "null_time_records", "malformed_records")}
         totals["records_in"] = sum(int(x.get("records_read", 0) or 0) for x in per_exec)
-        metrics.update(totals, rows=result.num_rows, executors=m.get("executors_final", n), **m)
-    if output:
-        write_parquet_atomically(result, output)
+        metrics.update(totals, rows=result.num_rows, executors=m.get("executors_final", p.n), **m)
+    if p.output:
+        write_parquet_atomically(result, p.output)
     if late:
-        write_late(late, late_output)
+        write_late(late, p.late_output)
     return result

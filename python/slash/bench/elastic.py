@@ -59,6 +59,7 @@ from slash.executor import GroupConfig
 from slash.metrics import LiveMetrics
 from slash.query import Query
 from slash.recovery import CheckpointedRun
+from slash.run.run_plan import RunPlan
 from slash.runner import run as run_query, run_checkpointed_group
 from slash.sources import as_source
 
@@ -200,10 +201,11 @@ def rate_doubling(low: int, seconds: Tuple[float, float], scale_out: bool, keys:
         sampler = AutoTuner(None, None, live, tick=live.report_interval, executors=1).start()
         m: Dict[str, Any] = {}
         try:
-            res = run_checkpointed_group(q, _source(path), 1, GroupConfig(epoch_ms=100),
-                                    secrets.token_hex(8), None, 300.0, m, None,
-                                    os.path.join(work, "ck"), "2s", 3, 2, time.time(), ctl,
-                                    live_every=live.report_interval, realtime=True)
+            plan = RunPlan(q, _source(path), executors=1, group=GroupConfig(epoch_ms=100),
+                           timeout=300.0, metrics=m, checkpoint=os.path.join(work, "ck"),
+                           checkpoint_every="2s")
+            res = run_checkpointed_group(plan, control=ctl, live_every=live.report_interval,
+                                         realtime=True)
         finally:
             sampler.stop()
         if scale_out:
