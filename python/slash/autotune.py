@@ -216,11 +216,6 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
     ctl = RunControl(query, src.schema, n, bounded=watermarks_from_source(src),
                      features=("checkpoint",))
 
-    def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
-        if live is not None:
-            live.feed(rank, snap)  # takes the fired windows out of snap
-        ctl.on_message(("metrics", rank, snap))
-
     def scale(to: int) -> Dict[str, Any]:
         got = rescaler.rescale(to)
         ctl.regroup(got["to"], "the group restarted with another executor count")
@@ -230,9 +225,8 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
         rescaler.set_epoch(epoch_ms=ms)
         return {"epoch_ms": ms}
 
-    rescaler.on_metrics = on_metrics
-    if live is not None:
-        rescaler.on_event = live.event
+    if live is not None:  # the group's driver hands ctl the same reports (serve_rounds)
+        rescaler.on_metrics, rescaler.on_event = live.feed, live.event
     ctl.provide_resize(lambda: rescaler.executors or n, scale)
     ctl.provide("epoch", epoch)
     ctl.provide("rebalance", lambda a: rescaler.rebalance(**a))
@@ -295,11 +289,6 @@ def run_autotuned(p: RunPlan, drivers: GroupDrivers) -> pa.Table:
                          features=("checkpoint", "latency_target"))
         server = ControlServer(ctl, None if p.control is True else os.fspath(p.control))
 
-    def on_metrics(rank: int, snap: Dict[str, Any]) -> None:
-        live.feed(rank, snap)
-        if ctl is not None:
-            ctl.on_message(("metrics", rank, snap))
-
     def scale(to: int) -> None:
         got = rescaler.rescale(to)
         live.set_executors(got["to"])
@@ -319,7 +308,7 @@ def run_autotuned(p: RunPlan, drivers: GroupDrivers) -> pa.Table:
     if ctl is not None:
         provide_by_hand(ctl, tuner, lambda: controller.executors, scale, epoch)
         ctl.provide("rebalance", lambda a: rescaler.rebalance(**a))
-    rescaler.on_metrics = on_metrics
+    rescaler.on_metrics = live.feed  # ctl gets the reports from the group's driver (serve_rounds)
     rescaler.on_event = live.event
     live.event(f"autotune: latency target {config.target_ms:.0f} ms, executors "
                f"{config.min_executors}..{config.max_executors}, starting with {n}")
