@@ -18,6 +18,7 @@ from _slash_run import ENV, start_slash_run, wait_until
 from slash import control
 from slash.control import RunControl
 from slash.query import Query
+from slash.run.protocol import Metrics
 
 
 def _table(n=60_000):
@@ -105,10 +106,10 @@ def test_status_shows_a_rank_that_stopped_reporting_as_stalled():
     ctl = RunControl(Query(time="t", window="tumbling:1s", key=["k"], aggregates=["count"]),
                      _table(1).schema, 2)
     ctl.stall_after = 0.2
-    ctl.on_message(("metrics", 0, {"records_in": 5}))
-    ctl.on_message(("metrics", 1, {"records_in": 5}))
+    ctl.on_message(Metrics(0, {"records_in": 5}))
+    ctl.on_message(Metrics(1, {"records_in": 5}))
     time.sleep(0.3)
-    ctl.on_message(("metrics", 1, {"records_in": 9}))
+    ctl.on_message(Metrics(1, {"records_in": 9}))
     st = ctl.status()
     assert st["stalled"] == [0]
     assert st["per_executor"]["0"]["stalled"] and not st["per_executor"]["1"]["stalled"]

@@ -83,6 +83,7 @@ def test_an_update_asked_of_a_group_that_restarted_fails_without_a_commit():
     from slash.control import RunControl
     from slash.errors import InvalidState
     from slash.query import Query
+    from slash.run.protocol import ControlAck
 
     schema = pa.schema([("t", pa.int64()), ("k", pa.int64())])
     ctl = RunControl(Query(time="t", window="tumbling:1s", key="k"), schema, 2, bounded=False)
@@ -90,10 +91,10 @@ def test_an_update_asked_of_a_group_that_restarted_fails_without_a_commit():
     ctl.attach(lambda rank, msg: sent.append((rank, msg)))
     r = ctl.submit({"filter": "k < 3"})
     ctl.service()  # the prepare goes out to both ranks
-    ctl.on_message(("ctl-ack", 0, r.rid, 500))  # rank 1 dies before answering
+    ctl.on_message(ControlAck(0, r.rid, 500))  # rank 1 dies before answering
     ctl.new_group("restarted")
     ctl.service()
-    assert r.done.is_set() and [m[1] for _, m in sent] == ["prepare", "prepare"]
+    assert r.done.is_set() and [type(m).__name__ for _, m in sent] == ["ControlPrepare"] * 2
     with pytest.raises(InvalidState, match="restarted"):
         ctl.outcome(r)
     assert ctl.plan.version == 0

@@ -84,6 +84,7 @@ from slash.control_socket import (ControlServer, default_dir, default_socket, fi
 from slash.errors import InvalidArgument, NotSupported
 from slash.query import JoinQuery
 from slash.run import compat
+from slash.run.protocol import ControlAck, InputDone, Metrics, Moved
 from slash.state import TIME_UNITS
 
 __all__ = ["RunControl", "Operation", "OPERATIONS", "register", "add_ctl_arguments", "run_ctl",
@@ -114,7 +115,9 @@ class RunControl:
     threads and the driver's loop.
 
     The driver calls :meth:`attach` with how to send to rank r, hands every
-    ``("metrics" | "ctl-*", rank, ...)`` message to :meth:`on_message`, and
+    :class:`~slash.run.protocol.Metrics`, :class:`~slash.run.protocol.ControlAck`,
+    :class:`~slash.run.protocol.InputDone` or :class:`~slash.run.protocol.Moved`
+    report to :meth:`on_message`, and
     calls :meth:`service` from its loop at least every ``tick`` seconds.
 
     ``entry`` and ``features`` place the run in the compatibility table
@@ -263,24 +266,23 @@ class RunControl:
 
     def on_message(self, msg: Tuple[Any, ...]) -> bool:
         """Takes a control or metrics message of an executor; False if it is neither."""
-        kind, rank = msg[0], msg[1]
-        if kind == "metrics":
+        if isinstance(msg, Metrics):
             with self._lock:
-                self._per[rank] = dict(msg[2])
-                self._heard[rank] = time.monotonic()
+                self._per[msg.rank] = dict(msg.snapshot)
+                self._heard[msg.rank] = time.monotonic()
             return True
-        if kind == "ctl-input-done":
+        if isinstance(msg, InputDone):
             with self._lock:
-                self._input_done[rank] = msg[2]
+                self._input_done[msg.rank] = msg.max_seen
             if self.updates is not None:
-                self.updates.on_input_done(rank, msg[2])
+                self.updates.on_input_done(msg.rank, msg.max_seen)
             return True
-        if kind == "ctl-moved":
-            self.moves.waiters.answer(msg[2], msg[3])
+        if isinstance(msg, Moved):
+            self.moves.waiters.answer(msg.moves_id, msg.result)
             return True
-        if kind == "ctl-ack":
+        if isinstance(msg, ControlAck):
             if self.updates is not None:
-                self.updates.on_ack(rank, msg[2], msg[3])
+                self.updates.on_ack(msg.rank, msg.rid, msg.max_seen)
             return True
         return False
 

@@ -35,6 +35,7 @@ from slash.columns import one_batch
 from slash.control_moves import REQUEST_TIMEOUT, MoveRequests
 from slash.errors import InvalidArgument, InvalidState, NotSupported, SystemFailure, Timeout
 from slash.filters import Filter
+from slash.run.protocol import ControlAck, ControlCommit, ControlPrepare, InputDone, Move
 from slash.window import Session, parse_duration
 
 log = logging.getLogger(__name__)
@@ -286,7 +287,7 @@ class ExecutorControl:
             raise SystemFailure("the driver went away") from None
 
     def _commit_expected(self, msg: Any) -> None:
-        if isinstance(msg, tuple) and msg and msg[0] == "ctl":
+        if isinstance(msg, (ControlPrepare, ControlCommit)):
             raise SystemFailure(f"executor rank {self.rank}: expected the commit of a control "
                                 f"request, got {msg!r:.80}")
         self._other(msg)
@@ -311,7 +312,7 @@ class ExecutorControl:
             other(got)
 
     def _other(self, msg: Any) -> bool:
-        if isinstance(msg, tuple) and msg and msg[0] == "move":
+        if isinstance(msg, Move):
             self.moves.add(msg)
             return False
         if self.other is None:
@@ -324,15 +325,17 @@ class ExecutorControl:
         """Handles one message from the driver (a prepare pauses until its
         commit); True when a new version was installed."""
         self._ex = ex
-        if not (isinstance(msg, tuple) and msg and msg[0] == "ctl"):
+        if not isinstance(msg, (ControlPrepare, ControlCommit)):
             return self._other(msg)
-        if msg[1] != "prepare":
-            raise SystemFailure(f"executor rank {self.rank}: control message {msg[1]!r} out of turn")
-        rid = msg[2]
+        if not isinstance(msg, ControlPrepare):
+            raise SystemFailure(f"executor rank {self.rank}: control message {msg!r:.80} out of "
+                                f"turn")
+        rid = msg.rid
         t0 = time.monotonic()
-        self.send(("ctl-ack", self.rank, rid, self.max_seen))
-        got = self.await_commit(ex, "ctl", rid, t0 + self.timeout, self._commit_expected)
-        _, _, _, start, version, query = got
+        self.send(ControlAck(self.rank, rid, self.max_seen))
+        got: ControlCommit = self.await_commit(ex, "ctl", rid, t0 + self.timeout,
+                                               self._commit_expected)
+        start, version, query = got.start, got.version, got.query
         if query is not None:
             self.install(ex, start, version, query)
         self.paused_seconds += time.monotonic() - t0
@@ -356,7 +359,7 @@ class ExecutorControl:
     def input_done(self) -> None:
         self.moves.fail_all(InvalidState("rebalance: rank 0 has read all of its input; "
                                          "leadership no longer moves"))
-        self.send(("ctl-input-done", self.rank, self.max_seen))
+        self.send(InputDone(self.rank, self.max_seen))
 
     def status(self) -> Dict[str, Any]:
         return {"logic_version": self.plan.version, "max_event_time": self.max_seen,
@@ -485,7 +488,7 @@ class LogicUpdates:
             r.sent = True
             for rank in range(n):
                 if rank not in r.acks:
-                    g.send(rank, ("ctl", "prepare", r.rid))
+                    g.send(rank, ControlPrepare(r.rid))
             return
         if len(r.acks) < n:
             if time.monotonic() - r.t0 > REQUEST_TIMEOUT:
@@ -501,7 +504,7 @@ class LogicUpdates:
         done = g.finished_ranks()
         for rank in range(n):
             if rank not in done:
-                g.send(rank, ("ctl", "commit", r.rid, start, version, r.query))
+                g.send(rank, ControlCommit(r.rid, start, version, r.query))
         pause = time.monotonic() - r.t0
         g.query = r.query
         log.warning("control: logic version %d from event time %s (highest seen %s); "
@@ -522,8 +525,8 @@ class LogicUpdates:
             done = self.group.finished_ranks()
             for rank in range(self.group.executors):
                 if rank not in done:
-                    self.group.send(rank, ("ctl", "commit", r.rid, self.plan.starts[-1], None,
-                                           None))
+                    self.group.send(rank, ControlCommit(r.rid, self.plan.starts[-1], None,
+                                                        None))
         r.error, r.result = err, result
         r.done.set()
 

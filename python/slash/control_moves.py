@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from slash import errors
 from slash.errors import InvalidArgument, InvalidState, SlashError, SystemFailure, Timeout
 from slash.live_scale import spread_moves
+from slash.run.protocol import Move, Moved
 
 log = logging.getLogger(__name__)
 
@@ -125,11 +126,11 @@ class MoveRequests:
         # chosen from the map before that move (e.g. a rebalance right after a scale's spread)
         self._expect = 0
 
-    def add(self, msg: Tuple[Any, ...]) -> None:
-        self.pending.append((msg[1], msg[2]))
+    def add(self, msg: Move) -> None:
+        self.pending.append((msg.moves_id, msg.spec))
 
     def _answer(self, rid: int, result: Dict[str, Any]) -> None:
-        self.send(("ctl-moved", self.rank, rid, result))
+        self.send(Moved(self.rank, rid, result))
 
     def fail_all(self, err: SlashError) -> None:
         for rid, _ in self.pending:
@@ -270,5 +271,5 @@ class LiveMoves:
                                "longer moves")
         spec = rebalance_spec(args, g.reports(), g.executors, g.active_ranks())
         rid, ev = self.waiters.new()
-        g.send(0, ("move", rid, spec))
+        g.send(0, Move(rid, spec))
         return self.waiters.wait(rid, ev, timeout)

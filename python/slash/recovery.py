@@ -62,7 +62,7 @@ from slash.run.delivery import Delivery
 from slash.run.driver import Committer, Driver, serve_rounds
 from slash.run.failure import Failed, Reported, RestartPolicy, failed
 from slash.run.plan import AttemptPlan, CheckpointEvery
-from slash.run.protocol import Epoch, Metrics, Move, Resumed
+from slash.run.protocol import Epoch, Metrics, Move, Moved, Resumed
 from slash.run.resume import check_resplittable, resplit  # noqa: F401 (re-exported)
 from slash.run.supervisor import Rescale, RescaleCut, Supervisor, newest_shape
 from slash.sources import (FileSource, GeneratorSource, TableSource, input_stamp,
@@ -270,15 +270,9 @@ class CheckpointedRun:
             if self.on_metrics is not None:
                 self.on_metrics(rep.rank, rep.snapshot)
 
-        def moved(rep: Any) -> bool:  # ExecutorControl's answer to a Move
-            if rep[0] != "ctl-moved":
-                return False
-            self._moves.answer(rep[2], rep[3])
-            return True
-
         d.every_turn(turn, 0.05)
         d.on(Metrics, metrics)
-        d.claim(moved)
+        d.on(Moved, lambda rep, _: self._moves.answer(rep.moves_id, rep.result))
 
     def _start(self, source: Any, n: int, partitions: int, directory: str) -> None:
         with self._cond:

@@ -11,13 +11,15 @@ own class, so the reader on the other side of a link gets the record back.
 Rank to driver:
   :class:`Address`, :class:`Resumed`, :class:`Progress`, :class:`Metrics`, :class:`Windows`,
   :class:`CheckpointWritten`, :class:`Finished`, :class:`Error`,
-  :class:`ScaleAck`, :class:`ScaleIdle`.
+  :class:`ScaleAck`, :class:`ScaleIdle`, :class:`ControlAck`,
+  :class:`InputDone`, :class:`Moved`.
 Driver to rank:
   :class:`CheckpointNow`, :class:`Epoch`, :class:`Move`,
-  :class:`ScalePrepare`, :class:`ScaleCommit`, :class:`ScaleFinish`.
+  :class:`ScalePrepare`, :class:`ScaleCommit`, :class:`ScaleFinish`,
+  :class:`ControlPrepare`, :class:`ControlCommit`.
 
-The Spark paths' messages (:mod:`slash.spark`) and the control rounds'
-(:mod:`slash.control`) still travel as plain tuples.
+The Spark paths' own messages (:mod:`slash.spark`) still travel as plain
+tuples.
 """
 from __future__ import annotations
 
@@ -152,6 +154,30 @@ class ScaleIdle(Message, kind="scale-idle"):
     sid: int
 
 
+class ControlAck(Message, kind="ctl-ack"):
+    """A rank's answer to a :class:`ControlPrepare`: the highest event time it
+    has pushed (ticks; None: none yet), from which the update's switch
+    point is chosen."""
+    rank: int
+    rid: int
+    max_seen: Optional[int]
+
+
+class InputDone(Message, kind="ctl-input-done"):
+    """A control-serving rank has read all of its input (its highest event
+    time, ticks): no later record of it can follow an update."""
+    rank: int
+    max_seen: Optional[int]
+
+
+class Moved(Message, kind="ctl-moved"):
+    """Rank 0's answer to a :class:`Move`: what request ``moves_id`` did (a
+    dict), or the error that refused it."""
+    rank: int
+    moves_id: int
+    result: Any
+
+
 # ---- driver to rank ------------------------------------------------------------------------------
 class CheckpointNow(Message, kind="checkpoint_now"):
     """To rank 0: ask the core for a checkpoint now (a rescale's cut)."""
@@ -186,6 +212,22 @@ class ScaleCommit(Message, kind=("scale", "commit")):
 
 class ScaleFinish(Message, kind=("scale", "finish")):
     """Every rank is idle: the stream is over."""
+
+
+class ControlPrepare(Message, kind=("ctl", "prepare")):
+    """Every rank: pause after the current push and answer with a
+    :class:`ControlAck` (an update is being agreed)."""
+    rid: int
+
+
+class ControlCommit(Message, kind=("ctl", "commit")):
+    """Every rank: install logic ``version`` (``query``) for records from
+    ``start`` (ticks) and go on; ``query`` None: the request failed, go on
+    unchanged."""
+    rid: int
+    start: int
+    version: Optional[int]
+    query: Any
 
 
 def _portable(e: BaseException) -> BaseException:

@@ -29,6 +29,7 @@ from slash.kafka import KafkaStream
 from slash.metrics import Reporter
 from slash.query import Query
 from slash.run.plan import CheckpointPlan
+from slash.run.protocol import Metrics
 from slash.sources import malformed_records
 from slash.spark._stream_ckpt import TaskCheckpoints
 from slash.spark._tasks import join_group, rank_errors, report_error, write_table
@@ -226,7 +227,7 @@ def _run_stream(plan: StreamPlan, rank: int, addresses: List[str], lst: Any, con
                 snap["records_behind"] = max(0, plan.source.due_records(rank, n, base_ms,
                                                                         int(time.time() * 1000))
                                              - plan.source.batch * skip_batches - read[0])
-            conn.send(("metrics", rank, snap))
+            conn.send(Metrics(rank, snap))
 
         def drain() -> None:
             late.flush(conn)
