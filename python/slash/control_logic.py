@@ -289,7 +289,7 @@ class ExecutorControl:
         if isinstance(msg, tuple) and msg and msg[0] == "ctl":
             raise SystemFailure(f"executor rank {self.rank}: expected the commit of a control "
                                 f"request, got {msg!r:.80}")
-        self._other(msg)
+        self.other_message(msg)
 
     def await_commit(self, ex: Any, kind: str, rid: Any, deadline: float,
                      other: Callable[[Any], Any]) -> Tuple[Any, ...]:
@@ -310,7 +310,11 @@ class ExecutorControl:
                 return got
             other(got)
 
-    def _other(self, msg: Any) -> bool:
+    def other_message(self, msg: Any) -> bool:
+        """A driver message that is not this control's (a rank waiting for
+        another commit, e.g. a scale's): a leadership move joins the rank's
+        move requests, anything else goes to ``other`` (SystemFailure
+        without one). Returns False: it is never the message waited for."""
         if isinstance(msg, tuple) and msg and msg[0] == "move":
             self.moves.add(msg)
             return False
@@ -325,7 +329,7 @@ class ExecutorControl:
         commit); True when a new version was installed."""
         self._ex = ex
         if not (isinstance(msg, tuple) and msg and msg[0] == "ctl"):
-            return self._other(msg)
+            return self.other_message(msg)
         if msg[1] != "prepare":
             raise SystemFailure(f"executor rank {self.rank}: control message {msg[1]!r} out of turn")
         rid = msg[2]

@@ -211,7 +211,7 @@ class ScaleAgent:
     def _commit_expected(self, msg: Any) -> None:
         if isinstance(msg, ScaleFinish):
             raise SystemFailure(f"executor rank {self.rank}: told to finish inside a scale request")
-        self.ctl._other(msg)  # a rebalance request meanwhile
+        self.ctl.other_message(msg)  # a rebalance request meanwhile
 
     def handle(self, msg: Any) -> None:
         if isinstance(msg, Epoch):
