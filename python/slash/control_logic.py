@@ -147,11 +147,11 @@ class LogicPlan:
         int_key = len(q0.key) == 1 and (pa.types.is_integer(key_t) or pa.types.is_boolean(key_t)
                                         or pa.types.is_timestamp(key_t) or pa.types.is_date(key_t))
         if not skip.any():
-            return q0._project(batch), None, hi
+            return q0.project(batch), None, hi
         if int_key:
-            return q0._project(batch), skip, hi
+            return q0.project(batch), skip, hi
         # a dropped row's non-integer key may be too long to encode: drop the rows first
-        return q0._project(batch.filter(pa.array(~skip))), None, hi
+        return q0.project(batch.filter(pa.array(~skip))), None, hi
 
     def _skip(self, batch: pa.RecordBatch, ticks: pa.Array, lo: int) -> np.ndarray:
         """Per row: True when the version its time falls in drops it."""
