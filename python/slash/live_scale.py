@@ -180,7 +180,7 @@ class ScaleAgent:
         self.source, self.time = source, time_col
         if not restored:
             parts = ex.metrics["partitions"]
-            ex._core.restore_map([self.active[p % len(self.active)] for p in range(parts)])
+            ex.set_leaders([self.active[p % len(self.active)] for p in range(parts)])
         if not self.is_active:
             ex.set_standby([r for r in self.active if r != self.rank])
 
