@@ -173,6 +173,22 @@ def test_a_move_on_a_rank_other_than_0_or_with_a_bad_partition_is_refused():
             ex.close()
 
 
+def test_a_leader_map_set_before_any_push_is_followed_and_a_bad_one_refused():
+    state = slash.StateConfig(window="tumbling:1s", aggregates=["count"])
+    exs = open_group(2, state, partitions=8)
+    try:
+        with pytest.raises(errors.InvalidArgument, match="each of the 8 partitions"):
+            exs[0].set_leaders([0] * 7)
+        with pytest.raises(errors.InvalidArgument, match="rank in 0..1"):
+            exs[0].set_leaders([2] * 8)
+        for ex in exs:
+            ex.set_leaders([0] * 8)  # every partition led by rank 0 (rank 1 standing by)
+        assert [ex.leader_map()[1] for ex in exs] == [[0] * 8, [0] * 8]
+    finally:
+        for ex in exs:
+            ex.close()
+
+
 
 @pytest.mark.parametrize("transport", ["shm", OFI])
 def test_partitions_moved_back_before_their_hand_over_arrived(transport):

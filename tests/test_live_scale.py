@@ -93,7 +93,7 @@ class _Src:
         self.units = [Unit("f", i, r) for i, r in enumerate(rows)]
         self._b = bounds
 
-    def _bounds_of(self, _time):
+    def unit_bounds(self, _time):
         return self._b
 
 

@@ -210,3 +210,19 @@ def test_the_endpoint_serves_each_executors_malformed_values():
         got = scrape(srv.url)
     assert got[("slash_malformed_records_total", (("executor", "0"),))] == 3
     assert got[("slash_malformed_records_total", (("executor", "1"),))] == 0
+
+
+def _snap(t, records):
+    return {"time": t, "epochs": 1, "records_in": records, "bytes_in": 8 * records,
+            "cpu_seconds": 0.0, "watermark_ms": 0}
+
+
+@pytest.mark.parametrize("keep, shown", [(False, []), (True, ["0", "1"])])
+def test_a_smaller_group_drops_the_snapshots_of_the_ranks_it_lost_or_all(keep, shown):
+    live = LiveMetrics(3)
+    for r in range(3):
+        live.update_executor(r, _snap(1.0, 10 * r))
+    live.set_executors(2, keep=keep)
+    got = live.snapshot()
+    assert got["executors"] == 2
+    assert sorted(got["per_executor"]) == shown

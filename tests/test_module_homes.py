@@ -1,10 +1,10 @@
 """The modules split for one concept each keep their public names where
 users import them from, as the same objects.
 
-``slash.query``, ``slash.sources``, ``slash.state`` and
-``slash.spark.stream`` were each split into modules of one concern; every
-public name they held stays importable from them and is the object its new
-home defines (not a copy that could drift).
+``slash.query``, ``slash.sources``, ``slash.state``, ``slash.spark.stream``,
+``slash.kafka`` and ``slash.bench.kafka`` were each split into modules of
+one concern; every public name they held stays importable from them and is
+the object its new home defines (not a copy that could drift).
 """
 from __future__ import annotations
 
@@ -43,6 +43,28 @@ HOMES: List[Tuple[str, str, str]] = [
     *[("slash.spark.stream", n, "slash.spark.stream_handle") for n in ("StreamHandle", "Sink")],
     ("slash.spark.stream", "late_windows", "slash.spark._stream_task"),
     ("slash.spark.stream", "stream", "slash.spark.stream"),
+    *[("slash.kafka", n, "slash.kafka_decode") for n in ("BATCH_RECORDS", "TS_TYPE")],
+    *[("slash.kafka", n, "slash.kafka_source") for n in ("KafkaSource", "UNIT_RECORDS")],
+    ("slash.kafka", "KafkaStream", "slash.kafka_stream"),
+    ("slash.kafka", "KafkaSink", "slash.kafka_sink"),
+    *[("slash.bench.kafka", n, "slash.bench._kafka_topic") for n in (
+        "WINDOW_MS", "SCHEMA", "SQL", "ANSWER_COLUMNS", "CLOSER", "Topic", "ysb_json", "fill_topic",
+        "end_offsets", "topic_values", "reference", "comparable", "paced_values", "TRICKLE_RATE",
+        "produce_paced")],
+    *[("slash.bench.kafka", n, "slash.bench._kafka_measure") for n in ("tree_cpu", "SideRun",
+                                                                       "measured", "Side")],
+    *[("slash.bench.kafka", n, "slash.bench._kafka_slash") for n in ("side_slash_run",
+                                                                     "side_slash_spark")],
+    *[("slash.bench.kafka", n, "slash.bench._kafka_spark") for n in ("spark_kafka_jars",
+                                                                     "side_spark")],
+    *[("slash.bench.kafka", n, "slash.bench._kafka_flink") for n in (
+        "FLINK_KAFKA_POM", "flink_kafka_jars", "flink_job", "flink_config", "side_flink")],
+    *[("slash.bench.kafka", n, "slash.bench._kafka_sweep") for n in (
+        "latency_run", "SUSTAINED_P99_MS", "FEED_SHARE", "sustains", "judged_p99", "fed_short",
+        "sweep_rates")],
+    *[("slash.bench.kafka", n, "slash.bench.kafka") for n in ("NAME", "HELP", "SIDES",
+                                                              "add_arguments", "run", "markdown",
+                                                              "summary")],
 ]
 
 
@@ -94,3 +116,18 @@ def test_a_stream_handle_still_warns_under_slash_spark_stream(caplog):
     StreamHandle(1, lambda t: None)._warn_late(5)
     assert [r.name for r in caplog.records
             if "5 late record(s) not applied" in r.getMessage()] == ["slash.spark.stream"]
+
+
+def test_a_kafka_decoder_still_warns_under_slash_kafka(caplog):
+    import logging
+
+    import pyarrow as pa
+
+    from slash.kafka_decode import Decoder
+
+    d = Decoder("events", "json", pa.schema([("t", pa.int64())]), None, None)
+    caplog.set_level(logging.WARNING, logger="slash.kafka")
+    d.report([{"offset": 7, "error": "not JSON"}], 3, 7)
+    assert [r.name for r in caplog.records
+            if "1 malformed value(s) skipped, the first at offset 7" in r.getMessage()] == \
+        ["slash.kafka"]

@@ -196,7 +196,7 @@ def test_split_is_the_read_order_and_every_rank_computes_the_same_deal(tmp_path)
     assert parts == [b.split(r, 3) for r in range(3)]
     assert sorted((u for p in parts for u in p), key=lambda u: (u.path, u.index)) == a.units
     # each rank reads its units ordered by their minimum time
-    mins = {(u.path, u.index): m for u, m in zip(a.units, a._bounds_of("t"))}
+    mins = {(u.path, u.index): m for u, m in zip(a.units, a.unit_bounds("t"))}
     for p in parts:
         keys = [_scalar_int(mins[(u.path, u.index)]) for u in p]
         assert keys == sorted(keys)

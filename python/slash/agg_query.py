@@ -364,9 +364,12 @@ class Query:
             for f in self.filters[1:]:
                 m = pc.and_(m, f.mask(batch))
             batch = batch.filter(m)
-        return self._project(batch)
+        return self.project(batch)
 
-    def _project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The columns the executor takes (``key``, ``time`` in int64 ticks,
+        the value columns) of ``batch`` as it is, its rows not filtered (what
+        :meth:`prepare` does after the filters)."""
         cols = {"key": self.encode_keys(batch),
                 "time": self.time_ticks(batch.column(self.time), batch.schema)}
         for c in self.value_columns:
@@ -393,7 +396,7 @@ class Query:
         skip = self.filters[0].skip(batch)
         for f in self.filters[1:]:
             skip |= f.skip(batch)
-        return self._project(batch), skip
+        return self.project(batch), skip
 
     def encode_keys(self, batch: pa.RecordBatch, key_max: int = KEY_MAX_BYTES) -> pa.Array:
         """The key column(s) as the executor's ``key``; ``key_max``: the most

@@ -304,7 +304,7 @@ class CheckpointStore:
         return Checkpoint(ckpt_id, d, manifest, self.dir)
 
     def _prune(self) -> None:
-        complete = [i for i in self._ids() if self._has_manifest(i)]
+        complete = self.committed_ids()
         for i in complete[:-self.keep]:
             shutil.rmtree(os.path.join(self.dir, chk_name(i)), ignore_errors=True)
 
@@ -319,6 +319,11 @@ class CheckpointStore:
 
     def _has_manifest(self, ckpt_id: int) -> bool:
         return os.path.exists(os.path.join(self.dir, chk_name(ckpt_id), MANIFEST))
+
+    def committed_ids(self) -> List[int]:
+        """The ids of the checkpoints in the directory whose manifest is
+        written (committed ones, not yet pruned), ascending."""
+        return [i for i in self._ids() if self._has_manifest(i)]
 
     def load(self, ckpt_id: int) -> Checkpoint:
         """Checkpoint ``ckpt_id`` by its manifest (files are checked as they are read)."""

@@ -148,11 +148,11 @@ class LogicPlan:
         int_key = len(q0.key) == 1 and (pa.types.is_integer(key_t) or pa.types.is_boolean(key_t)
                                         or pa.types.is_timestamp(key_t) or pa.types.is_date(key_t))
         if not skip.any():
-            return q0._project(batch), None, hi
+            return q0.project(batch), None, hi
         if int_key:
-            return q0._project(batch), skip, hi
+            return q0.project(batch), skip, hi
         # a dropped row's non-integer key may be too long to encode: drop the rows first
-        return q0._project(batch.filter(pa.array(~skip))), None, hi
+        return q0.project(batch.filter(pa.array(~skip))), None, hi
 
     def _skip(self, batch: pa.RecordBatch, ticks: pa.Array, lo: int) -> np.ndarray:
         """Per row: True when the version its time falls in drops it."""
@@ -290,7 +290,7 @@ class ExecutorControl:
         if isinstance(msg, (ControlPrepare, ControlCommit)):
             raise SystemFailure(f"executor rank {self.rank}: expected the commit of a control "
                                 f"request, got {msg!r:.80}")
-        self._other(msg)
+        self.other_message(msg)
 
     def await_commit(self, ex: Any, kind: str, rid: Any, deadline: float,
                      other: Callable[[Any], Any]) -> Tuple[Any, ...]:
@@ -311,7 +311,11 @@ class ExecutorControl:
                 return got
             other(got)
 
-    def _other(self, msg: Any) -> bool:
+    def other_message(self, msg: Any) -> bool:
+        """A driver message that is not this control's (a rank waiting for
+        another commit, e.g. a scale's): a leadership move joins the rank's
+        move requests, anything else goes to ``other`` (SystemFailure
+        without one). Returns False: it is never the message waited for."""
         if isinstance(msg, Move):
             self.moves.add(msg)
             return False
@@ -326,7 +330,7 @@ class ExecutorControl:
         commit); True when a new version was installed."""
         self._ex = ex
         if not isinstance(msg, (ControlPrepare, ControlCommit)):
-            return self._other(msg)
+            return self.other_message(msg)
         if not isinstance(msg, ControlPrepare):
             raise SystemFailure(f"executor rank {self.rank}: control message {msg!r:.80} out of "
                                 f"turn")

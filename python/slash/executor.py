@@ -509,11 +509,7 @@ class Executor:
             raise InvalidArgument("restore needs the META blob of every rank of the checkpoint")
         parts_n = self._core.metrics()["partitions"]
         if leaders is not None:
-            leaders = [int(r) for r in leaders]
-            if len(leaders) != parts_n or not all(0 <= r < self.size for r in leaders):
-                raise InvalidArgument(f"leaders must give a rank in 0..{self.size - 1} for each of "
-                                      f"the {parts_n} partitions")
-            self._core.restore_map(leaders)
+            leaders = self.set_leaders(leaders)
         lead = leaders if leaders is not None else [p % self.size for p in range(parts_n)]
         for i, meta in enumerate(metas):
             try:
@@ -532,6 +528,20 @@ class Executor:
                   len(metas), sum(1 for p in parts if 0 <= p < parts_n and lead[p] == self.rank))
 
     # -- leadership ----------------------------------------------------------
+    def set_leaders(self, leaders: Sequence[int]) -> List[int]:
+        """Before any push: the leader map to start with, one rank per
+        partition, the same on every executor (a restore's, or a live group's
+        partitions dealt over its active ranks); returns it as ints. Raises
+        InvalidArgument for a map of another length or a rank outside the
+        group."""
+        parts_n = self._core.metrics()["partitions"]
+        got = [int(r) for r in leaders]
+        if len(got) != parts_n or not all(0 <= r < self.size for r in got):
+            raise InvalidArgument(f"leaders must give a rank in 0..{self.size - 1} for each of "
+                                  f"the {parts_n} partitions")
+        self._core.restore_map(got)
+        return got
+
     def move_partitions(self, moves: Mapping[int, int]) -> None:
         """Moves leadership of partitions: ``moves`` maps a partition to its new
         leader's rank. Call on rank 0 only. The move takes effect at rank 0's

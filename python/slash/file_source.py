@@ -10,7 +10,7 @@ re-deals it) with the next unit decoded on a thread while it folds the last.
 
 :class:`BatchSource` is the same machinery over ``make(i)``: each batch a
 unit, its bound ``bound(i)``; it overrides where bounds and null flags come
-from and how a unit is read (``_bounds_of``, ``may_have_nulls``,
+from and how a unit is read (``unit_bounds``, ``may_have_nulls``,
 ``_read_unit``), and keeps the split, the positions and the re-deal.
 
 Invariant: a position ``[i, k]`` says the next item is batch k of work
@@ -296,7 +296,7 @@ class FileSource:
         self._footers: Dict[str, Any] = footers
         self._nulls: Dict[str, bool] = {}
         if time is not None:
-            self._bounds_of(time)  # statistics of the time column: read once, at open
+            self.unit_bounds(time)  # statistics of the time column: read once, at open
 
     @property
     def rows(self) -> int:
@@ -322,11 +322,11 @@ class FileSource:
             raise InvalidArgument(f"rank {rank} is outside 0..{n - 1}")
         if time is None:
             return contiguous(self.units, rank, n)
-        return deal(self.units, self._bounds_of(time), n)[rank]
+        return deal(self.units, self.unit_bounds(time), n)[rank]
 
     def _plan(self, rank: int, n: int, time: Optional[str]) -> Tuple[List[Unit], List[Bound]]:
         idx = self._plan_idx(rank, n, time)
-        bounds = self._bounds_of(time) if time is not None else None
+        bounds = self.unit_bounds(time) if time is not None else None
         return [self.units[i] for i in idx], [bounds[i] if bounds else None for i in idx]
 
     def work(self, rank: int, n: int, time: Optional[str] = None) -> "Work":
@@ -386,7 +386,7 @@ class FileSource:
         if time is None:
             idx = [contiguous(subset, r, n) for r in range(n)]
         else:
-            b = self._bounds_of(time)
+            b = self.unit_bounds(time)
             idx = deal(subset, [b[g] for g in order], n)
         return [[[order[i], items[order[i]]] for i in per] for per in idx]
 
@@ -395,8 +395,13 @@ class FileSource:
         statistics when the source has a ``time``, else a contiguous run."""
         return self._plan(rank, n, self.time)[0]
 
-    def _bounds_of(self, time: str) -> List[Bound]:
-        """Each unit's bound on column ``time`` (from statistics; cached)."""
+    def unit_bounds(self, time: str) -> List[Bound]:
+        """Each unit's bound on column ``time``, by global unit index: a
+        lower bound of the unit's non-null times (from statistics, read once
+        and cached), :data:`ALL_NULL` for a unit whose times are all null, or
+        None where nothing is known. What the split, a live re-deal and a
+        rank's watermark promise rest on. UnknownName for a column the
+        source lacks."""
         got = self._bounds.get(time)
         if got is not None:
             return got
@@ -512,7 +517,7 @@ class FileSource:
         assert self.schema is not None
         units = [self.units[int(g)] for g, _ in work]
         read_before = [int(k) for _, k in work]
-        bounds: List[Bound] = ([self._bounds_of(time)[int(g)] for g, _ in work]
+        bounds: List[Bound] = ([self.unit_bounds(time)[int(g)] for g, _ in work]
                                 if time is not None else [None] * len(work))
         names = list(columns) if columns else self.schema.names
         for c in names:
@@ -629,13 +634,19 @@ class BatchSource(FileSource):
         self.paths = [f"<batches of {getattr(make, '__module__', '?')}."
                       f"{getattr(make, '__qualname__', type(make).__name__)}: {batches}>"]
         self.units = [Unit(_BATCHES, i, int(rows_per_batch)) for i in range(batches)]
+        self._start_caches()
+
+    def _start_caches(self) -> None:
+        """The caches FileSource's methods keep, empty: a source of batches has
+        no files, footers or partition directories (subclasses call it too)."""
         self._parts: Dict[str, Dict[str, Any]] = {}
         self._part_names: set = set()
         self._bounds: Dict[str, List[Bound]] = {}
         self._footers: Dict[str, Any] = {}
         self._nulls: Dict[str, bool] = {}
 
-    def _bounds_of(self, time: str) -> List[Bound]:
+    def unit_bounds(self, time: str) -> List[Bound]:
+        """Each batch's bound on ``time``: ``bound(i)`` (None without ``bound``)."""
         got = self._bounds.get(time)
         if got is None:
             if time not in self.schema.names:

@@ -166,7 +166,11 @@ class JoinQuery:
                 object.__setattr__(self, name, tuple([v] if isinstance(v, str) else v))
 
     @property
-    def _keys(self) -> Query:
+    def key_query(self) -> Query:
+        """The window aggregation over the same time, window (an interval
+        join's: its buckets), key, lateness and time unit: what reads the
+        join's keys and event times (encodes keys, converts times and
+        statistics bounds to ticks) the way the engine's aggregations do."""
         plan = self._plan
         return Query(time=self.time, window=plan.window if plan else self.window, key=self.on,
                      lateness=self.lateness, time_unit=self.time_unit, time_zone=self.time_zone)
@@ -181,7 +185,7 @@ class JoinQuery:
         """Raises SchemaError naming the side and column that cannot run."""
         for side, schema in (("left", left), ("right", right)):
             try:
-                self._keys.check(schema)
+                self.key_query.check(schema)
             except SchemaError as e:
                 raise SchemaError(f"{side} input: {e}") from None
             cols = self.payload(side, schema)
@@ -201,11 +205,11 @@ class JoinQuery:
                     f"{MAX_JOIN_COLUMNS - 1} fit (a number takes 1, a string or binary column "
                     f"{payload_words(self.string_bytes)} at string_bytes={self.string_bytes}): "
                     "carry fewer columns or lower string_bytes")
-        kt = [self._keys.key_type(s) for s in (left, right)]
+        kt = [self.key_query.key_type(s) for s in (left, right)]
         if kt[0] != kt[1]:
             raise SchemaError(f"join keys {list(self.on)} have different types on the two sides "
                               f"({kt[0]} vs {kt[1]})")
-        units = [self._keys.tick_unit(s) for s in (left, right)]
+        units = [self.key_query.tick_unit(s) for s in (left, right)]
         if units[0] != units[1]:
             raise SchemaError(f"time column {self.time!r} has different units on the two sides "
                               f"({left.field(self.time).type} vs {right.field(self.time).type})")
@@ -230,11 +234,11 @@ class JoinQuery:
                 out[TS] = "int64"
             return out
 
-        w = self._keys.window
+        w = self.key_query.window
         return JoinConfig(window=replace(w, offset_ms=0) if getattr(w, "offset_ms", 0)
-                          else w, key_type=self._keys.key_type(left),
+                          else w, key_type=self.key_query.key_type(left),
                           left_columns=types("left", left), right_columns=types("right", right),
-                          partitions=partitions, time_unit=self._keys.tick_unit(left),
+                          partitions=partitions, time_unit=self.key_query.tick_unit(left),
                           key_names=tuple(self.on), lead_ms=self._plan.lead_ms if self._plan else 0)
 
     def input_columns(self, side: str, schema: pa.Schema) -> List[str]:
@@ -258,7 +262,7 @@ class JoinQuery:
                 drop = ok if drop is None else pc.and_(drop, ok)
         if drop is not None:
             batch = batch.filter(drop)
-        keys = self._keys
+        keys = self.key_query
         cols = {"key": keys.encode_keys(batch, JOIN_KEY_MAX_BYTES),
                 "time": keys.time_ticks(batch.column(self.time), batch.schema)}
         valid = np.zeros(batch.num_rows, np.int64)
@@ -294,7 +298,7 @@ class JoinQuery:
     def finalize(self, results: pa.Table, left: pa.Schema, right: pa.Schema) -> pa.Table:
         """Executor results to the output shape: window bounds in the input's
         kind, keys decoded, payload types and nulls restored, rows sorted."""
-        keys = self._keys
+        keys = self.key_query
         if self._plan:
             results, ws, we = self._time_pairs(results, left)
         else:
@@ -335,7 +339,7 @@ class JoinQuery:
         fall in), with their window bounds in ticks (None for an interval
         join)."""
         plan = self._plan
-        tpm = TIME_UNITS[self._keys.tick_unit(schema)]
+        tpm = TIME_UNITS[self.key_query.tick_unit(schema)]
         lt, rt = (to_numpy(results.column(f"{s}_{TS}")).astype(np.int64) for s in ("left", "right"))
         keep = np.flatnonzero(plan.matches(lt, rt, tpm))
         results, lt, rt = results.take(pa.array(keep, pa.int64())), lt[keep], rt[keep]

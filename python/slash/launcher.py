@@ -89,6 +89,12 @@ class Link:
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
 
+    @property
+    def connection(self) -> Connection:
+        """The pipe itself, for a rank paused on a request (a control or a
+        scale round) that waits for the driver's answer on it directly."""
+        return self._conn
+
     def put(self, msg: Any) -> None:
         self._conn.send(msg)
 

@@ -112,10 +112,11 @@ class JoinScaleAgent(ScaleAgent):
         if got is not None and got[0] is w:
             return got[1]
         src = self.srcs[side]
-        b = src._bounds_of(self.time)
+        b = src.unit_bounds(self.time)
         out: List[Optional[int]] = [_TOP] * (len(w) + 1)
+        keys = self.query.key_query
         for i in range(len(w) - 1, -1, -1):
-            t = bound_ticks(self.query._keys, src.schema, b[int(w[i][0])])
+            t = bound_ticks(keys, src.schema, b[int(w[i][0])])
             nxt = out[i + 1]
             out[i] = None if t is None or nxt is None else min(t, nxt)
         self._suffix[side] = (w, out)
@@ -247,10 +248,11 @@ class JoinLiveScaler(LiveScaler):
     def _deal(self, left: Dict[int, Works], wm: Dict[int, Optional[int]],
               active: List[int]) -> Dict[int, Works]:
         out: Dict[int, Works] = {r: {} for r in active}
+        keys = self.query.key_query
         for s in SIDES:
             src = self.srcs[s]
             got = deal_work(src, self.query.time, {r: left[r][s] for r in left}, wm,
-                            lambda b, sch=src.schema: bound_ticks(self.query._keys, sch, b), active)
+                            lambda b, sch=src.schema: bound_ticks(keys, sch, b), active)
             for r in active:
                 out[r][s] = got[r]
         return out

@@ -71,11 +71,11 @@ def deal_work(source: Any, time_col: str, left: Dict[int, Work], wm: Dict[int, O
     >>> from slash.sources import Unit
     >>> class S:  # four units of 10 rows, bounds 0, 10, 20, 30
     ...     units = [Unit("f", i, 10) for i in range(4)]
-    ...     def _bounds_of(self, t): return [0, 10, 20, 30]
+    ...     def unit_bounds(self, t): return [0, 10, 20, 30]
     >>> deal_work(S(), "t", {0: [[1, 3], [3, 0]], 1: []}, {0: 5, 1: None}, lambda b: b, [0, 1])
     {0: [[1, 3]], 1: [[3, 0]]}
     """
-    bounds = source._bounds_of(time_col)
+    bounds = source.unit_bounds(time_col)
     holder: Dict[int, int] = {}
     items: Dict[int, int] = {}
     for r, lst in left.items():
@@ -180,7 +180,7 @@ class ScaleAgent:
         self.source, self.time = source, time_col
         if not restored:
             parts = ex.metrics["partitions"]
-            ex._core.restore_map([self.active[p % len(self.active)] for p in range(parts)])
+            ex.set_leaders([self.active[p % len(self.active)] for p in range(parts)])
         if not self.is_active:
             ex.set_standby([r for r in self.active if r != self.rank])
 
@@ -195,7 +195,7 @@ class ScaleAgent:
         left = self.left()
         if not left or self.source is None:
             return None
-        b = self.source._bounds_of(self.time)
+        b = self.source.unit_bounds(self.time)
         w = promises([b[int(g)] for g, _ in left])[0]
         return None if w is None else Watermark(w)
 
@@ -211,7 +211,7 @@ class ScaleAgent:
     def _commit_expected(self, msg: Any) -> None:
         if isinstance(msg, ScaleFinish):
             raise SystemFailure(f"executor rank {self.rank}: told to finish inside a scale request")
-        self.ctl._other(msg)  # a rebalance request meanwhile
+        self.ctl.other_message(msg)  # a rebalance request meanwhile
 
     def handle(self, msg: Any) -> None:
         if isinstance(msg, Epoch):

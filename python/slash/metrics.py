@@ -179,13 +179,17 @@ class LiveMetrics:
             self._exec[rank] = dict(snap)
             self._maybe_point(time.time())
 
-    def set_executors(self, n: int) -> None:
+    def set_executors(self, n: int, keep: bool = False) -> None:
         """The group now has ``n`` executors (a rescale): the old group's
-        snapshots are dropped (the new processes count from their restore)."""
+        snapshots are dropped (the new processes count from their restore);
+        ``keep``: only those of ranks ``n`` and above (a stream's ranks below
+        ``n`` go on showing their latest until the next job reports)."""
         with self._lock:
             self.executors = n
-            self._exec.clear()
-            self._rates.clear()
+            for r in [r for r in self._exec if not keep or r >= n]:
+                self._exec.pop(r, None)
+            for r in [r for r in self._rates if not keep or r >= n]:
+                self._rates.pop(r, None)
 
     def feed(self, rank: int, snap: Dict[str, Any]) -> None:
         """A checkpointed rank's report (``slash.recovery``): its snapshot,

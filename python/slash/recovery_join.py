@@ -94,8 +94,10 @@ def merged(query: JoinQuery, sides: Dict[str, Side]) -> Iterator[Tuple[str, pa.R
     side are kept in their place; the lateness covers them). When it
     yields, each side's :meth:`Side.state` is its state after that push
     (the next batch is pulled only when the merge goes on)."""
+    keys = query.key_query
+
     def first_time(b: pa.RecordBatch) -> int:
-        t = pc.min(query._keys.time_ticks(b.column(query.time), b.schema)).as_py()
+        t = pc.min(keys.time_ticks(b.column(query.time), b.schema)).as_py()
         return -(1 << 63) if t is None else t  # all times null: dropped at once
 
     for s in SIDES:
@@ -111,7 +113,7 @@ def merged(query: JoinQuery, sides: Dict[str, Side]) -> Iterator[Tuple[str, pa.R
         side = min(live, key=lambda s: first_time(sides[s].cur))
         other = "right" if side == "left" else "left"
         cur = sides[side].cur
-        times = query._keys.time_ticks(cur.column(query.time), cur.schema)
+        times = keys.time_ticks(cur.column(query.time), cur.schema)
         before = pc.fill_null(pc.less_equal(times, first_time(sides[other].cur)), True)
         rest = cur.filter(pc.invert(before))
         sides[side].cur = rest if rest.num_rows else None

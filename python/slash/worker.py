@@ -101,13 +101,13 @@ def run_rank(spec: RankSpec, rank: int, addresses: List[str], listener: Any,
     with RankLoop(query, source, ex, link if listens else None) as loop:
         ctl = agent = pacer = None
         if spec.control or active is not None:
-            ctl = ExecutorControl(send, raw._conn, rank, LogicPlan(query), spec.group.timeout)
+            ctl = ExecutorControl(send, raw.connection, rank, LogicPlan(query), spec.group.timeout)
         realtime = spec.realtime or (plan is not None and plan.realtime)
         report_every = spec.report_every or (plan.live_every if plan is not None else None)
         if active is not None:
             work = (spec.works[rank] if spec.works is not None else
                     source.work(rank, len(active), query.time) if rank in active else [])
-            agent = ScaleAgent(rank, n, work, active, send, raw._conn, spec.group.timeout)
+            agent = ScaleAgent(rank, n, work, active, send, raw.connection, spec.group.timeout)
             pacer = Pacer() if realtime else None
         ckpt = None
         if plan is not None:
@@ -201,11 +201,11 @@ def _run_join(spec: RankSpec, rank: int, addresses: List[str], listener: Any,
                      if spec.report_every else None)
             result = loop.run(join_split_items(loop, n, rate=spec.rate))
             return result, loop.metrics()
-    ctl = ExecutorControl(link.put, link._conn, rank, LogicPlan(query), group.timeout)
+    ctl = ExecutorControl(link.put, link.connection, rank, LogicPlan(query), group.timeout)
     act = spec.active
     works = {s: src.work(rank, len(act), query.time) if rank in act else []
              for s, src in zip(SIDES, spec.source)}
-    agent = JoinScaleAgent(rank, n, works, act, link.put, link._conn, group.timeout)
+    agent = JoinScaleAgent(rank, n, works, act, link.put, link.connection, group.timeout)
     ex = open_executor(query, spec.source, rank, addresses, listener, group, token,
                        group.partitions_for(n))
     with RankLoop(query, spec.source, ex, link) as loop:

@@ -40,7 +40,7 @@ def kill_point(rank: int, attempt: int) -> Optional[Tuple[int, int, bool]]:
 
 def _committed_since(store: CheckpointStore, first_id: int) -> int:
     """Committed checkpoints with an id >= first_id (for the test hook)."""
-    return sum(1 for i in store._ids() if i >= first_id and store._has_manifest(i))
+    return sum(1 for i in store.committed_ids() if i >= first_id)
 
 
 def kill_after_cuts(ex: Executor, store: CheckpointStore, plan: AttemptPlan,

@@ -186,6 +186,12 @@ class Rendezvous:
         for t in self._threads:
             t.start()
 
+    @property
+    def connected(self) -> int:
+        """How many ranks of the formed group have their link open now."""
+        with self._lock:
+            return len(self._members)
+
     def _accept(self) -> None:
         while not self._closed:
             try:

@@ -44,11 +44,13 @@ gets them then, labelled with the checkpoint id. See
 :mod:`slash.spark._stream_ckpt` and docs/recovery.md.
 
 Where it lives: the sources in :mod:`slash.spark.stream_sources`, a task's
-loop in :mod:`slash.spark._stream_task`, the driver's handle in
-:mod:`slash.spark.stream_handle`, checkpoints in
+loop in :mod:`slash.spark._stream_task`, the driver's handle (which runs
+the barrier jobs under the one supervisor: a failed job restarts from the
+newest checkpoint, a rescale starts the next job at its new size) in
+:mod:`slash.spark.stream_handle`, its live controls in
+:mod:`slash.spark.stream_controls`, checkpoints in
 :mod:`slash.spark._stream_ckpt`. This module checks a stream's arguments
-and runs its barrier jobs under the one supervisor (a failed job restarts
-from the newest checkpoint, a rescale starts the next job at its new size).
+into a :class:`~slash.spark.stream_handle.StreamSetup` and starts the handle.
 
 Lateness: unlike files and tables (whose watermark comes from what is left to
 read, so nothing is ever late), an unbounded stream cannot know what is still
@@ -75,25 +77,20 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import threading
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import pyarrow as pa
 
-from slash.control import RunControl
-from slash.errors import InvalidArgument, NotSupported, TaskFailed
+from slash.errors import InvalidArgument, NotSupported
 from slash.executor import GroupConfig
 from slash.kafka import KafkaStream
-from slash.metrics import MetricsServer
-from slash.run.failure import Failed, RestartPolicy
+from slash.run.failure import RestartPolicy
 from slash.run.plan import CheckpointEvery, CheckpointPlan
-from slash.run.supervisor import Rescale, Supervisor, newest_shape
+from slash.run.supervisor import newest_shape
 from slash.spark import _env
-from slash.spark._stream_ckpt import DriverCheckpoints
-from slash.spark._stream_task import StreamPlan, late_windows, stream_task
-from slash.spark._tasks import Rendezvous, barrier_stage, driver_host, raise_task_failure
+from slash.spark._stream_task import late_windows
 from slash.spark.batch import group_for, make_query, one_start_time, session_time_zone
-from slash.spark.stream_handle import Sink, StreamHandle
+from slash.spark.stream_handle import Sink, StreamHandle, StreamSetup
 from slash.spark.stream_sources import DirectorySource, RateSource, kafka_lateness
 
 log = logging.getLogger(__name__)
@@ -194,8 +191,6 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
     every = CheckpointEvery.parse(checkpoint_every) if checkpoint is not None else None
     n, group = group_for(spark, query, executors, transport, group, slots_wait)
 
-    token = secrets.token_hex(16)
-    handle = StreamHandle(n, sink, group.lateness_ms, late_dir)
     ck_plan = None
     if checkpoint is not None:
         if "://" in os.fspath(checkpoint):
@@ -215,102 +210,10 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
         group = dataclasses.replace(group, partitions=parts)
         group.partitions_for(n)
         ck_plan = CheckpointPlan(ck_dir, fp, n, parts, checkpoint_keep, every)  # type: ignore[arg-type]
-        handle._ck = DriverCheckpoints(ck_plan, sink_dir, lambda r, m: handle._rdv.send_to(r, m),
-                                       lambda m: handle._rdv.send_all(m), handle._committed,
-                                       handle._observe, handle._logic)
-        handle._ck.check_start()
-        handle._resumed_from = handle._ck.committed
-    handle._source, handle._spark, handle._slots_wait = source, spark, slots_wait
-    handle._partitions = group.partitions_for(n)
-    if metrics_port is not None or ui:
-        handle._server = MetricsServer(handle.live, 0 if metrics_port is None else metrics_port,
-                                       ui_bind, ui_token)
-        handle.metrics_url, handle.ui_url = handle._server.url, handle._server.ui_url
-        log.info("slash.spark.stream: live page %s, Prometheus endpoint %s", handle.ui_url,
-                 handle.metrics_url)
-    try:
-        rdv = Rendezvous(driver_host(spark), n, token, on_message=handle._on_message)
-    except BaseException:
-        handle._close_server()
-        raise
-    handle._rdv = rdv
-    handle._ctl = RunControl(query, schema, n, bounded=False, kind="stream", entry="spark.stream",
-                             features=("checkpoint",) if handle._ck is not None else ())
-    handle._ctl.provide("scale-out", handle.scale_out)  # a restart of the barrier stage
-    handle._ctl.provide("scale-in", handle.scale_in)
-    if handle._ck is not None:
-        handle._restore_logic(handle._ck.start_logic)
-    handle._ctl.attach(lambda r, m: rdv.send_to(r, m))
-    plan = StreamPlan(query, schema, source, group, token, rdv.address, sink_dir, late_dir,
-                       checkpoint=ck_plan)
-
-    def curable(err: BaseException) -> bool:
-        """A failed barrier job restarts from a checkpoint, unless the stream
-        has none, was stopping (not for a rescale), its sink failed or a
-        checkpoint is corrupt."""
-        return not (handle._ck is None or (handle._stop_sent and handle._rescale_to is None)
-                    or handle._sink_error is not None or "CheckpointCorrupt" in str(err))
-
-    def gave_up(f: Failed, restarts: int, most: int) -> BaseException:
-        assert handle._ck is not None
-        return TaskFailed(f"{f.error} (after {restarts} restart(s), max_restarts={most}; the "
-                          f"checkpoints in {handle._ck.store.dir!r} stay: start the stream again "
-                          "to resume)", getattr(f.error, "rank", None), getattr(f.error, "reason", ""))
-
-    def attempt(_: Any) -> List[Dict[str, Any]]:
-        """One barrier job; a rescale asked for stops it after a checkpoint."""
-        try:
-            rows = barrier_stage(spark, handle.executors, stream_task(plan)).collect()
-        except Exception as e:
-            try:
-                raise_task_failure(e, "slash.spark.stream", rdv.root_cause())
-            except Exception as err:
-                ck = handle._ck
-                if ck is not None and ck.fatal is not None:
-                    raise ck.fatal from None
-                raise Failed(getattr(err, "rank", None), str(err), err) from None
-        nxt, ck = handle._rescale_to, handle._ck
-        if nxt is not None and ck is not None and ck.fatal is None and \
-                handle._sink_error is None and not ck.finished:
-            handle._records_before += sum(int(r["records_in"]) for r in rows)
-            raise Rescale(nxt, ck.committed)
-        return rows
-
-    def failed(f: Failed, _rec: Dict[str, Any], _last: Any) -> None:
-        ck = handle._ck
-        assert ck is not None
-        ck.failed(f.cause, f.rank, rdv.silent_loss())
-        # a rebalance rank 0 had not answered died with the group
-        handle._next_group()
-        handle._ctl._moves.fail_pending(  # type: ignore[union-attr]
-            "the barrier job restarted from a checkpoint before every executor "
-            "followed the moves; the restored map is the checkpoint's")
-        rdv.errors.clear()
-        rdv.lost.clear()
-        with handle._cond:
-            handle._done.clear()
-        if handle._rescale_to is not None:  # it failed while stopping for a rescale
-            handle._switch(handle._rescale_to)
-        handle.live.event(f"recovery {sup.restarts}: {f.error}")
-        log.warning("slash.spark.stream: %s; restarting the barrier job from checkpoint %s "
-                    "(restart %d of at most %d)", f.error, ck.committed, sup.restarts,
-                    max_restarts)
-
-    sup = Supervisor(RestartPolicy(max_restarts, curable, gave_up))
-
-    def run() -> None:
-        rows = None
-        try:
-            spark.sparkContext.setJobDescription(f"slash stream {query.window} by {list(query.key)}")
-            rows = sup.run(attempt, rescaled=lambda r: handle._switch(r.count), failed=failed)
-        except Exception as err:  # what the policy does not restart from
-            handle._error = err
-        finally:
-            handle._stage_ended(rows)
-    handle.live.event(f"stream started: {n} executors, {query.window}")
-    handle._thread = threading.Thread(target=run, name="slash-stream", daemon=True)
-    if callable(sink):
-        handle._delivery = threading.Thread(target=handle._deliver, name="slash-stream-sink", daemon=True)
-        handle._delivery.start()
-    handle._thread.start()
+    setup = StreamSetup(spark, query, schema, source, group, token=secrets.token_hex(16),
+                        sink_dir=sink_dir, checkpoint=ck_plan, slots_wait=slots_wait,
+                        max_restarts=max_restarts, metrics_port=metrics_port, ui=ui,
+                        ui_bind=ui_bind, ui_token=ui_token)
+    handle = StreamHandle(n, sink, group.lateness_ms, late_dir, setup=setup)
+    handle.start()
     return handle

@@ -7,7 +7,12 @@ delivery thread of its own, never under the handle's lock). It counts late
 records and latency, and offers the stream's controls: ``stop``/``wait``,
 ``rescale``/``scale_out``/``scale_in`` (a new barrier job from a
 checkpoint), ``update`` (logic versions), ``rebalance`` (leadership moves)
-and ``status``. :func:`slash.spark.stream.stream` builds and starts it.
+and ``status`` (the last three in :mod:`slash.spark.stream_controls`).
+:func:`slash.spark.stream.stream` checks the arguments into a
+:class:`StreamSetup`; the handle built with it wires the driver's parts
+and :meth:`StreamHandle.start` runs the barrier jobs under the one
+supervisor (a failed job restarts from the newest checkpoint, a rescale
+starts the next job at its new size).
 
 Invariant: a window reaches the sink once, whole: never split across two
 calls, never repeated, also across restarts and rescales (with
@@ -19,20 +24,26 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
 
 from slash._ipc import from_ipc
 from slash.control import RunControl
-from slash.control_moves import parse_moves
-from slash.errors import InvalidArgument, InvalidState, SinkFailed, Timeout
+from slash.errors import InvalidArgument, InvalidState, SinkFailed, TaskFailed, Timeout
+from slash.executor import GroupConfig
 from slash.metrics import LiveMetrics, MetricsServer
+from slash.query import Query
+from slash.run.failure import Failed, RestartPolicy
+from slash.run.plan import CheckpointPlan
+from slash.run.supervisor import Rescale, Supervisor
 from slash.spark import _env
 from slash.spark._stream_ckpt import DriverCheckpoints, add_metadata
-from slash.spark._stream_task import DONE, NEVER
-from slash.spark._tasks import Rendezvous
+from slash.spark._stream_task import DONE, NEVER, StreamPlan, stream_task
+from slash.spark._tasks import Rendezvous, barrier_stage, driver_host, raise_task_failure
+from slash.spark.stream_controls import StreamControls
 
 #: the stream's warnings (late records, rescales) keep the logger users configure
 log = logging.getLogger("slash.spark.stream")
@@ -41,7 +52,31 @@ log = logging.getLogger("slash.spark.stream")
 Sink = Union[str, Callable[[pa.Table], None]]
 
 
-class StreamHandle:
+@dataclass(frozen=True)
+class StreamSetup:
+    """What :func:`slash.spark.stream.stream` settled before a stream starts
+    (its arguments checked): the handle built with it wires the driver's
+    parts (checkpoints, the metrics server, the task rendezvous, the control)
+    and :meth:`StreamHandle.start` runs the barrier jobs."""
+
+    spark: Any
+    query: Query
+    schema: pa.Schema
+    source: Any
+    #: the group's partitions are fixed for the life of the checkpoints (a rescale keeps them)
+    group: GroupConfig
+    token: str  # the tasks' rendezvous secret
+    sink_dir: Optional[str] = None  # a directory sink (the tasks write it), else None
+    checkpoint: Optional[CheckpointPlan] = None
+    slots_wait: float = 30.0
+    max_restarts: int = 3
+    metrics_port: Optional[int] = None  # None (and ui False): no metrics server
+    ui: bool = False
+    ui_bind: str = "127.0.0.1"
+    ui_token: Optional[str] = None
+
+
+class StreamHandle(StreamControls):
     """A running stream: :meth:`stop` (or leaving a ``with`` block) ends it
     cleanly (every executor finishes its input, the remaining windows fire);
     :meth:`wait` waits for a bounded source to end; :attr:`metrics` counts
@@ -60,7 +95,8 @@ class StreamHandle:
     #: seconds the driver waits, once the stage ended, for the ranks' last messages
     last_messages_timeout: float = 30.0
 
-    def __init__(self, n: int, sink: Sink, lateness_ms: int = 0, late_output: Optional[str] = None) -> None:
+    def __init__(self, n: int, sink: Sink, lateness_ms: int = 0, late_output: Optional[str] = None,
+                 setup: Optional[StreamSetup] = None) -> None:
         self.executors = n
         self._sink = sink
         self._lateness_ms = lateness_ms
@@ -103,9 +139,6 @@ class StreamHandle:
         self._freeze_version = 0
         self._follow: Dict[int, Tuple[int, int]] = {}  # rank -> (map version, held partitions)
         self._groups = 0  # barrier jobs started after the first (restarts and rescales)
-        self._source: Any = None
-        self._spark: Any = None
-        self._slots_wait = 30.0
         self._rescale_to: Optional[int] = None  # a rescale asked for, not yet started
         self._rescales: List[Dict[str, Any]] = []
         self._records_before = 0  # records read by the barrier jobs before a rescale
@@ -114,6 +147,128 @@ class StreamHandle:
         self.metrics_url: Optional[str] = None
         #: the live page (``metrics_port=`` or ``ui=True``), else None
         self.ui_url: Optional[str] = None
+        self._setup = setup
+        self._supervisor: Optional[Supervisor] = None
+        if setup is not None:
+            self._wire(setup)
+
+    def _wire(self, setup: StreamSetup) -> None:
+        """The driver's parts of a stream (see :class:`StreamSetup`)."""
+        n = self.executors
+        if setup.checkpoint is not None:
+            self._ck = DriverCheckpoints(setup.checkpoint, setup.sink_dir,
+                                         lambda r, m: self._rdv.send_to(r, m),  # type: ignore[union-attr]
+                                         lambda m: self._rdv.send_all(m),  # type: ignore[union-attr]
+                                         self._committed, self._observe, self._logic)
+            self._ck.check_start()
+            self._resumed_from = self._ck.committed
+        self._partitions = setup.group.partitions_for(n)
+        if setup.metrics_port is not None or setup.ui:
+            self._server = MetricsServer(self.live, setup.metrics_port or 0, setup.ui_bind,
+                                         setup.ui_token)
+            self.metrics_url, self.ui_url = self._server.url, self._server.ui_url
+            log.info("slash.spark.stream: live page %s, Prometheus endpoint %s", self.ui_url,
+                     self.metrics_url)
+        try:
+            rdv = Rendezvous(driver_host(setup.spark), n, setup.token, on_message=self._on_message)
+        except BaseException:
+            self._close_server()
+            raise
+        self._rdv = rdv
+        self._ctl = RunControl(setup.query, setup.schema, n, bounded=False, kind="stream",
+                               entry="spark.stream",
+                               features=("checkpoint",) if self._ck is not None else ())
+        self._ctl.provide("scale-out", self.scale_out)  # a restart of the barrier stage
+        self._ctl.provide("scale-in", self.scale_in)
+        if self._ck is not None:
+            self._restore_logic(self._ck.start_logic)
+        self._ctl.attach(lambda r, m: rdv.send_to(r, m))
+
+    # the barrier jobs, under the one supervisor (the stage thread)
+    def start(self) -> None:
+        """Runs the stream's barrier jobs on a thread of their own (a failed
+        job restarts from the newest checkpoint, a rescale starts the next
+        job at its new size), and a callable sink's delivery thread."""
+        setup, rdv = self._setup, self._rdv
+        if setup is None or rdv is None or self._thread is not None:
+            raise InvalidState("StreamHandle.start: a handle built by slash.spark.stream starts once")
+        plan = StreamPlan(setup.query, setup.schema, setup.source, setup.group, setup.token,
+                          rdv.address, setup.sink_dir, self._late_output, checkpoint=setup.checkpoint)
+        sup = self._supervisor = Supervisor(RestartPolicy(setup.max_restarts, self._curable,
+                                                          self._gave_up))
+
+        def run() -> None:
+            rows = None
+            try:
+                setup.spark.sparkContext.setJobDescription(
+                    f"slash stream {setup.query.window} by {list(setup.query.key)}")
+                rows = sup.run(lambda _: self._attempt(plan),
+                               rescaled=lambda r: self._switch(r.count), failed=self._failed)
+            except Exception as err:  # what the policy does not restart from
+                self._error = err
+            finally:
+                self._stage_ended(rows)
+        self.live.event(f"stream started: {self.executors} executors, {setup.query.window}")
+        self._thread = threading.Thread(target=run, name="slash-stream", daemon=True)
+        if callable(self._sink):
+            self._delivery = threading.Thread(target=self._deliver, name="slash-stream-sink",
+                                              daemon=True)
+            self._delivery.start()
+        self._thread.start()
+
+    def _curable(self, err: BaseException) -> bool:
+        """A failed barrier job restarts from a checkpoint, unless the stream
+        has none, was stopping (not for a rescale), its sink failed or a
+        checkpoint is corrupt."""
+        return not (self._ck is None or (self._stop_sent and self._rescale_to is None)
+                    or self._sink_error is not None or "CheckpointCorrupt" in str(err))
+
+    def _gave_up(self, f: Failed, restarts: int, most: int) -> BaseException:
+        assert self._ck is not None
+        return TaskFailed(f"{f.error} (after {restarts} restart(s), max_restarts={most}; the "
+                          f"checkpoints in {self._ck.store.dir!r} stay: start the stream again "
+                          "to resume)", getattr(f.error, "rank", None), getattr(f.error, "reason", ""))
+
+    def _attempt(self, plan: StreamPlan) -> List[Dict[str, Any]]:
+        """One barrier job; a rescale asked for stops it after a checkpoint."""
+        assert self._setup is not None and self._rdv is not None
+        try:
+            rows = barrier_stage(self._setup.spark, self.executors, stream_task(plan)).collect()
+        except Exception as e:
+            try:
+                raise_task_failure(e, "slash.spark.stream", self._rdv.root_cause())
+            except Exception as err:
+                ck = self._ck
+                if ck is not None and ck.fatal is not None:
+                    raise ck.fatal from None
+                raise Failed(getattr(err, "rank", None), str(err), err) from None
+        nxt, ck = self._rescale_to, self._ck
+        if nxt is not None and ck is not None and ck.fatal is None and \
+                self._sink_error is None and not ck.finished:
+            self._records_before += sum(int(r["records_in"]) for r in rows)
+            raise Rescale(nxt, ck.committed)
+        return rows
+
+    def _failed(self, f: Failed, _rec: Dict[str, Any], _last: Any) -> None:
+        """A failed barrier job, before the next one starts from the checkpoint."""
+        ck, rdv, sup = self._ck, self._rdv, self._supervisor
+        assert ck is not None and rdv is not None and sup is not None and self._ctl is not None
+        ck.failed(f.cause, f.rank, rdv.silent_loss())
+        # a rebalance rank 0 had not answered died with the group
+        self._next_group()
+        self._ctl.moves.waiters.fail_pending(
+            "the barrier job restarted from a checkpoint before every executor "
+            "followed the moves; the restored map is the checkpoint's")
+        rdv.errors.clear()
+        rdv.lost.clear()
+        with self._cond:
+            self._done.clear()
+        if self._rescale_to is not None:  # it failed while stopping for a rescale
+            self._switch(self._rescale_to)
+        self.live.event(f"recovery {sup.restarts}: {f.error}")
+        log.warning("slash.spark.stream: %s; restarting the barrier job from checkpoint %s "
+                    "(restart %d of at most %d)", f.error, ck.committed, sup.restarts,
+                    sup.policy.max_restarts)
 
     # messages from the tasks (the rendezvous thread)
     def _on_message(self, rank: int, msg: Tuple[Any, ...]) -> None:
@@ -391,7 +546,8 @@ class StreamHandle:
             raise InvalidState("rescale(): the stream is not running")
         if n == self.executors:
             return {"from": n, "to": n, "checkpoint": None, "seconds_to_resume": 0.0}
-        _env.check_slots(self._spark, n, self._slots_wait)
+        assert self._setup is not None
+        _env.check_slots(self._setup.spark, n, self._setup.slots_wait)
         with self._cond:
             if self._rescale_to is not None or (self._rescales and
                                                 "seconds_to_resume" not in self._rescales[-1]):
@@ -440,11 +596,7 @@ class StreamHandle:
         self._rdv.n = n
         ck.store.executors = n
         ck.rescaling = True
-        with self.live._lock:
-            self.live.executors = n
-            for r in [r for r in self.live._exec if r >= n]:
-                self.live._exec.pop(r, None)
-                self.live._rates.pop(r, None)
+        self.live.set_executors(n, keep=True)
         self.live.event(f"rescale: next barrier job with {n} executors from checkpoint "
                         f"{ck.committed}")
         log.info("slash.spark.stream: rescaling to %d executors from checkpoint %s", n, ck.committed)
@@ -461,179 +613,6 @@ class StreamHandle:
         time and load; reported every 0.5 s), totals, and the window latency
         (emit wall clock - window end) percentiles; see :mod:`slash.metrics`."""
         return self.live.snapshot()
-
-    def update(self, filter: Union[None, str, Sequence[str]] = None, *,
-               drop_filter: Union[None, str, Sequence[str]] = None, clear_filters: bool = False,
-               aggregate: Union[None, str, Sequence[str]] = None,
-               lateness: Union[None, int, str] = None, timeout: float = 60.0) -> Dict[str, Any]:
-        """Changes the running query's logic from the next window boundary on
-        (the rule for T, and what cannot change: docs/control.md).
-
-        ``filter``: each replaces the filters on its column or adds one;
-        ``drop_filter``: columns whose filters are removed; ``clear_filters``:
-        remove all first. Every task pauses its pushes (serving its channels)
-        for one round trip through the driver while T is agreed. Returns
-        ``version``, ``effective_from_ms`` (T), ``max_event_time_seen_ms``,
-        ``agreed_ms`` and the new ``filters``. A filter on a missing column
-        raises :class:`SchemaError` naming it; ``aggregate`` and ``lateness``
-        raise :class:`NotSupported` saying why. With ``checkpoint=`` every
-        checkpoint records the versions agreed so far: a restart (a failed
-        task, a rescale, the stream started again on the directory)
-        re-applies them, so the replay after the cut follows the same logic
-        as the run without the failure."""
-        if self._ctl is None or not self.running:
-            raise InvalidState("StreamHandle.update: the stream is not running")
-        args = {k: v for k, v in {"filter": filter, "drop_filter": drop_filter,
-                                  "clear_filters": clear_filters, "aggregate": aggregate,
-                                  "lateness": lateness}.items() if v not in (None, False, [], ())}
-        r = self._ctl.submit(args)
-        deadline = time.monotonic() + timeout
-        while not r.done.is_set():
-            rdv = self._rdv
-            with self._cond:  # every task of the group reported: past where to resume
-                resumed = len(self._follow) == self.executors
-            if rdv is not None and rdv.started_ms is not None and resumed and \
-                    len(rdv._members) == self.executors:  # every task can be reached
-                self._ctl.service()
-            if not self.running:
-                self._ctl.close()
-            elif time.monotonic() > deadline:
-                raise Timeout(f"StreamHandle.update: not agreed within {timeout} s")
-            r.done.wait(0.005)
-        return self._ctl.outcome(r)
-
-    def _logic(self) -> Tuple[List[Tuple[int, Any]], List[Dict[str, Any]]]:
-        """The logic versions agreed so far (1, 2, ...): [(start, query)] for
-        the tasks of a restarted group, [{"from_ticks", "args"}] for a
-        checkpoint's manifest (see :mod:`slash.spark._stream_ckpt`), as
-        :class:`slash.control_logic.LogicUpdates` keeps them."""
-        updates = self._ctl.updates if self._ctl is not None else None
-        if updates is None:
-            return [], []
-        versions, record = updates.versions_and_record()
-        return list(versions), record
-
-    def _restore_logic(self, record: Sequence[Dict[str, Any]]) -> None:
-        """A stream started again on a checkpoint directory: the versions
-        its newest manifest records, agreed again on the driver (the tasks
-        get them with where to resume)."""
-        assert self._ctl is not None and self._ctl.updates is not None
-        self._ctl.updates.restore(list(record))
-
-    def rebalance(self, moves: Union[None, str, Dict[int, int]] = None, *,
-                  from_rank: Optional[int] = None, to_rank: Optional[int] = None,
-                  timeout: float = 60.0) -> Dict[str, Any]:
-        """Moves leadership of key partitions in the running barrier group,
-        live (no checkpoint, no restart: unlike :meth:`rescale`, the group
-        keeps its executors and only the moved partitions pause for their
-        hand-over; see docs/elastic.md).
-
-        ``moves`` ({partition: rank} or ``"P:R,P:R"``) explicitly; else half
-        the partitions ``from_rank`` leads go to ``to_rank``, each chosen
-        from the executors' latest metrics when not given (the leader with
-        the most merge time, then delta bytes received, to the least loaded
-        one), as ``slash ctl rebalance`` does (:func:`slash.control_moves.rebalance_spec`).
-        Rank 0's task applies the moves (``Executor.move_partitions``); this
-        returns once every executor reported the new leader map version:
-        ``{"moves": {"p": rank}, "map_version": v}``. With ``checkpoint=``
-        the next checkpoint keeps the moved map (a restart with the same
-        executor count resumes with it; a rescale starts from partition mod
-        N, each partition's state merged into its new leader).
-
-        Raises :class:`InvalidArgument` naming a partition outside
-        0..partitions-1 or a rank outside 0..executors-1,
-        :class:`InvalidState` when the stream is not running (or is
-        rescaling, or rank 0 has read all of its input), and
-        :class:`Timeout` after ``timeout`` s."""
-        ctl = self._ctl
-        if ctl is None or not self.running or self._stop_sent:
-            raise InvalidState("StreamHandle.rebalance: the stream is not running")
-        if self._rescale_to is not None or (self._rescales and
-                                            "seconds_to_resume" not in self._rescales[-1]):
-            raise InvalidState("StreamHandle.rebalance: the stream is rescaling; retry once "
-                               "rescale() returned")
-        groups = self._groups
-        if moves not in (None, "", {}):
-            parsed = parse_moves(moves)
-            bad = sorted(p for p in parsed if p >= self._partitions)
-            if bad:
-                raise InvalidArgument(f"rebalance: partition {bad[0]} is not in "
-                                      f"0..{self._partitions - 1} (the stream has "
-                                      f"{self._partitions} key partitions)")
-            moves = parsed  # type: ignore[assignment]
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            # a moved partition fires nothing from its old leader's switch to its new leader's
-            # merge of the hand-over, while the group watermark goes on: a callable sink gets no
-            # window ending after what every rank had passed now until the move is over
-            if self._ck is None:
-                f = min(self._gw)
-                self._freeze = f if self._freeze is None else min(self._freeze, f)
-                self._freeze_version = 1 << 62  # the version is not known yet
-        try:
-            got = ctl.rebalance({"moves": moves, "from_rank": from_rank, "to_rank": to_rank},
-                                timeout=timeout)
-        except BaseException:
-            with self._cond:  # nothing moves (or the run ended): release once nothing is held
-                self._freeze_version = max((v for v, _ in self._follow.values()), default=0)
-                if self._freeze is not None and self._moved_everywhere(self._freeze_version):
-                    self._freeze = None
-                    self._take()
-            raise
-        version = int(got["map_version"])
-        with self._cond:
-            self._freeze_version = version
-        # every executor switches at its own next epoch end and reports its map in its metrics;
-        # done when every one follows the version and no hand-over is left
-        while True:
-            with self._cond:
-                if self._groups != groups:
-                    raise InvalidState("StreamHandle.rebalance: the barrier job restarted from a "
-                                       "checkpoint before every executor followed the moves; "
-                                       "the new group leads by the checkpoint's map (see "
-                                       "status()['led_partitions'])")
-                if self._moved_everywhere(version):
-                    break
-                late = {r: self._follow.get(r) for r in range(self.executors)}
-            if not self.running:
-                raise InvalidState(f"StreamHandle.rebalance: the stream ended before every "
-                                   f"executor followed leader map version {version} "
-                                   f"((version, held partitions) per rank: {late})")
-            if time.monotonic() > deadline:
-                raise Timeout(f"StreamHandle.rebalance: not every executor followed leader map "
-                              f"version {version} within {timeout} s ((version, held "
-                              f"partitions) per rank: {late})")
-            time.sleep(0.02)
-        self.live.event(f"rebalance: leader map version {version}, moves {got['moves']}")
-        log.info("slash.spark.stream: every executor follows leader map version %d (moves %s)",
-                 version, got["moves"])
-        return got
-
-    def _next_group(self) -> None:
-        """The stage thread, before the next barrier job (a restart or a
-        rescale): rebalance and status() address the new group, whose ranks
-        have reported nothing and read all of nothing yet."""
-        with self._cond:
-            self._follow.clear()
-            self._groups += 1
-        if self._ctl is not None:
-            self._ctl.new_group("StreamHandle.update: the barrier job restarted from a checkpoint "
-                                "while the update was being agreed; nothing changed, send it again")
-
-    def _moved_everywhere(self, version: int) -> bool:
-        """With the lock held: every rank's latest report follows map ``version``
-        (or a later one) and holds no partition for a hand-over."""
-        return all(self._follow.get(r, (-1, 1))[0] >= version and not self._follow[r][1]
-                   for r in range(self.executors))
-
-    def status(self) -> Dict[str, Any]:
-        """What ``slash ctl status`` shows of a run, for this stream: executors,
-        epoch, watermark, records, the leader map version and the partitions
-        each rank leads (``led_partitions``, from the latest metrics), the
-        query's logic versions and each executor's latest metrics."""
-        if self._ctl is None:
-            raise InvalidState("StreamHandle.status: the stream has not started")
-        return self._ctl.status()
 
     def _close_server(self) -> None:
         if self._server is not None:
