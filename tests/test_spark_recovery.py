@@ -23,6 +23,7 @@ duckdb = pytest.importorskip("duckdb")
 from slash.errors import CheckpointCorrupt, InvalidState, TaskFailed  # noqa: E402
 from slash.spark import DirectorySource, RateSource, session, stream  # noqa: E402
 from slash.workloads import ysb_batches  # noqa: E402
+from slash.run.protocol import Resume, ResumeAsk  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -259,8 +260,8 @@ def test_a_restarted_driver_rolls_the_newest_commit_forward_and_drops_uncommitte
     d = DriverCheckpoints(plan, str(sink), lambda r, m: None, lambda m: None,
                           lambda t, label: None, lambda w, now: None)
     d.check_start()
-    assert d.on_message(0, ("resume?", 0, ("h", 1), 99), 2)
-    assert d.decision == ("resume", 2, 123, 3, [])
+    assert d.on_message(0, ResumeAsk(0, ("h", 1), 99), 2)
+    assert d.decision == Resume(2, 123, 3, [])
     assert sorted(os.listdir(sink)) == [PENDING, "part-r0000-c000000000002.parquet",
                                         "part-r0001-c000000000002.parquet"]
     assert os.listdir(sink / PENDING) == []

@@ -18,8 +18,14 @@ Driver to rank:
   :class:`ScalePrepare`, :class:`ScaleCommit`, :class:`ScaleFinish`,
   :class:`ControlPrepare`, :class:`ControlCommit`.
 
-The Spark paths' own messages (:mod:`slash.spark`) still travel as plain
-tuples.
+A Spark stream's tasks and driver (:mod:`slash.spark.stream`):
+  :class:`StreamRows`, :class:`StreamWatermark`, :class:`WindowLatencies`,
+  :class:`LateRecords`, :class:`StreamDone`, :class:`ResumeAsk`,
+  :class:`StreamCheckpoint`, :class:`StopAt`, :class:`Stopped`,
+  :class:`StreamFinal`, and back :class:`Resume`, :class:`ResumeError`,
+  :class:`Stop`, :class:`StopAfter`, :class:`Exit` (plus :class:`Metrics`
+  and the control rounds'). A Spark batch task's result travels as a
+  plain tuple of its own (:mod:`slash.spark._tasks`).
 """
 from __future__ import annotations
 
@@ -228,6 +234,111 @@ class ControlCommit(Message, kind=("ctl", "commit")):
     start: int
     version: Optional[int]
     query: Any
+
+
+# ---- a Spark stream's barrier task to its driver (slash.spark.stream) ------------------------------
+class StreamRows(Message, kind="rows"):
+    """Windows a task fired (Arrow IPC, None: none) and its group watermark."""
+    rank: int
+    watermark: int
+    ipc: Optional[bytes]
+
+
+class StreamWatermark(Message, kind="watermark"):
+    """A task's group watermark (the windows before it went out with a checkpoint)."""
+    rank: int
+    watermark: int
+
+
+class WindowLatencies(Message, kind="latency"):
+    """Each window a task fired: (start, end, latency ms, rows)."""
+    rank: int
+    windows: List[Tuple[int, int, int, int]]
+
+
+class LateRecords(Message, kind="late"):
+    """Records a task did not apply as late, and per window (start, end, count)."""
+    rank: int
+    count: int
+    windows: List[Tuple[int, int, int]]
+
+
+class StreamDone(Message, kind="done"):
+    """A task's stream ended (its source ran out, or stop())."""
+    rank: int
+
+
+class ResumeAsk(Message, kind="resume?"):
+    """A task of barrier job ``group`` asks where to start; ``process``: (host, pid)."""
+    rank: int
+    process: Tuple[str, int]
+    group: int
+
+
+class StreamCheckpoint(Message, kind="stream-ckpt"):
+    """A task wrote its part of checkpoint ``ckpt_id``: its ``files``, the
+    sink parts pending under it (``sink``: pending name -> final name), or
+    its windows as Arrow IPC (``rows``), the windows' (start, end, rows) and
+    its bytes and seconds (``stats``)."""
+    rank: int
+    group: int
+    ckpt_id: int
+    files: Dict[str, Dict[str, int]]
+    sink: Dict[str, str]
+    rows: Optional[bytes]
+    windows: List[Tuple[int, int, int]]
+    stats: Dict[str, Any]
+
+
+class StopAt(Message, kind="stop_at"):
+    """Rank 0, after stop(): ``ckpt_id`` is the stream's last checkpoint."""
+    rank: int
+    group: int
+    ckpt_id: int
+
+
+class Stopped(Message, kind="stopped"):
+    """A task took the last checkpoint and waits for :class:`Exit`."""
+    rank: int
+    group: int
+
+
+class StreamFinal(Message, kind="final"):
+    """A task's windows after its source ran out (no checkpoint covers them)."""
+    rank: int
+    group: int
+    sink: Dict[str, str]
+    rows: Optional[bytes]
+    windows: List[Tuple[int, int, int]]
+
+
+# ---- a Spark stream's driver to its tasks --------------------------------------------------------
+class Resume(Message, kind="resume"):
+    """Where every task of a barrier job starts: checkpoint ``ckpt_id`` (None:
+    none), the stream's base time, the next checkpoint id and the logic
+    versions agreed so far ((start, query) for versions 1, 2, ...)."""
+    ckpt_id: Optional[int]
+    base_ms: int
+    next_id: int
+    versions: List[Tuple[int, Any]]
+
+
+class ResumeError(Message, kind="resume_error"):
+    """The newest checkpoint cannot be read: the stream fails with ``reason``."""
+    reason: str
+
+
+class Stop(Message, kind="stop"):
+    """stop(): take a last checkpoint (or, without checkpoints, finish)."""
+
+
+class StopAfter(Message, kind="stop_after"):
+    """Stop once checkpoint ``ckpt_id`` is taken (answering with :class:`Stopped`)."""
+    ckpt_id: int
+
+
+class Exit(Message, kind="exit"):
+    """Every task took the last checkpoint: leave without finishing."""
 
 
 def _portable(e: BaseException) -> BaseException:

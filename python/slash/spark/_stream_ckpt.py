@@ -71,6 +71,8 @@ from slash.errors import (CheckpointCorrupt, InvalidState, NotSupported, PeerDis
 from slash.executor import split_at_cut
 from slash.recovery import checkpoint_leaders, part_name, read_partitions
 from slash.run.plan import CheckpointPlan
+from slash.run.protocol import (Exit, Resume, ResumeAsk, ResumeError, StopAfter, Stopped, StopAt,
+                                 StreamCheckpoint, StreamFinal)
 from slash.spark._tasks import write_table
 
 log = logging.getLogger(__name__)
@@ -130,19 +132,20 @@ class TaskCheckpoints:
                   ) -> Tuple[int, int]:
         """Asks the driver where to start, restores; returns (batches to skip, base_ms)."""
         self.group = group
-        self.conn.send(("resume?", self.rank, (socket.gethostname(), os.getpid()), group))
+        self.conn.send(ResumeAsk(self.rank, (socket.gethostname(), os.getpid()), group))
         deadline = time.monotonic() + timeout
         while True:
             if not self.conn.poll(max(0.0, deadline - time.monotonic())):
                 raise Timeout(f"rank {self.rank}: the driver did not say where to resume within "
                               f"{timeout} s")
             msg = self.conn.recv()
-            if msg[0] == "resume":
+            if isinstance(msg, Resume):
                 break
-            if msg[0] == "resume_error":
-                raise CheckpointCorrupt(msg[1])
+            if isinstance(msg, ResumeError):
+                raise CheckpointCorrupt(msg.reason)
             on_other(msg)
-        _, resume_id, base_ms, next_id, self.versions = msg
+        resume_id, base_ms, next_id, self.versions = msg.ckpt_id, msg.base_ms, msg.next_id, \
+            msg.versions
         skip = 0
         if resume_id is not None:
             ck = self.store.load(resume_id)
@@ -192,9 +195,9 @@ class TaskCheckpoints:
         self.positions[pushes] = left
 
     def on_driver(self, msg: Tuple[Any, ...]) -> None:
-        if msg[0] == "stop_after":
-            self.stop_after = msg[1]
-        elif msg[0] == "exit":
+        if isinstance(msg, StopAfter):
+            self.stop_after = msg.ckpt_id
+        elif isinstance(msg, Exit):
             self.exit = True
 
     def after_call(self) -> None:
@@ -243,8 +246,8 @@ class TaskCheckpoints:
             else:
                 rows = to_ipc(table)
         size = sum(f["size"] for f in files.values())
-        self.conn.send(("ckpt", r, self.group, img.id, files, sink, rows, wins,
-                        {"bytes": size, "seconds": time.monotonic() - t0}))
+        self.conn.send(StreamCheckpoint(r, self.group, img.id, files, sink, rows, wins,
+                                        {"bytes": size, "seconds": time.monotonic() - t0}))
         self.taken = max(self.taken, img.id)
         self.asks.cut(img.id)
 
@@ -261,7 +264,7 @@ class TaskCheckpoints:
                 self.asks.force()
                 self.asks.step(pushes)
             c = self.asks.asked
-            self.conn.send(("stop_at", self.rank, self.group, c))
+            self.conn.send(StopAt(self.rank, self.group, c))
         deadline = time.monotonic() + timeout
         sent = False
         while not self.exit:
@@ -276,7 +279,7 @@ class TaskCheckpoints:
                 raise
             self.after_call()
             if not sent and self.stop_after is not None and self.taken >= self.stop_after:
-                self.conn.send(("stopped", self.rank, self.group))
+                self.conn.send(Stopped(self.rank, self.group))
                 sent = True
 
     def final(self) -> None:
@@ -296,7 +299,7 @@ class TaskCheckpoints:
                 sink[f"{PENDING}/{name}"] = final_name(self.rank, None)
             else:
                 rows = to_ipc(table)
-        self.conn.send(("final", self.rank, self.group, sink, rows, wins))
+        self.conn.send(StreamFinal(self.rank, self.group, sink, rows, wins))
 
 
 class DriverCheckpoints:
@@ -354,8 +357,8 @@ class DriverCheckpoints:
         base = int(ck.manifest["info"]["base_ms"]) if ck is not None else started_ms
         self.base_ms = base
         self.committed = ck.id if ck is not None else None
-        return ("resume", ck.id if ck is not None else None, base, (ck.id + 1) if ck else 1,
-                self.logic()[0])
+        return Resume(ck.id if ck is not None else None, base, (ck.id + 1) if ck else 1,
+                      self.logic()[0])
 
     def _rename(self, renames: Dict[str, str]) -> None:
         for pending, final in sorted(renames.items()):
@@ -372,10 +375,9 @@ class DriverCheckpoints:
     # -- messages ------------------------------------------------------------------
     def on_message(self, rank: int, msg: Tuple[Any, ...], n: int) -> bool:
         """Handles a checkpoint message; False if it is none."""
-        kind = msg[0]
-        if kind == "resume?":
-            _, _, pid, group = msg
-            self.pids[rank] = pid
+        if isinstance(msg, ResumeAsk):
+            group = msg.group
+            self.pids[rank] = msg.process
             if group != self.group:
                 if self.rescaling:  # the next barrier job of a rescale: no failure
                     self.rescaling = False
@@ -388,54 +390,54 @@ class DriverCheckpoints:
                     self.decision = self._prepare(group)
                 except Exception as e:  # a corrupt checkpoint: the stream fails with it
                     self.fatal = e
-                    self.decision = ("resume_error", str(e))
+                    self.decision = ResumeError(str(e))
                 if self.failed_at is not None and self.recoveries:
                     self.recoveries[-1]["seconds_to_resume"] = round(time.monotonic() - self.failed_at, 3)
                     self.failed_at = None
             self.send_to(rank, self.decision)
-        elif kind == "ckpt":
-            _, _, group, cid, files, sink, rows, wins, stats = msg
-            if group != self.group:
+        elif isinstance(msg, StreamCheckpoint):
+            if msg.group != self.group:
                 return True
-            self.reports.setdefault(cid, {})[rank] = (files, sink, rows, wins, stats)
+            cid = msg.ckpt_id
+            self.reports.setdefault(cid, {})[rank] = msg
             if len(self.reports[cid]) == n:
                 self._commit(cid, self.reports.pop(cid))
-        elif kind == "stop_at":
-            if msg[2] == self.group:
-                self.send_all(("stop_after", msg[3]))
-        elif kind == "stopped":
-            if msg[2] == self.group:
+        elif isinstance(msg, StopAt):
+            if msg.group == self.group:
+                self.send_all(StopAfter(msg.ckpt_id))
+        elif isinstance(msg, Stopped):
+            if msg.group == self.group:
                 self.stopped.add(rank)
                 if len(self.stopped) == n:
-                    self.send_all(("exit",))
-        elif kind == "final":
-            _, _, group, sink, rows, wins = msg
-            if group != self.group:
+                    self.send_all(Exit())
+        elif isinstance(msg, StreamFinal):
+            if msg.group != self.group:
                 return True
-            self.finals[rank] = (sink, rows, wins)
+            self.finals[rank] = (msg.sink, msg.rows, msg.windows)
             if len(self.finals) == n:
                 self._publish_final()
         else:
             return False
         return True
 
-    def _commit(self, cid: int, reports: Dict[int, Tuple[Any, ...]]) -> None:
+    def _commit(self, cid: int, reports: Dict[int, StreamCheckpoint]) -> None:
         files: Dict[str, Dict[str, int]] = {}
         renames: Dict[str, str] = {}
         size, secs = 0, 0.0
         for r in sorted(reports):
-            f, s, _, _, stats = reports[r]
-            files.update(f)
-            renames.update(s)
-            size += stats["bytes"]
-            secs = max(secs, stats["seconds"])
+            rep = reports[r]
+            files.update(rep.files)
+            renames.update(rep.sink)
+            size += rep.stats["bytes"]
+            secs = max(secs, rep.stats["seconds"])
         t = time.monotonic()
         self.store.commit(cid, files, {}, {"bytes": size, "base_ms": self.base_ms, "sink": renames,
                                            "logic": self.logic()[1]})
         self.committed = cid
         self.checkpoints.append({"id": cid, "bytes": size,
                                  "seconds": round(secs + time.monotonic() - t, 4)})
-        self._publish({r: rep[1:4] for r, rep in reports.items()}, str(cid))
+        self._publish({r: (rep.sink, rep.rows, rep.windows) for r, rep in reports.items()},
+                      str(cid))
         log.info("stream checkpoint %d committed: %d bytes", cid, size)
 
     def _publish(self, parts: Dict[int, Tuple[Any, ...]], label: str) -> None:

@@ -29,7 +29,8 @@ from slash.kafka import KafkaStream
 from slash.metrics import Reporter
 from slash.query import Query
 from slash.run.plan import CheckpointPlan
-from slash.run.protocol import Metrics
+from slash.run.protocol import (LateRecords, Metrics, Stop, StreamDone, StreamRows, StreamWatermark,
+                                 WindowLatencies)
 from slash.sources import malformed_records
 from slash.spark._stream_ckpt import TaskCheckpoints
 from slash.spark._tasks import join_group, rank_errors, report_error, write_table
@@ -153,7 +154,8 @@ class _LateBuffer:
             write_table(pa.concat_tables(g), self.late_dir,  # type: ignore[arg-type]
                         f"late-rank{self.rank}-{self.seq:08d}.parquet")
             self.seq += 1
-        conn.send(("late", self.rank, self.count, late_windows(np.concatenate(self.times), self.window)))
+        conn.send(LateRecords(self.rank, self.count,
+                              late_windows(np.concatenate(self.times), self.window)))
         self.count, self.times, self.rows = 0, [], []
 
 
@@ -204,7 +206,7 @@ def _run_stream(plan: StreamPlan, rank: int, addresses: List[str], lst: Any, con
                           sort=False) if parts else None
 
     def on_driver(msg: Tuple[Any, ...]) -> None:
-        if msg[0] == "stop":
+        if isinstance(msg, Stop):
             stop[0] = True
         elif ck is not None:
             ck.on_driver(msg)
@@ -240,10 +242,12 @@ def _run_stream(plan: StreamPlan, rank: int, addresses: List[str], lst: Any, con
                 if table is not None and table.num_rows:
                     write_table(table, plan.sink_dir, f"part-r{rank:04d}-{seq[0]:08d}.parquet")
                     seq[0] += 1
-                    conn.send(("latency", rank, _window_latencies(table, int(time.time() * 1000))))
-                conn.send(("watermark", rank, gw))
+                    conn.send(WindowLatencies(rank, _window_latencies(table,
+                                                                      int(time.time() * 1000))))
+                conn.send(StreamWatermark(rank, gw))
             else:
-                conn.send(("rows", rank, gw, to_ipc(table) if table is not None and table.num_rows else None))
+                conn.send(StreamRows(rank, gw, to_ipc(table) if table is not None and table.num_rows
+                                     else None))
 
         last: List[Tuple[int, int]] = [(NEVER, 0)]
         pushes = [skip_batches]
@@ -327,7 +331,7 @@ def _run_stream(plan: StreamPlan, rank: int, addresses: List[str], lst: Any, con
             else:
                 drain()
         report()
-        conn.send(("done", rank))
+        conn.send(StreamDone(rank))
         return ex.metrics
     finally:
         ex.close()

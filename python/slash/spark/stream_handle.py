@@ -38,6 +38,8 @@ from slash.metrics import LiveMetrics, MetricsServer
 from slash.query import Query
 from slash.run.failure import Failed, RestartPolicy
 from slash.run.plan import CheckpointPlan
+from slash.run.protocol import (ControlAck, InputDone, LateRecords, Metrics, Moved, ResumeAsk, Stop,
+                                StreamDone, StreamRows, StreamWatermark, WindowLatencies)
 from slash.run.supervisor import Rescale, Supervisor
 from slash.spark import _env
 from slash.spark._stream_ckpt import DriverCheckpoints, add_metadata
@@ -272,8 +274,9 @@ class StreamHandle(StreamControls):
 
     # messages from the tasks (the rendezvous thread)
     def _on_message(self, rank: int, msg: Tuple[Any, ...]) -> None:
-        if msg[0] == "resume?" and self._rescales and "seconds_to_resume" not in self._rescales[-1]:
-            got = self._new_group.setdefault(msg[3], set())
+        if isinstance(msg, ResumeAsk) and self._rescales and \
+                "seconds_to_resume" not in self._rescales[-1]:
+            got = self._new_group.setdefault(msg.group, set())
             got.add(rank)
             r = self._rescales[-1]
             if len(got) == self.executors == r["to"]:
@@ -282,40 +285,39 @@ class StreamHandle(StreamControls):
                     self._cond.notify_all()
         if self._ck is not None and self._ck.on_message(rank, msg, self.executors):
             return
-        kind = msg[0]
-        if kind.startswith("ctl-"):
+        if isinstance(msg, (ControlAck, InputDone, Moved)):
             if self._ctl is not None:
                 self._ctl.on_message(msg)
             return
         warn = None
         with self._cond:
-            if kind == "rows":
-                _, _, gw, data = msg
-                if data is not None:
-                    self._pending.append(from_ipc(data))
-                self._gw[rank] = max(self._gw[rank], gw)
+            if isinstance(msg, StreamRows):
+                if msg.ipc is not None:
+                    self._pending.append(from_ipc(msg.ipc))
+                self._gw[rank] = max(self._gw[rank], msg.watermark)
                 self._take()
-            elif kind == "watermark":
-                self._gw[rank] = max(self._gw[rank], msg[2])
-            elif kind == "latency":
-                for s, e, lat, rows in msg[2]:
+            elif isinstance(msg, StreamWatermark):
+                self._gw[rank] = max(self._gw[rank], msg.watermark)
+            elif isinstance(msg, WindowLatencies):
+                for s, e, lat, rows in msg.windows:
                     self._latencies.append((s, e, lat, rows))
                     self._rows += rows
                     self.live.observe_window(s, e, lat, rows)
-            elif kind == "metrics":
-                self.live.update_executor(rank, msg[2])
+            elif isinstance(msg, Metrics):
+                snap = msg.snapshot
+                self.live.update_executor(rank, snap)
                 if self._ctl is not None:  # rebalance's choice and status(): per-rank load, leadership
                     self._ctl.on_message(msg)
-                self._follow[rank] = (int(msg[2].get("map_version") or 0),
-                                      int(msg[2].get("held_partitions") or 0))
+                self._follow[rank] = (int(snap.get("map_version") or 0),
+                                      int(snap.get("held_partitions") or 0))
                 if self._freeze is not None and self._moved_everywhere(self._freeze_version):
                     self._freeze = None  # every hand-over merged and its windows sent: go on
                     self._take()
-            elif kind == "late":
-                self._late_live += msg[2]
-                for s, e, c in msg[3]:
+            elif isinstance(msg, LateRecords):
+                self._late_live += msg.count
+                for s, e, c in msg.windows:
                     self._late_by_window[(s, e)] = self._late_by_window.get((s, e), 0) + c
-            elif kind == "done":
+            elif isinstance(msg, StreamDone):
                 self._gw[rank] = DONE
                 self._done.add(rank)
                 if callable(self._sink):
@@ -427,7 +429,7 @@ class StreamHandle(StreamControls):
             if self._stop_sent or self._rdv is None:
                 return
             self._stop_sent = True
-            self._rdv.send_all(("stop",))
+            self._rdv.send_all(Stop())
 
     def _stage_ended(self, rows: Optional[List[Dict[str, Any]]]) -> None:
         """The stage thread, once the stage returned (``rows``: the tasks'
