@@ -409,59 +409,101 @@ static bool run_header(const uint8_t **pp, const uint8_t *end, uint64_t *hdr)
     return !t.bad;
 }
 
-/* Value j of a bit-packed run at p holding avail bytes (bw 1..32; the value's
- * bits lie inside avail). */
-static inline uint32_t unpack(const uint8_t *p, size_t avail, uint64_t j, int bw, uint64_t mask)
+/* One run of the hybrid: a bit-packed run (lit, its bytes at data[0, avail))
+ * or a repeated value (value). */
+typedef struct {
+    const uint8_t *p, *end; /* the runs not read yet */
+    int bw;                 /* bit width, 0..32 */
+    bool lit;
+    const uint8_t *data;
+    size_t avail;
+    uint64_t value;
+} rle_runs;
+
+/* The next run, cut to at most want values: *take gets its length (0 for an
+ * empty run). False when the run's bytes are missing. */
+static bool rle_next(rle_runs *it, uint64_t want, uint64_t *take)
 {
-    uint64_t bit = j * (uint64_t)bw;
-    size_t byte = (size_t)(bit >> 3);
-    uint64_t x = byte + 8 <= avail ? load_le64(p + byte) : load_le(p + byte, avail - byte);
-    return (uint32_t)((x >> (bit & 7)) & mask);
+    uint64_t hdr;
+    if (!run_header(&it->p, it->end, &hdr))
+        return false;
+    size_t left = (size_t)(it->end - it->p);
+    if (hdr & 1) {
+        uint64_t groups = hdr >> 1;
+        if (groups > ((uint64_t)1 << 40))
+            return false;
+        *take = groups * 8 < want ? groups * 8 : want;
+        if ((*take * (uint64_t)it->bw + 7) / 8 > left)
+            return false;
+        it->lit = true;
+        it->data = it->p;
+        it->avail = left;
+        uint64_t bytes = groups * (uint64_t)it->bw;
+        it->p += bytes < left ? bytes : left;
+    } else {
+        size_t vb = ((size_t)it->bw + 7) / 8;
+        if (vb > left)
+            return false;
+        it->lit = false;
+        it->value = load_le(it->p, vb);
+        it->p += vb;
+        *take = (hdr >> 1) < want ? (hdr >> 1) : want;
+    }
+    return true;
 }
+
+/* Values j0 .. j0+k-1 of the current bit-packed run into dst (the run holds
+ * them: rle_next checked its bytes). */
+static void rle_unpack(const rle_runs *it, uint64_t j0, size_t k, uint32_t *dst)
+{
+    int bw = it->bw;
+    if (bw == 0) {
+        memset(dst, 0, k * sizeof *dst);
+        return;
+    }
+    uint64_t mask = bw == 32 ? 0xffffffffull : (1ull << bw) - 1;
+    const uint8_t *p = it->data;
+    size_t avail = it->avail;
+    for (size_t j = 0; j < k; j++) {
+        uint64_t bit = (j0 + j) * (uint64_t)bw;
+        size_t byte = (size_t)(bit >> 3);
+        uint64_t x = byte + 8 <= avail ? load_le64(p + byte) : load_le(p + byte, avail - byte);
+        dst[j] = (uint32_t)((x >> (bit & 7)) & mask);
+    }
+}
+
+#define RLE_BLOCK 256 /* indices unpacked at a time, on the stack */
 
 /* Definition levels (bit width bw, each <= maxv) into lev[0, count); *present
  * gets how many equal maxv. False on malformed input. */
 static bool decode_levels(const uint8_t *p, const uint8_t *end, int bw, int maxv, uint8_t *lev,
                           int64_t count, int64_t *present)
 {
-    uint64_t mask = bw ? (1ull << bw) - 1 : 0;
+    rle_runs it = {p, end, bw, false, NULL, 0, 0};
+    uint32_t block[RLE_BLOCK];
     int64_t i = 0, got = 0;
     while (i < count) {
-        uint64_t hdr;
-        if (!run_header(&p, end, &hdr))
+        uint64_t take;
+        if (!rle_next(&it, (uint64_t)(count - i), &take))
             return false;
-        if (hdr & 1) {
-            uint64_t groups = hdr >> 1;
-            if (groups > ((uint64_t)1 << 40))
+        if (!it.lit) {
+            if (it.value > (uint64_t)maxv)
                 return false;
-            uint64_t take = groups * 8 < (uint64_t)(count - i) ? groups * 8 : (uint64_t)(count - i);
-            size_t avail = (size_t)(end - p);
-            if ((take * (uint64_t)bw + 7) / 8 > avail)
-                return false;
-            for (uint64_t j = 0; j < take; j++) {
-                uint32_t v = bw ? unpack(p, avail, j, bw, mask) : 0;
-                if (v > (uint32_t)maxv)
+            memset(lev + i, (int)it.value, (size_t)take);
+            got += it.value == (uint64_t)maxv ? (int64_t)take : 0;
+            i += (int64_t)take;
+            continue;
+        }
+        for (uint64_t j = 0; j < take; j += RLE_BLOCK) {
+            size_t k = take - j < RLE_BLOCK ? (size_t)(take - j) : RLE_BLOCK;
+            rle_unpack(&it, j, k, block);
+            for (size_t q = 0; q < k; q++) {
+                if (block[q] > (uint32_t)maxv)
                     return false;
-                lev[i + (int64_t)j] = (uint8_t)v;
-                got += v == (uint32_t)maxv;
+                lev[i + (int64_t)q] = (uint8_t)block[q];
+                got += block[q] == (uint32_t)maxv;
             }
-            uint64_t bytes = groups * (uint64_t)bw;
-            p += bytes < avail ? bytes : avail;
-            i += (int64_t)take;
-        } else {
-            size_t vb = ((size_t)bw + 7) / 8;
-            if (vb > (size_t)(end - p))
-                return false;
-            uint64_t v = load_le(p, vb);
-            p += vb;
-            if (v > (uint64_t)maxv)
-                return false;
-            uint64_t n = hdr >> 1;
-            uint64_t take = n < (uint64_t)(count - i) ? n : (uint64_t)(count - i);
-            memset(lev + i, (int)v, (size_t)take);
-            if (v == (uint64_t)maxv)
-                got += (int64_t)take;
-            i += (int64_t)take;
+            i += (int64_t)k;
         }
     }
     *present = got;
@@ -473,75 +515,52 @@ static bool decode_levels(const uint8_t *p, const uint8_t *end, int bw, int maxv
 static bool decode_dict(const uint8_t *p, const uint8_t *end, int bw, const uint8_t *dict,
                         int64_t dn, int w, uint8_t *out, int64_t count)
 {
-    uint64_t mask = bw ? (bw == 32 ? 0xffffffffull : (1ull << bw) - 1) : 0;
+    rle_runs it = {p, end, bw, false, NULL, 0, 0};
+    uint32_t block[RLE_BLOCK];
     int64_t i = 0;
     while (i < count) {
-        uint64_t hdr;
-        if (!run_header(&p, end, &hdr))
+        uint64_t take;
+        if (!rle_next(&it, (uint64_t)(count - i), &take))
             return false;
-        if (hdr & 1) {
-            uint64_t groups = hdr >> 1;
-            if (groups > ((uint64_t)1 << 40))
-                return false;
-            uint64_t take = groups * 8 < (uint64_t)(count - i) ? groups * 8 : (uint64_t)(count - i);
-            size_t avail = (size_t)(end - p);
-            if ((take * (uint64_t)bw + 7) / 8 > avail)
-                return false;
-            if (w == 8) {
-                int64_t *o = (int64_t *)(void *)out + i;
-                const int64_t *d = (const int64_t *)(const void *)dict;
-                uint64_t fast = avail >= 8 ? ((uint64_t)(avail - 8) * 8) / (uint64_t)(bw ? bw : 1) : 0;
-                if (!bw)
-                    fast = take;
-                for (uint64_t j = 0; j < take; j++) {
-                    uint32_t v;
-                    if (j < fast && bw) {
-                        uint64_t bit = j * (uint64_t)bw;
-                        v = (uint32_t)((load_le64(p + (bit >> 3)) >> (bit & 7)) & mask);
-                    } else {
-                        v = bw ? unpack(p, avail, j, bw, mask) : 0;
-                    }
-                    if ((int64_t)v >= dn)
-                        return false;
-                    o[j] = d[v];
-                }
-            } else {
-                int32_t *o = (int32_t *)(void *)out + i;
-                const int32_t *d = (const int32_t *)(const void *)dict;
-                for (uint64_t j = 0; j < take; j++) {
-                    uint32_t v = bw ? unpack(p, avail, j, bw, mask) : 0;
-                    if ((int64_t)v >= dn)
-                        return false;
-                    o[j] = d[v];
-                }
-            }
-            uint64_t bytes = groups * (uint64_t)bw;
-            p += bytes < avail ? bytes : avail;
-            i += (int64_t)take;
-        } else {
-            size_t vb = ((size_t)bw + 7) / 8;
-            if (vb > (size_t)(end - p))
-                return false;
-            uint64_t v = load_le(p, vb);
-            p += vb;
-            uint64_t n = hdr >> 1;
-            uint64_t take = n < (uint64_t)(count - i) ? n : (uint64_t)(count - i);
-            if (take == 0)
-                continue;
-            if (v >= (uint64_t)dn)
+        if (take == 0)
+            continue;
+        if (!it.lit) {
+            if (it.value >= (uint64_t)dn)
                 return false;
             if (w == 8) {
                 int64_t *o = (int64_t *)(void *)out + i, x;
-                memcpy(&x, dict + v * 8, 8);
+                memcpy(&x, dict + it.value * 8, 8);
                 for (uint64_t j = 0; j < take; j++)
                     o[j] = x;
             } else {
                 int32_t *o = (int32_t *)(void *)out + i, x;
-                memcpy(&x, dict + v * 4, 4);
+                memcpy(&x, dict + it.value * 4, 4);
                 for (uint64_t j = 0; j < take; j++)
                     o[j] = x;
             }
             i += (int64_t)take;
+            continue;
+        }
+        for (uint64_t j = 0; j < take; j += RLE_BLOCK) {
+            size_t k = take - j < RLE_BLOCK ? (size_t)(take - j) : RLE_BLOCK;
+            rle_unpack(&it, j, k, block);
+            uint32_t bad = 0;
+            for (size_t q = 0; q < k; q++)
+                bad |= (uint32_t)((int64_t)block[q] >= dn);
+            if (bad)
+                return false;
+            if (w == 8) {
+                int64_t *o = (int64_t *)(void *)out + i;
+                const int64_t *d = (const int64_t *)(const void *)dict;
+                for (size_t q = 0; q < k; q++)
+                    o[q] = d[block[q]];
+            } else {
+                int32_t *o = (int32_t *)(void *)out + i;
+                const int32_t *d = (const int32_t *)(const void *)dict;
+                for (size_t q = 0; q < k; q++)
+                    o[q] = d[block[q]];
+            }
+            i += (int64_t)k;
         }
     }
     return true;
