@@ -793,7 +793,7 @@ slash_status slash_pq_decode(slash_pq_reader *r, const uint8_t *data, size_t len
                              const slash_pq_chunk *c, void *out, int out_width,
                              uint8_t *valid, int64_t *null_count)
 {
-    if (!r || !c || (!data && len) || !out || !null_count)
+    if (!r || !c || (!data && len) || (!out && c->num_values) || !null_count)
         return slash_fail(SLASH_EINVAL, "slash_pq_decode: NULL argument");
     if (c->physical != SLASH_PQ_INT32 && c->physical != SLASH_PQ_INT64)
         return NOTSUP("physical type %d", c->physical);
