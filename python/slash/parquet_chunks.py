@@ -100,8 +100,9 @@ class _Pool:
         self.free: List[np.ndarray] = []
 
     def take(self, nbytes: int) -> np.ndarray:
-        for i, a in enumerate(self.free):
+        for a in self.free:
             # references: the list, the loop variable, getrefcount's argument
+            # (not enumerate(): the tuple it reuses holds one more)
             if a.nbytes >= nbytes and sys.getrefcount(a) == 3:
                 return a
         a = np.empty(max(nbytes, 64), np.uint8)

@@ -338,6 +338,12 @@ slash_status slash_pq_snappy(const uint8_t *src, size_t n, uint8_t *dst, size_t 
         size_t len, off;
         if ((tag & 3) == 0) { /* literal */
             len = tag >> 2;
+            if (len < 16 && end - p >= 16 && oend - o >= 16) { /* short: one 16-byte copy */
+                memcpy(o, p, 16);
+                o += len + 1;
+                p += len + 1;
+                continue;
+            }
             if (len >= 60) {
                 size_t nb = len - 59;
                 if ((size_t)(end - p) < nb)
@@ -374,7 +380,11 @@ slash_status slash_pq_snappy(const uint8_t *src, size_t n, uint8_t *dst, size_t 
         if (off == 0 || off > (size_t)(o - dst) || len > (size_t)(oend - o))
             goto bad;
         const uint8_t *from = o - off;
-        if (off >= len) {
+        if (off >= 8 && len <= 16 && oend - o >= 16) { /* short: two 8-byte copies */
+            memcpy(o, from, 8);
+            memcpy(o + 8, from + 8, 8);
+            o += len;
+        } else if (off >= len) {
             memcpy(o, from, len);
             o += len;
         } else if (off >= 8) { /* overlapping, but 8 bytes at a time are already written */
@@ -452,6 +462,28 @@ static bool rle_next(rle_runs *it, uint64_t want, uint64_t *take)
     return true;
 }
 
+/* Groups of 8 values of width B (B bytes each) at p into dst, one function
+ * per width so the shifts are constants. Each value is read with an 8-byte
+ * load at its first byte: the caller makes sure those bytes exist. */
+#define UNPACK8(B)                                                                      \
+    static void unpack8_##B(const uint8_t *p, size_t groups, uint32_t *dst)              \
+    {                                                                                   \
+        const uint64_t mask = (B) == 32 ? 0xffffffffull : (1ull << (B)) - 1;            \
+        for (size_t g = 0; g < groups; g++, p += (B), dst += 8)                         \
+            for (int j = 0; j < 8; j++)                                                 \
+                dst[j] = (uint32_t)((load_le64(p + (j * (B)) / 8) >> ((j * (B)) % 8)) & mask); \
+    }
+UNPACK8(1) UNPACK8(2) UNPACK8(3) UNPACK8(4) UNPACK8(5) UNPACK8(6) UNPACK8(7) UNPACK8(8)
+UNPACK8(9) UNPACK8(10) UNPACK8(11) UNPACK8(12) UNPACK8(13) UNPACK8(14) UNPACK8(15) UNPACK8(16)
+UNPACK8(17) UNPACK8(18) UNPACK8(19) UNPACK8(20) UNPACK8(21) UNPACK8(22) UNPACK8(23) UNPACK8(24)
+UNPACK8(25) UNPACK8(26) UNPACK8(27) UNPACK8(28) UNPACK8(29) UNPACK8(30) UNPACK8(31) UNPACK8(32)
+static void (*const unpack8[33])(const uint8_t *, size_t, uint32_t *) = {
+    NULL, unpack8_1, unpack8_2, unpack8_3, unpack8_4, unpack8_5, unpack8_6, unpack8_7,
+    unpack8_8, unpack8_9, unpack8_10, unpack8_11, unpack8_12, unpack8_13, unpack8_14,
+    unpack8_15, unpack8_16, unpack8_17, unpack8_18, unpack8_19, unpack8_20, unpack8_21,
+    unpack8_22, unpack8_23, unpack8_24, unpack8_25, unpack8_26, unpack8_27, unpack8_28,
+    unpack8_29, unpack8_30, unpack8_31, unpack8_32};
+
 /* Values j0 .. j0+k-1 of the current bit-packed run into dst (the run holds
  * them: rle_next checked its bytes). */
 static void rle_unpack(const rle_runs *it, uint64_t j0, size_t k, uint32_t *dst)
@@ -464,6 +496,17 @@ static void rle_unpack(const rle_runs *it, uint64_t j0, size_t k, uint32_t *dst)
     uint64_t mask = bw == 32 ? 0xffffffffull : (1ull << bw) - 1;
     const uint8_t *p = it->data;
     size_t avail = it->avail;
+    if (j0 % 8 == 0) { /* whole groups whose every 8-byte load stays inside avail */
+        size_t reach = 8 + (size_t)(7 * bw) / 8, g0 = (size_t)(j0 / 8);
+        size_t safe = avail >= reach ? (avail - reach) / (size_t)bw + 1 : 0;
+        size_t groups = safe > g0 ? safe - g0 : 0;
+        if (groups > k / 8)
+            groups = k / 8;
+        unpack8[bw](p + g0 * (size_t)bw, groups, dst);
+        j0 += 8 * groups;
+        dst += 8 * groups;
+        k -= 8 * groups;
+    }
     for (size_t j = 0; j < k; j++) {
         uint64_t bit = (j0 + j) * (uint64_t)bw;
         size_t byte = (size_t)(bit >> 3);
@@ -544,21 +587,22 @@ static bool decode_dict(const uint8_t *p, const uint8_t *end, int bw, const uint
         for (uint64_t j = 0; j < take; j += RLE_BLOCK) {
             size_t k = take - j < RLE_BLOCK ? (size_t)(take - j) : RLE_BLOCK;
             rle_unpack(&it, j, k, block);
-            uint32_t bad = 0;
-            for (size_t q = 0; q < k; q++)
-                bad |= (uint32_t)((int64_t)block[q] >= dn);
-            if (bad)
-                return false;
             if (w == 8) {
                 int64_t *o = (int64_t *)(void *)out + i;
                 const int64_t *d = (const int64_t *)(const void *)dict;
-                for (size_t q = 0; q < k; q++)
+                for (size_t q = 0; q < k; q++) {
+                    if (__builtin_expect((uint64_t)block[q] >= (uint64_t)dn, 0))
+                        return false;
                     o[q] = d[block[q]];
+                }
             } else {
                 int32_t *o = (int32_t *)(void *)out + i;
                 const int32_t *d = (const int32_t *)(const void *)dict;
-                for (size_t q = 0; q < k; q++)
+                for (size_t q = 0; q < k; q++) {
+                    if (__builtin_expect((uint64_t)block[q] >= (uint64_t)dn, 0))
+                        return false;
                     o[q] = d[block[q]];
+                }
             }
             i += (int64_t)k;
         }
