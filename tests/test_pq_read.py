@@ -214,3 +214,33 @@ def test_file_source_reads_the_same_table_with_and_without_the_core_reader(
         got = pa.Table.from_batches(list(src.read(0, 1, columns=cols)))
         want = pq.read_table(path, columns=cols)
         assert got.equals(want, check_metadata=True), cols
+
+
+def _two_row_groups(tmp_path):
+    path = str(tmp_path / "two.parquet")
+    write(path, {"a": values(pa.int64(), 2000, "some", False, 9)}, dictionary=False,
+          page_version="1.0", compression="snappy", page_size=1 << 20, row_group=1000)
+    md = pq.ParquetFile(path).metadata
+    return path, [chunk_plan(md, g, 0, pa.int64()) for g in range(2)]
+
+
+def test_a_buffer_an_array_still_holds_is_never_decoded_into_again(tmp_path):
+    path, plans = _two_row_groups(tmp_path)
+    reader, fd = ChunkReader(), os.open(path, os.O_RDONLY)
+    first = reader.read(fd, plans[0], path, "a")
+    kept = first.to_pylist()
+    second = reader.read(fd, plans[1], path, "a")
+    os.close(fd)
+    assert first.to_pylist() == kept and second.to_pylist() != kept
+    assert second.equals(pq.ParquetFile(path).read_row_group(1).column("a").combine_chunks())
+
+
+def test_the_buffers_of_dropped_arrays_are_reused(tmp_path):
+    path, plans = _two_row_groups(tmp_path)
+    reader, fd = ChunkReader(), os.open(path, os.O_RDONLY)
+    a = reader.read(fd, plans[0], path, "a")
+    address = a.buffers()[1].address
+    del a
+    b = reader.read(fd, plans[1], path, "a")
+    os.close(fd)
+    assert b.buffers()[1].address == address and len(reader.pool.free) == 2

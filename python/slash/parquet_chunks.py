@@ -83,7 +83,7 @@ def chunk_plan(md: Any, rg: int, j: int, t: pa.DataType) -> Optional[ChunkPlan]:
         return None
     cc = md.row_group(rg).column(j)
     codec = _CODECS.get(cc.compression)
-    if codec is None:
+    if codec is None or cc.file_path:  # (a chunk kept in another file: pyarrow's business)
         return None
     start = cc.data_page_offset
     if cc.has_dictionary_page and cc.dictionary_page_offset is not None \
@@ -100,11 +100,16 @@ class _Pool:
         self.free: List[np.ndarray] = []
 
     def take(self, nbytes: int) -> np.ndarray:
+        """The smallest free buffer of at least ``nbytes`` bytes, or a new one."""
+        best = None
         for a in self.free:
             # references: the list, the loop variable, getrefcount's argument
             # (not enumerate(): the tuple it reuses holds one more)
-            if a.nbytes >= nbytes and sys.getrefcount(a) == 3:
-                return a
+            if a.nbytes >= nbytes and sys.getrefcount(a) == 3 and \
+                    (best is None or a.nbytes < best.nbytes):
+                best = a
+        if best is not None:
+            return best
         a = np.empty(max(nbytes, 64), np.uint8)
         self.free.append(a)
         if len(self.free) > 16:  # arrays kept by the caller: stop tracking the oldest
