@@ -164,6 +164,9 @@ def test_corrupted_chunks_are_refused_or_decoded_never_a_crash(tmp_path):
     assert results["refused"] > 0 and results["decoded"] > 0
 
 
+@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+                    reason="the reference, pyarrow's own reader (not instrumented), aborts on some "
+                           "of these corrupted pages under ASan's allocator")
 def test_a_corrupted_file_reads_as_pyarrow_reads_it(tmp_path):
     """A page flipped in the file: FileSource gives pyarrow's table or pyarrow's error."""
     rng = random.Random(11)
