@@ -232,27 +232,25 @@ static void tc_skip(tc *t, int type, int depth, bool in_list)
     }
 }
 
-/* An i32 field's value (any integer field type is read as one). */
+/* An i32 field's value; a field of another type is skipped, as Thrift's own
+ * readers do, and reads as -1 (absent: a required field then fails). */
 static int64_t tc_int(tc *t, int type)
 {
-    if (type != TC_I32 && type != TC_I16 && type != TC_I64 && type != TC_BYTE) {
+    if (type != TC_I32) {
+        tc_skip(t, type, 1, false);
+        return -1;
+    }
+    int64_t v = tc_zigzag(t);
+    if (v < INT32_MIN || v > INT32_MAX)
         t->bad = true;
-        return 0;
-    }
-    if (type == TC_BYTE) {
-        if (t->p >= t->end) {
-            t->bad = true;
-            return 0;
-        }
-        return (int8_t)*t->p++;
-    }
-    return tc_zigzag(t);
+    return v;
 }
 
 typedef struct {
     int64_t type, usize, csize;
     int64_t num_values, encoding, def_encoding;
     int64_t def_len, rep_len; /* v2 */
+    int64_t num_nulls, num_rows; /* v2 */
     bool is_compressed;       /* v2; true unless the header says otherwise */
     bool has_sub;             /* the header of its type was present */
 } page_header;
@@ -276,6 +274,10 @@ static void parse_sub(tc *t, int kind, page_header *h)
             h->encoding = tc_int(t, type);
         else if (kind == 3 && id == 1)
             h->num_values = tc_int(t, type);
+        else if (kind == 3 && id == 2)
+            h->num_nulls = tc_int(t, type);
+        else if (kind == 3 && id == 3)
+            h->num_rows = tc_int(t, type);
         else if (kind == 3 && id == 4)
             h->encoding = tc_int(t, type);
         else if (kind == 3 && id == 5)
@@ -442,14 +444,14 @@ static bool rle_next(rle_runs *it, uint64_t want, uint64_t *take)
         uint64_t groups = hdr >> 1;
         if (groups > ((uint64_t)1 << 40))
             return false;
-        *take = groups * 8 < want ? groups * 8 : want;
-        if ((*take * (uint64_t)it->bw + 7) / 8 > left)
+        uint64_t bytes = groups * (uint64_t)it->bw;
+        if (bytes > left) /* a run's groups are whole (the last one padded) */
             return false;
+        *take = groups * 8 < want ? groups * 8 : want;
         it->lit = true;
         it->data = it->p;
         it->avail = left;
-        uint64_t bytes = groups * (uint64_t)it->bw;
-        it->p += bytes < left ? bytes : left;
+        it->p += bytes;
     } else {
         size_t vb = ((size_t)it->bw + 7) / 8;
         if (vb > left)
@@ -825,6 +827,10 @@ static slash_status data_page(chunk_state *s, const page_header *h, const uint8_
         st = page_levels(s, b, (size_t)h->def_len, n, &present, &lev);
         if (st != SLASH_OK)
             return st;
+        if (h->num_nulls != n - present || h->num_rows != n) /* what the header says must hold */
+            return MALFORMED("a v2 page of %lld values, %lld rows and %lld nulls whose levels "
+                             "say %lld nulls", (long long)n, (long long)h->num_rows,
+                             (long long)h->num_nulls, (long long)(n - present));
         st = page_body(s, b + h->def_len, bn - (size_t)h->def_len, h->usize - h->def_len,
                        h->is_compressed, &v, &vn);
         if (st != SLASH_OK)
@@ -888,6 +894,9 @@ slash_status slash_pq_decode(slash_pq_reader *r, const uint8_t *data, size_t len
         if (st != SLASH_OK)
             return st;
     }
+    if (pos != len) /* a writer's chunk is its pages, nothing after them */
+        return MALFORMED("%zu bytes after the pages of the chunk's %lld values", len - pos,
+                         (long long)c->num_values);
     *null_count = s.nulls;
     return SLASH_OK;
 }

@@ -36,6 +36,8 @@ enum { I32 = 5, STRUCT = 12, BINARY = 8, TRUE_ = 1, FALSE_ = 2 };
 
 /* PageHeader { 1: type, 2: usize, 3: csize, [4: crc,] 5/7/8: sub-header }.
  * kind 0 data v1, 2 dictionary, 3 data v2. For v2, def_len and compressed. */
+static int64_t v2_nulls; /* num_nulls the next v2 header states */
+
 static void header(buf *o, int kind, int64_t usize, int64_t csize, int64_t nvalues, int enc,
                    int64_t def_len, int compressed, int with_stats)
 {
@@ -59,7 +61,7 @@ static void header(buf *o, int kind, int64_t usize, int64_t csize, int64_t nvalu
     } else if (kind == 2) {
         field(o, 1, I32), zz(o, enc);
     } else {
-        field(o, 1, I32), zz(o, 0); /* num_nulls */
+        field(o, 1, I32), zz(o, v2_nulls); /* num_nulls */
         field(o, 1, I32), zz(o, nvalues);
         field(o, 1, I32), zz(o, enc);
         field(o, 1, I32), zz(o, def_len);
@@ -176,6 +178,7 @@ TEST(optional_v2_snappy_nulls_and_bitmap)
     bitpacked(&levels, lev, 16, 1);
     rle_run(&levels, 0, 3, 1); /* 3 more nulls: 19 values */
     snappy_literal(&vals, (const uint8_t *)present, sizeof present);
+    v2_nulls = 12;
     header(&c, 3, (int64_t)(levels.n + sizeof present), (int64_t)(levels.n + vals.n), 19, 0,
            (int64_t)levels.n, 1, 0);
     put(&c, levels.b, levels.n);
@@ -194,6 +197,13 @@ TEST(optional_v2_snappy_nulls_and_bitmap)
         CHECK(out[i] == (is ? present[j++] : 0));
     }
     CHECK(valid[2] >> 3 == 0); /* bits past the values cleared */
+    c.n = 0; /* the same page whose header states another null count: refused */
+    v2_nulls = 11;
+    header(&c, 3, (int64_t)(levels.n + sizeof present), (int64_t)(levels.n + vals.n), 19, 0,
+           (int64_t)levels.n, 1, 0);
+    put(&c, levels.b, levels.n);
+    put(&c, vals.b, vals.n);
+    CHECK_ST(slash_pq_decode(r, c.b, c.n, &ch, out, 8, valid, &nulls), SLASH_EPROTO);
     slash_pq_reader_free(r);
 }
 
