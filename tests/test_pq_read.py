@@ -244,3 +244,12 @@ def test_the_buffers_of_dropped_arrays_are_reused(tmp_path):
     b = reader.read(fd, plans[1], path, "a")
     os.close(fd)
     assert b.buffers()[1].address == address and len(reader.pool.free) == 2
+
+
+def test_only_partition_columns_keep_the_row_groups_rows(tmp_path):
+    d = tmp_path / "day=3"
+    d.mkdir()
+    pq.write_table(pa.table({"k": np.arange(10, dtype=np.int64)}), str(d / "p.parquet"),
+                   row_group_size=4)
+    got = pa.Table.from_batches(list(FileSource(str(tmp_path)).read(0, 1, columns=["day"])))
+    assert got.column("day").to_pylist() == [3] * 10
