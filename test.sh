@@ -45,8 +45,8 @@ log "pytest"
 python3 -m pytest -q -p no:cacheprovider tests "$@"
 
 if [ "$#" = 0 ]; then
-    log "executor, channel, join, partition-move (aggregate and join), int64-extremes and executors-on-threads tests against an ASan/UBSan build of the extension"
+    log "executor, channel, join, partition-move (aggregate and join), int64-extremes and executors-on-threads and Parquet-reader tests against an ASan/UBSan build of the extension"
     scripts/asan-pytest.sh test_executor.py test_channel.py test_join.py test_executor_join.py \
         test_leader_moves.py test_partial_pause.py test_join_moves.py test_time_extremes.py \
-        test_in_process.py -m "not slow"
+        test_in_process.py test_pq_read.py -m "not slow"
 fi

@@ -481,3 +481,24 @@ cdef extern from "slash/distinct.h" nogil:
 cdef extern from "slash/quantile.h" nogil:
     enum:
         SLASH_QS_Q_SCALE
+
+cdef extern from "slash/pq_read.h" nogil:
+    enum:
+        SLASH_PQ_INT32
+        SLASH_PQ_INT64
+        SLASH_PQ_UNCOMPRESSED
+        SLASH_PQ_SNAPPY
+    ctypedef struct slash_pq_chunk:
+        int physical
+        int codec
+        int max_def
+        int64_t num_values
+    ctypedef struct slash_pq_reader
+    slash_status slash_pq_reader_new(slash_pq_reader **out)
+    void slash_pq_reader_free(slash_pq_reader *r)
+    slash_status slash_pq_decode(slash_pq_reader *r, const uint8_t *data, size_t len,
+                                 const slash_pq_chunk *chunk, void *out, int out_width,
+                                 uint8_t *valid, int64_t *null_count)
+    slash_status slash_pq_read_fd(slash_pq_reader *r, int fd, int64_t offset, int64_t len,
+                                  const slash_pq_chunk *chunk, void *out, int out_width,
+                                  uint8_t *valid, int64_t *null_count)

@@ -16,7 +16,7 @@ SECONDS_PER_TARGET="${1:-20}"
 SEED="${SLASH_FUZZ_SEED:-1}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="$ROOT/build/fuzz"
-TARGETS=(fuzz_merge_delta fuzz_sync_msg fuzz_ckpt_read)
+TARGETS=(fuzz_merge_delta fuzz_sync_msg fuzz_ckpt_read fuzz_pq_decode)
 
 if ! command -v clang >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
