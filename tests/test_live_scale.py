@@ -23,7 +23,7 @@ from slash.control import request, wait_for_socket
 from slash.errors import InvalidArgument, NotSupported
 from slash.control import rebalance_spec
 from slash.live_scale import deal_work, spread_moves
-from slash.query import JoinQuery, Query
+from slash.query import Query
 from slash.runner import run
 from slash.sources import BatchSource, GeneratorSource, Unit
 
@@ -356,9 +356,6 @@ def test_a_generator_a_table_or_a_checkpointed_join_refuses_live_scaling_saying_
         run(q, table, executors=1, max_executors=2)
     with pytest.raises(InvalidArgument, match="max_executors"):
         run(q, parts, executors=2, max_executors=1)
-    with pytest.raises(NotSupported, match="join"):
-        run(JoinQuery(time="t", window="tumbling:10s", on=["k"]), (parts, parts), executors=1,
-            max_executors=2, checkpoint=str(tmp_path / "ck"))
 
 
 def test_slash_ctl_scales_a_slash_run_live_and_status_shows_active_and_standby(parts, tmp_path):

@@ -210,7 +210,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     (:mod:`slash.live_join`); anything else raises NotSupported. Beyond
     ``max_executors`` a scale-out is refused (InvalidArgument: provision more,
     or use ``checkpoint``).
-    With ``checkpoint`` too (:mod:`slash.live_ckpt`, aggregations only) the live group takes
+    With ``checkpoint`` too (:mod:`slash.live_ckpt`, aggregations and joins) the live group takes
     checkpoints (standby ranks included; positions in global terms) and
     recovers from a failed rank exactly once; a scale-out beyond
     ``max_executors`` then restarts the group from a checkpoint with the new
@@ -406,16 +406,15 @@ def _check_sink(sink: Any, checkpoint: Any, driven: bool) -> None:
 
 def _check_elastic(query: Any, src: Any, n: int, m: Any, checkpoint: Any) -> None:
     """What ``max_executors=`` without ``latency_target=`` needs: a window
-    aggregation over files (or a join over two, without checkpoint),
-    ``executors <= max_executors`` (``checkpoint=`` is allowed for an
-    aggregation: :mod:`slash.live_ckpt`)."""
+    aggregation over files (or a join over two), ``executors <=
+    max_executors`` (with ``checkpoint=``: :mod:`slash.live_ckpt`)."""
     from slash.errors import NotSupported
     from slash.sources import FileSource
 
     if isinstance(m, bool) or not isinstance(m, int) or not n <= m <= MAX_EXECUTORS:
         raise InvalidArgument(f"max_executors must be an int in {n}..{MAX_EXECUTORS} (at least "
                               f"executors={n}), got {m!r}")
-    if isinstance(query, JoinQuery):  # with checkpoint=: refused by slash.run.compat
+    if isinstance(query, JoinQuery):
         from slash.live_join import check_join_sources
         check_join_sources(src)  # both sides re-dealt in global terms (slash.live_join)
         return
