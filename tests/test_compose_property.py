@@ -575,7 +575,8 @@ def check_join_case(case: JoinCase) -> None:
         right = join_side(case.right, os.path.join(d, "right"), "b")
         kw: Dict[str, Any] = {}
         if case.checkpoint:
-            kw.update(checkpoint=os.path.join(d, "ck"), checkpoint_every="2 batches")
+            kw.update(checkpoint=os.path.join(d, "ck"), checkpoint_every="2 batches",
+                      group=GroupConfig(partitions=32))  # small images: cheap cuts
         if case.max_executors:
             kw["max_executors"] = MAX_EXECUTORS
         if case.pacing == "rate":
