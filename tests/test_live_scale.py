@@ -346,7 +346,7 @@ def test_scaling_past_the_provisioned_group_is_refused_naming_max_executors(part
     assert "4 active executors is outside 1..3" in got[0] and "0 active" in got[1]
 
 
-def test_a_generator_a_table_or_a_checkpointed_join_refuses_live_scaling_saying_why(parts, tmp_path):
+def test_a_generator_or_a_table_refuses_live_scaling_saying_why(parts, tmp_path):
     q = Query(time="t", window="tumbling:10s", key="k", aggregates=["count"])
     gen = GeneratorSource(lambda r, n: iter(()), pa.schema([("t", pa.int64()), ("k", pa.int64())]))
     with pytest.raises(NotSupported, match="GeneratorSource"):
