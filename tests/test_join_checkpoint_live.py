@@ -11,10 +11,13 @@ and every record read once."""
 import json
 import os
 import signal
+import subprocess
+import sys
 
+import pyarrow.parquet as pq
 import pytest
 
-from _slash_run import beside, ops_at, wait_until
+from _slash_run import ENV, beside, ops_at, wait_until
 
 from slash.control import request, wait_for_socket
 from slash.executor import GroupConfig
@@ -147,3 +150,32 @@ def test_a_checkpointed_join_rebalanced_over_its_socket_then_killed_keeps_the_mo
     assert led == [PARTITIONS, 0], "the restore did not keep the checkpoint's leader map"
     assert m["late_records"] == 0
     assert pairs(out) == duckdb_pairs
+
+
+def test_slash_ctl_rebalances_and_rescales_a_checkpointed_slash_run_join(sides, tmp_path,
+                                                                        duckdb_pairs):
+    sock, out = str(tmp_path / "c.sock"), str(tmp_path / "out.parquet")
+    p = subprocess.Popen([sys.executable, "-m", "slash", "run", "--join", "--left", sides["left"],
+                          "--right", sides["right"], "--on", "k", "--time", "t",
+                          "--window", "tumbling:10s", "--executors", "2", "--rate", "8000",
+                          "--checkpoint", str(tmp_path / "ck"), "--checkpoint-every", "300ms",
+                          "--control", sock, "--output", out], env=ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_socket(sock, 60)
+        ctl = [sys.executable, "-m", "slash", "ctl", "--socket", sock]
+        wait_until(lambda: request(sock, "status")["reporting"] == 2, 60, "reports")
+        moved = subprocess.run(ctl + ["rebalance", "--moves", "1:0,3:0"], capture_output=True,
+                               text=True, env=ENV, timeout=60)
+        assert moved.returncode == 0, moved.stderr
+        assert "1->0" in moved.stdout and "3->0" in moved.stdout, moved.stdout
+        scaled = subprocess.run(ctl + ["scale-out", "1"], capture_output=True, text=True,
+                                env=ENV, timeout=120)
+        assert scaled.returncode == 0, scaled.stderr
+        assert "3 executors" in scaled.stdout
+        _, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, stderr
+    assert pairs(pq.read_table(out)) == duckdb_pairs
