@@ -41,6 +41,12 @@ ships deltas; a leaving rank turns standby and goes on leading its
 partitions - it serves its channels, merges the deltas of their windows and
 fires them as the group watermark (which it follows) passes their ends, and
 finish() fires the rest. See docs/elastic.md.
+
+With ``checkpoint=`` the group is :mod:`slash.live_ckpt`'s: a rank's cut
+records per scale generation both sides' work left and the rows its merge
+holds (:class:`LiveJoinPositions`), and a restore gives the held rows to
+the rank dealt their unit (:func:`restored_held`), before that unit's next
+batch; a prepare pushes them, as it pushes the rows in hand.
 """
 from __future__ import annotations
 

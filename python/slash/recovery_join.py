@@ -24,7 +24,10 @@ pushes one side's rows at a time. Its position at a cut is recorded twice:
 
 The leader stores a restored executor takes hold both sides' buffered rows of
 every window and key of the partitions it leads (the core's join partition
-blobs; with another executor count, partition p is led by rank p mod n), so
+blobs, one file per partition its rank led at the cut: with the same
+executor count it leads by the newest map the ranks recorded, so partitions
+a rebalance moved stay where they were moved; with another count, partition
+p is led by rank p mod n), so
 the pairs fired after the cut are fired again - those fired before it come
 from the committed result segments, as for aggregations.
 
