@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -179,3 +180,40 @@ def test_slash_ctl_rebalances_and_rescales_a_checkpointed_slash_run_join(sides, 
             p.kill()
     assert p.returncode == 0, stderr
     assert pairs(pq.read_table(out)) == duckdb_pairs
+
+
+def _rows(n, start):
+    return pa.record_batch({"t": pa.array(range(start, start + n), pa.int64())})
+
+
+def test_a_prepare_pushes_the_rows_in_hand_and_the_held_rows_of_units_not_reached_once():
+    """A restored rank holds rows of units 7 and 9 (unit 5's were given
+    already: it is reading unit 5); a scale's prepare pushes the merge's
+    batch in hand, then unit 9's held rows (7 is behind the position), each
+    leaving the rank's state before its push, and nothing is held after."""
+    from slash.live_join import JoinScaleAgent, LiveJoinPositions
+    from slash.recovery_join import Side, side_at
+
+    works = {"left": [[5, 2], [9, 0]], "right": [[7, 1]]}
+    held = {"left": {5: _rows(3, 0), 9: _rows(4, 100)}, "right": {7: _rows(2, 200)}}
+    agent = JoinScaleAgent(0, 1, works, [0], None, None, 1.0, held)
+    left = Side(iter(()))
+    left.pos, left.cur = [0, 3], _rows(5, 10)  # reading unit 5: its held rows were given
+    right = Side(iter(()))  # nothing read of unit 7 yet: its held rows are still to come
+    agent.sides = {"left": left, "right": right}
+    positions, pushed, states = LiveJoinPositions(agent), [], []
+
+    def push(side, batch):
+        pushed.append((side, batch.column(0).to_pylist()))
+        states.append(positions._now())  # what a cut at this push would record
+
+    agent.push = push
+    agent.flush()
+    assert pushed == [("left", list(range(10, 15))), ("left", list(range(100, 104))),
+                      ("right", [200, 201])]
+    # what a cut at each push records held: not that push's rows, still the ones after it
+    recorded = [{s: side_at(0, s, works_[s], held_[s], st[s], {})["held"] for s in works_}
+                for _, works_, st, held_, _ in states]
+    assert recorded == [{"left": [9], "right": [7]}, {"left": [], "right": [7]},
+                        {"left": [], "right": []}]
+    assert agent.held == {"left": {}, "right": {}}
