@@ -1,11 +1,13 @@
 """Shared by the tests that drive a real ``slash run`` over its control
-socket (test_control.py, test_rebalance.py): the environment a child
+socket (test_control.py, test_rebalance.py, ...): the environment a child
 ``python -m slash`` needs to import this checkout, starting a run of a
-tumbling count/sum query over a parquet file with a control socket, and
-polling a condition with a deadline."""
+tumbling count/sum query over a parquet file with a control socket,
+polling a condition with a deadline, and a run driven by a thread beside it
+(operations sent at fractions of its input)."""
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pyarrow.parquet as pq
@@ -48,3 +50,41 @@ def wait_until(cond, timeout, what, every=0.05):
             return got
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def beside(act, go):
+    """``go()`` (a run) while a thread does ``act()`` (what the test does to
+    the running run); returns (go's result, act's result); act's error is
+    raised once go returned."""
+    got, errors = {}, []
+
+    def thread():
+        try:
+            got["act"] = act()
+        except BaseException as e:  # noqa: BLE001 - raised in the test's thread below
+            errors.append(e)
+
+    th = threading.Thread(target=thread)
+    th.start()
+    try:
+        out = go()
+    finally:
+        th.join()
+    if errors:
+        raise errors[0]
+    return out, got.get("act")
+
+
+def ops_at(sock, ops, points, total, args=None):
+    """An ``act`` for :func:`beside`: sends each of ``ops`` (``args``, default
+    ``{"k": 1}``) over the control socket once its status says the fraction
+    of ``total`` records in ``points`` was read; returns the answers."""
+    def act():
+        control.wait_for_socket(sock, 60)
+        done = []
+        for op, frac in zip(ops, points):
+            wait_until(lambda: control.request(sock, "status")["records"] >= frac * total, 60,
+                       f"{frac:.0%} of the input read", every=0.02)
+            done.append(control.request(sock, op, {"k": 1} if args is None else args))
+        return done
+    return act

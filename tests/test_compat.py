@@ -39,15 +39,23 @@ def test_check_raises_the_cells_reason():
     assert compat.reason("run", "join", "late_output") in str(e.value)
 
 
-def test_check_raises_a_refused_combination_only_when_all_of_it_is_asked():
-    compat.check("run", "join", ["rebalance"])
-    compat.check("run", "join", ["checkpoint"])
-    with pytest.raises(NotSupported, match="checkpoint"):
-        compat.check("run", "join", ["rebalance", "checkpoint"])
+def test_check_raises_a_refused_combination_only_when_all_of_it_is_asked(monkeypatch):
+    monkeypatch.setitem(compat.COMBINATIONS, ("run", "aggregation",
+                                              frozenset({"rebalance", "rate"})), "a reason")
+    compat.check("run", "aggregation", ["rebalance"])
+    compat.check("run", "aggregation", ["rate"])
+    with pytest.raises(NotSupported, match="rebalance.*rate.*: a reason"):
+        compat.check("run", "aggregation", ["rebalance", "rate", "checkpoint"])
 
 
 def test_every_feature_of_a_window_aggregation_in_run_combines_with_every_other():
     compat.check("run", "aggregation", list(compat.FEATURES))
+
+
+def test_every_feature_a_window_join_in_run_supports_combines_with_every_other():
+    supported = [f for f in compat.FEATURES if compat.reason("run", "join", f) is None]
+    assert {"checkpoint", "live_scale", "rescale", "rebalance"} <= set(supported)
+    compat.check("run", "join", supported)
 
 
 def test_unknown_cell_is_an_invalid_argument():

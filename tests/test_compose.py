@@ -320,19 +320,6 @@ def test_running_checkpointed_join_rescales_two_to_three_and_gives_the_pairs_of_
     assert _pairs(out["got"]) == _duckdb_pairs(tmp_path)
 
 
-def test_rebalance_of_a_checkpointed_join_is_refused_with_the_tables_reason(tmp_path):
-    from slash.errors import NotSupported
-    from slash.recovery import CheckpointedRun
-    from slash.run import compat
-
-    control = CheckpointedRun()
-    control._start(_join_sides(tmp_path), 2, 8, str(tmp_path / "ck"))
-    with pytest.raises(NotSupported) as e:
-        control.rebalance(from_rank=0, to_rank=1)
-    assert compat.COMBINATIONS[("run", "join", frozenset({"checkpoint", "rebalance"}))] \
-        in str(e.value)
-
-
 # ---- late_output= with realtime= / latency_target= -------------------------------------------
 RT_UNITS, RT_MS = 24, 100  # units of 100 ms of wall-clock event time
 RT_LIARS = {9, 15, 21}

@@ -18,10 +18,9 @@ rebalance, update, SIGKILL of one rank). The output must equal
 A combination the compatibility table (slash.run.compat) refuses is still
 run: the refusal must come from the table, with its reason.
 
-A smaller property does the same for window joins (checkpoint= with a kill,
-max_executors= with live scale events, rate=) against DuckDB's join.
-Combinations the table allows but the runner refuses are named xfail tests
-below (strict: they fail loudly once fixed), left out of the draws.
+A smaller property does the same for window joins (checkpoint=,
+max_executors=, rate=, with scale, rebalance and kill events in any
+combination) against DuckDB's join.
 
 CI runs a fixed, derandomized set of PROPERTY_EXAMPLES draws (sized so this
 module takes about a minute on a loaded 2-core machine);
@@ -530,8 +529,10 @@ class JoinCase:
     events: Tuple[Event, ...] = ()
 
     def features(self) -> List[str]:
+        ops = {e.op for e in self.events}
         on = {"checkpoint": self.checkpoint, "live_scale": self.max_executors,
-              "rate": self.pacing == "rate"}
+              "rescale": bool(ops & {"scale-out", "scale-in"}) and not self.max_executors,
+              "rebalance": "rebalance" in ops, "rate": self.pacing == "rate"}
         return [f for f, yes in on.items() if yes]
 
 
@@ -541,16 +542,14 @@ def join_cases(draw) -> JoinCase:
                     right=draw(join_layouts), checkpoint=draw(st.booleans()),
                     max_executors=draw(st.booleans()),
                     pacing=draw(st.sampled_from(["none", "rate"])))
-    ops = draw(st.lists(st.sampled_from(["scale-out", "scale-in", "kill"]), max_size=3))
+    ops = draw(st.lists(st.sampled_from(["scale-out", "scale-in", "rebalance", "kill"]),
+                        max_size=3))
     drawn = [Event(op, draw(st.floats(0.1, 0.4)), draw(st.integers(0, 2))) for op in ops]
-    # scaling live (max_executors=); a checkpointed join rescales by restart only through a
-    # CheckpointedRun, not a control socket: test_a_checkpointed_join_serves_... below
-    drawn = [e for e in drawn if case.max_executors or e.op == "kill"]
+    # scale events: live within max_executors=, by restart with checkpoint= (beyond
+    # max_executors too); rebalance over the control socket of any join over files
     events = _valid_events(Case(window=case.window, keys=("k",), aggregates=("count",),
                                 filter=None, layout=case.left, checkpoint=case.checkpoint,
                                 max_executors=case.max_executors), drawn)
-    if case.checkpoint and case.max_executors:
-        events = ()  # refused before any process starts (the table's reason is checked)
     return dataclasses.replace(case, events=events,
                                pacing="rate" if events else case.pacing)
 
@@ -576,7 +575,8 @@ def check_join_case(case: JoinCase) -> None:
         right = join_side(case.right, os.path.join(d, "right"), "b")
         kw: Dict[str, Any] = {}
         if case.checkpoint:
-            kw.update(checkpoint=os.path.join(d, "ck"), checkpoint_every="2 batches")
+            kw.update(checkpoint=os.path.join(d, "ck"), checkpoint_every="2 batches",
+                      group=GroupConfig(partitions=32))  # small images: cheap cuts
         if case.max_executors:
             kw["max_executors"] = MAX_EXECUTORS
         if case.pacing == "rate":
@@ -595,7 +595,7 @@ def check_join_case(case: JoinCase) -> None:
             kw["control"] = os.path.join(d, "ctl.sock")
             driver = EventDriver(case, kw["control"], left.table.num_rows + right.table.num_rows)
             driver.start()
-        if kill:
+        if kill and not case.max_executors:  # a live group's status names its processes
             os.environ["SLASH_TEST_KILL"] = f"{kill[0].arg % EXECUTORS}:3:0:1"
         m: Dict[str, Any] = {}
         try:
@@ -610,10 +610,16 @@ def check_join_case(case: JoinCase) -> None:
             if driver.error is not None:
                 raise driver.error
             for e, answer in driver.done:
+                if isinstance(answer, InvalidState):  # asked as the run ends (see check_case)
+                    assert any(why in str(answer) for why in TOO_LATE[e.op]), (e, answer)
+                    note_event(f"join {e.op} refused: the run was ending")
+                    continue
                 assert not isinstance(answer, BaseException), (e, answer)
                 note_event(f"join {e.op} applied")
-        if kill:
+        if kill and (not case.max_executors or
+                     any(e.op == "kill" and isinstance(a, dict) for e, a in driver.done)):
             assert len(m["recoveries"]) == 1, m.get("recoveries")
+        assert m["late_records"] == 0
         what = f"{case} (events applied: {driver.done if driver else []})"
         layouts.assert_same_rows(got, layouts.duckdb_window_join(left.table, right.table, "ts",
                                                                  case.window, ["k"]),
@@ -630,14 +636,23 @@ def test_a_drawn_window_join_with_checkpoint_live_scale_and_rate_gives_the_pairs
     check_join_case(case)
 
 
-@pytest.mark.xfail(strict=True, raises=NotSupported, reason=(
-    "run(JoinQuery, checkpoint=..., control=<socket>) is refused up front with the reason for "
-    "checkpoint= with rebalance (autotune.serve_checkpointed), though the table supports "
-    "rescaling a checkpointed join: only a CheckpointedRun object reaches its scale_out; the "
-    "socket would have to serve scale-out/in and refuse rebalance alone, with a join's schemas "
-    "(autotune.py/runner.py)"))
 def test_a_checkpointed_join_serves_scale_out_on_its_control_socket_as_the_table_says():
     side = Layout(rows=200, files=1, shuffled=False, row_groups=2, null_fraction=0.0,
                   nan_fraction=0.0, seed=0)
     check_join_case(JoinCase(window="tumbling:500ms", left=side, right=side, checkpoint=True,
                              pacing="rate", events=(Event("scale-out", 0.2),)))
+
+
+def test_a_checkpointed_live_join_scaled_out_then_killed_gives_duckdbs_pairs():
+    side = Layout(rows=900, files=2, shuffled=True, row_groups=4, null_fraction=0.05,
+                  nan_fraction=0.0, seed=7)
+    check_join_case(JoinCase(window="tumbling:500ms", left=side, right=side, checkpoint=True,
+                             max_executors=True, pacing="rate",
+                             events=(Event("scale-out", 0.15), Event("kill", 0.3, 1))))
+
+
+def test_a_checkpointed_join_rebalanced_over_its_socket_gives_duckdbs_pairs():
+    side = Layout(rows=900, files=2, shuffled=False, row_groups=4, null_fraction=0.0,
+                  nan_fraction=0.0, seed=8)
+    check_join_case(JoinCase(window="tumbling:1s", left=side, right=side, checkpoint=True,
+                             pacing="rate", events=(Event("rebalance", 0.2),)))

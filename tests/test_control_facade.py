@@ -54,20 +54,21 @@ def test_a_resumed_run_agrees_its_manifests_versions_again_from_the_same_starts(
     assert again.updates.record == first.updates.record  # the next manifest records them again
 
 
-def test_a_control_the_user_made_loses_rebalance_when_a_join_declares_checkpoint():
+def test_a_control_the_user_made_loses_an_operation_the_table_refuses_with_what_it_declares(
+        monkeypatch):
+    monkeypatch.setitem(compat.COMBINATIONS, ("run", "join", frozenset({"checkpoint",
+                                                                        "rebalance"})), "why")
     ctl = RunControl(JOIN, SCHEMA, 2)
     assert ctl.offers("rebalance")
     ctl.declare("checkpoint")
     assert not ctl.offers("rebalance")
-    with pytest.raises(NotSupported, match="rebalance"):
+    with pytest.raises(NotSupported, match="rebalance.*: why"):
         ctl.call("rebalance", {})
 
 
-def test_a_checkpointed_join_has_no_live_rebalance():
-    ctl = RunControl(JOIN, SCHEMA, 2, features=("checkpoint",))
-    with pytest.raises(NotSupported) as got:
-        ctl.rebalance({})
-    assert _reason("run", "join", "checkpoint", "rebalance") in str(got.value)
+def test_a_checkpointed_join_offers_rebalance_live_and_in_a_live_group():
+    assert RunControl(JOIN, SCHEMA, 2, features=("checkpoint",)).offers("rebalance")
+    assert RunControl(JOIN, SCHEMA, 2, features=("checkpoint", "live_scale")).offers("rebalance")
 
 
 def test_a_spark_stream_with_checkpoints_offers_update():

@@ -23,7 +23,7 @@ from slash.control import request, wait_for_socket
 from slash.errors import InvalidArgument, NotSupported
 from slash.control import rebalance_spec
 from slash.live_scale import deal_work, spread_moves
-from slash.query import JoinQuery, Query
+from slash.query import Query
 from slash.runner import run
 from slash.sources import BatchSource, GeneratorSource, Unit
 
@@ -346,7 +346,7 @@ def test_scaling_past_the_provisioned_group_is_refused_naming_max_executors(part
     assert "4 active executors is outside 1..3" in got[0] and "0 active" in got[1]
 
 
-def test_a_generator_a_table_or_a_checkpointed_join_refuses_live_scaling_saying_why(parts, tmp_path):
+def test_a_generator_or_a_table_refuses_live_scaling_saying_why(parts, tmp_path):
     q = Query(time="t", window="tumbling:10s", key="k", aggregates=["count"])
     gen = GeneratorSource(lambda r, n: iter(()), pa.schema([("t", pa.int64()), ("k", pa.int64())]))
     with pytest.raises(NotSupported, match="GeneratorSource"):
@@ -356,9 +356,6 @@ def test_a_generator_a_table_or_a_checkpointed_join_refuses_live_scaling_saying_
         run(q, table, executors=1, max_executors=2)
     with pytest.raises(InvalidArgument, match="max_executors"):
         run(q, parts, executors=2, max_executors=1)
-    with pytest.raises(NotSupported, match="join"):
-        run(JoinQuery(time="t", window="tumbling:10s", on=["k"]), (parts, parts), executors=1,
-            max_executors=2, checkpoint=str(tmp_path / "ck"))
 
 
 def test_slash_ctl_scales_a_slash_run_live_and_status_shows_active_and_standby(parts, tmp_path):

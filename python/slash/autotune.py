@@ -208,12 +208,12 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
     checkpoint cut) and ``epoch``, all through ``rescaler``
     (:class:`slash.recovery.CheckpointedRun`). With ``live`` (LiveMetrics) the
     reports feed its page too, and recoveries are marks on it."""
-    if not isinstance(query, Query):
-        compat.check("run", "join", ["checkpoint", "rebalance"])
     if not (control is True or isinstance(control, (str, os.PathLike))):
         raise InvalidArgument("with checkpoint=, control must be True, a socket path or a "
                               "slash.recovery.CheckpointedRun")
-    ctl = RunControl(query, src.schema, n, bounded=watermarks_from_source(src),
+    sides = src if isinstance(src, tuple) else (src,)  # a join's: (left, right)
+    ctl = RunControl(query, sides[0].schema, n,
+                     bounded=all(watermarks_from_source(s) for s in sides),
                      features=("checkpoint",))
 
     def scale(to: int) -> Dict[str, Any]:

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from slash._ipc import to_ipc
 from slash.checkpoint import CheckpointStore
+from slash.errors import InvalidState
 from slash.run.protocol import CheckpointWritten
 
 log = logging.getLogger(__name__)
@@ -92,9 +93,17 @@ class AskSchedule:
             self.forced = False
         if due:
             self.forced = False
+            try:
+                self.ex.request_checkpoint(self.next_id)
+            except InvalidState:
+                if self.asked is None:
+                    raise
+                # the group still runs the earlier ask (a slow cut, e.g. across a live
+                # scale's pause; not a finishing peer): it serves, wait for it again
+                self.last_t, self.last_pushes = now, pushes
+                return
             self.asked = self.next_id
             self.next_id += 1
-            self.ex.request_checkpoint(self.asked)
             self.last_t, self.last_pushes = now, pushes
             if every.epochs is not None:
                 self.last_epochs = self.ex.metrics["epochs"]

@@ -55,8 +55,13 @@ agreed before it (also after its cut) before reading, so the replay filters
 as the run without the restart did; a directory resumed agrees its newest
 manifest's versions again.
 
-Not supported here (NotSupported naming why): joins (see
-:mod:`slash.run.compat`).
+**Joins** (a :class:`slash.query.JoinQuery` over two FileSources) run the
+same group with :mod:`slash.live_join`'s ranks and scaler: a rank records
+both sides' work left per generation, and the rows its merge holds at the
+cut (:class:`slash.live_join.LiveJoinPositions`); a resume deals each side
+by itself and gives the held rows to the rank that gets their unit. A
+prepare pushes every held row first, so a generation that began with a
+commit holds none.
 """
 from __future__ import annotations
 
@@ -76,8 +81,10 @@ from slash.errors import CheckpointCorrupt, InvalidArgument, InvalidState, Syste
 from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
 from slash.limits import MAX_EXECUTORS
+from slash.live_join import SIDES, JoinLiveScaler
 from slash.live_scale import LiveScaler
 from slash.recovery import CheckpointEvery, fingerprint
+from slash.run.ckpt import live_gen
 from slash.run.driver import Committer, Driver, serve_rounds, show_live
 from slash.run.failure import Failed, Reported, RestartPolicy, failed
 from slash.run.inputs import bound_ticks
@@ -198,31 +205,40 @@ class ElasticCheckpointed:
         self._end_restart(InvalidState("the run ended before the restart took effect"))
 
 
-def _live_gen(ck: Checkpoint) -> int:
-    return int(ck.manifest.get("info", {}).get("live_gen", 0))
-
-
 def resume_shape(ck: Optional[Checkpoint], source: Any, size: int, active_n: int,
-                 time_col: str) -> Tuple[List[Work], List[int]]:
+                 time_col: str) -> Tuple[List[Any], List[int]]:
     """(each rank's work, the active ranks) a group of ``size`` starts with
     from checkpoint ``ck``: with the checkpoint's size, each rank its own list
     and the active set of the committed generation; with another size (a
     restart beyond M, or a directory resumed with another M) every list
-    re-dealt to ranks ``0..active_n-1``; without a checkpoint the first split."""
+    re-dealt to ranks ``0..active_n-1``; without a checkpoint the first split.
+    A join's source is ``(left, right)`` and a rank's work ``{side: list}``
+    (dealt side by side; the rows held at the cut go with their unit,
+    :func:`slash.live_join.restored_held`)."""
+    join = isinstance(source, tuple)
+    srcs = dict(zip(SIDES, source)) if join else {None: source}
+
+    def per_rank(lists: Dict[Any, List[Work]]) -> List[Any]:
+        return [{s: lists[s][r] for s in SIDES} if join else lists[None][r] for r in range(size)]
+
     if ck is None:
-        return ([source.work(r, active_n, time_col) if r < active_n else []
-                 for r in range(size)], list(range(active_n)))
-    gen = str(_live_gen(ck))
+        return (per_rank({s: [src.work(r, active_n, time_col) if r < active_n else []
+                              for r in range(size)] for s, src in srcs.items()}),
+                list(range(active_n)))
+    gen = str(live_gen(ck))
     infos = [ck.rank_info(r) for r in range(ck.executors)]
     for r, i in enumerate(infos):
         if gen not in i.get("live", {}):
             raise CheckpointCorrupt(f"checkpoint {ck.path!r}: rank {r} recorded no work of scale "
                                     f"generation {gen} (not cut by a live group?)")
-    lefts = [[[int(g), int(k)] for g, k in i["live"][gen]["work"]] for i in infos]
+    recorded = [i["live"][gen] for i in infos]
+    lefts = {s: [[[int(g), int(k)] for g, k in (rec["sides"][s] if join else rec)["work"]]
+                 for rec in recorded] for s in srcs}
     if ck.executors == size:
-        return lefts, sorted(int(r) for r in infos[0]["live"][gen]["active"])
-    dealt = source.resplit(lefts, active_n, time_col)
-    return [dealt[r] if r < active_n else [] for r in range(size)], list(range(active_n))
+        return per_rank(lefts), sorted(int(r) for r in recorded[0]["active"])
+    dealt = {s: src.resplit(lefts[s], active_n, time_col) for s, src in srcs.items()}
+    return (per_rank({s: [dealt[s][r] if r < active_n else [] for r in range(size)]
+                      for s in srcs}), list(range(active_n)))
 
 
 def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupConfig, token: str,
@@ -256,6 +272,8 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
         partitions = store.partitions = shape[1]
     group = dataclasses.replace(group, partitions=partitions)
 
+    join = isinstance(source, tuple)  # a join's (left, right): slash.live_join's ranks and scaler
+    schemas = [s.schema for s in source] if join else [source.schema]
     if isinstance(control, RunControl):
         ctl, server = control, None
         ctl.declare("checkpoint", "live_scale")
@@ -264,7 +282,7 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
                               f"slash.control.RunControl with max_executors=, got "
                               f"{type(control).__name__}")
     else:
-        ctl = RunControl(query, source.schema, m, features=("checkpoint", "live_scale"))
+        ctl = RunControl(query, schemas[0], m, features=("checkpoint", "live_scale"))
         server = None
     updates = ctl.updates  # every manifest records the versions agreed; a resume agrees them again
     if updates is not None and sup.first is not None:
@@ -276,7 +294,7 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
     if not isinstance(control, RunControl):  # served once it can answer every operation
         server = ControlServer(ctl, None if control in (None, True, False) else os.fspath(control))
     report_every = getattr(live, "report_interval", 0.5) if live is not None else 0.5
-    ticks = lambda b: bound_ticks(query, source.schema, b)  # noqa: E731
+    ticks = lambda b: bound_ticks(query, schemas[0], b)  # noqa: E731
 
     checkpoints: List[Dict[str, Any]] = []
     dropped: List[int] = []
@@ -296,7 +314,8 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
                            ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
                            sup.attempt, want_late=late is not None,
                            versions=updates.versions() if updates is not None else ())
-        scaler = LiveScaler(source, query, size, len(active), ticks)
+        scaler = JoinLiveScaler(source, query, size, len(active)) if join else \
+            LiveScaler(source, query, size, len(active), ticks)
         scaler.active = list(active)
         ctl.regroup(size, "the group restarted from a checkpoint")
         elastic._attach(scaler)
@@ -343,7 +362,7 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
         ctl.close()
         if server is not None:
             server.close()
-    result = sup.finish(tables, lambda raw: query.finalize(raw, source.schema), len(checkpoints),
+    result = sup.finish(tables, lambda raw: query.finalize(raw, *schemas), len(checkpoints),
                         late_now, late)
     scales = elastic.history
     log.info("query ran on a live group of %d in %.2f s: %d result rows, %d checkpoints "

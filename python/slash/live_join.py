@@ -41,6 +41,12 @@ ships deltas; a leaving rank turns standby and goes on leading its
 partitions - it serves its channels, merges the deltas of their windows and
 fires them as the group watermark (which it follows) passes their ends, and
 finish() fires the rest. See docs/elastic.md.
+
+With ``checkpoint=`` the group is :mod:`slash.live_ckpt`'s: a rank's cut
+records per scale generation both sides' work left and the rows its merge
+holds (:class:`LiveJoinPositions`), and a restore gives the held rows to
+the rank dealt their unit (:func:`restored_held`), before that unit's next
+batch; a prepare pushes them, as it pushes the rows in hand.
 """
 from __future__ import annotations
 
@@ -50,12 +56,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import pyarrow as pa
 
-from slash.errors import InvalidState
-from slash.live_scale import NO_WATERMARK, LiveScaler, ScaleAgent, Work, deal_work
-from slash.recovery_join import Side, merged
+from slash.live_scale import LiveScaler, ScaleAgent, Work, deal_work
+from slash.recovery_join import Side, file_items, merged, read_held, side_at
 from slash.run.elastic import wait_for_work
 from slash.run.inputs import bound_ticks
-from slash.run.protocol import ScaleCommit
 from slash.run.rank import JoinPush, RankLoop, SideBatch
 from slash.sources import FileSource
 
@@ -70,6 +74,7 @@ _TOP = (1 << 63) - 1
 JOIN_MOVES = True
 
 Works = Dict[str, Work]
+Held = Dict[str, Dict[int, pa.RecordBatch]]
 
 
 # ---- the executor's side -------------------------------------------------------------------------
@@ -81,9 +86,12 @@ class JoinScaleAgent(ScaleAgent):
     counting), used to push the rows held in hand at a prepare."""
 
     def __init__(self, rank: int, size: int, works: Works, active: Sequence[int], send: Any,
-                 conn: Any, timeout: float) -> None:
+                 conn: Any, timeout: float, held: Optional[Held] = None) -> None:
         super().__init__(rank, size, [], active, send, conn, timeout)
         self.works: Works = {s: [list(w) for w in works[s]] for s in SIDES}
+        #: per side, rows a checkpoint's cut held of units of ``works`` (by global unit),
+        #: given before their unit's next batch; a dict is replaced, never changed
+        self.held: Held = {s: dict((held or {}).get(s, {})) for s in SIDES}
         self.sides: Optional[Dict[str, Any]] = None
         self.srcs: Dict[str, FileSource] = {}
         self.query: Any = None
@@ -93,9 +101,9 @@ class JoinScaleAgent(ScaleAgent):
         self._suffix: Dict[str, Tuple[Work, List[Optional[int]]]] = {}
 
     def start_join(self, ex: Any, ctl: Any, query: Any, srcs: Dict[str, FileSource],
-                   push: Callable[[str, pa.RecordBatch], None]) -> None:
+                   push: Callable[[str, pa.RecordBatch], None], restored: bool = False) -> None:
         self.query, self.srcs, self.push = query, srcs, push
-        self.start(ex, ctl, None, query.time)
+        self.start(ex, ctl, None, query.time, restored=restored)
 
     @property
     def has_work(self) -> bool:
@@ -139,16 +147,26 @@ class JoinScaleAgent(ScaleAgent):
         return None if best >= _TOP else best
 
     def flush(self) -> None:
-        """Pushes the rows the merge holds in hand (then ``left_of`` is all
-        that is left)."""
-        if self.sides is None or self.push is None:
+        """Pushes the rows the merge holds in hand, then the held rows of the
+        units not reached yet (then ``left_of`` is all that is left). Each
+        leaves the rank's state before its push, so a cut at any of these
+        pushes finds the rest still held."""
+        if self.push is None:
             return
         for s in SIDES:
-            cur = self.sides[s].cur
-            if cur is not None:
-                self.sides[s].cur = None
+            side = None if self.sides is None else self.sides[s]
+            if side is not None and side.cur is not None:
+                cur, side.cur = side.cur, None
                 if cur.num_rows:
                     self.push(s, cur)
+            pos = None if side is None else side.pos
+            for g, _ in self.works[s][0 if pos is None else int(pos[0]) + 1:]:
+                if int(g) in self.held[s]:
+                    rest = dict(self.held[s])
+                    rows = rest.pop(int(g))
+                    self.held[s] = rest
+                    self.push(s, rows)
+            self.held[s] = {}
 
     # a prepare pushes the rows in hand first; both sides' lists are reported and replaced
     def _before_ack(self) -> None:
@@ -159,6 +177,7 @@ class JoinScaleAgent(ScaleAgent):
 
     def _adopt_work(self, work: Any) -> None:
         self.works = {s: [list(w) for w in work[s]] for s in SIDES}
+        self.held = {s: {} for s in SIDES}  # every rank pushed its held rows at the prepare
         self.sides = None  # the loop reopens both readers on the new work
 
     def _who(self) -> str:
@@ -174,14 +193,14 @@ class JoinScaling:
     through the loop's join push, and after each push the watermark
     advances by what both sides have left (:meth:`JoinScaleAgent.promise_ticks`)."""
 
-    def __init__(self, agent: JoinScaleAgent, ctl: Any) -> None:
-        self.agent, self.ctl = agent, ctl
+    def __init__(self, agent: JoinScaleAgent, ctl: Any, restored: bool = False) -> None:
+        self.agent, self.ctl, self.restored = agent, ctl, restored
 
     def install(self, loop: RankLoop) -> None:
         agent, ex = self.agent, loop.ex
         srcs = dict(zip(SIDES, loop.source))
         agent.start_join(ex, self.ctl, loop.query, srcs,
-                         lambda side, b: loop.push_item(SideBatch(side, b)))
+                         lambda side, b: loop.push(SideBatch(side, b)), self.restored)
         loop.handlers["scale"] = agent.handle
         loop.on_push.append(self.advance)
         loop.status.append(lambda: {"standby": not agent.is_active})
@@ -193,6 +212,65 @@ class JoinScaling:
         if t is not None and (agent.wm is None or t > agent.wm):
             self.ex.advance_watermark(t)
             agent.advanced(t)
+
+
+class LiveJoinPositions:
+    """A checkpointed live join rank's positions (for
+    :class:`slash.run.rank.Checkpointing`), as
+    :class:`slash.run.rank.LivePositions` records an aggregation rank's: at
+    each push count, the scale generations it can be described in, each with
+    its active ranks and, per side, the work left in global terms and the
+    rows held (the merge's batch in hand, a restore's rows of units not
+    reached yet: :func:`slash.recovery_join.side_at`). Only the generation a
+    rank was in before a commit can hold rows: a prepare pushes them all."""
+
+    def __init__(self, agent: JoinScaleAgent) -> None:
+        self.agent = agent
+        self.cands: Dict[int, List[Tuple[int, Works, Dict[str, Any], Held, List[int]]]] = {}
+
+    def _now(self) -> Tuple[int, Works, Dict[str, Any], Held, List[int]]:
+        a = self.agent
+        st = {s: (None, None) if a.sides is None else a.sides[s].state() for s in SIDES}
+        return a.sid, a.works, st, dict(a.held), list(a.active)
+
+    def begin(self, loop: RankLoop) -> None:
+        self.cands = {loop.pushes: [self._now()]}
+
+    def note(self, loop: RankLoop) -> None:
+        self.cands[loop.pushes] = [self._now()]
+
+    def sync(self, loop: RankLoop) -> None:
+        # a scale commit since the last push: the same push count is also described by
+        # the new generation (its new work, nothing of it read, nothing held)
+        now = self.cands[loop.pushes]
+        if now[-1][0] != self.agent.sid:
+            now.append(self._now())
+
+    def at(self, pushes: int) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, bytes]]:
+        rank, extra = self.agent.rank, {}  # type: ignore[var-annotated]
+        gens = {str(g): {"sides": {s: side_at(rank, s, works[s], held[s], st[s], extra)
+                                   for s in SIDES}, "active": act}
+                for g, works, st, held, act in self.cands[pushes]}
+        return {"position": None, "live": gens}, {"gens": sorted(int(g) for g in gens)}, extra
+
+    def forget_before(self, pushes: int) -> None:
+        for k in [k for k in self.cands if k < pushes]:
+            del self.cands[k]
+
+
+def restored_held(ck: Any, gen: int, works: Works) -> Held:
+    """The rows held at checkpoint ``ck``'s cut (scale generation ``gen``)
+    of the units in ``works`` (a rank's share of each side), by whichever
+    rank held them."""
+    out: Held = {s: {} for s in SIDES}
+    for r in range(ck.executors):
+        sides = ck.rank_info(r)["live"][str(gen)]["sides"]
+        for s in SIDES:
+            mine = {int(g) for g, _ in works[s]}
+            for g in sides[s]["held"]:
+                if int(g) in mine:
+                    out[s][int(g)] = read_held(ck, r, s, int(g))
+    return out
 
 
 def live_join_items(loop: RankLoop, scaling: JoinScaling, push: JoinPush,
@@ -210,8 +288,8 @@ def live_join_items(loop: RankLoop, scaling: JoinScaling, push: JoinPush,
         if agent.has_work:
             per = rate / max(1, len(agent.active)) if rate else None
             t0, base = time.monotonic(), push.rows
-            sides = {s: Side(iter(srcs[s].read_work(agent.works[s], cols[s], batch_rows)))
-                     for s in SIDES}
+            sides = {s: Side(file_items(srcs[s], agent.works[s], agent.held[s], cols[s],
+                                        batch_rows)) for s in SIDES}
             agent.sides = sides
             scaling.advance()  # what its (new) work allows at once
             stop = False
@@ -229,7 +307,9 @@ def live_join_items(loop: RankLoop, scaling: JoinScaling, push: JoinPush,
             if stop:
                 agent.changed = False
                 continue
-            agent.works, agent.sides = {s: [] for s in SIDES}, None  # read to its end
+            # read to its end (the held rows too: file_items gave every one)
+            agent.works, agent.sides, agent.held = {s: [] for s in SIDES}, None, \
+                {s: {} for s in SIDES}
         if not wait_for_work(loop, agent):
             return
 
@@ -257,38 +337,15 @@ class JoinLiveScaler(LiveScaler):
                 out[r][s] = got[r]
         return out
 
-    def _commit(self, op: Any) -> None:
-        old = list(self.active)
-        wm = {r: op.acks[r]["wm"] for r in range(self.size)}
-        if op.count >= len(old):
-            new = sorted(old + op.joining)
-        else:  # leavers: the highest watermarks; on a tie the higher ranks leave
-            by = sorted(old, key=lambda r: (NO_WATERMARK if wm[r] is None else wm[r], r))
-            new = sorted(by[:op.count])
-        left = {r: op.acks[r]["left"] for r in range(self.size)}
-        err: Optional[BaseException] = None
-        try:
-            work = self._deal(left, wm, new)
-        except InvalidState as e:  # nothing changes: each rank goes on with what it has
-            err, new = e, old
-            work = {r: left[r] for r in old}
-        moving = new != old and JOIN_MOVES
-        empty: Works = {s: [] for s in SIDES}
-        for r in range(self.size):
-            self.send(r, ScaleCommit(op.sid, work.get(r, empty), new,
-                                     self.moves_id + op.sid if moving and r == 0 else None))
-        pause = time.monotonic() - op.t0
-        with self._lock:
-            self.active = new
-            self.idle = {r for r in range(self.size)
-                         if not any(work.get(r, empty)[s] for s in SIDES)}
-            entry = {"sid": op.sid, "from": len(old), "to": len(new), "active_ranks": new,
-                     "joined": sorted(set(new) - set(old)), "left": sorted(set(old) - set(new)),
-                     "paused_ms": round(1000 * pause, 3), "at": time.time()}
-            self.history.append(entry)
-        if err is not None:
-            return self._end(op, err)
-        log.warning("live scale: %d -> %d active executors (ranks %s) of a join; input paused "
-                    "%.1f ms", len(old), len(new), new, 1000 * pause)
-        self._end(op, None, {"executors": len(new), **entry, "live": True})
+    _what = " of a join"
+
+    @property
+    def _moves(self) -> bool:
+        return JOIN_MOVES  # read at each commit (a test turns it off)
+
+    def _no_work(self) -> Works:
+        return {s: [] for s in SIDES}
+
+    def _has_work(self, work: Works) -> bool:
+        return any(work[s] for s in SIDES)
 

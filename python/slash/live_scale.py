@@ -34,7 +34,7 @@ A window join scales by the same protocol with a work list per side
 (:mod:`slash.live_join`). Sources other than :class:`FileSource` are not
 supported (NotSupported). Beyond M a scale-out is refused (provision more); a
 group that also takes checkpoints (``checkpoint=`` with ``max_executors=``,
-:mod:`slash.live_ckpt`, aggregations only) scales live within M and beyond it
+:mod:`slash.live_ckpt`, aggregations and joins) scales live within M and beyond it
 by restarting from a checkpoint; each history entry says its ``path``. See
 docs/elastic.md.
 """
@@ -430,27 +430,47 @@ class LiveScaler:
         left = {r: op.acks[r]["left"] for r in range(self.size)}
         err: Optional[BaseException] = None
         try:
-            work = deal_work(self.source, self.query.time, left, wm, self.ticks, new)
+            work = self._deal(left, wm, new)
         except InvalidState as e:  # nothing changes: each rank goes on with what it has
             err, new = e, old
             work = {r: left[r] for r in old}
-        moving = new != old
+        moving = new != old and self._moves
+        empty = self._no_work()
         for r in range(self.size):
-            self.send(r, ScaleCommit(op.sid, work.get(r, []), new,
+            self.send(r, ScaleCommit(op.sid, work.get(r, empty), new,
                                      self.moves_id + op.sid if moving and r == 0 else None))
         pause = time.monotonic() - op.t0
         with self._lock:
             self.active = new
-            self.idle = {r for r in range(self.size) if not work.get(r)}
+            self.idle = {r for r in range(self.size) if not self._has_work(work.get(r, empty))}
             entry = {"sid": op.sid, "from": len(old), "to": len(new), "active_ranks": new,
                      "joined": sorted(set(new) - set(old)), "left": sorted(set(old) - set(new)),
                      "paused_ms": round(1000 * pause, 3), "at": time.time(), "path": "live"}
             self.history.append(entry)
         if err is not None:
             return self._end(op, err)
-        log.warning("live scale: %d -> %d active executors (ranks %s); input paused %.1f ms",
-                    len(old), len(new), new, 1000 * pause)
+        log.warning("live scale: %d -> %d active executors (ranks %s)%s; input paused %.1f ms",
+                    len(old), len(new), new, self._what, 1000 * pause)
         self._end(op, None, {"executors": len(new), **entry, "live": True})
+
+    # what a kind of work (one list here, one per side for a join) changes in a commit
+    _what = ""  # how the log names the query
+
+    @property
+    def _moves(self) -> bool:
+        """Whether a scale change spreads leadership over the new active set."""
+        return True
+
+    def _deal(self, left: Dict[int, Any], wm: Dict[int, Optional[int]],
+              active: List[int]) -> Dict[int, Any]:
+        """Every rank's work left (``left``) dealt over ``active`` (:func:`deal_work`)."""
+        return deal_work(self.source, self.query.time, left, wm, self.ticks, active)
+
+    def _no_work(self) -> Any:
+        return []
+
+    def _has_work(self, work: Any) -> bool:
+        return bool(work)
 
     def _end(self, op: _Op, err: Optional[BaseException],
              result: Optional[Dict[str, Any]] = None) -> None:

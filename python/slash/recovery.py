@@ -56,7 +56,6 @@ from slash.errors import InvalidArgument, InvalidState, SystemFailure, Timeout
 from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
 from slash.query import Query
-from slash.run import compat
 from slash.run.ckpt import checkpoint_leaders, part_name, read_partitions  # noqa: F401 (re-exported)
 from slash.run.delivery import Delivery
 from slash.run.driver import Committer, Driver, serve_rounds
@@ -156,8 +155,6 @@ class CheckpointedRun:
         InvalidState when the run is not running or rank 0 has read all of
         its input, Timeout after ``timeout`` s."""
         with self._cond:
-            if isinstance(self._source, (tuple, list)):
-                compat.check("run", "join", ["checkpoint", "rebalance"])
             if self._state != "running":
                 raise InvalidState(f"rebalance: the run is {self._state}, not running")
             n = self.executors or 0

@@ -24,7 +24,10 @@ pushes one side's rows at a time. Its position at a cut is recorded twice:
 
 The leader stores a restored executor takes hold both sides' buffered rows of
 every window and key of the partitions it leads (the core's join partition
-blobs; with another executor count, partition p is led by rank p mod n), so
+blobs, one file per partition its rank led at the cut: with the same
+executor count it leads by the newest map the ranks recorded, so partitions
+a rebalance moved stay where they were moved; with another count, partition
+p is led by rank p mod n), so
 the pairs fired after the cut are fired again - those fired before it come
 from the committed result segments, as for aggregations.
 
@@ -51,13 +54,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from slash._ipc import from_ipc, to_ipc
+from slash.control_logic import ExecutorControl, LogicPlan
+from slash.control_moves import MoveRequests
 from slash.errors import NotSupported
 from slash.executor import GroupConfig
+from slash.metrics import Reporter
 from slash.query import JoinQuery
 from slash.run.ckpt import SharedLink
 from slash.run.protocol import Resumed
-from slash.run.rank import (Checkpointing, JoinPush, ProgressReport, RankLoop, SideBatch,
-                            open_executor, paced)
+from slash.run.rank import (Checkpointing, Control, JoinPush, Moves, ProgressReport, RankLoop,
+                            Report, SideBatch, open_executor, paced, restore)
 from slash.sources import FileSource, Work
 
 log = logging.getLogger(__name__)
@@ -131,7 +137,7 @@ def time_ordered(query: JoinQuery, left: Any, right: Any, rank: int, n: int,
         rank, n, query.input_columns(s, srcs[s].schema), batch_rows)))) for s in SIDES})
 
 
-def _file_items(src: FileSource, work: Work, held: Dict[int, pa.RecordBatch],
+def file_items(src: FileSource, work: Work, held: Dict[int, pa.RecordBatch],
                 columns: List[str], batch_rows: int) -> Iterator[Tuple[List[int], pa.RecordBatch]]:
     """``src.read_work(work)``'s batches with their positions, each unit's
     ``held`` rows (by global unit index) given before that unit's next batch
@@ -157,7 +163,7 @@ def _counted(items: Iterator[Any]) -> Iterator[Tuple[int, pa.RecordBatch]]:
         yield i + 1, b
 
 
-def _held_at(work: Work, held: Dict[int, pa.RecordBatch],
+def held_at(work: Work, held: Dict[int, pa.RecordBatch],
              st: SideState) -> Dict[int, pa.RecordBatch]:
     """The rows a FileSource side holds at a cut, by global unit: the rows
     of the batch in hand not pushed yet (its unit is the first item of the
@@ -173,8 +179,19 @@ def _held_at(work: Work, held: Dict[int, pa.RecordBatch],
     return out
 
 
-def _held_name(rank: int, side: str, unit: int) -> str:
+def held_name(rank: int, side: str, unit: int) -> str:
     return f"rank-{rank}.{side}.held-{unit}.arrow"
+
+
+def side_at(rank: int, side: str, work: Work, held: Dict[int, pa.RecordBatch], st: SideState,
+            extra: Dict[str, bytes]) -> Dict[str, Any]:
+    """A FileSource side's position at a cut in global terms (``rank-<r>.json``):
+    the work left after the batch the merge holds, and the units whose rows
+    are held (:func:`held_at`), their rows added to ``extra`` (files of the image)."""
+    now = held_at(work, held, st)
+    for g, rows in now.items():
+        extra[held_name(rank, side, g)] = to_ipc(pa.Table.from_batches([rows]))
+    return {"work": FileSource.remaining(work, st[0]), "held": sorted(now)}
 
 
 def _redealt(ck: Any, srcs: Dict[str, Any], old_n: int, n: int, rank: int, directory: str
@@ -194,13 +211,15 @@ def _redealt(ck: Any, srcs: Dict[str, Any], old_n: int, n: int, rank: int, direc
         lefts = [[[int(g), int(k)] for g, k in i["sides"][side]["work"]] for i in infos]
         works[side] = mine = srcs[side].resplit(lefts, n)[rank]
         units = {int(g) for g, _ in mine}
-        held[side] = {}
-        for r, i in enumerate(infos):
-            for g in i["sides"][side]["held"]:
-                if int(g) in units:
-                    t = from_ipc(ck.read(_held_name(r, side, int(g)))).combine_chunks()
-                    held[side][int(g)] = t.to_batches()[0]
+        held[side] = {int(g): read_held(ck, r, side, int(g))
+                      for r, i in enumerate(infos) for g in i["sides"][side]["held"]
+                      if int(g) in units}
     return works, held
+
+
+def read_held(ck: Any, rank: int, side: str, unit: int) -> pa.RecordBatch:
+    """The rows of ``unit`` of ``side`` that rank ``rank`` held at checkpoint ``ck``'s cut."""
+    return from_ipc(ck.read(held_name(rank, side, unit))).combine_chunks().to_batches()[0]
 
 
 def join_split_items(loop: RankLoop, n: int, batch_rows: int = 8192,
@@ -260,11 +279,7 @@ class JoinPositions:
             for s in SIDES:
                 w = self.works[s]
                 assert w is not None
-                now = _held_at(w, self.held[s], st[s])
-                info["sides"][s] = {"work": FileSource.remaining(w, st[s][0]),
-                                    "held": sorted(now)}
-                for g, rows in now.items():
-                    extra[_held_name(self.rank, s, g)] = to_ipc(pa.Table.from_batches([rows]))
+                info["sides"][s] = side_at(self.rank, s, w, self.held[s], st[s], extra)
         return info, {}, extra
 
     def forget_before(self, pushes: int) -> None:
@@ -280,17 +295,13 @@ def _restore_join(ex: Any, plan: Any, rank: int, n: int, srcs: Dict[str, Any]
     held: Dict[str, Dict[int, pa.RecordBatch]] = {s: {} for s in SIDES}
     base = records = 0
     if plan.resume_id is not None:
-        store = plan.store()
-        ck = store.load(plan.resume_id)
+        ck = restore(ex, plan, n)  # the leader map of the cut (moves kept) with its size
         old_n = ck.executors
-        metas = [ck.read(f"rank-{r}.meta") for r in range(old_n)]
-        ex.restore(metas, {p: ck.read(f"part-{p}.bin") for p in range(plan.partitions)
-                           if p % n == rank})
         if old_n == n:  # the same merged sequence: drop the pushes before the cut
             info = ck.rank_info(rank)
             base, records = int(info["pushes"]), int(info["records"])
         else:  # another executor count: what every rank left of each side, dealt to n
-            works, held = _redealt(ck, srcs, old_n, n, rank, store.dir)
+            works, held = _redealt(ck, srcs, old_n, n, rank, plan.directory)
             records = sum(int(ck.rank_info(r)["records"]) for r in range(old_n)) \
                 if rank == 0 else 0
             log.info("join executor %d of %d: resuming checkpoint %d of %d executors with "
@@ -317,32 +328,39 @@ def _after(query: JoinQuery, sides: Dict[str, Side], base: int,
 
 def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, rank: int,
                                     addresses: List[str], listener: Any, group: GroupConfig,
-                                    token: str, plan: Any, link: Any,
-                                    batch_rows: int = 8192) -> Tuple[pa.Table, Dict[str, Any]]:
+                                    token: str, plan: Any, link: Any, batch_rows: int = 8192,
+                                    control: bool = False) -> Tuple[pa.Table, Dict[str, Any]]:
     """One join executor's run with checkpoints (the rank loop with
     :class:`JoinPush` and :class:`Checkpointing`): restores from
     ``plan.resume_id`` if given - with the executor count that cut it, drops
     the side batches before the cut; with another (both inputs FileSources),
-    reads the work dealt to it - then pushes and cuts. Returns the pairs this
-    executor fired in this attempt and its metrics."""
+    reads the work dealt to it - then pushes and cuts. Rank 0 takes the
+    driver's rebalance requests (over the control protocol with ``control``,
+    :class:`slash.control_logic.ExecutorControl`, else as move requests
+    alone); with ``plan.live_every`` the rank reports live metrics. Returns
+    the pairs this executor fired in this attempt and its metrics."""
     n = len(addresses)
     srcs = {"left": left, "right": right}
-    link = SharedLink(link)  # the writer thread reports over it too
+    raw, link = link, SharedLink(link)  # the writer thread reports over it too
     ex = open_executor(query, (left, right), rank, addresses, listener, group, token,
                        plan.partitions)
     with RankLoop(query, (left, right), ex, link) as loop:
+        ctl = ExecutorControl(link.put, raw._conn, rank, LogicPlan(query), group.timeout) \
+            if control else None
         base, records, works, held = _restore_join(ex, plan, rank, n, srcs)
         link.put(Resumed(rank, records))
         cols = {s: query.input_columns(s, srcs[s].schema) for s in SIDES}
-        sides = {s: Side(_file_items(srcs[s], works[s], held[s], cols[s], batch_rows)
+        sides = {s: Side(file_items(srcs[s], works[s], held[s], cols[s], batch_rows)
                          if works[s] is not None else
                          _counted(iter(srcs[s].read(rank, n, cols[s], batch_rows))))
                  for s in SIDES}
         positions = JoinPositions(rank, sides, works, held,
                                   all(isinstance(srcs[s], FileSource) for s in SIDES))
-        loop.use(JoinPush(), Checkpointing(plan, link, positions, base, records,
-                                           part_file=lambda r, p: f"part-{p}.bin"),
-                 ProgressReport(link.put))
+        loop.use(JoinPush(), Control(ctl) if ctl is not None else
+                 Moves(MoveRequests(link.put, rank)),
+                 Checkpointing(plan, link, positions, base, records),
+                 ProgressReport(link.put),
+                 Report(Reporter(plan.live_every), link.put) if plan.live_every else None)
         result = loop.run(paced(_after(query, sides, base, positions), loop,
                                 plan.rate / n if plan.rate else None))
         return result, loop.metrics()

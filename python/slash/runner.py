@@ -149,7 +149,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     (:mod:`slash.live_join`); anything else raises NotSupported. Beyond
     ``max_executors`` a scale-out is refused (InvalidArgument: provision more,
     or use ``checkpoint``).
-    With ``checkpoint`` too (:mod:`slash.live_ckpt`, aggregations only) the live group takes
+    With ``checkpoint`` too (:mod:`slash.live_ckpt`, aggregations and joins) the live group takes
     checkpoints (standby ranks included; positions in global terms) and
     recovers from a failed rank exactly once; a scale-out beyond
     ``max_executors`` then restarts the group from a checkpoint with the new

@@ -23,12 +23,13 @@ from slash.control_logic import ExecutorControl, LogicPlan
 from slash.control_moves import MoveRequests
 from slash.errors import InvalidArgument
 from slash.executor import Executor, GroupConfig
-from slash.live_join import SIDES, JoinScaleAgent, JoinScaling, live_join_items
+from slash.live_join import (SIDES, JoinScaleAgent, JoinScaling, LiveJoinPositions,
+                             live_join_items, restored_held)
 from slash.live_scale import ScaleAgent
 from slash.metrics import Reporter
 from slash.query import JoinQuery
 from slash.recovery_join import execute_join_split_checkpointed, join_split_items
-from slash.run.ckpt import SharedLink
+from slash.run.ckpt import SharedLink, live_gen
 from slash.run.elastic import Pacer, elastic_items
 from slash.run.plan import AttemptPlan
 from slash.run.protocol import Address, Error, Finished, Resumed
@@ -187,13 +188,16 @@ def _run_join(spec: RankSpec, rank: int, addresses: List[str], listener: Any,
     """A window join's rank: the rank loop with a join's push over both
     inputs merged by time (checkpointed: :mod:`slash.recovery_join`'s, which
     the Spark tasks run too), and for a live-scalable join the agent's
-    feature and input (:class:`slash.live_join.JoinScaling`)."""
+    feature and input (:class:`slash.live_join.JoinScaling`), with
+    checkpoints too when the spec has a plan (:class:`LiveJoinPositions`)."""
     query, (left, right), group, token = spec.query, spec.source, spec.group, spec.token
-    if spec.plan is not None:
+    plan, act = spec.plan, spec.active
+    if plan is not None and act is None:
         return execute_join_split_checkpointed(query, left, right, rank, addresses, listener,
-                                               group, token, spec.plan, link)
+                                               group, token, plan, link,
+                                               control=spec.control)
     n = len(addresses)
-    if spec.active is None:
+    if act is None:
         ex = open_executor(query, spec.source, rank, addresses, listener, group, token,
                            group.partitions_for(n))
         with RankLoop(query, spec.source, ex) as loop:
@@ -201,16 +205,35 @@ def _run_join(spec: RankSpec, rank: int, addresses: List[str], listener: Any,
                      if spec.report_every else None)
             result = loop.run(join_split_items(loop, n, rate=spec.rate))
             return result, loop.metrics()
-    ctl = ExecutorControl(link.put, link.connection, rank, LogicPlan(query), group.timeout)
-    act = spec.active
-    works = {s: src.work(rank, len(act), query.time) if rank in act else []
-             for s, src in zip(SIDES, spec.source)}
-    agent = JoinScaleAgent(rank, n, works, act, link.put, link.connection, group.timeout)
+    raw = link  # the control and scale requests' pauses read its connection
+    if plan is not None:  # the writer thread reports over it too
+        link = SharedLink(link)
+    ctl = ExecutorControl(link.put, raw.connection, rank, LogicPlan(query), group.timeout)
+    works = spec.works[rank] if spec.works is not None else \
+        {s: src.work(rank, len(act), query.time) if rank in act else []
+         for s, src in zip(SIDES, spec.source)}
     ex = open_executor(query, spec.source, rank, addresses, listener, group, token,
-                       group.partitions_for(n))
+                       plan.partitions if plan is not None else group.partitions_for(n))
     with RankLoop(query, spec.source, ex, link) as loop:
-        push, scaling = JoinPush(), JoinScaling(agent, ctl)
-        loop.use(push, Control(ctl), scaling,
+        ckpt, held = None, None
+        if plan is not None:  # restored with the cut's leader map, or spread over the active
+            ck = restore(ex, plan, n, [sorted(act)[p % len(act)] for p in range(plan.partitions)])
+            base = records = 0
+            if ck is not None:
+                held = restored_held(ck, live_gen(ck), works)
+                if ck.executors == n:
+                    info = ck.rank_info(rank)
+                    base, records = int(info["pushes"]), int(info["records"])
+                elif rank == 0:  # the core counts push calls afresh in a group of another size
+                    records = sum(int(ck.rank_info(r)["records"]) for r in range(ck.executors))
+        agent = JoinScaleAgent(rank, n, works, act, link.put, raw.connection, group.timeout, held)
+        if plan is not None:
+            ckpt = Checkpointing(plan, link, LiveJoinPositions(agent), base, records)
+            link.put(Resumed(rank, records))
+        push = JoinPush()
+        scaling = JoinScaling(agent, ctl, restored=plan is not None and plan.resume_id is not None)
+        loop.use(push, Control(ctl), scaling, ckpt,
+                 ProgressReport(link.put) if plan is not None else None,
                  Report(Reporter(spec.report_every), link.put) if spec.report_every else None)
         result = loop.run(live_join_items(loop, scaling, push, spec.rate))
         return result, loop.metrics()

@@ -99,6 +99,12 @@ def commit(store: CheckpointStore, cid: int, reports: Dict[int, Tuple[Any, ...]]
     return ck
 
 
+def live_gen(ck: Checkpoint) -> int:
+    """The live group's scale generation checkpoint ``ck`` was committed in
+    (0: the attempt's first, or not a live group's)."""
+    return int(ck.manifest.get("info", {}).get("live_gen", 0))
+
+
 _PART_FILE = re.compile(r"part-(\d+)(?:\.r(\d+))?\.bin")
 
 
@@ -107,8 +113,8 @@ def part_name(partition: int, rank: int) -> str:
     ``part-<p>.r<rank>.bin``. A partition is in two images when the cut was
     taken during its hand-over (the old leader still owes it, the new one
     holds the deltas merged since the move); each image's copy is kept and a
-    restore merges them. (Older checkpoints, and the join and Spark paths,
-    write one ``part-<p>.bin``; :func:`read_partitions` reads both.)"""
+    restore merges them. (Older checkpoints, and older joins' images, have one
+    ``part-<p>.bin``; :func:`read_partitions` reads both.)"""
     return f"part-{partition}.r{rank}.bin"
 
 

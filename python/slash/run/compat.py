@@ -99,17 +99,7 @@ for _entry, _kind, _other in (
                            for f in FEATURES})
 
 #: (entry, kind, features) -> why that combination of supported features is refused
-COMBINATIONS: Dict[Tuple[str, str, FrozenSet[str]], str] = {
-    ("run", "join", frozenset({"live_scale", "checkpoint"})):
-        "a checkpointed live join group would have to record both inputs' positions at every "
-        "live scale's agreed point; a join scales live without checkpoint=, and with "
-        "checkpoint= resumes with another executor count by restart",
-    ("run", "join", frozenset({"rebalance", "checkpoint"})):
-        "a window join's checkpoint holds each key partition's buffered rows once, at the rank "
-        "that leads it by default (partition mod executors), so a partition moved live could "
-        "not be restored where it is led; a join rebalances live without checkpoint= "
-        "(max_executors= or control=)",
-}
+COMBINATIONS: Dict[Tuple[str, str, FrozenSet[str]], str] = {}
 
 
 def reason(entry: str, kind: str, feature: str) -> Optional[str]:
@@ -179,6 +169,8 @@ def markdown() -> str:
     for (entry, kind, combo), why in COMBINATIONS.items():
         names = " + ".join(FEATURES[f] for f in FEATURES if f in combo)
         out.append(f"- {ENTRIES[entry]}, {kind}: {names}. {why}")
+    if not COMBINATIONS:
+        out.append("None: in every row, each \"yes\" combines with every other \"yes\".")
     return "\n".join(out) + "\n"
 
 

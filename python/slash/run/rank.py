@@ -88,6 +88,9 @@ def open_executor(query: Query, source: Any, rank: int, addresses: List[str], li
                     bounded=all(watermarks_from_source(s) for s in sides))
 
 
+_KEEP: Any = object()  # RankLoop.push without a position: the last one stays
+
+
 class RankLoop:
     """One rank's loop (see the module doc). Use as a context manager: its
     exit closes the features (``closers``) and then the executor."""
@@ -157,14 +160,7 @@ class RankLoop:
             for pos, item in items:
                 self.call_t = time.monotonic()
                 if isinstance(item, (pa.RecordBatch, pa.Table, SideBatch)):
-                    for h in self.before_push:
-                        h(item)
-                    self.push_item(item)
-                    self.pushes += 1
-                    self.records += item.num_rows
-                    self.pos = pos
-                    for h in self.on_push:
-                        h()
+                    self.push(item, pos)
                 else:  # a Watermark: no later row is older than its value
                     wm = query.watermark_ticks(getattr(item, "value", None), self.schema)
                     if wm is not None:
@@ -185,6 +181,21 @@ class RankLoop:
                 h()
         self._log_end()
         return pa.Table.from_batches(self.out, schema=self.result_schema)
+
+    def push(self, item: Any, pos: Any = _KEEP) -> None:
+        """Pushes one batch and counts it (``pos``: the input's position
+        after it; left out, the last one stays): the loop's push, and a feature's
+        that must push rows between items (a live join rank's rows in hand
+        at a scale's prepare), so the core's push count and the loop's agree."""
+        for h in self.before_push:
+            h(item)
+        self.push_item(item)
+        self.pushes += 1
+        self.records += item.num_rows
+        if pos is not _KEEP:
+            self.pos = pos
+        for h in self.on_push:
+            h()
 
     def _push_batch(self, item: Any) -> None:
         b, skip = self.prepare(item)
@@ -644,13 +655,11 @@ class Checkpointing:
     image)), the windows fired before the cut as its segment and the late
     rows found before it. A ``CheckpointNow`` from the driver asks at the
     next chance. The windows fired after the newest cut are held until the
-    next one (``pending``). ``part_file(rank, p)``: a partition's file name."""
+    next one (``pending``). A partition's file is :func:`slash.run.ckpt.part_name`'s."""
 
     def __init__(self, plan: AttemptPlan, link: Any, positions: Any, pushes: int = 0,
-                 records: int = 0,
-                 part_file: Optional[Callable[[int, int], str]] = None) -> None:
+                 records: int = 0) -> None:
         self.plan, self.link, self.positions = plan, link, positions
-        self.part_file = part_file or (lambda rank, p: part_name(p, rank))
         self.base_pushes, self.base_records = pushes, records
         self.store = plan.store()
         self.pending: List[pa.RecordBatch] = []
@@ -699,7 +708,7 @@ class Checkpointing:
             # the executor call holding the cut (alignment + the core's image), in the loop
             stats = {"cut_seconds": time.monotonic() - loop.call_t, **stats}
             self.writer.submit(write_image, self.store, self.link, rank, img, self.pending,
-                               loop.result_schema, info, lambda p: self.part_file(rank, p),
+                               loop.result_schema, info, lambda p: part_name(p, rank),
                                kill_in_write(self.store, self.plan, self.kill_at, rank,
                                              loop.pushes), stats, extra,
                                loop.late.at_cut(img.pushes) if loop.late is not None else None)
