@@ -345,7 +345,7 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
     ex = open_executor(query, (left, right), rank, addresses, listener, group, token,
                        plan.partitions)
     with RankLoop(query, (left, right), ex, link) as loop:
-        ctl = ExecutorControl(link.put, raw._conn, rank, LogicPlan(query), group.timeout) \
+        ctl = ExecutorControl(link.put, raw.connection, rank, LogicPlan(query), group.timeout) \
             if control else None
         base, records, works, held = _restore_join(ex, plan, rank, n, srcs)
         link.put(Resumed(rank, records))
