@@ -30,7 +30,7 @@ from slash import errors
 
 import executor_peers as peers
 from test_checkpoint_exec import in_threads, open_group
-from test_executor import OFI, collect, launch, split
+from test_executor import CTX, OFI, collect, launch, split
 from test_join import rows_of
 
 LEFT, RIGHT = {"a": "int64", "x": "float64"}, {"b": "int64"}
@@ -119,14 +119,20 @@ def mover_for(plan: Dict[str, Any], n: int):
 
 
 def run_join_moving(transport, rank, n, token, addr_q, addrs_q, out_q, left, right, join_kw,
-                    group_kw, plan):
+                    group_kw, plan, moved):
     """A join executor pushing its left and right splits interleaved in time
-    steps; rank 0 moves partitions between steps as `plan` says. Reports
-    ("ok", rank, results, metrics, final leader map)."""
+    steps; rank 0 moves partitions between steps as `plan` says. Random
+    moves: rank 0 then sets `moved`, which the other ranks wait for (serving
+    their executors, ending epochs) before they finish, so a move is never
+    refused because a peer finished first, however late rank 0's process
+    started. Reports ("ok", rank, results,
+    metrics, final leader map)."""
     try:
         ex = peers.join(transport, rank, token, addr_q, addrs_q, None, group_kw,
                         config=slash.JoinConfig(**join_kw))
         mover = mover_for(plan, n) if rank == 0 else None
+        if plan["kind"] != "random":  # swaps until the end: a peer that finished refuses the last
+            moved.set()
         results: List[pa.RecordBatch] = []
         late = 0
         for i, lo in enumerate(range(0, plan["steps"] * STEP_MS, STEP_MS)):
@@ -141,6 +147,13 @@ def run_join_moving(transport, rank, n, token, addr_q, addrs_q, out_q, left, rig
             results += ex.results()
         if mover:
             mover(ex, plan["steps"], True)
+            moved.set()
+        deadline = time.monotonic() + 120
+        while not mover and not moved.is_set():
+            assert time.monotonic() < deadline, "rank 0 never finished its moves"
+            ex.end_epoch()  # an idle rank's epochs carry its part of each move's agreement
+            ex.poll(PACE_S)
+            results += ex.results()
         ex.finish()
         results += ex.results()
         m = ex.metrics
@@ -165,8 +178,9 @@ def run(n: int, transport: str, window: str, left: pa.Table, right: pa.Table, pl
     group_kw.update(group)
     span = max(pc.max(t.column("time")).as_py() for t in (left, right))
     plan = dict(plan, steps=span // STEP_MS + 2)
+    moved = CTX.Event()
     procs, out_q = launch(run_join_moving, n, transport,
-                          lambda r: (lparts[r], rparts[r], join_kw, group_kw, plan),
+                          lambda r: (lparts[r], rparts[r], join_kw, group_kw, plan, moved),
                           secrets.token_hex(8))
     reports = collect(procs, out_q, n)
     return (pa.concat_tables([r[2] for r in reports]), [r[3] for r in reports],
