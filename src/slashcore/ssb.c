@@ -533,7 +533,9 @@ static inline void apply(const slash_ssb *s, uint8_t *part, const slash_ssb_batc
  * earliest or latest t, 1), kept per cache slot as the largest of an
  * order-preserving image of t (a max, so the slot's zero is its identity)
  * and applied with the kind's own update when flushed (a flush always
- * follows a row). The others are applied in place, one
+ * follows a row). So do int64 min and max, as the image of the values (the
+ * rows of a call come down to their smallest or largest). The others are
+ * applied in place, one
  * aggregate at a time over a chunk of rows whose records were already found
  * (apply_chunk), so the kind's switch is taken once a chunk instead of once
  * a record. Offsets and value columns are read once into locals, so the
@@ -546,8 +548,9 @@ typedef struct fold_plan {
     uint32_t nflush;                      /* additive aggregates */
     uint32_t off[SLASH_SSB_MAX_AGGS];     /* their partials' offsets */
     uint32_t from[SLASH_SSB_MAX_AGGS];    /* the delta each takes */
-    uint32_t ntime;                       /* first/last of ones: deltas n - ntime .. n - 1 */
-    uint64_t xmask[SLASH_SSB_MAX_AGGS];   /* each one's image of t: t ^ xmask (see time_image) */
+    uint32_t ntime; /* extremes (first/last of ones, int64 min/max): deltas n - ntime .. n - 1 */
+    uint64_t xmask[SLASH_SSB_MAX_AGGS];   /* each one's image: x ^ xmask (see time_image) */
+    const int64_t *src[SLASH_SSB_MAX_AGGS]; /* its column x (min/max), NULL: the time t */
     uint32_t toff[SLASH_SSB_MAX_AGGS];    /* its partial's offset */
     slash_agg_kind tkind[SLASH_SSB_MAX_AGGS];
     bool count_only;                      /* the one pending delta is the counts' */
@@ -566,7 +569,8 @@ static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *p
     uint32_t timed[SLASH_SSB_MAX_AGGS];
     for (uint32_t j = 0; j < s->cfg.naggs; j++) {
         const slash_agg_kind k = s->cfg.aggs[j];
-        if ((k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_LAST_I64) && (b->ones >> j & 1u)) {
+        if (((k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_LAST_I64) && (b->ones >> j & 1u)) ||
+            k == SLASH_AGG_MIN_I64 || k == SLASH_AGG_MAX_I64) {
             timed[pl->ntime++] = j; /* after the additive ones (below) */
             continue;
         }
@@ -593,8 +597,10 @@ static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *p
         const uint32_t j = timed[q];
         pl->tkind[q] = s->cfg.aggs[j];
         pl->toff[q] = s->agg_off[j];
-        pl->xmask[q] = s->cfg.aggs[j] == SLASH_AGG_FIRST_I64 ? (UINT64_C(1) << 63) - 1
-                                                              : UINT64_C(1) << 63;
+        const slash_agg_kind k = s->cfg.aggs[j];
+        const bool least = k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_MIN_I64;
+        pl->xmask[q] = least ? (UINT64_C(1) << 63) - 1 : UINT64_C(1) << 63;
+        pl->src[q] = k == SLASH_AGG_MIN_I64 || k == SLASH_AGG_MAX_I64 ? b->values[j] : NULL;
         pl->v[pl->n++] = NULL;
     }
     pl->count_only = pl->n == 1 && pl->counted;
@@ -610,7 +616,8 @@ static inline void add_pending(const fold_plan *a, int64_t *acc, size_t i, int64
     for (; j < sums; j++)
         acc[j] = slash_wrap_add(acc[j], a->v[j][i]);
     for (uint32_t q = 0; q < a->ntime; q++) {
-        const uint64_t x = time_image(t, a->xmask[q]), y = (uint64_t)acc[sums + q];
+        const uint64_t x = time_image(a->src[q] ? a->src[q][i] : t, a->xmask[q]);
+        const uint64_t y = (uint64_t)acc[sums + q];
         acc[sums + q] = (int64_t)(x > y ? x : y);
     }
 }
@@ -619,7 +626,7 @@ static inline void add_pending(const fold_plan *a, int64_t *acc, size_t i, int64
 enum pend_shape {
     PEND_COUNT,      /* count_only */
     PEND_COUNT_SUM,  /* the counts' delta and one int64 sum's */
-    PEND_COUNT_TIME, /* the counts' delta and one first/last of ones */
+    PEND_COUNT_TIME, /* the counts' delta and one extreme (first/last of ones, min, max) */
     PEND_ANY
 };
 
@@ -634,7 +641,8 @@ static inline enum pend_shape pend_shape_of(const fold_plan *pl)
 
 /* Adds record i (at time t) to the pending deltas at acc (its cache
  * slot's); shape: pend_shape_of(pl), sum: pl->v[1] for PEND_COUNT_SUM,
- * xmask: pl->xmask[0] for PEND_COUNT_TIME, passed from locals (the build
+ * xmask: pl->xmask[0] for PEND_COUNT_TIME (whose column is sum: pl->src[0],
+ * NULL for the time t), passed from locals (the build
  * may not assume strict aliasing, so a load through pl would repeat after
  * every store). */
 static inline void add_pending_row(const fold_plan *a, enum pend_shape shape, const int64_t *sum,
@@ -647,7 +655,7 @@ static inline void add_pending_row(const fold_plan *a, enum pend_shape shape, co
         acc[1] = slash_wrap_add(acc[1], sum[i]);
     } else if (shape == PEND_COUNT_TIME) {
         acc[0] = slash_wrap_add(acc[0], 1);
-        const uint64_t x = time_image(t, xmask), y = (uint64_t)acc[1];
+        const uint64_t x = time_image(sum ? sum[i] : t, xmask), y = (uint64_t)acc[1];
         acc[1] = (int64_t)(x > y ? x : y);
     } else {
         add_pending(a, acc, i, t);
@@ -663,8 +671,11 @@ static inline void flush_pending(const fold_plan *a, uint8_t *part, int64_t *acc
     }
     static const int64_t one = 1;
     for (uint32_t q = 0; q < a->ntime; q++) {
-        const int64_t t = (int64_t)((uint64_t)acc[a->n - a->ntime + q] ^ a->xmask[q]);
-        slash_crdt_update_at(a->tkind[q], part + a->toff[q], &one, t);
+        const int64_t x = (int64_t)((uint64_t)acc[a->n - a->ntime + q] ^ a->xmask[q]);
+        if (a->src[q])
+            slash_crdt_update(a->tkind[q], part + a->toff[q], &x);
+        else
+            slash_crdt_update_at(a->tkind[q], part + a->toff[q], &one, x);
     }
     for (uint32_t j = 0; j < a->n; j++)
         acc[j] = 0;
@@ -716,11 +727,11 @@ static void apply_chunk(const slash_ssb *s, const fold_plan *pl, const slash_ssb
         case SLASH_AGG_HLL:
         case SLASH_AGG_QUANTILE:
         case SLASH_AGG_COUNT:
-        case SLASH_AGG_SUM_I64: break; /* additive: pending deltas (plan_init) */
+        case SLASH_AGG_SUM_I64:
+        case SLASH_AGG_MIN_I64:
+        case SLASH_AGG_MAX_I64: break; /* pending deltas and extremes (plan_init) */
         case SLASH_AGG_SUM_F64: FOLD_ROWS(SLASH_AGG_SUM_F64, vf, UPDATE_V); break;
-        case SLASH_AGG_MIN_I64: FOLD_ROWS(SLASH_AGG_MIN_I64, vi, UPDATE_V); break;
         case SLASH_AGG_MIN_F64: FOLD_ROWS(SLASH_AGG_MIN_F64, vf, UPDATE_V); break;
-        case SLASH_AGG_MAX_I64: FOLD_ROWS(SLASH_AGG_MAX_I64, vi, UPDATE_V); break;
         case SLASH_AGG_MAX_F64: FOLD_ROWS(SLASH_AGG_MAX_F64, vf, UPDATE_V); break;
         case SLASH_AGG_AVG_I64: FOLD_ROWS(SLASH_AGG_AVG_I64, vi, UPDATE_V); break;
         case SLASH_AGG_AVG_F64: FOLD_ROWS(SLASH_AGG_AVG_F64, vf, UPDATE_V); break;
@@ -1124,8 +1135,11 @@ static __attribute__((noinline)) size_t runs_i64(slash_ssb *s, const slash_ssb_b
             i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT_SUM, pl->v[1], 0, false, 2,
                          &stop, st);
         } else if (shape == PEND_COUNT_TIME && pl->nplace) { /* first/last of a nullable column */
-            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT_TIME, NULL, pl->xmask[0],
-                         true, 2, &stop, st);
+            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT_TIME, pl->src[0],
+                         pl->xmask[0], true, 2, &stop, st);
+        } else if (shape == PEND_COUNT_TIME) { /* min/max */
+            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT_TIME, pl->src[0],
+                         pl->xmask[0], false, 2, &stop, st);
         } else {
             i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_ANY, NULL, 0, pl->nplace != 0,
                          pl->n, &stop, st);
@@ -1154,7 +1168,8 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     fold_plan pl;
     plan_init(s, b, &pl);
     const enum pend_shape shape = pend_shape_of(&pl); /* in locals: see add_pending_row */
-    const int64_t *const sum = shape == PEND_COUNT_SUM ? pl.v[1] : NULL;
+    const int64_t *const sum = shape == PEND_COUNT_SUM ? pl.v[1]
+                               : shape == PEND_COUNT_TIME ? pl.src[0] : NULL;
     const uint64_t xmask = shape == PEND_COUNT_TIME ? pl.xmask[0] : 0;
     const uint32_t stride = pl.n;
     fast_entry *fast = i64 ? calloc(SSB_FAST, sizeof *fast) : NULL;

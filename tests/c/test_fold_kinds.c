@@ -265,11 +265,17 @@ TEST(a_validity_of_ones_before_the_count_and_without_one)
     kindset alone = {2, {SLASH_AGG_SUM_I64, SLASH_AGG_SUM_I64}, 1u << 1, 0, 0, 0};
     check_shapes(&alone);
 }
-/* min:x over a nullable column: a count, its validity, min in place */
-TEST(a_count_a_validity_of_ones_and_an_in_place_min)
+/* min:x or max:x over a nullable column: a count, its validity, the
+ * extreme pending per cache slot */
+TEST(a_count_a_validity_of_ones_and_a_pending_min_or_max)
 {
     kindset k = {3, {SLASH_AGG_COUNT, SLASH_AGG_MIN_I64, SLASH_AGG_SUM_I64}, 1u << 2, 0, 0, 0};
     check_shapes(&k);
+    kindset mx = {3, {SLASH_AGG_MAX_I64, SLASH_AGG_SUM_I64, SLASH_AGG_COUNT}, 1u << 1, 0, 0, 0};
+    check_shapes(&mx);
+    kindset both = {4, {SLASH_AGG_MAX_I64, SLASH_AGG_MIN_I64, SLASH_AGG_SUM_I64, SLASH_AGG_SUM_F64},
+                    0, 0, 0, 0};
+    check_shapes(&both); /* no count: the shape of any number of deltas */
 }
 /* first:x and last:x over a nullable column: the validity chosen by time */
 TEST(first_and_last_of_a_validity_of_ones)
@@ -315,7 +321,7 @@ int main(void)
     RUN(every_kind_across_the_hand_over_to_the_prefetching_loop);
     RUN(a_count_and_an_int_sum_with_a_validity_of_ones);
     RUN(a_validity_of_ones_before_the_count_and_without_one);
-    RUN(a_count_a_validity_of_ones_and_an_in_place_min);
+    RUN(a_count_a_validity_of_ones_and_a_pending_min_or_max);
     RUN(first_and_last_of_a_validity_of_ones);
     RUN(first_or_last_alone_with_a_validity_of_ones);
     RUN(two_int_sums_and_two_validities_of_ones);
