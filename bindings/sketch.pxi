@@ -26,6 +26,27 @@ def hll_precision(double rsd):
     return slash_hll_precision(rsd)
 
 
+class RawValues:
+    """A sketch's input column as its own values (a C-contiguous int64 or
+    float64 array without nulls), which the fold hashes as it adds them
+    (slash_ssb_batch.hash_raw) instead of reading a column of hashes made
+    in a pass of its own. Rows select as an array's do."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values):
+        if values.dtype != _np.int64 and values.dtype != _np.float64:
+            raise _errors.InvalidArgument(f"raw sketch values must be int64 or float64, got "
+                                          f"{values.dtype}")
+        self.values = _np.ascontiguousarray(values)
+
+    def __len__(self):
+        return len(self.values)
+
+    def __getitem__(self, rows):
+        return RawValues(self.values[rows])
+
+
 def hll_hash_values(values, valid=None):
     """int64 hashes (as int64) of a C-contiguous int64 or float64 array;
     valid: None or one uint8 a row (0: null, hashed to 0)."""

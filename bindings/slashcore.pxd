@@ -139,6 +139,9 @@ cdef extern from "slash/ssb.h" nogil:
         const uint8_t *key_data
         const void *values[16]
         const uint8_t *skip
+        uint32_t ones
+        uint32_t hash_raw
+        uint32_t raw_f64
     ctypedef struct slash_ssb_result:
         size_t rows
         int64_t *window_start

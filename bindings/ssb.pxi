@@ -54,6 +54,31 @@ cdef list fill_ssb_config(slash_ssb_config *cfg, str window_kind, int64_t size, 
     return result_f64
 
 
+# The columns of ones ones(n) hands out are views of this read-only array: a
+# value column the fold finds inside it is all ones (slash_ssb_batch.ones)
+_ONES = _np.ones(0, _np.int64)
+_ONES.flags.writeable = False
+
+
+def ones(size_t n):
+    """A read-only int64 column of n ones: the validity of a value column
+    without nulls. fill_batch tells the fold such a column is all ones, so
+    it costs a count nothing more a record (slash_ssb_batch.ones)."""
+    global _ONES
+    if n > <size_t>_ONES.shape[0]:
+        _ONES = _np.ones(max(n, 2 * <size_t>_ONES.shape[0], 1 << 16), _np.int64)
+        _ONES.flags.writeable = False
+    return _ONES[:n]
+
+
+cdef bint is_ones(const int64_t *p, size_t n):
+    """Whether the n values at p lie inside the current _ONES."""
+    cdef const int64_t[::1] o = _ONES
+    if o.shape[0] == 0:
+        return False
+    return &o[0] <= p and p + n <= &o[0] + o.shape[0]
+
+
 cdef list fill_batch(slash_ssb_batch *b, times, keys, list values, key_offsets, key_data,
                      skip=None):
     """Points a slash_ssb_batch at C-contiguous NumPy columns (int64 times and
@@ -113,6 +138,11 @@ cdef list fill_batch(slash_ssb_batch *b, times, keys, list values, key_offsets, 
     for j, v in enumerate(values):
         if v is None:
             continue
+        if isinstance(v, RawValues):  # hashed in the fold (sketch.pxi)
+            v = v.values
+            b.hash_raw |= (<uint32_t>1) << j
+            if v.dtype == _np.float64:
+                b.raw_f64 |= (<uint32_t>1) << j
         if <size_t>v.shape[0] != b.n:
             raise _errors.InvalidArgument(f"value column {j} has {v.shape[0]} values, the batch {b.n}")
         if v.dtype == _np.float64:
@@ -122,6 +152,8 @@ cdef list fill_batch(slash_ssb_batch *b, times, keys, list values, key_offsets, 
         else:
             vi = v
             b.values[j] = &vi[0]
+            if is_ones(&vi[0], b.n):
+                b.ones |= (<uint32_t>1) << j
             keep.append(vi)
     return keep
 

@@ -88,7 +88,8 @@ class StateBackend:
         if null_times is not None:  # rare: copy the rows that have a time
             keep = ~null_times
             t = np.ascontiguousarray(t[keep])
-            per_slot = [None if v is None else np.ascontiguousarray(v[keep]) for v in per_slot]
+            per_slot = [None if v is None else v[keep] if isinstance(v, _core.RawValues)
+                        else np.ascontiguousarray(v[keep]) for v in per_slot]
             if k is not None:
                 k = np.ascontiguousarray(k[keep])
             else:

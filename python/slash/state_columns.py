@@ -189,16 +189,6 @@ def byte_keys(obj: Any, name: str, nullable: bool = False,
     return np.ascontiguousarray(offsets), data, n
 
 
-_ONES = np.ones(1 << 16, np.int64)
-
-
-def _ones(n: int) -> np.ndarray:
-    global _ONES
-    if n > len(_ONES):
-        _ONES = np.ones(max(n, 2 * len(_ONES)), np.int64)
-    return _ONES[:n]
-
-
 def _identity(kind: str, dtype: str) -> Any:
     """What a null becomes for the core: the identity of the aggregate (for
     first/last, the bottom of the value order, so a null never wins a tie of
@@ -210,11 +200,11 @@ def _identity(kind: str, dtype: str) -> Any:
     return 0 if dtype == "int64" else 0.0
 
 
-def hash_column(col: Any, name: str) -> np.ndarray:
-    """Stable 64-bit hashes (as int64) of a value column for a sketch, 0
-    for a null: integers, booleans, dates and times by their integer value,
-    floats by value (-0.0 as 0.0, every NaN alike), strings and binary by
-    their bytes. The same value hashes the same in every process."""
+def _hash_input(col: Any, name: str) -> Tuple[Any, Optional[np.ndarray]]:
+    """What a sketch hashes of a value column: (int64 or float64 values, or
+    (offsets, data) of byte strings; uint8 validity or None): integers,
+    booleans, dates and times as int64, floats as float64, strings and
+    binary by their bytes."""
     arr = _to_arrow_or_numpy(col, name)
     if isinstance(arr, np.ndarray):
         arr = pa.array(arr)
@@ -229,16 +219,37 @@ def hash_column(col: Any, name: str) -> np.ndarray:
         bufs = arr.buffers()
         offsets = np.frombuffer(bufs[1], np.int64, count=arr.offset + len(arr) + 1)[arr.offset:]
         data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
-        return _core.hll_hash_strings(np.ascontiguousarray(offsets), data, valid)
+        return (np.ascontiguousarray(offsets), data), valid
     if pa.types.is_floating(t):
-        values = as_numeric(arr, name, "float64", fill=0.0)
-    elif pa.types.is_integer(t) or pa.types.is_boolean(t):
-        values = as_numeric(arr, name, "int64", fill=0)
-    elif pa.types.is_temporal(t):
-        values = as_numeric(arr.cast(pa.int64()) if t.bit_width == 64 else
-                            arr.cast(pa.int32()).cast(pa.int64()), name, "int64", fill=0)
-    else:
-        raise SchemaError(f"column {name!r} has type {t}, which a sketch cannot hash")
+        return as_numeric(arr, name, "float64", fill=0.0), valid
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return as_numeric(arr, name, "int64", fill=0), valid
+    if pa.types.is_temporal(t):
+        return as_numeric(arr.cast(pa.int64()) if t.bit_width == 64 else
+                          arr.cast(pa.int32()).cast(pa.int64()), name, "int64", fill=0), valid
+    raise SchemaError(f"column {name!r} has type {t}, which a sketch cannot hash")
+
+
+def hash_column(col: Any, name: str) -> np.ndarray:
+    """Stable 64-bit hashes (as int64) of a value column for a sketch, 0
+    for a null: integers, booleans, dates and times by their integer value,
+    floats by value (-0.0 as 0.0, every NaN alike), strings and binary by
+    their bytes. The same value hashes the same in every process."""
+    values, valid = _hash_input(col, name)
+    if isinstance(values, tuple):
+        return _core.hll_hash_strings(values[0], values[1], valid)
+    return _core.hll_hash_values(values, valid)
+
+
+def _sketch_input(col: Any, name: str) -> Any:
+    """A sketch's column for the core: a number column without nulls as its
+    values, which the fold hashes as it adds them (no pass of its own, no
+    array of hashes); else the hashes (hash_column), 0 for a null."""
+    values, valid = _hash_input(col, name)
+    if valid is None and not isinstance(values, tuple):
+        return _core.RawValues(values)
+    if isinstance(values, tuple):
+        return _core.hll_hash_strings(values[0], values[1], valid)
     return _core.hll_hash_values(values, valid)
 
 
@@ -260,7 +271,7 @@ def _quantile_values(col: Any, name: str) -> np.ndarray:
 
 def _slot_values(cfg: StateConfig, slot: CoreSlot, col: Any, n: int) -> np.ndarray:
     if slot.kind in SKETCH_ANY_TYPE:
-        return hash_column(col, slot.column)
+        return _sketch_input(col, slot.column)
     if slot.kind == "percentile_approx":
         return _quantile_values(col, slot.column)
     if slot.valid:
@@ -268,7 +279,7 @@ def _slot_values(cfg: StateConfig, slot: CoreSlot, col: Any, n: int) -> np.ndarr
             col = col.combine_chunks()
         if isinstance(col, pa.Array) and col.null_count:
             return np.ascontiguousarray(to_numpy(col.is_valid()), np.int64)
-        return _ones(n)
+        return _core.ones(n)  # the fold then counts it with the count's delta
     dtype = cfg.value_type(slot.column)
     fill = _identity(slot.kind, dtype) if slot.column in cfg.nullable else None
     return as_numeric(col, slot.column, dtype, fill=fill)

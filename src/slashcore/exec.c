@@ -770,7 +770,8 @@ static slash_status update_subset(slash_exec *ex, void *store, const slash_ssb_b
     if (st != SLASH_OK)
         return st;
     slash_ssb_batch nb = {.n = keep, .times = c.times, .keys = c.keys, .key_offsets = c.offs,
-                          .key_offsets_64 = 1, .key_data = c.data};
+                          .key_offsets_64 = 1, .key_data = c.data, .ones = b->ones,
+                          .hash_raw = b->hash_raw, .raw_f64 = b->raw_f64};
     for (uint32_t j = 0; j < cfg->naggs; j++)
         nb.values[j] = c.vals[j];
     st = slash_ssb_update(store, &nb);
@@ -1084,7 +1085,18 @@ slash_status slash_exec_push(slash_exec *ex, const slash_ssb_batch *b, uint8_t *
     slash_status st = enter(ex);
     if (st != SLASH_OK)
         return st;
+    /* a sketch's column as its values is hashed in the local store's fold;
+     * rows shipped to a peer or split over stores carry the hashes */
+    slash_ssb_batch hb;
+    uint64_t *hashes = NULL;
+    if (b->hash_raw && (exec_repartitioning(ex) || ex->routing || ex->direct)) {
+        st = slash_ssb_batch_hash_raw(b, ex->cfg.state.naggs, &hb, &hashes);
+        if (st != SLASH_OK)
+            return leave(ex, st);
+        b = &hb;
+    }
     st = push_any(ex, &AGG_BATCH, b, late, n_late);
+    free(hashes);
     if (st == SLASH_OK)
         ex->pushes++;
     if (st == SLASH_OK && ex->ck.pending)

@@ -11,22 +11,6 @@
 
 static inline uint64_t nonzero(uint64_t h) { return h ? h : 1; }
 
-uint64_t slash_hll_hash_i64(int64_t v)
-{
-    return nonzero(fmix64((uint64_t)v ^ UINT64_C(0x6a09e667f3bcc909)));
-}
-
-uint64_t slash_hll_hash_f64(double v)
-{
-    uint64_t bits;
-    if (isnan(v))
-        v = NAN;
-    else if (v == 0.0)
-        v = 0.0; /* -0.0 counts as 0.0 */
-    memcpy(&bits, &v, 8);
-    return nonzero(fmix64(bits ^ UINT64_C(0xbb67ae8584caa73b)));
-}
-
 uint64_t slash_hll_hash_bytes(const uint8_t *p, size_t n)
 {
     uint64_t h = UINT64_C(0x3c6ef372fe94f82b) ^ ((uint64_t)n * UINT64_C(0x9e3779b97f4a7c15));

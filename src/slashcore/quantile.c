@@ -175,6 +175,8 @@ double slash_qs_quantile(const slash_qsketch *s, uint32_t q_scaled)
     double lo = unordered(lo_u), hi = unordered(hi_u), mid;
     if (isnan(lo) || isnan(hi) || isinf(lo) || isinf(hi))
         mid = isnan(lo) || isinf(lo) ? hi : lo;
+    else if (lo == 0.0) /* the bucket of zero (and of the tiniest denormals): zero, exactly */
+        mid = 0.0;
     else
         mid = lo + (hi - lo) / 2;
     /* within the exact extremes (Spark's order: NaN above every number) */

@@ -523,61 +523,162 @@ static inline void apply(const slash_ssb *s, uint8_t *part, const slash_ssb_batc
  * changes hands or the call ends: a record's partials sit in its
  * partition's log, one page per partition, and updating them in place cost
  * a TLB miss per record (18 ns a record at 256 partitions, 8 ns at one).
- * The others are applied in place, one aggregate at a time over a chunk of
- * rows whose records were already found (apply_chunk), so the kind's switch
- * is taken once a chunk instead of once a record. Offsets and value columns
- * are read once into locals, so the per-record loops reload nothing through
- * pointers a partial's store may alias. */
+ * Additive aggregates that grow by 1 a record (a count, and an int64 sum
+ * over a column of ones: the validity of a column without nulls in this
+ * batch, slash_ssb_batch.ones) share one pending delta, the first, which is
+ * flushed into each of them: a nullable column costs a count nothing more
+ * a record while it holds no null. first/last of int64 ones (the validity
+ * that first/last of a nullable column keep beside the value) pend too:
+ * every row offers (t, 1), so the rows of a call come down to (their
+ * earliest or latest t, 1), kept per cache slot as the largest of an
+ * order-preserving image of t (a max, so the slot's zero is its identity)
+ * and applied with the kind's own update when flushed (a flush always
+ * follows a row). So do int64 min and max, as the image of the values (the
+ * rows of a call come down to their smallest or largest). The others are
+ * applied in place, one
+ * aggregate at a time over a chunk of rows whose records were already found
+ * (apply_chunk), so the kind's switch is taken once a chunk instead of once
+ * a record. Offsets and value columns are read once into locals, so the
+ * per-record loops reload nothing through pointers a partial's store may
+ * alias. */
 typedef struct fold_plan {
-    uint32_t n; /* additive aggregates (the stride of the pending deltas) */
-    uint32_t off[SLASH_SSB_MAX_AGGS];
-    const int64_t *v[SLASH_SSB_MAX_AGGS]; /* NULL: a count */
-    bool count_only;                      /* the additive part is one count */
+    uint32_t n;    /* pending deltas a cache slot (their stride), the times' last */
+    bool counted;  /* delta 0 grows by 1 a record (the counts'); the rest by v[j][i] */
+    const int64_t *v[SLASH_SSB_MAX_AGGS]; /* delta j's input (NULL for the counts') */
+    uint32_t nflush;                      /* additive aggregates */
+    uint32_t off[SLASH_SSB_MAX_AGGS];     /* their partials' offsets */
+    uint32_t from[SLASH_SSB_MAX_AGGS];    /* the delta each takes */
+    uint32_t ntime; /* extremes (first/last of ones, int64 min/max): deltas n - ntime .. n - 1 */
+    uint64_t xmask[SLASH_SSB_MAX_AGGS];   /* each one's image: x ^ xmask (see time_image) */
+    const int64_t *src[SLASH_SSB_MAX_AGGS]; /* its column x (min/max), NULL: the time t */
+    uint32_t toff[SLASH_SSB_MAX_AGGS];    /* its partial's offset */
+    slash_agg_kind tkind[SLASH_SSB_MAX_AGGS];
+    bool count_only;                      /* the one pending delta is the counts' */
     uint32_t nplace;                      /* aggregates applied in place */
     uint32_t place[SLASH_SSB_MAX_AGGS];   /* their indexes in the config */
 } fold_plan;
 
+/* The pending image of time t of a first (xmask 2^63 - 1: a larger image
+ * is an earlier t) or last (2^63: a later t) of ones; 0 is the identity. */
+static inline uint64_t time_image(int64_t t, uint64_t xmask) { return (uint64_t)t ^ xmask; }
+
 static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *pl)
 {
-    pl->n = pl->nplace = 0;
+    pl->n = pl->nflush = pl->nplace = pl->ntime = 0;
+    pl->counted = false;
+    uint32_t timed[SLASH_SSB_MAX_AGGS];
     for (uint32_t j = 0; j < s->cfg.naggs; j++) {
         const slash_agg_kind k = s->cfg.aggs[j];
-        if (k == SLASH_AGG_COUNT || k == SLASH_AGG_SUM_I64) {
-            pl->off[pl->n] = s->agg_off[j];
-            pl->v[pl->n++] = k == SLASH_AGG_COUNT ? NULL : b->values[j];
+        if (((k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_LAST_I64) && (b->ones >> j & 1u)) ||
+            k == SLASH_AGG_MIN_I64 || k == SLASH_AGG_MAX_I64) {
+            timed[pl->ntime++] = j; /* after the additive ones (below) */
+            continue;
+        }
+        const bool ones = k == SLASH_AGG_COUNT || (k == SLASH_AGG_SUM_I64 && (b->ones >> j & 1u));
+        if (ones && !pl->counted) { /* the counts' delta goes first */
+            for (uint32_t q = pl->n; q > 0; q--)
+                pl->v[q] = pl->v[q - 1];
+            for (uint32_t f = 0; f < pl->nflush; f++)
+                pl->from[f]++;
+            pl->v[0] = NULL;
+            pl->n++;
+            pl->counted = true;
+        }
+        if (ones) {
+            pl->off[pl->nflush] = s->agg_off[j], pl->from[pl->nflush++] = 0;
+        } else if (k == SLASH_AGG_SUM_I64) {
+            pl->off[pl->nflush] = s->agg_off[j], pl->from[pl->nflush++] = pl->n;
+            pl->v[pl->n++] = b->values[j];
         } else {
             pl->place[pl->nplace++] = j;
         }
     }
-    pl->count_only = pl->n == 1 && !pl->v[0];
+    for (uint32_t q = 0; q < pl->ntime; q++) {
+        const uint32_t j = timed[q];
+        pl->tkind[q] = s->cfg.aggs[j];
+        pl->toff[q] = s->agg_off[j];
+        const slash_agg_kind k = s->cfg.aggs[j];
+        const bool least = k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_MIN_I64;
+        pl->xmask[q] = least ? (UINT64_C(1) << 63) - 1 : UINT64_C(1) << 63;
+        pl->src[q] = k == SLASH_AGG_MIN_I64 || k == SLASH_AGG_MAX_I64 ? b->values[j] : NULL;
+        pl->v[pl->n++] = NULL;
+    }
+    pl->count_only = pl->n == 1 && pl->counted;
 }
 
-/* Adds record i's inputs to the n int64 partials at acc (pending deltas). */
-static inline void add_pending(const fold_plan *a, int64_t *acc, size_t i)
+/* Adds record i (at time t) to the n pending deltas at acc. */
+static inline void add_pending(const fold_plan *a, int64_t *acc, size_t i, int64_t t)
 {
-    for (uint32_t j = 0; j < a->n; j++)
-        acc[j] = slash_wrap_add(acc[j], a->v[j] ? a->v[j][i] : 1);
+    uint32_t j = 0;
+    if (a->counted)
+        acc[0] = slash_wrap_add(acc[0], 1), j = 1;
+    const uint32_t sums = a->n - a->ntime;
+    for (; j < sums; j++)
+        acc[j] = slash_wrap_add(acc[j], a->v[j][i]);
+    for (uint32_t q = 0; q < a->ntime; q++) {
+        const uint64_t x = time_image(a->src[q] ? a->src[q][i] : t, a->xmask[q]);
+        const uint64_t y = (uint64_t)acc[sums + q];
+        acc[sums + q] = (int64_t)(x > y ? x : y);
+    }
 }
 
-/* Adds record i to the pending deltas at acc (its cache slot's);
- * count_only: pl->count_only, passed from a local (the build may not assume
- * strict aliasing, so a load through pl would repeat after every store). */
-static inline void add_pending_row(const fold_plan *a, bool count_only, int64_t *acc, size_t i)
+/* The shapes of the pending deltas a loop is compiled for (add_pending_row) */
+enum pend_shape {
+    PEND_COUNT,      /* count_only */
+    PEND_COUNT_SUM,  /* the counts' delta and one int64 sum's */
+    PEND_COUNT_TIME, /* the counts' delta and one extreme (first/last of ones, min, max) */
+    PEND_ANY
+};
+
+static inline enum pend_shape pend_shape_of(const fold_plan *pl)
 {
-    if (count_only)
+    if (pl->count_only)
+        return PEND_COUNT;
+    if (pl->n == 2 && pl->counted)
+        return pl->ntime ? PEND_COUNT_TIME : PEND_COUNT_SUM;
+    return PEND_ANY;
+}
+
+/* Adds record i (at time t) to the pending deltas at acc (its cache
+ * slot's); shape: pend_shape_of(pl), sum: pl->v[1] for PEND_COUNT_SUM,
+ * xmask: pl->xmask[0] for PEND_COUNT_TIME (whose column is sum: pl->src[0],
+ * NULL for the time t), passed from locals (the build
+ * may not assume strict aliasing, so a load through pl would repeat after
+ * every store). */
+static inline void add_pending_row(const fold_plan *a, enum pend_shape shape, const int64_t *sum,
+                                   uint64_t xmask, int64_t *acc, size_t i, int64_t t)
+{
+    if (shape == PEND_COUNT) {
         acc[0] = slash_wrap_add(acc[0], 1);
-    else
-        add_pending(a, acc, i);
+    } else if (shape == PEND_COUNT_SUM) {
+        acc[0] = slash_wrap_add(acc[0], 1);
+        acc[1] = slash_wrap_add(acc[1], sum[i]);
+    } else if (shape == PEND_COUNT_TIME) {
+        acc[0] = slash_wrap_add(acc[0], 1);
+        const uint64_t x = time_image(sum ? sum[i] : t, xmask), y = (uint64_t)acc[1];
+        acc[1] = (int64_t)(x > y ? x : y);
+    } else {
+        add_pending(a, acc, i, t);
+    }
 }
 
 /* Applies the pending deltas at acc to the record's partials, and clears them. */
 static inline void flush_pending(const fold_plan *a, uint8_t *part, int64_t *acc)
 {
-    for (uint32_t j = 0; j < a->n; j++) {
-        int64_t *p = (int64_t *)(part + a->off[j]);
-        *p = slash_wrap_add(*p, acc[j]);
-        acc[j] = 0;
+    for (uint32_t f = 0; f < a->nflush; f++) {
+        int64_t *p = (int64_t *)(part + a->off[f]);
+        *p = slash_wrap_add(*p, acc[a->from[f]]);
     }
+    static const int64_t one = 1;
+    for (uint32_t q = 0; q < a->ntime; q++) {
+        const int64_t x = (int64_t)((uint64_t)acc[a->n - a->ntime + q] ^ a->xmask[q]);
+        if (a->src[q])
+            slash_crdt_update(a->tkind[q], part + a->toff[q], &x);
+        else
+            slash_crdt_update_at(a->tkind[q], part + a->toff[q], &one, x);
+    }
+    for (uint32_t j = 0; j < a->n; j++)
+        acc[j] = 0;
 }
 
 /* Each of the m rows rows[r] updates the partial at recs[r] + off with
@@ -603,10 +704,18 @@ static void apply_chunk(const slash_ssb *s, const fold_plan *pl, const slash_ssb
         const double *vf = b->values[j];
         const unsigned prec = slash_agg_hll_p(k);
         uint32_t qs;
+        const bool raw = b->hash_raw >> j & 1u, raw_f = b->raw_f64 >> j & 1u;
         if (prec) {
             const uint64_t *h = b->values[j];
-            for (size_t r = 0; r < m; r++)
-                slash_hll_add(recs[r] + off, prec, h[rows[r]]);
+            if (raw && raw_f)
+                for (size_t r = 0; r < m; r++)
+                    slash_hll_add(recs[r] + off, prec, slash_hll_hash_f64(vf[rows[r]]));
+            else if (raw)
+                for (size_t r = 0; r < m; r++)
+                    slash_hll_add(recs[r] + off, prec, slash_hll_hash_i64(vi[rows[r]]));
+            else
+                for (size_t r = 0; r < m; r++)
+                    slash_hll_add(recs[r] + off, prec, h[rows[r]]);
             continue;
         }
         if (slash_agg_quantile(k, &qs)) {
@@ -618,11 +727,11 @@ static void apply_chunk(const slash_ssb *s, const fold_plan *pl, const slash_ssb
         case SLASH_AGG_HLL:
         case SLASH_AGG_QUANTILE:
         case SLASH_AGG_COUNT:
-        case SLASH_AGG_SUM_I64: break; /* additive: pending deltas (plan_init) */
+        case SLASH_AGG_SUM_I64:
+        case SLASH_AGG_MIN_I64:
+        case SLASH_AGG_MAX_I64: break; /* pending deltas and extremes (plan_init) */
         case SLASH_AGG_SUM_F64: FOLD_ROWS(SLASH_AGG_SUM_F64, vf, UPDATE_V); break;
-        case SLASH_AGG_MIN_I64: FOLD_ROWS(SLASH_AGG_MIN_I64, vi, UPDATE_V); break;
         case SLASH_AGG_MIN_F64: FOLD_ROWS(SLASH_AGG_MIN_F64, vf, UPDATE_V); break;
-        case SLASH_AGG_MAX_I64: FOLD_ROWS(SLASH_AGG_MAX_I64, vi, UPDATE_V); break;
         case SLASH_AGG_MAX_F64: FOLD_ROWS(SLASH_AGG_MAX_F64, vf, UPDATE_V); break;
         case SLASH_AGG_AVG_I64: FOLD_ROWS(SLASH_AGG_AVG_I64, vi, UPDATE_V); break;
         case SLASH_AGG_AVG_F64: FOLD_ROWS(SLASH_AGG_AVG_F64, vf, UPDATE_V); break;
@@ -632,8 +741,15 @@ static void apply_chunk(const slash_ssb *s, const fold_plan *pl, const slash_ssb
         case SLASH_AGG_LAST_F64: FOLD_ROWS(SLASH_AGG_LAST_F64, vf, UPDATE_AT); break;
         case SLASH_AGG_COUNT_DISTINCT: {
             const uint64_t *h = b->values[j];
-            for (size_t r = 0; r < m; r++)
-                slash_distinct_add((slash_distinct *)(recs[r] + off), h[rows[r]]);
+            if (raw && raw_f)
+                for (size_t r = 0; r < m; r++)
+                    slash_distinct_add((slash_distinct *)(recs[r] + off), slash_hll_hash_f64(vf[rows[r]]));
+            else if (raw)
+                for (size_t r = 0; r < m; r++)
+                    slash_distinct_add((slash_distinct *)(recs[r] + off), slash_hll_hash_i64(vi[rows[r]]));
+            else
+                for (size_t r = 0; r < m; r++)
+                    slash_distinct_add((slash_distinct *)(recs[r] + off), h[rows[r]]);
             break;
         }
         }
@@ -679,6 +795,36 @@ static bool offsets_ok(const slash_ssb_batch *b)
     return !bad;
 }
 
+/* Whether kind k reads hashes of its column (the sketches) */
+static inline bool hashes_input(slash_agg_kind k)
+{
+    return slash_agg_hll_p(k) || k == SLASH_AGG_COUNT_DISTINCT;
+}
+
+slash_status slash_ssb_batch_hash_raw(const slash_ssb_batch *b, uint32_t naggs,
+                                      slash_ssb_batch *out, uint64_t **hashes)
+{
+    *out = *b;
+    *hashes = NULL;
+    const uint32_t raw = b->hash_raw & (naggs >= 32 ? UINT32_MAX : (UINT32_C(1) << naggs) - 1);
+    if (!raw || !b->n)
+        return SLASH_OK;
+    uint64_t *h = malloc((size_t)__builtin_popcount(raw) * b->n * sizeof *h);
+    if (!h)
+        return slash_fail(SLASH_ENOMEM, "batch: hashing a sketch's column");
+    uint64_t *next = h;
+    for (uint32_t j = 0; j < naggs; j++) {
+        if (!(raw >> j & 1u))
+            continue;
+        slash_hll_hash_column(b->values[j], (int)(b->raw_f64 >> j & 1u), NULL, b->n, next);
+        out->values[j] = next;
+        next += b->n;
+    }
+    out->hash_raw = out->raw_f64 = 0;
+    *hashes = h;
+    return SLASH_OK;
+}
+
 static slash_status check_batch(const slash_ssb *s, const slash_ssb_batch *b)
 {
     if (b->n == 0)
@@ -688,6 +834,13 @@ static slash_status check_batch(const slash_ssb *s, const slash_ssb_batch *b)
     for (uint32_t j = 0; j < s->cfg.naggs; j++)
         if (slash_crdt_needs_input(s->cfg.aggs[j]) && !b->values[j])
             return slash_fail(SLASH_EINVAL, "batch: the value column of aggregate %u is missing", j);
+    uint32_t not_sketch = b->hash_raw;
+    for (uint32_t j = 0; j < s->cfg.naggs; j++)
+        if (hashes_input(s->cfg.aggs[j]))
+            not_sketch &= ~(UINT32_C(1) << j);
+    if (not_sketch)
+        return slash_fail(SLASH_EINVAL, "batch: aggregate %d is not a sketch, so its values "
+                          "cannot be hashed (hash_raw)", __builtin_ctz(not_sketch));
     if (s->cfg.key_type == SLASH_KEY_INT64) {
         if (!b->keys)
             return slash_fail(SLASH_EINVAL, "batch: the int64 keys column is missing");
@@ -896,12 +1049,13 @@ typedef struct run_chunk {
 /* Folds row i and the rows after it whose times are in the live slice
  * [lo, hi); returns the next row. *stop: a partition outgrew the cache (the
  * rows before the returned one are done) or an error (*st set; the row
- * returned is not done). count_only, in_place and stride (pl->n) are the
- * plan's, as constants at each call where they are known, so each variant
- * compiles to its own loop. */
+ * returned is not done). shape, in_place and stride (pl->n) are the
+ * plan's (and sum its PEND_COUNT_SUM column), as constants at each call
+ * where they are known, so each variant compiles to its own loop. */
 static inline __attribute__((always_inline)) size_t
 run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry *fast,
-         int64_t *acc, run_chunk *ch, size_t i, int64_t lo, int64_t hi, const bool count_only,
+         int64_t *acc, run_chunk *ch, size_t i, int64_t lo, int64_t hi,
+         const enum pend_shape shape, const int64_t *sum, const uint64_t xmask,
          const bool in_place, const uint32_t stride, bool *stop, slash_status *st)
 {
     /* the batch's columns in locals: see add_pending_row */
@@ -921,7 +1075,7 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
             if (!rec || part_bytes(p) > SSB_PREFETCH_MIN) {
                 *stop = true;
                 if (rec) { /* this row is done, the rest goes to the general loop */
-                    add_pending_row(pl, count_only, pend, i);
+                    add_pending_row(pl, shape, sum, xmask, pend, i, times[i]);
                     if (in_place)
                         ch->rows[m] = i, ch->recs[m++] = rec;
                     i++;
@@ -929,7 +1083,7 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
                 break;
             }
         }
-        add_pending_row(pl, count_only, pend, i);
+        add_pending_row(pl, shape, sum, xmask, pend, i, times[i]);
         if (in_place) {
             ch->rows[m] = i, ch->recs[m] = rec;
             if (++m == SSB_RUN_CHUNK) {
@@ -959,6 +1113,7 @@ static __attribute__((noinline)) size_t runs_i64(slash_ssb *s, const slash_ssb_b
     ch.m = 0;
     size_t i = 0;
     bool stop = false;
+    const enum pend_shape shape = pend_shape_of(pl);
     while (i < b->n && !stop) {
         const bool live = slice_of(s, &c, b->times[i]);
         if (!c.fits)
@@ -971,13 +1126,23 @@ static __attribute__((noinline)) size_t runs_i64(slash_ssb *s, const slash_ssb_b
             const size_t first = i;
             for (; i < b->n && (i == first || (b->times[i] >= lo && b->times[i] < hi)); i++)
                 s->late++;
-        } else if (pl->count_only && !pl->nplace) {
-            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, true, false, 1, &stop, st);
-        } else if (pl->count_only) {
-            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, true, true, 1, &stop, st);
-        } else {
-            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, false, pl->nplace != 0, pl->n, &stop,
+        } else if (shape == PEND_COUNT && !pl->nplace) {
+            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT, NULL, 0, false, 1, &stop,
                          st);
+        } else if (shape == PEND_COUNT) {
+            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT, NULL, 0, true, 1, &stop, st);
+        } else if (shape == PEND_COUNT_SUM && !pl->nplace) {
+            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT_SUM, pl->v[1], 0, false, 2,
+                         &stop, st);
+        } else if (shape == PEND_COUNT_TIME && pl->nplace) { /* first/last of a nullable column */
+            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT_TIME, pl->src[0],
+                         pl->xmask[0], true, 2, &stop, st);
+        } else if (shape == PEND_COUNT_TIME) { /* min/max */
+            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT_TIME, pl->src[0],
+                         pl->xmask[0], false, 2, &stop, st);
+        } else {
+            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_ANY, NULL, 0, pl->nplace != 0,
+                         pl->n, &stop, st);
         }
     }
     apply_chunk(s, pl, b, ch.rows, ch.recs, ch.m);
@@ -1002,7 +1167,10 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     const bool i64 = s->cfg.key_type == SLASH_KEY_INT64;
     fold_plan pl;
     plan_init(s, b, &pl);
-    const bool count_only = pl.count_only; /* in locals: see add_pending_row */
+    const enum pend_shape shape = pend_shape_of(&pl); /* in locals: see add_pending_row */
+    const int64_t *const sum = shape == PEND_COUNT_SUM ? pl.v[1]
+                               : shape == PEND_COUNT_TIME ? pl.src[0] : NULL;
+    const uint64_t xmask = shape == PEND_COUNT_TIME ? pl.xmask[0] : 0;
     const uint32_t stride = pl.n;
     fast_entry *fast = i64 ? calloc(SSB_FAST, sizeof *fast) : NULL;
     fast_bytes *fastb = i64 ? NULL : calloc(SSB_FAST, sizeof *fastb);
@@ -1130,7 +1298,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 goto out;
             }
             prefetch = prefetch || (grown && part_bytes(grown) > SSB_PREFETCH_MIN);
-            add_pending_row(&pl, count_only, acc + slot * stride, i);
+            add_pending_row(&pl, shape, sum, xmask, acc + slot * stride, i, b->times[i]);
             live_rows[nlive] = i, recs[nlive++] = part;
         }
         apply_chunk(s, &pl, b, live_rows, recs, nlive);
@@ -1152,5 +1320,13 @@ slash_status slash_ssb_update(slash_ssb *s, const slash_ssb_batch *b)
     slash_status st = check_batch(s, b);
     if (st != SLASH_OK || b->n == 0)
         return st;
-    return s->session ? update_session(s, b) : update_slices(s, b);
+    if (!s->session)
+        return update_slices(s, b);
+    slash_ssb_batch hb; /* a session's records take their values one by one */
+    uint64_t *hashes;
+    if ((st = slash_ssb_batch_hash_raw(b, s->cfg.naggs, &hb, &hashes)) != SLASH_OK)
+        return st;
+    st = update_session(s, &hb);
+    free(hashes);
+    return st;
 }

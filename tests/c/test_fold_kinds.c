@@ -1,7 +1,11 @@
 /* test_fold_kinds.c - every aggregate kind folds exactly as one update per
  * row would, on each path of the batch update: the run path (int64 keys,
  * no selection), the general loop (a selection, byte-string keys), and the
- * hand-over from one to the other when a partition outgrows the cache.
+ * hand-over from one to the other when a partition outgrows the cache; and
+ * so do the sets of aggregates each pending-delta shape of the fold is
+ * compiled for, with and without the batch's hint that a column is all
+ * ones (a validity without nulls: an int64 sum then shares a count's
+ * pending delta, first/last take a constant).
  *
  * The reference is independent of the store: a dense table of partials per
  * (slice, key) updated row by row, in batch order, with slash_crdt_update /
@@ -20,18 +24,36 @@
 #define W 100 /* tumbling window, ms */
 #define NWIN 8
 
-enum { K_COUNT, K_SUM_F, K_MIN_I, K_MAX_F, K_AVG_I, K_FIRST_I, K_LAST_F, K_HLL, K_QS, K_DISTINCT,
-       NK };
+#define MAXK 16
 
-static const slash_agg_kind KINDS[NK] = {
-    SLASH_AGG_COUNT,    SLASH_AGG_SUM_F64,  SLASH_AGG_MIN_I64,     SLASH_AGG_MAX_F64,
-    SLASH_AGG_AVG_I64,  SLASH_AGG_FIRST_I64, SLASH_AGG_LAST_F64,   SLASH_AGG_HLL + 8,
-    SLASH_AGG_QUANTILE + 9000, SLASH_AGG_COUNT_DISTINCT,
-};
+/* A set of aggregates; ones: bit j, aggregate j reads a column of ones
+ * (else its kind's column), hinted as such to the fold when hint is set;
+ * raw: bit j, sketch j reads the int64 (or where raw_f64 has bit j, the
+ * double) values themselves, which the fold hashes (slash_ssb_batch.hash_raw). */
+typedef struct kindset {
+    int n;
+    slash_agg_kind k[MAXK];
+    uint32_t ones;
+    int hint;
+    uint32_t raw, raw_f64;
+} kindset;
+
+/* every kind, and the validity slots of a nullable column */
+static const kindset EVERY = {
+    14,
+    {SLASH_AGG_COUNT, SLASH_AGG_SUM_F64, SLASH_AGG_MIN_I64, SLASH_AGG_MAX_F64, SLASH_AGG_AVG_I64,
+     SLASH_AGG_FIRST_I64, SLASH_AGG_LAST_F64, SLASH_AGG_HLL + 8, SLASH_AGG_QUANTILE + 9000,
+     SLASH_AGG_COUNT_DISTINCT, SLASH_AGG_SUM_I64, SLASH_AGG_SUM_I64, SLASH_AGG_FIRST_I64,
+     SLASH_AGG_LAST_I64},
+    1u << 11 | 1u << 12 | 1u << 13, 1, 0, 0};
+
+static kindset KINDSET; /* the set under test */
+#define NK (KINDSET.n)
+#define KINDS (KINDSET.k)
 
 typedef struct cols {
     size_t n;
-    int64_t *keys, *times, *vi;
+    int64_t *keys, *times, *vi, *one;
     double *vf;
     uint64_t *h;
     uint8_t *skip;
@@ -44,7 +66,7 @@ typedef struct cols {
 static cols make(size_t n, int64_t nkeys, int sorted, uint64_t seed)
 {
     cols c = {.n = n};
-    c.keys = malloc(n * 8), c.times = malloc(n * 8), c.vi = malloc(n * 8);
+    c.keys = malloc(n * 8), c.times = malloc(n * 8), c.vi = malloc(n * 8), c.one = malloc(n * 8);
     c.vf = malloc(n * 8), c.h = malloc(n * 8), c.skip = calloc(n, 1);
     c.offs = malloc((n + 1) * 4), c.kdata = malloc(n * 24 + 1);
     int32_t o = 0;
@@ -52,6 +74,7 @@ static cols make(size_t n, int64_t nkeys, int sorted, uint64_t seed)
         c.keys[i] = (int64_t)(unit_rng(&seed) % (uint64_t)nkeys);
         c.times[i] = sorted ? (int64_t)(i * (NWIN * W) / n) : (int64_t)(unit_rng(&seed) % (NWIN * W));
         c.vi[i] = (int64_t)(unit_rng(&seed) % 500) - 250;
+        c.one[i] = 1;
         c.vf[i] = (double)c.vi[i] / 8.0 + 0.1;
         c.h[i] = slash_hll_hash_i64(c.vi[i] % 300);
         c.offs[i] = o;
@@ -63,7 +86,7 @@ static cols make(size_t n, int64_t nkeys, int sorted, uint64_t seed)
 
 static void cols_free(cols *c)
 {
-    free(c->keys), free(c->times), free(c->vi), free(c->vf), free(c->h), free(c->skip);
+    free(c->keys), free(c->times), free(c->vi), free(c->one), free(c->vf), free(c->h), free(c->skip);
     free(c->offs), free(c->kdata);
 }
 
@@ -72,6 +95,10 @@ static const void *input(const cols *c, int j)
     slash_agg_kind k = KINDS[j];
     if (k == SLASH_AGG_COUNT)
         return NULL;
+    if (KINDSET.ones >> j & 1u)
+        return c->one;
+    if (KINDSET.raw >> j & 1u)
+        return KINDSET.raw_f64 >> j & 1u ? (const void *)c->vf : (const void *)c->vi;
     if (slash_agg_hll_p(k) || k == SLASH_AGG_COUNT_DISTINCT)
         return c->h;
     return slash_crdt_input_is_f64(k) ? (const void *)c->vf : (const void *)c->vi;
@@ -93,8 +120,10 @@ static slash_ssb *open_kinds(slash_key_type kt)
 }
 
 /* Feeds rows [lo, hi) of c (byte keys: "key-N"; with_skip: a selection of
- * every row, which takes the general loop). */
-static void feed(slash_ssb *s, slash_key_type kt, const cols *c, size_t lo, size_t hi, int with_skip)
+ * every row, which takes the general loop; all_ones: the batch's "ones"
+ * hold no zero, hinted as such where the set says so). */
+static void feed(slash_ssb *s, slash_key_type kt, const cols *c, size_t lo, size_t hi, int with_skip,
+                 int all_ones)
 {
     slash_ssb_batch b = {0};
     b.n = hi - lo;
@@ -111,13 +140,16 @@ static void feed(slash_ssb *s, slash_key_type kt, const cols *c, size_t lo, size
     }
     if (with_skip)
         b.skip = c->skip + lo;
+    if (KINDSET.hint && all_ones)
+        b.ones = KINDSET.ones;
+    b.hash_raw = KINDSET.raw, b.raw_f64 = KINDSET.raw_f64;
     CHECK_OK(slash_ssb_update(s, &b));
 }
 
 /* Checks the store's emitted rows against the row-by-row reference. */
 static void check_against_reference(slash_ssb *s, slash_key_type kt, const cols *c, int64_t nkeys)
 {
-    size_t psize[NK], off[NK], rec = 0;
+    size_t psize[MAXK], off[MAXK], rec = 0;
     for (int j = 0; j < NK; j++)
         off[j] = rec, psize[j] = slash_crdt_size(KINDS[j]), rec += psize[j];
     uint8_t *ref = malloc((size_t)NWIN * (size_t)nkeys * rec);
@@ -130,10 +162,16 @@ static void check_against_reference(slash_ssb *s, slash_key_type kt, const cols 
         seen[g] = 1;
         for (int j = 0; j < NK; j++) {
             const uint8_t *v = input(c, j);
+            const void *vi = v ? v + i * 8 : NULL;
+            uint64_t h;
+            if (KINDSET.raw >> j & 1u) { /* the reference hashes them itself */
+                h = KINDSET.raw_f64 >> j & 1u ? slash_hll_hash_f64(c->vf[i]) : slash_hll_hash_i64(c->vi[i]);
+                vi = &h;
+            }
             if (slash_crdt_needs_time(KINDS[j]))
-                slash_crdt_update_at(KINDS[j], ref + g * rec + off[j], v + i * 8, c->times[i]);
+                slash_crdt_update_at(KINDS[j], ref + g * rec + off[j], vi, c->times[i]);
             else
-                slash_crdt_update(KINDS[j], ref + g * rec + off[j], v ? v + i * 8 : NULL);
+                slash_crdt_update(KINDS[j], ref + g * rec + off[j], vi);
         }
     }
     slash_ssb_result *r = NULL;
@@ -170,22 +208,109 @@ static void check_path(slash_key_type kt, int with_skip, size_t n, int64_t nkeys
                        size_t batch)
 {
     cols c = make(n, nkeys, sorted, 0x5eed + n + (uint64_t)nkeys);
+    /* the "ones" (a validity) of every other batch hold zeros (nulls), so
+     * what a hinted batch leaves behind, times included, meets them */
+    uint64_t seed = 99;
+    for (size_t i = 0; i < n; i++)
+        c.one[i] = (i / batch) % 2 && unit_rng(&seed) % 3 == 0 ? 0 : 1;
     slash_ssb *s = open_kinds(kt);
     for (size_t lo = 0; s && lo < n; lo += batch)
-        feed(s, kt, &c, lo, lo + batch < n ? lo + batch : n, with_skip);
+        feed(s, kt, &c, lo, lo + batch < n ? lo + batch : n, with_skip, (lo / batch) % 2 == 0);
     if (s)
         check_against_reference(s, kt, &c, nkeys);
     slash_ssb_close(s);
     cols_free(&c);
 }
 
-TEST(every_kind_on_the_run_path_sorted_times) { check_path(SLASH_KEY_INT64, 0, 60000, 37, 1, 7000); }
-TEST(every_kind_on_the_run_path_shuffled_times) { check_path(SLASH_KEY_INT64, 0, 60000, 37, 0, 7000); }
-TEST(every_kind_on_the_general_loop_with_a_selection) { check_path(SLASH_KEY_INT64, 1, 60000, 37, 0, 7000); }
-TEST(every_kind_with_byte_string_keys) { check_path(SLASH_KEY_BYTES, 0, 60000, 37, 1, 7000); }
+static void check_set(const kindset *ks, slash_key_type kt, int with_skip, size_t n, int64_t nkeys,
+                      int sorted, size_t batch)
+{
+    KINDSET = *ks;
+    check_path(kt, with_skip, n, nkeys, sorted, batch);
+}
+
+TEST(every_kind_on_the_run_path_sorted_times) { check_set(&EVERY, SLASH_KEY_INT64, 0, 60000, 37, 1, 7000); }
+TEST(every_kind_on_the_run_path_shuffled_times) { check_set(&EVERY, SLASH_KEY_INT64, 0, 60000, 37, 0, 7000); }
+TEST(every_kind_on_the_general_loop_with_a_selection) { check_set(&EVERY, SLASH_KEY_INT64, 1, 60000, 37, 0, 7000); }
+TEST(every_kind_with_byte_string_keys) { check_set(&EVERY, SLASH_KEY_BYTES, 0, 60000, 37, 1, 7000); }
 /* 8 windows x 200 keys of ~17 KiB records: the partition outgrows the
  * cache inside a batch, and the general loop takes over with prefetching */
-TEST(every_kind_across_the_hand_over_to_the_prefetching_loop) { check_path(SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); }
+TEST(every_kind_across_the_hand_over_to_the_prefetching_loop) { check_set(&EVERY, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); }
+
+/* Each pending-delta shape (a count alone; a count and one int64 sum; any
+ * other), each reached with and without hinted ones, on the run path, the
+ * general loop and byte-string keys. */
+static void check_shapes(const kindset *ks)
+{
+    kindset k = *ks;
+    for (k.hint = 0; k.hint <= 1; k.hint++) {
+        check_set(&k, SLASH_KEY_INT64, 0, 30000, 37, 1, 7000);
+        check_set(&k, SLASH_KEY_INT64, 0, 30000, 37, 0, 7000);
+        check_set(&k, SLASH_KEY_INT64, 1, 30000, 37, 0, 7000);
+        check_set(&k, SLASH_KEY_BYTES, 0, 30000, 37, 1, 7000);
+    }
+}
+
+/* sum:x over a nullable column: count, the sum, the validity */
+TEST(a_count_and_an_int_sum_with_a_validity_of_ones)
+{
+    kindset k = {3, {SLASH_AGG_COUNT, SLASH_AGG_SUM_I64, SLASH_AGG_SUM_I64}, 1u << 2, 0, 0, 0};
+    check_shapes(&k);
+}
+/* the validity slot before the count, and no count at all */
+TEST(a_validity_of_ones_before_the_count_and_without_one)
+{
+    kindset k = {3, {SLASH_AGG_SUM_I64, SLASH_AGG_SUM_I64, SLASH_AGG_COUNT}, 1u << 0, 0, 0, 0};
+    check_shapes(&k);
+    kindset alone = {2, {SLASH_AGG_SUM_I64, SLASH_AGG_SUM_I64}, 1u << 1, 0, 0, 0};
+    check_shapes(&alone);
+}
+/* min:x or max:x over a nullable column: a count, its validity, the
+ * extreme pending per cache slot */
+TEST(a_count_a_validity_of_ones_and_a_pending_min_or_max)
+{
+    kindset k = {3, {SLASH_AGG_COUNT, SLASH_AGG_MIN_I64, SLASH_AGG_SUM_I64}, 1u << 2, 0, 0, 0};
+    check_shapes(&k);
+    kindset mx = {3, {SLASH_AGG_MAX_I64, SLASH_AGG_SUM_I64, SLASH_AGG_COUNT}, 1u << 1, 0, 0, 0};
+    check_shapes(&mx);
+    kindset both = {4, {SLASH_AGG_MAX_I64, SLASH_AGG_MIN_I64, SLASH_AGG_SUM_I64, SLASH_AGG_SUM_F64},
+                    0, 0, 0, 0};
+    check_shapes(&both); /* no count: the shape of any number of deltas */
+}
+/* first:x and last:x over a nullable column: the validity chosen by time */
+TEST(first_and_last_of_a_validity_of_ones)
+{
+    kindset k = {5, {SLASH_AGG_COUNT, SLASH_AGG_FIRST_I64, SLASH_AGG_FIRST_I64, SLASH_AGG_LAST_I64,
+                     SLASH_AGG_LAST_I64}, 1u << 2 | 1u << 4, 0, 0, 0};
+    check_shapes(&k);
+}
+/* first:x or last:x alone over a nullable column: a count and the
+ * validity's pending time, the value in place */
+TEST(first_or_last_alone_with_a_validity_of_ones)
+{
+    kindset f = {3, {SLASH_AGG_COUNT, SLASH_AGG_FIRST_I64, SLASH_AGG_FIRST_I64}, 1u << 2, 0, 0, 0};
+    check_shapes(&f);
+    kindset l = {3, {SLASH_AGG_LAST_F64, SLASH_AGG_LAST_I64, SLASH_AGG_COUNT}, 1u << 1, 0, 0, 0};
+    check_shapes(&l);
+    check_set(&l, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
+}
+/* two int64 sums and two validities: the shape of any number of deltas */
+TEST(two_int_sums_and_two_validities_of_ones)
+{
+    kindset k = {5, {SLASH_AGG_SUM_I64, SLASH_AGG_SUM_I64, SLASH_AGG_COUNT, SLASH_AGG_SUM_I64,
+                     SLASH_AGG_SUM_I64}, 1u << 1 | 1u << 4, 0, 0, 0};
+    check_shapes(&k);
+}
+
+/* approx_count_distinct and count_distinct over a column's own int64 and
+ * double values, hashed in the fold */
+TEST(sketches_of_raw_values_hashed_in_the_fold)
+{
+    kindset k = {5, {SLASH_AGG_COUNT, SLASH_AGG_HLL + 8, SLASH_AGG_HLL + 10, SLASH_AGG_COUNT_DISTINCT,
+                     SLASH_AGG_COUNT_DISTINCT}, 0, 0, 0xf << 1, 1u << 2 | 1u << 4};
+    check_shapes(&k);
+    check_set(&k, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
+}
 
 int main(void)
 {
@@ -194,5 +319,12 @@ int main(void)
     RUN(every_kind_on_the_general_loop_with_a_selection);
     RUN(every_kind_with_byte_string_keys);
     RUN(every_kind_across_the_hand_over_to_the_prefetching_loop);
+    RUN(a_count_and_an_int_sum_with_a_validity_of_ones);
+    RUN(a_validity_of_ones_before_the_count_and_without_one);
+    RUN(a_count_a_validity_of_ones_and_a_pending_min_or_max);
+    RUN(first_and_last_of_a_validity_of_ones);
+    RUN(first_or_last_alone_with_a_validity_of_ones);
+    RUN(two_int_sums_and_two_validities_of_ones);
+    RUN(sketches_of_raw_values_hashed_in_the_fold);
     return UNIT_DONE();
 }

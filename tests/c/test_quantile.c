@@ -117,6 +117,19 @@ TEST(nulls_are_skipped_and_nan_orders_above_every_number)
     CHECK(fabs(mid - 2.0) <= 2.0 / 128);
 }
 
+/* the bound |answer - x| <= 2^(L-7) |x| at x = 0: zero exactly (the
+ * bucket of zero also holds the tiniest denormals, whose midpoint is not 0) */
+TEST(a_quantile_that_is_zero_is_answered_zero)
+{
+    static slash_qsketch s;
+    slash_qs_zero(&s);
+    static const double v[] = {-3.0, -0.0, 0.0, 0.0, 2.0};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        slash_qs_add(&s, v[i]);
+    for (uint32_t q = 4001; q <= 8000; q += 333) /* ranks 3 and 4 of 5 */
+        CHECK(slash_qs_quantile(&s, q) == 0.0);
+}
+
 TEST(quantile_kinds_in_the_crdt_table)
 {
     slash_agg_kind k = (slash_agg_kind)(SLASH_AGG_QUANTILE + 9900);
@@ -142,6 +155,7 @@ int main(void)
     RUN(merged_parts_equal_the_sketch_of_the_whole);
     RUN(quantiles_within_the_stated_relative_error);
     RUN(nulls_are_skipped_and_nan_orders_above_every_number);
+    RUN(a_quantile_that_is_zero_is_answered_zero);
     RUN(quantile_kinds_in_the_crdt_table);
     return UNIT_DONE();
 }

@@ -17,8 +17,12 @@
 #ifndef SLASH_HLL_H
 #define SLASH_HLL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "slash/mix.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,9 +33,25 @@ extern "C" {
 
 /* The stable 64-bit hash of an 8-byte value: int64, or a double's bits with
  * -0.0 as 0.0 and every NaN as one NaN (so equal doubles hash equal, as
- * Spark's distinct counts them). Never 0. */
-uint64_t slash_hll_hash_i64(int64_t v);
-uint64_t slash_hll_hash_f64(double v);
+ * Spark's distinct counts them). Never 0. Inline: the fold hashes a
+ * column's values as it adds them (slash_ssb_batch.hash_raw). */
+static inline uint64_t slash_hll_hash_i64(int64_t v)
+{
+    const uint64_t h = slash_mix64((uint64_t)v ^ UINT64_C(0x6a09e667f3bcc909));
+    return h ? h : 1;
+}
+
+static inline uint64_t slash_hll_hash_f64(double v)
+{
+    uint64_t bits;
+    if (v != v)
+        v = (double)NAN;
+    else if (v == 0.0)
+        v = 0.0; /* -0.0 counts as 0.0 */
+    memcpy(&bits, &v, 8);
+    const uint64_t h = slash_mix64(bits ^ UINT64_C(0xbb67ae8584caa73b));
+    return h ? h : 1;
+}
 
 /* The stable hash of a byte string. Never 0. */
 uint64_t slash_hll_hash_bytes(const uint8_t *p, size_t n);

@@ -59,7 +59,24 @@ typedef struct slash_ssb_batch {
                                                (slash_crdt_input_is_f64), NULL for count */
     const uint8_t *skip;     /* optional selection (a filter's): rows with skip[i] != 0 are
                                 not part of the batch; NULL = every row */
+    uint32_t ones;           /* bit j: values[j] is 1 on every row (the validity of a column
+                                without nulls in this batch); values[j] still holds the ones.
+                                Only a hint to the fold, which then counts an int64 sum with a
+                                count's pending delta and updates first/last by a constant; a
+                                path that copies rows may drop it */
+    uint32_t hash_raw;       /* bit j (a sketch's: approx_count_distinct, count_distinct):
+                                values[j] holds the column's own values, none null, which the
+                                fold hashes (slash_hll_hash_i64, or _f64 where raw_f64 has bit
+                                j) instead of reading hashes. Every consumer of a batch honours
+                                it or first lowers it (slash_ssb_batch_hash_raw) */
+    uint32_t raw_f64;
 } slash_ssb_batch;
+
+/* *out = b with its hash_raw columns replaced by their hashes, in a buffer
+ * returned at *hashes (free() it after the last use of out; NULL when b
+ * has none). For the paths that ship or copy a batch's rows elsewhere. */
+slash_status slash_ssb_batch_hash_raw(const slash_ssb_batch *b, uint32_t naggs,
+                                      slash_ssb_batch *out, uint64_t **hashes);
 
 /* Rows of an emit, as columns owned by the result (free with
  * slash_ssb_result_free). Aggregate column j holds int64 or double values as
