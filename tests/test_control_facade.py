@@ -132,3 +132,33 @@ def test_the_socket_answers_a_refused_operation_with_its_reason(tmp_path):
         assert st["query"]["join_on"] == ["k"] and st["logic"] == [] and st["logic_version"] == 0
         with pytest.raises(NotSupported, match="window join has no filters"):
             control.request(srv.path, "update", {"filter": "v > 1"})
+
+
+def test_a_scale_asked_while_the_live_group_starts_waits_for_its_scaler():
+    """The socket is served before the group's scaler registers scale-out:
+    a request in between waits for it instead of being told the run does
+    not offer it."""
+    import threading
+    import time
+
+    ctl = RunControl(AGG, SCHEMA, 2, features=("live_scale",))
+    threading.Timer(0.3, lambda: ctl.provide("scale-out", lambda k: {"to": 1 + k})).start()
+    t0 = time.monotonic()
+    assert ctl.call("scale-out", 1) == {"to": 2}
+    assert time.monotonic() - t0 >= 0.25
+
+
+def test_a_scale_of_a_fixed_group_is_refused_at_once_and_a_closed_run_stops_the_wait():
+    import threading
+    import time
+
+    fixed = RunControl(AGG, SCHEMA, 2)
+    t0 = time.monotonic()
+    with pytest.raises(NotSupported, match="does not offer it"):
+        fixed.call("scale-out", 1)
+    assert time.monotonic() - t0 < 0.1
+    live = RunControl(AGG, SCHEMA, 2, features=("live_scale",))
+    threading.Timer(0.3, live.close).start()
+    with pytest.raises(NotSupported):
+        live.call("scale-in", 1)
+    assert time.monotonic() - t0 < 10

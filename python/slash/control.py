@@ -102,6 +102,8 @@ OP_FEATURES: Dict[str, Tuple[str, ...]] = {
 _FIXED_GROUP = ("the group's size is fixed for this run: a live scale activates standby "
                 "processes, which a run provisions with max_executors=, and a rescale restarts "
                 "the group from a checkpoint cut, which needs checkpoint=")
+#: how long a request waits for an operation the run declared but whose group is still starting
+STARTING_S = 60.0
 #: operation -> why a run the table allows it for does not offer it: what it was started without
 NOT_STARTED_WITH: Dict[str, str] = {
     "scale-out": _FIXED_GROUP, "scale-in": _FIXED_GROUP,
@@ -157,6 +159,7 @@ class RunControl:
         self._input_done: Dict[int, Optional[int]] = {}
         self._send: Optional[Callable[[int, Any], None]] = None
         self._ops: Dict[str, Callable[..., Any]] = {}
+        self._provided = threading.Condition()  # an operation registered, or the run closed
         self.finished = False
         self.updates: Optional[LogicUpdates] = None
         self.moves = LiveMoves(self)
@@ -203,7 +206,9 @@ class RunControl:
         """Registers ``fn`` as operation ``name`` of this run (a later
         registration replaces an earlier one: a checkpointed run's
         ``rebalance`` replaces the live one)."""
-        self._ops[name] = fn
+        with self._provided:
+            self._ops[name] = fn
+            self._provided.notify_all()
 
     set_hook = provide  # the name drivers used before the facade
 
@@ -222,9 +227,20 @@ class RunControl:
         """Runs operation ``name``; NotSupported saying why when the run does
         not offer it (:meth:`refusal`)."""
         fn = self._ops.get(name)
+        if fn is None and self._coming(name):
+            with self._provided:  # the group is starting: its driver registers it then
+                self._provided.wait_for(lambda: name in self._ops or self.finished,
+                                        STARTING_S)
+            fn = self._ops.get(name)
         if fn is None:
             raise NotSupported(self.refusal(name))
         return fn(*args, **kw)
+
+    def _coming(self, name: str) -> bool:
+        """A feature this run declared offers operation ``name``, whose
+        driver registers it once the group is started (a request that
+        arrives on the socket before that waits for it)."""
+        return not self.finished and any(f in self.features for f in OP_FEATURES.get(name, ()))
 
     call_hook = call
 
@@ -329,7 +345,9 @@ class RunControl:
 
     def close(self) -> None:
         """The run ended: requests waiting or arriving now fail."""
-        self.finished = True
+        with self._provided:
+            self.finished = True
+            self._provided.notify_all()
         if self.updates is not None:
             self.updates.close()
         self.moves.waiters.close()
