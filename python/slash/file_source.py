@@ -181,7 +181,7 @@ class _Readers:
         # OS file descriptor per Parquet file it reads from (closed with the file)
         self.chunks = ChunkReader() if parquet_chunks.ENABLED else None
         self.fds: Dict[str, int] = {}
-        self.leaves: Dict[str, Dict[str, int]] = {}
+        self.leaves: Dict[str, Dict[str, Optional[int]]] = {}
 
     def get(self, path: str) -> Any:
         r = self.open.get(path)
@@ -211,11 +211,11 @@ class _Readers:
         return fd
 
     def leaf(self, path: str, md: pq.FileMetaData, name: str) -> Optional[int]:
-        """:func:`_leaf_index` of ``name`` in file ``path``, worked out once per file."""
-        got = self.leaves.get(path)
-        if got is None:
-            got = self.leaves[path] = {md.schema.column(j).path: j for j in range(md.num_columns)}
-        return got.get(name)
+        """:func:`_leaf_index` of ``name`` in file ``path``, worked out once per file and column."""
+        got = self.leaves.setdefault(path, {})
+        if name not in got:
+            got[name] = _leaf_index(md, name)
+        return got[name]
 
     def close(self) -> None:
         for r in self.open.values():
