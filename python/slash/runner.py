@@ -186,7 +186,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
 
 
 def _run_tuned(p: RunPlan) -> pa.Table:
-    from slash.autotune import GroupDrivers, run_autotuned  # ~0.1 s of imports a plain run skips
+    from slash.autotune import GroupDrivers, run_autotuned  # ~7 ms of imports a plain run skips
 
     return run_autotuned(p, GroupDrivers(_run_group, run_checkpointed_group, _control_for))
 
