@@ -151,14 +151,14 @@ def test_slash_run_serves_its_metrics_while_it_runs(tmp_path):
 
     import pyarrow.parquet as pq
 
-    n = 3_000_000
+    n = 600_000  # paced at 200 k records/s: the run lasts ~3 s however fast the reader is
     pq.write_table(pa.table({"t": np.arange(n, dtype=np.int64), "k": np.arange(n) % 101}),
                    tmp_path / "in.parquet", row_group_size=1 << 16)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     p = subprocess.Popen([sys.executable, "-m", "slash", "run", "--input", str(tmp_path / "in.parquet"),
                           "--time", "t", "--window", "tumbling:1s", "--key", "k", "--agg", "count",
                           "--executors", "2", "--output", str(tmp_path / "out.parquet"),
-                          "--metrics-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          "--rate", "200000", "--metrics-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env=env)
     line = p.stderr.readline()
     url = re.search(r"Prometheus endpoint (http://127\.0\.0\.1:\d+/metrics)", line)
