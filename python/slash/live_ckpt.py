@@ -85,6 +85,7 @@ from slash.live_join import SIDES, JoinLiveScaler
 from slash.live_scale import LiveScaler
 from slash.recovery import CheckpointEvery, fingerprint
 from slash.run.ckpt import live_gen
+from slash.run.delivery import Delivery
 from slash.run.driver import Committer, Driver, serve_rounds, show_live
 from slash.run.failure import Failed, Reported, RestartPolicy, failed
 from slash.run.inputs import bound_ticks
@@ -245,14 +246,18 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
                           *, directory: str, every: Any, keep: int, max_restarts: int,
                           timeout: float, rate: Optional[float], control: Any,
                           metrics: Optional[Dict[str, Any]], output: Optional[str],
-                          live: Any = None, late: Optional[List[pa.Table]] = None) -> pa.Table:
+                          live: Any = None, late: Optional[List[pa.Table]] = None,
+                          sink: Any = None) -> pa.Table:
     """:func:`slash.runner.run` with ``checkpoint=`` and ``max_executors=``:
     the live group of ``m`` ranks, ``n`` active, with checkpoints (see the
     module doc). ``control``: as for the live group (True, a socket path or a
     RunControl); ``metrics`` receives what a checkpointed run's does
     (checkpoints, recoveries, records_replayed) plus ``live_scales`` (each
     scale, ``path`` "live" or "restart") and ``checkpoints_dropped``;
-    ``late``, if given, receives the late rows (``late_output=``)."""
+    ``late``, if given, receives the late rows (``late_output=``); ``sink``:
+    a transactional sink given each committed checkpoint's windows, exactly
+    once (:class:`slash.run.delivery.Delivery`; a cut dropped for
+    straddling a live scale goes with the next commit)."""
     policy = RestartPolicy(max_restarts)
     t_start = time.monotonic()
     every_ = CheckpointEvery.parse(every)
@@ -260,7 +265,10 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
     fp = fingerprint(query, source) + " in a live group"
     store = CheckpointStore(os.fspath(directory), fingerprint=fp, executors=m,
                             partitions=partitions, keep=keep, inputs=input_stamp(source))
-    sup = Supervisor(policy, store)
+    join = isinstance(source, tuple)  # a join's (left, right): slash.live_join's ranks and scaler
+    schemas = [s.schema for s in source] if join else [source.schema]
+    finalize = lambda raw: query.finalize(raw, *schemas)  # noqa: E731
+    sup = Supervisor(policy, store, Delivery(sink, finalize) if sink is not None else None)
     stored = sup.finished_before(late)
     if stored is not None:
         if metrics is not None:
@@ -272,8 +280,6 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
         partitions = store.partitions = shape[1]
     group = dataclasses.replace(group, partitions=partitions)
 
-    join = isinstance(source, tuple)  # a join's (left, right): slash.live_join's ranks and scaler
-    schemas = [s.schema for s in source] if join else [source.schema]
     if isinstance(control, RunControl):
         ctl, server = control, None
         ctl.declare("checkpoint", "live_scale")
@@ -362,8 +368,7 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
         ctl.close()
         if server is not None:
             server.close()
-    result = sup.finish(tables, lambda raw: query.finalize(raw, *schemas), len(checkpoints),
-                        late_now, late)
+    result = sup.finish(tables, finalize, len(checkpoints), late_now, late)
     scales = elastic.history
     log.info("query ran on a live group of %d in %.2f s: %d result rows, %d checkpoints "
              "(%d dropped), %d recoveries, %d scales", size, time.monotonic() - t_start,
@@ -404,7 +409,7 @@ def _live_group(query: Any, source: Any, size: int, group: GroupConfig, token: s
             d = Driver(pg, size, t_start + timeout, timeout)
             got = d.got
             Committer(d, store, checkpoints, cut, live=True, dropped=dropped,
-                      info=ctl.updates.manifest_info if ctl.updates is not None else None)
+                      committed=sup.committed, info=ctl.updates.manifest_info if ctl.updates is not None else None)
 
             def restart() -> bool:
                 """A scale beyond the group asks for the cut it restarts from."""

@@ -331,17 +331,14 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     before reading (a directory resumed: those of its newest manifest)."""
     policy = RestartPolicy(max_restarts)
     every_ = CheckpointEvery.parse(every)
-    delivery = Delivery(sink, finalize) if sink is not None else None
     partitions = group.partitions_for(n)
     store = CheckpointStore(directory, fingerprint=fingerprint(query, source), executors=n,
                             partitions=partitions, keep=keep, inputs=input_stamp(source))
-    sup = Supervisor(policy, store)
+    sup = Supervisor(policy, store, Delivery(sink, finalize) if sink is not None else None)
     stored = sup.finished_before(late)
     if stored is not None:
         metrics.update(checkpoints=[], recoveries=[], records_replayed=0, finished_before=True,
                        rescales=[])
-        if delivery is not None:  # what a driver that died after finishing did not deliver
-            delivery.finished(stored, store.latest())
         return stored
     shape = newest_shape(store, group.partitions)
     if shape is not None:  # resuming: the checkpoint's partition count, any executor count
@@ -357,8 +354,6 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     rescales: List[Dict[str, Any]] = []
     late_now: List[pa.Table] = []  # the late rows the last attempt found
     metrics["resumed_from"] = sup.first.id if sup.first is not None else None
-    if delivery is not None:  # fence a dead driver's sink; deliver what it committed, not sent
-        delivery.recover(sup.first)
     if control is not None:
         control._start(source, n, partitions, store.dir)
     logic = recorded_logic(sup.first)
@@ -390,7 +385,7 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
         late_now.clear()
         return _checkpointed_group(query, source, n, group, token, plan, store, timeout,
                                    checkpoints, sup, control, rescales, late_now,
-                                   delivery.committed if delivery else None, rounds)
+                                   rounds)
 
     def rescaled(r: Rescale) -> None:
         nonlocal n
@@ -419,8 +414,6 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
         if own_rounds:
             rounds.close()
     result = sup.finish(tables, finalize, len(checkpoints), late_now, late)
-    if delivery is not None:  # the windows after the last cut
-        delivery.finished(result, store.latest())
     metrics.update(per_executor=per_exec, checkpoints=checkpoints, recoveries=sup.recoveries,
                    records_replayed=sup.replayed, finished_before=False,
                    rescales=[{k: v for k, v in r.items() if not k.startswith("_")}
@@ -441,14 +434,12 @@ def _checkpointed_group(query: Query, source: Any, n: int, group: GroupConfig, t
                         plan: AttemptPlan, store: CheckpointStore, timeout: float,
                         checkpoints: List[Dict[str, Any]], sup: Supervisor,
                         control: Optional[CheckpointedRun], rescales: List[Dict[str, Any]],
-                        late: List[pa.Table],
-                        committed: Optional[Callable[[Checkpoint], None]] = None,
-                        rounds: Any = None) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
+                        late: List[pa.Table], rounds: Any = None) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
     """One attempt of :func:`run_checkpointed`: a group of n executors from
     plan's checkpoint to the end; raises Failed, or Rescale once a checkpoint
     asked for by ``control`` commits. ``late`` receives the late rows each
-    rank found in this attempt (its Finished report's); ``committed`` is
-    called with each checkpoint committed (its manifest written); ``rounds``:
+    rank found in this attempt (its Finished report's); each checkpoint
+    committed goes to ``sup``'s sink (:meth:`Supervisor.committed`); ``rounds``:
     the run's RunControl serving updates (see :func:`run_checkpointed`)."""
     pending_resume = rescales[-1] if rescales and "seconds_to_resume" not in rescales[-1] else None
     cut = RescaleCut()
@@ -457,7 +448,7 @@ def _checkpointed_group(query: Query, source: Any, n: int, group: GroupConfig, t
         d = Driver(pg, n, time.monotonic() + timeout, timeout)
         got = d.got
         updates = rounds.updates if rounds is not None else None
-        Committer(d, store, checkpoints, cut, committed=committed,
+        Committer(d, store, checkpoints, cut, committed=sup.committed,
                   info=updates.manifest_info if updates is not None else None)
 
         def resumed(rep: Resumed, every_rank: bool) -> None:

@@ -182,7 +182,20 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     once: ``sink.write(result)`` when the run finishes.
     """
     plan = RunPlan(**locals())  # every parameter is a field of the plan, checked there
-    return _DRIVERS[plan.path](plan)
+    result = _DRIVERS[plan.path](plan)
+    if plan.sink is not None and plan.checkpoint is None:
+        _write_at_least_once(plan.sink, result)
+    return result
+
+
+def _write_at_least_once(sink: Any, result: pa.Table) -> None:
+    """A run without checkpoints, whatever its driver: the windows to
+    ``sink`` once it finished (a failure after this and a retry write them again)."""
+    try:
+        sink.write(result)
+    except Exception as e:
+        raise SinkFailed(f"sink: the run's {result.num_rows} window rows were not "
+                         f"written ({e})") from e
 
 
 def _run_tuned(p: RunPlan) -> pa.Table:
@@ -200,7 +213,8 @@ def _run_live_checkpointed(p: RunPlan) -> pa.Table:
                                    directory=p.checkpoint, every=p.checkpoint_every,
                                    keep=p.checkpoint_keep, max_restarts=p.max_restarts,
                                    timeout=p.timeout, rate=p.rate, control=p.control,
-                                   metrics=p.metrics, output=p.output, live=p.live, late=late)
+                                   metrics=p.metrics, output=p.output, live=p.live, late=late,
+                                   sink=p.sink)
     if late:
         write_late(late, p.late_output)
     return result
@@ -249,14 +263,7 @@ def _run_plain(p: RunPlan) -> pa.Table:
     ctl, server = _control_for(p.control, p.query, p.src, p.n)
     every = report_every(p.live, 0.5 if ctl is not None else None)  # status: latest reports
     try:
-        result = _run_group(p, p.n, ctl, every, rate=None if p.rate is None else p.rate / p.n)
-        if p.sink is not None:  # at least once: a failure after this and a retry write it again
-            try:
-                p.sink.write(result)
-            except Exception as e:
-                raise SinkFailed(f"sink: the run's {result.num_rows} window rows were not "
-                                 f"written ({e})") from e
-        return result
+        return _run_group(p, p.n, ctl, every, rate=None if p.rate is None else p.rate / p.n)
     finally:
         if ctl is not None:
             ctl.close()
@@ -417,7 +424,8 @@ def run_checkpointed_group(p: RunPlan, *, control: Optional[Any] = None,
                               every=p.checkpoint_every, keep=p.checkpoint_keep,
                               max_restarts=p.max_restarts, timeout=p.timeout, finalize=p.finalize,
                               metrics=m, control=control, live_every=live_every,
-                              realtime=realtime, rate=p.rate, late=late, sink=p.sink,
+                              realtime=realtime, rate=p.rate, late=late,
+                              sink=p.sink if checkpoint is None else None,
                               rounds=rounds)
     per_exec = m.get("per_executor", [])
     log.info("query ran on %d executors in %.2f s: %d result rows, %d checkpoints, %d recoveries",

@@ -76,6 +76,10 @@ class Delivery:
                 "transactional_id (without checkpoint=, a sink without one is written at "
                 "least once)")
         self.sink, self.finalize = sink, finalize
+        #: the highest cut whose windows the sink has (delivered, or recovered at the start);
+        #: a checkpoint delivers every segment of a later cut its manifest lists, so a live
+        #: group's dropped cut (its segments carried into the next commit) goes with that one
+        self.upto = 0
 
     def _windows(self, ck: Checkpoint, rels: List[str]) -> pa.Table:
         tables = [from_ipc(ck.read_segment(rel)) for rel in rels]
@@ -88,20 +92,23 @@ class Delivery:
         cuts = {c: self._windows(ck, rels) for c, rels in segments_by_cut(ck).items()} \
             if ck is not None else {}
         got = self.sink.recover(cuts)
+        self.upto = ck.id if ck is not None else 0
         if got:
             log.info("sink: delivered checkpoint(s) %s that a run before this one had committed",
                      got)
         return got
 
     def committed(self, ck: Checkpoint) -> None:
-        """Checkpoint ``ck`` committed: its windows, in one transaction."""
-        rels = segments_by_cut(ck).get(ck.id, [])
+        """Checkpoint ``ck`` committed: its windows (those of every cut after
+        the last delivered that its manifest lists), in one transaction."""
+        rels = [rel for c, rels in segments_by_cut(ck).items() if c > self.upto for rel in rels]
         try:
             n = self.sink.deliver(ck.id, self._windows(ck, rels)) if rels else 0
         except Exception as e:  # not the executors' failure: the group must not restart for it
             raise SinkFailed(f"sink: checkpoint {ck.id} committed but its windows were not "
                              f"delivered ({e}); a run started again from the same checkpoint "
                              "directory delivers them") from e
+        self.upto = ck.id
         log.debug("sink: checkpoint %d delivered (%d windows)", ck.id, n)
 
     def finished(self, result: pa.Table, ck: Optional[Checkpoint]) -> List[int]:

@@ -238,13 +238,9 @@ class RunPlan:
             raise InvalidArgument(f"rate must be > 0 records/s, got {rate!r}")
 
     def _check_sink(self) -> None:
-        """What ``sink=`` needs (see :func:`slash.runner.run`)."""
-        if self.max_executors is not None or self.path == "tuned":
-            raise InvalidArgument(
-                "sink= is written by the run's driver: the checkpoint driver's commits "
-                "(checkpoint=) or a plain run's end; a live-scaled or self-tuning group "
-                "(max_executors=, latency_target=, realtime=) has drivers of its own, which "
-                "hand windows to no sink")
+        """What ``sink=`` needs (see :func:`slash.runner.run`): with
+        checkpoints every driver delivers through its supervisor, without them
+        the run writes the result once at the end."""
         transactional = getattr(self.sink, "transactional_id", None) is not None
         if self.checkpoint is None:
             if transactional or not callable(getattr(self.sink, "write", None)):

@@ -25,7 +25,10 @@ The module also holds the two ends every checkpointed run shares: a
 directory that holds the query's finished run returns its result without
 running (:meth:`Supervisor.finished_before`), and the result of the last
 attempt is the committed windows of its checkpoint plus what it fired
-(:meth:`Supervisor.finish`). :class:`RescaleCut` is how an attempt asks for
+(:meth:`Supervisor.finish`). A transactional sink (a
+:class:`slash.run.delivery.Delivery`) is fed at those ends and at each commit
+(:meth:`Supervisor.committed`), so every checkpointed driver delivers
+exactly once the same way. :class:`RescaleCut` is how an attempt asks for
 the cut a rescale restarts from, and :class:`Reports` what an attempt's
 driver loop keeps of its ranks' reports.
 """
@@ -38,6 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 import pyarrow as pa
 
 from slash._ipc import from_ipc, to_ipc
+from slash.run.delivery import Delivery
 from slash.checkpoint import Checkpoint, CheckpointStore
 from slash.errors import CheckpointCorrupt, InvalidArgument
 from slash.run.failure import Failed, RestartPolicy
@@ -169,10 +173,13 @@ def newest_shape(store: CheckpointStore, partitions: Optional[int], what: str = 
 class Supervisor:
     """Runs the attempts of one checkpointed group (see the module doc) over
     ``store`` (None: the attempts find their checkpoint themselves, as a Spark
-    stream's tasks do) under ``policy``."""
+    stream's tasks do) under ``policy``. ``delivery``: the run's
+    transactional sink, fenced and caught up before the first attempt, fed
+    each committed checkpoint and, at the end, what no checkpoint covers."""
 
-    def __init__(self, policy: RestartPolicy, store: Optional[CheckpointStore] = None) -> None:
-        self.policy, self.store = policy, store
+    def __init__(self, policy: RestartPolicy, store: Optional[CheckpointStore] = None,
+                 delivery: Optional[Delivery] = None) -> None:
+        self.policy, self.store, self.delivery = policy, store, delivery
         self.restarts = 0  #: failures restarted from
         self.attempt = 0  #: the current attempt's number (0: the first)
         self.replayed = 0  #: records read again after the failures (a lower bound)
@@ -210,7 +217,10 @@ class Supervisor:
                             "not kept", self.store.dir)
             else:
                 late.append(from_ipc(kept))
-        return from_ipc(stored)
+        result = from_ipc(stored)
+        if self.delivery is not None:  # what a driver that died after finishing did not deliver
+            self.delivery.finished(result, self.store.latest())
+        return result
 
     def run(self, attempt: Callable[[Optional[Checkpoint]], T], *,
             rescaled: Callable[[Rescale], None],
@@ -221,6 +231,8 @@ class Supervisor:
         restart (``recovery``: the entry appended to :attr:`recoveries`, which
         the caller may complete; ``checkpoint``: the newest, which the next
         attempt starts from, or None)."""
+        if self.delivery is not None:  # fence a dead driver's sink; deliver what it committed
+            self.delivery.recover(self.first)
         while True:
             if self.store is not None:
                 self.start = self.first if self.attempt == 0 else self.store.latest()
@@ -246,6 +258,11 @@ class Supervisor:
                 self.recoveries.append(entry)
                 failed(f, entry, last)
             self.attempt += 1
+
+    def committed(self, ck: Checkpoint) -> None:
+        """Checkpoint ``ck`` committed (its manifest written): its windows to the sink."""
+        if self.delivery is not None:
+            self.delivery.committed(ck)
 
     def resumed(self) -> None:
         """Every rank of the current attempt restored: a recovery's time to resume."""
@@ -275,6 +292,8 @@ class Supervisor:
             kept = to_ipc(concat_as_first(late) if late else pa.table({}))
         self.store.finish(to_ipc(result), {"checkpoints": checkpoints,
                                            "recoveries": len(self.recoveries)}, kept)
+        if self.delivery is not None:  # the windows after the last cut
+            self.delivery.finished(result, self.store.latest())
         return result
 
 
