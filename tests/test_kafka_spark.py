@@ -182,6 +182,95 @@ def test_a_sigkilled_task_resumes_at_the_checkpoints_offsets_exactly_once(
     assert m["late_records"] == 0
 
 
+def topic_windows(broker, topic):
+    """{(window_start, k): (count, sum v)} a read_committed reader of a sink
+    topic sees; fails on a window delivered twice."""
+    from test_kafka import read_topic
+
+    got = [v for _, v, _ in read_topic(broker, topic)]
+    keys = [(v["window_start"], v["k"]) for v in got]
+    assert len(keys) == len(set(keys)), "a window is in the topic twice"
+    return {(v["window_start"], v["k"]): (v["count"], v["sum_v"]) for v in got if v["k"] != "end"}
+
+
+def test_a_sigkilled_task_delivers_each_window_to_a_transactional_sink_exactly_once(
+        spark, kafka_broker, tmp_path):
+    """The windows of each committed checkpoint go to the topic in one
+    transaction; a task SIGKILLed mid-stream loses its attempt's uncommitted
+    windows, which the replay fires again: a read_committed reader sees
+    DuckDB's windows, each once, each carrying the checkpoint that covered it."""
+    from slash.kafka import KafkaSink
+    from test_kafka import read_topic
+
+    topic, out = new_topic(kafka_broker, "eo-in", 4), new_topic(kafka_broker, "eo-out", 2)
+    recs = records(6000, seed=12, partitions=4)
+    produce(kafka_broker, topic, recs[:3000])
+    sink = KafkaSink(kafka_broker.bootstrap, out, key="k", transactional_id=f"eo-{out}")
+    h = stream(spark, kafka_stream(kafka_broker, topic), sink=sink, executors=2,
+               checkpoint=str(tmp_path / "ck"), checkpoint_every="200ms", **QUERY)
+    want = duckdb_windows(recs)
+    try:
+        wait_for_checkpoints(h, 2)
+        victim = h.task_pids()[1]
+        os.kill(victim, signal.SIGKILL)
+        produce(kafka_broker, topic, recs[3000:] + closers(range(4)))
+        deadline = time.monotonic() + 90
+        while len(topic_windows(kafka_broker, out)) < len(want):
+            assert h.running and time.monotonic() < deadline, "the topic did not get every window"
+            time.sleep(0.5)
+    finally:
+        m = h.stop(60)
+        sink.close()
+    [rec] = m["recoveries"]
+    assert rec["rank"] == 1
+    assert topic_windows(kafka_broker, out) == want
+    cuts = {h.get("slash-cut") for _, _, h in read_topic(kafka_broker, out)}
+    assert None not in cuts and len(cuts) >= 2
+
+
+def test_a_finished_streams_last_windows_reach_a_transactional_sink_once(
+        spark, kafka_broker, tmp_path):
+    """A stream whose source ends (every partition idle after its end): the
+    windows after the last cut, the closers' among them, are delivered under
+    one more id; started again on its finished directory with a new sink of
+    the same transactional id, it is refused and the topic gains nothing."""
+    from slash.errors import InvalidState
+    from slash.kafka import KafkaSink
+    from test_kafka import read_topic
+
+    topic, out = new_topic(kafka_broker, "eo-end", 3), new_topic(kafka_broker, "eo-end-out", 2)
+    recs = records(3000, seed=13, partitions=3) + closers(range(3))
+    produce(kafka_broker, topic, recs)
+    sink = KafkaSink(kafka_broker.bootstrap, out, key="k", transactional_id=f"eo-{out}")
+    kw = dict(executors=2, checkpoint=str(tmp_path / "ck"), checkpoint_every="200ms", **QUERY)
+    try:
+        stream(spark, kafka_stream(kafka_broker, topic, end_after_idle=1.0), sink=sink,
+               **kw).wait(120)
+    finally:
+        sink.close()
+    want = duckdb_windows(recs)
+    got = read_topic(kafka_broker, out)
+    assert sorted(((v["window_start"], v["k"]), (v["count"], v["sum_v"])) for _, v, _ in got) == \
+        sorted(want.items())
+    assert [v for _, v, _ in got if v["k"] == "end"]  # fired at the end, delivered
+    again = KafkaSink(kafka_broker.bootstrap, out, key="k", transactional_id=f"eo-{out}")
+    try:
+        with pytest.raises(InvalidState, match="ran to its end"):
+            stream(spark, kafka_stream(kafka_broker, topic, end_after_idle=1.0), sink=again, **kw)
+    finally:
+        again.close()
+    assert len(read_topic(kafka_broker, out)) == len(got)
+
+
+def test_a_transactional_sink_without_checkpoints_is_refused_saying_why(spark, kafka_broker):
+    from slash.kafka import KafkaSink
+
+    topic = new_topic(kafka_broker, "eo-refused", 1)
+    sink = KafkaSink(kafka_broker.bootstrap, topic, key="k", transactional_id=f"eo-{topic}")
+    with pytest.raises(InvalidArgument, match="transaction when the checkpoint commits"):
+        stream(spark, kafka_stream(kafka_broker, topic), sink=sink, executors=2, **QUERY)
+
+
 def test_a_rescale_two_three_two_re_deals_partitions_with_their_offsets(
         spark, kafka_broker, tmp_path):
     topic, recs, h, out = checkpointed_stream(spark, kafka_broker, tmp_path, 5, seed=3,

@@ -86,11 +86,14 @@ class Delivery:
         tables = [t for t in tables if t.num_rows] or tables[:1]
         return self.finalize(pa.concat_tables(tables))
 
-    def recover(self, ck: Optional[Checkpoint]) -> List[int]:
+    def recover(self, ck: Optional[Checkpoint],
+                also: Optional[Dict[int, pa.Table]] = None) -> List[int]:
         """At a run's start: the sink fenced, and the committed checkpoints
-        of ``ck``'s manifest (None: none) it lacks delivered."""
+        of ``ck``'s manifest (None: none) it lacks delivered; ``also``: more
+        windows by id (a finished stream's last ones)."""
         cuts = {c: self._windows(ck, rels) for c, rels in segments_by_cut(ck).items()} \
             if ck is not None else {}
+        cuts.update(also or {})
         got = self.sink.recover(cuts)
         self.upto = ck.id if ck is not None else 0
         if got:

@@ -276,7 +276,8 @@ class ResumeAsk(Message, kind="resume?"):
 
 
 class StreamCheckpoint(Message, kind="stream-ckpt"):
-    """A task wrote its part of checkpoint ``ckpt_id``: its ``files``, the
+    """A task wrote its part of checkpoint ``ckpt_id``: its ``files``, its
+    windows as a result segment (``segments``, for a transactional sink), the
     sink parts pending under it (``sink``: pending name -> final name), or
     its windows as Arrow IPC (``rows``), the windows' (start, end, rows) and
     its bytes and seconds (``stats``)."""
@@ -284,6 +285,7 @@ class StreamCheckpoint(Message, kind="stream-ckpt"):
     group: int
     ckpt_id: int
     files: Dict[str, Dict[str, int]]
+    segments: Dict[str, Dict[str, int]]
     sink: Dict[str, str]
     rows: Optional[bytes]
     windows: List[Tuple[int, int, int]]

@@ -19,8 +19,10 @@ Task side (:class:`TaskCheckpoints`, one per barrier task):
   belong to the checkpoint. The task writes its files into the
   :class:`~slash.checkpoint.CheckpointStore`; a directory sink's windows go
   to ``SINK/_pending/g<group>-part-r<rank>-c<id>.parquet`` (a name Spark,
-  pyarrow and DuckDB globs skip), a callable sink's travel as Arrow IPC; and
-  it reports ``("ckpt", ...)`` over its link to the driver.
+  pyarrow and DuckDB globs skip), a transactional sink's are written as the
+  checkpoint's result segment (``results/rank-<r>.chk-<id>.arrow``, as a
+  local rank's), a callable sink's travel as Arrow IPC; and it reports
+  ``("ckpt", ...)`` over its link to the driver.
 
 Driver side (:class:`DriverCheckpoints`):
 
@@ -28,7 +30,9 @@ Driver side (:class:`DriverCheckpoints`):
   (the manifest, written last and atomically, records the pending-to-final
   renames and the base time), then renames the pending parts into place as
   ``part-r<rank>-c<id>.parquet`` (or hands a callable sink the windows, each
-  table carrying ``slash.checkpoint_id`` in its schema metadata). A driver
+  table carrying ``slash.checkpoint_id`` in its schema metadata, or hands a
+  transactional sink the segments of the cuts after the last it delivered, in
+  one transaction: :class:`slash.run.delivery.Delivery`). A driver
   restarted between the commit and the renames rolls them forward from the
   newest manifest: the names are fixed by (rank, id), so a rename is never
   done twice. Pending parts no committed manifest names are deleted when a
@@ -48,7 +52,11 @@ Driver side (:class:`DriverCheckpoints`):
 * A bounded source that ran out: every rank finishes, its last windows go to
   ``part-r<rank>-final.parquet`` once all ranks sent theirs, and
   ``_STREAM_FINISHED.json`` marks the directory finished (starting it again
-  is refused).
+  is refused). With a transactional sink the last windows are first written
+  durably beside the marker (``_STREAM_FINAL.arrow``, delivered under id: the
+  newest checkpoint's + 1), which the marker names, and then delivered under that id; a driver that died in
+  between delivers them when the stream is started again on the directory
+  (and is then refused as finished), so they reach the topic once.
 """
 from __future__ import annotations
 
@@ -58,17 +66,19 @@ import logging
 import os
 import socket
 import time
+import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
-from slash._ipc import to_ipc
+from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import write_durably
 from slash.ckpt_worker import AskSchedule
 from slash.control_logic import recorded_logic
 from slash.errors import (CheckpointCorrupt, InvalidState, NotSupported, PeerDisconnected,
                           Timeout)
 from slash.executor import split_at_cut
+from slash.run.delivery import Delivery
 from slash.recovery import checkpoint_leaders, part_name, read_partitions
 from slash.run.plan import CheckpointPlan
 from slash.run.protocol import (Exit, Resume, ResumeAsk, ResumeError, StopAfter, Stopped, StopAt,
@@ -79,6 +89,9 @@ log = logging.getLogger(__name__)
 
 PENDING = "_pending"
 FINISHED = "_STREAM_FINISHED.json"
+#: a finished stream's last windows for a transactional sink (beside the marker: the store
+#: deletes result segments no manifest names)
+FINAL = "_STREAM_FINAL.arrow"
 META_KEY = b"slash.checkpoint_id"
 
 
@@ -100,10 +113,12 @@ class TaskCheckpoints:
 
     def __init__(self, plan: CheckpointPlan, rank: int, n: int, conn: Any, ex: Any,
                  finalize: Callable[[List[pa.RecordBatch]], Optional[pa.Table]],
-                 sink_dir: Optional[str], session: bool, source: Any = None) -> None:
+                 sink_dir: Optional[str], session: bool, source: Any = None,
+                 segments: bool = False) -> None:
         self.plan, self.rank, self.n, self.conn, self.ex = plan, rank, n, conn, ex
         self.finalize = finalize
         self.sink_dir = sink_dir
+        self.segments = segments  # a transactional sink's windows: result segments
         self.session = session
         self.store = plan.store()
         self.group: Optional[int] = None
@@ -235,18 +250,22 @@ class TaskCheckpoints:
         files[f"rank-{r}.json"] = st.write(img.id, f"rank-{r}.json", json.dumps(info).encode())
         table = self.finalize(pre)
         sink: Dict[str, str] = {}
+        segs: Dict[str, Dict[str, int]] = {}
         rows: Optional[bytes] = None
         wins: List[Tuple[int, int, int]] = []
         if table is not None and table.num_rows:
             wins = _windows(table)
-            if self.sink_dir is not None:
+            if self.segments:
+                rel, entry = st.write_segment(r, img.id, to_ipc(table))
+                segs[rel] = entry
+            elif self.sink_dir is not None:
                 name = f"g{self.group}-{final_name(r, img.id)}"
                 write_table(table, os.path.join(self.sink_dir, PENDING), name)
                 sink[f"{PENDING}/{name}"] = final_name(r, img.id)
             else:
                 rows = to_ipc(table)
         size = sum(f["size"] for f in files.values())
-        self.conn.send(StreamCheckpoint(r, self.group, img.id, files, sink, rows, wins,
+        self.conn.send(StreamCheckpoint(r, self.group, img.id, files, segs, sink, rows, wins,
                                         {"bytes": size, "seconds": time.monotonic() - t0}))
         self.taken = max(self.taken, img.id)
         self.asks.cut(img.id)
@@ -311,8 +330,10 @@ class DriverCheckpoints:
                  deliver: Callable[[List[pa.Table], str], None],
                  observe: Callable[[List[Tuple[int, int, int]], int], None],
                  logic: Optional[Callable[[], Tuple[List[Tuple[int, Any]],
-                                                    List[Dict[str, Any]]]]] = None) -> None:
+                                                    List[Dict[str, Any]]]]] = None,
+                 delivery: Optional[Delivery] = None) -> None:
         self.plan = plan
+        self.delivery = delivery  # a transactional sink, fed by the commits
         # the logic versions agreed so far: ([(start, query), ...] for the tasks,
         # [{"from_ticks", "args"}, ...] for the manifest), versions 1, 2, ...
         self.logic = logic if logic is not None else (lambda: ([], []))
@@ -338,13 +359,20 @@ class DriverCheckpoints:
     # -- before a group: what is there ------------------------------------------
     def check_start(self) -> None:
         """In stream(): refuses a finished directory, checks the newest
-        checkpoint (CheckpointCorrupt names a bad file)."""
-        if os.path.exists(os.path.join(self.store.dir, FINISHED)):
+        checkpoint (CheckpointCorrupt names a bad file). A transactional
+        sink is fenced and given the committed windows it lacks (also those
+        of a finished directory, before the refusal)."""
+        finished = os.path.join(self.store.dir, FINISHED)
+        if os.path.exists(finished):
+            if self.delivery is not None:
+                self._deliver_final(json.loads(open(finished, "rb").read()).get("final"))
             raise InvalidState(f"checkpoint directory {self.store.dir!r} holds a stream that ran to "
                                "its end (its source was exhausted); give a new directory")
         ck = self.store.latest()
         self.committed = ck.id if ck is not None else None
         self.start_logic = recorded_logic(ck)
+        if self.delivery is not None:
+            self.delivery.recover(ck)
 
     def _prepare(self, started_ms: int) -> Tuple[Any, ...]:
         ck = self.store.latest()
@@ -422,18 +450,22 @@ class DriverCheckpoints:
 
     def _commit(self, cid: int, reports: Dict[int, StreamCheckpoint]) -> None:
         files: Dict[str, Dict[str, int]] = {}
+        segs: Dict[str, Dict[str, int]] = {}
         renames: Dict[str, str] = {}
         size, secs = 0, 0.0
         for r in sorted(reports):
             rep = reports[r]
             files.update(rep.files)
+            segs.update(rep.segments)
             renames.update(rep.sink)
             size += rep.stats["bytes"]
             secs = max(secs, rep.stats["seconds"])
         t = time.monotonic()
-        self.store.commit(cid, files, {}, {"bytes": size, "base_ms": self.base_ms, "sink": renames,
-                                           "logic": self.logic()[1]})
+        ck = self.store.commit(cid, files, segs, {"bytes": size, "base_ms": self.base_ms,
+                                                  "sink": renames, "logic": self.logic()[1]})
         self.committed = cid
+        if self.delivery is not None:
+            self.delivery.committed(ck)
         self.checkpoints.append({"id": cid, "bytes": size,
                                  "seconds": round(secs + time.monotonic() - t, 4)})
         self._publish({r: (rep.sink, rep.rows, rep.windows) for r, rep in reports.items()},
@@ -450,18 +482,43 @@ class DriverCheckpoints:
             if rows is not None:
                 tables.append(pa.ipc.open_stream(rows).read_all())
             wins.extend(w)
-        if self.sink_dir is not None:
+        if self.sink_dir is not None or self.delivery is not None:
             self._rename(renames)
             self.observe(wins, int(time.time() * 1000))
-        if tables:
+        if tables and self.delivery is None:
             self.deliver(tables, label)
 
     def _publish_final(self) -> None:
-        self._publish(dict(self.finals), "final")
-        write_durably(os.path.join(self.store.dir, FINISHED),
-                      json.dumps({"query": self.store.fingerprint,
-                                  "checkpoints": len(self.checkpoints)}).encode())
+        marker: Dict[str, Any] = {"query": self.store.fingerprint,
+                                  "checkpoints": len(self.checkpoints)}
+        if self.delivery is None:  # a directory sink's last parts in place, then the marker
+            self._publish(dict(self.finals), "final")
+            write_durably(os.path.join(self.store.dir, FINISHED), json.dumps(marker).encode())
+        else:  # the last windows durable, the marker naming them, then delivered
+            tables = [from_ipc(rows) for _, rows, _ in self.finals.values() if rows is not None]
+            if tables:
+                size, crc = write_durably(os.path.join(self.store.dir, FINAL),
+                                          to_ipc(pa.concat_tables(tables)))
+                marker["final"] = {"id": (self.committed or 0) + 1, "size": size, "crc32": crc}
+            write_durably(os.path.join(self.store.dir, FINISHED), json.dumps(marker).encode())
+            self._deliver_final(marker.get("final"))
+            self._publish(dict(self.finals), "final")
         self.finished = True
+
+    def _deliver_final(self, final: Optional[Dict[str, Any]]) -> None:
+        """The committed checkpoints and the last windows (``final``: the
+        finished marker's segment) to the sink, each id once."""
+        assert self.delivery is not None
+        also = {}
+        if final is not None:
+            path = os.path.join(self.store.dir, FINAL)
+            with open(path, "rb") as f:
+                data = f.read()
+            if (len(data), zlib.crc32(data)) != (final["size"], final["crc32"]):
+                raise CheckpointCorrupt(f"{path!r} is not what the finished marker wrote "
+                                        f"({len(data)} bytes, {final['size']} written)")
+            also[int(final["id"])] = from_ipc(data)
+        self.delivery.recover(self.store.latest(), also)
 
     def failed(self, cause: str, rank: Optional[int], silent: Optional[int] = None) -> None:
         """Records a failure; ``silent``: a rank whose task vanished without a

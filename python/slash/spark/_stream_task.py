@@ -54,6 +54,8 @@ class StreamPlan:
     late_dir: Optional[str] = None
     report_every: float = 0.5
     checkpoint: Optional[CheckpointPlan] = None
+    #: a transactional sink's windows: written as the checkpoints' result segments
+    sink_segments: bool = False
 
 
 def _window_latencies(table: pa.Table, now_ms: int) -> List[Tuple[int, int, int, int]]:
@@ -217,7 +219,8 @@ def _run_stream(plan: StreamPlan, rank: int, addresses: List[str], lst: Any, con
     try:
         if plan.checkpoint is not None:
             ck = TaskCheckpoints(plan.checkpoint, rank, n, conn, ex, finalize, plan.sink_dir,
-                                 isinstance(q.window, Session), plan.source)
+                                 isinstance(q.window, Session), plan.source,
+                                 segments=plan.sink_segments)
             skip_batches, base_ms = ck.handshake(start_ms, plan.group.timeout, on_driver)
             for v, (start, version_query) in enumerate(ck.versions, 1):  # agreed before
                 ctl.install(ex, start, v, version_query)

@@ -84,6 +84,7 @@ import pyarrow as pa
 from slash.errors import InvalidArgument, NotSupported
 from slash.executor import GroupConfig
 from slash.kafka import KafkaStream
+from slash.run.delivery import Delivery
 from slash.run.failure import RestartPolicy
 from slash.run.plan import CheckpointEvery, CheckpointPlan
 from slash.run.supervisor import newest_shape
@@ -121,9 +122,13 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
     partition, with its idle rule; ``lateness`` is the source's), its
     positions are offsets per partition, and a checkpoint's are re-dealt with
     their offsets to another executor count (docs/kafka.md). ``sink``:
-    a directory for Parquet parts (written by the tasks) or a callable taking
+    a directory for Parquet parts (written by the tasks), a callable taking
     one window's rows (called on the driver, in event-time order, in a thread
-    of its own; see :class:`StreamHandle` for a sink that raises).
+    of its own; see :class:`StreamHandle` for a sink that raises; a
+    :class:`slash.kafka.KafkaSink` without ``transactional_id`` is one: at
+    least once), or, with ``checkpoint``, a KafkaSink with a
+    ``transactional_id``: each committed checkpoint's windows in one Kafka
+    transaction, exactly once (:mod:`slash.run.delivery`).
     ``late_output``: a directory where each task writes the records it could
     not apply (older than its watermark minus ``lateness``), as read from the
     source, as ``late-rank{r}-{seq}.parquet``. The stage holds ``executors``
@@ -178,9 +183,18 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
             raise InvalidArgument(f"time column {time!r} of topic {source.topic!r} is {t}: a "
                                   "Kafka stream's per-partition watermarks need an integer (ms) "
                                   "or a timestamp column")
-    if not (callable(sink) or isinstance(sink, (str, os.PathLike))):
-        raise InvalidArgument(f"sink must be a directory or a callable, got {type(sink).__name__}")
-    sink_dir = None if callable(sink) else os.fspath(sink)
+    delivery = None
+    if getattr(sink, "transactional_id", None) is not None:  # exactly once, by checkpoint
+        if checkpoint is None:
+            raise InvalidArgument(
+                "a sink with a transactional_id delivers each checkpoint's windows in one "
+                "transaction when the checkpoint commits: give checkpoint=, or a KafkaSink "
+                "without transactional_id (written at least once, as each window fires)")
+        delivery = Delivery(sink, lambda t: t)  # the tasks' segments are finalized windows
+    elif not (callable(sink) or isinstance(sink, (str, os.PathLike))):
+        raise InvalidArgument(f"sink must be a directory, a callable or a transactional "
+                              f"KafkaSink, got {type(sink).__name__}")
+    sink_dir = None if callable(sink) or delivery is not None else os.fspath(sink)
     if late_output is not None and not isinstance(late_output, (str, os.PathLike)):
         raise InvalidArgument(f"late_output must be a directory, got {type(late_output).__name__}")
     late_dir = None if late_output is None else os.fspath(late_output)
@@ -211,9 +225,11 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
         group.partitions_for(n)
         ck_plan = CheckpointPlan(ck_dir, fp, n, parts, checkpoint_keep, every)  # type: ignore[arg-type]
     setup = StreamSetup(spark, query, schema, source, group, token=secrets.token_hex(16),
-                        sink_dir=sink_dir, checkpoint=ck_plan, slots_wait=slots_wait,
+                        sink_dir=sink_dir, delivery=delivery, checkpoint=ck_plan,
+                        slots_wait=slots_wait,
                         max_restarts=max_restarts, metrics_port=metrics_port, ui=ui,
                         ui_bind=ui_bind, ui_token=ui_token)
-    handle = StreamHandle(n, sink, group.lateness_ms, late_dir, setup=setup)
+    handle = StreamHandle(n, None if delivery is not None else sink, group.lateness_ms, late_dir,
+                          setup=setup)
     handle.start()
     return handle

@@ -36,6 +36,7 @@ from slash.errors import InvalidArgument, InvalidState, SinkFailed, TaskFailed, 
 from slash.executor import GroupConfig
 from slash.metrics import LiveMetrics, MetricsServer
 from slash.query import Query
+from slash.run.delivery import Delivery
 from slash.run.failure import Failed, RestartPolicy
 from slash.run.plan import CheckpointPlan
 from slash.run.protocol import (ControlAck, InputDone, LateRecords, Metrics, Moved, ResumeAsk, Stop,
@@ -69,6 +70,8 @@ class StreamSetup:
     group: GroupConfig
     token: str  # the tasks' rendezvous secret
     sink_dir: Optional[str] = None  # a directory sink (the tasks write it), else None
+    #: a transactional sink fed by the checkpoints (the tasks write result segments), else None
+    delivery: Optional[Delivery] = None
     checkpoint: Optional[CheckpointPlan] = None
     slots_wait: float = 30.0
     max_restarts: int = 3
@@ -161,7 +164,8 @@ class StreamHandle(StreamControls):
             self._ck = DriverCheckpoints(setup.checkpoint, setup.sink_dir,
                                          lambda r, m: self._rdv.send_to(r, m),  # type: ignore[union-attr]
                                          lambda m: self._rdv.send_all(m),  # type: ignore[union-attr]
-                                         self._committed, self._observe, self._logic)
+                                         self._committed, self._observe, self._logic,
+                                         delivery=setup.delivery)
             self._ck.check_start()
             self._resumed_from = self._ck.committed
         self._partitions = setup.group.partitions_for(n)
@@ -195,7 +199,8 @@ class StreamHandle(StreamControls):
         if setup is None or rdv is None or self._thread is not None:
             raise InvalidState("StreamHandle.start: a handle built by slash.spark.stream starts once")
         plan = StreamPlan(setup.query, setup.schema, setup.source, setup.group, setup.token,
-                          rdv.address, setup.sink_dir, self._late_output, checkpoint=setup.checkpoint)
+                          rdv.address, setup.sink_dir, self._late_output, checkpoint=setup.checkpoint,
+                          sink_segments=setup.delivery is not None)
         sup = self._supervisor = Supervisor(RestartPolicy(setup.max_restarts, self._curable,
                                                           self._gave_up))
 
