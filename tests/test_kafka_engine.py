@@ -260,3 +260,33 @@ def test_a_stream_checkpoint_cut_with_two_executors_resumes_with_three(
     assert windows(got) == duckdb_windows(recs, "tumbling")
     # the records read before the cut (carried by the checkpoint) and after it, each once
     assert m["records_in"] == 6000
+
+
+@pytest.mark.parametrize("checkpointed", [False, True], ids=["at-least-once", "exactly-once"])
+def test_a_realtime_run_the_self_tuning_driver_runs_writes_its_windows_to_a_sink(
+        kafka_broker, tmp_path, checkpointed):
+    """realtime=True takes the self-tuning driver (measured, configuration
+    fixed): its windows reach the sink as a fixed group's do, at least once
+    without checkpoints, by checkpoint with them."""
+    from slash.kafka import KafkaSink
+
+    now = int(time.time() * 1000) + 500
+    recs = sorted((dict(r, t=now + r["t"] // 10) for r in records(2000, seed=27)),
+                  key=lambda r: r["t"])  # ~2 s of wall clock, in order
+    src = pa.Table.from_pylist(recs, schema=SCHEMA)
+    out = topic_name("rt-out")
+    kafka_broker.create_topic(out, 2)
+    kw = dict(checkpoint=str(tmp_path / "ck"), checkpoint_every="300ms") if checkpointed else {}
+    sink = KafkaSink(kafka_broker.bootstrap, out, key="k",
+                     transactional_id=f"rt-{out}" if checkpointed else None)
+    m = {}
+    try:
+        got = run(query("tumbling"), src, executors=1, realtime=True, metrics=m, sink=sink, **kw)
+    finally:
+        sink.close()
+    assert "autotune" in m  # the self-tuning driver ran it
+    want = duckdb_windows(recs, "tumbling")
+    assert windows(got) == want
+    rows, cuts = sink_windows(kafka_broker, out)
+    assert rows == want
+    assert (None not in cuts) == checkpointed

@@ -38,6 +38,7 @@ FEATURES: Dict[str, str] = {
     "late_output": "late output (`late_output=`)",
     "rate": "rate / realtime pacing (`rate=`, `realtime=`)",
     "latency_target": "latency target (`latency_target=`)",
+    "sink": "Kafka sink (`sink=`: exactly once with a checkpoint, else at least once)",
 }
 
 SUPPORTED = None  # a cell's value when the feature works there
@@ -67,10 +68,10 @@ def _row(entry: str, kind: str, **cells: Optional[str]) -> None:
 
 _row("run", "aggregation", checkpoint=SUPPORTED, live_scale=SUPPORTED, rescale=SUPPORTED,
      rebalance=SUPPORTED, update=SUPPORTED, late_output=SUPPORTED, rate=SUPPORTED,
-     latency_target=SUPPORTED)
+     latency_target=SUPPORTED, sink=SUPPORTED)
 _row("run", "join", checkpoint=SUPPORTED, live_scale=SUPPORTED, rescale=SUPPORTED,
      rebalance=SUPPORTED, update=_JOIN_UPDATE, late_output=_JOIN_LATE, rate=SUPPORTED,
-     latency_target=_JOIN_LATENCY)
+     latency_target=_JOIN_LATENCY, sink=SUPPORTED)
 for _kind, _entry in (("aggregation", "spark.window_aggregate"), ("join", "spark.window_join")):
     _row(_entry, _kind, checkpoint=SUPPORTED,
          live_scale=_BATCH.format(what="its group does not change while the stage runs"),
@@ -81,12 +82,14 @@ for _kind, _entry in (("aggregation", "spark.window_aggregate"), ("join", "spark
          late_output=_BATCH.format(what="every record of a bounded input is applied whatever "
                                         "its layout, so none is late"),
          rate=_BATCH.format(what="it reads as fast as it can; pacing belongs to a stream"),
-         latency_target=_BATCH.format(what="a bounded input has no window latency to steer"))
+         latency_target=_BATCH.format(what="a bounded input has no window latency to steer"),
+         sink=_BATCH.format(what="its result is a DataFrame, which Spark's own writers "
+                                 "(`df.write`, Spark's Kafka sink) take where it should go"))
 _row("spark.stream", "aggregation", checkpoint=SUPPORTED,
      live_scale=("a Spark stream runs as one barrier stage whose tasks hold their slots; its "
                  "group changes size by restarting the stage from a checkpoint (rescale)"),
      rescale=SUPPORTED, rebalance=SUPPORTED, update=SUPPORTED, late_output=SUPPORTED,
-     rate=SUPPORTED,
+     rate=SUPPORTED, sink=SUPPORTED,
      latency_target=("the latency controller scales a group by checkpoint and restart or live "
                      "within provisioned processes; a Spark stream's slots are Spark's, so its "
                      "executor count is set by scale_out/scale_in (rescale), not by a target"))

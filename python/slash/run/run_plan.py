@@ -189,7 +189,8 @@ class RunPlan:
               ("live_scale", self.max_executors is not None and self.latency_target is None),
               ("late_output", self.late_output is not None),
               ("rate", self.rate is not None or self.realtime),
-              ("latency_target", self.latency_target is not None))
+              ("latency_target", self.latency_target is not None),
+              ("sink", self.sink is not None))
         return [f for f, yes in on if yes]
 
     @property
