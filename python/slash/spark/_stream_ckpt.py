@@ -70,6 +70,7 @@ from slash.errors import (CheckpointCorrupt, InvalidState, NotSupported, PeerDis
                           Timeout)
 from slash.executor import split_at_cut
 from slash.recovery import checkpoint_leaders, part_name, read_partitions
+from slash.run.driver import Dispatch
 from slash.run.plan import CheckpointPlan
 from slash.run.protocol import (Exit, Resume, ResumeAsk, ResumeError, StopAfter, Stopped, StopAt,
                                  StreamCheckpoint, StreamFinal)
@@ -334,6 +335,7 @@ class DriverCheckpoints:
         self.finished = False
         self.base_ms: Optional[int] = None
         self.rescaling = False  # the next group is a rescale's, not a retry
+        self.n: Callable[[], int] = lambda: plan.executors  # the group's size (register())
 
     # -- before a group: what is there ------------------------------------------
     def check_start(self) -> None:
@@ -373,52 +375,60 @@ class DriverCheckpoints:
                 os.close(fd)
 
     # -- messages ------------------------------------------------------------------
-    def on_message(self, rank: int, msg: Tuple[Any, ...], n: int) -> bool:
-        """Handles a checkpoint message; False if it is none."""
-        if isinstance(msg, ResumeAsk):
-            group = msg.group
-            self.pids[rank] = msg.process
-            if group != self.group:
-                if self.rescaling:  # the next barrier job of a rescale: no failure
-                    self.rescaling = False
-                elif self.group is not None and self.failed_at is None:  # Spark retried the stage
-                    self.recoveries.append({"cause": "Spark retried the barrier stage", "rank": None,
-                                            "from_checkpoint": self.committed,
-                                            "seconds_to_resume": None})
-                self.group, self.reports, self.finals, self.stopped = group, {}, {}, set()
-                try:
-                    self.decision = self._prepare(group)
-                except Exception as e:  # a corrupt checkpoint: the stream fails with it
-                    self.fatal = e
-                    self.decision = ResumeError(str(e))
-                if self.failed_at is not None and self.recoveries:
-                    self.recoveries[-1]["seconds_to_resume"] = round(time.monotonic() - self.failed_at, 3)
-                    self.failed_at = None
-            self.send_to(rank, self.decision)
-        elif isinstance(msg, StreamCheckpoint):
-            if msg.group != self.group:
-                return True
-            cid = msg.ckpt_id
-            self.reports.setdefault(cid, {})[rank] = msg
-            if len(self.reports[cid]) == n:
-                self._commit(cid, self.reports.pop(cid))
-        elif isinstance(msg, StopAt):
-            if msg.group == self.group:
-                self.send_all(StopAfter(msg.ckpt_id))
-        elif isinstance(msg, Stopped):
-            if msg.group == self.group:
-                self.stopped.add(rank)
-                if len(self.stopped) == n:
-                    self.send_all(Exit())
-        elif isinstance(msg, StreamFinal):
-            if msg.group != self.group:
-                return True
-            self.finals[rank] = (msg.sink, msg.rows, msg.windows)
-            if len(self.finals) == n:
-                self._publish_final()
-        else:
-            return False
-        return True
+    def register(self, d: Dispatch, n: Callable[[], int]) -> None:
+        """Its handlers on the stream's table ``d``; ``n()``: the current group's size."""
+        self.n = n
+        d.on(ResumeAsk, self._resume_asked)
+        d.on(StreamCheckpoint, self._written)
+        d.on(StopAt, self._stop_at)
+        d.on(Stopped, self._stopped)
+        d.on(StreamFinal, self._final)
+
+    def _resume_asked(self, msg: ResumeAsk, _: Any) -> None:
+        group = msg.group
+        self.pids[msg.rank] = msg.process
+        if group != self.group:
+            if self.rescaling:  # the next barrier job of a rescale: no failure
+                self.rescaling = False
+            elif self.group is not None and self.failed_at is None:  # Spark retried the stage
+                self.recoveries.append({"cause": "Spark retried the barrier stage", "rank": None,
+                                        "from_checkpoint": self.committed,
+                                        "seconds_to_resume": None})
+            self.group, self.reports, self.finals, self.stopped = group, {}, {}, set()
+            try:
+                self.decision = self._prepare(group)
+            except Exception as e:  # a corrupt checkpoint: the stream fails with it
+                self.fatal = e
+                self.decision = ResumeError(str(e))
+            if self.failed_at is not None and self.recoveries:
+                self.recoveries[-1]["seconds_to_resume"] = round(time.monotonic() - self.failed_at, 3)
+                self.failed_at = None
+        self.send_to(msg.rank, self.decision)
+
+    def _written(self, msg: StreamCheckpoint, _: Any) -> None:
+        if msg.group != self.group:  # an older group's (a failed attempt)
+            return
+        cid = msg.ckpt_id
+        self.reports.setdefault(cid, {})[msg.rank] = msg
+        if len(self.reports[cid]) == self.n():
+            self._commit(cid, self.reports.pop(cid))
+
+    def _stop_at(self, msg: StopAt, _: Any) -> None:
+        if msg.group == self.group:
+            self.send_all(StopAfter(msg.ckpt_id))
+
+    def _stopped(self, msg: Stopped, _: Any) -> None:
+        if msg.group == self.group:
+            self.stopped.add(msg.rank)
+            if len(self.stopped) == self.n():
+                self.send_all(Exit())
+
+    def _final(self, msg: StreamFinal, _: Any) -> None:
+        if msg.group != self.group:
+            return
+        self.finals[msg.rank] = (msg.sink, msg.rows, msg.windows)
+        if len(self.finals) == self.n():
+            self._publish_final()
 
     def _commit(self, cid: int, reports: Dict[int, StreamCheckpoint]) -> None:
         files: Dict[str, Dict[str, int]] = {}
