@@ -1,54 +1,18 @@
-"""Checkpoints and exactly-once output for :func:`slash.spark.stream` (``checkpoint=DIR``).
+"""Checkpoints and exactly-once output for :func:`slash.spark.stream`
+(``checkpoint=DIR``); the protocol (cuts, where a new group resumes, the
+directory sink's two-phase commit, a clean stop, a bounded source's end,
+updates recorded in each manifest) is docs/recovery.md's "Spark streams".
 
-Task side (:class:`TaskCheckpoints`, one per barrier task):
+:class:`TaskCheckpoints` is one barrier task's side: it asks the driver
+where to start, restores, cuts, and reports each cut's files with the
+windows fired before it. :class:`DriverCheckpoints` is the driver's: its
+handlers, on the stream's table (:class:`slash.run.driver.Dispatch`),
+answer where to resume, commit a cut once every rank of the current group
+reported it (an older group's reports are ignored) and publish its windows.
 
-* After joining the group a task asks the driver where to start
-  (``("resume?", rank, pid, group)``); the driver answers once per group
-  (the same answer to every rank): the newest complete checkpoint (or none),
-  the stream's base time (a RateSource's first event time, kept across
-  restarts so replayed batches are identical) and the next checkpoint id.
-  The task restores its executor from that checkpoint (every rank's META
-  blob, the leader stores of its partitions) and its source resumes from
-  the work it had left at the cut (``rank-<r>.json``'s ``work``, in global
-  terms: the source's ``resplit`` deals every rank's work left to a group
-  of another size).
-* Rank 0 requests checkpoint ids every ``checkpoint_every``; every executor
-  cuts at its next safe point. Right after every executor call the task
-  takes the finished images and splits the windows it fired at the cut's
-  watermark (:func:`slash.executor.split_at_cut`): those before the cut
-  belong to the checkpoint. The task writes its files into the
-  :class:`~slash.checkpoint.CheckpointStore`; a directory sink's windows go
-  to ``SINK/_pending/g<group>-part-r<rank>-c<id>.parquet`` (a name Spark,
-  pyarrow and DuckDB globs skip), a callable sink's travel as Arrow IPC; and
-  it reports ``("ckpt", ...)`` over its link to the driver.
-
-Driver side (:class:`DriverCheckpoints`):
-
-* Once every rank of the current group reported checkpoint c, it commits c
-  (the manifest, written last and atomically, records the pending-to-final
-  renames and the base time), then renames the pending parts into place as
-  ``part-r<rank>-c<id>.parquet`` (or hands a callable sink the windows, each
-  table carrying ``slash.checkpoint_id`` in its schema metadata). A driver
-  restarted between the commit and the renames rolls them forward from the
-  newest manifest: the names are fixed by (rank, id), so a rename is never
-  done twice. Pending parts no committed manifest names are deleted when a
-  group starts: the windows in them are fired again by the replay.
-* Reports of an older group (a failed attempt) are ignored.
-* Updates (``StreamHandle.update``): every manifest records the logic
-  versions agreed so far (each one's start and the update's arguments), and
-  every "resume" carries the driver's versions (every one agreed before the
-  failure, also after the newest cut), which each task installs before
-  reading: the replay after the cut filters as the run without the failure
-  did. A driver started again on the directory rebuilds them from the
-  newest manifest (versions agreed after its commit published nothing).
-* A clean ``stop()``: rank 0 requests a last checkpoint, the driver tells
-  every rank its id, each rank stops after taking it and waits for the
-  driver's "exit" (no rank finishes, so no open window fires); a stream
-  started again with the same directory continues from it.
-* A bounded source that ran out: every rank finishes, its last windows go to
-  ``part-r<rank>-final.parquet`` once all ranks sent theirs, and
-  ``_STREAM_FINISHED.json`` marks the directory finished (starting it again
-  is refused).
+Invariant: a window is published once, with the checkpoint that covers it
+(the final names are fixed by rank and id, so a rename rolled forward after
+a driver's crash is never done twice).
 """
 from __future__ import annotations
 
@@ -234,18 +198,7 @@ class TaskCheckpoints:
             for p in [p for p in self.positions if p < img.pushes]:
                 del self.positions[p]
         files[f"rank-{r}.json"] = st.write(img.id, f"rank-{r}.json", json.dumps(info).encode())
-        table = self.finalize(pre)
-        sink: Dict[str, str] = {}
-        rows: Optional[bytes] = None
-        wins: List[Tuple[int, int, int]] = []
-        if table is not None and table.num_rows:
-            wins = _windows(table)
-            if self.sink_dir is not None:
-                name = f"g{self.group}-{final_name(r, img.id)}"
-                write_table(table, os.path.join(self.sink_dir, PENDING), name)
-                sink[f"{PENDING}/{name}"] = final_name(r, img.id)
-            else:
-                rows = to_ipc(table)
+        sink, rows, wins = self._pending(pre, img.id)
         size = sum(f["size"] for f in files.values())
         self.conn.send(StreamCheckpoint(r, self.group, img.id, files, sink, rows, wins,
                                         {"bytes": size, "seconds": time.monotonic() - t0}))
@@ -287,20 +240,24 @@ class TaskCheckpoints:
         """After finish(): the last windows (no checkpoint covers them; the
         driver publishes them once every rank sent its own)."""
         self.held.extend(self.ex.results())
-        table = self.finalize(self.held)
+        sink, rows, wins = self._pending(self.held, None)
         self.held = []
-        sink: Dict[str, str] = {}
-        rows = None
-        wins: List[Tuple[int, int, int]] = []
-        if table is not None and table.num_rows:
-            wins = _windows(table)
-            if self.sink_dir is not None:
-                name = f"g{self.group}-{final_name(self.rank, None)}"
-                write_table(table, os.path.join(self.sink_dir, PENDING), name)
-                sink[f"{PENDING}/{name}"] = final_name(self.rank, None)
-            else:
-                rows = to_ipc(table)
         self.conn.send(StreamFinal(self.rank, self.group, sink, rows, wins))
+
+    def _pending(self, fired: List[pa.RecordBatch], ckpt_id: Optional[int]
+                 ) -> Tuple[Dict[str, str], Optional[bytes], List[Tuple[int, int, int]]]:
+        """The windows ``fired`` as the driver publishes them with checkpoint
+        ``ckpt_id`` (None: the final flush): a directory sink's pending part
+        (pending name -> final name), else Arrow IPC; and (start, end, rows)
+        per window."""
+        table = self.finalize(fired)
+        if table is None or not table.num_rows:
+            return {}, None, []
+        if self.sink_dir is None:
+            return {}, to_ipc(table), _windows(table)
+        final = final_name(self.rank, ckpt_id)
+        write_table(table, os.path.join(self.sink_dir, PENDING), f"g{self.group}-{final}")
+        return {f"{PENDING}/g{self.group}-{final}": final}, None, _windows(table)
 
 
 class DriverCheckpoints:
