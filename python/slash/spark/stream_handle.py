@@ -268,10 +268,6 @@ class StreamHandle(StreamControls):
         self._ctl.moves.waiters.fail_pending(
             "the barrier job restarted from a checkpoint before every executor "
             "followed the moves; the restored map is the checkpoint's")
-        rdv.errors.clear()
-        rdv.lost.clear()
-        with self._cond:
-            self._done.clear()
         if self._rescale_to is not None:  # it failed while stopping for a rescale
             self._switch(self._rescale_to)
         self.live.event(f"recovery {sup.restarts}: {f.error}")
@@ -548,20 +544,14 @@ class StreamHandle(StreamControls):
 
     def rescale(self, n: int, timeout: float = 300.0) -> Dict[str, Any]:
         """Restarts the stream with ``n`` executors (a barrier stage cannot
-        grow or shrink): a checkpoint at the next epoch boundary, the
-        current barrier job stops right after it, and the next barrier job
-        starts with ``n`` executors from it. Output stays exactly-once (the
-        directory sink holds each window once; a callable sink gets each
-        window once): windows fired before the cut are published with that
-        checkpoint, the others fire in the new group. A RateSource's batches
-        not yet taken are dealt to the new ranks (:meth:`RateSource.resplit`),
-        as are a DirectorySource's row groups not yet read and the files
-        still to come (:meth:`DirectorySource.resplit`).
+        grow or shrink): the current barrier job stops right after a
+        checkpoint at the next epoch boundary, and the next one starts with
+        ``n`` executors from it; output stays exactly-once, the source's
+        work left is re-dealt (docs/recovery.md, "Rescaling a stream").
 
         Returns when every rank of the new group asked where to resume:
-        ``{"from", "to", "checkpoint", "seconds_to_resume"}`` (from this call);
-        ``metrics["rescales"]`` later adds ``seconds_to_first_output`` (this
-        call to the first window published after the new group resumed: the
+        ``{"from", "to", "checkpoint", "seconds_to_resume"}``;
+        ``metrics["rescales"]`` later adds ``seconds_to_first_output`` (the
         pause a rescale costs). Raises InvalidState without ``checkpoint=``,
         while another rescale runs or once the stream has ended,
         InvalidArgument for an ``n`` outside 1..partitions,
@@ -616,14 +606,11 @@ class StreamHandle(StreamControls):
             self._rescales[-1]["checkpoint"] = ck.committed
             self.executors = n
             self._gw = [NEVER] * n
-            self._done.clear()
             self._rescale_to = None
             self._stop_sent = False
         if self._ctl is not None:
             self._ctl.executors = n
         self._next_group()
-        self._rdv.errors.clear()
-        self._rdv.lost.clear()
         self._rdv.n = n
         ck.store.executors = n
         ck.rescaling = True
