@@ -1,6 +1,7 @@
 """The driver's side of a running Spark stream (:class:`StreamHandle`).
 
-It takes the tasks' messages (on the rendezvous thread), holds each
+It takes the tasks' messages (the rendezvous thread feeds them to the
+handlers registered on its :class:`slash.run.driver.Dispatch`), holds each
 window's rows until every rank's group watermark has passed its end, and
 hands whole windows to the sink in event-time order (a callable sink on a
 delivery thread of its own, never under the handle's lock). It counts late
