@@ -260,7 +260,7 @@ def test_ctl_scale_and_epoch_operations_are_registered_and_refused_by_a_run_with
             request(path, "scale-out", {"k": 1})
         with pytest.raises(InvalidArgument, match="ms must be an int >= 1"):
             request(path, "epoch", {"ms": 0})
-        ctl.set_hook("epoch", lambda ms: {"epoch_ms": ms})
+        ctl.provide("epoch", lambda ms: {"epoch_ms": ms})
         assert request(path, "epoch", {"ms": 50}) == {"epoch_ms": 50}
 
 

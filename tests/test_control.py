@@ -135,8 +135,8 @@ def test_a_bad_request_gets_an_error_answer_and_the_connection_stays_usable(idle
 
 def test_a_registered_operation_is_reachable_by_name(idle_server):
     calls = []
-    idle_server.ctl.set_hook("echo-test", lambda x: calls.append(x) or {"got": x})
-    register(Operation("echo-test", lambda ctl, a: ctl.call_hook("echo-test", a["x"]), "test"))
+    idle_server.ctl.provide("echo-test", lambda x: calls.append(x) or {"got": x})
+    register(Operation("echo-test", lambda ctl, a: ctl.call("echo-test", a["x"]), "test"))
     try:
         assert control.request(idle_server.path, "echo-test", {"x": 3}) == {"got": 3}
         assert calls == [3]
@@ -148,7 +148,7 @@ def test_a_registered_operation_is_reachable_by_name(idle_server):
 
 def test_an_operation_without_a_runner_hook_is_refused_by_name(idle_server):
     with pytest.raises(NotSupported, match="scale-out"):
-        idle_server.ctl.call_hook("scale-out", 1)
+        idle_server.ctl.call("scale-out", 1)
 
 
 def test_a_second_stream_cannot_take_a_live_socket(idle_server):

@@ -9,7 +9,7 @@ from typing import Any, List, Optional
 import pytest
 
 from slash.errors import InvalidArgument, SchemaError, SystemFailure, Timeout
-from slash.run.driver import Committer, Driver
+from slash.run.driver import Committer, Dispatch, Driver
 from slash.run.failure import Reported
 from slash.run.protocol import Address, CheckpointWritten, Error, Finished, Metrics, Progress, Resumed
 from slash.run.supervisor import Rescale, RescaleCut
@@ -173,3 +173,41 @@ def test_a_usage_error_in_start_is_raised_as_reported():
     with pytest.raises(Reported) as e:
         d.start(1.0)
     assert isinstance(e.value.error, InvalidArgument)
+
+
+def test_a_dispatch_fed_without_a_loop_hands_each_report_to_its_handlers_in_order():
+    """A Spark stream's handle feeds the table from its rendezvous thread."""
+    seen = []
+    d = Dispatch()
+    d.on(Progress, lambda rep, kept: seen.append(("first", rep.records, kept)))
+    d.on(Progress, lambda rep, kept: seen.append(("second", rep.records, kept)))
+    d.handle(Progress(0, 7))
+    assert seen == [("first", 7, None), ("second", 7, None)]
+
+
+def test_a_dispatch_gives_a_report_of_no_handled_type_to_the_claims_until_one_takes_it():
+    taken = []
+
+    def claim(name: str, takes: bool):
+        def take(rep: Any) -> bool:
+            taken.append((name, rep.rank))
+            return takes
+        return take
+
+    d = Dispatch()
+    d.on(Progress, lambda rep, kept: taken.append("handler"))
+    d.claim(claim("declines", False))
+    d.claim(claim("takes", True))
+    d.claim(claim("never asked", True))
+    d.handle(Metrics(1, {}))
+    assert taken == [("declines", 1), ("takes", 1)]
+
+
+def test_a_dispatch_leaves_a_ranks_error_to_its_feeder():
+    """Only Driver's loop ends on an Error; a table fed by a stream's
+    rendezvous hands it on (the barrier job's own failure is raised)."""
+    got = []
+    d = Dispatch()
+    d.on(Error, lambda rep, kept: got.append(rep.text))
+    d.handle(Error(0, None, "boom", ""))
+    assert got == ["boom"]

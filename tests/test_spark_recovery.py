@@ -24,6 +24,7 @@ from slash.errors import CheckpointCorrupt, InvalidState, TaskFailed  # noqa: E4
 from slash.spark import DirectorySource, RateSource, session, stream  # noqa: E402
 from slash.workloads import ysb_batches  # noqa: E402
 from slash.run.protocol import Resume, ResumeAsk  # noqa: E402
+from slash.run.driver import Dispatch  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -257,11 +258,14 @@ def test_a_restarted_driver_rolls_the_newest_commit_forward_and_drops_uncommitte
     store.commit(2, {"rank-0.json": store.write(2, "rank-0.json", b'{"pushes": 4}')}, {},
                  {"base_ms": 123, "sink": renames})
     store.write(3, "rank-0.json", b'{"pushes": 6}')  # no manifest: never committed
-    d = DriverCheckpoints(plan, str(sink), lambda r, m: None, lambda m: None,
+    sent = []
+    d = DriverCheckpoints(plan, str(sink), lambda r, m: sent.append((r, m)), lambda m: None,
                           lambda t, label: None, lambda w, now: None)
     d.check_start()
-    assert d.on_message(0, ResumeAsk(0, ("h", 1), 99), 2)
-    assert d.decision == Resume(2, 123, 3, [])
+    reports = Dispatch()
+    d.register(reports, lambda: 2)
+    reports.handle(ResumeAsk(0, ("h", 1), 99))
+    assert sent == [(0, Resume(2, 123, 3, []))]
     assert sorted(os.listdir(sink)) == [PENDING, "part-r0000-c000000000002.parquet",
                                         "part-r0001-c000000000002.parquet"]
     assert os.listdir(sink / PENDING) == []

@@ -1,48 +1,22 @@
 """A ``slash run`` that tunes itself to a latency target: the driver side of
-:mod:`slash.controller`.
+:mod:`slash.controller` (:func:`run_autotuned` is :func:`slash.runner.run`
+with ``latency_target=``; what it does, its two paths and what it measured
+are docs/metrics.md's "A latency target: the stream tunes itself").
 
-:func:`run_autotuned` is :func:`slash.runner.run` with ``latency_target=``.
-Two paths, chosen at the start:
+Two paths, chosen at the start: **live** (:func:`_run_live_tuned`: a
+provisioned group, scales through :class:`slash.live_scale.LiveScaler`) and
+**restart** (``checkpoint=`` given, or a source that cannot be re-dealt
+live: :func:`slash.recovery.run_checkpointed`, scales by
+:meth:`slash.recovery.CheckpointedRun.rescale`). A driver thread
+(:class:`AutoTuner`) feeds a :class:`slash.metrics.LiveMetrics` snapshot to
+the :class:`slash.controller.Controller` every tick and applies its
+decisions (epoch, scale out/in, rebalance) through an
+:class:`slash.controller.Actuator`; the autotuner uses only the scaler and
+epoch interfaces. Each decision is logged with its reason (logger
+``slash.controller``), kept in ``metrics["autotune"]["decisions"]``, shown
+in ``slash ctl status`` and marked on the live page.
 
-* **live** (a window aggregation over a FileSource/BatchSource, no
-  ``checkpoint=``): :func:`_run_live_tuned` provisions ``max_executors``
-  processes, ``executors`` of them active, and the controller's scale-out /
-  scale-in go through :class:`slash.live_scale.LiveScaler` (units re-dealt,
-  leaders spread by live moves: milliseconds of paused input, no restart);
-  epoch lengths are broadcast to every rank, a rebalance goes to rank 0 as
-  live partition moves (:meth:`slash.control.RunControl.rebalance`).
-* **restart** (``checkpoint=`` given, or a source that cannot be re-dealt
-  live): the query runs as a checkpointed group
-  (:func:`slash.recovery.run_checkpointed`; a temporary checkpoint directory
-  when the caller gave none, for sources other than files), and a change of
-  executor count restarts the group from a checkpoint cut
-  (:meth:`slash.recovery.CheckpointedRun.rescale`), seconds without output,
-  but the run survives a crash. A live group refuses ``checkpoint=``, so
-  asking for checkpoints chooses this path.
-
-Both are exactly-once: the output equals the untuned run's. The executors report live metrics every
-``report_interval`` s, including each window they fire with its emit time;
-a driver thread (:class:`AutoTuner`) feeds a :class:`slash.metrics.LiveMetrics`
-snapshot to the :class:`slash.controller.Controller` every tick and applies
-its decisions through an :class:`slash.controller.Actuator`:
-
-* ``epoch``: every executor's epoch length (``Executor.set_epoch``, sent
-  over the control links, in force by the next epoch end);
-* ``scale_out`` / ``scale_in``: ``LiveScaler.scale_out/scale_in`` (live) or
-  ``CheckpointedRun.rescale`` to the new count (restart);
-* ``rebalance``: ``CheckpointedRun.rebalance(from_rank=, to_rank=)`` (or
-  ``RunControl.rebalance`` on the live path): rank 0
-  moves half the partitions the hot leader leads to the idle one, live (no
-  restart; the checkpoints keep the leader map, see docs/recovery.md).
-
-Window latency is emit time minus window end, which needs event times that
-are wall-clock times (``realtime=True``: a live stream, or a recorded one
-replayed at its own pace, each batch read no earlier than its latest time).
-
-Each decision is logged with its reason (logger ``slash.controller``), kept
-in ``metrics["autotune"]["decisions"]`` with what came of it, shown in
-``slash ctl status`` (``controller``) and marked on the live page
-(:meth:`LiveMetrics.event`).
+Both paths are exactly-once: the output equals the untuned run's.
 """
 from __future__ import annotations
 

@@ -52,12 +52,6 @@ The map: every entry point, the control it builds, and who registers what
 * ``slash ctl``: the client (:func:`slash.control_socket.request`) of the
   operations of :data:`OPERATIONS`.
 
-Before this facade the same roles were played by four classes:
-``RunControl`` and its subclasses ``live_ckpt.CheckpointedRunControl``,
-``autotune``'s ``CheckpointedControl`` and ``live_join.JoinRunControl``, each
-refusing update by overriding ``submit`` (the join's with a copy of
-``status``).
-
 The executors' end: ``slash.worker`` (local ranks) and ``slash.spark.stream``'s
 tasks build :class:`slash.control_logic.ExecutorControl` (update rounds, and
 rank 0's :class:`slash.control_moves.MoveRequests`), served between batches by
@@ -210,8 +204,6 @@ class RunControl:
             self._ops[name] = fn
             self._provided.notify_all()
 
-    set_hook = provide  # the name drivers used before the facade
-
     def provide_resize(self, size: Callable[[], int],
                        resize: Callable[[int], Dict[str, Any]]) -> None:
         """Registers scale-out K / scale-in K as ``resize(size() +/- K)``: a
@@ -241,8 +233,6 @@ class RunControl:
         driver registers it once the group is started (a request that
         arrives on the socket before that waits for it)."""
         return not self.finished and any(f in self.features for f in OP_FEATURES.get(name, ()))
-
-    call_hook = call
 
     def refusal(self, name: str) -> str:
         """Why this run does not offer operation ``name``: the compatibility

@@ -1,67 +1,21 @@
 """A live-scalable group that takes checkpoints: ``runner.run(..., checkpoint=DIR,
-max_executors=M)`` (``slash run --checkpoint DIR --max-executors M``).
+max_executors=M)`` (``slash run --checkpoint DIR --max-executors M``): the
+group of :mod:`slash.live_scale` (M ranks, N active, live scales within
+1..M), checkpointed and recovered as :mod:`slash.recovery` does. What a
+rank records at a cut (its work left in global terms, per scale
+generation), which generation a cut commits in, recovery and the restart
+path beyond M are docs/elastic.md's "A live group that takes checkpoints".
 
-The group is the one of :mod:`slash.live_scale` (M ranks, N of them active,
-the rest standby; ``scale_out`` / ``scale_in`` within 1..M re-deal the input
-left at an agreed point, without a restart) and it checkpoints and recovers
-as :mod:`slash.recovery` does (rank 0 asks for a cut, every rank writes its
-image, the driver commits a manifest once every rank's image is durable; a
-failed rank restarts the group from the newest complete checkpoint).
+Late rows (``late_output=``) go with the cut after the push that found them
+(:class:`slash.ckpt_worker.LateRows`), as the fired windows do. Updates:
+every manifest records the logic versions agreed so far, installed by every
+attempt's ranks before reading. Joins run the same group with
+:mod:`slash.live_join`'s ranks and scaler (:class:`slash.live_join.LiveJoinPositions`
+records both sides' work left per generation and the rows the merge holds).
 
-**What a rank records at a cut.** The core cuts every executor of the group,
-standby ranks too. Each rank's ``rank-<r>.json`` holds what it had left to
-read at the cut *in global terms* (``[[unit, batches read], ...]``, as the
-live deal and :meth:`FileSource.resplit` count), never its own split: after
-a live scale a rank's work is a new deal, so only global terms resume
-correctly whoever read what. The position is tracked per push call (the cut
-is at a push count) together with the scale *generation* (the id of the
-last scale commit the rank had taken, 0 at the start of an attempt) the work
-belongs to, and the active ranks of that generation.
-
-**Consistent cuts across a scale.** A scale commit changes a rank's work
-between two push calls. A rank whose push count at the cut is the one it
-had when it answered a scale's *prepare* may be described in either
-generation (its prepare answer, or its new deal with nothing read), so it
-records both ("candidates"). The driver commits a checkpoint in a generation
-every rank can be described in (the newest such); then the union of the
-ranks' lists is exactly the input no rank's state holds. If there is none
-(a cut that straddles a whole scale: one rank cut before answering the
-prepare, another after reading its new deal) the checkpoint is not
-committed: its result segments are carried into the next committed cut, so
-no fired window is lost, and a rescale waiting for it asks again.
-
-**Resume.** After a failure the group restarts with the same M from the
-newest complete checkpoint, each rank with its own recorded list and the
-active set of the checkpoint's generation (a standby stays standby), the
-leader map the ranks followed at the cut. Records read after the cut are
-read again, the windows fired before it come from the committed segments,
-so the output is the failure-free run's (exactly once).
-
-**Beyond M.** ``scale_out`` past M cannot be live (no process is
-provisioned). Here it takes the restart path, chosen automatically: rank 0
-is asked for a cut (at its next epoch boundary), once it commits the group
-stops and starts again with N' executors, all active (M' = max(M, N')),
-from that checkpoint; the ranks' lists are re-dealt to N' ranks
-(:meth:`FileSource.resplit`). Every scale is logged with the path it took
-and listed in ``slash ctl status`` (``scales``) and ``metrics["live_scales"]``
-with ``"path": "live"`` or ``"restart"``.
-
-**Late rows** (``late_output=``) go with the cut after the push that found
-them (:class:`slash.ckpt_worker.LateRows`), as the fired windows do.
-
-**Updates** (``slash ctl update``): every manifest records the logic
-versions agreed so far, and every attempt's ranks install the versions
-agreed before it (also after its cut) before reading, so the replay filters
-as the run without the restart did; a directory resumed agrees its newest
-manifest's versions again.
-
-**Joins** (a :class:`slash.query.JoinQuery` over two FileSources) run the
-same group with :mod:`slash.live_join`'s ranks and scaler: a rank records
-both sides' work left per generation, and the rows its merge holds at the
-cut (:class:`slash.live_join.LiveJoinPositions`); a resume deals each side
-by itself and gives the held rows to the rank that gets their unit. A
-prepare pushes every held row first, so a generation that began with a
-commit holds none.
+Invariant: a cut commits only in a generation every rank can be described
+in; one that straddles a whole scale is dropped, its result segments
+carried into the next committed cut (no fired window lost).
 """
 from __future__ import annotations
 

@@ -1,46 +1,13 @@
 """Live scale-out / scale-in of a window join in a pre-provisioned group
 (:mod:`slash.live_scale` for the protocol; this module holds what a join
-adds: two inputs per rank).
-
-A join rank of a group started with ``max_executors=M`` holds, for each side
-(``left``, ``right``, both :class:`slash.sources.FileSource`), its work in
-global terms (``[[unit, batches read], ...]``). It reads both sides merged by
-event time (:func:`slash.recovery_join.merged`, the merge of
-:func:`slash.runner._time_ordered`) and, after every push, advances its
-watermark to what both sides have left: per side the smallest bound (minimum
-time by the statistics) of the units it has not finished (the rows the merge
-holds in hand are of the unit in progress); the rank's watermark is the
-minimum over its sides (a side with nothing left bounds nothing; a unit
-without statistics stops the watermark). So the join fires windows while
-the stream runs, and no row is late: every row still to come from a rank is
-at least that rank's watermark.
-
-A scale request goes as for aggregations (prepare, every rank's answer,
-commit), with two differences:
-
-* at **prepare** a rank first pushes the rows the merge holds in hand (rows
-  of a batch pulled but pushed only in part; pushing them early changes no
-  pair, and they are above the watermark), so what it has left of each side
-  is exactly its units not finished (:meth:`FileSource.remaining`); it
-  answers with both lists and its watermark;
-* at **commit** the driver deals each side's units by the same rule
-  (:func:`slash.live_scale.deal_work`: each unit only to an active rank whose
-  watermark is at most the unit's bound), over the same new active set; if
-  either side cannot be dealt nothing changes. Scale-in picks the leaving
-  ranks among those with the highest watermarks; a rank's watermark is at
-  most the bound of every unit it holds on either side, so the ranks that
-  stay can take them.
-
-Partitions: after a commit rank 0 spreads leadership evenly over the new
-active set by live moves (the core hands a join partition's buffered rows of
-both sides over to its new leader; only the moved partitions pause firing),
-as for aggregations: a joining rank is given partitions, a leaving one hands
-all of its own over. Until a move is agreed - and with :data:`JOIN_MOVES`
-off - a rank leads what it led: a joining rank that leads nothing reads and
-ships deltas; a leaving rank turns standby and goes on leading its
-partitions - it serves its channels, merges the deltas of their windows and
-fires them as the group watermark (which it follows) passes their ends, and
-finish() fires the rest. See docs/elastic.md.
+adds: two inputs per rank, each a work list in global terms, read merged by
+event time; a rank's watermark is the minimum over its sides of the bound
+of the units it has not finished, so no row is late). A prepare first
+pushes the rows the merge holds in hand, so what a rank has left of each
+side is exactly its units not finished; a commit deals each side's units by
+:func:`slash.live_scale.deal_work` over the same new active set, or changes
+nothing. Partitions move as for aggregations. The whole protocol, and what
+proves it, is docs/elastic.md's "A window join in a provisioned group".
 
 With ``checkpoint=`` the group is :mod:`slash.live_ckpt`'s: a rank's cut
 records per scale generation both sides' work left and the rows its merge

@@ -1,42 +1,22 @@
-"""Live scale-out / scale-in of a ``slash run`` within a pre-provisioned group.
+"""Live scale-out / scale-in of a ``slash run`` within a pre-provisioned group
+(``runner.run(..., max_executors=M)``, ``slash run --max-executors M``; the
+protocol in full is docs/elastic.md's "Live scale-out / scale-in within a
+provisioned group").
 
-``runner.run(..., max_executors=M)`` (``slash run --max-executors M``) forms
-the group with M ranks: the first N (``executors``) are *active*, the rest
-*standby*. A standby reads no input and leads no partition at the start; its
-watermark follows the minimum the active ranks publish
-(:meth:`slash.executor.Executor.set_standby`), so it never holds the group
-back. ``scale_out(k)`` / ``scale_in(k)`` change the active set at an agreed
-point, without a restart:
+The group has M ranks, the first N active, the rest standby (reading
+nothing, leading nothing, their watermark following the active ranks').
+``scale_out(k)`` / ``scale_in(k)`` change the active set at an agreed point,
+without a restart: **prepare** (every rank stops pushing between batches
+and answers with its work left in global terms and its watermark), then
+**commit** (the driver deals all the work left over the new active set,
+:func:`deal_work`; rank 0 spreads leadership over it by live moves). A
+window join scales by the same protocol with a work list per side
+(:mod:`slash.live_join`); a group with checkpoints is :mod:`slash.live_ckpt`'s.
 
-1. **prepare** (driver -> every rank): each rank stops pushing at its next
-   poll (between batches), a joining standby leaves standby at once (its
-   published watermark, at most every active rank's, is frozen), and answers
-   with what it has left to read in global terms (``FileSource.remaining``:
-   ``[[unit, batches read], ...]``) and its watermark (ticks; the highest
-   Watermark promise it pushed). It then serves its channels until...
-2. **commit** (driver -> every rank): the driver deals all the work left
-   over the new active set and sends each rank its list; every rank goes on
-   reading its new list, a leaving rank turns standby (following the new
-   active set), and rank 0 moves partitions so the new active set leads them
-   evenly (live moves with hand-over, :meth:`Executor.move_partitions`).
-
-No record read twice or skipped: every unit left (a unit read in part keeps
-its count of batches read) is in exactly one new list. No record late
-because of a change: a unit is given only to a rank whose watermark is at
-most the unit's bound (the minimum time its statistics promise). A unit's
-bound is at least its old reader's watermark (a bounded rank's watermark is
-the minimum bound of what it has left), and a joining rank's frozen watermark
-is at most every active rank's; scale-in picks the leaving ranks among those
-with the highest watermarks, so the ranks that stay can take their units.
-
-When every rank has nothing left to read, the driver tells all to finish.
-A window join scales by the same protocol with a work list per side
-(:mod:`slash.live_join`). Sources other than :class:`FileSource` are not
-supported (NotSupported). Beyond M a scale-out is refused (provision more); a
-group that also takes checkpoints (``checkpoint=`` with ``max_executors=``,
-:mod:`slash.live_ckpt`, aggregations and joins) scales live within M and beyond it
-by restarting from a checkpoint; each history entry says its ``path``. See
-docs/elastic.md.
+Invariants: every unit left is in exactly one new list (no record read
+twice or skipped); a unit goes only to a rank whose watermark is at most
+its bound, and scale-in picks the leavers among the highest watermarks (no
+record late because of a scale).
 """
 from __future__ import annotations
 

@@ -1,42 +1,22 @@
-"""The recovery driver: a :func:`slash.runner.run` that survives executor failures.
+"""The recovery driver: a :func:`slash.runner.run` that survives executor
+failures (``run(..., checkpoint=DIR)``; the protocol, the files and the
+guarantee are docs/recovery.md's "How it works" and "The files").
 
-With ``run(..., checkpoint=DIR)`` the run is cut into checkpoints:
+Rank 0 asks for a cut every ``checkpoint_every``; every rank writes its
+image and the windows it fired before the cut (a background writer,
+:class:`slash.run.ckpt.Writer`) and reports it once durable; the driver
+(:func:`run_checkpointed`, one :class:`slash.run.driver.Driver` per attempt
+under the one :class:`slash.run.supervisor.Supervisor`) commits the cut's
+manifest once every rank reported it. A failure restarts the whole group
+from the newest complete checkpoint; a finished run's directory returns
+its stored result. A FileSource's position is also recorded in global
+terms, so a checkpoint resumes with another executor count
+(:func:`resplit`); :class:`CheckpointedRun` rescales a running group that
+way. The test kill hook ``SLASH_TEST_KILL`` is :mod:`slash.run.faults`'s.
 
-* Rank 0's worker asks its executor for checkpoint c (``request_checkpoint``)
-  every ``checkpoint_every``; the core cuts it at a safe point aligned on
-  every executor. Each worker, when its executor hands it the image
-  (``take_checkpoint``), writes into ``DIR/chk-c/`` its meta, the leader
-  stores of the partitions it leads, and ``rank-<r>.json`` (its source
-  position at the cut, its push count, records read), plus the windows it
-  fired before the cut as a result segment ``DIR/results/rank-<r>.chk-c.arrow``;
-  then it reports ``("ckpt", rank, c, ...)`` to the parent.
-  The files are written by a background thread of the worker (see
-  :class:`slash.run.ckpt.Writer`: one write in flight per rank), so the push loop goes on
-  while they are fsynced; the report is sent once they are durable.
-* The parent commits c (writes its manifest, last and atomically: see
-  :mod:`slash.checkpoint`) once every rank reported it.
-* When an executor process dies (killed, crashed) or a peer's link breaks,
-  the parent tears the whole group down and starts it again from the newest
-  complete checkpoint: each executor restores the stores and meta, its
-  source resumes at the recorded position, and the input after the cut is
-  replayed. Executors are deterministic given their input, so the windows
-  fired after the cut fire again identically; the windows fired before it
-  come from the committed segments. Each window is in the result exactly
-  once. After ``max_restarts`` restarts the run fails, naming the last cause.
-* A run started again with the same directory (after the parent itself
-  died) resumes from the newest complete checkpoint too. A finished run
-  leaves ``_FINISHED.json`` and ``result.parquet``: running the same query
-  with that directory again returns the stored result without running.
-
-The position of a source at a cut comes from the cut's push count: each
-worker maps the number of push calls it has made to the source position
-after the item of that push. A FileSource's is also recorded as the work the
-rank has left in global terms (``work``), so a checkpoint resumes with
-another executor count (:func:`resplit`); :class:`CheckpointedRun` rescales a
-running group that way.
-
-The test kill hook ``SLASH_TEST_KILL`` (tests/test_recovery.py) is read by
-:mod:`slash.run.faults`.
+Invariant: each window is in the result exactly once: those fired before
+the newest committed cut come from its result segments, the rest fire
+again, identically, in the replay.
 """
 from __future__ import annotations
 

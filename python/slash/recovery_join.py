@@ -1,49 +1,22 @@
 """The join side of the recovery driver (:mod:`slash.recovery`): one join
-executor's run with checkpoints.
+executor's run with checkpoints (docs/recovery.md, "Another executor count",
+the paragraph on joins).
 
-A join executor reads both of its inputs merged by event time (:func:`merged`;
-:func:`time_ordered` is the same merge over one split's reads, the order of a
-join run without checkpoints, :func:`slash.runner.execute_join_split`) and
-pushes one side's rows at a time. Its position at a cut is recorded twice:
+A join executor reads both of its inputs merged by event time
+(:func:`merged`; :func:`time_ordered` is the same merge over one split's
+reads) and pushes one side's rows at a time. Its position at a cut is its
+push count (the merged sequence is a deterministic function of the two
+sources: a restart with the same executor count drops the first ``pushes``
+side batches) and, for FileSource sides, in global terms: each side's work
+left after the batch the merge holds, plus the rows of that batch not pushed
+yet (``rank-<r>.<side>.held-<unit>.arrow``), which a resume with another
+executor count gives to the rank dealt their unit, before that unit's next
+batch. When rank 0 asks for a cut and what a worker writes are the
+aggregate worker's (:mod:`slash.ckpt_worker`).
 
-* its push count: the merged sequence of side batches is a deterministic
-  function of the two sources, so a restart with the executor count that cut
-  it reads them again from the start and drops the first ``pushes`` side
-  batches without pushing them (the items before the cut), then pushes the
-  rest. This works for every source.
-* for a :class:`slash.sources.FileSource` side, in global terms (``sides`` in
-  ``rank-<r>.json``): the work the rank had left of that side after the batch
-  the merge holds (``[[unit, batches read], ...]``, as the aggregate worker
-  records it), plus the rows of that batch not pushed yet (the merge pushes
-  the rows of one side that come before the other side's next row, so a batch
-  may be pushed in parts), written as ``rank-<r>.<side>.held.arrow``. A resume
-  with another executor count deals each side's work left by every rank to
-  the new ranks (:meth:`FileSource.resplit`); the held rows go with the unit
-  they came from (the first item of the rank's work left) and are pushed
-  before that unit's next batch. No row is pushed twice or skipped.
-
-The leader stores a restored executor takes hold both sides' buffered rows of
-every window and key of the partitions it leads (the core's join partition
-blobs, one file per partition its rank led at the cut: with the same
-executor count it leads by the newest map the ranks recorded, so partitions
-a rebalance moved stay where they were moved; with another count, partition
-p is led by rank p mod n), so
-the pairs fired after the cut are fired again - those fired before it come
-from the committed result segments, as for aggregations.
-
-Lateness with another executor count: the core starts every executor of the
-new group at the cut's group watermark (the smallest rank watermark, over
-both sides); a row any rank had left at the cut meets at least that
-watermark in the failure-free run too (the group watermark only rises), so
-the restore makes no row late. Each new rank then reads its dealt units in
-the order of the first split's rule (by the time column's statistics when
-the source has a ``time``), and its held rows before their unit's next
-batch, as a rank of a first run of that size would.
-
-Everything else - when rank 0 asks for a cut and what a worker writes into
-``DIR/chk-<c>/`` and reports to the parent (:mod:`slash.ckpt_worker`), the
-test hook ``SLASH_TEST_KILL`` (:mod:`slash.recovery`) - is the aggregate
-worker's.
+Invariant: no row is pushed twice or skipped, and the restore makes no row
+late (a row any rank had left meets at least the cut's group watermark in
+the failure-free run too).
 """
 from __future__ import annotations
 

@@ -19,12 +19,16 @@ finished:
    of it; a report of no registered type goes to the **claims** (the
    control rounds' and live scale's own tuples) until one takes it.
 
-Features live with their own modules and register here; the driver-side
-pieces every checkpointed group shares are in this module:
+The handler table is :class:`Dispatch`, which a Spark stream's handle
+feeds from its rendezvous thread (its tasks' reports, the same handlers'
+protocol, no loop of its own). Features live with their own modules and
+register here; the driver-side pieces every checkpointed group shares are
+in this module:
 :class:`Committer` (a cut's manifest once every rank wrote its image; in a
 live group only in a scale generation every rank can be described in).
 
-Invariant: a report is handled once, by the loop's thread; a turn or a
+Invariant: a report is handled once, by the one thread that feeds the
+table (the loop's, or a stream's rendezvous thread); a turn or a
 handler never blocks (anything slow runs on the caller's threads and is
 picked up by a turn).
 """
@@ -48,7 +52,37 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Any, Any], None]
 
 
-class Driver:
+class Dispatch:
+    """The handler table of a driver: each report to the **handlers**
+    registered for its type (in order), with what the caller kept of it; a
+    report no handler is registered for to the **claims** until one takes
+    it. :class:`Driver` feeds it from its group's loop; a Spark stream's
+    handle (:mod:`slash.spark.stream_handle`) from its rendezvous thread.
+    It never raises a rank's error: the feeder decides what an Error ends."""
+
+    def __init__(self) -> None:
+        self._handlers: Dict[type, List[Handler]] = {}
+        self._claims: List[Callable[[Any], bool]] = []
+
+    def on(self, kind: type, handler: Handler) -> None:
+        """``handler(report, kept)`` for each report of type ``kind``."""
+        self._handlers.setdefault(kind, []).append(handler)
+
+    def claim(self, take: Callable[[Any], bool]) -> None:
+        """``take(report)`` for each report no handler is registered for, until one returns True."""
+        self._claims.append(take)
+
+    def handle(self, rep: Any, kept: Any = None) -> None:
+        """Hands ``rep`` to its handlers, else (``kept`` None) to the claims."""
+        handlers = self._handlers.get(type(rep))
+        if handlers is not None:
+            for h in handlers:
+                h(rep, kept)
+        elif kept is None and not any(take(rep) for take in self._claims):
+            log.debug("a report no feature of this run takes: %r", rep[:2])
+
+
+class Driver(Dispatch):
     """The loop that serves the group ``pg`` of ``n`` ranks until every rank
     finished (:meth:`run`), or until ``deadline`` (time.monotonic) passes:
     then SystemFailure naming ``timeout`` seconds. ``wait_for_cause``: a rank
@@ -58,29 +92,19 @@ class Driver:
 
     def __init__(self, pg: ProcessGroup, n: int, deadline: float, timeout: float,
                  wait_for_cause: bool = False) -> None:
+        super().__init__()
         self.pg, self.n = pg, n
         self.deadline, self.timeout = deadline, timeout
         self.wait_for_cause = wait_for_cause
         self.got = Reports(n)
         self.tick: Optional[float] = None
         self._turns: List[Callable[[], Optional[bool]]] = []
-        self._handlers: Dict[type, List[Handler]] = {}
-        self._claims: List[Callable[[Any], bool]] = []
 
-    # -- what features register ---------------------------------------------------------------
     def every_turn(self, turn: Callable[[], Optional[bool]], tick: float) -> None:
         """``turn()`` runs before each receive, at least every ``tick`` seconds;
         True takes the rest of this go from the turns registered after it."""
         self._turns.append(turn)
         self.tick = tick if self.tick is None else min(self.tick, tick)
-
-    def on(self, kind: type, handler: Handler) -> None:
-        """``handler(report, kept)`` for each report of type ``kind``."""
-        self._handlers.setdefault(kind, []).append(handler)
-
-    def claim(self, take: Callable[[Any], bool]) -> None:
-        """``take(report)`` for each report no handler is registered for, until one returns True."""
-        self._claims.append(take)
 
     def send(self, rank: int, msg: Any) -> None:
         self.pg.send(rank, msg)
@@ -121,13 +145,7 @@ class Driver:
     def dispatch(self, rep: Any) -> None:
         if isinstance(rep, Error):
             self._raise(rep)
-        kept = self.got.take(rep)
-        handlers = self._handlers.get(type(rep))
-        if handlers is not None:
-            for h in handlers:
-                h(rep, kept)
-        elif kept is None and not any(take(rep) for take in self._claims):
-            log.debug("a report no feature of this run takes: %r", rep[:2])
+        self.handle(rep, self.got.take(rep))
 
     def _raise(self, rep: Error) -> None:
         raise reported(first_cause(rep, self.pg) if self.wait_for_cause else rep)
@@ -181,6 +199,15 @@ class Committer:
         self.cut.committed(cid, len(self.checkpoints))
 
 
+def feed_control(d: Dispatch, ctl: Any, scaler: Any = None) -> None:
+    """The reports the control plane reads (metrics, acknowledgements) to
+    ``ctl`` (:class:`slash.control.RunControl`) and ``scaler``."""
+    d.on(Metrics, lambda rep, _: ctl.on_message(rep))
+    d.claim(ctl.on_message)
+    if scaler is not None:
+        d.claim(scaler.on_message)
+
+
 def serve_rounds(d: Driver, ctl: Any, scaler: Any = None,
                  between: Optional[Callable[[], bool]] = None) -> None:
     """The control plane's agreements on ``d``, one at a time: a live scale
@@ -201,13 +228,10 @@ def serve_rounds(d: Driver, ctl: Any, scaler: Any = None,
         return True
 
     d.every_turn(turn, ctl.tick)
-    d.on(Metrics, lambda rep, _: ctl.on_message(rep))
-    d.claim(ctl.on_message)
-    if scaler is not None:
-        d.claim(scaler.on_message)
+    feed_control(d, ctl, scaler)
 
 
-def show_live(d: Driver, live: Any) -> None:
+def show_live(d: Dispatch, live: Any) -> None:
     """Each rank's metrics and fired windows to the live view ``live``
     (:class:`slash.metrics.LiveMetrics`), as they arrive."""
     d.on(Metrics, lambda rep, _: live.update_executor(rep.rank, rep.snapshot))

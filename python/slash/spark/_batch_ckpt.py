@@ -1,48 +1,19 @@
 """Checkpoints for the bounded Spark paths: ``window_aggregate`` and
-``window_join`` with ``checkpoint=DIR`` (long jobs).
+``window_join`` with ``checkpoint=DIR`` (long jobs; docs/recovery.md,
+"window_aggregate / window_join", and docs/spark.md for what makes a
+DataFrame partition's position stable across attempts).
 
-Why a retry can resume. A barrier *ResultStage* is never retried by Spark:
-one lost task aborts the job. A barrier *ShuffleMapStage* is retried as a
-whole (every task again, up to ``spark.stage.maxConsecutiveAttempts``, 4 by
-default). With ``checkpoint=`` the barrier stage is therefore followed by a
-one-partition shuffle of its N summary rows (:func:`retryable`), which makes
-it a ShuffleMapStage; the new attempt's tasks find the newest complete
-checkpoint and go on from it instead of starting over.
-
-Task side (:func:`run_task`): after joining its group a task asks the driver
-where to start (``("bck-resume?", rank, group, (host, pid))``; ``group`` is
-the wall clock at which the rendezvous completed, one value per stage
-attempt). The driver answers every rank of a group alike: the newest
-complete checkpoint (or none), the next checkpoint id and the attempt
-number. The task then runs :func:`slash.recovery.execute_split_checkpointed`
-(or its join twin) over a link that tags each report with the group, so the
-files, manifests and result segments are exactly those of ``slash run
---checkpoint``. Its result is the windows it fired in this attempt plus its
-share (segment i goes to rank ``i mod N``) of the result segments the
-resumed checkpoint committed: the windows fired before the cut. Each window
-is in the result once.
-
-Driver side (:class:`BatchCheckpoints`, in the rendezvous thread): decides
-the resume point once per group, commits checkpoint c when every rank of
-the current group reported it (reports of an older attempt are ignored),
-and records checkpoints and recoveries.
-
-Positions, and what makes them stable across attempts:
-
-* files (``FileSource``): a rank's units (row groups) and batches read, as
-  ``slash run`` records them; the files must not change between attempts;
-* a ``GeneratorSource``: the count of items read (``make`` is deterministic
-  by contract);
-* a Spark DataFrame (general path): the task first takes its whole
-  partition and sorts it by the time column, then by every other input
-  column (:class:`SortedPartition`); the position is the count of batches of
-  that sorted table. It is stable when each partition holds the same rows
-  (as a multiset) in every attempt, in any order: true of files, of
-  ``repartition(n)`` (Spark sorts before a round-robin repartition, and a
-  retried stage reads the same shuffle output) and of hash partitioning;
-  not of input computed non-deterministically (``rand()``, a source that
-  changes): persist such a DataFrame first (``df.localCheckpoint()`` or
-  write it to Parquet).
+A barrier *ResultStage* is never retried by Spark, a barrier
+*ShuffleMapStage* is, as a whole: :func:`retryable` follows the barrier
+stage with a one-partition shuffle of its summary rows, so a new attempt's
+tasks find the newest complete checkpoint and go on from it. A task
+(:func:`run_task`) asks the driver where to start, then runs
+:func:`slash.recovery.execute_split_checkpointed` (or its join twin) over a
+link that tags each report with its attempt; its result is the windows it
+fired plus its share (segment i to rank ``i mod N``) of the resumed
+checkpoint's result segments. The driver's side (:class:`BatchCheckpoints`,
+in the rendezvous thread) answers every rank of an attempt alike and
+commits a cut once every rank of the current attempt reported it.
 """
 from __future__ import annotations
 

@@ -1,62 +1,25 @@
-"""Checkpoints and exactly-once output for :func:`slash.spark.stream` (``checkpoint=DIR``).
+"""Checkpoints and exactly-once output for :func:`slash.spark.stream`
+(``checkpoint=DIR``); the protocol (cuts, where a new group resumes, the
+directory sink's two-phase commit, a clean stop, a bounded source's end,
+updates recorded in each manifest) is docs/recovery.md's "Spark streams".
 
-Task side (:class:`TaskCheckpoints`, one per barrier task):
+:class:`TaskCheckpoints` is one barrier task's side: it asks the driver
+where to start, restores, cuts, and reports each cut's files with the
+windows fired before it. :class:`DriverCheckpoints` is the driver's: its
+handlers, on the stream's table (:class:`slash.run.driver.Dispatch`),
+answer where to resume, commit a cut once every rank of the current group
+reported it (an older group's reports are ignored) and publish its windows.
 
-* After joining the group a task asks the driver where to start
-  (``("resume?", rank, pid, group)``); the driver answers once per group
-  (the same answer to every rank): the newest complete checkpoint (or none),
-  the stream's base time (a RateSource's first event time, kept across
-  restarts so replayed batches are identical) and the next checkpoint id.
-  The task restores its executor from that checkpoint (every rank's META
-  blob, the leader stores of its partitions) and its source resumes from
-  the work it had left at the cut (``rank-<r>.json``'s ``work``, in global
-  terms: the source's ``resplit`` deals every rank's work left to a group
-  of another size).
-* Rank 0 requests checkpoint ids every ``checkpoint_every``; every executor
-  cuts at its next safe point. Right after every executor call the task
-  takes the finished images and splits the windows it fired at the cut's
-  watermark (:func:`slash.executor.split_at_cut`): those before the cut
-  belong to the checkpoint. The task writes its files into the
-  :class:`~slash.checkpoint.CheckpointStore`; a directory sink's windows go
-  to ``SINK/_pending/g<group>-part-r<rank>-c<id>.parquet`` (a name Spark,
-  pyarrow and DuckDB globs skip), a transactional sink's are written as the
-  checkpoint's result segment (``results/rank-<r>.chk-<id>.arrow``, as a
-  local rank's), a callable sink's travel as Arrow IPC; and it reports
-  ``("ckpt", ...)`` over its link to the driver.
+A transactional sink (``sink=KafkaSink(..., transactional_id=...)``):
+each task writes a cut's windows as that checkpoint's result segment, and
+the driver hands every commit to :class:`slash.run.delivery.Delivery`;
+a finished stream's last windows are written durably beside its marker
+(``_STREAM_FINAL.arrow``) before they are delivered, so a driver that died
+in between delivers them when the stream is started again on the directory.
 
-Driver side (:class:`DriverCheckpoints`):
-
-* Once every rank of the current group reported checkpoint c, it commits c
-  (the manifest, written last and atomically, records the pending-to-final
-  renames and the base time), then renames the pending parts into place as
-  ``part-r<rank>-c<id>.parquet`` (or hands a callable sink the windows, each
-  table carrying ``slash.checkpoint_id`` in its schema metadata, or hands a
-  transactional sink the segments of the cuts after the last it delivered, in
-  one transaction: :class:`slash.run.delivery.Delivery`). A driver
-  restarted between the commit and the renames rolls them forward from the
-  newest manifest: the names are fixed by (rank, id), so a rename is never
-  done twice. Pending parts no committed manifest names are deleted when a
-  group starts: the windows in them are fired again by the replay.
-* Reports of an older group (a failed attempt) are ignored.
-* Updates (``StreamHandle.update``): every manifest records the logic
-  versions agreed so far (each one's start and the update's arguments), and
-  every "resume" carries the driver's versions (every one agreed before the
-  failure, also after the newest cut), which each task installs before
-  reading: the replay after the cut filters as the run without the failure
-  did. A driver started again on the directory rebuilds them from the
-  newest manifest (versions agreed after its commit published nothing).
-* A clean ``stop()``: rank 0 requests a last checkpoint, the driver tells
-  every rank its id, each rank stops after taking it and waits for the
-  driver's "exit" (no rank finishes, so no open window fires); a stream
-  started again with the same directory continues from it.
-* A bounded source that ran out: every rank finishes, its last windows go to
-  ``part-r<rank>-final.parquet`` once all ranks sent theirs, and
-  ``_STREAM_FINISHED.json`` marks the directory finished (starting it again
-  is refused). With a transactional sink the last windows are first written
-  durably beside the marker (``_STREAM_FINAL.arrow``, delivered under id: the
-  newest checkpoint's + 1), which the marker names, and then delivered under that id; a driver that died in
-  between delivers them when the stream is started again on the directory
-  (and is then refused as finished), so they reach the topic once.
+Invariant: a window is published once, with the checkpoint that covers it
+(the final names are fixed by rank and id, so a rename rolled forward after
+a driver's crash is never done twice).
 """
 from __future__ import annotations
 
@@ -78,8 +41,9 @@ from slash.control_logic import recorded_logic
 from slash.errors import (CheckpointCorrupt, InvalidState, NotSupported, PeerDisconnected,
                           Timeout)
 from slash.executor import split_at_cut
-from slash.run.delivery import Delivery
 from slash.recovery import checkpoint_leaders, part_name, read_partitions
+from slash.run.delivery import Delivery
+from slash.run.driver import Dispatch
 from slash.run.plan import CheckpointPlan
 from slash.run.protocol import (Exit, Resume, ResumeAsk, ResumeError, StopAfter, Stopped, StopAt,
                                  StreamCheckpoint, StreamFinal)
@@ -248,22 +212,7 @@ class TaskCheckpoints:
             for p in [p for p in self.positions if p < img.pushes]:
                 del self.positions[p]
         files[f"rank-{r}.json"] = st.write(img.id, f"rank-{r}.json", json.dumps(info).encode())
-        table = self.finalize(pre)
-        sink: Dict[str, str] = {}
-        segs: Dict[str, Dict[str, int]] = {}
-        rows: Optional[bytes] = None
-        wins: List[Tuple[int, int, int]] = []
-        if table is not None and table.num_rows:
-            wins = _windows(table)
-            if self.segments:
-                rel, entry = st.write_segment(r, img.id, to_ipc(table))
-                segs[rel] = entry
-            elif self.sink_dir is not None:
-                name = f"g{self.group}-{final_name(r, img.id)}"
-                write_table(table, os.path.join(self.sink_dir, PENDING), name)
-                sink[f"{PENDING}/{name}"] = final_name(r, img.id)
-            else:
-                rows = to_ipc(table)
+        segs, sink, rows, wins = self._pending(pre, img.id)
         size = sum(f["size"] for f in files.values())
         self.conn.send(StreamCheckpoint(r, self.group, img.id, files, segs, sink, rows, wins,
                                         {"bytes": size, "seconds": time.monotonic() - t0}))
@@ -305,20 +254,29 @@ class TaskCheckpoints:
         """After finish(): the last windows (no checkpoint covers them; the
         driver publishes them once every rank sent its own)."""
         self.held.extend(self.ex.results())
-        table = self.finalize(self.held)
+        _, sink, rows, wins = self._pending(self.held, None)
         self.held = []
-        sink: Dict[str, str] = {}
-        rows = None
-        wins: List[Tuple[int, int, int]] = []
-        if table is not None and table.num_rows:
-            wins = _windows(table)
-            if self.sink_dir is not None:
-                name = f"g{self.group}-{final_name(self.rank, None)}"
-                write_table(table, os.path.join(self.sink_dir, PENDING), name)
-                sink[f"{PENDING}/{name}"] = final_name(self.rank, None)
-            else:
-                rows = to_ipc(table)
         self.conn.send(StreamFinal(self.rank, self.group, sink, rows, wins))
+
+    def _pending(self, fired: List[pa.RecordBatch], ckpt_id: Optional[int]
+                 ) -> Tuple[Dict[str, Dict[str, int]], Dict[str, str], Optional[bytes],
+                            List[Tuple[int, int, int]]]:
+        """The windows ``fired`` as the driver publishes them with checkpoint
+        ``ckpt_id`` (None: the final flush): a transactional sink's result
+        segment of the cut (name -> manifest entry), a directory sink's
+        pending part (pending name -> final name), else Arrow IPC; and
+        (start, end, rows) per window."""
+        table = self.finalize(fired)
+        if table is None or not table.num_rows:
+            return {}, {}, None, []
+        if self.segments and ckpt_id is not None:
+            rel, entry = self.store.write_segment(self.rank, ckpt_id, to_ipc(table))
+            return {rel: entry}, {}, None, _windows(table)
+        if self.sink_dir is None:
+            return {}, {}, to_ipc(table), _windows(table)
+        final = final_name(self.rank, ckpt_id)
+        write_table(table, os.path.join(self.sink_dir, PENDING), f"g{self.group}-{final}")
+        return {}, {f"{PENDING}/g{self.group}-{final}": final}, None, _windows(table)
 
 
 class DriverCheckpoints:
@@ -355,6 +313,7 @@ class DriverCheckpoints:
         self.finished = False
         self.base_ms: Optional[int] = None
         self.rescaling = False  # the next group is a rescale's, not a retry
+        self.n: Callable[[], int] = lambda: plan.executors  # the group's size (register())
 
     # -- before a group: what is there ------------------------------------------
     def check_start(self) -> None:
@@ -401,52 +360,60 @@ class DriverCheckpoints:
                 os.close(fd)
 
     # -- messages ------------------------------------------------------------------
-    def on_message(self, rank: int, msg: Tuple[Any, ...], n: int) -> bool:
-        """Handles a checkpoint message; False if it is none."""
-        if isinstance(msg, ResumeAsk):
-            group = msg.group
-            self.pids[rank] = msg.process
-            if group != self.group:
-                if self.rescaling:  # the next barrier job of a rescale: no failure
-                    self.rescaling = False
-                elif self.group is not None and self.failed_at is None:  # Spark retried the stage
-                    self.recoveries.append({"cause": "Spark retried the barrier stage", "rank": None,
-                                            "from_checkpoint": self.committed,
-                                            "seconds_to_resume": None})
-                self.group, self.reports, self.finals, self.stopped = group, {}, {}, set()
-                try:
-                    self.decision = self._prepare(group)
-                except Exception as e:  # a corrupt checkpoint: the stream fails with it
-                    self.fatal = e
-                    self.decision = ResumeError(str(e))
-                if self.failed_at is not None and self.recoveries:
-                    self.recoveries[-1]["seconds_to_resume"] = round(time.monotonic() - self.failed_at, 3)
-                    self.failed_at = None
-            self.send_to(rank, self.decision)
-        elif isinstance(msg, StreamCheckpoint):
-            if msg.group != self.group:
-                return True
-            cid = msg.ckpt_id
-            self.reports.setdefault(cid, {})[rank] = msg
-            if len(self.reports[cid]) == n:
-                self._commit(cid, self.reports.pop(cid))
-        elif isinstance(msg, StopAt):
-            if msg.group == self.group:
-                self.send_all(StopAfter(msg.ckpt_id))
-        elif isinstance(msg, Stopped):
-            if msg.group == self.group:
-                self.stopped.add(rank)
-                if len(self.stopped) == n:
-                    self.send_all(Exit())
-        elif isinstance(msg, StreamFinal):
-            if msg.group != self.group:
-                return True
-            self.finals[rank] = (msg.sink, msg.rows, msg.windows)
-            if len(self.finals) == n:
-                self._publish_final()
-        else:
-            return False
-        return True
+    def register(self, d: Dispatch, n: Callable[[], int]) -> None:
+        """Its handlers on the stream's table ``d``; ``n()``: the current group's size."""
+        self.n = n
+        d.on(ResumeAsk, self._resume_asked)
+        d.on(StreamCheckpoint, self._written)
+        d.on(StopAt, self._stop_at)
+        d.on(Stopped, self._stopped)
+        d.on(StreamFinal, self._final)
+
+    def _resume_asked(self, msg: ResumeAsk, _: Any) -> None:
+        group = msg.group
+        self.pids[msg.rank] = msg.process
+        if group != self.group:
+            if self.rescaling:  # the next barrier job of a rescale: no failure
+                self.rescaling = False
+            elif self.group is not None and self.failed_at is None:  # Spark retried the stage
+                self.recoveries.append({"cause": "Spark retried the barrier stage", "rank": None,
+                                        "from_checkpoint": self.committed,
+                                        "seconds_to_resume": None})
+            self.group, self.reports, self.finals, self.stopped = group, {}, {}, set()
+            try:
+                self.decision = self._prepare(group)
+            except Exception as e:  # a corrupt checkpoint: the stream fails with it
+                self.fatal = e
+                self.decision = ResumeError(str(e))
+            if self.failed_at is not None and self.recoveries:
+                self.recoveries[-1]["seconds_to_resume"] = round(time.monotonic() - self.failed_at, 3)
+                self.failed_at = None
+        self.send_to(msg.rank, self.decision)
+
+    def _written(self, msg: StreamCheckpoint, _: Any) -> None:
+        if msg.group != self.group:  # an older group's (a failed attempt)
+            return
+        cid = msg.ckpt_id
+        self.reports.setdefault(cid, {})[msg.rank] = msg
+        if len(self.reports[cid]) == self.n():
+            self._commit(cid, self.reports.pop(cid))
+
+    def _stop_at(self, msg: StopAt, _: Any) -> None:
+        if msg.group == self.group:
+            self.send_all(StopAfter(msg.ckpt_id))
+
+    def _stopped(self, msg: Stopped, _: Any) -> None:
+        if msg.group == self.group:
+            self.stopped.add(msg.rank)
+            if len(self.stopped) == self.n():
+                self.send_all(Exit())
+
+    def _final(self, msg: StreamFinal, _: Any) -> None:
+        if msg.group != self.group:
+            return
+        self.finals[msg.rank] = (msg.sink, msg.rows, msg.windows)
+        if len(self.finals) == self.n():
+            self._publish_final()
 
     def _commit(self, cid: int, reports: Dict[int, StreamCheckpoint]) -> None:
         files: Dict[str, Dict[str, int]] = {}

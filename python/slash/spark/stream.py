@@ -1,71 +1,17 @@
 """Streams: Slash executors kept running in one Spark barrier stage over an
-unbounded source, emitting each window as soon as it fires.
+unbounded source (:mod:`slash.spark.stream_sources`, or a
+:class:`slash.kafka.KafkaStream`), each window going to the sink (a Parquet
+directory written by the tasks, or a callable on the driver, once per
+window, whole, in event-time order) as soon as it fires. What a user sees
+(sinks, lateness and ``late_output=``, ``checkpoint=``, rescaling) is in
+docs/spark.md ("Streams"); checkpoints in docs/recovery.md ("Spark streams").
 
-Sources (each task reads its own share; nothing passes through the JVM):
-
-* :class:`RateSource`: YSB events at ``rate`` events/s in total, event time =
-  wall clock; batch b of the global stream goes to rank ``b mod N``, and a
-  batch is generated once the clock reaches its last event time;
-* :class:`DirectorySource`: Parquet files appearing in a directory, taken in
-  name order (write each file elsewhere and rename it in; names starting with
-  ``_`` or ``.`` are skipped); every rank reads its row groups of each file,
-  then moves its watermark to the file's latest event time minus the
-  lateness, so ranks without rows still let windows fire. Files must follow
-  each other in event time (up to the lateness). A file named before one a
-  rank already started raises InvalidState naming both (the ranks past it
-  would skip it). With checkpoints, positions
-  are in global terms (the row groups of each file not yet read, the last
-  file started), so a restart may deal them to another executor count.
-* :class:`slash.kafka.KafkaStream`: a Kafka topic; each task reads the
-  partitions the source deals its rank, straight from the broker, with the
-  source's watermarks (per partition, the minimum over the rank's partitions
-  that are not idle) and positions (the next offset of each partition, in
-  global terms: a checkpoint's are re-dealt with their partitions).
-
-Sinks: a directory (each rank writes what it fires as Parquet parts, straight
-from the task) or a callable on the driver, called once per window, in event
-time order, with all of that window's rows (a pyarrow Table). The driver
-learns each rank's group watermark with its results and hands a window over
-only when every rank has passed its end, so a window is never split or
-repeated. Latency per window = emit time (wall clock, ms) - window end.
-
-A callable sink runs in a delivery thread of the handle's, never under its
-lock (it may read ``handle.metrics``). If it raises, the stream stops, and
-``stop()``/``wait()`` raise :class:`slash.errors.SinkFailed` with the sink's
-exception as ``__cause__`` and the window it failed on as ``window``; the
-windows the sink did not accept (that one first, then every window that fired
-after it, in event-time order) stay in ``handle.undelivered()``.
-
-Checkpoints (``checkpoint=DIR``): the tasks take aligned checkpoints, the
-driver commits them and restarts the barrier job from the newest one when a
-task fails; a directory sink publishes a checkpoint's windows only when it
-commits (two-phase: ``_pending/`` parts renamed into place), a callable sink
-gets them then, labelled with the checkpoint id. See
-:mod:`slash.spark._stream_ckpt` and docs/recovery.md.
-
-Where it lives: the sources in :mod:`slash.spark.stream_sources`, a task's
-loop in :mod:`slash.spark._stream_task`, the driver's handle (which runs
-the barrier jobs under the one supervisor: a failed job restarts from the
-newest checkpoint, a rescale starts the next job at its new size) in
-:mod:`slash.spark.stream_handle`, its live controls in
-:mod:`slash.spark.stream_controls`, checkpoints in
+Where it lives: a task's loop in :mod:`slash.spark._stream_task`, the
+driver's handle in :mod:`slash.spark.stream_handle` (the tasks' reports
+dispatched by handlers, the barrier jobs under the one supervisor), its
+live controls in :mod:`slash.spark.stream_controls`, checkpoints in
 :mod:`slash.spark._stream_ckpt`. This module checks a stream's arguments
 into a :class:`~slash.spark.stream_handle.StreamSetup` and starts the handle.
-
-Lateness: unlike files and tables (whose watermark comes from what is left to
-read, so nothing is ever late), an unbounded stream cannot know what is still
-to come. Each executor's watermark is the latest event time it has seen (or,
-for a DirectorySource, the end of the last file read) minus ``lateness``; a
-record older than that is late: counted, never applied. The driver then logs a
-WARNING with the count so far (at most once per
-``StreamHandle.late_warning_interval`` = 5 s while running, and once more in
-the final summary); ``metrics["late_records"]`` counts them and
-``metrics["late_records_by_window"]`` maps each (window_start, window_end) to
-the late records that would have fallen in it (every tumbling or sliding
-window holding the record's time; for sessions the record's own
-``[t, t + gap)``). With ``late_output=PATH`` each task writes the late records
-themselves (the source's columns as read) as Parquet parts
-``PATH/late-rank{r}-{seq}.parquet``, each written atomically.
 
 >>> # h = stream(spark, RateSource(rate=50_000), time="event_time", window="tumbling:1s",
 >>> #            key="key", aggs=["count"], sink=lambda t: print(t.num_rows),

@@ -200,10 +200,15 @@ class StreamControls:
     def _next_group(self) -> None:
         """The stage thread, before the next barrier job (a restart or a
         rescale): rebalance and status() address the new group, whose ranks
-        have reported nothing and read all of nothing yet."""
+        have reported nothing (no error, no link lost) and read all of
+        nothing yet."""
         with self._cond:
             self._follow.clear()
+            self._done.clear()
             self._groups += 1
+        if self._rdv is not None:
+            self._rdv.errors.clear()
+            self._rdv.lost.clear()
         if self._ctl is not None:
             self._ctl.new_group("StreamHandle.update: the barrier job restarted from a checkpoint "
                                 "while the update was being agreed; nothing changed, send it again")

@@ -1,6 +1,7 @@
 """The driver's side of a running Spark stream (:class:`StreamHandle`).
 
-It takes the tasks' messages (on the rendezvous thread), holds each
+It takes the tasks' messages (the rendezvous thread feeds them to the
+handlers registered on its :class:`slash.run.driver.Dispatch`), holds each
 window's rows until every rank's group watermark has passed its end, and
 hands whole windows to the sink in event-time order (a callable sink on a
 delivery thread of its own, never under the handle's lock). It counts late
@@ -38,9 +39,10 @@ from slash.metrics import LiveMetrics, MetricsServer
 from slash.query import Query
 from slash.run.delivery import Delivery
 from slash.run.failure import Failed, RestartPolicy
+from slash.run.driver import Dispatch, feed_control, show_live
 from slash.run.plan import CheckpointPlan
-from slash.run.protocol import (ControlAck, InputDone, LateRecords, Metrics, Moved, ResumeAsk, Stop,
-                                StreamDone, StreamRows, StreamWatermark, WindowLatencies)
+from slash.run.protocol import (LateRecords, Metrics, ResumeAsk, Stop, StreamDone, StreamRows,
+                                StreamWatermark, WindowLatencies)
 from slash.run.supervisor import Rescale, Supervisor
 from slash.spark import _env
 from slash.spark._stream_ckpt import DriverCheckpoints, add_metadata
@@ -152,6 +154,9 @@ class StreamHandle(StreamControls):
         self.metrics_url: Optional[str] = None
         #: the live page (``metrics_port=`` or ``ui=True``), else None
         self.ui_url: Optional[str] = None
+        #: the handler table the rendezvous thread feeds (slash.run.driver.Dispatch)
+        self._d = Dispatch()
+        self._register()
         self._setup = setup
         self._supervisor: Optional[Supervisor] = None
         if setup is not None:
@@ -167,6 +172,7 @@ class StreamHandle(StreamControls):
                                          self._committed, self._observe, self._logic,
                                          delivery=setup.delivery)
             self._ck.check_start()
+            self._ck.register(self._d, lambda: self.executors)
             self._resumed_from = self._ck.committed
         self._partitions = setup.group.partitions_for(n)
         if setup.metrics_port is not None or setup.ui:
@@ -189,6 +195,8 @@ class StreamHandle(StreamControls):
         if self._ck is not None:
             self._restore_logic(self._ck.start_logic)
         self._ctl.attach(lambda r, m: rdv.send_to(r, m))
+        show_live(self._d, self.live)
+        feed_control(self._d, self._ctl)
 
     # the barrier jobs, under the one supervisor (the stage thread)
     def start(self) -> None:
@@ -266,10 +274,6 @@ class StreamHandle(StreamControls):
         self._ctl.moves.waiters.fail_pending(
             "the barrier job restarted from a checkpoint before every executor "
             "followed the moves; the restored map is the checkpoint's")
-        rdv.errors.clear()
-        rdv.lost.clear()
-        with self._cond:
-            self._done.clear()
         if self._rescale_to is not None:  # it failed while stopping for a rescale
             self._switch(self._rescale_to)
         self.live.event(f"recovery {sup.restarts}: {f.error}")
@@ -277,65 +281,87 @@ class StreamHandle(StreamControls):
                     "(restart %d of at most %d)", f.error, ck.committed, sup.restarts,
                     sup.policy.max_restarts)
 
-    # messages from the tasks (the rendezvous thread)
+    # messages from the tasks: the rendezvous thread feeds them to the handler table
+    def _register(self) -> None:
+        """The handle's own handlers on ``self._d``, each taking the lock for
+        what ``wait()``/``stop()`` read; ``_wire`` adds the checkpoints', the
+        live view's and the control's."""
+        d = self._d
+        d.on(ResumeAsk, self._resume_asked)  # before the checkpoints' answer
+        d.on(StreamRows, self._rows_fired)
+        d.on(StreamWatermark, lambda m, _: self._passed(m.rank, m.watermark))
+        d.on(WindowLatencies, self._latencies_seen)
+        d.on(Metrics, self._followed)
+        d.on(LateRecords, self._late_seen)
+        d.on(StreamDone, self._rank_done)
+
     def _on_message(self, rank: int, msg: Tuple[Any, ...]) -> None:
-        if isinstance(msg, ResumeAsk) and self._rescales and \
-                "seconds_to_resume" not in self._rescales[-1]:
-            got = self._new_group.setdefault(msg.group, set())
-            got.add(rank)
-            r = self._rescales[-1]
-            if len(got) == self.executors == r["to"]:
-                with self._cond:
-                    r["seconds_to_resume"] = round(time.monotonic() - r["_asked_at"], 3)
-                    self._cond.notify_all()
-        if self._ck is not None and self._ck.on_message(rank, msg, self.executors):
-            return
-        if isinstance(msg, (ControlAck, InputDone, Moved)):
-            if self._ctl is not None:
-                self._ctl.on_message(msg)
-            return
-        warn = None
+        self._d.handle(msg)
+        # late records not yet warned about: now, or with a later message
+        # (watermarks keep coming) once the interval has passed
         with self._cond:
-            if isinstance(msg, StreamRows):
-                if msg.ipc is not None:
-                    self._pending.append(from_ipc(msg.ipc))
-                self._gw[rank] = max(self._gw[rank], msg.watermark)
-                self._take()
-            elif isinstance(msg, StreamWatermark):
-                self._gw[rank] = max(self._gw[rank], msg.watermark)
-            elif isinstance(msg, WindowLatencies):
-                for s, e, lat, rows in msg.windows:
-                    self._latencies.append((s, e, lat, rows))
-                    self._rows += rows
-                    self.live.observe_window(s, e, lat, rows)
-            elif isinstance(msg, Metrics):
-                snap = msg.snapshot
-                self.live.update_executor(rank, snap)
-                if self._ctl is not None:  # rebalance's choice and status(): per-rank load, leadership
-                    self._ctl.on_message(msg)
-                self._follow[rank] = (int(snap.get("map_version") or 0),
-                                      int(snap.get("held_partitions") or 0))
-                if self._freeze is not None and self._moved_everywhere(self._freeze_version):
-                    self._freeze = None  # every hand-over merged and its windows sent: go on
-                    self._take()
-            elif isinstance(msg, LateRecords):
-                self._late_live += msg.count
-                for s, e, c in msg.windows:
-                    self._late_by_window[(s, e)] = self._late_by_window.get((s, e), 0) + c
-            elif isinstance(msg, StreamDone):
-                self._gw[rank] = DONE
-                self._done.add(rank)
-                if callable(self._sink):
-                    self._take()
-                self._cond.notify_all()
-            # late records not yet warned about: now, or with a later message
-            # (watermarks keep coming) once the interval has passed
-            if self._late_live > self._late_warned and \
-                    time.monotonic() - self._late_warned_at >= self.late_warning_interval:
+            warn = self._late_live > self._late_warned and \
+                time.monotonic() - self._late_warned_at >= self.late_warning_interval
+            if warn:
                 self._late_warned_at, self._late_warned = time.monotonic(), self._late_live
-                warn = self._late_live
         if warn:
-            self._warn_late(warn)
+            self._warn_late(self._late_warned)
+
+    def _resume_asked(self, msg: ResumeAsk, _: Any) -> None:
+        """A rank of the next group asks where to resume: every rank of a
+        rescale's new group asking ends the rescale's wait."""
+        if not self._rescales or "seconds_to_resume" in self._rescales[-1]:
+            return
+        got = self._new_group.setdefault(msg.group, set())
+        got.add(msg.rank)
+        r = self._rescales[-1]
+        if len(got) == self.executors == r["to"]:
+            with self._cond:
+                r["seconds_to_resume"] = round(time.monotonic() - r["_asked_at"], 3)
+                self._cond.notify_all()
+
+    def _passed(self, rank: int, watermark: int) -> None:
+        with self._cond:
+            self._gw[rank] = max(self._gw[rank], watermark)
+
+    def _rows_fired(self, msg: StreamRows, _: Any) -> None:
+        with self._cond:
+            if msg.ipc is not None:
+                self._pending.append(from_ipc(msg.ipc))
+            self._gw[msg.rank] = max(self._gw[msg.rank], msg.watermark)
+            self._take()
+
+    def _latencies_seen(self, msg: WindowLatencies, _: Any) -> None:
+        with self._cond:
+            for s, e, lat, rows in msg.windows:
+                self._latencies.append((s, e, lat, rows))
+                self._rows += rows
+                self.live.observe_window(s, e, lat, rows)
+
+    def _followed(self, msg: Metrics, _: Any) -> None:
+        """A rank's map version and held partitions: a rebalance's freeze
+        ends once every rank followed the moves."""
+        snap = msg.snapshot
+        with self._cond:
+            self._follow[msg.rank] = (int(snap.get("map_version") or 0),
+                                      int(snap.get("held_partitions") or 0))
+            if self._freeze is not None and self._moved_everywhere(self._freeze_version):
+                self._freeze = None  # every hand-over merged and its windows sent: go on
+                self._take()
+
+    def _late_seen(self, msg: LateRecords, _: Any) -> None:
+        with self._cond:
+            self._late_live += msg.count
+            for s, e, c in msg.windows:
+                self._late_by_window[(s, e)] = self._late_by_window.get((s, e), 0) + c
+
+    def _rank_done(self, msg: StreamDone, _: Any) -> None:
+        with self._cond:
+            self._gw[msg.rank] = DONE
+            self._done.add(msg.rank)
+            if callable(self._sink):
+                self._take()
+            self._cond.notify_all()
 
     def _late_records(self) -> int:
         return self._late_final if self._late_final is not None else self._late_live
@@ -524,20 +550,14 @@ class StreamHandle(StreamControls):
 
     def rescale(self, n: int, timeout: float = 300.0) -> Dict[str, Any]:
         """Restarts the stream with ``n`` executors (a barrier stage cannot
-        grow or shrink): a checkpoint at the next epoch boundary, the
-        current barrier job stops right after it, and the next barrier job
-        starts with ``n`` executors from it. Output stays exactly-once (the
-        directory sink holds each window once; a callable sink gets each
-        window once): windows fired before the cut are published with that
-        checkpoint, the others fire in the new group. A RateSource's batches
-        not yet taken are dealt to the new ranks (:meth:`RateSource.resplit`),
-        as are a DirectorySource's row groups not yet read and the files
-        still to come (:meth:`DirectorySource.resplit`).
+        grow or shrink): the current barrier job stops right after a
+        checkpoint at the next epoch boundary, and the next one starts with
+        ``n`` executors from it; output stays exactly-once, the source's
+        work left is re-dealt (docs/recovery.md, "Rescaling a stream").
 
         Returns when every rank of the new group asked where to resume:
-        ``{"from", "to", "checkpoint", "seconds_to_resume"}`` (from this call);
-        ``metrics["rescales"]`` later adds ``seconds_to_first_output`` (this
-        call to the first window published after the new group resumed: the
+        ``{"from", "to", "checkpoint", "seconds_to_resume"}``;
+        ``metrics["rescales"]`` later adds ``seconds_to_first_output`` (the
         pause a rescale costs). Raises InvalidState without ``checkpoint=``,
         while another rescale runs or once the stream has ended,
         InvalidArgument for an ``n`` outside 1..partitions,
@@ -592,14 +612,11 @@ class StreamHandle(StreamControls):
             self._rescales[-1]["checkpoint"] = ck.committed
             self.executors = n
             self._gw = [NEVER] * n
-            self._done.clear()
             self._rescale_to = None
             self._stop_sent = False
         if self._ctl is not None:
             self._ctl.executors = n
         self._next_group()
-        self._rdv.errors.clear()
-        self._rdv.lost.clear()
         self._rdv.n = n
         ck.store.executors = n
         ck.rescaling = True
