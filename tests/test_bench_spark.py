@@ -121,3 +121,29 @@ def test_count_workload_times_each_consume_mode_and_checks_the_answer(tmp_path):
     assert set(run["modes"]) == {"spark", "arrow"}
     assert all(m["slash_seconds"] > 0 and m["spark_seconds"] > 0 for m in run["modes"].values())
     assert "consumed spark" in bench_spark.summary(run) and "consumed arrow" in bench_spark.summary(run)
+
+
+@pytest.mark.slow
+def test_the_in_spark_consumer_keeps_sparks_grouping(tmp_path):
+    """agg(sum(count)) alone lets Spark's optimizer drop the window grouping
+    (sum(1) over the scan); the bench's consumer must not."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql import functions as F
+
+    from slash.spark import session, spark_window_aggregate
+
+    cfg = bench_spark.SparkBenchConfig(records=2000, workload="count", keys=5)
+    paths = bench_spark.make_data(str(tmp_path / "d"), cfg)
+    spark = session("local[2]", "slash-bench-consumer-test")
+    ref = spark_window_aggregate(spark, paths, **bench_spark.COUNT_QUERY)
+
+    def optimized(df):
+        return df._jdf.queryExecution().optimizedPlan().toString()
+
+    assert "window" not in optimized(ref.agg(F.sum("count")))  # what the consumer avoids
+    assert "Aggregate [window" in optimized(bench_spark.in_spark_query(ref))
+    groups, total = bench_spark.in_spark_query(ref).collect()[0]
+    t = pa.concat_tables([pq.read_table(p) for p in paths])
+    assert total == cfg.records
+    assert groups == len({(ts // 10_000, k) for ts, k in zip(t.column("ts").to_pylist(),
+                                                            t.column("k").to_pylist())})

@@ -36,7 +36,11 @@ its own, the sides taking turns):
   query with Spark's operators written to the ``noop`` sink (Spark computes
   every row and writes nothing: its most favourable measure);
 * ``spark``: both results consumed inside Spark,
-  ``.agg(sum(count)).collect()`` of each side's DataFrame;
+  ``.agg(count(*), sum(count)).collect()`` of each side's DataFrame: the
+  number of groups and their total. Not ``.agg(sum(count))`` alone: Spark's
+  optimizer turns ``groupBy(window, k).count().agg(sum(count))`` into
+  ``sum(1)`` over the scan (the plan has no window, no grouping), so that
+  times a row count against slash's whole windowed aggregation;
 * ``arrow``: both results brought to Python as Arrow, ``.toArrow()``.
 
 Spark's side builds its DataFrame anew every round (over one
@@ -282,13 +286,20 @@ def verify(ours, theirs, key: str = "key") -> bool:
     return all(np.array_equal(a[c], b[c]) for c in a)
 
 
+def in_spark_query(df: Any) -> Any:
+    """``--consume spark``'s query over a result: its number of groups and
+    their total count (count(*) keeps Spark from dropping the grouping, see
+    the module docstring)."""
+    from pyspark.sql import functions as F
+
+    return df.agg(F.count(F.lit(1)).alias("groups"), F.sum("count").alias("total"))
+
+
 def consumers(spark: Any, path: Union[str, List[str]], cfg: SparkBenchConfig,
               mode: str) -> Tuple[Callable[[], Any], Callable[[], Any]]:
     """The timed functions of both sides for one ``--consume`` mode:
     (slash, Spark). Each returns what the next round may check: slash's
     AggregateResult (mode ``none``) or the consumed value."""
-    from pyspark.sql import functions as F
-
     q = query_of(cfg)
     raw = spark.read.parquet(*([path] if isinstance(path, str) else path))
 
@@ -302,7 +313,7 @@ def consumers(spark: Any, path: Union[str, List[str]], cfg: SparkBenchConfig,
         return ours, lambda: theirs().write.format("noop").mode("overwrite").save()
     if mode == "spark":
         def use(df: Any) -> Any:
-            return df.agg(F.sum("count")).collect()[0][0]
+            return tuple(in_spark_query(df).collect()[0])
     else:
         def use(df: Any) -> Any:
             return df.toArrow()
@@ -421,7 +432,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "of 'slash bench count' (int64 ts and k in two files, 100 keys)")
     parser.add_argument("--consume", choices=CONSUME, nargs="+", default=["none"],
                         help="what is timed after the query: none (slash until its DataFrame exists, "
-                             "Spark into the noop sink; default), spark (both .agg(sum(count)).collect()), "
+                             "Spark into the noop sink; default), spark (both .agg(count(*), "
+                             "sum(count)).collect()), "
                              "arrow (both .toArrow()); several: one measurement each")
     parser.add_argument("--layout", choices=LAYOUTS, default="ordered",
                         help="ordered: one time-ordered file (default); spanning: the same records "
