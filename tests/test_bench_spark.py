@@ -68,3 +68,82 @@ def test_spanning_layout_holds_the_ordered_records_in_part_files_spanning_the_ti
     order = [(c, "ascending") for c in want.column_names]
     assert got.sort_by(order).equals(want.sort_by(order))
     assert not any(n.startswith(os.path.basename(d) + ".tmp") for n in os.listdir(tmp_path))
+
+
+# --- --workload count and --consume ------------------------------------------
+
+def test_workload_and_consume_options_default_to_ysb_and_none():
+    args = _parse()
+    assert args.workload == "ysb" and args.consume == ["none"]
+    args = _parse("--workload", "count", "--consume", "spark", "arrow")
+    assert args.workload == "count" and args.consume == ["spark", "arrow"]
+
+
+def test_unknown_consume_mode_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        _parse("--consume", "pandas")
+    assert "--consume" in capsys.readouterr().err
+    with pytest.raises(InvalidArgument, match="consume"):
+        bench_spark.SparkBenchConfig(consume=("pandas",))
+    with pytest.raises(InvalidArgument, match="consume"):
+        bench_spark.SparkBenchConfig(consume=())
+
+
+def test_count_workload_refuses_a_skewed_or_spanning_layout():
+    with pytest.raises(InvalidArgument, match="dist='zipf:1.5'"):
+        bench_spark.SparkBenchConfig(workload="count", dist="zipf:1.5")
+    with pytest.raises(InvalidArgument, match="layout='spanning'"):
+        bench_spark.SparkBenchConfig(workload="count", layout="spanning")
+
+
+def test_count_workload_data_is_two_files_of_sorted_ts_and_k(tmp_path):
+    cfg = bench_spark.SparkBenchConfig(records=RECORDS, workload="count", keys=7)
+    paths = bench_spark.make_data(str(tmp_path / bench_spark.data_name(cfg)), cfg)
+    assert len(paths) == bench_spark.COUNT_FILES
+    t = pa.concat_tables([pq.read_table(p) for p in paths])
+    assert t.num_rows == RECORDS and t.column_names == ["ts", "k"]
+    ts = t.column("ts").to_numpy()
+    assert (ts[1:] >= ts[:-1]).all() and 0 <= ts.min() and ts.max() < bench_spark.COUNT_SPAN_MS
+    assert set(t.column("k").to_pylist()) == set(range(7))
+    assert bench_spark.query_of(cfg)["key"] == "k"
+
+
+@pytest.mark.slow
+def test_count_workload_times_each_consume_mode_and_checks_the_answer(tmp_path):
+    pytest.importorskip("pyspark")
+    cfg = bench_spark.SparkBenchConfig(records=20_000, workload="count", repeat=1, warmup=0,
+                                       warmup_seconds=0.0, consume=("spark", "arrow"))
+    out = bench_spark.run_all([cfg], data_dir=str(tmp_path), driver_memory="1g")
+    run = out["runs"][0]
+    t = pa.concat_tables([pq.read_table(p) for p in sorted(tmp_path.rglob("part-*.parquet"))])
+    groups = {(ts // 10_000, k) for ts, k in zip(t.column("ts").to_pylist(), t.column("k").to_pylist())}
+    assert out["all_verified"] and run["result_rows"] == len(groups)
+    assert set(run["modes"]) == {"spark", "arrow"}
+    assert all(m["slash_seconds"] > 0 and m["spark_seconds"] > 0 for m in run["modes"].values())
+    assert "consumed spark" in bench_spark.summary(run) and "consumed arrow" in bench_spark.summary(run)
+
+
+@pytest.mark.slow
+def test_the_in_spark_consumer_keeps_sparks_grouping(tmp_path):
+    """agg(sum(count)) alone lets Spark's optimizer drop the window grouping
+    (sum(1) over the scan); the bench's consumer must not."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql import functions as F
+
+    from slash.spark import session, spark_window_aggregate
+
+    cfg = bench_spark.SparkBenchConfig(records=2000, workload="count", keys=5)
+    paths = bench_spark.make_data(str(tmp_path / "d"), cfg)
+    spark = session("local[2]", "slash-bench-consumer-test")
+    ref = spark_window_aggregate(spark, paths, **bench_spark.COUNT_QUERY)
+
+    def optimized(df):
+        return df._jdf.queryExecution().optimizedPlan().toString()
+
+    assert "window" not in optimized(ref.agg(F.sum("count")))  # what the consumer avoids
+    assert "Aggregate [window" in optimized(bench_spark.in_spark_query(ref))
+    groups, total = bench_spark.in_spark_query(ref).collect()[0]
+    t = pa.concat_tables([pq.read_table(p) for p in paths])
+    assert total == cfg.records
+    assert groups == len({(ts // 10_000, k) for ts, k in zip(t.column("ts").to_pylist(),
+                                                            t.column("k").to_pylist())})

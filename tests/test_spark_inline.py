@@ -153,7 +153,7 @@ def test_window_join_inline_equals_files(spark, tmp_path):
     kw = dict(on="id", time="ts", window="tumbling:2s", lateness="1s", executors=2)
     a = window_join(spark, lp, rp, **kw)
     b = window_join(spark, lp, rp, result_inline_bytes=0, **kw)
-    assert "LocalTableScan" in a._jdf.queryExecution().executedPlan().toString()
+    assert "FileScan" not in a._jdf.queryExecution().executedPlan().toString()  # in memory
     assert "FileScan" in b._jdf.queryExecution().executedPlan().toString()
     assert_same_frame(a, b)
 
@@ -206,3 +206,57 @@ def test_inline_and_file_parts_mix_into_one_dataframe(spark, tmp_path):
     assert sum(r["k"] is None for r in df.collect()) == len([i for i in range(20) if i % 3 == 0])
     assert sorted(p.name for p in (tmp_path / "q").iterdir()) == ["part-00000.parquet",
                                                                  "part-00001.parquet"]
+
+
+# --- a large inline result: an RDD of Arrow batches, not a LocalRelation ----
+
+@pytest.fixture(scope="module")
+def many_keys(tmp_path_factory):
+    """20,000 events over 20 s with 5,000 keys: ~20,000 result rows, above
+    INLINE_RDD_BYTES of Arrow data but far below the inline bound."""
+    rng = np.random.default_rng(3)
+    n = 20_000
+    table = pa.table({"t": np.sort(rng.integers(0, 20_000, n)), "k": rng.integers(0, 5_000, n)})
+    p = str(tmp_path_factory.mktemp("many") / "events.parquet")
+    pq.write_table(table, p)
+    return p
+
+
+def physical_plan(df):
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def test_a_large_inline_result_is_an_rdd_of_arrow_batches(spark, many_keys):
+    res = run_aggregate(spark, many_keys, time="t", window="tumbling:10s", key="k", aggs=["count"])
+    assert res.inline
+    assert sum(m["result_bytes"] for m in res.metrics) > batch.INLINE_RDD_BYTES
+    plan = physical_plan(res.df)
+    assert "LocalTableScan" not in plan and "FileScan" not in plan and "ExistingRDD" in plan
+
+
+def test_a_small_inline_result_is_a_local_relation(spark, path):
+    res = run_aggregate(spark, path, time="t", window="tumbling:10s", key="s", aggs=["count"])
+    assert res.inline and sum(m["result_bytes"] for m in res.metrics) <= batch.INLINE_RDD_BYTES
+    assert "LocalTableScan" in physical_plan(res.df)
+
+
+def test_a_large_inline_result_has_the_rows_of_files_and_of_spark(spark, many_keys):
+    kw = dict(time="t", window="tumbling:10s", key="k", aggs=["count", "min:t"])
+    inline = run_aggregate(spark, many_keys, **kw).df
+    files = run_aggregate(spark, many_keys, result_inline_bytes=0, **kw).df
+    assert_same_frame(inline, files)
+    ref = spark_window_aggregate(spark, many_keys, **kw)
+    assert_same_frame(inline, ref.select(*inline.columns), nullability=False)
+
+
+@pytest.mark.parametrize("own", [None, "1234"])
+def test_the_sessions_local_relation_threshold_is_left_as_it_was(spark, many_keys, own):
+    key = "spark.sql.execution.arrow.localRelationThreshold"
+    if own is not None:
+        spark.conf.set(key, own)
+    before = spark.conf.get(key)
+    try:
+        run_aggregate(spark, many_keys, time="t", window="tumbling:10s", key="k", aggs=["count"])
+        assert spark.conf.get(key) == before
+    finally:
+        spark.conf.unset(key)

@@ -9,9 +9,10 @@ driver, a larger one as a Parquet file written with pyarrow. The driver
 receives one summary row per task and returns an ordinary DataFrame (show,
 limit, join, write all work; a barrier RDD would refuse ``take``), computed
 once, so every action sees the same rows: ``spark.createDataFrame`` of the
-parts when all came inline (a local relation: using it starts no job that
-reads files back), else ``spark.read.parquet`` of the files, and large
-results never pass through the driver.
+parts when all came inline (a local relation when small, else an RDD of
+their Arrow batches: either way no job reads files back), else
+``spark.read.parquet`` of the files, and large results never pass through
+the driver.
 
 Two sources:
 
@@ -624,10 +625,40 @@ class EarlyFrame:
         return self._make(final)
 
 
+#: the Spark setting under which ``createDataFrame`` of Arrow data builds a
+#: LocalRelation (rows held on the driver) rather than an RDD of Arrow batches
+_LOCAL_RELATION_THRESHOLD = "spark.sql.execution.arrow.localRelationThreshold"
+#: Arrow bytes of an inline result above which its DataFrame is an RDD of
+#: Arrow batches, not a LocalRelation. Measured (local[2], warmed; build, then
+#: use; 4 int64 columns): at 1,000 rows a LocalRelation's collect() is 3x
+#: faster (it runs no job); at 10,000 rows the RDD is as fast or faster for
+#: agg().collect(), collect() and toArrow(); at 72,000 rows the RDD takes
+#: 0.12 s for build and agg(sum).collect() against 0.39 s, 0.09 s against
+#: 0.25 s for toArrow(): a LocalRelation costs the driver the rows'
+#: conversion when it is built and again in every query over it (the
+#: optimizer projects its rows there, the scan ships them in its tasks)
+INLINE_RDD_BYTES = 128 << 10
+_conf_lock = threading.Lock()
+
+
 def _inline_frame(spark: Any, table: pa.Table) -> Any:
     """A DataFrame of the parts that came back inline, with the schema their
-    files would have had (:func:`_spark_schema`)."""
-    return spark.createDataFrame(table, schema=_arrow_to_spark(table.schema))
+    files would have had (:func:`_spark_schema`): a LocalRelation up to
+    :data:`INLINE_RDD_BYTES` of Arrow data, above it an RDD of Arrow record
+    batches (a LogicalRDD) that stay columnar until a task reads them. Spark
+    picks the kind by ``spark.sql.execution.arrow.localRelationThreshold``,
+    set for this call only (the session's own value is restored)."""
+    schema = _arrow_to_spark(table.schema)
+    with _conf_lock:
+        before = conf_get(spark, _LOCAL_RELATION_THRESHOLD)
+        spark.conf.set(_LOCAL_RELATION_THRESHOLD, str(INLINE_RDD_BYTES))
+        try:
+            return spark.createDataFrame(table, schema=schema)
+        finally:
+            if before is None:
+                spark.conf.unset(_LOCAL_RELATION_THRESHOLD)
+            else:
+                spark.conf.set(_LOCAL_RELATION_THRESHOLD, before)
 
 
 def _arrow_to_spark(schema: pa.Schema) -> Any:
