@@ -290,7 +290,7 @@ def in_spark_query(df: Any) -> Any:
     """``--consume spark``'s query over a result: its number of groups and
     their total count (count(*) keeps Spark from dropping the grouping, see
     the module docstring)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # optional dependency: only a Spark side imports it
 
     return df.agg(F.count(F.lit(1)).alias("groups"), F.sum("count").alias("total"))
 
