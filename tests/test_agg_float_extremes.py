@@ -9,7 +9,9 @@ arrival or split); nulls skipped, null when all are null.
 Checked against DuckDB (whose min/max order NaN the same way) through the
 run path, with many rows per window and key so the pending images cover
 long runs, and row by row against the definition over random batches
-(bit for bit, the sign of zero included)."""
+(bit for bit, the sign of zero included). So do first:COL and last:COL of
+doubles, pending as the pair (image of the time, image of the value): the
+value at the earliest / latest time, ties by the same order, a null lowest."""
 from __future__ import annotations
 
 import math
@@ -116,4 +118,35 @@ def test_float_min_and_max_fold_row_by_row_as_the_definition(recs, cuts, aggs):
         vals = [y for kk, tt, y in recs if kk == k and tt // 20 * 20 == w and y is not None]
         want[(w, k)] = (f64_bits(min(vals, key=spark_order_key)) if vals and "min:y" in aggs else None,
                         f64_bits(max(vals, key=spark_order_key)) if vals and "max:y" in aggs else None)
+    assert got == want
+
+
+def _at_key(r):
+    """first/last's order of (time, value): a null below every value."""
+    return (r[1], 0, ()) if r[2] is None else (r[1], 1, spark_order_key(r[2]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 59), VALUE), max_size=300),
+       st.lists(st.integers(0, 300), max_size=4),
+       st.sampled_from([["first:y"], ["count", "last:y"], ["first:y", "last:y", "min:y"]]))
+def test_float_first_and_last_fold_row_by_row_as_the_definition(recs, cuts, aggs):
+    """Times 0..59 over 3 windows of 20 ms tie often: the value at the
+    earliest / latest time, among ties the least / greatest (NaN above
+    every number, -0.0 below 0.0, a null lowest), bit for bit."""
+    cfg = StateConfig(window="tumbling:20ms", aggregates=aggs, value_types={"y": "float64"})
+    bounds = sorted({0, len(recs), *(c for c in cuts if c < len(recs))})
+    with StateBackend(cfg) as sb:
+        for lo, hi in zip(bounds, bounds[1:]):
+            k, t, y = zip(*recs[lo:hi])
+            sb.update(np.array(k, np.int64), np.array(t, np.int64), {"y": pa.array(y, pa.float64())})
+        rows = sb.emit(2**62).to_pylist()
+    got = {(r["window_start"], r["key"]): (f64_bits(r.get("first_y")), f64_bits(r.get("last_y")))
+           for r in rows}
+    want = {}
+    for k, t, _ in recs:
+        w = t // 20 * 20
+        rs = [r for r in recs if r[0] == k and r[1] // 20 * 20 == w]
+        want[(w, k)] = (f64_bits(min(rs, key=_at_key)[2]) if "first:y" in aggs else None,
+                        f64_bits(max(rs, key=_at_key)[2]) if "last:y" in aggs else None)
     assert got == want
