@@ -91,6 +91,18 @@ def test_float_min_and_max_equal_duckdb_with_nans_zeros_infinities_and_nulls(agg
         assert math.isnan(by_key[7]["max_y"]) and by_key[2]["max_y"] == 0.0
 
 
+def _fold_in_batches(recs, cuts, aggs) -> list:
+    """The emitted rows of (key, time, y) records fed to one store in
+    batches cut at `cuts` (each update call flushes its pending images)."""
+    cfg = StateConfig(window="tumbling:20ms", aggregates=aggs, value_types={"y": "float64"})
+    bounds = sorted({0, len(recs), *(c for c in cuts if c < len(recs))})
+    with StateBackend(cfg) as sb:
+        for lo, hi in zip(bounds, bounds[1:]):
+            k, t, y = zip(*recs[lo:hi])
+            sb.update(np.array(k, np.int64), np.array(t, np.int64), {"y": pa.array(y, pa.float64())})
+        return sb.emit(2**62).to_pylist()
+
+
 VALUE = st.one_of(st.none(), st.sampled_from(SPECIALS + [1.5, -2.0, 0.25]))
 
 
@@ -104,13 +116,7 @@ def test_float_min_and_max_fold_row_by_row_as_the_definition(recs, cuts, aggs):
     pending images) give, per window and key, the minimum and maximum of
     the definition's order bit for bit: the fold's images lose nothing,
     not the sign of a zero nor a NaN's place."""
-    cfg = StateConfig(window="tumbling:20ms", aggregates=aggs, value_types={"y": "float64"})
-    bounds = sorted({0, len(recs), *(c for c in cuts if c < len(recs))})
-    with StateBackend(cfg) as sb:
-        for lo, hi in zip(bounds, bounds[1:]):
-            k, t, y = zip(*recs[lo:hi])
-            sb.update(np.array(k, np.int64), np.array(t, np.int64), {"y": pa.array(y, pa.float64())})
-        rows = sb.emit(2**62).to_pylist()
+    rows = _fold_in_batches(recs, cuts, aggs)
     got = {(r["window_start"], r["key"]): (f64_bits(r.get("min_y")), f64_bits(r.get("max_y"))) for r in rows}
     want = {}
     for k, t, _ in recs:
@@ -134,13 +140,7 @@ def test_float_first_and_last_fold_row_by_row_as_the_definition(recs, cuts, aggs
     """Times 0..59 over 3 windows of 20 ms tie often: the value at the
     earliest / latest time, among ties the least / greatest (NaN above
     every number, -0.0 below 0.0, a null lowest), bit for bit."""
-    cfg = StateConfig(window="tumbling:20ms", aggregates=aggs, value_types={"y": "float64"})
-    bounds = sorted({0, len(recs), *(c for c in cuts if c < len(recs))})
-    with StateBackend(cfg) as sb:
-        for lo, hi in zip(bounds, bounds[1:]):
-            k, t, y = zip(*recs[lo:hi])
-            sb.update(np.array(k, np.int64), np.array(t, np.int64), {"y": pa.array(y, pa.float64())})
-        rows = sb.emit(2**62).to_pylist()
+    rows = _fold_in_batches(recs, cuts, aggs)
     got = {(r["window_start"], r["key"]): (f64_bits(r.get("first_y")), f64_bits(r.get("last_y")))
            for r in rows}
     want = {}
