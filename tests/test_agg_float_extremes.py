@@ -10,8 +10,8 @@ Checked against DuckDB (whose min/max order NaN the same way) through the
 run path, with many rows per window and key so the pending images cover
 long runs, and row by row against the definition over random batches
 (bit for bit, the sign of zero included). So do first:COL and last:COL of
-doubles, pending as the pair (image of the time, image of the value): the
-value at the earliest / latest time, ties by the same order, a null lowest."""
+doubles (updated in place): the value at the earliest / latest time, ties by
+the same order, a null lowest."""
 from __future__ import annotations
 
 import math

@@ -537,9 +537,7 @@ static inline void apply(const slash_ssb *s, uint8_t *part, const slash_ssb_batc
  * rows of a call come down to their smallest or largest); a double's image
  * is its bits in min/max's total order (slash_f64_below: one NaN above
  * +inf, -0.0 below 0.0; see f64_order), so the result is the in-place
- * update's, bit for bit. And first/last of values, as a pair of deltas
- * (image of t, image of x) whose lexicographic largest is the kind's
- * (time, value) extreme (crdt.h). The others are applied in place, one
+ * update's, bit for bit. The others are applied in place, one
  * aggregate at a time over a chunk of rows whose records were already found
  * (apply_chunk), so the kind's switch is taken once a chunk instead of once
  * a record. Offsets and value columns are read once into locals, so the
@@ -548,20 +546,14 @@ static inline void apply(const slash_ssb *s, uint8_t *part, const slash_ssb_batc
 typedef struct fold_plan {
     uint32_t n;    /* pending deltas a cache slot (their stride), the times' last */
     bool counted;  /* delta 0 grows by 1 a record (the counts'); the rest by v[j][i] */
-    /* delta j's input (NULL for the counts' and the extremes'); a pair of
-     * first/last takes two deltas, so there may be twice as many as aggregates */
-    const int64_t *v[2 * SLASH_SSB_MAX_AGGS];
+    const int64_t *v[SLASH_SSB_MAX_AGGS]; /* delta j's input (NULL for the counts') */
     uint32_t nflush;                      /* additive aggregates */
     uint32_t off[SLASH_SSB_MAX_AGGS];     /* their partials' offsets */
     uint32_t from[SLASH_SSB_MAX_AGGS];    /* the delta each takes */
-    uint32_t ntime; /* extremes (first/last, min/max): deltas n - nslots .. n - 1 */
-    uint32_t nslots;                      /* the deltas they take (a pair takes two) */
-    uint32_t slot[SLASH_SSB_MAX_AGGS];    /* each one's first, counted from n - nslots */
-    uint64_t xmask[SLASH_SSB_MAX_AGGS];   /* its image: x ^ xmask (see time_image) */
-    const int64_t *src[SLASH_SSB_MAX_AGGS]; /* its column x (min/max, pairs), NULL: the time t */
+    uint32_t ntime; /* extremes (first/last of ones, min/max): deltas n - ntime .. n - 1 */
+    uint64_t xmask[SLASH_SSB_MAX_AGGS];   /* each one's image: x ^ xmask (see time_image) */
+    const int64_t *src[SLASH_SSB_MAX_AGGS]; /* its column x (min/max), NULL: the time t */
     bool f64[SLASH_SSB_MAX_AGGS];         /* x holds doubles: the image is of f64_order(x) */
-    bool pair[SLASH_SSB_MAX_AGGS];        /* first/last of values: (image of t, image of x) */
-    uint64_t txmask[SLASH_SSB_MAX_AGGS];  /* a pair's image of t: t ^ txmask */
     uint32_t toff[SLASH_SSB_MAX_AGGS];    /* its partial's offset */
     slash_agg_kind tkind[SLASH_SSB_MAX_AGGS];
     bool count_only;                      /* the one pending delta is the counts' */
@@ -594,13 +586,14 @@ static inline uint64_t f64_from_order(int64_t o) { return (uint64_t)o ^ ((uint64
 
 static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *pl)
 {
-    pl->n = pl->nflush = pl->nplace = pl->ntime = pl->nslots = 0;
+    pl->n = pl->nflush = pl->nplace = pl->ntime = 0;
     pl->counted = false;
     uint32_t timed[SLASH_SSB_MAX_AGGS];
     for (uint32_t j = 0; j < s->cfg.naggs; j++) {
         const slash_agg_kind k = s->cfg.aggs[j];
-        if (slash_crdt_needs_time(k) || k == SLASH_AGG_MIN_I64 || k == SLASH_AGG_MAX_I64 ||
-            k == SLASH_AGG_MIN_F64 || k == SLASH_AGG_MAX_F64) {
+        if (((k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_LAST_I64) && (b->ones >> j & 1u)) ||
+            k == SLASH_AGG_MIN_I64 || k == SLASH_AGG_MAX_I64 || k == SLASH_AGG_MIN_F64 ||
+            k == SLASH_AGG_MAX_F64) {
             timed[pl->ntime++] = j; /* after the additive ones (below) */
             continue;
         }
@@ -628,18 +621,11 @@ static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *p
         pl->tkind[q] = s->cfg.aggs[j];
         pl->toff[q] = s->agg_off[j];
         const slash_agg_kind k = s->cfg.aggs[j];
-        const bool least = k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_FIRST_F64 ||
-                           k == SLASH_AGG_MIN_I64 || k == SLASH_AGG_MIN_F64;
-        const bool ones = (k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_LAST_I64) && (b->ones >> j & 1u);
-        pl->xmask[q] = pl->txmask[q] = least ? (UINT64_C(1) << 63) - 1 : UINT64_C(1) << 63;
-        pl->f64[q] = slash_crdt_input_is_f64(k);
-        pl->pair[q] = slash_crdt_needs_time(k) && !ones;
-        pl->src[q] = ones ? NULL : b->values[j];
-        pl->slot[q] = pl->nslots;
-        pl->nslots += pl->pair[q] ? 2 : 1;
+        const bool least = k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_MIN_I64 || k == SLASH_AGG_MIN_F64;
+        pl->xmask[q] = least ? (UINT64_C(1) << 63) - 1 : UINT64_C(1) << 63;
+        pl->f64[q] = k == SLASH_AGG_MIN_F64 || k == SLASH_AGG_MAX_F64;
+        pl->src[q] = k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_LAST_I64 ? NULL : b->values[j];
         pl->v[pl->n++] = NULL;
-        if (pl->pair[q])
-            pl->v[pl->n++] = NULL;
     }
     pl->count_only = pl->n == 1 && pl->counted;
 }
@@ -650,24 +636,15 @@ static inline void add_pending(const fold_plan *a, int64_t *acc, size_t i, int64
     uint32_t j = 0;
     if (a->counted)
         acc[0] = slash_wrap_add(acc[0], 1), j = 1;
-    const uint32_t sums = a->n - a->nslots;
+    const uint32_t sums = a->n - a->ntime;
     for (; j < sums; j++)
         acc[j] = slash_wrap_add(acc[j], a->v[j][i]);
     for (uint32_t q = 0; q < a->ntime; q++) {
         int64_t v = a->src[q] ? a->src[q][i] : t;
         v = a->f64[q] ? f64_order((uint64_t)v) : v;
         const uint64_t x = time_image(v, a->xmask[q]);
-        int64_t *p = acc + sums + a->slot[q];
-        const uint64_t y = (uint64_t)p[0];
-        if (!a->pair[q]) {
-            p[0] = (int64_t)(x > y ? x : y);
-            continue;
-        }
-        /* (image of t, image of x): the lexicographic max, by conditional moves */
-        const uint64_t tx = time_image(t, a->txmask[q]), vy = (uint64_t)p[1];
-        const bool take = (tx > y) | ((tx == y) & (x > vy));
-        p[0] = (int64_t)(take ? tx : y);
-        p[1] = (int64_t)(take ? x : vy);
+        const uint64_t y = (uint64_t)acc[sums + q];
+        acc[sums + q] = (int64_t)(x > y ? x : y);
     }
 }
 
@@ -724,17 +701,8 @@ static inline void flush_pending(const fold_plan *a, uint8_t *part, int64_t *acc
         *p = slash_wrap_add(*p, acc[a->from[f]]);
     }
     static const int64_t one = 1;
-    const int64_t *ext = acc + a->n - a->nslots;
     for (uint32_t q = 0; q < a->ntime; q++) {
-        const int64_t *p = ext + a->slot[q];
-        if (a->pair[q]) { /* (t, x) */
-            int64_t x = (int64_t)((uint64_t)p[1] ^ a->xmask[q]);
-            x = a->f64[q] ? (int64_t)f64_from_order(x) : x;
-            const int64_t t = (int64_t)((uint64_t)p[0] ^ a->txmask[q]);
-            slash_crdt_update_at(a->tkind[q], part + a->toff[q], &x, t);
-            continue;
-        }
-        int64_t x = (int64_t)((uint64_t)p[0] ^ a->xmask[q]);
+        int64_t x = (int64_t)((uint64_t)acc[a->n - a->ntime + q] ^ a->xmask[q]);
         x = a->f64[q] ? (int64_t)f64_from_order(x) : x; /* a double's bits */
         if (a->src[q])
             slash_crdt_update(a->tkind[q], part + a->toff[q], &x);
@@ -752,6 +720,7 @@ static inline void flush_pending(const fold_plan *a, uint8_t *part, int64_t *acc
     for (size_t r = 0; r < m; r++)                                                   \
         UPDATE(KIND, recs[r] + off, (VALUES) + rows[r], b->times[rows[r]])
 #define UPDATE_V(k, p, v, t) slash_crdt_update(k, p, v)
+#define UPDATE_AT(k, p, v, t) slash_crdt_update_at(k, p, v, t)
 
 /* Applies the in-place aggregates of the plan for the m rows rows[r], whose
  * partials start at recs[r]; rows in order, so a record sees its rows in
@@ -798,10 +767,10 @@ static void apply_chunk(const slash_ssb *s, const fold_plan *pl, const slash_ssb
         case SLASH_AGG_SUM_F64: FOLD_ROWS(SLASH_AGG_SUM_F64, vf, UPDATE_V); break;
         case SLASH_AGG_AVG_I64: FOLD_ROWS(SLASH_AGG_AVG_I64, vi, UPDATE_V); break;
         case SLASH_AGG_AVG_F64: FOLD_ROWS(SLASH_AGG_AVG_F64, vf, UPDATE_V); break;
-        case SLASH_AGG_FIRST_I64:
-        case SLASH_AGG_FIRST_F64:
-        case SLASH_AGG_LAST_I64:
-        case SLASH_AGG_LAST_F64: break; /* pending (time, value) pairs (plan_init) */
+        case SLASH_AGG_FIRST_I64: FOLD_ROWS(SLASH_AGG_FIRST_I64, vi, UPDATE_AT); break;
+        case SLASH_AGG_FIRST_F64: FOLD_ROWS(SLASH_AGG_FIRST_F64, vf, UPDATE_AT); break;
+        case SLASH_AGG_LAST_I64: FOLD_ROWS(SLASH_AGG_LAST_I64, vi, UPDATE_AT); break;
+        case SLASH_AGG_LAST_F64: FOLD_ROWS(SLASH_AGG_LAST_F64, vf, UPDATE_AT); break;
         case SLASH_AGG_COUNT_DISTINCT: {
             const uint64_t *h = b->values[j];
             if (raw && raw_f)

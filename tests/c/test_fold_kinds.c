@@ -336,11 +336,11 @@ TEST(a_pending_double_min_or_max_over_nans_zeros_and_infinities)
     check_set(&mn, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
     check_set(&mx, SLASH_KEY_INT64, 0, 100000, 200, 0, 100000);
 }
-/* first:x and last:x of doubles and of int64s, pending per cache slot as
- * the pair (image of t, image of x), the lexicographic extreme: alone, with
- * a count and the validity's pending time, beside min/max and an in-place
- * aggregate, over NaNs, zeros and infinities tied on time */
-TEST(pending_first_and_last_pairs_over_nans_zeros_and_ties)
+/* first:x and last:x of doubles and of int64s, in place: alone, with a
+ * count and the validity's pending time, beside pending min/max and another
+ * in-place aggregate, over NaNs, zeros and infinities tied on time, and the
+ * most aggregates a store takes */
+TEST(first_and_last_over_nans_zeros_and_ties)
 {
     kindset f = {3, {SLASH_AGG_COUNT, SLASH_AGG_FIRST_F64, SLASH_AGG_FIRST_I64}, 1u << 2, 0, 0, 0, 1};
     check_shapes(&f);
@@ -354,7 +354,7 @@ TEST(pending_first_and_last_pairs_over_nans_zeros_and_ties)
                          SLASH_AGG_SUM_F64, SLASH_AGG_MAX_I64}, 0, 0, 0, 0, 1};
     check_shapes(&mixed);
     check_set(&l, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
-    /* the most aggregates a store takes, nearly all pairs: twice as many deltas */
+    /* the most aggregates a store takes, nearly all first/last */
     kindset full = {MAXK, {SLASH_AGG_COUNT}, 0, 0, 0, 0, 1};
     for (int j = 1; j < MAXK; j++)
         full.k[j] = (slash_agg_kind)(SLASH_AGG_FIRST_I64 + j % 4);
@@ -406,7 +406,7 @@ int main(void)
     RUN(a_validity_of_ones_before_the_count_and_without_one);
     RUN(a_count_a_validity_of_ones_and_a_pending_min_or_max);
     RUN(a_pending_double_min_or_max_over_nans_zeros_and_infinities);
-    RUN(pending_first_and_last_pairs_over_nans_zeros_and_ties);
+    RUN(first_and_last_over_nans_zeros_and_ties);
     RUN(first_and_last_of_a_validity_of_ones);
     RUN(first_or_last_alone_with_a_validity_of_ones);
     RUN(two_int_sums_and_two_validities_of_ones);
