@@ -2,6 +2,9 @@
 reference query for tumbling, sliding and session windows."""
 from __future__ import annotations
 
+import math
+import struct
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -181,3 +184,17 @@ def slash_run_cli(path: str, out, window: str, key: str, aggs, executors: int = 
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return pq.read_table(out)
+
+
+def spark_order_key(v: float):
+    """Spark's order of doubles, made total as the partials keep it: NaN
+    above every number, -0.0 below 0.0."""
+    return (1, 0.0, 0) if math.isnan(v) else (0, v, 0 if math.copysign(1.0, v) < 0 else 1)
+
+
+def f64_bits(v):
+    """A double result as comparable bits: every NaN alike (one NaN whatever
+    the payload); None stays None."""
+    if v is None:
+        return None
+    return "NaN" if math.isnan(v) else struct.pack("<d", v)

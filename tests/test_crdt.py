@@ -5,7 +5,6 @@ or more epochs, merging the parts' deltas gives exactly the single-store
 result, for tumbling, sliding and session windows and both key types."""
 from __future__ import annotations
 
-import math
 import struct
 
 import numpy as np
@@ -15,7 +14,7 @@ from hypothesis import strategies as st
 
 from slash import StateBackend, StateConfig
 
-from _state_reference import AGGS, VALUE_TYPES, sort_rows
+from _state_reference import AGGS, VALUE_TYPES, f64_bits, sort_rows, spark_order_key
 
 WINDOWS = ["tumbling:20ms", "sliding:30ms/10ms", "sliding:25ms/10ms", "session:7ms"]
 
@@ -130,18 +129,6 @@ SPECIAL = st.sampled_from([float("nan"), -float("nan"), struct.unpack("<d", stru
                            -0.0, 0.0, float("inf"), -float("inf"), 1.5, -2.0, None])
 
 
-def _spark_key(v: float):
-    """Spark's order of doubles, made total: NaN above every number, -0.0 below 0.0."""
-    return (1, 0.0, 0) if math.isnan(v) else (0, v, 0 if math.copysign(1.0, v) < 0 else 1)
-
-
-def _bits(v):
-    """A result as comparable bits: every NaN alike (one NaN whatever the payload)."""
-    if v is None:
-        return None
-    return "NaN" if math.isnan(v) else struct.pack("<d", v)
-
-
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 39), SPECIAL), max_size=60),
        st.integers(1, 4), st.randoms())
@@ -177,13 +164,13 @@ def test_float_min_max_order_nan_as_spark_through_any_merge(recs, nparts, rnd):
         d.release()
     again.reset_delta()
     again.close()
-    got = {(r["window_start"], r["key"]): (_bits(r["min_y"]), _bits(r["max_y"]))
+    got = {(r["window_start"], r["key"]): (f64_bits(r["min_y"]), f64_bits(r["max_y"]))
            for r in leader.emit(2**62).to_pylist()}
     leader.close()
     want = {}
     for k in {r[0] for r in recs}:
         for w in {r[1] // 20 * 20 for r in recs if r[0] == k}:
             vals = [y for kk, t, y in recs if kk == k and t // 20 * 20 == w and y is not None]
-            want[(w, k)] = ((_bits(min(vals, key=_spark_key)), _bits(max(vals, key=_spark_key)))
+            want[(w, k)] = ((f64_bits(min(vals, key=spark_order_key)), f64_bits(max(vals, key=spark_order_key)))
                             if vals else (None, None))
     assert got == want

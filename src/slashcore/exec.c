@@ -40,6 +40,7 @@
 
 #include "slash/backoff.h"
 #include "slash/leadermap.h"
+#include "buf.h"
 #include "exec_impl.h"
 #include "exec_test.h"
 #include "ssb_impl.h" /* the key hash, so repartitioning spreads keys like the store */
@@ -195,13 +196,15 @@ static slash_status handle(slash_exec *ex, uint32_t r, const uint8_t *buf, size_
         h.frag != len - sizeof h || h.offset + h.frag > a->total)
         return slash_fail(SLASH_EPROTO, "exec: rank %u sent a delta fragment out of order", r);
     if (a->len + h.frag > a->cap) { /* grow with what arrived, not with what the header claims */
-        size_t cap = a->cap * 2 > a->len + h.frag ? a->cap * 2 : a->len + h.frag;
-        cap = cap < a->total ? cap : a->total;
-        uint8_t *nb = realloc(a->buf, cap);
-        if (!nb)
-            return slash_fail(SLASH_ENOMEM, "exec: out of memory for a %llu-byte delta",
-                              (unsigned long long)a->total);
-        a->buf = nb, a->cap = cap;
+        static const char what[] = "exec: a delta's fragments";
+        size_t cap;
+        slash_status st = slash_buf_next_cap(a->cap, a->len + h.frag, h.frag, 1, what, &cap);
+        if (st != SLASH_OK)
+            return st;
+        cap = cap < a->total ? cap : a->total; /* >= len + frag, checked above */
+        if ((st = slash_buf_resize((void **)&a->buf, cap, 1, what)) != SLASH_OK)
+            return st;
+        a->cap = cap;
     }
     if (h.frag) /* an empty fragment may meet a buffer not yet allocated */
         memcpy(a->buf + a->len, buf + sizeof h, h.frag);

@@ -31,6 +31,7 @@
  * none: it is given up only when some executor finished without sending
  * CKPT(key), and then no executor can gather CKPT(key) from all.
  */
+#include "buf.h"
 #include "exec_impl.h"
 
 #include "join_impl.h"
@@ -234,14 +235,11 @@ static slash_status snapshot(slash_exec *ex, uint64_t id, slash_ckpt **out)
 
 static slash_status queue_image(exec_ckpt *c, slash_ckpt *ck)
 {
-    if (c->ndone == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 4;
-        slash_ckpt **nd = realloc(c->done, cap * sizeof *nd);
-        if (!nd) {
-            slash_ckpt_free(ck);
-            return slash_fail(SLASH_ENOMEM, "checkpoint queue");
-        }
-        c->done = nd, c->cap = cap;
+    slash_status st = slash_buf_grow((void **)&c->done, &c->cap, c->ndone + 1, sizeof *c->done, 4,
+                                     "checkpoint queue");
+    if (st != SLASH_OK) {
+        slash_ckpt_free(ck);
+        return st;
     }
     c->done[c->ndone++] = ck;
     return SLASH_OK;

@@ -103,7 +103,7 @@ typedef struct exec_moves {
      * peer whose marker has not arrived yet still sends by an older one */
     uint32_t *hist;
     uint64_t hist_base;
-    size_t hist_n;
+    size_t hist_n, hist_cap; /* versions held; entries allocated (slash_buf_grow) */
     int32_t *pend_to;      /* per partition: its rank in the adopted version (-1: unmoved) */
     uint64_t *peer_ver;    /* per rank: version of its stream (its last MAP marker) */
     bool pending;          /* version map.version + 1 adopted, not yet switched to */

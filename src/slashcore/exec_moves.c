@@ -45,6 +45,7 @@
 
 #include "slash/backoff.h" /* slash_now_ns */
 #include "slash/leadermap.h"
+#include "buf.h"
 #include "exec_impl.h"
 
 #include <stdlib.h>
@@ -71,7 +72,7 @@ slash_status exec_moves_init(slash_exec *ex)
     mv->hist = malloc(P * sizeof *mv->hist);
     if (mv->hist)
         memcpy(mv->hist, mv->map.leader, P * sizeof *mv->hist);
-    mv->hist_n = 1;
+    mv->hist_n = 1, mv->hist_cap = mv->hist ? P : 0;
     mv->owe_ver = calloc(P, sizeof *mv->owe_ver);
     mv->since_ns = calloc(P, sizeof *mv->since_ns);
     if (!mv->peer_ver || !mv->await_from || !mv->hin || !mv->pend_parts || !mv->pend_ranks ||
@@ -204,11 +205,11 @@ slash_status exec_moves_switch(slash_exec *ex)
         memmove(mv->hist, mv->hist + drop * P, (mv->hist_n - drop) * P * sizeof *mv->hist);
         mv->hist_base = oldest, mv->hist_n -= drop;
     }
-    uint32_t *nh = realloc(mv->hist, (mv->hist_n + 1) * P * sizeof *nh);
-    if (!nh)
-        return slash_fail(SLASH_ENOMEM, "exec: out of memory for the leader map");
-    mv->hist = nh;
-    memcpy(mv->hist + mv->hist_n * P, mv->map.leader, P * sizeof *nh);
+    st = slash_buf_grow((void **)&mv->hist, &mv->hist_cap, (mv->hist_n + 1) * P, sizeof *mv->hist, P,
+                        "exec: the leader map's history");
+    if (st != SLASH_OK)
+        return st;
+    memcpy(mv->hist + mv->hist_n * P, mv->map.leader, P * sizeof *mv->hist);
     mv->hist_n++;
     mv->pending = false;
     for (uint32_t i = 0; i < mv->npend; i++)

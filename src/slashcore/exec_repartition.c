@@ -16,6 +16,7 @@
  * executor's current leader map (as deltas do), so a checkpoint holds each
  * partition at one executor; rows of one message are of one side.
  */
+#include "buf.h"
 #include "exec_impl.h"
 #include "ssb_impl.h" /* the key hash, so repartitioning spreads keys like the store */
 
@@ -107,18 +108,6 @@ static slash_status append_row(slash_exec *ex, uint32_t r, const slash_ssb_batch
     return SLASH_OK;
 }
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    void *np = realloc(*p, need * elem);
-    if (!np)
-        return false;
-    *p = np;
-    *cap = need;
-    return true;
-}
-
 /* Decodes rows received from rank r and folds them into the leader store. */
 slash_status exec_apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, size_t len,
                                uint64_t rows, uint32_t side)
@@ -129,23 +118,23 @@ slash_status exec_apply_rows(slash_exec *ex, uint32_t r, const uint8_t *p, size_
     slash_key_type kt = exec_key_type(ex);
     if (rows > len / 9) /* a row takes >= 9 bytes: refuse a count the payload cannot hold */
         goto bad;
-    if ((size_t)rows + 1 > d->cap) { /* offs holds rows + 1 entries */
-        size_t cap = d->cap, need = (size_t)rows + 1;
-        bool ok = grow((void **)&d->times, &cap, need, 8);
-        cap = d->cap;
-        ok = ok && grow((void **)&d->keys, &cap, need, 8);
-        cap = d->cap;
-        ok = ok && grow((void **)&d->offs, &cap, need, 8);
-        for (uint32_t j = 0; j < EXEC_MAX_COLS && ok; j++) {
-            cap = d->cap;
-            ok = grow((void **)&d->vals[j], &cap, need, 8);
-        }
-        if (!ok)
-            return slash_fail(SLASH_ENOMEM, "exec: out of memory decoding rows");
-        d->cap = need;
+    if ((size_t)rows + 1 > d->cap) { /* offs holds rows + 1 entries; the columns share cap */
+        static const char what[] = "exec: decoding rows";
+        size_t cap;
+        slash_status st = slash_buf_next_cap(d->cap, (size_t)rows + 1, 256, 8, what, &cap);
+        if (st == SLASH_OK && (st = slash_buf_resize((void **)&d->times, cap, 8, what)) == SLASH_OK &&
+            (st = slash_buf_resize((void **)&d->keys, cap, 8, what)) == SLASH_OK)
+            st = slash_buf_resize((void **)&d->offs, cap, 8, what);
+        for (uint32_t j = 0; j < EXEC_MAX_COLS && st == SLASH_OK; j++)
+            st = slash_buf_resize((void **)&d->vals[j], cap, 8, what);
+        if (st != SLASH_OK)
+            return st;
+        d->cap = cap;
     }
-    if (!grow((void **)&d->data, &d->data_cap, len ? len : 1, 1))
-        return slash_fail(SLASH_ENOMEM, "exec: out of memory decoding rows");
+    slash_status gst = slash_buf_grow((void **)&d->data, &d->data_cap, len ? len : 1, 1, 4096,
+                                      "exec: decoding rows");
+    if (gst != SLASH_OK)
+        return gst;
     const uint8_t *end = p + len;
     size_t kd = 0;
     d->offs[0] = 0;

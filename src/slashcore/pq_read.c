@@ -14,6 +14,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "slash/pq_read.h"
 
+#include "buf.h"
+
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -69,21 +71,9 @@ void slash_pq_reader_free(slash_pq_reader *r)
     free(r);
 }
 
-/* Grows *buf to at least need bytes (contents kept). 0, or -1 out of memory. */
-static int grow(uint8_t **buf, size_t *cap, size_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 4096;
-    while (n < need)
-        n = n > SIZE_MAX / 2 ? need : n * 2;
-    uint8_t *p = realloc(*buf, n);
-    if (!p)
-        return -1;
-    *buf = p;
-    *cap = n;
-    return 0;
-}
+/* The reader's byte buffers (file, page, levels, values, dictionary) grow
+ * by slash_buf_grow from this many bytes. */
+#define PQ_BUF_FIRST 4096
 
 static inline uint64_t load_le64(const uint8_t *p)
 {
@@ -666,8 +656,10 @@ static slash_status page_values(chunk_state *s, const uint8_t *v, size_t vn, int
     int w = s->w;
     uint8_t *dst = s->out + (size_t)s->done * (size_t)w;
     if (present < n) {
-        if (grow(&r->vals, &r->vals_cap, (size_t)present * (size_t)w + 8))
-            return slash_fail(SLASH_ENOMEM, "pq reader: out of memory");
+        slash_status st = slash_buf_grow((void **)&r->vals, &r->vals_cap,
+                                         (size_t)present * (size_t)w + 8, 1, PQ_BUF_FIRST, "pq reader");
+        if (st != SLASH_OK)
+            return st;
         dst = r->vals;
     }
     if (enc == ENC_PLAIN) {
@@ -720,8 +712,10 @@ static slash_status page_levels(chunk_state *s, const uint8_t *l, size_t ln, int
     if (s->c->max_def == 0)
         return SLASH_OK;
     slash_pq_reader *r = s->r;
-    if (grow(&r->levels, &r->levels_cap, (size_t)n + 1))
-        return slash_fail(SLASH_ENOMEM, "pq reader: out of memory");
+    slash_status st;
+    if ((st = slash_buf_grow((void **)&r->levels, &r->levels_cap, (size_t)n + 1,
+                             1, PQ_BUF_FIRST, "pq reader")) != SLASH_OK)
+        return st;
     if (!decode_levels(l, l + ln, 1, 1, r->levels, n, present))
         return MALFORMED("definition levels malformed");
     *lev = r->levels;
@@ -741,10 +735,12 @@ static slash_status page_body(chunk_state *s, const uint8_t *b, size_t bn, int64
     slash_pq_reader *r = s->r;
     if (ulen < 0)
         return MALFORMED("negative uncompressed size");
-    if (grow(&r->page, &r->page_cap, (size_t)ulen + 1))
-        return slash_fail(SLASH_ENOMEM, "pq reader: out of memory");
+    slash_status st;
+    if ((st = slash_buf_grow((void **)&r->page, &r->page_cap, (size_t)ulen + 1,
+                             1, PQ_BUF_FIRST, "pq reader")) != SLASH_OK)
+        return st;
     size_t got;
-    slash_status st = slash_pq_snappy(b, bn, r->page, (size_t)ulen, &got);
+    st = slash_pq_snappy(b, bn, r->page, (size_t)ulen, &got);
     if (st != SLASH_OK)
         return st;
     if (got != (size_t)ulen)
@@ -776,8 +772,9 @@ static slash_status dict_page(chunk_state *s, const page_header *h, const uint8_
         return st;
     if ((uint64_t)h->num_values * (uint64_t)s->pw > vn)
         return MALFORMED("dictionary page shorter than its values");
-    if (grow(&r->dict, &r->dict_cap, (size_t)h->num_values * (size_t)s->w + 8))
-        return slash_fail(SLASH_ENOMEM, "pq reader: out of memory");
+    if ((st = slash_buf_grow((void **)&r->dict, &r->dict_cap, (size_t)h->num_values * (size_t)s->w + 8,
+                             1, PQ_BUF_FIRST, "pq reader")) != SLASH_OK)
+        return st;
     decode_plain(v, vn, s->pw, r->dict, s->w, h->num_values);
     r->dict_n = h->num_values;
     return SLASH_OK;
@@ -914,8 +911,10 @@ slash_status slash_pq_read_fd(slash_pq_reader *r, int fd, int64_t offset, int64_
     if (offset > (int64_t)sb.st_size || len > (int64_t)sb.st_size - offset)
         return MALFORMED("chunk at %lld+%lld past the file's %lld bytes", (long long)offset,
                          (long long)len, (long long)sb.st_size);
-    if (grow(&r->file, &r->file_cap, (size_t)len + 1))
-        return slash_fail(SLASH_ENOMEM, "pq reader: out of memory");
+    slash_status st;
+    if ((st = slash_buf_grow((void **)&r->file, &r->file_cap, (size_t)len + 1,
+                             1, PQ_BUF_FIRST, "pq reader")) != SLASH_OK)
+        return st;
     size_t got = 0;
     while (got < (size_t)len) {
         ssize_t k = pread(fd, r->file + got, (size_t)len - got, (off_t)(offset + (int64_t)got));

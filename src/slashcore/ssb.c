@@ -533,9 +533,11 @@ static inline void apply(const slash_ssb *s, uint8_t *part, const slash_ssb_batc
  * earliest or latest t, 1), kept per cache slot as the largest of an
  * order-preserving image of t (a max, so the slot's zero is its identity)
  * and applied with the kind's own update when flushed (a flush always
- * follows a row). So do int64 min and max, as the image of the values (the
- * rows of a call come down to their smallest or largest). The others are
- * applied in place, one
+ * follows a row). So do min and max, as the image of the values (the
+ * rows of a call come down to their smallest or largest); a double's image
+ * is its bits in min/max's total order (slash_f64_below: one NaN above
+ * +inf, -0.0 below 0.0; see f64_order), so the result is the in-place
+ * update's, bit for bit. The others are applied in place, one
  * aggregate at a time over a chunk of rows whose records were already found
  * (apply_chunk), so the kind's switch is taken once a chunk instead of once
  * a record. Offsets and value columns are read once into locals, so the
@@ -548,9 +550,10 @@ typedef struct fold_plan {
     uint32_t nflush;                      /* additive aggregates */
     uint32_t off[SLASH_SSB_MAX_AGGS];     /* their partials' offsets */
     uint32_t from[SLASH_SSB_MAX_AGGS];    /* the delta each takes */
-    uint32_t ntime; /* extremes (first/last of ones, int64 min/max): deltas n - ntime .. n - 1 */
+    uint32_t ntime; /* extremes (first/last of ones, min/max): deltas n - ntime .. n - 1 */
     uint64_t xmask[SLASH_SSB_MAX_AGGS];   /* each one's image: x ^ xmask (see time_image) */
     const int64_t *src[SLASH_SSB_MAX_AGGS]; /* its column x (min/max), NULL: the time t */
+    bool f64[SLASH_SSB_MAX_AGGS];         /* x holds doubles: the image is of f64_order(x) */
     uint32_t toff[SLASH_SSB_MAX_AGGS];    /* its partial's offset */
     slash_agg_kind tkind[SLASH_SSB_MAX_AGGS];
     bool count_only;                      /* the one pending delta is the counts' */
@@ -559,8 +562,27 @@ typedef struct fold_plan {
 } fold_plan;
 
 /* The pending image of time t of a first (xmask 2^63 - 1: a larger image
- * is an earlier t) or last (2^63: a later t) of ones; 0 is the identity. */
+ * is an earlier t) or last (2^63: a later t) of ones; 0 is the identity.
+ * The same of an int64 min (2^63 - 1) or max (2^63). */
 static inline uint64_t time_image(int64_t t, uint64_t xmask) { return (uint64_t)t ^ xmask; }
+
+#define F64_SIGN (UINT64_C(1) << 63)
+#define F64_INF_BITS UINT64_C(0x7ff0000000000000)
+#define F64_NAN_BITS UINT64_C(0x7ff8000000000000) /* the quiet NaN min/max keep */
+
+/* The bits x of a double as an int64 whose order is slash_f64_below's: a
+ * NaN (any sign or payload) becomes the one quiet NaN, above +inf; a
+ * negative double's magnitude bits are flipped, so -0.0 (-1) is below 0.0
+ * (0) and -inf the least. Its images (time_image) are never 0: a negative
+ * NaN's or a payload NaN's would be, and NaNs are made the one NaN first. */
+static inline int64_t f64_order(uint64_t x)
+{
+    x = (x & ~F64_SIGN) > F64_INF_BITS ? F64_NAN_BITS : x;
+    return (int64_t)(x ^ ((uint64_t)((int64_t)x >> 63) >> 1));
+}
+
+/* The double's bits back from f64_order's int64 (flipping is its own inverse). */
+static inline uint64_t f64_from_order(int64_t o) { return (uint64_t)o ^ ((uint64_t)(o >> 63) >> 1); }
 
 static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *pl)
 {
@@ -570,7 +592,8 @@ static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *p
     for (uint32_t j = 0; j < s->cfg.naggs; j++) {
         const slash_agg_kind k = s->cfg.aggs[j];
         if (((k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_LAST_I64) && (b->ones >> j & 1u)) ||
-            k == SLASH_AGG_MIN_I64 || k == SLASH_AGG_MAX_I64) {
+            k == SLASH_AGG_MIN_I64 || k == SLASH_AGG_MAX_I64 || k == SLASH_AGG_MIN_F64 ||
+            k == SLASH_AGG_MAX_F64) {
             timed[pl->ntime++] = j; /* after the additive ones (below) */
             continue;
         }
@@ -598,9 +621,10 @@ static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *p
         pl->tkind[q] = s->cfg.aggs[j];
         pl->toff[q] = s->agg_off[j];
         const slash_agg_kind k = s->cfg.aggs[j];
-        const bool least = k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_MIN_I64;
+        const bool least = k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_MIN_I64 || k == SLASH_AGG_MIN_F64;
         pl->xmask[q] = least ? (UINT64_C(1) << 63) - 1 : UINT64_C(1) << 63;
-        pl->src[q] = k == SLASH_AGG_MIN_I64 || k == SLASH_AGG_MAX_I64 ? b->values[j] : NULL;
+        pl->f64[q] = k == SLASH_AGG_MIN_F64 || k == SLASH_AGG_MAX_F64;
+        pl->src[q] = k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_LAST_I64 ? NULL : b->values[j];
         pl->v[pl->n++] = NULL;
     }
     pl->count_only = pl->n == 1 && pl->counted;
@@ -616,7 +640,9 @@ static inline void add_pending(const fold_plan *a, int64_t *acc, size_t i, int64
     for (; j < sums; j++)
         acc[j] = slash_wrap_add(acc[j], a->v[j][i]);
     for (uint32_t q = 0; q < a->ntime; q++) {
-        const uint64_t x = time_image(a->src[q] ? a->src[q][i] : t, a->xmask[q]);
+        int64_t v = a->src[q] ? a->src[q][i] : t;
+        v = a->f64[q] ? f64_order((uint64_t)v) : v;
+        const uint64_t x = time_image(v, a->xmask[q]);
         const uint64_t y = (uint64_t)acc[sums + q];
         acc[sums + q] = (int64_t)(x > y ? x : y);
     }
@@ -626,7 +652,8 @@ static inline void add_pending(const fold_plan *a, int64_t *acc, size_t i, int64
 enum pend_shape {
     PEND_COUNT,      /* count_only */
     PEND_COUNT_SUM,  /* the counts' delta and one int64 sum's */
-    PEND_COUNT_TIME, /* the counts' delta and one extreme (first/last of ones, min, max) */
+    PEND_COUNT_TIME, /* the counts' delta and one extreme (first/last of ones, int64 min, max) */
+    PEND_COUNT_F64,  /* the counts' delta and one double min or max */
     PEND_ANY
 };
 
@@ -635,14 +662,14 @@ static inline enum pend_shape pend_shape_of(const fold_plan *pl)
     if (pl->count_only)
         return PEND_COUNT;
     if (pl->n == 2 && pl->counted)
-        return pl->ntime ? PEND_COUNT_TIME : PEND_COUNT_SUM;
+        return !pl->ntime ? PEND_COUNT_SUM : pl->f64[0] ? PEND_COUNT_F64 : PEND_COUNT_TIME;
     return PEND_ANY;
 }
 
 /* Adds record i (at time t) to the pending deltas at acc (its cache
  * slot's); shape: pend_shape_of(pl), sum: pl->v[1] for PEND_COUNT_SUM,
- * xmask: pl->xmask[0] for PEND_COUNT_TIME (whose column is sum: pl->src[0],
- * NULL for the time t), passed from locals (the build
+ * xmask: pl->xmask[0] for PEND_COUNT_TIME and PEND_COUNT_F64 (whose column
+ * is sum: pl->src[0], NULL for the time t), passed from locals (the build
  * may not assume strict aliasing, so a load through pl would repeat after
  * every store). */
 static inline void add_pending_row(const fold_plan *a, enum pend_shape shape, const int64_t *sum,
@@ -656,6 +683,10 @@ static inline void add_pending_row(const fold_plan *a, enum pend_shape shape, co
     } else if (shape == PEND_COUNT_TIME) {
         acc[0] = slash_wrap_add(acc[0], 1);
         const uint64_t x = time_image(sum ? sum[i] : t, xmask), y = (uint64_t)acc[1];
+        acc[1] = (int64_t)(x > y ? x : y);
+    } else if (shape == PEND_COUNT_F64) {
+        acc[0] = slash_wrap_add(acc[0], 1);
+        const uint64_t x = time_image(f64_order((uint64_t)sum[i]), xmask), y = (uint64_t)acc[1];
         acc[1] = (int64_t)(x > y ? x : y);
     } else {
         add_pending(a, acc, i, t);
@@ -671,7 +702,8 @@ static inline void flush_pending(const fold_plan *a, uint8_t *part, int64_t *acc
     }
     static const int64_t one = 1;
     for (uint32_t q = 0; q < a->ntime; q++) {
-        const int64_t x = (int64_t)((uint64_t)acc[a->n - a->ntime + q] ^ a->xmask[q]);
+        int64_t x = (int64_t)((uint64_t)acc[a->n - a->ntime + q] ^ a->xmask[q]);
+        x = a->f64[q] ? (int64_t)f64_from_order(x) : x; /* a double's bits */
         if (a->src[q])
             slash_crdt_update(a->tkind[q], part + a->toff[q], &x);
         else
@@ -729,10 +761,10 @@ static void apply_chunk(const slash_ssb *s, const fold_plan *pl, const slash_ssb
         case SLASH_AGG_COUNT:
         case SLASH_AGG_SUM_I64:
         case SLASH_AGG_MIN_I64:
-        case SLASH_AGG_MAX_I64: break; /* pending deltas and extremes (plan_init) */
+        case SLASH_AGG_MAX_I64:
+        case SLASH_AGG_MIN_F64:
+        case SLASH_AGG_MAX_F64: break; /* pending deltas and extremes (plan_init) */
         case SLASH_AGG_SUM_F64: FOLD_ROWS(SLASH_AGG_SUM_F64, vf, UPDATE_V); break;
-        case SLASH_AGG_MIN_F64: FOLD_ROWS(SLASH_AGG_MIN_F64, vf, UPDATE_V); break;
-        case SLASH_AGG_MAX_F64: FOLD_ROWS(SLASH_AGG_MAX_F64, vf, UPDATE_V); break;
         case SLASH_AGG_AVG_I64: FOLD_ROWS(SLASH_AGG_AVG_I64, vi, UPDATE_V); break;
         case SLASH_AGG_AVG_F64: FOLD_ROWS(SLASH_AGG_AVG_F64, vf, UPDATE_V); break;
         case SLASH_AGG_FIRST_I64: FOLD_ROWS(SLASH_AGG_FIRST_I64, vi, UPDATE_AT); break;
@@ -1137,8 +1169,11 @@ static __attribute__((noinline)) size_t runs_i64(slash_ssb *s, const slash_ssb_b
         } else if (shape == PEND_COUNT_TIME && pl->nplace) { /* first/last of a nullable column */
             i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT_TIME, pl->src[0],
                          pl->xmask[0], true, 2, &stop, st);
-        } else if (shape == PEND_COUNT_TIME) { /* min/max */
+        } else if (shape == PEND_COUNT_TIME) { /* int64 min/max */
             i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT_TIME, pl->src[0],
+                         pl->xmask[0], false, 2, &stop, st);
+        } else if (shape == PEND_COUNT_F64 && !pl->nplace) { /* double min/max */
+            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT_F64, pl->src[0],
                          pl->xmask[0], false, 2, &stop, st);
         } else {
             i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_ANY, NULL, 0, pl->nplace != 0,
@@ -1168,9 +1203,9 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     fold_plan pl;
     plan_init(s, b, &pl);
     const enum pend_shape shape = pend_shape_of(&pl); /* in locals: see add_pending_row */
-    const int64_t *const sum = shape == PEND_COUNT_SUM ? pl.v[1]
-                               : shape == PEND_COUNT_TIME ? pl.src[0] : NULL;
-    const uint64_t xmask = shape == PEND_COUNT_TIME ? pl.xmask[0] : 0;
+    const bool extreme = shape == PEND_COUNT_TIME || shape == PEND_COUNT_F64;
+    const int64_t *const sum = shape == PEND_COUNT_SUM ? pl.v[1] : extreme ? pl.src[0] : NULL;
+    const uint64_t xmask = extreme ? pl.xmask[0] : 0;
     const uint32_t stride = pl.n;
     fast_entry *fast = i64 ? calloc(SSB_FAST, sizeof *fast) : NULL;
     fast_bytes *fastb = i64 ? NULL : calloc(SSB_FAST, sizeof *fastb);

@@ -13,6 +13,7 @@
  * earliest emit time touching one of its live records) is after the emit
  * time is not scanned; its watermark rises all the same.
  */
+#include "buf.h"
 #include "ssb_impl.h"
 
 #include <stdlib.h>
@@ -31,33 +32,25 @@ void slash_ssb_result_free(slash_ssb_result *r)
     free(r);
 }
 
-static slash_status grow(void **p, size_t elem, size_t cap)
-{
-    void *q = realloc(*p, elem * cap);
-    if (!q)
-        return slash_fail(SLASH_ENOMEM, "emit result of %zu rows", cap);
-    *p = q;
-    return SLASH_OK;
-}
-
 static slash_status result_reserve(const slash_ssb *s, slash_ssb_result *res, size_t rows)
 {
     if (rows <= res->cap)
         return SLASH_OK;
-    size_t cap = res->cap ? res->cap : 256;
-    while (cap < rows)
-        cap *= 2;
+    static const char what[] = "emit result"; /* the columns share one capacity */
+    size_t cap;
     slash_status st;
-    if ((st = grow((void **)&res->window_start, 8, cap)) || (st = grow((void **)&res->window_end, 8, cap)))
+    if ((st = slash_buf_next_cap(res->cap, rows, 256, 8, what, &cap)) ||
+        (st = slash_buf_resize((void **)&res->window_start, cap, 8, what)) ||
+        (st = slash_buf_resize((void **)&res->window_end, cap, 8, what)))
         return st;
     if (s->cfg.key_type == SLASH_KEY_INT64) {
-        if ((st = grow((void **)&res->keys, 8, cap)))
+        if ((st = slash_buf_resize((void **)&res->keys, cap, 8, what)))
             return st;
-    } else if ((st = grow((void **)&res->key_offsets, 8, cap + 1))) {
+    } else if ((st = slash_buf_resize((void **)&res->key_offsets, cap + 1, 8, what))) {
         return st;
     }
     for (uint32_t j = 0; j < s->cfg.naggs; j++)
-        if ((st = grow(&res->columns[j], 8, cap)))
+        if ((st = slash_buf_resize(&res->columns[j], cap, 8, what)))
             return st;
     res->cap = cap;
     return SLASH_OK;
@@ -77,14 +70,9 @@ static slash_status result_add(const slash_ssb *s, slash_ssb_result *res, int64_
     if (s->cfg.key_type == SLASH_KEY_INT64) {
         memcpy(&res->keys[i], key, 8);
     } else {
-        if (res->key_data_len + r->key_len > res->key_data_cap) {
-            size_t cap = res->key_data_cap ? res->key_data_cap * 2 : 4096;
-            while (cap < res->key_data_len + r->key_len)
-                cap *= 2;
-            if ((st = grow((void **)&res->key_data, 1, cap)))
-                return st;
-            res->key_data_cap = cap;
-        }
+        if ((st = slash_buf_grow((void **)&res->key_data, &res->key_data_cap,
+                                 res->key_data_len + r->key_len, 1, 4096, "emit result keys")))
+            return st;
         if (r->key_len) /* an empty key may leave key_data NULL: no NULL + 0 */
             memcpy(res->key_data + res->key_data_len, key, r->key_len);
         res->key_offsets[i] = (int64_t)res->key_data_len;

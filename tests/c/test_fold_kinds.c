@@ -12,6 +12,8 @@
  * slash_crdt_update_at, whose results are compared bit for bit with the
  * store's emitted columns (float sums included: both add in row order).
  */
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,13 +31,16 @@
 /* A set of aggregates; ones: bit j, aggregate j reads a column of ones
  * (else its kind's column), hinted as such to the fold when hint is set;
  * raw: bit j, sketch j reads the int64 (or where raw_f64 has bit j, the
- * double) values themselves, which the fold hashes (slash_ssb_batch.hash_raw). */
+ * double) values themselves, which the fold hashes (slash_ssb_batch.hash_raw);
+ * specials: the double column holds NaNs (either sign, payloads), -0.0,
+ * 0.0 and infinities (see make). */
 typedef struct kindset {
     int n;
     slash_agg_kind k[MAXK];
     uint32_t ones;
     int hint;
     uint32_t raw, raw_f64;
+    int specials;
 } kindset;
 
 /* every kind, and the validity slots of a nullable column */
@@ -45,7 +50,7 @@ static const kindset EVERY = {
      SLASH_AGG_FIRST_I64, SLASH_AGG_LAST_F64, SLASH_AGG_HLL + 8, SLASH_AGG_QUANTILE + 9000,
      SLASH_AGG_COUNT_DISTINCT, SLASH_AGG_SUM_I64, SLASH_AGG_SUM_I64, SLASH_AGG_FIRST_I64,
      SLASH_AGG_LAST_I64},
-    1u << 11 | 1u << 12 | 1u << 13, 1, 0, 0};
+    1u << 11 | 1u << 12 | 1u << 13, 1, 0, 0, 0};
 
 static kindset KINDSET; /* the set under test */
 #define NK (KINDSET.n)
@@ -61,8 +66,31 @@ typedef struct cols {
     char *kdata;
 } cols;
 
+/* The doubles of a set with specials: NaNs of both signs and with a
+ * payload, both zeros, both infinities and the extremes of the finite ones. */
+static double special(uint64_t r)
+{
+    static const uint64_t nans[] = {UINT64_C(0x7ff8000000000000), UINT64_C(0xfff8000000000000),
+                                    UINT64_C(0x7ff0000000000001), UINT64_C(0xfff4000000000abc),
+                                    UINT64_C(0x7fffffffffffffff), UINT64_C(0xffffffffffffffff)};
+    double d;
+    switch (r % 8) {
+    case 0: memcpy(&d, &nans[(r >> 3) % 6], 8); return d;
+    case 1: return -0.0;
+    case 2: return 0.0;
+    case 3: return INFINITY;
+    case 4: return -INFINITY;
+    case 5: return DBL_MAX;
+    case 6: return -DBL_MAX;
+    default: return DBL_MIN;
+    }
+}
+
 /* n rows over nkeys keys and NWIN windows; times sorted (runs) or not.
- * Values repeat (ties for first/last, duplicates for the sets). */
+ * Values repeat (ties for first/last, duplicates for the sets). With
+ * specials (KINDSET), a quarter of the doubles are special(), and the keys
+ * = 0 mod 5 hold only NaNs (a min of nothing else), those = 1 mod 5 only
+ * zeros of either sign. */
 static cols make(size_t n, int64_t nkeys, int sorted, uint64_t seed)
 {
     cols c = {.n = n};
@@ -76,6 +104,15 @@ static cols make(size_t n, int64_t nkeys, int sorted, uint64_t seed)
         c.vi[i] = (int64_t)(unit_rng(&seed) % 500) - 250;
         c.one[i] = 1;
         c.vf[i] = (double)c.vi[i] / 8.0 + 0.1;
+        if (KINDSET.specials) {
+            const uint64_t r = unit_rng(&seed);
+            if (c.keys[i] % 5 == 0)
+                c.vf[i] = special((r >> 8) / 8 * 8); /* case 0: a NaN */
+            else if (c.keys[i] % 5 == 1)
+                c.vf[i] = r & 1 ? -0.0 : 0.0;
+            else if (r % 4 == 0)
+                c.vf[i] = special(r >> 2);
+        }
         c.h[i] = slash_hll_hash_i64(c.vi[i] % 300);
         c.offs[i] = o;
         o += sprintf(c.kdata + o, "key-%lld", (long long)c.keys[i]);
@@ -254,43 +291,89 @@ static void check_shapes(const kindset *ks)
 /* sum:x over a nullable column: count, the sum, the validity */
 TEST(a_count_and_an_int_sum_with_a_validity_of_ones)
 {
-    kindset k = {3, {SLASH_AGG_COUNT, SLASH_AGG_SUM_I64, SLASH_AGG_SUM_I64}, 1u << 2, 0, 0, 0};
+    kindset k = {3, {SLASH_AGG_COUNT, SLASH_AGG_SUM_I64, SLASH_AGG_SUM_I64}, 1u << 2, 0, 0, 0, 0};
     check_shapes(&k);
 }
 /* the validity slot before the count, and no count at all */
 TEST(a_validity_of_ones_before_the_count_and_without_one)
 {
-    kindset k = {3, {SLASH_AGG_SUM_I64, SLASH_AGG_SUM_I64, SLASH_AGG_COUNT}, 1u << 0, 0, 0, 0};
+    kindset k = {3, {SLASH_AGG_SUM_I64, SLASH_AGG_SUM_I64, SLASH_AGG_COUNT}, 1u << 0, 0, 0, 0, 0};
     check_shapes(&k);
-    kindset alone = {2, {SLASH_AGG_SUM_I64, SLASH_AGG_SUM_I64}, 1u << 1, 0, 0, 0};
+    kindset alone = {2, {SLASH_AGG_SUM_I64, SLASH_AGG_SUM_I64}, 1u << 1, 0, 0, 0, 0};
     check_shapes(&alone);
 }
 /* min:x or max:x over a nullable column: a count, its validity, the
  * extreme pending per cache slot */
 TEST(a_count_a_validity_of_ones_and_a_pending_min_or_max)
 {
-    kindset k = {3, {SLASH_AGG_COUNT, SLASH_AGG_MIN_I64, SLASH_AGG_SUM_I64}, 1u << 2, 0, 0, 0};
+    kindset k = {3, {SLASH_AGG_COUNT, SLASH_AGG_MIN_I64, SLASH_AGG_SUM_I64}, 1u << 2, 0, 0, 0, 0};
     check_shapes(&k);
-    kindset mx = {3, {SLASH_AGG_MAX_I64, SLASH_AGG_SUM_I64, SLASH_AGG_COUNT}, 1u << 1, 0, 0, 0};
+    kindset mx = {3, {SLASH_AGG_MAX_I64, SLASH_AGG_SUM_I64, SLASH_AGG_COUNT}, 1u << 1, 0, 0, 0, 0};
     check_shapes(&mx);
     kindset both = {4, {SLASH_AGG_MAX_I64, SLASH_AGG_MIN_I64, SLASH_AGG_SUM_I64, SLASH_AGG_SUM_F64},
-                    0, 0, 0, 0};
+                    0, 0, 0, 0, 0};
     check_shapes(&both); /* no count: the shape of any number of deltas */
+}
+/* min:x or max:x of doubles, pending per cache slot as the image of their
+ * order (NaN above +inf, -0.0 below 0.0): alone with a count, both (the
+ * shape of any number of deltas), beside an in-place aggregate and a
+ * validity of ones, with NaNs, zeros and infinities; bit for bit the row by
+ * row update's, NaN-only and zero-only groups included */
+TEST(a_pending_double_min_or_max_over_nans_zeros_and_infinities)
+{
+    kindset mn = {2, {SLASH_AGG_COUNT, SLASH_AGG_MIN_F64}, 0, 0, 0, 0, 1};
+    check_shapes(&mn);
+    kindset mx = {2, {SLASH_AGG_MAX_F64, SLASH_AGG_COUNT}, 0, 0, 0, 0, 1};
+    check_shapes(&mx);
+    kindset both = {4, {SLASH_AGG_COUNT, SLASH_AGG_MIN_F64, SLASH_AGG_MAX_F64, SLASH_AGG_MIN_I64},
+                    0, 0, 0, 0, 1};
+    check_shapes(&both);
+    kindset placed = {4, {SLASH_AGG_MAX_F64, SLASH_AGG_COUNT, SLASH_AGG_AVG_F64, SLASH_AGG_SUM_I64},
+                      1u << 3, 0, 0, 0, 1};
+    check_shapes(&placed);
+    kindset alone = {1, {SLASH_AGG_MIN_F64}, 0, 0, 0, 0, 1};
+    check_shapes(&alone);
+    check_set(&mn, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
+    check_set(&mx, SLASH_KEY_INT64, 0, 100000, 200, 0, 100000);
+}
+/* first:x and last:x of doubles and of int64s, in place: alone, with a
+ * count and the validity's pending time, beside pending min/max and another
+ * in-place aggregate, over NaNs, zeros and infinities tied on time, and the
+ * most aggregates a store takes */
+TEST(first_and_last_over_nans_zeros_and_ties)
+{
+    kindset f = {3, {SLASH_AGG_COUNT, SLASH_AGG_FIRST_F64, SLASH_AGG_FIRST_I64}, 1u << 2, 0, 0, 0, 1};
+    check_shapes(&f);
+    kindset l = {3, {SLASH_AGG_LAST_F64, SLASH_AGG_LAST_I64, SLASH_AGG_COUNT}, 1u << 1, 0, 0, 0, 1};
+    check_shapes(&l);
+    kindset alone = {1, {SLASH_AGG_FIRST_F64}, 0, 0, 0, 0, 1};
+    check_shapes(&alone);
+    kindset ints = {2, {SLASH_AGG_LAST_I64, SLASH_AGG_FIRST_I64}, 0, 0, 0, 0, 1};
+    check_shapes(&ints);
+    kindset mixed = {6, {SLASH_AGG_FIRST_F64, SLASH_AGG_MIN_F64, SLASH_AGG_LAST_F64, SLASH_AGG_COUNT,
+                         SLASH_AGG_SUM_F64, SLASH_AGG_MAX_I64}, 0, 0, 0, 0, 1};
+    check_shapes(&mixed);
+    check_set(&l, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
+    /* the most aggregates a store takes, nearly all first/last */
+    kindset full = {MAXK, {SLASH_AGG_COUNT}, 0, 0, 0, 0, 1};
+    for (int j = 1; j < MAXK; j++)
+        full.k[j] = (slash_agg_kind)(SLASH_AGG_FIRST_I64 + j % 4);
+    check_shapes(&full);
 }
 /* first:x and last:x over a nullable column: the validity chosen by time */
 TEST(first_and_last_of_a_validity_of_ones)
 {
     kindset k = {5, {SLASH_AGG_COUNT, SLASH_AGG_FIRST_I64, SLASH_AGG_FIRST_I64, SLASH_AGG_LAST_I64,
-                     SLASH_AGG_LAST_I64}, 1u << 2 | 1u << 4, 0, 0, 0};
+                     SLASH_AGG_LAST_I64}, 1u << 2 | 1u << 4, 0, 0, 0, 0};
     check_shapes(&k);
 }
 /* first:x or last:x alone over a nullable column: a count and the
  * validity's pending time, the value in place */
 TEST(first_or_last_alone_with_a_validity_of_ones)
 {
-    kindset f = {3, {SLASH_AGG_COUNT, SLASH_AGG_FIRST_I64, SLASH_AGG_FIRST_I64}, 1u << 2, 0, 0, 0};
+    kindset f = {3, {SLASH_AGG_COUNT, SLASH_AGG_FIRST_I64, SLASH_AGG_FIRST_I64}, 1u << 2, 0, 0, 0, 0};
     check_shapes(&f);
-    kindset l = {3, {SLASH_AGG_LAST_F64, SLASH_AGG_LAST_I64, SLASH_AGG_COUNT}, 1u << 1, 0, 0, 0};
+    kindset l = {3, {SLASH_AGG_LAST_F64, SLASH_AGG_LAST_I64, SLASH_AGG_COUNT}, 1u << 1, 0, 0, 0, 0};
     check_shapes(&l);
     check_set(&l, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
 }
@@ -298,7 +381,7 @@ TEST(first_or_last_alone_with_a_validity_of_ones)
 TEST(two_int_sums_and_two_validities_of_ones)
 {
     kindset k = {5, {SLASH_AGG_SUM_I64, SLASH_AGG_SUM_I64, SLASH_AGG_COUNT, SLASH_AGG_SUM_I64,
-                     SLASH_AGG_SUM_I64}, 1u << 1 | 1u << 4, 0, 0, 0};
+                     SLASH_AGG_SUM_I64}, 1u << 1 | 1u << 4, 0, 0, 0, 0};
     check_shapes(&k);
 }
 
@@ -307,7 +390,7 @@ TEST(two_int_sums_and_two_validities_of_ones)
 TEST(sketches_of_raw_values_hashed_in_the_fold)
 {
     kindset k = {5, {SLASH_AGG_COUNT, SLASH_AGG_HLL + 8, SLASH_AGG_HLL + 10, SLASH_AGG_COUNT_DISTINCT,
-                     SLASH_AGG_COUNT_DISTINCT}, 0, 0, 0xf << 1, 1u << 2 | 1u << 4};
+                     SLASH_AGG_COUNT_DISTINCT}, 0, 0, 0xf << 1, 1u << 2 | 1u << 4, 0};
     check_shapes(&k);
     check_set(&k, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
 }
@@ -322,6 +405,8 @@ int main(void)
     RUN(a_count_and_an_int_sum_with_a_validity_of_ones);
     RUN(a_validity_of_ones_before_the_count_and_without_one);
     RUN(a_count_a_validity_of_ones_and_a_pending_min_or_max);
+    RUN(a_pending_double_min_or_max_over_nans_zeros_and_infinities);
+    RUN(first_and_last_over_nans_zeros_and_ties);
     RUN(first_and_last_of_a_validity_of_ones);
     RUN(first_or_last_alone_with_a_validity_of_ones);
     RUN(two_int_sums_and_two_validities_of_ones);
