@@ -20,7 +20,7 @@ class Stream:
         self.behind = {r: None for r in range(executors)}
 
     def tick(self, p99, load=0.3, merge=None, stalls=0.0, behind=None, epoch_ms=100.0, dt=1.0,
-             rate=1e5, lag=None):
+             rate=1e5, lag=None, wait=0.0):
         self.t += dt
         per = {}
         for r in range(self.n):
@@ -29,7 +29,7 @@ class Stream:
             c["credit_stalls"] += stalls * dt
             per[str(r)] = {"time": self.t, "cpu_load": load[r] if isinstance(load, (list, tuple)) else load,
                            "records_per_s": rate, "records_behind": behind[r] if behind else None,
-                           "input_lag_ms": lag,
+                           "input_lag_ms": lag, "input_wait": wait,
                            "merge_seconds": c["merge_seconds"], "credit_stalls": c["credit_stalls"],
                            "epoch_ms": epoch_ms}
         return {"time": self.t, "per_executor": per,
@@ -197,6 +197,51 @@ def test_capacity_is_measured_from_executors_reading_behind_the_clock():
     assert ctl.capacity == 1.5e6
     assert [x.action for x in d] == ["scale_out"] and "measured capacity 1500000" in d[0].reason
     assert "input read 2000 ms behind the clock" in d[0].reason
+
+
+def test_an_interval_in_which_the_reader_waited_for_the_clock_is_no_capacity_sample():
+    """Behind the clock at the report but caught up (and paced) during the
+    interval: its rate is the input's (a loaded machine's hiccup, the end of
+    a catch-up), not what one executor can read."""
+    ctl = Controller(cfg(max_executors=4), executors=1, epoch_ms=50)
+    s = Stream(1)
+    run(ctl, s, 3, p99=100, rate=3e3, lag=700.0, wait=0.6)
+    assert ctl.capacity is None
+    # an interval that began before its first paced batch (just after a restart): unknown
+    run(ctl, s, 1, p99=100, rate=3e3, lag=7000.0, wait=None)
+    assert ctl.capacity is None
+    run(ctl, s, 3, p99=100, rate=1.5e6, lag=2000.0, wait=0.0)
+    run(ctl, s, 3, p99=100, rate=3e3, lag=700.0, wait=0.6)
+    assert ctl.capacity == 1.5e6
+
+
+def test_a_paced_reader_reports_the_share_of_each_interval_it_waited_for_the_clock():
+    import time
+
+    import pyarrow as pa
+
+    from slash.metrics import LiveMetrics
+    from slash.query import Query
+    from slash.run.elastic import Pacer
+
+    q = Query(time="t", window="tumbling:1s", key="k", aggregates=["count"])
+
+    def batch(ms):
+        return pa.record_batch({"t": pa.array([ms, ms], pa.timestamp("ms")), "k": [1, 2]})
+
+    pacer, live = Pacer(), LiveMetrics(1, kind="run")
+    now_ms = int(time.time() * 1000)
+    pacer.pace(q, batch(now_ms - 5000), time.sleep, lambda: False)  # behind: no wait
+    t0 = time.time()
+    live.update_executor(0, {"time": t0, "records_in": 0, "bytes_in": 0, "epochs": 0,
+                             "cpu_seconds": 0.0, **pacer.snapshot()})
+    pacer.pace(q, batch(int(time.time() * 1000) + 200), time.sleep, lambda: False)  # ahead
+    t1 = time.time()
+    live.update_executor(0, {"time": t1, "records_in": 2, "bytes_in": 0, "epochs": 0,
+                             "cpu_seconds": 0.0, **pacer.snapshot()})
+    share = live.snapshot()["per_executor"]["0"]["input_wait"]
+    assert 0.15 / (t1 - t0) <= share <= 1.0, (share, t1 - t0)
+    assert pacer.snapshot()["input_lag_ms"] == 0.0
 
 
 def test_scale_out_asks_for_what_the_demand_needs_at_the_measured_capacity():

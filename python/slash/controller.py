@@ -42,9 +42,13 @@ target of the clock (or, on a source that does not report its lag, p99 is
 under ``low_water`` x target) and no backlog grows.
 
 The capacity of one executor is measured, not assumed: the records/s an
-executor reads while it is behind the clock by more than the target (it
-reads as fast as it can) is a sample of its capacity on this machine as
-loaded now; the controller keeps the median of the recent samples
+executor read over a report interval in which its paced reader never waited
+for the clock, and at whose end it is behind the clock by more than the
+target (it read as fast as it could), is a sample of its capacity on this
+machine as loaded now. An interval in which it caught up and then waited
+(or that began before its first paced batch, as after a restart) is none:
+its rate is the input's, not the executor's. The controller keeps the
+median of the recent samples
 (:attr:`Controller.capacity`). The utilisation of ``k`` executors is the
 demand (records/s read plus the backlog's growth) over ``k`` x capacity,
 and where no capacity was measured yet, their summed CPU load over ``k``.
@@ -187,6 +191,7 @@ class _Exec:
     merge_per_s: float
     stalls_per_s: float
     lag_ms: Optional[float] = None  # how far its reading is behind the wall clock (realtime inputs)
+    input_wait: Optional[float] = None  # share of the interval its reader waited for the clock
 
 
 @dataclass
@@ -207,6 +212,9 @@ class Signals:
 _P99_FRESH_S = 2.0
 #: capacity samples kept (the median of them is the estimate)
 _CAPACITY_SAMPLES = 20
+#: the share of a report interval an executor's reader may have waited for the clock for
+#: its rate to be a capacity sample (a 10 ms wait at most in a 0.5 s interval)
+_CAPACITY_MAX_WAIT = 0.02
 
 
 class Controller:
@@ -263,7 +271,7 @@ class Controller:
             per[int(r)] = _Exec(cpu_load=float(cur.get("cpu_load") or 0.0),
                                 records_per_s=float(cur.get("records_per_s") or 0.0),
                                 behind=cur.get("records_behind"), merge_per_s=merge, stalls_per_s=stalls,
-                                lag_ms=cur.get("input_lag_ms"))
+                                lag_ms=cur.get("input_lag_ms"), input_wait=cur.get("input_wait"))
             if cur.get("epoch_ms"):
                 epochs.append(float(cur["epoch_ms"]))
         self._fresh = []
@@ -289,9 +297,10 @@ class Controller:
                 growing = all(b > a for a, b in zip(vals, vals[1:]))
                 span = self._behind[-1][0] - self._behind[0][0]
                 slope = max(0.0, (vals[-1] - vals[0]) / span) if span > 0 else 0.0
-        for r in new:  # an executor behind the clock reads as fast as it can
+        for r in new:  # an executor behind the clock that never waited for it read at capacity
             e = per[r]
-            if e.lag_ms is not None and e.lag_ms > self.config.target_ms and e.records_per_s > 0:
+            if e.lag_ms is not None and e.lag_ms > self.config.target_ms and e.records_per_s > 0 \
+                    and e.input_wait is not None and e.input_wait <= _CAPACITY_MAX_WAIT:
                 self._capacity = (self._capacity + [e.records_per_s])[-_CAPACITY_SAMPLES:]
         return Signals(time=t, executors=self.executors, p99_ms=p99,
                        epoch_ms=statistics.median(epochs) if epochs else None, per=per,

@@ -175,7 +175,11 @@ class LiveMetrics:
                     "records_per_s": (snap["records_in"] - old["records_in"]) / dt,
                     "bytes_per_s": (snap["bytes_in"] - old["bytes_in"]) / dt,
                     "cpu_load": (snap["cpu_seconds"] - old["cpu_seconds"]) / dt,
-                    "epoch_ms": dt * 1000.0 / de if de > 0 else None}
+                    "epoch_ms": dt * 1000.0 / de if de > 0 else None,
+                    # the share of the interval its paced reader waited for the clock
+                    # (None where the interval began before its first paced batch)
+                    "input_wait": (snap["input_wait_s"] - old["input_wait_s"]) / dt
+                    if "input_wait_s" in snap and "input_wait_s" in old else None}
             self._exec[rank] = dict(snap)
             self._maybe_point(time.time())
 
@@ -275,7 +279,8 @@ class LiveMetrics:
             for r in sorted(self._exec):
                 d = dict(self._exec[r])
                 d.update(self._rates.get(r, {"records_per_s": None, "bytes_per_s": None,
-                                             "cpu_load": None, "epoch_ms": None}))
+                                             "cpu_load": None, "epoch_ms": None,
+                                             "input_wait": None}))
                 per[str(r)] = d
             tot = self._totals()
             tot["records_per_s"] = sum(p.get("records_per_s") or 0 for p in per.values())

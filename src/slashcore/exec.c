@@ -1269,10 +1269,18 @@ static bool switch_due(const slash_exec *ex)
     return ex->mv.pending && !exec_moves_switch_ready(ex);
 }
 
-/* Peers still to finish, hand-overs owed, awaited or deferred. */
+/* Peers still to finish, hand-overs owed, awaited or deferred, or a version
+ * adopted after the final epoch and not yet switched to. A MAP met in a
+ * nested serve (a send waiting for credit while the final epoch's deltas,
+ * its EPOCH or a hand-over go out) adopts a version after this executor's
+ * switch point; its hand-overs can all be done in those same nested serves
+ * (a finished executor hands over at once), and the last peer's final epoch
+ * can come with them: without `pending` here the loop below would not run
+ * once more, and this executor would end one version behind its peers. */
 static bool finish_owed(const slash_exec *ex)
 {
-    return ex->nfin < ex->n - 1 || ex->mv.nowe || ex->mv.nawait || ex->mv.ndefer;
+    return ex->nfin < ex->n - 1 || ex->mv.nowe || ex->mv.nawait || ex->mv.ndefer ||
+           ex->mv.pending;
 }
 
 /* Serves the channels and moves hand-overs on while busy(ex); bounded by the

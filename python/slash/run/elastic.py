@@ -17,11 +17,15 @@ class Pacer:
     event times are wall-clock times): each batch is pushed no earlier than
     its latest event time; ``lag_s`` / ``behind`` tell how far the reader is
     behind the clock (the latency controller's "falling behind" signal,
-    reported as ``input_lag_ms`` / ``records_behind``)."""
+    reported as ``input_lag_ms`` / ``records_behind``); ``waited_s`` the
+    seconds it spent waiting for the clock so far (``input_wait_s``: a report
+    interval with none read as fast as it could, see
+    :attr:`slash.controller.Controller.capacity`)."""
 
     def __init__(self) -> None:
         self.lag_s = 0.0
         self.behind: Optional[int] = None
+        self.waited_s = 0.0
 
     def pace(self, query: Query, item: Any, wait: Callable[[float], bool],
              changed: Callable[[], bool]) -> None:
@@ -37,16 +41,23 @@ class Pacer:
                    / 1000.0, 0.001)
         self.lag_s = max(0.0, time.time() - due)
         self.behind = int(self.lag_s * item.num_rows / span)
-        while not changed():
-            ahead = due - time.time()
-            if ahead <= 0:
-                return
-            wait(min(ahead, 0.01))
+        if due <= time.time():
+            return
+        t0 = time.monotonic()
+        try:
+            while not changed():
+                ahead = due - time.time()
+                if ahead <= 0:
+                    return
+                wait(min(ahead, 0.01))
+        finally:
+            self.waited_s += time.monotonic() - t0
 
     def snapshot(self) -> Dict[str, Any]:
         if self.behind is None:
             return {}
-        return {"records_behind": self.behind, "input_lag_ms": round(self.lag_s * 1000.0, 1)}
+        return {"records_behind": self.behind, "input_lag_ms": round(self.lag_s * 1000.0, 1),
+                "input_wait_s": round(self.waited_s, 4)}
 
 
 def elastic_items(loop: Any, agent: Any, rate: Optional[float],
