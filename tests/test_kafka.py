@@ -633,3 +633,48 @@ def test_a_window_join_over_two_topics_equals_duckdb(kafka_broker):
                           "on l.k = r.k and l.t // 2000 = r.t // 2000").fetchall())
     assert len(want) > 500
     assert pairs == want
+
+
+def test_partitions_that_wake_up_together_after_a_pause_make_no_record_late(kafka_broker):
+    """Both partitions go quiet past idle_timeout; then partition 0 gets
+    later records and partition 1 gets records of the same times 0.3 s
+    after: no watermark passes partition 1's records before they are read
+    (idleness is relative: when all were quiet, each gets idle_timeout again)."""
+    topic = topic_name("wake")
+    kafka_broker.create_topic(topic, 2)
+    p = ck.Producer({"bootstrap.servers": kafka_broker.bootstrap, "linger.ms": 0})
+
+    def send(part, times):
+        for i, t in enumerate(times):
+            p.produce(topic, json.dumps({"k": "c0", "t": t, "v": 1, "seq": i}).encode(),
+                      partition=part)
+        p.flush(5)
+
+    def wake():  # both partitions quiet for 2 s (> idle_timeout), then one after the other
+        time.sleep(3.0)
+        send(0, range(5000, 6000, 100))
+        time.sleep(0.3)
+        send(1, range(5000, 6000, 100))
+
+    send(0, range(0, 1000, 100))
+    send(1, range(0, 1000, 100))
+    src = KafkaStream(kafka_broker.bootstrap, topic, schema=SCHEMA, lateness=0,
+                      idle_timeout=1.0)
+    th = threading.Thread(target=wake)
+    th.start()
+    t0 = time.monotonic()
+    mark, late, read = None, [], 0
+    try:
+        for item in src.read(0, 1, time="t"):
+            assert time.monotonic() - t0 < 30
+            if isinstance(item, Watermark):
+                mark = item.value.as_py()
+            elif item.num_rows:
+                times = item.column("t").to_pylist()
+                late += [t for t in times if mark is not None and t < mark]
+                read += len(times)
+            if read == 40:
+                break
+    finally:
+        th.join()
+    assert late == []

@@ -321,6 +321,12 @@ class KafkaStream:
                                 timeout=0 if wait is not None
                                 else self.poll_interval)
                 by: Dict[int, List[Any]] = {}
+                # every partition quiet until now: the topic wakes up, and each partition
+                # gets idle_timeout again to show its records before the first to speak
+                # moves the watermark past them (records fetched a moment later are no
+                # reason to be late)
+                quiet = bool(got) and all(at_end(p) and _now() - heard[p] >= self.idle_timeout
+                                          for p in mine)
                 for m in got:
                     err = m.error()
                     if err is None:
@@ -332,6 +338,9 @@ class KafkaStream:
                         raise Timeout(f"Kafka topic {self.topic!r}: {err.str()}")
                     else:  # the client reconnects by itself (a broker restarting)
                         log.info("Kafka topic %r: %s", self.topic, err.str())
+                if quiet and by:
+                    for p in mine:
+                        heard[p] = _now()
                 for p, msgs in sorted(by.items()):
                     heard[p] = _now()
                     if p in self.end_offsets:  # offsets ascend: the records past the end
