@@ -41,9 +41,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 import pyarrow as pa
 
 from slash._ipc import from_ipc, to_ipc
-from slash.run.delivery import Delivery
 from slash.checkpoint import Checkpoint, CheckpointStore
 from slash.errors import CheckpointCorrupt, InvalidArgument
+from slash.run.delivery import Delivery
 from slash.run.failure import Failed, RestartPolicy
 from slash.run.output import concat_as_first
 from slash.run.protocol import CheckpointNow, CheckpointWritten, Finished, Progress, Resumed
