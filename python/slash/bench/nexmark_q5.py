@@ -57,8 +57,7 @@ def plan(events: int, rate: int = _nexmark.DEFAULT_RATE, seed: int = 1,
 
 def spark_plan(spark: Any, paths: Dict[str, str]) -> Any:
     """Spark's own query: its sliding-window count, ranked with row_number."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F  # optional dependency
+    from pyspark.sql import Window, functions as F  # optional dependency
 
     counts = spark_window_aggregate(spark, paths["bids"], time="date_time", window=WINDOW,
                                     key="auction", aggs=["count"])
