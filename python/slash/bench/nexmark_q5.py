@@ -12,7 +12,7 @@ the answer is deterministic and checkable row for row.
 Slash runs it as a sliding-window count keyed by auction with
 ``top:N:count``: each executor folds its own bids (no shuffle), each
 window's leader merges the partial counts, and the N best are taken from
-the leaders' fired windows (see docs/aggregates.md, Top-N). DuckDB and
+the leaders' fired windows (``--agg top:N:AGG`` in the README). DuckDB and
 Spark rank with ``row_number() OVER (PARTITION BY window ORDER BY count
 DESC, auction)``; Spark's windows are ``window(ts, '10 seconds', '2
 seconds')``. Through PySpark, ``slash.spark.window_aggregate`` with the
