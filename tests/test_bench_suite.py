@@ -1,4 +1,4 @@
-"""The workload benchmarks (slash bench ysb, nexmark-q7/q8/q11, cm, ro) and
+"""The workload benchmarks (slash bench ysb, nexmark-q5/q7/q8/q11, cm, ro) and
 slash bench report: every query on small data through every available engine
 equals DuckDB, the check catches wrong answers, and the report builds
 Markdown and PNGs from JSON results of every shape."""
@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from slash.bench import _suite, cm, interval_join, nexmark_q7, nexmark_q8, nexmark_q11, report, ro, ysb
+from slash.bench import (_suite, cm, interval_join, nexmark_q5, nexmark_q7, nexmark_q8, nexmark_q11,
+                         report, ro, ysb)
 from slash.bench._progress import Progress
 from slash.errors import SystemFailure
 
@@ -30,13 +31,14 @@ def _spark_available() -> bool:
     return True
 
 
-ENGINES = ("slash", "repartition", "duckdb") + (("spark",) if _spark_available() else ())
+ENGINES = ("slash", "repartition", "duckdb") + (("spark", "slash.spark") if _spark_available() else ())
 
 PLANS = {
     "ysb": lambda: ysb.plan(150_000, keys=1000, rate=20_000, block=BLOCK),
     "ysb-zipf": lambda: ysb.plan(150_000, keys=1000, skew="zipf:1.5", rate=20_000, block=BLOCK),
     "ro": lambda: ro.plan(150_000, keys=100_000_000, block=BLOCK),
     "cm": lambda: cm.plan(150_000, rate=20_000, block=BLOCK),
+    "nexmark-q5": lambda: nexmark_q5.plan(300_000, rate=2_000, block=BLOCK),
     "nexmark-q7": lambda: nexmark_q7.plan(300_000, rate=2_000, block=BLOCK),
     "nexmark-q8": lambda: nexmark_q8.plan(300_000, rate=2, block=BLOCK),
     "nexmark-q11": lambda: nexmark_q11.plan(300_000, block=BLOCK),
@@ -49,9 +51,12 @@ PLANS = {
 def test_every_engine_equals_duckdb(name):
     plan = PLANS[name]()
     res = _suite.run_suite(plan, _suite.SuiteConfig(engines=ENGINES, executors=2),
-                           _spark_builders()[name.split("-zipf")[0]], progress=Progress(name, 6, plain=True))
+                           _spark_builders()[name.split("-zipf")[0]], progress=Progress(name, 6, plain=True),
+                           slash_spark_build=SLASH_SPARK.get(name))
     engines = {r["engine"] for r in res["runs"]}
     assert {"duckdb-1", "slash"} <= engines, res
+    if name in SLASH_SPARK and "spark" in ENGINES:  # through PySpark as well, same answer
+        assert {"spark", "slash.spark"} <= engines, res["skipped"]
     # repartition runs every aggregation; a join only where the core offers it
     assert "repartition" in engines or (name == "nexmark-q8" and "repartition" in res["skipped"])
     for r in res["runs"]:
@@ -64,8 +69,12 @@ def test_every_engine_equals_duckdb(name):
     assert slash["vs"]["duckdb-1"] > 0
 
 
+#: the benchmarks that also time their query through slash.spark
+SLASH_SPARK = {"nexmark-q5": nexmark_q5.slash_spark_plan}
+
+
 def _spark_builders():
-    return {"ysb": ysb.spark_plan, "ro": ro.spark_plan(3_600_000), "cm": cm.spark_plan, "nexmark-q7": nexmark_q7.spark_plan,
+    return {"ysb": ysb.spark_plan, "nexmark-q5": nexmark_q5.spark_plan, "ro": ro.spark_plan(3_600_000), "cm": cm.spark_plan, "nexmark-q7": nexmark_q7.spark_plan,
             "nexmark-q8": nexmark_q8.spark_plan, "nexmark-q11": nexmark_q11.spark_plan,
             "interval-join": interval_join.spark_plan}
 
@@ -193,7 +202,7 @@ def test_workload_benchmarks_are_discovered():
     from slash.bench import discover
 
     found = discover()
-    for name in ("ysb", "nexmark-q7", "nexmark-q8", "nexmark-q11", "cm", "ro", "report"):
+    for name in ("ysb", "nexmark-q5", "nexmark-q7", "nexmark-q8", "nexmark-q11", "cm", "ro", "report"):
         assert name in found and found[name].module is not None, name
 
 

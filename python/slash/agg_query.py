@@ -28,12 +28,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from slash.arrow_np import scalar, to_numpy
 from slash.columns import (as_int64, decimal_from_unscaled, decimal_unscaled, decode_composite,
                            encode_composite, from_int64, int_like, is_bin, is_int, is_str, is_time_like,
                            one_batch, plain_type, redict, sorted_table)
+from slash.compute import cast, pc
 from slash.errors import InvalidArgument, OutOfRange, SchemaError
 from slash.filters import Filter
 from slash.limits import KEY_MAX_BYTES
@@ -416,9 +416,9 @@ class Query:
         mode = self._key_mode(schema)
         k0 = schema.field(self.key[0]).type
         if mode == "int":
-            return {self.key[0]: redict(from_int64(key_col.cast(pa.int64()), k0), k0)}
+            return {self.key[0]: redict(from_int64(cast(key_col, pa.int64()), k0), k0)}
         if mode == "string":
-            return {self.key[0]: redict(key_col.cast(plain_type(k0)), k0)}
+            return {self.key[0]: redict(cast(key_col, plain_type(k0)), k0)}
         cols = decode_composite(key_col, [(k, schema.field(k).type) for k in self.key])
         return {k: redict(c, schema.field(k).type) for k, c in cols.items()}
 

@@ -23,9 +23,9 @@ from typing import Any, Dict, List, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from slash.arrow_np import scalar, to_numpy
+from slash.compute import pc, sort_indices, take
 from slash.errors import SchemaError
 from slash.limits import KEY_MAX_BYTES
 
@@ -128,7 +128,7 @@ def sorted_table(table: pa.Table, by: List[str]) -> pa.Table:
     keys = {c: (table.column(c).cast(table.schema.field(c).type.value_type)
                 if pa.types.is_dictionary(table.schema.field(c).type) else table.column(c))
             for c in by}
-    return table.take(pc.sort_indices(pa.table(keys), [(c, "ascending") for c in by]))
+    return take(table, sort_indices(pa.table(keys), [(c, "ascending") for c in by]))
 
 
 def _spread(lens: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:

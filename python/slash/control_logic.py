@@ -29,9 +29,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from slash.columns import one_batch
+from slash.compute import min_max, pc
 from slash.control_moves import REQUEST_TIMEOUT, MoveRequests
 from slash.errors import InvalidArgument, InvalidState, NotSupported, SystemFailure, Timeout
 from slash.filters import Filter
@@ -132,7 +132,7 @@ class LogicPlan:
         if not batch.num_rows:
             b, skip = self.current.prepare_selected(batch)
             return b, skip, None
-        mm = pc.min_max(ticks)
+        mm = min_max(ticks)
         lo, hi = mm["min"].as_py(), mm["max"].as_py()
         if len(self.versions) == 1 or (hi is not None and hi < self.starts[1]
                                        and not ticks.null_count):

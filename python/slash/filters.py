@@ -16,14 +16,15 @@ from typing import Any, Dict, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from slash.arrow_np import scalar, to_numpy
+from slash.compute import pc
 from slash.errors import InvalidArgument, SchemaError
 
 
-_OPS = {"==": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
-        ">": pc.greater, ">=": pc.greater_equal}
+#: each operator's Arrow kernel, by name (looked up when a filter runs: see slash.compute)
+_OPS = {"==": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal",
+        ">": "greater", ">=": "greater_equal"}
 _FALSE = scalar(False, pa.bool_())
 
 
@@ -111,7 +112,7 @@ class Filter:
     def _mask_values(self, col: pa.Array) -> pa.BooleanArray:
         if self.op == "in":
             return pc.fill_null(pc.is_in(col, value_set=self._operand(col.type)), _FALSE)
-        return pc.fill_null(_OPS[self.op](col, self._operand(col.type)), _FALSE)
+        return pc.fill_null(getattr(pc, _OPS[self.op])(col, self._operand(col.type)), _FALSE)
 
     def _operand(self, t: pa.DataType) -> Any:
         """The value as a Scalar of type ``t`` (for 'in': the values as an

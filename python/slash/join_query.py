@@ -18,13 +18,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from slash import _core
 from slash.agg_query import Query
 from slash.arrow_np import scalar, to_numpy
 from slash.columns import (as_int64, binary_buffers, from_int64, is_bin, is_int, is_str, is_time_like,
                            one_batch, plain_type, redict, sorted_table)
+from slash.compute import pc
 from slash.errors import InvalidArgument, SchemaError
 from slash.interval import TS, IntervalPlan, take_rows
 from slash.join import JoinConfig

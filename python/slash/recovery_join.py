@@ -24,9 +24,9 @@ import logging
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from slash._ipc import from_ipc, to_ipc
+from slash.compute import pc
 from slash.control_logic import ExecutorControl, LogicPlan
 from slash.control_moves import MoveRequests
 from slash.errors import NotSupported

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from slash.compute import cast, pc
 from slash.errors import UnknownName
 
 
@@ -75,7 +75,7 @@ def bound_key(s: pa.Scalar) -> Any:
     """An orderable Python value of a time scalar (temporal types by their integer value)."""
     t = s.type
     if pa.types.is_temporal(t):
-        return s.cast(pa.int32() if t.bit_width == 32 else pa.int64()).as_py()
+        return cast(s, pa.int32() if t.bit_width == 32 else pa.int64()).as_py()
     return s.as_py()
 
 

@@ -27,9 +27,10 @@ def check_skew(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace, make_plan: Callable[..., _suite.Plan],
-        spark_plan: Any) -> Dict[str, Any]:
+        spark_plan: Any, slash_spark_plan: Any = None) -> Dict[str, Any]:
     """Checks the arguments, builds the plan with make_plan(events, rate, seed, block), runs it."""
     check_skew(args)
     plan = make_plan(args.records, args.rate, args.seed, args.block)
-    res = _suite.run_suite(plan, _suite.suite_config(args), spark_plan, _suite.parameters(args))
+    res = _suite.run_suite(plan, _suite.suite_config(args), spark_plan, _suite.parameters(args),
+                           slash_spark_build=slash_spark_plan)
     return _suite.finish(res, args)

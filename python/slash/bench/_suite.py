@@ -22,9 +22,13 @@ Engines (``--engine``, comma-separated):
   and with all threads.
 * ``spark``: Spark's own operators (``groupBy(window(...))`` and joins) over
   the stream written to Parquet (not timed), in ``local[N]``; skipped with
-  the reason when pyspark, Java or :mod:`slash.spark` is missing. Timed with
-  a ``noop`` write (the full job without collecting), then collected once
-  for the check.
+  the reason when pyspark, Java or :mod:`slash.spark` is missing. Timed from
+  building the DataFrame (which reads the files' footers) through a ``noop``
+  write (the full job without collecting), then collected once for the check.
+* ``slash.spark``: the same query through :mod:`slash.spark` on the same
+  session and files, for the benchmarks that give a plan for it; timed the
+  same way (its barrier stage runs while the DataFrame is built). With
+  ``spark`` too, the two take turns each round.
 
 Every answer is compared with DuckDB's (sorted; floats to a relative
 tolerance); a mismatch names the column, row and values and fails the run.
@@ -66,7 +70,7 @@ from slash.workloads.gen_nexmark import count
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("slash", "repartition", "duckdb", "spark")
+ENGINES = ("slash", "repartition", "duckdb", "spark", "slash.spark")
 STREAM_KINDS = ("ysb", "ro", "cm", "cm-sample", "person", "auction", "bid")
 _NEXMARK = ("person", "auction", "bid")
 
@@ -527,9 +531,9 @@ SparkBuilder = Callable[[Any, Dict[str, str]], Any]
 
 
 def run_spark(spark: Any, build: SparkBuilder, paths: Dict[str, str]) -> Tuple[float, pa.Table]:
-    """(seconds of the noop-sink job, collected answer)."""
-    df = build(spark, paths)
+    """(seconds to build the DataFrame and run it into the noop sink, collected answer)."""
     t0 = time.perf_counter()
+    df = build(spark, paths)
     df.write.format("noop").mode("overwrite").save()
     seconds = time.perf_counter() - t0
     answer = df.toArrow() if hasattr(df, "toArrow") else pa.Table.from_pandas(df.toPandas())
@@ -547,14 +551,17 @@ def _record(engine: str, cores: int, seconds: float, records: int, verdict: Verd
 
 def run_suite(plan: Plan, cfg: SuiteConfig, spark_build: Optional[SparkBuilder] = None,
               parameters: Optional[Dict[str, Any]] = None,
-              progress: Optional[Progress] = None) -> Dict[str, Any]:
+              progress: Optional[Progress] = None,
+              slash_spark_build: Optional[SparkBuilder] = None) -> Dict[str, Any]:
     """Runs ``plan`` on every engine of ``cfg``; returns the result dict
-    (``runs``: one per engine). Does not raise on a wrong answer: callers
-    check ``all_verified`` (:func:`finish` does, loudly)."""
+    (``runs``: one per engine). ``spark_build`` makes Spark's own query,
+    ``slash_spark_build`` the query through slash.spark. Does not raise on a
+    wrong answer: callers check ``all_verified`` (:func:`finish` does, loudly)."""
     cpus = os.cpu_count() or 1
     wanted = list(dict.fromkeys(cfg.engines))
+    on_spark = [e for e in ("spark", "slash.spark") if e in wanted]
     stages = 2 + ("duckdb" in wanted) + ("slash" in wanted) + ("repartition" in wanted) \
-        + ("spark" in wanted)
+        + bool(on_spark)
     prog = progress or Progress(plan.name, stages)
     runs: List[Dict[str, Any]] = []
     skipped: Dict[str, str] = {}
@@ -613,12 +620,20 @@ def run_suite(plan: Plan, cfg: SuiteConfig, spark_build: Optional[SparkBuilder] 
                                 epochs=sum(x.get("epochs", 0) for x in m) / len(m),
                                 late_records=sum(x.get("late_records", 0) for x in m),
                                 bytes_shipped=sum(x.get("delta_bytes_sent", 0) for x in m)))
-        if "spark" in wanted:
-            with prog.stage(f"spark, local[{cfg.executors}]"):
+        if on_spark:
+            with prog.stage(f"{' and '.join(on_spark)}, local[{cfg.executors}]"):
+                builds = {"spark": spark_build, "slash.spark": slash_spark_build}
+                for e in on_spark:
+                    if builds[e] is None:
+                        skipped[e] = f"{e} engine skipped: no {e} plan for {plan.name}"
+                        log.warning("%s", skipped[e])
                 try:
-                    runs.append(_spark_run(plan, cfg, spark_build, tables, want, records))
+                    runs += _spark_runs(plan, cfg, {e: builds[e] for e in on_spark
+                                                    if builds[e] is not None},
+                                        tables, want, records)
                 except NotSupported as e:
-                    skipped["spark"] = str(e)
+                    for name in on_spark:
+                        skipped.setdefault(name, str(e))
                     log.warning("%s", e)
     for r in runs:
         r["workload"] = plan.name
@@ -631,10 +646,12 @@ def run_suite(plan: Plan, cfg: SuiteConfig, spark_build: Optional[SparkBuilder] 
             "note": "shared machine: other engineers' jobs may run at the same time"}
 
 
-def _spark_run(plan: Plan, cfg: SuiteConfig, build: Optional[SparkBuilder],
-               tables: Dict[str, pa.Table], want: pa.Table, records: int) -> Dict[str, Any]:
-    if build is None:
-        raise NotSupported(f"spark engine skipped: no Spark plan for {plan.name}")
+def _spark_runs(plan: Plan, cfg: SuiteConfig, builds: Dict[str, SparkBuilder],
+                tables: Dict[str, pa.Table], want: pa.Table, records: int) -> List[Dict[str, Any]]:
+    """One record per engine of ``builds`` (engine -> DataFrame builder), on
+    one session over the same files, the engines taking turns each round."""
+    if not builds:
+        return []
     spark = spark_session(cfg.executors)
     d = tempfile.mkdtemp(prefix="slash-bench-spark-")
     try:
@@ -642,13 +659,15 @@ def _spark_run(plan: Plan, cfg: SuiteConfig, build: Optional[SparkBuilder],
         for name, t in tables.items():
             paths[name] = os.path.join(d, f"{name}.parquet")
             pq.write_table(t, paths[name], row_group_size=1 << 20)
-        best, got = math.inf, None
+        best = {e: math.inf for e in builds}
+        got: Dict[str, pa.Table] = {}
         for _ in range(cfg.repeat):
-            s, got = run_spark(spark, build, paths)
-            best = min(best, s)
-        assert got is not None
-        return _record("spark", cfg.executors, best, records,
-                       verify(got, want, plan.float_columns), executors=cfg.executors)
+            for e, build in builds.items():
+                s, got[e] = run_spark(spark, build, paths)
+                best[e] = min(best[e], s)
+        return [_record(e, cfg.executors, best[e], records,
+                        verify(got[e], want, plan.float_columns), executors=cfg.executors)
+                for e in builds]
     finally:
         shutil.rmtree(d, ignore_errors=True)
 

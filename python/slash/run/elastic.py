@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
-import pyarrow.compute as pc
 
+from slash.compute import pc
 from slash.query import Query
 from slash.run.pacing import RatePacer
 

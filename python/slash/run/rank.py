@@ -36,10 +36,10 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tu
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from slash.checkpoint import Checkpoint
 from slash.ckpt_worker import AskSchedule, LateRows, write_image
+from slash.compute import pc
 from slash.errors import InvalidState, SystemFailure
 from slash.executor import Executor, GroupConfig
 from slash.query import Query

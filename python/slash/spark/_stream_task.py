@@ -19,9 +19,9 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from slash._ipc import to_ipc
+from slash.compute import pc
 from slash.control_logic import ExecutorControl, LogicPlan
 from slash.errors import InvalidArgument
 from slash.executor import Executor, GroupConfig

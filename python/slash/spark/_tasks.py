@@ -17,9 +17,9 @@ from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Tupl
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from slash.compute import pc
 from slash.errors import Timeout
 from slash.executor import Executor
 from slash.spark._env import TaskFailed, conf_get
