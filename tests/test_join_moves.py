@@ -119,13 +119,16 @@ def mover_for(plan: Dict[str, Any], n: int):
 
 
 def run_join_moving(transport, rank, n, token, addr_q, addrs_q, out_q, left, right, join_kw,
-                    group_kw, plan, moved):
+                    group_kw, plan, moved, begun):
     """A join executor pushing its left and right splits interleaved in time
     steps; rank 0 moves partitions between steps as `plan` says. Random
     moves: rank 0 then sets `moved`, which the other ranks wait for (serving
     their executors, ending epochs) before they finish, so a move is never
     refused because a peer finished first, however late rank 0's process
-    started. Reports ("ok", rank, results,
+    started. The other ranks begin their steps once rank 0 has taken its
+    first (`begun`), serving their executors meanwhile, so a rank whose
+    process started first cannot run through its whole input before rank 0
+    asks for its moves. Reports ("ok", rank, results,
     metrics, final leader map)."""
     try:
         ex = peers.join(transport, rank, token, addr_q, addrs_q, None, group_kw,
@@ -135,6 +138,10 @@ def run_join_moving(transport, rank, n, token, addr_q, addrs_q, out_q, left, rig
             moved.set()
         results: List[pa.RecordBatch] = []
         late = 0
+        deadline = time.monotonic() + 120
+        while not mover and not begun.is_set():
+            assert time.monotonic() < deadline, "rank 0 never took its first step"
+            ex.poll(PACE_S)
         for i, lo in enumerate(range(0, plan["steps"] * STEP_MS, STEP_MS)):
             if mover:
                 mover(ex, i, False)
@@ -145,6 +152,8 @@ def run_join_moving(transport, rank, n, token, addr_q, addrs_q, out_q, left, rig
                     late += ex.push_side_batch(name, part)
             ex.poll(PACE_S)  # paced, so no rank finished while rank 0 still moves
             results += ex.results()
+            if mover:
+                begun.set()
         if mover:
             mover(ex, plan["steps"], True)
             moved.set()
@@ -178,9 +187,9 @@ def run(n: int, transport: str, window: str, left: pa.Table, right: pa.Table, pl
     group_kw.update(group)
     span = max(pc.max(t.column("time")).as_py() for t in (left, right))
     plan = dict(plan, steps=span // STEP_MS + 2)
-    moved = CTX.Event()
+    moved, begun = CTX.Event(), CTX.Event()
     procs, out_q = launch(run_join_moving, n, transport,
-                          lambda r: (lparts[r], rparts[r], join_kw, group_kw, plan, moved),
+                          lambda r: (lparts[r], rparts[r], join_kw, group_kw, plan, moved, begun),
                           secrets.token_hex(8))
     reports = collect(procs, out_q, n)
     return (pa.concat_tables([r[2] for r in reports]), [r[3] for r in reports],
@@ -292,8 +301,8 @@ def progress(rows: Pairs, keys: Set[int]) -> int:
 
 def test_join_partitions_that_do_not_move_keep_firing_while_a_hand_over_is_held():
     """As test_partial_pause.py, for a join (threads over shm, 3 partitions,
-    partition p led by rank p): rank 2 pushes far ahead once and stays idle,
-    so its MAP marker never comes and rank 0 cannot hand partition 0 over;
+    partition p led by rank p): rank 2 pushes far ahead once and stays idle
+    without a call (it neither pushes nor polls), so its MAP marker never comes and rank 0 cannot hand partition 0 over;
     the partitions that do not move fire up to 9 s meanwhile, the moved one
     fires nothing past the move at either leader, and once rank 2 ends an
     epoch it catches up. Every (window, key) has exactly left x right pairs."""
@@ -309,12 +318,13 @@ def test_join_partitions_that_do_not_move_keep_firing_while_a_hand_over_is_held(
             pushed.append(t)
         exs[r].end_epoch()
 
-    def wait_for(cond, what: str) -> None:
+    def wait_for(cond, what: str, idle: Set[int] = frozenset()) -> None:
         deadline = time.monotonic() + 60
         while not cond():
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            for ex, got in zip(exs, rows):
-                ex.poll(0.01)
+            for r, (ex, got) in enumerate(zip(exs, rows)):
+                if r not in idle:  # an idle rank's service thread fires; its pairs are taken
+                    ex.poll(0.01)
                 take_pairs(ex, got)
 
     try:
@@ -339,7 +349,7 @@ def test_join_partitions_that_do_not_move_keep_firing_while_a_hand_over_is_held(
         push(1, both_sides(5, 10, 1))
         wait_for(lambda: progress(rows[1], keys_of[1]) >= 9000 and
                  progress(rows[2], keys_of[2]) >= 9000,
-                 "the partitions that do not move to fire up to 9 s")
+                 "the partitions that do not move to fire up to 9 s", idle={2})
         m = [ex.metrics for ex in exs]
         assert m[1]["held_partitions"] == 1 and m[1]["moves"] == 0, m[1]
         assert m[0]["moves_out"] == 0, "rank 0 handed over without rank 2's marker"

@@ -9,6 +9,7 @@ Executors run as threads of this process, as in test_checkpoint_exec.py,
 over shm and (where libfabric is built in) ofi:tcp."""
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -49,6 +50,16 @@ def move_when_agreed(ex: slash.Executor, moves) -> bool:
             ex.poll(0.005)
 
 
+def finish_into(ex: slash.Executor, got: List[pa.RecordBatch], out: List[pa.RecordBatch],
+                lock: threading.Lock) -> None:
+    """A rank's end of input: finish, then its windows (got and the last
+    ones) into the group's out."""
+    ex.finish()
+    got += ex.results()
+    with lock:
+        out.extend(got)
+
+
 def run(table, n, window, *, seed, plan=None, partitions=16, string_keys=False, mover=None,
         finish_after=None, **group_kw):
     """Every rank pushes its share batch by batch; rank 0 calls plan(rng,
@@ -87,10 +98,7 @@ def run(table, n, window, *, seed, plan=None, partitions=16, string_keys=False, 
                 assert time.monotonic() < deadline, "rank 0 never asked for its move"
                 ex.poll(0.005)
                 got += ex.results()
-            ex.finish()
-            got += ex.results()
-            with lock:
-                out.extend(got)
+            finish_into(ex, got, out, lock)
         return f
 
     try:
@@ -272,3 +280,67 @@ def test_a_hand_over_queued_deeper_than_a_serve_round_imports_keeps_the_answer()
     assert moves > 0 and all(m["held_partitions"] == 0 for m in metrics)
     assert sum(m["moved_bytes"] for m in metrics) > moves * 32 * (4 << 10), \
         "hand-overs of a few fragments: the test proves nothing"
+
+
+def serve_until(ex: slash.Executor, done, got: List[pa.RecordBatch], bound: float) -> float:
+    """Polls ex (an idle source: nothing pushed) until done() holds, taking
+    the windows it fires into got; the seconds it took, at most bound."""
+    t0 = time.monotonic()
+    while not done():
+        assert time.monotonic() - t0 < bound, \
+            f"rank {ex.metrics['rank']}: not done while its source was idle"
+        ex.poll(0.005)
+        got += ex.results()
+    return time.monotonic() - t0
+
+
+def test_a_move_asked_while_every_source_is_idle_is_agreed_and_handed_over_by_polls():
+    """Both ranks push half their input, then their sources go idle: they
+    only poll. Rank 0 swaps the leadership of every partition. A pending
+    leader-map version ends the epoch of an executor that can switch to it,
+    so the idle ranks switch, exchange their markers and hand the partitions'
+    state over within a bound, before either pushes anything more (an epoch's
+    byte or time budget ends it only with something to publish, which an idle
+    rank has not). The rest of the input then goes to the new leaders, and the
+    answer is DuckDB's."""
+    window = "tumbling:1s"
+    table = stream(5, n=8000, nkeys=150, span_ms=20000)
+    state = slash.StateConfig(window=window, aggregates=AGGS, value_types=VALUE_TYPES)
+    parts = 16
+    exs = open_group(2, state, partitions=parts)
+    inputs = [batches(t) for t in split(table, 2, "random", 5)]
+    idle = [threading.Event(), threading.Event()]
+    agreed_in: List[float] = [0.0, 0.0]
+    out: List[pa.RecordBatch] = []
+    lock = threading.Lock()
+
+    def handed_over(ex):
+        m = ex.metrics
+        return ex.leader_map()[0] == 1 and m["held_partitions"] == 0 and \
+            m["moves"] == m["moves_out"] == parts // 2
+
+    def rank_fn(r):
+        def f():
+            ex, got, half = exs[r], [], len(inputs[r]) // 2
+            for i, b in enumerate(inputs[r]):
+                if i == half:  # the source idle: only polls until the move is done
+                    idle[r].set()
+                    serve_until(ex, idle[1 - r].is_set, got, 60)
+                    if r == 0:
+                        ex.move_partitions({p: 1 - p % 2 for p in range(parts)})
+                    agreed_in[r] = serve_until(ex, lambda: handed_over(ex), got, 10)
+                assert ex.push_batch(b) == 0
+                got += ex.results()
+            finish_into(ex, got, out, lock)
+        return f
+
+    try:
+        in_threads([rank_fn(r) for r in range(2)])
+        maps = [ex.leader_map() for ex in exs]
+    finally:
+        for ex in exs:
+            ex.close()
+    agreed(maps)
+    assert maps[0] == (1, [1 - p % 2 for p in range(parts)])
+    assert_same(pa.Table.from_batches(out), duckdb_reference(table, slash.parse_window(window)))
+    logging.getLogger(__name__).info("idle ranks agreed the move in %.3f s and %.3f s", *agreed_in)

@@ -270,3 +270,26 @@ def test_a_restarted_driver_rolls_the_newest_commit_forward_and_drops_uncommitte
                                         "part-r0001-c000000000002.parquet"]
     assert os.listdir(sink / PENDING) == []
     assert not os.path.exists(os.path.join(store.dir, "chk-000000000003"))
+
+
+def test_a_tasks_usage_error_ends_the_stream_with_that_error_without_a_restart(spark, tmp_path):
+    """A file that appears before one a rank already read (name order) is an
+    error of the input, which a restart would not cure: the tasks report it
+    as the run layer's Error record, and the stream ends with that error (its
+    type, naming the file and the rank), as a local run would, after no
+    restart although it may restart three times."""
+    src_dir, out, ck = tmp_path / "in", str(tmp_path / "out"), str(tmp_path / "ck")
+    src_dir.mkdir()
+    rng = np.random.default_rng(5)
+    part = pa.table({"event_time": np.sort(rng.integers(0, 2000, 3000)),
+                     "key": rng.integers(0, 7, 3000)})
+    _write_file(str(src_dir), "f5.parquet", part)
+    h = stream(spark, DirectorySource(str(src_dir)), time="event_time", window="tumbling:1s",
+               key="key", aggs=["count"], sink=out, executors=2, checkpoint=ck,
+               checkpoint_every="200ms", max_restarts=3)
+    wait_for_checkpoints(h, 1)
+    _write_file(str(src_dir), "f1.parquet", part)  # before f5 in name order: taken too late
+    with pytest.raises(InvalidState, match=r"executor rank \d: .*'f1\.parquet' appeared after "
+                                           r"'f5\.parquet'"):
+        h.wait(120)
+    assert h.metrics["recoveries"] == []

@@ -197,10 +197,10 @@ class Checkpoint:
         entry = self.files().get(name)
         if entry is None:
             raise CheckpointCorrupt(f"checkpoint {self.path!r} has no file {name!r} in its manifest")
-        return _read_checked(os.path.join(self.path, name), entry)
+        return read_checked(os.path.join(self.path, name), entry)
 
     def read_segment(self, rel: str) -> bytes:
-        return _read_checked(os.path.join(self.root, rel), self.manifest["segments"][rel])
+        return read_checked(os.path.join(self.root, rel), self.manifest["segments"][rel])
 
     def verify(self) -> None:
         """Reads every file the manifest names; raises CheckpointCorrupt naming the first bad one."""
@@ -210,7 +210,11 @@ class Checkpoint:
             self.read_segment(rel)
 
 
-def _read_checked(path: str, entry: Dict[str, int]) -> bytes:
+def read_checked(path: str, entry: Dict[str, int], *, named_by: str = "its manifest") -> bytes:
+    """The bytes of ``path``, checked against ``entry`` (``size`` and
+    ``crc32``, as :func:`write_durably` returned them and ``named_by``
+    recorded them): CheckpointCorrupt naming the path if the file is
+    missing, unreadable, truncated or corrupted."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -219,7 +223,7 @@ def _read_checked(path: str, entry: Dict[str, int]) -> bytes:
     except OSError as e:
         raise CheckpointCorrupt(f"checkpoint file {path!r} cannot be read: {e.strerror}") from None
     if len(data) != entry["size"]:
-        raise CheckpointCorrupt(f"checkpoint file {path!r} is {len(data)} bytes, its manifest "
+        raise CheckpointCorrupt(f"checkpoint file {path!r} is {len(data)} bytes, {named_by} "
                                 f"says {entry['size']} (truncated or overwritten)")
     if crc32(data) != entry["crc32"]:
         raise CheckpointCorrupt(f"checkpoint file {path!r} fails its crc32 check (corrupted)")
@@ -416,14 +420,14 @@ class CheckpointStore:
     def finished(self) -> Optional[bytes]:
         """The stored result of a finished run of this query, or None."""
         m = self._finish_marker()
-        return None if m is None else _read_checked(os.path.join(self.dir, RESULT), m["result"])
+        return None if m is None else read_checked(os.path.join(self.dir, RESULT), m["result"])
 
     def finished_late(self) -> Optional[bytes]:
         """The late rows a finished run stored (it ran with late_output=), or None."""
         m = self._finish_marker()
         if m is None or "late" not in m:
             return None
-        return _read_checked(os.path.join(self.dir, LATE), m["late"])
+        return read_checked(os.path.join(self.dir, LATE), m["late"])
 
     def _finish_marker(self) -> Optional[Dict[str, Any]]:
         path = os.path.join(self.dir, FINISHED)

@@ -507,8 +507,20 @@ static bool window_can_close(const slash_exec *ex)
     return k_now > k_pub;
 }
 
+/* Why an epoch ends now: its byte or time budget with something to publish,
+ * a measuring epoch that has enough rows, a window that can close, or an
+ * adopted leader-map version this executor can switch to (no older hand-over
+ * of a partition it moves still in flight here, exec_moves_switch_ready): the
+ * switch, and with it the MAP marker every peer's agreement and every
+ * hand-over wait for, happens only at an epoch end, and an executor whose
+ * source is idle (it only polls) would otherwise hold the move until records
+ * arrive. Ending an epoch is safe at any point of the caller's thread (it is
+ * what slash_exec_end_epoch and a checkpoint's safe point do); an idle one
+ * ships no deltas, only its marker and watermark. */
 static bool epoch_due(const slash_exec *ex)
 {
+    if (ex->mv.pending && exec_moves_switch_ready(ex))
+        return true;
     if (ex->cfg.epoch_bytes && ex->bytes_since >= ex->cfg.epoch_bytes)
         return true;
     if (ex->measuring && ex->local_rows >= EXEC_MEASURE_ROWS)

@@ -2,7 +2,9 @@
  * processes, each fed an arbitrary split of one stream, give exactly the
  * results of one sequential store over the whole stream, every (window, key)
  * once. Splits include one executor receiving everything and a heavy-hitter
- * key present in every split; transports: shm and (when built) ofi:tcp. */
+ * key present in every split; transports: shm and (when built) ofi:tcp. A
+ * leadership move asked while every source is idle is agreed and handed over
+ * by polls alone, and the answer stays the sequential one. */
 #define _GNU_SOURCE
 #include "slash/exec.h"
 #include "slash/backoff.h"
@@ -101,8 +103,52 @@ static size_t sequential(row *out)
     return n;
 }
 
+/* IDLE_MOVE (a group of 2): halfway through the stream both sources go
+ * idle; rank 0 hands every partition to the other rank, and each executor
+ * only polls (nothing pushed, so no epoch budget fills) until it follows
+ * map version 1 with every hand-over in and out done, within IDLE_BOUND_MS;
+ * then the rest of the stream goes to the new leaders. */
+static int IDLE_MOVE;
+#define IDLE_BOUND_MS 10000
+
+static int idle_move(slash_exec *ex, int rank, uint32_t parts, row *rows, size_t *nrows)
+{
+    uint32_t p[64], to[64];
+    if (parts > 64)
+        return 20;
+    for (uint32_t i = 0; i < parts; i++)
+        p[i] = i, to[i] = 1 - i % 2; /* version 0 is partition mod 2 */
+    if (rank == 0 && slash_exec_move_partitions(ex, p, to, parts) != SLASH_OK) {
+        fprintf(stderr, "rank 0 move: %s\n", slash_last_error());
+        return 21;
+    }
+    uint64_t t0 = slash_now_ns();
+    for (;;) {
+        slash_exec_metrics m;
+        slash_exec_get_metrics(ex, &m);
+        if (m.map_version == 1 && m.held_partitions == 0 && m.moves_in == parts / 2 &&
+            m.moves_out == parts / 2)
+            return 0;
+        if (slash_now_ns() - t0 > (uint64_t)IDLE_BOUND_MS * 1000000ull) {
+            fprintf(stderr, "rank %d: idle for %d ms and still at map version %llu, %u held, "
+                    "%llu in, %llu out\n", rank, IDLE_BOUND_MS, (unsigned long long)m.map_version,
+                    m.held_partitions, (unsigned long long)m.moves_in,
+                    (unsigned long long)m.moves_out);
+            return 22;
+        }
+        if (slash_exec_poll(ex, 5) != SLASH_OK)
+            return 23;
+        slash_ssb_result *r;
+        for (slash_exec_take(ex, &r); r; slash_exec_take(ex, &r)) {
+            *nrows = append_rows(r, rows, *nrows);
+            slash_ssb_result_free(r);
+        }
+    }
+}
+
 /* One executor process: listen, report the address, learn everyone's, join,
- * push its share in batches of 1000, finish, write rows to fd. */
+ * push its share in batches of 1000 (IDLE_MOVE: with an idle stretch and a
+ * move halfway), finish, write rows to fd. */
 static int executor(const char *spec, int rank, int n, uint32_t parts, int addr_out, int addrs_in,
                     int rows_out)
 {
@@ -143,6 +189,11 @@ static int executor(const char *spec, int rank, int n, uint32_t parts, int addr_
     row *rows = malloc(sizeof(row) * NREC);
     size_t nrows = 0;
     for (int i = 0; i <= NREC; i++) {
+        if (IDLE_MOVE && i == NREC / 2) {
+            int e = idle_move(ex, rank, parts, rows, &nrows);
+            if (e)
+                return e;
+        }
         if (i < NREC && owner[i] != rank)
             continue;
         if (i < NREC) {
@@ -277,6 +328,14 @@ TEST(repartition_baseline_equals_sequential)
     MODE = SLASH_EXEC_SLASH;
 }
 
+TEST(a_move_asked_while_the_sources_are_idle_is_agreed_by_polls_and_keeps_the_answer)
+{
+    IDLE_MOVE = 1;
+    for (int s = 0; s < nspecs; s++)
+        run_group(SPECS[s], 2, 0, 8);
+    IDLE_MOVE = 0;
+}
+
 TEST(partitions_fewer_than_executors_rejected)
 {
     slash_exec_config c = config(1);
@@ -308,5 +367,6 @@ int main(void)
     RUN(groups_equal_sequential_when_one_gets_everything);
     RUN(groups_equal_sequential_chunked_split_eight_executors);
     RUN(repartition_baseline_equals_sequential);
+    RUN(a_move_asked_while_the_sources_are_idle_is_agreed_by_polls_and_keeps_the_answer);
     return UNIT_DONE();
 }

@@ -25,7 +25,8 @@ A Spark stream's tasks and driver (:mod:`slash.spark.stream`):
   :class:`StreamFinal`, and back :class:`Resume`, :class:`ResumeError`,
   :class:`Stop`, :class:`StopAfter`, :class:`Exit` (plus :class:`Metrics`
   and the control rounds'). A Spark batch task's result travels as a
-  plain tuple of its own (:mod:`slash.spark._tasks`).
+  plain tuple of its own (:mod:`slash.spark._tasks`); every Spark task's
+  failure as an :class:`Error`, as a local rank's does.
 """
 from __future__ import annotations
 

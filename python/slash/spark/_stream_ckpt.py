@@ -29,13 +29,12 @@ import logging
 import os
 import socket
 import time
-import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
 from slash._ipc import from_ipc, to_ipc
-from slash.checkpoint import write_durably
+from slash.checkpoint import read_checked, write_durably
 from slash.ckpt_worker import AskSchedule
 from slash.control_logic import recorded_logic
 from slash.errors import (CheckpointCorrupt, InvalidState, NotSupported, PeerDisconnected,
@@ -478,12 +477,8 @@ class DriverCheckpoints:
         assert self.delivery is not None
         also = {}
         if final is not None:
-            path = os.path.join(self.store.dir, FINAL)
-            with open(path, "rb") as f:
-                data = f.read()
-            if (len(data), zlib.crc32(data)) != (final["size"], final["crc32"]):
-                raise CheckpointCorrupt(f"{path!r} is not what the finished marker wrote "
-                                        f"({len(data)} bytes, {final['size']} written)")
+            data = read_checked(os.path.join(self.store.dir, FINAL), final,
+                                named_by="the finished marker")
             also[int(final["id"])] = from_ipc(data)
         self.delivery.recover(self.store.latest(), also)
 

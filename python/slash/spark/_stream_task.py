@@ -173,7 +173,7 @@ def stream_task(plan: StreamPlan):
             try:
                 m = _run_stream(plan, rank, addresses, lst, conn, start_ms)
             except BaseException as e:
-                report_error(conn, e)
+                report_error(conn, rank, e)
                 raise
             finally:
                 lst.close()

@@ -1,7 +1,9 @@
 """Pieces every Slash barrier task shares: forming the executor group with
 ``BarrierTaskContext.allGather``, reading a Spark partition as a Slash source,
 writing results straight to storage, and carrying "which rank failed, why"
-from a task back to the driver through Spark's error text.
+from a task back to the driver: over the task's driver link as the run
+layer's Error record (:func:`report_error`, read as a local rank's report is),
+else through Spark's error text (a task killed before it could report).
 """
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from slash.compute import pc
-from slash.errors import Timeout
+from slash.errors import PeerDisconnected, ProtocolError, Timeout
 from slash.executor import Executor
+from slash.run.protocol import Error
 from slash.spark._env import TaskFailed, conf_get
 
 log = logging.getLogger(__name__)
@@ -44,15 +47,13 @@ def rank_errors(rank: int) -> Iterator[None]:
         raise RankError(f"{_MARK}{rank}] {type(e).__name__}: {e}") from e
 
 
-def raise_task_failure(exc: BaseException, what: str,
-                       reported: Optional[Tuple[int, str, str]] = None) -> NoReturn:
+def raise_task_failure(exc: BaseException, what: str, reported: Optional[Error] = None) -> NoReturn:
     """Turns the exception Spark raised for a failed barrier job into
     TaskFailed naming the failed rank and its reason: the root cause the
     tasks ``reported`` to the driver if any, else the first one in Spark's text."""
     if reported is not None:
-        rank, kind, why = reported
-        raise TaskFailed(f"{what}: Slash executor rank {rank} failed: {kind}: {why}", rank,
-                         f"{kind}: {why}") from None
+        raise TaskFailed(f"{what}: Slash executor rank {reported.rank} failed: {reported.text}",
+                         reported.rank, reported.text) from None
     text = str(exc)
     m = _MARK_RE.search(text)
     if m:
@@ -177,7 +178,7 @@ class Rendezvous:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()  # one sender at a time on a connection
         self._close_lock = threading.Lock()  # links end in the reader, accept or close()
-        self.errors: List[Tuple[int, str, str]] = []  # (rank, exception type, message), arrival order
+        self.errors: List[Error] = []  # the tasks' error reports, in arrival order
         self.lost: List[int] = []  # ranks whose link dropped, in order (a killed task's first)
         self._closed = False
         self.started_ms: Optional[int] = None  # wall clock when the group formed
@@ -248,8 +249,8 @@ class Rendezvous:
                     self.lost.append(rank)
                     self._close_link(c)
                     continue
-                if msg[0] == "error":
-                    self.errors.append((rank, msg[1], msg[2]))
+                if isinstance(msg, Error):
+                    self.errors.append(msg)
                 if self._on_message is not None:
                     try:
                         self._on_message(rank, msg)
@@ -280,10 +281,10 @@ class Rendezvous:
     def silent_loss(self) -> Optional[int]:
         """The first rank whose link dropped without an error report (its
         process was killed), or None."""
-        told = {e[0] for e in self.errors}
+        told = {e.rank for e in self.errors}
         return next((r for r in self.lost if r not in told), None)
 
-    def root_cause(self, wait: float = 2.0) -> Optional[Tuple[int, str, str]]:
+    def root_cause(self, wait: float = 2.0) -> Optional[Error]:
         """The first error a task reported that is not only a consequence of
         another's (a peer gone, a timeout); waits up to ``wait`` s for one."""
         deadline = time.monotonic() + wait
@@ -291,7 +292,7 @@ class Rendezvous:
             time.sleep(0.02)
         time.sleep(0.1)  # the others' reports arrive together
         for e in self.errors:
-            if e[1] not in _CONSEQUENCES:
+            if not isinstance(e.error, _CONSEQUENCES):
                 return e
         return self.errors[0] if self.errors else None
 
@@ -316,17 +317,25 @@ class Rendezvous:
             self._close_link(c)
 
 
-_CONSEQUENCES = ("PeerDisconnected", "Timeout", "ProtocolError")
+#: what a task fails of when a peer failed first (its link gone, a wait for it timed out)
+_CONSEQUENCES = (PeerDisconnected, Timeout, ProtocolError)
 
 
-def report_error(conn: Any, e: BaseException) -> None:
-    """Best effort: tells the driver why this task fails."""
+def report_error(conn: Any, rank: int, e: BaseException) -> None:
+    """Best effort, in the ``except`` block: tells the driver why this task
+    fails, as a local rank does (:meth:`slash.run.protocol.Error.of`: a
+    SlashError travels whole). An error that does not pickle goes as its
+    type and text."""
     if conn is None:
         return
+    rep = Error.of(rank, e)
     try:
-        conn.send(("error", type(e).__name__, str(e)))
+        conn.send(rep)
     except Exception:
-        pass
+        try:
+            conn.send(Error(rank, None, rep.text, rep.traceback))
+        except Exception:
+            pass
 
 
 def driver_host(spark: Any) -> str:

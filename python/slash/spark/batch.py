@@ -197,7 +197,7 @@ def _make_task(plan: _Plan):
                          write_seconds=time.perf_counter() - t2, attempt=attempt,
                          started_at=started_at, ended_at=time.time())
             except BaseException as e:
-                report_error(conn, e)
+                report_error(conn, rank, e)
                 raise
             finally:
                 if conn is not None:

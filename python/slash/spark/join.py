@@ -80,7 +80,7 @@ def _make_join_task(plan: _JoinPlan):
                 out = plan.query.finalize(res, plan.left.schema, plan.right.schema)
                 path, attempt = deliver_result(conn, out, plan.out_dir, rank, plan.inline_bytes, m)
             except BaseException as e:
-                report_error(conn, e)
+                report_error(conn, rank, e)
                 raise
             finally:
                 if conn is not None:

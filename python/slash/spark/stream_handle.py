@@ -38,7 +38,7 @@ from slash.executor import GroupConfig
 from slash.metrics import LiveMetrics, MetricsServer
 from slash.query import Query
 from slash.run.delivery import Delivery
-from slash.run.failure import Failed, RestartPolicy
+from slash.run.failure import Failed, RestartPolicy, curable, reported
 from slash.run.driver import Dispatch, feed_control, show_live
 from slash.run.plan import CheckpointPlan
 from slash.run.protocol import (LateRecords, Metrics, ResumeAsk, Stop, StreamDone, StreamRows,
@@ -232,17 +232,19 @@ class StreamHandle(StreamControls):
         self._thread.start()
 
     def _curable(self, err: BaseException) -> bool:
-        """A failed barrier job restarts from a checkpoint, unless the stream
-        has none, was stopping (not for a rescale), its sink failed or a
-        checkpoint is corrupt."""
-        return not (self._ck is None or (self._stop_sent and self._rescale_to is None)
-                    or self._sink_error is not None or "CheckpointCorrupt" in str(err))
+        """A failed barrier job restarts from a checkpoint when a restart can
+        cure its error (:func:`slash.run.failure.curable`, as for a local
+        run: not a usage error, a corrupt checkpoint or a full disk), unless
+        the stream has no checkpoint, was stopping (not for a rescale) or its
+        sink failed."""
+        return curable(err) and not (self._ck is None or (self._stop_sent and self._rescale_to is None)
+                                     or self._sink_error is not None)
 
     def _gave_up(self, f: Failed, restarts: int, most: int) -> BaseException:
         assert self._ck is not None
         return TaskFailed(f"{f.error} (after {restarts} restart(s), max_restarts={most}; the "
                           f"checkpoints in {self._ck.store.dir!r} stay: start the stream again "
-                          "to resume)", getattr(f.error, "rank", None), getattr(f.error, "reason", ""))
+                          "to resume)", f.rank, getattr(f.error, "reason", None) or str(f.error))
 
     def _attempt(self, plan: StreamPlan) -> List[Dict[str, Any]]:
         """One barrier job; a rescale asked for stops it after a checkpoint."""
@@ -250,12 +252,16 @@ class StreamHandle(StreamControls):
         try:
             rows = barrier_stage(self._setup.spark, self.executors, stream_task(plan)).collect()
         except Exception as e:
-            try:
-                raise_task_failure(e, "slash.spark.stream", self._rdv.root_cause())
+            rep = self._rdv.root_cause()
+            ck = self._ck
+            if ck is not None and ck.fatal is not None:
+                raise ck.fatal from None
+            if rep is not None:  # the task's own error, as a local driver reads a rank's report
+                err = reported(rep).error
+                raise Failed(rep.rank, str(err), err) from None
+            try:  # no report (a task killed): the rank Spark's text names
+                raise_task_failure(e, "slash.spark.stream")
             except Exception as err:
-                ck = self._ck
-                if ck is not None and ck.fatal is not None:
-                    raise ck.fatal from None
                 raise Failed(getattr(err, "rank", None), str(err), err) from None
         nxt, ck = self._rescale_to, self._ck
         if nxt is not None and ck is not None and ck.fatal is None and \

@@ -13,7 +13,9 @@
  * end (P1); fired results wait in a queue for slash_exec_take().
  *
  * An epoch ends after epoch_bytes of input, after epoch_ms, when the
- * executor's watermark passes a window end, on request, and at finish.
+ * executor's watermark passes a window end, when a leader-map version it
+ * adopted can be switched to (slash_exec_move_partitions), on request, and
+ * at finish.
  * A record older than the watermark the executor already published is late:
  * it is counted, flagged for a side output, and not applied.
  *
@@ -229,7 +231,9 @@ slash_status slash_exec_restore_partition(slash_exec *ex, uint32_t partition, co
  * only (SLASH_ESTATE elsewhere); it makes the next map version, which rank 0
  * switches to at its next epoch end and announces with a MAP marker on every
  * channel; each executor adopts it at the first marker it receives and
- * switches at its own next epoch end, sending its own marker. Everything an
+ * switches at its own next epoch end, sending its own marker (the adopted
+ * version ends that epoch at the next push or poll, so an executor whose
+ * source is idle switches too). Everything an
  * executor sends after its marker follows the new map. The old leader stops
  * firing a moved partition at once; when it has every peer's marker (all its
  * old-map deltas are merged) it ships the partition's state to the new
