@@ -52,11 +52,16 @@ class Decoder:
                                   f"values of topic {topic!r}: name it otherwise or pass None")
             fields.append(pa.field(timestamp_column, TS_TYPE))
         self.schema = pa.schema(fields)
+        #: the schema without the Kafka timestamp (a reader that does not read it)
+        self.value_columns = pa.schema(fields[:-1]) if timestamp_column is not None \
+            else self.schema
         self.malformed = 0
 
-    def decode(self, partition: int, msgs: List[Any]) -> Tuple[Optional[pa.RecordBatch],
-                                                                List[Dict[str, Any]]]:
-        """One batch of ``msgs`` (records of one partition), and the malformed ones."""
+    def decode(self, partition: int, msgs: List[Any], timestamps: bool = True
+               ) -> Tuple[Optional[pa.RecordBatch], List[Dict[str, Any]]]:
+        """One batch of ``msgs`` (records of one partition), and the malformed
+        ones. ``timestamps=False``: without the Kafka timestamp column (of
+        schema :attr:`value_columns`), for a reader that does not read it."""
         bad: List[Dict[str, Any]] = []
         if self.format == "raw":
             cols = [pa.array([m.key() for m in msgs], pa.binary()),
@@ -84,13 +89,15 @@ class Decoder:
             cols = ([table.column(i).combine_chunks() for i in range(table.num_columns)]
                     if table is not None else
                     [pa.array([], f.type) for f in self.value_schema])
-        if self.timestamp_column is not None:
+        schema = self.value_columns
+        if self.timestamp_column is not None and timestamps:
             cols.append(pa.array([m.timestamp()[1] for m in keep], pa.int64()).cast(TS_TYPE))
+            schema = self.schema
         if bad:
             self.malformed += len(bad)
         if not keep:
             return None, bad
-        return pa.RecordBatch.from_arrays(cols, schema=self.schema), bad
+        return pa.RecordBatch.from_arrays(cols, schema=schema), bad
 
     def _parse(self, values: List[Optional[bytes]]) -> Optional[pa.Table]:
         """The values parsed in one call, or None if one is malformed."""
@@ -144,6 +151,10 @@ class Decoder:
             with open(tmp, "w") as f:
                 f.writelines(json.dumps(b) + "\n" for b in bad)
             os.replace(tmp, path)
+
+    def reads_timestamps(self, names: List[str]) -> bool:
+        """Whether a reader of columns ``names`` needs the Kafka timestamps."""
+        return self.timestamp_column is not None and self.timestamp_column in names
 
     def check_column(self, column: Optional[str]) -> None:
         """UnknownName unless ``column`` (None: nothing to check) is a column of the topic."""
