@@ -27,6 +27,14 @@ the stream stage of this interpreter (cProfile; ``py-spy record --native`` when
     python bench/kafka_consume.py --records 1000000 \\
         --python before=/work/main/.venv/bin/python --python after=.venv/bin/python
 
+``--paced RATE`` measures instead a reader caught up with a live topic
+(:func:`run_paced`: a producer process feeding RATE events/s), for each
+``--fetch-min-bytes`` value: its CPU and the broker's per million records
+and its read lag, the medians of ``--repeat`` runs (results in
+``bench/results/kafka_consume_paced.json``)::
+
+    python bench/kafka_consume.py --paced 30000 --fetch-min-bytes 1,262144
+
 A broker is started for the run (the tests' :class:`KafkaBroker`, with the
 benchmark's JVM) unless ``--bootstrap`` and ``--topic`` name a filled one.
 Results go to ``bench/results/kafka_consume.json`` (``--out``), with the load.
@@ -202,12 +210,99 @@ def run_stage(stage: str, bootstrap: str, topic: str, ends: Dict[int, int], rank
             "records_per_s": round(n / wall), "cpu_s_per_m_records": round(cpu / n * 1e6, 3)}
 
 
+def _cpu_of(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` spent so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _feed(bootstrap: str, topic: str, partitions: int, rate: int, seconds: float) -> None:
+    from slash.bench._kafka_topic import paced_values, produce_paced
+
+    values = paced_values(20_000, 100, 3)
+    end = time.time() + seconds
+    produce_paced(bootstrap, topic, partitions, rate, lambda: end, values)
+
+
+def run_paced(bootstrap: str, rate: int, seconds: float, partitions: int,
+              fetch_min_bytes: Optional[int], broker_pid: Optional[int]) -> Dict[str, Any]:
+    """A reader caught up with a live topic: a producer process paces
+    ``rate`` events/s (event time = the wall clock) into a fresh topic, one
+    rank's KafkaStream reads every partition as records arrive; over the
+    span after its first records (less the last 3 s), its CPU and the
+    broker's per million records, and the read lag (the wall clock at each
+    batch minus the event time of its last record)."""
+    import multiprocessing as mp
+
+    import confluent_kafka.admin as cka  # optional dependency (confluent-kafka)
+
+    from slash.bench._kafka_topic import SCHEMA
+    from slash.kafka import KafkaStream
+
+    topic = f"paced-{os.getpid()}-{int(time.time())}"
+    admin = cka.AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([cka.NewTopic(topic, partitions, 1)])[topic].result()
+    config = {} if fetch_min_bytes is None else {"fetch.min.bytes": fetch_min_bytes}
+    for attempt in range(50):  # a new topic's partitions get their leader a moment later
+        try:
+            src = KafkaStream(bootstrap, topic, schema=SCHEMA, time="event_time", config=config)
+            break
+        except cka.KafkaException:
+            if attempt == 49:
+                raise
+            time.sleep(0.2)
+    feeder = mp.get_context("spawn").Process(target=_feed,
+                                             args=(bootstrap, topic, partitions, rate, seconds))
+    feeder.start()
+
+    lags: List[float] = []
+    n, start, opened = 0, None, time.monotonic()
+
+    def wait(s: float) -> bool:  # True: stop (the span is over, or the feed never came)
+        time.sleep(s)
+        return (start is not None and time.monotonic() - start > seconds - 3) or \
+            (start is None and time.monotonic() - opened > 120)
+    try:
+        for _, item in src.read_work(src.work(0, 1), time="event_time", wait=wait):
+            rows = getattr(item, "num_rows", 0)
+            if start is not None and time.monotonic() - start > seconds - 3:
+                break
+            if not rows:
+                continue
+            if start is None:
+                start, c0 = time.monotonic(), time.process_time()
+                b0 = _cpu_of(broker_pid) if broker_pid else 0.0
+            else:
+                n += rows
+                lags.append(time.time() * 1000 - item.column("event_time")[rows - 1].as_py())
+        if start is None or not n:
+            raise SystemExit("paced: no record from the producer within 120 s")
+        wall, cpu = time.monotonic() - start, time.process_time() - c0
+        bcpu = _cpu_of(broker_pid) - b0 if broker_pid else None
+    finally:
+        feeder.terminate()
+        feeder.join()
+    lags.sort()
+    return {"stage": "paced", "fetch.min.bytes": fetch_min_bytes, "rate": rate, "records": n,
+            "seconds": round(wall, 2), "records_per_s": round(n / wall),
+            "cpu_s_per_m_records": round(cpu / n * 1e6, 3),
+            "broker_cpu_s_per_m_records": None if bcpu is None else round(bcpu / n * 1e6, 3),
+            "read_lag_ms_p50": round(lags[len(lags) // 2]),
+            "read_lag_ms_p99": round(lags[int(len(lags) * 0.99)])}
+
+
 # ---- the driver --------------------------------------------------------------------------------
-def _fill(args: argparse.Namespace, workdir: str) -> Tuple[Any, str, str]:
+def _broker(workdir: str) -> Any:
     from slash.bench._kafka_broker import BENCH_JVM, KafkaBroker
+
+    return KafkaBroker.start(os.path.join(workdir, "broker"), jvm=BENCH_JVM)
+
+
+def _fill(args: argparse.Namespace, workdir: str) -> Tuple[Any, str, str]:
     from slash.bench._kafka_topic import fill_topic
 
-    broker = KafkaBroker.start(os.path.join(workdir, "broker"), jvm=BENCH_JVM)
+    broker = _broker(workdir)
     name = "ysb-consume"
     t0 = time.perf_counter()
     fill_topic(broker.bootstrap, broker.create_topic, name, args.records, args.partitions,
@@ -277,6 +372,46 @@ def _collapsed_shares(path: str, leaf: bool) -> List[List[Any]]:
     return [[name, round(100 * c / max(total, 1), 1)] for name, c in top]
 
 
+def paced(args: argparse.Namespace, pythons: List[Tuple[str, str]], bootstrap: str,
+          broker_pid: Optional[int]) -> None:
+    """``--paced``: run_paced for each interpreter and fetch.min.bytes,
+    alternating, ``--repeat`` times; the median of each is reported."""
+    runs: Dict[str, List[Dict[str, Any]]] = {}
+    load_before = os.getloadavg()
+    for _ in range(args.repeat):
+        for label, python in pythons:
+            for fmb in args.fetch_min_bytes.split(","):
+                cmd = [python, os.path.abspath(__file__), "--worker", "paced", "--bootstrap",
+                       bootstrap, "--paced", str(args.paced), "--paced-seconds",
+                       str(args.paced_seconds), "--partitions", str(args.partitions),
+                       "--fetch-min-bytes", fmb]
+                if broker_pid:
+                    cmd += ["--broker-pid", str(broker_pid)]
+                got = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd="/")
+                if got.returncode != 0:
+                    raise SystemExit(f"paced under {python} failed:\n{got.stderr[-3000:]}")
+                r = json.loads(got.stdout.strip().splitlines()[-1])
+                runs.setdefault(f"{label} fetch.min.bytes={fmb}", []).append(r)
+                log.info("%-8s fetch.min.bytes=%-8s %7d rec/s %6.3f CPU s/M, broker %s s/M, "
+                         "lag p50 %d ms p99 %d ms", label, fmb, r["records_per_s"],
+                         r["cpu_s_per_m_records"], r["broker_cpu_s_per_m_records"],
+                         r["read_lag_ms_p50"], r["read_lag_ms_p99"])
+    median = {k: {m: sorted(r[m] for r in rs)[len(rs) // 2] for m in
+                  ("cpu_s_per_m_records", "broker_cpu_s_per_m_records", "read_lag_ms_p50",
+                   "read_lag_ms_p99") if rs[0][m] is not None} for k, rs in runs.items()}
+    for k, m in median.items():
+        log.info("median %-36s %s", k, m)
+    res = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
+           "cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg(),
+           "rate": args.paced, "partitions": args.partitions, "pythons": dict(pythons),
+           "median": median, "runs": runs}
+    out = args.out if args.out != RESULTS else RESULTS.replace(".json", "_paced.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(res, f, indent=1)
+    log.info("written to %s", out)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -292,9 +427,21 @@ def main() -> None:
     p.add_argument("--bootstrap")
     p.add_argument("--topic")
     p.add_argument("--out", default=RESULTS)
-    p.add_argument("--worker", choices=STAGES, help=argparse.SUPPRESS)
+    p.add_argument("--paced", type=int, metavar="RATE",
+                   help="instead of the stages: a reader caught up with a topic fed at RATE "
+                        "events/s, for each --fetch-min-bytes (see run_paced)")
+    p.add_argument("--paced-seconds", type=float, default=20.0)
+    p.add_argument("--fetch-min-bytes", default="default,1,262144",
+                   help="the consumer's fetch.min.bytes values compared (default: the source's)")
+    p.add_argument("--broker-pid", type=int, help="the broker's process (its CPU) with --bootstrap")
+    p.add_argument("--worker", choices=STAGES + ("paced",), help=argparse.SUPPRESS)
     p.add_argument("--ends", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.worker == "paced":
+        fmb = None if args.fetch_min_bytes == "default" else int(args.fetch_min_bytes)
+        print(json.dumps(run_paced(args.bootstrap, args.paced, args.paced_seconds,
+                                   args.partitions, fmb, args.broker_pid)))
+        return
     if args.worker:
         ends = {int(k): v for k, v in json.loads(args.ends).items()}
         print(json.dumps(run_stage(args.worker, args.bootstrap, args.topic, ends, args.rank,
@@ -309,6 +456,14 @@ def main() -> None:
     workdir = tempfile.mkdtemp(prefix="kafka-consume-")
     broker = None
     try:
+        if args.paced:
+            if args.bootstrap:
+                bootstrap, broker_pid = args.bootstrap, args.broker_pid
+            else:
+                broker = _broker(workdir)
+                bootstrap, broker_pid = broker.bootstrap, broker.pid
+            paced(args, pythons, bootstrap, broker_pid)
+            return
         if args.bootstrap and args.topic:
             bootstrap, topic = args.bootstrap, args.topic
         else:
