@@ -20,9 +20,11 @@ from __future__ import annotations
 import io
 import json
 import logging
+import operator
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.json as pj
 
@@ -35,6 +37,20 @@ log = logging.getLogger("slash.kafka")
 BATCH_RECORDS = 65_536
 #: the type of the Kafka timestamp column
 TS_TYPE = pa.timestamp("ms", tz="UTC")
+
+
+_SECOND = operator.itemgetter(1)  # of a Message's (timestamp type, timestamp)
+
+
+def _each_lazy(msgs: List[Any], method: str) -> Iterator[Any]:
+    """``m.<method>()`` of each message, called from C (the messages' type's
+    own method mapped over them: no Python frame per record)."""
+    return map(getattr(type(msgs[0]), method), msgs) if msgs else iter(())
+
+
+def _each(msgs: List[Any], method: str) -> List[Any]:
+    """:func:`_each_lazy` as a list."""
+    return list(_each_lazy(msgs, method))
 
 
 class Decoder:
@@ -64,11 +80,11 @@ class Decoder:
         schema :attr:`value_columns`), for a reader that does not read it."""
         bad: List[Dict[str, Any]] = []
         if self.format == "raw":
-            cols = [pa.array([m.key() for m in msgs], pa.binary()),
-                    pa.array([m.value() for m in msgs], pa.binary())]
+            cols = [pa.array(_each(msgs, "key"), pa.binary()),
+                    pa.array(_each(msgs, "value"), pa.binary())]
             keep = msgs
         else:
-            values = [m.value() for m in msgs]
+            values = _each(msgs, "value")
             table = self._parse(values)
             keep = msgs
             if table is None:  # some value is malformed: find which, one by one
@@ -91,7 +107,8 @@ class Decoder:
                     [pa.array([], f.type) for f in self.value_schema])
         schema = self.value_columns
         if self.timestamp_column is not None and timestamps:
-            cols.append(pa.array([m.timestamp()[1] for m in keep], pa.int64()).cast(TS_TYPE))
+            cols.append(pa.array(np.fromiter(map(_SECOND, _each_lazy(keep, "timestamp")),
+                                             np.int64, len(keep))).cast(TS_TYPE))
             schema = self.schema
         if bad:
             self.malformed += len(bad)
