@@ -50,7 +50,10 @@ def paused_gc() -> Iterator[None]:
     a poll of 65,536 of them set off dozens of collections, each young one
     walking them and the older ones the whole heap (a quarter of a rank's
     read time in a profile). Messages hold no cycles: nothing is left for the
-    collector that it would have found meanwhile. Nested uses and a
+    collector that it would have found meanwhile. The pause is the process's
+    (the collector is one): a bounded source's unit read ahead on a thread
+    pauses it for the fold's thread too, for that unit's read (cycles the
+    fold makes meanwhile are collected after it). Nested uses and a
     collector the application disabled are left as they are."""
     if not gc.isenabled():
         yield
