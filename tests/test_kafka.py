@@ -680,29 +680,6 @@ def test_partitions_that_wake_up_together_after_a_pause_make_no_record_late(kafk
     assert late == []
 
 
-def test_paused_gc_gives_the_collector_back_after_an_error_and_keeps_an_applications_pause():
-    """The collector is paused inside the block only: running again after it,
-    also when the block raised; an application that disabled it finds it
-    disabled still."""
-    import gc
-
-    from slash.kafka_client import paused_gc
-
-    assert gc.isenabled()
-    with pytest.raises(ValueError):
-        with paused_gc():
-            assert not gc.isenabled()
-            raise ValueError("inside")
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with paused_gc():
-            pass
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
-
-
 @pytest.mark.parametrize("stream", [False, True], ids=["bounded", "stream"])
 def test_a_reader_hands_out_items_with_the_collector_running_and_no_record_twice(
         kafka_broker, stream):

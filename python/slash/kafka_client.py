@@ -12,14 +12,12 @@ within ``connect_timeout`` seconds, a missing topic UnknownName.
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import io
 import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import pyarrow as pa
 import pyarrow.json as pj
@@ -40,29 +38,6 @@ def confluent() -> Any:
         raise NotSupported("reading Kafka needs the confluent-kafka package "
                            "(pip install 'slash[kafka]')") from None
     return confluent_kafka
-
-
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while a poll's records are
-    alive (the ``with`` block holds them; the records are dropped before it
-    ends): ``consume()`` makes one collectable Message object per record, so
-    a poll of 65,536 of them set off dozens of collections, each young one
-    walking them and the older ones the whole heap (a quarter of a rank's
-    read time in a profile). Messages hold no cycles: nothing is left for the
-    collector that it would have found meanwhile. The pause is the process's
-    (the collector is one): a bounded source's unit read ahead on a thread
-    pauses it for the fold's thread too, for that unit's read (cycles the
-    fold makes meanwhile are collected after it). Nested uses and a
-    collector the application disabled are left as they are."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def consumer_config(bootstrap: str, extra: Optional[Mapping[str, Any]]) -> Dict[str, Any]:

@@ -23,8 +23,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 import pyarrow as pa
 
 from slash.errors import InvalidArgument, Timeout
-from slash.kafka_client import confluent, consumer_config, open_topic, paused_gc
+from slash.kafka_client import confluent, consumer_config, open_topic
 from slash.kafka_decode import BATCH_RECORDS, Decoder
+from slash.run.gc import no_cyclic_gc
 from slash.sources import BatchSource, Unit
 
 #: the Kafka modules log as one (``slash.kafka``), as before the split
@@ -115,7 +116,7 @@ class KafkaSource(BatchSource):
     def _read_unit(self, readers: Any, u: Unit, names: List[str], file_cols: List[str],
                    batch_rows: int) -> Iterator[pa.RecordBatch]:
         p, lo, hi = self.ranges[u.index]
-        with self._reader.lock, paused_gc():  # the unit's Message objects die in _fetch
+        with self._reader.lock, no_cyclic_gc():  # the unit's Message objects die in _fetch
             batches, bad = self._fetch(p, lo, hi, min(batch_rows, BATCH_RECORDS),
                                        self._decoder.reads_timestamps(names))
         self._decoder.report(bad, p, lo)

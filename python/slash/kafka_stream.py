@@ -20,9 +20,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import pyarrow as pa
 
 from slash.errors import InvalidArgument, SchemaError, Timeout
-from slash.kafka_client import (confluent, consumer_config, gained_partitions, open_topic,
-                                paused_gc)
+from slash.kafka_client import confluent, consumer_config, gained_partitions, open_topic
 from slash.kafka_decode import BATCH_RECORDS, Decoder
+from slash.run.gc import no_cyclic_gc
 from slash.sources import Watermark
 
 #: the Kafka modules log as one (``slash.kafka``), as before the split
@@ -345,7 +345,7 @@ class KafkaStream:
                         log.info("topic %r gained partition %d: rank %d of %d reads it from "
                                  "offset %d", self.topic, p, deal[0], deal[1], lo)
                 out: List[Tuple[Dict[str, int], pa.RecordBatch]] = []
-                with paused_gc():  # the poll's Message objects live in this block only
+                with no_cyclic_gc():  # the poll's Message objects live in this block only
                     got = c.consume(num_messages=min(batch_rows, self.batch_records),
                                     timeout=0 if wait is not None
                                     else self.poll_interval)
