@@ -678,3 +678,34 @@ def test_partitions_that_wake_up_together_after_a_pause_make_no_record_late(kafk
     finally:
         th.join()
     assert late == []
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["bounded", "stream"])
+def test_a_reader_hands_out_items_with_the_collector_running_and_no_record_twice(
+        kafka_broker, stream):
+    """Every item a rank gets (a stream's, in batches of several partitions'
+    polls, and a bounded unit's) is given with Python's garbage collector
+    running (it is paused only while a poll's records are decoded), every
+    record once; a reader dropped mid-way leaves it running too."""
+    import gc
+
+    recs = records(3000, seed=11)
+    topic = topic_name("gc")
+    produce(kafka_broker, topic, recs, lambda i, r: i % 3, 3)
+    if stream:
+        src = KafkaStream(kafka_broker.bootstrap, topic, schema=SCHEMA, batch_records=500,
+                          end_offsets={0: 1000, 1: 1000, 2: 1000})
+        items = (item for _, item in src.read_work(src.work(0, 1), time="t"))
+    else:
+        src = KafkaSource(kafka_broker.bootstrap, topic, schema=SCHEMA, unit_records=400)
+        items = src.read(0, 1, time="t")
+    seqs = []
+    for item in items:
+        assert gc.isenabled()
+        if not isinstance(item, Watermark):
+            seqs += item.column("seq").to_pylist()
+    assert sorted(seqs) == list(range(3000))
+    again = (src.read_work(src.work(0, 1), time="t") if stream else src.read(0, 1, time="t"))
+    next(again)
+    again.close()
+    assert gc.isenabled()

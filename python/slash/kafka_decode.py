@@ -20,9 +20,11 @@ from __future__ import annotations
 import io
 import json
 import logging
+import operator
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.json as pj
 
@@ -35,6 +37,20 @@ log = logging.getLogger("slash.kafka")
 BATCH_RECORDS = 65_536
 #: the type of the Kafka timestamp column
 TS_TYPE = pa.timestamp("ms", tz="UTC")
+
+
+_SECOND = operator.itemgetter(1)  # of a Message's (timestamp type, timestamp)
+
+
+def _each_lazy(msgs: List[Any], method: str) -> Iterator[Any]:
+    """``m.<method>()`` of each message, called from C (the messages' type's
+    own method mapped over them: no Python frame per record)."""
+    return map(getattr(type(msgs[0]), method), msgs) if msgs else iter(())
+
+
+def _each(msgs: List[Any], method: str) -> List[Any]:
+    """:func:`_each_lazy` as a list."""
+    return list(_each_lazy(msgs, method))
 
 
 class Decoder:
@@ -52,18 +68,23 @@ class Decoder:
                                   f"values of topic {topic!r}: name it otherwise or pass None")
             fields.append(pa.field(timestamp_column, TS_TYPE))
         self.schema = pa.schema(fields)
+        #: the schema without the Kafka timestamp (a reader that does not read it)
+        self.value_columns = pa.schema(fields[:-1]) if timestamp_column is not None \
+            else self.schema
         self.malformed = 0
 
-    def decode(self, partition: int, msgs: List[Any]) -> Tuple[Optional[pa.RecordBatch],
-                                                                List[Dict[str, Any]]]:
-        """One batch of ``msgs`` (records of one partition), and the malformed ones."""
+    def decode(self, partition: int, msgs: List[Any], timestamps: bool = True
+               ) -> Tuple[Optional[pa.RecordBatch], List[Dict[str, Any]]]:
+        """One batch of ``msgs`` (records of one partition), and the malformed
+        ones. ``timestamps=False``: without the Kafka timestamp column (of
+        schema :attr:`value_columns`), for a reader that does not read it."""
         bad: List[Dict[str, Any]] = []
         if self.format == "raw":
-            cols = [pa.array([m.key() for m in msgs], pa.binary()),
-                    pa.array([m.value() for m in msgs], pa.binary())]
+            cols = [pa.array(_each(msgs, "key"), pa.binary()),
+                    pa.array(_each(msgs, "value"), pa.binary())]
             keep = msgs
         else:
-            values = [m.value() for m in msgs]
+            values = _each(msgs, "value")
             table = self._parse(values)
             keep = msgs
             if table is None:  # some value is malformed: find which, one by one
@@ -84,13 +105,16 @@ class Decoder:
             cols = ([table.column(i).combine_chunks() for i in range(table.num_columns)]
                     if table is not None else
                     [pa.array([], f.type) for f in self.value_schema])
-        if self.timestamp_column is not None:
-            cols.append(pa.array([m.timestamp()[1] for m in keep], pa.int64()).cast(TS_TYPE))
+        schema = self.value_columns
+        if self.timestamp_column is not None and timestamps:
+            cols.append(pa.array(np.fromiter(map(_SECOND, _each_lazy(keep, "timestamp")),
+                                             np.int64, len(keep))).cast(TS_TYPE))
+            schema = self.schema
         if bad:
             self.malformed += len(bad)
         if not keep:
             return None, bad
-        return pa.RecordBatch.from_arrays(cols, schema=self.schema), bad
+        return pa.RecordBatch.from_arrays(cols, schema=schema), bad
 
     def _parse(self, values: List[Optional[bytes]]) -> Optional[pa.Table]:
         """The values parsed in one call, or None if one is malformed."""
@@ -144,6 +168,10 @@ class Decoder:
             with open(tmp, "w") as f:
                 f.writelines(json.dumps(b) + "\n" for b in bad)
             os.replace(tmp, path)
+
+    def reads_timestamps(self, names: List[str]) -> bool:
+        """Whether a reader of columns ``names`` needs the Kafka timestamps."""
+        return self.timestamp_column is not None and self.timestamp_column in names
 
     def check_column(self, column: Optional[str]) -> None:
         """UnknownName unless ``column`` (None: nothing to check) is a column of the topic."""

@@ -25,6 +25,7 @@ import pyarrow as pa
 from slash.errors import InvalidArgument, Timeout
 from slash.kafka_client import confluent, consumer_config, open_topic
 from slash.kafka_decode import BATCH_RECORDS, Decoder
+from slash.run.gc import no_cyclic_gc
 from slash.sources import BatchSource, Unit
 
 #: the Kafka modules log as one (``slash.kafka``), as before the split
@@ -115,16 +116,18 @@ class KafkaSource(BatchSource):
     def _read_unit(self, readers: Any, u: Unit, names: List[str], file_cols: List[str],
                    batch_rows: int) -> Iterator[pa.RecordBatch]:
         p, lo, hi = self.ranges[u.index]
-        with self._reader.lock:
-            batches, bad = self._fetch(p, lo, hi, min(batch_rows, BATCH_RECORDS))
+        with self._reader.lock, no_cyclic_gc():  # the unit's Message objects die in _fetch
+            batches, bad = self._fetch(p, lo, hi, min(batch_rows, BATCH_RECORDS),
+                                       self._decoder.reads_timestamps(names))
         self._decoder.report(bad, p, lo)
         for b in batches:
-            yield b if names == self.schema.names else b.select(names)
+            yield b if names == b.schema.names else b.select(names)
 
-    def _fetch(self, p: int, lo: int, hi: int, batch_rows: int
+    def _fetch(self, p: int, lo: int, hi: int, batch_rows: int, stamps: bool = True
                ) -> Tuple[List[pa.RecordBatch], List[Dict[str, Any]]]:
         """Records lo..hi-1 of partition p, decoded in batches of ``batch_rows``
-        records (cut by count, so the same unit gives the same batches)."""
+        records (cut by count, so the same unit gives the same batches); with
+        the Kafka timestamps if ``stamps``."""
         ck = confluent()
         c = self._consumer()
         c.assign([ck.TopicPartition(self.topic, p, lo)])
@@ -155,7 +158,7 @@ class KafkaSource(BatchSource):
                     msgs.extend(got)
                     done = done or got[-1].offset() >= hi - 1
                     if len(msgs) >= batch_rows:
-                        self._flush(p, msgs[:batch_rows], out, bad)
+                        self._flush(p, msgs[:batch_rows], out, bad, stamps)
                         msgs = msgs[batch_rows:]
                 if got:
                     last = time.monotonic()
@@ -168,14 +171,14 @@ class KafkaSource(BatchSource):
                                       f"for {self.read_timeout:g} s at offset {max(lo, pos)} "
                                       f"(reading up to {hi})")
             if msgs:
-                self._flush(p, msgs, out, bad)
+                self._flush(p, msgs, out, bad, stamps)
         finally:
             c.unassign()
         return out, bad
 
     def _flush(self, p: int, msgs: List[Any], out: List[pa.RecordBatch],
-               bad: List[Dict[str, Any]]) -> None:
-        b, wrong = self._decoder.decode(p, msgs)
+               bad: List[Dict[str, Any]], stamps: bool) -> None:
+        b, wrong = self._decoder.decode(p, msgs, stamps)
         bad.extend(wrong)
         if b is not None:
             out.append(b)

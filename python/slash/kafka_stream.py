@@ -22,6 +22,7 @@ import pyarrow as pa
 from slash.errors import InvalidArgument, SchemaError, Timeout
 from slash.kafka_client import confluent, consumer_config, gained_partitions, open_topic
 from slash.kafka_decode import BATCH_RECORDS, Decoder
+from slash.run.gc import no_cyclic_gc
 from slash.sources import Watermark
 
 #: the Kafka modules log as one (``slash.kafka``), as before the split
@@ -156,6 +157,30 @@ class KafkaStream:
                 if p not in self.partitions and p not in have and
                 self.owner(p, deal[1]) == deal[0]]
 
+    def _by_partition(self, got: List[Any], eof_at: Dict[int, int]) -> Dict[int, List[Any]]:
+        """A poll's records by partition (a poll gives each partition's in
+        runs), each in offset order; end-of-log events into ``eof_at``
+        (partitions of the rank only), a broker's error raised if fatal,
+        logged otherwise (the client reconnects by itself)."""
+        by: Dict[int, List[Any]] = {}
+        cur, run = None, None
+        for m in got:
+            err = m.error()
+            if err is None:
+                p = m.partition()
+                if p != cur:
+                    cur, run = p, by.setdefault(p, [])
+                run.append(m)  # type: ignore[union-attr]
+            elif err.code() == confluent().KafkaError._PARTITION_EOF:
+                p = m.partition()
+                if p in eof_at:  # (it may come before the records it ends)
+                    eof_at[p] = max(eof_at[p], m.offset())
+            elif err.fatal():
+                raise Timeout(f"Kafka topic {self.topic!r}: {err.str()}")
+            else:  # a broker restarting
+                log.info("Kafka topic %r: %s", self.topic, err.str())
+        return by
+
     def assignment(self, rank: int, n: int) -> List[int]:
         """The partitions rank reads of n: every n-th, from the rank-th."""
         if not 0 <= rank < n:
@@ -247,6 +272,8 @@ class KafkaStream:
         names = list(columns) if columns else self.schema.names
         for c in names:
             self._decoder.check_column(c)
+        # the Kafka timestamps made only if read (a column, or the time of the watermarks)
+        stamps = self._decoder.reads_timestamps(names + [time_col] if time_col else names)
         mine = sorted(int(p) for p in work)
         pos = {str(p): int(work[str(p)]) for p in mine}
         t = self.schema.field(time_col).type if time_col is not None else None
@@ -317,53 +344,51 @@ class KafkaStream:
                         c.incremental_assign([ck.TopicPartition(self.topic, p, lo)])
                         log.info("topic %r gained partition %d: rank %d of %d reads it from "
                                  "offset %d", self.topic, p, deal[0], deal[1], lo)
-                got = c.consume(num_messages=min(batch_rows, self.batch_records),
-                                timeout=0 if wait is not None
-                                else self.poll_interval)
-                by: Dict[int, List[Any]] = {}
-                # every partition quiet until now: the topic wakes up, and each partition
-                # gets idle_timeout again to show its records before the first to speak
-                # moves the watermark past them (records fetched a moment later are no
-                # reason to be late)
-                quiet = bool(got) and all(at_end(p) and _now() - heard[p] >= self.idle_timeout
-                                          for p in mine)
-                for m in got:
-                    err = m.error()
-                    if err is None:
-                        by.setdefault(m.partition(), []).append(m)
-                    elif err.code() == ck.KafkaError._PARTITION_EOF:
-                        if m.partition() in eof_at:  # (it may come before the records it ends)
-                            eof_at[m.partition()] = max(eof_at[m.partition()], m.offset())
-                    elif err.fatal():
-                        raise Timeout(f"Kafka topic {self.topic!r}: {err.str()}")
-                    else:  # the client reconnects by itself (a broker restarting)
-                        log.info("Kafka topic %r: %s", self.topic, err.str())
-                if quiet and by:
-                    for p in mine:
+                out: List[Tuple[Dict[str, int], pa.RecordBatch]] = []
+                with no_cyclic_gc():  # the poll's Message objects live in this block only
+                    got = c.consume(num_messages=min(batch_rows, self.batch_records),
+                                    timeout=0 if wait is not None
+                                    else self.poll_interval)
+                    polled = len(got)
+                    # every partition quiet until now: the topic wakes up, and each partition
+                    # gets idle_timeout again to show its records before the first to speak
+                    # moves the watermark past them (records fetched a moment later are no
+                    # reason to be late)
+                    quiet = bool(got) and all(at_end(p) and _now() - heard[p] >= self.idle_timeout
+                                              for p in mine)
+                    by = self._by_partition(got, eof_at)
+                    del got
+                    if quiet and by:
+                        for p in mine:
+                            heard[p] = _now()
+                    for p in sorted(by):
+                        msgs = by.pop(p)
                         heard[p] = _now()
-                for p, msgs in sorted(by.items()):
-                    heard[p] = _now()
-                    if p in self.end_offsets:  # offsets ascend: the records past the end
-                        while msgs and msgs[-1].offset() >= self.end_offsets[p]:
-                            msgs.pop()
-                        if not msgs:
+                        if p in self.end_offsets:  # offsets ascend: the records past the end
+                            while msgs and msgs[-1].offset() >= self.end_offsets[p]:
+                                msgs.pop()
+                            if not msgs:
+                                continue
+                        b, bad = self._decoder.decode(p, msgs, stamps)
+                        self._decoder.report(bad, p, msgs[0].offset())
+                        pos[str(p)] = msgs[-1].offset() + 1
+                        del msgs
+                        if b is None:
                             continue
-                    b, bad = self._decoder.decode(p, msgs)
-                    self._decoder.report(bad, p, msgs[0].offset())
-                    pos[str(p)] = msgs[-1].offset() + 1
-                    if b is None:
-                        continue
-                    if t is not None:
-                        hi = _max_ticks(b.column(time_col))
-                        if hi is not None and (top[p] is None or hi > top[p]):
-                            top[p] = hi
-                    yield dict(pos), (b if names == self.schema.names else b.select(names))
+                        if t is not None:
+                            hi = _max_ticks(b.column(time_col))
+                            if hi is not None and (top[p] is None or hi > top[p]):
+                                top[p] = hi
+                        out.append((dict(pos), b if names == b.schema.names
+                                    else b.select(names)))
+                yield from out
+                del out
                 w = advanced()  # an idle partition stops holding the rank back, data or not
                 if w is not None:
                     yield dict(pos), w
                 if ended():
                     return
-                if got:
+                if polled:
                     continue
                 if self.end_after_idle is not None and \
                         all(at_end(p) and _now() - heard[p] >= self.end_after_idle for p in mine):

@@ -21,7 +21,13 @@ def no_cyclic_gc() -> Iterator[None]:
     """The push loop allocates a few wrapper objects per batch and frees them
     at once; the cyclic collector still ran every few hundred of them (3% of
     a 100-key YSB task, 3% of a 2-thread count) scanning the heap for
-    nothing."""
+    nothing. The Kafka readers hold it over each poll too (outside a rank
+    loop: slash.spark.stream's task, a reader of its own): ``consume()`` makes
+    one collectable Message object per record, and a poll of 65,536 set off
+    dozens of collections walking them and the heap (a quarter of a read in
+    py-spy); messages hold no cycles, and the poll's are dropped before the
+    guard ends. A unit read ahead on a thread keeps the collector off for the
+    fold's thread too for that read (the switch is the process's)."""
     global _inside, _was_enabled
     with _lock:
         if _inside == 0:
