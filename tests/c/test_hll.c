@@ -2,6 +2,7 @@
  * and idempotent with zero as identity, a merge of parts equals the sketch
  * of the whole, the estimate stays within the stated error over the whole
  * range of cardinalities, and hashes are the same in every process. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -132,6 +133,19 @@ TEST(hashes_are_fixed_functions_of_the_value)
     CHECK(slash_hll_hash_bytes((const uint8_t *)"abcdefghi", 9) !=
           slash_hll_hash_bytes((const uint8_t *)"abcdefgh", 8));
     CHECK(slash_hll_hash_i64(42) == UINT64_C(0xcb1311de759a757c));
+    /* doubles: zeros, a NaN with a payload and of either sign, the ends */
+    static const uint64_t payload_nan = UINT64_C(0x7ff0000000000001);
+    double pn;
+    memcpy(&pn, &payload_nan, 8);
+    const double d[] = {0.0, -0.0, 1.5, -2.25, INFINITY, -INFINITY, NAN, -NAN, pn, DBL_MIN,
+                        -DBL_MAX, 5e-324};
+    const uint64_t want[] = {
+        UINT64_C(0xa5d5c4fa2aa7018b), UINT64_C(0xa5d5c4fa2aa7018b), UINT64_C(0xe5d4898eb44fb609),
+        UINT64_C(0xdfb16735f7ed8094), UINT64_C(0x63df7100b53a2bbf), UINT64_C(0x20e8a2a2522d4877),
+        UINT64_C(0x2616c92388b3d0db), UINT64_C(0x2616c92388b3d0db), UINT64_C(0x2616c92388b3d0db),
+        UINT64_C(0xc9ba74e8d303af58), UINT64_C(0xf67f57c48e91fadb), UINT64_C(0x8182650fee540b8e)};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+        CHECK(slash_hll_hash_f64(d[i]) == want[i]);
 }
 
 TEST(precision_from_relative_error_as_spark)
