@@ -703,7 +703,8 @@ static inline void add_pending(const fold_plan *a, int64_t *acc, size_t i, int64
 enum pend_shape {
     PEND_COUNT,      /* count_only */
     PEND_COUNT_SUM,  /* the counts' delta and one int64 sum's */
-    PEND_COUNT_TIME, /* the counts' delta and one extreme (first/last of ones, int64 min, max) */
+    PEND_COUNT_TIME, /* the counts' delta and the time of a first/last of ones */
+    PEND_COUNT_MINMAX, /* the counts' delta and one int64 min or max (of its column) */
     PEND_COUNT_F64,  /* the counts' delta and one double min or max */
     PEND_COUNT_PAIR, /* the counts' delta and an int64 first/last's pair (pl->pair) */
     PEND_COUNT_PAIR_F64, /* the same of doubles */
@@ -717,13 +718,14 @@ static inline enum pend_shape pend_shape_of(const fold_plan *pl)
     if (pl->pair)
         return pl->pair_f64 ? PEND_COUNT_PAIR_F64 : PEND_COUNT_PAIR;
     if (pl->n == 2 && pl->counted)
-        return !pl->ntime ? PEND_COUNT_SUM : pl->f64[0] ? PEND_COUNT_F64 : PEND_COUNT_TIME;
+        return !pl->ntime ? PEND_COUNT_SUM : pl->f64[0] ? PEND_COUNT_F64
+                                            : pl->src[0] ? PEND_COUNT_MINMAX : PEND_COUNT_TIME;
     return PEND_ANY;
 }
 
 /* Adds record i (at time t) to the pending deltas at acc (its cache
  * slot's); shape: pend_shape_of(pl), sum: pl->v[1] for PEND_COUNT_SUM,
- * xmask: pl->xmask[0] for PEND_COUNT_TIME and PEND_COUNT_F64 (whose column
+ * xmask: pl->xmask[0] for PEND_COUNT_TIME, _MINMAX and _F64 (whose column
  * is sum: pl->src[0], NULL for the time t), passed from locals (the build
  * may not assume strict aliasing, so a load through pl would repeat after
  * every store). */
@@ -738,6 +740,10 @@ static inline void add_pending_row(const fold_plan *a, enum pend_shape shape, co
     } else if (shape == PEND_COUNT_TIME) {
         acc[0] = slash_wrap_add(acc[0], 1);
         const uint64_t x = time_image(sum ? sum[i] : t, xmask), y = (uint64_t)acc[1];
+        acc[1] = (int64_t)(x > y ? x : y);
+    } else if (shape == PEND_COUNT_MINMAX) {
+        acc[0] = slash_wrap_add(acc[0], 1);
+        const uint64_t x = time_image(sum[i], xmask), y = (uint64_t)acc[1];
         acc[1] = (int64_t)(x > y ? x : y);
     } else if (shape == PEND_COUNT_F64) {
         acc[0] = slash_wrap_add(acc[0], 1);
@@ -1242,10 +1248,10 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
 
 /* One loop of run_rows a function: the shape and the constants of each
  * (its pending shape, in-place chunk, stride, sketch input and precision,
- * 0 for any), so each loop gets the registers to itself (inlined into one
+ * an extreme's image mask: 0 for any), so each loop gets the registers to itself (inlined into one
  * function, every loop's invariants were spilled to the stack and
  * reloaded a row). The call costs once a run of rows of one slice. */
-#define RUN_ROWS_VARIANT(name, SHAPE, IN_PLACE, STRIDE, HLL_IN, HLL_P)                            \
+#define RUN_ROWS_VARIANT(name, SHAPE, IN_PLACE, STRIDE, HLL_IN, HLL_P, XMASK)                     \
     static __attribute__((noinline)) size_t name(                                                 \
         slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry *fast,            \
         int64_t *acc, run_chunk *ch, size_t i, int64_t lo, int64_t hi, const int64_t *sum,        \
@@ -1253,23 +1259,26 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
     {                                                                                             \
         hl.in = HLL_IN;                                                                           \
         hl.p = HLL_P ? HLL_P : hl.p;                                                              \
+        xmask = XMASK ? XMASK : xmask;                                                            \
         return run_rows(s, b, pl, fast, acc, ch, i, lo, hi, SHAPE, sum, xmask, IN_PLACE, STRIDE,  \
                         hl, stop, st);                                                            \
     }
-RUN_ROWS_VARIANT(rows_count, PEND_COUNT, false, 1, HLL_NONE, 0)
-RUN_ROWS_VARIANT(rows_count_placed, PEND_COUNT, true, 1, HLL_NONE, 0)
-RUN_ROWS_VARIANT(rows_count_sum, PEND_COUNT_SUM, false, 2, HLL_NONE, 0)
-RUN_ROWS_VARIANT(rows_count_time_placed, PEND_COUNT_TIME, true, 2, HLL_NONE, 0)
-RUN_ROWS_VARIANT(rows_count_time, PEND_COUNT_TIME, false, 2, HLL_NONE, 0)
-RUN_ROWS_VARIANT(rows_count_f64, PEND_COUNT_F64, false, 2, HLL_NONE, 0)
-RUN_ROWS_VARIANT(rows_count_pair, PEND_COUNT_PAIR, false, 3, HLL_NONE, 0)
-RUN_ROWS_VARIANT(rows_count_pair_f64, PEND_COUNT_PAIR_F64, false, 3, HLL_NONE, 0)
-RUN_ROWS_VARIANT(rows_count_hll9_i64, PEND_COUNT, false, 1, HLL_RAW_I64, 9) /* the default rsd */
-RUN_ROWS_VARIANT(rows_count_hll9_f64, PEND_COUNT, false, 1, HLL_RAW_F64, 9)
-RUN_ROWS_VARIANT(rows_count_hll_i64, PEND_COUNT, false, 1, HLL_RAW_I64, 0)
-RUN_ROWS_VARIANT(rows_count_hll_f64, PEND_COUNT, false, 1, HLL_RAW_F64, 0)
-RUN_ROWS_VARIANT(rows_count_hll_hashes, PEND_COUNT, false, 1, HLL_HASHES, 0)
-RUN_ROWS_VARIANT(rows_any, PEND_ANY, pl->nplace != 0, pl->n, HLL_NONE, 0)
+RUN_ROWS_VARIANT(rows_count, PEND_COUNT, false, 1, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_placed, PEND_COUNT, true, 1, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_sum, PEND_COUNT_SUM, false, 2, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_time_placed, PEND_COUNT_TIME, true, 2, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_time, PEND_COUNT_TIME, false, 2, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_min, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, (UINT64_C(1) << 63) - 1)
+RUN_ROWS_VARIANT(rows_count_max, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, UINT64_C(1) << 63)
+RUN_ROWS_VARIANT(rows_count_f64, PEND_COUNT_F64, false, 2, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_pair, PEND_COUNT_PAIR, false, 3, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_pair_f64, PEND_COUNT_PAIR_F64, false, 3, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll9_i64, PEND_COUNT, false, 1, HLL_RAW_I64, 9, 0) /* the default rsd */
+RUN_ROWS_VARIANT(rows_count_hll9_f64, PEND_COUNT, false, 1, HLL_RAW_F64, 9, 0)
+RUN_ROWS_VARIANT(rows_count_hll_i64, PEND_COUNT, false, 1, HLL_RAW_I64, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll_f64, PEND_COUNT, false, 1, HLL_RAW_F64, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll_hashes, PEND_COUNT, false, 1, HLL_HASHES, 0, 0)
+RUN_ROWS_VARIANT(rows_any, PEND_ANY, pl->nplace != 0, pl->n, HLL_NONE, 0, 0)
 
 /* Every row with an int64 key (no selection) while no partition has
  * outgrown the cache (nothing to prefetch): times come in runs of one slice
@@ -1319,9 +1328,13 @@ static __attribute__((noinline)) size_t runs_i64(slash_ssb *s, const slash_ssb_b
             rows = pl->nplace ? rows_count_placed : rows_count;
         else if (shape == PEND_COUNT_SUM && !pl->nplace)
             rows = rows_count_sum, sum = pl->v[1];
-        else if (shape == PEND_COUNT_TIME) /* first/last of a nullable column; int64 min/max */
+        else if (shape == PEND_COUNT_TIME) /* first/last of a nullable column */
             rows = pl->nplace ? rows_count_time_placed : rows_count_time, sum = pl->src[0],
             xmask = pl->xmask[0];
+        else if (shape == PEND_COUNT_MINMAX) /* int64 min/max; beside others, the general extreme */
+            rows = pl->nplace ? rows_count_time_placed
+                   : pl->xmask[0] >> 63 ? rows_count_max : rows_count_min,
+            sum = pl->src[0], xmask = pl->xmask[0];
         else if (shape == PEND_COUNT_F64 && !pl->nplace) /* double min/max */
             rows = rows_count_f64, sum = pl->src[0], xmask = pl->xmask[0];
         else if (shape == PEND_COUNT_PAIR || shape == PEND_COUNT_PAIR_F64) /* first/last */
@@ -1352,7 +1365,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     fold_plan pl;
     plan_init(s, b, &pl);
     const enum pend_shape shape = pend_shape_of(&pl); /* in locals: see add_pending_row */
-    const bool extreme = shape == PEND_COUNT_TIME || shape == PEND_COUNT_F64;
+    const bool extreme = shape == PEND_COUNT_TIME || shape == PEND_COUNT_MINMAX || shape == PEND_COUNT_F64;
     const int64_t *const sum = shape == PEND_COUNT_SUM ? pl.v[1] : extreme ? pl.src[0]
                                : pl.pair ? pl.pair_src : NULL;
     const uint64_t xmask = extreme ? pl.xmask[0] : pl.pair ? pl.pair_mask : 0;
