@@ -557,6 +557,18 @@ typedef struct fold_plan {
     uint32_t toff[SLASH_SSB_MAX_AGGS];    /* its partial's offset */
     slash_agg_kind tkind[SLASH_SSB_MAX_AGGS];
     bool count_only;                      /* the one pending delta is the counts' */
+    /* first/last of values pending as one pair (time, value) a cache slot,
+     * deltas 1 and 2 beside the counts' (pair_of): the image of each,
+     * x ^ pair_mask (time_image), kept at their lexicographic largest,
+     * which is the kind's (time, value) extreme (a double by f64_order) */
+    bool pair, pair_f64;
+    slash_agg_kind pair_kind;
+    uint32_t pair_off;
+    const int64_t *pair_src;
+    uint64_t pair_mask;
+    bool pair_valid;                      /* and the validity's first/last of ones, */
+    slash_agg_kind valid_kind;            /* updated with the pair's time */
+    uint32_t valid_off;
     uint32_t nplace;                      /* aggregates applied in place */
     uint32_t place[SLASH_SSB_MAX_AGGS];   /* their indexes in the config */
 } fold_plan;
@@ -583,6 +595,44 @@ static inline int64_t f64_order(uint64_t x)
 
 /* The double's bits back from f64_order's int64 (flipping is its own inverse). */
 static inline uint64_t f64_from_order(int64_t o) { return (uint64_t)o ^ ((uint64_t)(o >> 63) >> 1); }
+
+static inline bool is_first(slash_agg_kind k)
+{
+    return k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_FIRST_F64;
+}
+
+/* Turns a plan of a count and one first/last of values in place (with, or
+ * without, its validity's first/last of ones, the same way) into a pending
+ * pair: the rows of a cache slot come down to their extreme (time, value),
+ * applied with the kind's own update when the slot is flushed, so a row
+ * updates no record. The validity's extreme time is the pair's (every row
+ * offers (t, 1) to it and (t, v) to the pair), so it takes no delta of its
+ * own. Other plans are left as they are. */
+static void pair_of(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *pl)
+{
+    pl->pair = false;
+    if (!pl->counted || pl->nplace != 1 || pl->n != 1 + pl->ntime || pl->ntime > 1)
+        return;
+    const uint32_t j = pl->place[0];
+    const slash_agg_kind k = s->cfg.aggs[j];
+    if (!slash_crdt_needs_time(k)) /* first/last */
+        return;
+    if (pl->ntime && (pl->src[0] || is_first(pl->tkind[0]) != is_first(k)))
+        return; /* an int64 min/max, or a validity's extreme the other way */
+    pl->pair_valid = pl->ntime == 1;
+    if (pl->pair_valid)
+        pl->valid_kind = pl->tkind[0], pl->valid_off = pl->toff[0];
+    pl->pair = true;
+    pl->pair_kind = k;
+    pl->pair_f64 = k == SLASH_AGG_FIRST_F64 || k == SLASH_AGG_LAST_F64;
+    pl->pair_off = s->agg_off[j];
+    pl->pair_src = b->values[j];
+    pl->pair_mask = is_first(k) ? (UINT64_C(1) << 63) - 1 : UINT64_C(1) << 63;
+    pl->ntime = pl->nplace = 0;
+    pl->v[1] = pl->v[2] = NULL;
+    pl->n = 3;
+    pl->count_only = false;
+}
 
 static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *pl)
 {
@@ -628,6 +678,7 @@ static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *p
         pl->v[pl->n++] = NULL;
     }
     pl->count_only = pl->n == 1 && pl->counted;
+    pair_of(s, b, pl);
 }
 
 /* Adds record i (at time t) to the n pending deltas at acc. */
@@ -652,8 +703,11 @@ static inline void add_pending(const fold_plan *a, int64_t *acc, size_t i, int64
 enum pend_shape {
     PEND_COUNT,      /* count_only */
     PEND_COUNT_SUM,  /* the counts' delta and one int64 sum's */
-    PEND_COUNT_TIME, /* the counts' delta and one extreme (first/last of ones, int64 min, max) */
+    PEND_COUNT_TIME, /* the counts' delta and the time of a first/last of ones */
+    PEND_COUNT_MINMAX, /* the counts' delta and one int64 min or max (of its column) */
     PEND_COUNT_F64,  /* the counts' delta and one double min or max */
+    PEND_COUNT_PAIR, /* the counts' delta and an int64 first/last's pair (pl->pair) */
+    PEND_COUNT_PAIR_F64, /* the same of doubles */
     PEND_ANY
 };
 
@@ -661,14 +715,17 @@ static inline enum pend_shape pend_shape_of(const fold_plan *pl)
 {
     if (pl->count_only)
         return PEND_COUNT;
+    if (pl->pair)
+        return pl->pair_f64 ? PEND_COUNT_PAIR_F64 : PEND_COUNT_PAIR;
     if (pl->n == 2 && pl->counted)
-        return !pl->ntime ? PEND_COUNT_SUM : pl->f64[0] ? PEND_COUNT_F64 : PEND_COUNT_TIME;
+        return !pl->ntime ? PEND_COUNT_SUM : pl->f64[0] ? PEND_COUNT_F64
+                                            : pl->src[0] ? PEND_COUNT_MINMAX : PEND_COUNT_TIME;
     return PEND_ANY;
 }
 
 /* Adds record i (at time t) to the pending deltas at acc (its cache
  * slot's); shape: pend_shape_of(pl), sum: pl->v[1] for PEND_COUNT_SUM,
- * xmask: pl->xmask[0] for PEND_COUNT_TIME and PEND_COUNT_F64 (whose column
+ * xmask: pl->xmask[0] for PEND_COUNT_TIME, _MINMAX and _F64 (whose column
  * is sum: pl->src[0], NULL for the time t), passed from locals (the build
  * may not assume strict aliasing, so a load through pl would repeat after
  * every store). */
@@ -684,10 +741,26 @@ static inline void add_pending_row(const fold_plan *a, enum pend_shape shape, co
         acc[0] = slash_wrap_add(acc[0], 1);
         const uint64_t x = time_image(sum ? sum[i] : t, xmask), y = (uint64_t)acc[1];
         acc[1] = (int64_t)(x > y ? x : y);
+    } else if (shape == PEND_COUNT_MINMAX) {
+        acc[0] = slash_wrap_add(acc[0], 1);
+        const uint64_t x = time_image(sum[i], xmask), y = (uint64_t)acc[1];
+        acc[1] = (int64_t)(x > y ? x : y);
     } else if (shape == PEND_COUNT_F64) {
         acc[0] = slash_wrap_add(acc[0], 1);
         const uint64_t x = time_image(f64_order((uint64_t)sum[i]), xmask), y = (uint64_t)acc[1];
         acc[1] = (int64_t)(x > y ? x : y);
+    } else if (shape == PEND_COUNT_PAIR || shape == PEND_COUNT_PAIR_F64) {
+        acc[0] = slash_wrap_add(acc[0], 1);
+        const int64_t v = shape == PEND_COUNT_PAIR_F64 ? f64_order((uint64_t)sum[i]) : sum[i];
+        /* the lexicographic larger of the images (time, value), as one
+         * 128-bit compare (a subtract with borrow) and conditional moves:
+         * in time order a last takes nearly every row and a first nearly
+         * none, but ties of time (then the value decides) are common */
+        const unsigned __int128 x = (unsigned __int128)time_image(t, xmask) << 64 | time_image(v, xmask);
+        const unsigned __int128 y = (unsigned __int128)(uint64_t)acc[1] << 64 | (uint64_t)acc[2];
+        const unsigned __int128 z = x > y ? x : y;
+        acc[1] = (int64_t)(uint64_t)(z >> 64);
+        acc[2] = (int64_t)(uint64_t)z;
     } else {
         add_pending(a, acc, i, t);
     }
@@ -701,6 +774,14 @@ static inline void flush_pending(const fold_plan *a, uint8_t *part, int64_t *acc
         *p = slash_wrap_add(*p, acc[a->from[f]]);
     }
     static const int64_t one = 1;
+    if (a->pair && acc[0]) { /* acc[0]: the rows pended (the counts' delta) */
+        const int64_t t = (int64_t)((uint64_t)acc[1] ^ a->pair_mask);
+        int64_t v = (int64_t)((uint64_t)acc[2] ^ a->pair_mask);
+        v = a->pair_f64 ? (int64_t)f64_from_order(v) : v;
+        slash_crdt_update_at(a->pair_kind, part + a->pair_off, &v, t);
+        if (a->pair_valid)
+            slash_crdt_update_at(a->valid_kind, part + a->valid_off, &one, t);
+    }
     for (uint32_t q = 0; q < a->ntime; q++) {
         int64_t x = (int64_t)((uint64_t)acc[a->n - a->ntime + q] ^ a->xmask[q]);
         x = a->f64[q] ? (int64_t)f64_from_order(x) : x; /* a double's bits */
@@ -1078,6 +1159,36 @@ typedef struct run_chunk {
     uint8_t *recs[SSB_RUN_CHUNK];
 } run_chunk;
 
+/* A sketch the run path updates in place row by row instead of a chunk at
+ * a time (an HLL's register max does not depend on the order of rows, and
+ * needs no switch): how it reads its column (HLL_NONE: no such sketch), its
+ * precision, its partial's offset and its column. */
+enum hll_input { HLL_NONE, HLL_RAW_I64, HLL_RAW_F64, HLL_HASHES };
+typedef struct run_hll {
+    enum hll_input in;
+    unsigned p;
+    uint32_t off;
+    const void *col;
+} run_hll;
+
+#define NO_HLL ((run_hll){HLL_NONE, 0, 0, NULL})
+
+/* The run_hll of a plan whose only in-place aggregate is an HLL beside the
+ * counts' delta alone; in HLL_NONE otherwise. */
+static run_hll run_hll_of(const slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl)
+{
+    run_hll h = {HLL_NONE, 0, 0, NULL};
+    if (!pl->count_only || pl->nplace != 1)
+        return h;
+    const uint32_t j = pl->place[0];
+    if (!(h.p = slash_agg_hll_p(s->cfg.aggs[j])))
+        return h;
+    h.off = s->agg_off[j];
+    h.col = b->values[j];
+    h.in = !(b->hash_raw >> j & 1u) ? HLL_HASHES : b->raw_f64 >> j & 1u ? HLL_RAW_F64 : HLL_RAW_I64;
+    return h;
+}
+
 /* Folds row i and the rows after it whose times are in the live slice
  * [lo, hi); returns the next row. *stop: a partition outgrew the cache (the
  * rows before the returned one are done) or an error (*st set; the row
@@ -1088,7 +1199,8 @@ static inline __attribute__((always_inline)) size_t
 run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry *fast,
          int64_t *acc, run_chunk *ch, size_t i, int64_t lo, int64_t hi,
          const enum pend_shape shape, const int64_t *sum, const uint64_t xmask,
-         const bool in_place, const uint32_t stride, bool *stop, slash_status *st)
+         const bool in_place, const uint32_t stride, const run_hll hl, bool *stop,
+         slash_status *st)
 {
     /* the batch's columns in locals: see add_pending_row */
     const size_t n = b->n;
@@ -1108,7 +1220,7 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
                 *stop = true;
                 if (rec) { /* this row is done, the rest goes to the general loop */
                     add_pending_row(pl, shape, sum, xmask, pend, i, times[i]);
-                    if (in_place)
+                    if (in_place || hl.in != HLL_NONE)
                         ch->rows[m] = i, ch->recs[m++] = rec;
                     i++;
                 }
@@ -1116,6 +1228,12 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
             }
         }
         add_pending_row(pl, shape, sum, xmask, pend, i, times[i]);
+        if (hl.in != HLL_NONE) {
+            const uint64_t h = hl.in == HLL_RAW_I64   ? slash_hll_hash_i64(((const int64_t *)hl.col)[i])
+                               : hl.in == HLL_RAW_F64 ? slash_hll_hash_f64(((const double *)hl.col)[i])
+                                                      : ((const uint64_t *)hl.col)[i];
+            slash_hll_add(rec + hl.off, hl.p, h);
+        }
         if (in_place) {
             ch->rows[m] = i, ch->recs[m] = rec;
             if (++m == SSB_RUN_CHUNK) {
@@ -1127,6 +1245,40 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
     ch->m = m;
     return i;
 }
+
+/* One loop of run_rows a function: the shape and the constants of each
+ * (its pending shape, in-place chunk, stride, sketch input and precision,
+ * an extreme's image mask: 0 for any), so each loop gets the registers to itself (inlined into one
+ * function, every loop's invariants were spilled to the stack and
+ * reloaded a row). The call costs once a run of rows of one slice. */
+#define RUN_ROWS_VARIANT(name, SHAPE, IN_PLACE, STRIDE, HLL_IN, HLL_P, XMASK)                     \
+    static __attribute__((noinline)) size_t name(                                                 \
+        slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry *fast,            \
+        int64_t *acc, run_chunk *ch, size_t i, int64_t lo, int64_t hi, const int64_t *sum,        \
+        uint64_t xmask, run_hll hl, bool *stop, slash_status *st)                                 \
+    {                                                                                             \
+        hl.in = HLL_IN;                                                                           \
+        hl.p = HLL_P ? HLL_P : hl.p;                                                              \
+        xmask = XMASK ? XMASK : xmask;                                                            \
+        return run_rows(s, b, pl, fast, acc, ch, i, lo, hi, SHAPE, sum, xmask, IN_PLACE, STRIDE,  \
+                        hl, stop, st);                                                            \
+    }
+RUN_ROWS_VARIANT(rows_count, PEND_COUNT, false, 1, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_placed, PEND_COUNT, true, 1, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_sum, PEND_COUNT_SUM, false, 2, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_time_placed, PEND_COUNT_TIME, true, 2, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_time, PEND_COUNT_TIME, false, 2, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_min, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, (UINT64_C(1) << 63) - 1)
+RUN_ROWS_VARIANT(rows_count_max, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, UINT64_C(1) << 63)
+RUN_ROWS_VARIANT(rows_count_f64, PEND_COUNT_F64, false, 2, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_pair, PEND_COUNT_PAIR, false, 3, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_pair_f64, PEND_COUNT_PAIR_F64, false, 3, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll9_i64, PEND_COUNT, false, 1, HLL_RAW_I64, 9, 0) /* the default rsd */
+RUN_ROWS_VARIANT(rows_count_hll9_f64, PEND_COUNT, false, 1, HLL_RAW_F64, 9, 0)
+RUN_ROWS_VARIANT(rows_count_hll_i64, PEND_COUNT, false, 1, HLL_RAW_I64, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll_f64, PEND_COUNT, false, 1, HLL_RAW_F64, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll_hashes, PEND_COUNT, false, 1, HLL_HASHES, 0, 0)
+RUN_ROWS_VARIANT(rows_any, PEND_ANY, pl->nplace != 0, pl->n, HLL_NONE, 0, 0)
 
 /* Every row with an int64 key (no selection) while no partition has
  * outgrown the cache (nothing to prefetch): times come in runs of one slice
@@ -1146,6 +1298,7 @@ static __attribute__((noinline)) size_t runs_i64(slash_ssb *s, const slash_ssb_b
     size_t i = 0;
     bool stop = false;
     const enum pend_shape shape = pend_shape_of(pl);
+    const run_hll hl = run_hll_of(s, b, pl);
     while (i < b->n && !stop) {
         const bool live = slice_of(s, &c, b->times[i]);
         if (!c.fits)
@@ -1158,27 +1311,36 @@ static __attribute__((noinline)) size_t runs_i64(slash_ssb *s, const slash_ssb_b
             const size_t first = i;
             for (; i < b->n && (i == first || (b->times[i] >= lo && b->times[i] < hi)); i++)
                 s->late++;
-        } else if (shape == PEND_COUNT && !pl->nplace) {
-            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT, NULL, 0, false, 1, &stop,
-                         st);
-        } else if (shape == PEND_COUNT) {
-            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT, NULL, 0, true, 1, &stop, st);
-        } else if (shape == PEND_COUNT_SUM && !pl->nplace) {
-            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT_SUM, pl->v[1], 0, false, 2,
-                         &stop, st);
-        } else if (shape == PEND_COUNT_TIME && pl->nplace) { /* first/last of a nullable column */
-            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT_TIME, pl->src[0],
-                         pl->xmask[0], true, 2, &stop, st);
-        } else if (shape == PEND_COUNT_TIME) { /* int64 min/max */
-            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT_TIME, pl->src[0],
-                         pl->xmask[0], false, 2, &stop, st);
-        } else if (shape == PEND_COUNT_F64 && !pl->nplace) { /* double min/max */
-            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_COUNT_F64, pl->src[0],
-                         pl->xmask[0], false, 2, &stop, st);
-        } else {
-            i = run_rows(s, b, pl, fast, acc, &ch, i, lo, hi, PEND_ANY, NULL, 0, pl->nplace != 0,
-                         pl->n, &stop, st);
+            continue;
         }
+        size_t (*rows)(slash_ssb *, const slash_ssb_batch *, const fold_plan *, fast_entry *,
+                       int64_t *, run_chunk *, size_t, int64_t, int64_t, const int64_t *, uint64_t,
+                       run_hll, bool *, slash_status *) = rows_any;
+        const int64_t *sum = NULL;
+        uint64_t xmask = 0;
+        if (hl.in == HLL_RAW_I64) /* a count and approx_count_distinct */
+            rows = hl.p == 9 ? rows_count_hll9_i64 : rows_count_hll_i64;
+        else if (hl.in == HLL_RAW_F64)
+            rows = hl.p == 9 ? rows_count_hll9_f64 : rows_count_hll_f64;
+        else if (hl.in == HLL_HASHES)
+            rows = rows_count_hll_hashes;
+        else if (shape == PEND_COUNT)
+            rows = pl->nplace ? rows_count_placed : rows_count;
+        else if (shape == PEND_COUNT_SUM && !pl->nplace)
+            rows = rows_count_sum, sum = pl->v[1];
+        else if (shape == PEND_COUNT_TIME) /* first/last of a nullable column */
+            rows = pl->nplace ? rows_count_time_placed : rows_count_time, sum = pl->src[0],
+            xmask = pl->xmask[0];
+        else if (shape == PEND_COUNT_MINMAX) /* int64 min/max; beside others, the general extreme */
+            rows = pl->nplace ? rows_count_time_placed
+                   : pl->xmask[0] >> 63 ? rows_count_max : rows_count_min,
+            sum = pl->src[0], xmask = pl->xmask[0];
+        else if (shape == PEND_COUNT_F64 && !pl->nplace) /* double min/max */
+            rows = rows_count_f64, sum = pl->src[0], xmask = pl->xmask[0];
+        else if (shape == PEND_COUNT_PAIR || shape == PEND_COUNT_PAIR_F64) /* first/last */
+            rows = shape == PEND_COUNT_PAIR ? rows_count_pair : rows_count_pair_f64,
+            sum = pl->pair_src, xmask = pl->pair_mask;
+        i = rows(s, b, pl, fast, acc, &ch, i, lo, hi, sum, xmask, hl, &stop, st);
     }
     apply_chunk(s, pl, b, ch.rows, ch.recs, ch.m);
     return i;
@@ -1203,9 +1365,10 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     fold_plan pl;
     plan_init(s, b, &pl);
     const enum pend_shape shape = pend_shape_of(&pl); /* in locals: see add_pending_row */
-    const bool extreme = shape == PEND_COUNT_TIME || shape == PEND_COUNT_F64;
-    const int64_t *const sum = shape == PEND_COUNT_SUM ? pl.v[1] : extreme ? pl.src[0] : NULL;
-    const uint64_t xmask = extreme ? pl.xmask[0] : 0;
+    const bool extreme = shape == PEND_COUNT_TIME || shape == PEND_COUNT_MINMAX || shape == PEND_COUNT_F64;
+    const int64_t *const sum = shape == PEND_COUNT_SUM ? pl.v[1] : extreme ? pl.src[0]
+                               : pl.pair ? pl.pair_src : NULL;
+    const uint64_t xmask = extreme ? pl.xmask[0] : pl.pair ? pl.pair_mask : 0;
     const uint32_t stride = pl.n;
     fast_entry *fast = i64 ? calloc(SSB_FAST, sizeof *fast) : NULL;
     fast_bytes *fastb = i64 ? NULL : calloc(SSB_FAST, sizeof *fastb);

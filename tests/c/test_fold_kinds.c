@@ -377,6 +377,27 @@ TEST(first_or_last_alone_with_a_validity_of_ones)
     check_shapes(&l);
     check_set(&l, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
 }
+/* first:x or last:x with a count, pending per cache slot as the pair
+ * (time, value): of doubles over NaNs, zeros and infinities tied on time,
+ * of int64s, without a validity and with one, and with a validity chosen
+ * the other way (first's beside last's: not a pair, in place) */
+TEST(first_or_last_with_a_count_pending_as_a_pair)
+{
+    kindset f = {2, {SLASH_AGG_COUNT, SLASH_AGG_FIRST_F64}, 0, 0, 0, 0, 1};
+    check_shapes(&f);
+    kindset l = {2, {SLASH_AGG_LAST_F64, SLASH_AGG_COUNT}, 0, 0, 0, 0, 1};
+    check_shapes(&l);
+    kindset fi = {2, {SLASH_AGG_FIRST_I64, SLASH_AGG_COUNT}, 0, 0, 0, 0, 0};
+    check_shapes(&fi);
+    kindset li = {3, {SLASH_AGG_COUNT, SLASH_AGG_LAST_I64, SLASH_AGG_LAST_I64}, 1u << 1, 0, 0, 0, 0};
+    check_shapes(&li);
+    kindset fv = {3, {SLASH_AGG_FIRST_I64, SLASH_AGG_COUNT, SLASH_AGG_FIRST_F64}, 1u << 0, 0, 0, 0, 1};
+    check_shapes(&fv);
+    kindset other = {3, {SLASH_AGG_COUNT, SLASH_AGG_FIRST_F64, SLASH_AGG_LAST_I64}, 1u << 2, 0, 0, 0, 1};
+    check_shapes(&other);
+    check_set(&f, SLASH_KEY_INT64, 0, 100000, 200, 0, 100000); /* the hand-over too */
+    check_set(&li, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000);
+}
 /* two int64 sums and two validities: the shape of any number of deltas */
 TEST(two_int_sums_and_two_validities_of_ones)
 {
@@ -395,6 +416,20 @@ TEST(sketches_of_raw_values_hashed_in_the_fold)
     check_set(&k, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
 }
 
+/* approx_count_distinct as the only in-place aggregate beside a count,
+ * updated row by row on the run path: over int64 and double values hashed
+ * in the fold, and over hashes */
+TEST(a_count_and_one_sketch_updated_on_the_run_path)
+{
+    kindset ri = {2, {SLASH_AGG_COUNT, SLASH_AGG_HLL + 14}, 0, 0, 1u << 1, 0, 0};
+    check_shapes(&ri);
+    kindset rf = {2, {SLASH_AGG_HLL + 4, SLASH_AGG_COUNT}, 0, 0, 1u << 0, 1u << 0, 1};
+    check_shapes(&rf);
+    kindset hs = {2, {SLASH_AGG_COUNT, SLASH_AGG_HLL + 9}, 0, 0, 0, 0, 0};
+    check_shapes(&hs);
+    check_set(&ri, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
+}
+
 int main(void)
 {
     RUN(every_kind_on_the_run_path_sorted_times);
@@ -409,7 +444,9 @@ int main(void)
     RUN(first_and_last_over_nans_zeros_and_ties);
     RUN(first_and_last_of_a_validity_of_ones);
     RUN(first_or_last_alone_with_a_validity_of_ones);
+    RUN(first_or_last_with_a_count_pending_as_a_pair);
     RUN(two_int_sums_and_two_validities_of_ones);
     RUN(sketches_of_raw_values_hashed_in_the_fold);
+    RUN(a_count_and_one_sketch_updated_on_the_run_path);
     return UNIT_DONE();
 }

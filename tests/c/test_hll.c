@@ -2,6 +2,7 @@
  * and idempotent with zero as identity, a merge of parts equals the sketch
  * of the whole, the estimate stays within the stated error over the whole
  * range of cardinalities, and hashes are the same in every process. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -18,6 +19,38 @@ static void sketch(uint8_t *reg, uint64_t *rng, int n, int64_t range)
     memset(reg, 0, M);
     for (int i = 0; i < n; i++)
         slash_hll_add(reg, P, slash_hll_hash_i64((int64_t)(unit_rng(rng) % (uint64_t)range)));
+}
+
+/* A register takes the largest rank of its hashes: 1 + the leading zeros
+ * of the bits below the index, 64 - p + 1 when they are all zero; at every
+ * precision, for a hash with its highest low bit at every position and
+ * none, into a register holding less, as much and more; and the null 0
+ * changes nothing. The definition, written out with its own branches. */
+TEST(a_register_keeps_the_largest_rank_at_every_precision)
+{
+    static uint8_t reg[1u << SLASH_HLL_P_MAX];
+    for (unsigned p = SLASH_HLL_P_MIN; p <= SLASH_HLL_P_MAX; p++) {
+        const size_t m = (size_t)1 << p;
+        for (int bit = -1; bit < (int)(64 - p); bit++) {
+            const uint64_t idx = (uint64_t)(bit + 7) % m;
+            const uint64_t low = bit < 0 ? 0 : UINT64_C(1) << bit;
+            const uint64_t h = idx << (64 - p) | low | (bit > 2 ? low >> 3 : 0);
+            const uint8_t rank = (uint8_t)(bit < 0 ? 64 - p + 1 : 64 - p - (unsigned)bit);
+            for (int held = -1; held <= 1; held++) {
+                memset(reg, 0, m);
+                const int before = (int)rank + held;
+                reg[idx] = (uint8_t)(before < 0 ? 0 : before);
+                slash_hll_add(reg, p, h);
+                CHECK(reg[idx] == (held < 0 ? rank : (uint8_t)before));
+                slash_hll_add(reg, p, 0);
+                CHECK(reg[idx] == (held < 0 ? rank : (uint8_t)before));
+                size_t others = 0;
+                for (size_t r = 0; r < m; r++)
+                    others += r != idx && reg[r];
+                CHECK(others == 0);
+            }
+        }
+    }
 }
 
 TEST(merge_is_commutative_associative_idempotent)
@@ -100,6 +133,19 @@ TEST(hashes_are_fixed_functions_of_the_value)
     CHECK(slash_hll_hash_bytes((const uint8_t *)"abcdefghi", 9) !=
           slash_hll_hash_bytes((const uint8_t *)"abcdefgh", 8));
     CHECK(slash_hll_hash_i64(42) == UINT64_C(0xcb1311de759a757c));
+    /* doubles: zeros, a NaN with a payload and of either sign, the ends */
+    static const uint64_t payload_nan = UINT64_C(0x7ff0000000000001);
+    double pn;
+    memcpy(&pn, &payload_nan, 8);
+    const double d[] = {0.0, -0.0, 1.5, -2.25, INFINITY, -INFINITY, NAN, -NAN, pn, DBL_MIN,
+                        -DBL_MAX, 5e-324};
+    const uint64_t want[] = {
+        UINT64_C(0xa5d5c4fa2aa7018b), UINT64_C(0xa5d5c4fa2aa7018b), UINT64_C(0xe5d4898eb44fb609),
+        UINT64_C(0xdfb16735f7ed8094), UINT64_C(0x63df7100b53a2bbf), UINT64_C(0x20e8a2a2522d4877),
+        UINT64_C(0x2616c92388b3d0db), UINT64_C(0x2616c92388b3d0db), UINT64_C(0x2616c92388b3d0db),
+        UINT64_C(0xc9ba74e8d303af58), UINT64_C(0xf67f57c48e91fadb), UINT64_C(0x8182650fee540b8e)};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+        CHECK(slash_hll_hash_f64(d[i]) == want[i]);
 }
 
 TEST(precision_from_relative_error_as_spark)
@@ -132,6 +178,7 @@ TEST(hll_kinds_in_the_crdt_table)
 
 int main(void)
 {
+    RUN(a_register_keeps_the_largest_rank_at_every_precision);
     RUN(merge_is_commutative_associative_idempotent);
     RUN(merged_parts_equal_the_sketch_of_the_whole);
     RUN(estimate_error_is_the_stated_one_at_every_cardinality);

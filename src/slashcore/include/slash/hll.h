@@ -64,16 +64,19 @@ void slash_hll_hash_column(const void *values, int is_f64, const uint8_t *valid,
 void slash_hll_hash_strings(const int64_t *offsets, const uint8_t *data, const uint8_t *valid,
                             size_t n, uint64_t *out);
 
-/* Adds hash h to the 2^p registers at reg (h == 0: nothing). Inline: the hot loop. */
+/* Adds hash h to the 2^p registers at reg (h == 0: nothing). Inline: the
+ * hot loop. Without a branch on the data: the rank is 1 + the leading
+ * zeros of the 64 - p bits below the register's index, 64 - p + 1 when
+ * all are zero; setting bit p - 1 (below them, h << p has its low p bits
+ * zero) gives that case the same count without a test; and the register
+ * takes the larger rank by a conditional move. */
 static inline void slash_hll_add(uint8_t *reg, unsigned p, uint64_t h)
 {
     if (!h)
         return;
-    uint64_t w = h << p;
-    uint8_t rank = w ? (uint8_t)(__builtin_clzll(w) + 1) : (uint8_t)(64 - p + 1);
+    const uint8_t rank = (uint8_t)(__builtin_clzll(h << p | UINT64_C(1) << (p - 1)) + 1);
     uint8_t *r = &reg[h >> (64 - p)];
-    if (rank > *r)
-        *r = rank;
+    *r = rank > *r ? rank : *r;
 }
 
 /* dst = register-wise max(dst, src), 2^p registers each. */
