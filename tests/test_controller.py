@@ -215,6 +215,22 @@ def test_an_interval_in_which_the_reader_waited_for_the_clock_is_no_capacity_sam
     assert ctl.capacity == 1.5e6
 
 
+def test_a_report_interval_that_overlaps_a_decision_being_applied_is_no_capacity_sample():
+    """A live scale pauses the input (a rescale restarts the group): the
+    interval's rate counts that time with nothing read, so it is not what
+    one executor can read; the intervals after it are samples again."""
+    ctl = Controller(cfg(max_executors=4, sustain=1), executors=1, epoch_ms=50)
+    s = Stream(1)
+    d = run(ctl, s, 1, p99=None, rate=1.5e6, lag=2000.0, wait=0.0)  # sample, then scale-out
+    assert [x.action for x in d] == ["scale_out"] and ctl.capacity_samples == 1
+    s.n = ctl.executors
+    # the next reports span the scale's pause: their rates fell to 0.4 M, and are not samples
+    run(ctl, s, 1, p99=None, rate=4e5, lag=2000.0, wait=0.0)
+    assert ctl.capacity_samples == 1 and ctl.capacity == 1.5e6
+    run(ctl, s, 2, p99=None, rate=1.4e6, lag=2000.0, wait=0.0)  # after it: 2 ranks x 2 ticks
+    assert ctl.capacity_samples == 5 and ctl.capacity == 1.4e6
+
+
 def test_a_paced_reader_reports_the_share_of_each_interval_it_waited_for_the_clock():
     import time
 

@@ -134,6 +134,7 @@ class AutoTuner:
                     "min_executors": c.config.min_executors,
                     "max_executors": c.config.max_executors, "epoch_ms": c.epoch_ms,
                     "capacity_records_per_s": c.capacity,
+                    "capacity_samples": c.capacity_samples,
                     "decisions": [dict(d) for d in self.decisions]}
 
 

@@ -47,7 +47,9 @@ for the clock, and at whose end it is behind the clock by more than the
 target (it read as fast as it could), is a sample of its capacity on this
 machine as loaded now. An interval in which it caught up and then waited
 (or that began before its first paced batch, as after a restart) is none:
-its rate is the input's, not the executor's. The controller keeps the
+its rate is the input's, not the executor's; nor is one that overlaps a
+decision being applied (a live scale pauses the input, a rescale restarts
+the group: time in the rate without reading). The controller keeps the
 median of the recent samples
 (:attr:`Controller.capacity`). The utilisation of ``k`` executors is the
 demand (records/s read plus the backlog's growth) over ``k`` x capacity,
@@ -244,6 +246,8 @@ class Controller:
         self._behind: List[tuple] = []  # (time, total records behind)
         self._p99: Optional[tuple] = None  # (history time, p99 ms) of the latest point with windows
         self._capacity: List[float] = []  # records/s of executors read while behind the clock
+        self._deciding: Optional[float] = None  # time of the decision applied since the last tick
+        self._reconfigured: List[tuple] = []  # (from, to): the group was being reconfigured
         self.model = LatencyModel()  # p99 against epoch length and utilisation, fitted online
 
     @property
@@ -252,18 +256,29 @@ class Controller:
         median of its recent samples), or None before any was measured."""
         return statistics.median(self._capacity) if self._capacity else None
 
+    @property
+    def capacity_samples(self) -> int:
+        """How many samples :attr:`capacity` rests on (at most the last 20)."""
+        return len(self._capacity)
+
     # -- signals ----------------------------------------------------------------
     def _signals(self, snap: Mapping[str, Any]) -> Signals:
         t = float(snap["time"])
         prev = self._prev
+        if self._deciding is not None:  # applied between the last tick and this one
+            self._reconfigured = (self._reconfigured + [(self._deciding, t)])[-_CAPACITY_SAMPLES:]
+            self._deciding = None
         per: Dict[int, _Exec] = {}
         epochs = []
         new: List[int] = []  # the executors with a report new since the last tick
+        paused = set()  # the executors whose report interval spans a reconfiguration
         for r, cur in (snap.get("per_executor") or {}).items():
             old = (prev.get("per_executor") or {}).get(r) if prev else None
             dt = (cur["time"] - old["time"]) if old else 0.0
             if old is None or dt > 0:
                 new.append(int(r))
+            if self._spans_reconfiguration(old, cur):
+                paused.add(int(r))
             merge = stalls = 0.0
             if old and dt > 0:
                 merge = max(0.0, (cur.get("merge_seconds", 0) - old.get("merge_seconds", 0)) / dt)
@@ -300,12 +315,22 @@ class Controller:
         for r in new:  # an executor behind the clock that never waited for it read at capacity
             e = per[r]
             if e.lag_ms is not None and e.lag_ms > self.config.target_ms and e.records_per_s > 0 \
-                    and e.input_wait is not None and e.input_wait <= _CAPACITY_MAX_WAIT:
+                    and e.input_wait is not None and e.input_wait <= _CAPACITY_MAX_WAIT \
+                    and r not in paused:
                 self._capacity = (self._capacity + [e.records_per_s])[-_CAPACITY_SAMPLES:]
         return Signals(time=t, executors=self.executors, p99_ms=p99,
                        epoch_ms=statistics.median(epochs) if epochs else None, per=per,
                        backlog_growing=growing, backlog_per_s=slope,
                        fresh=points > 0)
+
+    def _spans_reconfiguration(self, old: Optional[Mapping[str, Any]],
+                               cur: Mapping[str, Any]) -> bool:
+        """Whether an executor's report interval (from ``old``, its report the
+        last tick saw, to ``cur``) overlaps a decision being applied: a live
+        scale pauses the input, a rescale restarts the group, and that time
+        is in the interval's rate without any reading in it."""
+        start = float(old["time"]) if old is not None else float("-inf")
+        return any(a < float(cur["time"]) and start < b for a, b in self._reconfigured)
 
     # -- the policy -------------------------------------------------------------
     def observe(self, snap: Mapping[str, Any]) -> Optional[Decision]:
@@ -331,6 +356,7 @@ class Controller:
         if d is not None:
             d = self._explained(d, s)
             self._quiet_until = s.time + c.cooldown
+            self._deciding = s.time
             self._over = self._under = 0
             self.decisions.append(d)
             log.info("controller: %s %s (%s: %s)", d.action, d.args, d.bottleneck, d.reason)
