@@ -578,6 +578,12 @@ typedef struct fold_plan {
  * The same of an int64 min (2^63 - 1) or max (2^63). */
 static inline uint64_t time_image(int64_t t, uint64_t xmask) { return (uint64_t)t ^ xmask; }
 
+/* The two xmasks: of the least value kept (a first, an int64 min) and of the
+ * greatest (a last, a max). Literals, not shifts: clang refuses a shift's
+ * result as a macro argument's truth value (RUN_ROWS_VARIANT). */
+#define IMAGE_MASK_LEAST UINT64_C(0x7fffffffffffffff)
+#define IMAGE_MASK_GREATEST UINT64_C(0x8000000000000000)
+
 #define F64_SIGN (UINT64_C(1) << 63)
 #define F64_INF_BITS UINT64_C(0x7ff0000000000000)
 #define F64_NAN_BITS UINT64_C(0x7ff8000000000000) /* the quiet NaN min/max keep */
@@ -627,7 +633,7 @@ static void pair_of(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *pl)
     pl->pair_f64 = k == SLASH_AGG_FIRST_F64 || k == SLASH_AGG_LAST_F64;
     pl->pair_off = s->agg_off[j];
     pl->pair_src = b->values[j];
-    pl->pair_mask = is_first(k) ? (UINT64_C(1) << 63) - 1 : UINT64_C(1) << 63;
+    pl->pair_mask = is_first(k) ? IMAGE_MASK_LEAST : IMAGE_MASK_GREATEST;
     pl->ntime = pl->nplace = 0;
     pl->v[1] = pl->v[2] = NULL;
     pl->n = 3;
@@ -672,7 +678,7 @@ static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *p
         pl->toff[q] = s->agg_off[j];
         const slash_agg_kind k = s->cfg.aggs[j];
         const bool least = k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_MIN_I64 || k == SLASH_AGG_MIN_F64;
-        pl->xmask[q] = least ? (UINT64_C(1) << 63) - 1 : UINT64_C(1) << 63;
+        pl->xmask[q] = least ? IMAGE_MASK_LEAST : IMAGE_MASK_GREATEST;
         pl->f64[q] = k == SLASH_AGG_MIN_F64 || k == SLASH_AGG_MAX_F64;
         pl->src[q] = k == SLASH_AGG_FIRST_I64 || k == SLASH_AGG_LAST_I64 ? NULL : b->values[j];
         pl->v[pl->n++] = NULL;
@@ -1268,8 +1274,8 @@ RUN_ROWS_VARIANT(rows_count_placed, PEND_COUNT, true, 1, HLL_NONE, 0, 0)
 RUN_ROWS_VARIANT(rows_count_sum, PEND_COUNT_SUM, false, 2, HLL_NONE, 0, 0)
 RUN_ROWS_VARIANT(rows_count_time_placed, PEND_COUNT_TIME, true, 2, HLL_NONE, 0, 0)
 RUN_ROWS_VARIANT(rows_count_time, PEND_COUNT_TIME, false, 2, HLL_NONE, 0, 0)
-RUN_ROWS_VARIANT(rows_count_min, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, UINT64_C(0x7fffffffffffffff))
-RUN_ROWS_VARIANT(rows_count_max, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, UINT64_C(0x8000000000000000))
+RUN_ROWS_VARIANT(rows_count_min, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, IMAGE_MASK_LEAST)
+RUN_ROWS_VARIANT(rows_count_max, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, IMAGE_MASK_GREATEST)
 RUN_ROWS_VARIANT(rows_count_f64, PEND_COUNT_F64, false, 2, HLL_NONE, 0, 0)
 RUN_ROWS_VARIANT(rows_count_pair, PEND_COUNT_PAIR, false, 3, HLL_NONE, 0, 0)
 RUN_ROWS_VARIANT(rows_count_pair_f64, PEND_COUNT_PAIR_F64, false, 3, HLL_NONE, 0, 0)
