@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import operator
 import os
 import time
 from dataclasses import dataclass
@@ -487,7 +488,9 @@ class _ConfluentReader(TopicReader):
             else:
                 events.append((EVENT_ERROR, -1 if m.partition() is None else m.partition(),
                                -1, bool(err.fatal()), err.str()))
-        msgs = [m for p in sorted(by) for m in by[p]]
+        parts = sorted(by)
+        counts = [len(by[p]) for p in parts]
+        msgs = [m for p in parts for m in by[p]]
         del got, by, run
         n = len(msgs)
         if n == 0:
@@ -497,11 +500,13 @@ class _ConfluentReader(TopicReader):
         kind = type(msgs[0])
         values = list(map(kind.value, msgs))
         nulls = None
-        if None in values:
+        sep = 0 if raw else 1
+        try:
+            data = (b"" if raw else b"\n").join(values)
+        except TypeError:  # a null value: no bytes, marked
             nulls = np.fromiter((v is None for v in values), np.uint8, n)
             values = [b"" if v is None else v for v in values]
-        sep = 0 if raw else 1
-        data = (b"" if raw else b"\n").join(values)
+            data = (b"" if raw else b"\n").join(values)
         if not raw and data.count(b"\n") != n - 1:  # a newline inside a value: one line each
             values = [v.replace(b"\n", b" ").replace(b"\r", b" ") for v in values]
             data = b"\n".join(values)
@@ -519,10 +524,9 @@ class _ConfluentReader(TopicReader):
             kbuf: Optional[bytes] = b"".join(keys)
         else:
             kbuf, key_starts, key_nulls = None, None, None
-        return Polled(data, starts, sep,
-                      np.fromiter(map(kind.partition, msgs), np.int32, n),
-                      np.fromiter(map(kind.offset, msgs), np.int64, n),
-                      np.fromiter((t for _, t in map(kind.timestamp, msgs)), np.int64, n),
+        return Polled(data, starts, sep, np.repeat(np.array(parts, np.int32), counts),
+                      _offsets_of(msgs, counts, kind),
+                      np.fromiter(map(_SECOND, map(kind.timestamp, msgs)), np.int64, n),
                       nulls, kbuf, key_starts, key_nulls, events)
 
     def watermarks(self, partition: int, timeout: float) -> Tuple[int, int]:
@@ -539,6 +543,19 @@ class _ConfluentReader(TopicReader):
         self.c.close()
 
 
+def _offsets_of(msgs: List[Any], counts: List[int], kind: Any) -> np.ndarray:
+    """The offsets of runs of ``counts`` messages (a partition's each, ascending):
+    a run as long as its first to last offsets span is those offsets in a row."""
+    out, at = [], 0
+    for k in counts:
+        lo, hi = msgs[at].offset(), msgs[at + k - 1].offset()
+        out.append(np.arange(lo, hi + 1, dtype=np.int64) if hi - lo + 1 == k else
+                   np.fromiter(map(kind.offset, msgs[at:at + k]), np.int64, k))
+        at += k
+    return np.concatenate(out)
+
+
+_SECOND = operator.itemgetter(1)  # of a Message's (timestamp type, timestamp)
 _READERS = ("auto", "core", "confluent")
 _said: set = set()
 
