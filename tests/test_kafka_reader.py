@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from slash._core import kafka_fetch_available
-from slash.errors import InvalidArgument, Timeout
+from slash.errors import InvalidArgument, NotSupported, Timeout
 from slash.kafka_client import (EVENT_EOF, EVENT_ERROR, Polled, end_of_log, open_reader,
                                 reader_kind)
 
@@ -151,6 +151,17 @@ def test_the_reader_is_the_cores_when_built_with_librdkafka(monkeypatch):
     assert reader_kind() == "confluent"
     monkeypatch.setenv("SLASH_KAFKA_READER", "fast")
     with pytest.raises(InvalidArgument, match="SLASH_KAFKA_READER"):
+        reader_kind()
+
+
+def test_a_core_built_without_librdkafka_reads_through_confluent_kafka(monkeypatch):
+    import slash._core
+
+    monkeypatch.setattr(slash._core, "kafka_fetch_available", lambda: None)
+    monkeypatch.delenv("SLASH_KAFKA_READER", raising=False)
+    assert reader_kind() == "confluent"
+    monkeypatch.setenv("SLASH_KAFKA_READER", "core")
+    with pytest.raises(NotSupported, match="librdkafka-dev"):
         reader_kind()
 
 
