@@ -21,6 +21,7 @@ within ``connect_timeout`` seconds, a missing topic UnknownName.
 """
 from __future__ import annotations
 
+import abc
 import io
 import json
 import logging
@@ -359,37 +360,40 @@ def end_of_log(events: Sequence[Event], topic: str, where: str = "") -> Dict[int
     return eof
 
 
-class TopicReader:
+class TopicReader(abc.ABC):
     """A consumer of one topic assigned partitions directly, read a poll at a
     time into :class:`Polled` (see :func:`open_reader`)."""
 
     kind = ""
 
+    @abc.abstractmethod
     def assign(self, positions: Sequence[Tuple[int, int]], incremental: bool = False) -> None:
         """Reads ``[(partition, offset)]`` from now on (incremental: besides those assigned)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def unassign(self) -> None:
-        raise NotImplementedError
+        """Reads no partition any more (a poll's records not laid out are dropped)."""
 
+    @abc.abstractmethod
     def fetch(self, max_records: int, timeout: float, raw: bool = False) -> Polled:
         """One poll: up to ``max_records`` records, waiting up to ``timeout`` s
         for the first; JSON lines (raw: the value bytes and the keys)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def watermarks(self, partition: int, timeout: float) -> Tuple[int, int]:
-        raise NotImplementedError
+        """The low and high watermark offsets of ``partition`` (asks the broker)."""
 
+    @abc.abstractmethod
     def position(self, partition: int) -> int:
         """The next offset to read in ``partition`` (negative: none yet)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def partitions(self) -> List[int]:
         """The topic's partitions now (none while the broker is away: asked again later)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Closes the consumer."""
 
 
 class _CoreReader(TopicReader):

@@ -12,8 +12,8 @@ static int by_partition(const void *a, const void *b) {
     return x->index < y->index ? -1 : (x->index > y->index);
 }
 
-void slash_kbatch_order(slash_krec *recs, size_t n, slash_krec *scratch) {
-    (void)scratch; /* qsort sorts in place; (partition, place in the poll) keeps it stable */
+void slash_kbatch_order(slash_krec *recs, size_t n) {
+    /* qsort by (partition, place in the poll): stable */
     int sorted = 1;
     for (size_t i = 0; i < n; i++) {
         recs[i].index = (uint32_t)i;

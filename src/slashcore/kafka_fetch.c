@@ -265,7 +265,7 @@ slash_status slash_kfetch_poll(slash_kfetch *f, size_t max, int timeout_ms, int 
         r->timestamp = rd_kafka_message_timestamp(m, NULL);
     }
     f->held = n;
-    slash_kbatch_order(f->recs, n, NULL);
+    slash_kbatch_order(f->recs, n);
     *records = n;
     *value_bytes = slash_kbatch_bytes(f->recs, n, 0, sep);
     *key_bytes = slash_kbatch_bytes(f->recs, n, 1, 0);

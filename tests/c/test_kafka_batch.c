@@ -28,7 +28,7 @@ TEST(records_are_ordered_by_partition_keeping_each_partitions_order)
     slash_krec r[7] = {rec(2, 10, "a", 0), rec(2, 11, "b", 0), rec(0, 5, "c", 0),
                        rec(2, 12, "d", 0), rec(1, 7, "e", 0), rec(0, 6, "f", 0),
                        rec(0, 7, "g", 0)};
-    slash_kbatch_order(r, 7, NULL);
+    slash_kbatch_order(r, 7);
     int32_t want_p[7] = {0, 0, 0, 1, 2, 2, 2};
     int64_t want_o[7] = {5, 6, 7, 7, 10, 11, 12};
     for (int i = 0; i < 7; i++) {
@@ -108,7 +108,7 @@ TEST(many_random_records_keep_every_byte_and_every_partitions_order)
         r[i] = rec(p, next[p]++, text[i], 0);
     }
     size_t bytes = slash_kbatch_bytes(r, N, 0, '\n');
-    slash_kbatch_order(r, N, NULL);
+    slash_kbatch_order(r, N);
     char *values = malloc(bytes);
     int64_t *starts = malloc((N + 1) * sizeof *starts), *off = malloc(N * sizeof *off);
     int64_t *ts = malloc(N * sizeof *ts);

@@ -36,8 +36,8 @@ typedef struct slash_krec {
     uint32_t index; /* the record's place in the poll (set by slash_kbatch_order) */
 } slash_krec;
 
-/* Orders recs[0..n) by partition, stably (scratch: n records of the caller's). */
-void slash_kbatch_order(slash_krec *recs, size_t n, slash_krec *scratch);
+/* Orders recs[0..n) by partition, stably (each record's index: its place before). */
+void slash_kbatch_order(slash_krec *recs, size_t n);
 
 /* Bytes the values (keys if keys != 0) of recs take when joined: sep != 0 puts
  * one separator byte after each value but the last. */
