@@ -7,6 +7,9 @@ libfabric is loaded with dlopen at its first use (a process that only uses shm
 never pays the ~0.2 s of loading it and the provider libraries it pulls in);
 otherwise the package still builds and asking for "ofi:*" raises an error
 that names the package to install. SLASH_NO_OFI=1 forces a build without it.
+librdkafka is optional likewise: with its headers the core's Kafka reader
+(kafka_fetch.c, SLASH_HAVE_RDKAFKA) is linked in; without them topics are
+read through confluent-kafka's own client. SLASH_NO_RDKAFKA=1 forces that.
 """
 import glob
 import os
@@ -21,19 +24,32 @@ from setuptools import Extension, setup
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def have_libfabric() -> bool:
-    if os.environ.get("SLASH_NO_OFI") == "1":
-        return False
+def links(program: str, lib: str) -> bool:
+    """Whether a C program (a header's use) compiles and links with -l<lib>."""
     cc = os.environ.get("CC", "cc")
     if shutil.which(cc) is None:
         return False
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "t.c")
         with open(src, "w") as f:
-            f.write("#include <rdma/fabric.h>\nint main(void){return (int)fi_version();}\n")
-        r = subprocess.run([cc, src, "-o", os.path.join(d, "t"), "-lfabric"],
+            f.write(program)
+        r = subprocess.run([cc, src, "-o", os.path.join(d, "t"), f"-l{lib}"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return r.returncode == 0
+
+
+def have_libfabric() -> bool:
+    if os.environ.get("SLASH_NO_OFI") == "1":
+        return False
+    return links("#include <rdma/fabric.h>\nint main(void){return (int)fi_version();}\n",
+                 "fabric")
+
+
+def have_librdkafka() -> bool:
+    if os.environ.get("SLASH_NO_RDKAFKA") == "1":
+        return False
+    return links("#include <librdkafka/rdkafka.h>\n"
+                 "int main(void){return rd_kafka_version() > 0 ? 0 : 1;}\n", "rdkafka")
 
 
 def public_symbols() -> list:
@@ -74,6 +90,14 @@ def extensions():
     else:
         print("slash: libfabric not found, building without the ofi transport "
               "(apt-get install libfabric-dev to add it)", file=sys.stderr)
+    if have_librdkafka():
+        macros.append(("SLASH_HAVE_RDKAFKA", "1"))
+        libs.append("rdkafka")
+        print("slash: librdkafka found, building the core's Kafka reader", file=sys.stderr)
+    else:
+        print("slash: librdkafka not found, building without the core's Kafka reader (topics "
+              "are read with confluent-kafka; apt-get install librdkafka-dev to add it)",
+              file=sys.stderr)
     ext = Extension(
         "slash._core",
         sources=sources,

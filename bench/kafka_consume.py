@@ -7,8 +7,10 @@ values of ~240 B, event i in partition i mod P):
 * ``client-nogc``: the same with Python's garbage collector off (each
   record is a collectable Message object: a collector running meanwhile
   walks them);
-* ``decode``: the ``client`` loop, each poll's values decoded to Arrow by the
-  source's :class:`slash.kafka_decode.Decoder` (one call per poll);
+* ``decode``: the sources' reader (``slash.kafka_client.open_reader``: the
+  core's, on librdkafka's C API, one buffer per poll, or confluent-kafka's
+  consumer), each poll's partitions decoded to Arrow by the sources'
+  :class:`slash.kafka_decode.Decoder`;
 * ``stream``: :class:`slash.kafka.KafkaStream`'s read path as a rank of the
   stream task uses it (``read_work`` with a ``wait``, per-partition
   watermarks on ``event_time``, positions), up to the topic's end offsets;
@@ -24,7 +26,7 @@ of the rank and CPU seconds per million records. ``--profile`` also profiles
 the stream stage of this interpreter (cProfile; ``py-spy record --native`` when
 ``py-spy`` is on PATH) and prints each function's share.
 
-    python bench/kafka_consume.py --records 1000000 \\
+    python bench/kafka_consume.py --records 1000000 --readers core,confluent \\
         --python before=/work/main/.venv/bin/python --python after=.venv/bin/python
 
 ``--paced RATE`` measures instead a reader caught up with a live topic
@@ -120,20 +122,45 @@ def stage_client_nogc(bootstrap: str, topic: str, ends: Dict[int, int], parts: L
 
 def stage_decode(bootstrap: str, topic: str, ends: Dict[int, int], parts: List[int],
                  rank: int, ranks: int) -> Callable[[], int]:
+    """The sources' reader (:func:`slash.kafka_client.open_reader`: the core's
+    or confluent-kafka's, as ``SLASH_KAFKA_READER`` says), each poll's
+    partitions decoded to Arrow by the sources' Decoder; under a slash that
+    predates the reader, the ``client`` loop with each poll's Messages decoded."""
     from slash.bench._kafka_topic import SCHEMA
     from slash.kafka_decode import Decoder
 
     dec = Decoder(topic, "json", SCHEMA, "kafka_timestamp", None)
+    try:
+        from slash.kafka_client import end_of_log, open_reader
+    except ImportError:  # a slash before the reader: Messages decoded
+        def read_messages() -> int:
+            rows = [0]
+
+            def decode(msgs: List[Any]) -> None:
+                if msgs:
+                    b, _ = dec.decode(-1, msgs)
+                    rows[0] += b.num_rows
+            n = _client_loop(bootstrap, topic, ends, parts, decode)
+            assert rows[0] == n, (rows[0], n)
+            return n
+        return read_messages
 
     def read() -> int:
-        rows = [0]
-
-        def decode(msgs: List[Any]) -> None:
-            if msgs:
-                b, _ = dec.decode(-1, msgs)
-                rows[0] += b.num_rows
-        n = _client_loop(bootstrap, topic, ends, parts, decode)
-        assert rows[0] == n, (rows[0], n)
+        r = open_reader(bootstrap, topic, None)
+        r.assign([(p, 0) for p in parts])
+        left = {p for p in parts if ends[p] > 0}
+        n = 0
+        try:
+            while left:
+                got = r.fetch(POLL, 0.1)
+                end_of_log(got.events, topic)
+                for p, recs in got.runs():
+                    b, _ = dec.decode(p, recs)
+                    n += b.num_rows
+                    if int(recs.offset[-1]) >= ends[p] - 1:
+                        left.discard(p)
+        finally:
+            r.close()
         return n
     return read
 
@@ -313,11 +340,12 @@ def _fill(args: argparse.Namespace, workdir: str) -> Tuple[Any, str, str]:
 
 
 def _worker(python: str, stage: str, bootstrap: str, topic: str, ends: Dict[int, int],
-            rank: int, ranks: int) -> Dict[str, Any]:
+            rank: int, ranks: int, reader: str = "auto") -> Dict[str, Any]:
     cmd = [python, os.path.abspath(__file__), "--worker", stage, "--bootstrap", bootstrap,
            "--topic", topic, "--ends", json.dumps(ends), "--rank", str(rank),
            "--ranks", str(ranks)]
-    got = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd="/")
+    env = dict(os.environ, SLASH_KAFKA_READER=reader)
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd="/", env=env)
     if got.returncode != 0:
         raise SystemExit(f"{stage} under {python} failed:\n{got.stderr[-3000:]}")
     return json.loads(got.stdout.strip().splitlines()[-1])
@@ -380,6 +408,8 @@ def paced(args: argparse.Namespace, pythons: List[Tuple[str, str]], bootstrap: s
     load_before = os.getloadavg()
     for _ in range(args.repeat):
         for label, python in pythons:
+            python, _, reader = python.partition(":")
+            env = dict(os.environ, SLASH_KAFKA_READER=reader or "auto")
             for fmb in args.fetch_min_bytes.split(","):
                 cmd = [python, os.path.abspath(__file__), "--worker", "paced", "--bootstrap",
                        bootstrap, "--paced", str(args.paced), "--paced-seconds",
@@ -387,7 +417,8 @@ def paced(args: argparse.Namespace, pythons: List[Tuple[str, str]], bootstrap: s
                        "--fetch-min-bytes", fmb]
                 if broker_pid:
                     cmd += ["--broker-pid", str(broker_pid)]
-                got = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd="/")
+                got = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd="/",
+                                     env=env)
                 if got.returncode != 0:
                     raise SystemExit(f"paced under {python} failed:\n{got.stderr[-3000:]}")
                 r = json.loads(got.stdout.strip().splitlines()[-1])
@@ -423,6 +454,9 @@ def main() -> None:
     p.add_argument("--stages", default=",".join(STAGES))
     p.add_argument("--python", action="append", default=[],
                    help="LABEL=INTERPRETER (repeatable; default this=sys.executable)")
+    p.add_argument("--readers", default="auto",
+                   help="SLASH_KAFKA_READER values compared under each --python (e.g. "
+                        "core,confluent; a slash before the core's reader ignores it)")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--bootstrap")
     p.add_argument("--topic")
@@ -453,6 +487,10 @@ def main() -> None:
         if s not in STAGES:
             p.error(f"unknown stage {s!r} (stages: {', '.join(STAGES)})")
     pythons = [tuple(x.split("=", 1)) for x in args.python] or [("this", sys.executable)]
+    readers = [r for r in args.readers.split(",") if r]
+    if readers != ["auto"]:  # each interpreter under each reader: LABEL/READER
+        pythons = [(f"{label}/{r}", f"{python}:{r}") for label, python in pythons
+                   for r in readers]
     workdir = tempfile.mkdtemp(prefix="kafka-consume-")
     broker = None
     try:
@@ -476,18 +514,20 @@ def main() -> None:
         for rep in range(args.repeat):
             for stage in stages:
                 for label, python in pythons:
-                    r = _worker(python, stage, bootstrap, topic, ends, args.rank, args.ranks)
+                    exe, _, reader = python.partition(":")
+                    r = _worker(exe, stage, bootstrap, topic, ends, args.rank, args.ranks,
+                                reader or "auto")
                     runs.setdefault(label, {}).setdefault(stage, []).append(r)
-                    log.info("%-8s %-8s %9d rec/s  %6.3f CPU s/M rec", label, stage,
+                    log.info("%-16s %-8s %9d rec/s  %6.3f CPU s/M rec", label, stage,
                              r["records_per_s"], r["cpu_s_per_m_records"])
         best = {label: {stage: max(rs, key=lambda r: r["records_per_s"])
                         for stage, rs in by.items()} for label, by in runs.items()}
         log.info("best of %d, rank %d of %d (%d records):", args.repeat, args.rank, args.ranks,
                  sum(ends[q] for q in _share(ends, args.rank, args.ranks)))
-        log.info("%-8s %s", "stage", "".join(f"{label:>22}" for label, _ in pythons))
+        log.info("%-8s %s", "stage", "".join(f"{label:>24}" for label, _ in pythons))
         for stage in stages:
             log.info("%-8s %s", stage, "".join(
-                f"{best[label][stage]['records_per_s']:>12} rec/s {best[label][stage]['cpu_s_per_m_records']:5.2f}s/M"
+                f"{best[label][stage]['records_per_s']:>14} rec/s {best[label][stage]['cpu_s_per_m_records']:5.2f}s/M"
                 for label, _ in pythons))
         prof = profile_stream(bootstrap, topic, ends, args.rank, args.ranks, workdir) \
             if args.profile else None
@@ -499,7 +539,8 @@ def main() -> None:
                "host": platform.node(), "cpus": os.cpu_count(), "load_before": load_before,
                "load_after": os.getloadavg(), "records": sum(ends.values()),
                "partitions": len(ends), "rank": args.rank, "ranks": args.ranks,
-               "pythons": dict(pythons), "best": best, "runs": runs, "profile": prof}
+               "pythons": dict(pythons), "best": best, "runs": runs, "profile": prof,
+               "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()}
         os.makedirs(os.path.dirname(args.out), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)

@@ -505,3 +505,35 @@ cdef extern from "slash/pq_read.h" nogil:
     slash_status slash_pq_read_fd(slash_pq_reader *r, int fd, int64_t offset, int64_t len,
                                   const slash_pq_chunk *chunk, void *out, int out_width,
                                   uint8_t *valid, int64_t *null_count)
+
+cdef extern from "slash/kafka_fetch.h" nogil:
+    ctypedef struct slash_kfetch
+    ctypedef struct slash_kevent:
+        int kind
+        int32_t partition
+        int64_t offset
+        int code
+        int fatal
+        char message[256]
+    int SLASH_KEVENT_EOF
+    int SLASH_KEVENT_ERROR
+    int slash_kfetch_available()
+    const char *slash_kfetch_version()
+    slash_status slash_kfetch_new(const char *topic, const char *const *keys,
+                                  const char *const *values, size_t n, slash_kfetch **out)
+    void slash_kfetch_free(slash_kfetch *f)
+    slash_status slash_kfetch_assign(slash_kfetch *f, const int32_t *partitions,
+                                     const int64_t *offsets, size_t n, int incremental)
+    slash_status slash_kfetch_unassign(slash_kfetch *f)
+    slash_status slash_kfetch_poll(slash_kfetch *f, size_t max, int timeout_ms, int sep,
+                                   size_t *records, size_t *value_bytes, size_t *key_bytes)
+    size_t slash_kfetch_events(const slash_kfetch *f)
+    const slash_kevent *slash_kfetch_event(const slash_kfetch *f, size_t i)
+    size_t slash_kfetch_fill(slash_kfetch *f, int sep, char *values, int64_t *starts,
+                             int32_t *partition, int64_t *offset, int64_t *timestamp,
+                             uint8_t *nulls, char *keys, int64_t *key_starts, uint8_t *key_nulls)
+    slash_status slash_kfetch_watermarks(slash_kfetch *f, int32_t partition, int timeout_ms,
+                                         int64_t *low, int64_t *high)
+    slash_status slash_kfetch_position(slash_kfetch *f, int32_t partition, int64_t *offset)
+    slash_status slash_kfetch_partitions(slash_kfetch *f, int timeout_ms, int32_t *out,
+                                         size_t cap, size_t *n)

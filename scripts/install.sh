@@ -31,8 +31,9 @@ need_apt() {
 }
 
 install_system() {
-    # compiler, Python headers and venv, libfabric (the ofi transport), iproute2 (namespace tests), a JRE (Spark)
-    need_apt build-essential python3-dev python3-venv libfabric-dev libfabric-bin iproute2 openjdk-17-jre-headless
+    # compiler, Python headers and venv, libfabric (the ofi transport), librdkafka (the core's Kafka
+    # reader), iproute2 (namespace tests), a JRE (Spark)
+    need_apt build-essential python3-dev python3-venv libfabric-dev libfabric-bin librdkafka-dev iproute2 openjdk-17-jre-headless
 }
 
 use_venv() {

@@ -2,7 +2,8 @@
 inputs.
 
 JSON values (``json``) are parsed in bulk by ``pyarrow.json``, one call per
-batch over the values joined by newlines; raw values (``raw``) are kept as
+batch over the values as polled (:class:`slash.kafka_client.Polled`: one
+buffer, the values joined by newlines); raw values (``raw``) are kept as
 bytes (columns ``key`` and ``value``). Every row also gets the record's
 Kafka timestamp as ``timestamp_column`` (``timestamp[ms, UTC]``; None
 leaves it out).
@@ -20,15 +21,15 @@ from __future__ import annotations
 import io
 import json
 import logging
-import operator
 import os
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.json as pj
 
 from slash.errors import SchemaError, UnknownName
+from slash.kafka_client import Polled
 
 #: the Kafka modules log as one (``slash.kafka``), as before the split
 log = logging.getLogger("slash.kafka")
@@ -37,20 +38,6 @@ log = logging.getLogger("slash.kafka")
 BATCH_RECORDS = 65_536
 #: the type of the Kafka timestamp column
 TS_TYPE = pa.timestamp("ms", tz="UTC")
-
-
-_SECOND = operator.itemgetter(1)  # of a Message's (timestamp type, timestamp)
-
-
-def _each_lazy(msgs: List[Any], method: str) -> Iterator[Any]:
-    """``m.<method>()`` of each message, called from C (the messages' type's
-    own method mapped over them: no Python frame per record)."""
-    return map(getattr(type(msgs[0]), method), msgs) if msgs else iter(())
-
-
-def _each(msgs: List[Any], method: str) -> List[Any]:
-    """:func:`_each_lazy` as a list."""
-    return list(_each_lazy(msgs, method))
 
 
 class Decoder:
@@ -73,32 +60,32 @@ class Decoder:
             else self.schema
         self.malformed = 0
 
-    def decode(self, partition: int, msgs: List[Any], timestamps: bool = True
+    def decode(self, partition: int, recs: Polled, timestamps: bool = True
                ) -> Tuple[Optional[pa.RecordBatch], List[Dict[str, Any]]]:
-        """One batch of ``msgs`` (records of one partition), and the malformed
-        ones. ``timestamps=False``: without the Kafka timestamp column (of
-        schema :attr:`value_columns`), for a reader that does not read it."""
+        """One batch of ``recs`` (records of one partition, as polled), and the
+        malformed ones. ``timestamps=False``: without the Kafka timestamp column
+        (of schema :attr:`value_columns`), for a reader that does not read it."""
         bad: List[Dict[str, Any]] = []
+        keep: Optional[List[int]] = None  # the records kept, if not all
+        n = len(recs)
         if self.format == "raw":
-            cols = [pa.array(_each(msgs, "key"), pa.binary()),
-                    pa.array(_each(msgs, "value"), pa.binary())]
-            keep = msgs
+            cols = [recs.binary(keys=True), recs.binary()]
         else:
-            values = _each(msgs, "value")
-            table = self._parse(values)
-            keep = msgs
-            if table is None:  # some value is malformed: find which, one by one
-                good, keep = [], []
-                for m, v in zip(msgs, values):
+            table = None if recs.has_null() else self._parse(recs.lines(), n)
+            if table is None and n:  # some value is malformed: find which, one by one
+                good: List[bytes] = []
+                keep = []
+                for i in range(n):
+                    v = recs.value(i)
                     why = self._check(v)
                     if why is None:
-                        good.append(v)
-                        keep.append(m)
+                        good.append(v)  # type: ignore[arg-type]
+                        keep.append(i)
                     else:
                         bad.append({"topic": self.topic, "partition": partition,
-                                    "offset": m.offset(), "error": why,
+                                    "offset": int(recs.offset[i]), "error": why,
                                     "value": None if v is None else v.decode("utf-8", "replace")})
-                table = self._parse(good) if good else None
+                table = self._parse(b"\n".join(good), len(good)) if good else None
                 if table is None and good:  # cannot happen: each value parsed alone
                     raise SchemaError(f"topic {self.topic!r} partition {partition}: values "
                                       "that parse alone fail together")
@@ -106,34 +93,29 @@ class Decoder:
                     if table is not None else
                     [pa.array([], f.type) for f in self.value_schema])
         schema = self.value_columns
+        rows = n if keep is None else len(keep)
         if self.timestamp_column is not None and timestamps:
-            cols.append(pa.array(np.fromiter(map(_SECOND, _each_lazy(keep, "timestamp")),
-                                             np.int64, len(keep))).cast(TS_TYPE))
+            ts = recs.timestamp if keep is None else recs.timestamp[keep]
+            cols.append(pa.array(np.ascontiguousarray(ts, np.int64)).cast(TS_TYPE))
             schema = self.schema
         if bad:
             self.malformed += len(bad)
-        if not keep:
+        if not rows:
             return None, bad
         return pa.RecordBatch.from_arrays(cols, schema=schema), bad
 
-    def _parse(self, values: List[Optional[bytes]]) -> Optional[pa.Table]:
-        """The values parsed in one call, or None if one is malformed."""
-        if not values:
+    def _parse(self, data: Union[bytes, memoryview], rows: int) -> Optional[pa.Table]:
+        """``rows`` values given as lines, parsed in one call, or None if one is malformed."""
+        if not rows:
             return pa.table({f.name: pa.array([], f.type) for f in self.value_schema})
         try:
-            data = b"\n".join(values)
-        except TypeError:  # a null value
-            return None
-        if data.count(b"\n") != len(values) - 1:  # a newline inside a value: JSON whitespace
-            data = b"\n".join(v.replace(b"\n", b" ").replace(b"\r", b" ") for v in values)
-        try:
-            t = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(
+            t = pj.read_json(pa.BufferReader(pa.py_buffer(data)), read_options=pj.ReadOptions(
                 use_threads=False, block_size=max(1 << 20, len(data) + 1)),
                 parse_options=pj.ParseOptions(explicit_schema=self.value_schema,
                                               unexpected_field_behavior="ignore"))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
-        if t.num_rows != len(values):  # an empty value: no row
+        if t.num_rows != rows:  # an empty value: no row
             return None
         return t.select(self.value_schema.names)
 

@@ -23,9 +23,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 import pyarrow as pa
 
 from slash.errors import InvalidArgument, Timeout
-from slash.kafka_client import confluent, consumer_config, open_topic
+from slash.kafka_client import Polled, TopicReader, end_of_log, open_reader, open_topic
 from slash.kafka_decode import BATCH_RECORDS, Decoder
-from slash.run.gc import no_cyclic_gc
 from slash.sources import BatchSource, Unit
 
 #: the Kafka modules log as one (``slash.kafka``), as before the split
@@ -42,7 +41,7 @@ class _Reader:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.consumer: Any = None
+        self.consumer: Optional[TopicReader] = None
 
 
 class KafkaSource(BatchSource):
@@ -107,16 +106,16 @@ class KafkaSource(BatchSource):
         """Any JSON field may be missing (null); the Kafka timestamp never is."""
         return self._decoder.may_have_nulls(column)
 
-    def _consumer(self) -> Any:
+    def _consumer(self) -> TopicReader:
         r = self._reader
         if r.consumer is None:
-            r.consumer = confluent().Consumer(consumer_config(self.bootstrap, self.config))
+            r.consumer = open_reader(self.bootstrap, self.topic, self.config)
         return r.consumer
 
     def _read_unit(self, readers: Any, u: Unit, names: List[str], file_cols: List[str],
                    batch_rows: int) -> Iterator[pa.RecordBatch]:
         p, lo, hi = self.ranges[u.index]
-        with self._reader.lock, no_cyclic_gc():  # the unit's Message objects die in _fetch
+        with self._reader.lock:
             batches, bad = self._fetch(p, lo, hi, min(batch_rows, BATCH_RECORDS),
                                        self._decoder.reads_timestamps(names))
         self._decoder.report(bad, p, lo)
@@ -128,57 +127,48 @@ class KafkaSource(BatchSource):
         """Records lo..hi-1 of partition p, decoded in batches of ``batch_rows``
         records (cut by count, so the same unit gives the same batches); with
         the Kafka timestamps if ``stamps``."""
-        ck = confluent()
         c = self._consumer()
-        c.assign([ck.TopicPartition(self.topic, p, lo)])
+        raw = self._decoder.format == "raw"
+        c.assign([(p, lo)])
         out: List[pa.RecordBatch] = []
         bad: List[Dict[str, Any]] = []
-        msgs: List[Any] = []
+        held: List[Polled] = []  # polls' records not decoded yet (fewer than batch_rows)
+        have = 0
         last = time.monotonic()
         done = lo >= hi
         try:
             while not done:
-                got = c.consume(num_messages=batch_rows - len(msgs), timeout=0.1)
-                errs = [m for m in got if m.error() is not None]
-                if errs:  # rare: EOF events, broker errors
-                    for m in errs:
-                        err = m.error()
-                        if err.code() == ck.KafkaError._PARTITION_EOF:
-                            done = done or m.offset() >= hi
-                        elif err.fatal():
-                            raise Timeout(f"Kafka topic {self.topic!r} partition {p} at offset "
-                                          f"{lo}: {err.str()}")
-                        else:  # the client retries (a broker restarting): read_timeout bounds it
-                            log.info("Kafka topic %r partition %d: %s", self.topic, p, err.str())
-                    got = [m for m in got if m.error() is None]
-                while got and got[-1].offset() >= hi:  # offsets ascend: past the unit at the end
-                    got.pop()
+                got = c.fetch(batch_rows - have, 0.1, raw)
+                eof = end_of_log(got.events, self.topic, f"partition {p} at offset {lo}")
+                done = eof.get(p, -1) >= hi
+                recs = got.before(hi)  # offsets ascend: past the unit at the end
+                if len(recs) < len(got):
                     done = True
-                if got:
-                    msgs.extend(got)
-                    done = done or got[-1].offset() >= hi - 1
-                    if len(msgs) >= batch_rows:
-                        self._flush(p, msgs[:batch_rows], out, bad, stamps)
-                        msgs = msgs[batch_rows:]
-                if got:
+                if len(recs):
+                    held.append(recs)
+                    have += len(recs)
+                    done = done or int(recs.offset[-1]) >= hi - 1
+                    if have >= batch_rows:
+                        self._flush(p, Polled.join(held), out, bad, stamps)
+                        held, have = [], 0
                     last = time.monotonic()
                 elif not done:
-                    pos = c.position([ck.TopicPartition(self.topic, p)])[0].offset
+                    pos = c.position(p)
                     if pos >= hi:  # transaction markers end the range
                         done = True
                     elif time.monotonic() - last > self.read_timeout:
                         raise Timeout(f"Kafka topic {self.topic!r} partition {p}: no record "
                                       f"for {self.read_timeout:g} s at offset {max(lo, pos)} "
                                       f"(reading up to {hi})")
-            if msgs:
-                self._flush(p, msgs, out, bad, stamps)
+            if held:
+                self._flush(p, Polled.join(held), out, bad, stamps)
         finally:
             c.unassign()
         return out, bad
 
-    def _flush(self, p: int, msgs: List[Any], out: List[pa.RecordBatch],
+    def _flush(self, p: int, recs: Polled, out: List[pa.RecordBatch],
                bad: List[Dict[str, Any]], stamps: bool) -> None:
-        b, wrong = self._decoder.decode(p, msgs, stamps)
+        b, wrong = self._decoder.decode(p, recs, stamps)
         bad.extend(wrong)
         if b is not None:
             out.append(b)

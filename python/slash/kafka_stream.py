@@ -19,10 +19,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
-from slash.errors import InvalidArgument, SchemaError, Timeout
-from slash.kafka_client import confluent, consumer_config, gained_partitions, open_topic
+from slash.errors import InvalidArgument, SchemaError
+from slash.kafka_client import TopicReader, end_of_log, open_reader, open_topic
 from slash.kafka_decode import BATCH_RECORDS, Decoder
-from slash.run.gc import no_cyclic_gc
 from slash.sources import Watermark
 
 #: the Kafka modules log as one (``slash.kafka``), as before the split
@@ -150,36 +149,13 @@ class KafkaStream:
         """Any JSON field may be missing (null); the Kafka timestamp never is."""
         return self._decoder.may_have_nulls(column)
 
-    def _gained(self, c: Any, deal: Tuple[int, int], have: Mapping[int, Any]) -> List[int]:
+    def _gained(self, c: TopicReader, deal: Tuple[int, int], have: Mapping[int, Any]
+                ) -> List[int]:
         """Partitions the topic gained since the open that rank deal[0] of
         deal[1] owns and does not read yet."""
-        return [p for p in gained_partitions(c, self.topic)
+        return [p for p in c.partitions()
                 if p not in self.partitions and p not in have and
                 self.owner(p, deal[1]) == deal[0]]
-
-    def _by_partition(self, got: List[Any], eof_at: Dict[int, int]) -> Dict[int, List[Any]]:
-        """A poll's records by partition (a poll gives each partition's in
-        runs), each in offset order; end-of-log events into ``eof_at``
-        (partitions of the rank only), a broker's error raised if fatal,
-        logged otherwise (the client reconnects by itself)."""
-        by: Dict[int, List[Any]] = {}
-        cur, run = None, None
-        for m in got:
-            err = m.error()
-            if err is None:
-                p = m.partition()
-                if p != cur:
-                    cur, run = p, by.setdefault(p, [])
-                run.append(m)  # type: ignore[union-attr]
-            elif err.code() == confluent().KafkaError._PARTITION_EOF:
-                p = m.partition()
-                if p in eof_at:  # (it may come before the records it ends)
-                    eof_at[p] = max(eof_at[p], m.offset())
-            elif err.fatal():
-                raise Timeout(f"Kafka topic {self.topic!r}: {err.str()}")
-            else:  # a broker restarting
-                log.info("Kafka topic %r: %s", self.topic, err.str())
-        return by
 
     def assignment(self, rank: int, n: int) -> List[int]:
         """The partitions rank reads of n: every n-th, from the rank-th."""
@@ -265,7 +241,6 @@ class KafkaStream:
         position, resumes there). ``deal``: (rank, n) of
         this reader: every ``partition_check`` it looks for partitions the
         topic gained and reads those :meth:`owner` gives it, from their start."""
-        ck = confluent()
         if start is not None:
             work = self.remaining(work, start)
         time_col = time if time is not None else self.time
@@ -328,59 +303,57 @@ class KafkaStream:
                 if self.end_after_idle is not None or self.end_offsets:
                     return
             return
-        c = ck.Consumer(consumer_config(self.bootstrap, self.config))
+        c = open_reader(self.bootstrap, self.topic, self.config)
+        raw = self._decoder.format == "raw"
         try:
-            c.assign([ck.TopicPartition(self.topic, p, pos[str(p)]) for p in mine])
+            c.assign([(p, pos[str(p)]) for p in mine])
             checked = _now()
             while True:
                 if deal is not None and mine and _now() - checked >= self.partition_check:
                     checked = _now()
                     for p in self._gained(c, deal, top):
-                        lo, _ = c.get_watermark_offsets(ck.TopicPartition(self.topic, p),
-                                                        timeout=5)
+                        lo, _ = c.watermarks(p, 5)
                         mine.append(p)
                         mine.sort()
                         pos[str(p)], top[p], heard[p], eof_at[p] = lo, None, _now(), -1
-                        c.incremental_assign([ck.TopicPartition(self.topic, p, lo)])
+                        c.assign([(p, lo)], incremental=True)
                         log.info("topic %r gained partition %d: rank %d of %d reads it from "
                                  "offset %d", self.topic, p, deal[0], deal[1], lo)
                 out: List[Tuple[Dict[str, int], pa.RecordBatch]] = []
-                with no_cyclic_gc():  # the poll's Message objects live in this block only
-                    got = c.consume(num_messages=min(batch_rows, self.batch_records),
-                                    timeout=0 if wait is not None
-                                    else self.poll_interval)
-                    polled = len(got)
-                    # every partition quiet until now: the topic wakes up, and each partition
-                    # gets idle_timeout again to show its records before the first to speak
-                    # moves the watermark past them (records fetched a moment later are no
-                    # reason to be late)
-                    quiet = bool(got) and all(at_end(p) and _now() - heard[p] >= self.idle_timeout
-                                              for p in mine)
-                    by = self._by_partition(got, eof_at)
-                    del got
-                    if quiet and by:
-                        for p in mine:
-                            heard[p] = _now()
-                    for p in sorted(by):
-                        msgs = by.pop(p)
+                got = c.fetch(min(batch_rows, self.batch_records),
+                              0 if wait is not None else self.poll_interval, raw)
+                polled = len(got) + len(got.events)
+                # every partition quiet until now: the topic wakes up, and each partition
+                # gets idle_timeout again to show its records before the first to speak
+                # moves the watermark past them (records fetched a moment later are no
+                # reason to be late)
+                quiet = bool(polled) and all(at_end(p) and _now() - heard[p] >= self.idle_timeout
+                                             for p in mine)
+                for p, off in end_of_log(got.events, self.topic).items():
+                    if p in eof_at:  # (it may come before the records it ends)
+                        eof_at[p] = max(eof_at[p], off)
+                runs = got.runs()
+                del got
+                if quiet and runs:
+                    for p in mine:
                         heard[p] = _now()
-                        if p in self.end_offsets:  # offsets ascend: the records past the end
-                            while msgs and msgs[-1].offset() >= self.end_offsets[p]:
-                                msgs.pop()
-                            if not msgs:
-                                continue
-                        b, bad = self._decoder.decode(p, msgs, stamps)
-                        self._decoder.report(bad, p, msgs[0].offset())
-                        pos[str(p)] = msgs[-1].offset() + 1
-                        del msgs
-                        if b is None:
+                for p, recs in runs:
+                    heard[p] = _now()
+                    if p in self.end_offsets:  # offsets ascend: the records past the end
+                        recs = recs.before(self.end_offsets[p])
+                        if not len(recs):
                             continue
-                        if t is not None:
-                            hi = _max_ticks(b.column(time_col))
-                            if hi is not None and (top[p] is None or hi > top[p]):
-                                top[p] = hi
-                        out.append((dict(pos), b if names == b.schema.names
-                                    else b.select(names)))
+                    b, bad = self._decoder.decode(p, recs, stamps)
+                    self._decoder.report(bad, p, int(recs.offset[0]))
+                    pos[str(p)] = int(recs.offset[-1]) + 1
+                    if b is None:
+                        continue
+                    if t is not None:
+                        hi = _max_ticks(b.column(time_col))
+                        if hi is not None and (top[p] is None or hi > top[p]):
+                            top[p] = hi
+                    out.append((dict(pos), b if names == b.schema.names else b.select(names)))
+                del runs
                 yield from out
                 del out
                 w = advanced()  # an idle partition stops holding the rank back, data or not
