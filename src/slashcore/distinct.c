@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "slash/lower_bound.h"
+#include "slash/sort.h"
 
 SLASH_DEFINE_LOWER_BOUND(first_at_least, uint64_t)
 
@@ -30,22 +31,18 @@ void slash_distinct_add(slash_distinct *s, uint64_t h)
     s->n++;
 }
 
-void slash_distinct_merge(slash_distinct *dst, const slash_distinct *src)
+/* Merges the ascending run h[0..m) of distinct nonzero hashes into dst
+ * (not overflowed): one linear pass; the union, or overflow past the bound. */
+static void merge_run(slash_distinct *dst, const uint64_t *h, uint32_t m)
 {
-    if (dst->overflow)
-        return;
-    if (src->overflow) {
-        overflow(dst);
-        return;
-    }
     uint64_t out[2 * SLASH_DISTINCT_MAX];
     uint32_t n = 0, i = 0, j = 0;
-    while (i < dst->n || j < src->n) {
+    while (i < dst->n || j < m) {
         uint64_t v;
-        if (j >= src->n || (i < dst->n && dst->h[i] < src->h[j]))
+        if (j >= m || (i < dst->n && dst->h[i] < h[j]))
             v = dst->h[i++];
-        else if (i >= dst->n || src->h[j] < dst->h[i])
-            v = src->h[j++];
+        else if (i >= dst->n || h[j] < dst->h[i])
+            v = h[j++];
         else
             v = dst->h[i++], j++;
         out[n++] = v;
@@ -56,6 +53,38 @@ void slash_distinct_merge(slash_distinct *dst, const slash_distinct *src)
     }
     memcpy(dst->h, out, n * sizeof out[0]);
     dst->n = n;
+}
+
+void slash_distinct_merge(slash_distinct *dst, const slash_distinct *src)
+{
+    if (dst->overflow)
+        return;
+    if (src->overflow) {
+        overflow(dst);
+        return;
+    }
+    merge_run(dst, src->h, src->n);
+}
+
+void slash_distinct_add_many(slash_distinct *s, uint64_t *h, uint32_t m)
+{
+    while (m && !s->overflow) {
+        const uint32_t c = m < SLASH_DISTINCT_BATCH ? m : SLASH_DISTINCT_BATCH;
+        if ((uint64_t)c * 8 < s->n) { /* a few into many: a search each is cheaper */
+            for (uint32_t r = 0; r < c; r++)
+                slash_distinct_add(s, h[r]);
+        } else {
+            uint64_t tmp[SLASH_DISTINCT_BATCH];
+            slash_sort_u64(h, c, tmp);
+            uint32_t k = 0; /* the run without zeros (nulls) and repeats */
+            for (uint32_t r = 0; r < c; r++) {
+                h[k] = h[r];
+                k += h[r] && (k == 0 || h[k - 1] != h[r]);
+            }
+            merge_run(s, h, k);
+        }
+        h += c, m -= c;
+    }
 }
 
 int64_t slash_distinct_count(const slash_distinct *s) { return s->overflow ? -1 : (int64_t)s->n; }
