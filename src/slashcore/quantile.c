@@ -136,19 +136,20 @@ static void merge_buckets(slash_qsketch *dst, const int32_t *skey, const uint32_
         else
             push(key, cnt, &n, b, scnt[j++]);
     }
-    slash_qsketch merged = {.level = level};
+    uint32_t lvl = level;
     while (n > SLASH_QS_BUCKETS) { /* collapse the run in place */
         uint32_t w = 0;
         for (uint32_t r = 0; r < n; r++)
             push(key, cnt, &w, key[r] >> 1, cnt[r]);
         n = w;
-        merged.level++;
+        lvl++;
     }
-    merged.n = n;
-    memcpy(merged.key, key, n * sizeof key[0]);
-    memcpy(merged.cnt, cnt, n * sizeof cnt[0]);
-    merged.count = dst->count, merged.min = dst->min, merged.max = dst->max;
-    *dst = merged;
+    memcpy(dst->key, key, n * sizeof key[0]);
+    memcpy(dst->cnt, cnt, n * sizeof cnt[0]);
+    for (uint32_t r = n; r < dst->n; r++) /* fewer than before (collapsed): unused slots zero */
+        dst->key[r] = 0, dst->cnt[r] = 0;
+    dst->n = n;
+    dst->level = lvl;
 }
 
 void slash_qs_merge(slash_qsketch *dst, const slash_qsketch *src)
@@ -168,18 +169,21 @@ void slash_qs_add_many(slash_qsketch *s, const double *v, uint32_t m)
                 slash_qs_add(s, v[r]);
         } else {
             uint64_t fine[SLASH_QS_BATCH], tmp[SLASH_QS_BATCH];
-            double mn = NAN, mx = -INFINITY; /* the extremes' zeros */
+            /* the extremes by the order-preserving image, whose order is
+             * min/max's over canonical doubles (NaN on top) */
+            uint64_t lo = UINT64_MAX, hi = 0;
             uint32_t k = 0;
             for (uint32_t r = 0; r < c; r++) {
                 uint64_t bits;
                 memcpy(&bits, &v[r], 8);
                 if (bits == SLASH_QS_NULL_BITS)
                     continue;
-                fine[k++] = (uint64_t)(uint32_t)fine_key(v[r]); /* >= 0: ordered(v) >> SHIFT */
-                const double x = canonical(v[r]);
-                slash_crdt_update(SLASH_AGG_MIN_F64, &mn, &x);
-                slash_crdt_update(SLASH_AGG_MAX_F64, &mx, &x);
+                const uint64_t u = ordered(canonical(v[r]));
+                fine[k++] = u >> SHIFT; /* fine_key's */
+                lo = u < lo ? u : lo;
+                hi = u > hi ? u : hi;
             }
+            const double mn = unordered(lo), mx = unordered(hi);
             if (k) {
                 slash_sort_u64(fine, k, tmp);
                 int32_t key[SLASH_QS_BATCH];

@@ -3,50 +3,58 @@
 
 #include <string.h>
 
-#define RUN 8
+#define BUCKET_BITS 8
+#define BUCKETS (1u << BUCKET_BITS)
 
-static void insertion(uint64_t *a, uint32_t n)
+void slash_sort_u64(uint64_t *a, uint32_t n, uint64_t *tmp)
 {
+    if (n < 2)
+        return;
+    uint64_t lo = a[0], hi = a[0];
     for (uint32_t i = 1; i < n; i++) {
-        const uint64_t x = a[i];
+        lo = a[i] < lo ? a[i] : lo;
+        hi = a[i] > hi ? a[i] : hi;
+    }
+    const uint64_t span = hi - lo;
+    if (!span)
+        return; /* all equal */
+    const int bits = 64 - __builtin_clzll(span);
+    uint32_t start[BUCKETS + 1];
+    if (bits <= 3 * BUCKET_BITS) {
+        /* a narrow span (bucket keys): least significant digit first, a
+         * stable counting pass a digit of x - lo, back and forth */
+        uint64_t *src = a, *dst = tmp;
+        for (int d = 0; d < bits; d += BUCKET_BITS) {
+            memset(start, 0, sizeof start);
+            for (uint32_t i = 0; i < n; i++)
+                start[((src[i] - lo) >> d & (BUCKETS - 1)) + 1]++;
+            for (uint32_t b = 1; b <= BUCKETS; b++)
+                start[b] += start[b - 1];
+            for (uint32_t i = 0; i < n; i++)
+                dst[start[(src[i] - lo) >> d & (BUCKETS - 1)]++] = src[i];
+            uint64_t *t = src;
+            src = dst, dst = t;
+        }
+        if (src != a)
+            memcpy(a, src, n * sizeof *a);
+        return;
+    }
+    /* a wide span (hashes): the top BUCKET_BITS bits of x - lo, then an
+     * insertion pass, which moves only values of one bucket */
+    const unsigned shift = (unsigned)bits - BUCKET_BITS;
+    memset(start, 0, sizeof start);
+    for (uint32_t i = 0; i < n; i++)
+        start[((a[i] - lo) >> shift) + 1]++;
+    for (uint32_t b = 1; b <= BUCKETS; b++)
+        start[b] += start[b - 1];
+    for (uint32_t i = 0; i < n; i++)
+        tmp[start[(a[i] - lo) >> shift]++] = a[i];
+    a[0] = tmp[0];
+    for (uint32_t i = 1; i < n; i++) {
+        const uint64_t x = tmp[i];
         uint32_t j = i;
         for (; j > 0 && a[j - 1] > x; j--)
             a[j] = a[j - 1];
         a[j] = x;
     }
-}
-
-/* Merges the ascending runs a[0..na) and b[0..nb) into out. */
-static void merge(const uint64_t *a, uint32_t na, const uint64_t *b, uint32_t nb, uint64_t *out)
-{
-    uint32_t i = 0, j = 0, w = 0;
-    while (i < na && j < nb) {
-        const uint64_t x = a[i], y = b[j];
-        const int take_b = y < x;
-        out[w++] = take_b ? y : x;
-        j += (uint32_t)take_b;
-        i += (uint32_t)!take_b;
-    }
-    while (i < na)
-        out[w++] = a[i++];
-    while (j < nb)
-        out[w++] = b[j++];
-}
-
-void slash_sort_u64(uint64_t *a, uint32_t n, uint64_t *tmp)
-{
-    for (uint32_t lo = 0; lo < n; lo += RUN)
-        insertion(a + lo, n - lo < RUN ? n - lo : RUN);
-    uint64_t *src = a, *dst = tmp;
-    for (uint32_t width = RUN; width < n; width *= 2) {
-        for (uint32_t lo = 0; lo < n; lo += 2 * width) {
-            const uint32_t mid = lo + width < n ? lo + width : n;
-            const uint32_t hi = lo + 2 * width < n ? lo + 2 * width : n;
-            merge(src + lo, mid - lo, src + mid, hi - mid, dst + lo);
-        }
-        uint64_t *t = src;
-        src = dst, dst = t;
-    }
-    if (src != a)
-        memcpy(a, src, n * sizeof *a);
 }

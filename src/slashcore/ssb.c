@@ -590,7 +590,7 @@ typedef struct fold_plan {
 
 /* Values buffered a cache slot, shared by its buffered aggregates: 2 MiB
  * for the SSB_FAST slots of an update call that has any */
-#define SSB_BUF_SLOT 256
+#define SSB_BUF_SLOT 512
 
 /* The pending image of time t of a first (xmask 2^63 - 1: a larger image
  * is an earlier t) or last (2^63: a later t) of ones; 0 is the identity.

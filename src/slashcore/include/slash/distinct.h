@@ -40,7 +40,7 @@ void slash_distinct_merge(slash_distinct *dst, const slash_distinct *src);
  * (a set is a function of the hashes added), made by sorting them and one
  * merge pass a SLASH_DISTINCT_BATCH of them instead of a search and a move
  * each. Reorders h (its scratch). */
-#define SLASH_DISTINCT_BATCH 256
+#define SLASH_DISTINCT_BATCH 512
 void slash_distinct_add_many(slash_distinct *s, uint64_t *h, uint32_t m);
 
 /* The number of distinct values, -1 when the set overflowed. */

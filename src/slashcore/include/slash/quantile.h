@@ -67,7 +67,7 @@ void slash_qs_add(slash_qsketch *s, double v);
  * function of the multiset added), made by sorting their bucket keys and
  * one merge pass a SLASH_QS_BATCH of them instead of a search and a move
  * each. */
-#define SLASH_QS_BATCH 256
+#define SLASH_QS_BATCH 512
 void slash_qs_add_many(slash_qsketch *s, const double *v, uint32_t m);
 
 /* Merges src into dst. */

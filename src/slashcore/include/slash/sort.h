@@ -10,10 +10,13 @@
 extern "C" {
 #endif
 
-/* Sorts a[0..n) ascending; tmp holds n elements of scratch. A bottom-up
- * merge sort over runs of 8 sorted by insertion, whose merges choose by
- * conditional moves (buffered hashes are random: a branch on their order
- * would mispredict half the time). */
+/* Sorts a[0..n) ascending; tmp holds n elements of scratch. Values of a
+ * span (max - min) of at most 24 bits (bucket keys) by a counting pass a
+ * byte of it, least significant first; wider ones (hashes) by a counting
+ * pass into 256 buckets of the span's top bits, then an insertion pass,
+ * which moves only values of one bucket: about 20 instructions a value
+ * when they spread over the span. Wide values crowded into one bucket take
+ * insertion sort's n^2 / 4 moves: meant for short arrays. */
 void slash_sort_u64(uint64_t *a, uint32_t n, uint64_t *tmp);
 
 #ifdef __cplusplus
