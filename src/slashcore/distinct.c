@@ -2,6 +2,7 @@
  * strictly ascending, h[n..] zero; an overflowed set has n == 0. */
 #include "slash/distinct.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 #include "slash/lower_bound.h"
@@ -32,27 +33,40 @@ void slash_distinct_add(slash_distinct *s, uint64_t h)
 }
 
 /* Merges the ascending run h[0..m) of distinct nonzero hashes into dst
- * (not overflowed): one linear pass; the union, or overflow past the bound. */
+ * (not overflowed): the union, or overflow past the bound. A pass of
+ * compares counts the new hashes (none, once a set holds most of its
+ * values: then nothing is written), then a merge from the top writes each
+ * place from the first new hash's up, in place. */
 static void merge_run(slash_distinct *dst, const uint64_t *h, uint32_t m)
 {
-    uint64_t out[2 * SLASH_DISTINCT_MAX];
-    uint32_t n = 0, i = 0, j = 0;
-    while (i < dst->n || j < m) {
-        uint64_t v;
-        if (j >= m || (i < dst->n && dst->h[i] < h[j]))
-            v = dst->h[i++];
-        else if (i >= dst->n || h[j] < dst->h[i])
-            v = h[j++];
-        else
-            v = dst->h[i++], j++;
-        out[n++] = v;
+    uint32_t fresh = 0;
+    for (uint32_t i = 0, j = 0; j < m;) {
+        if (i < dst->n && dst->h[i] < h[j]) {
+            i++;
+        } else {
+            const bool same = i < dst->n && dst->h[i] == h[j];
+            fresh += !same;
+            i += same;
+            j++;
+        }
     }
-    if (n > SLASH_DISTINCT_MAX) {
+    if (!fresh)
+        return;
+    if (dst->n + fresh > SLASH_DISTINCT_MAX) {
         overflow(dst);
         return;
     }
-    memcpy(dst->h, out, n * sizeof out[0]);
-    dst->n = n;
+    uint32_t i = dst->n, j = m, w = dst->n + fresh; /* the places above w are written */
+    while (j > 0) {
+        if (i > 0 && dst->h[i - 1] > h[j - 1]) {
+            dst->h[--w] = dst->h[--i];
+        } else {
+            if (i > 0 && dst->h[i - 1] == h[j - 1])
+                i--; /* held already: the one written is the same */
+            dst->h[--w] = h[--j];
+        }
+    }
+    dst->n += fresh;
 }
 
 void slash_distinct_merge(slash_distinct *dst, const slash_distinct *src)

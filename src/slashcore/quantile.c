@@ -4,6 +4,7 @@
 #include "slash/quantile.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "slash/crdt.h"
@@ -160,6 +161,28 @@ void slash_qs_merge(slash_qsketch *dst, const slash_qsketch *src)
     add_extremes(dst, src->min, src->max, src->count);
 }
 
+/* Adds the ascending run of fine buckets (key, cnt)[0..m) to s when every
+ * one of them (at s's level) is a bucket s holds already, as once a sketch
+ * has seen most of its values: counts added in place, nothing moved.
+ * Whether it did (else s is unchanged). */
+static bool add_present(slash_qsketch *s, const int32_t *key, const uint32_t *cnt, uint32_t m)
+{
+    uint32_t at[SLASH_QS_BATCH];
+    for (uint32_t j = 0, i = 0; j < m; j++) {
+        const int32_t k = key[j] >> s->level;
+        while (i < s->n && s->key[i] < k)
+            i++;
+        if (i == s->n || s->key[i] != k)
+            return false;
+        at[j] = i;
+    }
+    for (uint32_t j = 0; j < m; j++) {
+        const uint64_t sum = (uint64_t)s->cnt[at[j]] + cnt[j];
+        s->cnt[at[j]] = sum > UINT32_MAX ? UINT32_MAX : (uint32_t)sum;
+    }
+    return true;
+}
+
 void slash_qs_add_many(slash_qsketch *s, const double *v, uint32_t m)
 {
     while (m) {
@@ -190,7 +213,8 @@ void slash_qs_add_many(slash_qsketch *s, const double *v, uint32_t m)
                 uint32_t cnt[SLASH_QS_BATCH], runs = 0;
                 for (uint32_t r = 0; r < k; r++)
                     push(key, cnt, &runs, (int32_t)fine[r], 1);
-                merge_buckets(s, key, cnt, runs, 0);
+                if (!add_present(s, key, cnt, runs))
+                    merge_buckets(s, key, cnt, runs, 0);
                 add_extremes(s, mn, mx, k);
             }
         }
