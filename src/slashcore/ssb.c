@@ -1364,7 +1364,8 @@ RUN_ROWS_VARIANT(rows_count_time_placed, PEND_COUNT_TIME, true, 2, HLL_NONE, 0, 
 RUN_ROWS_VARIANT(rows_count_time, PEND_COUNT_TIME, false, 2, HLL_NONE, 0, 0, 0)
 RUN_ROWS_VARIANT(rows_count_min, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
 RUN_ROWS_VARIANT(rows_count_max, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
-RUN_ROWS_VARIANT(rows_count_f64, PEND_COUNT_F64, false, 2, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_f64_min, PEND_COUNT_F64, false, 2, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
+RUN_ROWS_VARIANT(rows_count_f64_max, PEND_COUNT_F64, false, 2, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
 RUN_ROWS_VARIANT(rows_count_pair, PEND_COUNT_PAIR, false, 3, HLL_NONE, 0, 0, 0)
 RUN_ROWS_VARIANT(rows_count_pair_f64, PEND_COUNT_PAIR_F64, false, 3, HLL_NONE, 0, 0, 0)
 RUN_ROWS_VARIANT(rows_count_hll9_i64, PEND_COUNT, false, 1, HLL_RAW_I64, 9, 0, 0) /* the default rsd */
@@ -1433,7 +1434,8 @@ static __attribute__((noinline)) size_t runs_i64(slash_ssb *s, const slash_ssb_b
                    : pl->xmask[0] >> 63 ? rows_count_max : rows_count_min,
             sum = pl->src[0], xmask = pl->xmask[0];
         else if (shape == PEND_COUNT_F64 && !pl->nplace) /* double min/max */
-            rows = rows_count_f64, sum = pl->src[0], xmask = pl->xmask[0];
+            rows = pl->xmask[0] >> 63 ? rows_count_f64_max : rows_count_f64_min, sum = pl->src[0],
+            xmask = pl->xmask[0];
         else if (shape == PEND_COUNT_PAIR || shape == PEND_COUNT_PAIR_F64) /* first/last */
             rows = shape == PEND_COUNT_PAIR ? rows_count_pair : rows_count_pair_f64,
             sum = pl->pair_src, xmask = pl->pair_mask;
