@@ -1208,13 +1208,13 @@ static inline bool fast_i64_hit(const fast_entry *f, int64_t key, int64_t win)
  * and hash (the key's partition and index hash) are given, else computed
  * here. *part: the partition upserted into. NULL with *st set on an error. */
 static __attribute__((noinline)) uint8_t *
-fast_i64_miss(slash_ssb *s, const fold_plan *pl, fast_entry *f, int64_t *acc, size_t slot,
-              const int64_t *keyp, int64_t win, bool hashed, uint32_t pidx, uint64_t hash,
-              ssb_part **part, slash_status *st)
+fast_i64_miss(slash_ssb *s, const fold_plan *pl, fast_entry *f, int64_t *acc, const int64_t *keyp,
+              int64_t win, bool hashed, uint32_t pidx, uint64_t hash, ssb_part **part,
+              slash_status *st)
 {
     const int64_t key = *keyp; /* keyp: the batch's, so the caller keeps key in a register */
-    if (f->partials)
-        flush_pending(pl, f->partials, acc, slot);
+    if (f->partials) /* f is slot fast_slot(key, win)'s, recomputed here: not an argument */
+        flush_pending(pl, f->partials, acc, fast_slot(key, win));
     if (!hashed) {
         const uint64_t kh = ssb_hash_i64(key);
         pidx = ssb_part_of(s, kh);
@@ -1295,7 +1295,7 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
         uint8_t *rec = f->partials;
         if (__builtin_expect(!fast_i64_hit(f, key, lo), 0)) {
             ssb_part *p;
-            rec = fast_i64_miss(s, pl, f, pend, slot, &keys[i], lo, false, 0, 0, &p, st);
+            rec = fast_i64_miss(s, pl, f, pend, &keys[i], lo, false, 0, 0, &p, st);
             if (!rec || part_bytes(p) > SSB_PREFETCH_MIN) {
                 *stop = true;
                 if (rec) { /* this row is done, the rest goes to the general loop */
@@ -1570,8 +1570,8 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 fast_entry *f = &fast[slot];
                 part = f->partials;
                 if (!fast_i64_hit(f, key, win[j]))
-                    part = fast_i64_miss(s, &pl, f, acc + slot * stride, slot, &b->keys[i], win[j],
-                                         hashed, pidx[j], hash[j], &grown, &st);
+                    part = fast_i64_miss(s, &pl, f, acc + slot * stride, &b->keys[i], win[j], hashed,
+                                         pidx[j], hash[j], &grown, &st);
             } else {
                 const uint8_t *k;
                 uint32_t klen;
