@@ -2,7 +2,6 @@
  * strictly ascending, h[n..] zero; an overflowed set has n == 0. */
 #include "slash/distinct.h"
 
-#include <stdbool.h>
 #include <string.h>
 
 #include "slash/lower_bound.h"
@@ -39,24 +38,22 @@ void slash_distinct_add(slash_distinct *s, uint64_t h)
  * place from the first new hash's up, in place. */
 static void merge_run(slash_distinct *dst, const uint64_t *h, uint32_t m)
 {
-    uint32_t fresh = 0;
-    for (uint32_t i = 0, j = 0; j < m;) {
-        if (i < dst->n && dst->h[i] < h[j]) {
-            i++;
-        } else {
-            const bool same = i < dst->n && dst->h[i] == h[j];
-            fresh += !same;
-            i += same;
-            j++;
-        }
+    uint32_t fresh = 0, i = 0, j = 0;
+    while (i < dst->n && j < m) { /* without a branch on the (random) hashes */
+        const uint64_t a = dst->h[i], b = h[j];
+        i += a <= b;
+        j += b <= a;
+        fresh += b < a;
     }
+    fresh += m - j;
     if (!fresh)
         return;
     if (dst->n + fresh > SLASH_DISTINCT_MAX) {
         overflow(dst);
         return;
     }
-    uint32_t i = dst->n, j = m, w = dst->n + fresh; /* the places above w are written */
+    i = dst->n, j = m;
+    uint32_t w = dst->n + fresh; /* the places above w are written */
     while (j > 0) {
         if (i > 0 && dst->h[i - 1] > h[j - 1]) {
             dst->h[--w] = dst->h[--i];
