@@ -81,7 +81,7 @@ void slash_distinct_add_many(slash_distinct *s, uint64_t *h, uint32_t m)
 {
     while (m && !s->overflow) {
         const uint32_t c = m < SLASH_DISTINCT_BATCH ? m : SLASH_DISTINCT_BATCH;
-        if ((uint64_t)c * 8 < s->n) { /* a few into many: a search each is cheaper */
+        if (c < SLASH_SORTED_ADD_MIN || (uint64_t)c * 8 < s->n) { /* a few, or a few into many: a search each */
             for (uint32_t r = 0; r < c; r++)
                 slash_distinct_add(s, h[r]);
         } else {

@@ -187,7 +187,7 @@ void slash_qs_add_many(slash_qsketch *s, const double *v, uint32_t m)
 {
     while (m) {
         const uint32_t c = m < SLASH_QS_BATCH ? m : SLASH_QS_BATCH;
-        if ((uint64_t)c * 8 < s->n) { /* a few into many: a search each is cheaper */
+        if (c < SLASH_SORTED_ADD_MIN || (uint64_t)c * 8 < s->n) { /* a few, or a few into many: a search each */
             for (uint32_t r = 0; r < c; r++)
                 slash_qs_add(s, v[r]);
         } else {

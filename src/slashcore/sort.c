@@ -6,10 +6,25 @@
 #define BUCKET_BITS 8
 #define BUCKETS (1u << BUCKET_BITS)
 
+#define SHORT 24 /* below this, insertion sort: a counting pass's 256 counters cost more */
+
+static void insertion(uint64_t *a, uint32_t n)
+{
+    for (uint32_t i = 1; i < n; i++) {
+        const uint64_t x = a[i];
+        uint32_t j = i;
+        for (; j > 0 && a[j - 1] > x; j--)
+            a[j] = a[j - 1];
+        a[j] = x;
+    }
+}
+
 void slash_sort_u64(uint64_t *a, uint32_t n, uint64_t *tmp)
 {
-    if (n < 2)
+    if (n < SHORT) {
+        insertion(a, n);
         return;
+    }
     uint64_t lo = a[0], hi = a[0];
     for (uint32_t i = 1; i < n; i++) {
         lo = a[i] < lo ? a[i] : lo;

@@ -39,7 +39,8 @@ void slash_distinct_merge(slash_distinct *dst, const slash_distinct *src);
  * the set is the one m calls of slash_distinct_add leave, byte for byte
  * (a set is a function of the hashes added), made by sorting them and one
  * merge pass a SLASH_DISTINCT_BATCH of them instead of a search and a move
- * each. Reorders h (its scratch). */
+ * each (fewer than SLASH_SORTED_ADD_MIN of them, or fewer than 1/8 of
+ * the entries held: a search each). Reorders h (its scratch). */
 #define SLASH_DISTINCT_BATCH 512
 void slash_distinct_add_many(slash_distinct *s, uint64_t *h, uint32_t m);
 
