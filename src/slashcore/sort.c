@@ -64,12 +64,6 @@ void slash_sort_u64(uint64_t *a, uint32_t n, uint64_t *tmp)
         start[b] += start[b - 1];
     for (uint32_t i = 0; i < n; i++)
         tmp[start[(a[i] - lo) >> shift]++] = a[i];
-    a[0] = tmp[0];
-    for (uint32_t i = 1; i < n; i++) {
-        const uint64_t x = tmp[i];
-        uint32_t j = i;
-        for (; j > 0 && a[j - 1] > x; j--)
-            a[j] = a[j - 1];
-        a[j] = x;
-    }
+    memcpy(a, tmp, n * sizeof *a);
+    insertion(a, n);
 }
