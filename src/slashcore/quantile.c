@@ -4,10 +4,12 @@
 #include "slash/quantile.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "slash/crdt.h"
 #include "slash/lower_bound.h"
+#include "slash/sort.h"
 
 #define SHIFT (52 - SLASH_QS_SUB_BITS)
 
@@ -115,39 +117,109 @@ static inline void push(int32_t *key, uint32_t *cnt, uint32_t *n, int32_t k, uin
     }
 }
 
-/* A linear merge of the two sorted bucket lists at the larger level, then
- * collapses while too many: one pass over at most 2 x SLASH_QS_BUCKETS. */
-void slash_qs_merge(slash_qsketch *dst, const slash_qsketch *src)
+/* Merges the ascending bucket run (skey, scnt)[0..sn) of level slevel into
+ * dst's buckets (its count and extremes aside): a linear merge at the
+ * larger level, then collapses while too many; one pass over at most
+ * 2 x SLASH_QS_BUCKETS. */
+static void merge_buckets(slash_qsketch *dst, const int32_t *skey, const uint32_t *scnt, uint32_t sn,
+                          uint32_t slevel)
 {
-    if (!src->n)
-        return;
     int32_t key[2 * SLASH_QS_BUCKETS];
     uint32_t cnt[2 * SLASH_QS_BUCKETS];
-    const uint32_t level = dst->level > src->level ? dst->level : src->level;
-    const uint32_t sd = level - dst->level, ss = level - src->level;
+    const uint32_t level = dst->level > slevel ? dst->level : slevel;
+    const uint32_t sd = level - dst->level, ss = level - slevel;
     uint32_t n = 0, i = 0, j = 0;
-    while (i < dst->n || j < src->n) {
+    while (i < dst->n || j < sn) {
         int32_t a = i < dst->n ? dst->key[i] >> sd : INT32_MAX;
-        int32_t b = j < src->n ? src->key[j] >> ss : INT32_MAX;
-        if (i < dst->n && (j >= src->n || a <= b))
+        int32_t b = j < sn ? skey[j] >> ss : INT32_MAX;
+        if (i < dst->n && (j >= sn || a <= b))
             push(key, cnt, &n, a, dst->cnt[i++]);
         else
-            push(key, cnt, &n, b, src->cnt[j++]);
+            push(key, cnt, &n, b, scnt[j++]);
     }
-    slash_qsketch merged = {.level = level};
+    uint32_t lvl = level;
     while (n > SLASH_QS_BUCKETS) { /* collapse the run in place */
         uint32_t w = 0;
         for (uint32_t r = 0; r < n; r++)
             push(key, cnt, &w, key[r] >> 1, cnt[r]);
         n = w;
-        merged.level++;
+        lvl++;
     }
-    merged.n = n;
-    memcpy(merged.key, key, n * sizeof key[0]);
-    memcpy(merged.cnt, cnt, n * sizeof cnt[0]);
-    merged.count = dst->count, merged.min = dst->min, merged.max = dst->max;
-    *dst = merged;
+    memcpy(dst->key, key, n * sizeof key[0]);
+    memcpy(dst->cnt, cnt, n * sizeof cnt[0]);
+    for (uint32_t r = n; r < dst->n; r++) /* fewer than before (collapsed): unused slots zero */
+        dst->key[r] = 0, dst->cnt[r] = 0;
+    dst->n = n;
+    dst->level = lvl;
+}
+
+void slash_qs_merge(slash_qsketch *dst, const slash_qsketch *src)
+{
+    if (!src->n)
+        return;
+    merge_buckets(dst, src->key, src->cnt, src->n, src->level);
     add_extremes(dst, src->min, src->max, src->count);
+}
+
+/* Adds the ascending run of fine buckets (key, cnt)[0..m) to s when every
+ * one of them (at s's level) is a bucket s holds already, as once a sketch
+ * has seen most of its values: counts added in place, nothing moved.
+ * Whether it did (else s is unchanged). */
+static bool add_present(slash_qsketch *s, const int32_t *key, const uint32_t *cnt, uint32_t m)
+{
+    uint32_t at[SLASH_QS_BATCH];
+    for (uint32_t j = 0, i = 0; j < m; j++) {
+        const int32_t k = key[j] >> s->level;
+        while (i < s->n && s->key[i] < k)
+            i++;
+        if (i == s->n || s->key[i] != k)
+            return false;
+        at[j] = i;
+    }
+    for (uint32_t j = 0; j < m; j++) {
+        const uint64_t sum = (uint64_t)s->cnt[at[j]] + cnt[j];
+        s->cnt[at[j]] = sum > UINT32_MAX ? UINT32_MAX : (uint32_t)sum;
+    }
+    return true;
+}
+
+void slash_qs_add_many(slash_qsketch *s, const double *v, uint32_t m)
+{
+    while (m) {
+        const uint32_t c = m < SLASH_QS_BATCH ? m : SLASH_QS_BATCH;
+        if (c < SLASH_SORTED_ADD_MIN || (uint64_t)c * 8 < s->n) { /* a few, or a few into many: a search each */
+            for (uint32_t r = 0; r < c; r++)
+                slash_qs_add(s, v[r]);
+        } else {
+            uint64_t fine[SLASH_QS_BATCH], tmp[SLASH_QS_BATCH];
+            /* the extremes by the order-preserving image, whose order is
+             * min/max's over canonical doubles (NaN on top) */
+            uint64_t lo = UINT64_MAX, hi = 0;
+            uint32_t k = 0;
+            for (uint32_t r = 0; r < c; r++) {
+                uint64_t bits;
+                memcpy(&bits, &v[r], 8);
+                if (bits == SLASH_QS_NULL_BITS)
+                    continue;
+                const uint64_t u = ordered(canonical(v[r]));
+                fine[k++] = u >> SHIFT; /* fine_key's */
+                lo = u < lo ? u : lo;
+                hi = u > hi ? u : hi;
+            }
+            const double mn = unordered(lo), mx = unordered(hi);
+            if (k) {
+                slash_sort_u64(fine, k, tmp);
+                int32_t key[SLASH_QS_BATCH];
+                uint32_t cnt[SLASH_QS_BATCH], runs = 0;
+                for (uint32_t r = 0; r < k; r++)
+                    push(key, cnt, &runs, (int32_t)fine[r], 1);
+                if (!add_present(s, key, cnt, runs))
+                    merge_buckets(s, key, cnt, runs, 0);
+                add_extremes(s, mn, mx, k);
+            }
+        }
+        v += c, m -= c;
+    }
 }
 
 double slash_qs_quantile(const slash_qsketch *s, uint32_t q_scaled)

@@ -571,7 +571,26 @@ typedef struct fold_plan {
     uint32_t valid_off;
     uint32_t nplace;                      /* aggregates applied in place */
     uint32_t place[SLASH_SSB_MAX_AGGS];   /* their indexes in the config */
+    /* count_distinct and percentile_approx, buffered a cache slot: each row
+     * appends its value (a hash, a value to hash, a double) to the slot's
+     * buffer of each, which is added to the record many at a time
+     * (slash_distinct_add_many, slash_qs_add_many: sorted, one merge pass)
+     * when it fills and when the slot is flushed, instead of a search of
+     * the sorted 8 KiB state and a move a row. The state after a flush is
+     * the row-by-row one byte for byte (a function of the values added). */
+    uint32_t nbuf;
+    uint32_t buf_cap;                     /* values in a buffer: SSB_BUF_SLOT / nbuf */
+    uint32_t buf_off[SLASH_SSB_MAX_AGGS];
+    bool buf_qs[SLASH_SSB_MAX_AGGS];      /* a quantile sketch's (else a distinct set's) */
+    enum buf_input { BUF_AS_IS, BUF_HASH_I64, BUF_HASH_F64 } buf_in[SLASH_SSB_MAX_AGGS];
+    const uint64_t *buf_src[SLASH_SSB_MAX_AGGS]; /* the column, as 8-byte words */
+    uint64_t *bufv;   /* the slots' buffers: SSB_BUF_SLOT values a slot */
+    uint32_t *fill;   /* the values in each slot's buffers (the same in each) */
 } fold_plan;
+
+/* Values buffered a cache slot, shared by its buffered aggregates: 2 MiB
+ * for the SSB_FAST slots of an update call that has any */
+#define SSB_BUF_SLOT 512
 
 /* The pending image of time t of a first (xmask 2^63 - 1: a larger image
  * is an earlier t) or last (2^63: a later t) of ones; 0 is the identity.
@@ -617,8 +636,8 @@ static inline bool is_first(slash_agg_kind k)
 static void pair_of(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *pl)
 {
     pl->pair = false;
-    if (!pl->counted || pl->nplace != 1 || pl->n != 1 + pl->ntime || pl->ntime > 1)
-        return;
+    if (!pl->counted || pl->nplace != 1 || pl->n != 1 + pl->ntime || pl->ntime > 1 || pl->nbuf)
+        return; /* (beside buffered sketches: the run path's general loop, in place) */
     const uint32_t j = pl->place[0];
     const slash_agg_kind k = s->cfg.aggs[j];
     if (!slash_crdt_needs_time(k)) /* first/last */
@@ -642,8 +661,9 @@ static void pair_of(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *pl)
 
 static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *pl)
 {
-    pl->n = pl->nflush = pl->nplace = pl->ntime = 0;
+    pl->n = pl->nflush = pl->nplace = pl->ntime = pl->nbuf = 0;
     pl->counted = false;
+    pl->bufv = NULL, pl->fill = NULL;
     uint32_t timed[SLASH_SSB_MAX_AGGS];
     for (uint32_t j = 0; j < s->cfg.naggs; j++) {
         const slash_agg_kind k = s->cfg.aggs[j];
@@ -668,10 +688,18 @@ static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *p
         } else if (k == SLASH_AGG_SUM_I64) {
             pl->off[pl->nflush] = s->agg_off[j], pl->from[pl->nflush++] = pl->n;
             pl->v[pl->n++] = b->values[j];
+        } else if (k == SLASH_AGG_COUNT_DISTINCT || slash_agg_quantile(k, &(uint32_t){0})) {
+            const uint32_t q = pl->nbuf++;
+            pl->buf_off[q] = s->agg_off[j];
+            pl->buf_qs[q] = k != SLASH_AGG_COUNT_DISTINCT;
+            pl->buf_in[q] = !(b->hash_raw >> j & 1u) ? BUF_AS_IS
+                            : b->raw_f64 >> j & 1u   ? BUF_HASH_F64 : BUF_HASH_I64;
+            pl->buf_src[q] = b->values[j];
         } else {
             pl->place[pl->nplace++] = j;
         }
     }
+    pl->buf_cap = pl->nbuf ? SSB_BUF_SLOT / pl->nbuf : 0;
     for (uint32_t q = 0; q < pl->ntime; q++) {
         const uint32_t j = timed[q];
         pl->tkind[q] = s->cfg.aggs[j];
@@ -772,9 +800,52 @@ static inline void add_pending_row(const fold_plan *a, enum pend_shape shape, co
     }
 }
 
-/* Applies the pending deltas at acc to the record's partials, and clears them. */
-static inline void flush_pending(const fold_plan *a, uint8_t *part, int64_t *acc)
+/* Adds the m values buffered at bv (a cache slot's: buffer q at
+ * bv + q * buf_cap) to the buffered aggregates' partials at part. */
+static __attribute__((noinline)) void flush_buffers(const fold_plan *a, uint8_t *part, uint64_t *bv,
+                                                    uint32_t m)
 {
+    for (uint32_t q = 0; q < a->nbuf; q++) {
+        uint64_t *v = bv + (size_t)q * a->buf_cap;
+        if (a->buf_in[q] == BUF_HASH_I64)
+            for (uint32_t r = 0; r < m; r++)
+                v[r] = slash_hll_hash_i64((int64_t)v[r]);
+        else if (a->buf_in[q] == BUF_HASH_F64)
+            for (uint32_t r = 0; r < m; r++) {
+                double d;
+                memcpy(&d, &v[r], 8);
+                v[r] = slash_hll_hash_f64(d);
+            }
+        if (a->buf_qs[q])
+            slash_qs_add_many((slash_qsketch *)(part + a->buf_off[q]), (const double *)v, m);
+        else
+            slash_distinct_add_many((slash_distinct *)(part + a->buf_off[q]), v, m);
+    }
+}
+
+/* Appends row i's values to the buffers of cache slot `slot` (whose record's
+ * partials are at part), adding them to the record when full. */
+static inline void buffer_row(const fold_plan *a, uint8_t *part, size_t slot, size_t i)
+{
+    uint64_t *bv = a->bufv + slot * SSB_BUF_SLOT;
+    uint32_t k = a->fill[slot];
+    for (uint32_t q = 0; q < a->nbuf; q++)
+        bv[(size_t)q * a->buf_cap + k] = a->buf_src[q][i];
+    if (++k == a->buf_cap) {
+        flush_buffers(a, part, bv, k);
+        k = 0;
+    }
+    a->fill[slot] = k;
+}
+
+/* Applies the pending deltas at acc (cache slot `slot`'s) to the record's
+ * partials, and its buffered values, and clears them. */
+static inline void flush_pending(const fold_plan *a, uint8_t *part, int64_t *acc, size_t slot)
+{
+    if (a->nbuf && a->fill[slot]) {
+        flush_buffers(a, part, a->bufv + slot * SSB_BUF_SLOT, a->fill[slot]);
+        a->fill[slot] = 0;
+    }
     for (uint32_t f = 0; f < a->nflush; f++) {
         int64_t *p = (int64_t *)(part + a->off[f]);
         *p = slash_wrap_add(*p, acc[a->from[f]]);
@@ -1142,8 +1213,8 @@ fast_i64_miss(slash_ssb *s, const fold_plan *pl, fast_entry *f, int64_t *acc, co
               slash_status *st)
 {
     const int64_t key = *keyp; /* keyp: the batch's, so the caller keeps key in a register */
-    if (f->partials)
-        flush_pending(pl, f->partials, acc);
+    if (f->partials) /* f is slot fast_slot(key, win)'s, recomputed here: not an argument */
+        flush_pending(pl, f->partials, acc, fast_slot(key, win));
     if (!hashed) {
         const uint64_t kh = ssb_hash_i64(key);
         pidx = ssb_part_of(s, kh);
@@ -1184,7 +1255,7 @@ typedef struct run_hll {
 static run_hll run_hll_of(const slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl)
 {
     run_hll h = {HLL_NONE, 0, 0, NULL};
-    if (!pl->count_only || pl->nplace != 1)
+    if (!pl->count_only || pl->nplace != 1 || pl->nbuf)
         return h;
     const uint32_t j = pl->place[0];
     if (!(h.p = slash_agg_hll_p(s->cfg.aggs[j])))
@@ -1205,11 +1276,14 @@ static inline __attribute__((always_inline)) size_t
 run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry *fast,
          int64_t *acc, run_chunk *ch, size_t i, int64_t lo, int64_t hi,
          const enum pend_shape shape, const int64_t *sum, const uint64_t xmask,
-         const bool in_place, const uint32_t stride, const run_hll hl, bool *stop,
-         slash_status *st)
+         const bool in_place, const uint32_t stride, const run_hll hl, const uint32_t nbuf,
+         bool *stop, slash_status *st)
 {
     /* the batch's columns in locals: see add_pending_row */
     const size_t n = b->n;
+    uint64_t *const bufv = pl->bufv;
+    uint32_t *const fill = pl->fill;
+    const uint64_t *const bsrc = nbuf == 1 ? pl->buf_src[0] : NULL;
     const int64_t *const times = b->times, *const keys = b->keys;
     const uint64_t width = (uint64_t)hi - (uint64_t)lo; /* t in [lo, hi): t - lo < width */
     size_t m = ch->m;
@@ -1226,6 +1300,8 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
                 *stop = true;
                 if (rec) { /* this row is done, the rest goes to the general loop */
                     add_pending_row(pl, shape, sum, xmask, pend, i, times[i]);
+                    if (nbuf)
+                        buffer_row(pl, rec, slot, i);
                     if (in_place || hl.in != HLL_NONE)
                         ch->rows[m] = i, ch->recs[m++] = rec;
                     i++;
@@ -1234,6 +1310,18 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
             }
         }
         add_pending_row(pl, shape, sum, xmask, pend, i, times[i]);
+        if (nbuf == 1) { /* buffer_row, its constants in registers */
+            uint64_t *const bv = bufv + slot * SSB_BUF_SLOT;
+            uint32_t k = fill[slot];
+            bv[k] = bsrc[i];
+            if (++k == SSB_BUF_SLOT) {
+                flush_buffers(pl, rec, bv, k);
+                k = 0;
+            }
+            fill[slot] = k;
+        } else if (nbuf) {
+            buffer_row(pl, rec, slot, i);
+        }
         if (hl.in != HLL_NONE) {
             const uint64_t h = hl.in == HLL_RAW_I64   ? slash_hll_hash_i64(((const int64_t *)hl.col)[i])
                                : hl.in == HLL_RAW_F64 ? slash_hll_hash_f64(((const double *)hl.col)[i])
@@ -1257,7 +1345,7 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
  * an extreme's image mask: 0 for any), so each loop gets the registers to itself (inlined into one
  * function, every loop's invariants were spilled to the stack and
  * reloaded a row). The call costs once a run of rows of one slice. */
-#define RUN_ROWS_VARIANT(name, SHAPE, IN_PLACE, STRIDE, HLL_IN, HLL_P, XMASK)                     \
+#define RUN_ROWS_VARIANT(name, SHAPE, IN_PLACE, STRIDE, HLL_IN, HLL_P, XMASK, NBUF)               \
     static __attribute__((noinline)) size_t name(                                                 \
         slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry *fast,            \
         int64_t *acc, run_chunk *ch, size_t i, int64_t lo, int64_t hi, const int64_t *sum,        \
@@ -1267,24 +1355,26 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
         hl.p = HLL_P ? HLL_P : hl.p;                                                              \
         xmask = XMASK ? XMASK : xmask;                                                            \
         return run_rows(s, b, pl, fast, acc, ch, i, lo, hi, SHAPE, sum, xmask, IN_PLACE, STRIDE,  \
-                        hl, stop, st);                                                            \
+                        hl, NBUF, stop, st);                                                      \
     }
-RUN_ROWS_VARIANT(rows_count, PEND_COUNT, false, 1, HLL_NONE, 0, 0)
-RUN_ROWS_VARIANT(rows_count_placed, PEND_COUNT, true, 1, HLL_NONE, 0, 0)
-RUN_ROWS_VARIANT(rows_count_sum, PEND_COUNT_SUM, false, 2, HLL_NONE, 0, 0)
-RUN_ROWS_VARIANT(rows_count_time_placed, PEND_COUNT_TIME, true, 2, HLL_NONE, 0, 0)
-RUN_ROWS_VARIANT(rows_count_time, PEND_COUNT_TIME, false, 2, HLL_NONE, 0, 0)
-RUN_ROWS_VARIANT(rows_count_min, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, IMAGE_MASK_LEAST)
-RUN_ROWS_VARIANT(rows_count_max, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, IMAGE_MASK_GREATEST)
-RUN_ROWS_VARIANT(rows_count_f64, PEND_COUNT_F64, false, 2, HLL_NONE, 0, 0)
-RUN_ROWS_VARIANT(rows_count_pair, PEND_COUNT_PAIR, false, 3, HLL_NONE, 0, 0)
-RUN_ROWS_VARIANT(rows_count_pair_f64, PEND_COUNT_PAIR_F64, false, 3, HLL_NONE, 0, 0)
-RUN_ROWS_VARIANT(rows_count_hll9_i64, PEND_COUNT, false, 1, HLL_RAW_I64, 9, 0) /* the default rsd */
-RUN_ROWS_VARIANT(rows_count_hll9_f64, PEND_COUNT, false, 1, HLL_RAW_F64, 9, 0)
-RUN_ROWS_VARIANT(rows_count_hll_i64, PEND_COUNT, false, 1, HLL_RAW_I64, 0, 0)
-RUN_ROWS_VARIANT(rows_count_hll_f64, PEND_COUNT, false, 1, HLL_RAW_F64, 0, 0)
-RUN_ROWS_VARIANT(rows_count_hll_hashes, PEND_COUNT, false, 1, HLL_HASHES, 0, 0)
-RUN_ROWS_VARIANT(rows_any, PEND_ANY, pl->nplace != 0, pl->n, HLL_NONE, 0, 0)
+RUN_ROWS_VARIANT(rows_count, PEND_COUNT, false, 1, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_placed, PEND_COUNT, true, 1, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_sum, PEND_COUNT_SUM, false, 2, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_time_placed, PEND_COUNT_TIME, true, 2, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_time, PEND_COUNT_TIME, false, 2, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_min, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
+RUN_ROWS_VARIANT(rows_count_max, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
+RUN_ROWS_VARIANT(rows_count_f64_min, PEND_COUNT_F64, false, 2, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
+RUN_ROWS_VARIANT(rows_count_f64_max, PEND_COUNT_F64, false, 2, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
+RUN_ROWS_VARIANT(rows_count_pair, PEND_COUNT_PAIR, false, 3, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_pair_f64, PEND_COUNT_PAIR_F64, false, 3, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll9_i64, PEND_COUNT, false, 1, HLL_RAW_I64, 9, 0, 0) /* the default rsd */
+RUN_ROWS_VARIANT(rows_count_hll9_f64, PEND_COUNT, false, 1, HLL_RAW_F64, 9, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll_i64, PEND_COUNT, false, 1, HLL_RAW_I64, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll_f64, PEND_COUNT, false, 1, HLL_RAW_F64, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll_hashes, PEND_COUNT, false, 1, HLL_HASHES, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_buf, PEND_COUNT, false, 1, HLL_NONE, 0, 0, 1) /* one buffered sketch */
+RUN_ROWS_VARIANT(rows_any, PEND_ANY, pl->nplace != 0, pl->n, HLL_NONE, 0, 0, pl->nbuf)
 
 /* Every row with an int64 key (no selection) while no partition has
  * outgrown the cache (nothing to prefetch): times come in runs of one slice
@@ -1324,7 +1414,9 @@ static __attribute__((noinline)) size_t runs_i64(slash_ssb *s, const slash_ssb_b
                        run_hll, bool *, slash_status *) = rows_any;
         const int64_t *sum = NULL;
         uint64_t xmask = 0;
-        if (hl.in == HLL_RAW_I64) /* a count and approx_count_distinct */
+        if (pl->nbuf) /* count_distinct, percentile_approx */
+            rows = shape == PEND_COUNT && !pl->nplace && pl->nbuf == 1 ? rows_count_buf : rows_any;
+        else if (hl.in == HLL_RAW_I64) /* a count and approx_count_distinct */
             rows = hl.p == 9 ? rows_count_hll9_i64 : rows_count_hll_i64;
         else if (hl.in == HLL_RAW_F64)
             rows = hl.p == 9 ? rows_count_hll9_f64 : rows_count_hll_f64;
@@ -1342,7 +1434,8 @@ static __attribute__((noinline)) size_t runs_i64(slash_ssb *s, const slash_ssb_b
                    : pl->xmask[0] >> 63 ? rows_count_max : rows_count_min,
             sum = pl->src[0], xmask = pl->xmask[0];
         else if (shape == PEND_COUNT_F64 && !pl->nplace) /* double min/max */
-            rows = rows_count_f64, sum = pl->src[0], xmask = pl->xmask[0];
+            rows = pl->xmask[0] >> 63 ? rows_count_f64_max : rows_count_f64_min, sum = pl->src[0],
+            xmask = pl->xmask[0];
         else if (shape == PEND_COUNT_PAIR || shape == PEND_COUNT_PAIR_F64) /* first/last */
             rows = shape == PEND_COUNT_PAIR ? rows_count_pair : rows_count_pair_f64,
             sum = pl->pair_src, xmask = pl->pair_mask;
@@ -1380,10 +1473,16 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     fast_bytes *fastb = i64 ? NULL : calloc(SSB_FAST, sizeof *fastb);
     /* the pending deltas of the additive aggregates, pl.n per cache slot */
     int64_t *acc = calloc((size_t)SSB_FAST * (pl.n ? pl.n : 1), sizeof *acc);
-    if ((i64 ? !fast : !fastb) || !acc) {
+    if (pl.nbuf) { /* the buffered values; a slot's are written before read */
+        pl.bufv = malloc((size_t)SSB_FAST * SSB_BUF_SLOT * sizeof *pl.bufv);
+        pl.fill = calloc(SSB_FAST, sizeof *pl.fill);
+    }
+    if ((i64 ? !fast : !fastb) || !acc || (pl.nbuf && (!pl.bufv || !pl.fill))) {
         free(fast);
         free(fastb);
         free(acc);
+        free(pl.bufv);
+        free(pl.fill);
         return slash_fail(SLASH_ENOMEM, "update cache");
     }
     slash_status st = SLASH_OK;
@@ -1485,7 +1584,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                     part = f->partials;
                 } else {
                     if (f->partials)
-                        flush_pending(&pl, f->partials, acc + slot * stride);
+                        flush_pending(&pl, f->partials, acc + slot * stride, slot);
                     if (!hashed) {
                         uint64_t kh = ssb_hash_bytes(k, klen);
                         pidx[j] = ssb_part_of(s, kh);
@@ -1503,6 +1602,8 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
             }
             prefetch = prefetch || (grown && part_bytes(grown) > SSB_PREFETCH_MIN);
             add_pending_row(&pl, shape, sum, xmask, acc + slot * stride, i, b->times[i]);
+            if (pl.nbuf)
+                buffer_row(&pl, part, slot, i);
             live_rows[nlive] = i, recs[nlive++] = part;
         }
         apply_chunk(s, &pl, b, live_rows, recs, nlive);
@@ -1511,11 +1612,13 @@ out:
     for (size_t q = 0; q < SSB_FAST; q++) {
         uint8_t *part = i64 ? fast[q].partials : fastb[q].partials;
         if (part)
-            flush_pending(&pl, part, acc + q * pl.n);
+            flush_pending(&pl, part, acc + q * pl.n, q);
     }
     free(acc);
     free(fast);
     free(fastb);
+    free(pl.bufv);
+    free(pl.fill);
     return st;
 }
 

@@ -49,8 +49,36 @@ TEST(union_is_commutative_associative_idempotent_overflow_included)
     }
 }
 
+/* Adding hashes many at a time (sorted, one merge pass) leaves the set one
+ * add at a time leaves, byte for byte: batches of every size (a few into a
+ * large set take the search path), nulls and repeats within a batch and
+ * against the set, and overflow reached inside a batch. */
+TEST(adding_many_equals_adding_one_at_a_time_byte_for_byte)
+{
+    static slash_distinct one, many;
+    static uint64_t h[3 * SLASH_DISTINCT_BATCH], copy[3 * SLASH_DISTINCT_BATCH];
+    uint64_t rng = 11;
+    for (int round = 0; round < 400; round++) {
+        memset(&one, 0, sizeof one), memset(&many, 0, sizeof many);
+        const uint64_t range = round % 4 == 0 ? 1100 : 1000; /* some reach the bound */
+        for (int batches = 0; batches < 12; batches++) {
+            const uint32_t m = (uint32_t)(unit_rng(&rng) % (round % 2 ? 9 : 3 * SLASH_DISTINCT_BATCH));
+            for (uint32_t i = 0; i < m; i++) {
+                const uint64_t r = unit_rng(&rng);
+                h[i] = r % 13 == 0 ? 0 : slash_hll_hash_i64((int64_t)(r % range));
+                copy[i] = h[i];
+            }
+            for (uint32_t i = 0; i < m; i++)
+                slash_distinct_add(&one, copy[i]);
+            slash_distinct_add_many(&many, h, m);
+            CHECK(memcmp(&one, &many, sizeof one) == 0);
+        }
+    }
+}
+
 int main(void)
 {
+    RUN(adding_many_equals_adding_one_at_a_time_byte_for_byte);
     RUN(count_is_exact_up_to_the_bound_and_overflows_past_it);
     RUN(union_is_commutative_associative_idempotent_overflow_included);
     return UNIT_DONE();

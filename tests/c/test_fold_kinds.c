@@ -430,8 +430,40 @@ TEST(a_count_and_one_sketch_updated_on_the_run_path)
     check_set(&ri, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
 }
 
+/* count_distinct and percentile_approx buffered a cache slot and added
+ * many at a time: alone beside a count (the run path's loop of one
+ * buffer), two of them beside an in-place aggregate and first/last (the
+ * general loop of any number), over hashes and over int64 and double
+ * values hashed at the flush, doubles with NaNs, zeros and infinities; with
+ * 3 keys and batches of 60,000 rows the buffers fill many times a call,
+ * with 37 keys and 7,000 rows they are flushed part full (a few into a
+ * large set take the search path) */
+TEST(count_distinct_and_percentile_buffered_a_cache_slot)
+{
+    const kindset sets[] = {
+        {2, {SLASH_AGG_COUNT, SLASH_AGG_COUNT_DISTINCT}, 0, 0, 1u << 1, 0, 0},
+        {2, {SLASH_AGG_COUNT_DISTINCT, SLASH_AGG_COUNT}, 0, 0, 1u << 0, 1u << 0, 1},
+        {2, {SLASH_AGG_COUNT, SLASH_AGG_COUNT_DISTINCT}, 0, 0, 0, 0, 0},
+        {2, {SLASH_AGG_COUNT, SLASH_AGG_QUANTILE + 9900}, 0, 0, 0, 0, 1},
+        {1, {SLASH_AGG_QUANTILE + 5000}, 0, 0, 0, 0, 1},
+        {5, {SLASH_AGG_QUANTILE + 100, SLASH_AGG_COUNT, SLASH_AGG_COUNT_DISTINCT, SLASH_AGG_FIRST_F64,
+             SLASH_AGG_AVG_I64}, 0, 0, 1u << 2, 0, 1},
+        {4, {SLASH_AGG_COUNT, SLASH_AGG_LAST_I64, SLASH_AGG_COUNT_DISTINCT, SLASH_AGG_MIN_F64},
+         0, 0, 0, 0, 1},
+    };
+    for (size_t q = 0; q < sizeof sets / sizeof sets[0]; q++) {
+        check_shapes(&sets[q]);
+        check_set(&sets[q], SLASH_KEY_INT64, 0, 60000, 3, 1, 60000);
+        check_set(&sets[q], SLASH_KEY_INT64, 0, 60000, 3, 0, 60000);
+        check_set(&sets[q], SLASH_KEY_INT64, 1, 60000, 3, 1, 60000);
+        check_set(&sets[q], SLASH_KEY_BYTES, 0, 60000, 3, 0, 60000);
+        check_set(&sets[q], SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
+    }
+}
+
 int main(void)
 {
+    RUN(count_distinct_and_percentile_buffered_a_cache_slot);
     RUN(every_kind_on_the_run_path_sorted_times);
     RUN(every_kind_on_the_run_path_shuffled_times);
     RUN(every_kind_on_the_general_loop_with_a_selection);

@@ -149,8 +149,46 @@ TEST(quantile_kinds_in_the_crdt_table)
     CHECK(fabs(out - 99.0) <= 99.0 / 128);
 }
 
+/* Adding values many at a time (their bucket keys sorted, one merge pass)
+ * leaves the sketch one add at a time leaves, byte for byte: batches of
+ * every size (a few into a large sketch take the search path), nulls, NaNs
+ * of either sign, both zeros, infinities, collapses to higher levels inside
+ * a batch, and bucket counts saturating at 2^32 - 1. */
+TEST(adding_many_equals_adding_one_at_a_time_byte_for_byte)
+{
+    static slash_qsketch one, many;
+    static double v[3 * SLASH_QS_BATCH];
+    uint64_t null_bits = SLASH_QS_NULL_BITS, nnan_bits = UINT64_C(0xfff8000000000001);
+    double null, nnan;
+    memcpy(&null, &null_bits, 8), memcpy(&nnan, &nnan_bits, 8);
+    const double special[] = {null, NAN, nnan, -0.0, 0.0, INFINITY, -INFINITY, 5e-324};
+    uint64_t rng = 17;
+    for (int round = 0; round < 300; round++) {
+        slash_qs_zero(&one);
+        if (round % 10 == 0) { /* counts near saturation */
+            slash_qs_add(&one, 1.0), slash_qs_add(&one, 2.0);
+            one.cnt[0] = one.cnt[1] = UINT32_MAX - 3;
+        }
+        many = one;
+        const int decades = round % 3 == 0 ? 300 : round % 3 == 1 ? 2 : 12; /* 300: collapses */
+        for (int batches = 0; batches < 10; batches++) {
+            const uint32_t m = (uint32_t)(unit_rng(&rng) % (round % 2 ? 9 : 3 * SLASH_QS_BATCH));
+            for (uint32_t i = 0; i < m; i++) {
+                const uint64_t r = unit_rng(&rng);
+                v[i] = r % 11 == 0 ? special[(r >> 8) % 8] : round % 10 == 0 && r % 3 ? (double)(1 + r % 2)
+                                                                                     : value(&rng, decades);
+            }
+            for (uint32_t i = 0; i < m; i++)
+                slash_qs_add(&one, v[i]);
+            slash_qs_add_many(&many, v, m);
+            CHECK(memcmp(&one, &many, sizeof one) == 0);
+        }
+    }
+}
+
 int main(void)
 {
+    RUN(adding_many_equals_adding_one_at_a_time_byte_for_byte);
     RUN(merge_is_commutative_and_associative_through_collapses);
     RUN(merged_parts_equal_the_sketch_of_the_whole);
     RUN(quantiles_within_the_stated_relative_error);

@@ -35,6 +35,15 @@ void slash_distinct_add(slash_distinct *s, uint64_t h);
 /* dst = dst union src. */
 void slash_distinct_merge(slash_distinct *dst, const slash_distinct *src);
 
+/* Adds the m hashes h[0..m) (in any order; 0 is a null and adds nothing):
+ * the set is the one m calls of slash_distinct_add leave, byte for byte
+ * (a set is a function of the hashes added), made by sorting them and one
+ * merge pass a SLASH_DISTINCT_BATCH of them instead of a search and a move
+ * each (fewer than SLASH_SORTED_ADD_MIN of them, or fewer than 1/8 of
+ * the entries held: a search each). Reorders h (its scratch). */
+#define SLASH_DISTINCT_BATCH 512
+void slash_distinct_add_many(slash_distinct *s, uint64_t *h, uint32_t m);
+
 /* The number of distinct values, -1 when the set overflowed. */
 int64_t slash_distinct_count(const slash_distinct *s);
 
