@@ -395,6 +395,18 @@ def test_no_observation_during_the_cool_down_of_a_decision():
     assert len(ctl.model) > before
 
 
+def test_no_observation_of_windows_that_ended_while_the_input_was_behind():
+    # one executor at max_executors falls 3 s behind, then reads on time: the windows of the
+    # backlog come out late (p99 4 s) for a while; they say nothing of the settings
+    ctl = Controller(cfg(max_executors=1), executors=1, epoch_ms=100)
+    s = Stream(1)
+    run(ctl, s, 3, p99=None, rate=1e6, lag=3000.0, load=0.3)
+    run(ctl, s, 3, p99=4000, rate=1e5, lag=0.0, load=0.1)
+    assert len(ctl.model) == 0
+    run(ctl, s, 3, p99=120, rate=1e5, lag=0.0, load=0.1)  # windows ended after it: observed
+    assert len(ctl.model) == 3
+
+
 def test_release_when_the_latency_does_not_depend_on_the_load():
     ctl, got = _release_after_varied_rates(lambda u: 300.0)
     assert [(d.action, d.args) for d in got] == [("scale_in", {"k": 1})]

@@ -270,6 +270,7 @@ class Controller:
         self._deciding: Optional[float] = None  # time of the decision applied since the last tick
         self._reconfigured: List[tuple] = []  # (from, to): the group was being reconfigured
         self.model = LatencyModel()  # p99 against epoch length and utilisation, fitted online
+        self._behind_at = float("-inf")  # the last tick the input was behind the clock
 
     @property
     def capacity(self) -> Optional[float]:
@@ -398,12 +399,18 @@ class Controller:
         return pred.get("capacity", pred["cpu"])
 
     def _observe_model(self, s: Signals) -> None:
-        """One observation per new p99 of a stream reading on time."""
-        if not self._fresh or s.p99_ms is None or s.time < self._quiet_until:
-            return  # nothing new, or the transient of a reconfiguration (its cool-down)
+        """One observation per new p99 of a stream reading on time, whose
+        windows ended after the input last was behind the clock."""
         lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
         if (lags and max(lags) > self.config.target_ms) or s.backlog_growing:
+            self._behind_at = s.time
             return  # behind the clock: latency grows with time, not with the settings
+        if not self._fresh or s.p99_ms is None or s.time < self._quiet_until:
+            return  # nothing new, or the transient of a reconfiguration (its cool-down)
+        if (s.time - self._behind_at) * 1000.0 <= self._fresh[-1] + 1000.0:
+            # windows handed out in the last second with this latency ended while the input
+            # was behind: their latency is the backlog's (a drain's), not the settings'
+            return
         self.model.add(s.epoch_ms or self.epoch_ms, self._u(s, self.executors), self._fresh[-1])
 
     def _epochs_down(self) -> List[float]:
