@@ -82,7 +82,9 @@ for at least the executors that keep the predicted p99 under ``headroom`` x
 target, and an epoch change takes the longest shorter epoch predicted within
 it (and none when the epoch term cannot matter). Releases follow the
 measured load only: a model fitted on a restart's transient would hold them
-back. Observations are taken outside the cool-down of a decision. Each decision's reason ends with
+back. Observations are taken outside the cool-down of a decision, and
+only of windows that ended after the input last read behind the clock (a
+drain's windows carry the backlog's latency, not the settings'). Each decision's reason ends with
 the fitted law and the term that limits the latency at its new setting.
 
 Against oscillation (hysteresis and cool-down): a condition must hold for
