@@ -15,18 +15,23 @@ long a tuned run takes to start. The step is sized from that capacity C
 and the controller's rules, for a run whose executor reads f x C (f: how
 much faster the machine got since the calibration):
 
-* HIGH is 6 C for 2 s, 12 C-seconds of records. One executor reads them
-  behind the clock by more than the target for about 12 / f s, and the
+* HIGH is 6 C for 1.5 s, 9 C-seconds of records. One executor reads them
+  behind the clock by more than the target for about 9 / f s, and the
   controller scales out after ``sustain`` (3) late ticks of 1 s with the
-  input the bottleneck: that holds for f up to 3 (4 late ticks). The
+  input the bottleneck (the windows of the burst come out late for a tick
+  or two after it): that holds for f up to about 2.25, and at f = 3 one
+  executor still falls behind (at half the burst's rate), where the
   earlier 3 C for 3 s did not: in the one failing run of 20 the machine
   was about 3x faster than at its calibration and one executor followed
   the burst without falling behind. The step exceeds the capacity the
   controller measures in the run (6 C > f C) for f up to 6.
-* One executor alone drains the burst within 12 / f s of the step, so p99
-  is back under the target within the 30 s the test allows while the
-  machine is up to 2.4x slower (f >= 0.42), even where a second executor
-  adds nothing (a 2-core machine with a hog).
+* One executor alone drains the burst within 9 / f s of the step; the
+  restart path adds its restart (up to 5 s under load), so p99 is back
+  under the target within the 30 s the test allows while the machine is up
+  to 2.7x slower (f >= 0.37), even where a second executor adds nothing (a
+  2-core machine with a hog). (6 C for 2 s, 12 C-seconds, failed 3 runs of
+  12 at load 5-7, each with the run reading at about half the calibrated
+  capacity and p99 back 31-38 s after the step.)
 * LOW is C / 20: a release's premise (demand under fit x the measured
   capacity, ``fit`` 0.6) holds unless the machine gets 12x slower; the 40 s
   after the step leave the cool-down (5 s) and ``release_sustain`` (6)
@@ -61,7 +66,7 @@ FIT = 0.6
 QUERY = Query(time="t", window="tumbling:1s", key="k", aggregates=["count", "sum:v", "min:v", "max:v"])
 SCHEMA = pa.schema([("t", pa.timestamp("ms")), ("k", pa.int32()), ("v", pa.float32())])
 LOW_SHARE, HIGH_SHARE = 1 / 20, 6.0  # the rates, in the capacity the controller measured
-PHASE_S = (3, 2, 40)  # low, high, low: seconds of event time (the module doc says why)
+PHASE_S = (3, 1.5, 40)  # low, high, low: seconds of event time (the module doc says why)
 CALIBRATION_SAMPLES = 3  # report intervals (0.5 s) the calibrated capacity rests on
 
 
