@@ -19,23 +19,31 @@ much faster the machine got since the calibration):
   behind the clock by more than the target for about 9 / f s, and the
   controller scales out after ``sustain`` (3) late ticks of 1 s with the
   input the bottleneck (the windows of the burst come out late for a tick
-  or two after it): that holds for f up to about 2.25, and at f = 3 one
-  executor still falls behind (at half the burst's rate), where the
-  earlier 3 C for 3 s did not: in the one failing run of 20 the machine
-  was about 3x faster than at its calibration and one executor followed
-  the burst without falling behind. The step exceeds the capacity the
-  controller measures in the run (6 C > f C) for f up to 6.
+  or two after it): that holds for f up to about 2.25; at f = 3 one
+  executor still falls behind (at half the burst's rate) for about 3 s, at
+  the edge of the rule, where under the earlier 3 C for 3 s it did not
+  fall behind at all (the one failing run of 20 before this burst). The
+  step exceeds the capacity the controller measures in the run (6 C > f C)
+  for f up to 6.
 * One executor alone drains the burst within 9 / f s of the step; the
   restart path adds its restart (up to 5 s under load), so p99 is back
   under the target within the 30 s the test allows while the machine is up
   to 2.7x slower (f >= 0.37), even where a second executor adds nothing (a
-  2-core machine with a hog). (6 C for 2 s, 12 C-seconds, failed 3 runs of
-  12 at load 5-7, each with the run reading at about half the calibrated
-  capacity and p99 back 31-38 s after the step.)
+  2-core machine with a hog).
 * LOW is C / 20: a release's premise (demand under fit x the measured
   capacity, ``fit`` 0.6) holds unless the machine gets 12x slower; the 40 s
   after the step leave the cool-down (5 s) and ``release_sustain`` (6)
   ticks room after a drain of 20 s.
+
+Between them the two bounds allow the machine's speed to drift about 7x
+between the calibration and the run (late ticks and the drain both scale
+with the burst's C-seconds over f), and on a shared 2-core machine it
+drifts that much: at load 5-7, 6 C for 2 s (12 C-seconds) failed 3 of 13
+runs on the slow side (the run reading at about half the calibrated
+capacity, p99 back 31-38 s after the step), 6 C for 1.5 s 2 of 13 on the
+fast side (calibrated at 0.5 M rec/s while the run read 1.2-1.8 M: one
+executor read the burst in 3 s and caught up before a third late tick, so
+the controller rightly did not scale out).
 
 The recording starts far enough ahead of the clock for the
 file to be written and the group to start. The assertions compare the
