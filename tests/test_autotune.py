@@ -11,13 +11,41 @@ on the same machine, under the same load, just before each step run
 it (a tuned run of one executor over a recording already past, so that it
 reads behind the clock and never waits for it: the controller's own
 capacity estimate, metrics["autotune"]["capacity_records_per_s"]), and how
-long a tuned run takes to start. The step is sized from that capacity C:
-LOW is C / 20, so a release's premise (demand under fit x C) holds unless
-the machine gets 12x slower between the calibration and the run; HIGH is
-3 C for 3 s, so one executor cannot follow it unless the machine gets 3x
-faster, and the backlog it leaves (6 C-seconds) drains within the 30 s the
-test allows even where a second executor adds nothing (a 2-core machine
-with a hog). The recording starts far enough ahead of the clock for the
+long a tuned run takes to start. The step is sized from that capacity C
+and the controller's rules, for a run whose executor reads f x C (f: how
+much faster the machine got since the calibration):
+
+* HIGH is 6 C for 1.5 s, 9 C-seconds of records. One executor reads them
+  behind the clock by more than the target for about 9 / f s, and the
+  controller scales out after ``sustain`` (3) late ticks of 1 s with the
+  input the bottleneck (the windows of the burst come out late for a tick
+  or two after it): that holds for f up to about 2.25; at f = 3 one
+  executor still falls behind (at half the burst's rate) for about 3 s, at
+  the edge of the rule, where under the earlier 3 C for 3 s it did not
+  fall behind at all (the one failing run of 20 before this burst). The
+  step exceeds the capacity the controller measures in the run (6 C > f C)
+  for f up to 6.
+* One executor alone drains the burst within 9 / f s of the step; the
+  restart path adds its restart (up to 5 s under load), so p99 is back
+  under the target within the 30 s the test allows while the machine is up
+  to 2.7x slower (f >= 0.37), even where a second executor adds nothing (a
+  2-core machine with a hog).
+* LOW is C / 20: a release's premise (demand under fit x the measured
+  capacity, ``fit`` 0.6) holds unless the machine gets 12x slower; the 40 s
+  after the step leave the cool-down (5 s) and ``release_sustain`` (6)
+  ticks room after a drain of 20 s.
+
+Between them the two bounds allow the machine's speed to drift about 7x
+between the calibration and the run (late ticks and the drain both scale
+with the burst's C-seconds over f), and on a shared 2-core machine it
+drifts that much: at load 5-7, 6 C for 2 s (12 C-seconds) failed 3 of 13
+runs on the slow side (the run reading at about half the calibrated
+capacity, p99 back 31-38 s after the step), 6 C for 1.5 s 2 of 13 on the
+fast side (calibrated at 0.5 M rec/s while the run read 1.2-1.8 M: one
+executor read the burst in 3 s and caught up before a third late tick, so
+the controller rightly did not scale out).
+
+The recording starts far enough ahead of the clock for the
 file to be written and the group to start. The assertions compare the
 controller's decisions with what it measured itself in the step run (its
 capacity estimate), not with the calibration. The step tests run with a
@@ -45,9 +73,8 @@ TARGET_MS = 250
 FIT = 0.6
 QUERY = Query(time="t", window="tumbling:1s", key="k", aggregates=["count", "sum:v", "min:v", "max:v"])
 SCHEMA = pa.schema([("t", pa.timestamp("ms")), ("k", pa.int32()), ("v", pa.float32())])
-LOW_SHARE, HIGH_SHARE = 1 / 20, 3.0  # the rates, in the capacity the controller measured
-PHASE_S = (3, 3, 40)  # low, high, low: seconds of event time (the last long enough for
-# a release after a backlog that took 20 s to drain on a machine loaded well beyond the hog)
+LOW_SHARE, HIGH_SHARE = 1 / 20, 6.0  # the rates, in the capacity the controller measured
+PHASE_S = (3, 1.5, 40)  # low, high, low: seconds of event time (the module doc says why)
 CALIBRATION_SAMPLES = 3  # report intervals (0.5 s) the calibrated capacity rests on
 
 
@@ -94,7 +121,7 @@ def calibration(tmp_path_factory, one_core_hog):
     run takes to start, and the records/s written to a file. The recording
     grows until the run lasted long enough for the estimate to rest on
     CALIBRATION_SAMPLES report intervals; its batches (a tenth of its
-    records each) are then about as large as the step's HIGH batches."""
+    records each) are then of the order of the step's HIGH batches."""
     d = tmp_path_factory.mktemp("calibration")
     # one executor that never acts: what it reads is all there is to measure
     cfg = ControllerConfig(latency_target=f"{TARGET_MS}ms", min_executors=1, max_executors=1,
@@ -170,8 +197,8 @@ def _step_run(tmp_path, caplog, cal, **how):
     assert "target" in outs[0]["reason"] and outs[0]["bottleneck"] == "input"
     # the step went beyond what one executor read when it was behind, as the controller
     # measured it in this run, and the low rate is within fit of it: both decisions follow
-    # from its own measurements (sized at 3x and 1/20 of the same measure taken just before,
-    # these hold unless the machine's speed changed 3x since)
+    # from its own measurements (sized at 6x and 1/20 of the same measure taken just before,
+    # these hold unless the machine got 6x faster or 12x slower since)
     assert cap is not None and at["high"] > cap and at["low"] < FIT * cap, seen
     # p99 back under the target within 30 s of the step
     back = [p for p in auto["timeline"] if at["up"] < p["t"] <= at["up"] + 30

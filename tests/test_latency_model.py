@@ -68,12 +68,17 @@ def test_only_the_newest_observations_are_kept():
     assert m.fit().predict(100, 0.2) == pytest.approx(200, rel=0.01)
 
 
-def test_choose_takes_the_fewest_executors_then_the_longest_epoch_within_target():
+def _fitted_law():
+    """The fit of ``law`` observed over epochs 50-400 ms and u 0.1-0.7."""
     m = LatencyModel()
     for e in (50, 100, 200, 400):
         for u in (0.1, 0.3, 0.5, 0.7):
             m.add(e, u, law(e, u))
-    fit = m.fit()
+    return m.fit()
+
+
+def test_choose_takes_the_fewest_executors_then_the_longest_epoch_within_target():
+    fit = _fitted_law()
     util = {1: 0.9, 2: 0.45, 3: 0.3, 4: 0.225}
     got = choose(fit, target_ms=600, epochs=[50, 100, 200, 400], executors=[1, 2, 3, 4],
                  utilisation=util, fit_limit=0.6)
@@ -82,6 +87,22 @@ def test_choose_takes_the_fewest_executors_then_the_longest_epoch_within_target(
     assert law(200, 0.45) <= 600 < law(400, 0.45)
     assert choose(fit, target_ms=100, epochs=[50], executors=[1, 2], utilisation=util,
                   fit_limit=0.6) is None
+
+
+def test_choose_counts_what_shorter_epochs_add_to_the_utilisation():
+    fit = _fitted_law()
+    # at u 0.2 every epoch up to 200 ms is within 600 ms; epochs of e ms add 20 / e to u:
+    # 50 ms brings it to 0.6 (not under fit), 100 ms to 0.4
+    cost = {50: 0.4, 100: 0.2, 200: 0.1}
+    assert choose(fit, target_ms=600, epochs=[50, 100, 200], executors=[1],
+                  utilisation={1: 0.2}, fit_limit=0.6, epoch_cost=lambda e: cost[e]) == (1, 200)
+    assert choose(fit, target_ms=400, epochs=[50, 100], executors=[1], utilisation={1: 0.2},
+                  fit_limit=0.6, epoch_cost=lambda e: cost[e]) == (1, 100)
+    assert law(100, 0.4) <= 400
+    # 50 ms is predicted within 500 ms even at u 0.6, but the utilisation is not under fit
+    assert law(50, 0.6) <= 500
+    assert choose(fit, target_ms=500, epochs=[50], executors=[1], utilisation={1: 0.2},
+                  fit_limit=0.6, epoch_cost=lambda e: cost[e]) is None
 
 
 def test_queueing_grows_without_bound_toward_saturation_but_is_capped():

@@ -55,13 +55,25 @@ median of the recent samples
 demand (records/s read plus the backlog's growth) over ``k`` x capacity,
 and where no capacity was measured yet, their summed CPU load over ``k``.
 
-With room for ``release_sustain`` ticks and the load fitting in one
-executor fewer with margin (predicted utilisation < ``fit``, by both
-measures where both are known), it releases one (``scale_in``, not below
-``min_executors``); when epochs were changed and the latency has room, it
-moves them back toward the configured length. Latency well under the
-target is not required for a release: a stream's latency floor is its
-epoch length plus its merges, which the executor count does not lower.
+When for ``release_sustain`` ticks the input was read within
+``low_water`` x target of the clock, no backlog grew and the measured load
+fitted one executor fewer with margin (predicted utilisation < ``fit``, by
+both measures where both are known), it releases one (``scale_in``, not
+below ``min_executors``). The window latency is not asked: a stream's
+latency floor is its epoch length plus its merges, which the executor count
+does not lower, and starved executors on a shared machine can run over the
+target with the input on time and little to do. When epochs were changed
+and the latency has room, it moves them back toward the configured length
+(a shortened one only where the model predicts the longer one within
+``headroom`` x target).
+
+Near the target (p99 over ``headroom`` x target for ``sustain`` ticks,
+whether under the target or not, the input on time), the controller asks its model for the
+longest shorter epoch predicted within ``headroom`` x target, counting the
+merges the extra boundaries add to the utilisation (the busiest leader's
+merge time per second, scaled by current / new length) and taking none that
+would bring it to ``fit``. A decision not taken for want of a setting is
+logged with the term that limits the shortest epoch (or its merge cost).
 
 Epoch length and executor count are chosen together from a latency model
 fitted online (:mod:`slash.latency_model`: p99 as a fixed term, a share of
@@ -70,13 +82,15 @@ for at least the executors that keep the predicted p99 under ``headroom`` x
 target, and an epoch change takes the longest shorter epoch predicted within
 it (and none when the epoch term cannot matter). Releases follow the
 measured load only: a model fitted on a restart's transient would hold them
-back. Observations are taken outside the cool-down of a decision. Each decision's reason ends with
+back. Observations are taken outside the cool-down of a decision, and
+only of windows that ended after the input last read behind the clock (a
+drain's windows carry the backlog's latency, not the settings'). Each decision's reason ends with
 the fitted law and the term that limits the latency at its new setting.
 
 Against oscillation (hysteresis and cool-down): a condition must hold for
 ``sustain`` consecutive ticks (``release_sustain`` for releasing, which is
 slower on purpose), the up and down thresholds are apart (late: lag or p99
-over the target; room: lag under ``low_water`` x target and the load
+over the target; release: lag under ``low_water`` x target and the load
 fitting one executor fewer at ``fit`` < 1 utilisation, so the count after a
 release is not saturated), and after any decision nothing happens for
 ``cooldown`` seconds (the change must show in the signals first). The
@@ -214,6 +228,12 @@ class Signals:
 _P99_FRESH_S = 2.0
 #: capacity samples kept (the median of them is the estimate)
 _CAPACITY_SAMPLES = 20
+#: decisions applied kept for :meth:`Controller._spans_reconfiguration`: a new report
+#: interval can only overlap the latest few, since decisions are a cool-down apart and an
+#: executor silent for 3 s (six report intervals) is reported stalled; 4 keeps every decision
+#: of the last 24 s at the default cool-down (8 s), and an interval longer than that is no
+#: capacity sample anyway (its executor waited or stalled)
+_RECONFIGURATIONS_KEPT = 4
 #: the share of a report interval an executor's reader may have waited for the clock for
 #: its rate to be a capacity sample (a 10 ms wait at most in a 0.5 s interval)
 _CAPACITY_MAX_WAIT = 0.02
@@ -242,6 +262,9 @@ class Controller:
         self._fresh: List[float] = []  # p99 of the history points new this tick
         self._over = 0
         self._under = 0
+        self._fits = 0  # consecutive ticks the load fitted one executor fewer with margin
+        self._tight = 0  # consecutive ticks p99 was over headroom x target, input on time
+        self._declined: Dict[str, float] = {}  # kind -> time a decision declined was last logged
         self._quiet_until = 0.0
         self._behind: List[tuple] = []  # (time, total records behind)
         self._p99: Optional[tuple] = None  # (history time, p99 ms) of the latest point with windows
@@ -249,6 +272,7 @@ class Controller:
         self._deciding: Optional[float] = None  # time of the decision applied since the last tick
         self._reconfigured: List[tuple] = []  # (from, to): the group was being reconfigured
         self.model = LatencyModel()  # p99 against epoch length and utilisation, fitted online
+        self._behind_at = float("-inf")  # the last tick the input was behind the clock
 
     @property
     def capacity(self) -> Optional[float]:
@@ -266,7 +290,8 @@ class Controller:
         t = float(snap["time"])
         prev = self._prev
         if self._deciding is not None:  # applied between the last tick and this one
-            self._reconfigured = (self._reconfigured + [(self._deciding, t)])[-_CAPACITY_SAMPLES:]
+            self._reconfigured = (self._reconfigured
+                                  + [(self._deciding, t)])[-_RECONFIGURATIONS_KEPT:]
             self._deciding = None
         per: Dict[int, _Exec] = {}
         epochs = []
@@ -346,18 +371,24 @@ class Controller:
         late, room = self._judge(s)
         self._over = self._over + 1 if late else 0
         self._under = self._under + 1 if room else 0
+        self._fits = self._fits + 1 if self._fits_fewer(s) else 0
+        self._tight = self._tight + 1 if self._near_target(s) else 0
         if s.time < self._quiet_until:
             return None
         d: Optional[Decision] = None
         if self._over >= c.sustain:
             d = self._too_slow(s)
-        elif self._under >= c.release_sustain:
+        if d is None and self._fits >= c.release_sustain:
+            d = self._release(s)
+        if d is None and self._under >= c.release_sustain:
             d = self._room_to_spare(s)
+        if d is None and self._tight >= c.sustain:
+            d = self._tight_epoch(s)
         if d is not None:
             d = self._explained(d, s)
             self._quiet_until = s.time + c.cooldown
             self._deciding = s.time
-            self._over = self._under = 0
+            self._over = self._under = self._fits = self._tight = 0
             self.decisions.append(d)
             log.info("controller: %s %s (%s: %s)", d.action, d.args, d.bottleneck, d.reason)
         return d
@@ -370,12 +401,18 @@ class Controller:
         return pred.get("capacity", pred["cpu"])
 
     def _observe_model(self, s: Signals) -> None:
-        """One observation per new p99 of a stream reading on time."""
-        if not self._fresh or s.p99_ms is None or s.time < self._quiet_until:
-            return  # nothing new, or the transient of a reconfiguration (its cool-down)
+        """One observation per new p99 of a stream reading on time, whose
+        windows ended after the input last was behind the clock."""
         lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
         if (lags and max(lags) > self.config.target_ms) or s.backlog_growing:
+            self._behind_at = s.time
             return  # behind the clock: latency grows with time, not with the settings
+        if not self._fresh or s.p99_ms is None or s.time < self._quiet_until:
+            return  # nothing new, or the transient of a reconfiguration (its cool-down)
+        if (s.time - self._behind_at) * 1000.0 <= self._fresh[-1] + 1000.0:
+            # windows handed out in the last second with this latency ended while the input
+            # was behind: their latency is the backlog's (a drain's), not the settings'
+            return
         self.model.add(s.epoch_ms or self.epoch_ms, self._u(s, self.executors), self._fresh[-1])
 
     def _epochs_down(self) -> List[float]:
@@ -484,47 +521,162 @@ class Controller:
                 return Decision(s.time, "rebalance", {"from_rank": r_hot, "to_rank": idle}, "merge",
                                 f"{p99}; leader {r_hot} merges {merges[r_hot]:.2f} s/s, median {med:.2f}")
         if self.epoch_ms > c.target_ms / 4 and self.epoch_ms / 2 >= c.min_epoch_ms:
-            e = self.epoch_ms / 2
+            e: Optional[float] = self.epoch_ms / 2
             fit = self.model.fit()
             if fit is not None:  # the longest shorter epoch the model predicts within the target
-                got = choose(fit, target_ms=c.headroom * c.target_ms, epochs=self._epochs_down(),
-                             executors=[self.executors],
-                             utilisation={self.executors: self._u(s, self.executors)},
-                             fit_limit=float("inf"))
+                got, why_not = self._shorter_epoch(s, fit, float("inf"))
                 if got is not None:
-                    e = got[1]
+                    e = got
                 elif fit.per_epoch * self.epoch_ms / 2 < c.target_ms / 20:
-                    return None  # shorter epochs would not help: the model's other terms dominate
-            return Decision(s.time, "epoch", {"epoch_ms": e}, "epoch",
-                            f"{p99}; epochs of {self.epoch_ms:.0f} ms are long for the target, "
-                            f"load max {hot:.2f}")
+                    # shorter epochs would not help: the model's other terms dominate
+                    self._decline(s, "epoch", f"{p99}; no shorter epoch: {why_not}")
+                    e = None
+            if e is not None:
+                return Decision(s.time, "epoch", {"epoch_ms": e}, "epoch",
+                                f"{p99}; epochs of {self.epoch_ms:.0f} ms are long for the target, "
+                                f"load max {hot:.2f}")
         stalls = sum(e.stalls_per_s for e in s.per.values())
         if stalls > 0 and self.executors < c.max_executors:
             return Decision(s.time, "scale_out", {"k": 1}, "credit",
                             f"{p99}; {stalls:.0f} credit stalls/s")
         return None
 
+    def _reads_on_time(self, s: Signals, share: float) -> bool:
+        """No backlog grows and every executor reads its input within ``share``
+        x target of the clock (a source that does not report its lag: p99
+        within the target, the only sign that the input keeps up)."""
+        if s.backlog_growing:
+            return False
+        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
+        if lags:
+            return max(lags) <= share * self.config.target_ms
+        return s.p99_ms is not None and s.p99_ms <= self.config.target_ms
+
+    def _fits_fewer(self, s: Signals) -> bool:
+        """This tick counts toward a release: the input is read within
+        ``low_water`` x target of the clock and the measured load would fit
+        one executor fewer under ``fit`` utilisation (by the measured
+        capacity and by the CPU load, where each is known). The window
+        latency is not asked: over the target with the input on time and
+        the executors under ``fit``, it is not the executor count that
+        costs (two starved executors on a shared machine run over the
+        target with room to spare)."""
+        c = self.config
+        if self.executors <= c.min_executors or not self._reads_on_time(s, c.low_water):
+            return False
+        return max(self._utilisation(s, self.executors - 1).values()) < c.fit
+
+    def _near_target(self, s: Signals) -> bool:
+        """p99 over ``headroom`` x target (under the target or not: a p99
+        that sits at the target crosses it now and then), the input read
+        within the target of the clock: the model is asked whether a shorter
+        epoch would keep it under ``headroom`` x target."""
+        c = self.config
+        return (s.p99_ms is not None and s.p99_ms > c.headroom * c.target_ms
+                and self._reads_on_time(s, 1.0))
+
+    def _epoch_cost(self, s: Signals) -> Callable[[float], float]:
+        """The utilisation epochs of ``e`` ms add over the current length:
+        the busiest leader's merge time per second, counted as per boundary
+        (the number of boundaries a second grows as current / e)."""
+        m = max((x.merge_per_s for x in s.per.values()), default=0.0)
+        cur = self.epoch_ms
+        return lambda e: m * max(0.0, cur / e - 1.0)
+
+    def _shorter_epoch(self, s: Signals, fit: Any, limit: float) -> tuple:
+        """(the longest epoch below the current one that the fitted model
+        predicts within ``headroom`` x target, with the merges it adds and
+        the utilisation under ``limit``, or None; why none, in words: the
+        term that limits the shortest one, or its merge cost)."""
+        c = self.config
+        downs = self._epochs_down()
+        if not downs:
+            return None, f"epochs of {self.epoch_ms:.0f} ms are the shortest allowed"
+        u0, cost = self._u(s, self.executors), self._epoch_cost(s)
+        got = choose(fit, target_ms=c.headroom * c.target_ms, epochs=downs,
+                     executors=[self.executors], utilisation={self.executors: u0},
+                     fit_limit=limit, epoch_cost=cost)
+        if got is not None:
+            return got[1], ""
+        allowed = [e for e in downs if u0 + cost(e) < limit]
+        if not allowed:
+            e = downs[0]
+            return None, (f"the merge cost: epochs of {e:.0f} ms would add {cost(e):.2f} to the "
+                          f"utilisation {u0:.2f}, not under fit {limit:.2f}")
+        e = min(allowed)
+        term, value = fit.limiting(e, u0 + cost(e))
+        return None, (f"model {fit.describe()}: predicts {fit.predict(e, u0 + cost(e)):.0f} ms "
+                      f"at epoch {e:.0f} ms, over {c.headroom * c.target_ms:.0f} ms; limited "
+                      f"by {term} ({value:.0f} ms)")
+
+    def _decline(self, s: Signals, kind: str, why: str) -> None:
+        """Logs a decision not taken, once per ``cooldown`` of each kind."""
+        if s.time - self._declined.get(kind, float("-inf")) >= self.config.cooldown:
+            self._declined[kind] = s.time
+            log.info("controller: no %s change (%s)", kind, why)
+
+    def _tight_epoch(self, s: Signals) -> Optional[Decision]:
+        """p99 near the target for ``sustain`` ticks, the input on time: the
+        longest shorter epoch the fitted model predicts within ``headroom``
+        x target, if the merges it adds keep the utilisation under
+        ``fit``."""
+        c = self.config
+        p99 = (f"p99 {s.p99_ms:.0f} ms over {c.headroom:.2f} x target {c.target_ms:.0f} ms "
+               f"for {self._tight} ticks")
+        fit = self.model.fit()
+        if fit is None:
+            self._tight = 0
+            self._decline(s, "epoch", f"{p99}; no model fitted yet ({len(self.model)} points)")
+            return None
+        e, why_not = self._shorter_epoch(s, fit, c.fit)
+        if e is None:
+            self._tight = 0  # asked again after another sustain ticks
+            self._decline(s, "epoch", f"{p99}; no shorter epoch: {why_not}")
+            return None
+        return Decision(s.time, "epoch", {"epoch_ms": e}, "epoch",
+                        f"{p99}; the model predicts epochs of {e:.0f} ms within it, the merges "
+                        f"they add {self._epoch_cost(s)(e):.2f} of an executor")
+
+    def _release(self, s: Signals) -> Optional[Decision]:
+        """One executor fewer: the load fitted ``executors - 1`` with margin
+        for ``release_sustain`` ticks (:meth:`_fits_fewer`)."""
+        c = self.config
+        if self.executors <= c.min_executors:
+            return None
+        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
+        k = self.executors - 1
+        pred = self._utilisation(s, k)
+        cap = self.capacity
+        measured = (f"demand {self._demand(s):.0f} rec/s is {pred['capacity']:.2f} of "
+                    f"{k} x one executor's measured capacity {cap:.0f} rec/s, "
+                    if cap is not None else "")
+        p99 = (f"p99 {s.p99_ms:.0f} ms" if s.p99_ms is not None else "no window out") + \
+            f" (target {c.target_ms:.0f} ms)"
+        on_time = (f"input read at most {max(lags):.0f} ms behind the clock" if lags
+                   else "p99 within the target")
+        return Decision(s.time, "scale_in", {"k": 1}, "none",
+                        f"{p99}, {on_time} for {self._fits} ticks; the load fits {k} "
+                        f"executor(s) with margin: {measured}CPU load {pred['cpu'] * k:.2f} is "
+                        f"{pred['cpu']:.2f} each (< fit {c.fit:.2f})")
+
     def _room_to_spare(self, s: Signals) -> Optional[Decision]:
+        """Latency room for ``release_sustain`` ticks: epochs moved back
+        toward the configured length (a shorter one back up only where the
+        fitted model predicts the longer one within ``headroom`` x target,
+        so that it does not undo a shortening the model chose)."""
         c = self.config
         lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
         p99 = ((f"p99 {s.p99_ms:.0f} ms" if s.p99_ms is not None else "no window out")
                + f" within target {c.target_ms:.0f} ms"
                + (f", input read at most {max(lags):.0f} ms behind the clock" if lags else "")
                + f" for {self._under} ticks")
-        if self.executors > c.min_executors and not s.backlog_growing:
-            k = self.executors - 1
-            pred = self._utilisation(s, k)
-            if max(pred.values()) < c.fit:
-                cap = self.capacity
-                measured = (f"demand {self._demand(s):.0f} rec/s is {pred['capacity']:.2f} of "
-                            f"{k} x one executor's measured capacity {cap:.0f} rec/s, "
-                            if cap is not None else "")
-                return Decision(s.time, "scale_in", {"k": 1}, "none",
-                                f"{p99}; the load fits {k} executor(s) with margin: {measured}"
-                                f"CPU load {pred['cpu'] * k:.2f} is {pred['cpu']:.2f} each "
-                                f"(< fit {c.fit:.2f})")
         if self.epoch_ms < self.base_epoch_ms and self.epoch_ms * 2 <= c.target_ms / 4:
-            return Decision(s.time, "epoch", {"epoch_ms": min(self.base_epoch_ms, self.epoch_ms * 2)}, "none",
+            e = min(self.base_epoch_ms, self.epoch_ms * 2)
+            fit = self.model.fit()
+            if fit is not None and fit.predict(e, self._u(s, self.executors)) > \
+                    c.headroom * c.target_ms:
+                return None
+            return Decision(s.time, "epoch", {"epoch_ms": e}, "none",
                             f"{p99}; epochs back toward {self.base_epoch_ms:.0f} ms (throughput)")
         if self.epoch_ms > self.base_epoch_ms:
             return Decision(s.time, "epoch", {"epoch_ms": max(self.base_epoch_ms, self.epoch_ms / 2)},

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -151,16 +151,21 @@ class LatencyModel:
 
 
 def choose(fit: Fit, *, target_ms: float, epochs: Sequence[float], executors: Sequence[int],
-           utilisation: "Dict[int, float]", fit_limit: float) -> Optional[Tuple[int, float]]:
+           utilisation: "Dict[int, float]", fit_limit: float,
+           epoch_cost: Callable[[float], float] = lambda e: 0.0) -> Optional[Tuple[int, float]]:
     """The cheapest (executors, epoch_ms) the model predicts within
     ``target_ms``: fewest executors first, then the longest epoch (epochs
-    cost CPU per boundary); only counts whose utilisation is under
-    ``fit_limit``. None when no setting is predicted within the target."""
+    cost CPU per boundary); only settings whose utilisation is under
+    ``fit_limit``. ``epoch_cost(e)``: the utilisation epochs of ``e`` ms add
+    to ``utilisation`` (more merges a second than at the current length),
+    counted in both the limit and the prediction. None when no setting is
+    predicted within the target."""
     for k in sorted(executors):
-        u = utilisation.get(k)
-        if u is None or u >= fit_limit:
+        u0 = utilisation.get(k)
+        if u0 is None:
             continue
         for e in sorted(epochs, reverse=True):
-            if fit.predict(e, u) <= target_ms:
+            u = u0 + epoch_cost(e)
+            if u < fit_limit and fit.predict(e, u) <= target_ms:
                 return k, e
     return None
