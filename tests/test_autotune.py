@@ -43,7 +43,10 @@ runs on the slow side (the run reading at about half the calibrated
 capacity, p99 back 31-38 s after the step), 6 C for 1.5 s 2 of 13 on the
 fast side (calibrated at 0.5 M rec/s while the run read 1.2-1.8 M: one
 executor read the burst in 3 s and caught up before a third late tick, so
-the controller rightly did not scale out).
+the controller rightly did not scale out). That case is judged from the run
+itself: the timeline carries the controller's late streak, and a run whose
+executor was never late for ``sustain`` ticks must not scale out and is
+reported as skipped, with the streak, rather than passed.
 
 The recording starts far enough ahead of the clock for the
 file to be written and the group to start. The assertions compare the
@@ -192,7 +195,16 @@ def _step_run(tmp_path, caplog, cal, **how):
             + _trace(auto, at))
     outs = [d for d in decisions if d["action"] == "scale_out" and d["outcome"] == "applied"]
     ins = [d for d in decisions if d["action"] == "scale_in" and d["outcome"] == "applied"]
-    assert outs, f"no scale-out: {seen}"
+    # whether one executor fell behind long enough to scale is the controller's own
+    # judgement of this run (its late streak in the timeline), not the calibration's
+    # forecast: a machine that got faster since reads the burst without falling behind
+    late = max((p["late_streak"] or 0) for p in auto["timeline"]
+               if at["up"] <= p["t"] <= at["up"] + 30)
+    if not outs:
+        assert late < cfg.sustain, f"late for {late} ticks and no scale-out: {seen}"
+        assert tuned.equals(run(QUERY, path, executors=1))
+        pytest.skip(f"one executor read the burst late for {late} ticks only (under "
+                    f"{cfg.sustain}): the machine ran faster than calibrated, no scale-out due")
     assert at["up"] <= outs[0]["time"] <= at["up"] + 30, seen
     assert "target" in outs[0]["reason"] and outs[0]["bottleneck"] == "input"
     # the step went beyond what one executor read when it was behind, as the controller

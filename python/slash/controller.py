@@ -262,6 +262,9 @@ class Controller:
         self._fresh: List[float] = []  # p99 of the history points new this tick
         self._over = 0
         self._under = 0
+        #: consecutive judged ticks late (p99 or lag over the target), not reset by a
+        #: decision: what a run's timeline shows of the controller's judgement
+        self.late_streak = 0
         self._fits = 0  # consecutive ticks the load fitted one executor fewer with margin
         self._tight = 0  # consecutive ticks p99 was over headroom x target, input on time
         self._declined: Dict[str, float] = {}  # kind -> time a decision declined was last logged
@@ -370,6 +373,7 @@ class Controller:
         self._observe_model(s)
         late, room = self._judge(s)
         self._over = self._over + 1 if late else 0
+        self.late_streak = self.late_streak + 1 if late else 0
         self._under = self._under + 1 if room else 0
         self._fits = self._fits + 1 if self._fits_fewer(s) else 0
         self._tight = self._tight + 1 if self._near_target(s) else 0
