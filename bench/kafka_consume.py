@@ -7,7 +7,7 @@ values of ~240 B, event i in partition i mod P):
 * ``client-nogc``: the same with Python's garbage collector off (each
   record is a collectable Message object: a collector running meanwhile
   walks them);
-* ``decode``: the sources' reader (``slash.kafka_client.open_reader``: the
+* ``decode``: the sources' reader (``slash.kafka_reader.open_reader``: the
   core's, on librdkafka's C API, one buffer per poll, or confluent-kafka's
   consumer), each poll's partitions decoded to Arrow by the sources'
   :class:`slash.kafka_decode.Decoder`;
@@ -122,7 +122,7 @@ def stage_client_nogc(bootstrap: str, topic: str, ends: Dict[int, int], parts: L
 
 def stage_decode(bootstrap: str, topic: str, ends: Dict[int, int], parts: List[int],
                  rank: int, ranks: int) -> Callable[[], int]:
-    """The sources' reader (:func:`slash.kafka_client.open_reader`: the core's
+    """The sources' reader (:func:`slash.kafka_reader.open_reader`: the core's
     or confluent-kafka's, as ``SLASH_KAFKA_READER`` says), each poll's
     partitions decoded to Arrow by the sources' Decoder; under a slash that
     predates the reader, the ``client`` loop with each poll's Messages decoded."""
@@ -131,7 +131,7 @@ def stage_decode(bootstrap: str, topic: str, ends: Dict[int, int], parts: List[i
 
     dec = Decoder(topic, "json", SCHEMA, "kafka_timestamp", None)
     try:
-        from slash.kafka_client import end_of_log, open_reader
+        from slash.kafka_reader import end_of_log, open_reader
     except ImportError:  # a slash before the reader: Messages decoded
         def read_messages() -> int:
             rows = [0]

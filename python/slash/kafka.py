@@ -36,12 +36,13 @@ An unreachable broker raises :class:`slash.errors.Timeout` within
 
 Where it is built (one concern a module): :mod:`slash.kafka_client` (the
 wire client: consumer settings, a topic's partitions, offsets and inferred
-schema at open), :mod:`slash.kafka_decode` (records to batches, malformed
-values), :mod:`slash.kafka_source` (the bounded source: units, positions),
-:mod:`slash.kafka_stream` (the unbounded stream: per-partition watermarks,
-offsets as positions, re-dealing them) and :mod:`slash.kafka_sink` (the
-sink, at least once or transactional). Every name users import from here
-stays here.
+schema at open), :mod:`slash.kafka_reader` (a poll's records into one
+buffer: the core's reader or confluent-kafka's), :mod:`slash.kafka_decode`
+(records to batches, malformed values), :mod:`slash.kafka_source` (the
+bounded source: units, positions), :mod:`slash.kafka_stream` (the unbounded
+stream: per-partition watermarks, offsets as positions, re-dealing them) and
+:mod:`slash.kafka_sink` (the sink, at least once or transactional). Every
+name users import from here stays here.
 """
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 import pyarrow as pa
 
 from slash.errors import InvalidArgument, Timeout
-from slash.kafka_client import Polled, TopicReader, end_of_log, open_reader, open_topic
+from slash.kafka_client import open_topic
+from slash.kafka_reader import Polled, TopicReader, end_of_log, open_reader
 from slash.kafka_decode import BATCH_RECORDS, Decoder
 from slash.sources import BatchSource, Unit
 

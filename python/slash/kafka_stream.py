@@ -20,7 +20,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import pyarrow as pa
 
 from slash.errors import InvalidArgument, SchemaError
-from slash.kafka_client import TopicReader, end_of_log, open_reader, open_topic
+from slash.kafka_client import open_topic
+from slash.kafka_reader import TopicReader, end_of_log, open_reader
 from slash.kafka_decode import BATCH_RECORDS, Decoder
 from slash.sources import Watermark
 
