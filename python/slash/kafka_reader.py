@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import pyarrow as pa
 
-from slash.errors import InvalidArgument, NotSupported, Timeout
+from slash.errors import InvalidArgument, NotSupported, SlashError, Timeout
 from slash.kafka_client import confluent, consumer_config, gained_partitions, log
 
 #: an event of a poll that is not a record: (kind, partition, offset, fatal, message)
@@ -246,8 +246,6 @@ class _CoreReader(TopicReader):
         return self.f.position(partition)
 
     def partitions(self) -> List[int]:
-        from slash.errors import SlashError
-
         try:
             return self.f.partitions(2.0)
         except SlashError as e:  # the broker away for now: next time
