@@ -336,21 +336,7 @@ static slash_status compact(slash_join *s, join_part *p)
 
 slash_status join_part_trim(slash_join *s, join_part *p)
 {
-    slash_lss *l = &p->log;
-    uint64_t a = l->begin;
-    while (a < l->tail) {
-        join_rec *r = join_ptr(p, a);
-        if (!(r->flags & JOIN_FREED))
-            break;
-        p->freed_bytes -= r->size;
-        a += r->size;
-    }
-    slash_lss_truncate(l, a);
-    l->read_only = l->begin;
-    uint64_t used = l->tail - l->begin;
-    if ((p->freed_bytes > used / 2 && used > ((uint64_t)4 << 20)) || slash_lss_crowded(l))
-        return compact(s, p);
-    return SLASH_OK;
+    return epoch_log_trim(&p->log, &p->freed_bytes) ? compact(s, p) : SLASH_OK;
 }
 
 /* ---- open / close / stats ---------------------------------------------------- */

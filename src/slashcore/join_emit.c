@@ -162,9 +162,9 @@ slash_status slash_join_emit_parts(slash_join *s, int64_t up_to, const uint8_t *
                                    slash_join_result **out)
 {
     *out = NULL;
-    if (s->sealed)
-        return slash_fail(SLASH_ESTATE, "emit: the delta of epoch %llu is sealed; reset it first",
-                          (unsigned long long)s->epoch);
+    slash_status sealed = epoch_log_emit_ok(s->sealed, s->epoch);
+    if (sealed != SLASH_OK)
+        return sealed;
     size_t rows = 0, kbytes = 0;
     slash_join_result *r = NULL;
     slash_status st = count_pairs(s, up_to, skip, &rows, &kbytes);

@@ -18,26 +18,12 @@
 
 slash_status slash_join_begin_epoch(slash_join *s)
 {
-    if (s->sealed)
-        return slash_fail(SLASH_ESTATE, "begin_epoch: the delta of epoch %llu was not reset",
-                          (unsigned long long)s->epoch);
-    for (uint32_t i = 0; i < s->cfg.partitions; i++)
-        s->parts[i].log.read_only = s->parts[i].log.tail;
-    s->sealed = true;
-    s->epoch++;
-    return SLASH_OK;
+    return epoch_log_begin(&s->sealed, &s->epoch, EPOCH_LOGS(s));
 }
 
 slash_status slash_join_delta(const slash_join *s, uint32_t part, const void **addr, size_t *len)
 {
-    if (!s->sealed)
-        return slash_fail(SLASH_ESTATE, "delta: no epoch is sealed (call begin_epoch first)");
-    if (part >= s->cfg.partitions)
-        return slash_fail(SLASH_ERANGE, "delta: partition %u of %u", part, s->cfg.partitions);
-    const slash_lss *l = &s->parts[part].log;
-    *addr = slash_lss_ptr(l, l->begin);
-    *len = (size_t)(l->read_only - l->begin);
-    return SLASH_OK;
+    return epoch_log_delta(s->sealed, EPOCH_LOGS(s), part, addr, len);
 }
 
 slash_status slash_join_reset_delta(slash_join *s)

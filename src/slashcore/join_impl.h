@@ -55,6 +55,9 @@ typedef struct join_rec {
     uint8_t magic;  /* JOIN_MAGIC */
 } join_rec;
 static_assert(sizeof(join_rec) == 16, "record header is shipped to peers");
+static_assert(offsetof(join_rec, size) == offsetof(epoch_log_head, size) &&
+              offsetof(join_rec, flags) == offsetof(epoch_log_head, flags) &&
+              JOIN_FREED == EPOCH_LOG_FREED, "a record begins with epoch_log_head");
 
 typedef struct join_group {
     join_rec h;

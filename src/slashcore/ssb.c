@@ -385,21 +385,7 @@ void ssb_part_bulk_abort(slash_ssb *s, ssb_part *p, uint64_t from)
 
 slash_status ssb_part_trim(slash_ssb *s, ssb_part *p)
 {
-    slash_lss *l = &p->log;
-    uint64_t a = l->begin;
-    while (a < l->tail) {
-        slash_rec *r = slash_lss_ptr(l, a);
-        if (!(r->flags & SLASH_REC_FREED))
-            break;
-        p->freed_bytes -= r->size;
-        a += r->size;
-    }
-    slash_lss_truncate(l, a);
-    l->read_only = l->begin;
-    uint64_t used = l->tail - l->begin;
-    if ((p->freed_bytes > used / 2 && used > ((uint64_t)4 << 20)) || slash_lss_crowded(l))
-        return ssb_part_compact(s, p);
-    return SLASH_OK;
+    return epoch_log_trim(&p->log, &p->freed_bytes) ? ssb_part_compact(s, p) : SLASH_OK;
 }
 
 /* ---- open / close / stats ------------------------------------------------ */

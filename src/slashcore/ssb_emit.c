@@ -191,9 +191,9 @@ slash_status slash_ssb_emit_parts(slash_ssb *s, int64_t up_to, const uint8_t *sk
                                   slash_ssb_result **out)
 {
     *out = NULL;
-    if (s->sealed)
-        return slash_fail(SLASH_ESTATE, "emit: the delta of epoch %llu is sealed; reset it first",
-                          (unsigned long long)s->epoch);
+    slash_status sealed = epoch_log_emit_ok(s->sealed, s->epoch);
+    if (sealed != SLASH_OK)
+        return sealed;
     slash_ssb_result *res = calloc(1, sizeof *res);
     if (!res)
         return slash_fail(SLASH_ENOMEM, "emit result");

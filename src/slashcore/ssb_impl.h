@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "epoch_log.h"
 #include "slash/hash_index.h"
 #include "slash/lss.h"
 #include "slash/mix.h"
@@ -40,6 +41,9 @@ typedef struct slash_rec {
     int64_t win;      /* slice start, or session start */
 } slash_rec;
 static_assert(sizeof(slash_rec) == 24, "record header is shipped to peers");
+static_assert(offsetof(slash_rec, size) == offsetof(epoch_log_head, size) &&
+              offsetof(slash_rec, flags) == offsetof(epoch_log_head, flags) &&
+              SLASH_REC_FREED == EPOCH_LOG_FREED, "a record begins with epoch_log_head");
 
 #define SSB_SCRATCH_RECS 32
 
