@@ -2,7 +2,7 @@
 socket (test_control.py, test_rebalance.py, ...): the environment a child
 ``python -m slash`` needs to import this checkout, starting a run of a
 tumbling count/sum query over a parquet file with a control socket,
-polling a condition with a deadline, and a run driven by a thread beside it
+polling a condition with a deadline, ``slash ctl`` scaling a run out, and a run driven by a thread beside it
 (operations sent at fractions of its input)."""
 import os
 import subprocess
@@ -38,6 +38,19 @@ def start_slash_run(tmp_path, table, *extra, executors=2, transport="shm", rate=
         p.communicate(timeout=60)
         raise
     return p, sock
+
+
+def ctl_scale_out_one(sock):
+    """``slash ctl scale-out 1`` then ``slash ctl status`` on a ``slash run`` of 1 active
+    executor of 2: the command line answers 2 executors, and the status shows ranks
+    0 and 1 active and none standby."""
+    ctl = [sys.executable, "-m", "slash", "ctl", "--socket", sock]
+    r = subprocess.run(ctl + ["scale-out", "1"], capture_output=True, text=True, env=ENV,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "2 executors" in r.stdout
+    st = subprocess.run(ctl + ["status"], capture_output=True, text=True, env=ENV, timeout=60)
+    assert "active ranks [0, 1], standby ranks []" in st.stdout, st.stdout
 
 
 def wait_until(cond, timeout, what, every=0.05):

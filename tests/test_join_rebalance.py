@@ -10,72 +10,26 @@ import subprocess
 import sys
 import threading
 
-import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 import _slash_run
+from _join_sides import TOTAL, duck_tumbling, pairs, srcs, static, write_sides
 
 import slash
 from slash.control import request, wait_for_socket
 from slash.query import JoinQuery
 from slash.runner import run
-from slash.sources import FileSource
 
-SPAN_MS = 120_000
-FILES, ROWS, GROUP_ROWS, KEYS = 3, 8_000, 1_000, 600
-TOTAL = 2 * FILES * ROWS
 RATE = 10_000  # records/s over the active ranks: a stream of ~5 s, the operations in its first half
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-
 wait_until = functools.partial(_slash_run.wait_until, every=0.02)
 
 
 @pytest.fixture(scope="module")
 def sides(tmp_path_factory):
-    """Per side, part files that each span the whole time range, sorted
-    within a file, several row groups (units) each."""
-    d = tmp_path_factory.mktemp("join-rebalance")
-    out = {}
-    for s, (seed, col) in {"left": (21, "a"), "right": (22, "b")}.items():
-        (d / s).mkdir()
-        rng = np.random.default_rng(seed)
-        for f in range(FILES):
-            t = np.sort(rng.integers(0, SPAN_MS, ROWS)).astype(np.int64)
-            pq.write_table(pa.table({"t": t, "k": rng.integers(0, KEYS, ROWS),
-                                     col: rng.integers(0, 10**6, ROWS)}),
-                           str(d / s / f"part-{f}.parquet"), row_group_size=GROUP_ROWS)
-        out[s] = str(d / s)
-    return out
-
-
-def srcs(sides):
-    return FileSource(sides["left"], time="t"), FileSource(sides["right"], time="t")
-
-
-def pairs(result):
-    cols = ["window_start", "window_end", "k", "left_a", "right_b"]
-    return sorted(tuple(r[c] for c in cols) for r in result.to_pylist())
-
-
-_static = {}
-
-
-def static(sides, window):
-    if window not in _static:
-        _static[window] = run(JoinQuery(time="t", window=window, on="k"), srcs(sides),
-                              executors=2)
-    return _static[window]
-
-
-def duck_tumbling(sides, size_ms):
-    return sorted(tuple(r) for r in duckdb.sql(
-        f"select l.t // {size_ms} * {size_ms}, l.t // {size_ms} * {size_ms} + {size_ms}, l.k, "
-        f"l.a, r.b from read_parquet('{sides['left']}/*.parquet') l "
-        f"join read_parquet('{sides['right']}/*.parquet') r "
-        f"on l.k = r.k and l.t // {size_ms} = r.t // {size_ms}").fetchall())
+    return write_sides(tmp_path_factory.mktemp("join-rebalance"), (21, 22))
 
 
 def random_ops(rng, count, max_executors):

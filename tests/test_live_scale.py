@@ -367,13 +367,7 @@ def test_slash_ctl_scales_a_slash_run_live_and_status_shows_active_and_standby(p
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_socket(sock, 60)
-        ctl = [sys.executable, "-m", "slash", "ctl", "--socket", sock]
-        r = subprocess.run(ctl + ["scale-out", "1"], capture_output=True, text=True, env=ENV,
-                           timeout=60)
-        assert r.returncode == 0, r.stderr
-        assert "2 executors" in r.stdout
-        st = subprocess.run(ctl + ["status"], capture_output=True, text=True, env=ENV, timeout=60)
-        assert "active ranks [0, 1], standby ranks []" in st.stdout, st.stdout
+        _slash_run.ctl_scale_out_one(sock)
         stdout, stderr = p.communicate(timeout=120)
     finally:
         if p.poll() is None:

@@ -4,7 +4,6 @@ pairs equal DuckDB's join and the static run's, each pair once, no record
 late, every record read once; partitions move to the active ranks, and a
 standby rank that still leads partitions (no moves) keeps firing them."""
 import functools
-import os
 import random
 import subprocess
 import sys
@@ -17,48 +16,23 @@ import pyarrow.parquet as pq
 import pytest
 
 import _slash_run
+from _join_sides import TOTAL, duck_tumbling, pairs, srcs, static, write_sides
 
 import slash
 from slash.control import request, wait_for_socket
 from slash.errors import NotSupported
 from slash.query import JoinQuery
 from slash.runner import run
-from slash.sources import BatchSource, FileSource, GeneratorSource
+from slash.sources import BatchSource, GeneratorSource
 
-SPAN_MS = 120_000
-FILES, ROWS, GROUP_ROWS, KEYS = 3, 8_000, 1_000, 600
-TOTAL = 2 * FILES * ROWS
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+ENV = _slash_run.ENV
 OPS = ["scale-out", "scale-out", "scale-in", "scale-in"]
-
 wait_until = functools.partial(_slash_run.wait_until, every=0.02)
 
 
 @pytest.fixture(scope="module")
 def sides(tmp_path_factory):
-    """Per side, part files that each span the whole time range (as Spark
-    writes them), sorted within a file, several row groups (units) each."""
-    d = tmp_path_factory.mktemp("live-join")
-    out = {}
-    for s, (seed, col) in {"left": (11, "a"), "right": (12, "b")}.items():
-        (d / s).mkdir()
-        rng = np.random.default_rng(seed)
-        for f in range(FILES):
-            t = np.sort(rng.integers(0, SPAN_MS, ROWS)).astype(np.int64)
-            pq.write_table(pa.table({"t": t, "k": rng.integers(0, KEYS, ROWS),
-                                     col: rng.integers(0, 10**6, ROWS)}),
-                           str(d / s / f"part-{f}.parquet"), row_group_size=GROUP_ROWS)
-        out[s] = str(d / s)
-    return out
-
-
-def srcs(sides):
-    return FileSource(sides["left"], time="t"), FileSource(sides["right"], time="t")
-
-
-def pairs(result):
-    cols = ["window_start", "window_end", "k", "left_a", "right_b"]
-    return sorted(tuple(r[c] for c in cols) for r in result.to_pylist())
+    return write_sides(tmp_path_factory.mktemp("live-join"), (11, 12))
 
 
 def scaled_join(sides, query, sock, ops, seed, rate=16_000, total=TOTAL, sources=None, **kw):
@@ -67,47 +41,12 @@ def scaled_join(sides, query, sock, ops, seed, rate=16_000, total=TOTAL, sources
     ``total``: the records of both inputs; ``sources``: default srcs(sides)."""
     rng = random.Random(seed)
     points = sorted(rng.uniform(0.1, 0.6) for _ in ops)
-    done, errors = [], []
-
-    def driver():
-        try:
-            wait_for_socket(sock, 60)
-            for op, frac in zip(ops, points):
-                wait_until(lambda: request(sock, "status")["records"] >= frac * total, 60,
-                           f"{frac:.0%} of the input read")
-                done.append(request(sock, op, {"k": 1}))
-        except BaseException as e:  # noqa: BLE001 - raised in the test's thread below
-            errors.append(e)
-
-    th = threading.Thread(target=driver)
-    th.start()
     m = {}
-    try:
-        out = run(query, sources or srcs(sides), executors=1, max_executors=3, control=sock, rate=rate,
-                  metrics=m, timeout=120, **kw)
-    finally:
-        th.join()
-    if errors:
-        raise errors[0]
+    out, done = _slash_run.beside(
+        _slash_run.ops_at(sock, ops, points, total),
+        lambda: run(query, sources or srcs(sides), executors=1, max_executors=3, control=sock,
+                    rate=rate, metrics=m, timeout=120, **kw))
     return out, m, done
-
-
-_static = {}
-
-
-def static(sides, window):
-    if window not in _static:
-        _static[window] = run(JoinQuery(time="t", window=window, on="k"), srcs(sides),
-                              executors=2)
-    return _static[window]
-
-
-def duck_tumbling(sides, size_ms):
-    return sorted(tuple(r) for r in duckdb.sql(
-        f"select l.t // {size_ms} * {size_ms}, l.t // {size_ms} * {size_ms} + {size_ms}, l.k, "
-        f"l.a, r.b from read_parquet('{sides['left']}/*.parquet') l "
-        f"join read_parquet('{sides['right']}/*.parquet') r "
-        f"on l.k = r.k and l.t // {size_ms} = r.t // {size_ms}").fetchall())
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -223,13 +162,7 @@ def test_slash_ctl_scales_a_slash_run_join_live_and_status_shows_the_ranks(sides
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_socket(sock, 60)
-        ctl = [sys.executable, "-m", "slash", "ctl", "--socket", sock]
-        r = subprocess.run(ctl + ["scale-out", "1"], capture_output=True, text=True, env=ENV,
-                           timeout=60)
-        assert r.returncode == 0, r.stderr
-        assert "2 executors" in r.stdout
-        st = subprocess.run(ctl + ["status"], capture_output=True, text=True, env=ENV, timeout=60)
-        assert "active ranks [0, 1], standby ranks []" in st.stdout, st.stdout
+        _slash_run.ctl_scale_out_one(sock)
         stdout, stderr = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
@@ -267,23 +200,14 @@ def gen_side(col, seed):
 
 def test_a_join_of_two_batch_sources_scaled_live_equals_duckdb(tmp_path):
     (mk_l, left), (mk_r, right) = gen_side("a", 1), gen_side("b", 2)
-    sock, done = str(tmp_path / "c.sock"), []
-    total = 2 * GEN_BATCHES * GEN_ROWS
-
-    def driver():
-        wait_for_socket(sock, 60)
-        for op, frac in (("scale-out", 0.2), ("scale-out", 0.35), ("scale-in", 0.5)):
-            wait_until(lambda: request(sock, "status")["records"] >= frac * total, 60,
-                       f"{frac:.0%} of the batches")
-            done.append(request(sock, op, {"k": 1})["executors"])
-
-    th = threading.Thread(target=driver)
-    th.start()
+    sock, total = str(tmp_path / "c.sock"), 2 * GEN_BATCHES * GEN_ROWS
     m = {}
-    out = run(JoinQuery(time="t", window="tumbling:2s", on="k"), (left, right), executors=1,
-              max_executors=3, control=sock, rate=16_000, metrics=m, timeout=120)
-    th.join()
-    assert done == [2, 3, 2] and m["late_records"] == 0 and m["records_in"] == total
+    out, done = _slash_run.beside(
+        _slash_run.ops_at(sock, ["scale-out", "scale-out", "scale-in"], [0.2, 0.35, 0.5], total),
+        lambda: run(JoinQuery(time="t", window="tumbling:2s", on="k"), (left, right), executors=1,
+                    max_executors=3, control=sock, rate=16_000, metrics=m, timeout=120))
+    assert [d["executors"] for d in done] == [2, 3, 2]
+    assert m["late_records"] == 0 and m["records_in"] == total
     lt = pa.Table.from_batches([mk_l(i) for i in range(GEN_BATCHES)])  # noqa: F841
     rt = pa.Table.from_batches([mk_r(i) for i in range(GEN_BATCHES)])  # noqa: F841
     want = sorted(tuple(r) for r in duckdb.sql(
