@@ -64,26 +64,11 @@ def scaled_run(path, query, sock, ops, seed, rate=40_000):
     rng = random.Random(seed)
     total = FILES * ROWS
     points = sorted(rng.uniform(0.1, 0.6) for _ in ops)  # the last well before the end
-    done, errors = [], []
-
-    def driver():
-        try:
-            wait_for_socket(sock, 60)
-            for op, frac in zip(ops, points):
-                wait_until(lambda: request(sock, "status")["records"] >= frac * total, 60,
-                           f"{frac:.0%} of the input read")
-                done.append(request(sock, op, {"k": 1}))
-        except BaseException as e:  # noqa: BLE001 - raised in the test's thread below
-            errors.append(e)
-
-    th = threading.Thread(target=driver)
-    th.start()
     m = {}
-    out = run(query, path, executors=1, max_executors=3, control=sock, rate=rate, metrics=m,
-              timeout=120)
-    th.join()
-    if errors:
-        raise errors[0]
+    out, done = _slash_run.beside(
+        _slash_run.ops_at(sock, ops, points, total),
+        lambda: run(query, path, executors=1, max_executors=3, control=sock, rate=rate, metrics=m,
+                    timeout=120))
     return out, m, done
 
 
@@ -212,22 +197,13 @@ def test_a_generator_by_global_batch_index_scaled_live_equals_duckdb(tmp_path):
     src = BatchSource(gen_batch, GEN_BATCHES, GEN_SCHEMA, GEN_ROWS, bound=gen_bound)
     q = Query(time="t", window="sliding:4s/2s", key="k", aggregates=["count", "sum:v"])
     sock = str(tmp_path / "c.sock")
-    got = []
-
-    def driver():
-        wait_for_socket(sock, 60)
-        for op, frac in (("scale-out", 0.2), ("scale-out", 0.4), ("scale-in", 0.6)):
-            wait_until(lambda: request(sock, "status")["records"] >= frac * GEN_BATCHES * GEN_ROWS,
-                       60, f"{frac:.0%} of the batches")
-            got.append(request(sock, op, {"k": 1})["executors"])
-
-    th = threading.Thread(target=driver)
-    th.start()
     m = {}
-    out = run(q, src, executors=1, max_executors=3, control=sock, rate=40_000, metrics=m,
-              timeout=120)
-    th.join()
-    assert got == [2, 3, 2] and m["late_records"] == 0
+    out, done = _slash_run.beside(
+        _slash_run.ops_at(sock, ["scale-out", "scale-out", "scale-in"], [0.2, 0.4, 0.6],
+                          GEN_BATCHES * GEN_ROWS),
+        lambda: run(q, src, executors=1, max_executors=3, control=sock, rate=40_000, metrics=m,
+                    timeout=120))
+    assert [d["executors"] for d in done] == [2, 3, 2] and m["late_records"] == 0
     gen = pa.Table.from_batches([gen_batch(i) for i in range(GEN_BATCHES)])  # noqa: F841
     ref = duckdb.sql("""select ws, k, count(*), sum(v) from
                         (select unnest(range((t // 2000 - 1) * 2000, (t // 2000 + 1) * 2000, 2000))
@@ -304,21 +280,14 @@ def test_standby_ranks_do_not_hold_the_group_watermark_back(parts, tmp_path):
 def test_an_update_in_a_live_group_reaches_the_standby_ranks_and_holds_across_a_scale(parts,
                                                                                      tmp_path):
     sock = str(tmp_path / "c.sock")
-    got = {}
-
-    def driver():
-        wait_for_socket(sock, 60)
-        wait_until(lambda: request(sock, "status")["records"] >= 0.2 * FILES * ROWS, 60, "20%")
-        got["update"] = request(sock, "update", {"filter": "v < 500"})
-        got["scale"] = request(sock, "scale-out", {"k": 1})
-
-    th = threading.Thread(target=driver)
-    th.start()
     q = Query(time="t", window="tumbling:10s", key="k", aggregates=["count", "sum:v"])
-    out = run(q, parts, executors=1, max_executors=2, control=sock, rate=40_000, timeout=120)
-    th.join()
-    T = got["update"]["effective_from_ms"]
-    assert got["scale"]["executors"] == 2 and T is not None and T % 10_000 == 0
+    update_at = _slash_run.ops_at(sock, ["update"], [0.2], FILES * ROWS, {"filter": "v < 500"})
+    out, (update, scale) = _slash_run.beside(
+        lambda: (update_at()[0], request(sock, "scale-out", {"k": 1})),
+        lambda: run(q, parts, executors=1, max_executors=2, control=sock, rate=40_000,
+                    timeout=120))
+    T = update["effective_from_ms"]
+    assert scale["executors"] == 2 and T is not None and T % 10_000 == 0
     assert rows(out, ["window_start", "k", "count", "sum_v"]) == duck(
         parts, f"select (t // 10000) * 10000, k, count(*), sum(v) from T "
                f"where t < {T} or v < 500 group by all")

@@ -64,31 +64,14 @@ def driven_run(parts, tmp_path, ops, points, partitions=32, **kw):
     """runner.run with checkpoint= and max_executors=; a thread applies ``ops``
     once the status says ``points`` (fractions of the input) were read."""
     sock = str(tmp_path / "c.sock")
-    done, errors = [], []
-
-    def driver():
-        try:
-            wait_for_socket(sock, 60)
-            for op, frac in zip(ops, points):
-                _slash_run.wait_until(lambda: request(sock, "status")["records"] >= frac * TOTAL,
-                                      60, f"{frac:.0%} of the input read", every=0.02)
-                done.append(request(sock, op, {"k": 1}))
-            done.append(request(sock, "status"))
-        except BaseException as e:  # noqa: BLE001 - raised in the test's thread below
-            errors.append(e)
-
-    th = threading.Thread(target=driver)
-    th.start()
+    ops_done = _slash_run.ops_at(sock, ops, points, TOTAL)
     m = {}
-    try:
-        # 32 partitions: images of 32 files per rank, cheap to cut every batch or two
-        out = run(Q, parts, control=sock, metrics=m, timeout=120,
-                  group=GroupConfig(partitions=partitions),
-                  checkpoint=str(tmp_path / "ck"), **kw)
-    finally:
-        th.join()
-    if errors:
-        raise errors[0]
+    # 32 partitions: images of 32 files per rank, cheap to cut every batch or two
+    out, done = _slash_run.beside(
+        lambda: ops_done() + [request(sock, "status")],
+        lambda: run(Q, parts, control=sock, metrics=m, timeout=120,
+                    group=GroupConfig(partitions=partitions),
+                    checkpoint=str(tmp_path / "ck"), **kw))
     return out, m, done
 
 
@@ -127,34 +110,22 @@ def test_a_rank_killed_after_a_live_scale_resumes_from_a_cut_of_both_active_rank
 def test_a_standby_killed_after_a_scale_in_resumes_as_a_standby_and_equals(parts, tmp_path,
                                                                            reference):
     sock = str(tmp_path / "c.sock")
-    done, errors = [], []
+    scale = _slash_run.ops_at(sock, ["scale-out", "scale-in"], [0.1, 0.25], TOTAL)
 
-    def driver():
-        try:
-            wait_for_socket(sock, 60)
-            for op, frac in (("scale-out", 0.1), ("scale-in", 0.25)):
-                _slash_run.wait_until(lambda: request(sock, "status")["records"] >= frac * TOTAL,
-                                      60, f"{frac:.0%} of the input read", every=0.02)
-                done.append(request(sock, op, {"k": 1}))
-            time.sleep(1.5)  # a few cuts (every 0.3 s) of the group with one rank standby
-            st = request(sock, "status")
-            standby = st["standby_ranks"][0]
-            done.append(standby)
-            os.kill(st["per_executor"][str(standby)]["pid"], signal.SIGKILL)
-        except BaseException as e:  # noqa: BLE001 - raised in the test's thread below
-            errors.append(e)
+    def kill_the_standby():
+        done = scale()
+        time.sleep(1.5)  # a few cuts (every 0.3 s) of the group with one rank standby
+        st = request(sock, "status")
+        standby = st["standby_ranks"][0]
+        os.kill(st["per_executor"][str(standby)]["pid"], signal.SIGKILL)
+        return done + [standby]
 
-    th = threading.Thread(target=driver)
-    th.start()
     m = {}
-    try:
-        out = run(Q, parts, executors=1, max_executors=2, control=sock, rate=15_000, metrics=m,
-                  timeout=120, checkpoint=str(tmp_path / "ck"), checkpoint_every="300ms",
-                  group=GroupConfig(partitions=32))  # cheap images: a cut every 0.3 s
-    finally:
-        th.join()
-    if errors:
-        raise errors[0]
+    out, done = _slash_run.beside(
+        kill_the_standby,
+        lambda: run(Q, parts, executors=1, max_executors=2, control=sock, rate=15_000, metrics=m,
+                    timeout=120, checkpoint=str(tmp_path / "ck"), checkpoint_every="300ms",
+                    group=GroupConfig(partitions=32)))  # cheap images: a cut every 0.3 s
     standby = done[2]
     assert [d["executors"] for d in done[:2]] == [2, 1]
     assert len(m["recoveries"]) == 1 and m["recoveries"][0]["rank"] == standby
@@ -229,26 +200,11 @@ def test_beyond_max_executors_without_checkpoint_is_refused_saying_to_provision_
 
 def test_an_update_of_a_checkpointed_live_group_takes_effect_at_T_and_is_recorded(parts, tmp_path):
     sock, ck = str(tmp_path / "c.sock"), str(tmp_path / "ck")
-    got, errors = [], []
-
-    def driver():
-        try:
-            wait_for_socket(sock, 60)
-            _slash_run.wait_until(lambda: request(sock, "status")["records"] >= 0.2 * TOTAL, 60,
-                                  "20% of the input read", every=0.02)
-            got.append(request(sock, "update", {"filter": ["v < 500"]}))
-        except BaseException as e:  # noqa: BLE001 - raised in the test's thread below
-            errors.append(e)
-
-    th = threading.Thread(target=driver)
-    th.start()
-    try:
-        out = run(Q, parts, executors=1, max_executors=2, control=sock, rate=30_000, timeout=120,
-                  checkpoint=ck, checkpoint_every="300ms", group=GroupConfig(partitions=32))
-    finally:
-        th.join()
-    if errors:
-        raise errors[0]
+    out, got = _slash_run.beside(
+        _slash_run.ops_at(sock, ["update"], [0.2], TOTAL, {"filter": ["v < 500"]}),
+        lambda: run(Q, parts, executors=1, max_executors=2, control=sock, rate=30_000,
+                    timeout=120, checkpoint=ck, checkpoint_every="300ms",
+                    group=GroupConfig(partitions=32)))
     T = got[0]["effective_from_ms"]
     assert 0 < T < SPAN_MS
     want = sorted(tuple(r) for r in duckdb.sql(
