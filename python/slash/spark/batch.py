@@ -39,7 +39,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import pyarrow as pa
 
@@ -159,7 +159,7 @@ def _as_arrow(task):
 
 def _make_task(plan: _Plan):
     def task(batches):
-        t0, started_at = time.perf_counter(), time.time()
+        t0 = time.perf_counter()
         from pyspark import BarrierTaskContext
         rank = BarrierTaskContext.get().partitionId()
         with rank_errors(rank):
@@ -173,37 +173,53 @@ def _make_task(plan: _Plan):
                     plan.query.time)
             else:
                 source = PartitionSource(plan.schema, batches, plan.time_columns)
-            rank, addresses, lst, conn, group_ms = join_group(plan.group.transport, plan.token,
-                                                              plan.rendezvous, plan.group.timeout)
-            try:
-                t1 = time.perf_counter()
-                m: Dict[str, Any] = {}
-                try:
-                    if plan.checkpoint is None:
-                        res = execute_split(plan.query, source, rank, addresses, lst, plan.group,
-                                            plan.token, metrics=m)
-                    else:
-                        res, m = _batch_ckpt.run_task(
-                            plan.checkpoint, conn, group_ms, rank, len(addresses), plan.group.timeout,
-                            lambda ck, link: execute_split_checkpointed(
-                                plan.query, source, rank, addresses, lst, plan.group, plan.token,
-                                ck, link))
-                finally:
-                    lst.close()
-                t2 = time.perf_counter()
-                out = plan.query.finalize(res, plan.schema, sort=False)
-                path, attempt = deliver_result(conn, out, plan.out_dir, rank, plan.inline_bytes, m)
-                m.update(join_seconds=t1 - t0, run_seconds=t2 - t1,
-                         write_seconds=time.perf_counter() - t2, attempt=attempt,
-                         started_at=started_at, ended_at=time.time())
-            except BaseException as e:
-                report_error(conn, rank, e)
-                raise
-            finally:
-                if conn is not None:
-                    conn.close()
-            yield task_summary(rank, out, m, time.perf_counter() - t0, path)
+            yield run_in_group(
+                plan, t0,
+                lambda rank, addresses, lst, m: execute_split(
+                    plan.query, source, rank, addresses, lst, plan.group, plan.token, metrics=m),
+                lambda rank, addresses, lst, ck, link: execute_split_checkpointed(
+                    plan.query, source, rank, addresses, lst, plan.group, plan.token, ck, link),
+                lambda res: plan.query.finalize(res, plan.schema, sort=False))
     return task
+
+
+def run_in_group(plan: Any, t0: float, split: Callable[..., Any],
+                 split_checkpointed: Callable[..., Any],
+                 finalize: Callable[[Any], pa.Table]) -> Dict[str, Any]:
+    """The body of a batch query's barrier task, aggregate or join (``plan``: its
+    group, token, rendezvous, checkpoint, out_dir and inline_bytes): joins the
+    group, runs this rank's split (``split(rank, addresses, listener, metrics)``,
+    or under ``plan.checkpoint`` ``split_checkpointed(rank, addresses, listener,
+    checkpoint, link)`` through slash.spark._batch_ckpt), finalizes and delivers
+    the rank's part, and returns the task's summary row. An error is reported to
+    the driver over the link before it is raised."""
+    started_at = time.time()
+    rank, addresses, lst, conn, group_ms = join_group(plan.group.transport, plan.token,
+                                                      plan.rendezvous, plan.group.timeout)
+    try:
+        t1 = time.perf_counter()
+        m: Dict[str, Any] = {}
+        try:
+            if plan.checkpoint is None:
+                res = split(rank, addresses, lst, m)
+            else:
+                res, m = _batch_ckpt.run_task(
+                    plan.checkpoint, conn, group_ms, rank, len(addresses), plan.group.timeout,
+                    lambda ck, link: split_checkpointed(rank, addresses, lst, ck, link))
+        finally:
+            lst.close()
+        t2 = time.perf_counter()
+        out = finalize(res)
+        path, attempt = deliver_result(conn, out, plan.out_dir, rank, plan.inline_bytes, m)
+        m.update(join_seconds=t1 - t0, run_seconds=t2 - t1, write_seconds=time.perf_counter() - t2,
+                 attempt=attempt, started_at=started_at, ended_at=time.time())
+    except BaseException as e:
+        report_error(conn, rank, e)
+        raise
+    finally:
+        if conn is not None:
+            conn.close()
+    return task_summary(rank, out, m, time.perf_counter() - t0, path)
 
 
 def group_for(spark: Any, query: Query, executors: Optional[int], transport: str,

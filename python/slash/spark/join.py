@@ -28,11 +28,9 @@ from slash.runner import execute_join_split
 from slash.sources import FileSource
 from slash.window import with_start_time
 from slash.spark import _batch_ckpt, _env
-from slash.spark._tasks import (barrier_stage, join_group, rank_errors,
-                                raise_task_failure, report_error)
-from slash.spark.batch import (INLINE_BYTES, EarlyFrame, deliver_result, group_for, inline_limit,
-                               is_dataframe, one_start_time, session_time_zone, start_rendezvous,
-                               task_summary)
+from slash.spark._tasks import barrier_stage, rank_errors, raise_task_failure
+from slash.spark.batch import (INLINE_BYTES, EarlyFrame, group_for, inline_limit, is_dataframe,
+                               one_start_time, run_in_group, session_time_zone, start_rendezvous)
 
 log = logging.getLogger(__name__)
 
@@ -59,33 +57,15 @@ def _make_join_task(plan: _JoinPlan):
         with rank_errors(rank):
             for _ in batches:  # the partition's id: only the trigger
                 pass
-            rank, addresses, lst, conn, group_ms = join_group(plan.group.transport, plan.token,
-                                                              plan.rendezvous, plan.group.timeout)
-            try:
-                m: dict = {}
-                try:
-                    if plan.checkpoint is None:
-                        res = execute_join_split(plan.query, plan.left, plan.right, rank, addresses,
-                                                 lst, plan.group, plan.token)
-                    else:
-                        res, ckm = _batch_ckpt.run_task(
-                            plan.checkpoint, conn, group_ms, rank, len(addresses), plan.group.timeout,
-                            lambda ck, link: execute_join_split_checkpointed(
-                                plan.query, plan.left, plan.right, rank, addresses, lst, plan.group,
-                                plan.token, ck, link))
-                        m.update(records_in=ckm["records_in"],
-                                 records_in_attempt=ckm["records_in_attempt"])
-                finally:
-                    lst.close()
-                out = plan.query.finalize(res, plan.left.schema, plan.right.schema)
-                path, attempt = deliver_result(conn, out, plan.out_dir, rank, plan.inline_bytes, m)
-            except BaseException as e:
-                report_error(conn, rank, e)
-                raise
-            finally:
-                if conn is not None:
-                    conn.close()
-            yield task_summary(rank, out, dict(m, attempt=attempt), time.perf_counter() - t0, path)
+            yield run_in_group(
+                plan, t0,
+                lambda rank, addresses, lst, m: execute_join_split(
+                    plan.query, plan.left, plan.right, rank, addresses, lst, plan.group,
+                    plan.token),
+                lambda rank, addresses, lst, ck, link: execute_join_split_checkpointed(
+                    plan.query, plan.left, plan.right, rank, addresses, lst, plan.group,
+                    plan.token, ck, link),
+                lambda res: plan.query.finalize(res, plan.left.schema, plan.right.schema))
     return task
 
 
