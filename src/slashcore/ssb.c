@@ -547,7 +547,7 @@ static inline void apply(const slash_ssb *s, uint8_t *part, const slash_ssb_batc
  * per-record loops reload nothing through pointers a partial's store may
  * alias. */
 typedef struct fold_plan {
-    uint32_t n;    /* pending deltas a cache slot (their stride), the times' last */
+    uint32_t n;    /* pending deltas a cache slot (see PEND), the times' last */
     bool counted;  /* delta 0 grows by 1 a record (the counts'); the rest by v[j][i] */
     const int64_t *v[SLASH_SSB_MAX_AGGS]; /* delta j's input (NULL for the counts') */
     uint32_t nflush;                      /* additive aggregates */
@@ -770,21 +770,31 @@ static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *p
         pl->f64_num = f64_no_nan((const double *)pl->src[0], b->n);
 }
 
+/* Slots of the direct-mapped record caches of an update call (fast_entry,
+ * fast_bytes), and of their pending deltas */
+#define SSB_FAST 1024
+
+/* Pending delta j of the cache slot whose deltas start at acc: the deltas
+ * are laid out by delta, then slot (delta j of slot q at j * SSB_FAST + q),
+ * so a slot's j-th is at a constant displacement from its first and the
+ * loops address it without a multiply by the number of deltas. */
+#define PEND(acc, j) ((acc)[(size_t)(j) * SSB_FAST])
+
 /* Adds record i (at time t) to the n pending deltas at acc. */
 static inline void add_pending(const fold_plan *a, int64_t *acc, size_t i, int64_t t)
 {
     uint32_t j = 0;
     if (a->counted)
-        acc[0] = slash_wrap_add(acc[0], 1), j = 1;
+        PEND(acc, 0) = slash_wrap_add(PEND(acc, 0), 1), j = 1;
     const uint32_t sums = a->n - a->ntime;
     for (; j < sums; j++)
-        acc[j] = slash_wrap_add(acc[j], a->v[j][i]);
+        PEND(acc, j) = slash_wrap_add(PEND(acc, j), a->v[j][i]);
     for (uint32_t q = 0; q < a->ntime; q++) {
         int64_t v = a->src[q] ? a->src[q][i] : t;
         v = a->f64[q] ? f64_order((uint64_t)v) : v;
         const uint64_t x = time_image(v, a->xmask[q]);
-        const uint64_t y = (uint64_t)acc[sums + q];
-        acc[sums + q] = (int64_t)(x > y ? x : y);
+        const uint64_t y = (uint64_t)PEND(acc, sums + q);
+        PEND(acc, sums + q) = (int64_t)(x > y ? x : y);
     }
 }
 
@@ -826,27 +836,27 @@ static inline void add_pending_row(const fold_plan *a, enum pend_shape shape, co
                                    uint64_t xmask, int64_t *acc, size_t i, int64_t t)
 {
     if (shape == PEND_COUNT) {
-        acc[0] = slash_wrap_add(acc[0], 1);
+        PEND(acc, 0) = slash_wrap_add(PEND(acc, 0), 1);
     } else if (shape == PEND_COUNT_SUM) {
-        acc[0] = slash_wrap_add(acc[0], 1);
-        acc[1] = slash_wrap_add(acc[1], sum[i]);
+        PEND(acc, 0) = slash_wrap_add(PEND(acc, 0), 1);
+        PEND(acc, 1) = slash_wrap_add(PEND(acc, 1), sum[i]);
     } else if (shape == PEND_COUNT_TIME) {
-        acc[0] = slash_wrap_add(acc[0], 1);
-        const uint64_t x = time_image(sum ? sum[i] : t, xmask), y = (uint64_t)acc[1];
-        acc[1] = (int64_t)(x > y ? x : y);
+        PEND(acc, 0) = slash_wrap_add(PEND(acc, 0), 1);
+        const uint64_t x = time_image(sum ? sum[i] : t, xmask), y = (uint64_t)PEND(acc, 1);
+        PEND(acc, 1) = (int64_t)(x > y ? x : y);
     } else if (shape == PEND_COUNT_MINMAX) {
-        acc[0] = slash_wrap_add(acc[0], 1);
-        const uint64_t x = time_image(sum[i], xmask), y = (uint64_t)acc[1];
-        acc[1] = (int64_t)(x > y ? x : y);
+        PEND(acc, 0) = slash_wrap_add(PEND(acc, 0), 1);
+        const uint64_t x = time_image(sum[i], xmask), y = (uint64_t)PEND(acc, 1);
+        PEND(acc, 1) = (int64_t)(x > y ? x : y);
     } else if (shape == PEND_COUNT_F64 || shape == PEND_COUNT_F64_NUM) {
-        acc[0] = slash_wrap_add(acc[0], 1);
+        PEND(acc, 0) = slash_wrap_add(PEND(acc, 0), 1);
         const uint64_t x = shape == PEND_COUNT_F64 ? time_image(f64_order((uint64_t)sum[i]), xmask)
                                                    : f64_num_image((uint64_t)sum[i], xmask);
-        const uint64_t y = (uint64_t)acc[1];
-        acc[1] = (int64_t)(x > y ? x : y);
+        const uint64_t y = (uint64_t)PEND(acc, 1);
+        PEND(acc, 1) = (int64_t)(x > y ? x : y);
     } else if (shape == PEND_COUNT_PAIR || shape == PEND_COUNT_PAIR_F64 ||
                shape == PEND_COUNT_PAIR_F64_NUM) {
-        acc[0] = slash_wrap_add(acc[0], 1);
+        PEND(acc, 0) = slash_wrap_add(PEND(acc, 0), 1);
         const int64_t v = shape == PEND_COUNT_PAIR_F64     ? f64_order((uint64_t)sum[i])
                           : shape == PEND_COUNT_PAIR_F64_NUM ? f64_order_num((uint64_t)sum[i])
                                                              : sum[i];
@@ -855,10 +865,10 @@ static inline void add_pending_row(const fold_plan *a, enum pend_shape shape, co
          * in time order a last takes nearly every row and a first nearly
          * none, but ties of time (then the value decides) are common */
         const unsigned __int128 x = (unsigned __int128)time_image(t, xmask) << 64 | time_image(v, xmask);
-        const unsigned __int128 y = (unsigned __int128)(uint64_t)acc[1] << 64 | (uint64_t)acc[2];
+        const unsigned __int128 y = (unsigned __int128)(uint64_t)PEND(acc, 1) << 64 | (uint64_t)PEND(acc, 2);
         const unsigned __int128 z = x > y ? x : y;
-        acc[1] = (int64_t)(uint64_t)(z >> 64);
-        acc[2] = (int64_t)(uint64_t)z;
+        PEND(acc, 1) = (int64_t)(uint64_t)(z >> 64);
+        PEND(acc, 2) = (int64_t)(uint64_t)z;
     } else {
         add_pending(a, acc, i, t);
     }
@@ -912,19 +922,19 @@ static inline void flush_pending(const fold_plan *a, uint8_t *part, int64_t *acc
     }
     for (uint32_t f = 0; f < a->nflush; f++) {
         int64_t *p = (int64_t *)(part + a->off[f]);
-        *p = slash_wrap_add(*p, acc[a->from[f]]);
+        *p = slash_wrap_add(*p, PEND(acc, a->from[f]));
     }
     static const int64_t one = 1;
-    if (a->pair && acc[0]) { /* acc[0]: the rows pended (the counts' delta) */
-        const int64_t t = (int64_t)((uint64_t)acc[1] ^ a->pair_mask);
-        int64_t v = (int64_t)((uint64_t)acc[2] ^ a->pair_mask);
+    if (a->pair && PEND(acc, 0)) { /* PEND(acc, 0): the rows pended (the counts' delta) */
+        const int64_t t = (int64_t)((uint64_t)PEND(acc, 1) ^ a->pair_mask);
+        int64_t v = (int64_t)((uint64_t)PEND(acc, 2) ^ a->pair_mask);
         v = a->pair_f64 ? (int64_t)f64_from_order(v) : v;
         slash_crdt_update_at(a->pair_kind, part + a->pair_off, &v, t);
         if (a->pair_valid)
             slash_crdt_update_at(a->valid_kind, part + a->valid_off, &one, t);
     }
     for (uint32_t q = 0; q < a->ntime; q++) {
-        int64_t x = (int64_t)((uint64_t)acc[a->n - a->ntime + q] ^ a->xmask[q]);
+        int64_t x = (int64_t)((uint64_t)PEND(acc, a->n - a->ntime + q) ^ a->xmask[q]);
         x = a->f64[q] ? (int64_t)f64_from_order(x) : x; /* a double's bits */
         if (a->src[q])
             slash_crdt_update(a->tkind[q], part + a->toff[q], &x);
@@ -932,7 +942,7 @@ static inline void flush_pending(const fold_plan *a, uint8_t *part, int64_t *acc
             slash_crdt_update_at(a->tkind[q], part + a->toff[q], &one, x);
     }
     for (uint32_t j = 0; j < a->n; j++)
-        acc[j] = 0;
+        PEND(acc, j) = 0;
 }
 
 /* Each of the m rows rows[r] updates the partial at recs[r] + off with
@@ -1175,7 +1185,6 @@ static inline size_t part_bytes(const ssb_part *p)
 /* A direct-mapped cache of recently updated int64-key records, local to one
  * update call: records neither move nor get sealed during a call, so a hit
  * skips the index. */
-#define SSB_FAST 1024
 typedef struct fast_entry {
     int64_t key, win;
     uint8_t *partials;
@@ -1379,7 +1388,7 @@ static inline __attribute__((always_inline)) size_t
 run_hits(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, const fast_entry *fast,
          int64_t *acc, run_chunk *ch, size_t i, int64_t lo, uint64_t width,
          const enum pend_shape shape, const int64_t *sum, const uint64_t xmask,
-         const bool in_place, const uint32_t stride, const run_hll hl, const uint32_t nbuf)
+         const bool in_place, const run_hll hl, const uint32_t nbuf)
 {
     /* the batch's columns in locals: see add_pending_row */
     const size_t n = b->n;
@@ -1395,7 +1404,7 @@ run_hits(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, const fast
         const fast_entry *f = &fast[slot];
         if (__builtin_expect(!fast_i64_hit(f, key, lo), 0))
             break;
-        m = run_row(s, b, pl, acc + slot * stride, f->partials, slot, i, t, ch, m, shape, sum,
+        m = run_row(s, b, pl, acc + slot, f->partials, slot, i, t, ch, m, shape, sum,
                     xmask, in_place, hl, nbuf, bufv, fill, bsrc);
         if (++i >= n)
             break;
@@ -1415,7 +1424,7 @@ static inline __attribute__((always_inline)) size_t
 run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry *fast,
          int64_t *acc, run_chunk *ch, size_t i, int64_t lo, int64_t hi,
          const enum pend_shape shape, const int64_t *sum, const uint64_t xmask,
-         const bool in_place, const uint32_t stride, const run_hll hl, const uint32_t nbuf,
+         const bool in_place, const run_hll hl, const uint32_t nbuf,
          size_t (*hits)(slash_ssb *, const slash_ssb_batch *, const fold_plan *, const fast_entry *,
                         int64_t *, run_chunk *, size_t, int64_t, uint64_t, const int64_t *,
                         uint64_t, run_hll),
@@ -1430,7 +1439,7 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
             return i;
         /* row i misses */
         const size_t slot = fast_slot(keys[i], lo);
-        int64_t *pend = acc + slot * stride;
+        int64_t *pend = acc + slot;
         ssb_part *p;
         uint8_t *rec = fast_i64_miss(s, pl, &fast[slot], pend, &keys[i], lo, false, 0, 0, &p, st);
         if (!rec) {
@@ -1452,12 +1461,12 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
 }
 
 /* One loop of run_rows a function, and its run_hits another: the shape
- * and the constants of each (its pending shape, in-place chunk, stride,
+ * and the constants of each (its pending shape, in-place chunk,
  * sketch input and precision, an extreme's image mask: 0 for any), so each
  * loop gets the registers to itself (inlined into one function, every
  * loop's invariants were spilled to the stack and reloaded a row). The
  * calls cost once a run of rows of one slice and once a miss. */
-#define RUN_ROWS_VARIANT(name, SHAPE, IN_PLACE, STRIDE, HLL_IN, HLL_P, XMASK, NBUF)               \
+#define RUN_ROWS_VARIANT(name, SHAPE, IN_PLACE, HLL_IN, HLL_P, XMASK, NBUF)               \
     static __attribute__((noinline)) size_t name##_hits(                                          \
         slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, const fast_entry *fast,      \
         int64_t *acc, run_chunk *ch, size_t i, int64_t lo, uint64_t width, const int64_t *sum,    \
@@ -1466,8 +1475,8 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
         hl.in = HLL_IN;                                                                           \
         hl.p = HLL_P ? HLL_P : hl.p;                                                              \
         xmask = XMASK ? XMASK : xmask;                                                            \
-        return run_hits(s, b, pl, fast, acc, ch, i, lo, width, SHAPE, sum, xmask, IN_PLACE,       \
-                        STRIDE, hl, NBUF);                                                        \
+        return run_hits(s, b, pl, fast, acc, ch, i, lo, width, SHAPE, sum, xmask, IN_PLACE, hl,   \
+                        NBUF);                                                                    \
     }                                                                                             \
     static __attribute__((noinline)) size_t name(                                                 \
         slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry *fast,            \
@@ -1477,30 +1486,30 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
         hl.in = HLL_IN;                                                                           \
         hl.p = HLL_P ? HLL_P : hl.p;                                                              \
         xmask = XMASK ? XMASK : xmask;                                                            \
-        return run_rows(s, b, pl, fast, acc, ch, i, lo, hi, SHAPE, sum, xmask, IN_PLACE, STRIDE,  \
-                        hl, NBUF, name##_hits, stop, st);                                         \
+        return run_rows(s, b, pl, fast, acc, ch, i, lo, hi, SHAPE, sum, xmask, IN_PLACE, hl,      \
+                        NBUF, name##_hits, stop, st);                                             \
     }
-RUN_ROWS_VARIANT(rows_count, PEND_COUNT, false, 1, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_placed, PEND_COUNT, true, 1, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_sum, PEND_COUNT_SUM, false, 2, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_time_placed, PEND_COUNT_TIME, true, 2, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_time, PEND_COUNT_TIME, false, 2, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_min, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
-RUN_ROWS_VARIANT(rows_count_max, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
-RUN_ROWS_VARIANT(rows_count_f64_min, PEND_COUNT_F64, false, 2, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
-RUN_ROWS_VARIANT(rows_count_f64_max, PEND_COUNT_F64, false, 2, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
-RUN_ROWS_VARIANT(rows_count_num_min, PEND_COUNT_F64_NUM, false, 2, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
-RUN_ROWS_VARIANT(rows_count_num_max, PEND_COUNT_F64_NUM, false, 2, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
-RUN_ROWS_VARIANT(rows_count_pair, PEND_COUNT_PAIR, false, 3, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_pair_f64, PEND_COUNT_PAIR_F64, false, 3, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_pair_num, PEND_COUNT_PAIR_F64_NUM, false, 3, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_hll9_i64, PEND_COUNT, false, 1, HLL_RAW_I64, 9, 0, 0) /* the default rsd */
-RUN_ROWS_VARIANT(rows_count_hll9_f64, PEND_COUNT, false, 1, HLL_RAW_F64, 9, 0, 0)
-RUN_ROWS_VARIANT(rows_count_hll_i64, PEND_COUNT, false, 1, HLL_RAW_I64, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_hll_f64, PEND_COUNT, false, 1, HLL_RAW_F64, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_hll_hashes, PEND_COUNT, false, 1, HLL_HASHES, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_buf, PEND_COUNT, false, 1, HLL_NONE, 0, 0, 1) /* one buffered sketch */
-RUN_ROWS_VARIANT(rows_any, PEND_ANY, pl->nplace != 0, pl->n, HLL_NONE, 0, 0, pl->nbuf)
+RUN_ROWS_VARIANT(rows_count, PEND_COUNT, false, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_placed, PEND_COUNT, true, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_sum, PEND_COUNT_SUM, false, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_time_placed, PEND_COUNT_TIME, true, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_time, PEND_COUNT_TIME, false, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_min, PEND_COUNT_MINMAX, false, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
+RUN_ROWS_VARIANT(rows_count_max, PEND_COUNT_MINMAX, false, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
+RUN_ROWS_VARIANT(rows_count_f64_min, PEND_COUNT_F64, false, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
+RUN_ROWS_VARIANT(rows_count_f64_max, PEND_COUNT_F64, false, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
+RUN_ROWS_VARIANT(rows_count_num_min, PEND_COUNT_F64_NUM, false, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
+RUN_ROWS_VARIANT(rows_count_num_max, PEND_COUNT_F64_NUM, false, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
+RUN_ROWS_VARIANT(rows_count_pair, PEND_COUNT_PAIR, false, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_pair_f64, PEND_COUNT_PAIR_F64, false, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_pair_num, PEND_COUNT_PAIR_F64_NUM, false, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll9_i64, PEND_COUNT, false, HLL_RAW_I64, 9, 0, 0) /* the default rsd */
+RUN_ROWS_VARIANT(rows_count_hll9_f64, PEND_COUNT, false, HLL_RAW_F64, 9, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll_i64, PEND_COUNT, false, HLL_RAW_I64, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll_f64, PEND_COUNT, false, HLL_RAW_F64, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll_hashes, PEND_COUNT, false, HLL_HASHES, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_buf, PEND_COUNT, false, HLL_NONE, 0, 0, 1) /* one buffered sketch */
+RUN_ROWS_VARIANT(rows_any, PEND_ANY, pl->nplace != 0, HLL_NONE, 0, 0, pl->nbuf)
 
 /* Every row with an int64 key (no selection) while no partition has
  * outgrown the cache (nothing to prefetch): times come in runs of one slice
@@ -1600,7 +1609,6 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     const int64_t *const sum = shape == PEND_COUNT_SUM ? pl.v[1] : extreme ? pl.src[0]
                                : pl.pair ? pl.pair_src : NULL;
     const uint64_t xmask = extreme ? pl.xmask[0] : pl.pair ? pl.pair_mask : 0;
-    const uint32_t stride = pl.n;
     fast_entry *fast = i64 ? calloc(SSB_FAST, sizeof *fast) : NULL;
     fast_bytes *fastb = i64 ? NULL : calloc(SSB_FAST, sizeof *fastb);
     /* the pending deltas of the additive aggregates, pl.n per cache slot */
@@ -1702,7 +1710,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 fast_entry *f = &fast[slot];
                 part = f->partials;
                 if (!fast_i64_hit(f, key, win[j]))
-                    part = fast_i64_miss(s, &pl, f, acc + slot * stride, &b->keys[i], win[j], hashed,
+                    part = fast_i64_miss(s, &pl, f, acc + slot, &b->keys[i], win[j], hashed,
                                          pidx[j], hash[j], &grown, &st);
             } else {
                 const uint8_t *k;
@@ -1716,7 +1724,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                     part = f->partials;
                 } else {
                     if (f->partials)
-                        flush_pending(&pl, f->partials, acc + slot * stride, slot);
+                        flush_pending(&pl, f->partials, acc + slot, slot);
                     if (!hashed) {
                         uint64_t kh = ssb_hash_bytes(k, klen);
                         pidx[j] = ssb_part_of(s, kh);
@@ -1733,7 +1741,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 goto out;
             }
             prefetch = prefetch || (grown && part_bytes(grown) > SSB_PREFETCH_MIN);
-            add_pending_row(&pl, shape, sum, xmask, acc + slot * stride, i, b->times[i]);
+            add_pending_row(&pl, shape, sum, xmask, acc + slot, i, b->times[i]);
             if (pl.nbuf)
                 buffer_row(&pl, part, slot, i);
             live_rows[nlive] = i, recs[nlive++] = part;
@@ -1744,7 +1752,7 @@ out:
     for (size_t q = 0; q < SSB_FAST; q++) {
         uint8_t *part = i64 ? fast[q].partials : fastb[q].partials;
         if (part)
-            flush_pending(&pl, part, acc + q * pl.n, q);
+            flush_pending(&pl, part, acc + q, q);
     }
     free(acc);
     free(fast);
