@@ -10,6 +10,9 @@
 #include "ssb_impl.h"
 
 #include <stdlib.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define SSB_LOAD 4                /* live records per bucket before doubling */
 #define SSB_INITIAL_BUCKETS 1024
@@ -530,7 +533,7 @@ static inline void apply(const slash_ssb *s, uint8_t *part, const slash_ssb_batc
  * per-record loops reload nothing through pointers a partial's store may
  * alias. */
 typedef struct fold_plan {
-    uint32_t n;    /* pending deltas a cache slot (their stride), the times' last */
+    uint32_t n;    /* pending deltas a cache slot (see PEND), the times' last */
     bool counted;  /* delta 0 grows by 1 a record (the counts'); the rest by v[j][i] */
     const int64_t *v[SLASH_SSB_MAX_AGGS]; /* delta j's input (NULL for the counts') */
     uint32_t nflush;                      /* additive aggregates */
@@ -543,6 +546,10 @@ typedef struct fold_plan {
     uint32_t toff[SLASH_SSB_MAX_AGGS];    /* its partial's offset */
     slash_agg_kind tkind[SLASH_SSB_MAX_AGGS];
     bool count_only;                      /* the one pending delta is the counts' */
+    /* the double column of a lone min/max (PEND_COUNT_F64) or of the pair
+     * (PEND_COUNT_PAIR_F64) holds no NaN in this batch (f64_no_nan): its
+     * values are ordered by f64_order_num */
+    bool f64_num;
     /* first/last of values pending as one pair (time, value) a cache slot,
      * deltas 1 and 2 beside the counts' (pair_of): the image of each,
      * x ^ pair_mask (time_image), kept at their lexicographic largest,
@@ -602,6 +609,49 @@ static inline int64_t f64_order(uint64_t x)
 {
     x = (x & ~F64_SIGN) > F64_INF_BITS ? F64_NAN_BITS : x;
     return (int64_t)(x ^ ((uint64_t)((int64_t)x >> 63) >> 1));
+}
+
+/* f64_order of a double that is not a NaN, without the NaN's test: only
+ * the flip of a negative double's magnitude bits. Of a NaN it would be
+ * wrong (a negative NaN's below -inf), so it is used only on a column
+ * f64_no_nan has passed. */
+static inline int64_t f64_order_num(uint64_t x)
+{
+    return (int64_t)(x ^ ((uint64_t)((int64_t)x >> 63) >> 1));
+}
+
+/* Whether none of the n doubles at v is a NaN: one pass before a loop that
+ * orders them by f64_order_num instead of f64_order. SSE2 (every x86-64)
+ * compares two vectors with one unordered compare, true where either lane
+ * is a NaN: about 1 instruction a value. */
+static bool f64_no_nan(const double *v, size_t n)
+{
+    size_t i = 0;
+#ifdef __SSE2__
+    __m128d any = _mm_setzero_pd(), any2 = _mm_setzero_pd();
+    for (; i + 8 <= n; i += 8) {
+        any = _mm_or_pd(any, _mm_cmpunord_pd(_mm_loadu_pd(v + i), _mm_loadu_pd(v + i + 2)));
+        any2 = _mm_or_pd(any2, _mm_cmpunord_pd(_mm_loadu_pd(v + i + 4), _mm_loadu_pd(v + i + 6)));
+    }
+    if (_mm_movemask_pd(_mm_or_pd(any, any2)))
+        return false;
+#endif
+    bool nan = false;
+    for (; i < n; i++)
+        nan |= v[i] != v[i];
+    return !nan;
+}
+
+/* time_image(f64_order_num(x), xmask) in fewer operations, xmask a
+ * constant: of a max (IMAGE_MASK_GREATEST) x ^ (x's sign spread | the sign
+ * bit), of a min x ^ ((~x's sign spread) >> 1). */
+static inline uint64_t f64_num_image(uint64_t x, uint64_t xmask)
+{
+    if (xmask == IMAGE_MASK_GREATEST)
+        return x ^ ((uint64_t)((int64_t)x >> 63) | F64_SIGN);
+    if (xmask == IMAGE_MASK_LEAST)
+        return x ^ ((uint64_t)(~(int64_t)x >> 63) >> 1);
+    return time_image(f64_order_num(x), xmask);
 }
 
 /* The double's bits back from f64_order's int64 (flipping is its own inverse). */
@@ -699,23 +749,38 @@ static void plan_init(const slash_ssb *s, const slash_ssb_batch *b, fold_plan *p
     }
     pl->count_only = pl->n == 1 && pl->counted;
     pair_of(s, b, pl);
+    pl->f64_num = false;
+    if (pl->pair && pl->pair_f64)
+        pl->f64_num = f64_no_nan((const double *)pl->pair_src, b->n);
+    else if (pl->n == 2 && pl->counted && pl->ntime == 1 && pl->f64[0])
+        pl->f64_num = f64_no_nan((const double *)pl->src[0], b->n);
 }
+
+/* Slots of the direct-mapped record caches of an update call (fast_entry,
+ * fast_bytes), and of their pending deltas */
+#define SSB_FAST 1024
+
+/* Pending delta j of the cache slot whose deltas start at acc: the deltas
+ * are laid out by delta, then slot (delta j of slot q at j * SSB_FAST + q),
+ * so a slot's j-th is at a constant displacement from its first and the
+ * loops address it without a multiply by the number of deltas. */
+#define PEND(acc, j) ((acc)[(size_t)(j) * SSB_FAST])
 
 /* Adds record i (at time t) to the n pending deltas at acc. */
 static inline void add_pending(const fold_plan *a, int64_t *acc, size_t i, int64_t t)
 {
     uint32_t j = 0;
     if (a->counted)
-        acc[0] = slash_wrap_add(acc[0], 1), j = 1;
+        PEND(acc, 0) = slash_wrap_add(PEND(acc, 0), 1), j = 1;
     const uint32_t sums = a->n - a->ntime;
     for (; j < sums; j++)
-        acc[j] = slash_wrap_add(acc[j], a->v[j][i]);
+        PEND(acc, j) = slash_wrap_add(PEND(acc, j), a->v[j][i]);
     for (uint32_t q = 0; q < a->ntime; q++) {
         int64_t v = a->src[q] ? a->src[q][i] : t;
         v = a->f64[q] ? f64_order((uint64_t)v) : v;
         const uint64_t x = time_image(v, a->xmask[q]);
-        const uint64_t y = (uint64_t)acc[sums + q];
-        acc[sums + q] = (int64_t)(x > y ? x : y);
+        const uint64_t y = (uint64_t)PEND(acc, sums + q);
+        PEND(acc, sums + q) = (int64_t)(x > y ? x : y);
     }
 }
 
@@ -726,8 +791,10 @@ enum pend_shape {
     PEND_COUNT_TIME, /* the counts' delta and the time of a first/last of ones */
     PEND_COUNT_MINMAX, /* the counts' delta and one int64 min or max (of its column) */
     PEND_COUNT_F64,  /* the counts' delta and one double min or max */
+    PEND_COUNT_F64_NUM, /* the same, its column without a NaN (pl->f64_num) */
     PEND_COUNT_PAIR, /* the counts' delta and an int64 first/last's pair (pl->pair) */
     PEND_COUNT_PAIR_F64, /* the same of doubles */
+    PEND_COUNT_PAIR_F64_NUM, /* the same, the column without a NaN (pl->f64_num) */
     PEND_ANY
 };
 
@@ -736,9 +803,11 @@ static inline enum pend_shape pend_shape_of(const fold_plan *pl)
     if (pl->count_only)
         return PEND_COUNT;
     if (pl->pair)
-        return pl->pair_f64 ? PEND_COUNT_PAIR_F64 : PEND_COUNT_PAIR;
+        return !pl->pair_f64 ? PEND_COUNT_PAIR
+               : pl->f64_num ? PEND_COUNT_PAIR_F64_NUM : PEND_COUNT_PAIR_F64;
     if (pl->n == 2 && pl->counted)
-        return !pl->ntime ? PEND_COUNT_SUM : pl->f64[0] ? PEND_COUNT_F64
+        return !pl->ntime ? PEND_COUNT_SUM
+               : pl->f64[0] ? (pl->f64_num ? PEND_COUNT_F64_NUM : PEND_COUNT_F64)
                                             : pl->src[0] ? PEND_COUNT_MINMAX : PEND_COUNT_TIME;
     return PEND_ANY;
 }
@@ -753,34 +822,39 @@ static inline void add_pending_row(const fold_plan *a, enum pend_shape shape, co
                                    uint64_t xmask, int64_t *acc, size_t i, int64_t t)
 {
     if (shape == PEND_COUNT) {
-        acc[0] = slash_wrap_add(acc[0], 1);
+        PEND(acc, 0) = slash_wrap_add(PEND(acc, 0), 1);
     } else if (shape == PEND_COUNT_SUM) {
-        acc[0] = slash_wrap_add(acc[0], 1);
-        acc[1] = slash_wrap_add(acc[1], sum[i]);
+        PEND(acc, 0) = slash_wrap_add(PEND(acc, 0), 1);
+        PEND(acc, 1) = slash_wrap_add(PEND(acc, 1), sum[i]);
     } else if (shape == PEND_COUNT_TIME) {
-        acc[0] = slash_wrap_add(acc[0], 1);
-        const uint64_t x = time_image(sum ? sum[i] : t, xmask), y = (uint64_t)acc[1];
-        acc[1] = (int64_t)(x > y ? x : y);
+        PEND(acc, 0) = slash_wrap_add(PEND(acc, 0), 1);
+        const uint64_t x = time_image(sum ? sum[i] : t, xmask), y = (uint64_t)PEND(acc, 1);
+        PEND(acc, 1) = (int64_t)(x > y ? x : y);
     } else if (shape == PEND_COUNT_MINMAX) {
-        acc[0] = slash_wrap_add(acc[0], 1);
-        const uint64_t x = time_image(sum[i], xmask), y = (uint64_t)acc[1];
-        acc[1] = (int64_t)(x > y ? x : y);
-    } else if (shape == PEND_COUNT_F64) {
-        acc[0] = slash_wrap_add(acc[0], 1);
-        const uint64_t x = time_image(f64_order((uint64_t)sum[i]), xmask), y = (uint64_t)acc[1];
-        acc[1] = (int64_t)(x > y ? x : y);
-    } else if (shape == PEND_COUNT_PAIR || shape == PEND_COUNT_PAIR_F64) {
-        acc[0] = slash_wrap_add(acc[0], 1);
-        const int64_t v = shape == PEND_COUNT_PAIR_F64 ? f64_order((uint64_t)sum[i]) : sum[i];
+        PEND(acc, 0) = slash_wrap_add(PEND(acc, 0), 1);
+        const uint64_t x = time_image(sum[i], xmask), y = (uint64_t)PEND(acc, 1);
+        PEND(acc, 1) = (int64_t)(x > y ? x : y);
+    } else if (shape == PEND_COUNT_F64 || shape == PEND_COUNT_F64_NUM) {
+        PEND(acc, 0) = slash_wrap_add(PEND(acc, 0), 1);
+        const uint64_t x = shape == PEND_COUNT_F64 ? time_image(f64_order((uint64_t)sum[i]), xmask)
+                                                   : f64_num_image((uint64_t)sum[i], xmask);
+        const uint64_t y = (uint64_t)PEND(acc, 1);
+        PEND(acc, 1) = (int64_t)(x > y ? x : y);
+    } else if (shape == PEND_COUNT_PAIR || shape == PEND_COUNT_PAIR_F64 ||
+               shape == PEND_COUNT_PAIR_F64_NUM) {
+        PEND(acc, 0) = slash_wrap_add(PEND(acc, 0), 1);
+        const int64_t v = shape == PEND_COUNT_PAIR_F64     ? f64_order((uint64_t)sum[i])
+                          : shape == PEND_COUNT_PAIR_F64_NUM ? f64_order_num((uint64_t)sum[i])
+                                                             : sum[i];
         /* the lexicographic larger of the images (time, value), as one
          * 128-bit compare (a subtract with borrow) and conditional moves:
          * in time order a last takes nearly every row and a first nearly
          * none, but ties of time (then the value decides) are common */
         const unsigned __int128 x = (unsigned __int128)time_image(t, xmask) << 64 | time_image(v, xmask);
-        const unsigned __int128 y = (unsigned __int128)(uint64_t)acc[1] << 64 | (uint64_t)acc[2];
+        const unsigned __int128 y = (unsigned __int128)(uint64_t)PEND(acc, 1) << 64 | (uint64_t)PEND(acc, 2);
         const unsigned __int128 z = x > y ? x : y;
-        acc[1] = (int64_t)(uint64_t)(z >> 64);
-        acc[2] = (int64_t)(uint64_t)z;
+        PEND(acc, 1) = (int64_t)(uint64_t)(z >> 64);
+        PEND(acc, 2) = (int64_t)(uint64_t)z;
     } else {
         add_pending(a, acc, i, t);
     }
@@ -834,19 +908,19 @@ static inline void flush_pending(const fold_plan *a, uint8_t *part, int64_t *acc
     }
     for (uint32_t f = 0; f < a->nflush; f++) {
         int64_t *p = (int64_t *)(part + a->off[f]);
-        *p = slash_wrap_add(*p, acc[a->from[f]]);
+        *p = slash_wrap_add(*p, PEND(acc, a->from[f]));
     }
     static const int64_t one = 1;
-    if (a->pair && acc[0]) { /* acc[0]: the rows pended (the counts' delta) */
-        const int64_t t = (int64_t)((uint64_t)acc[1] ^ a->pair_mask);
-        int64_t v = (int64_t)((uint64_t)acc[2] ^ a->pair_mask);
+    if (a->pair && PEND(acc, 0)) { /* PEND(acc, 0): the rows pended (the counts' delta) */
+        const int64_t t = (int64_t)((uint64_t)PEND(acc, 1) ^ a->pair_mask);
+        int64_t v = (int64_t)((uint64_t)PEND(acc, 2) ^ a->pair_mask);
         v = a->pair_f64 ? (int64_t)f64_from_order(v) : v;
         slash_crdt_update_at(a->pair_kind, part + a->pair_off, &v, t);
         if (a->pair_valid)
             slash_crdt_update_at(a->valid_kind, part + a->valid_off, &one, t);
     }
     for (uint32_t q = 0; q < a->ntime; q++) {
-        int64_t x = (int64_t)((uint64_t)acc[a->n - a->ntime + q] ^ a->xmask[q]);
+        int64_t x = (int64_t)((uint64_t)PEND(acc, a->n - a->ntime + q) ^ a->xmask[q]);
         x = a->f64[q] ? (int64_t)f64_from_order(x) : x; /* a double's bits */
         if (a->src[q])
             slash_crdt_update(a->tkind[q], part + a->toff[q], &x);
@@ -854,7 +928,7 @@ static inline void flush_pending(const fold_plan *a, uint8_t *part, int64_t *acc
             slash_crdt_update_at(a->tkind[q], part + a->toff[q], &one, x);
     }
     for (uint32_t j = 0; j < a->n; j++)
-        acc[j] = 0;
+        PEND(acc, j) = 0;
 }
 
 /* Each of the m rows rows[r] updates the partial at recs[r] + off with
@@ -1097,7 +1171,6 @@ static inline size_t part_bytes(const ssb_part *p)
 /* A direct-mapped cache of recently updated int64-key records, local to one
  * update call: records neither move nor get sealed during a call, so a hit
  * skips the index. */
-#define SSB_FAST 1024
 typedef struct fast_entry {
     int64_t key, win;
     uint8_t *partials;
@@ -1252,18 +1325,56 @@ static run_hll run_hll_of(const slash_ssb *s, const slash_ssb_batch *b, const fo
     return h;
 }
 
-/* Folds row i and the rows after it whose times are in the live slice
- * [lo, hi); returns the next row. *stop: a partition outgrew the cache (the
- * rows before the returned one are done) or an error (*st set; the row
- * returned is not done). shape, in_place and stride (pl->n) are the
- * plan's (and sum its PEND_COUNT_SUM column), as constants at each call
- * where they are known, so each variant compiles to its own loop. */
+/* The work of row i on the run path, whose record's partials are at rec
+ * and pending deltas at pend (cache slot `slot`); returns the chunk's new
+ * row count (see run_rows for the constants). */
 static inline __attribute__((always_inline)) size_t
-run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry *fast,
-         int64_t *acc, run_chunk *ch, size_t i, int64_t lo, int64_t hi,
+run_row(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, int64_t *pend, uint8_t *rec,
+        size_t slot, size_t i, int64_t t, run_chunk *ch, size_t m, const enum pend_shape shape,
+        const int64_t *sum, const uint64_t xmask, const bool in_place, const run_hll hl,
+        const uint32_t nbuf, uint64_t *const bufv, uint32_t *const fill, const uint64_t *const bsrc)
+{
+    add_pending_row(pl, shape, sum, xmask, pend, i, t);
+    if (nbuf == 1) { /* buffer_row, its constants in registers */
+        uint64_t *const bv = bufv + slot * SSB_BUF_SLOT;
+        uint32_t k = fill[slot];
+        bv[k] = bsrc[i];
+        if (++k == SSB_BUF_SLOT) {
+            flush_buffers(pl, rec, bv, k);
+            k = 0;
+        }
+        fill[slot] = k;
+    } else if (nbuf) {
+        buffer_row(pl, rec, slot, i);
+    }
+    if (hl.in != HLL_NONE) {
+        const uint64_t h = hl.in == HLL_RAW_I64   ? slash_hll_hash_i64(((const int64_t *)hl.col)[i])
+                           : hl.in == HLL_RAW_F64 ? slash_hll_hash_f64(((const double *)hl.col)[i])
+                                                  : ((const uint64_t *)hl.col)[i];
+        slash_hll_add(rec + hl.off, hl.p, h);
+    }
+    if (in_place) {
+        ch->rows[m] = i, ch->recs[m] = rec;
+        if (++m == SSB_RUN_CHUNK) {
+            apply_chunk(s, pl, b, ch->rows, ch->recs, m);
+            m = 0;
+        }
+    }
+    return m;
+}
+
+/* Folds row i and the rows after it that are in the live slice [lo, lo +
+ * width) while their records are in the cache; returns the first row not
+ * done: n, out of the slice, or a miss. Inlined into a function of its own
+ * per variant (RUN_ROWS_VARIANT), with no call in its loop (but a full
+ * chunk's or buffer's, rare), so the loop's invariants stay in registers a
+ * call would clobber (inlined beside the miss's call, they were reloaded
+ * from the stack a row). */
+static inline __attribute__((always_inline)) size_t
+run_hits(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, const fast_entry *fast,
+         int64_t *acc, run_chunk *ch, size_t i, int64_t lo, uint64_t width,
          const enum pend_shape shape, const int64_t *sum, const uint64_t xmask,
-         const bool in_place, const uint32_t stride, const run_hll hl, const uint32_t nbuf,
-         bool *stop, slash_status *st)
+         const bool in_place, const run_hll hl, const uint32_t nbuf)
 {
     /* the batch's columns in locals: see add_pending_row */
     const size_t n = b->n;
@@ -1271,67 +1382,88 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
     uint32_t *const fill = pl->fill;
     const uint64_t *const bsrc = nbuf == 1 ? pl->buf_src[0] : NULL;
     const int64_t *const times = b->times, *const keys = b->keys;
-    const uint64_t width = (uint64_t)hi - (uint64_t)lo; /* t in [lo, hi): t - lo < width */
-    size_t m = ch->m;
+    size_t m = in_place ? ch->m : 0; /* (a register less for the loops without a chunk) */
+    int64_t t = times[i]; /* loaded once a row: for the range check and the row */
     do {
         const int64_t key = keys[i];
         const size_t slot = fast_slot(key, lo);
-        fast_entry *f = &fast[slot];
-        int64_t *pend = acc + slot * stride;
-        uint8_t *rec = f->partials;
-        if (__builtin_expect(!fast_i64_hit(f, key, lo), 0)) {
-            ssb_part *p;
-            rec = fast_i64_miss(s, pl, f, pend, &keys[i], lo, false, 0, 0, &p, st);
-            if (!rec || part_bytes(p) > SSB_PREFETCH_MIN) {
-                *stop = true;
-                if (rec) { /* this row is done, the rest goes to the general loop */
-                    add_pending_row(pl, shape, sum, xmask, pend, i, times[i]);
-                    if (nbuf)
-                        buffer_row(pl, rec, slot, i);
-                    if (in_place || hl.in != HLL_NONE)
-                        ch->rows[m] = i, ch->recs[m++] = rec;
-                    i++;
-                }
-                break;
-            }
-        }
-        add_pending_row(pl, shape, sum, xmask, pend, i, times[i]);
-        if (nbuf == 1) { /* buffer_row, its constants in registers */
-            uint64_t *const bv = bufv + slot * SSB_BUF_SLOT;
-            uint32_t k = fill[slot];
-            bv[k] = bsrc[i];
-            if (++k == SSB_BUF_SLOT) {
-                flush_buffers(pl, rec, bv, k);
-                k = 0;
-            }
-            fill[slot] = k;
-        } else if (nbuf) {
-            buffer_row(pl, rec, slot, i);
-        }
-        if (hl.in != HLL_NONE) {
-            const uint64_t h = hl.in == HLL_RAW_I64   ? slash_hll_hash_i64(((const int64_t *)hl.col)[i])
-                               : hl.in == HLL_RAW_F64 ? slash_hll_hash_f64(((const double *)hl.col)[i])
-                                                      : ((const uint64_t *)hl.col)[i];
-            slash_hll_add(rec + hl.off, hl.p, h);
-        }
-        if (in_place) {
-            ch->rows[m] = i, ch->recs[m] = rec;
-            if (++m == SSB_RUN_CHUNK) {
-                apply_chunk(s, pl, b, ch->rows, ch->recs, m);
-                m = 0;
-            }
-        }
-    } while (++i < n && (uint64_t)times[i] - (uint64_t)lo < width);
-    ch->m = m;
+        const fast_entry *f = &fast[slot];
+        if (__builtin_expect(!fast_i64_hit(f, key, lo), 0))
+            break;
+        m = run_row(s, b, pl, acc + slot, f->partials, slot, i, t, ch, m, shape, sum,
+                    xmask, in_place, hl, nbuf, bufv, fill, bsrc);
+        if (++i >= n)
+            break;
+        t = times[i];
+    } while ((uint64_t)t - (uint64_t)lo < width);
+    if (in_place)
+        ch->m = m;
     return i;
 }
 
-/* One loop of run_rows a function: the shape and the constants of each
- * (its pending shape, in-place chunk, stride, sketch input and precision,
- * an extreme's image mask: 0 for any), so each loop gets the registers to itself (inlined into one
- * function, every loop's invariants were spilled to the stack and
- * reloaded a row). The call costs once a run of rows of one slice. */
-#define RUN_ROWS_VARIANT(name, SHAPE, IN_PLACE, STRIDE, HLL_IN, HLL_P, XMASK, NBUF)               \
+/* Folds row i and the rows after it whose times are in the live slice
+ * [lo, hi); returns the next row. *stop: a partition outgrew the cache (the
+ * rows before the returned one are done) or an error (*st set; the row
+ * returned is not done). hits: the variant's run_hits; the rest as there.
+ * Row i is a miss or the first of the run. */
+static inline __attribute__((always_inline)) size_t
+run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry *fast,
+         int64_t *acc, run_chunk *ch, size_t i, int64_t lo, int64_t hi,
+         const enum pend_shape shape, const int64_t *sum, const uint64_t xmask,
+         const bool in_place, const run_hll hl, const uint32_t nbuf,
+         size_t (*hits)(slash_ssb *, const slash_ssb_batch *, const fold_plan *, const fast_entry *,
+                        int64_t *, run_chunk *, size_t, int64_t, uint64_t, const int64_t *,
+                        uint64_t, run_hll),
+         bool *stop, slash_status *st)
+{
+    const size_t n = b->n;
+    const int64_t *const times = b->times, *const keys = b->keys;
+    const uint64_t width = (uint64_t)hi - (uint64_t)lo; /* t in [lo, hi): t - lo < width */
+    for (;;) {
+        i = hits(s, b, pl, fast, acc, ch, i, lo, width, sum, xmask, hl);
+        if (i >= n || (uint64_t)times[i] - (uint64_t)lo >= width)
+            return i;
+        /* row i misses */
+        const size_t slot = fast_slot(keys[i], lo);
+        int64_t *pend = acc + slot;
+        ssb_part *p;
+        uint8_t *rec = fast_i64_miss(s, pl, &fast[slot], pend, &keys[i], lo, false, 0, 0, &p, st);
+        if (!rec) {
+            *stop = true;
+            return i;
+        }
+        if (part_bytes(p) > SSB_PREFETCH_MIN) {
+            /* this row is done, the rest goes to the general loop */
+            *stop = true;
+            add_pending_row(pl, shape, sum, xmask, pend, i, times[i]);
+            if (nbuf)
+                buffer_row(pl, rec, slot, i);
+            if (in_place || hl.in != HLL_NONE)
+                ch->rows[ch->m] = i, ch->recs[ch->m++] = rec;
+            return i + 1;
+        }
+        /* the record is now in the cache: row i is a hit */
+    }
+}
+
+/* One loop of run_rows a function, and its run_hits another: the shape
+ * and the constants of each (its pending shape, in-place chunk,
+ * sketch input and precision, an extreme's image mask: 0 for any), so each
+ * loop gets the registers to itself (inlined into one function, every
+ * loop's invariants were spilled to the stack and reloaded a row). The
+ * calls cost once a run of rows of one slice and once a miss. */
+#define RUN_ROWS_VARIANT(name, SHAPE, IN_PLACE, HLL_IN, HLL_P, XMASK, NBUF)               \
+    static __attribute__((noinline)) size_t name##_hits(                                          \
+        slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, const fast_entry *fast,      \
+        int64_t *acc, run_chunk *ch, size_t i, int64_t lo, uint64_t width, const int64_t *sum,    \
+        uint64_t xmask, run_hll hl)                                                               \
+    {                                                                                             \
+        hl.in = HLL_IN;                                                                           \
+        hl.p = HLL_P ? HLL_P : hl.p;                                                              \
+        xmask = XMASK ? XMASK : xmask;                                                            \
+        return run_hits(s, b, pl, fast, acc, ch, i, lo, width, SHAPE, sum, xmask, IN_PLACE, hl,   \
+                        NBUF);                                                                    \
+    }                                                                                             \
     static __attribute__((noinline)) size_t name(                                                 \
         slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry *fast,            \
         int64_t *acc, run_chunk *ch, size_t i, int64_t lo, int64_t hi, const int64_t *sum,        \
@@ -1340,27 +1472,30 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
         hl.in = HLL_IN;                                                                           \
         hl.p = HLL_P ? HLL_P : hl.p;                                                              \
         xmask = XMASK ? XMASK : xmask;                                                            \
-        return run_rows(s, b, pl, fast, acc, ch, i, lo, hi, SHAPE, sum, xmask, IN_PLACE, STRIDE,  \
-                        hl, NBUF, stop, st);                                                      \
+        return run_rows(s, b, pl, fast, acc, ch, i, lo, hi, SHAPE, sum, xmask, IN_PLACE, hl,      \
+                        NBUF, name##_hits, stop, st);                                             \
     }
-RUN_ROWS_VARIANT(rows_count, PEND_COUNT, false, 1, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_placed, PEND_COUNT, true, 1, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_sum, PEND_COUNT_SUM, false, 2, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_time_placed, PEND_COUNT_TIME, true, 2, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_time, PEND_COUNT_TIME, false, 2, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_min, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
-RUN_ROWS_VARIANT(rows_count_max, PEND_COUNT_MINMAX, false, 2, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
-RUN_ROWS_VARIANT(rows_count_f64_min, PEND_COUNT_F64, false, 2, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
-RUN_ROWS_VARIANT(rows_count_f64_max, PEND_COUNT_F64, false, 2, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
-RUN_ROWS_VARIANT(rows_count_pair, PEND_COUNT_PAIR, false, 3, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_pair_f64, PEND_COUNT_PAIR_F64, false, 3, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_hll9_i64, PEND_COUNT, false, 1, HLL_RAW_I64, 9, 0, 0) /* the default rsd */
-RUN_ROWS_VARIANT(rows_count_hll9_f64, PEND_COUNT, false, 1, HLL_RAW_F64, 9, 0, 0)
-RUN_ROWS_VARIANT(rows_count_hll_i64, PEND_COUNT, false, 1, HLL_RAW_I64, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_hll_f64, PEND_COUNT, false, 1, HLL_RAW_F64, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_hll_hashes, PEND_COUNT, false, 1, HLL_HASHES, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_buf, PEND_COUNT, false, 1, HLL_NONE, 0, 0, 1) /* one buffered sketch */
-RUN_ROWS_VARIANT(rows_any, PEND_ANY, pl->nplace != 0, pl->n, HLL_NONE, 0, 0, pl->nbuf)
+RUN_ROWS_VARIANT(rows_count, PEND_COUNT, false, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_placed, PEND_COUNT, true, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_sum, PEND_COUNT_SUM, false, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_time_placed, PEND_COUNT_TIME, true, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_time, PEND_COUNT_TIME, false, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_min, PEND_COUNT_MINMAX, false, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
+RUN_ROWS_VARIANT(rows_count_max, PEND_COUNT_MINMAX, false, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
+RUN_ROWS_VARIANT(rows_count_f64_min, PEND_COUNT_F64, false, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
+RUN_ROWS_VARIANT(rows_count_f64_max, PEND_COUNT_F64, false, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
+RUN_ROWS_VARIANT(rows_count_num_min, PEND_COUNT_F64_NUM, false, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
+RUN_ROWS_VARIANT(rows_count_num_max, PEND_COUNT_F64_NUM, false, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
+RUN_ROWS_VARIANT(rows_count_pair, PEND_COUNT_PAIR, false, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_pair_f64, PEND_COUNT_PAIR_F64, false, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_pair_num, PEND_COUNT_PAIR_F64_NUM, false, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll9_i64, PEND_COUNT, false, HLL_RAW_I64, 9, 0, 0) /* the default rsd */
+RUN_ROWS_VARIANT(rows_count_hll9_f64, PEND_COUNT, false, HLL_RAW_F64, 9, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll_i64, PEND_COUNT, false, HLL_RAW_I64, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll_f64, PEND_COUNT, false, HLL_RAW_F64, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_hll_hashes, PEND_COUNT, false, HLL_HASHES, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_buf, PEND_COUNT, false, HLL_NONE, 0, 0, 1) /* one buffered sketch */
+RUN_ROWS_VARIANT(rows_any, PEND_ANY, pl->nplace != 0, HLL_NONE, 0, 0, pl->nbuf)
 
 /* Every row with an int64 key (no selection) while no partition has
  * outgrown the cache (nothing to prefetch): times come in runs of one slice
@@ -1422,8 +1557,13 @@ static __attribute__((noinline)) size_t runs_i64(slash_ssb *s, const slash_ssb_b
         else if (shape == PEND_COUNT_F64 && !pl->nplace) /* double min/max */
             rows = pl->xmask[0] >> 63 ? rows_count_f64_max : rows_count_f64_min, sum = pl->src[0],
             xmask = pl->xmask[0];
-        else if (shape == PEND_COUNT_PAIR || shape == PEND_COUNT_PAIR_F64) /* first/last */
-            rows = shape == PEND_COUNT_PAIR ? rows_count_pair : rows_count_pair_f64,
+        else if (shape == PEND_COUNT_F64_NUM && !pl->nplace) /* the same without a NaN */
+            rows = pl->xmask[0] >> 63 ? rows_count_num_max : rows_count_num_min, sum = pl->src[0],
+            xmask = pl->xmask[0];
+        else if (shape == PEND_COUNT_PAIR || shape == PEND_COUNT_PAIR_F64 ||
+                 shape == PEND_COUNT_PAIR_F64_NUM) /* first/last */
+            rows = shape == PEND_COUNT_PAIR       ? rows_count_pair
+                   : shape == PEND_COUNT_PAIR_F64 ? rows_count_pair_f64 : rows_count_pair_num,
             sum = pl->pair_src, xmask = pl->pair_mask;
         i = rows(s, b, pl, fast, acc, &ch, i, lo, hi, sum, xmask, hl, &stop, st);
     }
@@ -1450,11 +1590,11 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     fold_plan pl;
     plan_init(s, b, &pl);
     const enum pend_shape shape = pend_shape_of(&pl); /* in locals: see add_pending_row */
-    const bool extreme = shape == PEND_COUNT_TIME || shape == PEND_COUNT_MINMAX || shape == PEND_COUNT_F64;
+    const bool extreme = shape == PEND_COUNT_TIME || shape == PEND_COUNT_MINMAX ||
+                         shape == PEND_COUNT_F64 || shape == PEND_COUNT_F64_NUM;
     const int64_t *const sum = shape == PEND_COUNT_SUM ? pl.v[1] : extreme ? pl.src[0]
                                : pl.pair ? pl.pair_src : NULL;
     const uint64_t xmask = extreme ? pl.xmask[0] : pl.pair ? pl.pair_mask : 0;
-    const uint32_t stride = pl.n;
     fast_entry *fast = i64 ? calloc(SSB_FAST, sizeof *fast) : NULL;
     fast_bytes *fastb = i64 ? NULL : calloc(SSB_FAST, sizeof *fastb);
     /* the pending deltas of the additive aggregates, pl.n per cache slot */
@@ -1556,7 +1696,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 fast_entry *f = &fast[slot];
                 part = f->partials;
                 if (!fast_i64_hit(f, key, win[j]))
-                    part = fast_i64_miss(s, &pl, f, acc + slot * stride, &b->keys[i], win[j], hashed,
+                    part = fast_i64_miss(s, &pl, f, acc + slot, &b->keys[i], win[j], hashed,
                                          pidx[j], hash[j], &grown, &st);
             } else {
                 const uint8_t *k;
@@ -1570,7 +1710,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                     part = f->partials;
                 } else {
                     if (f->partials)
-                        flush_pending(&pl, f->partials, acc + slot * stride, slot);
+                        flush_pending(&pl, f->partials, acc + slot, slot);
                     if (!hashed) {
                         uint64_t kh = ssb_hash_bytes(k, klen);
                         pidx[j] = ssb_part_of(s, kh);
@@ -1587,7 +1727,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 goto out;
             }
             prefetch = prefetch || (grown && part_bytes(grown) > SSB_PREFETCH_MIN);
-            add_pending_row(&pl, shape, sum, xmask, acc + slot * stride, i, b->times[i]);
+            add_pending_row(&pl, shape, sum, xmask, acc + slot, i, b->times[i]);
             if (pl.nbuf)
                 buffer_row(&pl, part, slot, i);
             live_rows[nlive] = i, recs[nlive++] = part;
@@ -1598,7 +1738,7 @@ out:
     for (size_t q = 0; q < SSB_FAST; q++) {
         uint8_t *part = i64 ? fast[q].partials : fastb[q].partials;
         if (part)
-            flush_pending(&pl, part, acc + q * pl.n, q);
+            flush_pending(&pl, part, acc + q, q);
     }
     free(acc);
     free(fast);

@@ -33,7 +33,11 @@
  * raw: bit j, sketch j reads the int64 (or where raw_f64 has bit j, the
  * double) values themselves, which the fold hashes (slash_ssb_batch.hash_raw);
  * specials: the double column holds NaNs (either sign, payloads), -0.0,
- * 0.0 and infinities (see make). */
+ * 0.0 and infinities (see make); SPECIALS_NO_NAN: the same but NaNs (so a
+ * batch takes the fold's loops for doubles without a NaN), SPECIALS_NAN_LATE:
+ * NaNs only in the second half of the rows (batches of both kinds meet on
+ * the same records). */
+enum { SPECIALS_NAN = 1, SPECIALS_NO_NAN = 2, SPECIALS_NAN_LATE = 3 };
 typedef struct kindset {
     int n;
     slash_agg_kind k[MAXK];
@@ -106,12 +110,14 @@ static cols make(size_t n, int64_t nkeys, int sorted, uint64_t seed)
         c.vf[i] = (double)c.vi[i] / 8.0 + 0.1;
         if (KINDSET.specials) {
             const uint64_t r = unit_rng(&seed);
-            if (c.keys[i] % 5 == 0)
-                c.vf[i] = special((r >> 8) / 8 * 8); /* case 0: a NaN */
+            const int nan = KINDSET.specials == SPECIALS_NAN ||
+                            (KINDSET.specials == SPECIALS_NAN_LATE && i >= n / 2);
+            if (c.keys[i] % 5 == 0) /* case 0: a NaN; else one of the others */
+                c.vf[i] = special(nan ? (r >> 8) / 8 * 8 : 1 + (r >> 8) % 7);
             else if (c.keys[i] % 5 == 1)
                 c.vf[i] = r & 1 ? -0.0 : 0.0;
             else if (r % 4 == 0)
-                c.vf[i] = special(r >> 2);
+                c.vf[i] = special(nan || (r >> 2) % 8 ? r >> 2 : 1 + (r >> 5) % 7);
         }
         c.h[i] = slash_hll_hash_i64(c.vi[i] % 300);
         c.offs[i] = o;
@@ -336,6 +342,22 @@ TEST(a_pending_double_min_or_max_over_nans_zeros_and_infinities)
     check_set(&mn, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
     check_set(&mx, SLASH_KEY_INT64, 0, 100000, 200, 0, 100000);
 }
+/* The same of batches without a NaN (whose doubles the fold orders without
+ * testing for one), alone and followed by batches with NaNs on the same
+ * records: zeros of either sign, infinities and the extreme finite ones */
+TEST(a_pending_double_min_or_max_of_batches_without_a_nan)
+{
+    for (int sp = SPECIALS_NO_NAN; sp <= SPECIALS_NAN_LATE; sp++) {
+        kindset mn = {2, {SLASH_AGG_COUNT, SLASH_AGG_MIN_F64}, 0, 0, 0, 0, sp};
+        check_shapes(&mn);
+        kindset mx = {2, {SLASH_AGG_MAX_F64, SLASH_AGG_COUNT}, 0, 0, 0, 0, sp};
+        check_shapes(&mx);
+        kindset placed = {4, {SLASH_AGG_MAX_F64, SLASH_AGG_COUNT, SLASH_AGG_AVG_F64, SLASH_AGG_SUM_I64},
+                          1u << 3, 0, 0, 0, sp};
+        check_shapes(&placed);
+        check_set(&mx, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
+    }
+}
 /* first:x and last:x of doubles and of int64s, in place: alone, with a
  * count and the validity's pending time, beside pending min/max and another
  * in-place aggregate, over NaNs, zeros and infinities tied on time, and the
@@ -397,6 +419,20 @@ TEST(first_or_last_with_a_count_pending_as_a_pair)
     check_shapes(&other);
     check_set(&f, SLASH_KEY_INT64, 0, 100000, 200, 0, 100000); /* the hand-over too */
     check_set(&li, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000);
+}
+/* The pair of doubles in batches without a NaN, alone and followed by
+ * batches with NaNs on the same records: zeros and infinities tied on time */
+TEST(first_or_last_of_doubles_pending_as_a_pair_in_batches_without_a_nan)
+{
+    for (int sp = SPECIALS_NO_NAN; sp <= SPECIALS_NAN_LATE; sp++) {
+        kindset f = {2, {SLASH_AGG_COUNT, SLASH_AGG_FIRST_F64}, 0, 0, 0, 0, sp};
+        check_shapes(&f);
+        kindset l = {2, {SLASH_AGG_LAST_F64, SLASH_AGG_COUNT}, 0, 0, 0, 0, sp};
+        check_shapes(&l);
+        kindset fv = {3, {SLASH_AGG_FIRST_I64, SLASH_AGG_COUNT, SLASH_AGG_FIRST_F64}, 1u << 0, 0, 0, 0, sp};
+        check_shapes(&fv);
+        check_set(&l, SLASH_KEY_INT64, 0, 100000, 200, 1, 100000); /* the hand-over too */
+    }
 }
 /* two int64 sums and two validities: the shape of any number of deltas */
 TEST(two_int_sums_and_two_validities_of_ones)
@@ -473,10 +509,12 @@ int main(void)
     RUN(a_validity_of_ones_before_the_count_and_without_one);
     RUN(a_count_a_validity_of_ones_and_a_pending_min_or_max);
     RUN(a_pending_double_min_or_max_over_nans_zeros_and_infinities);
+    RUN(a_pending_double_min_or_max_of_batches_without_a_nan);
     RUN(first_and_last_over_nans_zeros_and_ties);
     RUN(first_and_last_of_a_validity_of_ones);
     RUN(first_or_last_alone_with_a_validity_of_ones);
     RUN(first_or_last_with_a_count_pending_as_a_pair);
+    RUN(first_or_last_of_doubles_pending_as_a_pair_in_batches_without_a_nan);
     RUN(two_int_sums_and_two_validities_of_ones);
     RUN(sketches_of_raw_values_hashed_in_the_fold);
     RUN(a_count_and_one_sketch_updated_on_the_run_path);
