@@ -108,7 +108,8 @@ cdef class KafkaFetcher:
         cdef size_t n = 0, vbytes = 0, kbytes = 0, i, nulls_n
         cdef slash_status st
         with nogil:
-            st = slash_kfetch_poll(f, max_records, tmo, csep, &n, &vbytes, &kbytes)
+            st = slash_kfetch_poll(f, max_records, tmo, csep, &n, &vbytes,
+                                   &kbytes if keys else NULL)
         check(st)
         cdef const slash_kevent *ev
         events = []
