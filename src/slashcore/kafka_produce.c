@@ -6,7 +6,8 @@
  * Invariants: record k is template k % T sent to partition k % P; every
  * record of one tick carries the same stamp, the wall clock (ms) at the
  * tick's start, so stamps never decrease within a partition; the records
- * due are rate x the monotonic time elapsed, whatever the ticks' jitter. */
+ * due are rate x the monotonic time elapsed, whatever the ticks' jitter,
+ * and one tick sends for at most a tick's time (the rest stays due). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -295,8 +296,14 @@ slash_status slash_kprod_run(slash_kprod *p, double rate, double trickle, int64_
         last = now;
         char digits[SLASH_KPROD_STAMP_MAX];
         size_t n_digits = stamp_digits(wall, digits);
-        for (; n < (int64_t)due && st == SLASH_OK; n++)
+        /* what is due, but no longer than a tick: a rate above what the client
+         * takes leaves records owed (the run reports what it fed) and the end
+         * is still seen on time */
+        for (int64_t k = 0; n < (int64_t)due && st == SLASH_OK; n++, k++) {
+            if ((k & 255) == 255 && mono_ns() - now >= tick_ns)
+                break;
             st = send_one(p, n, digits, n_digits);
+        }
         rd_kafka_poll(p->rk, 0); /* delivery reports and errors */
         if (st == SLASH_OK && (p->undelivered || p->fatal))
             st = failed_delivery(p);
