@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
+from slash._core import KafkaPacer, kafka_fetch_available
 from slash.errors import InvalidArgument, NotSupported, SlashError, SystemFailure
 
 WINDOW_MS = 10_000
@@ -209,8 +210,6 @@ def producer_kind() -> str:
     producer, :class:`slash._core.KafkaPacer`) when the core was built with
     librdkafka, else ``confluent`` (a Python loop over confluent-kafka);
     :data:`PRODUCER_ENV` overrides the choice."""
-    from slash._core import kafka_fetch_available
-
     want = os.environ.get(PRODUCER_ENV, "auto") or "auto"
     if want not in ("auto", "core", "confluent"):
         raise InvalidArgument(f"{PRODUCER_ENV} must be auto, core or confluent, got {want!r}")
@@ -245,8 +244,6 @@ def produce_paced(bootstrap: str, topic: str, partitions: int, rate: int,
 def _paced_core(bootstrap: str, topic: str, partitions: int, rate: int,
                 until: Callable[[], Optional[float]], values: List[Tuple[str, str]],
                 tick_s: float, limit_s: float, starting: Callable[[], bool]) -> Dict[str, int]:
-    from slash._core import KafkaPacer
-
     pacer = KafkaPacer(topic, partitions, producer_config(bootstrap), values)
     got: Dict[str, Any] = {}
 
@@ -260,19 +257,19 @@ def _paced_core(bootstrap: str, topic: str, partitions: int, rate: int,
     t.start()
     full = False
     try:
-        while t.is_alive():
-            if not full and not starting():
-                pacer.full()
-                full = True
-            end = until()
-            if end is not None:
-                pacer.end(end)
-            t.join(tick_s)
-    finally:
-        if t.is_alive():  # until() or starting() raised: the feed stops with it
-            pacer.end(0)
-            t.join()
-    try:
+        try:
+            while t.is_alive():
+                if not full and not starting():
+                    pacer.full()
+                    full = True
+                end = until()
+                if end is not None:
+                    pacer.end(end)
+                t.join(tick_s)
+        finally:
+            if t.is_alive():  # until() or starting() raised: the feed stops with it
+                pacer.end(0)
+                t.join()
         if "error" in got:
             raise SystemFailure(f"paced topic {topic!r}: {got['error']}") from got["error"]
         try:
