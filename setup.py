@@ -8,8 +8,9 @@ never pays the ~0.2 s of loading it and the provider libraries it pulls in);
 otherwise the package still builds and asking for "ofi:*" raises an error
 that names the package to install. SLASH_NO_OFI=1 forces a build without it.
 librdkafka is optional likewise: with its headers the core's Kafka reader
-(kafka_fetch.c, SLASH_HAVE_RDKAFKA) is linked in; without them topics are
-read through confluent-kafka's own client. SLASH_NO_RDKAFKA=1 forces that.
+and paced producer (kafka_fetch.c, kafka_produce.c, SLASH_HAVE_RDKAFKA) are
+linked in; without them topics are read and the benchmark's topics fed
+through confluent-kafka's own client. SLASH_NO_RDKAFKA=1 forces that.
 """
 import glob
 import os
@@ -93,7 +94,8 @@ def extensions():
     if have_librdkafka():
         macros.append(("SLASH_HAVE_RDKAFKA", "1"))
         libs.append("rdkafka")
-        print("slash: librdkafka found, building the core's Kafka reader", file=sys.stderr)
+        print("slash: librdkafka found, building the core's Kafka reader and producer",
+              file=sys.stderr)
     else:
         print("slash: librdkafka not found, building without the core's Kafka reader (topics "
               "are read with confluent-kafka; apt-get install librdkafka-dev to add it)",

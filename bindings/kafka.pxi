@@ -1,7 +1,8 @@
-# kafka.pxi - the core's Kafka reader (kafka_fetch.h): a consumer that reads a
-# poll's records into one buffer and a few numpy arrays, with no Python object
-# per record. slash.kafka_client wraps it (and falls back to confluent-kafka
-# when the core was built without librdkafka).
+# kafka.pxi - the core's Kafka clients: a reader (kafka_fetch.h), a consumer
+# that reads a poll's records into one buffer and a few numpy arrays, with no
+# Python object per record (slash.kafka_reader wraps it, and falls back to
+# confluent-kafka when the core was built without librdkafka); and a paced
+# producer of stamped templates (kafka_produce.h), the benchmark's feed.
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from libc.stdlib cimport malloc, free
 
@@ -21,6 +22,35 @@ def _kafka_setting(key, value):
         return str(value).encode()
     raise _errors.InvalidArgument(f"Kafka setting {key!r} must be a string, number or bool for "
                                   f"the core's reader, got {type(value).__name__}")
+
+
+cdef class _CStrings:
+    """Byte strings kept alive with an array of their pointers and lengths,
+    as the core's constructors take settings and templates."""
+    cdef list keep
+    cdef const char **ptrs
+    cdef size_t *lens
+
+    def __cinit__(self, items):
+        self.keep = [x.encode() if isinstance(x, str) else bytes(x) for x in items]
+        cdef size_t n = len(self.keep)
+        self.ptrs = <const char **>malloc((n + 1) * sizeof(char *))
+        self.lens = <size_t *>malloc((n + 1) * sizeof(size_t))
+        if self.ptrs == NULL or self.lens == NULL:
+            raise MemoryError()
+        for i, b in enumerate(self.keep):
+            self.ptrs[i] = PyBytes_AS_STRING(b)
+            self.lens[i] = len(b)
+
+    def __dealloc__(self):
+        free(self.ptrs)
+        free(self.lens)
+
+
+cdef tuple _kafka_settings(dict config):
+    """(keys, values) of a Kafka client's settings, for the core."""
+    return (_CStrings([str(k) for k in config]),
+            _CStrings([_kafka_setting(k, v) for k, v in config.items()]))
 
 
 cdef class KafkaFetcher:
@@ -43,25 +73,10 @@ cdef class KafkaFetcher:
     def __cinit__(self, str topic, dict config):
         self.f = NULL
         self.topic = topic
-        items = [(str(k).encode(), _kafka_setting(k, v)) for k, v in config.items()]
-        cdef size_t n = len(items)
-        cdef const char **keys = <const char **>malloc((n + 1) * sizeof(char *))
-        cdef const char **vals = <const char **>malloc((n + 1) * sizeof(char *))
-        cdef slash_status st
-        if keys == NULL or vals == NULL:
-            free(keys)
-            free(vals)
-            raise MemoryError()
-        try:
-            for i, (k, v) in enumerate(items):
-                keys[i] = <const char *>k
-                vals[i] = <const char *>v
-            t = topic.encode()
-            st = slash_kfetch_new(t, keys, vals, n, &self.f)
-        finally:
-            free(keys)
-            free(vals)
-        check(st)
+        cdef _CStrings keys, vals
+        keys, vals = _kafka_settings(config)
+        t = topic.encode()
+        check(slash_kfetch_new(t, keys.ptrs, vals.ptrs, len(config), &self.f))
 
     def __dealloc__(self):
         if self.f != NULL:
@@ -108,7 +123,8 @@ cdef class KafkaFetcher:
         cdef size_t n = 0, vbytes = 0, kbytes = 0, i, nulls_n
         cdef slash_status st
         with nogil:
-            st = slash_kfetch_poll(f, max_records, tmo, csep, &n, &vbytes, &kbytes)
+            st = slash_kfetch_poll(f, max_records, tmo, csep, &n, &vbytes,
+                                   &kbytes if keys else NULL)
         check(st)
         cdef const slash_kevent *ev
         events = []
@@ -181,3 +197,89 @@ cdef class KafkaFetcher:
             if n <= cap:
                 return [int(p) for p in arr[:n]]
             cap = n
+
+
+cdef class KafkaPacer:
+    """A producer that feeds ``topic`` at a rate (kafka_produce.h): record k
+    is template k % T, ``head + str(wall clock ms) + tail`` (``templates``:
+    [(head, tail)], str or bytes), sent to partition k % ``partitions``.
+
+    :meth:`run` blocks without the GIL, producing ``trickle`` records a
+    second until :meth:`full` switches to ``rate``, and stops at the wall
+    clock :meth:`end` sets (or ``limit`` seconds after it began); call
+    :meth:`full` and :meth:`end` from another thread while it runs. It
+    returns ``{"events", "first_ms", "last_ms", "full_events",
+    "full_from_ms"}``. :meth:`flush` waits for the broker's acknowledgements
+    (Timeout names what is missing and the client's last error). One run at
+    a time."""
+    cdef slash_kprod *p
+    cdef bint running
+    cdef public str topic
+
+    def __cinit__(self, str topic, int32_t partitions, dict config, templates):
+        self.p = NULL
+        self.running = False
+        self.topic = topic
+        cdef _CStrings keys, vals, heads, tails
+        keys, vals = _kafka_settings(config)
+        heads = _CStrings([h for h, _ in templates])
+        tails = _CStrings([t for _, t in templates])
+        name = topic.encode()
+        check(slash_kprod_new(name, partitions, keys.ptrs, vals.ptrs, len(config), heads.ptrs,
+                              heads.lens, tails.ptrs, tails.lens, len(heads.keep), &self.p))
+
+    def __dealloc__(self):
+        if self.p != NULL:
+            with nogil:
+                slash_kprod_free(self.p)
+            self.p = NULL
+
+    cdef slash_kprod *_open(self) except NULL:
+        if self.p == NULL:
+            raise _errors.InvalidState(f"the paced producer of topic {self.topic!r} is closed")
+        return self.p
+
+    def close(self):
+        """Frees the producer without waiting for its records (idempotent;
+        not while :meth:`run` runs)."""
+        if self.running:
+            raise _errors.InvalidState(f"the paced producer of topic {self.topic!r} is running: "
+                                       "end() it and let run() return first")
+        if self.p != NULL:
+            with nogil:
+                slash_kprod_free(self.p)
+            self.p = NULL
+
+    def full(self, bint on=True):
+        """The full rate from now on (or the trickle again)."""
+        slash_kprod_set_full(self._open(), on)
+
+    def end(self, double at):
+        """The run stops at wall clock ``at`` (seconds since the epoch)."""
+        slash_kprod_set_end(self._open(), <int64_t>(at * 1000))
+
+    def run(self, double rate, double trickle, double tick=0.01, double limit=900.0):
+        cdef slash_kprod *p = self._open()
+        if self.running:
+            raise _errors.InvalidState(f"the paced producer of topic {self.topic!r} runs already")
+        cdef slash_kprod_counts c
+        cdef int64_t tick_us = <int64_t>(tick * 1e6), limit_ms = <int64_t>(limit * 1000)
+        cdef slash_status st
+        self.running = True
+        try:
+            with nogil:
+                st = slash_kprod_run(p, rate, trickle, tick_us, limit_ms, &c)
+        finally:
+            self.running = False
+        check(st)
+        return {"events": c.events, "first_ms": c.first_ms, "last_ms": c.last_ms,
+                "full_events": c.full_events, "full_from_ms": c.full_from_ms}
+
+    def flush(self, timeout):
+        """Waits up to ``timeout`` seconds for every record to be acknowledged."""
+        cdef slash_kprod *p = self._open()
+        cdef int tmo = timeout_ms(timeout)
+        cdef slash_status st
+        with nogil:
+            st = slash_kprod_flush(p, tmo)
+        check(st)

@@ -537,3 +537,22 @@ cdef extern from "slash/kafka_fetch.h" nogil:
     slash_status slash_kfetch_position(slash_kfetch *f, int32_t partition, int64_t *offset)
     slash_status slash_kfetch_partitions(slash_kfetch *f, int timeout_ms, int32_t *out,
                                          size_t cap, size_t *n)
+
+cdef extern from "slash/kafka_produce.h" nogil:
+    ctypedef struct slash_kprod
+    ctypedef struct slash_kprod_counts:
+        int64_t events
+        int64_t first_ms
+        int64_t last_ms
+        int64_t full_events
+        int64_t full_from_ms
+    slash_status slash_kprod_new(const char *topic, int32_t partitions, const char *const *keys,
+                                 const char *const *values, size_t n, const char *const *heads,
+                                 const size_t *head_lens, const char *const *tails,
+                                 const size_t *tail_lens, size_t n_templates, slash_kprod **out)
+    void slash_kprod_free(slash_kprod *p)
+    void slash_kprod_set_full(slash_kprod *p, int full)
+    void slash_kprod_set_end(slash_kprod *p, int64_t end_ms)
+    slash_status slash_kprod_run(slash_kprod *p, double rate, double trickle, int64_t tick_us,
+                                 int64_t limit_ms, slash_kprod_counts *out)
+    slash_status slash_kprod_flush(slash_kprod *p, int timeout_ms)

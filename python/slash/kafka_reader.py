@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from slash.errors import InvalidArgument, NotSupported, SlashError, Timeout
+from slash.gc_guard import no_cyclic_gc
 from slash.kafka_client import confluent, consumer_config, gained_partitions, log
 
 #: an event of a poll that is not a record: (kind, partition, offset, fatal, message)
@@ -277,8 +278,6 @@ class _ConfluentReader(TopicReader):
         self.c.unassign()
 
     def fetch(self, max_records: int, timeout: float, raw: bool = False) -> Polled:
-        from slash.run.gc import no_cyclic_gc
-
         with no_cyclic_gc():  # the poll's Message objects live in this call only
             return self._lay_out(self.c.consume(num_messages=max_records, timeout=timeout), raw)
 

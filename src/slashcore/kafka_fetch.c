@@ -32,7 +32,9 @@ slash_status slash_kfetch_unassign(slash_kfetch *f) { (void)f; return absent(); 
 slash_status slash_kfetch_poll(slash_kfetch *f, size_t max, int timeout_ms, int sep,
                                size_t *records, size_t *value_bytes, size_t *key_bytes) {
     (void)f, (void)max, (void)timeout_ms, (void)sep;
-    *records = *value_bytes = *key_bytes = 0;
+    *records = *value_bytes = 0;
+    if (key_bytes)
+        *key_bytes = 0;
     return absent();
 }
 size_t slash_kfetch_events(const slash_kfetch *f) { (void)f; return 0; }
@@ -230,7 +232,9 @@ static slash_status add_event(slash_kfetch *f, const rd_kafka_message_t *m) {
 
 slash_status slash_kfetch_poll(slash_kfetch *f, size_t max, int timeout_ms, int sep,
                                size_t *records, size_t *value_bytes, size_t *key_bytes) {
-    *records = *value_bytes = *key_bytes = 0;
+    *records = *value_bytes = 0;
+    if (key_bytes)
+        *key_bytes = 0;
     release(f);
     f->n_events = 0;
     slash_status st = reserve(f, max ? max : 1);
@@ -268,7 +272,8 @@ slash_status slash_kfetch_poll(slash_kfetch *f, size_t max, int timeout_ms, int 
     slash_kbatch_order(f->recs, n);
     *records = n;
     *value_bytes = slash_kbatch_bytes(f->recs, n, 0, sep);
-    *key_bytes = slash_kbatch_bytes(f->recs, n, 1, 0);
+    if (key_bytes) /* keys read */
+        *key_bytes = slash_kbatch_bytes(f->recs, n, 1, 0);
     return SLASH_OK;
 }
 

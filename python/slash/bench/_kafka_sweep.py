@@ -25,7 +25,7 @@ import numpy as np
 from slash.bench._kafka_flink import flink_kafka_jars
 from slash.bench._kafka_measure import READY
 from slash.bench._kafka_spark import spark_kafka_jars
-from slash.bench._kafka_topic import Topic, produce_paced
+from slash.bench._kafka_topic import Topic, produce_paced, producer_kind
 from slash.errors import SystemFailure
 def _percentiles(xs: List[float]) -> Dict[str, float]:
 
@@ -113,6 +113,7 @@ def latency_run(side: str, bootstrap: str, create: Callable[[str, int], None], r
     feed_s = max(1e-3, (last_ms - fed["full_from_ms"]) / 1000)
     return {"kind": "latency", "side": side, "rate": rate, "seconds": seconds,
             "window_ms": window_ms, "events": n, "feed_rate": round(fed["full_events"] / feed_s),
+            "producer": producer_kind(),
             "windows": len(lats),
             # windows of the measured span not visible by the stop (drain_s after the feed)
             "windows_missing": len(expected) - len(lats), "drain_s": drain,
@@ -145,7 +146,7 @@ def judged_p99(r: Dict[str, Any]) -> Optional[float]:
 
 
 def fed_short(r: Dict[str, Any]) -> bool:
-    """The producer (one Python process) fed less than FEED_SHARE of the rate."""
+    """The producer (on the same cores as the side) fed less than FEED_SHARE of the rate."""
     return r["feed_rate"] < FEED_SHARE * r["rate"]
 
 
@@ -198,6 +199,7 @@ def sweep_rates(trial: Callable[[int], Dict[str, Any]], start: int, top: int,
             "lowest_failed_rate": bad, "p99_bound_ms": SUSTAINED_P99_MS,
             "window_ms": trials[0].get("window_ms"),
             "producer_bound": any(fed_short(t) for t in trials),
+            "producer": trials[0].get("producer"),
             "trials": [{**{k: t.get(k) for k in ("rate", "feed_rate", "windows", "windows_missing",
                                                  "p50", "p99", "max", "in_job", "sustained",
                                                  "load_before", "load_after")},

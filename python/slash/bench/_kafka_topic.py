@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
-from slash.errors import SystemFailure
+from slash._core import KafkaPacer, kafka_fetch_available
+from slash.errors import InvalidArgument, NotSupported, SlashError, SystemFailure
 
 WINDOW_MS = 10_000
 #: the fields the query reads, as every side is given them
@@ -70,12 +72,17 @@ def ysb_json(records: int, keys: int, rate: int, seed: int, first: int = 0) -> p
         con.close()
 
 
+def producer_config(bootstrap: str) -> Dict[str, Any]:
+    """The settings of every producer of the benchmark (librdkafka's names)."""
+    return {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
+            "compression.type": "none", "enable.idempotence": True,
+            "queue.buffering.max.messages": 1_000_000}
+
+
 def producer(bootstrap: str) -> Any:
     import confluent_kafka as ck  # optional dependency (confluent-kafka)
 
-    return ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
-                        "compression.type": "none", "enable.idempotence": True,
-                        "queue.buffering.max.messages": 1_000_000})
+    return ck.Producer(producer_config(bootstrap))
 
 
 def produce_spread(p: Any, topic: str, values: Sequence[str], partitions: int, first: int) -> None:
@@ -193,6 +200,24 @@ def paced_values(n: int, keys: int, seed: int) -> List[Tuple[str, str]]:
 
 #: events/s fed while the side starts (see produce_paced)
 TRICKLE_RATE = 100
+#: how produce_paced feeds: auto (the core's producer when the core has
+#: Kafka), core or confluent
+PRODUCER_ENV = "SLASH_KAFKA_PRODUCER"
+
+
+def producer_kind() -> str:
+    """Which form :func:`produce_paced` takes: ``core`` (the C core's paced
+    producer, :class:`slash._core.KafkaPacer`) when the core was built with
+    librdkafka, else ``confluent`` (a Python loop over confluent-kafka);
+    :data:`PRODUCER_ENV` overrides the choice."""
+    want = os.environ.get(PRODUCER_ENV, "auto") or "auto"
+    if want not in ("auto", "core", "confluent"):
+        raise InvalidArgument(f"{PRODUCER_ENV} must be auto, core or confluent, got {want!r}")
+    have = kafka_fetch_available() is not None
+    if want == "core" and not have:
+        raise NotSupported(f"{PRODUCER_ENV}=core: the core was built without librdkafka "
+                           "(apt-get install librdkafka-dev, then rebuild)")
+    return "core" if want != "confluent" and have else "confluent"
 
 
 def produce_paced(bootstrap: str, topic: str, partitions: int, rate: int,
@@ -200,12 +225,66 @@ def produce_paced(bootstrap: str, topic: str, partitions: int, rate: int,
                   tick_s: float = 0.01, limit_s: float = 900.0,
                   starting: Callable[[], bool] = lambda: False) -> Dict[str, int]:
     """``rate`` events/s, each stamped with the wall clock (ms) when it is
-    produced, round-robin over the partitions, until the time ``until()``
-    returns (None: not known yet; at most ``limit_s``). While ``starting()``
-    holds (the side is not up yet), a trickle of TRICKLE_RATE events/s
-    instead, so that the side starts on a live stream without a backlog of
-    its start-up to catch up on. Returns the events, the first and last ms,
-    and those of the span at ``rate`` (``full_events``, ``full_from_ms``)."""
+    produced (event k: ``head + ms + tail`` of ``values[k % len(values)]``),
+    round-robin over the partitions, until the time ``until()`` returns
+    (None: not known yet; at most ``limit_s``). While ``starting()`` holds
+    (the side is not up yet), a trickle of TRICKLE_RATE events/s instead,
+    so that the side starts on a live stream without a backlog of its
+    start-up to catch up on. Returns the events, the first and last ms, and
+    those of the span at ``rate`` (``full_events``, ``full_from_ms``).
+
+    Two forms (:func:`producer_kind`): the core's producer runs in C on a
+    thread of its own without the GIL (this thread only watches ``until``
+    and ``starting``), so it takes little of the CPU the side measured
+    needs; the confluent-kafka loop makes a Python string per event."""
+    form = _paced_core if producer_kind() == "core" else _paced_confluent
+    return form(bootstrap, topic, partitions, rate, until, values, tick_s, limit_s, starting)
+
+
+def _paced_core(bootstrap: str, topic: str, partitions: int, rate: int,
+                until: Callable[[], Optional[float]], values: List[Tuple[str, str]],
+                tick_s: float, limit_s: float, starting: Callable[[], bool]) -> Dict[str, int]:
+    pacer = KafkaPacer(topic, partitions, producer_config(bootstrap), values)
+    got: Dict[str, Any] = {}
+
+    def feed() -> None:
+        try:
+            got["counts"] = pacer.run(rate, TRICKLE_RATE, tick_s, limit_s)
+        except BaseException as e:  # raised on the caller's thread below
+            got["error"] = e
+
+    t = threading.Thread(target=feed, name=f"paced-{topic}", daemon=True)
+    t.start()
+    full = False
+    try:
+        try:
+            while t.is_alive():
+                if not full and not starting():
+                    pacer.full()
+                    full = True
+                end = until()
+                if end is not None:
+                    pacer.end(end)
+                t.join(tick_s)
+        finally:
+            if t.is_alive():  # until() or starting() raised: the feed stops with it
+                pacer.end(0)
+                t.join()
+        if "error" in got:
+            raise SystemFailure(f"paced topic {topic!r}: {got['error']}") from got["error"]
+        try:
+            pacer.flush(60)
+        except SlashError as e:
+            raise SystemFailure(f"paced topic {topic!r}: {e}") from e
+    finally:
+        pacer.close()
+    return got["counts"]
+
+
+def _paced_confluent(bootstrap: str, topic: str, partitions: int, rate: int,
+                     until: Callable[[], Optional[float]], values: List[Tuple[str, str]],
+                     tick_s: float, limit_s: float, starting: Callable[[], bool]
+                     ) -> Dict[str, int]:
     p = producer(bootstrap)
     n, i = 0, 0
     t0 = time.time()
@@ -223,6 +302,8 @@ def produce_paced(bootstrap: str, topic: str, partitions: int, rate: int,
         last = now
         ms = str(int(now * 1000))
         while n < int(due):
+            if n % 256 == 255 and time.time() - now >= tick_s:
+                break  # no longer than a tick: the rest stays due (see the core's form)
             head, tail = values[i]
             i = (i + 1) % len(values)
             while True:

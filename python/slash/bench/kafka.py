@@ -91,9 +91,11 @@ The highest sustained rate (``--sweep``): for each live side, latency runs
 (below) of ``--sweep-seconds`` at rates doubling from ``--sweep-start``
 until one fails, then ``--sweep-steps`` bisections (:func:`sweep_rates`);
 a side sustains a rate when every window of the measured span is visible,
-their p99 latency is under 1 s (Flink's: in the job, see below), and the producer (one Python process on the
-same cores) fed at least 95 % of the rate (a rate it could not feed ends the
-sweep: ``producer_bound``). Then every live side runs ``--latency-seconds``
+their p99 latency is under 1 s (Flink's: in the job, see below), and the producer
+(:func:`produce_paced`, on the same cores: the core's paced producer on a thread
+without the GIL, ~1-2 CPU s per M events, or confluent-kafka's client in a Python
+loop, ~4, when the core lacks librdkafka) fed at least 95 % of the rate (a rate it
+could not feed ends the sweep: ``producer_bound``). Then every live side runs ``--latency-seconds``
 at the highest rate all of them sustain (or ``--latency-rate``): the latency
 distribution at a common rate. ``--table`` writes the runs as Markdown and
 ``--plot`` as a PNG (:func:`slash.bench.plot.plot_kafka`).

@@ -95,7 +95,8 @@ slash_status slash_kfetch_unassign(slash_kfetch *f);
 /* Polls up to max messages (waiting up to timeout_ms for the first): the
  * records are held (ordered by partition) until slash_kfetch_fill, the events
  * are read with slash_kfetch_event. Says how many records and the bytes their
- * values and keys take (values joined with sep). */
+ * values and keys take (values joined with sep; key_bytes NULL: keys are not
+ * read, and not summed). */
 slash_status slash_kfetch_poll(slash_kfetch *f, size_t max, int timeout_ms, int sep,
                                size_t *records, size_t *value_bytes, size_t *key_bytes);
 size_t slash_kfetch_events(const slash_kfetch *f);
