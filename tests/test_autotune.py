@@ -19,7 +19,10 @@ much faster the machine got since the calibration):
   behind the clock by more than the target for about 9 / f s, and the
   controller scales out after ``sustain`` (3) late ticks of 1 s with the
   input the bottleneck (the windows of the burst come out late for a tick
-  or two after it): that holds for f up to about 2.25; at f = 3 one
+  or two after it): that holds for f up to about 2.25; on the first late
+  tick already where the demand it measures (6 C) is at least ``surge``
+  (1.5) x the f C it measures, for f up to 4, once a pair of reports and a
+  capacity sample are in. At f = 3 one
   executor still falls behind (at half the burst's rate) for about 3 s, at
   the edge of the rule, where under the earlier 3 C for 3 s it did not
   fall behind at all (the one failing run of 20 before this burst). The
@@ -44,9 +47,11 @@ capacity, p99 back 31-38 s after the step), 6 C for 1.5 s 2 of 13 on the
 fast side (calibrated at 0.5 M rec/s while the run read 1.2-1.8 M: one
 executor read the burst in 3 s and caught up before a third late tick, so
 the controller rightly did not scale out). That case is judged from the run
-itself: the timeline carries the controller's late streak, and a run whose
-executor was never late for ``sustain`` ticks must not scale out and is
-reported as skipped, with the streak, rather than passed.
+itself: the timeline carries the controller's late streak and its
+measured overload (demand over executors x capacity), and a run whose
+executor was never late for ``sustain`` ticks, nor late with an overload of
+``surge``, must not scale out and is reported as skipped, with the streak,
+rather than passed.
 
 The recording starts far enough ahead of the clock for the
 file to be written and the group to start. The assertions compare the
@@ -198,10 +203,14 @@ def _step_run(tmp_path, caplog, cal, **how):
     # whether one executor fell behind long enough to scale is the controller's own
     # judgement of this run (its late streak in the timeline), not the calibration's
     # forecast: a machine that got faster since reads the burst without falling behind
-    late = max((p["late_streak"] or 0) for p in auto["timeline"]
-               if at["up"] <= p["t"] <= at["up"] + 30)
+    step = [p for p in auto["timeline"] if at["up"] <= p["t"] <= at["up"] + 30]
+    late = max((p["late_streak"] or 0) for p in step)
+    # and whether the demand it measured on a late tick was a surge over its capacity
+    surged = [p["overload"] for p in step if (p["late_streak"] or 0) >= 1
+              and p["overload"] is not None and p["overload"] >= cfg.surge]
     if not outs:
         assert late < cfg.sustain, f"late for {late} ticks and no scale-out: {seen}"
+        assert not surged, f"overloads {surged} on late ticks and no scale-out: {seen}"
         assert tuned.equals(run(QUERY, path, executors=1))
         pytest.skip(f"one executor read the burst late for {late} ticks only (under "
                     f"{cfg.sustain}): the machine ran faster than calibrated, no scale-out due")
