@@ -36,7 +36,11 @@ much faster the machine got since the calibration):
 * LOW is C / 20: a release's premise (demand under fit x the measured
   capacity, ``fit`` 0.6) holds unless the machine gets 12x slower; the 40 s
   after the step leave the cool-down (5 s) and ``release_sustain`` (6)
-  ticks room after a drain of 20 s.
+  ticks room after a drain of 20 s. Whether it held is judged from the
+  run's own capacity estimate: a run in which the low rate did not fit
+  under ``fit`` x that capacity (a machine 16x slower than calibrated, at
+  load 17, once) must not be asked to release and is reported as skipped,
+  with both capacities.
 
 Between them the two bounds allow the machine's speed to drift about 7x
 between the calibration and the run (late ticks and the drain both scale
@@ -217,19 +221,14 @@ def _step_run(tmp_path, caplog, cal, **how):
     assert at["up"] <= outs[0]["time"] <= at["up"] + 30, seen
     assert "target" in outs[0]["reason"] and outs[0]["bottleneck"] == "input"
     # the step went beyond what one executor read when it was behind, as the controller
-    # measured it in this run, and the low rate is within fit of it: both decisions follow
-    # from its own measurements (sized at 6x and 1/20 of the same measure taken just before,
-    # these hold unless the machine got 6x faster or 12x slower since)
-    assert cap is not None and at["high"] > cap and at["low"] < FIT * cap, seen
+    # measured it in this run (sized at 6x the same measure taken just before, this holds
+    # unless the machine got 6x faster since)
+    assert cap is not None and at["high"] > cap, seen
     # p99 back under the target within 30 s of the step
     back = [p for p in auto["timeline"] if at["up"] < p["t"] <= at["up"] + 30
             and p["t"] > outs[0]["time"] and p["latency_p99_ms"] is not None
             and p["latency_p99_ms"] < TARGET_MS]
     assert back, seen
-    # stepping back down releases the executor, for the load it measured
-    assert ins and ins[-1]["time"] > at["down"], seen
-    assert "measured capacity" in ins[-1]["reason"], ins[-1]
-    assert auto["executors"] == 1 and m["executors_final"] == 1
     # every decision is in the log with its reason
     logged = [r.getMessage() for r in caplog.records if r.name == "slash.controller"]
     for d in decisions:
@@ -238,6 +237,17 @@ def _step_run(tmp_path, caplog, cal, **how):
     fixed = run(QUERY, path, executors=1)
     assert tuned.num_rows == fixed.num_rows
     assert tuned.equals(fixed)
+    # a release is due only where the low rate fits one executor under fit by the capacity
+    # the controller measured in this run (at 1/20 of the calibration, unless the machine got
+    # 12x slower since): a machine that slow rightly keeps the executors
+    if not at["low"] < FIT * cap:
+        pytest.skip(f"the low rate {at['low']:.0f} rec/s is not under fit {FIT} x the capacity "
+                    f"measured in the run, {cap:.0f} rec/s (calibrated {cal['capacity']:.0f}): "
+                    f"the machine ran {cal['capacity'] / cap:.0f}x slower, no release due")
+    # stepping back down releases the executor, for the load it measured
+    assert ins and ins[-1]["time"] > at["down"], seen
+    assert "measured capacity" in ins[-1]["reason"], ins[-1]
+    assert auto["executors"] == 1 and m["executors_final"] == 1
     return m, outs + ins
 
 
