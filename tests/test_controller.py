@@ -272,6 +272,77 @@ def test_scale_out_asks_for_what_the_demand_needs_at_the_measured_capacity():
     assert [(x.action, x.args) for x in out] == [("scale_out", {"k": 3})], out
 
 
+# -- the first late tick of an overload well beyond the measured capacity ----------------------
+def _overload(ctl, s, times, ticks, wait=0.0):
+    """One executor reading on time at 100 k rec/s (its records behind
+    the clock reported: 0), then ``ticks`` late ticks of an overload of
+    ``times`` x what it reads at most: it reads 1 M rec/s (its capacity),
+    2 s behind the clock, while its backlog grows by (times - 1) M rec/s.
+    Returns the decisions of the late ticks, one list per tick."""
+    run(ctl, s, 2, p99=100, rate=1e5, lag=0.0, wait=0.5, behind=[0])
+    got = []
+    for i in range(1, ticks + 1):
+        got.append(run(ctl, s, 1, p99=None, rate=1e6, lag=2000.0, wait=wait, load=0.5,
+                       behind=[(times - 1) * 1e6 * i]))
+    return got
+
+
+def test_first_late_tick_of_a_3x_overload_scales_out_to_what_the_demand_needs():
+    ctl = Controller(cfg(max_executors=8), executors=1, epoch_ms=50)
+    got = _overload(ctl, Stream(1), 3.0, 1)
+    # 3 M rec/s due at 0.6 x 1 M per executor: 5 executors, 4 more, on the first late tick
+    assert [[(d.action, d.args) for d in t] for t in got] == [[("scale_out", {"k": 4})]]
+    assert ctl.overload == pytest.approx(3.0) and ctl.late_streak == 1
+    reason = got[0][0].reason
+    assert "demand 3000000 rec/s" in reason and "measured capacity 1000000" in reason
+    assert "3.00 x 1 executor(s)" in reason and "surge 1.50" in reason
+
+
+def test_a_1_2x_overload_waits_sustain_ticks():
+    ctl = Controller(cfg(max_executors=8), executors=1, epoch_ms=50)
+    got = _overload(ctl, Stream(1), 1.2, 3)
+    assert ctl.capacity == 1e6 and ctl.overload == pytest.approx(1.2)
+    assert [[d.action for d in t] for t in got] == [[], [], ["scale_out"]]
+    assert "surge" not in got[2][0].reason
+
+
+def test_no_first_tick_reaction_without_a_capacity_estimate():
+    # the reader's waits are unknown (an interval that began before its first paced batch):
+    # no capacity sample, so the demand has nothing to be compared with
+    ctl = Controller(cfg(max_executors=8), executors=1, epoch_ms=50)
+    got = _overload(ctl, Stream(1), 3.0, 3, wait=None)
+    assert ctl.capacity is None and ctl.overload is None
+    assert [[d.action for d in t] for t in got] == [[], [], ["scale_out"]]
+    assert "surge" not in got[2][0].reason
+
+
+def test_no_release_right_after_a_first_tick_scale_out():
+    # the burst ends on the next tick; the executors stay for the cool-down and until the
+    # load fitted one fewer for release_sustain ticks
+    ctl = Controller(cfg(max_executors=2, cooldown=5.0, release_sustain=6), executors=1,
+                     epoch_ms=50)
+    s = Stream(1)
+    out = _overload(ctl, s, 3.0, 1)[0]
+    assert [(d.action, d.args) for d in out] == [("scale_out", {"k": 1})]
+    s.n = ctl.executors
+    after = run(ctl, s, 12, p99=100, rate=5e4, lag=0.0, wait=0.5, load=0.05, behind=[0, 0])
+    assert [d.action for d in after] == ["scale_in"]
+    assert after[0].time - out[0].time >= max(5.0, 6 * 1.0)
+
+
+def test_a_report_interval_spanning_a_scale_is_no_demand_sample():
+    # the scale pauses the input: the next reports' backlog grows by what piled up in the
+    # pause, which is no demand, and the new rank reports its first backlog then
+    ctl = Controller(cfg(max_executors=4, sustain=10, cooldown=1.0), executors=1, epoch_ms=50)
+    s = Stream(1)
+    assert [d.action for d in _overload(ctl, s, 3.0, 1)[0]] == ["scale_out"]
+    s.n = ctl.executors  # 4: ranks 1-3 report no earlier backlog
+    run(ctl, s, 1, p99=None, rate=1e6, lag=2000.0, wait=0.0, behind=[9e6, 0, 0, 0])
+    assert ctl.overload is None and ctl.decisions[-1].action == "scale_out"
+    got = run(ctl, s, 1, p99=None, rate=1e6, lag=2000.0, wait=0.0, behind=[9e6, 0, 0, 0])
+    assert got == [] and ctl.overload == pytest.approx(1.0)
+
+
 def _two_after_a_burst(capacity, release_sustain, epoch_ms=100, load=0.5):
     """Two executors of measured capacity ``capacity`` (read behind the
     clock in a burst whose scale-out to two was applied), past its cool-down."""
@@ -325,6 +396,8 @@ def test_config_refuses_bad_values_by_name():
         ControllerConfig(latency_target="1s", min_executors=3, max_executors=2)
     with pytest.raises(InvalidArgument, match="outside"):
         Controller(ControllerConfig(latency_target="1s", max_executors=2), executors=3, epoch_ms=10)
+    with pytest.raises(InvalidArgument, match="surge must be above 1"):
+        ControllerConfig(latency_target="1s", surge=1.0)
     with pytest.raises(InvalidArgument, match="unknown controller actions"):
         Actuator({"explode": lambda: None})
 

@@ -87,6 +87,16 @@ only of windows that ended after the input last read behind the clock (a
 drain's windows carry the backlog's latency, not the settings'). Each decision's reason ends with
 the fitted law and the term that limits the latency at its new setting.
 
+The demand of a tick is also taken from each executor's last two reports
+(records/s read plus the growth of its records behind the clock between
+them, summed over executors; none for a report interval that overlaps a
+decision being applied): on a late tick where it is at least ``surge`` x
+the executors' measured capacity (:attr:`Controller.overload`), the
+controller scales out at once, to the executors the demand needs at
+``fit``, without waiting ``sustain`` ticks (a burst of a few seconds is
+mostly over by then). Without a capacity estimate, or with an overload
+under ``surge``, the rules above wait their ticks.
+
 Against oscillation (hysteresis and cool-down): a condition must hold for
 ``sustain`` consecutive ticks (``release_sustain`` for releasing, which is
 slower on purpose), the up and down thresholds are apart (late: lag or p99
@@ -157,6 +167,7 @@ class ControllerConfig:
     min_epoch_ms: float = 5.0
     max_epoch_ms: float = 1000.0
     headroom: float = 0.8        # a setting chosen by the model must predict p99 under headroom x target
+    surge: float = 1.5           # demand over executors x measured capacity that scales out on the first late tick
 
     def __post_init__(self) -> None:
         target = parse_duration_ms(self.latency_target)
@@ -177,6 +188,10 @@ class ControllerConfig:
             raise InvalidArgument(f"headroom must be in (0, 1] (a fraction of the target), got {self.headroom}")
         if not self.low_water < 1:
             raise InvalidArgument(f"low_water must be below 1 (a fraction of the target), got {self.low_water}")
+        if isinstance(self.surge, bool) or not isinstance(self.surge, (int, float)) \
+                or not self.surge > 1:
+            raise InvalidArgument(f"surge must be above 1 (demand over what the executors read at "
+                                  f"most: at or below 1 is no overload), got {self.surge!r}")
 
     @property
     def target_ms(self) -> float:
@@ -221,6 +236,10 @@ class Signals:
     per: Dict[int, _Exec] = field(default_factory=dict)
     backlog_growing: bool = False
     backlog_per_s: float = 0.0   # growth of the records behind the clock, summed over executors
+    #: records/s due now from each executor's last two reports (what it read plus the growth
+    #: of its records behind the clock), summed; None unless every executor has such a pair
+    #: outside a reconfiguration
+    demand_per_s: Optional[float] = None
     fresh: bool = False          # a new point of the metrics history since the last tick
 
 
@@ -276,6 +295,10 @@ class Controller:
         self._reconfigured: List[tuple] = []  # (from, to): the group was being reconfigured
         self.model = LatencyModel()  # p99 against epoch length and utilisation, fitted online
         self._behind_at = float("-inf")  # the last tick the input was behind the clock
+        self._due: Dict[int, tuple] = {}  # rank -> (report time, records/s due over its interval)
+        #: the latest judged tick's demand over the executors' measured capacity (demand /
+        #: (executors x capacity)), None without a demand pair or a capacity estimate
+        self.overload: Optional[float] = None
 
     @property
     def capacity(self) -> Optional[float]:
@@ -297,6 +320,7 @@ class Controller:
                                   + [(self._deciding, t)])[-_RECONFIGURATIONS_KEPT:]
             self._deciding = None
         per: Dict[int, _Exec] = {}
+        reported: Dict[int, float] = {}  # rank -> time of the report this snapshot holds
         epochs = []
         new: List[int] = []  # the executors with a report new since the last tick
         paused = set()  # the executors whose report interval spans a reconfiguration
@@ -315,6 +339,12 @@ class Controller:
                                 records_per_s=float(cur.get("records_per_s") or 0.0),
                                 behind=cur.get("records_behind"), merge_per_s=merge, stalls_per_s=stalls,
                                 lag_ms=cur.get("input_lag_ms"), input_wait=cur.get("input_wait"))
+            reported[int(r)] = float(cur["time"])
+            if int(r) in paused:  # its rate counts the pause, its backlog the redistribution
+                self._due.pop(int(r), None)
+            elif old and dt > 0:
+                self._due_sample(int(r), per[int(r)], old.get("records_behind"), dt,
+                                 float(cur["time"]))
             if cur.get("epoch_ms"):
                 epochs.append(float(cur["epoch_ms"]))
         self._fresh = []
@@ -346,10 +376,26 @@ class Controller:
                     and e.input_wait is not None and e.input_wait <= _CAPACITY_MAX_WAIT \
                     and r not in paused:
                 self._capacity = (self._capacity + [e.records_per_s])[-_CAPACITY_SAMPLES:]
+        self._due = {r: v for r, v in self._due.items() if r in per}
+        dues = [self._due.get(r) for r in per]
+        demand = (sum(max(0.0, d[1]) for d in dues)  # type: ignore[index]
+                  if per and all(d is not None and d[0] == reported[r]
+                                 for r, d in zip(per, dues)) else None)
         return Signals(time=t, executors=self.executors, p99_ms=p99,
                        epoch_ms=statistics.median(epochs) if epochs else None, per=per,
                        backlog_growing=growing, backlog_per_s=slope,
-                       fresh=points > 0)
+                       fresh=points > 0, demand_per_s=demand)
+
+    def _due_sample(self, r: int, e: _Exec, behind_before: Optional[float], dt: float,
+                    at: float) -> None:
+        """Executor ``r``'s records due per second over its latest report
+        interval (``dt`` s ending at ``at``): what it read plus the growth of
+        its records behind the clock; none where either report lacks the
+        backlog (a source that does not report it)."""
+        if e.behind is None or behind_before is None:
+            self._due.pop(r, None)
+            return
+        self._due[r] = (at, e.records_per_s + (float(e.behind) - float(behind_before)) / dt)
 
     def _spans_reconfiguration(self, old: Optional[Mapping[str, Any]],
                                cur: Mapping[str, Any]) -> bool:
@@ -377,10 +423,15 @@ class Controller:
         self._under = self._under + 1 if room else 0
         self._fits = self._fits + 1 if self._fits_fewer(s) else 0
         self._tight = self._tight + 1 if self._near_target(s) else 0
+        cap = self.capacity
+        self.overload = (s.demand_per_s / (self.executors * cap)
+                         if cap is not None and s.demand_per_s is not None else None)
         if s.time < self._quiet_until:
             return None
         d: Optional[Decision] = None
-        if self._over >= c.sustain:
+        if late:  # an overload well beyond the measured capacity: no need to wait sustain ticks
+            d = self._surge(s)
+        if d is None and self._over >= c.sustain:
             d = self._too_slow(s)
         if d is None and self._fits >= c.release_sustain:
             d = self._release(s)
@@ -474,13 +525,59 @@ class Controller:
             got["capacity"] = self._demand(s) / (k * cap)
         return got
 
+    def _late_terms(self, s: Signals) -> str:
+        """The latency side of a late tick, in words."""
+        return ((f"p99 {s.p99_ms:.0f} ms" if s.p99_ms is not None else "no window out")
+                + f" against target {self.config.target_ms:.0f} ms, late for {self._over} ticks")
+
+    def _surge(self, s: Signals) -> Optional[Decision]:
+        """A late tick whose demand is at least ``surge`` x what the
+        executors read at most (:attr:`overload`): executors for the demand
+        at ``fit`` at once, without waiting ``sustain`` ticks (a burst of a
+        few seconds is mostly over by then)."""
+        c = self.config
+        cap, demand = self.capacity, s.demand_per_s
+        if self.overload is None or self.overload < c.surge or self.executors >= c.max_executors \
+                or cap is None or demand is None:
+            return None
+        read = sum(e.records_per_s for e in s.per.values())
+        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
+        why = (f"{self._late_terms(s)}"
+               + (f"; input read {max(lags):.0f} ms behind the clock" if lags else "")
+               + f"; demand {demand:.0f} rec/s (read {read:.0f}, backlog {demand - read:+.0f} a "
+               f"second) is {self.overload:.2f} x {self.executors} executor(s) x one executor's "
+               f"measured capacity {cap:.0f} rec/s, at or over surge {c.surge:.2f}: scaled for "
+               f"the demand at fit {c.fit:.2f} on this tick")
+        return self._scale_out(s, self._executors_for(demand), why)
+
+    def _executors_for(self, demand: float) -> int:
+        """Executors that read ``demand`` records/s at ``fit`` utilisation of
+        the measured capacity (known: the caller checked)."""
+        return math.ceil(demand / (self.config.fit * float(self.capacity or 0.0)))
+
+    def _scale_out(self, s: Signals, need: int, why: str) -> Decision:
+        """Scale out to ``need`` executors, or to what the fitted model
+        wants for its queueing term if more; at least one more, at most
+        ``max_executors``."""
+        c = self.config
+        fit = self.model.fit()
+        if fit is not None and fit.queueing_known:  # executors for the queueing term too
+            more = range(self.executors + 1, c.max_executors + 1)
+            got = choose(fit, target_ms=c.headroom * c.target_ms, epochs=[self.epoch_ms],
+                         executors=more, utilisation={k: self._u(s, k) for k in more},
+                         fit_limit=c.fit)
+            if got is not None and got[0] > need:
+                need = got[0]
+                why += f"; the model wants {need} for the queueing term"
+        k = max(1, min(need - self.executors, c.max_executors - self.executors))
+        return Decision(s.time, "scale_out", {"k": k}, "input", why)
+
     def _too_slow(self, s: Signals) -> Optional[Decision]:
         c = self.config
         loads = {r: e.cpu_load for r, e in s.per.items()}
         hot = max(loads.values())
         mean = sum(loads.values()) / len(loads)
-        p99 = (f"p99 {s.p99_ms:.0f} ms" if s.p99_ms is not None else "no window out") + \
-            f" against target {c.target_ms:.0f} ms, late for {self._over} ticks"
+        p99 = self._late_terms(s)
         lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
         # reading behind the clock by more than the target: the input is the bottleneck,
         # whatever the CPU load says (on a shared machine a starved executor shows little)
@@ -493,23 +590,13 @@ class Controller:
                 cap = self.capacity
                 if cap is not None:  # as many as the demand needs at the measured capacity
                     demand = self._demand(s)
-                    need = math.ceil(demand / (c.fit * cap))
+                    need = self._executors_for(demand)
                     why += (f"; demand {demand:.0f} rec/s, one executor's measured capacity "
                             f"{cap:.0f} rec/s")
                 else:
                     need = (math.ceil(self.executors * max(mean, hot) / c.fit)
                             if not (s.backlog_growing or lagging) else 0)
-                fit = self.model.fit()
-                if fit is not None and fit.queueing_known:  # executors for the queueing term too
-                    more = range(self.executors + 1, c.max_executors + 1)
-                    got = choose(fit, target_ms=c.headroom * c.target_ms, epochs=[self.epoch_ms],
-                                 executors=more, utilisation={k: self._u(s, k) for k in more},
-                                 fit_limit=c.fit)
-                    if got is not None and got[0] > need:
-                        need = got[0]
-                        why += f"; the model wants {need} for the queueing term"
-                k = max(1, min(need - self.executors, c.max_executors - self.executors))
-                return Decision(s.time, "scale_out", {"k": k}, "input", why)
+                return self._scale_out(s, need, why)
             # longer epochs only help executors busy with their own work: one starved by
             # other processes on the machine (late, little CPU load) gains nothing from them
             if hot >= c.busy and self.epoch_ms * 2 <= min(c.max_epoch_ms, c.target_ms / 2):
