@@ -330,6 +330,41 @@ def test_no_release_right_after_a_first_tick_scale_out():
     assert after[0].time - out[0].time >= max(5.0, 6 * 1.0)
 
 
+def test_a_surge_in_the_cool_down_of_a_release_scales_out_at_once():
+    # a burst that starts just after a release: the release's cool-down would hold a scale-out
+    # back past a burst of a few seconds, and a release added no capacity whose effect must
+    # show first; a scale-out's own cool-down still holds (test below)
+    ctl = Controller(cfg(max_executors=2, cooldown=8.0, release_sustain=3), executors=1,
+                     epoch_ms=50)
+    s = Stream(1)
+    assert [d.action for d in _overload(ctl, s, 3.0, 1)[0]] == ["scale_out"]
+    s.n = ctl.executors
+    rel = []
+    while not rel and s.t < 1030:  # low load until the release
+        rel = run(ctl, s, 1, p99=100, rate=5e4, lag=0.0, wait=0.5, load=0.05, behind=[0, 0])
+    assert [d.action for d in rel] == ["scale_in"]
+    s.n = ctl.executors
+    at = rel[0].time
+    run(ctl, s, 1, p99=100, rate=5e4, lag=0.0, wait=0.5, load=0.05, behind=[0])
+    got = []
+    for i in range(1, 3):  # the burst: 3 M rec/s due against 1 M read
+        got += run(ctl, s, 1, p99=None, rate=1e6, lag=2000.0, wait=0.0, load=0.5,
+                   behind=[2e6 * i])
+    assert [(d.action, d.args) for d in got] == [("scale_out", {"k": 1})]
+    assert got[0].time - at < 8.0 and "surge" in got[0].reason
+
+
+def test_a_surge_in_the_cool_down_of_a_scale_out_waits_for_it():
+    ctl = Controller(cfg(max_executors=4, cooldown=5.0), executors=1, epoch_ms=50)
+    s = Stream(1)
+    first = _overload(ctl, s, 2.0, 1)[0]
+    assert [(d.action, d.args) for d in first] == [("scale_out", {"k": 3})]
+    s.n = ctl.executors
+    during = run(ctl, s, 4, p99=None, rate=1e6, lag=2000.0, wait=0.0, load=0.5,
+                 behind=[3e6 * i for i in range(4)])
+    assert during == []
+
+
 def test_a_report_interval_spanning_a_scale_is_no_demand_sample():
     # the scale pauses the input: the next reports' backlog grows by what piled up in the
     # pause, which is no demand, and the new rank reports its first backlog then

@@ -288,6 +288,7 @@ class Controller:
         self._tight = 0  # consecutive ticks p99 was over headroom x target, input on time
         self._declined: Dict[str, float] = {}  # kind -> time a decision declined was last logged
         self._quiet_until = 0.0
+        self._last_action: Optional[str] = None  # the last decision's, for the cool-down
         self._behind: List[tuple] = []  # (time, total records behind)
         self._p99: Optional[tuple] = None  # (history time, p99 ms) of the latest point with windows
         self._capacity: List[float] = []  # records/s of executors read while behind the clock
@@ -426,11 +427,17 @@ class Controller:
         cap = self.capacity
         self.overload = (s.demand_per_s / (self.executors * cap)
                          if cap is not None and s.demand_per_s is not None else None)
-        if s.time < self._quiet_until:
+        quiet = s.time < self._quiet_until
+        if quiet and not (late and self._last_action != "scale_out"):
             return None
         d: Optional[Decision] = None
         if late:  # an overload well beyond the measured capacity: no need to wait sustain ticks
+            # also in the cool-down of a release or an epoch change: neither added capacity
+            # whose effect must show first, and a burst of a few seconds would be over by
+            # its end; a scale-out's cool-down holds (its new executors must show)
             d = self._surge(s)
+        if quiet and d is None:
+            return None
         if d is None and self._over >= c.sustain:
             d = self._too_slow(s)
         if d is None and self._fits >= c.release_sustain:
@@ -443,6 +450,7 @@ class Controller:
             d = self._explained(d, s)
             self._quiet_until = s.time + c.cooldown
             self._deciding = s.time
+            self._last_action = d.action
             self._over = self._under = self._fits = self._tight = 0
             self.decisions.append(d)
             log.info("controller: %s %s (%s: %s)", d.action, d.args, d.bottleneck, d.reason)
