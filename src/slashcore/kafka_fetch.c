@@ -71,6 +71,8 @@ slash_status slash_kfetch_partitions(slash_kfetch *f, int timeout_ms, int32_t *o
 
 #include <librdkafka/rdkafka.h>
 
+#include "kafka_conf.h"
+
 struct slash_kfetch {
     rd_kafka_t *rk;
     rd_kafka_queue_t *queue; /* the consumer queue */
@@ -96,13 +98,10 @@ slash_status slash_kfetch_new(const char *topic, const char *const *keys,
                               const char *const *values, size_t n, slash_kfetch **out) {
     *out = NULL;
     char err[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    for (size_t i = 0; i < n; i++) {
-        if (rd_kafka_conf_set(conf, keys[i], values[i], err, sizeof err) != RD_KAFKA_CONF_OK) {
-            rd_kafka_conf_destroy(conf);
-            return slash_fail(SLASH_EINVAL, "Kafka setting %s=%s: %s", keys[i], values[i], err);
-        }
-    }
+    rd_kafka_conf_t *conf;
+    slash_status cst = kafka_conf_new(keys, values, n, &conf);
+    if (cst != SLASH_OK)
+        return cst;
     slash_kfetch *f = calloc(1, sizeof *f);
     if (!f || !(f->topic = strdup(topic))) {
         free(f);

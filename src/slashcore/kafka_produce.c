@@ -9,6 +9,7 @@
  * due are rate x the monotonic time elapsed, whatever the ticks' jitter,
  * and one tick sends for at most a tick's time (the rest stays due). */
 #define _POSIX_C_SOURCE 200809L
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +83,8 @@ slash_status slash_kprod_flush(slash_kprod *p, int timeout_ms) {
 #include <time.h>
 
 #include <librdkafka/rdkafka.h>
+
+#include "kafka_conf.h"
 
 struct slash_kprod {
     rd_kafka_t *rk;
@@ -196,16 +199,19 @@ slash_status slash_kprod_new(const char *topic, int32_t partitions, const char *
         return st;
     }
     char err[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    /* only failed deliveries are reported: one callback per record costs */
-    (void)rd_kafka_conf_set(conf, "delivery.report.only.error", "true", err, sizeof err);
-    for (size_t i = 0; i < n; i++) {
-        if (rd_kafka_conf_set(conf, keys[i], values[i], err, sizeof err) != RD_KAFKA_CONF_OK) {
-            rd_kafka_conf_destroy(conf);
-            slash_kprod_free(p);
-            return slash_fail(SLASH_EINVAL, "Kafka setting %s=%s: %s", keys[i], values[i], err);
-        }
+    rd_kafka_conf_t *conf;
+    st = kafka_conf_new(keys, values, n, &conf);
+    if (st != SLASH_OK) {
+        slash_kprod_free(p);
+        return st;
     }
+    /* only failed deliveries are reported (one callback per record costs), unless the
+     * settings say otherwise */
+    bool asked = false;
+    for (size_t i = 0; i < n; i++)
+        asked = asked || strcmp(keys[i], "delivery.report.only.error") == 0;
+    if (!asked)
+        (void)rd_kafka_conf_set(conf, "delivery.report.only.error", "true", err, sizeof err);
     rd_kafka_conf_set_opaque(conf, p);
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rd_kafka_conf_set_error_cb(conf, on_error);
