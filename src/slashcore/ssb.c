@@ -1419,9 +1419,11 @@ run_rows(slash_ssb *s, const slash_ssb_batch *b, const fold_plan *pl, fast_entry
     const size_t n = b->n;
     const int64_t *const times = b->times, *const keys = b->keys;
     const uint64_t width = (uint64_t)hi - (uint64_t)lo; /* t in [lo, hi): t - lo < width */
+    const size_t first = i; /* in the slice by slice_of even where t - lo == width: a time of
+                             * INT64_MAX in the slice clipped to end there */
     for (;;) {
         i = hits(s, b, pl, fast, acc, ch, i, lo, width, sum, xmask, hl);
-        if (i >= n || (uint64_t)times[i] - (uint64_t)lo >= width)
+        if (i >= n || (i != first && (uint64_t)times[i] - (uint64_t)lo >= width))
             return i;
         /* row i misses */
         const size_t slot = fast_slot(keys[i], lo);

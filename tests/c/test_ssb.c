@@ -971,6 +971,34 @@ TEST(count_only_at_the_ends_of_time)
     slash_ssb_close(counts), slash_ssb_close(general);
 }
 
+/* A batch whose first row is at INT64_MAX with a key not in the cache (a
+ * miss as the run's first row, where t - lo is the slice's whole width) is
+ * folded, not looped on. */
+TEST(count_only_a_miss_at_the_last_time)
+{
+    int64_t times[] = {INT64_MAX, INT64_MAX}, keys[] = {7, 8}, vals[] = {1, 2};
+    data d = {2, keys, times, vals};
+    slash_window w;
+    CHECK_OK(slash_window_init(&w, SLASH_WINDOW_TUMBLING, 10000, 0));
+    slash_ssb_config cfg = {0};
+    cfg.window = w;
+    cfg.key_type = SLASH_KEY_INT64;
+    cfg.partitions = 1;
+    cfg.naggs = 1;
+    cfg.aggs[A_COUNT] = SLASH_AGG_COUNT;
+    cfg.log_reserve = (size_t)1 << 24;
+    slash_ssb *s = NULL;
+    CHECK_OK(slash_ssb_open(&cfg, &s));
+    CHECK_OK(update(s, SLASH_KEY_INT64, &d, 0, 2));
+    slash_ssb_result *r = NULL;
+    CHECK_OK(slash_ssb_emit(s, INT64_MAX, &r));
+    CHECK(r->rows == 2);
+    for (size_t i = 0; i < r->rows; i++)
+        CHECK(r->window_end[i] == INT64_MAX && ((int64_t *)r->columns[A_COUNT])[i] == 1);
+    slash_ssb_result_free(r);
+    slash_ssb_close(s);
+}
+
 TEST(count_only_sorted_times) { check_additive(200000, 100, 1, 0, 0); }
 TEST(count_only_shuffled_times) { check_additive(200000, 100, 0, 0, 0); }
 TEST(count_only_with_late_records) { check_additive(200000, 100, 1, 3000, 0); }
@@ -1002,6 +1030,7 @@ int main(void)
     RUN(session_end_saturating_at_int64_max_closes_at_the_end);
     RUN(growth_without_preset_size);
     RUN(count_only_at_the_ends_of_time);
+    RUN(count_only_a_miss_at_the_last_time);
     RUN(count_only_sorted_times);
     RUN(count_only_shuffled_times);
     RUN(count_only_with_late_records);
