@@ -515,6 +515,18 @@ def test_no_observation_of_windows_that_ended_while_the_input_was_behind():
     assert len(ctl.model) == 3
 
 
+def test_no_shorter_epoch_while_the_late_windows_are_a_drained_backlogs():
+    # at max_executors the input falls 3 s behind, then reads on time again: the backlog's
+    # windows come out 4 s late, which shorter epochs would not make earlier (their merges
+    # would slow the drain); once windows ended after it are late, the epoch is halved
+    ctl = Controller(cfg(max_executors=2, latency_target="250ms"), executors=2, epoch_ms=200)
+    s = Stream(2)
+    assert run(ctl, s, 3, p99=None, lag=3000.0, load=0.3, epoch_ms=200.0) == []
+    assert run(ctl, s, 4, p99=4000, lag=0.0, load=0.3, epoch_ms=200.0) == []
+    d = run(ctl, s, 3, p99=400, lag=0.0, load=0.3, epoch_ms=200.0)
+    assert [(x.action, x.args) for x in d] == [("epoch", {"epoch_ms": 100.0})]
+
+
 def test_release_when_the_latency_does_not_depend_on_the_load():
     ctl, got = _release_after_varied_rates(lambda u: 300.0)
     assert [(d.action, d.args) for d in got] == [("scale_in", {"k": 1})]

@@ -463,6 +463,12 @@ class Controller:
         pred = self._utilisation(s, k)
         return pred.get("capacity", pred["cpu"])
 
+    def _drain_latency(self, s: Signals) -> bool:
+        """Whether the windows behind this tick's p99 ended while the input
+        was behind the clock: handed out in the last second with this
+        latency, they are the backlog's (a drain's), not the settings'."""
+        return bool(self._fresh) and (s.time - self._behind_at) * 1000.0 <= self._fresh[-1] + 1000.0
+
     def _observe_model(self, s: Signals) -> None:
         """One observation per new p99 of a stream reading on time, whose
         windows ended after the input last was behind the clock."""
@@ -472,9 +478,7 @@ class Controller:
             return  # behind the clock: latency grows with time, not with the settings
         if not self._fresh or s.p99_ms is None or s.time < self._quiet_until:
             return  # nothing new, or the transient of a reconfiguration (its cool-down)
-        if (s.time - self._behind_at) * 1000.0 <= self._fresh[-1] + 1000.0:
-            # windows handed out in the last second with this latency ended while the input
-            # was behind: their latency is the backlog's (a drain's), not the settings'
+        if self._drain_latency(s):
             return
         self.model.add(s.epoch_ms or self.epoch_ms, self._u(s, self.executors), self._fresh[-1])
 
@@ -620,6 +624,12 @@ class Controller:
                 return Decision(s.time, "rebalance", {"from_rank": r_hot, "to_rank": idle}, "merge",
                                 f"{p99}; leader {r_hot} merges {merges[r_hot]:.2f} s/s, median {med:.2f}")
         if self.epoch_ms > c.target_ms / 4 and self.epoch_ms / 2 >= c.min_epoch_ms:
+            if self._drain_latency(s):
+                # the late windows are a backlog's being drained: shorter epochs would not
+                # make them earlier, and their merges would slow the drain
+                self._decline(s, "epoch", f"{p99}; the late windows ended while the input was "
+                                          "behind the clock: a backlog drains, the epoch is not what costs")
+                return None
             e: Optional[float] = self.epoch_ms / 2
             fit = self.model.fit()
             if fit is not None:  # the longest shorter epoch the model predicts within the target
