@@ -20,7 +20,7 @@ class Stream:
         self.behind = {r: None for r in range(executors)}
 
     def tick(self, p99, load=0.3, merge=None, stalls=0.0, behind=None, epoch_ms=100.0, dt=1.0,
-             rate=1e5, lag=None, wait=0.0):
+             rate=1e5, lag=None, wait=0.0, point=True):
         self.t += dt
         per = {}
         for r in range(self.n):
@@ -32,8 +32,10 @@ class Stream:
                            "input_lag_ms": lag, "input_wait": wait,
                            "merge_seconds": c["merge_seconds"], "credit_stalls": c["credit_stalls"],
                            "epoch_ms": epoch_ms}
+        if point:  # a history point (one a second in a run); without: the executors' reports only
+            self.last_point = {"t": self.t, "latency_p99_ms": p99}
         return {"time": self.t, "per_executor": per,
-                "history": [{"t": self.t, "latency_p99_ms": p99}]}
+                "history": [self.last_point] if point or hasattr(self, "last_point") else []}
 
 
 def run(ctl, stream, ticks, **kw):
@@ -296,6 +298,20 @@ def test_first_late_tick_of_a_3x_overload_scales_out_to_what_the_demand_needs():
     reason = got[0][0].reason
     assert "demand 3000000 rec/s" in reason and "measured capacity 1000000" in reason
     assert "3.00 x 1 executor(s)" in reason and "surge 1.50" in reason
+
+
+def test_a_surge_scales_out_on_the_reports_that_show_it_before_any_late_tick():
+    # the capacity was measured in an earlier overload; now the executor still reads within
+    # the target of the clock and no history point is new, but 3 M rec/s are due against
+    # its 1 M: the backlog grows by 2 M a second from now, so the scale-out comes at once
+    ctl = Controller(cfg(max_executors=8), executors=1, epoch_ms=50)
+    s = Stream(1)
+    assert _overload(ctl, s, 1.2, 1) == [[]] and ctl.capacity == 1e6
+    assert run(ctl, s, 3, p99=100, rate=1e5, lag=0.0, wait=0.5, behind=[0]) == []
+    got = run(ctl, s, 1, p99=None, rate=1e6, lag=200.0, wait=0.0, load=0.5, behind=[2e6],
+              point=False)
+    assert [(d.action, d.args) for d in got] == [("scale_out", {"k": 4})]
+    assert ctl.late_streak == 0 and ctl.overload == pytest.approx(3.0)
 
 
 def test_a_1_2x_overload_waits_sustain_ticks():

@@ -90,11 +90,12 @@ the fitted law and the term that limits the latency at its new setting.
 The demand of a tick is also taken from each executor's last two reports
 (records/s read plus the growth of its records behind the clock between
 them, summed over executors; none for a report interval that overlaps a
-decision being applied): on a late tick where it is at least ``surge`` x
-the executors' measured capacity (:attr:`Controller.overload`), the
-controller scales out at once, to the executors the demand needs at
-``fit``, without waiting ``sustain`` ticks (a burst of a few seconds is
-mostly over by then). Without a capacity estimate, or with an overload
+decision being applied): on any tick where it is at least ``surge`` x
+the executors' measured capacity (:attr:`Controller.overload`), late yet
+or not, between history points too, the controller scales out at once, to
+the executors the demand needs at ``fit``, without waiting for late ticks
+(a burst of a few seconds is mostly over by then; its backlog grows by the
+excess from its first second). Without a capacity estimate, or with an overload
 under ``surge``, the rules above wait their ticks.
 
 Against oscillation (hysteresis and cool-down): a condition must hold for
@@ -167,7 +168,7 @@ class ControllerConfig:
     min_epoch_ms: float = 5.0
     max_epoch_ms: float = 1000.0
     headroom: float = 0.8        # a setting chosen by the model must predict p99 under headroom x target
-    surge: float = 1.5           # demand over executors x measured capacity that scales out on the first late tick
+    surge: float = 1.5           # demand over executors x measured capacity that scales out at once
 
     def __post_init__(self) -> None:
         target = parse_duration_ms(self.latency_target)
@@ -415,8 +416,20 @@ class Controller:
         c = self.config
         if not s.per:
             return None
-        if not s.fresh:  # a sample per history point (one a second), however often it is seen
-            return None
+        cap = self.capacity
+        self.overload = (s.demand_per_s / (self.executors * cap)
+                         if cap is not None and s.demand_per_s is not None else None)
+        quiet = s.time < self._quiet_until
+        # an overload well beyond the measured capacity needs no late ticks, nor a history
+        # point: the backlog grows by the excess whatever the latency says yet. Also in the
+        # cool-down of a release or an epoch change (neither added capacity whose effect
+        # must show first, and a burst of a few seconds would be over by its end); a
+        # scale-out's cool-down holds (its new executors must show)
+        d: Optional[Decision] = None
+        if not (quiet and self._last_action == "scale_out"):
+            d = self._surge(s)
+        if not s.fresh:  # the other rules: a sample per history point (one a second)
+            return self._decided(d, s)
         self._observe_model(s)
         late, room = self._judge(s)
         self._over = self._over + 1 if late else 0
@@ -424,20 +437,8 @@ class Controller:
         self._under = self._under + 1 if room else 0
         self._fits = self._fits + 1 if self._fits_fewer(s) else 0
         self._tight = self._tight + 1 if self._near_target(s) else 0
-        cap = self.capacity
-        self.overload = (s.demand_per_s / (self.executors * cap)
-                         if cap is not None and s.demand_per_s is not None else None)
-        quiet = s.time < self._quiet_until
-        if quiet and not (late and self._last_action != "scale_out"):
-            return None
-        d: Optional[Decision] = None
-        if late:  # an overload well beyond the measured capacity: no need to wait sustain ticks
-            # also in the cool-down of a release or an epoch change: neither added capacity
-            # whose effect must show first, and a burst of a few seconds would be over by
-            # its end; a scale-out's cool-down holds (its new executors must show)
-            d = self._surge(s)
-        if quiet and d is None:
-            return None
+        if quiet:
+            return self._decided(d, s)
         if d is None and self._over >= c.sustain:
             d = self._too_slow(s)
         if d is None and self._fits >= c.release_sustain:
@@ -446,9 +447,14 @@ class Controller:
             d = self._room_to_spare(s)
         if d is None and self._tight >= c.sustain:
             d = self._tight_epoch(s)
+        return self._decided(d, s)
+
+    def _decided(self, d: Optional[Decision], s: Signals) -> Optional[Decision]:
+        """Records decision ``d`` (None: none) taken on tick ``s``: its
+        explanation, the cool-down, the counters reset, the log."""
         if d is not None:
             d = self._explained(d, s)
-            self._quiet_until = s.time + c.cooldown
+            self._quiet_until = s.time + self.config.cooldown
             self._deciding = s.time
             self._last_action = d.action
             self._over = self._under = self._fits = self._tight = 0
@@ -543,10 +549,11 @@ class Controller:
                 + f" against target {self.config.target_ms:.0f} ms, late for {self._over} ticks")
 
     def _surge(self, s: Signals) -> Optional[Decision]:
-        """A late tick whose demand is at least ``surge`` x what the
-        executors read at most (:attr:`overload`): executors for the demand
-        at ``fit`` at once, without waiting ``sustain`` ticks (a burst of a
-        few seconds is mostly over by then)."""
+        """A tick whose demand is at least ``surge`` x what the executors
+        read at most (:attr:`overload`): executors for the demand at ``fit``
+        at once, without waiting for late ticks (a burst of a few seconds is
+        mostly over by then; the backlog grows by the excess from its
+        start)."""
         c = self.config
         cap, demand = self.capacity, s.demand_per_s
         if self.overload is None or self.overload < c.surge or self.executors >= c.max_executors \
