@@ -36,6 +36,8 @@ import argparse
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -211,6 +213,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the tuned run with checkpoint= (rescale by restart)")
     p.add_argument("--lead", type=float, default=8.0,
                    help="seconds between writing the input and its first event time (default 8)")
+    p.add_argument("--hog", action="store_true",
+                   help="run every side beside a process spinning on one core (a shared machine)")
     p.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
     p.add_argument("--plot", default="bench/results/autotune.png", help="PNG ('' for none)")
 
@@ -225,7 +229,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     out: Dict[str, Any] = {"benchmark": NAME, "transport": "shm", "cores": os.cpu_count(),
                            "target": args.target, "target_ms": _ms(args.target), "low": args.low,
                            "high": args.high, "phases": phases, "keys": args.keys,
-                           "window": args.window}
+                           "window": args.window, "hog": bool(args.hog),
+                           "load_average_before": [round(x, 2) for x in os.getloadavg()]}
+    # a one-core CPU hog for the whole sweep: every side runs beside it alike
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.hog else None
     try:
         with Progress(NAME, len(sweep) + (1 if args.no_restart else 2)) as prog:
             fixed = []
@@ -241,6 +248,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                     restart = _one(args, work, phases, min(e for e, _ in sweep),
                                    max(ms for _, ms in sweep), args.target, restart=True)
     finally:
+        out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+        if hog is not None:
+            hog.kill()
+            hog.wait()
         shutil.rmtree(work, ignore_errors=True)
     out["fixed"] = fixed
     out["autotune"] = tuned
@@ -267,7 +278,9 @@ def summary(r: Dict[str, Any]) -> str:
     a, b = r["autotune"], r["best_fixed"]
     cmp_ = r["autotune_vs_best_fixed"]
     lines = [f"autotune: target {r['target']}, rate {r['low'] / 1e3:.0f} k <-> {r['high'] / 1e6:.1f} M "
-             f"rec/s on {r['cores']} cores"]
+             f"rec/s on {r['cores']} cores" + (" beside a one-core hog" if r.get("hog") else "")
+             + (f"; load average {r['load_average_before'][0]} before, "
+                f"{r['load_average_after'][0]} after" if "load_average_after" in r else "")]
     for f in r["fixed"] + [a] + ([r["autotune_restart"]] if r.get("autotune_restart") else []):
         name = (f"autotune ({f.get('path') or 'restart'})" if f["autotune"]
                 else f"fixed {f['executors']} x {f['epoch_ms']} ms")
