@@ -843,18 +843,24 @@ static inline void add_pending_row(const fold_plan *a, enum pend_shape shape, co
     } else if (shape == PEND_COUNT_PAIR || shape == PEND_COUNT_PAIR_F64 ||
                shape == PEND_COUNT_PAIR_F64_NUM) {
         PEND(acc, 0) = slash_wrap_add(PEND(acc, 0), 1);
-        const int64_t v = shape == PEND_COUNT_PAIR_F64     ? f64_order((uint64_t)sum[i])
-                          : shape == PEND_COUNT_PAIR_F64_NUM ? f64_order_num((uint64_t)sum[i])
-                                                             : sum[i];
         /* the lexicographic larger of the images (time, value), as one
          * 128-bit compare (a subtract with borrow) and conditional moves:
-         * in time order a last takes nearly every row and a first nearly
-         * none, but ties of time (then the value decides) are common */
-        const unsigned __int128 x = (unsigned __int128)time_image(t, xmask) << 64 | time_image(v, xmask);
-        const unsigned __int128 y = (unsigned __int128)(uint64_t)PEND(acc, 1) << 64 | (uint64_t)PEND(acc, 2);
-        const unsigned __int128 z = x > y ? x : y;
-        PEND(acc, 1) = (int64_t)(uint64_t)(z >> 64);
-        PEND(acc, 2) = (int64_t)(uint64_t)z;
+         * in time order a last takes nearly every row, and ties of time
+         * (then the value decides) are common. A first takes nearly none:
+         * a row whose time's image is below the pending one's cannot win,
+         * and for a first (xmask a constant in its loop) that branch, which
+         * the predictor learns, skips the value (for a last it only costs) */
+        const uint64_t tx = time_image(t, xmask);
+        if (xmask != IMAGE_MASK_LEAST || tx >= (uint64_t)PEND(acc, 1)) {
+            const int64_t v = shape == PEND_COUNT_PAIR_F64     ? f64_order((uint64_t)sum[i])
+                              : shape == PEND_COUNT_PAIR_F64_NUM ? f64_order_num((uint64_t)sum[i])
+                                                                 : sum[i];
+            const unsigned __int128 x = (unsigned __int128)tx << 64 | time_image(v, xmask);
+            const unsigned __int128 y = (unsigned __int128)(uint64_t)PEND(acc, 1) << 64 | (uint64_t)PEND(acc, 2);
+            const unsigned __int128 z = x > y ? x : y;
+            PEND(acc, 1) = (int64_t)(uint64_t)(z >> 64);
+            PEND(acc, 2) = (int64_t)(uint64_t)z;
+        }
     } else {
         add_pending(a, acc, i, t);
     }
@@ -1488,9 +1494,13 @@ RUN_ROWS_VARIANT(rows_count_f64_min, PEND_COUNT_F64, false, HLL_NONE, 0, IMAGE_M
 RUN_ROWS_VARIANT(rows_count_f64_max, PEND_COUNT_F64, false, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
 RUN_ROWS_VARIANT(rows_count_num_min, PEND_COUNT_F64_NUM, false, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
 RUN_ROWS_VARIANT(rows_count_num_max, PEND_COUNT_F64_NUM, false, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
-RUN_ROWS_VARIANT(rows_count_pair, PEND_COUNT_PAIR, false, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_pair_f64, PEND_COUNT_PAIR_F64, false, HLL_NONE, 0, 0, 0)
-RUN_ROWS_VARIANT(rows_count_pair_num, PEND_COUNT_PAIR_F64_NUM, false, HLL_NONE, 0, 0, 0)
+RUN_ROWS_VARIANT(rows_count_first, PEND_COUNT_PAIR, false, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
+RUN_ROWS_VARIANT(rows_count_last, PEND_COUNT_PAIR, false, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
+RUN_ROWS_VARIANT(rows_count_first_f64, PEND_COUNT_PAIR_F64, false, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
+RUN_ROWS_VARIANT(rows_count_last_f64, PEND_COUNT_PAIR_F64, false, HLL_NONE, 0, IMAGE_MASK_GREATEST, 0)
+RUN_ROWS_VARIANT(rows_count_first_num, PEND_COUNT_PAIR_F64_NUM, false, HLL_NONE, 0, IMAGE_MASK_LEAST, 0)
+RUN_ROWS_VARIANT(rows_count_last_num, PEND_COUNT_PAIR_F64_NUM, false, HLL_NONE, 0, IMAGE_MASK_GREATEST,
+                 0)
 RUN_ROWS_VARIANT(rows_count_hll9_i64, PEND_COUNT, false, HLL_RAW_I64, 9, 0, 0) /* the default rsd */
 RUN_ROWS_VARIANT(rows_count_hll9_f64, PEND_COUNT, false, HLL_RAW_F64, 9, 0, 0)
 RUN_ROWS_VARIANT(rows_count_hll_i64, PEND_COUNT, false, HLL_RAW_I64, 0, 0, 0)
@@ -1564,8 +1574,11 @@ static __attribute__((noinline)) size_t runs_i64(slash_ssb *s, const slash_ssb_b
             xmask = pl->xmask[0];
         else if (shape == PEND_COUNT_PAIR || shape == PEND_COUNT_PAIR_F64 ||
                  shape == PEND_COUNT_PAIR_F64_NUM) /* first/last */
-            rows = shape == PEND_COUNT_PAIR       ? rows_count_pair
-                   : shape == PEND_COUNT_PAIR_F64 ? rows_count_pair_f64 : rows_count_pair_num,
+            rows = pl->pair_mask >> 63
+                       ? (shape == PEND_COUNT_PAIR       ? rows_count_last
+                          : shape == PEND_COUNT_PAIR_F64 ? rows_count_last_f64 : rows_count_last_num)
+                       : (shape == PEND_COUNT_PAIR       ? rows_count_first
+                          : shape == PEND_COUNT_PAIR_F64 ? rows_count_first_f64 : rows_count_first_num),
             sum = pl->pair_src, xmask = pl->pair_mask;
         i = rows(s, b, pl, fast, acc, &ch, i, lo, hi, sum, xmask, hl, &stop, st);
     }
