@@ -435,7 +435,8 @@ class Controller:
         self._over = self._over + 1 if late else 0
         self.late_streak = self.late_streak + 1 if late else 0
         self._under = self._under + 1 if room else 0
-        self._fits = self._fits + 1 if self._fits_fewer(s) else 0
+        fits = self._fits_fewer(s)  # None: a tick that neither counts toward a release nor resets
+        self._fits = self._fits + 1 if fits else (self._fits if fits is None else 0)
         self._tight = self._tight + 1 if self._near_target(s) else 0
         if quiet:
             return self._decided(d, s)
@@ -668,19 +669,25 @@ class Controller:
             return max(lags) <= share * self.config.target_ms
         return s.p99_ms is not None and s.p99_ms <= self.config.target_ms
 
-    def _fits_fewer(self, s: Signals) -> bool:
-        """This tick counts toward a release: the input is read within
+    def _fits_fewer(self, s: Signals) -> Optional[bool]:
+        """True: this tick counts toward a release: the input is read within
         ``low_water`` x target of the clock and the measured load would fit
         one executor fewer under ``fit`` utilisation (by the measured
         capacity and by the CPU load, where each is known). The window
         latency is not asked: over the target with the input on time and
         the executors under ``fit``, it is not the executor count that
         costs (two starved executors on a shared machine run over the
-        target with room to spare)."""
+        target with room to spare). None: the load fits and the input is
+        read within the target but not within ``low_water`` of it, a
+        transient such as a checkpoint's cut (every 5 s, it broke every
+        streak of 6 ticks on a loaded machine): neither for nor against."""
         c = self.config
-        if self.executors <= c.min_executors or not self._reads_on_time(s, c.low_water):
+        if self.executors <= c.min_executors \
+                or max(self._utilisation(s, self.executors - 1).values()) >= c.fit:
             return False
-        return max(self._utilisation(s, self.executors - 1).values()) < c.fit
+        if self._reads_on_time(s, c.low_water):
+            return True
+        return None if self._reads_on_time(s, 1.0) else False
 
     def _near_target(self, s: Signals) -> bool:
         """p99 over ``headroom`` x target (under the target or not: a p99
