@@ -145,24 +145,24 @@ def test_room_to_spare_releases_an_executor_only_after_release_sustain_ticks():
     assert ctl.executors == 2
 
 
+def _low_load_with_a_lag_every_fifth_tick(lag_ms):
+    """12 ticks of two executors with little to do, the input read on time but for
+    every fifth tick, ``lag_ms`` behind the clock; the decisions taken."""
+    ctl = Controller(cfg(), executors=2, epoch_ms=100)
+    s = Stream(2)
+    got = []
+    for i in range(12):
+        got += run(ctl, s, 1, p99=100, load=0.1, lag=lag_ms if i % 5 == 4 else 0.0, rate=5e4,
+                   behind=[0, 0])
+    return got
+
+
 def test_a_checkpoints_lag_every_fifth_tick_neither_counts_toward_a_release_nor_resets_it():
     # a checkpoint cut every 5 s puts the input 400 ms behind the clock (within the 500 ms
     # target, above low_water x target) for a tick: a streak of 6 never formed between them
-    ctl = Controller(cfg(), executors=2, epoch_ms=100)
-    s = Stream(2)
-    got = []
-    for i in range(12):
-        got += run(ctl, s, 1, p99=100, load=0.1, lag=400.0 if i % 5 == 4 else 0.0, rate=5e4,
-                   behind=[0, 0])
-    assert [d.action for d in got] == ["scale_in"]
+    assert [d.action for d in _low_load_with_a_lag_every_fifth_tick(400.0)] == ["scale_in"]
     # a tick behind by more than the target does reset it
-    ctl = Controller(cfg(), executors=2, epoch_ms=100)
-    s = Stream(2)
-    got = []
-    for i in range(12):
-        got += run(ctl, s, 1, p99=100, load=0.1, lag=900.0 if i % 5 == 4 else 0.0, rate=5e4,
-                   behind=[0, 0])
-    assert got == []
+    assert _low_load_with_a_lag_every_fifth_tick(900.0) == []
 
 
 def test_no_release_when_the_load_would_not_fit_one_executor_fewer():

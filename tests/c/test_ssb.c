@@ -931,6 +931,21 @@ static void check_additive(size_t n, int64_t nkeys, int sorted, int64_t late_bef
     data_free(&d);
 }
 
+/* A store of int64 keys with a count alone (the count's own path), one partition. */
+static slash_ssb *open_count_store(const slash_window *w)
+{
+    slash_ssb_config cfg = {0};
+    cfg.window = *w;
+    cfg.key_type = SLASH_KEY_INT64;
+    cfg.partitions = 1;
+    cfg.naggs = 1;
+    cfg.aggs[A_COUNT] = SLASH_AGG_COUNT;
+    cfg.log_reserve = (size_t)1 << 24;
+    slash_ssb *s = NULL;
+    CHECK_OK(slash_ssb_open(&cfg, &s));
+    return s;
+}
+
 /* Times at both ends of int64 land in their clipped windows on the count's
  * own path as on the general one (a time of INT64_MAX is in the window
  * clipped to end there), and nothing loops there. */
@@ -942,15 +957,7 @@ TEST(count_only_at_the_ends_of_time)
     data d = {8, keys, times, vals};
     slash_window w;
     CHECK_OK(slash_window_init(&w, SLASH_WINDOW_TUMBLING, 10000, 0));
-    slash_ssb_config cfg = {0};
-    cfg.window = w;
-    cfg.key_type = SLASH_KEY_INT64;
-    cfg.partitions = 1;
-    cfg.naggs = 1;
-    cfg.aggs[A_COUNT] = SLASH_AGG_COUNT;
-    cfg.log_reserve = (size_t)1 << 24;
-    slash_ssb *counts = NULL, *general = open_store(&w, SLASH_KEY_INT64, 1);
-    CHECK_OK(slash_ssb_open(&cfg, &counts));
+    slash_ssb *counts = open_count_store(&w), *general = open_store(&w, SLASH_KEY_INT64, 1);
     CHECK_OK(update(counts, SLASH_KEY_INT64, &d, 0, 8));
     CHECK_OK(update(general, SLASH_KEY_INT64, &d, 0, 8));
     slash_ssb_result *a = NULL, *b = NULL;
@@ -980,15 +987,7 @@ TEST(count_only_a_miss_at_the_last_time)
     data d = {2, keys, times, vals};
     slash_window w;
     CHECK_OK(slash_window_init(&w, SLASH_WINDOW_TUMBLING, 10000, 0));
-    slash_ssb_config cfg = {0};
-    cfg.window = w;
-    cfg.key_type = SLASH_KEY_INT64;
-    cfg.partitions = 1;
-    cfg.naggs = 1;
-    cfg.aggs[A_COUNT] = SLASH_AGG_COUNT;
-    cfg.log_reserve = (size_t)1 << 24;
-    slash_ssb *s = NULL;
-    CHECK_OK(slash_ssb_open(&cfg, &s));
+    slash_ssb *s = open_count_store(&w);
     CHECK_OK(update(s, SLASH_KEY_INT64, &d, 0, 2));
     slash_ssb_result *r = NULL;
     CHECK_OK(slash_ssb_emit(s, INT64_MAX, &r));
