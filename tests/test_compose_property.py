@@ -254,8 +254,10 @@ def windows_ending_before(result: pa.Table, T: int, session: bool) -> pa.Table:
 
 #: what the refusal of an event that came too late says, by operation
 TOO_LATE = {"update": ("read all",), "kill": ("read all",), "rebalance": ("read all", "the run ended", "has ended", "finished its input"),
-            "scale-out": ("every rank has read its input", "before a checkpoint could be cut"),
-            "scale-in": ("every rank has read its input", "before a checkpoint could be cut")}
+            "scale-out": ("every rank has read its input", "before a checkpoint could be cut",
+                          "has ended"),
+            "scale-in": ("every rank has read its input", "before a checkpoint could be cut",
+                         "has ended")}
 
 
 def note_event(what: str) -> None:

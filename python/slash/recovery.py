@@ -136,7 +136,7 @@ class CheckpointedRun:
         its input, Timeout after ``timeout`` s."""
         with self._cond:
             if self._state != "running":
-                raise InvalidState(f"rebalance: the run is {self._state}, not running")
+                raise InvalidState(f"rebalance: {self._not_running()}")
             n = self.executors or 0
             per = dict(self.per)
         args = {"moves": moves, "from_rank": from_rank, "to_rank": to_rank}
@@ -185,7 +185,7 @@ class CheckpointedRun:
         """
         with self._cond:
             if self._state != "running":
-                raise InvalidState(f"rescale({n!r}): the run is {self._state}, not running")
+                raise InvalidState(f"rescale({n!r}): {self._not_running()}")
             if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self._partitions:
                 raise InvalidArgument(f"rescale needs an executor count in 1..{self._partitions} "
                                       f"(the run's key partitions), got {n!r}")
@@ -255,6 +255,11 @@ class CheckpointedRun:
         with self._cond:
             self._source, self.executors, self._partitions, self._dir = source, n, partitions, directory
             self._state = "running"
+
+    def _not_running(self) -> str:
+        # called under self._cond, in a state other than "running"
+        return ("the run has not started (not running)" if self._state == "new"
+                else "the run has ended (not running)")
 
     def _pending(self) -> Tuple[Optional[int], Optional[float]]:
         with self._cond:
