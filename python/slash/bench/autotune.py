@@ -119,6 +119,8 @@ def _one(args: argparse.Namespace, work: str, phases: List[Tuple[int, float]], e
             "wall_seconds": round(wall, 2), "result_rows": res.num_rows,
             "p99_ms": auto["window_latency"]["p99_ms"], "p50_ms": auto["window_latency"]["p50_ms"],
             "seconds_over_target": round(sum(1 for v in lat if v > target_ms) / max(1, len(lat)), 3),
+            "back_under_target_s": back_under([dict(p, t=p["t"] - t0) for p in tl], phases,
+                                              [s - t0 for s in starts], target_ms),
             "high_phase_records_per_s": float(np.mean(high)) if high else None,
             "executors_in_use_mean": round(ex_sec, 3),
             "executors_max": max(e for _, e in ex_t) if ex_t else executors,
@@ -127,6 +129,31 @@ def _one(args: argparse.Namespace, work: str, phases: List[Tuple[int, float]], e
                           "records_per_s": p["records_per_s"], "latency_p99_ms": p["latency_p99_ms"],
                           "epoch_ms": p["epoch_ms"]} for p in tl],
             "phase_starts": [round(s - t0, 2) for s in starts], "t0_wall": t0}
+
+
+def back_under(timeline: List[Dict[str, Any]], phases: List[Tuple[int, float]],
+               starts: List[float], target_ms: float) -> List[Optional[float]]:
+    """Per rate step (each phase start after the first, times as in
+    ``timeline``): seconds from the step until the p99 window latency is
+    back under ``target_ms`` for good, that is until the tick after the last
+    one over it before the next step up (the end of the run after the last
+    one), 0.0 if no tick after the step is over it, None if it never comes
+    back before then. A step up's backlog drains into the low phase after it,
+    so its horizon reaches to the next step up."""
+    top = max(r for r, _ in phases)
+    ends = [s for s, (r, _) in zip(starts, phases) if r == top] + [float("inf")]
+    out: List[Optional[float]] = []
+    for s in starts[1:]:
+        horizon = min(e for e in ends if e > s)
+        ticks = [p for p in timeline if s <= p["t"] < horizon and p["latency_p99_ms"] is not None]
+        over = [i for i, p in enumerate(ticks) if p["latency_p99_ms"] > target_ms]
+        if not over:
+            out.append(0.0)
+        elif over[-1] + 1 < len(ticks):
+            out.append(round(ticks[over[-1] + 1]["t"] - s, 2))
+        else:
+            out.append(None)
+    return out
 
 
 def _ms(target: str) -> float:
@@ -288,7 +315,10 @@ def summary(r: Dict[str, Any]) -> str:
                      f"{f['p50_ms'] or float('nan'):6.0f} ms, {100 * f['seconds_over_target']:5.1f}% "
                      f"of seconds over target, high phases "
                      f"{(f['high_phase_records_per_s'] or 0) / 1e6:.2f} M rec/s, executors mean "
-                     f"{f['executors_in_use_mean']:.2f} max {f['executors_max']}")
+                     f"{f['executors_in_use_mean']:.2f} max {f['executors_max']}, back under "
+                     "the target after each step (s): "
+                     + ", ".join("never" if x is None else f"{x:g}"
+                                 for x in f.get("back_under_target_s", [])))
     lines.append(f"  best fixed: {b['executors']} x {b['epoch_ms']} ms; autotune/best throughput "
                  f"{cmp_['high_phase_throughput_ratio']}; decisions: "
                  + "; ".join(f"{d['action']} {d['args']} ({d['outcome']})" for d in a["decisions"]))
