@@ -2,7 +2,7 @@
 best fixed configuration, and how long after each rate step the p99 window
 latency is back under the target (the issue's "a step change is followed
 within 30 s by p99 back under the target")."""
-from slash.bench.autotune import back_under, best_fixed
+from slash.bench.autotune import back_under, best_fixed, median_run
 
 PHASES = [(100, 5.0), (1000, 5.0), (100, 10.0)]  # low, high (a step up at 5), low (down at 10)
 STARTS = [0.0, 5.0, 10.0]
@@ -48,3 +48,12 @@ def test_without_a_fixed_configuration_within_the_target_the_best_is_the_lowest_
              {"executors": 2, "epoch_ms": 200, "p99_ms": 5000.0},
              {"executors": 2, "epoch_ms": 50, "p99_ms": None}]
     assert best_fixed(fixed, 250.0) == fixed[1]
+
+
+def test_a_side_of_several_rounds_is_its_run_of_median_p99_with_every_rounds_p99():
+    runs = [{"p99_ms": 900.0, "timeline": "a"}, {"p99_ms": 300.0, "timeline": "b"},
+            {"p99_ms": 500.0, "timeline": "c"}, {"p99_ms": None, "timeline": "d"}]
+    got = median_run(runs)
+    assert got["timeline"] == "c"  # the lower middle of four (a run without a p99 ranks last)
+    assert got["p99_ms_rounds"] == [900.0, 300.0, 500.0, None]
+    assert median_run(runs[:3])["timeline"] == "c"

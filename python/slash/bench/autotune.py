@@ -48,6 +48,7 @@ import pyarrow as pa
 from slash import runner
 from slash.bench._progress import Progress
 from slash.controller import ControllerConfig, parse_duration_ms
+from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
 from slash.query import Query
 
@@ -156,6 +157,15 @@ def back_under(timeline: List[Dict[str, Any]], phases: List[Tuple[int, float]],
     return out
 
 
+def median_run(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Of one side's runs (one a round), the one of median p99 (the lower
+    middle of an even count), with every round's p99 beside it
+    (``p99_ms_rounds``): one run stands for its side, so its timeline, its
+    decisions and its other figures are of one run, not mixed."""
+    ranked = sorted(runs, key=lambda f: f["p99_ms"] if f["p99_ms"] is not None else float("inf"))
+    return dict(ranked[(len(ranked) - 1) // 2], p99_ms_rounds=[f["p99_ms"] for f in runs])
+
+
 def _ms(target: str) -> float:
     return parse_duration_ms(target)
 
@@ -242,11 +252,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds between writing the input and its first event time (default 8)")
     p.add_argument("--hog", action="store_true",
                    help="run every side beside a process spinning on one core (a shared machine)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="rounds of every side in turn; each side reported by its run of median "
+                        "p99, every round's p99 beside it (default 1)")
     p.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
     p.add_argument("--plot", default="bench/results/autotune.png", help="PNG ('' for none)")
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
+    if isinstance(args.rounds, bool) or not isinstance(args.rounds, int) or args.rounds < 1:
+        raise InvalidArgument(f"--rounds must be an int >= 1, got {args.rounds!r}")
     secs = [float(x) for x in args.seconds.split(",")]
     rates = [args.low, args.high] * len(secs)
     phases = list(zip(rates, secs))
@@ -260,26 +275,33 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                            "load_average_before": [round(x, 2) for x in os.getloadavg()]}
     # a one-core CPU hog for the whole sweep: every side runs beside it alike
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.hog else None
+    rounds = args.rounds
+    runs: Dict[str, List[Dict[str, Any]]] = {}  # each side's runs, one a round
+    sides: List[Tuple[str, str, Dict[str, Any]]] = [
+        (f"fixed {e} x {ms}", f"fixed {e} executors, {ms} ms epochs",
+         dict(executors=e, epoch_ms=ms, target=None)) for e, ms in sweep]
+    tuned_from = dict(executors=min(e for e, _ in sweep), epoch_ms=max(ms for _, ms in sweep),
+                      target=args.target)
+    sides.append(("autotune", f"autotune to {args.target} (live)", tuned_from))
+    if not args.no_restart:
+        sides.append(("autotune_restart", f"autotune to {args.target} (checkpoint=, restart)",
+                      dict(tuned_from, restart=True)))
     try:
-        with Progress(NAME, len(sweep) + (1 if args.no_restart else 2)) as prog:
-            fixed = []
-            for e, ms in sweep:
-                with prog.stage(f"fixed {e} executors, {ms} ms epochs"):
-                    fixed.append(_one(args, work, phases, e, ms, None))
-            with prog.stage(f"autotune to {args.target} (live)"):
-                tuned = _one(args, work, phases, min(e for e, _ in sweep),
-                             max(ms for _, ms in sweep), args.target)
-            restart = None
-            if not args.no_restart:
-                with prog.stage(f"autotune to {args.target} (checkpoint=, restart)"):
-                    restart = _one(args, work, phases, min(e for e, _ in sweep),
-                                   max(ms for _, ms in sweep), args.target, restart=True)
+        with Progress(NAME, rounds * len(sides)) as prog:
+            for r in range(rounds):  # the sides take turns, round after round
+                for key, what, kw in sides:
+                    with prog.stage(what + (f", round {r + 1}" if rounds > 1 else "")):
+                        runs.setdefault(key, []).append(_one(args, work, phases, **kw))
     finally:
         out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
         if hog is not None:
             hog.kill()
             hog.wait()
         shutil.rmtree(work, ignore_errors=True)
+    out["rounds"] = rounds
+    fixed = [median_run(runs[key]) for key, _, kw in sides if kw["target"] is None]
+    tuned = median_run(runs["autotune"])
+    restart = median_run(runs["autotune_restart"]) if not args.no_restart else None
     out["fixed"] = fixed
     out["autotune"] = tuned
     out["autotune_restart"] = restart
@@ -289,13 +311,15 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     out["autotune_vs_best_fixed"] = {
         "high_phase_throughput_ratio": round(thr_a / thr_b, 3) if thr_a and thr_b else None,
         "p99_ms": [tuned["p99_ms"], best["p99_ms"]],
+        "p99_ms_rounds": [tuned["p99_ms_rounds"], best["p99_ms_rounds"]],
         "executors_in_use_mean": [tuned["executors_in_use_mean"], best["executors_in_use_mean"]],
         "executors_max": [tuned["executors_max"], best["executors_max"]]}
     if restart is not None:
         thr_r = restart["high_phase_records_per_s"]
         out["autotune_restart_vs_best_fixed"] = {
             "high_phase_throughput_ratio": round(thr_r / thr_b, 3) if thr_r and thr_b else None,
-            "p99_ms": [restart["p99_ms"], best["p99_ms"]]}
+            "p99_ms": [restart["p99_ms"], best["p99_ms"]],
+            "p99_ms_rounds": [restart["p99_ms_rounds"], best["p99_ms_rounds"]]}
     if args.plot:
         out["plot"] = plot(out, args.plot)
     return out
@@ -311,7 +335,10 @@ def summary(r: Dict[str, Any]) -> str:
     for f in r["fixed"] + [a] + ([r["autotune_restart"]] if r.get("autotune_restart") else []):
         name = (f"autotune ({f.get('path') or 'restart'})" if f["autotune"]
                 else f"fixed {f['executors']} x {f['epoch_ms']} ms")
-        lines.append(f"  {name:<18} p99 {f['p99_ms'] or float('nan'):8.0f} ms, p50 "
+        rounds = f.get("p99_ms_rounds", [])
+        lines.append(f"  {name:<18} p99 {f['p99_ms'] or float('nan'):8.0f} ms"
+                     + (" (rounds: " + ", ".join(f"{x:.0f}" for x in rounds if x is not None) + ")"
+                        if len(rounds) > 1 else "") + ", p50 "
                      f"{f['p50_ms'] or float('nan'):6.0f} ms, {100 * f['seconds_over_target']:5.1f}% "
                      f"of seconds over target, high phases "
                      f"{(f['high_phase_records_per_s'] or 0) / 1e6:.2f} M rec/s, executors mean "
