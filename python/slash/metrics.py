@@ -300,7 +300,7 @@ class LiveMetrics:
         with self._lock:
             execs = {r: dict(s) for r, s in self._exec.items()}
             rates = {r: dict(v) for r, v in self._rates.items()}
-            buckets, lsum, lcount = list(self._lat.counts), self._lat.sum, self._lat.count
+            buckets, lsum = list(self._lat.counts), self._lat.sum
         for key, name, doc, scale in _COUNTERS:
             c = CounterMetricFamily(name[:-len("_total")], doc, labels=["executor"])
             for r in sorted(execs):
