@@ -115,21 +115,22 @@ def _one(args: argparse.Namespace, work: str, phases: List[Tuple[int, float]], e
     os.unlink(path)
     shutil.rmtree(os.path.join(work, "ck"), ignore_errors=True)
     path_taken = auto.get("path", "restart") if target is not None else None
+    # the timeline and the phase starts in seconds from the recording's start, as reported
+    timeline = [{"t": round(p["t"] - t0, 2), "executors": p["executors"],
+                 "records_per_s": p["records_per_s"], "latency_p99_ms": p["latency_p99_ms"],
+                 "epoch_ms": p["epoch_ms"]} for p in tl]
+    phase_starts = [round(s - t0, 2) for s in starts]
     return {"executors": executors, "epoch_ms": epoch_ms, "autotune": target is not None,
             "path": path_taken, "live_scales": m.get("live_scales", []),
             "wall_seconds": round(wall, 2), "result_rows": res.num_rows,
             "p99_ms": auto["window_latency"]["p99_ms"], "p50_ms": auto["window_latency"]["p50_ms"],
             "seconds_over_target": round(sum(1 for v in lat if v > target_ms) / max(1, len(lat)), 3),
-            "back_under_target_s": back_under([dict(p, t=p["t"] - t0) for p in tl], phases,
-                                              [s - t0 for s in starts], target_ms),
+            "back_under_target_s": back_under(timeline, phases, phase_starts, target_ms),
             "high_phase_records_per_s": float(np.mean(high)) if high else None,
             "executors_in_use_mean": round(ex_sec, 3),
             "executors_max": max(e for _, e in ex_t) if ex_t else executors,
             "decisions": auto.get("decisions", []), "rescales": m.get("rescales", []),
-            "timeline": [{"t": round(p["t"] - t0, 2), "executors": p["executors"],
-                          "records_per_s": p["records_per_s"], "latency_p99_ms": p["latency_p99_ms"],
-                          "epoch_ms": p["epoch_ms"]} for p in tl],
-            "phase_starts": [round(s - t0, 2) for s in starts], "t0_wall": t0}
+            "timeline": timeline, "phase_starts": phase_starts, "t0_wall": t0}
 
 
 def back_under(timeline: List[Dict[str, Any]], phases: List[Tuple[int, float]],
