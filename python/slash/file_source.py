@@ -252,7 +252,9 @@ class FileSource:
     """Parquet / Arrow IPC files, or directories of them (Hive partitions included).
 
     ``time`` names the event-time column whose statistics order the split
-    (``read(time=...)`` overrides it)::
+    (``read(time=...)`` overrides it); ``base``: the directory that files
+    given one by one take their Hive partitions from (as a directory given
+    whole does)::
 
         src = FileSource("events/", time="ts")   # events/day=2013-01-01/part-0.parquet ...
         for item in src.read(rank=0, n=4, columns=["ts", "day"], time="ts"):
@@ -266,9 +268,14 @@ class FileSource:
 
     bounded = True
 
-    def __init__(self, paths: Union[str, Sequence[str]], time: Optional[str] = None) -> None:
+    def __init__(self, paths: Union[str, Sequence[str]], time: Optional[str] = None,
+                 base: Optional[str] = None) -> None:
         given = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
         files = _expand(given)
+        if base is not None:  # files listed one by one (e.g. Spark's pruned scan) below a Hive root
+            root = os.path.join(os.path.abspath(base), "")
+            files = [(f, b if b is not None or not os.path.abspath(f).startswith(root) else base)
+                     for f, b in files]
         self.paths = [f for f, _ in files]
         #: the paths as given (files, directories, glob patterns): what an output may not be
         self.inputs = [os.fspath(p) for p in given]

@@ -56,6 +56,7 @@ from slash.window import with_start_time
 from slash.spark import _env
 from slash.spark._env import TaskFailed
 from slash.spark import _batch_ckpt
+from slash.spark.dataframe import NotAScan, check_columns, file_scan, general_input
 from slash.spark._tasks import (PartitionSource, as_micros, Rendezvous, barrier_stage, driver_host, join_group,
                                 conf_get, open_fs, rank_errors, raise_task_failure, report_error,
                                 spark_input_schema, write_table)
@@ -336,6 +337,10 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
                        one_start_time(start_time, startTime))
     fast = not is_dataframe(source)
     time_columns: tuple = ()
+    frame = None  # the general path's DataFrame
+    if not fast:
+        source, frame, query = dataframe_input(source, query)
+        fast = frame is None
     if fast:
         src = source if isinstance(source, (FileSource, GeneratorSource, KafkaSource)) else None
         if src is None:
@@ -348,11 +353,11 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
             src = FileSource(source)  # UnknownName for a missing path, SchemaError for a bad file
         schema = src.schema
     else:
-        schema, time_columns = spark_input_schema(source)
+        schema, time_columns = spark_input_schema(frame)
     query.check(schema)
 
     if executors is None and not fast:
-        executors = min(source.rdd.getNumPartitions(), _env.default_executors(spark))
+        executors = min(frame.rdd.getNumPartitions(), _env.default_executors(spark))
     n, group = group_for(spark, query, executors, transport, group, slots_wait)
     ck_plan = None
     if checkpoint is not None:
@@ -360,7 +365,7 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
             raise InvalidArgument("checkpoint= needs rendezvous='driver' (the driver commits the "
                                   "checkpoints the tasks report)")
         ck_plan, group = _batch_ckpt.make_plan(checkpoint, "window_aggregate", query,
-                                               src if fast else source, n, group, checkpoint_every,
+                                               src if fast else frame, n, group, checkpoint_every,
                                                checkpoint_keep)
 
     token = secrets.token_hex(16)
@@ -377,7 +382,7 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     if fast:
         stage = barrier_stage(spark, n, task)
     else:
-        df = source.select(*query.input_columns)
+        df = frame
         if df.rdd.getNumPartitions() != n:
             log.info("general path: repartitioning the input round-robin to %d partitions", n)
             df = df.repartition(n)
@@ -422,6 +427,47 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     wrote = any(m["path"] is not None for m in metrics)
     return AggregateResult(df, out_dir if wrote else None, n, seconds, metrics, fast, stage,
                            ckd.summary() if ckd is not None else None)
+
+
+def dataframe_input(df: Any, query: Query) -> Tuple[Any, Any, Query]:
+    """Where a DataFrame's rows come from, decided by its plan
+    (:mod:`slash.spark.dataframe`), said at WARNING level with the reason:
+    ``(FileSource, None, query)`` when it is a Parquet scan (the fast path
+    reads its files, the plan's filters added to the query's), else
+    ``(df, general DataFrame, query)``: the general path's rows with the
+    query's filters and columns applied by Spark, and the query without the
+    filters Spark has applied."""
+    import dataclasses
+
+    check_columns(df, query.input_columns)
+    time_type = type(df.schema[query.time].dataType).__name__
+    if time_type == "StringType":
+        why = (f"time column {query.time!r} is a string, which Spark casts to a timestamp in the "
+               "session time zone first")
+    else:
+        try:
+            scan = file_scan(df, query.input_columns)
+            if not scan.files:
+                raise NotAScan("Spark's partition pruning leaves no file to read")
+            src = FileSource(list(scan.files), base=scan.base)
+            merged = dataclasses.replace(query, filters=tuple(query.filters) + scan.filters)
+            log.warning("slash.spark: the fast path: the DataFrame is a Parquet scan of %d file(s), "
+                        "read by the Slash executors themselves (%d filter(s) from its plan applied "
+                        "by Slash, %d partition filter(s) by Spark's pruning)", len(scan.files),
+                        len(scan.filters), scan.pruned_by_spark)
+            return src, None, merged
+        except NotAScan as e:
+            why = str(e)
+    log.warning("slash.spark: the general path (rows from Spark through mapInArrow, the query's "
+                "filters and columns applied in Spark first): the DataFrame is no Parquet scan "
+                "Slash reads itself: %s", why)
+    frame = general_input(df, query.time, query_columns_read(query), query.filters)
+    return df, frame, dataclasses.replace(query, filters=())
+
+
+def query_columns_read(query: Query) -> List[str]:
+    """The columns a query reads other than for its filters."""
+    return list(dict.fromkeys([query.time, *query.key, *query.value_columns]))
 
 
 def _rank_top(df: Any, query: Query) -> Any:

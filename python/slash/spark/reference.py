@@ -11,15 +11,8 @@ from typing import Any, Sequence, Union
 
 from slash.errors import InvalidArgument
 from slash.spark.batch import make_query
+from slash.spark.dataframe import spark_filter
 from slash.window import Session, Sliding, Tumbling
-
-
-def _spark_filter(F: Any, f: Any) -> Any:
-    c = F.col(f.column)
-    if f.op == "in":
-        return c.isin(list(f.values))
-    return {"==": c == f.value, "!=": c != f.value, "<": c < f.value, "<=": c <= f.value,
-            ">": c > f.value, ">=": c >= f.value}[f.op]
 
 
 def spark_window_aggregate(spark: Any, source: Any, *, time: str, window: str,
@@ -33,13 +26,15 @@ def spark_window_aggregate(spark: Any, source: Any, *, time: str, window: str,
     df = source if isinstance(source, DataFrame) else spark.read.parquet(
         *([source] if isinstance(source, str) else [str(p) for p in source]))
     for f in q.filters:
-        df = df.where(_spark_filter(F, f))
+        df = df.where(spark_filter(f))
     tt = df.schema[q.time].dataType
     from pyspark.sql.types import DateType
 
-    is_ts = isinstance(tt, (TimestampType, TimestampNTZType, DateType))
+    from pyspark.sql.types import StringType
+
+    is_ts = isinstance(tt, (TimestampType, TimestampNTZType, DateType, StringType))
     ts = F.col(q.time) if isinstance(tt, (TimestampType, TimestampNTZType)) else \
-        F.col(q.time).cast("timestamp") if isinstance(tt, DateType) else \
+        F.col(q.time).cast("timestamp") if isinstance(tt, (DateType, StringType)) else \
         F.timestamp_millis(F.col(q.time).cast("long"))
     w = q.window
     if isinstance(w, Tumbling):

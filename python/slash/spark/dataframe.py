@@ -1,0 +1,322 @@
+"""What Slash reads of a Spark DataFrame, decided by the DataFrame's plan.
+
+* **A file scan** (:func:`file_scan`): the optimized logical plan is a
+  Parquet relation under ``Filter`` and ``Project`` nodes only (a
+  ``spark.read.parquet``, a table, a view of either, filtered and
+  projected). Slash reads the files Spark's own scan would read, after
+  Spark's partition pruning (a Hive layout's partition filters, whatever
+  their form), and applies the Filter conjuncts over data columns itself, as
+  :class:`slash.query.Filter` predicates: no row passes through the JVM.
+  A conjunct Slash cannot express with Spark's meaning, a column computed
+  by Spark, or a type Spark reads otherwise than pyarrow makes the
+  DataFrame no scan, and the reason says which.
+* **Anything else** (a join's output, a union, a UDF's output, a cached or
+  in-memory DataFrame): the rows Spark computes, with the query's filters
+  (:func:`spark_filter`) and column selection applied in Spark before any
+  row is handed over (:func:`general_input`), only the columns the query
+  names looked at.
+
+Invariant: either way the answer is that of Spark's own query on the same
+DataFrame; a conjunct is translated only when Slash's predicate keeps
+exactly the rows Spark's keeps (nulls never pass either; a float column's
+NaN is larger than any number in Spark, so ``>``, ``>=`` and ``!=`` on a
+float column are left to Spark).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from slash.errors import SchemaError
+from slash.filters import Filter
+
+log = logging.getLogger(__name__)
+
+#: Catalyst comparison classes -> Slash's operator, and the operator with the sides swapped
+_COMPARISONS = {"EqualTo": "==", "LessThan": "<", "LessThanOrEqual": "<=", "GreaterThan": ">",
+                "GreaterThanOrEqual": ">="}
+_SWAPPED = {"==": "==", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+#: operators a NaN in a float column passes in Spark (NaN is the largest value) but not in Arrow
+_NAN_PASSES = {">", ">=", "!="}
+#: the file indexes whose listing is exactly the files under their root paths
+#: (a streaming sink's MetadataLogFileIndex lists only committed files: no)
+_PLAIN_INDEXES = {"InMemoryFileIndex", "CatalogFileIndex", "PrunedInMemoryFileIndex"}
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def spark_filter(f: Filter) -> Any:
+    """A Slash filter as a Spark Column with the same rows kept."""
+    from pyspark.sql import functions as F
+
+    c = F.col(f.column)
+    if f.op == "in":
+        return c.isin(list(f.values))
+    return {"==": c == f.value, "!=": c != f.value, "<": c < f.value, "<=": c <= f.value,
+            ">": c > f.value, ">=": c >= f.value}[f.op]
+
+
+@dataclass(frozen=True)
+class ScanInput:
+    """A DataFrame that is a Parquet scan: the files Spark would read (after
+    partition pruning), the directory their Hive partitions are relative to
+    (None: no partitions), and the plan's filters over data columns."""
+
+    files: Tuple[str, ...]
+    base: Optional[str]
+    filters: Tuple[Filter, ...]
+    partition_columns: Tuple[str, ...] = ()
+    pruned_by_spark: int = 0  # conjuncts over partition columns only: decided per file by Spark
+    columns: Dict[str, str] = field(default_factory=dict)  # DataFrame column -> file column
+
+
+class NotAScan(Exception):
+    """Why a DataFrame's plan is not a file scan Slash reads itself."""
+
+
+def _name(obj: Any) -> str:
+    """A JVM object's class name, a Scala object's without its ``$``."""
+    return obj.getClass().getSimpleName().rstrip("$")
+
+
+def _children(node: Any) -> List[Any]:
+    ch = node.children()
+    return [ch.apply(i) for i in range(ch.size())]
+
+
+def _seq(s: Any) -> List[Any]:
+    """A Scala Seq or a Java array (py4j) as a list."""
+    from py4j.java_collections import JavaArray
+
+    if isinstance(s, JavaArray):
+        return list(s)
+    return [s.apply(i) for i in range(s.size())]
+
+
+def _conjuncts(expr: Any) -> List[Any]:
+    if _name(expr) == "And":
+        return _conjuncts(expr.left()) + _conjuncts(expr.right())
+    return [expr]
+
+
+def _local_path(uri: str) -> str:
+    if uri.startswith("file:"):
+        from urllib.parse import unquote, urlparse
+
+        return unquote(urlparse(uri).path)
+    if "://" in uri or ":" in uri.split("/", 1)[0]:
+        raise NotAScan(f"its files are on {uri.split(':', 1)[0]}:, not a local file system")
+    return uri
+
+
+class _Attrs:
+    """The relation's columns by expression id, and the aliases of them that
+    Project nodes make (a rename keeps the file column)."""
+
+    def __init__(self, relation_output: List[Any]) -> None:
+        self.by_id: Dict[int, str] = {a.exprId().id(): a.name() for a in relation_output}
+
+    def add_project(self, project: Any) -> None:
+        for e in _seq(project.projectList()):
+            if _name(e) == "Alias" and _name(e.child()) == "AttributeReference":
+                src = self.by_id.get(e.child().exprId().id())
+                if src is not None:
+                    self.by_id[e.exprId().id()] = src
+
+    def column(self, attr: Any) -> Optional[str]:
+        if _name(attr) != "AttributeReference":
+            return None
+        return self.by_id.get(attr.exprId().id())
+
+
+def _literal(lit: Any) -> Tuple[bool, Any]:
+    """(ok, the Python value of a Catalyst literal), for the types a filter
+    takes with Spark's meaning; a null literal is not taken."""
+    if _name(lit) != "Literal" or lit.value() is None:
+        return False, None
+    t = _name(lit.dataType())
+    v = lit.value()
+    if t == "StringType":
+        return True, v.toString()
+    if t in ("ByteType", "ShortType", "IntegerType", "LongType"):
+        return True, int(v)
+    if t in ("FloatType", "DoubleType"):
+        x = float(v)
+        return x == x, x  # a NaN literal: Spark's NaN = NaN holds, Arrow's does not
+    if t == "BooleanType":
+        return True, bool(v)
+    if t == "DateType":
+        return True, _dt.date(1970, 1, 1) + _dt.timedelta(days=int(v))
+    if t == "TimestampType":
+        return True, _EPOCH + _dt.timedelta(microseconds=int(v))
+    if t == "TimestampNTZType":
+        return True, (_EPOCH + _dt.timedelta(microseconds=int(v))).replace(tzinfo=None)
+    return False, None
+
+
+def _is_float(schema: Any, column: str) -> bool:
+    return _name(schema.apply(column).dataType()) in ("FloatType", "DoubleType")
+
+
+def _translate(expr: Any, attrs: _Attrs, schema: Any) -> Optional[Filter]:
+    """A conjunct as a Slash filter keeping the same rows, or None."""
+    kind = _name(expr)
+    if kind == "Not" and _name(expr.child()) == "EqualTo":
+        f = _translate(expr.child(), attrs, schema)
+        return None if f is None or _is_float(schema, f.column) else Filter(f.column, "!=", f.value)
+    if kind in _COMPARISONS:
+        op = _COMPARISONS[kind]
+        col, (ok, value) = attrs.column(expr.left()), _literal(expr.right())
+        if col is None:
+            col, (ok, value), op = attrs.column(expr.right()), _literal(expr.left()), _SWAPPED[op]
+        if col is None or not ok or (op in _NAN_PASSES and _is_float(schema, col)):
+            return None
+        return Filter(col, op, value)
+    if kind in ("In", "InSet"):
+        col = attrs.column(expr.child() if kind == "InSet" else expr.value())
+        if col is None:
+            return None
+        if kind == "In":
+            lits = [_literal(e) for e in _seq(expr.list())]
+            if not lits or not all(ok for ok, _ in lits):
+                return None
+            return Filter(col, "in", tuple(v for _, v in lits))
+        return None  # InSet holds Catalyst's internal values: left to Spark
+    return None
+
+
+def _references(expr: Any) -> List[int]:
+    refs = expr.references().toSeq()
+    return [refs.apply(i).exprId().id() for i in range(refs.size())]
+
+
+def _scan_node(df: Any) -> Any:
+    """The FileSourceScanExec of ``df``'s executed plan."""
+    plan = df._jdf.queryExecution().executedPlan()
+    todo = [plan]
+    while todo:
+        n = todo.pop()
+        name = _name(n)
+        if name == "FileSourceScanExec":
+            return n
+        if name == "AdaptiveSparkPlanExec":
+            todo.append(n.executedPlan())
+            continue
+        todo += _children(n)
+    raise NotAScan("Spark's executed plan has no file scan")
+
+
+def file_scan(df: Any, columns: Sequence[str]) -> ScanInput:
+    """``df`` as the Parquet files and filters Slash reads itself, for a
+    query that reads ``columns`` (names of ``df``). Raises :class:`NotAScan`
+    saying why when the plan is not a Parquet scan under Filter and Project
+    nodes that Slash can take with Spark's meaning."""
+    plan = df._jdf.queryExecution().optimizedPlan()
+    projects, filters = [], []
+    node = plan
+    while _name(node) in ("Project", "Filter"):
+        (projects if _name(node) == "Project" else filters).append(node)
+        node = node.child()
+    if _name(node) != "LogicalRelation":
+        raise NotAScan(f"its plan is {_shape(plan)}, not a file scan under filters and projections")
+    rel = node.relation()
+    if _name(rel) != "HadoopFsRelation":
+        raise NotAScan(f"it reads a {_name(rel)}, not files")
+    fmt = _name(rel.fileFormat())
+    if fmt != "ParquetFileFormat":
+        raise NotAScan(f"its files are {fmt.replace('FileFormat', '')}, not Parquet")
+    if not rel.bucketSpec().isEmpty():
+        raise NotAScan("it is a bucketed table")
+    index = _name(rel.location())
+    if index not in _PLAIN_INDEXES:
+        raise NotAScan(f"its files are listed by a {index}")
+    attrs = _Attrs(_seq(node.output()))
+    for p in reversed(projects):  # bottom-up: an alias of an alias is still the file's column
+        attrs.add_project(p)
+    out = {a.name(): a for a in _seq(plan.output())}
+    mapping: Dict[str, str] = {}
+    for c in columns:
+        a = out.get(c)
+        src = attrs.column(a) if a is not None else None
+        if src is None:
+            raise NotAScan(f"column {c!r} is computed by Spark, not read from the files")
+        if src != c:
+            raise NotAScan(f"column {c!r} is the file column {src!r} renamed")
+        mapping[c] = src
+    part_names = set(rel.partitionSchema().fieldNames())
+    part_ids = {i for i, n in attrs.by_id.items() if n in part_names}
+    rel_schema = node.schema()
+    slash_filters: List[Filter] = []
+    pruned = 0
+    for f in filters:
+        for e in _conjuncts(f.condition()):
+            refs = _references(e)
+            if refs and all(r in part_ids for r in refs):
+                pruned += 1  # Spark's partition pruning decides it per file
+                continue
+            if _name(e) == "IsNotNull":
+                continue  # implied: every translated predicate drops nulls; see below
+            t = _translate(e, attrs, rel_schema)
+            if t is None:
+                raise NotAScan(f"Slash cannot keep the rows of Spark's condition {e.sql()} with its "
+                               "meaning")
+            slash_filters.append(t)
+    covered = {f.column for f in slash_filters}
+    for f in filters:  # a bare IsNotNull (the user's isNotNull()) must be covered by a predicate
+        for e in _conjuncts(f.condition()):
+            if _name(e) == "IsNotNull" and not all(r in part_ids for r in _references(e)):
+                col = attrs.column(e.child())
+                if col is None or col not in covered:
+                    raise NotAScan(f"Slash cannot keep the rows of Spark's condition {e.sql()}")
+    scan = _scan_node(df)
+    files: List[str] = []
+    for d in _seq(scan.selectedPartitions().partitionDirectories()):
+        for fs in _seq(d.files()):
+            files.append(_local_path(fs.getPath().toString()))
+    roots = [_local_path(p.toString()) for p in _seq(rel.location().rootPaths())]
+    base = None
+    if part_names:
+        if len(roots) != 1 or not os.path.isdir(roots[0]):
+            raise NotAScan("its partitioned files have more than one root directory")
+        base = roots[0]
+    return ScanInput(tuple(files), base, tuple(slash_filters), tuple(sorted(part_names)), pruned,
+                     mapping)
+
+
+def _shape(plan: Any, depth: int = 4) -> str:
+    """The plan's top nodes, e.g. 'Aggregate <- Join <- ...' (for the log)."""
+    names, node = [], plan
+    while node is not None and len(names) < depth:
+        names.append(_name(node))
+        ch = _children(node)
+        node = ch[0] if len(ch) == 1 else None
+        if len(ch) > 1:
+            names.append(f"({len(ch)} inputs)")
+    return " <- ".join(names)
+
+
+def check_columns(df: Any, columns: Sequence[str]) -> None:
+    """SchemaError naming a column the query reads that ``df`` lacks, and
+    the refusal of a nested key Spark groups by but Slash cannot."""
+    have = set(df.columns)
+    missing = [c for c in columns if c not in have]
+    if missing:
+        raise SchemaError(f"column {missing[0]!r} is missing from the DataFrame (it has {df.columns})")
+
+
+def general_input(df: Any, time: str, columns: Sequence[str], filters: Sequence[Filter]) -> Any:
+    """The DataFrame whose rows go to the general path: the query's filters
+    applied by Spark (before the transfer, pushed into its scan where it
+    can), only ``columns`` kept, and a string time column cast to a
+    timestamp in the session time zone, as Spark's ``window()`` casts it."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    for f in filters:
+        df = df.where(spark_filter(f))
+    df = df.select(*columns)
+    if isinstance(df.schema[time].dataType, StringType):
+        df = df.withColumn(time, F.col(time).cast("timestamp"))
+    return df
