@@ -1,0 +1,228 @@
+"""slash.spark on DataFrames as PySpark users hold them: the plan decides the
+path (a Parquet scan under filters and projections runs the fast path on the
+files Spark would read; anything else the general path, with the query's
+filters and columns applied in Spark first), and either way the answer is
+that of Spark's own groupBy(window(...)) on the same DataFrame: INT96 and
+pandas-written files, a Hive layout, nulls, NaN, string keys, a string time
+column in a non-UTC session zone, a join's, a union's and a UDF's output."""
+import logging
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pandas")
+
+from slash.errors import SchemaError  # noqa: E402
+from slash.spark import run_aggregate, session, spark_window_aggregate  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+Q = dict(time="ts", window="tumbling:10s", aggs=["count", "sum:price", "max:qty"])
+N = 4000
+
+
+@pytest.fixture(scope="module")
+def spark():
+    s = session("local[2]", "slash-test-dataframe")
+    yield s
+    s.stop()
+
+
+def events_table(n=N, seed=7):
+    """~200 s of events: an int and a string key with nulls, a price with
+    NaN and nulls, an event type, and a partition column ``day``."""
+    rng = np.random.default_rng(seed)
+    ts = 1_700_000_000_000_000 + np.sort(rng.integers(0, 200_000_000, n))  # us
+    user = np.array([f"user-{x}" for x in rng.integers(0, 300, n)], dtype=object)
+    user[rng.random(n) < 0.02] = None
+    price = rng.normal(50, 20, n)
+    price[rng.random(n) < 0.01] = np.nan
+    price_nulls = rng.random(n) < 0.01
+    k = rng.integers(0, 17, n)
+    return pa.table({
+        "ts": pa.array(ts, pa.timestamp("us", "UTC")),
+        "k": pa.array(k, mask=rng.random(n) < 0.02),
+        "user": pa.array(list(user), pa.string()),
+        "price": pa.array(price, mask=price_nulls),
+        "qty": pa.array(rng.integers(1, 9, n).astype(np.int32)),
+        "event_type": pa.array(rng.choice(["view", "click", "purchase"], n)),
+        "day": pa.array(rng.integers(1, 4, n).astype(np.int32)),
+    })
+
+
+@pytest.fixture(scope="module")
+def files(spark, tmp_path_factory):
+    """The same rows written by Spark (INT96 timestamps, Hive layout by
+    ``day``, default file count) and by pandas (one file)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    table = events_table()
+    d = tmp_path_factory.mktemp("df-input")
+    pandas_path = str(d / "pandas.parquet")
+    table.to_pandas().to_parquet(pandas_path, row_group_size=500)
+    sdf = spark.createDataFrame(table.to_pandas(), schema=from_arrow_schema(table.schema))
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "INT96")
+    try:
+        sdf.repartition(3).write.parquet(str(d / "int96"))
+        sdf.repartition(3).write.partitionBy("day").parquet(str(d / "hive"))
+    finally:
+        spark.conf.unset("spark.sql.parquet.outputTimestampType")
+    return {"int96": str(d / "int96"), "hive": str(d / "hive"), "pandas": pandas_path}
+
+
+def rows(df):
+    return sorted((tuple(_norm(v) for v in r) for r in df.collect()), key=repr)
+
+
+def _norm(v):
+    if isinstance(v, float):
+        return "NaN" if v != v else round(v, 6)
+    return v
+
+
+def aggregate(spark, df, key, **kw):
+    """(Slash's result, Spark's own answer on the same DataFrame)."""
+    res = run_aggregate(spark, df, key=key, **Q, **kw)
+    ref = spark_window_aggregate(spark, df, key=key, **Q, **kw)
+    return res, ref
+
+
+def assert_same(res, ref):
+    a, b = rows(res.df), rows(ref)
+    assert len(a) == len(b) > 0
+    assert a == b
+
+
+@pytest.mark.parametrize("key", ["k", "user"])
+def test_a_spark_written_int96_scan_takes_the_fast_path_with_spark_answer(spark, files, key):
+    res, ref = aggregate(spark, spark.read.parquet(files["int96"]), key)
+    assert res.fast_path and res.records_in == N
+    assert_same(res, ref)
+
+
+def test_a_pandas_written_file_scan_takes_the_fast_path(spark, files):
+    res, ref = aggregate(spark, spark.read.parquet(files["pandas"]), "user")
+    assert res.fast_path
+    assert_same(res, ref)
+
+
+def test_the_plans_filters_run_in_slash_on_the_fast_path(spark, files):
+    df = spark.read.parquet(files["int96"]).where(
+        "event_type = 'view' and k in (1, 2, 3, 5, 8) and price < 60 and qty >= 2")
+    res, ref = aggregate(spark, df, "user")
+    assert res.fast_path
+    assert_same(res, ref)
+
+
+def test_a_timestamp_literal_filter_runs_in_slash_on_the_fast_path(spark, files):
+    df = spark.read.parquet(files["int96"]).where("ts >= '2023-11-14 22:14:40'")
+    res, ref = aggregate(spark, df, "k")
+    assert res.fast_path
+    assert_same(res, ref)
+
+
+def test_a_hive_layouts_partition_filter_prunes_files_before_slash_reads(spark, files):
+    df = spark.read.parquet(files["hive"]).where("day = 2 and event_type != 'click'")
+    res, ref = aggregate(spark, df, "k")
+    assert res.fast_path
+    assert res.records_in < N / 2  # only the day=2 files were read
+    assert_same(res, ref)
+
+
+def test_a_partition_column_as_key_reads_its_hive_values(spark, files):
+    res, ref = aggregate(spark, spark.read.parquet(files["hive"]), "day")
+    assert res.fast_path
+    assert_same(res, ref)
+
+
+def test_a_float_greater_than_filter_is_left_to_spark_as_nan_passes_it(spark, files):
+    df = spark.read.parquet(files["int96"]).where("price > 40")
+    res, ref = aggregate(spark, df, "k")
+    assert not res.fast_path  # Spark keeps NaN > 40; an Arrow compare would not
+    assert_same(res, ref)
+
+
+def test_a_renamed_column_is_read_through_spark(spark, files):
+    df = spark.read.parquet(files["int96"]).withColumnRenamed("user", "customer")
+    res, ref = aggregate(spark, df, "customer")
+    assert not res.fast_path
+    assert_same(res, ref)
+
+
+def test_a_joins_output_takes_the_general_path_with_spark_answer(spark, files):
+    from pyspark.sql import functions as F
+
+    campaigns = spark.createDataFrame([(i, f"c{i % 4}") for i in range(17)], "k long, campaign string")
+    df = spark.read.parquet(files["int96"]).join(F.broadcast(campaigns), "k")
+    res, ref = aggregate(spark, df, "campaign")
+    assert not res.fast_path
+    assert_same(res, ref)
+
+
+def test_a_unions_output_takes_the_general_path_with_spark_answer(spark, files):
+    a = spark.read.parquet(files["int96"])
+    df = a.union(spark.read.parquet(files["hive"]).select(*a.columns))
+    res, ref = aggregate(spark, df, "k")
+    assert not res.fast_path and res.records_in == 2 * N
+    assert_same(res, ref)
+
+
+def test_a_udfs_output_takes_the_general_path_with_spark_answer(spark, files):
+    from pyspark.sql import functions as F
+
+    bucket = F.udf(lambda u: None if u is None else u[:6], "string")
+    df = spark.read.parquet(files["int96"]).withColumn("bucket", bucket("user"))
+    res, ref = aggregate(spark, df, "bucket")
+    assert not res.fast_path
+    assert_same(res, ref)
+
+
+def test_filter_argument_runs_in_spark_before_the_transfer_on_the_general_path(spark, files):
+    df = spark.read.parquet(files["int96"]).repartition(2)
+    res, ref = aggregate(spark, df, "k", filter="event_type == 'view'")
+    assert not res.fast_path
+    assert res.records_in < N / 2  # only the views crossed to Python
+    assert_same(res, ref)
+
+
+def test_a_string_time_column_is_cast_in_the_session_time_zone(spark, files):
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+    try:
+        df = spark.read.parquet(files["int96"]).withColumn(
+            "ts", F.date_format("ts", "yyyy-MM-dd HH:mm:ss.SSSSSS"))
+        res = run_aggregate(spark, df, key="k", time="ts", window="tumbling:1 day",
+                            aggs=["count", "sum:qty"])
+        ref = spark_window_aggregate(spark, df, key="k", time="ts", window="tumbling:1 day",
+                                     aggs=["count", "sum:qty"])
+        assert rows(res.df) == rows(ref)
+    finally:
+        spark.conf.unset("spark.sql.session.timeZone")
+
+
+def test_columns_the_query_does_not_name_are_never_looked_at(spark, files):
+    from pyspark.sql import functions as F
+
+    df = (spark.read.parquet(files["int96"]).repartition(2)
+          .withColumn("span", F.expr("INTERVAL 1 DAY"))  # a type Arrow has no conversion for
+          .withColumn("tags", F.array(F.col("user"))))
+    res, ref = aggregate(spark, df, "k")
+    assert_same(res, ref)
+
+
+def test_the_call_says_at_warning_level_which_path_it_took_and_why(spark, files, caplog):
+    with caplog.at_level(logging.WARNING, logger="slash.spark"):
+        run_aggregate(spark, spark.read.parquet(files["int96"]), key="k", **Q)
+        run_aggregate(spark, spark.read.parquet(files["int96"]).where("price > 1"), key="k", **Q)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("fast path" in m and "Parquet scan" in m for m in said)
+    assert any("general path" in m and "price > 1" in m for m in said)
+
+
+def test_a_missing_column_is_named(spark, files):
+    with pytest.raises(SchemaError, match="'nope'"):
+        run_aggregate(spark, spark.read.parquet(files["int96"]), key="nope", **Q)
