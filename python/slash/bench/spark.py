@@ -246,7 +246,7 @@ def data_bytes(path: Union[str, List[str]]) -> int:
     return os.path.getsize(path)
 
 
-def _interleaved(sides: List[Tuple[str, Callable[[], Any]]], warmup: int, warmup_seconds: float,
+def interleaved(sides: List[Tuple[str, Callable[[], Any]]], warmup: int, warmup_seconds: float,
                  repeat: int, progress: Progress) -> Tuple[List[List[float]], List[Any]]:
     """Runs the sides in turn: untimed rounds until ``warmup`` of them and
     ``warmup_seconds`` have passed, then ``repeat`` timed rounds (a side's
@@ -328,7 +328,7 @@ def run_config(spark: Any, path: Union[str, List[str]], cfg: SparkBenchConfig,
     load_before = os.getloadavg()[0]
     for i, mode in enumerate(cfg.consume):
         ours_fn, theirs_fn = consumers(spark, path, cfg, mode)
-        (ts_slash, ts_spark), _ = _interleaved(
+        (ts_slash, ts_spark), _ = interleaved(
             [(f"{label} slash.spark ({mode})", ours_fn), (f"{label} Spark groupBy(window) ({mode})", theirs_fn)],
             cfg.warmup if i == 0 else 1, cfg.warmup_seconds if i == 0 else 0.0, cfg.repeat, progress)
         modes[mode] = {"slash_seconds": min(ts_slash), "spark_seconds": min(ts_spark),
