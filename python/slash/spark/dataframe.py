@@ -320,3 +320,35 @@ def general_input(df: Any, time: str, columns: Sequence[str], filters: Sequence[
     if isinstance(df.schema[time].dataType, StringType):
         df = df.withColumn(time, F.col(time).cast("timestamp"))
     return df
+
+
+def join_input(spark: Any, df: Any, side: str, columns: Sequence[str], time: str,
+               directory: str) -> Tuple[Any, bool]:
+    """One side of a join given as a DataFrame, as a FileSource: the files
+    of a Parquet scan without data filters (the join carries no filter;
+    Spark's partition pruning applies), else the rows Spark computes written
+    as Parquet under ``directory`` (removed by the caller), only ``columns``
+    kept and a string time column cast as Spark's ``window()`` casts it.
+    Returns (source, True when the files are the scan's own); says at
+    WARNING level which way and why."""
+    from slash.sources import FileSource
+
+    check_columns(df, columns)
+    if type(df.schema[time].dataType).__name__ == "StringType":
+        why = f"time column {time!r} is a string, which Spark casts to a timestamp first"
+    else:
+        try:
+            scan = file_scan(df, columns)
+            if scan.filters:
+                raise NotAScan("its plan filters rows, which a join's own read does not")
+            if not scan.files:
+                raise NotAScan("Spark's partition pruning leaves no file to read")
+            log.warning("slash.spark.window_join: the %s DataFrame is a Parquet scan of %d file(s), "
+                        "read by the Slash executors themselves", side, len(scan.files))
+            return FileSource(list(scan.files), base=scan.base), True
+        except NotAScan as e:
+            why = str(e)
+    log.warning("slash.spark.window_join: the %s DataFrame is written as Parquet by Spark first (%s)",
+                side, why)
+    general_input(df, time, columns, ()).write.parquet(directory)
+    return FileSource(directory), False

@@ -6,18 +6,21 @@ pass through the JVM), merges them by event time into its join executor,
 and returns the pairs of the (window, key) groups it leads, inline to the
 driver when small, else as Parquet; the returned DataFrame holds or reads
 them, like :func:`slash.spark.window_aggregate`.
-Spark DataFrames as inputs are not taken here: a barrier stage has one input
-partition per task, so two inputs would need a union of different schemas;
-write them to Parquet first.
+A DataFrame side that is a Parquet scan (:mod:`slash.spark.dataframe`) is read
+from its files the same way; any other DataFrame is written as Parquet by
+Spark first (a barrier stage has one input partition per task, so two
+DataFrames would need a union of different schemas) and its files removed
+after the join.
 """
 from __future__ import annotations
 
 import json
 import logging
 import secrets
+import shutil
 import time
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from dataclasses import dataclass, replace
+from typing import Any, List, Optional, Sequence, Union
 
 from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
@@ -29,6 +32,7 @@ from slash.sources import FileSource
 from slash.window import with_start_time
 from slash.spark import _batch_ckpt, _env
 from slash.spark._tasks import barrier_stage, rank_errors, raise_task_failure
+from slash.spark.dataframe import join_input
 from slash.spark.batch import (INLINE_BYTES, EarlyFrame, group_for, inline_limit, is_dataframe,
                                one_start_time, run_in_group, session_time_zone, start_rendezvous)
 
@@ -104,17 +108,49 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
     >>> # df = window_join(spark, "persons/", "auctions/", on="id", time="ts", window="tumbling:12h")
     """
     _env.require_pyspark()
-    for name, src in (("left", left), ("right", right)):
-        if is_dataframe(src):
-            raise InvalidArgument(f"window_join reads Parquet/Arrow paths; write the {name} DataFrame "
-                                  "to Parquet first (df.write.parquet(PATH))")
     query = JoinQuery(time=time, interval=interval,
                       window=window if window is None
                       else with_start_time(window, one_start_time(start_time, startTime)),
                       on=on, left_columns=left_columns,
                       right_columns=right_columns, lateness=0 if lateness is None else lateness,
                       time_zone=session_time_zone(spark), string_bytes=string_bytes)
-    lsrc, rsrc = FileSource(left), FileSource(right)  # UnknownName / SchemaError before work
+    token = secrets.token_hex(16)
+    root = _env.result_root(spark, result_dir).rstrip('/')
+    written: List[str] = []
+    try:
+        return _run_join(spark, query, left, right, executors, transport, slots_wait,
+                         result_inline_bytes, checkpoint, checkpoint_every, checkpoint_keep,
+                         token, f"{root}/j-{token[:12]}", f"{root}/in-{token[:12]}", written)
+    finally:
+        for d in written:  # the inputs Spark wrote: the result never reads them
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _side_source(spark: Any, src: Any, side: str, query: JoinQuery,
+                 columns: Optional[Sequence[str]], in_dir: str, written: List[str]) -> FileSource:
+    """A side's FileSource: its paths, or a DataFrame read as its plan allows
+    (:func:`slash.spark.dataframe.join_input`)."""
+    if not is_dataframe(src):
+        return FileSource(src)  # UnknownName / SchemaError before work
+    cols = list(dict.fromkeys([query.time, *query.on, *(columns if columns is not None else
+                                                        [c for c in src.columns if c not in query.on])]))
+    d = f"{in_dir}-{side}"
+    written.append(d)
+    source, _ = join_input(spark, src, side, cols, query.time, d)
+    return source
+
+
+def _run_join(spark: Any, query: JoinQuery, left: Any, right: Any, executors: Optional[int],
+              transport: str, slots_wait: float, result_inline_bytes: int,
+              checkpoint: Optional[str], checkpoint_every: Union[str, int, float],
+              checkpoint_keep: int, token: str, out_dir: str, in_dir: str,
+              written: List[str]) -> Any:
+    lsrc = _side_source(spark, left, "left", query, query.left_columns, in_dir, written)
+    rsrc = _side_source(spark, right, "right", query, query.right_columns, in_dir, written)
+    if query.left_columns is None and is_dataframe(left):  # the DataFrame's columns, not its files'
+        query = replace(query, left_columns=[c for c in left.columns if c not in query.on])
+    if query.right_columns is None and is_dataframe(right):
+        query = replace(query, right_columns=[c for c in right.columns if c not in query.on])
     query.check(lsrc.schema, rsrc.schema)
     n, group = group_for(spark, query, executors, transport, None, slots_wait)
     ck_plan = None
@@ -122,8 +158,6 @@ def window_join(spark: Any, left: Any, right: Any, *, on: Union[str, Sequence[st
         ck_plan, group = _batch_ckpt.make_plan(checkpoint, "window_join", query, (lsrc, rsrc), n,
                                                group, checkpoint_every, checkpoint_keep)
     inline = inline_limit(result_inline_bytes, n)
-    token = secrets.token_hex(16)
-    out_dir = f"{_env.result_root(spark, result_dir).rstrip('/')}/j-{token[:12]}"
     early = EarlyFrame(spark, out_dir, n)
     rdv, ckd = start_rendezvous(spark, n, token, early, ck_plan)
     plan = _JoinPlan(query, lsrc, rsrc, group, token, out_dir, rdv.address, inline, ck_plan)
