@@ -147,3 +147,19 @@ def test_the_in_spark_consumer_keeps_sparks_grouping(tmp_path):
     assert total == cfg.records
     assert groups == len({(ts // 10_000, k) for ts, k in zip(t.column("ts").to_pylist(),
                                                             t.column("k").to_pylist())})
+
+
+@pytest.mark.slow
+def test_a_dataframe_input_takes_the_fast_path_with_the_same_answer(tmp_path):
+    """run.sh's main job: slash.spark handed spark.read.parquet of the files."""
+    pytest.importorskip("pyspark")
+    cfg = bench_spark.SparkBenchConfig(records=20_000, workload="count", repeat=1, warmup=0,
+                                       warmup_seconds=0.0, input="dataframe")
+    out = bench_spark.run_all([cfg], data_dir=str(tmp_path), driver_memory="1g")
+    run = out["runs"][0]
+    assert out["all_verified"] and run["fast_path"] and run["input"] == "dataframe"
+
+
+def test_an_unknown_input_is_refused():
+    with pytest.raises(InvalidArgument, match="input must be one of"):
+        bench_spark.SparkBenchConfig(input="table")

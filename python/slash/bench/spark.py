@@ -90,6 +90,8 @@ COUNT_FILES = 2
 WORKLOADS_RUN = ("ysb", "count")
 #: how each side's result is used in the timed part (see the module docstring)
 CONSUME = ("none", "spark", "arrow")
+#: what slash.spark is handed: the path(s), or a DataFrame reading them (a scan: the fast path too)
+INPUTS = ("path", "dataframe")
 #: how the records are laid out on disk (see the module docstring)
 LAYOUTS = ("ordered", "spanning")
 #: part files of the spanning layout
@@ -113,10 +115,14 @@ class SparkBenchConfig:
     layout: str = "ordered"
     workload: str = "ysb"
     consume: Tuple[str, ...] = ("none",)
+    #: what slash.spark is handed: the files' path(s), or ``spark.read.parquet`` of them
+    input: str = "path"
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise InvalidArgument(f"layout must be one of {list(LAYOUTS)}, got {self.layout!r}")
+        if self.input not in INPUTS:
+            raise InvalidArgument(f"input must be one of {list(INPUTS)}, got {self.input!r}")
         if self.workload not in WORKLOADS_RUN:
             raise InvalidArgument(f"workload must be one of {list(WORKLOADS_RUN)}, got {self.workload!r}")
         if not self.consume or any(c not in CONSUME for c in self.consume):
@@ -295,6 +301,14 @@ def in_spark_query(df: Any) -> Any:
     return df.agg(F.count(F.lit(1)).alias("groups"), F.sum("count").alias("total"))
 
 
+def slash_input(spark: Any, path: Union[str, List[str]], cfg: SparkBenchConfig) -> Any:
+    """What slash.spark is handed (``cfg.input``): the path(s) or a DataFrame
+    of them, built anew each round as a user's job would."""
+    if cfg.input == "path":
+        return path
+    return spark.read.parquet(*([path] if isinstance(path, str) else path))
+
+
 def consumers(spark: Any, path: Union[str, List[str]], cfg: SparkBenchConfig,
               mode: str) -> Tuple[Callable[[], Any], Callable[[], Any]]:
     """The timed functions of both sides for one ``--consume`` mode:
@@ -304,7 +318,7 @@ def consumers(spark: Any, path: Union[str, List[str]], cfg: SparkBenchConfig,
     raw = spark.read.parquet(*([path] if isinstance(path, str) else path))
 
     def ours() -> Any:
-        return run_aggregate(spark, path, executors=cfg.executors, **q)
+        return run_aggregate(spark, slash_input(spark, path, cfg), executors=cfg.executors, **q)
 
     def theirs() -> Any:  # a new DataFrame each round (see the module docstring)
         return spark_window_aggregate(spark, raw, **q)
@@ -336,7 +350,7 @@ def run_config(spark: Any, path: Union[str, List[str]], cfg: SparkBenchConfig,
                        "median_ratio": statistics.median(ts_spark) / statistics.median(ts_slash),
                        "slash_run_seconds": ts_slash, "spark_run_seconds": ts_spark}
     progress.describe(f"{label} comparing answers")
-    res = run_aggregate(spark, path, executors=cfg.executors, **q)
+    res = run_aggregate(spark, slash_input(spark, path, cfg), executors=cfg.executors, **q)
     ours, theirs = res.df.toArrow(), spark_window_aggregate(spark, path, **q).toArrow()
     ok = verify(ours, theirs, q["key"])
     progress.step(f"{label} answers {'equal' if ok else 'DIFFER'}")
@@ -344,7 +358,8 @@ def run_config(spark: Any, path: Union[str, List[str]], cfg: SparkBenchConfig,
     t_slash, t_spark = first["slash_seconds"], first["spark_seconds"]
     rate, srate = cfg.records / t_slash, cfg.records / t_spark
     return {"workload": cfg.workload, "keys": cfg.keys, "dist": cfg.dist, "records": cfg.records,
-            "layout": cfg.layout, "consume": cfg.consume[0],
+            "layout": cfg.layout, "consume": cfg.consume[0], "input": cfg.input,
+            "fast_path": res.fast_path,
             "slash_records_per_s": rate, "spark_records_per_s": srate, "ratio": rate / srate,
             "verified": ok, "result_rows": ours.num_rows, "slash_seconds": t_slash,
             "spark_seconds": t_spark, "median_ratio": first["median_ratio"],
@@ -435,6 +450,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "Spark into the noop sink; default), spark (both .agg(count(*), "
                              "sum(count)).collect()), "
                              "arrow (both .toArrow()); several: one measurement each")
+    parser.add_argument("--input", choices=INPUTS, default="path",
+                        help="what slash.spark is handed: path (the files, default) or dataframe "
+                             "(spark.read.parquet of them, as a PySpark user holds them)")
     parser.add_argument("--layout", choices=LAYOUTS, default="ordered",
                         help="ordered: one time-ordered file (default); spanning: the same records "
                              f"dealt across {SPANNING_FILES} part files that each span the whole "
@@ -451,6 +469,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     configs = [SparkBenchConfig(records=args.records, keys=k, dist=d, repeat=args.repeat, warmup=args.warmup,
                                 warmup_seconds=args.warmup_seconds,
                                 executors=args.executors, master=args.master, seed=args.seed,
-                                layout=args.layout, workload=args.workload, consume=tuple(args.consume))
+                                layout=args.layout, workload=args.workload, consume=tuple(args.consume),
+                                input=args.input)
                for k, d in pairs]
     return run_all(configs, args.data_dir)
