@@ -226,3 +226,22 @@ def test_the_call_says_at_warning_level_which_path_it_took_and_why(spark, files,
 def test_a_missing_column_is_named(spark, files):
     with pytest.raises(SchemaError, match="'nope'"):
         run_aggregate(spark, spark.read.parquet(files["int96"]), key="nope", **Q)
+
+
+def test_a_struct_key_groups_as_spark_groups_it_null_struct_apart(spark, files):
+    from pyspark.sql import functions as F
+
+    df = spark.read.parquet(files["int96"]).withColumn(
+        "who", F.when(F.col("k") == 3, F.lit(None)).otherwise(F.struct("user", (F.col("k") % 2).alias("odd"))))
+    res, ref = aggregate(spark, df, ["who", "event_type"])
+    assert not res.fast_path
+    assert res.df.columns == ref.columns
+    assert_same(res, ref)
+
+
+def test_an_array_key_is_refused_naming_the_column_and_why(spark, files):
+    from pyspark.sql import functions as F
+
+    df = spark.read.parquet(files["int96"]).withColumn("tags", F.array("user", "event_type"))
+    with pytest.raises(SchemaError, match="'tags'.*fixed width"):
+        run_aggregate(spark, df, key="tags", **Q)

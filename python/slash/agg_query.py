@@ -208,8 +208,12 @@ class Query:
                 raise SchemaError(f"key column {k!r} is missing (input has {names})")
             kt = plain_type(schema.field(k).type)
             if not (int_like(kt) or is_str(kt) or is_bin(kt)):
+                why = (": a key is encoded into a fixed width (at most 64 bytes for a composite key) "
+                       "and an array or map of any length has none; group by its elements instead"
+                       if pa.types.is_list(kt) or pa.types.is_large_list(kt) or pa.types.is_map(kt)
+                       else "")
                 raise SchemaError(f"key column {k!r} must be an integer, boolean, string, binary, "
-                                  f"date or timestamp column, got {schema.field(k).type}")
+                                  f"date or timestamp column, got {schema.field(k).type}{why}")
         for a in self.aggregates:
             if a.column is None:
                 continue

@@ -32,6 +32,7 @@ Two sources:
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -56,7 +57,8 @@ from slash.window import with_start_time
 from slash.spark import _env
 from slash.spark._env import TaskFailed
 from slash.spark import _batch_ckpt
-from slash.spark.dataframe import NotAScan, check_columns, file_scan, general_input
+from slash.spark.dataframe import (NotAScan, StructKey, check_columns, file_scan, flat_key, flatten_structs,
+                                   general_input, rebuild_structs, struct_keys)
 from slash.spark._tasks import (PartitionSource, as_micros, Rendezvous, barrier_stage, driver_host, join_group,
                                 conf_get, open_fs, rank_errors, raise_task_failure, report_error,
                                 spark_input_schema, write_table)
@@ -338,8 +340,11 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     fast = not is_dataframe(source)
     time_columns: tuple = ()
     frame = None  # the general path's DataFrame
+    structs: List[StructKey] = []  # struct key columns, flattened for the executors
+    user_key = query.key
     if not fast:
-        source, frame, query = dataframe_input(source, query)
+        structs = struct_keys(source, query.key)
+        source, frame, query = dataframe_input(source, query, structs)
         fast = frame is None
     if fast:
         src = source if isinstance(source, (FileSource, GeneratorSource, KafkaSource)) else None
@@ -412,8 +417,9 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
             metrics.append(m)
         # before the links close: inline parts may still be on their way
         df = early.frame({m["rank"]: (m.get("attempt"), m["path"]) for m in metrics}, group.timeout)
+        df = rebuild_structs(df, structs, user_key) if structs else df
         if query.top:
-            df = _rank_top(df, query)
+            df = _rank_top(df, query if not structs else dataclasses.replace(query, key=user_key))
     finally:
         sc.setJobDescription(None)
         if rdv is not None:
@@ -429,7 +435,7 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
                            ckd.summary() if ckd is not None else None)
 
 
-def dataframe_input(df: Any, query: Query) -> Tuple[Any, Any, Query]:
+def dataframe_input(df: Any, query: Query, structs: Sequence[StructKey] = ()) -> Tuple[Any, Any, Query]:
     """Where a DataFrame's rows come from, decided by its plan
     (:mod:`slash.spark.dataframe`), said at WARNING level with the reason:
     ``(FileSource, None, query)`` when it is a Parquet scan (the fast path
@@ -437,11 +443,12 @@ def dataframe_input(df: Any, query: Query) -> Tuple[Any, Any, Query]:
     ``(df, general DataFrame, query)``: the general path's rows with the
     query's filters and columns applied by Spark, and the query without the
     filters Spark has applied."""
-    import dataclasses
-
     check_columns(df, query.input_columns)
     time_type = type(df.schema[query.time].dataType).__name__
-    if time_type == "StringType":
+    if structs:
+        why = (f"key column {structs[0].name!r} is a struct, which Spark flattens into its fields "
+               "first")
+    elif time_type == "StringType":
         why = (f"time column {query.time!r} is a string, which Spark casts to a timestamp in the "
                "session time zone first")
     else:
@@ -462,6 +469,9 @@ def dataframe_input(df: Any, query: Query) -> Tuple[Any, Any, Query]:
                 "filters and columns applied in Spark first): the DataFrame is no Parquet scan "
                 "Slash reads itself: %s", why)
     frame = general_input(df, query.time, query_columns_read(query), query.filters)
+    if structs:
+        frame = flatten_structs(frame, structs)
+        query = dataclasses.replace(query, key=tuple(flat_key(query.key, structs)))
     return df, frame, dataclasses.replace(query, filters=())
 
 

@@ -306,6 +306,78 @@ def check_columns(df: Any, columns: Sequence[str]) -> None:
         raise SchemaError(f"column {missing[0]!r} is missing from the DataFrame (it has {df.columns})")
 
 
+@dataclass(frozen=True)
+class StructKey:
+    """A struct key column as flat key columns ``NAME__FIELD`` (one per
+    field) and ``NAME__null`` (true where the struct itself is null: Spark
+    groups a null struct apart from a struct of nulls)."""
+
+    name: str
+    fields: Tuple[str, ...]
+
+    @property
+    def flat(self) -> Tuple[str, ...]:
+        return tuple(f"{self.name}__{f}" for f in self.fields) + (f"{self.name}__null",)
+
+
+def struct_keys(df: Any, key: Sequence[str]) -> List[StructKey]:
+    """The key columns of ``df`` that are structs (Spark groups by a
+    struct's value: Slash by its fields and whether it is null)."""
+    from pyspark.sql.types import StructType
+
+    return [StructKey(k, tuple(df.schema[k].dataType.fieldNames())) for k in key
+            if isinstance(df.schema[k].dataType, StructType)]
+
+
+def flat_key(key: Sequence[str], structs: Sequence[StructKey]) -> List[str]:
+    """The query's key with each struct column replaced by its flat columns."""
+    by = {s.name: s for s in structs}
+    return [c for k in key for c in (by[k].flat if k in by else (k,))]
+
+
+def flatten_structs(df: Any, structs: Sequence[StructKey]) -> Any:
+    from pyspark.sql import functions as F
+
+    for s in structs:
+        for f, flat in zip(s.fields, s.flat):
+            df = df.withColumn(flat, F.col(s.name)[f])
+        df = df.withColumn(s.flat[-1], F.col(s.name).isNull()).drop(s.name)
+    return df
+
+
+def rebuild_structs(result: Any, structs: Sequence[StructKey], key: Sequence[str]) -> Any:
+    """A result's flat struct key columns as the struct columns again, in
+    the key's place (a null struct where ``NAME__null`` is true)."""
+    from pyspark.sql import functions as F
+
+    if not structs:
+        return result
+    by = {s.name: s for s in structs}
+    flat = {c for s in structs for c in s.flat}
+
+    def col(name: str) -> Any:
+        return F.col(f"`{name}`")
+
+    cols: List[Any] = []
+    for c in result.columns:
+        if c in flat:
+            continue
+        if c == "window_end":
+            cols.append(col(c))
+            for k in key:
+                if k in by:
+                    s = by[k]
+                    value = F.struct(*(col(x).alias(f) for f, x in zip(s.fields, s.flat)))
+                    cols.append(F.when(col(s.flat[-1]), F.lit(None)).otherwise(value).alias(k))
+                else:
+                    cols.append(col(k))
+            continue
+        if c in key:
+            continue
+        cols.append(col(c))
+    return result.select(*cols)
+
+
 def general_input(df: Any, time: str, columns: Sequence[str], filters: Sequence[Filter]) -> Any:
     """The DataFrame whose rows go to the general path: the query's filters
     applied by Spark (before the transfer, pushed into its scan where it
