@@ -145,11 +145,32 @@ def test_a_float_greater_than_filter_is_left_to_spark_as_nan_passes_it(spark, fi
     assert_same(res, ref)
 
 
-def test_a_renamed_column_is_read_through_spark(spark, files):
-    df = spark.read.parquet(files["int96"]).withColumnRenamed("user", "customer")
-    res, ref = aggregate(spark, df, "customer")
-    assert not res.fast_path
+def test_renamed_columns_are_read_from_the_files_and_named_as_the_dataframe_names_them(spark, files):
+    from pyspark.sql import functions as F
+
+    df = spark.read.parquet(files["int96"]).select(
+        F.col("user").alias("customer"), F.col("ts"), F.col("price").alias("qty"),
+        F.col("qty").alias("price"), "event_type")  # a swap of two names too
+    res, ref = aggregate(spark, df, "customer", filter="event_type == 'view'")
+    assert res.fast_path
+    assert res.df.columns == ref.columns
     assert_same(res, ref)
+
+
+def test_top_n_over_a_renamed_scan_ranks_by_the_dataframes_column(spark, files):
+    df = spark.read.parquet(files["int96"]).withColumnRenamed("price", "amount")
+    res = run_aggregate(spark, df, key="k", time="ts", window="tumbling:10s",
+                        aggs=["count", "sum:amount", "top:3:sum_amount"])
+    assert res.fast_path and "sum_amount" in res.df.columns
+    got = [(r["window_start"], r["k"], r["rank"]) for r in res.df.collect()]
+    ref = spark_window_aggregate(spark, df, key="k", time="ts", window="tumbling:10s",
+                                 aggs=["count", "sum:amount"])
+    from pyspark.sql import Window, functions as F
+    w = Window.partitionBy("window_start").orderBy(F.col("sum_amount").desc_nulls_last(),
+                                                   F.col("k").asc_nulls_last())
+    want = [(r["window_start"], r["k"], r["rank"]) for r in
+            ref.withColumn("rank", F.row_number().over(w)).where("rank <= 3").collect()]
+    assert sorted(got, key=repr) == sorted(want, key=repr) and got
 
 
 def test_a_joins_output_takes_the_general_path_with_spark_answer(spark, files):

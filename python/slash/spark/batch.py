@@ -58,7 +58,8 @@ from slash.spark import _env
 from slash.spark._env import TaskFailed
 from slash.spark import _batch_ckpt
 from slash.spark.dataframe import (NotAScan, StructKey, check_columns, file_scan, flat_key, flatten_structs,
-                                   general_input, rebuild_structs, struct_keys)
+                                   general_input, rebuild_structs, renamed_back, renamed_query,
+                                   struct_keys)
 from slash.spark._tasks import (PartitionSource, as_micros, Rendezvous, barrier_stage, driver_host, join_group,
                                 conf_get, open_fs, rank_errors, raise_task_failure, report_error,
                                 spark_input_schema, write_table)
@@ -341,10 +342,11 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
     time_columns: tuple = ()
     frame = None  # the general path's DataFrame
     structs: List[StructKey] = []  # struct key columns, flattened for the executors
-    user_key = query.key
+    user_query = query  # the query in the DataFrame's column names
+    renames: Dict[str, str] = {}  # a renamed scan's result columns -> the DataFrame's names
     if not fast:
         structs = struct_keys(source, query.key)
-        source, frame, query = dataframe_input(source, query, structs)
+        source, frame, query = dataframe_input(source, query, structs, renames)
         fast = frame is None
     if fast:
         src = source if isinstance(source, (FileSource, GeneratorSource, KafkaSource)) else None
@@ -417,9 +419,10 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
             metrics.append(m)
         # before the links close: inline parts may still be on their way
         df = early.frame({m["rank"]: (m.get("attempt"), m["path"]) for m in metrics}, group.timeout)
-        df = rebuild_structs(df, structs, user_key) if structs else df
+        df = rebuild_structs(df, structs, user_query.key) if structs else df
+        df = renamed_back(df, renames) if renames else df
         if query.top:
-            df = _rank_top(df, query if not structs else dataclasses.replace(query, key=user_key))
+            df = _rank_top(df, user_query)
     finally:
         sc.setJobDescription(None)
         if rdv is not None:
@@ -435,14 +438,18 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
                            ckd.summary() if ckd is not None else None)
 
 
-def dataframe_input(df: Any, query: Query, structs: Sequence[StructKey] = ()) -> Tuple[Any, Any, Query]:
+def dataframe_input(df: Any, query: Query, structs: Sequence[StructKey] = (),
+                    renames: Optional[Dict[str, str]] = None) -> Tuple[Any, Any, Query]:
     """Where a DataFrame's rows come from, decided by its plan
     (:mod:`slash.spark.dataframe`), said at WARNING level with the reason:
     ``(FileSource, None, query)`` when it is a Parquet scan (the fast path
     reads its files, the plan's filters added to the query's), else
     ``(df, general DataFrame, query)``: the general path's rows with the
     query's filters and columns applied by Spark, and the query without the
-    filters Spark has applied."""
+    filters Spark has applied. A scan whose columns are renamed runs the
+    query on the files' names; ``renames`` gets the result's names to give
+    back (the files' query's output name -> the DataFrame's)."""
+    renames = {} if renames is None else renames
     check_columns(df, query.input_columns)
     time_type = type(df.schema[query.time].dataType).__name__
     if structs:
@@ -457,6 +464,9 @@ def dataframe_input(df: Any, query: Query, structs: Sequence[StructKey] = ()) ->
             if not scan.files:
                 raise NotAScan("Spark's partition pruning leaves no file to read")
             src = FileSource(list(scan.files), base=scan.base)
+            if scan.renamed:
+                query, back = renamed_query(query, scan.columns)
+                renames.update(back)
             merged = dataclasses.replace(query, filters=tuple(query.filters) + scan.filters)
             log.warning("slash.spark: the fast path: the DataFrame is a Parquet scan of %d file(s), "
                         "read by the Slash executors themselves (%d filter(s) from its plan applied "

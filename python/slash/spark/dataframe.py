@@ -71,6 +71,10 @@ class ScanInput:
     pruned_by_spark: int = 0  # conjuncts over partition columns only: decided per file by Spark
     columns: Dict[str, str] = field(default_factory=dict)  # DataFrame column -> file column
 
+    @property
+    def renamed(self) -> bool:
+        return any(k != v for k, v in self.columns.items())
+
 
 class NotAScan(Exception):
     """Why a DataFrame's plan is not a file scan Slash reads itself."""
@@ -242,8 +246,6 @@ def file_scan(df: Any, columns: Sequence[str]) -> ScanInput:
         src = attrs.column(a) if a is not None else None
         if src is None:
             raise NotAScan(f"column {c!r} is computed by Spark, not read from the files")
-        if src != c:
-            raise NotAScan(f"column {c!r} is the file column {src!r} renamed")
         mapping[c] = src
     part_names = set(rel.partitionSchema().fieldNames())
     part_ids = {i for i, n in attrs.by_id.items() if n in part_names}
@@ -424,3 +426,33 @@ def join_input(spark: Any, df: Any, side: str, columns: Sequence[str], time: str
                 side, why)
     general_input(df, time, columns, ()).write.parquet(directory)
     return FileSource(directory), False
+
+
+def renamed_query(query: Any, columns: Dict[str, str]) -> Tuple[Any, Dict[str, str]]:
+    """``query`` over the files' column names (``columns``: the DataFrame's
+    name -> the file's, for every column it reads), and the result's column
+    names to give back (the files' query's output name -> the DataFrame's)."""
+    import dataclasses
+
+    from slash.state_config import Aggregate
+
+    def f(c: Optional[str]) -> Optional[str]:
+        return None if c is None else columns.get(c, c)
+
+    aggs = tuple(Aggregate(a.kind, f(a.column), a.param) for a in query.aggregates)
+    filters = tuple(Filter(f(x.column), x.op, x.value) for x in query.filters)
+    names = {a.name: b.name for a, b in zip(query.aggregates, aggs)}
+    top = None if query.top is None else (query.top[0], names.get(query.top[1], query.top[1]))
+    files = dataclasses.replace(query, time=f(query.time), key=tuple(f(k) for k in query.key),
+                                aggregates=aggs, filters=filters, top=top)
+    back = {f(k): k for k in query.key}
+    back.update((b.name, a.name) for a, b in zip(query.aggregates, files.aggregates))
+    return files, back
+
+
+def renamed_back(result: Any, back: Dict[str, str]) -> Any:
+    """The result's columns under the DataFrame's names (all at once: a swap
+    of two names holds)."""
+    from pyspark.sql import functions as F
+
+    return result.select(*(F.col(f"`{c}`").alias(back.get(c, c)) for c in result.columns))
