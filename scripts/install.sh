@@ -109,6 +109,29 @@ install_pyflink() {
     echo "$venv/bin/python"
 }
 
+build_jar() {
+    # slash-spark.jar (spark_integration/, for slash.spark.jvm_export), compiled by Maven against
+    # the jars of the venv's pyspark and put into the package (python/slash/jars/) for
+    # build_package to ship; without pyspark there is nothing to compile against
+    local -a props
+    mapfile -t props < <("$PYTHON" "$SLASH_ROOT/spark_integration/pyspark_jars.py" || true)
+    if ((${#props[@]} == 0)); then
+        log "no pyspark: slash-spark.jar not built"
+        return 0
+    fi
+    local jar="$SLASH_ROOT/python/slash/jars/slash-spark.jar" stamp
+    stamp="$( (cd "$SLASH_ROOT/spark_integration" && cat pom.xml $(find src -type f | sort) &&
+              printf '%s\n' "${props[@]}") | sha256sum | cut -c1-16)"
+    [ -f "$jar" ] && [ "$(cat "$jar.stamp" 2>/dev/null)" = "$stamp" ] && return
+    command -v mvn >/dev/null 2>&1 || need_apt maven
+    command -v javac >/dev/null 2>&1 || need_apt openjdk-17-jdk-headless
+    log "building slash-spark.jar with Maven"
+    mvn -q -B -f "$SLASH_ROOT/spark_integration/pom.xml" package "${props[@]}" >&2
+    mkdir -p "$(dirname "$jar")"
+    cp "$SLASH_ROOT/spark_integration/target/slash-spark.jar" "$jar"
+    echo "$stamp" > "$jar.stamp"
+}
+
 build_package() {
     log "building and installing slash (C core + bindings)"
     (cd "$SLASH_ROOT" && "$PYTHON" -m pip install -q --disable-pip-version-check \
@@ -125,5 +148,6 @@ slash_install() {
     install_system
     use_venv
     install_python "$extras"
+    build_jar
     build_package
 }

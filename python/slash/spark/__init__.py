@@ -26,10 +26,11 @@ from slash.spark.stream import DirectorySource, RateSource, StreamHandle, stream
 
 
 def session(master: str = "local[2]", app_name: str = "slash", conf: Optional[Dict[str, Any]] = None) -> Any:
-    """A SparkSession set up for Slash (Arrow on, UI off, quiet logs), after
-    checking that pyspark, pandas and Java are there (SparkUnavailable names
-    what is missing)."""
-    from slash.spark import _env
+    """A SparkSession set up for Slash (Arrow on, UI off, quiet logs, the
+    package's slash-spark.jar on ``spark.jars`` for :mod:`slash.spark.jvm_export`),
+    after checking that pyspark, pandas and Java are there (SparkUnavailable
+    names what is missing)."""
+    from slash.spark import _env, jvm_export
 
     _env.require_pyspark()
     _env.require_java()
@@ -39,7 +40,11 @@ def session(master: str = "local[2]", app_name: str = "slash", conf: Optional[Di
     defaults = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                 "spark.sql.execution.arrow.pyspark.enabled": "true",
                 "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
-    for k, v in {**defaults, **(conf or {})}.items():
+    conf = dict(conf or {})
+    jar = jvm_export.jar_path()
+    if jar is not None:
+        conf["spark.jars"] = ",".join(j for j in (conf.get("spark.jars"), jar) if j)
+    for k, v in {**defaults, **conf}.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
