@@ -141,7 +141,7 @@ def test_a_partition_column_as_key_reads_its_hive_values(spark, files):
 def test_a_float_greater_than_filter_is_left_to_spark_as_nan_passes_it(spark, files):
     df = spark.read.parquet(files["int96"]).where("price > 40")
     res, ref = aggregate(spark, df, "k")
-    assert not res.fast_path  # Spark keeps NaN > 40; an Arrow compare would not
+    assert res.route == "export"  # Spark keeps NaN > 40; an Arrow compare would not
     assert_same(res, ref)
 
 
@@ -152,7 +152,7 @@ def test_renamed_columns_are_read_from_the_files_and_named_as_the_dataframe_name
         F.col("user").alias("customer"), F.col("ts"), F.col("price").alias("qty"),
         F.col("qty").alias("price"), "event_type")  # a swap of two names too
     res, ref = aggregate(spark, df, "customer", filter="event_type == 'view'")
-    assert res.fast_path
+    assert res.route == "scan"
     assert res.df.columns == ref.columns
     assert_same(res, ref)
 
@@ -173,13 +173,23 @@ def test_top_n_over_a_renamed_scan_ranks_by_the_dataframes_column(spark, files):
     assert sorted(got, key=repr) == sorted(want, key=repr) and got
 
 
-def test_a_joins_output_takes_the_general_path_with_spark_answer(spark, files):
+@pytest.fixture(params=["export", "arrow"])
+def route(request, spark):
+    """The general path's two ways: the JVM export (the default) and
+    mapInArrow (spark.slash.jvmExport=false, as in a session without the jar)."""
+    if request.param == "arrow":
+        spark.conf.set("spark.slash.jvmExport", "false")
+    yield request.param
+    spark.conf.unset("spark.slash.jvmExport")
+
+
+def test_a_joins_output_takes_the_general_path_with_spark_answer(spark, files, route):
     from pyspark.sql import functions as F
 
     campaigns = spark.createDataFrame([(i, f"c{i % 4}") for i in range(17)], "k long, campaign string")
     df = spark.read.parquet(files["int96"]).join(F.broadcast(campaigns), "k")
     res, ref = aggregate(spark, df, "campaign")
-    assert not res.fast_path
+    assert res.route == route
     assert_same(res, ref)
 
 
@@ -187,25 +197,25 @@ def test_a_unions_output_takes_the_general_path_with_spark_answer(spark, files):
     a = spark.read.parquet(files["int96"])
     df = a.union(spark.read.parquet(files["hive"]).select(*a.columns))
     res, ref = aggregate(spark, df, "k")
-    assert not res.fast_path and res.records_in == 2 * N
+    assert res.route == "export" and res.records_in == 2 * N
     assert_same(res, ref)
 
 
-def test_a_udfs_output_takes_the_general_path_with_spark_answer(spark, files):
+def test_a_udfs_output_takes_the_general_path_with_spark_answer(spark, files, route):
     from pyspark.sql import functions as F
 
     bucket = F.udf(lambda u: None if u is None else u[:6], "string")
     df = spark.read.parquet(files["int96"]).withColumn("bucket", bucket("user"))
     res, ref = aggregate(spark, df, "bucket")
-    assert not res.fast_path
+    assert res.route == route
     assert_same(res, ref)
 
 
-def test_filter_argument_runs_in_spark_before_the_transfer_on_the_general_path(spark, files):
+def test_filter_argument_runs_in_spark_before_the_transfer_on_the_general_path(spark, files, route):
     df = spark.read.parquet(files["int96"]).repartition(2)
     res, ref = aggregate(spark, df, "k", filter="event_type == 'view'")
-    assert not res.fast_path
-    assert res.records_in < N / 2  # only the views crossed to Python
+    assert res.route == route
+    assert res.records_in < N / 2  # only the views left Spark
     assert_same(res, ref)
 
 
@@ -255,7 +265,7 @@ def test_a_struct_key_groups_as_spark_groups_it_null_struct_apart(spark, files):
     df = spark.read.parquet(files["int96"]).withColumn(
         "who", F.when(F.col("k") == 3, F.lit(None)).otherwise(F.struct("user", (F.col("k") % 2).alias("odd"))))
     res, ref = aggregate(spark, df, ["who", "event_type"])
-    assert not res.fast_path
+    assert res.route == "export"
     assert res.df.columns == ref.columns
     assert_same(res, ref)
 

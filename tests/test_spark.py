@@ -90,9 +90,13 @@ def test_general_path_equals_spark(spark, data, window):
     table, _ = data
     df = spark.createDataFrame(table.to_pandas())  # contiguous slices, one per slot
     assert df.rdd.getNumPartitions() == 2
-    res = run_aggregate(spark, df, time="t", window=window, key="k", aggs=AGGS,
-                        filter="event in ('view', 'buy')")
-    assert not res.fast_path and res.executors == 2
+    spark.conf.set("spark.slash.jvmExport", "false")  # mapInArrow, as without the exporter
+    try:
+        res = run_aggregate(spark, df, time="t", window=window, key="k", aggs=AGGS,
+                            filter="event in ('view', 'buy')")
+    finally:
+        spark.conf.unset("spark.slash.jvmExport")
+    assert not res.fast_path and res.route == "arrow" and res.executors == 2
     assert res.late_records == 0
     assert "MapInArrow" in res.plan and "Exchange" not in res.plan
     ref = spark_window_aggregate(spark, df, time="t", window=window, key="k", aggs=AGGS,

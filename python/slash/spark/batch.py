@@ -32,6 +32,7 @@ Two sources:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -45,7 +46,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import pyarrow as pa
 
 from slash.limits import MAX_EXECUTORS
-from slash.errors import InvalidArgument
+from slash.errors import InvalidArgument, SchemaError
 from slash.executor import GroupConfig
 from slash.kafka import KafkaSource
 from slash.query import Query
@@ -56,10 +57,10 @@ from slash.sources import FileSource, GeneratorSource
 from slash.window import with_start_time
 from slash.spark import _env
 from slash.spark._env import TaskFailed
-from slash.spark import _batch_ckpt
+from slash.spark import _batch_ckpt, jvm_export
 from slash.spark.dataframe import (NotAScan, StructKey, check_columns, file_scan, flat_key, flatten_structs,
                                    general_input, rebuild_structs, renamed_back, renamed_query,
-                                   struct_keys)
+                                   struct_keys, use_jvm_export)
 from slash.spark._tasks import (PartitionSource, as_micros, Rendezvous, barrier_stage, driver_host, join_group,
                                 conf_get, open_fs, rank_errors, raise_task_failure, report_error,
                                 spark_input_schema, write_table)
@@ -97,6 +98,11 @@ class AggregateResult:
     #: with checkpoint=: checkpoints (id, bytes, seconds), recoveries (cause,
     #: rank, from_checkpoint, seconds_to_resume), resumed_from, attempts
     recovery: Optional[Dict[str, Any]] = None
+    #: how the input reached the executors: "files" (paths given), "scan" (a
+    #: DataFrame that is a Parquet scan: its files), "export" (a DataFrame's
+    #: rows written as Arrow files by the Spark tasks computing them) or
+    #: "arrow" (handed over through mapInArrow)
+    route: str = "files"
 
     @property
     def plan(self) -> str:
@@ -338,118 +344,133 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
 
     query = make_query(time, window, key, aggs, filter, lateness, session_time_zone(spark),
                        one_start_time(start_time, startTime))
-    fast = not is_dataframe(source)
-    time_columns: tuple = ()
-    frame = None  # the general path's DataFrame
-    structs: List[StructKey] = []  # struct key columns, flattened for the executors
-    user_query = query  # the query in the DataFrame's column names
-    renames: Dict[str, str] = {}  # a renamed scan's result columns -> the DataFrame's names
-    if not fast:
-        structs = struct_keys(source, query.key)
-        source, frame, query = dataframe_input(source, query, structs, renames)
-        fast = frame is None
-    if fast:
-        src = source if isinstance(source, (FileSource, GeneratorSource, KafkaSource)) else None
-        if src is None:
-            if not (isinstance(source, (str, os.PathLike)) or
-                    (isinstance(source, (list, tuple)) and source and
-                     all(isinstance(p, (str, os.PathLike)) for p in source))):
-                raise InvalidArgument("source must be Parquet/Arrow path(s), a FileSource, a "
-                                      "GeneratorSource, a KafkaSource or a Spark DataFrame, got "
-                                      f"{type(source).__name__}")
-            src = FileSource(source)  # UnknownName for a missing path, SchemaError for a bad file
-        schema = src.schema
-    else:
-        schema, time_columns = spark_input_schema(frame)
-    query.check(schema)
-
-    if executors is None and not fast:
-        executors = min(frame.rdd.getNumPartitions(), _env.default_executors(spark))
-    n, group = group_for(spark, query, executors, transport, group, slots_wait)
-    ck_plan = None
-    if checkpoint is not None:
-        if rendezvous != "driver":
-            raise InvalidArgument("checkpoint= needs rendezvous='driver' (the driver commits the "
-                                  "checkpoints the tasks report)")
-        ck_plan, group = _batch_ckpt.make_plan(checkpoint, "window_aggregate", query,
-                                               src if fast else frame, n, group, checkpoint_every,
-                                               checkpoint_keep)
-
-    token = secrets.token_hex(16)
-    out_dir = f"{_env.result_root(spark, result_dir).rstrip('/')}/q-{token[:12]}"
-    if rendezvous not in ("driver", "allgather"):
-        raise InvalidArgument(f"rendezvous must be 'driver' or 'allgather', got {rendezvous!r}")
-    inline = inline_limit(result_inline_bytes, n) if rendezvous == "driver" else 0
-    early = EarlyFrame(spark, out_dir, n)
-    rdv, ckd = (start_rendezvous(spark, n, token, early, ck_plan) if rendezvous == "driver"
-                else (None, None))
-    plan = _Plan(query, schema, group, token, out_dir, src if fast else None, time_columns,
-                 rdv.address if rdv else None, inline, ck_plan)
-    task = _make_task(plan)
-    if fast:
-        stage = barrier_stage(spark, n, task)
-    else:
-        df = frame
-        if df.rdd.getNumPartitions() != n:
-            log.info("general path: repartitioning the input round-robin to %d partitions", n)
-            df = df.repartition(n)
+    # what a call leaves behind on the way (a DataFrame's exported files) goes at its end
+    with contextlib.ExitStack() as cleanup:
+        fast = not is_dataframe(source)
+        time_columns: tuple = ()
+        frame = None  # the general path's DataFrame
+        structs: List[StructKey] = []  # struct key columns, flattened for the executors
+        route = "files"
+        user_query = query  # the query in the DataFrame's column names
+        renames: Dict[str, str] = {}  # a renamed scan's result columns -> the DataFrame's names
+        if not fast:
+            structs = struct_keys(source, query.key)
+            got = dataframe_input(source, query, structs, spark, cleanup.callback)
+            source, frame, query, route, renames = got.source, got.frame, got.query, got.route, got.renames
+            fast = frame is None
+        if fast:
+            src = source if isinstance(source, (FileSource, GeneratorSource, KafkaSource)) else None
+            if src is None:
+                if not (isinstance(source, (str, os.PathLike)) or
+                        (isinstance(source, (list, tuple)) and source and
+                         all(isinstance(p, (str, os.PathLike)) for p in source))):
+                    raise InvalidArgument("source must be Parquet/Arrow path(s), a FileSource, a "
+                                          "GeneratorSource, a KafkaSource or a Spark DataFrame, got "
+                                          f"{type(source).__name__}")
+                src = FileSource(source)  # UnknownName for a missing path, SchemaError for a bad file
+            schema = src.schema
         else:
-            odd = barrier_refused(df)
-            if odd is not None:
-                log.info("general path: the input's last stage has %s, which a barrier stage "
-                         "refuses (every RDD in it must have its partition count); "
-                         "repartitioning it round-robin to %d partitions first", odd, n)
+            schema, time_columns = spark_input_schema(frame)
+        query.check(schema)
+
+        if executors is None and not fast:
+            executors = min(frame.rdd.getNumPartitions(), _env.default_executors(spark))
+        n, group = group_for(spark, query, executors, transport, group, slots_wait)
+        ck_plan = None
+        if checkpoint is not None:
+            if rendezvous != "driver":
+                raise InvalidArgument("checkpoint= needs rendezvous='driver' (the driver commits the "
+                                      "checkpoints the tasks report)")
+            ck_plan, group = _batch_ckpt.make_plan(checkpoint, "window_aggregate", query,
+                                                   src if fast else frame, n, group, checkpoint_every,
+                                                   checkpoint_keep)
+
+        token = secrets.token_hex(16)
+        out_dir = f"{_env.result_root(spark, result_dir).rstrip('/')}/q-{token[:12]}"
+        if rendezvous not in ("driver", "allgather"):
+            raise InvalidArgument(f"rendezvous must be 'driver' or 'allgather', got {rendezvous!r}")
+        inline = inline_limit(result_inline_bytes, n) if rendezvous == "driver" else 0
+        early = EarlyFrame(spark, out_dir, n)
+        rdv, ckd = (start_rendezvous(spark, n, token, early, ck_plan) if rendezvous == "driver"
+                    else (None, None))
+        plan = _Plan(query, schema, group, token, out_dir, src if fast else None, time_columns,
+                     rdv.address if rdv else None, inline, ck_plan)
+        task = _make_task(plan)
+        if fast:
+            stage = barrier_stage(spark, n, task)
+        else:
+            df = frame
+            if df.rdd.getNumPartitions() != n:
+                log.info("general path: repartitioning the input round-robin to %d partitions", n)
                 df = df.repartition(n)
-        stage = df.mapInArrow(_as_arrow(task), SUMMARY_SCHEMA, barrier=True)
-    run_stage = stage if ck_plan is None else _batch_ckpt.retryable(stage)
+            else:
+                odd = barrier_refused(df)
+                if odd is not None:
+                    log.info("general path: the input's last stage has %s, which a barrier stage "
+                             "refuses (every RDD in it must have its partition count); "
+                             "repartitioning it round-robin to %d partitions first", odd, n)
+                    df = df.repartition(n)
+            stage = df.mapInArrow(_as_arrow(task), SUMMARY_SCHEMA, barrier=True)
+        run_stage = stage if ck_plan is None else _batch_ckpt.retryable(stage)
 
-    sc = spark.sparkContext
-    sc.setJobDescription(f"slash {query.window} by {list(query.key)} on {n} executors")
-    t0 = _now()
-    try:
+        sc = spark.sparkContext
+        sc.setJobDescription(f"slash {query.window} by {list(query.key)} on {n} executors")
+        t0 = _now()
         try:
-            rows = run_stage.collect()
-        except Exception as e:  # py4j / PythonException: name the rank that failed first
-            raise_task_failure(e, "slash.spark.window_aggregate", rdv.root_cause() if rdv else None)
-        seconds = _now() - t0
-        metrics = []
-        for r in sorted(rows, key=lambda r: r["rank"]):
-            m = json.loads(r["metrics"])
-            m.update(rank=r["rank"], rows=r["rows"], seconds=r["seconds"], path=r["path"])
-            metrics.append(m)
-        # before the links close: inline parts may still be on their way
-        df = early.frame({m["rank"]: (m.get("attempt"), m["path"]) for m in metrics}, group.timeout)
-        df = rebuild_structs(df, structs, user_query.key) if structs else df
-        df = renamed_back(df, renames) if renames else df
-        if query.top:
-            df = _rank_top(df, user_query)
-    finally:
-        sc.setJobDescription(None)
-        if rdv is not None:
-            rdv.close()
-    late = sum(m["late_records"] for m in metrics)
-    if late:
-        log.warning("slash.spark: %d late record(s) were not applied (raise lateness=, now %d ms)",
-                    late, query.lateness)
-    log.info("slash.spark: %d executors, %d records in, %d result rows in %.2f s", n,
-             sum(m["records_in"] for m in metrics), sum(m["rows"] for m in metrics), seconds)
-    wrote = any(m["path"] is not None for m in metrics)
-    return AggregateResult(df, out_dir if wrote else None, n, seconds, metrics, fast, stage,
-                           ckd.summary() if ckd is not None else None)
+            try:
+                rows = run_stage.collect()
+            except Exception as e:  # py4j / PythonException: name the rank that failed first
+                raise_task_failure(e, "slash.spark.window_aggregate", rdv.root_cause() if rdv else None)
+            seconds = _now() - t0
+            metrics = []
+            for r in sorted(rows, key=lambda r: r["rank"]):
+                m = json.loads(r["metrics"])
+                m.update(rank=r["rank"], rows=r["rows"], seconds=r["seconds"], path=r["path"])
+                metrics.append(m)
+            # before the links close: inline parts may still be on their way
+            df = early.frame({m["rank"]: (m.get("attempt"), m["path"]) for m in metrics}, group.timeout)
+            df = rebuild_structs(df, structs, user_query.key) if structs else df
+            df = renamed_back(df, renames) if renames else df
+            if query.top:
+                df = _rank_top(df, user_query)
+        finally:
+            sc.setJobDescription(None)
+            if rdv is not None:
+                rdv.close()
+        late = sum(m["late_records"] for m in metrics)
+        if late:
+            log.warning("slash.spark: %d late record(s) were not applied (raise lateness=, now %d ms)",
+                        late, query.lateness)
+        log.info("slash.spark: %d executors, %d records in, %d result rows in %.2f s", n,
+                 sum(m["records_in"] for m in metrics), sum(m["rows"] for m in metrics), seconds)
+        wrote = any(m["path"] is not None for m in metrics)
+        return AggregateResult(df, out_dir if wrote else None, n, seconds, metrics, fast, stage,
+                               ckd.summary() if ckd is not None else None, route=route)
 
 
-def dataframe_input(df: Any, query: Query, structs: Sequence[StructKey] = (),
-                    renames: Optional[Dict[str, str]] = None) -> Tuple[Any, Any, Query]:
+@dataclass(frozen=True)
+class DataFrameInput:
+    """How a DataFrame reaches the executors (:func:`dataframe_input`)."""
+
+    source: Any  # a FileSource (scan, export), or the DataFrame itself (arrow)
+    frame: Any  # the DataFrame mapInArrow hands over (arrow), else None
+    query: Query  # the query the executors run
+    route: str  # "scan", "export" or "arrow" (AggregateResult.route)
+    renames: Dict[str, str] = field(default_factory=dict)  # result column -> the DataFrame's name
+
+
+def dataframe_input(df: Any, query: Query, structs: Sequence[StructKey] = (), spark: Any = None,
+                    at_end: Optional[Callable[[Callable[[], None]], Any]] = None) -> DataFrameInput:
     """Where a DataFrame's rows come from, decided by its plan
-    (:mod:`slash.spark.dataframe`), said at WARNING level with the reason:
-    ``(FileSource, None, query)`` when it is a Parquet scan (the fast path
-    reads its files, the plan's filters added to the query's), else
-    ``(df, general DataFrame, query)``: the general path's rows with the
-    query's filters and columns applied by Spark, and the query without the
-    filters Spark has applied. A scan whose columns are renamed runs the
-    query on the files' names; ``renames`` gets the result's names to give
-    back (the files' query's output name -> the DataFrame's)."""
-    renames = {} if renames is None else renames
+    (:mod:`slash.spark.dataframe`), said at WARNING level with the reason.
+    A Parquet scan: its files, the plan's filters added to the query's (a
+    scan whose columns are renamed runs the query on the files' names, and
+    ``renames`` gives the result the DataFrame's). Anything else: the
+    general path's rows, the query's filters and columns applied by Spark
+    (the executors' query has no filters left), written as Arrow files by
+    the Spark tasks themselves when the session has the exporter and
+    ``spark.slash.jvmExport`` is not "false" (:func:`exported_input`;
+    ``at_end`` removes them), else handed over by mapInArrow."""
     check_columns(df, query.input_columns)
     time_type = type(df.schema[query.time].dataType).__name__
     if structs:
@@ -464,25 +485,56 @@ def dataframe_input(df: Any, query: Query, structs: Sequence[StructKey] = (),
             if not scan.files:
                 raise NotAScan("Spark's partition pruning leaves no file to read")
             src = FileSource(list(scan.files), base=scan.base)
+            back: Dict[str, str] = {}
             if scan.renamed:
                 query, back = renamed_query(query, scan.columns)
-                renames.update(back)
             merged = dataclasses.replace(query, filters=tuple(query.filters) + scan.filters)
             log.warning("slash.spark: the fast path: the DataFrame is a Parquet scan of %d file(s), "
                         "read by the Slash executors themselves (%d filter(s) from its plan applied "
                         "by Slash, %d partition filter(s) by Spark's pruning)", len(scan.files),
                         len(scan.filters), scan.pruned_by_spark)
-            return src, None, merged
+            return DataFrameInput(src, None, merged, "scan", back)
         except NotAScan as e:
             why = str(e)
-    log.warning("slash.spark: the general path (rows from Spark through mapInArrow, the query's "
-                "filters and columns applied in Spark first): the DataFrame is no Parquet scan "
-                "Slash reads itself: %s", why)
     frame = general_input(df, query.time, query_columns_read(query), query.filters)
     if structs:
         frame = flatten_structs(frame, structs)
         query = dataclasses.replace(query, key=tuple(flat_key(query.key, structs)))
-    return df, frame, dataclasses.replace(query, filters=())
+    query = dataclasses.replace(query, filters=())
+    query.check(spark_input_schema(frame)[0])  # SchemaError naming the column before any work
+    if spark is not None and at_end is not None:
+        exported = exported_input(spark, frame, why, at_end)
+        if exported is not None:
+            return DataFrameInput(exported, None, query, "export")
+    log.warning("slash.spark: the general path (rows from Spark through mapInArrow, the query's "
+                "filters and columns applied in Spark first): the DataFrame is no Parquet scan "
+                "Slash reads itself: %s", why)
+    return DataFrameInput(df, frame, query, "arrow")
+
+
+def exported_input(spark: Any, frame: Any, why: str,
+                   at_end: Callable[[Callable[[], None]], Any]) -> Optional[FileSource]:
+    """The general path's rows written as Arrow files by the Spark tasks that
+    compute them (:mod:`slash.spark.jvm_export`: no row through Python, any
+    number of partitions, no shuffle), as a FileSource the fast path reads;
+    the files go when the call ends (``at_end``). None when the session
+    cannot load the exporter or a column's type is not one it writes: then
+    mapInArrow carries the rows."""
+    from slash.errors import NotSupported
+
+    if not use_jvm_export(spark):
+        return None
+    try:
+        out = jvm_export.export_columns(spark, frame, frame.columns)
+    except (SchemaError, NotSupported) as e:
+        log.info("slash.spark: the JVM export does not take this DataFrame (%s)", e)
+        return None
+    at_end(out.cleanup)
+    log.warning("slash.spark: the general path through the JVM export: the DataFrame is no Parquet "
+                "scan Slash reads itself (%s); its %d partition(s) were written as Arrow files by the "
+                "Spark tasks computing them (%d rows, %.2f s), read by the Slash executors", why,
+                len(out.parts), out.rows, out.seconds)
+    return FileSource(out.files)
 
 
 def query_columns_read(query: Query) -> List[str]:

@@ -47,6 +47,23 @@ _PLAIN_INDEXES = {"InMemoryFileIndex", "CatalogFileIndex", "PrunedInMemoryFileIn
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
+#: the Spark setting that turns the JVM export off ("false"): a DataFrame that
+#: is no scan then reaches the executors through mapInArrow (or, for a join,
+#: Spark's Parquet writer)
+JVM_EXPORT_CONF = "spark.slash.jvmExport"
+
+
+def use_jvm_export(spark: Any) -> bool:
+    """Whether a DataFrame that is no scan goes through the JVM export: the
+    setting allows it and the session can load the exporter."""
+    from slash.spark import jvm_export
+    from slash.spark._env import conf_get
+
+    if (conf_get(spark, JVM_EXPORT_CONF) or "true").strip().lower() == "false":
+        return False
+    return jvm_export.load(spark)
+
+
 def spark_filter(f: Filter) -> Any:
     """A Slash filter as a Spark Column with the same rows kept."""
     from pyspark.sql import functions as F
@@ -327,8 +344,9 @@ def struct_keys(df: Any, key: Sequence[str]) -> List[StructKey]:
     struct's value: Slash by its fields and whether it is null)."""
     from pyspark.sql.types import StructType
 
+    have = set(df.columns)  # a missing one is named by check_columns
     return [StructKey(k, tuple(df.schema[k].dataType.fieldNames())) for k in key
-            if isinstance(df.schema[k].dataType, StructType)]
+            if k in have and isinstance(df.schema[k].dataType, StructType)]
 
 
 def flat_key(key: Sequence[str], structs: Sequence[StructKey]) -> List[str]:
@@ -397,14 +415,17 @@ def general_input(df: Any, time: str, columns: Sequence[str], filters: Sequence[
 
 
 def join_input(spark: Any, df: Any, side: str, columns: Sequence[str], time: str,
-               directory: str) -> Tuple[Any, bool]:
+               directory: str) -> Tuple[Any, Optional[str]]:
     """One side of a join given as a DataFrame, as a FileSource: the files
     of a Parquet scan without data filters (the join carries no filter;
     Spark's partition pruning applies), else the rows Spark computes written
     as Parquet under ``directory`` (removed by the caller), only ``columns``
-    kept and a string time column cast as Spark's ``window()`` casts it.
-    Returns (source, True when the files are the scan's own); says at
-    WARNING level which way and why."""
+    kept and a string time column cast as Spark's ``window()`` casts it:
+    as Arrow files by the Spark tasks computing them when the session has
+    the exporter (:mod:`slash.spark.jvm_export`), else as Parquet under
+    ``directory``. Returns (source, the directory the caller removes after
+    the join, None for the scan's own files); says at WARNING level which
+    way and why."""
     from slash.sources import FileSource
 
     check_columns(df, columns)
@@ -419,13 +440,27 @@ def join_input(spark: Any, df: Any, side: str, columns: Sequence[str], time: str
                 raise NotAScan("Spark's partition pruning leaves no file to read")
             log.warning("slash.spark.window_join: the %s DataFrame is a Parquet scan of %d file(s), "
                         "read by the Slash executors themselves", side, len(scan.files))
-            return FileSource(list(scan.files), base=scan.base), True
+            return FileSource(list(scan.files), base=scan.base), None
         except NotAScan as e:
             why = str(e)
+    from slash.errors import NotSupported
+    from slash.spark import jvm_export
+
+    frame = general_input(df, time, columns, ())
+    if use_jvm_export(spark):
+        try:
+            out = jvm_export.export_columns(spark, frame, frame.columns)
+        except (SchemaError, NotSupported) as e:
+            log.info("slash.spark.window_join: the JVM export does not take the %s DataFrame (%s)",
+                     side, e)
+        else:
+            log.warning("slash.spark.window_join: the %s DataFrame is no scan Slash reads itself (%s): "
+                        "written as Arrow files by the Spark tasks computing it", side, why)
+            return FileSource(out.files), out.directory
     log.warning("slash.spark.window_join: the %s DataFrame is written as Parquet by Spark first (%s)",
                 side, why)
-    general_input(df, time, columns, ()).write.parquet(directory)
-    return FileSource(directory), False
+    frame.write.parquet(directory)
+    return FileSource(directory), directory
 
 
 def renamed_query(query: Any, columns: Dict[str, str]) -> Tuple[Any, Dict[str, str]]:

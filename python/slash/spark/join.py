@@ -134,9 +134,10 @@ def _side_source(spark: Any, src: Any, side: str, query: JoinQuery,
         return FileSource(src)  # UnknownName / SchemaError before work
     cols = list(dict.fromkeys([query.time, *query.on, *(columns if columns is not None else
                                                         [c for c in src.columns if c not in query.on])]))
-    d = f"{in_dir}-{side}"
-    written.append(d)
-    source, _ = join_input(spark, src, side, cols, query.time, d)
+    written.append(f"{in_dir}-{side}")  # removed even when Spark fails half way through writing it
+    source, made = join_input(spark, src, side, cols, query.time, written[-1])
+    if made is not None and made != written[-1]:
+        written.append(made)
     return source
 
 
