@@ -32,6 +32,7 @@ def results(tmp_path):
         "headline": {"order": 1, "figure": "3.0-3.7x", "peer": "Spark 4.3.0 groupBy(window)",
                      "what": "YSB count per campaign"},
         "sides": {"slash.spark": "window_aggregate, local[2]", "Spark": "groupBy(window).count(), local[2]"},
+        "reading": ["Spark's own query is warm after 20 s of rounds."],
         "runs": [{"keys": 100, "slash_records_per_s": 1.5e8, "spark_records_per_s": 4.3e7}]})
     _write(res, "ysb.json", {  # an old result: no date, no commit, no load
         "benchmark": "ysb", "runs": [
@@ -63,6 +64,7 @@ def test_page_gives_each_benchmark_its_command_sides_and_runs(results, tmp_path)
     assert "* Spark: groupBy(window).count(), local[2]" in spark
     assert _row(spark, ["2026-11-24 23:32 UTC", "1488129", "3.2", "2 cores (shared)",
                         "3.0-3.7x vs Spark 4.3.0 groupBy(window)", "`spark.json`"])
+    assert "\nSpark's own query is warm after 20 s of rounds.\n" in spark
 
 
 def test_a_result_without_date_or_commit_says_not_recorded(results, tmp_path):

@@ -27,7 +27,8 @@ given, a table of its recorded runs with date, commit, load and machine
 older result kept; "not recorded" where a result has none, never a guess),
 its tables and its plots (in ``benchmarks/`` beside the page). A result may
 carry ``headline`` (``figure``, ``peer``, ``what``): those form the headline
-table at the top of the page, and ``--readme PATH`` rewrites the same table
+table at the top of the page (and ``reading``, paragraphs on what the
+figures say, follows its runs), and ``--readme PATH`` rewrites the same table
 between the README's ``<!-- headline -->`` and ``<!-- /headline -->``
 markers, so each figure is written in one place, its JSON result.
 
@@ -52,7 +53,8 @@ from slash.errors import InvalidArgument
 log = logging.getLogger(__name__)
 
 #: a result's prose fields: shown as what the sides were given, not as figures
-PROSE = ("note", "notes", "wall_notes", "tool", "plan", "sides", "command", "benchmark", "bench")
+PROSE = ("note", "notes", "wall_notes", "tool", "plan", "sides", "command", "benchmark", "bench",
+         "reading")
 #: the most columns a table of a benchmark's own scalar fields shows
 MAX_COLUMNS = 14
 
@@ -511,6 +513,10 @@ def page(results: str, page_path: str, helps: Dict[str, str]) -> Tuple[str, List
         lines += ["Runs:", ""] + _table(["date", "commit", "load", "machine", "figures", "result"], runs)
         notes = [f"* `{rel}`: date and commit {p.source}" for rel, _, p in provs if p.source]
         lines += [""] + (notes + [""] if notes else [])
+        for _, data in b.files:  # what the result's own prose says it means
+            reading = data.get("reading")
+            for par in [reading] if isinstance(reading, str) else reading or []:
+                lines += [str(par), ""]
         plots = _plots(b, root, plot_dir)
         rel_plots = {k: os.path.relpath(v, Path(page_path).resolve().parent) for k, v in plots.items()}
         lines += _sections(b.gathered, {}, "###", other="Figures")
