@@ -154,3 +154,11 @@ def test_recorded_outside_a_checkout_names_the_package_version(tmp_path):
     rec = recorded(["bench", "x"], cwd=str(tmp_path))
     assert rec["commit"] is None or rec["commit"].startswith("slash ")
     assert rec["command"] == "slash bench x"
+
+
+def test_a_bar_or_line_break_in_a_figure_stays_inside_its_cell(tmp_path):
+    res = tmp_path / "results"
+    res.mkdir()
+    _write(res, "layout.json", {"benchmark": "spark", "runs": [{"measured": "ordered|spanning\n2 runs", "ratio": "3x"}]})
+    md, _ = report.page(str(res), str(tmp_path / "benchmarks.md"), HELPS)
+    assert "| ordered\\|spanning 2 runs | 3x |" in md

@@ -14,7 +14,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
 #: words that date a sentence by how the project was made, not by a date and a commit
 RELATIVE = re.compile(r"\b(this session|latest session|the session before|sessions? ago|earlier session|"
-                      r"previous session|the one before|previous run|this round|this branch)\b", re.I)
+                      r"previous session|the one before|previous run|this round|this branch|this build|previous build|"
+                      r"merged build)\b", re.I)
 
 
 def _anchors(page: Path) -> set:

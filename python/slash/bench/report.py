@@ -40,6 +40,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import shutil
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -182,8 +183,13 @@ def _ratio(row: Dict[str, Any], engine: str) -> str:
 
 def _table(head: List[str], rows: List[List[Any]]) -> List[str]:
     out = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " for _ in head) + "|"]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
     return out
+
+
+def _cell(c: Any) -> str:
+    """A table cell: one line, its bars escaped (an escaped one stays as it is)."""
+    return re.sub(r"(?<!\\)\|", r"\\|", " ".join(str(c).split()))
 
 
 def markdown(g: Gathered, plots: Dict[str, str]) -> str:
@@ -244,13 +250,10 @@ def _sections(g: Gathered, plots: Dict[str, str], h: str, other: str = "Other re
         for name, scalars in g.other:
             by_name[name].append(scalars)
         for name, runs in by_name.items():
-            if len(runs) == 1:
-                lines.append(f"* {name}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in runs[0].items()))
-                continue
             head = list(dict.fromkeys(k for r in runs for k in r))[:MAX_COLUMNS]
-            lines += ([] if lines[-1] == "" else [""]) + [f"{name}:", ""]
-            lines += _table(head, [[_fmt(r.get(k, "")) for k in head] for r in runs])
-        lines.append("")
+            if len(by_name) > 1:
+                lines += ([] if lines[-1] == "" else [""]) + [f"{name}:", ""]
+            lines += _table(head, [[_fmt(r.get(k, "")) for k in head] for r in runs]) + [""]
     return lines
 
 
@@ -446,15 +449,20 @@ def _plots(b: _Bench, root: Path, out: Path) -> Dict[str, str]:
 
 def _sides(files: List[Tuple[str, Dict[str, Any]]]) -> List[str]:
     """What each side was given: a result's ``sides`` (side: what it had), else its plan or note."""
-    dicts = [d["sides"] for _, d in files if isinstance(d.get("sides"), dict)]
-    if dicts:
-        out = ["What each side was given:", ""]
-        for sides in dicts:
-            out += [f"* {side}: {_text(given)}" for side, given in sides.items()]
-        return out + [""]
-    texts = [str(d.get("sides") or d.get("plan") or d.get("note") or d.get("notes") or "") for _, d in files]
-    texts = [t for t in dict.fromkeys(texts) if t]
-    return ["What each side was given: " + (" ".join(texts) if texts else NOT_RECORDED), ""]
+    items: List[str] = []
+    for rel, d in files:
+        given = d.get("sides")
+        if isinstance(given, dict):
+            items += [f"* {side}: {_text(what)}" for side, what in given.items()]
+            continue
+        text = str(given or d.get("plan") or d.get("note") or d.get("notes") or "")
+        if text:
+            items.append(f"* `{rel}`: {text}" if len(files) > 1 else text)
+    items = list(dict.fromkeys(items))
+    if len(items) == 1 and not items[0].startswith("* "):
+        return ["What each side was given: " + items[0], ""]
+    return ["What each side was given:" + ("" if items else f" {NOT_RECORDED}"), ""] + \
+        (items + [""] if items else [])
 
 
 def _headline_rows(benches: List[_Bench], link: str) -> List[List[str]]:
@@ -505,10 +513,11 @@ def page(results: str, page_path: str, helps: Dict[str, str]) -> Tuple[str, List
             for rel, data, p in provs))
         lines += ["How to run:", "", "```console"] + commands + ["```", ""]
         lines += _sides(b.files)
-        runs = []
+        runs, per_file = [], []
         for rel, data, p in provs:
             one = Gathered()
             _add_file(rel, data, one)
+            per_file.append((rel, one))
             runs.append([p.date, p.commit, p.load, p.machine, _figures(data, one), f"`{rel}`"])
         lines += ["Runs:", ""] + _table(["date", "commit", "load", "machine", "figures", "result"], runs)
         notes = [f"* `{rel}`: date and commit {p.source}" for rel, _, p in provs if p.source]
@@ -519,7 +528,8 @@ def page(results: str, page_path: str, helps: Dict[str, str]) -> Tuple[str, List
                 lines += [str(par), ""]
         plots = _plots(b, root, plot_dir)
         rel_plots = {k: os.path.relpath(v, Path(page_path).resolve().parent) for k, v in plots.items()}
-        lines += _sections(b.gathered, {}, "###", other="Figures")
+        for rel, one in per_file:
+            lines += _sections(one, {}, "###", other=f"Figures of `{rel}`")
         lines += [f"![{b.name}: {k}]({v})" for k, v in rel_plots.items()] + ([""] if rel_plots else [])
     if unreadable:
         lines += ["## Results not read", ""] + [f"* `{f}`: {why}" for f, why in unreadable.items()] + [""]
