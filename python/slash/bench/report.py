@@ -394,23 +394,25 @@ def _figures(data: Dict[str, Any], g: Gathered) -> str:
 
 
 @dataclass
-class _Bench:
+class BenchmarkResults:
+    """One benchmark's results: its JSON files (relative path, content) and their runs by kind."""
+
     name: str
     files: List[Tuple[str, Dict[str, Any]]] = field(default_factory=list)
     gathered: Gathered = field(default_factory=Gathered)
 
 
-def _benchmarks(root: Path) -> Tuple[List[_Bench], Dict[str, str]]:
-    benches: Dict[str, _Bench] = {}
+def _benchmarks(root: Path) -> Tuple[List[BenchmarkResults], Dict[str, str]]:
+    benches: Dict[str, BenchmarkResults] = {}
     unreadable: Dict[str, str] = {}
     for rel, data in _read(root):
         if isinstance(data, Exception):
             unreadable[rel] = str(data)
             continue
-        b = benches.setdefault(_group(_name(rel, data)), _Bench(_group(_name(rel, data))))
+        b = benches.setdefault(_group(_name(rel, data)), BenchmarkResults(_group(_name(rel, data))))
         b.files.append((rel, data))
         _add_file(rel, data, b.gathered)
-    def order(b: _Bench) -> Tuple[float, str]:  # headlines first, by their ``order``, then by name
+    def order(b: BenchmarkResults) -> Tuple[float, str]:  # headlines first, by their ``order``, then by name
         heads = [d["headline"] for _, d in b.files if isinstance(d.get("headline"), dict)]
         return (min((float(h.get("order", 1e9)) for h in heads), default=float("inf")), b.name)
 
@@ -418,7 +420,7 @@ def _benchmarks(root: Path) -> Tuple[List[_Bench], Dict[str, str]]:
     return first, unreadable
 
 
-def _plots(b: _Bench, root: Path, out: Path) -> Dict[str, str]:
+def _plots(b: BenchmarkResults, root: Path, out: Path) -> Dict[str, str]:
     """Draws a benchmark's plots into ``out`` (and copies PNGs kept beside its results)."""
     slug = anchor(b.name) or "results"
     made: Dict[str, str] = {}
@@ -465,7 +467,7 @@ def _sides(files: List[Tuple[str, Dict[str, Any]]]) -> List[str]:
         (items + [""] if items else [])
 
 
-def _headline_rows(benches: List[_Bench], link: str) -> List[List[str]]:
+def _headline_rows(benches: List[BenchmarkResults], link: str) -> List[List[str]]:
     rows = []
     for b in benches:
         for _, data in b.files:
@@ -479,13 +481,13 @@ def _headline_rows(benches: List[_Bench], link: str) -> List[List[str]]:
     return rows
 
 
-def headline_table(benches: List[_Bench], link: str) -> List[str]:
+def headline_table(benches: List[BenchmarkResults], link: str) -> List[str]:
     """The headline: one figure per benchmark that names one, against its peer."""
     return _table(["benchmark", "figure", "against", "what", "date", "commit", "load", "machine"],
                   _headline_rows(benches, link))
 
 
-def page(results: str, page_path: str, helps: Dict[str, str]) -> Tuple[str, List[_Bench]]:
+def page(results: str, page_path: str, helps: Dict[str, str]) -> Tuple[str, List[BenchmarkResults]]:
     """The Markdown of the per-benchmark page; plots go to ``benchmarks/`` beside it."""
     root = _root(results)
     benches, unreadable = _benchmarks(root)
@@ -536,7 +538,7 @@ def page(results: str, page_path: str, helps: Dict[str, str]) -> Tuple[str, List
     return "\n".join(lines).rstrip("\n") + "\n", benches
 
 
-def rewrite_readme(readme: str, benches: List[_Bench], page_path: str) -> None:
+def rewrite_readme(readme: str, benches: List[BenchmarkResults], page_path: str) -> None:
     """Replaces the README's headline block with the table from the results."""
     text = Path(readme).read_text()
     start, end = text.find(HEADLINE_START), text.find(HEADLINE_END)
