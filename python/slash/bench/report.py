@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from slash.bench import discover
 from slash.bench.modes import plot as plot_skew
 from slash.bench.plot import plot_channel_sweep, plot_kafka
 from slash.errors import InvalidArgument
@@ -563,8 +564,6 @@ class ReportConfig:
 
 def build_page(cfg: ReportConfig) -> Dict[str, Any]:
     """Writes the per-benchmark page (and the README's headline); returns what was written."""
-    from slash.bench import discover
-
     assert cfg.page is not None
     helps = {name: b.help for name, b in discover().items()}
     md, benches = page(cfg.results, cfg.page, helps)
