@@ -28,7 +28,8 @@ def results(tmp_path):
     _write(res, "spark.json", {
         "benchmark": "spark",
         "recorded": {"date": "2026-11-24 23:32 UTC", "commit": "1488129", "load": 3.25,
-                     "machine": "2 cores (shared)", "command": "slash bench spark --records 20000000"},
+                     "machine": "2 cores (shared)", "command": "slash bench spark --records 20000000",
+                     "versions": {"pyspark": "4.3.0", "duckdb": "2.0.1"}},
         "headline": {"order": 1, "figure": "3.0-3.7x", "peer": "Spark 4.3.0 groupBy(window)",
                      "what": "YSB count per campaign"},
         "sides": {"slash.spark": "window_aggregate, local[2]", "Spark": "groupBy(window).count(), local[2]"},
@@ -62,7 +63,7 @@ def test_page_gives_each_benchmark_its_command_sides_and_runs(results, tmp_path)
     assert "slash bench spark --records 20000000" in spark
     assert "* slash.spark: window_aggregate, local[2]" in spark
     assert "* Spark: groupBy(window).count(), local[2]" in spark
-    assert _row(spark, ["2026-11-24 23:32 UTC", "1488129", "3.2", "2 cores (shared)",
+    assert _row(spark, ["2026-11-24 23:32 UTC", "1488129", "3.2", "2 cores (shared)", "pyspark 4.3.0, duckdb 2.0.1",
                         "3.0-3.7x vs Spark 4.3.0 groupBy(window)", "`spark.json`"])
     assert "\nSpark's own query is warm after 20 s of rounds.\n" in spark
 
@@ -70,7 +71,7 @@ def test_page_gives_each_benchmark_its_command_sides_and_runs(results, tmp_path)
 def test_a_result_without_date_or_commit_says_not_recorded(results, tmp_path):
     md, _ = report.page(str(results), str(tmp_path / "benchmarks.md"), HELPS)
     ysb = _section(md, "ysb")
-    assert _row(ysb, ["not recorded", "not recorded", "not recorded", "not recorded",
+    assert _row(ysb, ["not recorded", "not recorded", "not recorded", "not recorded", "not recorded",
                       "ysb: slash 2.50x duckdb-1", "`ysb.json`"])
     # a benchmark with no recorded command is run the way the CLI offers it
     assert f"slash bench ysb --json {results}/ysb.json" in ysb
@@ -80,7 +81,7 @@ def test_a_result_without_date_or_commit_says_not_recorded(results, tmp_path):
 def test_the_load_a_result_kept_itself_is_shown_as_a_range(results, tmp_path):
     md, _ = report.page(str(results), str(tmp_path / "benchmarks.md"), HELPS)
     rec = _section(md, "recovery")  # "recovery (state part)" is filed under recovery
-    assert "| not recorded | not recorded | 2.0-5.5 | not recorded |" in rec
+    assert "| not recorded | not recorded | 2.0-5.5 | not recorded | not recorded |" in rec
     assert "What each side was given: before and after" in rec
 
 

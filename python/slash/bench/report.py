@@ -312,6 +312,7 @@ class Provenance:
     machine: str
     command: Optional[str] = None
     source: Optional[str] = None  # where date and commit come from, when not stamped by the run
+    versions: str = NOT_RECORDED  # the peers' versions the run had installed
 
 
 def _loads(data: Dict[str, Any]) -> List[float]:
@@ -349,7 +350,9 @@ def provenance(data: Dict[str, Any]) -> Provenance:
     return Provenance(date=str(rec.get("date") or data.get("date") or NOT_RECORDED),
                       commit=str(rec.get("commit") or data.get("commit") or NOT_RECORDED),
                       load=load, machine=str(machine), command=rec.get("command"),
-                      source=rec.get("from"))
+                      source=rec.get("from"),
+                      versions=", ".join(f"{k} {v}" for k, v in (rec.get("versions") or {}).items())
+                      or NOT_RECORDED)
 
 
 def _group(name: str) -> str:
@@ -521,8 +524,9 @@ def page(results: str, page_path: str, helps: Dict[str, str]) -> Tuple[str, List
             one = Gathered()
             _add_file(rel, data, one)
             per_file.append((rel, one))
-            runs.append([p.date, p.commit, p.load, p.machine, _figures(data, one), f"`{rel}`"])
-        lines += ["Runs:", ""] + _table(["date", "commit", "load", "machine", "figures", "result"], runs)
+            runs.append([p.date, p.commit, p.load, p.machine, p.versions, _figures(data, one), f"`{rel}`"])
+        lines += ["Runs:", ""] + _table(["date", "commit", "load", "machine", "versions", "figures", "result"],
+                                        runs)
         notes = [f"* `{rel}`: date and commit {p.source}" for rel, _, p in provs if p.source]
         lines += [""] + (notes + [""] if notes else [])
         for _, data in b.files:  # what the result's own prose says it means
