@@ -74,7 +74,7 @@ def test_a_result_without_date_or_commit_says_not_recorded(results, tmp_path):
     assert _row(ysb, ["not recorded", "not recorded", "not recorded", "not recorded", "not recorded",
                       "ysb: slash 2.50x duckdb-1", "`ysb.json`"])
     # a benchmark with no recorded command is run the way the CLI offers it
-    assert f"slash bench ysb --json {results}/ysb.json" in ysb
+    assert f"slash bench ysb --json {results}/ysb-$(date +%F).json" in ysb
     assert "What each side was given: not recorded" in ysb
 
 

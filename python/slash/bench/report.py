@@ -514,7 +514,7 @@ def page(results: str, page_path: str, helps: Dict[str, str]) -> Tuple[str, List
             lines += [helps_line[:1].upper() + helps_line[1:] + ".", ""]
         provs = [(rel, data, provenance(data)) for rel, data in b.files]
         commands = list(dict.fromkeys(
-            p.command or (f"slash bench {b.name} --json {results}/{rel}" if b.name in helps
+            p.command or (f"slash bench {b.name} --json {results}/{b.name}-$(date +%F).json" if b.name in helps
                           else str(data.get("tool") or data.get("command") or NOT_RECORDED))
             for rel, data, p in provs))
         lines += ["How to run:", "", "```console"] + commands + ["```", ""]
