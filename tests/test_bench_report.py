@@ -163,3 +163,4 @@ def test_a_bar_or_line_break_in_a_figure_stays_inside_its_cell(tmp_path):
     _write(res, "layout.json", {"benchmark": "spark", "runs": [{"measured": "ordered|spanning\n2 runs", "ratio": "3x"}]})
     md, _ = report.page(str(res), str(tmp_path / "benchmarks.md"), HELPS)
     assert "| ordered\\|spanning 2 runs | 3x |" in md
+    assert "| not recorded | 3x | `layout.json` |" in md  # a run's own ratio is its figure

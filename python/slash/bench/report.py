@@ -392,7 +392,10 @@ def _figures(data: Dict[str, Any], g: Gathered) -> str:
         parts.append(f"{len(g.channel_points)} buffer sizes")
     if g.scaling_runs:
         parts.append(f"{len(g.scaling_runs)} executor counts")
-    if g.other:
+    if len(g.other) == 1 and "ratio" in g.other[0][1]:  # one run that states its own ratio
+        ratio = " ".join(str(g.other[0][1]["ratio"]).split())
+        parts.append(ratio if len(ratio) <= 160 else ratio[:157].rsplit(" ", 1)[0] + " ...")
+    elif g.other:
         parts.append(f"{len(g.other)} run(s), table below")
     return "; ".join(parts[:4]) or "nested figures: see the file"
 
