@@ -82,7 +82,9 @@ def test_discovered_benchmark_runs_with_json(fake_package, monkeypatch, tmp_path
     assert cli.main(["bench", "goodname", "--n", "3", "--json", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines == ["goodname: i=0 value=0", "goodname: i=1 value=1.5", "goodname: i=2 value=3"]
-    assert json.loads(out.read_text()) == {"runs": [{"i": i, "value": i * 1.5} for i in range(3)]}
+    written = json.loads(out.read_text())
+    assert written.pop("recorded").keys() >= {"date", "commit", "load", "machine", "command"}
+    assert written == {"runs": [{"i": i, "value": i * 1.5} for i in range(3)]}
 
 
 def _fake_bench(exc):

@@ -155,7 +155,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     for run in _runs(result):
         print(bench.summary(run), flush=True)
     if args.json:
-        _write_json(args.json, result)
+        from slash.bench import recorded  # start-up: imported already by `slash bench`
+
+        _write_json(args.json, {**result, "recorded": recorded(args.argv)})
     return 0
 
 
@@ -187,6 +189,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help, --version, or a parse error (argparse printed it)
         return int(e.code or 0)
+    args.argv = argv  # recorded with a benchmark's JSON result
     _configure_logging(args.verbose)
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)

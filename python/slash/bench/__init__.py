@@ -11,8 +11,10 @@ benchmark; the CLI finds them with :func:`discover` and needs no list:
 * optionally ``summary(run) -> str``: the line the CLI prints per run
   (default: the run's scalar fields as ``key=value``).
 
-The CLI adds ``--json PATH`` to every benchmark (it writes the returned dict),
-so a benchmark must not define that option itself.
+The CLI adds ``--json PATH`` to every benchmark (it writes the returned dict
+with a ``recorded`` field from :func:`recorded`: date, commit, machine load,
+machine, command and the peers' versions, which ``slash bench report`` shows
+beside every figure), so a benchmark must not define that option itself.
 
 Modules whose name starts with ``_`` and helpers that lack those names
 (``baselines``, ``plot``) are not benchmarks. A module that fails to import
@@ -29,12 +31,18 @@ True
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
 import logging
+import os
 import pkgutil
+import platform
+import subprocess
+import sys
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Dict, List, Optional
+from importlib import metadata
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from slash.errors import NotSupported
 
@@ -108,3 +116,45 @@ def discover(package: str = __name__) -> Dict[str, Benchmark]:
             continue
         found[mod.NAME] = Benchmark(mod.NAME, mod.HELP, full, mod)
     return dict(sorted(found.items()))
+
+
+#: the distributions whose versions a result records (the peers a benchmark compares with)
+PEERS = ("pyspark", "duckdb", "apache-flink", "pyarrow", "confluent-kafka")
+
+
+def _commit(cwd: str) -> Optional[str]:
+    """The checkout's commit (``+`` when it has uncommitted changes), or None outside one."""
+    try:
+        head = subprocess.run(["git", "-C", cwd, "rev-parse", "--short=7", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", cwd, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}+" if dirty else head or None
+
+
+def recorded(argv: Sequence[str] = (), cwd: Optional[str] = None) -> Dict[str, Any]:
+    """Where and when a result was measured, stamped on every ``--json`` result.
+
+    ``commit`` is the git commit of ``cwd`` (default: the working directory;
+    a trailing ``+`` marks uncommitted changes) or, outside a checkout, the
+    installed package's version; ``load`` is the 1-minute load average when
+    the result was written (benchmarks record their own around each side).
+    """
+    try:
+        version = metadata.version("slash")
+    except metadata.PackageNotFoundError:
+        version = None
+    versions = {}
+    for dist in PEERS:
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "commit": _commit(cwd or os.getcwd()) or (f"slash {version}" if version else None),
+            "load": round(os.getloadavg()[0], 2),
+            "machine": f"{os.cpu_count()} cores, {platform.machine()}, {platform.system()} {platform.release()}",
+            "command": " ".join(["slash", *argv]) if argv else " ".join(sys.argv),
+            "versions": versions}
