@@ -117,7 +117,7 @@ def write_events(directory: str, cfg: DataFrameBenchConfig) -> str:
 
 
 def _frame(spark: Any, path: str, kind: str) -> Any:
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # optional dependency: only a Spark side imports it
 
     events = spark.read.parquet(path)
     if kind != "join":

@@ -24,14 +24,20 @@ float column are left to Spark).
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+from urllib.parse import unquote, urlparse
 
-from slash.errors import SchemaError
+from slash.errors import NotSupported, SchemaError
 from slash.filters import Filter
+from slash.sources import FileSource
+from slash.spark import jvm_export
+from slash.spark._env import conf_get
+from slash.state_config import Aggregate
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +62,6 @@ JVM_EXPORT_CONF = "spark.slash.jvmExport"
 def use_jvm_export(spark: Any) -> bool:
     """Whether a DataFrame that is no scan goes through the JVM export: the
     setting allows it and the session can load the exporter."""
-    from slash.spark import jvm_export
-    from slash.spark._env import conf_get
 
     if (conf_get(spark, JVM_EXPORT_CONF) or "true").strip().lower() == "false":
         return False
@@ -66,7 +70,7 @@ def use_jvm_export(spark: Any) -> bool:
 
 def spark_filter(f: Filter) -> Any:
     """A Slash filter as a Spark Column with the same rows kept."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # optional dependency
 
     c = F.col(f.column)
     if f.op == "in":
@@ -109,7 +113,7 @@ def _children(node: Any) -> List[Any]:
 
 def _seq(s: Any) -> List[Any]:
     """A Scala Seq or a Java array (py4j) as a list."""
-    from py4j.java_collections import JavaArray
+    from py4j.java_collections import JavaArray  # optional dependency (pyspark's)
 
     if isinstance(s, JavaArray):
         return list(s)
@@ -124,8 +128,6 @@ def _conjuncts(expr: Any) -> List[Any]:
 
 def _local_path(uri: str) -> str:
     if uri.startswith("file:"):
-        from urllib.parse import unquote, urlparse
-
         return unquote(urlparse(uri).path)
     if "://" in uri or ":" in uri.split("/", 1)[0]:
         raise NotAScan(f"its files are on {uri.split(':', 1)[0]}:, not a local file system")
@@ -342,7 +344,7 @@ class StructKey:
 def struct_keys(df: Any, key: Sequence[str]) -> List[StructKey]:
     """The key columns of ``df`` that are structs (Spark groups by a
     struct's value: Slash by its fields and whether it is null)."""
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import StructType  # optional dependency
 
     have = set(df.columns)  # a missing one is named by check_columns
     return [StructKey(k, tuple(df.schema[k].dataType.fieldNames())) for k in key
@@ -356,7 +358,7 @@ def flat_key(key: Sequence[str], structs: Sequence[StructKey]) -> List[str]:
 
 
 def flatten_structs(df: Any, structs: Sequence[StructKey]) -> Any:
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # optional dependency
 
     for s in structs:
         for f, flat in zip(s.fields, s.flat):
@@ -368,7 +370,7 @@ def flatten_structs(df: Any, structs: Sequence[StructKey]) -> Any:
 def rebuild_structs(result: Any, structs: Sequence[StructKey], key: Sequence[str]) -> Any:
     """A result's flat struct key columns as the struct columns again, in
     the key's place (a null struct where ``NAME__null`` is true)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # optional dependency
 
     if not structs:
         return result
@@ -403,7 +405,7 @@ def general_input(df: Any, time: str, columns: Sequence[str], filters: Sequence[
     applied by Spark (before the transfer, pushed into its scan where it
     can), only ``columns`` kept, and a string time column cast to a
     timestamp in the session time zone, as Spark's ``window()`` casts it."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # optional dependency
     from pyspark.sql.types import StringType
 
     for f in filters:
@@ -426,7 +428,6 @@ def join_input(spark: Any, df: Any, side: str, columns: Sequence[str], time: str
     ``directory``. Returns (source, the directory the caller removes after
     the join, None for the scan's own files); says at WARNING level which
     way and why."""
-    from slash.sources import FileSource
 
     check_columns(df, columns)
     if type(df.schema[time].dataType).__name__ == "StringType":
@@ -443,8 +444,6 @@ def join_input(spark: Any, df: Any, side: str, columns: Sequence[str], time: str
             return FileSource(list(scan.files), base=scan.base), None
         except NotAScan as e:
             why = str(e)
-    from slash.errors import NotSupported
-    from slash.spark import jvm_export
 
     frame = general_input(df, time, columns, ())
     if use_jvm_export(spark):
@@ -467,10 +466,6 @@ def renamed_query(query: Any, columns: Dict[str, str]) -> Tuple[Any, Dict[str, s
     """``query`` over the files' column names (``columns``: the DataFrame's
     name -> the file's, for every column it reads), and the result's column
     names to give back (the files' query's output name -> the DataFrame's)."""
-    import dataclasses
-
-    from slash.state_config import Aggregate
-
     def f(c: Optional[str]) -> Optional[str]:
         return None if c is None else columns.get(c, c)
 
@@ -488,6 +483,6 @@ def renamed_query(query: Any, columns: Dict[str, str]) -> Tuple[Any, Dict[str, s
 def renamed_back(result: Any, back: Dict[str, str]) -> Any:
     """The result's columns under the DataFrame's names (all at once: a swap
     of two names holds)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # optional dependency
 
     return result.select(*(F.col(f"`{c}`").alias(back.get(c, c)) for c in result.columns))
