@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/install.sh
-slash_install "pytest pytest-timeout hypothesis duckdb scipy pyspark pandas matplotlib rich prometheus_client confluent-kafka"
+slash_install "pytest pytest-timeout hypothesis duckdb scipy pyspark pandas matplotlib rich prometheus_client confluent-kafka sphinx"
 # Maven and the Apache Kafka jars for the Kafka tests' real broker (tests/test_kafka.py)
 install_kafka_broker
 # a real Prometheus server and a headless browser for the live-metrics tests (tests/test_metrics_live.py)
