@@ -217,8 +217,13 @@ def export_columns(spark: Any, df: Any, columns: Sequence[str], *, directory: Op
 
 
 def _raise_refusal(exc: BaseException) -> None:
-    """A column the export refuses (Java's IllegalArgumentException, before the
-    job starts) as a SchemaError naming it; anything else returns."""
-    java = getattr(exc, "java_exception", None)
-    if java is not None and java.getClass().getName() == "java.lang.IllegalArgumentException":
-        raise SchemaError(str(java.getMessage())) from None
+    """A column the export refuses (Java's IllegalArgumentException, thrown
+    before the job starts, which pyspark raises as its own) as a SchemaError
+    naming it; anything else returns."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if _REFUSAL in text:
+        raise SchemaError(text[text.index("column '"):] if "column '" in text else text) from None
+
+
+#: what io.slash.spark.ArrowExport says of a column whose type it does not take
+_REFUSAL = "which the Arrow export does not take"

@@ -63,9 +63,10 @@ import org.apache.spark.unsafe.types.UTF8String;
  * one task per partition of the DataFrame, whatever their number, and no
  * shuffle. Each task writes its partition into {@code DIR/part-PPPPP-A.arrow}
  * (P the partition, A the task attempt): the Arrow IPC file format, record
- * batches of up to {@code batchRows} rows, written under a hidden name
- * ({@code .part-...}, which readers skip) and renamed when complete, so a
- * listed file is always whole. Every partition gets a file, an empty one
+ * batches of up to {@code batchRows} rows (fewer for wide rows, see
+ * {@link #BATCH_BYTES}), written under a hidden name ({@code .part-...},
+ * which readers skip) and renamed when complete, so a listed file is always
+ * whole. Every partition gets a file, an empty one
  * holding the schema alone.
  *
  * <p>Values are copied from each row's memory into per-column heap buffers
@@ -99,6 +100,13 @@ public final class ArrowExport {
     static final int DATE = 1;
     static final int TIMESTAMP_UTC = 2;
     static final int TIMESTAMP_NTZ = 3;
+
+    /**
+     * Bytes of one record batch's fixed-width buffers (counting 12 per string value) that
+     * bound its rows below {@code batchRows}: a wide row makes shorter batches, so that a
+     * task's buffers stay a small part of the executor's heap.
+     */
+    static final long BATCH_BYTES = 64L << 20;
 
     /** A record batch is cut before its string bytes in one column would pass this. */
     static final int MAX_VAR_BYTES = 1 << 28;
@@ -136,7 +144,12 @@ public final class ArrowExport {
             kinds[i] = kt[0];
             types[i] = kt[1];
         }
-        PartitionWriter w = new PartitionWriter(dir, names, nullable, kinds, types, batchRows);
+        long rowBytes = 0;
+        for (int k : kinds) {
+            rowBytes += width(k) < 0 ? 12 : Math.max(1, width(k));
+        }
+        int rows = (int) Math.max(1, Math.min(batchRows, BATCH_BYTES / Math.max(1, rowBytes)));
+        PartitionWriter w = new PartitionWriter(dir, names, nullable, kinds, types, rows);
         List<String> parts = df.queryExecution().toRdd().toJavaRDD()
                 .mapPartitionsWithIndex(w, false).collect();
         return "[" + String.join(",", parts) + "]";
