@@ -6,14 +6,15 @@
 #      installed if missing; SLASH_FUZZ_SECONDS per target, default 20);
 #   4. the install paths with Debian's own python3 on a fresh clone
 #      (scripts/check-install.sh: install.sh's virtual environment, sdist, wheel);
-#   5. pytest over the installed package;
+#   5. pytest over the installed package, on every core (pytest-xdist), then
+#      the tests marked quiet (they need the cores to themselves) alone;
 #   6. the executor, channel, join and move tests once more against an ASan/UBSan
 #      build of the extension (scripts/asan-pytest.sh, libasan preloaded).
 # Extra arguments go to pytest (e.g. ./test.sh -k channel).
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/install.sh
-slash_install "pytest pytest-timeout hypothesis duckdb scipy pyspark pandas matplotlib rich prometheus_client confluent-kafka sphinx"
+slash_install "pytest pytest-timeout pytest-xdist hypothesis duckdb scipy pyspark pandas matplotlib rich prometheus_client confluent-kafka sphinx"
 # Maven and the Apache Kafka jars for the Kafka tests' real broker (tests/test_kafka.py)
 install_kafka_broker
 # a real Prometheus server and a headless browser for the live-metrics tests (tests/test_metrics_live.py)
@@ -24,7 +25,7 @@ JOBS=$(nproc)
 log "C tests"
 cmake -S . -B build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build/release -j"$JOBS" >/dev/null
-ctest --test-dir build/release --output-on-failure
+ctest --test-dir build/release --output-on-failure -j"$JOBS"
 
 log "C tests under AddressSanitizer/UndefinedBehaviorSanitizer"
 cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DSLASH_SANITIZE=ON >/dev/null
@@ -32,7 +33,7 @@ cmake --build build/asan -j"$JOBS" >/dev/null
 SLASH_TEST_BUFFERS=100000 SLASH_TEST_SCALE=small \
 ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}" \
 UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
-    ctest --test-dir build/asan --output-on-failure
+    ctest --test-dir build/asan --output-on-failure -j"$JOBS"
 
 log "fuzzing: each target for ${SLASH_FUZZ_SECONDS:-20} s"
 scripts/fuzz.sh "${SLASH_FUZZ_SECONDS:-20}"
@@ -40,13 +41,17 @@ scripts/fuzz.sh "${SLASH_FUZZ_SECONDS:-20}"
 log "install paths with Debian's python3 on a fresh clone"
 scripts/check-install.sh /usr/bin/python3
 
-log "pytest"
-# run from tests/ so `import slash` is the installed package, not the source tree
-python3 -m pytest -q -p no:cacheprovider tests "$@"
+pytest_stage() {  # none of "$@"'s tests in a stage (pytest's exit 5) is no failure
+    python3 -m pytest -q -p no:cacheprovider "$@" || [ $? = 5 ]
+}
+log "pytest on every core (pytest-xdist, each module whole on one worker), then the tests marked quiet one at a time"
+# `import slash` is the installed package: python/ is not on the path
+pytest_stage -n "$JOBS" --dist loadfile --no-loadscope-reorder -m "not quiet" tests "$@"
+pytest_stage -m quiet $(grep -l "mark.quiet" tests/test_*.py) "$@"  # (only their files collected)
 
 if [ "$#" = 0 ]; then
     log "executor, channel, join, partition-move (aggregate and join), int64-extremes and executors-on-threads and Parquet-reader tests against an ASan/UBSan build of the extension"
     scripts/asan-pytest.sh test_executor.py test_channel.py test_join.py test_executor_join.py \
         test_leader_moves.py test_partial_pause.py test_join_moves.py test_time_extremes.py \
-        test_in_process.py test_pq_read.py -m "not slow"
+        test_in_process.py test_pq_read.py -m "not slow" -n "$JOBS" --dist loadfile
 fi

@@ -53,3 +53,24 @@ def kafka_broker(tmp_path_factory):
         yield broker
     finally:
         broker.stop()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Modules with a slow test first, each in its own order, then the rest.
+    ./test.sh runs the suite on every core with pytest-xdist, a module whole on
+    one worker (--dist loadfile --no-loadscope-reorder): the long modules
+    handed out first keep both workers busy to the end, instead of one
+    running a long module alone after the other ran out of work."""
+    first_index = {}
+    slow_modules = set()
+    for i, item in enumerate(items):
+        module = item.nodeid.split("::")[0]
+        first_index.setdefault(module, i)
+        if item.get_closest_marker("slow") is not None:
+            slow_modules.add(module)
+
+    def order(item):
+        module = item.nodeid.split("::")[0]
+        return module not in slow_modules, first_index[module]
+
+    items.sort(key=order)
