@@ -391,16 +391,31 @@ class Query:
         """As :meth:`prepare`, but the filters become a selection for
         :meth:`slash.Executor.push_batch` (``skip=``, True = dropped) instead
         of a copy of the rows that pass: (batch of every row, skip or None).
-        A batch whose key is not one integer column is filtered as
-        :meth:`prepare` does (a dropped row's string key may be too long)."""
+        A batch whose key is not one integer or string column, or whose
+        string key somewhere is longer than a key may be (that row may be
+        one the filters drop), is filtered as :meth:`prepare` does."""
         batch = one_batch(batch)
-        if not self.filters or not batch.num_rows or len(self.key) != 1 or \
-                not int_like(plain_type(batch.schema.field(self.key[0]).type)):
+        if not self.filters or not batch.num_rows or not self._selectable(batch):
             return self.prepare(batch), None
         skip = self.filters[0].skip(batch)
         for f in self.filters[1:]:
             skip |= f.skip(batch)
         return self.project(batch), skip
+
+    def _selectable(self, batch: pa.RecordBatch) -> bool:
+        """Whether every row's key reaches the core as it is, filtered or not:
+        one integer key, or one string key none of whose values (a
+        dictionary's: its entries) is longer than KEY_MAX_BYTES."""
+        mode = self._key_mode(batch.schema)
+        if mode == "int":
+            return True
+        if mode != "string":
+            return False
+        col = batch.column(self.key[0])
+        if pa.types.is_dictionary(col.type):
+            col = col.dictionary
+        longest = pc.max(pc.binary_length(col)).as_py()
+        return longest is None or longest <= KEY_MAX_BYTES
 
     def encode_keys(self, batch: pa.RecordBatch, key_max: int = KEY_MAX_BYTES) -> pa.Array:
         """The key column(s) as the executor's ``key``; ``key_max``: the most

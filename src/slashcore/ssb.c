@@ -17,6 +17,10 @@
 #define SSB_LOAD 4                /* live records per bucket before doubling */
 #define SSB_INITIAL_BUCKETS 1024
 #define SSB_PREFETCH_MIN ((size_t)4 << 20) /* prefetch when a partition exceeds this */
+/* ... or when all partitions together exceed this: a state spread over many
+ * partitions (100 k keys in 256 partitions, ~60 KiB each) no more fits in a
+ * core's L2 than one large partition does */
+#define SSB_PREFETCH_STATE ((size_t)2 << 20)
 #define SSB_CHUNK 32
 
 /* ---- records ------------------------------------------------------------ */
@@ -1599,6 +1603,7 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
     bool late[SSB_CHUNK]; /* not win == INT64_MIN: a slice clipped there is a live one */
     uint32_t pidx[SSB_CHUNK];
     size_t rows[SSB_CHUNK];
+    size_t slot[SSB_CHUNK]; /* the rows' cache slots, when prefetching */
     size_t live_rows[SSB_CHUNK]; /* the chunk's rows not late, and their partials */
     uint8_t *recs[SSB_CHUNK];
     const bool i64 = s->cfg.key_type == SLASH_KEY_INT64;
@@ -1631,9 +1636,13 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
      * then after each upsert for the partition it grew (only upserts grow
      * one; checking every partition every few chunks cost more than the
      * records' own updates at 256 partitions) */
+    size_t state = 0; /* all partitions' bytes; grown by the upserts' appends below */
     bool prefetch = false;
-    for (uint32_t q = 0; q < s->cfg.partitions && !prefetch; q++)
+    for (uint32_t q = 0; q < s->cfg.partitions && !prefetch; q++) {
         prefetch = part_bytes(&s->parts[q]) > SSB_PREFETCH_MIN;
+        state += part_bytes(&s->parts[q]);
+    }
+    prefetch = prefetch || state > SSB_PREFETCH_STATE;
     size_t start = 0;
     if (i64 && !b->skip && !prefetch) {
         start = runs_i64(s, b, &pl, fast, acc, &st);
@@ -1693,6 +1702,23 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 slash_hidx_entry *e = slash_hidx_find(&p->index, hash[j], p->log.begin);
                 if (e)
                     __builtin_prefetch(slash_lss_ptr(&p->log, slash_hidx_addr(e->word)), 1, 0);
+                /* and the record whose pending deltas a miss of the row's cache
+                 * slot flushes: at many keys nearly every row misses, and that
+                 * record was last touched about SSB_FAST rows ago */
+                const size_t i = rows[j];
+                const uint8_t *old;
+                if (i64) {
+                    old = fast[slot[j] = fast_slot(b->keys[i], win[j])].partials;
+                } else {
+                    const uint8_t *k;
+                    uint32_t klen;
+                    uint64_t ka, kz;
+                    batch_key(b, i, &k, &klen);
+                    key_words(k, klen, &ka, &kz);
+                    old = fastb[slot[j] = fast_bytes_slot(ka, kz, klen, win[j])].partials;
+                }
+                if (old)
+                    __builtin_prefetch(old, 1, 0);
             }
         }
         size_t nlive = 0;
@@ -1703,15 +1729,15 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 continue;
             }
             uint8_t *part;
-            size_t slot;
+            size_t sl;
             ssb_part *grown = NULL; /* the partition upserted into, on a miss */
             if (i64) {
                 const int64_t key = b->keys[i];
-                slot = fast_slot(key, win[j]);
-                fast_entry *f = &fast[slot];
+                sl = fast_slot(key, win[j]);
+                fast_entry *f = &fast[sl];
                 part = f->partials;
                 if (!fast_i64_hit(f, key, win[j]))
-                    part = fast_i64_miss(s, &pl, f, acc + slot, &b->keys[i], win[j], hashed,
+                    part = fast_i64_miss(s, &pl, f, acc + sl, &b->keys[i], win[j], hashed,
                                          pidx[j], hash[j], &grown, &st);
             } else {
                 const uint8_t *k;
@@ -1719,20 +1745,22 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 batch_key(b, i, &k, &klen);
                 uint64_t ka, kz;
                 key_words(k, klen, &ka, &kz);
-                slot = fast_bytes_slot(ka, kz, klen, win[j]);
-                fast_bytes *f = &fastb[slot];
+                sl = fast_bytes_slot(ka, kz, klen, win[j]);
+                fast_bytes *f = &fastb[sl];
                 if (fast_bytes_hit(f, k, klen, ka, kz, win[j])) {
                     part = f->partials;
                 } else {
                     if (f->partials)
-                        flush_pending(&pl, f->partials, acc + slot, slot);
+                        flush_pending(&pl, f->partials, acc + sl, sl);
                     if (!hashed) {
                         uint64_t kh = ssb_hash_bytes(k, klen);
                         pidx[j] = ssb_part_of(s, kh);
                         hash[j] = ssb_hash_win(s, kh, win[j]);
                     }
                     grown = &s->parts[pidx[j]];
+                    const uint64_t tail = grown->log.tail;
                     part = ssb_upsert(s, grown, hash[j], win[j], k, klen, &st);
+                    state += grown->log.tail - tail;
                     f->a = ka, f->z = kz, f->win = win[j], f->key = k, f->len = klen;
                     f->partials = part;
                 }
@@ -1741,10 +1769,11 @@ static slash_status update_slices(slash_ssb *s, const slash_ssb_batch *b)
                 apply_chunk(s, &pl, b, live_rows, recs, nlive);
                 goto out;
             }
-            prefetch = prefetch || (grown && part_bytes(grown) > SSB_PREFETCH_MIN);
-            add_pending_row(&pl, shape, sum, xmask, acc + slot, i, b->times[i]);
+            prefetch = prefetch || (grown && (part_bytes(grown) > SSB_PREFETCH_MIN ||
+                                              state > SSB_PREFETCH_STATE));
+            add_pending_row(&pl, shape, sum, xmask, acc + sl, i, b->times[i]);
             if (pl.nbuf)
-                buffer_row(&pl, part, slot, i);
+                buffer_row(&pl, part, sl, i);
             live_rows[nlive] = i, recs[nlive++] = part;
         }
         apply_chunk(s, &pl, b, live_rows, recs, nlive);
