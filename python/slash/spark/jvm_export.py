@@ -40,10 +40,11 @@ import os
 import secrets
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence
 
-from slash.errors import InvalidArgument, SchemaError, UnknownName
+from slash.errors import InvalidArgument, NotSupported, SchemaError, UnknownName
 from slash.spark._env import conf_get
 
 log = logging.getLogger(__name__)
@@ -175,11 +176,7 @@ def export_columns(spark: Any, df: Any, columns: Sequence[str], *, directory: Op
     a column of another type (both name it), NotSupported when the jar is not
     loadable (:func:`load`), and Spark's own error when the job fails (the
     directory is removed then)."""
-    import time
-
     from pyspark.sql import functions as F
-
-    from slash.errors import NotSupported
 
     if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
         raise InvalidArgument(f"batch_rows must be an int >= 1, got {batch_rows!r}")
