@@ -186,7 +186,9 @@ def test_a_lateness_change_of_a_bounded_input_is_refused_saying_why(idle_server)
 # ---- a real `slash run` -----------------------------------------------------------------------
 def test_slash_run_updates_its_filter_at_one_window_boundary_on_every_executor(tmp_path):
     table = events(300_000)
-    p, sock = start_slash_run(tmp_path, table, "--filter", "v > 10")
+    # 10 s of input at 30,000 a second: `slash ctl` (a new interpreter) must start and ask
+    # while the run still reads; at 100,000 a second (3 s) the run had ended first at load 25
+    p, sock = start_slash_run(tmp_path, table, "--filter", "v > 10", rate=30_000)
     try:
         st = wait_until(lambda: (lambda s: s if s["records"] > 20_000 else None)(
             control.request(sock, "status")), 60, "records flowing")
@@ -211,7 +213,8 @@ def test_slash_run_updates_its_filter_at_one_window_boundary_on_every_executor(t
 
 
 def test_slash_ctl_refuses_a_filter_on_a_missing_column_naming_it(tmp_path):
-    p, sock = start_slash_run(tmp_path, events(100_000), rate=50_000)
+    # 100 s of input, killed once answered: the run is still there when `slash ctl` asks
+    p, sock = start_slash_run(tmp_path, events(100_000), rate=1_000)
     try:
         r = slash("ctl", "--socket", sock, "update", "--filter", "colour == 'red'")
         st = control.request(sock, "status")
