@@ -149,7 +149,8 @@ static slash_status ofi_lib_ready(void)
 #define fi_strerror ofi_lib.strerror
 
 #define OFI_API_VERSION FI_VERSION(1, 17)
-#define OFI_NRECV 16          /* pre-posted control receives per endpoint */
+#define OFI_NRECV 64          /* pre-posted receives per endpoint (control frames; on
+                                 * providers with FI_RX_CQ_DATA also signaled writes) */
 #define OFI_NSEND 16          /* control sends in flight per endpoint */
 #define OFI_MAX_WRITES 1024   /* cap on outstanding writes per endpoint */
 #define OFI_STALL_MS 60000    /* a full send queue that does not move for this long */
@@ -201,6 +202,8 @@ typedef struct ofi_transport {
     uint64_t mr_mode;
     size_t max_waw; /* longest write still ordered with the others */
     uint64_t next_key; /* requested MR keys when the provider does not pick them */
+    char listen_host[INET6_ADDRSTRLEN + 2]; /* where listen(NULL) binds, "[v6]" or "v4" */
+    pid_t pid; /* the process that opened it (see ofi_lib_ready) */
 } ofi_transport;
 
 typedef struct ofi_region {
@@ -236,6 +239,8 @@ typedef struct ofi_endpoint {
     uint32_t *wfree;          /* stack of free indexes into wctx */
     uint32_t nwctx, nwfree;
     uint64_t posted, completed; /* writes */
+    uint64_t arrivals;          /* signaled writes from the peer, completed here */
+    uint32_t last_imm;          /* the immediate value of the last of them */
     ofi_pending *head, *tail;   /* received frames not yet taken */
     slash_status dead;          /* sticky failure, SLASH_OK while usable */
     char dead_detail[320];
@@ -324,20 +329,23 @@ static slash_status info_for(ofi_transport *t, const struct sockaddr_storage *ss
 
 /* ---- transport --------------------------------------------------------- */
 
-static struct fi_info *ofi_hints(const char *provider)
+static struct fi_info *ofi_hints(const char *provider, const char *domain)
 {
     struct fi_info *h = fi_dupinfo(NULL); /* fi_allocinfo(), through the loaded library */
     if (!h)
         return NULL;
     h->ep_attr->type = FI_EP_MSG;
     h->caps = FI_MSG | FI_RMA | FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE;
-    h->mode = FI_CONTEXT | FI_CONTEXT2; /* we give every operation a fi_context2 */
+    /* we give every operation a fi_context2, and keep receives posted for
+     * the signaled writes that consume one (verbs) */
+    h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
+    h->domain_attr->cq_data_size = 4; /* the immediate of a signaled write */
     h->domain_attr->mr_mode = OFI_MR_MODES;
     h->domain_attr->threading = FI_THREAD_SAFE;
     h->tx_attr->msg_order = FI_ORDER_WAW;
     h->rx_attr->msg_order = FI_ORDER_WAW;
     h->fabric_attr->prov_name = strdup(provider);
-    const char *dom = getenv("SLASH_OFI_DOMAIN");
+    const char *dom = domain && *domain ? domain : getenv("SLASH_OFI_DOMAIN");
     if (dom && *dom)
         h->domain_attr->name = strdup(dom);
     if (!h->fabric_attr->prov_name || (dom && *dom && !h->domain_attr->name)) {
@@ -379,13 +387,102 @@ static slash_status explain_no_provider(const char *provider)
                       *names ? names : "none");
 }
 
-slash_status slash_ofi_open(const char *spec, const char *provider, slash_transport **out)
+/* Splits "PROV@WHERE" (the spec after "ofi:"): WHERE is an IP address of a
+ * device (the entry serving it is picked, listeners bind to it) or a domain
+ * (device) name such as "rxe0" or "mlx5_0". */
+typedef struct ofi_place {
+    char prov[32];
+    char domain[64];                  /* "" = any */
+    struct sockaddr_storage ip;       /* ss_family 0 = any */
+} ofi_place;
+
+static slash_status parse_place(const char *provider, ofi_place *p)
+{
+    memset(p, 0, sizeof *p);
+    const char *at = strchr(provider, '@');
+    size_t pl = at ? (size_t)(at - provider) : strlen(provider);
+    if (pl == 0 || pl >= sizeof p->prov)
+        return slash_fail(SLASH_EINVAL, "bad provider in \"ofi:%s\" (expected ofi:PROVIDER or "
+                                        "ofi:PROVIDER@DEVICE-OR-ADDRESS)", provider);
+    memcpy(p->prov, provider, pl);
+    if (!at)
+        return SLASH_OK;
+    const char *w = at + 1;
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&p->ip;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&p->ip;
+    char host[INET6_ADDRSTRLEN + 2];
+    snprintf(host, sizeof host, "%s", w);
+    size_t hl = strlen(host);
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']')
+        memmove(host, host + 1, hl - 2), host[hl - 2] = '\0';
+    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1)
+        v4->sin_family = AF_INET;
+    else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1)
+        v6->sin6_family = AF_INET6;
+    else if (*w && strlen(w) < sizeof p->domain && !strpbrk(w, ":@/ "))
+        snprintf(p->domain, sizeof p->domain, "%s", w);
+    else
+        return slash_fail(SLASH_EINVAL, "bad device or address \"%s\" in \"ofi:%s\" (expected a "
+                                        "device name such as rxe0 or an IP address)", w, provider);
+    return SLASH_OK;
+}
+
+/* True when sockaddr a carries the IP of b (ports ignored). */
+static bool same_ip(const void *a, size_t alen, const struct sockaddr_storage *b)
+{
+    const struct sockaddr *sa = a;
+    if (!a || alen < sizeof(struct sockaddr_in) || sa->sa_family != b->ss_family)
+        return false;
+    if (sa->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    return alen >= sizeof(struct sockaddr_in6) &&
+           memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                  &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+}
+
+/* The host listen(NULL) binds to: the address given in the spec; else for a
+ * provider over the host's TCP stack the loopback (nothing is exposed beyond
+ * the host unless asked); else the address of the picked device, since a
+ * device-bound provider (verbs: rdma_cm) serves only its devices' addresses,
+ * and loopback is none of them. */
+static void pick_listen_host(ofi_transport *t, const ofi_place *pl)
+{
+    const struct sockaddr_storage *ip = pl->ip.ss_family ? &pl->ip : NULL;
+    struct sockaddr_storage src;
+    if (!ip && t->info->ep_attr->protocol != FI_PROTO_SOCK_TCP && t->info->src_addr &&
+        t->info->src_addrlen <= sizeof src) {
+        memset(&src, 0, sizeof src);
+        memcpy(&src, t->info->src_addr, t->info->src_addrlen);
+        if (src.ss_family == AF_INET || src.ss_family == AF_INET6)
+            ip = &src;
+    }
+    if (!ip) {
+        snprintf(t->listen_host, sizeof t->listen_host, "127.0.0.1");
+        return;
+    }
+    char h[INET6_ADDRSTRLEN] = "?";
+    if (ip->ss_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ip)->sin6_addr, h, sizeof h);
+        snprintf(t->listen_host, sizeof t->listen_host, "[%s]", h);
+    } else {
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)ip)->sin_addr, h, sizeof h);
+        snprintf(t->listen_host, sizeof t->listen_host, "%s", h);
+    }
+}
+
+slash_status slash_ofi_open(const char *spec, const char *provider_spec, slash_transport **out)
 {
     *out = NULL;
     slash_status lib = ofi_lib_ready();
     if (lib != SLASH_OK)
         return lib;
-    struct fi_info *hints = ofi_hints(provider), *list = NULL;
+    ofi_place place;
+    slash_status pst = parse_place(provider_spec, &place);
+    if (pst != SLASH_OK)
+        return pst;
+    const char *provider = place.prov;
+    struct fi_info *hints = ofi_hints(provider, place.domain), *list = NULL;
     if (!hints)
         return slash_fail(SLASH_ENOMEM, "fi_allocinfo failed");
     int rc = fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &list);
@@ -393,12 +490,24 @@ slash_status slash_ofi_open(const char *spec, const char *provider, slash_transp
     if (rc != 0 && rc != -FI_ENODATA)
         return slash_fail(SLASH_EPROVIDER, "fi_getinfo(provider \"%s\"): %s", provider, ferr(rc));
     struct fi_info *pick = NULL;
+    bool prov_ok = false;
     for (struct fi_info *p = list; p && !pick; p = p->next) /* plain "tcp", not "tcp;ofi_rxm" */
         if (p->fabric_attr->prov_name && strcmp(p->fabric_attr->prov_name, provider) == 0 &&
-            p->ep_attr->type == FI_EP_MSG)
-            pick = p;
+            p->ep_attr->type == FI_EP_MSG) {
+            prov_ok = true;
+            if (!place.ip.ss_family || same_ip(p->src_addr, p->src_addrlen, &place.ip))
+                pick = p;
+        }
     if (!pick) {
         fi_freeinfo(list);
+        if (prov_ok)
+            return slash_fail(SLASH_ENOENT, "libfabric provider \"%s\" serves no device with the "
+                                            "address in \"%s\" (see 'slash doctor' or fi_info -p %s)",
+                              provider, spec, provider);
+        if (place.domain[0])
+            return slash_fail(SLASH_ENOENT, "libfabric provider \"%s\" has no device \"%s\" (see "
+                                            "'slash doctor' or fi_info -p %s)", provider,
+                              place.domain, provider);
         return explain_no_provider(provider);
     }
     ofi_transport *t = calloc(1, sizeof *t);
@@ -417,6 +526,8 @@ slash_status slash_ofi_open(const char *spec, const char *provider, slash_transp
     t->mr_mode = t->info->domain_attr->mr_mode;
     t->max_waw = t->info->ep_attr->max_order_waw_size;
     t->next_key = 1;
+    t->pid = getpid();
+    pick_listen_host(t, &place);
     rc = fi_fabric(t->info->fabric_attr, &t->fabric, NULL);
     if (rc != 0) {
         slash_status st = slash_fail(SLASH_EPROVIDER, "fi_fabric(provider \"%s\"): %s", provider,
@@ -545,11 +656,22 @@ static slash_status on_frame(ofi_endpoint *e, ofi_slot *s, size_t got)
     return post_recv(e, s);
 }
 
-static slash_status on_completion(ofi_endpoint *e, const struct fi_cq_msg_entry *c)
+static slash_status on_completion(ofi_endpoint *e, const struct fi_cq_data_entry *c)
 {
     char *ctx = c->op_context;
     char *slots = (char *)e->slots;
-    if (ctx >= slots && ctx < slots + (OFI_NRECV + OFI_NSEND) * sizeof(ofi_slot)) {
+    bool in_slots = ctx >= slots && ctx < slots + (OFI_NRECV + OFI_NSEND) * sizeof(ofi_slot);
+    if (c->flags & FI_REMOTE_CQ_DATA) {
+        /* a signaled write from the peer has completed here: it and every
+         * write the peer posted before it are placed. On verbs it consumed a
+         * receive (FI_RX_CQ_DATA): post that slot again. */
+        e->arrivals++;
+        e->last_imm = (uint32_t)c->data;
+        if (in_slots && (size_t)(ctx - slots) / sizeof(ofi_slot) < OFI_NRECV)
+            return post_recv(e, &e->slots[(size_t)(ctx - slots) / sizeof(ofi_slot)]);
+        return SLASH_OK;
+    }
+    if (in_slots) {
         size_t i = (size_t)(ctx - slots) / sizeof(ofi_slot);
         if (i < OFI_NRECV)
             return on_frame(e, &e->slots[i], c->len);
@@ -583,7 +705,7 @@ static slash_status cq_error(ofi_endpoint *e)
 /* Reaps completions; on tcp this is also what moves bytes. */
 static slash_status poll_cq(ofi_endpoint *e)
 {
-    struct fi_cq_msg_entry ent[16];
+    struct fi_cq_data_entry ent[16];
     for (int round = 0; round < 8; round++) {
         ssize_t n = fi_cq_read(e->cq, ent, 16);
         if (n == -FI_EAGAIN)
@@ -820,7 +942,7 @@ static slash_status endpoint_open(ofi_transport *t, struct fi_info *info, const 
         goto fail;
     }
     struct fi_cq_attr cqa = {.size = txsz + OFI_NRECV + 64,
-                             .format = FI_CQ_FORMAT_MSG,
+                             .format = FI_CQ_FORMAT_DATA,
                              .wait_obj = FI_WAIT_NONE};
     if ((rc = fi_cq_open(t->domain, &cqa, &e->cq, NULL)) != 0) {
         st = slash_fail(SLASH_EPROVIDER, "fi_cq_open: %s", ferr(rc));
@@ -907,7 +1029,9 @@ static slash_status ofi_listen(slash_transport *tp, const char *bind_addr, const
                                slash_listener **out)
 {
     ofi_transport *t = (ofi_transport *)tp;
-    const char *where = bind_addr ? bind_addr : "127.0.0.1:0";
+    char dflt[sizeof t->listen_host + 4];
+    snprintf(dflt, sizeof dflt, "%s:0", t->listen_host);
+    const char *where = bind_addr ? bind_addr : dflt;
     struct sockaddr_storage ss;
     size_t sslen = 0;
     slash_status st = parse_addr(where, true, &ss, &sslen);
@@ -1163,15 +1287,15 @@ static slash_status ofi_attach(slash_endpoint *ep, int timeout_ms, slash_remote 
 
 static void ofi_detach(slash_remote *rm) { free(rm); }
 
-static slash_status ofi_write(slash_endpoint *ep, const slash_region *src, size_t src_off,
-                              slash_remote *dst, size_t dst_off, size_t len)
+/* Posts a write; a signaled one (fi_writedata, the immediate imm) also
+ * completes at the peer, which counts it in its arrivals. */
+static slash_status post_write(ofi_endpoint *e, const ofi_region *r, size_t src_off,
+                               const ofi_remote *rm, size_t dst_off, size_t len, bool signal,
+                               uint32_t imm)
 {
-    ofi_endpoint *e = (ofi_endpoint *)ep;
-    const ofi_region *r = (const ofi_region *)src;
-    const ofi_remote *rm = (const ofi_remote *)dst;
     if (e->dead != SLASH_OK)
         return ep_dead(e);
-    size_t max_waw = ((const ofi_transport *)ep->tp)->max_waw;
+    size_t max_waw = ((const ofi_transport *)e->base.tp)->max_waw;
     if (len > max_waw)
         return slash_fail(SLASH_ETOOBIG, "write of %zu bytes: the provider orders writes only up "
                                          "to %zu bytes", len, max_waw);
@@ -1189,8 +1313,10 @@ static slash_status ofi_write(slash_endpoint *ep, const slash_region *src, size_
         ssize_t rc = -FI_EAGAIN;
         if (e->nwfree > 0) {
             struct fi_context2 *ctx = &e->wctx[e->wfree[e->nwfree - 1]];
-            rc = fi_write(e->ep, (char *)r->base.addr + src_off, len, r->desc, 0,
-                          rm->addr + dst_off, rm->key, ctx);
+            void *buf = (char *)r->base.addr + src_off;
+            rc = signal ? fi_writedata(e->ep, buf, len, r->desc, imm, 0, rm->addr + dst_off,
+                                       rm->key, ctx)
+                        : fi_write(e->ep, buf, len, r->desc, 0, rm->addr + dst_off, rm->key, ctx);
             if (rc == 0) {
                 e->nwfree--;
                 e->posted++;
@@ -1205,6 +1331,31 @@ static slash_status ofi_write(slash_endpoint *ep, const slash_region *src, size_
         if ((st = ep_wait(e, &b, deadline, "write (send queue full) to")) != SLASH_OK)
             return st;
     }
+}
+
+static slash_status ofi_write(slash_endpoint *ep, const slash_region *src, size_t src_off,
+                              slash_remote *dst, size_t dst_off, size_t len)
+{
+    return post_write((ofi_endpoint *)ep, (const ofi_region *)src, src_off,
+                      (const ofi_remote *)dst, dst_off, len, false, 0);
+}
+
+static slash_status ofi_write_signal(slash_endpoint *ep, const slash_region *src, size_t src_off,
+                                     slash_remote *dst, size_t dst_off, size_t len, uint32_t imm)
+{
+    return post_write((ofi_endpoint *)ep, (const ofi_region *)src, src_off,
+                      (const ofi_remote *)dst, dst_off, len, true, imm);
+}
+
+static slash_status ofi_arrivals(slash_endpoint *ep, uint64_t *count, uint32_t *last)
+{
+    ofi_endpoint *e = (ofi_endpoint *)ep;
+    slash_status st = e->dead == SLASH_OK ? poll_cq(e) : SLASH_OK; /* what came before a failure counts */
+    *count = e->arrivals;
+    *last = e->last_imm;
+    if (st == SLASH_OK)
+        st = ep_progress(e);
+    return st;
 }
 
 static slash_status ofi_progress(slash_endpoint *ep) { return ep_progress((ofi_endpoint *)ep); }
@@ -1237,6 +1388,8 @@ static const slash_transport_ops ofi_ops = {
     .attach = ofi_attach,
     .detach = ofi_detach,
     .write = ofi_write,
+    .write_signal = ofi_write_signal,
+    .arrivals = ofi_arrivals,
     .progress = ofi_progress,
     .alive = ofi_progress,
     .flush = ofi_flush,

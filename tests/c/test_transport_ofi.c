@@ -489,10 +489,13 @@ TEST(target_progress)
 
 /* The reader (child) exposes a ring of NSLOT slots of SLOT bytes. Write k
  * (seq = k + 1) fills the tail of slot k % NSLOT: payload bytes, then a
- * footer {len, seq}, seq last. The reader checks every write in order, and
- * while waiting for write k checks that write k + 1 is not visible yet
- * (ordering). Credits (writes consumed) go back with a one-sided write into
- * the writer's credit region. */
+ * footer {len, seq}; it is a signaled write whose immediate is seq. The
+ * reader waits until its endpoint has counted write k's arrival, checks
+ * that the arrivals came in order (the last one's immediate is the count),
+ * then checks every byte of write k: what the transport promises once the
+ * arrival is counted (transport.h), and nothing before. Credits (writes
+ * consumed) go back as signaled writes into the writer's credit region, the
+ * count in the immediate. */
 #define NWRITES 100000
 #define NSLOT 64
 #define SLOT 16384
@@ -503,21 +506,42 @@ static uint64_t slot_seq(const uint8_t *ring, uint64_t k)
     return load64_acq(ring + (k % NSLOT + 1) * SLOT - 8);
 }
 
-/* Waits until write k is visible in ring, checking that k + 1 is not yet. */
-static int wait_write(session *s, const uint8_t *ring, uint64_t k)
+/* Waits until the endpoint has counted more than `past` signaled writes
+ * from the peer, checking they came in order; returns the count, 0 on
+ * failure (reported). */
+static uint64_t wait_arrival(session *s, uint64_t past)
 {
     slash_backoff b;
     slash_backoff_reset(&b);
-    uint64_t deadline = slash_deadline(TMO);
-    while (slot_seq(ring, k) != k + 1) {
-        if (k + 1 < NWRITES && slot_seq(ring, k + 1) == k + 2) {
-            fprintf(stderr, "  child: write %llu visible before write %llu\n",
-                    (unsigned long long)k + 1, (unsigned long long)k);
-            return 1;
+    uint64_t deadline = slash_deadline(TMO), n = 0;
+    uint32_t last = 0;
+    for (;;) {
+        slash_status st = slash_endpoint_arrivals(s->ep, &n, &last);
+        if (n > 0 && last != (uint32_t)n) {
+            fprintf(stderr, "  arrival %llu carried immediate %u: out of order\n",
+                    (unsigned long long)n, last);
+            return 0;
         }
-        C_OK(slash_endpoint_progress(s->ep));
-        C_CHECK(!slash_deadline_passed(deadline));
+        if (n > past)
+            return n;
+        if (st != SLASH_OK || slash_deadline_passed(deadline)) {
+            fprintf(stderr, "  no arrival past %llu: %s\n", (unsigned long long)past,
+                    st != SLASH_OK ? slash_last_error() : "deadline passed");
+            return 0;
+        }
         slash_backoff_wait(&b);
+    }
+}
+
+/* Waits until write k has arrived; its footer must then hold its seq. */
+static int wait_write(session *s, const uint8_t *ring, uint64_t k, uint64_t *arrived)
+{
+    if (*arrived <= k && (*arrived = wait_arrival(s, k)) == 0)
+        return 1;
+    if (slot_seq(ring, k) != k + 1) {
+        fprintf(stderr, "  child: write %llu arrived but its slot holds seq %llu\n",
+                (unsigned long long)k, (unsigned long long)slot_seq(ring, k));
+        return 1;
     }
     return 0;
 }
@@ -530,8 +554,9 @@ static int child_reader(session *s)
     C_OK(slash_endpoint_attach(s->ep, TMO, &s->rm[0]));
     const uint8_t *ring = slash_region_addr(s->r[0]);
     uint64_t *credit = slash_region_addr(s->r[1]);
+    uint64_t arrived = 0;
     for (uint64_t k = 0; k < NWRITES; k++) {
-        if (wait_write(s, ring, k))
+        if (wait_write(s, ring, k, &arrived))
             return 1;
         const uint8_t *end = ring + (k % NSLOT + 1) * SLOT;
         uint64_t len;
@@ -546,7 +571,7 @@ static int child_reader(session *s)
             }
         if ((k + 1) % 8 == 0 || k + 1 == NWRITES) {
             *credit = k + 1; /* monotonic, so one source word is safe to reuse */
-            C_OK(slash_endpoint_write(s->ep, s->r[1], 0, s->rm[0], 0, 8));
+            C_OK(slash_endpoint_write_signal(s->ep, s->r[1], 0, s->rm[0], 0, 8, (uint32_t)(k + 1)));
         }
     }
     C_OK(slash_endpoint_flush(s->ep, TMO));
@@ -556,19 +581,21 @@ static int child_reader(session *s)
     return 0;
 }
 
-/* Waits until fewer than NSLOT writes are unconsumed; false on failure. */
+/* Waits until fewer than NSLOT writes are unconsumed (the credit count is
+ * the last arrival's immediate); false on failure. */
 static bool wait_credit(session *s, const uint64_t *cw, uint64_t k, uint64_t *credits)
 {
     slash_backoff b;
     slash_backoff_reset(&b);
-    uint64_t deadline = slash_deadline(TMO);
+    uint64_t deadline = slash_deadline(TMO), n;
+    uint32_t last;
     while (k - *credits >= NSLOT) {
-        uint64_t c = load64_acq(cw);
-        if (c > *credits && c <= NWRITES) { /* a torn read is never larger than the truth */
-            *credits = c;
+        slash_status st = slash_endpoint_arrivals(s->ep, &n, &last);
+        if (n > 0 && last > *credits) {
+            CHECK(last <= NWRITES && load64_acq(cw) >= last); /* and the word was placed */
+            *credits = last;
             continue;
         }
-        slash_status st = slash_endpoint_progress(s->ep);
         if (st != SLASH_OK || slash_deadline_passed(deadline)) {
             CHECK_OK(st);
             CHECK(!"credit wait timed out");
@@ -610,7 +637,8 @@ TEST(many_ordered_writes)
         uint64_t seq = k + 1;
         memcpy(src + end - 16, &len, 8);
         memcpy(src + end - 8, &seq, 8);
-        slash_status st = slash_endpoint_write(s.ep, s.r[0], end - len, s.rm[0], end - len, len);
+        slash_status st = slash_endpoint_write_signal(s.ep, s.r[0], end - len, s.rm[0], end - len,
+                                                      len, (uint32_t)seq);
         if (st != SLASH_OK) {
             CHECK_OK(st);
             goto out;
