@@ -86,11 +86,22 @@
 /* ---- libfabric, loaded at first use -------------------------------------
  * libfabric and what it pulls in (verbs, psm, efa, libnl, ...) cost ~0.2 s
  * to load, so the library is not linked: the first slash_ofi_open() loads
- * it with dlopen (once per process, never unloaded) and takes the five
- * functions this file calls; everything else it uses is an inline wrapper
- * over the objects' own ops tables. A process that only uses shm never
- * loads it. Below, fi_getinfo & co. name these pointers, which are set
- * before any object exists (every other call needs an object). */
+ * it with dlopen and takes the functions this file calls; everything else it
+ * uses is an inline wrapper over the objects' own ops tables. A process that
+ * only uses shm never loads it. Below, fi_getinfo & co. name these pointers,
+ * which are set before any object exists (every other call needs an object).
+ *
+ * fork(): the verbs rule is that a child must not use verbs or rdma_cm state
+ * it inherited, and the libraries keep such state in globals (librdmacm's
+ * device list holds the parent's open verbs contexts, whose device files the
+ * child shares): a child that opened verbs through the inherited copy could
+ * not move data. So a process that did not load the library itself (a child
+ * of one that did) loads a fresh copy of it and of everything it pulls in,
+ * in a link-map namespace of its own (dlmopen LM_ID_NEWLM): its own globals,
+ * its own device files. Objects the parent opened stay the parent's: in the
+ * child they are refused, and closing them frees only this process's memory
+ * (a destroy through the shared device file would destroy the parent's).
+ * The copy's own malloc/free/strdup are used for what crosses into it. */
 static struct {
     int (*getinfo)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *,
                    struct fi_info **);
@@ -98,25 +109,36 @@ static struct {
     struct fi_info *(*dupinfo)(const struct fi_info *);
     int (*fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
     const char *(*strerror)(int);
+    void *(*malloc)(size_t);
+    void (*free)(void *);
+    char *(*strdup)(const char *);
 } ofi_lib;
-static pthread_once_t ofi_lib_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t ofi_lib_mu = PTHREAD_MUTEX_INITIALIZER;
+static pid_t ofi_lib_pid;       /* the process the loaded copy belongs to, 0 = none */
 static char ofi_lib_error[256]; /* empty once loaded */
 
 #define OFI_LIB_NAME "libfabric.so.1"
+#define OFI_NFNS 8
 
 static void ofi_lib_load(void)
 {
-    void *h = dlopen(OFI_LIB_NAME, RTLD_NOW | RTLD_LOCAL);
+    bool inherited = ofi_lib_pid != 0;
+    ofi_lib_pid = getpid();
+    ofi_lib_error[0] = '\0';
+    void *h = inherited ? dlmopen(LM_ID_NEWLM, OFI_LIB_NAME, RTLD_NOW | RTLD_LOCAL)
+                        : dlopen(OFI_LIB_NAME, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
-        snprintf(ofi_lib_error, sizeof ofi_lib_error, "%s", e ? e : "dlopen failed");
+        snprintf(ofi_lib_error, sizeof ofi_lib_error, "%s%s", inherited ? "a fresh copy after "
+                 "fork(): " : "", e ? e : "dlopen failed");
         return;
     }
-    static const char *const names[] = {"fi_getinfo", "fi_freeinfo", "fi_dupinfo", "fi_fabric",
-                                        "fi_strerror"};
-    void *fns[5];
-    for (int i = 0; i < 5; i++) {
-        fns[i] = dlsym(h, names[i]);
+    static const char *const names[OFI_NFNS] = {"fi_getinfo", "fi_freeinfo", "fi_dupinfo",
+                                                "fi_fabric", "fi_strerror", "malloc", "free",
+                                                "strdup"};
+    void *fns[OFI_NFNS];
+    for (int i = 0; i < OFI_NFNS; i++) {
+        fns[i] = dlsym(h, names[i]); /* malloc & co.: the C library of h's namespace */
         if (!fns[i]) {
             snprintf(ofi_lib_error, sizeof ofi_lib_error, "%s has no symbol %s", OFI_LIB_NAME,
                      names[i]);
@@ -129,12 +151,18 @@ static void ofi_lib_load(void)
     memcpy(&ofi_lib.dupinfo, &fns[2], sizeof fns[2]);
     memcpy(&ofi_lib.fabric, &fns[3], sizeof fns[3]);
     memcpy(&ofi_lib.strerror, &fns[4], sizeof fns[4]);
+    memcpy(&ofi_lib.malloc, &fns[5], sizeof fns[5]);
+    memcpy(&ofi_lib.free, &fns[6], sizeof fns[6]);
+    memcpy(&ofi_lib.strdup, &fns[7], sizeof fns[7]);
 }
 
-/* Loads libfabric once; fails with SLASH_EPROVIDER naming the reason. */
+/* Loads libfabric once per process; fails with SLASH_EPROVIDER naming the reason. */
 static slash_status ofi_lib_ready(void)
 {
-    pthread_once(&ofi_lib_once, ofi_lib_load);
+    pthread_mutex_lock(&ofi_lib_mu);
+    if (ofi_lib_pid != getpid())
+        ofi_lib_load();
+    pthread_mutex_unlock(&ofi_lib_mu);
     if (ofi_lib_error[0])
         return slash_fail(SLASH_EPROVIDER, "the ofi transport needs libfabric: cannot load %s (%s); "
                           "install it (apt-get install libfabric1) or use --transport shm",
@@ -254,6 +282,20 @@ typedef struct ofi_remote {
 
 static const slash_transport_ops ofi_ops;
 
+/* True when tp was opened by another process: this one is a fork() child of
+ * it (see "fork()" above). */
+static bool foreign(const slash_transport *tp)
+{
+    return ((const ofi_transport *)tp)->pid != getpid();
+}
+
+static slash_status foreign_fail(const slash_transport *tp, const char *what)
+{
+    return slash_fail(SLASH_ESTATE, "%s: this ofi transport was opened by process %d, of which "
+                      "this one is a fork() child; open a transport in this process (RDMA state "
+                      "is not shared with a child)", what, (int)((const ofi_transport *)tp)->pid);
+}
+
 static const char *ferr(ssize_t rc) { return fi_strerror((int)(rc < 0 ? -rc : rc)); }
 
 /* ---- addresses ------------------------------------------------------- */
@@ -308,11 +350,11 @@ static slash_status info_for(ofi_transport *t, const struct sockaddr_storage *ss
     struct fi_info *fi = fi_dupinfo(t->info);
     if (!fi)
         return slash_fail(SLASH_ENOMEM, "fi_dupinfo failed");
-    free(fi->src_addr);
-    free(fi->dest_addr);
+    ofi_lib.free(fi->src_addr);
+    ofi_lib.free(fi->dest_addr);
     fi->src_addr = fi->dest_addr = NULL;
     fi->src_addrlen = fi->dest_addrlen = 0;
-    void *a = malloc(sslen);
+    void *a = ofi_lib.malloc(sslen);
     if (!a) {
         fi_freeinfo(fi);
         return slash_fail(SLASH_ENOMEM, "out of memory for an address");
@@ -344,10 +386,10 @@ static struct fi_info *ofi_hints(const char *provider, const char *domain)
     h->domain_attr->threading = FI_THREAD_SAFE;
     h->tx_attr->msg_order = FI_ORDER_WAW;
     h->rx_attr->msg_order = FI_ORDER_WAW;
-    h->fabric_attr->prov_name = strdup(provider);
+    h->fabric_attr->prov_name = ofi_lib.strdup(provider);
     const char *dom = domain && *domain ? domain : getenv("SLASH_OFI_DOMAIN");
     if (dom && *dom)
-        h->domain_attr->name = strdup(dom);
+        h->domain_attr->name = ofi_lib.strdup(dom);
     if (!h->fabric_attr->prov_name || (dom && *dom && !h->domain_attr->name)) {
         fi_freeinfo(h);
         return NULL;
@@ -495,12 +537,15 @@ slash_status slash_ofi_open(const char *spec, const char *provider_spec, slash_t
         if (p->fabric_attr->prov_name && strcmp(p->fabric_attr->prov_name, provider) == 0 &&
             p->ep_attr->type == FI_EP_MSG) {
             prov_ok = true;
-            if (!place.ip.ss_family || same_ip(p->src_addr, p->src_addrlen, &place.ip))
+            bool dom_ok = !place.domain[0] || (p->domain_attr->name &&
+                                               strcmp(p->domain_attr->name, place.domain) == 0);
+            bool ip_ok = !place.ip.ss_family || same_ip(p->src_addr, p->src_addrlen, &place.ip);
+            if (dom_ok && ip_ok)
                 pick = p;
         }
     if (!pick) {
         fi_freeinfo(list);
-        if (prov_ok)
+        if (prov_ok && !place.domain[0])
             return slash_fail(SLASH_ENOENT, "libfabric provider \"%s\" serves no device with the "
                                             "address in \"%s\" (see 'slash doctor' or fi_info -p %s)",
                               provider, spec, provider);
@@ -552,9 +597,11 @@ slash_status slash_ofi_open(const char *spec, const char *provider_spec, slash_t
 static void ofi_close(slash_transport *tp)
 {
     ofi_transport *t = (ofi_transport *)tp;
-    fi_close(&t->domain->fid);
-    fi_close(&t->fabric->fid);
-    fi_freeinfo(t->info);
+    if (!foreign(tp)) {
+        fi_close(&t->domain->fid);
+        fi_close(&t->fabric->fid);
+        fi_freeinfo(t->info);
+    }
     free(t);
 }
 
@@ -580,6 +627,8 @@ static slash_status mr_register(ofi_transport *t, void *addr, size_t len, uint64
 static slash_status ofi_region_alloc(slash_transport *tp, size_t len, slash_region **out)
 {
     ofi_transport *t = (ofi_transport *)tp;
+    if (foreign(tp))
+        return foreign_fail(tp, "region_alloc");
     ofi_region *r = calloc(1, sizeof *r);
     if (!r)
         return slash_fail(SLASH_ENOMEM, "out of memory for a region");
@@ -602,7 +651,8 @@ static slash_status ofi_region_alloc(slash_transport *tp, size_t len, slash_regi
 static void ofi_region_free(slash_region *rg)
 {
     ofi_region *r = (ofi_region *)rg;
-    fi_close(&r->mr->fid);
+    if (!foreign(rg->tp))
+        fi_close(&r->mr->fid);
     slash_mem_unmap(&r->mem);
     free(r);
 }
@@ -880,7 +930,8 @@ static slash_status send_frame(ofi_endpoint *e, uint32_t tag, const void *body, 
 static void ofi_endpoint_close(slash_endpoint *ep)
 {
     ofi_endpoint *e = (ofi_endpoint *)ep;
-    if (e->slots && e->dead == SLASH_OK && sends_busy(e)) { /* let the last frames leave */
+    bool mine = !foreign(ep->tp);
+    if (mine && e->slots && e->dead == SLASH_OK && sends_busy(e)) { /* let the last frames leave */
         char saved[512]; /* keep the caller's error detail (close runs on failure paths) */
         snprintf(saved, sizeof saved, "%s", slash_last_error());
         slash_backoff b;
@@ -890,13 +941,13 @@ static void ofi_endpoint_close(slash_endpoint *ep)
             ;
         slash_fail(SLASH_OK, "%s", saved);
     }
-    if (e->ep)
+    if (mine && e->ep)
         fi_close(&e->ep->fid);
-    if (e->slot_mr)
+    if (mine && e->slot_mr)
         fi_close(&e->slot_mr->fid);
-    if (e->cq)
+    if (mine && e->cq)
         fi_close(&e->cq->fid);
-    if (e->eq)
+    if (mine && e->eq)
         fi_close(&e->eq->fid);
     slash_mem_unmap(&e->slot_mem);
     while (e->head) {
@@ -1018,9 +1069,9 @@ static slash_status wait_connected(ofi_endpoint *e, uint64_t deadline, const cha
 static void ofi_listener_close(slash_listener *lg)
 {
     ofi_listener *l = (ofi_listener *)lg;
-    if (l->pep)
+    if (l->pep && !foreign(lg->tp))
         fi_close(&l->pep->fid);
-    if (l->eq)
+    if (l->eq && !foreign(lg->tp))
         fi_close(&l->eq->fid);
     free(l);
 }
@@ -1029,6 +1080,8 @@ static slash_status ofi_listen(slash_transport *tp, const char *bind_addr, const
                                slash_listener **out)
 {
     ofi_transport *t = (ofi_transport *)tp;
+    if (foreign(tp))
+        return foreign_fail(tp, "listen");
     char dflt[sizeof t->listen_host + 4];
     snprintf(dflt, sizeof dflt, "%s:0", t->listen_host);
     const char *where = bind_addr ? bind_addr : dflt;
@@ -1088,6 +1141,8 @@ static slash_status ofi_accept(slash_listener *lg, int timeout_ms, slash_endpoin
 {
     ofi_listener *l = (ofi_listener *)lg;
     ofi_transport *t = (ofi_transport *)lg->tp;
+    if (foreign(lg->tp))
+        return foreign_fail(lg->tp, "accept");
     uint64_t deadline = slash_deadline(timeout_ms);
     slash_backoff b;
     slash_backoff_reset(&b);
@@ -1174,6 +1229,8 @@ static slash_status ofi_connect(slash_transport *tp, const char *addr, const cha
                                 int timeout_ms, slash_endpoint **out)
 {
     ofi_transport *t = (ofi_transport *)tp;
+    if (foreign(tp))
+        return foreign_fail(tp, "connect");
     uint64_t deadline = slash_deadline(timeout_ms);
     struct sockaddr_storage ss;
     size_t sslen = 0;
