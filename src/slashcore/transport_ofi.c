@@ -124,6 +124,13 @@ static void ofi_lib_load(void)
 {
     bool inherited = ofi_lib_pid != 0;
     ofi_lib_pid = getpid();
+    /* No registration cache: every registration here lives as long as its
+     * mapping, so a cache saves nothing, and a cached one outliving its
+     * munmap (the cache's memory monitor missed it) would be handed to the
+     * next mapping at the same address: the device then writes the old
+     * pages and the reader sees zeros (a control frame "with tag 0" over
+     * verbs). The user's own setting wins. */
+    setenv("FI_MR_CACHE_MAX_COUNT", "0", 0);
     ofi_lib_error[0] = '\0';
     void *h = inherited ? dlmopen(LM_ID_NEWLM, OFI_LIB_NAME, RTLD_NOW | RTLD_LOCAL)
                         : dlopen(OFI_LIB_NAME, RTLD_NOW | RTLD_LOCAL);
