@@ -20,15 +20,19 @@
  *
  * What we rely on from libfabric (checked at open, see ofi_hints()):
  *  - FI_ORDER_WAW in tx and rx msg_order: RMA writes on one endpoint are
- *    placed at the target in the order posted, for writes up to
+ *    executed at the target in the order posted, for writes up to
  *    ep_attr->max_order_waw_size bytes (a longer write fails with
- *    SLASH_ETOOBIG rather than lose ordering). The tcp provider advertises this (max_order_waw_size = SIZE_MAX):
- *    it moves every operation of an endpoint through one TCP stream and
- *    recv()s each write's bytes straight into the target region in address
- *    order, so within a write the last byte lands last. That intra-write order
- *    is NOT promised by libfabric in general; on verbs it holds for the
- *    common NICs (in-order placement on RC QPs) but a provider that places
- *    out of order would need a completion-based consumer instead.
+ *    SLASH_ETOOBIG rather than lose ordering).
+ *  - Visibility: placement order in memory is NOT promised (verbs places a
+ *    message's packets, and so successive writes, in no promised order; over
+ *    soft-RoCE a reader polling memory saw write N+1 before write N). What
+ *    is promised is a completion at the target: a signaled write
+ *    (fi_writedata, FI_REMOTE_CQ_DATA) completes in the target's CQ only
+ *    once it and every write before it on the endpoint are placed. Readers
+ *    therefore wait for slash_endpoint_arrivals() to count a signaled write,
+ *    never for bytes. On verbs (FI_RX_CQ_DATA) each signaled write consumes
+ *    one posted receive, which is posted again at once; with all OFI_NRECV
+ *    in use the sender is told to retry (RNR) as the provider configures.
  *  - Progress: the tcp provider of libfabric 1.17 reports FI_PROGRESS_AUTO,
  *    yet measured here (see the test "target_progress") bytes of incoming
  *    writes are only placed while the target process calls into the provider
