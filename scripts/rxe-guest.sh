@@ -187,7 +187,7 @@ until grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null; do
     i=$((i + 1)); [ $i -lt 100 ] || fail "rxe0 port not ACTIVE"; sleep 0.1
 done
 say "ready"
-chroot /newroot /bin/sh /mnt/cmd.sh > /dev/console 2>&1
+chroot /newroot /bin/bash /mnt/cmd.sh > /dev/console 2>&1
 echo $? > /xfer/status
 sync
 poweroff -f
@@ -273,7 +273,7 @@ trap 'exit 130' INT TERM
 WORKDIR=$(git -C "$ROOT" rev-parse --show-toplevel 2>/dev/null || echo "$ROOT")
 printf 'WORKDIR=%q\n' "$WORKDIR" >"$XFER/guest.conf"
 {
-    echo "#!/bin/sh"
+    echo "#!/bin/bash"
     for v in PATH VIRTUAL_ENV HOME LANG "${PASS_ENV[@]}" $(compgen -e | grep '^SLASH_' || true); do
         [ -n "${!v+x}" ] && printf 'export %s=%q\n' "$v" "${!v}"
     done
