@@ -29,7 +29,7 @@ fi
 
 export SLASH_TEST_OFI_SPEC=ofi:verbs
 export SLASH_TEST_WRITES=${SLASH_TEST_WRITES:-5000}
-export SLASH_TEST_BUFFERS=${SLASH_TEST_BUFFERS:-5000}
+export SLASH_TEST_BUFFERS=${SLASH_TEST_BUFFERS:-1000}
 start=$(date +%s)
 scripts/rxe-guest.sh --cpus "${SLASH_VERBS_CPUS:-2}" --timeout "${SLASH_VERBS_TIMEOUT:-600}" -- sh -c '
     rc=0

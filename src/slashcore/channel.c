@@ -442,6 +442,17 @@ static inline const footer *ready_footer(slash_channel *ch)
     return flag == lap_flag(ch->expect_seq, ch->c) ? f : NULL;
 }
 
+/* ready_footer, and over ofi once more after counting what arrived since
+ * (so a consumer keeps batching credits while buffers keep coming; a
+ * failure is left for the caller's wait to report). */
+static const footer *next_footer(slash_channel *ch)
+{
+    const footer *f = ready_footer(ch);
+    if (!f && ch->counted && consumer_progress(ch) == SLASH_OK)
+        f = ready_footer(ch);
+    return f;
+}
+
 slash_status slash_channel_poll(slash_channel *ch, int timeout_ms, const void **buf, size_t *len,
                                 uint64_t *seq)
 {
@@ -452,7 +463,7 @@ slash_status slash_channel_poll(slash_channel *ch, int timeout_ms, const void **
     if (ch->eof_seen)
         return SLASH_EOF;
     ch->stats.polls++;
-    const footer *f = ready_footer(ch);
+    const footer *f = next_footer(ch);
     if (!f) {
         ch->stats.empty_polls++;
         /* credits held back for batching go out before we wait */
@@ -514,7 +525,7 @@ slash_status slash_channel_release(slash_channel *ch)
      * held-back credit. */
     uint32_t batch = ch->c / 4 ? ch->c / 4 : 1;
     if (!slash_remote_direct(ch->credit_remote) && ch->released - ch->released_sent < batch &&
-        ready_footer(ch))
+        next_footer(ch))
         return SLASH_OK; /* more is ready: the next poll takes it without waiting */
     /* the ring ran dry: what was released goes back now, not at the next
      * poll, which may never come (a consumer whose protocol ended reads no
