@@ -148,8 +148,12 @@ static void ofi_lib_load(void)
                                                 "fi_fabric", "fi_strerror", "malloc", "free",
                                                 "strdup"};
     void *fns[OFI_NFNS];
-    for (int i = 0; i < OFI_NFNS; i++) {
-        fns[i] = dlsym(h, names[i]); /* malloc & co.: the C library of h's namespace */
+    /* malloc & co.: in a namespace of its own, its own C library's; else the
+     * process's (which a sanitizer may have interposed: dlsym on h would
+     * bypass that and free what the interposer allocated) */
+    int nfns = inherited ? OFI_NFNS : 5;
+    for (int i = 0; i < nfns; i++) {
+        fns[i] = dlsym(h, names[i]);
         if (!fns[i]) {
             snprintf(ofi_lib_error, sizeof ofi_lib_error, "%s has no symbol %s", OFI_LIB_NAME,
                      names[i]);
@@ -162,9 +166,15 @@ static void ofi_lib_load(void)
     memcpy(&ofi_lib.dupinfo, &fns[2], sizeof fns[2]);
     memcpy(&ofi_lib.fabric, &fns[3], sizeof fns[3]);
     memcpy(&ofi_lib.strerror, &fns[4], sizeof fns[4]);
-    memcpy(&ofi_lib.malloc, &fns[5], sizeof fns[5]);
-    memcpy(&ofi_lib.free, &fns[6], sizeof fns[6]);
-    memcpy(&ofi_lib.strdup, &fns[7], sizeof fns[7]);
+    if (inherited) {
+        memcpy(&ofi_lib.malloc, &fns[5], sizeof fns[5]);
+        memcpy(&ofi_lib.free, &fns[6], sizeof fns[6]);
+        memcpy(&ofi_lib.strdup, &fns[7], sizeof fns[7]);
+    } else {
+        ofi_lib.malloc = malloc;
+        ofi_lib.free = free;
+        ofi_lib.strdup = strdup;
+    }
 }
 
 /* Loads libfabric once per process; fails with SLASH_EPROVIDER naming the reason. */
