@@ -105,7 +105,9 @@
  * its own device files. Objects the parent opened stay the parent's: in the
  * child they are refused, and closing them frees only this process's memory
  * (a destroy through the shared device file would destroy the parent's).
- * The copy's own malloc/free/strdup are used for what crosses into it. */
+ * Nothing this file allocates is handed to the library to free, nor the
+ * reverse: the library copies what it keeps (fi_dupinfo), so whichever
+ * allocator it was linked to in its namespace is used consistently. */
 static struct {
     int (*getinfo)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *,
                    struct fi_info **);
@@ -113,16 +115,13 @@ static struct {
     struct fi_info *(*dupinfo)(const struct fi_info *);
     int (*fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
     const char *(*strerror)(int);
-    void *(*malloc)(size_t);
-    void (*free)(void *);
-    char *(*strdup)(const char *);
 } ofi_lib;
 static pthread_mutex_t ofi_lib_mu = PTHREAD_MUTEX_INITIALIZER;
 static pid_t ofi_lib_pid;       /* the process the loaded copy belongs to, 0 = none */
 static char ofi_lib_error[256]; /* empty once loaded */
 
 #define OFI_LIB_NAME "libfabric.so.1"
-#define OFI_NFNS 8
+#define OFI_NFNS 5
 
 static void ofi_lib_load(void)
 {
@@ -145,14 +144,9 @@ static void ofi_lib_load(void)
         return;
     }
     static const char *const names[OFI_NFNS] = {"fi_getinfo", "fi_freeinfo", "fi_dupinfo",
-                                                "fi_fabric", "fi_strerror", "malloc", "free",
-                                                "strdup"};
+                                                "fi_fabric", "fi_strerror"};
     void *fns[OFI_NFNS];
-    /* malloc & co.: in a namespace of its own, its own C library's; else the
-     * process's (which a sanitizer may have interposed: dlsym on h would
-     * bypass that and free what the interposer allocated) */
-    int nfns = inherited ? OFI_NFNS : 5;
-    for (int i = 0; i < nfns; i++) {
+    for (int i = 0; i < OFI_NFNS; i++) {
         fns[i] = dlsym(h, names[i]);
         if (!fns[i]) {
             snprintf(ofi_lib_error, sizeof ofi_lib_error, "%s has no symbol %s", OFI_LIB_NAME,
@@ -166,15 +160,6 @@ static void ofi_lib_load(void)
     memcpy(&ofi_lib.dupinfo, &fns[2], sizeof fns[2]);
     memcpy(&ofi_lib.fabric, &fns[3], sizeof fns[3]);
     memcpy(&ofi_lib.strerror, &fns[4], sizeof fns[4]);
-    if (inherited) {
-        memcpy(&ofi_lib.malloc, &fns[5], sizeof fns[5]);
-        memcpy(&ofi_lib.free, &fns[6], sizeof fns[6]);
-        memcpy(&ofi_lib.strdup, &fns[7], sizeof fns[7]);
-    } else {
-        ofi_lib.malloc = malloc;
-        ofi_lib.free = free;
-        ofi_lib.strdup = strdup;
-    }
 }
 
 /* Loads libfabric once per process; fails with SLASH_EPROVIDER naming the reason. */
@@ -368,24 +353,18 @@ static void format_addr(const struct sockaddr_storage *ss, char *out, size_t cap
 static slash_status info_for(ofi_transport *t, const struct sockaddr_storage *ss, size_t sslen,
                              bool is_src, struct fi_info **out)
 {
-    struct fi_info *fi = fi_dupinfo(t->info);
+    /* a shallow copy with the address swapped in, deep-copied by the library
+     * (so it allocates what it will free: see "fork()" above) */
+    struct fi_info tmpl = *t->info;
+    tmpl.next = NULL;
+    tmpl.src_addr = is_src ? (void *)ss : NULL;
+    tmpl.src_addrlen = is_src ? sslen : 0;
+    tmpl.dest_addr = is_src ? NULL : (void *)ss;
+    tmpl.dest_addrlen = is_src ? 0 : sslen;
+    tmpl.addr_format = ss->ss_family == AF_INET6 ? FI_SOCKADDR_IN6 : FI_SOCKADDR_IN;
+    struct fi_info *fi = fi_dupinfo(&tmpl);
     if (!fi)
         return slash_fail(SLASH_ENOMEM, "fi_dupinfo failed");
-    ofi_lib.free(fi->src_addr);
-    ofi_lib.free(fi->dest_addr);
-    fi->src_addr = fi->dest_addr = NULL;
-    fi->src_addrlen = fi->dest_addrlen = 0;
-    void *a = ofi_lib.malloc(sslen);
-    if (!a) {
-        fi_freeinfo(fi);
-        return slash_fail(SLASH_ENOMEM, "out of memory for an address");
-    }
-    memcpy(a, ss, sslen);
-    if (is_src)
-        fi->src_addr = a, fi->src_addrlen = sslen;
-    else
-        fi->dest_addr = a, fi->dest_addrlen = sslen;
-    fi->addr_format = ss->ss_family == AF_INET6 ? FI_SOCKADDR_IN6 : FI_SOCKADDR_IN;
     *out = fi;
     return SLASH_OK;
 }
@@ -407,15 +386,20 @@ static struct fi_info *ofi_hints(const char *provider, const char *domain)
     h->domain_attr->threading = FI_THREAD_SAFE;
     h->tx_attr->msg_order = FI_ORDER_WAW;
     h->rx_attr->msg_order = FI_ORDER_WAW;
-    h->fabric_attr->prov_name = ofi_lib.strdup(provider);
+    /* the names are copied by the library (fi_dupinfo of a shallow copy
+     * pointing at ours), so it allocates what fi_freeinfo frees */
+    struct fi_fabric_attr fa = *h->fabric_attr;
+    struct fi_domain_attr da = *h->domain_attr;
+    struct fi_info tmpl = *h;
+    fa.prov_name = (char *)provider;
     const char *dom = domain && *domain ? domain : getenv("SLASH_OFI_DOMAIN");
     if (dom && *dom)
-        h->domain_attr->name = ofi_lib.strdup(dom);
-    if (!h->fabric_attr->prov_name || (dom && *dom && !h->domain_attr->name)) {
-        fi_freeinfo(h);
-        return NULL;
-    }
-    return h;
+        da.name = (char *)dom;
+    tmpl.fabric_attr = &fa;
+    tmpl.domain_attr = &da;
+    struct fi_info *named = fi_dupinfo(&tmpl);
+    fi_freeinfo(h);
+    return named;
 }
 
 /* Explains why no usable entry exists: unknown provider, or one that lacks
