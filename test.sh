@@ -10,6 +10,9 @@
 #      the tests marked quiet (they need the cores to themselves) alone;
 #   6. the executor, channel, join and move tests once more against an ASan/UBSan
 #      build of the extension (scripts/asan-pytest.sh, libasan preloaded).
+#   7. the ofi:verbs transport and channel suites over soft-RoCE in a QEMU guest
+#      (scripts/verbs-tests.sh; at most SLASH_VERBS_TIMEOUT s, default 900; where
+#      QEMU cannot be installed it prints "verbs suites NOT RUN:" and why).
 # Extra arguments go to pytest (e.g. ./test.sh -k channel).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -54,4 +57,9 @@ if [ "$#" = 0 ]; then
     scripts/asan-pytest.sh test_executor.py test_channel.py test_join.py test_executor_join.py \
         test_leader_moves.py test_partial_pause.py test_join_moves.py test_time_extremes.py \
         test_in_process.py test_pq_read.py -m "not slow" -n "$JOBS" --dist loadfile
+fi
+
+if [ "$#" = 0 ]; then
+    log "ofi:verbs suites over soft-RoCE in a QEMU guest (software CPU; scripts/verbs-tests.sh)"
+    scripts/verbs-tests.sh build/release
 fi

@@ -93,7 +93,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executors", type=int, default=None, metavar="N",
                    help="executor processes (default: the number of cores; an input of at most "
                         "16 M rows runs on one executor in this process)")
-    p.add_argument("--transport", default="shm", help="shm | ofi:tcp | ofi:verbs (default shm)")
+    p.add_argument("--transport", default="shm",
+                   help="shm | ofi:tcp | ofi:verbs, or ofi:verbs@DEVICE|ADDRESS to pick the RDMA "
+                        "device (default shm)")
     p.add_argument("--mode", default="slash", choices=["slash", "repartition"],
                    help="slash: eager local state merged at leaders (default); repartition: the "
                         "hash-repartitioning baseline over the same channels")

@@ -67,6 +67,11 @@ class GroupConfig:
     their leaders as rows, as in the repartition mode: ``epochs_routed`` in
     the metrics; re-measured every 8 routed epochs).
 
+    ``transport``: ``"shm"`` (one host), ``"ofi:tcp"``, ``"ofi:verbs"`` (an
+    RDMA device; the executors listen on its address), or either ofi spec
+    with the device or address to use after ``@``: ``"ofi:verbs@mlx5_0"``,
+    ``"ofi:verbs@10.0.0.5"`` (``slash doctor`` lists the devices).
+
     A call that takes ``group=`` beside its own ``transport=``, ``mode=``
     or ``lateness=`` (``slash.runner.run``, ``slash.spark.window_aggregate``,
     ``stream``) uses the group; a setting given to the call too must agree
@@ -96,7 +101,8 @@ class GroupConfig:
         if self.own_rows not in ("auto", "local", "leader"):
             raise InvalidArgument(f"own_rows must be 'auto', 'local' or 'leader', got {self.own_rows!r}")
         if not isinstance(self.transport, str) or not self.transport:
-            raise InvalidArgument(f"transport must be 'shm' or 'ofi:PROVIDER', got {self.transport!r}")
+            raise InvalidArgument(f"transport must be 'shm' or 'ofi:PROVIDER[@DEVICE|ADDRESS]', "
+                                  f"got {self.transport!r}")
         if self.partitions is not None and (isinstance(self.partitions, bool) or
                                             not isinstance(self.partitions, int) or
                                             not 1 <= self.partitions <= MAX_PARTITIONS):

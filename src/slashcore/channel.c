@@ -15,6 +15,17 @@
  * alternates with the lap (n / credits), so a slot that still holds the
  * previous lap's buffer never looks ready. The consumer loads the flag with
  * acquire, then checks the footer's sequence number equals n.
+ *
+ * Over a remote transport (ofi) memory alone proves nothing: RDMA does not
+ * promise that bytes are placed in order, so a flag may be seen before the
+ * payload, or buffer n+1 before buffer n. There the last write of a buffer
+ * is signaled (immediate = its sequence number), and the consumer looks at
+ * slot n only once the endpoint has counted n+1 signaled writes
+ * (slash_endpoint_arrivals), which promises every earlier write is placed.
+ * Likewise each credit write is signaled with the release count (its low 32
+ * bits) as immediate, and the producer takes its credits from that, never
+ * from a word that may be half placed; the consumer is never more than
+ * `credits` ahead of what the producer knows, so 32 bits widen exactly.
  */
 #define _GNU_SOURCE
 #include "slash/channel.h"
@@ -64,6 +75,7 @@ struct slash_channel {
     uint64_t next_seq;
     bool reserved;
     bool eof_sent;
+    uint64_t credits_seen;     /* ofi: release count from the last signaled credit */
 
     /* consumer */
     slash_region *ring;
@@ -73,6 +85,8 @@ struct slash_channel {
     uint64_t released;             /* buffers released */
     uint64_t released_sent;        /* release count last written to the producer */
     bool holding;                  /* a polled buffer is not yet released */
+    bool counted;                  /* ofi: slots are ready once arrivals count them */
+    uint64_t arrived;              /* ofi: signaled slot writes visible here */
     bool eof_seen;
 };
 
@@ -156,6 +170,7 @@ slash_status slash_channel_accept(slash_listener *l, const slash_channel_config 
     ch->stats.buffer_size = ch->m;
     ch->stats.credits = ch->c;
     ch->stats.hugepages = slash_region_hugepages(ch->ring);
+    ch->counted = !slash_remote_direct(ch->credit_remote);
     *out = ch;
     return SLASH_OK;
 }
@@ -208,8 +223,24 @@ slash_status slash_channel_connect(slash_transport *tp, const char *addr, const 
 
 static inline uint64_t credits_returned(const slash_channel *ch)
 {
+    if (ch->staging)
+        return ch->credits_seen;
     return atomic_load_explicit((_Atomic uint64_t *)slash_region_addr(ch->credit_word),
                                 memory_order_acquire);
+}
+
+/* Drives the endpoint; over ofi also takes the credits the consumer's
+ * signaled writes carried (the low 32 bits of its release count). */
+static slash_status producer_progress(slash_channel *ch)
+{
+    if (!ch->staging)
+        return slash_endpoint_progress(ch->ep);
+    uint64_t n;
+    uint32_t low;
+    slash_status st = slash_endpoint_arrivals(ch->ep, &n, &low);
+    if (n > 0)
+        ch->credits_seen += (uint32_t)(low - (uint32_t)ch->credits_seen);
+    return st;
 }
 
 /* Waits until slot for next_seq is free. */
@@ -222,7 +253,7 @@ static slash_status wait_credit(slash_channel *ch, int timeout_ms)
     slash_backoff b;
     slash_backoff_reset(&b);
     for (;;) {
-        slash_status st = slash_endpoint_progress(ch->ep);
+        slash_status st = producer_progress(ch);
         if (ch->next_seq - credits_returned(ch) < ch->c)
             return SLASH_OK;
         if (st != SLASH_OK)
@@ -250,7 +281,7 @@ static void wait_drained(slash_channel *ch, uint64_t upto, int timeout_ms)
     slash_backoff b;
     slash_backoff_reset(&b);
     while (credits_returned(ch) < upto && !slash_deadline_passed(deadline)) {
-        if (slash_endpoint_progress(ch->ep) != SLASH_OK)
+        if (producer_progress(ch) != SLASH_OK)
             return;
         slash_backoff_wait(&b);
     }
@@ -291,18 +322,20 @@ static slash_status publish(slash_channel *ch, size_t len, uint8_t kind)
         st = slash_endpoint_progress(ch->ep);
     } else {
         f->flag = flag;
-        /* one write when the unused gap is small, else payload then footer
-         * (the transport applies writes in order, last byte last) */
+        /* one write when the unused gap is small, else payload then footer;
+         * the last is signaled, and its arrival at the consumer promises both */
         size_t foot_off = slot_off + ch->m - SLASH_CHANNEL_FOOTER;
         size_t gap = ch->m - SLASH_CHANNEL_FOOTER - len;
+        uint32_t imm = (uint32_t)ch->next_seq;
         if (len > 0 && gap <= 256) {
-            st = slash_endpoint_write(ch->ep, ch->staging, slot_off, ch->ring_remote, slot_off, ch->m);
+            st = slash_endpoint_write_signal(ch->ep, ch->staging, slot_off, ch->ring_remote,
+                                             slot_off, ch->m, imm);
         } else {
             if (len > 0)
                 st = slash_endpoint_write(ch->ep, ch->staging, slot_off, ch->ring_remote, slot_off, len);
             if (st == SLASH_OK)
-                st = slash_endpoint_write(ch->ep, ch->staging, foot_off, ch->ring_remote, foot_off,
-                                          SLASH_CHANNEL_FOOTER);
+                st = slash_endpoint_write_signal(ch->ep, ch->staging, foot_off, ch->ring_remote,
+                                                 foot_off, SLASH_CHANNEL_FOOTER, imm);
         }
     }
     if (st != SLASH_OK)
@@ -379,8 +412,9 @@ static slash_status return_credits(slash_channel *ch)
     } else {
         size_t cell = (size_t)(ch->released % CREDIT_CELLS) * sizeof(uint64_t);
         memcpy((uint8_t *)slash_region_addr(ch->credit_src) + cell, &ch->released, sizeof(uint64_t));
-        slash_status st = slash_endpoint_write(ch->ep, ch->credit_src, cell, ch->credit_remote, 0,
-                                               sizeof(uint64_t));
+        slash_status st = slash_endpoint_write_signal(ch->ep, ch->credit_src, cell,
+                                                      ch->credit_remote, 0, sizeof(uint64_t),
+                                                      (uint32_t)ch->released);
         if (st != SLASH_OK)
             return st;
     }
@@ -388,13 +422,35 @@ static slash_status return_credits(slash_channel *ch)
     return SLASH_OK;
 }
 
+/* Drives the endpoint; over ofi also counts the slots that arrived. */
+static slash_status consumer_progress(slash_channel *ch)
+{
+    if (!ch->counted)
+        return slash_endpoint_progress(ch->ep);
+    uint32_t last;
+    return slash_endpoint_arrivals(ch->ep, &ch->arrived, &last);
+}
+
 /* Returns the footer of the next slot if it is ready, else NULL. */
 static inline const footer *ready_footer(slash_channel *ch)
 {
+    if (ch->counted && ch->arrived <= ch->expect_seq)
+        return NULL;
     uint8_t *slot = (uint8_t *)slash_region_addr(ch->ring) + (ch->expect_seq % ch->c) * ch->m;
     const footer *f = (const footer *)(slot + ch->m - SLASH_CHANNEL_FOOTER);
     uint8_t flag = atomic_load_explicit((_Atomic uint8_t *)&f->flag, memory_order_acquire);
     return flag == lap_flag(ch->expect_seq, ch->c) ? f : NULL;
+}
+
+/* ready_footer, and over ofi once more after counting what arrived since
+ * (so a consumer keeps batching credits while buffers keep coming; a
+ * failure is left for the caller's wait to report). */
+static const footer *next_footer(slash_channel *ch)
+{
+    const footer *f = ready_footer(ch);
+    if (!f && ch->counted && consumer_progress(ch) == SLASH_OK)
+        f = ready_footer(ch);
+    return f;
 }
 
 slash_status slash_channel_poll(slash_channel *ch, int timeout_ms, const void **buf, size_t *len,
@@ -407,7 +463,7 @@ slash_status slash_channel_poll(slash_channel *ch, int timeout_ms, const void **
     if (ch->eof_seen)
         return SLASH_EOF;
     ch->stats.polls++;
-    const footer *f = ready_footer(ch);
+    const footer *f = next_footer(ch);
     if (!f) {
         ch->stats.empty_polls++;
         /* credits held back for batching go out before we wait */
@@ -418,7 +474,7 @@ slash_status slash_channel_poll(slash_channel *ch, int timeout_ms, const void **
         slash_backoff b;
         slash_backoff_reset(&b);
         for (;;) {
-            st = slash_endpoint_progress(ch->ep);
+            st = consumer_progress(ch);
             if ((f = ready_footer(ch)))
                 break;
             if (st != SLASH_OK)
@@ -469,7 +525,7 @@ slash_status slash_channel_release(slash_channel *ch)
      * held-back credit. */
     uint32_t batch = ch->c / 4 ? ch->c / 4 : 1;
     if (!slash_remote_direct(ch->credit_remote) && ch->released - ch->released_sent < batch &&
-        ready_footer(ch))
+        next_footer(ch))
         return SLASH_OK; /* more is ready: the next poll takes it without waiting */
     /* the ring ran dry: what was released goes back now, not at the next
      * poll, which may never come (a consumer whose protocol ended reads no

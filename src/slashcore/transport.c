@@ -170,8 +170,8 @@ void slash_remote_detach(slash_remote *rm)
         rm->ep->tp->ops->detach(rm);
 }
 
-slash_status slash_endpoint_write(slash_endpoint *ep, const slash_region *src, size_t src_off,
-                                  slash_remote *dst, size_t dst_off, size_t len)
+static slash_status write_check(slash_endpoint *ep, const slash_region *src, size_t src_off,
+                                slash_remote *dst, size_t dst_off, size_t len)
 {
     if (len == 0)
         return slash_fail(SLASH_EINVAL, "write of 0 bytes");
@@ -184,7 +184,27 @@ slash_status slash_endpoint_write(slash_endpoint *ep, const slash_region *src, s
         return slash_fail(SLASH_ERANGE,
                           "write target [%zu, +%zu) outside remote region of %zu bytes", dst_off,
                           len, dst->len);
-    return ep->tp->ops->write(ep, src, src_off, dst, dst_off, len);
+    return SLASH_OK;
+}
+
+slash_status slash_endpoint_write(slash_endpoint *ep, const slash_region *src, size_t src_off,
+                                  slash_remote *dst, size_t dst_off, size_t len)
+{
+    slash_status st = write_check(ep, src, src_off, dst, dst_off, len);
+    return st != SLASH_OK ? st : ep->tp->ops->write(ep, src, src_off, dst, dst_off, len);
+}
+
+slash_status slash_endpoint_write_signal(slash_endpoint *ep, const slash_region *src,
+                                         size_t src_off, slash_remote *dst, size_t dst_off,
+                                         size_t len, uint32_t imm)
+{
+    slash_status st = write_check(ep, src, src_off, dst, dst_off, len);
+    return st != SLASH_OK ? st : ep->tp->ops->write_signal(ep, src, src_off, dst, dst_off, len, imm);
+}
+
+slash_status slash_endpoint_arrivals(slash_endpoint *ep, uint64_t *count, uint32_t *last)
+{
+    return ep->tp->ops->arrivals(ep, count, last);
 }
 
 slash_status slash_endpoint_progress(slash_endpoint *ep) { return ep->tp->ops->progress(ep); }

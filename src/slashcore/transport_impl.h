@@ -31,6 +31,9 @@ typedef struct slash_transport_ops {
     /* bounds already checked by transport.c */
     slash_status (*write)(slash_endpoint *ep, const slash_region *src, size_t src_off,
                           slash_remote *dst, size_t dst_off, size_t len);
+    slash_status (*write_signal)(slash_endpoint *ep, const slash_region *src, size_t src_off,
+                                 slash_remote *dst, size_t dst_off, size_t len, uint32_t imm);
+    slash_status (*arrivals)(slash_endpoint *ep, uint64_t *count, uint32_t *last);
     slash_status (*progress)(slash_endpoint *ep);
     slash_status (*alive)(slash_endpoint *ep); /* checks the peer now */
     slash_status (*flush)(slash_endpoint *ep, int timeout_ms);

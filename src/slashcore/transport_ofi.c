@@ -20,15 +20,19 @@
  *
  * What we rely on from libfabric (checked at open, see ofi_hints()):
  *  - FI_ORDER_WAW in tx and rx msg_order: RMA writes on one endpoint are
- *    placed at the target in the order posted, for writes up to
+ *    executed at the target in the order posted, for writes up to
  *    ep_attr->max_order_waw_size bytes (a longer write fails with
- *    SLASH_ETOOBIG rather than lose ordering). The tcp provider advertises this (max_order_waw_size = SIZE_MAX):
- *    it moves every operation of an endpoint through one TCP stream and
- *    recv()s each write's bytes straight into the target region in address
- *    order, so within a write the last byte lands last. That intra-write order
- *    is NOT promised by libfabric in general; on verbs it holds for the
- *    common NICs (in-order placement on RC QPs) but a provider that places
- *    out of order would need a completion-based consumer instead.
+ *    SLASH_ETOOBIG rather than lose ordering).
+ *  - Visibility: placement order in memory is NOT promised (verbs places a
+ *    message's packets, and so successive writes, in no promised order; over
+ *    soft-RoCE a reader polling memory saw write N+1 before write N). What
+ *    is promised is a completion at the target: a signaled write
+ *    (fi_writedata, FI_REMOTE_CQ_DATA) completes in the target's CQ only
+ *    once it and every write before it on the endpoint are placed. Readers
+ *    therefore wait for slash_endpoint_arrivals() to count a signaled write,
+ *    never for bytes. On verbs (FI_RX_CQ_DATA) each signaled write consumes
+ *    one posted receive, which is posted again at once; with all OFI_NRECV
+ *    in use the sender is told to retry (RNR) as the provider configures.
  *  - Progress: the tcp provider of libfabric 1.17 reports FI_PROGRESS_AUTO,
  *    yet measured here (see the test "target_progress") bytes of incoming
  *    writes are only placed while the target process calls into the provider
@@ -86,11 +90,24 @@
 /* ---- libfabric, loaded at first use -------------------------------------
  * libfabric and what it pulls in (verbs, psm, efa, libnl, ...) cost ~0.2 s
  * to load, so the library is not linked: the first slash_ofi_open() loads
- * it with dlopen (once per process, never unloaded) and takes the five
- * functions this file calls; everything else it uses is an inline wrapper
- * over the objects' own ops tables. A process that only uses shm never
- * loads it. Below, fi_getinfo & co. name these pointers, which are set
- * before any object exists (every other call needs an object). */
+ * it with dlopen and takes the functions this file calls; everything else it
+ * uses is an inline wrapper over the objects' own ops tables. A process that
+ * only uses shm never loads it. Below, fi_getinfo & co. name these pointers,
+ * which are set before any object exists (every other call needs an object).
+ *
+ * fork(): the verbs rule is that a child must not use verbs or rdma_cm state
+ * it inherited, and the libraries keep such state in globals (librdmacm's
+ * device list holds the parent's open verbs contexts, whose device files the
+ * child shares): a child that opened verbs through the inherited copy could
+ * not move data. So a process that did not load the library itself (a child
+ * of one that did) loads a fresh copy of it and of everything it pulls in,
+ * in a link-map namespace of its own (dlmopen LM_ID_NEWLM): its own globals,
+ * its own device files. Objects the parent opened stay the parent's: in the
+ * child they are refused, and closing them frees only this process's memory
+ * (a destroy through the shared device file would destroy the parent's).
+ * Nothing this file allocates is handed to the library to free, nor the
+ * reverse: the library copies what it keeps (fi_dupinfo), so whichever
+ * allocator it was linked to in its namespace is used consistently. */
 static struct {
     int (*getinfo)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *,
                    struct fi_info **);
@@ -99,23 +116,37 @@ static struct {
     int (*fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
     const char *(*strerror)(int);
 } ofi_lib;
-static pthread_once_t ofi_lib_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t ofi_lib_mu = PTHREAD_MUTEX_INITIALIZER;
+static pid_t ofi_lib_pid;       /* the process the loaded copy belongs to, 0 = none */
 static char ofi_lib_error[256]; /* empty once loaded */
 
 #define OFI_LIB_NAME "libfabric.so.1"
+#define OFI_NFNS 5
 
 static void ofi_lib_load(void)
 {
-    void *h = dlopen(OFI_LIB_NAME, RTLD_NOW | RTLD_LOCAL);
+    bool inherited = ofi_lib_pid != 0;
+    ofi_lib_pid = getpid();
+    /* No registration cache: every registration here lives as long as its
+     * mapping, so a cache saves nothing, and a cached one outliving its
+     * munmap (the cache's memory monitor missed it) would be handed to the
+     * next mapping at the same address: the device then writes the old
+     * pages and the reader sees zeros (a control frame "with tag 0" over
+     * verbs). The user's own setting wins. */
+    setenv("FI_MR_CACHE_MAX_COUNT", "0", 0);
+    ofi_lib_error[0] = '\0';
+    void *h = inherited ? dlmopen(LM_ID_NEWLM, OFI_LIB_NAME, RTLD_NOW | RTLD_LOCAL)
+                        : dlopen(OFI_LIB_NAME, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
-        snprintf(ofi_lib_error, sizeof ofi_lib_error, "%s", e ? e : "dlopen failed");
+        snprintf(ofi_lib_error, sizeof ofi_lib_error, "%s%s", inherited ? "a fresh copy after "
+                 "fork(): " : "", e ? e : "dlopen failed");
         return;
     }
-    static const char *const names[] = {"fi_getinfo", "fi_freeinfo", "fi_dupinfo", "fi_fabric",
-                                        "fi_strerror"};
-    void *fns[5];
-    for (int i = 0; i < 5; i++) {
+    static const char *const names[OFI_NFNS] = {"fi_getinfo", "fi_freeinfo", "fi_dupinfo",
+                                                "fi_fabric", "fi_strerror"};
+    void *fns[OFI_NFNS];
+    for (int i = 0; i < OFI_NFNS; i++) {
         fns[i] = dlsym(h, names[i]);
         if (!fns[i]) {
             snprintf(ofi_lib_error, sizeof ofi_lib_error, "%s has no symbol %s", OFI_LIB_NAME,
@@ -131,10 +162,13 @@ static void ofi_lib_load(void)
     memcpy(&ofi_lib.strerror, &fns[4], sizeof fns[4]);
 }
 
-/* Loads libfabric once; fails with SLASH_EPROVIDER naming the reason. */
+/* Loads libfabric once per process; fails with SLASH_EPROVIDER naming the reason. */
 static slash_status ofi_lib_ready(void)
 {
-    pthread_once(&ofi_lib_once, ofi_lib_load);
+    pthread_mutex_lock(&ofi_lib_mu);
+    if (ofi_lib_pid != getpid())
+        ofi_lib_load();
+    pthread_mutex_unlock(&ofi_lib_mu);
     if (ofi_lib_error[0])
         return slash_fail(SLASH_EPROVIDER, "the ofi transport needs libfabric: cannot load %s (%s); "
                           "install it (apt-get install libfabric1) or use --transport shm",
@@ -149,7 +183,8 @@ static slash_status ofi_lib_ready(void)
 #define fi_strerror ofi_lib.strerror
 
 #define OFI_API_VERSION FI_VERSION(1, 17)
-#define OFI_NRECV 16          /* pre-posted control receives per endpoint */
+#define OFI_NRECV 64          /* pre-posted receives per endpoint (control frames; on
+                                 * providers with FI_RX_CQ_DATA also signaled writes) */
 #define OFI_NSEND 16          /* control sends in flight per endpoint */
 #define OFI_MAX_WRITES 1024   /* cap on outstanding writes per endpoint */
 #define OFI_STALL_MS 60000    /* a full send queue that does not move for this long */
@@ -201,6 +236,8 @@ typedef struct ofi_transport {
     uint64_t mr_mode;
     size_t max_waw; /* longest write still ordered with the others */
     uint64_t next_key; /* requested MR keys when the provider does not pick them */
+    char listen_host[INET6_ADDRSTRLEN + 2]; /* where listen(NULL) binds, "[v6]" or "v4" */
+    pid_t pid; /* the process that opened it (see ofi_lib_ready) */
 } ofi_transport;
 
 typedef struct ofi_region {
@@ -236,6 +273,8 @@ typedef struct ofi_endpoint {
     uint32_t *wfree;          /* stack of free indexes into wctx */
     uint32_t nwctx, nwfree;
     uint64_t posted, completed; /* writes */
+    uint64_t arrivals;          /* signaled writes from the peer, completed here */
+    uint32_t last_imm;          /* the immediate value of the last of them */
     ofi_pending *head, *tail;   /* received frames not yet taken */
     slash_status dead;          /* sticky failure, SLASH_OK while usable */
     char dead_detail[320];
@@ -248,6 +287,20 @@ typedef struct ofi_remote {
 } ofi_remote;
 
 static const slash_transport_ops ofi_ops;
+
+/* True when tp was opened by another process: this one is a fork() child of
+ * it (see "fork()" above). */
+static bool foreign(const slash_transport *tp)
+{
+    return ((const ofi_transport *)tp)->pid != getpid();
+}
+
+static slash_status foreign_fail(const slash_transport *tp, const char *what)
+{
+    return slash_fail(SLASH_ESTATE, "%s: this ofi transport was opened by process %d, of which "
+                      "this one is a fork() child; open a transport in this process (RDMA state "
+                      "is not shared with a child)", what, (int)((const ofi_transport *)tp)->pid);
+}
 
 static const char *ferr(ssize_t rc) { return fi_strerror((int)(rc < 0 ? -rc : rc)); }
 
@@ -300,51 +353,53 @@ static void format_addr(const struct sockaddr_storage *ss, char *out, size_t cap
 static slash_status info_for(ofi_transport *t, const struct sockaddr_storage *ss, size_t sslen,
                              bool is_src, struct fi_info **out)
 {
-    struct fi_info *fi = fi_dupinfo(t->info);
+    /* a shallow copy with the address swapped in, deep-copied by the library
+     * (so it allocates what it will free: see "fork()" above) */
+    struct fi_info tmpl = *t->info;
+    tmpl.next = NULL;
+    tmpl.src_addr = is_src ? (void *)ss : NULL;
+    tmpl.src_addrlen = is_src ? sslen : 0;
+    tmpl.dest_addr = is_src ? NULL : (void *)ss;
+    tmpl.dest_addrlen = is_src ? 0 : sslen;
+    tmpl.addr_format = ss->ss_family == AF_INET6 ? FI_SOCKADDR_IN6 : FI_SOCKADDR_IN;
+    struct fi_info *fi = fi_dupinfo(&tmpl);
     if (!fi)
         return slash_fail(SLASH_ENOMEM, "fi_dupinfo failed");
-    free(fi->src_addr);
-    free(fi->dest_addr);
-    fi->src_addr = fi->dest_addr = NULL;
-    fi->src_addrlen = fi->dest_addrlen = 0;
-    void *a = malloc(sslen);
-    if (!a) {
-        fi_freeinfo(fi);
-        return slash_fail(SLASH_ENOMEM, "out of memory for an address");
-    }
-    memcpy(a, ss, sslen);
-    if (is_src)
-        fi->src_addr = a, fi->src_addrlen = sslen;
-    else
-        fi->dest_addr = a, fi->dest_addrlen = sslen;
-    fi->addr_format = ss->ss_family == AF_INET6 ? FI_SOCKADDR_IN6 : FI_SOCKADDR_IN;
     *out = fi;
     return SLASH_OK;
 }
 
 /* ---- transport --------------------------------------------------------- */
 
-static struct fi_info *ofi_hints(const char *provider)
+static struct fi_info *ofi_hints(const char *provider, const char *domain)
 {
     struct fi_info *h = fi_dupinfo(NULL); /* fi_allocinfo(), through the loaded library */
     if (!h)
         return NULL;
     h->ep_attr->type = FI_EP_MSG;
     h->caps = FI_MSG | FI_RMA | FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE;
-    h->mode = FI_CONTEXT | FI_CONTEXT2; /* we give every operation a fi_context2 */
+    /* we give every operation a fi_context2, and keep receives posted for
+     * the signaled writes that consume one (verbs) */
+    h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
+    h->domain_attr->cq_data_size = 4; /* the immediate of a signaled write */
     h->domain_attr->mr_mode = OFI_MR_MODES;
     h->domain_attr->threading = FI_THREAD_SAFE;
     h->tx_attr->msg_order = FI_ORDER_WAW;
     h->rx_attr->msg_order = FI_ORDER_WAW;
-    h->fabric_attr->prov_name = strdup(provider);
-    const char *dom = getenv("SLASH_OFI_DOMAIN");
+    /* the names are copied by the library (fi_dupinfo of a shallow copy
+     * pointing at ours), so it allocates what fi_freeinfo frees */
+    struct fi_fabric_attr fa = *h->fabric_attr;
+    struct fi_domain_attr da = *h->domain_attr;
+    struct fi_info tmpl = *h;
+    fa.prov_name = (char *)provider;
+    const char *dom = domain && *domain ? domain : getenv("SLASH_OFI_DOMAIN");
     if (dom && *dom)
-        h->domain_attr->name = strdup(dom);
-    if (!h->fabric_attr->prov_name || (dom && *dom && !h->domain_attr->name)) {
-        fi_freeinfo(h);
-        return NULL;
-    }
-    return h;
+        da.name = (char *)dom;
+    tmpl.fabric_attr = &fa;
+    tmpl.domain_attr = &da;
+    struct fi_info *named = fi_dupinfo(&tmpl);
+    fi_freeinfo(h);
+    return named;
 }
 
 /* Explains why no usable entry exists: unknown provider, or one that lacks
@@ -379,13 +434,102 @@ static slash_status explain_no_provider(const char *provider)
                       *names ? names : "none");
 }
 
-slash_status slash_ofi_open(const char *spec, const char *provider, slash_transport **out)
+/* Splits "PROV@WHERE" (the spec after "ofi:"): WHERE is an IP address of a
+ * device (the entry serving it is picked, listeners bind to it) or a domain
+ * (device) name such as "rxe0" or "mlx5_0". */
+typedef struct ofi_place {
+    char prov[32];
+    char domain[64];                  /* "" = any */
+    struct sockaddr_storage ip;       /* ss_family 0 = any */
+} ofi_place;
+
+static slash_status parse_place(const char *provider, ofi_place *p)
+{
+    memset(p, 0, sizeof *p);
+    const char *at = strchr(provider, '@');
+    size_t pl = at ? (size_t)(at - provider) : strlen(provider);
+    if (pl == 0 || pl >= sizeof p->prov)
+        return slash_fail(SLASH_EINVAL, "bad provider in \"ofi:%s\" (expected ofi:PROVIDER or "
+                                        "ofi:PROVIDER@DEVICE-OR-ADDRESS)", provider);
+    memcpy(p->prov, provider, pl);
+    if (!at)
+        return SLASH_OK;
+    const char *w = at + 1;
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&p->ip;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&p->ip;
+    char host[INET6_ADDRSTRLEN + 2];
+    snprintf(host, sizeof host, "%s", w);
+    size_t hl = strlen(host);
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']')
+        memmove(host, host + 1, hl - 2), host[hl - 2] = '\0';
+    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1)
+        v4->sin_family = AF_INET;
+    else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1)
+        v6->sin6_family = AF_INET6;
+    else if (*w && strlen(w) < sizeof p->domain && !strpbrk(w, ":@/ "))
+        snprintf(p->domain, sizeof p->domain, "%s", w);
+    else
+        return slash_fail(SLASH_EINVAL, "bad device or address \"%s\" in \"ofi:%s\" (expected a "
+                                        "device name such as rxe0 or an IP address)", w, provider);
+    return SLASH_OK;
+}
+
+/* True when sockaddr a carries the IP of b (ports ignored). */
+static bool same_ip(const void *a, size_t alen, const struct sockaddr_storage *b)
+{
+    const struct sockaddr *sa = a;
+    if (!a || alen < sizeof(struct sockaddr_in) || sa->sa_family != b->ss_family)
+        return false;
+    if (sa->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    return alen >= sizeof(struct sockaddr_in6) &&
+           memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                  &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+}
+
+/* The host listen(NULL) binds to: the address given in the spec; else for a
+ * provider over the host's TCP stack the loopback (nothing is exposed beyond
+ * the host unless asked); else the address of the picked device, since a
+ * device-bound provider (verbs: rdma_cm) serves only its devices' addresses,
+ * and loopback is none of them. */
+static void pick_listen_host(ofi_transport *t, const ofi_place *pl)
+{
+    const struct sockaddr_storage *ip = pl->ip.ss_family ? &pl->ip : NULL;
+    struct sockaddr_storage src;
+    if (!ip && t->info->ep_attr->protocol != FI_PROTO_SOCK_TCP && t->info->src_addr &&
+        t->info->src_addrlen <= sizeof src) {
+        memset(&src, 0, sizeof src);
+        memcpy(&src, t->info->src_addr, t->info->src_addrlen);
+        if (src.ss_family == AF_INET || src.ss_family == AF_INET6)
+            ip = &src;
+    }
+    if (!ip) {
+        snprintf(t->listen_host, sizeof t->listen_host, "127.0.0.1");
+        return;
+    }
+    char h[INET6_ADDRSTRLEN] = "?";
+    if (ip->ss_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ip)->sin6_addr, h, sizeof h);
+        snprintf(t->listen_host, sizeof t->listen_host, "[%s]", h);
+    } else {
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)ip)->sin_addr, h, sizeof h);
+        snprintf(t->listen_host, sizeof t->listen_host, "%s", h);
+    }
+}
+
+slash_status slash_ofi_open(const char *spec, const char *provider_spec, slash_transport **out)
 {
     *out = NULL;
     slash_status lib = ofi_lib_ready();
     if (lib != SLASH_OK)
         return lib;
-    struct fi_info *hints = ofi_hints(provider), *list = NULL;
+    ofi_place place;
+    slash_status pst = parse_place(provider_spec, &place);
+    if (pst != SLASH_OK)
+        return pst;
+    const char *provider = place.prov;
+    struct fi_info *hints = ofi_hints(provider, place.domain), *list = NULL;
     if (!hints)
         return slash_fail(SLASH_ENOMEM, "fi_allocinfo failed");
     int rc = fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &list);
@@ -393,12 +537,27 @@ slash_status slash_ofi_open(const char *spec, const char *provider, slash_transp
     if (rc != 0 && rc != -FI_ENODATA)
         return slash_fail(SLASH_EPROVIDER, "fi_getinfo(provider \"%s\"): %s", provider, ferr(rc));
     struct fi_info *pick = NULL;
+    bool prov_ok = false;
     for (struct fi_info *p = list; p && !pick; p = p->next) /* plain "tcp", not "tcp;ofi_rxm" */
         if (p->fabric_attr->prov_name && strcmp(p->fabric_attr->prov_name, provider) == 0 &&
-            p->ep_attr->type == FI_EP_MSG)
-            pick = p;
+            p->ep_attr->type == FI_EP_MSG) {
+            prov_ok = true;
+            bool dom_ok = !place.domain[0] || (p->domain_attr->name &&
+                                               strcmp(p->domain_attr->name, place.domain) == 0);
+            bool ip_ok = !place.ip.ss_family || same_ip(p->src_addr, p->src_addrlen, &place.ip);
+            if (dom_ok && ip_ok)
+                pick = p;
+        }
     if (!pick) {
         fi_freeinfo(list);
+        if (prov_ok && !place.domain[0])
+            return slash_fail(SLASH_ENOENT, "libfabric provider \"%s\" serves no device with the "
+                                            "address in \"%s\" (see 'slash doctor' or fi_info -p %s)",
+                              provider, spec, provider);
+        if (place.domain[0])
+            return slash_fail(SLASH_ENOENT, "libfabric provider \"%s\" has no device \"%s\" (see "
+                                            "'slash doctor' or fi_info -p %s)", provider,
+                              place.domain, provider);
         return explain_no_provider(provider);
     }
     ofi_transport *t = calloc(1, sizeof *t);
@@ -417,6 +576,8 @@ slash_status slash_ofi_open(const char *spec, const char *provider, slash_transp
     t->mr_mode = t->info->domain_attr->mr_mode;
     t->max_waw = t->info->ep_attr->max_order_waw_size;
     t->next_key = 1;
+    t->pid = getpid();
+    pick_listen_host(t, &place);
     rc = fi_fabric(t->info->fabric_attr, &t->fabric, NULL);
     if (rc != 0) {
         slash_status st = slash_fail(SLASH_EPROVIDER, "fi_fabric(provider \"%s\"): %s", provider,
@@ -441,9 +602,11 @@ slash_status slash_ofi_open(const char *spec, const char *provider, slash_transp
 static void ofi_close(slash_transport *tp)
 {
     ofi_transport *t = (ofi_transport *)tp;
-    fi_close(&t->domain->fid);
-    fi_close(&t->fabric->fid);
-    fi_freeinfo(t->info);
+    if (!foreign(tp)) {
+        fi_close(&t->domain->fid);
+        fi_close(&t->fabric->fid);
+        fi_freeinfo(t->info);
+    }
     free(t);
 }
 
@@ -469,6 +632,8 @@ static slash_status mr_register(ofi_transport *t, void *addr, size_t len, uint64
 static slash_status ofi_region_alloc(slash_transport *tp, size_t len, slash_region **out)
 {
     ofi_transport *t = (ofi_transport *)tp;
+    if (foreign(tp))
+        return foreign_fail(tp, "region_alloc");
     ofi_region *r = calloc(1, sizeof *r);
     if (!r)
         return slash_fail(SLASH_ENOMEM, "out of memory for a region");
@@ -491,7 +656,8 @@ static slash_status ofi_region_alloc(slash_transport *tp, size_t len, slash_regi
 static void ofi_region_free(slash_region *rg)
 {
     ofi_region *r = (ofi_region *)rg;
-    fi_close(&r->mr->fid);
+    if (!foreign(rg->tp))
+        fi_close(&r->mr->fid);
     slash_mem_unmap(&r->mem);
     free(r);
 }
@@ -545,11 +711,22 @@ static slash_status on_frame(ofi_endpoint *e, ofi_slot *s, size_t got)
     return post_recv(e, s);
 }
 
-static slash_status on_completion(ofi_endpoint *e, const struct fi_cq_msg_entry *c)
+static slash_status on_completion(ofi_endpoint *e, const struct fi_cq_data_entry *c)
 {
     char *ctx = c->op_context;
     char *slots = (char *)e->slots;
-    if (ctx >= slots && ctx < slots + (OFI_NRECV + OFI_NSEND) * sizeof(ofi_slot)) {
+    bool in_slots = ctx >= slots && ctx < slots + (OFI_NRECV + OFI_NSEND) * sizeof(ofi_slot);
+    if (c->flags & FI_REMOTE_CQ_DATA) {
+        /* a signaled write from the peer has completed here: it and every
+         * write the peer posted before it are placed. On verbs it consumed a
+         * receive (FI_RX_CQ_DATA): post that slot again. */
+        e->arrivals++;
+        e->last_imm = (uint32_t)c->data;
+        if (in_slots && (size_t)(ctx - slots) / sizeof(ofi_slot) < OFI_NRECV)
+            return post_recv(e, &e->slots[(size_t)(ctx - slots) / sizeof(ofi_slot)]);
+        return SLASH_OK;
+    }
+    if (in_slots) {
         size_t i = (size_t)(ctx - slots) / sizeof(ofi_slot);
         if (i < OFI_NRECV)
             return on_frame(e, &e->slots[i], c->len);
@@ -583,7 +760,7 @@ static slash_status cq_error(ofi_endpoint *e)
 /* Reaps completions; on tcp this is also what moves bytes. */
 static slash_status poll_cq(ofi_endpoint *e)
 {
-    struct fi_cq_msg_entry ent[16];
+    struct fi_cq_data_entry ent[16];
     for (int round = 0; round < 8; round++) {
         ssize_t n = fi_cq_read(e->cq, ent, 16);
         if (n == -FI_EAGAIN)
@@ -758,7 +935,8 @@ static slash_status send_frame(ofi_endpoint *e, uint32_t tag, const void *body, 
 static void ofi_endpoint_close(slash_endpoint *ep)
 {
     ofi_endpoint *e = (ofi_endpoint *)ep;
-    if (e->slots && e->dead == SLASH_OK && sends_busy(e)) { /* let the last frames leave */
+    bool mine = !foreign(ep->tp);
+    if (mine && e->slots && e->dead == SLASH_OK && sends_busy(e)) { /* let the last frames leave */
         char saved[512]; /* keep the caller's error detail (close runs on failure paths) */
         snprintf(saved, sizeof saved, "%s", slash_last_error());
         slash_backoff b;
@@ -768,13 +946,13 @@ static void ofi_endpoint_close(slash_endpoint *ep)
             ;
         slash_fail(SLASH_OK, "%s", saved);
     }
-    if (e->ep)
+    if (mine && e->ep)
         fi_close(&e->ep->fid);
-    if (e->slot_mr)
+    if (mine && e->slot_mr)
         fi_close(&e->slot_mr->fid);
-    if (e->cq)
+    if (mine && e->cq)
         fi_close(&e->cq->fid);
-    if (e->eq)
+    if (mine && e->eq)
         fi_close(&e->eq->fid);
     slash_mem_unmap(&e->slot_mem);
     while (e->head) {
@@ -820,7 +998,7 @@ static slash_status endpoint_open(ofi_transport *t, struct fi_info *info, const 
         goto fail;
     }
     struct fi_cq_attr cqa = {.size = txsz + OFI_NRECV + 64,
-                             .format = FI_CQ_FORMAT_MSG,
+                             .format = FI_CQ_FORMAT_DATA,
                              .wait_obj = FI_WAIT_NONE};
     if ((rc = fi_cq_open(t->domain, &cqa, &e->cq, NULL)) != 0) {
         st = slash_fail(SLASH_EPROVIDER, "fi_cq_open: %s", ferr(rc));
@@ -896,9 +1074,9 @@ static slash_status wait_connected(ofi_endpoint *e, uint64_t deadline, const cha
 static void ofi_listener_close(slash_listener *lg)
 {
     ofi_listener *l = (ofi_listener *)lg;
-    if (l->pep)
+    if (l->pep && !foreign(lg->tp))
         fi_close(&l->pep->fid);
-    if (l->eq)
+    if (l->eq && !foreign(lg->tp))
         fi_close(&l->eq->fid);
     free(l);
 }
@@ -907,7 +1085,11 @@ static slash_status ofi_listen(slash_transport *tp, const char *bind_addr, const
                                slash_listener **out)
 {
     ofi_transport *t = (ofi_transport *)tp;
-    const char *where = bind_addr ? bind_addr : "127.0.0.1:0";
+    if (foreign(tp))
+        return foreign_fail(tp, "listen");
+    char dflt[sizeof t->listen_host + 4];
+    snprintf(dflt, sizeof dflt, "%s:0", t->listen_host);
+    const char *where = bind_addr ? bind_addr : dflt;
     struct sockaddr_storage ss;
     size_t sslen = 0;
     slash_status st = parse_addr(where, true, &ss, &sslen);
@@ -964,6 +1146,8 @@ static slash_status ofi_accept(slash_listener *lg, int timeout_ms, slash_endpoin
 {
     ofi_listener *l = (ofi_listener *)lg;
     ofi_transport *t = (ofi_transport *)lg->tp;
+    if (foreign(lg->tp))
+        return foreign_fail(lg->tp, "accept");
     uint64_t deadline = slash_deadline(timeout_ms);
     slash_backoff b;
     slash_backoff_reset(&b);
@@ -1050,6 +1234,8 @@ static slash_status ofi_connect(slash_transport *tp, const char *addr, const cha
                                 int timeout_ms, slash_endpoint **out)
 {
     ofi_transport *t = (ofi_transport *)tp;
+    if (foreign(tp))
+        return foreign_fail(tp, "connect");
     uint64_t deadline = slash_deadline(timeout_ms);
     struct sockaddr_storage ss;
     size_t sslen = 0;
@@ -1163,15 +1349,15 @@ static slash_status ofi_attach(slash_endpoint *ep, int timeout_ms, slash_remote 
 
 static void ofi_detach(slash_remote *rm) { free(rm); }
 
-static slash_status ofi_write(slash_endpoint *ep, const slash_region *src, size_t src_off,
-                              slash_remote *dst, size_t dst_off, size_t len)
+/* Posts a write; a signaled one (fi_writedata, the immediate imm) also
+ * completes at the peer, which counts it in its arrivals. */
+static slash_status post_write(ofi_endpoint *e, const ofi_region *r, size_t src_off,
+                               const ofi_remote *rm, size_t dst_off, size_t len, bool signal,
+                               uint32_t imm)
 {
-    ofi_endpoint *e = (ofi_endpoint *)ep;
-    const ofi_region *r = (const ofi_region *)src;
-    const ofi_remote *rm = (const ofi_remote *)dst;
     if (e->dead != SLASH_OK)
         return ep_dead(e);
-    size_t max_waw = ((const ofi_transport *)ep->tp)->max_waw;
+    size_t max_waw = ((const ofi_transport *)e->base.tp)->max_waw;
     if (len > max_waw)
         return slash_fail(SLASH_ETOOBIG, "write of %zu bytes: the provider orders writes only up "
                                          "to %zu bytes", len, max_waw);
@@ -1189,8 +1375,10 @@ static slash_status ofi_write(slash_endpoint *ep, const slash_region *src, size_
         ssize_t rc = -FI_EAGAIN;
         if (e->nwfree > 0) {
             struct fi_context2 *ctx = &e->wctx[e->wfree[e->nwfree - 1]];
-            rc = fi_write(e->ep, (char *)r->base.addr + src_off, len, r->desc, 0,
-                          rm->addr + dst_off, rm->key, ctx);
+            void *buf = (char *)r->base.addr + src_off;
+            rc = signal ? fi_writedata(e->ep, buf, len, r->desc, imm, 0, rm->addr + dst_off,
+                                       rm->key, ctx)
+                        : fi_write(e->ep, buf, len, r->desc, 0, rm->addr + dst_off, rm->key, ctx);
             if (rc == 0) {
                 e->nwfree--;
                 e->posted++;
@@ -1205,6 +1393,31 @@ static slash_status ofi_write(slash_endpoint *ep, const slash_region *src, size_
         if ((st = ep_wait(e, &b, deadline, "write (send queue full) to")) != SLASH_OK)
             return st;
     }
+}
+
+static slash_status ofi_write(slash_endpoint *ep, const slash_region *src, size_t src_off,
+                              slash_remote *dst, size_t dst_off, size_t len)
+{
+    return post_write((ofi_endpoint *)ep, (const ofi_region *)src, src_off,
+                      (const ofi_remote *)dst, dst_off, len, false, 0);
+}
+
+static slash_status ofi_write_signal(slash_endpoint *ep, const slash_region *src, size_t src_off,
+                                     slash_remote *dst, size_t dst_off, size_t len, uint32_t imm)
+{
+    return post_write((ofi_endpoint *)ep, (const ofi_region *)src, src_off,
+                      (const ofi_remote *)dst, dst_off, len, true, imm);
+}
+
+static slash_status ofi_arrivals(slash_endpoint *ep, uint64_t *count, uint32_t *last)
+{
+    ofi_endpoint *e = (ofi_endpoint *)ep;
+    slash_status st = e->dead == SLASH_OK ? poll_cq(e) : SLASH_OK; /* what came before a failure counts */
+    *count = e->arrivals;
+    *last = e->last_imm;
+    if (st == SLASH_OK)
+        st = ep_progress(e);
+    return st;
 }
 
 static slash_status ofi_progress(slash_endpoint *ep) { return ep_progress((ofi_endpoint *)ep); }
@@ -1237,6 +1450,8 @@ static const slash_transport_ops ofi_ops = {
     .attach = ofi_attach,
     .detach = ofi_detach,
     .write = ofi_write,
+    .write_signal = ofi_write_signal,
+    .arrivals = ofi_arrivals,
     .progress = ofi_progress,
     .alive = ofi_progress,
     .flush = ofi_flush,

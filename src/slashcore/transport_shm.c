@@ -546,6 +546,26 @@ static slash_status shm_write(slash_endpoint *base, const slash_region *src, siz
     return SLASH_OK;
 }
 
+/* A shm write is visible once it returns (the peer maps the same pages), so
+ * a signaled one is a write; the peer learns of it by loading the last byte
+ * with acquire, and there is no count of arrivals to read. */
+static slash_status shm_write_signal(slash_endpoint *base, const slash_region *src,
+                                     size_t src_off, slash_remote *dst, size_t dst_off,
+                                     size_t len, uint32_t imm)
+{
+    (void)imm;
+    return shm_write(base, src, src_off, dst, dst_off, len);
+}
+
+static slash_status shm_arrivals(slash_endpoint *base, uint64_t *count, uint32_t *last)
+{
+    (void)base;
+    *count = 0;
+    *last = 0;
+    return slash_fail(SLASH_ENOTSUP, "shm counts no arrivals: a write is visible when it returns "
+                                     "(load its last byte with acquire)");
+}
+
 static slash_status shm_progress(slash_endpoint *base)
 {
     shm_endpoint *ep = (shm_endpoint *)base;
@@ -579,6 +599,8 @@ static const slash_transport_ops shm_ops = {
     .attach = shm_attach,
     .detach = shm_detach,
     .write = shm_write,
+    .write_signal = shm_write_signal,
+    .arrivals = shm_arrivals,
     .progress = shm_progress,
     .alive = shm_alive,
     .flush = shm_flush,

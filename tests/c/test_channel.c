@@ -162,7 +162,7 @@ static void consume(const char *spec, slash_channel_config cfg, prod_arg *pa, in
     slash_transport_close(tp);
 }
 
-static const char *SPECS[2];
+static const char *SPECS[3];
 static int nspecs;
 static uint64_t N_MANY = 1000000;
 
@@ -380,6 +380,10 @@ int main(void)
     SPECS[nspecs++] = "shm";
     if (slash_transport_have_ofi() && !getenv("SLASH_TEST_NO_OFI"))
         SPECS[nspecs++] = "ofi:tcp";
+    /* SLASH_TEST_OFI_SPEC adds another provider ("ofi:verbs", in the soft-RoCE guest) */
+    const char *more = getenv("SLASH_TEST_OFI_SPEC");
+    if (more && *more && strcmp(more, "ofi:tcp") != 0 && slash_transport_have_ofi())
+        SPECS[nspecs++] = more;
     RUN(bad_arguments_are_clear_errors);
     RUN(wrong_token_refused_on_both_sides);
     RUN(zero_and_oversized_buffers_rejected);

@@ -231,14 +231,54 @@ TEST(listen_addresses)
     CHECK_OK(slash_listen(tp, NULL, TOKEN, &l));
     if (l) {
         const char *a = slash_listener_addr(l);
-        CHECK(strncmp(a, "127.0.0.1:", 10) == 0);
-        CHECK(atoi(a + 10) > 0); /* the real port, not 0 */
+        const char *colon = strrchr(a, ':');
+        if (strcmp(SPEC, "ofi:tcp") == 0) /* over the host's TCP stack: loopback only */
+            CHECK(strncmp(a, "127.0.0.1:", 10) == 0);
+        else /* a device's address: rdma_cm serves no loopback address */
+            CHECK(strncmp(a, "127.", 4) != 0 && strncmp(a, "[::1]", 5) != 0);
+        CHECK(colon && atoi(colon + 1) > 0); /* the real port, not 0 */
         /* the same port again is taken */
         CHECK_ST(slash_listen(tp, a, TOKEN, &l2), SLASH_EPROVIDER);
         CHECK(l2 == NULL);
     }
     CHECK_ST(slash_listen(tp, "no-port-here", TOKEN, &l2), SLASH_EINVAL);
     CHECK_ST(slash_listen(tp, NULL, "", &l2), SLASH_EINVAL);
+    slash_listener_close(l);
+    slash_transport_close(tp);
+}
+
+/* "ofi:PROV@ADDRESS" listens on that address when none is given; a device
+ * or address the provider does not serve is refused at open, naming it. */
+TEST(spec_names_device_or_address)
+{
+    slash_transport *tp = NULL, *tp2 = NULL;
+    slash_listener *l = NULL, *l2 = NULL;
+    CHECK_OK(slash_transport_open(SPEC, &tp));
+    if (tp)
+        CHECK_OK(slash_listen(tp, NULL, TOKEN, &l));
+    if (l) {
+        char host[SLASH_ADDR_MAX], spec[SLASH_ADDR_MAX + 16];
+        snprintf(host, sizeof host, "%s", slash_listener_addr(l));
+        *strrchr(host, ':') = '\0';
+        snprintf(spec, sizeof spec, "%s@%s", SPEC, host);
+        CHECK_OK(slash_transport_open(spec, &tp2));
+        if (tp2)
+            CHECK_OK(slash_listen(tp2, NULL, TOKEN, &l2));
+        if (l2) {
+            const char *a = slash_listener_addr(l2);
+            CHECK(strncmp(a, host, strlen(host)) == 0 && a[strlen(host)] == ':');
+        }
+        slash_listener_close(l2);
+        slash_transport_close(tp2);
+    }
+    char bad[64];
+    snprintf(bad, sizeof bad, "%s@no-such-device", SPEC);
+    CHECK_ST(slash_transport_open(bad, &tp2), SLASH_ENOENT);
+    CHECK(strstr(slash_last_error(), "no-such-device") != NULL);
+    snprintf(bad, sizeof bad, "%s@192.0.2.77", SPEC); /* TEST-NET-1: nobody's address */
+    CHECK_ST(slash_transport_open(bad, &tp2), SLASH_ENOENT);
+    snprintf(bad, sizeof bad, "%s@", SPEC);
+    CHECK_ST(slash_transport_open(bad, &tp2), SLASH_EINVAL);
     slash_listener_close(l);
     slash_transport_close(tp);
 }
@@ -379,6 +419,81 @@ static int child_msgs(session *s)
     return 0;
 }
 
+/* ---- fork() after the parent opened the transport ---------------------------- */
+
+static slash_transport *inherited; /* the parent's, seen by its fork() children */
+
+/* Child: the parent's transport is refused, its own works: a message there
+ * and back, and a write the parent sees. */
+static int child_of_opened_parent(session *s)
+{
+    slash_listener *l = NULL;
+    C_CHECK(slash_listen(inherited, NULL, TOKEN, &l) == SLASH_ESTATE);
+    C_CHECK(strstr(slash_last_error(), "fork") != NULL);
+    char buf[16];
+    size_t n = 0;
+    C_OK(slash_endpoint_recv_msg(s->ep, buf, sizeof buf, &n, TMO));
+    C_OK(slash_endpoint_send_msg(s->ep, buf, n));
+    C_OK(slash_region_alloc(s->tp, 4096, &s->r[0]));
+    C_OK(slash_endpoint_attach(s->ep, TMO, &s->rm[0]));
+    memset(slash_region_addr(s->r[0]), 0x6B, 4096);
+    C_OK(slash_endpoint_write_signal(s->ep, s->r[0], 0, s->rm[0], 0, 4096, 1));
+    C_OK(slash_endpoint_flush(s->ep, TMO));
+    C_OK(slash_endpoint_recv_msg(s->ep, buf, sizeof buf, &n, TMO)); /* "bye" */
+    slash_transport_close(inherited); /* frees this process's copy, leaves the parent's */
+    return 0;
+}
+
+/* The verbs rule (a child must not use RDMA state it inherited) met by
+ * opening in the child: the parent opened a transport, a listener and a
+ * region, then forks; the child opens its own and they talk. Twice, so the
+ * second child is forked from a parent that has already talked. */
+TEST(fork_after_open)
+{
+    slash_listener *pl = NULL;
+    slash_region *pr = NULL;
+    CHECK_OK(slash_transport_open(SPEC, &inherited));
+    if (!inherited)
+        return;
+    CHECK_OK(slash_listen(inherited, NULL, TOKEN, &pl));
+    CHECK_OK(slash_region_alloc(inherited, 1 << 16, &pr));
+    for (int round = 0; round < 2; round++) {
+        child c = spawn(child_of_opened_parent, true);
+        session s = {0};
+        char addr[SLASH_ADDR_MAX], buf[16];
+        size_t n = 0;
+        CHECK(child_addr(&c, addr));
+        CHECK_OK(slash_connect(inherited, addr, TOKEN, TMO, &s.ep));
+        if (s.ep) {
+            CHECK_OK(slash_endpoint_send_msg(s.ep, "ping", 4));
+            CHECK_OK(slash_endpoint_recv_msg(s.ep, buf, sizeof buf, &n, TMO));
+            CHECK(n == 4 && memcmp(buf, "ping", 4) == 0);
+            CHECK_OK(slash_region_alloc(inherited, 4096, &s.r[0]));
+            CHECK_OK(slash_endpoint_expose(s.ep, s.r[0]));
+            uint64_t got = 0;
+            uint32_t last = 0;
+            slash_backoff b;
+            slash_backoff_reset(&b);
+            uint64_t deadline = slash_deadline(TMO);
+            while (got == 0 && !slash_deadline_passed(deadline)) {
+                CHECK_OK(slash_endpoint_arrivals(s.ep, &got, &last));
+                slash_backoff_wait(&b);
+            }
+            CHECK(got == 1 && last == 1);
+            const uint8_t *p = s.r[0] ? slash_region_addr(s.r[0]) : NULL;
+            CHECK(p && p[0] == 0x6B && p[4095] == 0x6B);
+            CHECK_OK(slash_endpoint_send_msg(s.ep, "bye", 3));
+        }
+        CHECK(reap(&c, TMO) == 0);
+        s.tp = NULL; /* the parent's transport, closed below */
+        session_end(&s);
+    }
+    slash_region_free(pr);
+    slash_listener_close(pl);
+    slash_transport_close(inherited);
+    inherited = NULL;
+}
+
 TEST(messages_expose_attach_write_bounds)
 {
     child c = spawn(child_msgs, true);
@@ -489,11 +604,14 @@ TEST(target_progress)
 
 /* The reader (child) exposes a ring of NSLOT slots of SLOT bytes. Write k
  * (seq = k + 1) fills the tail of slot k % NSLOT: payload bytes, then a
- * footer {len, seq}, seq last. The reader checks every write in order, and
- * while waiting for write k checks that write k + 1 is not visible yet
- * (ordering). Credits (writes consumed) go back with a one-sided write into
- * the writer's credit region. */
-#define NWRITES 100000
+ * footer {len, seq}; it is a signaled write whose immediate is seq. The
+ * reader waits until its endpoint has counted write k's arrival, checks
+ * that the arrivals came in order (the last one's immediate is the count),
+ * then checks every byte of write k: what the transport promises once the
+ * arrival is counted (transport.h), and nothing before. Credits (writes
+ * consumed) go back as signaled writes into the writer's credit region, the
+ * count in the immediate. */
+static uint64_t NWRITES = 100000; /* SLASH_TEST_WRITES overrides (software RDMA is slow) */
 #define NSLOT 64
 #define SLOT 16384
 
@@ -503,21 +621,42 @@ static uint64_t slot_seq(const uint8_t *ring, uint64_t k)
     return load64_acq(ring + (k % NSLOT + 1) * SLOT - 8);
 }
 
-/* Waits until write k is visible in ring, checking that k + 1 is not yet. */
-static int wait_write(session *s, const uint8_t *ring, uint64_t k)
+/* Waits until the endpoint has counted more than `past` signaled writes
+ * from the peer, checking they came in order; returns the count, 0 on
+ * failure (reported). */
+static uint64_t wait_arrival(session *s, uint64_t past)
 {
     slash_backoff b;
     slash_backoff_reset(&b);
-    uint64_t deadline = slash_deadline(TMO);
-    while (slot_seq(ring, k) != k + 1) {
-        if (k + 1 < NWRITES && slot_seq(ring, k + 1) == k + 2) {
-            fprintf(stderr, "  child: write %llu visible before write %llu\n",
-                    (unsigned long long)k + 1, (unsigned long long)k);
-            return 1;
+    uint64_t deadline = slash_deadline(TMO), n = 0;
+    uint32_t last = 0;
+    for (;;) {
+        slash_status st = slash_endpoint_arrivals(s->ep, &n, &last);
+        if (n > 0 && last != (uint32_t)n) {
+            fprintf(stderr, "  arrival %llu carried immediate %u: out of order\n",
+                    (unsigned long long)n, last);
+            return 0;
         }
-        C_OK(slash_endpoint_progress(s->ep));
-        C_CHECK(!slash_deadline_passed(deadline));
+        if (n > past)
+            return n;
+        if (st != SLASH_OK || slash_deadline_passed(deadline)) {
+            fprintf(stderr, "  no arrival past %llu: %s\n", (unsigned long long)past,
+                    st != SLASH_OK ? slash_last_error() : "deadline passed");
+            return 0;
+        }
         slash_backoff_wait(&b);
+    }
+}
+
+/* Waits until write k has arrived; its footer must then hold its seq. */
+static int wait_write(session *s, const uint8_t *ring, uint64_t k, uint64_t *arrived)
+{
+    if (*arrived <= k && (*arrived = wait_arrival(s, k)) == 0)
+        return 1;
+    if (slot_seq(ring, k) != k + 1) {
+        fprintf(stderr, "  child: write %llu arrived but its slot holds seq %llu\n",
+                (unsigned long long)k, (unsigned long long)slot_seq(ring, k));
+        return 1;
     }
     return 0;
 }
@@ -530,8 +669,9 @@ static int child_reader(session *s)
     C_OK(slash_endpoint_attach(s->ep, TMO, &s->rm[0]));
     const uint8_t *ring = slash_region_addr(s->r[0]);
     uint64_t *credit = slash_region_addr(s->r[1]);
+    uint64_t arrived = 0;
     for (uint64_t k = 0; k < NWRITES; k++) {
-        if (wait_write(s, ring, k))
+        if (wait_write(s, ring, k, &arrived))
             return 1;
         const uint8_t *end = ring + (k % NSLOT + 1) * SLOT;
         uint64_t len;
@@ -546,7 +686,7 @@ static int child_reader(session *s)
             }
         if ((k + 1) % 8 == 0 || k + 1 == NWRITES) {
             *credit = k + 1; /* monotonic, so one source word is safe to reuse */
-            C_OK(slash_endpoint_write(s->ep, s->r[1], 0, s->rm[0], 0, 8));
+            C_OK(slash_endpoint_write_signal(s->ep, s->r[1], 0, s->rm[0], 0, 8, (uint32_t)(k + 1)));
         }
     }
     C_OK(slash_endpoint_flush(s->ep, TMO));
@@ -556,19 +696,21 @@ static int child_reader(session *s)
     return 0;
 }
 
-/* Waits until fewer than NSLOT writes are unconsumed; false on failure. */
+/* Waits until fewer than NSLOT writes are unconsumed (the credit count is
+ * the last arrival's immediate); false on failure. */
 static bool wait_credit(session *s, const uint64_t *cw, uint64_t k, uint64_t *credits)
 {
     slash_backoff b;
     slash_backoff_reset(&b);
-    uint64_t deadline = slash_deadline(TMO);
+    uint64_t deadline = slash_deadline(TMO), n;
+    uint32_t last;
     while (k - *credits >= NSLOT) {
-        uint64_t c = load64_acq(cw);
-        if (c > *credits && c <= NWRITES) { /* a torn read is never larger than the truth */
-            *credits = c;
+        slash_status st = slash_endpoint_arrivals(s->ep, &n, &last);
+        if (n > 0 && last > *credits) {
+            CHECK(last <= NWRITES && load64_acq(cw) >= last); /* and the word was placed */
+            *credits = last;
             continue;
         }
-        slash_status st = slash_endpoint_progress(s->ep);
         if (st != SLASH_OK || slash_deadline_passed(deadline)) {
             CHECK_OK(st);
             CHECK(!"credit wait timed out");
@@ -610,7 +752,8 @@ TEST(many_ordered_writes)
         uint64_t seq = k + 1;
         memcpy(src + end - 16, &len, 8);
         memcpy(src + end - 8, &seq, 8);
-        slash_status st = slash_endpoint_write(s.ep, s.r[0], end - len, s.rm[0], end - len, len);
+        slash_status st = slash_endpoint_write_signal(s.ep, s.r[0], end - len, s.rm[0], end - len,
+                                                      len, (uint32_t)seq);
         if (st != SLASH_OK) {
             CHECK_OK(st);
             goto out;
@@ -619,7 +762,8 @@ TEST(many_ordered_writes)
     }
     CHECK_OK(slash_endpoint_flush(s.ep, TMO));
     double secs = (double)(slash_now_ns() - t0) / 1e9;
-    fprintf(stderr, "  %d ordered writes, %.1f MB, in %.2f s (%.0f writes/s)\n", NWRITES,
+    fprintf(stderr, "  %llu ordered writes, %.1f MB, in %.2f s (%.0f writes/s)\n",
+            (unsigned long long)NWRITES,
             (double)bytes / 1e6, secs, NWRITES / secs);
     CHECK_OK(slash_endpoint_send_msg(s.ep, "done", 4));
 out:
@@ -743,9 +887,14 @@ int main(int argc, char **argv)
     if (spec && *spec)
         SPEC = spec;
     only = argc > 1 ? argv[1] : NULL;
+    const char *nw = getenv("SLASH_TEST_WRITES");
+    if (nw && atoll(nw) > 0)
+        NWRITES = (uint64_t)atoll(nw);
     fprintf(stderr, "transport %s\n", SPEC);
     RUN_SOME(unknown_provider);
     RUN_SOME(listen_addresses);
+    RUN_SOME(spec_names_device_or_address);
+    RUN_SOME(fork_after_open);
     RUN_SOME(connect_nobody_listens);
     RUN_SOME(timeouts);
     RUN_SOME(auth_wrong_token_refused_on_both_sides);

@@ -11,9 +11,13 @@
  *
  * Invariants every implementation keeps:
  *  - every write is checked against both regions' bounds (SLASH_ERANGE);
- *  - writes on one endpoint become visible in the order they were posted,
- *    and within a write the LAST byte becomes visible last, so a reader that
- *    sees the last byte (loaded with acquire) sees the whole write;
+ *  - when a write is visible to the reader is the transport's to say:
+ *    shm: at once, and within a write the LAST byte becomes visible last, so
+ *    a reader that sees the last byte (loaded with acquire) sees the whole
+ *    write. ofi: only once the peer has counted a signaled write posted
+ *    after it (slash_endpoint_arrivals): that is what RDMA promises (a
+ *    completion at the target); bytes seen in memory earlier may belong to
+ *    a write whose earlier bytes, or whose predecessors, are not yet placed;
  *  - no call waits forever without backing off (see backoff.h), and a dead or
  *    disconnected peer is reported as SLASH_EPEER by progress and write.
  *
@@ -44,7 +48,9 @@ typedef struct slash_endpoint slash_endpoint;
 typedef struct slash_region slash_region;
 typedef struct slash_remote slash_remote;
 
-/* Opens a transport by spec ("shm", "ofi:tcp", "ofi:verbs", ...).
+/* Opens a transport by spec ("shm", "ofi:tcp", "ofi:verbs", ...). An ofi
+ * spec may name the device or its address after '@': "ofi:verbs@rxe0",
+ * "ofi:verbs@10.0.2.15" (SLASH_ENOENT when no device matches).
  * Fails with SLASH_ENOENT for an unknown transport or provider, SLASH_ENOTSUP
  * for "ofi:*" in a build without libfabric (the detail names the package to
  * install), SLASH_EPROVIDER if the provider cannot be initialised. */
@@ -64,7 +70,11 @@ size_t slash_region_len(const slash_region *r);
 bool slash_region_hugepages(const slash_region *r);
 
 /* Starts listening. bind_addr: for shm a name (NULL picks a unique one); for
- * ofi "HOST:PORT" (port 0 picks a free one; NULL means 127.0.0.1:0).
+ * ofi "HOST:PORT" (port 0 picks a free one). NULL for ofi: the address named
+ * in the spec ("ofi:verbs@10.0.0.5"); else 127.0.0.1:0 for providers over
+ * the host's TCP stack; else the address of the provider's device (the one
+ * named, "ofi:verbs@mlx5_0", or the first it lists), which rdma_cm serves:
+ * loopback addresses belong to no RDMA device.
  * token: 1..SLASH_TOKEN_MAX bytes, required. */
 slash_status slash_listen(slash_transport *tp, const char *bind_addr, const char *token,
                           slash_listener **out);
@@ -109,6 +119,20 @@ void slash_remote_detach(slash_remote *rm);
  * gone. */
 slash_status slash_endpoint_write(slash_endpoint *ep, const slash_region *src, size_t src_off,
                                   slash_remote *dst, size_t dst_off, size_t len);
+
+/* A write like slash_endpoint_write that the peer also counts: once the
+ * peer's slash_endpoint_arrivals() includes it, this write and every write
+ * posted before it on ep are visible in the peer's memory. imm travels with
+ * it (the peer reads the last one's). shm: a plain write. */
+slash_status slash_endpoint_write_signal(slash_endpoint *ep, const slash_region *src,
+                                         size_t src_off, slash_remote *dst, size_t dst_off,
+                                         size_t len, uint32_t imm);
+
+/* Drives progress, then: how many signaled writes from the peer are visible
+ * here (count) and the imm of the last of them. Arrivals before a failure
+ * are still counted when SLASH_EPEER is returned. SLASH_ENOTSUP on shm,
+ * whose writes are visible at once. */
+slash_status slash_endpoint_arrivals(slash_endpoint *ep, uint64_t *count, uint32_t *last);
 
 /* Drives progress (reaps completions, moves bytes for software providers)
  * and checks the peer: SLASH_OK or SLASH_EPEER. Cheap; call while polling. */

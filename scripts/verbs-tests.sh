@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# verbs-tests.sh - the ofi:verbs suites over a real RDMA device: soft-RoCE
+# (rdma_rxe) in a QEMU guest (scripts/rxe-guest.sh), over this checkout.
+#
+# Runs in the guest: the C transport tests (tests/c/test_transport_ofi.c) and
+# channel tests (tests/c/test_channel.c) with SLASH_TEST_OFI_SPEC=ofi:verbs,
+# then tests/test_channel.py's ofi-verbs cases against the installed package.
+# The guest's CPU is emulated (~5-20x slower), so the sizes are cut
+# (SLASH_TEST_WRITES, SLASH_TEST_BUFFERS) and the whole guest part is bounded
+# by SLASH_VERBS_TIMEOUT seconds (default 900).
+#
+# Usage: scripts/verbs-tests.sh [BUILD_DIR]     (default build/release, built)
+# Exit status: 0 all passed, or not runnable here (then it says why, in a
+# line starting "verbs suites NOT RUN:"; SLASH_REQUIRE_VERBS=1 makes that a
+# failure, 3); otherwise the failing suite's or rxe-guest.sh's status
+# (124 timed out, 125 the guest failed).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=$(cd "${1:-build/release}" && pwd) || { echo "verbs-tests.sh: no build directory ${1:-build/release}" >&2; exit 2; }
+for t in test_transport_ofi test_channel; do
+    [ -x "$BUILD/$t" ] || { echo "verbs-tests.sh: $BUILD/$t is not built" >&2; exit 2; }
+done
+
+if ! why=$(scripts/rxe-guest.sh --check 2>&1); then
+    echo "verbs suites NOT RUN: ${why#rxe-guest.sh: }" >&2
+    [ "${SLASH_REQUIRE_VERBS:-0}" = 1 ] && exit 3
+    exit 0
+fi
+
+export SLASH_TEST_OFI_SPEC=ofi:verbs
+export SLASH_TEST_WRITES=${SLASH_TEST_WRITES:-5000}
+export SLASH_TEST_BUFFERS=${SLASH_TEST_BUFFERS:-1000}
+start=$(date +%s)
+scripts/rxe-guest.sh --cpus "${SLASH_VERBS_CPUS:-2}" --timeout "${SLASH_VERBS_TIMEOUT:-900}" -- sh -c '
+    rc=0
+    echo "== C transport tests over ofi:verbs"
+    "$0/test_transport_ofi" || rc=1
+    echo "== C channel tests over ofi:verbs (and shm)"
+    SLASH_TEST_NO_OFI=1 "$0/test_channel" || rc=1
+    echo "== tests/test_channel.py over ofi:verbs"
+    (cd tests && python3 -m pytest -q -p no:cacheprovider test_channel.py -k ofi-verbs) || rc=1
+    exit $rc' "$BUILD"
+rc=$?
+echo "verbs suites: exit $rc after $(($(date +%s) - start)) s" >&2
+exit $rc
