@@ -31,6 +31,7 @@ def test_every_input_gives_sparks_answer_and_says_its_path(tmp_path):
     cfg = bench_df.DataFrameBenchConfig(records=20_000, users=300, repeat=1, warmup=0)
     out = bench_df.run_all(cfg, str(tmp_path), driver_memory="1g")
     assert out["all_verified"]
-    paths = {(r["input"], r["key"]): r["fast_path"] for r in out["runs"]}
-    assert paths[("scan", "string")] and paths[("path", "int")] and not paths[("join", "int")]
+    routes = {(r["input"], r["key"]): r["route"] for r in out["runs"]}
+    assert routes[("scan", "string")] == "scan" and routes[("path", "int")] == "files"
+    assert routes[("join", "int")] == "export"
     assert all(r["ratio"] > 0 for r in out["runs"])

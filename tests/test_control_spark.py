@@ -145,7 +145,9 @@ def _assert_sink_once(out, events):
 
 def test_a_checkpointed_stream_keeps_its_moved_map_across_a_stop_and_resume(spark, tmp_path):
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
-    src = RateSource(rate=20_000, records=100_000, keys=20, batch=1_000, seed=6)
+    # 30 s of input: the stop below must reach the stream before its source ends, also on a
+    # busy machine (100,000 records, 5 s, ran out at load 25 while it waited for checkpoints)
+    src = RateSource(rate=20_000, records=600_000, keys=20, batch=1_000, seed=6)
     kw = dict(time="event_time", window="tumbling:500ms", key="key", aggs=["count"], sink=out,
               executors=2, checkpoint=ck, checkpoint_every="300ms")
     h = stream(spark, src, **kw)
@@ -153,9 +155,10 @@ def test_a_checkpointed_stream_keeps_its_moved_map_across_a_stop_and_resume(spar
     moved = h.rebalance({1: 0, 3: 0, 5: 0, 7: 0})
     assert moved["map_version"] == 1 and _led(h) == {0: 132, 1: 124}
     n_ck = len(h.metrics["checkpoints"])
-    deadline = time.monotonic() + 60  # a checkpoint cut after every executor switched
+    deadline = time.monotonic() + 20  # a checkpoint cut after every executor switched
     while len(h.metrics["checkpoints"]) < n_ck + 2 and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert len(h.metrics["checkpoints"]) >= n_ck + 2, "no two checkpoints within 20 s of the move"
     h.stop(120)
     base = h.base_ms
     h2 = stream(spark, src, **kw)
@@ -164,7 +167,7 @@ def test_a_checkpointed_stream_keeps_its_moved_map_across_a_stop_and_resume(spar
     # the resumed group led by the checkpoint's map, not p mod 2 (its executors' last reports)
     assert _led(h2) == {0: 132, 1: 124}
     assert h2.base_ms == base
-    _assert_sink_once(out, _events(h2, 100_000, 6))
+    _assert_sink_once(out, _events(h2, 600_000, 6))
 
 
 def test_a_rebalanced_checkpointed_stream_rescaled_to_one_executor_keeps_each_window_once(

@@ -166,7 +166,7 @@ def sides(spark: Any, path: str, kind: str, key_kind: str) -> List[Tuple[str, Ca
 
 
 def answers_equal(spark: Any, path: str, kind: str, key_kind: str) -> Tuple[bool, int, bool]:
-    """(equal, result rows, took the fast path) for one configuration."""
+    """(equal, result rows, the route the input took: AggregateResult.route)."""
     q = query(kind, key_kind)
     res = run_aggregate(spark, path if kind == "path" else _frame(spark, path, kind), **q)
     ours = res.df.toArrow()
@@ -179,7 +179,7 @@ def answers_equal(spark: Any, path: str, kind: str, key_kind: str) -> Tuple[bool
         x = a.column("sum_price").to_numpy(zero_copy_only=False)
         y = b.column("sum_price").to_numpy(zero_copy_only=False)
         ok = bool(np.allclose(x, y, rtol=1e-9, equal_nan=True))
-    return ok, a.num_rows, res.fast_path
+    return ok, a.num_rows, res.route
 
 
 def run_config(spark: Any, path: str, cfg: DataFrameBenchConfig, kind: str, key_kind: str,
@@ -188,9 +188,9 @@ def run_config(spark: Any, path: str, cfg: DataFrameBenchConfig, kind: str, key_
     label = f"{kind} {key_kind} key:"
     (t_slash, t_spark), _ = interleaved([(f"{label} {n}", fn) for n, fn in sides(spark, path, kind, key_kind)],
                                         cfg.warmup, 0.0, cfg.repeat, progress)
-    ok, result_rows, fast = answers_equal(spark, path, kind, key_kind)
+    ok, result_rows, route = answers_equal(spark, path, kind, key_kind)
     progress.step(f"{label} answers {'equal' if ok else 'DIFFER'}")
-    return {"input": kind, "key": key_kind, "records": cfg.records, "fast_path": fast,
+    return {"input": kind, "key": key_kind, "records": cfg.records, "route": route,
             "slash_seconds": min(t_slash), "spark_seconds": min(t_spark),
             "ratio": min(t_spark) / min(t_slash),
             "median_ratio": statistics.median(t_spark) / statistics.median(t_slash),
@@ -223,8 +223,7 @@ def run_all(cfg: DataFrameBenchConfig, data_dir: Optional[str], driver_memory: s
 
 def summary(run: Dict[str, Any]) -> str:
     return (f"dataframe  {run['input']:<9} {run['key']:<6} key  records={run['records']:,}  "
-            f"slash {run['slash_records_per_s'] / 1e6:6.2f} M rec/s ({'fast' if run['fast_path'] else 'general'}"
-            f" path)  Spark {run['spark_records_per_s'] / 1e6:6.2f} M rec/s  ratio {run['ratio']:.2f}x "
+            f"slash {run['slash_records_per_s'] / 1e6:6.2f} M rec/s (route {run.get('route', '?')})  Spark {run['spark_records_per_s'] / 1e6:6.2f} M rec/s  ratio {run['ratio']:.2f}x "
             f"(medians {run['median_ratio']:.2f}x)  answers {'equal' if run['verified'] else 'DIFFER'}  "
             f"load {run['load_before']} -> {run['load_after']}")
 
