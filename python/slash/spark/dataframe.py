@@ -88,7 +88,6 @@ class ScanInput:
     files: Tuple[str, ...]
     base: Optional[str]
     filters: Tuple[Filter, ...]
-    partition_columns: Tuple[str, ...] = ()
     pruned_by_spark: int = 0  # conjuncts over partition columns only: decided per file by Spark
     columns: Dict[str, str] = field(default_factory=dict)  # DataFrame column -> file column
 
@@ -270,6 +269,7 @@ def file_scan(df: Any, columns: Sequence[str]) -> ScanInput:
     part_ids = {i for i, n in attrs.by_id.items() if n in part_names}
     rel_schema = node.schema()
     slash_filters: List[Filter] = []
+    not_null: List[Any] = []  # IsNotNull conjuncts: implied when a predicate covers the column
     pruned = 0
     for f in filters:
         for e in _conjuncts(f.condition()):
@@ -278,19 +278,17 @@ def file_scan(df: Any, columns: Sequence[str]) -> ScanInput:
                 pruned += 1  # Spark's partition pruning decides it per file
                 continue
             if _name(e) == "IsNotNull":
-                continue  # implied: every translated predicate drops nulls; see below
+                not_null.append(e)  # every translated predicate drops nulls
+                continue
             t = _translate(e, attrs, rel_schema)
             if t is None:
                 raise NotAScan(f"Slash cannot keep the rows of Spark's condition {e.sql()} with its "
                                "meaning")
             slash_filters.append(t)
     covered = {f.column for f in slash_filters}
-    for f in filters:  # a bare IsNotNull (the user's isNotNull()) must be covered by a predicate
-        for e in _conjuncts(f.condition()):
-            if _name(e) == "IsNotNull" and not all(r in part_ids for r in _references(e)):
-                col = attrs.column(e.child())
-                if col is None or col not in covered:
-                    raise NotAScan(f"Slash cannot keep the rows of Spark's condition {e.sql()}")
+    for e in not_null:  # a bare IsNotNull (the user's isNotNull()) must be covered by a predicate
+        if attrs.column(e.child()) not in covered:
+            raise NotAScan(f"Slash cannot keep the rows of Spark's condition {e.sql()}")
     scan = _scan_node(df)
     files: List[str] = []
     for d in _seq(scan.selectedPartitions().partitionDirectories()):
@@ -302,8 +300,7 @@ def file_scan(df: Any, columns: Sequence[str]) -> ScanInput:
         if len(roots) != 1 or not os.path.isdir(roots[0]):
             raise NotAScan("its partitioned files have more than one root directory")
         base = roots[0]
-    return ScanInput(tuple(files), base, tuple(slash_filters), tuple(sorted(part_names)), pruned,
-                     mapping)
+    return ScanInput(tuple(files), base, tuple(slash_filters), pruned, mapping)
 
 
 def _shape(plan: Any, depth: int = 4) -> str:
@@ -319,8 +316,7 @@ def _shape(plan: Any, depth: int = 4) -> str:
 
 
 def check_columns(df: Any, columns: Sequence[str]) -> None:
-    """SchemaError naming a column the query reads that ``df`` lacks, and
-    the refusal of a nested key Spark groups by but Slash cannot."""
+    """SchemaError naming a column the query reads that ``df`` lacks."""
     have = set(df.columns)
     missing = [c for c in columns if c not in have]
     if missing:
