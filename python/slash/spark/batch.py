@@ -60,7 +60,7 @@ from slash.spark._env import TaskFailed
 from slash.spark import _batch_ckpt, jvm_export
 from slash.spark.dataframe import (NotAScan, StructKey, check_columns, file_scan, flat_key, flatten_structs,
                                    general_input, rebuild_structs, renamed_back, renamed_query,
-                                   struct_keys, use_jvm_export)
+                                   struct_keys)
 from slash.spark._tasks import (PartitionSource, as_micros, Rendezvous, barrier_stage, driver_host, join_group,
                                 conf_get, open_fs, rank_errors, raise_task_failure, report_error,
                                 spark_input_schema, write_table)
@@ -522,7 +522,7 @@ def exported_input(spark: Any, frame: Any, why: str,
     mapInArrow carries the rows."""
     from slash.errors import NotSupported
 
-    if not use_jvm_export(spark):
+    if not jvm_export.wanted(spark):
         return None
     try:
         out = jvm_export.export_columns(spark, frame, frame.columns)

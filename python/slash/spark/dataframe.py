@@ -36,7 +36,6 @@ from slash.errors import NotSupported, SchemaError
 from slash.filters import Filter
 from slash.sources import FileSource
 from slash.spark import jvm_export
-from slash.spark._env import conf_get
 from slash.state_config import Aggregate
 
 log = logging.getLogger(__name__)
@@ -51,21 +50,6 @@ _NAN_PASSES = {">", ">=", "!="}
 #: (a streaming sink's MetadataLogFileIndex lists only committed files: no)
 _PLAIN_INDEXES = {"InMemoryFileIndex", "CatalogFileIndex", "PrunedInMemoryFileIndex"}
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-
-
-#: the Spark setting that turns the JVM export off ("false"): a DataFrame that
-#: is no scan then reaches the executors through mapInArrow (or, for a join,
-#: Spark's Parquet writer)
-JVM_EXPORT_CONF = "spark.slash.jvmExport"
-
-
-def use_jvm_export(spark: Any) -> bool:
-    """Whether a DataFrame that is no scan goes through the JVM export: the
-    setting allows it and the session can load the exporter."""
-
-    if (conf_get(spark, JVM_EXPORT_CONF) or "true").strip().lower() == "false":
-        return False
-    return jvm_export.load(spark)
 
 
 def spark_filter(f: Filter) -> Any:
@@ -442,7 +426,7 @@ def join_input(spark: Any, df: Any, side: str, columns: Sequence[str], time: str
             why = str(e)
 
     frame = general_input(df, time, columns, ())
-    if use_jvm_export(spark):
+    if jvm_export.wanted(spark):
         try:
             out = jvm_export.export_columns(spark, frame, frame.columns)
         except (SchemaError, NotSupported) as e:

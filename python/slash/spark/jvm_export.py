@@ -103,6 +103,20 @@ def load(spark: Any) -> bool:
     return available(spark)
 
 
+#: the Spark setting that turns the export off ("false"): a DataFrame that is
+#: no scan then reaches Slash's executors through mapInArrow (or, for a join,
+#: Spark's Parquet writer)
+ENABLED_CONF = "spark.slash.jvmExport"
+
+
+def wanted(spark: Any) -> bool:
+    """Whether slash.spark exports a DataFrame that is no scan: the setting
+    allows it and the session can load the exporter (:func:`load`)."""
+    if (conf_get(spark, ENABLED_CONF) or "true").strip().lower() == "false":
+        return False
+    return load(spark)
+
+
 def export_root(spark: Any, directory: Optional[str] = None) -> str:
     """The directory under which each export makes its own (see the module docstring)."""
     d = directory or conf_get(spark, EXPORT_DIR_CONF)
