@@ -76,7 +76,7 @@ def run_group(cfg: GroupBenchConfig) -> Dict[str, Any]:
     """Runs one configuration and returns its measurements."""
     n = cfg.executors
     token = secrets.token_hex(8)
-    with ProcessGroup(n, _worker, lambda r: (cfg, r, token)) as pg:
+    with ProcessGroup(n, _worker, lambda r: (cfg, r, token), transport=cfg.transport) as pg:
         got: Dict[int, str] = {}
         reports = []
         try:
