@@ -108,8 +108,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def summary(r: Dict[str, Any]) -> str:
+    mib = 2**20
     return (f"mesh: {r['executors']} executors ({r['channels']} channels): start "
-            f"{r['start_seconds']:.2f} s, memory RSS sum {r['rss_bytes'] / 2**20:.0f} MiB, PSS sum "
-            f"{r['pss_bytes'] / 2**20:.0f} MiB (rings {r['shmem_pss_bytes'] / 2**20:.0f} MiB), epoch sync {r['epoch_sync_ms']:.1f} ms over "
-            f"{r['epochs']:.0f} epochs, {r['fds_per_executor']} fds per executor, "
-            f"load {r['load_before']:.1f}, verified={r.get('verified')}")
+            f"{r['start_seconds']:.2f} s, memory RSS sum {r['rss_bytes'] / mib:.0f} MiB, "
+            f"PSS sum {r['pss_bytes'] / mib:.0f} MiB (rings {r['shmem_pss_bytes'] / mib:.0f} MiB), "
+            f"epoch sync {r['epoch_sync_ms']:.1f} ms over {r['epochs']:.0f} epochs, "
+            f"{r['fds_per_executor']} fds per executor, load {r['load_before']:.1f}, "
+            f"verified={r.get('verified')}")
