@@ -18,8 +18,11 @@
 #               failed naming rank 1 within the peer timeout (60 s).
 #
 # Usage: scripts/rxe-two-hosts.sh [answer|lost-host|all]    (default all)
-# Exit status: 0 passed; 1 a check failed; 124/125/126 as rxe-guest.sh
-# (timed out / a guest failed / this machine cannot run the guests).
+# Exit status: 0 passed, or not runnable here (then it says why, in a line
+# starting "two-host suite NOT RUN:"; SLASH_REQUIRE_VERBS=1 makes that a
+# failure, 3); 1 a check failed; 124/125 as rxe-guest.sh (a guest timed out
+# after SLASH_TWO_HOSTS_TIMEOUT s, default 900 / a guest failed).
+# SLASH_TWO_HOSTS_VERBOSE=1 keeps the guests' boot messages in their logs.
 # The guests' CPUs are emulated (~5-20x slower): this proves function only.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,8 +34,9 @@ GUEST=(scripts/rxe-guest.sh --cpus 1 --mem 3072 --timeout "${SLASH_TWO_HOSTS_TIM
 log() { echo "rxe-two-hosts.sh: $*" >&2; }
 
 if ! why=$(scripts/rxe-guest.sh --check 2>&1); then
-    log "two-host suite NOT RUN: ${why#rxe-guest.sh: }"
-    exit 126
+    echo "two-host suite NOT RUN: ${why#rxe-guest.sh: }" >&2
+    [ "${SLASH_REQUIRE_VERBS:-0}" = 1 ] && exit 3
+    exit 0
 fi
 scripts/rxe-guest.sh --prepare >/dev/null || exit $?
 
