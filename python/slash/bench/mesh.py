@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import Any, Dict, List
 
 from slash.bench._groups import GroupBenchConfig, run_group
+from slash.launcher import use_forkserver
 from slash.open_files import executor_fds
 
 log = logging.getLogger(__name__)
@@ -74,8 +75,6 @@ def refusal_seconds(n: int, transport: str) -> float:
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
-    from slash.launcher import use_forkserver
-
     # as `slash run` starts a group of processes: forked from a server that
     # imported their modules once, not 128 interpreters importing pyarrow
     use_forkserver(["slash._warm"])
@@ -101,7 +100,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                            "refusal": {"executors": REFUSED, "rlimit_nofile": 256,
                                        "seconds": refusal_seconds(REFUSED, args.transport)}}
     if args.plot:
-        from slash.bench.plot import plot_mesh
+        from slash.bench.plot import plot_mesh  # optional dependency (matplotlib)
 
         out["plot"] = plot_mesh(runs, args.plot)
     return out
