@@ -20,7 +20,9 @@ registered memory (no descriptor) and what an endpoint holds is the
 provider's (libfabric): over ``ofi:tcp`` (libfabric 1.17) 9 sockets per
 endpoint, its connection and the provider's signalling socket pairs, so
 :data:`OFI_PER_PEER` = 18 (both counts are what tests/test_open_files.py
-measures). Each process also holds its own (the interpreter, numpy's and
+measures); over ``ofi:verbs`` 4 per endpoint (an rdma_cm descriptor, an
+epoll set and two sockets, measured 2026-12-07 in the soft-RoCE guest of
+scripts/rxe-guest.sh), within the 18. Each process also holds its own (the interpreter, numpy's and
 pyarrow's libraries, the listener and its transport, the pipe to the
 launcher): :data:`OWN`.
 
