@@ -40,7 +40,8 @@ RANK_SIDE = {"slash", "slash.errors", "slash.limits", "slash.window", "slash.sta
              "slash.agg_query", "slash.join_query", "slash.filters", "slash.columns",
              "slash.executor", "slash.sources", "slash.source_units", "slash.file_source",
              "slash.memory_sources", "slash._ipc", "slash.checkpoint", "slash.ckpt_worker",
-             "slash.arrow_np", "slash.compute", "slash.interval", "slash.parquet_chunks"}
+             "slash.arrow_np", "slash.compute", "slash.interval", "slash.parquet_chunks",
+             "slash.open_files"}
 #: the drivers and everything above them
 DRIVER_SIDE = {"slash.runner", "slash.recovery", "slash.recovery_join", "slash.live_ckpt",
                "slash.live_join", "slash.live_scale", "slash.autotune", "slash.control",

@@ -474,7 +474,8 @@ def run_group(plan: Plan, executors: int, mode: str, transport: str = "shm",
         raise NotSupported(f"{plan.name}: no Slash plan for this query")
     token = secrets.token_hex(16)
     with ProcessGroup(executors, _worker,
-                      lambda r: (plan, r, executors, mode, transport, token, timeout)) as pg:
+                      lambda r: (plan, r, executors, mode, transport, token, timeout),
+                      transport=transport) as pg:
         ready: Dict[int, Tuple[str, float, int]] = {}
         phase1: Dict[int, pa.Table] = {}
         done: Dict[int, Tuple[float, Dict[str, Any], pa.Table]] = {}
