@@ -261,3 +261,25 @@ def test_killed_interval_join_worker_gives_the_same_pairs(tmp_path, monkeypatch)
     assert m["recoveries"][0]["from_checkpoint"] is not None
     assert got.num_rows == want.num_rows > 1000
     assert rows_of(got) == rows_of(want)
+
+
+def hot_key_table(seed, n, span, col, hot=0.05):
+    """Rows whose times interleave with the other side's, one key (7) on a
+    ``hot`` share of them and the rest spread over 500 keys."""
+    rng = np.random.default_rng(seed)
+    k = rng.integers(100, 600, n)
+    k[rng.random(n) < hot] = 7
+    return pa.table({"id": pa.array(k, pa.int64()),
+                     "ts": pa.array(np.sort(rng.integers(0, span, n)), pa.int64()),
+                     col: pa.array(rng.integers(0, 1000, n), pa.int64())})
+
+
+def test_hot_key_interval_join_equals_duckdb(tmp_path):
+    left, right = hot_key_table(5, 6000, 120_000, "a"), hot_key_table(6, 6000, 120_000, "b")
+    files = (write_parts(tmp_path / "l", left, 2), write_parts(tmp_path / "r", right, 2))
+    got = run(JoinQuery(time="ts", on="id", interval=("-5s", "+10s")), files, executors=2)
+    want = duck_interval(left, right, -5000, 10000)
+    hot = int(np.count_nonzero(want.column("id").to_numpy() == 7))
+    assert hot > want.num_rows // 2  # the hot key's pairs are most of the answer
+    assert got.num_rows == want.num_rows
+    assert rows_of(got) == rows_of(want)
