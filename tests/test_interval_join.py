@@ -18,7 +18,7 @@ import pytest
 import slash
 from slash import errors
 from slash.executor import GroupConfig
-from slash.join import JoinBackend
+from slash.join import JoinBackend, JoinConfig
 from slash.query import JoinQuery
 from slash.runner import run
 from slash.sources import GeneratorSource
@@ -283,3 +283,23 @@ def test_hot_key_interval_join_equals_duckdb(tmp_path):
     assert hot > want.num_rows // 2  # the hot key's pairs are most of the answer
     assert got.num_rows == want.num_rows
     assert rows_of(got) == rows_of(want)
+
+
+def test_join_state_band_emits_only_the_pairs_inside_it():
+    cfg = JoinConfig(window="tumbling:100ms", left_columns={"t": "int64"},
+                     right_columns={"t": "int64"}, band=("t", -5, 10))
+    lt, rt = np.arange(0, 100, 3), np.arange(0, 100, 7)
+    with JoinBackend(cfg) as jb:
+        jb.update_left(np.ones(len(lt), np.int64), lt, {"t": lt})
+        jb.update_right(np.ones(len(rt), np.int64), rt, {"t": rt})
+        out = jb.emit(100)
+    got = sorted(zip(out.column("left_t").to_pylist(), out.column("right_t").to_pylist()))
+    assert got == sorted((a, b) for a in lt.tolist() for b in rt.tolist() if -5 <= a - b <= 10)
+
+
+@pytest.mark.parametrize("band,what", [(("x", 0, 1), "int64 column"), (("f", 0, 1), "int64 column"),
+                                       (("t", 2, 1), "above the upper")])
+def test_join_state_band_the_store_cannot_honour_is_refused(band, what):
+    with pytest.raises(errors.InvalidArgument, match=what):
+        JoinConfig(window="tumbling:100ms", left_columns={"t": "int64", "f": "float64"},
+                   right_columns={"t": "int64", "f": "float64"}, band=band)
