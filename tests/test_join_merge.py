@@ -63,3 +63,9 @@ def test_only_sides_whose_watermarks_come_from_the_source_skip_the_exact_merge(t
     assert not exact_merge(files, files)
     assert not exact_merge(files, PromisingStream())
     assert exact_merge(files, Stream())
+
+
+def test_a_paced_run_keeps_the_exact_merge(tmp_path):
+    pq.write_table(pa.table({"id": [1], "ts": [0]}), tmp_path / "a.parquet")
+    files = FileSource(str(tmp_path / "a.parquet"))
+    assert exact_merge(files, files, paced=True)

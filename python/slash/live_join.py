@@ -260,10 +260,7 @@ def live_join_items(loop: RankLoop, scaling: JoinScaling, push: JoinPush,
             agent.sides = sides
             scaling.advance()  # what its (new) work allows at once
             stop = False
-            # paced, the exact merge's small steps keep the rate smooth and let a scale
-            # request land between them; unpaced over bounded inputs, whole batches
-            exact = bool(rate) or exact_merge(*loop.source)
-            for side, batch in merged(query, sides, exact):
+            for side, batch in merged(query, sides, exact_merge(*loop.source, paced=bool(rate))):
                 yield None, SideBatch(side, batch)  # pushed, served and the driver heard
                 while per and not agent.changed:
                     ahead = (push.rows - base) / per - (time.monotonic() - t0)

@@ -129,20 +129,22 @@ def _by_batch(sides: Dict[str, Side],
         one.pull()
 
 
-def exact_merge(*srcs: Any) -> bool:
-    """Whether a join over these sources needs :func:`merged`'s exact merge
-    (some side's watermark is not its source's)."""
-    return not all(watermarks_from_source(s) for s in srcs)
+def exact_merge(*srcs: Any, paced: bool = False) -> bool:
+    """Whether a join over these sources needs :func:`merged`'s exact merge:
+    some side's watermark is not its source's, or the run is ``paced`` (a
+    ``rate=``: the exact merge's small steps keep the rate smooth and let a
+    control request land between them)."""
+    return paced or not all(watermarks_from_source(s) for s in srcs)
 
 
 def time_ordered(query: JoinQuery, left: Any, right: Any, rank: int, n: int,
-                 batch_rows: int) -> Iterator[Tuple[str, pa.RecordBatch]]:
+                 batch_rows: int, paced: bool = False) -> Iterator[Tuple[str, pa.RecordBatch]]:
     """Both sides' rows of one split (``Source.read(rank, n, ...)``) in the
     order of :func:`merged`: the side batches a join executor pushes."""
     srcs = {"left": left, "right": right}
     return merged(query, {s: Side(_counted(iter(srcs[s].read(
         rank, n, query.input_columns(s, srcs[s].schema), batch_rows)))) for s in SIDES},
-        exact_merge(left, right))
+        exact_merge(left, right, paced=paced))
 
 
 def file_items(src: FileSource, work: Work, held: Dict[int, pa.RecordBatch],
@@ -236,7 +238,8 @@ def join_split_items(loop: RankLoop, n: int, batch_rows: int = 8192,
     as the rank loop's items; ``rate``: records/s of both inputs together."""
     left, right = loop.source
     return paced(((None, SideBatch(side, b)) for side, b in
-                  time_ordered(loop.query, left, right, loop.rank, n, batch_rows)), loop, rate)
+                  time_ordered(loop.query, left, right, loop.rank, n, batch_rows, bool(rate))),
+                  loop, rate)
 
 
 def execute_join_split(query: JoinQuery, left: Any, right: Any, rank: int,
@@ -369,6 +372,7 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
                  Checkpointing(plan, link, positions, base, records),
                  ProgressReport(link.put),
                  Report(Reporter(plan.live_every), link.put) if plan.live_every else None)
-        items = _after(query, sides, base, positions, exact_merge(left, right))
+        items = _after(query, sides, base, positions,
+                       exact_merge(left, right, paced=bool(plan.rate)))
         result = loop.run(paced(items, loop, plan.rate / n if plan.rate else None))
         return result, loop.metrics()
