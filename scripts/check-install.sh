@@ -18,7 +18,7 @@ PY="${1:-/usr/bin/python3}"
 log() { printf '\033[1m[check-install]\033[0m %s\n' "$*" >&2; }
 [ -x "$PY" ] || { log "no $PY here: nothing to check"; exit 0; }
 tmp="$(mktemp -d)"
-trap 'kill ${build_pid:-} 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'kill ${build_pid:-} 2>/dev/null || true; rm -rf "$tmp"' EXIT
 git clone -q "$ROOT" "$tmp/src"
 
 cat > "$tmp/smoke.py" <<'PY'
