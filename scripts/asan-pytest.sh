@@ -14,9 +14,10 @@ log() { printf '\033[1m[asan-pytest]\033[0m %s\n' "$*" >&2; }
 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 mkdir -p "$OUT"
 log "building the extension with ASan/UBSan into $OUT"
-(cd "$ROOT" && CFLAGS="$SAN" LDFLAGS="$SAN" "$PY" setup.py -q build_ext \
+# -O1, as the sanitizers' docs advise: the build takes less than half the time of -O3's
+(cd "$ROOT" && SLASH_OPT=-O1 CFLAGS="$SAN" LDFLAGS="$SAN" "$PY" setup.py -q build_ext \
     --build-lib "$OUT/lib" --build-temp "$OUT/tmp" >/dev/null 2>&1) || {
-    (cd "$ROOT" && CFLAGS="$SAN" LDFLAGS="$SAN" "$PY" setup.py -q build_ext \
+    (cd "$ROOT" && SLASH_OPT=-O1 CFLAGS="$SAN" LDFLAGS="$SAN" "$PY" setup.py -q build_ext \
         --build-lib "$OUT/lib" --build-temp "$OUT/tmp"); exit 1; }
 rm -rf "$OUT/pkg" && mkdir -p "$OUT/pkg"
 cp -r "$ROOT/python/slash" "$OUT/pkg/"

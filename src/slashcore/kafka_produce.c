@@ -254,8 +254,10 @@ static void sleep_until(int64_t ns) {
     }
 }
 
-/* Sends record k stamped with digits; a full local queue is waited out. */
-static slash_status send_one(slash_kprod *p, int64_t k, const char *digits, size_t n_digits) {
+/* Sends record k stamped with digits; a full local queue is waited out, or
+ * (wait 0) ends the sending: SLASH_ETIMEDOUT, and the record is not sent. */
+static slash_status send_one(slash_kprod *p, int64_t k, const char *digits, size_t n_digits,
+                             int wait) {
     size_t t = (size_t)(k % (int64_t)p->templates);
     size_t len = assemble(p->text + p->at[2 * t], p->len[2 * t], digits, n_digits,
                           p->text + p->at[2 * t + 1], p->len[2 * t + 1], p->scratch);
@@ -265,6 +267,8 @@ static slash_status send_one(slash_kprod *p, int64_t k, const char *digits, size
         if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
             return slash_fail(SLASH_EPEER, "Kafka topic %s partition %d: produce: %s", p->topic,
                               (int)part, rd_kafka_err2str(e));
+        if (!wait)
+            return SLASH_ETIMEDOUT;
         rd_kafka_poll(p->rk, 10); /* the queue drains as the broker acknowledges */
     }
     return SLASH_OK;
@@ -289,26 +293,44 @@ slash_status slash_kprod_run(slash_kprod *p, double rate, double trickle, int64_
     double due = 0.0;
     slash_status st = SLASH_OK;
     out->first_ms = wall_ms();
-    for (;;) {
-        int64_t now = mono_ns(), wall = wall_ms();
-        if (wall >= atomic_load(&p->end_ms) || now - t0 >= limit_ms * 1000000)
-            break;
+    for (int stop = 0; !stop;) {
+        /* the stop (the end set, or the limit) is a point on the monotonic clock: what was due up
+         * to it is sent however late the run sees it (a paused process owes no records) */
+        int64_t now = mono_ns(), wall = wall_ms(), end_ms = atomic_load(&p->end_ms);
+        if (now - t0 >= limit_ms * 1000000) {
+            stop = 1;
+            now = t0 + limit_ms * 1000000;
+        }
+        if (wall >= end_ms) {
+            int64_t end = end_ms <= out->first_ms ? t0 : t0 + (end_ms - out->first_ms) * 1000000;
+            now = stop && now < end ? now : end;
+            stop = 1;
+        }
+        if (now < last)
+            now = last;
+        if (stop)
+            wall = out->first_ms + (now - t0) / 1000000;
         int full = atomic_load(&p->full);
         if (full && full_from < 0) {
-            full_from = wall;
+            full_from = last; /* the span since the last tick is counted at the full rate */
             full_n = n;
         }
         due += (double)(now - last) * 1e-9 * (full ? rate : trickle);
         last = now;
         char digits[SLASH_KPROD_STAMP_MAX];
         size_t n_digits = stamp_digits(wall, digits);
-        /* what is due, but no longer than a tick: a rate above what the client
-         * takes leaves records owed (the run reports what it fed) and the end
-         * is still seen on time */
+        /* what is due, but no longer than a tick: a rate above what the client takes leaves
+         * records owed (the run reports what it fed) and the end is still seen on time; at the
+         * stop, all that is due unless the client's queue is full */
+        int64_t began = mono_ns();
         for (int64_t k = 0; n < (int64_t)due && st == SLASH_OK; n++, k++) {
-            if ((k & 255) == 255 && mono_ns() - now >= tick_ns)
+            if (!stop && (k & 255) == 255 && mono_ns() - began >= tick_ns)
                 break;
-            st = send_one(p, n, digits, n_digits);
+            st = send_one(p, n, digits, n_digits, !stop);
+        }
+        if (st == SLASH_ETIMEDOUT) { /* a full queue at the stop: the rest is owed */
+            st = SLASH_OK;
+            n--; /* (the loop's n++ ran after the record not sent) */
         }
         rd_kafka_poll(p->rk, 0); /* delivery reports and errors */
         if (st == SLASH_OK && (p->undelivered || p->fatal))
@@ -318,12 +340,13 @@ slash_status slash_kprod_run(slash_kprod *p, double rate, double trickle, int64_
         next += tick_ns;
         if (next < now) /* behind (a full queue, a busy machine): no burst of catch-up ticks */
             next = now;
-        sleep_until(next);
+        if (!stop)
+            sleep_until(next);
     }
     out->events = n;
-    out->last_ms = wall_ms();
+    out->last_ms = out->first_ms + (last - t0) / 1000000;
     out->full_events = full_from < 0 ? 0 : n - full_n;
-    out->full_from_ms = full_from < 0 ? out->last_ms : full_from;
+    out->full_from_ms = full_from < 0 ? out->last_ms : out->first_ms + (full_from - t0) / 1000000;
     return st;
 }
 

@@ -65,6 +65,8 @@ void slash_kprod_set_end(slash_kprod *p, int64_t end_ms);
 
 /* Produces until the end set (or limit_ms after the start): rate records a
  * second at the full rate, trickle before it, every tick_us microseconds.
+ * What was due up to the stop is sent when the run sees it, however late (a
+ * full client queue then leaves the rest owed); last_ms is the stop.
  * Fills *out (also on failure, with what was produced). Fails when the
  * client refuses a record for another reason than a full queue (which is
  * waited out), or a record was not delivered (the broker's error). */
