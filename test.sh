@@ -12,7 +12,9 @@
 #      build of the extension (scripts/asan-pytest.sh, libasan preloaded).
 #   7. the ofi:verbs transport and channel suites over soft-RoCE in a QEMU guest
 #      (scripts/verbs-tests.sh; at most SLASH_VERBS_TIMEOUT s, default 900; where
-#      QEMU cannot be installed it prints "verbs suites NOT RUN:" and why).
+#      QEMU cannot be installed it prints "verbs suites NOT RUN:" and why);
+#   8. a group split across two such guests on one virtual network, over ofi:verbs
+#      (scripts/rxe-two-hosts.sh: DuckDB's answer, and a killed host named).
 # Extra arguments go to pytest (e.g. ./test.sh -k channel).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -82,4 +84,9 @@ if [ "$#" = 0 ]; then
     stage verbs "ofi:verbs suites over soft-RoCE in a QEMU guest (software CPU; scripts/verbs-tests.sh)"
     wait; cat build/rxe-prepare.log >&2  # (a failure: verbs-tests.sh says why)
     scripts/verbs-tests.sh build/release
+fi
+
+if [ "$#" = 0 ]; then
+    stage two-hosts "a group split across two soft-RoCE guests over ofi:verbs (scripts/rxe-two-hosts.sh)"
+    scripts/rxe-two-hosts.sh all
 fi
