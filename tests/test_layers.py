@@ -38,9 +38,9 @@ PKG = _package_dir()
 RANK_SIDE = {"slash", "slash.errors", "slash.limits", "slash.window", "slash.state",
              "slash.state_config", "slash.state_columns", "slash.join", "slash.query",
              "slash.agg_query", "slash.join_query", "slash.filters", "slash.columns",
-             "slash.executor", "slash.sources", "slash.source_units", "slash.file_source",
-             "slash.memory_sources", "slash._ipc", "slash.checkpoint", "slash.ckpt_worker",
-             "slash.arrow_np", "slash.compute", "slash.interval", "slash.parquet_chunks"}
+             "slash.executor", "slash.sources", "slash.sources.units", "slash.sources.files",
+             "slash.sources.memory", "slash._ipc", "slash.checkpoint", "slash.ckpt_worker",
+             "slash.arrow_np", "slash.compute", "slash.interval", "slash.sources.parquet_chunks"}
 #: the drivers and everything above them
 DRIVER_SIDE = {"slash.runner", "slash.recovery", "slash.recovery_join", "slash.live_ckpt",
                "slash.live_join", "slash.live_scale", "slash.autotune", "slash.control",

@@ -13,9 +13,9 @@
 Each executor calls ``read(rank, n, columns, time=...)`` and reads its split
 itself; rows never pass through a coordinator. Every source here is bounded.
 
-Where they live: files and generated batches in :mod:`slash.file_source`, a
-table and a generator in :mod:`slash.memory_sources`, units and their dealing
-in :mod:`slash.source_units`. This module names them all and holds what the
+Where they live: files and generated batches in :mod:`slash.sources.files`, a
+table and a generator in :mod:`slash.sources.memory`, units and their dealing
+in :mod:`slash.sources.units`. This module names them all and holds what the
 engine asks of any source: its items with positions (:func:`read_from`), where
 its watermark comes from, what an output may not overwrite, what stamps its
 files, and any input as a source (:func:`as_source`).
@@ -57,9 +57,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 import pyarrow as pa
 
 from slash.errors import InvalidArgument
-from slash.file_source import BatchSource, FileSource
-from slash.memory_sources import GeneratorSource, TableSource
-from slash.source_units import ALL_NULL, Position, Unit, Watermark, Work, promises
+from slash.sources.files import BatchSource, FileSource
+from slash.sources.memory import GeneratorSource, TableSource
+from slash.sources.units import ALL_NULL, Position, Unit, Watermark, Work, promises
 
 Source = Union[FileSource, TableSource, GeneratorSource]
 
