@@ -15,7 +15,9 @@ itself; rows never pass through a coordinator. Every source here is bounded.
 
 Where they live: files and generated batches in :mod:`slash.sources.files`, a
 table and a generator in :mod:`slash.sources.memory`, units and their dealing
-in :mod:`slash.sources.units`. This module names them all and holds what the
+in :mod:`slash.sources.units`, what every source says of itself (the
+contract, and the registry of source kinds) in :mod:`slash.sources.contract`.
+This module names them all and holds what the
 engine asks of any source: its items with positions (:func:`read_from`), where
 its watermark comes from, what an output may not overwrite, what stamps its
 files, and any input as a source (:func:`as_source`).
@@ -57,6 +59,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 import pyarrow as pa
 
 from slash.errors import InvalidArgument
+from slash.sources.contract import (Resplittable, StreamRead, StreamSource, describe, global_units,
+                                    register, registered, resplittable, source_type,
+                                    why_not_resplit)
 from slash.sources.files import BatchSource, FileSource
 from slash.sources.memory import GeneratorSource, TableSource
 from slash.sources.units import ALL_NULL, Position, Unit, Watermark, Work, promises
@@ -175,7 +180,8 @@ def as_source(obj: Any) -> Source:
     raise InvalidArgument(f"source must be file path(s), a pyarrow.Table or a Source, got {type(obj).__name__}")
 
 
-__all__ = ["ALL_NULL", "BatchSource", "FileSource", "GeneratorSource", "Position", "Source",
-           "TableSource", "Unit", "Watermark", "Work", "as_source", "input_stamp",
-           "malformed_records", "output_overlaps_input", "promises", "read_from",
-           "watermarks_from_source"]
+__all__ = ["ALL_NULL", "BatchSource", "FileSource", "GeneratorSource", "Position", "Resplittable",
+           "Source", "StreamRead", "StreamSource", "TableSource", "Unit", "Watermark", "Work",
+           "as_source", "describe", "global_units", "input_stamp", "malformed_records",
+           "output_overlaps_input", "promises", "read_from", "register", "registered",
+           "resplittable", "source_type", "watermarks_from_source", "why_not_resplit"]

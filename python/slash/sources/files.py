@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from slash.sources import parquet_chunks
 from slash.arrow_np import scalar
 from slash.errors import InvalidArgument, SchemaError, UnknownName
+from slash.sources.contract import register
 from slash.sources.parquet_chunks import ChunkReader, chunk_plan
 from slash.sources.units import (ALL_NULL, Bound, Unit, Watermark, Work, batch_min, bound_key,
                                 contiguous, deal, no_column, promises)
@@ -248,6 +249,7 @@ def _instants(schema: pa.Schema, md: pq.FileMetaData) -> pa.Schema:
     return schema
 
 
+@register("files")
 class FileSource:
     """Parquet / Arrow IPC files, or directories of them (Hive partitions included).
 
@@ -267,6 +269,8 @@ class FileSource:
     """
 
     bounded = True
+    #: read as work in global unit indices from the start (slash.sources.contract)
+    global_units = True
 
     def __init__(self, paths: Union[str, Sequence[str]], time: Optional[str] = None,
                  base: Optional[str] = None) -> None:
@@ -363,6 +367,10 @@ class FileSource:
         idx = self._plan_idx(rank, n, time)
         bounds = self.unit_bounds(time) if time is not None else None
         return [self.units[i] for i in idx], [bounds[i] if bounds else None for i in idx]
+
+    def describe(self) -> str:
+        """What identifies the input in a checkpoint's fingerprint."""
+        return f"files {sorted(self.paths)} ({self.rows} rows)"
 
     def work(self, rank: int, n: int, time: Optional[str] = None) -> "Work":
         """Rank's split in global terms: ``[[unit, 0], ...]`` in read order
@@ -658,6 +666,7 @@ def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
     return a.names == b.names and all(x.type.equals(y.type) for x, y in zip(a, b))
 
 
+@register("batches")
 class BatchSource(FileSource):
     """A generated input whose batch ``i`` is a function of ``i`` alone:
     ``make(i) -> RecordBatch`` for ``i`` in ``range(batches)`` (picklable and

@@ -13,6 +13,7 @@ from typing import Callable, Iterable, Iterator, List, Optional, Tuple, Union
 import pyarrow as pa
 
 from slash.errors import InvalidArgument
+from slash.sources.contract import register
 from slash.sources.units import (Bound, Unit, Watermark, batch_min, deal, no_column,
                                 with_markers)
 
@@ -20,6 +21,7 @@ from slash.sources.units import (Bound, Unit, Watermark, batch_min, deal, no_col
 _TABLE = "<table>"
 
 
+@register("table")
 class TableSource:
     """An in-memory Arrow table.
 
@@ -34,6 +36,7 @@ class TableSource:
 
     bounded = True
     max_unit_rows = 65536
+    resplit_refusal = "a TableSource's slices depend on the executor count"
 
     def __init__(self, table: pa.Table, time: Optional[str] = None) -> None:
         if not isinstance(table, pa.Table):
@@ -75,6 +78,10 @@ class TableSource:
             raise no_column(column, self.schema)
         return self.table.column(column).null_count > 0
 
+    def describe(self) -> str:
+        """What identifies the input in a checkpoint's fingerprint."""
+        return f"table of {self.rows} rows {self.schema.names}"
+
     def read(self, rank: int, n: int, columns: Optional[List[str]] = None,
              batch_rows: int = 65536, time: Optional[str] = None
              ) -> Iterator[Union[pa.RecordBatch, Watermark]]:
@@ -89,6 +96,7 @@ class TableSource:
         yield from with_markers(parts, bounds, time is not None)
 
 
+@register("generator")
 class GeneratorSource:
     """Batches made by ``make(rank, n)`` in each executor (must be picklable).
 
@@ -103,6 +111,8 @@ class GeneratorSource:
     """
 
     bounded = True
+    resplit_refusal = ("a GeneratorSource's make(rank, n) decides each executor's input, and "
+                       "input made for one split cannot be dealt to another")
 
     def __init__(self, make: Callable[[int, int], Iterable[Union[pa.RecordBatch, Watermark]]],
                  schema: pa.Schema) -> None:
@@ -116,6 +126,12 @@ class GeneratorSource:
         if column not in self.schema.names:
             raise no_column(column, self.schema)
         return self.schema.field(column).nullable
+
+    def describe(self) -> str:
+        """What identifies the input in a checkpoint's fingerprint."""
+        mk = self.make
+        return (f"generator {getattr(mk, '__module__', '?')}."
+                f"{getattr(mk, '__qualname__', type(mk).__name__)} {self.schema.names}")
 
     def read(self, rank: int, n: int, columns: Optional[List[str]] = None,
              batch_rows: int = 65536, time: Optional[str] = None

@@ -1,7 +1,7 @@
-"""The sources a Spark stream reads: generated YSB events at a rate
-(:class:`RateSource`) and Parquet files appearing in a directory
-(:class:`DirectorySource`), plus how a task reads a
-:class:`slash.kafka.KafkaStream` (:func:`kafka_items`).
+"""The sources a Spark stream reads besides a :class:`slash.kafka.KafkaStream`:
+generated YSB events at a rate (:class:`RateSource`) and Parquet files
+appearing in a directory (:class:`DirectorySource`), each a
+:class:`slash.sources.StreamSource`.
 
 Each task reads its own share straight from the source; nothing passes
 through the JVM. A source yields ``(batch, None, left)`` per batch and
@@ -17,21 +17,19 @@ import glob
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from slash.errors import InvalidArgument, InvalidState, UnknownName
-from slash.kafka import KafkaStream
-from slash.query import Query
-from slash.sources import FileSource, Watermark
-from slash.window import parse_duration
+from slash.sources import FileSource, StreamRead, StreamSource, register
 
 
+@register("rate")
 @dataclass(frozen=True)
-class RateSource:
+class RateSource(StreamSource):
     """YSB events (columns key, event_time, event_type) at ``rate`` events/s in
     total, event time = wall clock ms from the stream's start; ``records``
     events in all (None: until stopped)."""
@@ -75,6 +73,16 @@ class RateSource:
         full, part = divmod(due, self.batch)
         mine = (full // n + (1 if rank < full % n else 0)) * self.batch
         return mine + (part if full % n == rank else 0)
+
+    def records_behind(self, rank: int, n: int, base_ms: int, now_ms: int, pushed_before: int,
+                       read: int) -> Optional[int]:
+        """The backlog: rank's records due at ``now_ms`` but not read yet."""
+        return max(0, self.due_records(rank, n, base_ms, now_ms) - self.batch * pushed_before
+                   - read)
+
+    def stream_items(self, rank: int, n: int, read: StreamRead
+                     ) -> Iterator[Tuple[pa.RecordBatch, Optional[int], Dict[str, Any]]]:
+        return self.batches(rank, n, read.base_ms, read.wait, skip=read.skip, work=read.work)
 
     # -- positions in global terms (for a restart with another executor count) ----
     # A rank's work: {"batches": [global batch indices, in order], "from": f, "step": s}:
@@ -158,8 +166,9 @@ class RateSource:
                                    columns=list(self.columns))), None, self.advance(work, i + 1)
 
 
+@register("directory")
 @dataclass(frozen=True)
-class DirectorySource:
+class DirectorySource(StreamSource):
     """Parquet files appearing in ``path`` (see the module docstring);
     ``schema`` is needed only when the directory is empty at the start."""
 
@@ -182,6 +191,11 @@ class DirectorySource:
                                   "DirectorySource(path, schema=...)")
         # as FileSource reads the files (Spark's INT96 as instants in microseconds)
         return FileSource(files[0]).schema.remove_metadata()
+
+    def stream_items(self, rank: int, n: int, read: StreamRead
+                     ) -> Iterator[Tuple[Optional[pa.RecordBatch], Optional[int], Dict[str, Any]]]:
+        return self.batches(rank, n, read.query.time, read.query.lateness, read.wait,
+                            skip=read.skip, work=read.work)
 
     # -- positions in global terms (for a restart with another executor count) ----
     # A rank's work: {"files": [[name, FileSource work], ...], "after": name or None,
@@ -323,36 +337,3 @@ def _max_time(path: str, col: str) -> Optional[int]:
         v = int(v.timestamp() * 1000) if hasattr(v, "timestamp") else int(v)
         best = v if best is None else max(best, v)
     return best
-
-
-def kafka_items(src: KafkaStream, rank: int, n: int, query: Query, schema: pa.Schema,
-                 wait: Callable[[float], bool], work: Optional[Dict[str, int]]
-                 ) -> Iterator[Tuple[Optional[pa.RecordBatch], Optional[int], Dict[str, int]]]:
-    """A KafkaStream read by one task, as the stream task takes its sources'
-    items: (batch, None, position) per batch and (None, watermark in ticks,
-    position) per promise of the source. ``work``: the position to resume
-    from (``{"<partition>": next offset}``, a checkpoint's or its resplit's;
-    None: rank's share of the topic at the source's start offsets)."""
-    if work is None:
-        work = src.work(rank, n)
-    for pos, item in src.read_work(work, time=query.time, wait=wait, deal=(rank, n)):
-        if isinstance(item, Watermark):
-            wm = query.watermark_ticks(item.value, schema)
-            if wm is not None:
-                yield None, wm, pos
-        else:
-            yield item, None, pos
-
-
-def kafka_lateness(source: KafkaStream, lateness: Union[None, int, str]) -> int:
-    """The stream's lateness over a KafkaStream: the source's own, which its
-    per-partition watermarks already subtract; another one is refused."""
-    if lateness is None:
-        return source.lateness_ms
-    ms = parse_duration(lateness, "lateness") if isinstance(lateness, str) else lateness
-    if ms != source.lateness_ms:
-        raise InvalidArgument(f"lateness={lateness!r} differs from the KafkaStream's lateness "
-                              f"({source.lateness_ms} ms): a Kafka stream's watermark is the "
-                              "source's, per partition (its largest time minus its lateness), "
-                              "so the lateness is set once, on KafkaStream(lateness=...)")
-    return ms
