@@ -40,8 +40,9 @@ RANK_SIDE = {"slash", "slash.errors", "slash.limits", "slash.window", "slash.sta
              "slash.agg_query", "slash.join_query", "slash.filters", "slash.columns",
              "slash.executor", "slash.sources", "slash._ipc", "slash.checkpoint",
              "slash.ckpt_worker", "slash.arrow_np", "slash.compute", "slash.interval"}
-#: packages whose every module is rank-side: a source (one module of slash.sources) imports no driver
-RANK_SIDE_PACKAGES = ("slash.sources.",)
+#: packages whose every module is rank-side: a source (one module of slash.sources) imports no
+#: driver; the generators a source makes its batches with
+RANK_SIDE_PACKAGES = ("slash.sources.", "slash.workloads")
 #: the drivers and everything above them
 DRIVER_SIDE = {"slash.runner", "slash.recovery", "slash.recovery_join", "slash.live_ckpt",
                "slash.live_join", "slash.live_scale", "slash.autotune", "slash.control",

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import slash.kafka  # noqa: F401  (registers the Kafka kinds)
-import slash.spark.stream_sources  # noqa: F401  (registers the Spark stream's kinds)
+import slash.sources.streams  # noqa: F401  (registers the Spark stream's kinds)
 from slash.errors import NotSupported
 from slash.recovery import fingerprint
 from slash.run.resume import check_resplittable

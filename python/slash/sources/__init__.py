@@ -15,7 +15,8 @@ itself; rows never pass through a coordinator. Every source here is bounded.
 
 Where they live: files and generated batches in :mod:`slash.sources.files`, a
 table and a generator in :mod:`slash.sources.memory`, units and their dealing
-in :mod:`slash.sources.units`, what every source says of itself (the
+in :mod:`slash.sources.units`, a Spark stream's rate and directory sources in
+:mod:`slash.sources.streams`, what every source says of itself (the
 contract, and the registry of source kinds) in :mod:`slash.sources.contract`.
 This module names them all and holds what the
 engine asks of any source: its items with positions (:func:`read_from`), where
@@ -64,6 +65,7 @@ from slash.sources.contract import (Resplittable, StreamRead, StreamSource, desc
                                     why_not_resplit)
 from slash.sources.files import BatchSource, FileSource
 from slash.sources.memory import GeneratorSource, TableSource
+from slash.sources.streams import DirectorySource, RateSource
 from slash.sources.units import ALL_NULL, Position, Unit, Watermark, Work, promises
 
 Source = Union[FileSource, TableSource, GeneratorSource]
@@ -180,8 +182,9 @@ def as_source(obj: Any) -> Source:
     raise InvalidArgument(f"source must be file path(s), a pyarrow.Table or a Source, got {type(obj).__name__}")
 
 
-__all__ = ["ALL_NULL", "BatchSource", "FileSource", "GeneratorSource", "Position", "Resplittable",
-           "Source", "StreamRead", "StreamSource", "TableSource", "Unit", "Watermark", "Work",
-           "as_source", "describe", "global_units", "input_stamp", "malformed_records",
-           "output_overlaps_input", "promises", "read_from", "register", "registered",
-           "resplittable", "source_type", "watermarks_from_source", "why_not_resplit"]
+__all__ = ["ALL_NULL", "BatchSource", "DirectorySource", "FileSource", "GeneratorSource",
+           "Position", "RateSource", "Resplittable", "Source", "StreamRead", "StreamSource",
+           "TableSource", "Unit", "Watermark", "Work", "as_source", "describe", "global_units",
+           "input_stamp", "malformed_records", "output_overlaps_input", "promises", "read_from",
+           "register", "registered", "resplittable", "source_type", "watermarks_from_source",
+           "why_not_resplit"]

@@ -1,5 +1,5 @@
 """Streams: Slash executors kept running in one Spark barrier stage over an
-unbounded source (:mod:`slash.spark.stream_sources`, or a
+unbounded source (:mod:`slash.sources.streams`, or a
 :class:`slash.kafka.KafkaStream`), each window going to the sink (a Parquet
 directory written by the tasks, or a callable on the driver, once per
 window, whole, in event-time order) as soon as it fires. What a user sees
@@ -33,11 +33,11 @@ from slash.run.failure import RestartPolicy
 from slash.run.plan import CheckpointEvery, CheckpointPlan
 from slash.run.supervisor import newest_shape
 from slash.sources import StreamSource
+from slash.sources.streams import DirectorySource, RateSource
 from slash.spark import _env
 from slash.spark._stream_task import late_windows
 from slash.spark.batch import group_for, make_query, one_start_time, session_time_zone
 from slash.spark.stream_handle import Sink, StreamHandle, StreamSetup
-from slash.spark.stream_sources import DirectorySource, RateSource
 
 log = logging.getLogger(__name__)
 
