@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from slash.errors import InvalidState  # noqa: E402
-from slash.spark import DirectorySource, session, stream  # noqa: E402
+from slash.spark import DirectorySource, RateSource, session, stream  # noqa: E402
 from slash.spark._stream_ckpt import DriverCheckpoints  # noqa: E402
 from slash.spark.stream_handle import StreamHandle  # noqa: E402
 
@@ -217,3 +217,31 @@ def test_a_rescale_asked_at_any_moment_is_applied_or_refused_and_the_answer_is_d
         assert [(r["from"], r["to"]) for r in m["rescales"]] == applied
         assert m["recoveries"] == [] and m["late_records"] == 0
         assert sink_windows(read_sink(out)) == want
+
+
+def test_a_stop_asked_before_the_tasks_joined_ends_the_stream(spark, tmp_path):
+    """An unbounded source, stopped right after stream() returned: the stop
+    reaches the tasks as they join (it is not lost to a group not formed yet)."""
+    h = stream(spark, RateSource(rate=1_000, keys=5, batch=100), sink=str(tmp_path / "out"),
+               executors=2, **dict(QUERY, aggs=["count"]))
+    m = h.stop(PATIENCE)
+    assert not h.running and m["running"] is False
+
+
+def test_a_stop_during_a_rescale_ends_the_stream_and_the_rescale_says_so(spark, tmp_path, parts):
+    src, out = _directory(str(tmp_path), parts), str(tmp_path / "out")
+    with asked_at_messages([(1, lambda h: h.rescale(3, timeout=PATIENCE))]) as outcomes:
+        h = stream(spark, DirectorySource(src), sink=out, executors=2,
+                   checkpoint=str(tmp_path / "ck"), checkpoint_every="200ms", **QUERY)
+        deadline = time.monotonic() + PATIENCE
+        while not h.metrics["rescales"] and not outcomes:  # the rescale was asked
+            assert time.monotonic() < deadline and h.running
+            time.sleep(0.01)
+        h.stop(PATIENCE)
+        while not outcomes:  # rescale() returned or raised
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert not h.running
+    what, answer = outcomes[0][1:]
+    assert what == "applied" or answer.endswith("the stream ended before the new group "
+                                                "started: stop() was called"), outcomes
