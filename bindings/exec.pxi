@@ -27,9 +27,9 @@ cdef class ExecutorCore(_Closeable):
                                               aggs)
             self.string_keys = cfg.state.key_type == SLASH_KEY_BYTES
         elif kind == "join":
-            wkind, size, key_type, partitions, left_types, right_types = state_args
+            wkind, size, key_type, partitions, left_types, right_types, band = state_args
             self.join_types = fill_join_config(&cfg.join, wkind, size, key_type, partitions,
-                                               left_types, right_types)
+                                               left_types, right_types, band)
             self.string_keys = cfg.join.key_type == SLASH_KEY_BYTES
             self.is_join = True
             cfg.kind = SLASH_EXEC_JOIN

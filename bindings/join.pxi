@@ -24,8 +24,10 @@ cdef class _JoinEmitResult(_EmitResult):
 
 
 cdef list fill_join_config(slash_join_config *cfg, str window_kind, int64_t size, str key_type,
-                           int partitions, list left_types, list right_types):
-    """Fills a slash_join_config; returns [left types, right types]."""
+                           int partitions, list left_types, list right_types, band=None):
+    """Fills a slash_join_config; returns [left types, right types]. ``band``:
+    None, or (left column, right column, lo, hi): an emit gives only the
+    pairs whose two int64 columns differ by lo..hi."""
     memset(cfg, 0, sizeof(cfg[0]))
     if window_kind not in ("tumbling", "session"):
         raise _errors.InvalidArgument(f"a join window must be tumbling or session, "
@@ -47,6 +49,9 @@ cdef list fill_join_config(slash_join_config *cfg, str window_kind, int64_t size
             if t not in ("int64", "float64"):
                 raise _errors.InvalidArgument(f"column type must be 'int64' or 'float64', got {t!r}")
             cfg.cols[side][c] = SLASH_JOIN_I64 if t == "int64" else SLASH_JOIN_F64
+    if band is not None:
+        cfg.band = 1
+        cfg.band_col[0], cfg.band_col[1], cfg.band_lo, cfg.band_hi = band
     return types
 
 
@@ -116,10 +121,10 @@ cdef class JoinStore(_Closeable):
     cdef list _types
 
     def __init__(self, str window_kind, int64_t size, str key_type, int partitions,
-                 list left_types, list right_types, size_t log_reserve=0):
+                 list left_types, list right_types, band=None, size_t log_reserve=0):
         cdef slash_join_config cfg
         self._types = fill_join_config(&cfg, window_kind, size, key_type, partitions,
-                                       left_types, right_types)
+                                       left_types, right_types, band)
         cfg.log_reserve = log_reserve
         self.string_keys = cfg.key_type == SLASH_KEY_BYTES
         cdef slash_status st

@@ -190,6 +190,9 @@ cdef extern from "slash/join.h" nogil:
         uint32_t ncols[2]
         slash_join_col_type cols[2][16]
         size_t log_reserve
+        int band
+        uint32_t band_col[2]
+        int64_t band_lo, band_hi
     ctypedef struct slash_join_batch:
         slash_join_side side
         size_t n

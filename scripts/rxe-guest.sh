@@ -27,6 +27,12 @@
 #   --env NAME      pass the host's $NAME into the command (repeatable); PATH,
 #                   VIRTUAL_ENV and every SLASH_* variable are passed anyway
 #   --verbose       show the guest's kernel and init messages
+#   --net BACKEND   QEMU's -netdev backend for eth0 in place of user
+#                   networking, e.g. socket,listen=:PORT or
+#                   socket,connect=127.0.0.1:PORT: guests on one virtual
+#                   network (scripts/rxe-two-hosts.sh); no route out then
+#   --index I       the guest's number on that network: eth0 is
+#                   10.0.2.(15+I)/24 with MAC 52:54:00:12:34:(56+I) (default 0)
 # Exit status: the command's own, or
 #   124  the run did not finish within --timeout (the guest was killed)
 #   125  the guest failed: did not boot, no rxe device, or died before the
@@ -50,6 +56,8 @@ CWD=$PWD
 VERBOSE=0
 MODE=run
 PASS_ENV=()
+NET=user
+INDEX=0
 
 # the modules the guest loads, in an order modprobe --show-depends expands
 GUEST_MODULES="virtio_pci virtio_net 9pnet_virtio 9p overlay rdma_rxe rdma_ucm ib_umad crc32_generic"
@@ -72,14 +80,17 @@ while [ $# -gt 0 ]; do
         --cwd) CWD=$2; shift ;;
         --env) PASS_ENV+=("$2"); shift ;;
         --verbose) VERBOSE=1 ;;
+        --net) NET=$2; shift ;;
+        --index) INDEX=$2; shift ;;
         --) shift; break ;;
         -*) usage >&2; log "unknown option: $1"; exit 2 ;;
         *) break ;;
     esac
     shift
 done
-[[ "$TIMEOUT" =~ ^[0-9]+$ && "$CPUS" =~ ^[0-9]+$ && "$MEM" =~ ^[0-9]+$ ]] ||
-    { log "--timeout, --cpus and --mem take whole numbers"; exit 2; }
+[[ "$TIMEOUT" =~ ^[0-9]+$ && "$CPUS" =~ ^[0-9]+$ && "$MEM" =~ ^[0-9]+$ && "$INDEX" =~ ^[0-9]+$ ]] &&
+    [ "$INDEX" -lt 40 ] ||
+    { log "--timeout, --cpus, --mem and --index (under 40) take whole numbers"; exit 2; }
 if [ "$MODE" = run ] && [ $# -eq 0 ]; then
     usage >&2
     exit 2
@@ -177,10 +188,12 @@ mount -t tmpfs tmpfs /newroot/run
 mount --bind /xfer /newroot/mnt
 ip link set lo up
 ip link set eth0 up
-ip addr add 10.0.2.15/24 dev eth0
-ip route add default via 10.0.2.2
-echo "nameserver 10.0.2.3" > /newroot/etc/resolv.conf 2>/dev/null
-echo "rxe-guest" > /proc/sys/kernel/hostname
+ip addr add "$GUEST_IP/24" dev eth0
+if [ "$GUEST_NET" = user ]; then
+    ip route add default via 10.0.2.2
+    echo "nameserver 10.0.2.3" > /newroot/etc/resolv.conf 2>/dev/null
+fi
+echo "rxe-guest$GUEST_INDEX" > /proc/sys/kernel/hostname
 chroot /newroot rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0"
 i=0
 until grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null; do
@@ -271,7 +284,10 @@ trap 'exit 130' INT TERM
 
 # the writable share: the checkout (git's top level, so a worktree's .venv is in it)
 WORKDIR=$(git -C "$ROOT" rev-parse --show-toplevel 2>/dev/null || echo "$ROOT")
-printf 'WORKDIR=%q\n' "$WORKDIR" >"$XFER/guest.conf"
+{
+    printf 'WORKDIR=%q\n' "$WORKDIR"
+    printf 'GUEST_IP=10.0.2.%d\nGUEST_NET=%q\nGUEST_INDEX=%d\n' $((15 + INDEX)) "${NET%%,*}" "$INDEX"
+} >"$XFER/guest.conf"
 {
     echo "#!/bin/bash"
     for v in PATH VIRTUAL_ENV HOME LANG "${PASS_ENV[@]}" $(compgen -e | grep '^SLASH_' || true); do
@@ -289,7 +305,7 @@ QEMU=(qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "$CPUS" -m "$MEM"
       -virtfs "local,path=/,mount_tag=hostroot,readonly=on,multidevs=remap,security_model=none"
       -virtfs "local,path=$WORKDIR,mount_tag=work,multidevs=remap,security_model=none"
       -virtfs "local,path=$XFER,mount_tag=xfer,security_model=none"
-      -netdev user,id=n0 -device virtio-net-pci,netdev=n0)
+      -netdev "$NET,id=n0" -device "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:$((56 + INDEX))")
 
 START=$(date +%s)
 if [ $VERBOSE = 1 ]; then

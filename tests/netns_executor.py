@@ -31,7 +31,15 @@ def main() -> int:
     ex = slash.Executor(lst, rank, addresses, state, slash.GroupConfig(transport="ofi:tcp"),
                         token=token)
     lst.close()
-    table = stream()
+    push_share(ex, stream(), rank, n, out)
+    ex.close()
+    return 0
+
+
+def push_share(ex: slash.Executor, table: pa.Table, rank: int, n: int, out: str) -> None:
+    """Pushes rank's share of ``table`` (every n-th row) into ``ex``, finishes
+    and writes the windows it fired to ``out`` (a Parquet file). Also the body
+    of two_hosts_executor.py's ranks."""
     mine = table.filter(pa.array(np.arange(table.num_rows) % n == rank))
     results = []
     for b in mine.to_batches(max_chunksize=1000):
@@ -40,8 +48,6 @@ def main() -> int:
     ex.finish()
     results += ex.results()
     pq.write_table(pa.Table.from_batches(results, schema=ex.result_schema()), out)
-    ex.close()
-    return 0
 
 
 if __name__ == "__main__":

@@ -33,5 +33,6 @@ def test_every_input_gives_sparks_answer_and_says_its_path(tmp_path):
     assert out["all_verified"]
     routes = {(r["input"], r["key"]): r["route"] for r in out["runs"]}
     assert routes[("scan", "string")] == "scan" and routes[("path", "int")] == "files"
-    assert routes[("join", "int")] == "export"
+    assert routes[("join", "int")] == "scan-join"  # the broadcast side joined by the executors
+    assert routes[("union", "string")] == "export"
     assert all(r["ratio"] > 0 for r in out["runs"])

@@ -186,10 +186,65 @@ def route(request, spark):
 def test_a_joins_output_takes_the_general_path_with_spark_answer(spark, files, route):
     from pyspark.sql import functions as F
 
-    campaigns = spark.createDataFrame([(i, f"c{i % 4}") for i in range(17)], "k long, campaign string")
+    # k = 3 twice on the broadcast side: each such event is two joined rows
+    campaigns = spark.createDataFrame([(i, f"c{i % 4}") for i in [*range(17), 3]],
+                                      "k long, campaign string")
     df = spark.read.parquet(files["int96"]).join(F.broadcast(campaigns), "k")
     res, ref = aggregate(spark, df, "campaign")
     assert res.route == route
+    assert_same(res, ref)
+
+
+def test_a_scan_joined_to_a_broadcast_table_is_read_and_joined_by_the_executors(spark, files):
+    from pyspark.sql import functions as F
+
+    # k 13..16 and null k match nothing: an inner join drops those events
+    campaigns = spark.createDataFrame([(i, f"c{i % 4}", i * 1.5) for i in range(13)],
+                                      "k long, campaign string, bid double")
+    df = spark.read.parquet(files["int96"]).join(F.broadcast(campaigns), "k")
+    res, ref = aggregate(spark, df, "campaign")
+    assert res.route == "scan-join"
+    assert res.df.columns == ref.columns
+    assert_same(res, ref)
+
+
+def test_a_broadcast_joins_filters_and_values_come_from_either_side(spark, files):
+    from pyspark.sql import functions as F
+
+    campaigns = spark.createDataFrame([(i, f"c{i % 4}", float(i % 5)) for i in range(17)],
+                                      "k long, campaign string, bid double")
+    df = (spark.read.parquet(files["int96"]).where("event_type = 'view'")
+          .join(F.broadcast(campaigns.where("bid > 0")), "k")
+          .select("ts", F.col("user").alias("customer"), "campaign", F.col("bid").alias("price"),
+                  "qty"))
+    res, ref = aggregate(spark, df, "customer", filter="campaign != 'c2'")
+    assert res.route == "scan-join"
+    assert_same(res, ref)
+
+
+def test_a_broadcast_join_on_a_string_column_with_nulls_keeps_sparks_rows(spark, files):
+    from pyspark.sql import functions as F
+
+    users = spark.createDataFrame([(f"user-{i}", i % 7) for i in range(0, 300, 2)] + [(None, 99)],
+                                  "user string, tier int")
+    df = spark.read.parquet(files["pandas"]).join(F.broadcast(users), "user")
+    res, ref = aggregate(spark, df, "tier")
+    assert res.route == "scan-join"
+    assert_same(res, ref)
+
+
+def test_a_join_spark_does_not_broadcast_takes_the_general_path_saying_why(spark, files, caplog):
+    a = spark.read.parquet(files["int96"]).select("ts", "k", "price", "qty")
+    b = spark.read.parquet(files["hive"]).select("k", "user").where("user = 'user-7'")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    try:
+        df = a.join(b, "k")
+        with caplog.at_level(logging.WARNING, logger="slash.spark"):
+            res, ref = aggregate(spark, df, "user")
+    finally:
+        spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
+    assert res.route == "export"
+    assert "broadcasting neither side" in caplog.text
     assert_same(res, ref)
 
 

@@ -18,7 +18,7 @@ import pytest
 import slash
 from slash import errors
 from slash.executor import GroupConfig
-from slash.join import JoinBackend
+from slash.join import JoinBackend, JoinConfig
 from slash.query import JoinQuery
 from slash.runner import run
 from slash.sources import GeneratorSource
@@ -261,3 +261,45 @@ def test_killed_interval_join_worker_gives_the_same_pairs(tmp_path, monkeypatch)
     assert m["recoveries"][0]["from_checkpoint"] is not None
     assert got.num_rows == want.num_rows > 1000
     assert rows_of(got) == rows_of(want)
+
+
+def hot_key_table(seed, n, span, col, hot=0.05):
+    """Rows whose times interleave with the other side's, one key (7) on a
+    ``hot`` share of them and the rest spread over 500 keys."""
+    rng = np.random.default_rng(seed)
+    k = rng.integers(100, 600, n)
+    k[rng.random(n) < hot] = 7
+    return pa.table({"id": pa.array(k, pa.int64()),
+                     "ts": pa.array(np.sort(rng.integers(0, span, n)), pa.int64()),
+                     col: pa.array(rng.integers(0, 1000, n), pa.int64())})
+
+
+def test_hot_key_interval_join_equals_duckdb(tmp_path):
+    left, right = hot_key_table(5, 6000, 120_000, "a"), hot_key_table(6, 6000, 120_000, "b")
+    files = (write_parts(tmp_path / "l", left, 2), write_parts(tmp_path / "r", right, 2))
+    got = run(JoinQuery(time="ts", on="id", interval=("-5s", "+10s")), files, executors=2)
+    want = duck_interval(left, right, -5000, 10000)
+    hot = int(np.count_nonzero(want.column("id").to_numpy() == 7))
+    assert hot > want.num_rows // 2  # the hot key's pairs are most of the answer
+    assert got.num_rows == want.num_rows
+    assert rows_of(got) == rows_of(want)
+
+
+def test_join_state_band_emits_only_the_pairs_inside_it():
+    cfg = JoinConfig(window="tumbling:100ms", left_columns={"t": "int64"},
+                     right_columns={"t": "int64"}, band=("t", -5, 10))
+    lt, rt = np.arange(0, 100, 3), np.arange(0, 100, 7)
+    with JoinBackend(cfg) as jb:
+        jb.update_left(np.ones(len(lt), np.int64), lt, {"t": lt})
+        jb.update_right(np.ones(len(rt), np.int64), rt, {"t": rt})
+        out = jb.emit(100)
+    got = sorted(zip(out.column("left_t").to_pylist(), out.column("right_t").to_pylist()))
+    assert got == sorted((a, b) for a in lt.tolist() for b in rt.tolist() if -5 <= a - b <= 10)
+
+
+@pytest.mark.parametrize("band,what", [(("x", 0, 1), "int64 column"), (("f", 0, 1), "int64 column"),
+                                       (("t", 2, 1), "above the upper")])
+def test_join_state_band_the_store_cannot_honour_is_refused(band, what):
+    with pytest.raises(errors.InvalidArgument, match=what):
+        JoinConfig(window="tumbling:100ms", left_columns={"t": "int64", "f": "float64"},
+                   right_columns={"t": "int64", "f": "float64"}, band=band)

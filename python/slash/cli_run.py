@@ -250,7 +250,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         else:
             source = FileSource(args.input)
             rows_in = source.rows
-    here = runs_in_process(source, args.executors, **process_settings)
+    here = runs_in_process(source, args.executors, args.transport, **process_settings)
     if not here:
         # executors are forked from a server that loads their modules once
         # (started above, before this process's imports, when a setting

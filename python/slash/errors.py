@@ -100,6 +100,14 @@ def write_error(path: str, e: OSError, what: str = "write") -> SystemCallError:
     return SystemCallError(f"cannot {what} {path!r}: {e.strerror or text}")
 
 
+class ResourceLimit(SystemFailure):
+    """A limit of the system is lower than a run needs, e.g. RLIMIT_NOFILE
+    for a large group's mesh (:mod:`slash.open_files`). Raised before anything
+    starts; the message names the limit, the need and the remedy."""
+
+    status = "resource limit"
+
+
 class ProviderError(SystemFailure):
     status = "fabric provider error"
 

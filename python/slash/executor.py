@@ -31,6 +31,7 @@ import pyarrow as pa
 from slash import _core
 from slash.errors import CheckpointCorrupt, InvalidArgument, SchemaError
 from slash.limits import MAX_PARTITIONS
+from slash.open_files import executor_fds, reserve
 
 #: Key partitions of a group unless GroupConfig.partitions says otherwise: fixed,
 #: not tied to the number of executors, so leadership can move (docs/elastic.md).
@@ -253,6 +254,10 @@ class Executor:
         n = len(addresses)
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < max(n, 1):
             raise InvalidArgument(f"rank must be in 0..{n - 1}, got {rank!r}")
+        # the mesh's descriptors are opened here, in the executor's process (a
+        # Spark task, a forkserver child: not always started with the launcher's limit)
+        reserve(executor_fds(n, group.transport),
+                f"executor rank {rank} of a group of {n} over {group.transport}", group.transport, n)
         self.state = state
         self.group = group
         self.rank = rank

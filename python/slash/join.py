@@ -78,6 +78,10 @@ class JoinConfig:
     how far the times rows are stored at may lead their event times (an
     interval join's buckets, :mod:`slash.interval`); an executor's watermark
     holds back by it, so a stored copy is late only when its row is.
+    ``band``: None, or ``(column, lo, hi)``: an emit gives only the pairs
+    whose int64 ``column`` (on both sides) has ``lo <= left - right <= hi``
+    (in the column's units): an interval join's candidates filtered to its
+    interval in C, each group's right rows sorted once (join_band.c).
 
     >>> JoinConfig(window="session:5s", right_columns={"bid": "int64"}).output_names
     ['window_start', 'window_end', 'key', 'right_bid']
@@ -91,6 +95,7 @@ class JoinConfig:
     time_unit: str = "ms"
     key_names: Tuple[str, ...] = ()
     lead_ms: int = 0
+    band: Optional[Tuple[str, int, int]] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_names", tuple(self.key_names))
@@ -107,6 +112,21 @@ class JoinConfig:
         object.__setattr__(self, "left_columns", _check_columns(self.left_columns, "left_columns"))
         object.__setattr__(self, "right_columns",
                            _check_columns(self.right_columns, "right_columns"))
+        if self.band is not None:
+            self._check_band()
+
+    def _check_band(self) -> None:
+        band = self.band
+        if not (isinstance(band, tuple) and len(band) == 3
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in band[1:])):
+            raise InvalidArgument(f"band must be (column, lo, hi) with int bounds, got {band!r}")
+        col, lo, hi = band
+        for side in SIDES:
+            if self.columns(side).get(col) != "int64":
+                raise InvalidArgument(f"band column {col!r} must be an int64 column of the "
+                                      f"{side} side (has {dict(self.columns(side))})")
+        if lo > hi:
+            raise InvalidArgument(f"band: lower bound {lo} is above the upper bound {hi}")
 
     @property
     def ticks_per_ms(self) -> int:
@@ -137,11 +157,17 @@ def _key_config(config: JoinConfig) -> StateConfig:
 
 def join_core_args(config: JoinConfig, partitions: Optional[int] = None) -> tuple:
     """The core's view of a join config: (window kind, size, key type,
-    partitions, left column types, right column types)."""
+    partitions, left column types, right column types, band: None or (left
+    column index, right column index, lo, hi))."""
     kind, size = _window_args(config.window, config.ticks_per_ms)
+    band = None
+    if config.band is not None:
+        col, lo, hi = config.band
+        band = (list(config.left_columns).index(col), list(config.right_columns).index(col),
+                lo, hi)
     return (kind, size, "int64" if config.key_type == "int64" else "bytes",
             partitions or config.partitions, list(config.left_columns.values()),
-            list(config.right_columns.values()))
+            list(config.right_columns.values()), band)
 
 
 def prepare_side(config: JoinConfig, side: str, keys: Any, times: Any,
@@ -208,7 +234,7 @@ class JoinBackend:
         self.config = config
         # the key and time columns are checked, and the window/key columns of
         # results built, by the state backend's helpers through this config
-        self._store = _core.JoinStore(*join_core_args(config), log_reserve_bytes)
+        self._store = _core.JoinStore(*join_core_args(config), log_reserve=log_reserve_bytes)
         log.debug("join backend opened: %s", config)
 
     # -- updates -----------------------------------------------------------

@@ -235,11 +235,14 @@ class JoinQuery:
             return out
 
         w = self.key_query.window
+        unit = self.key_query.tick_unit(left)
+        plan = self._plan  # its candidates filtered to the interval as they are emitted
+        band = (TS, plan.lo * TIME_UNITS[unit], plan.hi * TIME_UNITS[unit]) if plan else None
         return JoinConfig(window=replace(w, offset_ms=0) if getattr(w, "offset_ms", 0)
                           else w, key_type=self.key_query.key_type(left),
                           left_columns=types("left", left), right_columns=types("right", right),
-                          partitions=partitions, time_unit=self.key_query.tick_unit(left),
-                          key_names=tuple(self.on), lead_ms=self._plan.lead_ms if self._plan else 0)
+                          partitions=partitions, time_unit=unit, key_names=tuple(self.on),
+                          lead_ms=plan.lead_ms if plan else 0, band=band)
 
     def input_columns(self, side: str, schema: pa.Schema) -> List[str]:
         return list(dict.fromkeys([self.time, *self.on, *self.payload(side, schema)]))
@@ -337,12 +340,15 @@ class JoinQuery:
         """Interval and sliding joins: the candidate pairs of the buckets
         filtered to the interval (sliding: repeated once per window both rows
         fall in), with their window bounds in ticks (None for an interval
-        join)."""
+        join). The join state's band (join_config) emits only pairs inside
+        the interval, so the filter here takes nothing out; it stays as the
+        check of what an emit promises."""
         plan = self._plan
         tpm = TIME_UNITS[self.key_query.tick_unit(schema)]
         lt, rt = (to_numpy(results.column(f"{s}_{TS}")).astype(np.int64) for s in ("left", "right"))
         keep = np.flatnonzero(plan.matches(lt, rt, tpm))
-        results, lt, rt = results.take(pa.array(keep, pa.int64())), lt[keep], rt[keep]
+        if len(keep) < len(lt):
+            results, lt, rt = results.take(pa.array(keep, pa.int64())), lt[keep], rt[keep]
         if plan.sliding is None:
             return results, None, None
         pair, start, end = plan.windows(lt, rt, tpm)

@@ -33,6 +33,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from slash.errors import SystemFailure, Timeout
+from slash.open_files import reserve_group
 
 log = logging.getLogger(__name__)
 
@@ -189,13 +190,19 @@ class ProcessGroup:
     ``in_process``: each rank runs on a thread of this process instead
     (same messages, same failure reports; for a group too small to be worth
     a process start: a crash in C then takes the caller with it).
+    ``transport``: the processes form a group over it (a mesh: each holds
+    descriptors per peer): before anything starts, the open-file limit is
+    raised to what the group needs, or :class:`slash.errors.ResourceLimit`
+    says at once why it cannot be (:func:`slash.open_files.reserve_group`).
     """
 
     def __init__(self, n: int, target: Callable[..., None],
                  args_of: Callable[[int], Sequence[Any]], name: str = "executor",
-                 in_process: bool = False) -> None:
+                 in_process: bool = False, transport: Optional[str] = None) -> None:
         if n < 1:
             raise ValueError(f"a process group needs at least one process, got {n}")
+        if transport is not None:
+            reserve_group(n, transport, in_process)
         ctx = mp.get_context(_START_METHOD)
         self.n = n
         self.name = name

@@ -357,7 +357,7 @@ def _live_group(query: Any, source: Any, size: int, group: GroupConfig, token: s
     # the ranks' loop: slash.run.rank.RankLoop with Scaling and Checkpointing (LivePositions)
     spec = RankSpec(query, source, group, token, report_every=report_every, control=True,
                     rate=rate, active=list(active), works=works, plan=plan)
-    pg = ProcessGroup(size, worker, lambda r: (spec, r))
+    pg = ProcessGroup(size, worker, lambda r: (spec, r), transport=group.transport)
     try:
         with pg:
             d = Driver(pg, size, t_start + timeout, timeout)

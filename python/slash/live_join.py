@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import pyarrow as pa
 
 from slash.live_scale import LiveScaler, ScaleAgent, Work, deal_work
-from slash.recovery_join import Side, file_items, merged, read_held, side_at
+from slash.recovery_join import Side, exact_merge, file_items, merged, read_held, side_at
 from slash.run.elastic import wait_for_work
 from slash.run.inputs import bound_ticks
 from slash.run.rank import JoinPush, RankLoop, SideBatch
@@ -260,7 +260,7 @@ def live_join_items(loop: RankLoop, scaling: JoinScaling, push: JoinPush,
             agent.sides = sides
             scaling.advance()  # what its (new) work allows at once
             stop = False
-            for side, batch in merged(query, sides):
+            for side, batch in merged(query, sides, exact_merge(*loop.source, paced=bool(rate))):
                 yield None, SideBatch(side, batch)  # pushed, served and the driver heard
                 while per and not agent.changed:
                     ahead = (push.rows - base) / per - (time.monotonic() - t0)

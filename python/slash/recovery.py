@@ -418,7 +418,7 @@ def _checkpointed_group(query: Query, source: Any, n: int, group: GroupConfig, t
     pending_resume = rescales[-1] if rescales and "seconds_to_resume" not in rescales[-1] else None
     cut = RescaleCut()
     spec = RankSpec(query, source, group, token, plan=plan, control=rounds is not None)
-    with ProcessGroup(n, worker, lambda r: (spec, r)) as pg:
+    with ProcessGroup(n, worker, lambda r: (spec, r), transport=group.transport) as pg:
         d = Driver(pg, n, time.monotonic() + timeout, timeout)
         got = d.got
         updates = rounds.updates if rounds is not None else None

@@ -357,7 +357,8 @@ def _run_group_body(p: RunPlan, n: int, ctl: Any, report_every: Optional[float],
                     report_every=report_every,
                     control=ctl is not None, rate=rate,
                     active=None if elastic is None else list(range(elastic)), realtime=realtime)
-    with ProcessGroup(n, worker, lambda r: (spec, r), in_process=in_process) as pg:
+    with ProcessGroup(n, worker, lambda r: (spec, r), in_process=in_process,
+                      transport=p.group.transport) as pg:
         d = Driver(pg, n, t0 + p.timeout, p.timeout, wait_for_cause=True)
         if live is not None:
             show_live(d, live)

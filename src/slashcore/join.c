@@ -368,6 +368,16 @@ slash_status slash_join_open(const slash_join_config *cfg, slash_join **out)
         }
         fp = ssb_mix(fp + cfg->ncols[side] * (side ? 977u : 7u));
     }
+    if (cfg->band) {
+        for (int side = 0; side < 2; side++)
+            if (cfg->band_col[side] >= cfg->ncols[side] ||
+                cfg->cols[side][cfg->band_col[side]] != SLASH_JOIN_I64)
+                return slash_fail(SLASH_EINVAL, "band: %s column %u is not an int64 column of "
+                                  "that side", side ? "right" : "left", cfg->band_col[side]);
+        if (cfg->band_lo > cfg->band_hi)
+            return slash_fail(SLASH_EINVAL, "band: lower bound %lld above the upper %lld",
+                              (long long)cfg->band_lo, (long long)cfg->band_hi);
+    }
     slash_join *s = calloc(1, sizeof *s);
     if (!s)
         return slash_fail(SLASH_ENOMEM, "join store");

@@ -11,6 +11,9 @@
  * Within a group the pairs are laid out left-major: left row i meets right
  * rows 0..R-1 in rows [i*R, (i+1)*R) of the group's block, so each right
  * column is written once from the chunks and then copied block by block.
+ * With the config's band set, a group gives only its pairs inside the band
+ * (join_band.c), counted and written with one scratch array of right rows
+ * sized in pass 1 for the largest finished group.
  */
 #include "join_impl.h"
 
@@ -37,10 +40,35 @@ static inline bool finished(const slash_join *s, const join_group *g, int64_t up
            slash_window_closed(&s->cfg.window, g->end, up_to);
 }
 
+/* Room for the right rows of the largest finished group under a band
+ * (*out NULL without a band or such a group). */
+static slash_status band_scratch(const slash_join *s, int64_t up_to, const uint8_t *skip,
+                                 join_band_row **out)
+{
+    *out = NULL;
+    if (!s->cfg.band)
+        return SLASH_OK;
+    size_t most = 0;
+    for (uint32_t i = 0; i < s->cfg.partitions; i++) {
+        if (skip && skip[i])
+            continue;
+        const join_part *p = &s->parts[i];
+        for (uint64_t a = p->log.begin; a < p->log.tail;) {
+            join_group *g = join_ptr(p, a);
+            a += g->h.size;
+            if (finished(s, g, up_to) && g->rows[0] && g->rows[1] > most)
+                most = g->rows[1];
+        }
+    }
+    if (most && !(*out = malloc(most * sizeof **out)))
+        return slash_fail(SLASH_ENOMEM, "emit: band of %zu right rows", most);
+    return SLASH_OK;
+}
+
 /* Pass 1: pairs and key bytes of the finished groups (of the partitions
- * not skipped). */
+ * not skipped); under a band, those inside it (`band`: band_scratch's). */
 static slash_status count_pairs(const slash_join *s, int64_t up_to, const uint8_t *skip,
-                                size_t *rows, size_t *kbytes)
+                                join_band_row *band, size_t *rows, size_t *kbytes)
 {
     size_t n = 0, kb = 0;
     for (uint32_t i = 0; i < s->cfg.partitions; i++) {
@@ -53,8 +81,11 @@ static slash_status count_pairs(const slash_join *s, int64_t up_to, const uint8_
             if (!finished(s, g, up_to))
                 continue;
             size_t pairs, gk;
-            if (__builtin_mul_overflow((size_t)g->rows[0], (size_t)g->rows[1], &pairs) ||
-                __builtin_add_overflow(n, pairs, &n) ||
+            if (band)
+                pairs = join_band_pairs(s, p, g, band);
+            else if (__builtin_mul_overflow((size_t)g->rows[0], (size_t)g->rows[1], &pairs))
+                pairs = SIZE_MAX;
+            if (pairs == SIZE_MAX || __builtin_add_overflow(n, pairs, &n) ||
                 __builtin_mul_overflow(pairs, (size_t)g->key_len, &gk) ||
                 __builtin_add_overflow(kb, gk, &kb))
                 return slash_fail(SLASH_ETOOBIG, "emit: the joined pairs up to %lld do not fit "
@@ -167,11 +198,16 @@ slash_status slash_join_emit_parts(slash_join *s, int64_t up_to, const uint8_t *
         return sealed;
     size_t rows = 0, kbytes = 0;
     slash_join_result *r = NULL;
-    slash_status st = count_pairs(s, up_to, skip, &rows, &kbytes);
+    join_band_row *band = NULL;
+    slash_status st = band_scratch(s, up_to, skip, &band);
+    if (st == SLASH_OK)
+        st = count_pairs(s, up_to, skip, band, &rows, &kbytes);
     if (st == SLASH_OK)
         st = alloc_result(s, rows, kbytes, &r);
-    if (st != SLASH_OK)
+    if (st != SLASH_OK) {
+        free(band);
         return st;
+    }
     for (uint32_t i = 0; i < s->cfg.partitions; i++) {
         join_part *p = &s->parts[i];
         if (skip && skip[i]) { /* held: keeps the watermark it had */
@@ -183,11 +219,17 @@ slash_status slash_join_emit_parts(slash_join *s, int64_t up_to, const uint8_t *
             join_group *g = join_ptr(p, a);
             a += g->h.size;
             if (finished(s, g, up_to)) {
-                fill_group(s, p, g, r);
+                if (band) {
+                    join_band_pairs(s, p, g, band); /* sorts g's right rows into it */
+                    join_band_fill(s, p, g, band, r);
+                } else {
+                    fill_group(s, p, g, r);
+                }
                 join_free_group(p, g);
             }
         }
     }
+    free(band);
     /* the pairs are out and their state is freed: a compaction that fails
      * for want of memory leaves the store correct, only larger, so it does
      * not fail the emit (the next trim tries again) */

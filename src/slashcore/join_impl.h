@@ -180,6 +180,24 @@ slash_status join_append_rows(slash_join *s, join_part *p, join_group *g, int si
 /* Marks a live group and all its chunks FREED. */
 void join_free_group(join_part *p, join_group *g);
 
+/* join_band.c: an emit under the config's band (slash_join_config.band).
+ * A right row of a group as the band sees it: its band time and its row. */
+typedef struct join_band_row {
+    int64_t t;
+    const uint8_t *row;
+} join_band_row;
+
+/* Pairs of g inside the band, with g's right rows sorted by band time into
+ * `right` (room for g->rows[1]). */
+size_t join_band_pairs(const slash_join *s, const join_part *p, const join_group *g,
+                       join_band_row *right);
+
+/* Writes the pairs of g inside the band at row r->rows, left-major (each
+ * left row's matches in band-time order); `right` holds what
+ * join_band_pairs left there for g. */
+void join_band_fill(const slash_join *s, const join_part *p, join_group *g,
+                    const join_band_row *right, slash_join_result *r);
+
 /* join_epoch.c: validates a region in merge_delta's format in full
  * (SLASH_EPROTO naming the offset), and merges a validated one (rows of
  * windows closed at their partition's emitted watermark are late). */

@@ -53,6 +53,7 @@ def _worker(cfg: GroupBenchConfig, rank: int, token: str, link) -> None:
         state = slash.StateConfig(window=f"tumbling:{cfg.window_ms}ms", aggregates=["count"])
         group = slash.GroupConfig(transport=cfg.transport, mode=cfg.mode, epoch_bytes=cfg.epoch_bytes)
         ex = slash.Executor(lst, rank, addresses, state, group, token=token)
+        link.put(("joined", rank))
         lst.close()
         batches = list(_stream(cfg, rank))  # generated before timing
         out: List[pa.RecordBatch] = []
@@ -66,17 +67,37 @@ def _worker(cfg: GroupBenchConfig, rank: int, token: str, link) -> None:
         elapsed = time.perf_counter() - t0
         m = ex.metrics
         table = pa.Table.from_batches(out, schema=ex.result_schema())
+        memory = process_memory()  # with the mesh's rings still mapped
         ex.close()
-        link.put(("ok", rank, elapsed, t_push, m, table))
+        link.put(("ok", rank, elapsed, t_push, m, table, memory))
     except BaseException as e:
         link.put(("error", rank, f"{type(e).__name__}: {e}"))
+
+
+def process_memory() -> Dict[str, int]:
+    """This process's resident and proportional set sizes in bytes (``rss``,
+    ``pss``: shared pages, the mesh's rings among them, divided among the
+    processes that map them; /proc/self/smaps_rollup, empty without it)."""
+    out: Dict[str, int] = {}
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                if name in ("Rss", "Pss", "Pss_Shmem"):
+                    out[name.lower()] = int(rest.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
 
 
 def run_group(cfg: GroupBenchConfig) -> Dict[str, Any]:
     """Runs one configuration and returns its measurements."""
     n = cfg.executors
     token = secrets.token_hex(8)
-    with ProcessGroup(n, _worker, lambda r: (cfg, r, token)) as pg:
+    t0 = time.monotonic()
+    joined = 0
+    start_seconds = 0.0
+    with ProcessGroup(n, _worker, lambda r: (cfg, r, token), transport=cfg.transport) as pg:
         got: Dict[int, str] = {}
         reports = []
         try:
@@ -88,7 +109,14 @@ def run_group(cfg: GroupBenchConfig) -> Dict[str, Any]:
                     reports.append(msg)
             if not reports:
                 pg.broadcast([got[r] for r in range(n)])
-                reports = [pg.recv(timeout=3600) for _ in range(n)]
+                while len(reports) < n:
+                    msg = pg.recv(timeout=3600)
+                    if msg[0] != "joined":
+                        reports.append(msg)
+                        continue
+                    joined += 1
+                    if joined == n:  # every executor's mesh is up
+                        start_seconds = time.monotonic() - t0
         except Timeout as e:
             raise SystemFailure(f"benchmark group of {n}: {e}") from None
     errs = [r for r in reports if r[0] == "error"]
@@ -108,6 +136,14 @@ def run_group(cfg: GroupBenchConfig) -> Dict[str, Any]:
         "bytes_shipped": sum(r[4]["delta_bytes_sent"] for r in reports),
         "epochs": sum(r[4]["epochs"] for r in reports) / n,
         "result_rows": result.num_rows,
+        # from the launch to every executor's mesh formed (process starts included)
+        "start_seconds": start_seconds,
+        "epoch_sync_ms": 1e3 * sum(r[4]["sync_seconds"] / max(1, r[4]["epochs"])
+                                   for r in reports) / n,
+        "rss_bytes": sum(r[6].get("rss", 0) for r in reports),
+        "pss_bytes": sum(r[6].get("pss", 0) for r in reports),
+        # of it, shared memory: the rings of the mesh (memfds over shm)
+        "shmem_pss_bytes": sum(r[6].get("pss_shmem", 0) for r in reports),
     }
     if cfg.verify:
         res["verified"] = verify(cfg, result)

@@ -81,7 +81,10 @@ class Stream:
     """One generated stream, cut into blocks; picklable (executors rebuild
     their split from it). ``records`` counts events for NEXMark kinds (the
     records are that kind's share of them). ``constants`` adds int64 columns
-    of one value (e.g. a single group key)."""
+    of one value (e.g. a single group key). ``hot`` makes keys hot: each
+    ``(column, share, value)`` sets the int64 ``column`` to ``value`` on a
+    ``share`` of the rows, picked by a hash of the row's index in the stream
+    (so every split and the whole table agree)."""
 
     kind: str
     records: int
@@ -93,8 +96,12 @@ class Stream:
     columns: Tuple[str, ...] = ()
     sample_path: str = ""
     constants: Tuple[Tuple[str, int], ...] = ()
+    hot: Tuple[Tuple[str, float, int], ...] = ()
 
     def __post_init__(self) -> None:
+        for col, share, _ in self.hot:
+            if not 0.0 <= share <= 1.0:
+                raise InvalidArgument(f"hot key share of {col!r} must be in [0, 1], got {share!r}")
         if self.kind not in STREAM_KINDS:
             raise InvalidArgument(f"stream kind must be one of {STREAM_KINDS}, got {self.kind!r}")
         for name in ("records", "block", "keys", "rate"):
@@ -133,6 +140,11 @@ class Stream:
             pa.RecordBatch.from_pylist([], schema=t.schema)
         for name, value in self.constants:
             batch = batch.append_column(name, pa.array(np.full(batch.num_rows, value, np.int64)))
+        for name, share, value in self.hot:
+            col = batch.schema.get_field_index(name)
+            keys = batch.column(col).to_numpy().copy()
+            keys[_unit_hash(first, batch.num_rows, self.seed) < share] = value
+            batch = batch.set_column(col, name, pa.array(keys, pa.int64()))
         return batch
 
     def split(self, rank: int, n: int) -> List[pa.RecordBatch]:
@@ -150,6 +162,17 @@ class Stream:
 
     def schema(self) -> pa.Schema:
         return self.make(0).schema
+
+
+def _unit_hash(first: int, n: int, seed: int) -> np.ndarray:
+    """A number in [0, 1) per row index first..first+n-1 (splitmix64 of the
+    index and seed)."""
+    with np.errstate(over="ignore"):
+        x = np.arange(first, first + n, dtype=np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
 @functools.lru_cache(maxsize=2)
@@ -474,7 +497,8 @@ def run_group(plan: Plan, executors: int, mode: str, transport: str = "shm",
         raise NotSupported(f"{plan.name}: no Slash plan for this query")
     token = secrets.token_hex(16)
     with ProcessGroup(executors, _worker,
-                      lambda r: (plan, r, executors, mode, transport, token, timeout)) as pg:
+                      lambda r: (plan, r, executors, mode, transport, token, timeout),
+                      transport=transport) as pg:
         ready: Dict[int, Tuple[str, float, int]] = {}
         phase1: Dict[int, pa.Table] = {}
         done: Dict[int, Tuple[float, Dict[str, Any], pa.Table]] = {}

@@ -18,7 +18,9 @@ The inputs, each side given the same DataFrame (``--inputs``):
 * ``scan-512m``: the same read planned with
   ``spark.sql.files.maxPartitionBytes=512m`` (fewer, larger partitions);
 * ``join``: ``events.join(broadcast(campaigns), "ad_id")`` (the YSB shape),
-  keyed by the campaign for the int key.
+  keyed by the campaign for the int key (Slash: route ``scan-join``);
+* ``union``: ``events.where(ad_id < 500).unionByName(events.where(ad_id >=
+  500))``, a DataFrame Spark computes (Slash: route ``export``).
 
 Both results go to Spark's ``noop`` sink (Spark computes every row, writes
 nothing). The sides take turns (warm-up rounds first, then ``--repeat``
@@ -48,7 +50,7 @@ log = logging.getLogger(__name__)
 NAME = "dataframe"
 HELP = "window_aggregate on DataFrames (a scan, a join's output) against Spark's own query on them"
 
-INPUTS = ("path", "scan", "scan-512m", "join")
+INPUTS = ("path", "scan", "scan-512m", "join", "union")
 KEYS = ("int", "string")
 FILES = 2
 SPAN_US = 7_200 * 1_000_000  # 2 h of event time
@@ -120,6 +122,9 @@ def _frame(spark: Any, path: str, kind: str) -> Any:
     from pyspark.sql import functions as F  # optional dependency: only a Spark side imports it
 
     events = spark.read.parquet(path)
+    if kind == "union":
+        return events.where(F.col("ad_id") < ADS // 2).unionByName(
+            events.where(F.col("ad_id") >= ADS // 2))
     if kind != "join":
         return events
     campaigns = spark.range(ADS).select(F.col("id").alias("ad_id"),

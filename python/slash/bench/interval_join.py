@@ -13,11 +13,14 @@ a block's persons, then its auctions, so the allowed lateness is one block's
 span of event time. DuckDB runs its range join (``JOIN ... ON p.id =
 a.seller AND p.date_time BETWEEN ...``) and Spark its own batch range join
 over the same records. See :mod:`slash.bench._nexmark` for ``--records`` and
-the rate.
+the rate. ``--hot-key SHARE`` gives one person id (HOT_ID) to that share of
+the persons and of the auctions (as seller): a hot key whose pairs grow with
+the square of its rows.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Any, Dict
 
 from slash.bench import _nexmark, _suite
@@ -27,14 +30,17 @@ NAME = "interval-join"
 HELP = "NEXMark Q3/Q4 shape: persons x the auctions they open within 10 s (an interval join)"
 
 WITHIN_MS = 10_000
+HOT_ID = 1000  # the first person's id (Beam's generator)
 
 
 def plan(events: int, rate: int = _nexmark.DEFAULT_RATE, seed: int = 1,
-         block: int = 1 << 16) -> _suite.Plan:
+         block: int = 1 << 16, hot_key: float = 0.0) -> _suite.Plan:
     persons = _suite.Stream("person", events, block=block, seed=seed, rate=rate,
-                            columns=("id", "date_time"))
+                            columns=("id", "date_time"),
+                            hot=(("id", hot_key, HOT_ID),) if hot_key else ())
     auctions = _suite.Stream("auction", events, block=block, seed=seed, rate=rate,
-                             columns=("id", "seller", "date_time"))
+                             columns=("id", "seller", "date_time"),
+                             hot=(("seller", hot_key, HOT_ID),) if hot_key else ())
     query = JoinQuery(time="date_time", on="id", interval=(-WITHIN_MS, 0),
                       left_columns=["date_time"], right_columns=["date_time", "auction"])
     return _suite.Plan(
@@ -57,11 +63,15 @@ def spark_plan(spark: Any, paths: Dict[str, str]) -> Any:
                                   a.id.alias("right_auction"))
 
 
-add_arguments = _nexmark.add_arguments
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    _nexmark.add_arguments(p)
+    p.add_argument("--hot-key", type=float, default=0.0, metavar="SHARE",
+                   help=f"give person id {HOT_ID} to this share of the persons and of the "
+                        "auctions' sellers (e.g. 0.05; default 0: NEXMark's own keys)")
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
-    return _nexmark.run(args, plan, spark_plan)
+    return _nexmark.run(args, functools.partial(plan, hot_key=args.hot_key), spark_plan)
 
 
 summary = _suite.summary

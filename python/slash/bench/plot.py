@@ -116,5 +116,48 @@ def plot_kafka(result: Dict[str, Any], path: str) -> str:
     return path
 
 
+def plot_mesh(runs: Sequence[Dict[str, Any]], path: str) -> str:
+    """Writes a PNG of ``slash bench mesh``'s runs against the group's size:
+    the start (launch to mesh formed), the group's memory (RSS and PSS sums)
+    and an executor's sync time per epoch, each with the N(N-1) channels'
+    growth from the first point dotted for scale. Returns ``path``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # optional dependency
+    from matplotlib.figure import Figure  # optional dependency
+
+    if not runs:
+        raise ValueError("no runs to plot")
+    fig = Figure(figsize=(14, 4.2), constrained_layout=True)
+    FigureCanvasAgg(fig)
+    start, mem, epoch = fig.subplots(1, 3)
+    x = [r["executors"] for r in runs]
+    first = runs[0]
+
+    def channels(y0: float) -> List[float]:  # N(N-1) scaled to the first point
+        return [y0 * r["channels"] / first["channels"] for r in runs]
+
+    start.plot(x, [r["start_seconds"] for r in runs], "o-", color="C0", label="start")
+    start.plot(x, channels(first["start_seconds"]), ":", color="grey", label="x N(N-1)")
+    start.set_ylabel("seconds, launch to every mesh formed")
+    mem.plot(x, [r["rss_bytes"] / 2**20 for r in runs], "o-", color="C1", label="RSS sum")
+    mem.plot(x, [r["pss_bytes"] / 2**20 for r in runs], "s-", color="C2", label="PSS sum")
+    mem.plot(x, [r["shmem_pss_bytes"] / 2**20 for r in runs], "^-", color="C4",
+             label="of it shared (the rings)")
+    mem.plot(x, channels(first["shmem_pss_bytes"] / 2**20), ":", color="grey", label="x N(N-1)")
+    mem.set_ylabel("MiB at the end of the run")
+    epoch.plot(x, [r["epoch_sync_ms"] for r in runs], "o-", color="C3", label="sync per epoch")
+    epoch.plot(x, channels(first["epoch_sync_ms"]), ":", color="grey", label="x N(N-1)")
+    epoch.set_ylabel("ms per epoch, mean over executors")
+    for ax in (start, mem, epoch):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(x, [str(v) for v in x])
+        ax.set_xlabel(f"executors on one host ({first['transport']})")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
 def _colors(n: int) -> List[str]:
     return [f"C{i % 10}" for i in range(n)]

@@ -27,6 +27,7 @@ import pyarrow as pa
 from slash.errors import InvalidArgument, NotSupported
 from slash.executor import GroupConfig
 from slash.limits import MAX_EXECUTORS
+from slash.open_files import fits_in_one_process
 from slash.query import JoinQuery, Query
 from slash.run import compat
 from slash.sources import as_source, global_units, output_overlaps_input
@@ -44,7 +45,8 @@ IN_PROCESS_ROWS = 16_000_000
 PATHS = ("tuned", "live_checkpointed", "live", "checkpointed", "plain")
 
 
-def runs_in_process(src: Any, executors: Optional[int], **settings: Any) -> bool:
+def runs_in_process(src: Any, executors: Optional[int], transport: str = "shm",
+                    **settings: Any) -> bool:
     """Whether :func:`slash.runner.run` runs its executors on threads of the
     calling process rather than in processes of their own: an input of known
     size (files, tables), and none of ``settings`` (run's ``checkpoint``,
@@ -57,14 +59,25 @@ def runs_in_process(src: Any, executors: Optional[int], **settings: Any) -> bool
     give the same answer without a process start, the executors' imports and
     a copy of each result through a pipe (60 M rows on 2 executors: 0.88 s
     against 1.22 s wall, quiet machine). A fault injected by the test hook
-    SLASH_TEST_KILL kills a process, so it asks for processes too."""
+    SLASH_TEST_KILL kills a process, so it asks for processes too. So does a
+    group whose mesh over ``transport`` would not fit in one process's open
+    files (every executor's channels held by the one process,
+    :func:`slash.open_files.fits_in_one_process`): 64 executors over shm
+    need 28,288."""
     if any(v not in (None, False) for v in settings.values()):
         return False
     if os.environ.get("SLASH_TEST_KILL"):
         return False
     parts = src if isinstance(src, tuple) else (src,)
     rows = [getattr(p, "rows", None) for p in parts]
-    return all(isinstance(r, int) for r in rows)
+    if not all(isinstance(r, int) for r in rows):
+        return False
+    n = executor_count(src, executors, True)
+    if not fits_in_one_process(n, transport):
+        log.info("%d executors on threads of one process would pass its open-file limit: "
+                 "each runs in a process of its own", n)
+        return False
+    return True
 
 
 def executor_count(src: Any, executors: Optional[int], in_process: bool) -> int:
@@ -147,7 +160,9 @@ class RunPlan:
             raise InvalidArgument(f"query must be a slash.query.Query or JoinQuery, got "
                                   f"{type(q).__name__}")
         isolated = self.group is not None and self.group.isolation == "process"
-        self.in_process = runs_in_process(self.src, self.executors, checkpoint=self.checkpoint,
+        transport = self.group.transport if self.group is not None else self.transport
+        self.in_process = runs_in_process(self.src, self.executors, transport,
+                                          checkpoint=self.checkpoint,
                                           max_executors=self.max_executors,
                                           latency_target=self.latency_target,
                                           realtime=self.realtime, isolation=isolated)

@@ -57,7 +57,9 @@ from slash.sources import FileSource, GeneratorSource
 from slash.window import with_start_time
 from slash.spark import _env
 from slash.spark._env import TaskFailed
+from slash.joined_source import JoinedFileSource
 from slash.spark import _batch_ckpt, jvm_export
+from slash.spark.broadcast_scan import NotAJoin, broadcast_scan
 from slash.spark.dataframe import (NotAScan, StructKey, check_columns, file_scan, flat_key, flatten_structs,
                                    general_input, rebuild_structs, renamed_back, renamed_query,
                                    struct_keys)
@@ -100,8 +102,10 @@ class AggregateResult:
     recovery: Optional[Dict[str, Any]] = None
     #: how the input reached the executors: "files" (paths given), "scan" (a
     #: DataFrame that is a Parquet scan: its files), "export" (a DataFrame's
-    #: rows written as Arrow files by the Spark tasks computing them) or
-    #: "arrow" (handed over through mapInArrow)
+    #: rows written as Arrow files by the Spark tasks computing them),
+    #: "scan-join" (a Parquet scan joined to a table Spark broadcasts: its
+    #: files, joined by the executors) or "arrow" (handed over through
+    #: mapInArrow)
     route: str = "files"
 
     @property
@@ -455,7 +459,7 @@ class DataFrameInput:
     source: Any  # a FileSource (scan, export), or the DataFrame itself (arrow)
     frame: Any  # the DataFrame mapInArrow hands over (arrow), else None
     query: Query  # the query the executors run
-    route: str  # "scan", "export" or "arrow" (AggregateResult.route)
+    route: str  # "scan", "scan-join", "export" or "arrow" (AggregateResult.route)
     renames: Dict[str, str] = field(default_factory=dict)  # result column -> the DataFrame's name
 
 
@@ -496,6 +500,12 @@ def dataframe_input(df: Any, query: Query, structs: Sequence[StructKey] = (), sp
             return DataFrameInput(src, None, merged, "scan", back)
         except NotAScan as e:
             why = str(e)
+        try:
+            return _broadcast_input(df, query)
+        except NotAJoin:
+            pass
+        except NotAScan as e:
+            why = str(e)
     frame = general_input(df, query.time, query_columns_read(query), query.filters)
     if structs:
         frame = flatten_structs(frame, structs)
@@ -510,6 +520,27 @@ def dataframe_input(df: Any, query: Query, structs: Sequence[StructKey] = (), sp
                 "filters and columns applied in Spark first): the DataFrame is no Parquet scan "
                 "Slash reads itself: %s", why)
     return DataFrameInput(df, frame, query, "arrow")
+
+
+def _broadcast_input(df: Any, query: Query) -> DataFrameInput:
+    """A scan joined to a broadcast table (:mod:`slash.spark.broadcast_scan`)
+    as a joined file source and the query on its columns."""
+    got = broadcast_scan(df, query.input_columns, query.time)
+    scan = got.scan
+    if not scan.files:
+        raise NotAScan("Spark's partition pruning leaves no file of its scan to read")
+    try:
+        src = JoinedFileSource(list(scan.files), got.lookup, base=scan.base)
+    except SchemaError as e:
+        raise NotAScan(str(e)) from None
+    query, back = renamed_query(query, got.columns)
+    merged = dataclasses.replace(query, filters=tuple(query.filters) + scan.filters)
+    log.warning("slash.spark: the fast path: the DataFrame is a Parquet scan of %d file(s) joined to "
+                "a broadcast table of %d rows on %r, read and joined by the Slash executors "
+                "themselves (%d filter(s) from its plan applied by Slash, %d partition filter(s) by "
+                "Spark's pruning)", len(scan.files), got.lookup.table.num_rows, got.lookup.on,
+                len(scan.filters), scan.pruned_by_spark)
+    return DataFrameInput(src, None, merged, "scan-join", back)
 
 
 def exported_input(spark: Any, frame: Any, why: str,

@@ -36,6 +36,7 @@ from slash.errors import NotSupported, SchemaError
 from slash.filters import Filter
 from slash.sources import FileSource
 from slash.spark import jvm_export
+from slash.spark.catalyst import conjuncts, executed_nodes, name_of, seq, shape
 from slash.state_config import Aggregate
 
 log = logging.getLogger(__name__)
@@ -84,31 +85,6 @@ class NotAScan(Exception):
     """Why a DataFrame's plan is not a file scan Slash reads itself."""
 
 
-def _name(obj: Any) -> str:
-    """A JVM object's class name, a Scala object's without its ``$``."""
-    return obj.getClass().getSimpleName().rstrip("$")
-
-
-def _children(node: Any) -> List[Any]:
-    ch = node.children()
-    return [ch.apply(i) for i in range(ch.size())]
-
-
-def _seq(s: Any) -> List[Any]:
-    """A Scala Seq or a Java array (py4j) as a list."""
-    from py4j.java_collections import JavaArray  # optional dependency (pyspark's)
-
-    if isinstance(s, JavaArray):
-        return list(s)
-    return [s.apply(i) for i in range(s.size())]
-
-
-def _conjuncts(expr: Any) -> List[Any]:
-    if _name(expr) == "And":
-        return _conjuncts(expr.left()) + _conjuncts(expr.right())
-    return [expr]
-
-
 def _local_path(uri: str) -> str:
     if uri.startswith("file:"):
         return unquote(urlparse(uri).path)
@@ -125,14 +101,14 @@ class _Attrs:
         self.by_id: Dict[int, str] = {a.exprId().id(): a.name() for a in relation_output}
 
     def add_project(self, project: Any) -> None:
-        for e in _seq(project.projectList()):
-            if _name(e) == "Alias" and _name(e.child()) == "AttributeReference":
+        for e in seq(project.projectList()):
+            if name_of(e) == "Alias" and name_of(e.child()) == "AttributeReference":
                 src = self.by_id.get(e.child().exprId().id())
                 if src is not None:
                     self.by_id[e.exprId().id()] = src
 
     def column(self, attr: Any) -> Optional[str]:
-        if _name(attr) != "AttributeReference":
+        if name_of(attr) != "AttributeReference":
             return None
         return self.by_id.get(attr.exprId().id())
 
@@ -140,9 +116,9 @@ class _Attrs:
 def _literal(lit: Any) -> Tuple[bool, Any]:
     """(ok, the Python value of a Catalyst literal), for the types a filter
     takes with Spark's meaning; a null literal is not taken."""
-    if _name(lit) != "Literal" or lit.value() is None:
+    if name_of(lit) != "Literal" or lit.value() is None:
         return False, None
-    t = _name(lit.dataType())
+    t = name_of(lit.dataType())
     v = lit.value()
     if t == "StringType":
         return True, v.toString()
@@ -163,13 +139,13 @@ def _literal(lit: Any) -> Tuple[bool, Any]:
 
 
 def _is_float(schema: Any, column: str) -> bool:
-    return _name(schema.apply(column).dataType()) in ("FloatType", "DoubleType")
+    return name_of(schema.apply(column).dataType()) in ("FloatType", "DoubleType")
 
 
 def _translate(expr: Any, attrs: _Attrs, schema: Any) -> Optional[Filter]:
     """A conjunct as a Slash filter keeping the same rows, or None."""
-    kind = _name(expr)
-    if kind == "Not" and _name(expr.child()) == "EqualTo":
+    kind = name_of(expr)
+    if kind == "Not" and name_of(expr.child()) == "EqualTo":
         f = _translate(expr.child(), attrs, schema)
         return None if f is None or _is_float(schema, f.column) else Filter(f.column, "!=", f.value)
     if kind in _COMPARISONS:
@@ -185,7 +161,7 @@ def _translate(expr: Any, attrs: _Attrs, schema: Any) -> Optional[Filter]:
         if col is None:
             return None
         if kind == "In":
-            lits = [_literal(e) for e in _seq(expr.list())]
+            lits = [_literal(e) for e in seq(expr.list())]
             if not lits or not all(ok for ok, _ in lits):
                 return None
             return Filter(col, "in", tuple(v for _, v in lits))
@@ -200,48 +176,42 @@ def _references(expr: Any) -> List[int]:
 
 def _scan_node(df: Any) -> Any:
     """The FileSourceScanExec of ``df``'s executed plan."""
-    plan = df._jdf.queryExecution().executedPlan()
-    todo = [plan]
-    while todo:
-        n = todo.pop()
-        name = _name(n)
-        if name == "FileSourceScanExec":
+    for n in executed_nodes(df):
+        if name_of(n) == "FileSourceScanExec":
             return n
-        if name == "AdaptiveSparkPlanExec":
-            todo.append(n.executedPlan())
-            continue
-        todo += _children(n)
     raise NotAScan("Spark's executed plan has no file scan")
 
 
-def file_scan(df: Any, columns: Sequence[str]) -> ScanInput:
+def file_scan(df: Any, columns: Sequence[str], null_free: Sequence[str] = ()) -> ScanInput:
     """``df`` as the Parquet files and filters Slash reads itself, for a
     query that reads ``columns`` (names of ``df``). Raises :class:`NotAScan`
     saying why when the plan is not a Parquet scan under Filter and Project
-    nodes that Slash can take with Spark's meaning."""
+    nodes that Slash can take with Spark's meaning. ``null_free``: columns
+    whose nulls the caller drops itself (a join key: null matches nothing),
+    so that the plan's IsNotNull on them needs no predicate of its own."""
     plan = df._jdf.queryExecution().optimizedPlan()
     projects, filters = [], []
     node = plan
-    while _name(node) in ("Project", "Filter"):
-        (projects if _name(node) == "Project" else filters).append(node)
+    while name_of(node) in ("Project", "Filter"):
+        (projects if name_of(node) == "Project" else filters).append(node)
         node = node.child()
-    if _name(node) != "LogicalRelation":
-        raise NotAScan(f"its plan is {_shape(plan)}, not a file scan under filters and projections")
+    if name_of(node) != "LogicalRelation":
+        raise NotAScan(f"its plan is {shape(plan)}, not a file scan under filters and projections")
     rel = node.relation()
-    if _name(rel) != "HadoopFsRelation":
-        raise NotAScan(f"it reads a {_name(rel)}, not files")
-    fmt = _name(rel.fileFormat())
+    if name_of(rel) != "HadoopFsRelation":
+        raise NotAScan(f"it reads a {name_of(rel)}, not files")
+    fmt = name_of(rel.fileFormat())
     if fmt != "ParquetFileFormat":
         raise NotAScan(f"its files are {fmt.replace('FileFormat', '')}, not Parquet")
     if not rel.bucketSpec().isEmpty():
         raise NotAScan("it is a bucketed table")
-    index = _name(rel.location())
+    index = name_of(rel.location())
     if index not in _PLAIN_INDEXES:
         raise NotAScan(f"its files are listed by a {index}")
-    attrs = _Attrs(_seq(node.output()))
+    attrs = _Attrs(seq(node.output()))
     for p in reversed(projects):  # bottom-up: an alias of an alias is still the file's column
         attrs.add_project(p)
-    out = {a.name(): a for a in _seq(plan.output())}
+    out = {a.name(): a for a in seq(plan.output())}
     mapping: Dict[str, str] = {}
     for c in columns:
         a = out.get(c)
@@ -256,12 +226,12 @@ def file_scan(df: Any, columns: Sequence[str]) -> ScanInput:
     not_null: List[Any] = []  # IsNotNull conjuncts: implied when a predicate covers the column
     pruned = 0
     for f in filters:
-        for e in _conjuncts(f.condition()):
+        for e in conjuncts(f.condition()):
             refs = _references(e)
             if refs and all(r in part_ids for r in refs):
                 pruned += 1  # Spark's partition pruning decides it per file
                 continue
-            if _name(e) == "IsNotNull":
+            if name_of(e) == "IsNotNull":
                 not_null.append(e)  # every translated predicate drops nulls
                 continue
             t = _translate(e, attrs, rel_schema)
@@ -269,34 +239,22 @@ def file_scan(df: Any, columns: Sequence[str]) -> ScanInput:
                 raise NotAScan(f"Slash cannot keep the rows of Spark's condition {e.sql()} with its "
                                "meaning")
             slash_filters.append(t)
-    covered = {f.column for f in slash_filters}
+    covered = {f.column for f in slash_filters} | {mapping.get(c, c) for c in null_free}
     for e in not_null:  # a bare IsNotNull (the user's isNotNull()) must be covered by a predicate
         if attrs.column(e.child()) not in covered:
             raise NotAScan(f"Slash cannot keep the rows of Spark's condition {e.sql()}")
     scan = _scan_node(df)
     files: List[str] = []
-    for d in _seq(scan.selectedPartitions().partitionDirectories()):
-        for fs in _seq(d.files()):
+    for d in seq(scan.selectedPartitions().partitionDirectories()):
+        for fs in seq(d.files()):
             files.append(_local_path(fs.getPath().toString()))
-    roots = [_local_path(p.toString()) for p in _seq(rel.location().rootPaths())]
+    roots = [_local_path(p.toString()) for p in seq(rel.location().rootPaths())]
     base = None
     if part_names:
         if len(roots) != 1 or not os.path.isdir(roots[0]):
             raise NotAScan("its partitioned files have more than one root directory")
         base = roots[0]
     return ScanInput(tuple(files), base, tuple(slash_filters), pruned, mapping)
-
-
-def _shape(plan: Any, depth: int = 4) -> str:
-    """The plan's top nodes, e.g. 'Aggregate <- Join <- ...' (for the log)."""
-    names, node = [], plan
-    while node is not None and len(names) < depth:
-        names.append(_name(node))
-        ch = _children(node)
-        node = ch[0] if len(ch) == 1 else None
-        if len(ch) > 1:
-            names.append(f"({len(ch)} inputs)")
-    return " <- ".join(names)
 
 
 def check_columns(df: Any, columns: Sequence[str]) -> None:

@@ -132,8 +132,7 @@ def _side_source(spark: Any, src: Any, side: str, query: JoinQuery,
     (:func:`slash.spark.dataframe.join_input`)."""
     if not is_dataframe(src):
         return FileSource(src)  # UnknownName / SchemaError before work
-    cols = list(dict.fromkeys([query.time, *query.on, *(columns if columns is not None else
-                                                        [c for c in src.columns if c not in query.on])]))
+    cols = list(dict.fromkeys([query.time, *query.on, *(columns or ())]))
     written.append(f"{in_dir}-{side}")  # removed even when Spark fails half way through writing it
     source, made = join_input(spark, src, side, cols, query.time, written[-1])
     if made is not None and made != written[-1]:
@@ -146,12 +145,13 @@ def _run_join(spark: Any, query: JoinQuery, left: Any, right: Any, executors: Op
               checkpoint: Optional[str], checkpoint_every: Union[str, int, float],
               checkpoint_keep: int, token: str, out_dir: str, in_dir: str,
               written: List[str]) -> Any:
-    lsrc = _side_source(spark, left, "left", query, query.left_columns, in_dir, written)
-    rsrc = _side_source(spark, right, "right", query, query.right_columns, in_dir, written)
-    if query.left_columns is None and is_dataframe(left):  # the DataFrame's columns, not its files'
+    # a DataFrame side's payload by default: the DataFrame's columns, not its files'
+    if query.left_columns is None and is_dataframe(left):
         query = replace(query, left_columns=[c for c in left.columns if c not in query.on])
     if query.right_columns is None and is_dataframe(right):
         query = replace(query, right_columns=[c for c in right.columns if c not in query.on])
+    lsrc = _side_source(spark, left, "left", query, query.left_columns, in_dir, written)
+    rsrc = _side_source(spark, right, "right", query, query.right_columns, in_dir, written)
     query.check(lsrc.schema, rsrc.schema)
     n, group = group_for(spark, query, executors, transport, None, slots_wait)
     ck_plan = None

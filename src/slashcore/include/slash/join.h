@@ -63,6 +63,14 @@ typedef struct slash_join_config {
     uint32_t ncols[2];       /* columns per side, 0..SLASH_JOIN_MAX_COLS */
     slash_join_col_type cols[2][SLASH_JOIN_MAX_COLS];
     size_t log_reserve;      /* virtual bytes per partition log, 0 = default */
+    /* With band set, an emit gives only the pairs whose int64 columns
+     * band_col[LEFT] of the left row and band_col[RIGHT] of the right row
+     * differ by band_lo..band_hi (inclusive): an interval join's event times
+     * (join_band.c). It changes nothing but an emit's output; peers may
+     * differ in it. */
+    int band;
+    uint32_t band_col[2];
+    int64_t band_lo, band_hi;
 } slash_join_config;
 
 /* One batch of n rows of one side, as columns. Nothing is copied or kept

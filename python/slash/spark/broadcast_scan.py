@@ -1,0 +1,147 @@
+"""A DataFrame that is a Parquet scan joined to a table Spark broadcasts
+(a star schema's fact and dimension: ``events.join(broadcast(campaigns),
+"ad_id")``), read as a scan.
+
+Spark's own plan for it reads the files, ships the small side to every task
+and probes it per row; the join adds no shuffle. Slash does the same
+without the rows passing through the JVM: the large side is a scan
+(:func:`slash.spark.dataframe.file_scan`: its files, its filters), the
+small side is computed by Spark once and collected as Arrow, and the
+executors join each batch they read to it
+(:class:`slash.joined_source.JoinedFileSource`).
+
+Taken only where that keeps Spark's answer: an inner join on one column of
+each side compared with ``=`` (Catalyst's EqualTo of two columns, no cast,
+no float normalisation), the side Spark broadcasts holding each key once
+(a repeated key would repeat the scan's row), every column the query reads
+coming from one side or the other (not computed above the join), and the
+time column from the scan. Anything else raises
+:class:`~slash.spark.dataframe.NotAScan` saying why.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Sequence
+
+from slash.errors import SchemaError
+from slash.joined_source import Lookup, unique_keys
+from slash.spark.catalyst import conjuncts, executed_nodes, frame_of, name_of, seq, shape
+from slash.spark.dataframe import NotAScan, ScanInput, file_scan
+
+#: Arrow bytes of the broadcast side above which it is not copied into every
+#: Slash task (Spark's own broadcast of it is bounded by
+#: spark.sql.autoBroadcastJoinThreshold or the user's hint)
+MAX_BROADCAST_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class BroadcastScan:
+    """The large side as a scan, the small side's rows, and where each of
+    the query's columns comes from (the DataFrame's name -> the joined
+    source's column: a file column, or an added one, named ``NAME#broadcast``)."""
+
+    scan: ScanInput
+    lookup: Lookup
+    columns: Dict[str, str]
+
+
+class NotAJoin(NotAScan):
+    """The plan has no join at its top: the scan's own reason stands."""
+
+
+def _build_side(df: Any) -> str:
+    """'left' or 'right': the side Spark's plan broadcasts."""
+    for n in executed_nodes(df):
+        kind = name_of(n)
+        if kind == "BroadcastHashJoinExec":
+            return "right" if name_of(n.buildSide()) == "BuildRight" else "left"
+        if kind.endswith("JoinExec"):
+            raise NotAScan(f"Spark joins it by a {kind[:-4]}, broadcasting neither side (both are "
+                           "too large for spark.sql.autoBroadcastJoinThreshold and no hint asks)")
+    raise NotAScan("Spark's executed plan has no broadcast join")
+
+
+def _ids(plan: Any) -> Dict[int, str]:
+    return {a.exprId().id(): a.name() for a in seq(plan.output())}
+
+
+def broadcast_scan(df: Any, columns: Sequence[str], time: str) -> BroadcastScan:
+    """``df`` as a scan joined to its broadcast side, for a query that reads
+    ``columns`` with time column ``time``; :class:`NotAScan` says why not."""
+    plan = df._jdf.queryExecution().optimizedPlan()
+    projects: List[Any] = []
+    node = plan
+    while name_of(node) == "Project":
+        projects.append(node)
+        node = node.child()
+    if name_of(node) != "Join":
+        raise NotAJoin(f"its plan is {shape(plan)}, neither a file scan under filters and "
+                       "projections nor one joined to a broadcast table")
+    kind = name_of(node.joinType())
+    if kind != "Inner":
+        raise NotAScan(f"its join is {kind}: Slash joins a scan to a broadcast table as an inner "
+                       "join only")
+    cond = node.condition()
+    parts = conjuncts(cond.get()) if cond.isDefined() else []
+    if len(parts) != 1 or name_of(parts[0]) != "EqualTo" or \
+            any(name_of(x) != "AttributeReference" for x in (parts[0].left(), parts[0].right())):
+        said = cond.get().sql() if cond.isDefined() else "none"
+        raise NotAScan(f"its join condition ({said}) is not one column of each side compared "
+                       "with =")
+    large, small = (node.left(), node.right()) if _build_side(df) == "right" \
+        else (node.right(), node.left())
+    large_ids, small_ids = _ids(large), _ids(small)
+    a, b = parts[0].left(), parts[0].right()
+    if a.exprId().id() not in large_ids:
+        a, b = b, a
+    if a.exprId().id() not in large_ids or b.exprId().id() not in small_ids:
+        raise NotAScan(f"its join condition ({parts[0].sql()}) does not compare a column of each side")
+    on, key = large_ids[a.exprId().id()], small_ids[b.exprId().id()]
+    # the query's columns, through the projections above the join (a rename keeps its source)
+    source = {i: i for i in list(large_ids) + list(small_ids)}
+    for p in reversed(projects):
+        for e in seq(p.projectList()):
+            if name_of(e) == "Alias" and name_of(e.child()) == "AttributeReference":
+                src = source.get(e.child().exprId().id())
+                if src is not None:
+                    source[e.exprId().id()] = src
+    out = {x.name(): x for x in seq(plan.output())}
+    from_large: Dict[str, str] = {}
+    from_small: Dict[str, str] = {}
+    for c in columns:
+        x = out.get(c)
+        i = source.get(x.exprId().id()) if x is not None else None
+        if i in large_ids:
+            from_large[c] = large_ids[i]
+        elif i in small_ids:
+            from_small[c] = small_ids[i]
+        else:
+            raise NotAScan(f"column {c!r} is computed by Spark above the join")
+    if time not in from_large:
+        raise NotAScan(f"time column {time!r} comes from the broadcast side")
+    scan = file_scan(frame_of(df, large), list(dict.fromkeys([*from_large.values(), on])),
+                     null_free=[on])
+    table = _collect(frame_of(df, small), [key, *from_small.values()])
+    try:
+        table = unique_keys(table, "c0", "the broadcast side")
+    except SchemaError as e:
+        raise NotAScan(str(e)) from None
+    # the added columns under names no file column has (the result gets the DataFrame's back)
+    added = {c: f"{c}#broadcast" for c in from_small}
+    lookup = Lookup(table, scan.columns[on], "c0",
+                    tuple((f"c{i + 1}", added[c]) for i, c in enumerate(from_small)))
+    mapping = {c: scan.columns[f] for c, f in from_large.items()}
+    mapping.update(added)
+    return BroadcastScan(scan, lookup, mapping)
+
+
+def _collect(frame: Any, names: Sequence[str]) -> Any:
+    """``frame``'s columns ``names`` as an Arrow table with columns c0, c1, ..."""
+    from pyspark.sql import functions as F  # optional dependency
+
+    picked = frame.select(*(F.col(f"`{n}`").alias(f"c{i}") for i, n in enumerate(names)))
+    table = picked.toArrow()
+    if table.nbytes > MAX_BROADCAST_BYTES:
+        raise NotAScan(f"its broadcast side holds {table.nbytes >> 20} MiB, more than Slash copies "
+                       f"into every executor ({MAX_BROADCAST_BYTES >> 20} MiB)")
+    return table
