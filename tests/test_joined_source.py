@@ -14,7 +14,7 @@ from slash.errors import SchemaError  # noqa: E402
 from slash.joined_source import JoinedFileSource, Lookup  # noqa: E402
 from slash.query import Query  # noqa: E402
 from slash.runner import run  # noqa: E402
-from slash.source_units import Watermark  # noqa: E402
+from slash.sources import Watermark  # noqa: E402
 
 N = 6000
 

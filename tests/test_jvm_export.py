@@ -20,7 +20,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pandas")
 
 from slash.errors import InvalidArgument, SchemaError, UnknownName  # noqa: E402
-from slash.file_source import FileSource  # noqa: E402
+from slash.sources import FileSource  # noqa: E402
 from slash.spark import jvm_export, session, spark_window_aggregate, window_aggregate  # noqa: E402
 
 pytestmark = pytest.mark.slow

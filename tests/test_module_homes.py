@@ -22,10 +22,10 @@ HOMES: List[Tuple[str, str, str]] = [
     ("slash.query", "one_batch", "slash.columns"),
     *[("slash.query", n, "slash.join_query") for n in ("JoinQuery", "MAX_STRING_BYTES",
                                                        "payload_words")],
-    *[("slash.sources", n, "slash.source_units") for n in ("Watermark", "Unit", "ALL_NULL",
-                                                           "promises", "Position", "Work")],
-    *[("slash.sources", n, "slash.file_source") for n in ("FileSource", "BatchSource")],
-    *[("slash.sources", n, "slash.memory_sources") for n in ("TableSource", "GeneratorSource")],
+    *[("slash.sources", n, "slash.sources.units") for n in ("Watermark", "Unit", "ALL_NULL",
+                                                            "promises", "Position", "Work")],
+    *[("slash.sources", n, "slash.sources.files") for n in ("FileSource", "BatchSource")],
+    *[("slash.sources", n, "slash.sources.memory") for n in ("TableSource", "GeneratorSource")],
     *[("slash.sources", n, "slash.sources") for n in ("Source", "watermarks_from_source",
                                                       "read_from", "output_overlaps_input",
                                                       "input_stamp", "as_source")],
@@ -38,8 +38,10 @@ HOMES: List[Tuple[str, str, str]] = [
                                                           "prepare_columns", "aggregate_columns",
                                                           "result_batch")],
     ("slash.state", "StateBackend", "slash.state"),
-    *[("slash.spark.stream", n, "slash.spark.stream_sources") for n in ("RateSource",
-                                                                        "DirectorySource")],
+    *[("slash.spark.stream", n, "slash.sources.streams") for n in ("RateSource",
+                                                                   "DirectorySource")],
+    *[("slash.spark.stream_sources", n, "slash.sources.streams") for n in ("RateSource",
+                                                                           "DirectorySource")],
     *[("slash.spark.stream", n, "slash.spark.stream_handle") for n in ("StreamHandle", "Sink")],
     ("slash.spark.stream", "late_windows", "slash.spark._stream_task"),
     ("slash.spark.stream", "stream", "slash.spark.stream"),
@@ -131,3 +133,26 @@ def test_a_kafka_decoder_still_warns_under_slash_kafka(caplog):
     assert [r.name for r in caplog.records
             if "1 malformed value(s) skipped, the first at offset 7" in r.getMessage()] == \
         ["slash.kafka"]
+
+
+#: modules moved into a package: (the old name, a public name it held, its new home)
+MOVED = [("slash.file_source", "FileSource", "slash.sources.files"),
+         ("slash.file_source", "BatchSource", "slash.sources.files"),
+         ("slash.source_units", "Watermark", "slash.sources.units"),
+         ("slash.memory_sources", "TableSource", "slash.sources.memory"),
+         ("slash.memory_sources", "GeneratorSource", "slash.sources.memory"),
+         ("slash.parquet_chunks", "ChunkReader", "slash.sources.parquet_chunks")]
+
+
+@pytest.mark.parametrize("old, name, home", MOVED, ids=[f"{o}.{n}" for o, n, _ in MOVED])
+def test_a_moved_module_still_imports_its_names_and_warns_where_they_went(old, name, home):
+    import sys
+    import warnings
+
+    sys.modules.pop(old, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mod = importlib.import_module(old)
+    assert getattr(mod, name) is getattr(importlib.import_module(home), name)
+    assert any(issubclass(w.category, DeprecationWarning) and home in str(w.message)
+               for w in caught)

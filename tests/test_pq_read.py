@@ -1,4 +1,4 @@
-"""The core's Parquet integer column reader (slash.parquet_chunks, C
+"""The core's Parquet integer column reader (slash.sources.parquet_chunks, C
 pq_read.c) against pyarrow: on files pyarrow writes in every combination of
 the options that change the bytes of an integer chunk, the decoded array
 equals pyarrow's; chunks it does not decode are left to pyarrow; corrupted
@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from slash import _core, parquet_chunks
-from slash.file_source import FileSource
-from slash.parquet_chunks import ChunkReader, chunk_plan
+from slash.sources import FileSource
+from slash.sources.parquet_chunks import ChunkReader, chunk_plan
 
 TYPES = {
     "int32": pa.int32(), "int64": pa.int64(), "date32": pa.date32(),

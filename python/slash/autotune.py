@@ -39,7 +39,7 @@ from slash.recovery import CheckpointedRun as Rescaler
 from slash.run import compat
 from slash.run.protocol import Epoch
 from slash.run.run_plan import RunPlan
-from slash.sources import FileSource, watermarks_from_source
+from slash.sources import global_units, watermarks_from_source
 
 log = logging.getLogger(__name__)
 
@@ -387,7 +387,7 @@ def _scales_live(p: RunPlan) -> bool:
     """Whether ``latency_target=`` takes the live path: a window aggregation
     over a FileSource (or a BatchSource), whose units a pre-provisioned group
     re-deals without a restart (:mod:`slash.live_scale`)."""
-    return isinstance(p.query, Query) and isinstance(p.src, FileSource)
+    return isinstance(p.query, Query) and global_units(p.src)
 
 
 class _ActiveView:

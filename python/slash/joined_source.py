@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from slash.errors import SchemaError
-from slash.file_source import FileSource
-from slash.source_units import Unit
+from slash.sources.files import FileSource
+from slash.sources.units import Unit
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from slash.errors import InvalidArgument, Timeout
 from slash.kafka_client import open_topic
 from slash.kafka_reader import Polled, TopicReader, end_of_log, open_reader
 from slash.kafka_decode import BATCH_RECORDS, Decoder
-from slash.sources import BatchSource, Unit
+from slash.sources import BatchSource, Unit, register
 
 #: the Kafka modules log as one (``slash.kafka``), as before the split
 log = logging.getLogger("slash.kafka")
@@ -45,6 +45,7 @@ class _Reader:
         self.consumer: Optional[TopicReader] = None
 
 
+@register("kafka")
 class KafkaSource(BatchSource):
     """A topic from the start offsets to the end offsets seen at open (see this
     module's doc and :mod:`slash.kafka`'s)::

@@ -23,7 +23,8 @@ from slash.errors import InvalidArgument, SchemaError
 from slash.kafka_client import open_topic
 from slash.kafka_reader import TopicReader, end_of_log, open_reader
 from slash.kafka_decode import BATCH_RECORDS, Decoder
-from slash.sources import Watermark
+from slash.sources import StreamRead, StreamSource, Watermark, register
+from slash.window import parse_duration
 
 #: the Kafka modules log as one (``slash.kafka``), as before the split
 log = logging.getLogger("slash.kafka")
@@ -50,7 +51,8 @@ def _as_seconds(v: Any, what: str) -> float:
     return s
 
 
-class KafkaStream:
+@register("kafka-stream")
+class KafkaStream(StreamSource):
     """A topic read as an unbounded stream, from ``start`` on (see
     :mod:`slash.kafka`'s doc for decoding, malformed values and errors).
 
@@ -210,6 +212,45 @@ class KafkaStream:
             if int(p) not in self.partitions:  # gained since the open
                 out[self.owner(int(p), n)][p] = off
         return out
+
+    # -- as a Spark stream's source (slash.sources.contract.StreamSource) -------------------
+    def stream_items(self, rank: int, n: int, read: StreamRead
+                     ) -> Iterator[Tuple[Optional[pa.RecordBatch], Optional[int], Dict[str, int]]]:
+        """Read by one task of a Spark stream: (batch, None, position) per
+        batch and (None, watermark in ticks, position) per promise.
+        ``read.work``: the position to resume from (a checkpoint's or its
+        resplit's; None: rank's share of the topic at the start offsets)."""
+        work = read.work if read.work is not None else self.work(rank, n)
+        for pos, item in self.read_work(work, time=read.query.time, wait=read.wait,
+                                        deal=(rank, n)):
+            if isinstance(item, Watermark):
+                wm = read.query.watermark_ticks(item.value, read.schema)
+                if wm is not None:
+                    yield None, wm, pos
+            else:
+                yield item, None, pos
+
+    def stream_lateness(self, lateness: Union[None, int, str]) -> int:
+        """The source's own lateness, which its per-partition watermarks
+        already subtract; another one is refused."""
+        if lateness is None:
+            return self.lateness_ms
+        ms = parse_duration(lateness, "lateness") if isinstance(lateness, str) else lateness
+        if ms != self.lateness_ms:
+            raise InvalidArgument(f"lateness={lateness!r} differs from the KafkaStream's lateness "
+                                  f"({self.lateness_ms} ms): a Kafka stream's watermark is the "
+                                  "source's, per partition (its largest time minus its "
+                                  "lateness), so the lateness is set once, on "
+                                  "KafkaStream(lateness=...)")
+        return ms
+
+    def check_stream(self, query: Any, schema: pa.Schema) -> None:
+        """Per-partition watermarks need an integer (ms) or timestamp time column."""
+        t = schema.field(query.time).type
+        if not (pa.types.is_integer(t) or pa.types.is_timestamp(t)):
+            raise InvalidArgument(f"time column {query.time!r} of topic {self.topic!r} is {t}: a "
+                                  "Kafka stream's per-partition watermarks need an integer (ms) "
+                                  "or a timestamp column")
 
     def read(self, rank: int, n: int, columns: Optional[List[str]] = None,
              batch_rows: int = BATCH_RECORDS, time: Optional[str] = None,

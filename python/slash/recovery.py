@@ -44,8 +44,7 @@ from slash.run.plan import AttemptPlan, CheckpointEvery
 from slash.run.protocol import Epoch, Metrics, Move, Moved, Resumed
 from slash.run.resume import check_resplittable, resplit  # noqa: F401 (re-exported)
 from slash.run.supervisor import Rescale, RescaleCut, Supervisor, newest_shape
-from slash.sources import (FileSource, GeneratorSource, TableSource, input_stamp,
-                           watermarks_from_source)
+from slash.sources import describe, input_stamp, watermarks_from_source
 from slash.worker import RankSpec, run_rank, worker
 
 log = logging.getLogger(__name__)
@@ -69,17 +68,7 @@ def fingerprint(query: Query, source: Any) -> str:
     (a join's: both inputs)."""
     if isinstance(source, tuple):
         return " and ".join(fingerprint(query, s) for s in source)
-    if isinstance(source, FileSource):
-        src = f"files {sorted(source.paths)} ({source.rows} rows)"
-    elif isinstance(source, TableSource):
-        src = f"table of {source.rows} rows {source.schema.names}"
-    elif isinstance(source, GeneratorSource):
-        mk = source.make
-        src = (f"generator {getattr(mk, '__module__', '?')}."
-               f"{getattr(mk, '__qualname__', type(mk).__name__)} {source.schema.names}")
-    else:
-        src = type(source).__name__
-    return f"{query!r} over {src}"
+    return f"{query!r} over {describe(source)}"
 
 
 class CheckpointedRun:

@@ -35,9 +35,10 @@ from slash.metrics import Reporter
 from slash.query import JoinQuery
 from slash.run.ckpt import SharedLink
 from slash.run.protocol import Resumed
+from slash.run.resume import resumed_counts
 from slash.run.rank import (Checkpointing, Control, JoinPush, Moves, ProgressReport, RankLoop,
                             Report, SideBatch, open_executor, paced, restore)
-from slash.sources import FileSource, Work, watermarks_from_source
+from slash.sources import FileSource, Work, global_units, watermarks_from_source
 
 log = logging.getLogger(__name__)
 
@@ -308,17 +309,14 @@ def _restore_join(ex: Any, plan: Any, rank: int, n: int, srcs: Dict[str, Any]
     if plan.resume_id is not None:
         ck = restore(ex, plan, n)  # the leader map of the cut (moves kept) with its size
         old_n = ck.executors
-        if old_n == n:  # the same merged sequence: drop the pushes before the cut
-            info = ck.rank_info(rank)
-            base, records = int(info["pushes"]), int(info["records"])
-        else:  # another executor count: what every rank left of each side, dealt to n
+        # the same count: the same merged sequence, the pushes before the cut dropped
+        base, records = resumed_counts(ck, rank, n)
+        if old_n != n:  # another executor count: what every rank left of each side, dealt to n
             works, held = _redealt(ck, srcs, old_n, n, rank, plan.directory)
-            records = sum(int(ck.rank_info(r)["records"]) for r in range(old_n)) \
-                if rank == 0 else 0
             log.info("join executor %d of %d: resuming checkpoint %d of %d executors with "
                      "%s units left (left, right)", rank, n, plan.resume_id, old_n,
                      [len(works[s] or []) for s in SIDES])
-    if all(isinstance(srcs[s], FileSource) for s in SIDES) and works["left"] is None:
+    if all(global_units(srcs[s]) for s in SIDES) and works["left"] is None:
         works = {s: srcs[s].work(rank, n) for s in SIDES}
     return base, records, works, held
 
@@ -366,7 +364,7 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
                          _counted(iter(srcs[s].read(rank, n, cols[s], batch_rows))))
                  for s in SIDES}
         positions = JoinPositions(rank, sides, works, held,
-                                  all(isinstance(srcs[s], FileSource) for s in SIDES))
+                                  all(global_units(srcs[s]) for s in SIDES))
         loop.use(JoinPush(), Control(ctl) if ctl is not None else
                  Moves(MoveRequests(link.put, rank)),
                  Checkpointing(plan, link, positions, base, records),

@@ -36,8 +36,8 @@ from slash.run.protocol import Address, Error, Finished, Resumed
 from slash.run.rank import (Checkpointing, Control, FiredWindows, JoinPush, LivePositions, Moves,
                             ProgressReport, RankLoop, Realtime, Report, Scaling, SplitPositions,
                             open_executor, restore, source_time, split_items)
-from slash.run.resume import left_of, resplit
-from slash.sources import FileSource, Work
+from slash.run.resume import left_of, resplit, resumed_counts
+from slash.sources import Work, global_units
 
 
 @dataclasses.dataclass
@@ -155,28 +155,21 @@ def _resume(spec: RankSpec, loop: RankLoop, n: int, link: Any, agent: Any) -> Ch
     spread = None if active is None else \
         [sorted(active)[p % len(active)] for p in range(plan.partitions)]
     ck = restore(loop.ex, plan, n, spread)
-    base = records = 0
+    base, records = resumed_counts(ck, rank, n)
     if active is not None:  # a live group: positions are the agent's, in global terms
-        if ck is not None and ck.executors == n:
-            info = ck.rank_info(rank)
-            base, records = int(info["pushes"]), int(info["records"])
-        elif ck is not None and rank == 0:
-            records = sum(int(ck.rank_info(r)["records"]) for r in range(ck.executors))
         return Checkpointing(plan, link, LivePositions(agent), base, records)
     time_col = source_time(source, query)
     start: Any = None
     work: Optional[Work] = None  # a FileSource's share of this attempt in global terms
     if ck is not None and ck.executors == n:  # each rank resumes its own split where it was
         info = ck.rank_info(rank)
-        start, base, records = info["position"], info["pushes"], info["records"]
-        if isinstance(source, FileSource):
+        start = info["position"]
+        if global_units(source):
             work, start = left_of(source, info, rank, n, time_col), None
     elif ck is not None:  # another executor count: what every rank left, dealt to n ranks
         infos = [ck.rank_info(r) for r in range(ck.executors)]
         work = resplit(source, infos, ck.executors, n, time_col, plan.directory)[rank]
-        # the core counts push calls afresh in a group of another size
-        records = sum(int(i["records"]) for i in infos) if rank == 0 else 0
-    elif isinstance(source, FileSource):
+    elif global_units(source):
         work = source.work(rank, n, time_col)
     return Checkpointing(plan, link, SplitPositions(start, work, type(source).remaining
                                                     if work is not None else None),
@@ -218,14 +211,9 @@ def _run_join(spec: RankSpec, rank: int, addresses: List[str], listener: Any,
         ckpt, held = None, None
         if plan is not None:  # restored with the cut's leader map, or spread over the active
             ck = restore(ex, plan, n, [sorted(act)[p % len(act)] for p in range(plan.partitions)])
-            base = records = 0
+            base, records = resumed_counts(ck, rank, n)
             if ck is not None:
                 held = restored_held(ck, live_gen(ck), works)
-                if ck.executors == n:
-                    info = ck.rank_info(rank)
-                    base, records = int(info["pushes"]), int(info["records"])
-                elif rank == 0:  # the core counts push calls afresh in a group of another size
-                    records = sum(int(ck.rank_info(r)["records"]) for r in range(ck.executors))
         agent = JoinScaleAgent(rank, n, works, act, link.put, raw.connection, group.timeout, held)
         if plan is not None:
             ckpt = Checkpointing(plan, link, LiveJoinPositions(agent), base, records)

@@ -19,7 +19,7 @@ best wall time over slash's (above 1: slash is faster).
 
 Stages, in this process, CPU seconds over the whole input (best of
 ``--repeat``): ``decode_core`` (a rank's reader: :class:`FileSource` of ts
-and k, its integer chunks decoded by the core, :mod:`slash.parquet_chunks`),
+and k, its integer chunks decoded by the core, :mod:`slash.sources.parquet_chunks`),
 ``decode`` (pyarrow's ``ParquetFile.read_row_group`` of the same, one
 thread, for comparison) and ``fold`` (the executor's push of the
 decoded batches, one executor: :func:`slash.runner.execute_split` over them).
@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from slash.executor import Executor, GroupConfig
-from slash.file_source import FileSource
+from slash.sources import FileSource
 from slash.query import Query
 from slash.runner import execute_split
 

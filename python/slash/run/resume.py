@@ -4,10 +4,25 @@ checkpoint's input is redistributed, as Flink's StateAssignmentOperation is
 for state)."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from slash.errors import NotSupported
-from slash.sources import FileSource, GeneratorSource, TableSource
+from slash.sources import global_units, resplittable, why_not_resplit
+
+
+def resumed_counts(ck: Any, rank: int, n: int) -> Tuple[int, int]:
+    """(push count, records read) that rank of a group of n resumes at from
+    checkpoint ``ck`` (None: a fresh start, 0 and 0): its own at the cut when
+    the cut's group had n ranks too; else the core counts push calls afresh
+    and rank 0 carries every rank's records, so the run's total stays the
+    cut's."""
+    if ck is None:
+        return 0, 0
+    if ck.executors == n:
+        info = ck.rank_info(rank)
+        return int(info["pushes"]), int(info["records"])
+    return 0, (sum(int(ck.rank_info(r)["records"]) for r in range(ck.executors))
+               if rank == 0 else 0)
 
 
 def left_of(source: Any, info: Dict[str, Any], rank: int, n: int,
@@ -22,18 +37,9 @@ def left_of(source: Any, info: Dict[str, Any], rank: int, n: int,
     if work is not None:
         return [[int(g), int(k)] for g, k in work]
     pos = info.get("position")
-    if isinstance(source, FileSource):
+    if global_units(source):  # a unit position [i, k], or none
         pos = pos if isinstance(pos, (list, tuple)) else None
     return type(source).remaining(source.work(rank, n, time_col), pos)
-
-
-def resplittable(source: Any) -> bool:
-    """Whether ``source``'s positions at a cut can be dealt to another
-    executor count: a FileSource's units, or any source with ``resplit``
-    and the ``work`` / ``remaining`` that describe a rank's share in global
-    terms (a KafkaStream's partitions with their offsets)."""
-    return isinstance(source, FileSource) or all(
-        callable(getattr(source, m, None)) for m in ("resplit", "work", "remaining", "read_work"))
 
 
 def check_resplittable(source: Any, ck_n: int, n: int, directory: str) -> None:
@@ -43,25 +49,17 @@ def check_resplittable(source: Any, ck_n: int, n: int, directory: str) -> None:
         return
     if isinstance(source, (tuple, list)):  # a join: each input's units must re-split
         for side, s in zip(("left", "right"), source):  # (its held rows are kept per unit)
-            if not isinstance(s, FileSource):
+            if not global_units(s):
                 raise NotSupported(f"checkpoint directory {directory!r} was cut with {ck_n} "
                                    f"executors and this run has {n}: the join's {side} input is "
-                                   f"not a FileSource ({_why_not_resplit(s)}). Resume with "
+                                   f"not a FileSource ({why_not_resplit(s)}). Resume with "
                                    f"executors={ck_n}, or join files (FileSource), whose "
                                    f"positions re-split to any executor count")
         return
     raise NotSupported(f"checkpoint directory {directory!r} was cut with {ck_n} executors and this "
-                       f"run has {n}: {_why_not_resplit(source)}. Resume with executors={ck_n}, "
+                       f"run has {n}: {why_not_resplit(source)}. Resume with executors={ck_n}, "
                        f"or read files (FileSource), whose positions re-split to any executor "
                        f"count")
-
-
-def _why_not_resplit(source: Any) -> str:
-    """Why ``source``'s positions cannot be dealt to another executor count."""
-    return {GeneratorSource: "a GeneratorSource's make(rank, n) decides each executor's input, "
-                             "and input made for one split cannot be dealt to another",
-            TableSource: "a TableSource's slices depend on the executor count"}.get(
-        type(source), f"a {type(source).__name__} records no position in global terms")
 
 
 def resplit(source: Any, infos: List[Dict[str, Any]], ck_n: int, n: int,

@@ -30,7 +30,7 @@ from slash.limits import MAX_EXECUTORS
 from slash.open_files import fits_in_one_process
 from slash.query import JoinQuery, Query
 from slash.run import compat
-from slash.sources import FileSource, as_source, output_overlaps_input
+from slash.sources import as_source, global_units, output_overlaps_input
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ class RunPlan:
         if self.sink is not None:
             self._check_sink()
         if (self.is_join and self.control not in (None, False) and self.max_executors is None
-                and self.checkpoint is None and all(isinstance(s, FileSource) for s in self.src)):
+                and self.checkpoint is None and all(global_units(s) for s in self.src)):
             # a join's control socket (status, rebalance, scale-in) is the live join's
             # (slash.live_join): its group of n, every rank active
             self.max_executors = n
@@ -282,7 +282,7 @@ class RunPlan:
             (("the left input", self.src[0]), ("the right input", self.src[1])) if self.is_join
             else (("the input", self.src),))
         for name, s in sides:
-            if not isinstance(s, FileSource):
+            if not global_units(s):
                 raise NotSupported(f"max_executors=: live scaling re-deals {name}'s units in "
                                    f"global terms, which a FileSource or a BatchSource (batch "
                                    f"i = make(i)) offers; {name} is a {type(s).__name__}")

@@ -25,16 +25,14 @@ from slash.compute import pc
 from slash.control_logic import ExecutorControl, LogicPlan
 from slash.errors import InvalidArgument
 from slash.executor import Executor, GroupConfig
-from slash.kafka import KafkaStream
 from slash.metrics import Reporter
 from slash.query import Query
 from slash.run.plan import CheckpointPlan
 from slash.run.protocol import (LateRecords, Metrics, Stop, StreamDone, StreamRows, StreamWatermark,
                                  WindowLatencies)
-from slash.sources import malformed_records
+from slash.sources import StreamRead, malformed_records, watermarks_from_source
 from slash.spark._stream_ckpt import TaskCheckpoints
 from slash.spark._tasks import join_group, rank_errors, report_error, write_table
-from slash.spark.stream_sources import RateSource, kafka_items
 from slash.window import Session, Sliding, Tumbling, Window
 
 #: a rank's group watermark before it reported one, and once it is done
@@ -192,10 +190,10 @@ def _run_stream(plan: StreamPlan, rank: int, addresses: List[str], lst: Any, con
     seq = [0]
     stop = [False]
     late = _LateBuffer(rank, q.window, plan.late_dir)
-    # a KafkaStream's watermark is its own (per partition, idle rule): the executor's moves by
-    # the source's markers alone, never by the largest time a partition of it has seen
+    # a source whose watermark is its own (a KafkaStream's: per partition, idle rule): the
+    # executor's moves by the source's markers alone, never by the largest time it has seen
     ex = Executor(lst, rank, addresses, state, plan.group, token=plan.token,
-                  bounded=isinstance(plan.source, KafkaStream))
+                  bounded=watermarks_from_source(plan.source))
     reporter = Reporter(plan.report_every)
     read = [0]  # source rows this rank took (before filters)
 
@@ -228,10 +226,10 @@ def _run_stream(plan: StreamPlan, rank: int, addresses: List[str], lst: Any, con
         def report() -> None:
             snap = reporter.snapshot(ex)
             snap["malformed_records"] = malformed_records(plan.source)
-            if isinstance(plan.source, RateSource):  # the backlog: records due but not yet read
-                snap["records_behind"] = max(0, plan.source.due_records(rank, n, base_ms,
-                                                                        int(time.time() * 1000))
-                                             - plan.source.batch * skip_batches - read[0])
+            behind = plan.source.records_behind(rank, n, base_ms, int(time.time() * 1000),
+                                                skip_batches, read[0])
+            if behind is not None:  # the backlog: records due but not yet read
+                snap["records_behind"] = behind
             conn.send(Metrics(rank, snap))
 
         def drain() -> None:
@@ -283,15 +281,9 @@ def _run_stream(plan: StreamPlan, rank: int, addresses: List[str], lst: Any, con
                 if time.monotonic() >= deadline:
                     return False
 
-        src = plan.source
-        work = ck.work if ck is not None else None
-        if isinstance(src, RateSource):
-            it = src.batches(rank, n, base_ms, wait, skip=skip_batches, work=work)
-        elif isinstance(src, KafkaStream):
-            it = kafka_items(src, rank, n, q, plan.schema, wait, work)
-        else:
-            it = src.batches(rank, n, q.time, q.lateness, wait,
-                             skip=ck.source_skip if ck is not None else 0, work=work)
+        it = plan.source.stream_items(rank, n, StreamRead(
+            q, plan.schema, base_ms, wait, skip=ck.source_skip if ck is not None else 0,
+            work=ck.work if ck is not None else None))
         for batch, advance, left in it:
             if batch is not None and batch.num_rows:
                 read[0] += batch.num_rows

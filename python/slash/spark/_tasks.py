@@ -178,6 +178,7 @@ class Rendezvous:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()  # one sender at a time on a connection
         self._close_lock = threading.Lock()  # links end in the reader, accept or close()
+        self._joining: List[Any] = []  # sent to the group, also to ranks joining later
         self.errors: List[Error] = []  # the tasks' error reports, in arrival order
         self.lost: List[int] = []  # ranks whose link dropped, in order (a killed task's first)
         self._closed = False
@@ -212,17 +213,34 @@ class Rendezvous:
             if old is not None:
                 self._close_link(old[0])
             if complete:
-                addresses = [group[r][1] for r in range(self.n)]
-                self.started_ms = int(time.time() * 1000)
-                for r in range(self.n):
-                    c = group[r][0]
+                self._form(group)
+
+    def _form(self, group: Dict[int, Tuple[Any, str]]) -> None:
+        """A complete group: every rank gets the address list, then the ranks
+        become members all at once (so a message a member sends is read only
+        once every rank can be answered), then the messages sent to the group
+        before it formed (:meth:`send_all` with ``joining=True``)."""
+        addresses = [group[r][1] for r in range(self.n)]
+        self.started_ms = int(time.time() * 1000)
+        joined: Dict[Any, int] = {}
+        with self._send_lock:  # no message overtakes the address list on a link
+            for r in range(self.n):
+                c = group[r][0]
+                try:
+                    c.send((addresses, self.started_ms))
+                except OSError:
+                    self._close_link(c)
+                    continue
+                joined[c] = r
+            with self._lock:
+                self._members.update(joined)
+                early = list(self._joining)
+            for msg in early:
+                for c in joined:
                     try:
-                        c.send((addresses, self.started_ms))
+                        c.send(msg)
                     except OSError:
-                        self._close_link(c)
-                        continue
-                    with self._lock:
-                        self._members[c] = r
+                        pass
 
     def _read(self) -> None:
         from multiprocessing.connection import wait
@@ -257,15 +275,26 @@ class Rendezvous:
                     except Exception:
                         log.exception("slash.spark: handling a message from rank %d failed", rank)
 
-    def send_all(self, msg: Any) -> None:
+    def send_all(self, msg: Any, joining: bool = False) -> None:
+        """Sends ``msg`` to every rank whose link is open; ``joining``: also
+        to every rank of a group that forms later, until :meth:`forget_joining`
+        (a "stop" asked before the tasks joined must reach them)."""
         with self._lock:
             conns = list(self._members)
+            if joining:  # under the lock that _form adds members with: each rank gets it once
+                self._joining.append(msg)
         with self._send_lock:
             for c in conns:
                 try:
                     c.send(msg)
                 except OSError:
                     pass
+
+    def forget_joining(self) -> None:
+        """Groups that form from now on get none of the messages sent so far
+        with ``joining=True`` (the driver moves on to another group)."""
+        with self._lock:
+            self._joining.clear()
 
     def send_to(self, rank: int, msg: Any) -> None:
         """Sends ``msg`` to rank's task of the newest group (best effort)."""

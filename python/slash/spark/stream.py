@@ -1,5 +1,5 @@
 """Streams: Slash executors kept running in one Spark barrier stage over an
-unbounded source (:mod:`slash.spark.stream_sources`, or a
+unbounded source (:mod:`slash.sources.streams`, or a
 :class:`slash.kafka.KafkaStream`), each window going to the sink (a Parquet
 directory written by the tasks, or a callable on the driver, once per
 window, whole, in event-time order) as soon as it fires. What a user sees
@@ -25,8 +25,6 @@ import os
 import secrets
 from typing import Any, Optional, Sequence, Union
 
-import pyarrow as pa
-
 from slash.errors import InvalidArgument, NotSupported
 from slash.executor import GroupConfig
 from slash.kafka import KafkaStream
@@ -34,11 +32,12 @@ from slash.run.delivery import Delivery
 from slash.run.failure import RestartPolicy
 from slash.run.plan import CheckpointEvery, CheckpointPlan
 from slash.run.supervisor import newest_shape
+from slash.sources import StreamSource
+from slash.sources.streams import DirectorySource, RateSource
 from slash.spark import _env
 from slash.spark._stream_task import late_windows
 from slash.spark.batch import group_for, make_query, one_start_time, session_time_zone
 from slash.spark.stream_handle import Sink, StreamHandle, StreamSetup
-from slash.spark.stream_sources import DirectorySource, RateSource, kafka_lateness
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +101,12 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
     _env.require_pyspark()
     import pyspark.sql.functions  # noqa: F401
 
-    if isinstance(source, KafkaStream):
-        lateness = kafka_lateness(source, lateness)
+    if isinstance(source, (str, os.PathLike)):
+        source = DirectorySource(os.fspath(source))
+    if not isinstance(source, StreamSource):
+        raise InvalidArgument(f"stream source must be a RateSource, a DirectorySource, a "
+                              f"KafkaStream or a directory, got {type(source).__name__}")
+    lateness = source.stream_lateness(lateness)
     query = make_query(time, window, key, aggs, filter, lateness, session_time_zone(spark),
                        one_start_time(start_time, startTime))
     if query.top:
@@ -111,24 +114,9 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
                               "a stream appends a window's rows as each leader fires its keys: no "
                               "appended part could say which keys rank first (run it over bounded "
                               "inputs: slash.spark.window_aggregate)")
-    if isinstance(source, (str, os.PathLike)):
-        source = DirectorySource(os.fspath(source))
-    if isinstance(source, RateSource):
-        schema = source.schema
-    elif isinstance(source, DirectorySource):
-        schema = source.resolve_schema()
-    elif isinstance(source, KafkaStream):
-        schema = source.schema
-    else:
-        raise InvalidArgument(f"stream source must be a RateSource, a DirectorySource, a "
-                              f"KafkaStream or a directory, got {type(source).__name__}")
+    schema = source.resolve_schema()
     query.check(schema)
-    if isinstance(source, KafkaStream):
-        t = schema.field(time).type
-        if not (pa.types.is_integer(t) or pa.types.is_timestamp(t)):
-            raise InvalidArgument(f"time column {time!r} of topic {source.topic!r} is {t}: a "
-                                  "Kafka stream's per-partition watermarks need an integer (ms) "
-                                  "or a timestamp column")
+    source.check_stream(query, schema)
     delivery = None
     if getattr(sink, "transactional_id", None) is not None:  # exactly once, by checkpoint
         if checkpoint is None:

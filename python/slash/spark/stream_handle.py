@@ -129,7 +129,8 @@ class StreamHandle(StreamControls):
         self._error: Optional[BaseException] = None
         self._sink_error: Optional[SinkFailed] = None
         self._stop_lock = threading.Lock()
-        self._stop_sent = False
+        self._stop_sent = False  # "stop" sent to the current group (for a rescale, or to end)
+        self._stopping = False  # the stream is to end: stop() was called or the sink failed
         self._thread: Optional[threading.Thread] = None
         self._delivery: Optional[threading.Thread] = None
         self._rdv: Optional[Rendezvous] = None
@@ -237,7 +238,8 @@ class StreamHandle(StreamControls):
         run: not a usage error, a corrupt checkpoint or a full disk), unless
         the stream has no checkpoint, was stopping (not for a rescale) or its
         sink failed."""
-        return curable(err) and not (self._ck is None or (self._stop_sent and self._rescale_to is None)
+        return curable(err) and not (self._ck is None or self._stopping or
+                                     (self._stop_sent and self._rescale_to is None)
                                      or self._sink_error is not None)
 
     def _gave_up(self, f: Failed, restarts: int, most: int) -> BaseException:
@@ -247,7 +249,9 @@ class StreamHandle(StreamControls):
                           "to resume)", f.rank, getattr(f.error, "reason", None) or str(f.error))
 
     def _attempt(self, plan: StreamPlan) -> List[Dict[str, Any]]:
-        """One barrier job; a rescale asked for stops it after a checkpoint."""
+        """One barrier job; a rescale asked for stops it after a checkpoint
+        and the next starts with the new count, unless the stream was to end
+        meanwhile (stopped, its sink failed, its source exhausted)."""
         assert self._setup is not None and self._rdv is not None
         try:
             rows = barrier_stage(self._setup.spark, self.executors, stream_task(plan)).collect()
@@ -265,7 +269,7 @@ class StreamHandle(StreamControls):
                 raise Failed(getattr(err, "rank", None), str(err), err) from None
         nxt, ck = self._rescale_to, self._ck
         if nxt is not None and ck is not None and ck.fatal is None and \
-                self._sink_error is None and not ck.finished:
+                not self._stopping and not ck.finished:
             self._records_before += sum(int(r["records_in"]) for r in rows)
             raise Rescale(nxt, ck.committed)
         return rows
@@ -453,6 +457,7 @@ class StreamHandle(StreamControls):
                     self._undelivered = [w, *self._queue, *self._undelivered]
                     self._queue.clear()
                 log.error("%s", err)
+                self._stopping = True
                 self._send_stop()
                 return
             self.live.observe_window(s, e, now - e, w.num_rows)
@@ -462,11 +467,19 @@ class StreamHandle(StreamControls):
                 self._rows += w.num_rows
 
     def _send_stop(self) -> None:
+        """Asks the current group to stop (after a last checkpoint, with
+        ``checkpoint=``), once; also its ranks that have not joined yet: a
+        stop asked before the barrier job's tasks formed their group reaches
+        them as they join."""
         with self._stop_lock:  # two senders on one connection would interleave bytes
-            if self._stop_sent or self._rdv is None:
-                return
-            self._stop_sent = True
-            self._rdv.send_all(Stop())
+            self._stop_group()
+
+    def _stop_group(self) -> None:
+        """With ``_stop_lock`` held: :meth:`_send_stop`'s message, once per group."""
+        if self._stop_sent or self._rdv is None:
+            return
+        self._stop_sent = True
+        self._rdv.send_all(Stop(), joining=True)
 
     def _stage_ended(self, rows: Optional[List[Dict[str, Any]]]) -> None:
         """The stage thread, once the stage returned (``rows``: the tasks'
@@ -581,25 +594,35 @@ class StreamHandle(StreamControls):
             return {"from": n, "to": n, "checkpoint": None, "seconds_to_resume": 0.0}
         assert self._setup is not None
         _env.check_slots(self._setup.spark, n, self._setup.slots_wait)
-        with self._cond:
-            if self._rescale_to is not None or (self._rescales and
-                                                "seconds_to_resume" not in self._rescales[-1]):
-                raise InvalidState("rescale(): another rescale is in progress")
-            if self._stop_sent:
-                raise InvalidState("rescale(): the stream is stopping")
-            self._rescale_to = n
-            entry: Dict[str, Any] = {"from": self.executors, "to": n, "_asked_at": time.monotonic()}
-            self._rescales.append(entry)
+        # the ask and its "stop" under one lock: a group switched to meanwhile (_switch,
+        # after a failure) takes both or neither
+        with self._stop_lock:
+            with self._cond:
+                if self._rescale_to is not None or (self._rescales and
+                                                    "seconds_to_resume" not in self._rescales[-1]):
+                    raise InvalidState("rescale(): another rescale is in progress")
+                if self._stopping:
+                    raise InvalidState("rescale(): the stream is stopping")
+                if self._stage_over:
+                    raise InvalidState("rescale(): the stream is not running")
+                self._rescale_to = n
+                entry: Dict[str, Any] = {"from": self.executors, "to": n,
+                                         "_asked_at": time.monotonic()}
+                self._rescales.append(entry)
+            self._stop_group()
         self.live.event(f"rescale {self.executors} -> {n} asked")
-        self._send_stop()
         with self._cond:
             if not self._cond.wait_for(lambda: "seconds_to_resume" in entry or self._stage_over or
                                        self._error is not None, timeout):
                 raise Timeout(f"rescale to {n} executors: the new group did not resume within "
-                              f"{timeout} s")
-        if "seconds_to_resume" not in entry:
-            raise InvalidState(f"rescale to {n} executors: the stream ended first"
-                               + (f" ({self._error})" if self._error is not None else ""))
+                              f"{timeout} s (the rescale goes on: metrics['rescales'])")
+            if "seconds_to_resume" not in entry:  # refused: the stream ended before it applied
+                self._rescales.remove(entry)
+                why = self._error if self._error is not None else self._sink_error
+                raise InvalidState(f"rescale to {n} executors: the stream ended before the new "
+                                   "group started" + ("" if why is None else f" ({why})") +
+                                   (": stop() was called" if why is None and self._stopping
+                                    else ""))
         return {k: v for k, v in entry.items() if not k.startswith("_")}
 
     def scale_out(self, k: int = 1, timeout: float = 300.0) -> Dict[str, Any]:
@@ -614,12 +637,16 @@ class StreamHandle(StreamControls):
         """The stage thread, between barrier jobs: the next group has n ranks."""
         ck = self._ck
         assert ck is not None and self._rdv is not None
-        with self._cond:
-            self._rescales[-1]["checkpoint"] = ck.committed
-            self.executors = n
-            self._gw = [NEVER] * n
-            self._rescale_to = None
+        with self._stop_lock:  # the rescale's "stop" was the old group's
+            with self._cond:
+                self._rescales[-1]["checkpoint"] = ck.committed
+                self.executors = n
+                self._gw = [NEVER] * n
+                self._rescale_to = None
             self._stop_sent = False
+            self._rdv.forget_joining()
+        if self._stopping:  # stop() came during the rescale: the new group stops at once
+            self._send_stop()
         if self._ctl is not None:
             self._ctl.executors = n
         self._next_group()
@@ -692,6 +719,7 @@ class StreamHandle(StreamControls):
         """Asks every executor to stop, waits until all finished and the sink
         took every window; final metrics (raises as :meth:`wait`)."""
         if self.running:
+            self._stopping = True
             self._send_stop()
         return self.wait(timeout)
 

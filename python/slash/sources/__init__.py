@@ -13,9 +13,12 @@
 Each executor calls ``read(rank, n, columns, time=...)`` and reads its split
 itself; rows never pass through a coordinator. Every source here is bounded.
 
-Where they live: files and generated batches in :mod:`slash.file_source`, a
-table and a generator in :mod:`slash.memory_sources`, units and their dealing
-in :mod:`slash.source_units`. This module names them all and holds what the
+Where they live: files and generated batches in :mod:`slash.sources.files`, a
+table and a generator in :mod:`slash.sources.memory`, units and their dealing
+in :mod:`slash.sources.units`, a Spark stream's rate and directory sources in
+:mod:`slash.sources.streams`, what every source says of itself (the
+contract, and the registry of source kinds) in :mod:`slash.sources.contract`.
+This module names them all and holds what the
 engine asks of any source: its items with positions (:func:`read_from`), where
 its watermark comes from, what an output may not overwrite, what stamps its
 files, and any input as a source (:func:`as_source`).
@@ -57,9 +60,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 import pyarrow as pa
 
 from slash.errors import InvalidArgument
-from slash.file_source import BatchSource, FileSource
-from slash.memory_sources import GeneratorSource, TableSource
-from slash.source_units import ALL_NULL, Position, Unit, Watermark, Work, promises
+from slash.sources.contract import (Resplittable, StreamRead, StreamSource, describe, global_units,
+                                    register, registered, resplittable, source_type,
+                                    why_not_resplit)
+from slash.sources.files import BatchSource, FileSource
+from slash.sources.memory import GeneratorSource, TableSource
+from slash.sources.streams import DirectorySource, RateSource
+from slash.sources.units import ALL_NULL, Position, Unit, Watermark, Work, promises
 
 Source = Union[FileSource, TableSource, GeneratorSource]
 
@@ -175,7 +182,9 @@ def as_source(obj: Any) -> Source:
     raise InvalidArgument(f"source must be file path(s), a pyarrow.Table or a Source, got {type(obj).__name__}")
 
 
-__all__ = ["ALL_NULL", "BatchSource", "FileSource", "GeneratorSource", "Position", "Source",
-           "TableSource", "Unit", "Watermark", "Work", "as_source", "input_stamp",
-           "malformed_records", "output_overlaps_input", "promises", "read_from",
-           "watermarks_from_source"]
+__all__ = ["ALL_NULL", "BatchSource", "DirectorySource", "FileSource", "GeneratorSource",
+           "Position", "RateSource", "Resplittable", "Source", "StreamRead", "StreamSource",
+           "TableSource", "Unit", "Watermark", "Work", "as_source", "describe", "global_units",
+           "input_stamp", "malformed_records", "output_overlaps_input", "promises", "read_from",
+           "register", "registered", "resplittable", "source_type", "watermarks_from_source",
+           "why_not_resplit"]
