@@ -11,7 +11,8 @@ import pytest
 duckdb = pytest.importorskip("duckdb")
 
 from slash.errors import SchemaError  # noqa: E402
-from slash.joined_source import JoinedFileSource, Lookup  # noqa: E402
+from slash.sources import FileSource  # noqa: E402
+from slash.sources.joined import JoinedFileSource, Lookup  # noqa: E402
 from slash.query import Query  # noqa: E402
 from slash.runner import run  # noqa: E402
 from slash.sources import Watermark  # noqa: E402
@@ -115,3 +116,12 @@ def test_a_missing_join_column_is_named(events):
     path, _ = events
     with pytest.raises(SchemaError, match="'adid'"):
         JoinedFileSource(path, Lookup(campaigns(), "adid", "ad", (("bid", "bid"),)))
+
+
+def test_its_fingerprint_names_the_joined_rows_not_only_the_files(events):
+    path, _ = events
+    t = campaigns()
+    other = t.set_column(1, "campaign", pa.array([f"x{i}" for i in range(t.num_rows)]))
+    a, b = JoinedFileSource(path, lookup()), JoinedFileSource(path, lookup(other))
+    assert a.describe() == JoinedFileSource(path, lookup()).describe()
+    assert a.describe() != b.describe() and a.describe().startswith(FileSource(path).describe())

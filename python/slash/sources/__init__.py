@@ -64,6 +64,7 @@ from slash.sources.contract import (Resplittable, StreamRead, StreamSource, desc
                                     register, registered, resplittable, source_type,
                                     why_not_resplit)
 from slash.sources.files import BatchSource, FileSource
+from slash.sources.joined import JoinedFileSource
 from slash.sources.memory import GeneratorSource, TableSource
 from slash.sources.streams import DirectorySource, RateSource
 from slash.sources.units import ALL_NULL, Position, Unit, Watermark, Work, promises
@@ -182,7 +183,7 @@ def as_source(obj: Any) -> Source:
     raise InvalidArgument(f"source must be file path(s), a pyarrow.Table or a Source, got {type(obj).__name__}")
 
 
-__all__ = ["ALL_NULL", "BatchSource", "DirectorySource", "FileSource", "GeneratorSource",
+__all__ = ["ALL_NULL", "BatchSource", "DirectorySource", "FileSource", "GeneratorSource", "JoinedFileSource",
            "Position", "RateSource", "Resplittable", "Source", "StreamRead", "StreamSource",
            "TableSource", "Unit", "Watermark", "Work", "as_source", "describe", "global_units",
            "input_stamp", "malformed_records", "output_overlaps_input", "promises", "read_from",

@@ -48,16 +48,15 @@ import pyarrow as pa
 from slash.limits import MAX_EXECUTORS
 from slash.errors import InvalidArgument, SchemaError
 from slash.executor import GroupConfig
-from slash.kafka import KafkaSource
 from slash.query import Query
 from slash.recovery import execute_split_checkpointed
 from slash.run.plan import CheckpointPlan
 from slash.runner import execute_split
-from slash.sources import FileSource, GeneratorSource
+from slash.sources import FileSource, Source
 from slash.window import with_start_time
 from slash.spark import _env
 from slash.spark._env import TaskFailed
-from slash.joined_source import JoinedFileSource
+from slash.sources.joined import JoinedFileSource
 from slash.spark import _batch_ckpt, jvm_export
 from slash.spark.broadcast_scan import NotAJoin, broadcast_scan
 from slash.spark.dataframe import (NotAScan, StructKey, check_columns, file_scan, flat_key, flatten_structs,
@@ -363,7 +362,8 @@ def run_aggregate(spark: Any, source: Any, *, time: str, window: str,
             source, frame, query, route, renames = got.source, got.frame, got.query, got.route, got.renames
             fast = frame is None
         if fast:
-            src = source if isinstance(source, (FileSource, GeneratorSource, KafkaSource)) else None
+            # any bounded source (the contract: schema, read); an unbounded one is slash.spark.stream's
+            src = source if isinstance(source, Source) and getattr(source, "bounded", True) else None
             if src is None:
                 if not (isinstance(source, (str, os.PathLike)) or
                         (isinstance(source, (list, tuple)) and source and

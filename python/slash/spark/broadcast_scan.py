@@ -8,7 +8,7 @@ without the rows passing through the JVM: the large side is a scan
 (:func:`slash.spark.dataframe.file_scan`: its files, its filters), the
 small side is computed by Spark once and collected as Arrow, and the
 executors join each batch they read to it
-(:class:`slash.joined_source.JoinedFileSource`).
+(:class:`slash.sources.joined.JoinedFileSource`).
 
 Taken only where that keeps Spark's answer: an inner join on one column of
 each side compared with ``=`` (Catalyst's EqualTo of two columns, no cast,
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Sequence
 
 from slash.errors import SchemaError
-from slash.joined_source import Lookup, unique_keys
+from slash.sources.joined import Lookup, unique_keys
 from slash.spark.catalyst import conjuncts, executed_nodes, frame_of, name_of, seq, shape
 from slash.spark.dataframe import NotAScan, ScanInput, file_scan
 

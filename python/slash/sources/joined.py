@@ -17,6 +17,7 @@ the same joined rows.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -24,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from slash.errors import SchemaError
+from slash.sources.contract import register
 from slash.sources.files import FileSource
 from slash.sources.units import Unit
 
@@ -58,6 +60,7 @@ def unique_keys(table: pa.Table, key: str, what: str) -> pa.Table:
     return table
 
 
+@register("joined-files")
 class JoinedFileSource(FileSource):
     """``paths`` (as :class:`FileSource` takes them) inner-joined to
     ``lookup``'s table; the schema is the files' plus the added columns
@@ -90,6 +93,19 @@ class JoinedFileSource(FileSource):
         self.schema = pa.schema(list(files) + [
             pa.field(name, table.schema.field(src).type, self._added[name].null_count > 0)
             for src, name in lookup.columns])
+
+    def describe(self) -> str:
+        """The files and the joined table's contents (a checkpoint of a join
+        to other rows is another run's)."""
+        digest = hashlib.sha256()
+        for batch in pa.Table.from_arrays([self._keys, *self._added.values()],
+                                          names=["key", *self._added]).to_batches():
+            for col in batch.columns:
+                for buf in col.buffers():
+                    if buf is not None:
+                        digest.update(buf)
+        return (f"{super().describe()} joined on {self.lookup.on!r} to {len(self._keys)} rows "
+                f"{list(self._added)} sha256 {digest.hexdigest()[:16]}")
 
     def may_have_nulls(self, column: str) -> bool:
         if column in self._added:
