@@ -4,7 +4,11 @@
 #
 # Runs in the guest: the C transport tests (tests/c/test_transport_ofi.c) and
 # channel tests (tests/c/test_channel.c) with SLASH_TEST_OFI_SPEC=ofi:verbs,
-# then tests/test_channel.py's ofi-verbs cases against the installed package.
+# then the ofi-verbs cases of tests/test_channel.py, tests/test_executor.py
+# (groups of 2 and 4 against DuckDB, P1), tests/test_recovery_more.py (an
+# executor SIGKILLed and recovered from its checkpoint) and tests/test_spark.py
+# (slash.spark.window_aggregate in local[2] against Spark's own query), against
+# the installed package.
 # The guest's CPU is emulated (~5-20x slower), so the sizes are cut
 # (SLASH_TEST_WRITES, SLASH_TEST_BUFFERS) and the whole guest part is bounded
 # by SLASH_VERBS_TIMEOUT seconds (default 900).
@@ -37,8 +41,13 @@ scripts/rxe-guest.sh --cpus "${SLASH_VERBS_CPUS:-2}" --timeout "${SLASH_VERBS_TI
     "$0/test_transport_ofi" || rc=1
     echo "== C channel tests over ofi:verbs (and shm)"
     SLASH_TEST_NO_OFI=1 "$0/test_channel" || rc=1
+    cd tests
     echo "== tests/test_channel.py over ofi:verbs"
-    (cd tests && python3 -m pytest -q -p no:cacheprovider test_channel.py -k ofi-verbs) || rc=1
+    python3 -m pytest -q -p no:cacheprovider test_channel.py -k ofi-verbs || rc=1
+    echo "== executor groups (P1, P2 against DuckDB), a SIGKILLed executor recovered from its checkpoint, over ofi:verbs"
+    python3 -m pytest -q -p no:cacheprovider test_executor.py test_recovery_more.py -k ofi-verbs || rc=1
+    echo "== slash.spark.window_aggregate over ofi:verbs against Spark (local[2])"
+    python3 -m pytest -q -p no:cacheprovider test_spark.py -k over_verbs || rc=1
     exit $rc' "$BUILD"
 rc=$?
 echo "verbs suites: exit $rc after $(($(date +%s) - start)) s" >&2
