@@ -4,11 +4,13 @@
 #
 # Runs in the guest: the C transport tests (tests/c/test_transport_ofi.c) and
 # channel tests (tests/c/test_channel.c) with SLASH_TEST_OFI_SPEC=ofi:verbs,
-# then the ofi-verbs cases of tests/test_channel.py, tests/test_executor.py
-# (groups of 2 and 4 against DuckDB, P1), tests/test_recovery_more.py (an
-# executor SIGKILLed and recovered from its checkpoint) and tests/test_spark.py
+# then, in one pytest process, the verbs cases of tests/test_channel.py,
+# test_doctor.py (devices, GIDs and the listen address through pyverbs),
+# test_in_process.py (4 executors on threads against DuckDB), test_executor.py
+# (a group of 2 executor processes against DuckDB, P1), test_recovery_more.py
+# (an executor SIGKILLed and recovered from its checkpoint) and test_spark.py
 # (slash.spark.window_aggregate in local[2] against Spark's own query), against
-# the installed package.
+# the installed package; SLASH_VERBS_PYTEST_K picks others (pytest -k).
 # The guest's CPU is emulated (~5-20x slower), so the sizes are cut
 # (SLASH_TEST_WRITES, SLASH_TEST_BUFFERS) and the whole guest part is bounded
 # by SLASH_VERBS_TIMEOUT seconds (default 900).
@@ -34,6 +36,9 @@ fi
 export SLASH_TEST_OFI_SPEC=ofi:verbs
 export SLASH_TEST_WRITES=${SLASH_TEST_WRITES:-5000}
 export SLASH_TEST_BUFFERS=${SLASH_TEST_BUFFERS:-1000}
+# the Python cases: every test with "verbs" in its id, but the group of 4
+# executor processes (4 imports; 4 executors run on threads in test_in_process)
+export SLASH_VERBS_PYTEST_K=${SLASH_VERBS_PYTEST_K:-verbs and not ofi-verbs-4}
 start=$(date +%s)
 scripts/rxe-guest.sh --cpus "${SLASH_VERBS_CPUS:-2}" --timeout "${SLASH_VERBS_TIMEOUT:-900}" -- sh -c '
     rc=0
@@ -42,12 +47,14 @@ scripts/rxe-guest.sh --cpus "${SLASH_VERBS_CPUS:-2}" --timeout "${SLASH_VERBS_TI
     echo "== C channel tests over ofi:verbs (and shm)"
     SLASH_TEST_NO_OFI=1 "$0/test_channel" || rc=1
     cd tests
-    echo "== tests/test_channel.py over ofi:verbs"
-    python3 -m pytest -q -p no:cacheprovider test_channel.py -k ofi-verbs || rc=1
-    echo "== executor groups (P1, P2 against DuckDB), a SIGKILLed executor recovered from its checkpoint, over ofi:verbs"
-    python3 -m pytest -q -p no:cacheprovider test_executor.py test_recovery_more.py -k ofi-verbs || rc=1
-    echo "== slash.spark.window_aggregate over ofi:verbs against Spark (local[2])"
-    python3 -m pytest -q -p no:cacheprovider test_spark.py -k over_verbs || rc=1
+    # one pytest process: under the software CPU each Python start with
+    # slash, pyarrow and duckdb imported costs about a minute
+    echo "== the ofi:verbs cases of the Python suites: channel, doctor (pyverbs), 4 executors" \
+         "in one process and 2 in processes (P2 against DuckDB), P1, a SIGKILLed executor" \
+         "recovered from its checkpoint, slash.spark.window_aggregate against Spark"
+    python3 -m pytest -q -p no:cacheprovider --durations=12 \
+        test_channel.py test_doctor.py test_in_process.py test_executor.py \
+        test_recovery_more.py test_spark.py -k "$SLASH_VERBS_PYTEST_K" || rc=1
     exit $rc' "$BUILD"
 rc=$?
 echo "verbs suites: exit $rc after $(($(date +%s) - start)) s" >&2
