@@ -169,6 +169,11 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 work "/newroot$WORKDIR
 mount -t proc proc /newroot/proc
 mount -t sysfs sysfs /newroot/sys
 mount -t devtmpfs devtmpfs /newroot/dev
+# what udev would make: bash's <(...) needs /dev/fd (Spark's spark-class uses it)
+ln -sfn /proc/self/fd /newroot/dev/fd
+ln -sfn /proc/self/fd/0 /newroot/dev/stdin
+ln -sfn /proc/self/fd/1 /newroot/dev/stdout
+ln -sfn /proc/self/fd/2 /newroot/dev/stderr
 mkdir -p /newroot/dev/shm /newroot/dev/pts
 mount -t tmpfs tmpfs /newroot/dev/shm
 mount -t devpts devpts /newroot/dev/pts
