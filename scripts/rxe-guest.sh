@@ -186,6 +186,8 @@ ip addr add 10.0.2.15/24 dev eth0
 ip route add default via 10.0.2.2
 echo "nameserver 10.0.2.3" > /newroot/etc/resolv.conf 2>/dev/null
 echo "rxe-guest" > /proc/sys/kernel/hostname
+# the name resolves (Java's getLocalHost, which Spark calls, fails otherwise)
+echo "10.0.2.15 rxe-guest" >> /newroot/etc/hosts
 chroot /newroot rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0"
 i=0
 until grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null; do
