@@ -52,7 +52,7 @@ scripts/rxe-guest.sh --cpus "${SLASH_VERBS_CPUS:-2}" --timeout "${SLASH_VERBS_TI
     echo "== the ofi:verbs cases of the Python suites: channel, doctor (pyverbs), 4 executors" \
          "in one process and 2 in processes (P2 against DuckDB), P1, a SIGKILLed executor" \
          "recovered from its checkpoint, slash.spark.window_aggregate against Spark"
-    python3 -m pytest -q -p no:cacheprovider --durations=12 \
+    python3 -u -m pytest -q -p no:cacheprovider --durations=12 \
         test_channel.py test_doctor.py test_in_process.py test_executor.py \
         test_recovery_more.py test_spark.py -k "$SLASH_VERBS_PYTEST_K" || rc=1
     exit $rc' "$BUILD"
