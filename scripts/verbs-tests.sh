@@ -8,9 +8,9 @@
 # test_doctor.py (devices, GIDs and the listen address through pyverbs),
 # test_in_process.py (4 executors on threads against DuckDB), test_executor.py
 # (a group of 2 executor processes against DuckDB, P1), test_recovery_more.py
-# (an executor SIGKILLed and recovered from its checkpoint) and test_spark.py
-# (slash.spark.window_aggregate in local[2] against Spark's own query), against
-# the installed package; SLASH_VERBS_PYTEST_K picks others (pytest -k).
+# (an executor SIGKILLed and recovered from its checkpoint), against the
+# installed package; SLASH_VERBS_PYTEST_K picks others (pytest -k), e.g. "verbs"
+# adds test_spark.py's slash.spark.window_aggregate against Spark (see below).
 # The guest's CPU is emulated (~5-20x slower), so the sizes are cut
 # (SLASH_TEST_WRITES, SLASH_TEST_BUFFERS) and the whole guest part is bounded
 # by SLASH_VERBS_TIMEOUT seconds (default 900).
@@ -54,7 +54,7 @@ scripts/rxe-guest.sh --cpus "${SLASH_VERBS_CPUS:-2}" --timeout "${SLASH_VERBS_TI
     # slash, pyarrow and duckdb imported costs about a minute
     echo "== the ofi:verbs cases of the Python suites: channel, doctor (pyverbs), 4 executors" \
          "in one process and 2 in processes (P2 against DuckDB), P1, a SIGKILLed executor" \
-         "recovered from its checkpoint, slash.spark.window_aggregate against Spark"
+         "recovered from its checkpoint (pytest -k \"$SLASH_VERBS_PYTEST_K\")"
     python3 -u -m pytest -q -p no:cacheprovider --durations=12 \
         test_channel.py test_doctor.py test_in_process.py test_executor.py \
         test_recovery_more.py test_spark.py -k "$SLASH_VERBS_PYTEST_K" || rc=1
