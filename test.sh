@@ -11,7 +11,7 @@
 #   6. the executor, channel, join and move tests once more against an ASan/UBSan
 #      build of the extension (scripts/asan-pytest.sh, libasan preloaded).
 #   7. the ofi:verbs transport and channel suites over soft-RoCE in a QEMU guest
-#      (scripts/verbs-tests.sh; at most SLASH_VERBS_TIMEOUT s, default 900; where
+#      (scripts/verbs-tests.sh; at most SLASH_VERBS_TIMEOUT s, default 1500; where
 #      QEMU cannot be installed it prints "verbs suites NOT RUN:" and why);
 #   8. a group split across two such guests on one virtual network, over ofi:verbs
 #      (scripts/rxe-two-hosts.sh: DuckDB's answer, and a killed host named).

@@ -109,7 +109,10 @@ cdef class Listener(_Closeable):
 
     ``address`` is what producers pass to :meth:`Channel.connect`.
     ``bind``: for shm a name (None picks a unique one); for ofi ``"HOST:PORT"``
-    (port 0 picks a free port; None means 127.0.0.1:0).
+    (port 0 picks a free port). None for ofi: the address named in the spec
+    (``"ofi:verbs@10.0.0.5"``); else 127.0.0.1:0 for providers over the host's
+    TCP stack; else the address of the provider's device (RDMA devices serve
+    no loopback address).
     """
     cdef slash_listener *l
     cdef readonly Transport transport

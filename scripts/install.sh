@@ -132,6 +132,26 @@ build_jar() {
     echo "$stamp" > "$jar.stamp"
 }
 
+install_pyverbs() {
+    # rdma-core's Python bindings (slash doctor reads RDMA devices, ports and
+    # GIDs through them; tests/test_pyverbs_reference.py), from Debian's
+    # python3-pyverbs: the PyPI sdist builds a whole rdma-core of its own.
+    # Debian installs them for /usr/bin/python3; a venv of another interpreter
+    # of the same ABI (e.g. pyenv's 3.11) gets a link to the one package.
+    need_apt python3-pyverbs
+    local deb=/usr/lib/python3/dist-packages/pyverbs
+    "$PYTHON" -c "import pyverbs" 2>/dev/null && return
+    [ -d "$deb" ] || return 0
+    local soabi site
+    soabi=$("$PYTHON" -c "import sysconfig; print(sysconfig.get_config_var('SOABI'))")
+    if ! ls "$deb"/*."$soabi".so >/dev/null 2>&1; then
+        log "python3-pyverbs is built for another Python than $PYTHON ($soabi): slash doctor reads sysfs"
+        return 0
+    fi
+    site=$("$PYTHON" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    ln -sfn "$deb" "$site/pyverbs"
+}
+
 build_package() {
     log "building and installing slash (C core + bindings)"
     (cd "$SLASH_ROOT" && "$PYTHON" -m pip install -q --disable-pip-version-check \
@@ -148,6 +168,7 @@ slash_install() {
     install_system
     use_venv
     install_python "$extras"
+    install_pyverbs
     build_jar
     build_package
 }

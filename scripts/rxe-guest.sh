@@ -180,6 +180,11 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 work "/newroot$WORKDIR
 mount -t proc proc /newroot/proc
 mount -t sysfs sysfs /newroot/sys
 mount -t devtmpfs devtmpfs /newroot/dev
+# what udev would make: bash's <(...) needs /dev/fd (Spark's spark-class uses it)
+ln -sfn /proc/self/fd /newroot/dev/fd
+ln -sfn /proc/self/fd/0 /newroot/dev/stdin
+ln -sfn /proc/self/fd/1 /newroot/dev/stdout
+ln -sfn /proc/self/fd/2 /newroot/dev/stderr
 mkdir -p /newroot/dev/shm /newroot/dev/pts
 mount -t tmpfs tmpfs /newroot/dev/shm
 mount -t devpts devpts /newroot/dev/pts
@@ -194,6 +199,8 @@ if [ "$GUEST_NET" = user ]; then
     echo "nameserver 10.0.2.3" > /newroot/etc/resolv.conf 2>/dev/null
 fi
 echo "rxe-guest$GUEST_INDEX" > /proc/sys/kernel/hostname
+# the name resolves (Java's getLocalHost, which Spark calls, fails otherwise)
+echo "$GUEST_IP rxe-guest$GUEST_INDEX" >> /newroot/etc/hosts
 chroot /newroot rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0"
 i=0
 until grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null; do

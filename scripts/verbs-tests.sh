@@ -4,10 +4,17 @@
 #
 # Runs in the guest: the C transport tests (tests/c/test_transport_ofi.c) and
 # channel tests (tests/c/test_channel.c) with SLASH_TEST_OFI_SPEC=ofi:verbs,
-# then tests/test_channel.py's ofi-verbs cases against the installed package.
+# then, in one pytest process, the verbs cases of tests/test_channel.py,
+# test_doctor.py (devices, GIDs and the listen address through pyverbs),
+# test_in_process.py (4 executors on threads against DuckDB), test_executor.py
+# (a group of 2 executor processes against DuckDB, P1), test_recovery_more.py
+# (an executor SIGKILLed and recovered from its checkpoint), against the
+# installed package; SLASH_VERBS_PYTEST_K picks others (pytest -k), e.g. "verbs"
+# adds test_spark.py's slash.spark.window_aggregate against Spark (see below).
 # The guest's CPU is emulated (~5-20x slower), so the sizes are cut
 # (SLASH_TEST_WRITES, SLASH_TEST_BUFFERS) and the whole guest part is bounded
-# by SLASH_VERBS_TIMEOUT seconds (default 900).
+# by SLASH_VERBS_TIMEOUT seconds (default 1500: 1,480 s were measured beside a second guest
+# at host load 18-30; the bound is for a hang, not a measure).
 #
 # Usage: scripts/verbs-tests.sh [BUILD_DIR]     (default build/release, built)
 # Exit status: 0 all passed, or not runnable here (then it says why, in a
@@ -30,15 +37,28 @@ fi
 export SLASH_TEST_OFI_SPEC=ofi:verbs
 export SLASH_TEST_WRITES=${SLASH_TEST_WRITES:-5000}
 export SLASH_TEST_BUFFERS=${SLASH_TEST_BUFFERS:-1000}
+# the Python cases: every test with "verbs" in its id, but the group of 4
+# executor processes (4 imports; 4 executors run on threads in test_in_process)
+# and Spark's: in the guest its JVM started and ran the stage's tasks, then
+# died of SIGSEGV in C1-compiled code (TaskMemoryManager.getPage) under the
+# software CPU (2026-12-07); SLASH_VERBS_PYTEST_K=verbs runs them all
+export SLASH_VERBS_PYTEST_K=${SLASH_VERBS_PYTEST_K:-verbs and not ofi-verbs-4 and not equals_spark}
 start=$(date +%s)
-scripts/rxe-guest.sh --cpus "${SLASH_VERBS_CPUS:-2}" --timeout "${SLASH_VERBS_TIMEOUT:-900}" -- sh -c '
+scripts/rxe-guest.sh --cpus "${SLASH_VERBS_CPUS:-2}" --timeout "${SLASH_VERBS_TIMEOUT:-1500}" -- sh -c '
     rc=0
     echo "== C transport tests over ofi:verbs"
     "$0/test_transport_ofi" || rc=1
     echo "== C channel tests over ofi:verbs (and shm)"
     SLASH_TEST_NO_OFI=1 "$0/test_channel" || rc=1
-    echo "== tests/test_channel.py over ofi:verbs"
-    (cd tests && python3 -m pytest -q -p no:cacheprovider test_channel.py -k ofi-verbs) || rc=1
+    cd tests
+    # one pytest process: under the software CPU each Python start with
+    # slash, pyarrow and duckdb imported costs about a minute
+    echo "== the ofi:verbs cases of the Python suites: channel, doctor (pyverbs), 4 executors" \
+         "in one process and 2 in processes (P2 against DuckDB), P1, a SIGKILLed executor" \
+         "recovered from its checkpoint (pytest -k \"$SLASH_VERBS_PYTEST_K\")"
+    python3 -u -m pytest -q -p no:cacheprovider --durations=12 \
+        test_channel.py test_doctor.py test_in_process.py test_executor.py \
+        test_recovery_more.py test_spark.py -k "$SLASH_VERBS_PYTEST_K" || rc=1
     exit $rc' "$BUILD"
 rc=$?
 echo "verbs suites: exit $rc after $(($(date +%s) - start)) s" >&2

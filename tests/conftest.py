@@ -1,19 +1,12 @@
 """Shared fixtures: the transports every channel test runs on, like uvloop runs
 its tests on each loop. ofi:tcp joins when this build has libfabric; verbs
 joins when an RDMA device (e.g. soft-RoCE, scripts/rxe-setup.sh) exists."""
-import os
 import secrets
 
 import pytest
 
 import slash
-
-
-def _rdma_devices():
-    try:
-        return os.listdir("/sys/class/infiniband")
-    except OSError:
-        return []
+from _rdma import needs_verbs
 
 
 def transports():
@@ -23,11 +16,7 @@ def transports():
     else:
         params.append(pytest.param("ofi:tcp", id="ofi-tcp", marks=pytest.mark.skip(
             reason="this build has no libfabric (apt-get install libfabric-dev, reinstall)")))
-    devs = _rdma_devices()
-    params.append(pytest.param("ofi:verbs", id="ofi-verbs", marks=pytest.mark.skipif(
-        not (slash.have_ofi() and devs),
-        reason="no RDMA device (/sys/class/infiniband is empty; scripts/rxe-setup.sh makes one "
-               "on kernels with rdma_rxe)")))
+    params.append(pytest.param("ofi:verbs", id="ofi-verbs", marks=needs_verbs))
     return params
 
 

@@ -18,6 +18,9 @@ from slash import errors
 import channel_peers as peers
 
 CTX = mp.get_context("spawn")
+# a spawned peer's start, until it announces its address: a Python start with
+# slash imported took over a minute in the soft-RoCE guest's software CPU
+START_TIMEOUT = 180
 
 
 def start(target, *args):
@@ -78,7 +81,7 @@ def test_slow_consumer_blocks_producer_without_loss(transport, token):
     q, result = CTX.Queue(), CTX.Queue()
     n = 40
     c = start(peers.consume_slowly, transport, token, q, n, 0.01, result)
-    addr = q.get(timeout=30)
+    addr = q.get(timeout=START_TIMEOUT)
     ch = slash.Channel.connect(transport, addr, token=token, timeout=30)
     for seq in range(n):
         ch.send(peers.payload(seq, 100), timeout=30)
@@ -94,7 +97,7 @@ def test_slow_consumer_blocks_producer_without_loss(transport, token):
 def test_full_ring_times_out_instead_of_overwriting(transport, token):
     q = CTX.Queue()
     c = start(peers.consume_then_die, transport, token, q, 2, 3.0)
-    ch = slash.Channel.connect(transport, q.get(timeout=30), token=token, timeout=30)
+    ch = slash.Channel.connect(transport, q.get(timeout=START_TIMEOUT), token=token, timeout=30)
     ch.send(b"a")
     ch.send(b"b")
     with pytest.raises(errors.Timeout):
@@ -120,7 +123,7 @@ def test_producer_killed_consumer_gets_error_quickly(transport, token):
 def test_consumer_killed_producer_gets_error_quickly(transport, token):
     q = CTX.Queue()
     c = start(peers.consume_then_die, transport, token, q, 4, 0.5)
-    ch = slash.Channel.connect(transport, q.get(timeout=30), token=token, timeout=30)
+    ch = slash.Channel.connect(transport, q.get(timeout=START_TIMEOUT), token=token, timeout=30)
     t0 = time.monotonic()
     with pytest.raises(errors.PeerDisconnected):
         for _ in range(100):
@@ -144,7 +147,7 @@ def test_wrong_token_refused_on_both_sides(transport, token):
 def test_zero_and_oversized_buffers_rejected(transport, token):
     q, result = CTX.Queue(), CTX.Queue()
     c = start(peers.consume_all, transport, token, q, result)
-    prod = slash.Channel.connect(transport, q.get(timeout=30), token=token, timeout=30)
+    prod = slash.Channel.connect(transport, q.get(timeout=START_TIMEOUT), token=token, timeout=30)
     with pytest.raises(errors.InvalidArgument, match="zero-length"):
         prod.send(b"")
     with pytest.raises(errors.BufferTooLarge, match="1009 bytes"):
@@ -161,7 +164,7 @@ def test_arrow_and_numpy_buffers_are_sent_as_is(token):
     arrow_buf = values.buffers()[1]
     q, result = CTX.Queue(), CTX.Queue()
     c = start(peers.consume_all, "shm", token, q, result)
-    prod = slash.Channel.connect("shm", q.get(timeout=30), token=token, timeout=30)
+    prod = slash.Channel.connect("shm", q.get(timeout=START_TIMEOUT), token=token, timeout=30)
     prod.send(arrow_buf)
     prod.send(np.arange(10, dtype=np.float64))
     view = prod.reserve()  # fill the slot in place: no staging copy at all

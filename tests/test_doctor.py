@@ -6,6 +6,8 @@ import pytest
 import slash
 from slash import doctor
 
+from _rdma import needs_verbs, rdma_devices
+
 SECTIONS = {"slash", "transports", "libfabric", "rdma", "hugepages", "java", "spark", "system"}
 
 MEMINFO = """MemTotal:       24617208 kB
@@ -101,6 +103,12 @@ def test_missing_pyspark(monkeypatch):
     assert s["version"] is None and "pyspark" in s["detail"]
 
 
+def _without_pyverbs(monkeypatch):
+    """import pyverbs (and its modules, even once imported) raises ImportError."""
+    for name in ("pyverbs", "pyverbs.device", "pyverbs.pyverbs_error"):
+        monkeypatch.setitem(sys.modules, name, None)
+
+
 def _fake_sysfs(root, state):
     port = root / "rxe0" / "ports" / "1"
     port.mkdir(parents=True)
@@ -111,7 +119,7 @@ def _fake_sysfs(root, state):
 def test_sysfs_device_without_pyverbs(monkeypatch, tmp_path):
     _fake_sysfs(tmp_path, "4: ACTIVE")
     monkeypatch.setattr(doctor, "SYSFS_IB", str(tmp_path))
-    monkeypatch.setitem(sys.modules, "pyverbs", None)  # import pyverbs raises ImportError
+    _without_pyverbs(monkeypatch)
     tps = {"shm": {"available": True}, "ofi:tcp": {"available": True},
            "ofi:verbs": {"available": True, "detail": "opened"}}
     rd = doctor.rdma(tps)
@@ -124,10 +132,50 @@ def test_sysfs_device_without_pyverbs(monkeypatch, tmp_path):
 def test_down_port_makes_verbs_unavailable(monkeypatch, tmp_path):
     _fake_sysfs(tmp_path, "1: DOWN")
     monkeypatch.setattr(doctor, "SYSFS_IB", str(tmp_path))
-    monkeypatch.setitem(sys.modules, "pyverbs", None)
+    _without_pyverbs(monkeypatch)
     tps = {"shm": {"available": True}, "ofi:tcp": {"available": False},
            "ofi:verbs": {"available": True, "detail": "opened"}}
     verbs = doctor.rdma(tps)["verbs"]
     assert not verbs["available"]
     assert verbs["reason"].startswith("no RDMA port is ACTIVE")
     assert "shm works" in verbs["reason"]
+
+
+def test_gid_address_reads_roce_gids():
+    assert doctor.gid_address("0000:0000:0000:0000:0000:ffff:0a00:020f") == "10.0.2.15"
+    assert doctor.gid_address("fe80:0000:0000:0000:5054:00ff:fe12:3456") == "fe80::5054:ff:fe12:3456"
+    assert doctor.gid_address("0000:0000:0000:0000:0000:0000:0000:0000") is None
+    assert doctor.gid_address("not a gid") is None
+
+
+def test_ofi_transports_report_their_listen_address(report):
+    tcp = report["transports"]["ofi:tcp"]
+    if tcp["available"]:
+        assert tcp["address"].startswith("127.0.0.1:")
+
+
+def test_no_device_is_said_plainly(monkeypatch, tmp_path):
+    monkeypatch.setattr(doctor, "SYSFS_IB", str(tmp_path / "absent"))
+    _without_pyverbs(monkeypatch)
+    tps = {"shm": {"available": True, "detail": "opened"},
+           "ofi:verbs": {"available": False, "detail": "NotFound: no device"}}
+    report = {"rdma": doctor.rdma(tps)}
+    assert report["rdma"]["devices"] == [] and report["rdma"]["address"] is None
+    assert report["rdma"]["verbs"]["reason"].startswith("no RDMA device")
+    assert report["rdma"]["pyverbs"].startswith("not installed")
+
+
+@needs_verbs
+def test_pyverbs_lists_the_device_and_the_gid_the_transport_listens_on(report):
+    """Read independently through pyverbs (rdma-core's bindings): the address
+    ofi:verbs listens on by default is a GID of an ACTIVE port."""
+    pytest.importorskip("pyverbs", reason="apt-get install python3-pyverbs (scripts/install.sh does)")
+    rd = report["rdma"]
+    assert rd["pyverbs"] == "installed" and rd["devices"]
+    assert {d["name"] for d in rd["devices"]} == set(rdma_devices())
+    host = rd["address"].rsplit(":", 1)[0].strip("[]")
+    served = {g["address"] for d in rd["devices"] for p in d["ports"] if p["state"] == "ACTIVE"
+              for g in p["gids"]}
+    assert host in served, (rd["address"], served)
+    rows = dict(((s, i), v) for s, i, v in doctor.rows(report))
+    assert rows[("rdma", "ofi:verbs listens on")] == rd["address"]

@@ -18,6 +18,7 @@ from slash import errors
 from slash.window import Session, Sliding, Tumbling
 
 import executor_peers as peers
+from _rdma import needs_verbs
 from _state_reference import AGGS, VALUE_TYPES, assert_same, duckdb_reference
 
 CTX = mp.get_context("spawn")
@@ -102,6 +103,8 @@ def check_against_duckdb(table, results, metrics, window):
 # ---- P2 -------------------------------------------------------------------------
 GROUPS = [pytest.param("shm", n, id=f"shm-{n}") for n in (1, 2, 3, 4, 8)]
 GROUPS += [pytest.param("ofi:tcp", n, id=f"ofi-tcp-{n}", marks=OFI) for n in (2, 3, 4, 8)]
+# over an RDMA device (scripts/verbs-tests.sh: soft-RoCE in a guest with a software CPU, hence 2 and 4)
+GROUPS += [pytest.param("ofi:verbs", n, id=f"ofi-verbs-{n}", marks=needs_verbs) for n in (2, 4)]
 
 
 @pytest.mark.parametrize("transport,n", GROUPS)
@@ -191,11 +194,13 @@ def test_session_windows_across_executors_with_skew():
 
 
 # ---- P1 --------------------------------------------------------------------------
-def test_no_window_fires_until_every_watermark_passes_it():
+@pytest.mark.parametrize("transport", ["shm", pytest.param("ofi:verbs", id="ofi-verbs",
+                                                            marks=needs_verbs)])
+def test_no_window_fires_until_every_watermark_passes_it(transport):
     table = stream(seed=3, n=4000, span_ms=10000, jitter_ms=0)
     state_kw = dict(window="tumbling:1s", aggregates=AGGS, value_types=VALUE_TYPES)
     gkw = dict(lateness=0, epoch_bytes=16 << 10)
-    ctl, expect, (p0, p1) = peers.push_and_hold_pair(CTX, table, state_kw, gkw)
+    ctl, expect, (p0, p1) = peers.push_and_hold_pair(CTX, table, state_kw, gkw, transport)
 
     expect("pushed")
     # rank 1 has promised nothing: nobody may fire anything

@@ -20,6 +20,8 @@ from slash.query import Query
 from slash.runner import IN_PROCESS_ROWS, executor_count, run, runs_in_process
 from slash.sources import FileSource
 
+from _rdma import needs_verbs
+
 QUERY = Query(time="ts", window="tumbling:10s", key="k", aggregates=["count", "sum:x"])
 
 
@@ -58,6 +60,17 @@ def test_an_explicit_executor_count_runs_that_many_executors_in_this_process(tab
     m = {}
     result = run(QUERY, table, executors=2, metrics=m)
     assert m["in_process"] and m["executors"] == 2
+    _same(result, table)
+
+
+@needs_verbs
+def test_four_executors_over_verbs_in_this_process_equal_duckdb(table):
+    """Four ranks on threads exchange their deltas over an RDMA device
+    (scripts/verbs-tests.sh: soft-RoCE in a guest): no process start, which
+    costs most under the guest's software CPU."""
+    m = {}
+    result = run(QUERY, table, executors=4, group=GroupConfig(transport="ofi:verbs"), metrics=m)
+    assert m["in_process"] and m["executors"] == 4
     _same(result, table)
 
 

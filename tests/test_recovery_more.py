@@ -1,5 +1,5 @@
 """Exactly-once recovery (issue 16), beyond tests/test_recovery.py: the
-ofi:tcp transport, 3 and 4 executors, a kill inside a checkpoint write, the
+ofi:tcp and ofi:verbs transports, 3 and 4 executors, a kill inside a checkpoint write, the
 same rank killed again right after its restart, every executor killed at
 once, and a resume of a generator with another executor count (refused, naming both counts).
 
@@ -21,6 +21,7 @@ from slash.executor import GroupConfig
 from slash.runner import run
 from slash.sources import GeneratorSource
 
+from _rdma import needs_verbs
 from test_recovery import SCHEMA, _assert_same, _gen, _query, make, needs_core, reference
 
 
@@ -49,10 +50,13 @@ def _as_rows(got: pa.Table):
 
 
 @needs_core
-@pytest.mark.skipif(not slash.have_ofi(), reason="this build has no libfabric (ofi:tcp)")
-def test_killed_worker_over_ofi_tcp_gives_the_failure_free_output(tmp_path, monkeypatch):
-    monkeypatch.setenv("SLASH_TEST_KILL", "1:10:0:1")  # at push 10 or later, after 1 cut
-    got, m = _run(_gen(), tmp_path, group=GroupConfig(epoch_ms=10, transport="ofi:tcp"))
+@pytest.mark.parametrize("transport", [
+    pytest.param("ofi:tcp", id="ofi-tcp", marks=pytest.mark.skipif(
+        not slash.have_ofi(), reason="this build has no libfabric (ofi:tcp)")),
+    pytest.param("ofi:verbs", id="ofi-verbs", marks=needs_verbs)])
+def test_killed_worker_over_ofi_gives_the_failure_free_output(transport, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLASH_TEST_KILL", "1:10:0:1")  # at push 10 or later, after 1 cut (SIGKILL)
+    got, m = _run(_gen(), tmp_path, group=GroupConfig(epoch_ms=10, transport=transport))
     _assert_same(got, reference("tumbling", "gen", _gen()))
     assert [r["rank"] for r in m["recoveries"]] == [1]
     assert m["recoveries"][0]["from_checkpoint"] is not None

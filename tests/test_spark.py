@@ -14,6 +14,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pandas")
 
 from slash.errors import SchemaError, UnknownName  # noqa: E402
+from _rdma import needs_verbs  # noqa: E402
 from slash.spark import (NotEnoughSlots, TaskFailed, run_aggregate, session,  # noqa: E402
                          spark_window_aggregate, window_aggregate)
 
@@ -83,6 +84,16 @@ def test_fast_path_equals_spark(spark, data, window, key):
     assert res.records_in == 6000 and res.late_records == 0
     ref = spark_window_aggregate(spark, path, time="t", window=window, key=key, aggs=AGGS)
     assert_same(res.df, ref, [key])
+
+
+@needs_verbs
+def test_window_aggregate_over_verbs_equals_spark(spark, data):
+    """The executors in Spark's tasks exchange their deltas over an RDMA
+    device (scripts/verbs-tests.sh: soft-RoCE in a guest)."""
+    _, path = data
+    kw = dict(time="t", window="tumbling:10s", key="k", aggs=AGGS)
+    ours = window_aggregate(spark, path, executors=2, transport="ofi:verbs", **kw)
+    assert_same(ours, spark_window_aggregate(spark, path, **kw), ["k"])
 
 
 def test_fast_path_many_string_keys_with_nulls_under_a_filter_equals_spark(spark, tmp_path):

@@ -5,12 +5,13 @@
 
 * ``transports``: each transport spec (``shm``, ``ofi:tcp``, ``ofi:verbs``)
   opened through :class:`slash.Transport`; ``available`` plus the error text
-  when opening fails;
+  when opening fails, and for ofi the ``address`` a listener binds by default;
 * ``libfabric``: whether the ``ofi`` transport is compiled in, and the
   providers ``fi_info -l`` lists (when the binary exists);
 * ``rdma``: RDMA devices and port states, through pyverbs when installed and
-  from ``/sys/class/infiniband`` otherwise, and a ``verbs`` verdict with the
-  reason;
+  from ``/sys/class/infiniband`` otherwise; with pyverbs each port's GIDs and
+  the address each stands for; the ``address`` a listener of ``ofi:verbs``
+  binds when none is given; and a ``verbs`` verdict with the reason;
 * ``hugepages``: ``/proc/meminfo`` huge page counts and the transparent huge
   page mode;
 * ``java``, ``spark``: versions (``java -version``, ``pyspark.__version__``);
@@ -26,10 +27,12 @@ True
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import platform
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -96,13 +99,28 @@ def transports() -> Dict[str, Dict[str, Any]]:
     out: Dict[str, Dict[str, Any]] = {}
     for spec in TRANSPORT_SPECS:
         try:
-            with slash.Transport(spec):
-                pass
+            with slash.Transport(spec) as tp:
+                address = _listen_address(tp) if spec.startswith("ofi:") else None
         except slash.errors.SlashError as e:
             out[spec] = {"available": False, "detail": f"{type(e).__name__}: {e}"}
         else:
             out[spec] = {"available": True, "detail": "opened"}
+            if address is not None:
+                out[spec]["address"] = address
     return out
+
+
+def _listen_address(tp: Any) -> Optional[str]:
+    """The address a listener of transport ``tp`` binds when none is given
+    (the one executors announce), or None when it cannot listen."""
+    import slash  # start-up: see transports()
+
+    try:
+        with slash.Listener(tp, token=secrets.token_hex(8)) as lst:
+            return str(lst.address)
+    except slash.errors.SlashError as e:
+        log.debug("%s cannot listen: %s", tp.spec, e)
+        return None
 
 
 def libfabric() -> Dict[str, Any]:
@@ -143,12 +161,49 @@ def _sysfs_devices(root: Optional[str] = None) -> List[Dict[str, Any]]:
     return devices
 
 
+def gid_address(gid: str) -> Optional[str]:
+    """The IP address a RoCE GID stands for (``::ffff:10.0.2.15`` is
+    10.0.2.15, other GIDs are IPv6 addresses); None for an empty entry or
+    text that is no GID."""
+    try:
+        a = ipaddress.IPv6Address(gid)
+    except ValueError:
+        return None
+    if a == ipaddress.IPv6Address(0):
+        return None
+    return str(a.ipv4_mapped or a)
+
+
+def _pyverbs_gids(ctx: Any, port: int, table_len: int) -> List[Dict[str, Any]]:
+    """A port's filled GID entries: index, GID and the address it stands for."""
+    from pyverbs.pyverbs_error import PyverbsError  # optional dependency, imported by the caller
+
+    gids = []
+    for index in range(table_len):
+        try:
+            gid = str(ctx.query_gid(port, index))
+        except PyverbsError:  # an empty entry (the kernel answers EINVAL or ENODATA)
+            continue
+        if gid_address(gid) is not None:
+            gids.append({"index": index, "gid": gid, "address": gid_address(gid)})
+    return gids
+
+
 def _pyverbs_devices() -> List[Dict[str, Any]]:
-    """RDMA devices and port states through pyverbs (raises ImportError without it)."""
+    """RDMA devices, port states and GIDs through pyverbs (raises ImportError
+    without it). No device at all is an empty list (libibverbs reports it as
+    an error)."""
     from pyverbs.device import Context, get_device_list  # optional dependency (rdma-core's Python bindings)
+    from pyverbs.pyverbs_error import PyverbsError
 
     devices: List[Dict[str, Any]] = []
-    for dev in get_device_list():
+    try:
+        listed = get_device_list()
+    except PyverbsError:
+        if os.listdir(SYSFS_IB) if os.path.isdir(SYSFS_IB) else []:
+            raise  # devices exist that libibverbs could not list: a real failure
+        return devices
+    for dev in listed:
         name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
         entry: Dict[str, Any] = {"name": name, "source": "pyverbs", "ports": []}
         try:
@@ -159,6 +214,7 @@ def _pyverbs_devices() -> List[Dict[str, Any]]:
                         "port": port,
                         "state": _PORT_STATES.get(int(attr.state), str(attr.state)),
                         "link_layer": _LINK_LAYERS.get(int(attr.link_layer), str(attr.link_layer)),
+                        "gids": _pyverbs_gids(ctx, port, int(attr.gid_tbl_len)),
                     })
         except Exception as e:  # a device that cannot be opened is reported, not fatal
             entry["error"] = f"{type(e).__name__}: {e}"
@@ -184,6 +240,7 @@ def rdma(transport_report: Optional[Dict[str, Dict[str, Any]]] = None) -> Dict[s
     working = [spec for spec, t in tps.items() if t["available"] and spec != "ofi:verbs"]
     works = f"{' and '.join(working) or 'no transport'} work{'s' if len(working) == 1 else ''}"
     verbs_open = tps.get("ofi:verbs", {}).get("available", False)
+    out["address"] = tps.get("ofi:verbs", {}).get("address")
     if active and verbs_open:
         out["verbs"] = {"available": True, "reason": f"active port on {', '.join(active)}"}
     else:
@@ -284,8 +341,14 @@ def rows(report: Dict[str, Any]) -> List[Tuple[str, str, str]]:
     for d in rd["devices"]:
         ports = ", ".join(f"port {p['port']} {p['state']} ({p['link_layer']})" for p in d["ports"])
         r.append(("rdma", d["name"], (ports or "no ports") + (f"; {d['error']}" if "error" in d else "")))
+        for p in d["ports"]:
+            for g in p.get("gids", []):
+                r.append(("rdma", f"{d['name']} port {p['port']} gid {g['index']}",
+                          f"{g['gid']} ({g['address']})"))
     if not rd["devices"]:
-        r.append(("rdma", "devices", "none"))
+        r.append(("rdma", "devices", "none (no RDMA device on this machine)"))
+    if rd.get("address"):
+        r.append(("rdma", "ofi:verbs listens on", rd["address"]))
     v = rd["verbs"]
     r.append(("rdma", "verbs", ("available: " if v["available"] else "unavailable: ") + v["reason"]))
     hp = report["hugepages"]
