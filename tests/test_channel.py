@@ -139,7 +139,7 @@ def test_wrong_token_refused_on_both_sides(transport, token):
     with slash.Listener(transport, token=token) as lst:
         p = start(peers.produce_with_wrong_token, transport, lst.address, token, result)
         with pytest.raises(errors.AuthenticationError, match="token"):
-            lst.accept(timeout=30)
+            lst.accept(timeout=START_TIMEOUT)  # the peer is still starting
         assert result.get(timeout=30).startswith("AuthenticationError")
         p.join(30)
 
@@ -180,7 +180,7 @@ def test_received_message_is_a_zero_copy_view(token):
     q = CTX.Queue()
     with slash.Listener("shm", token=token) as lst:
         p = start(peers.produce, "shm", lst.address, token, 1, 64, 64)
-        ch = lst.accept(timeout=30)
+        ch = lst.accept(timeout=START_TIMEOUT)
         msg = ch.poll(timeout=30)
         arrow = pa.py_buffer(msg)
         arr = np.frombuffer(msg, dtype=np.uint8)
@@ -216,7 +216,7 @@ def test_bad_channel_geometry_is_rejected(token):
 def test_wrong_end_is_a_clear_error(token):
     with slash.Listener("shm", token=token) as lst:
         p = start(peers.produce, "shm", lst.address, token, 0, 16, 16)
-        ch = lst.accept(timeout=30)
+        ch = lst.accept(timeout=START_TIMEOUT)
         with pytest.raises(errors.InvalidState, match="consumer end"):
             ch.send(b"x")
         assert ch.recv(timeout=30) is None
