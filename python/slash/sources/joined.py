@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from slash.errors import SchemaError
 from slash.sources.contract import register
@@ -49,6 +48,8 @@ class Lookup:
 def unique_keys(table: pa.Table, key: str, what: str) -> pa.Table:
     """``table`` without its null-key rows (they match nothing), or
     SchemaError when a key repeats (``what`` names the table)."""
+    import pyarrow.compute as pc  # here: a plain run imports slash.sources, not Arrow's kernels
+
     col = table.column(key)
     if col.null_count:
         table = table.filter(pc.is_valid(col))
@@ -68,6 +69,8 @@ class JoinedFileSource(FileSource):
 
     def __init__(self, paths: Union[str, Sequence[str]], lookup: Lookup,
                  time: Optional[str] = None, base: Optional[str] = None) -> None:
+        import pyarrow.compute as pc  # (as in unique_keys)
+
         super().__init__(paths, time=time, base=base)
         assert self.schema is not None
         files = self.schema
@@ -114,6 +117,8 @@ class JoinedFileSource(FileSource):
 
     def _read_unit(self, readers: Any, u: Unit, names: List[str], file_cols: List[str],
                    batch_rows: int) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc  # (as in unique_keys)
+
         want = [c for c in names if c not in self._added]
         read = want if self.lookup.on in want else want + [self.lookup.on]
         read_files = [c for c in read if c not in self._part_names]
