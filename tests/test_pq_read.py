@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from slash import _core, parquet_chunks
+from slash import _core
+from slash.sources import parquet_chunks
 from slash.sources import FileSource
 from slash.sources.parquet_chunks import ChunkReader, chunk_plan
 
