@@ -21,11 +21,11 @@ time column from the scan. Anything else raises
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
-from slash.errors import SchemaError
-from slash.sources.joined import Lookup, unique_keys
-from slash.spark.catalyst import conjuncts, executed_nodes, frame_of, name_of, seq, shape
+from slash.sources.joined import Lookup
+from slash.spark.catalyst import (conjuncts, executed_nodes, follow_aliases, frame_of, name_of,
+                                  output_names, seq, shape)
 from slash.spark.dataframe import NotAScan, ScanInput, file_scan
 
 #: Arrow bytes of the broadcast side above which it is not copied into every
@@ -61,10 +61,6 @@ def _build_side(df: Any) -> str:
     raise NotAScan("Spark's executed plan has no broadcast join")
 
 
-def _ids(plan: Any) -> Dict[int, str]:
-    return {a.exprId().id(): a.name() for a in seq(plan.output())}
-
-
 def broadcast_scan(df: Any, columns: Sequence[str], time: str) -> BroadcastScan:
     """``df`` as a scan joined to its broadcast side, for a query that reads
     ``columns`` with time column ``time``; :class:`NotAScan` says why not."""
@@ -90,42 +86,33 @@ def broadcast_scan(df: Any, columns: Sequence[str], time: str) -> BroadcastScan:
                        "with =")
     large, small = (node.left(), node.right()) if _build_side(df) == "right" \
         else (node.right(), node.left())
-    large_ids, small_ids = _ids(large), _ids(small)
+    large_ids, small_ids = output_names(large), output_names(small)
     a, b = parts[0].left(), parts[0].right()
     if a.exprId().id() not in large_ids:
         a, b = b, a
     if a.exprId().id() not in large_ids or b.exprId().id() not in small_ids:
         raise NotAScan(f"its join condition ({parts[0].sql()}) does not compare a column of each side")
     on, key = large_ids[a.exprId().id()], small_ids[b.exprId().id()]
-    # the query's columns, through the projections above the join (a rename keeps its source)
-    source = {i: i for i in list(large_ids) + list(small_ids)}
+    # the query's columns, through the projections above the join: (side, the side's name)
+    side: Dict[int, Tuple[str, str]] = {i: ("large", n) for i, n in large_ids.items()}
+    side.update((i, ("small", n)) for i, n in small_ids.items())
     for p in reversed(projects):
-        for e in seq(p.projectList()):
-            if name_of(e) == "Alias" and name_of(e.child()) == "AttributeReference":
-                src = source.get(e.child().exprId().id())
-                if src is not None:
-                    source[e.exprId().id()] = src
+        follow_aliases(p, side)
     out = {x.name(): x for x in seq(plan.output())}
     from_large: Dict[str, str] = {}
     from_small: Dict[str, str] = {}
     for c in columns:
         x = out.get(c)
-        i = source.get(x.exprId().id()) if x is not None else None
-        if i in large_ids:
-            from_large[c] = large_ids[i]
-        elif i in small_ids:
-            from_small[c] = small_ids[i]
-        else:
+        got = side.get(x.exprId().id()) if x is not None else None
+        if got is None:
             raise NotAScan(f"column {c!r} is computed by Spark above the join")
+        (from_large if got[0] == "large" else from_small)[c] = got[1]
     if time not in from_large:
         raise NotAScan(f"time column {time!r} comes from the broadcast side")
     scan = file_scan(frame_of(df, large), list(dict.fromkeys([*from_large.values(), on])),
                      null_free=[on])
+    # (a key that repeats is refused by the joined source, which the caller turns into NotAScan)
     table = _collect(frame_of(df, small), [key, *from_small.values()])
-    try:
-        table = unique_keys(table, "c0", "the broadcast side")
-    except SchemaError as e:
-        raise NotAScan(str(e)) from None
     # the added columns under names no file column has (the result gets the DataFrame's back)
     added = {c: f"{c}#broadcast" for c in from_small}
     lookup = Lookup(table, scan.columns[on], "c0",

@@ -5,7 +5,9 @@ changes a plan or runs a job."""
 from __future__ import annotations
 
 import functools
-from typing import Any, List
+from typing import Any, Dict, List, TypeVar
+
+V = TypeVar("V")
 
 
 def name_of(obj: Any) -> str:
@@ -32,6 +34,21 @@ def conjuncts(expr: Any) -> List[Any]:
     if name_of(expr) == "And":
         return conjuncts(expr.left()) + conjuncts(expr.right())
     return [expr]
+
+
+def output_names(plan: Any) -> Dict[int, str]:
+    """A plan node's output columns: expression id -> name."""
+    return {a.exprId().id(): a.name() for a in seq(plan.output())}
+
+
+def follow_aliases(project: Any, by_id: Dict[int, V]) -> None:
+    """Adds to ``by_id`` the aliases a Project node makes of the columns it
+    holds (a rename keeps what the column stands for)."""
+    for e in seq(project.projectList()):
+        if name_of(e) == "Alias" and name_of(e.child()) == "AttributeReference":
+            src = by_id.get(e.child().exprId().id())
+            if src is not None:
+                by_id[e.exprId().id()] = src
 
 
 def shape(plan: Any, depth: int = 4) -> str:

@@ -36,7 +36,8 @@ from slash.errors import NotSupported, SchemaError
 from slash.filters import Filter
 from slash.sources import FileSource
 from slash.spark import jvm_export
-from slash.spark.catalyst import conjuncts, executed_nodes, name_of, seq, shape
+from slash.spark.catalyst import (conjuncts, executed_nodes, follow_aliases, name_of, output_names,
+                                  seq, shape)
 from slash.state_config import Aggregate
 
 log = logging.getLogger(__name__)
@@ -97,15 +98,11 @@ class _Attrs:
     """The relation's columns by expression id, and the aliases of them that
     Project nodes make (a rename keeps the file column)."""
 
-    def __init__(self, relation_output: List[Any]) -> None:
-        self.by_id: Dict[int, str] = {a.exprId().id(): a.name() for a in relation_output}
+    def __init__(self, relation: Any) -> None:
+        self.by_id: Dict[int, str] = output_names(relation)
 
     def add_project(self, project: Any) -> None:
-        for e in seq(project.projectList()):
-            if name_of(e) == "Alias" and name_of(e.child()) == "AttributeReference":
-                src = self.by_id.get(e.child().exprId().id())
-                if src is not None:
-                    self.by_id[e.exprId().id()] = src
+        follow_aliases(project, self.by_id)
 
     def column(self, attr: Any) -> Optional[str]:
         if name_of(attr) != "AttributeReference":
@@ -208,7 +205,7 @@ def file_scan(df: Any, columns: Sequence[str], null_free: Sequence[str] = ()) ->
     index = name_of(rel.location())
     if index not in _PLAIN_INDEXES:
         raise NotAScan(f"its files are listed by a {index}")
-    attrs = _Attrs(seq(node.output()))
+    attrs = _Attrs(node)
     for p in reversed(projects):  # bottom-up: an alias of an alias is still the file's column
         attrs.add_project(p)
     out = {a.name(): a for a in seq(plan.output())}
