@@ -40,35 +40,30 @@ static inline bool finished(const slash_join *s, const join_group *g, int64_t up
            slash_window_closed(&s->cfg.window, g->end, up_to);
 }
 
-/* Room for the right rows of the largest finished group under a band
- * (*out NULL without a band or such a group). */
-static slash_status band_scratch(const slash_join *s, int64_t up_to, const uint8_t *skip,
-                                 join_band_row **out)
+/* The band's scratch: a group's right rows, sorted by time; grown to the
+ * largest finished group the walk meets (each emit frees it). */
+typedef struct band_buf {
+    join_band_row *rows;
+    size_t cap;
+} band_buf;
+
+static slash_status band_fit(band_buf *b, size_t n)
 {
-    *out = NULL;
-    if (!s->cfg.band)
+    if (n <= b->cap)
         return SLASH_OK;
-    size_t most = 0;
-    for (uint32_t i = 0; i < s->cfg.partitions; i++) {
-        if (skip && skip[i])
-            continue;
-        const join_part *p = &s->parts[i];
-        for (uint64_t a = p->log.begin; a < p->log.tail;) {
-            join_group *g = join_ptr(p, a);
-            a += g->h.size;
-            if (finished(s, g, up_to) && g->rows[0] && g->rows[1] > most)
-                most = g->rows[1];
-        }
-    }
-    if (most && !(*out = malloc(most * sizeof **out)))
-        return slash_fail(SLASH_ENOMEM, "emit: band of %zu right rows", most);
+    join_band_row *m = realloc(b->rows, n * sizeof *m);
+    if (!m)
+        return slash_fail(SLASH_ENOMEM, "emit: band of %zu right rows", n);
+    b->rows = m;
+    b->cap = n;
     return SLASH_OK;
 }
 
 /* Pass 1: pairs and key bytes of the finished groups (of the partitions
- * not skipped); under a band, those inside it (`band`: band_scratch's). */
+ * not skipped); under a band (`band`, NULL without one), those inside it,
+ * the scratch grown to the largest group's right rows on the way. */
 static slash_status count_pairs(const slash_join *s, int64_t up_to, const uint8_t *skip,
-                                join_band_row *band, size_t *rows, size_t *kbytes)
+                                band_buf *band, size_t *rows, size_t *kbytes)
 {
     size_t n = 0, kb = 0;
     for (uint32_t i = 0; i < s->cfg.partitions; i++) {
@@ -81,9 +76,14 @@ static slash_status count_pairs(const slash_join *s, int64_t up_to, const uint8_
             if (!finished(s, g, up_to))
                 continue;
             size_t pairs, gk;
-            if (band)
-                pairs = join_band_pairs(s, p, g, band);
-            else if (__builtin_mul_overflow((size_t)g->rows[0], (size_t)g->rows[1], &pairs))
+            if (band) {
+                if (g->rows[0]) {
+                    slash_status st = band_fit(band, g->rows[1]);
+                    if (st != SLASH_OK)
+                        return st;
+                }
+                pairs = join_band_pairs(s, p, g, band->rows);
+            } else if (__builtin_mul_overflow((size_t)g->rows[0], (size_t)g->rows[1], &pairs))
                 pairs = SIZE_MAX;
             if (pairs == SIZE_MAX || __builtin_add_overflow(n, pairs, &n) ||
                 __builtin_mul_overflow(pairs, (size_t)g->key_len, &gk) ||
@@ -198,14 +198,13 @@ slash_status slash_join_emit_parts(slash_join *s, int64_t up_to, const uint8_t *
         return sealed;
     size_t rows = 0, kbytes = 0;
     slash_join_result *r = NULL;
-    join_band_row *band = NULL;
-    slash_status st = band_scratch(s, up_to, skip, &band);
-    if (st == SLASH_OK)
-        st = count_pairs(s, up_to, skip, band, &rows, &kbytes);
+    band_buf buf = {NULL, 0};
+    band_buf *band = s->cfg.band ? &buf : NULL;
+    slash_status st = count_pairs(s, up_to, skip, band, &rows, &kbytes);
     if (st == SLASH_OK)
         st = alloc_result(s, rows, kbytes, &r);
     if (st != SLASH_OK) {
-        free(band);
+        free(buf.rows);
         return st;
     }
     for (uint32_t i = 0; i < s->cfg.partitions; i++) {
@@ -220,8 +219,8 @@ slash_status slash_join_emit_parts(slash_join *s, int64_t up_to, const uint8_t *
             a += g->h.size;
             if (finished(s, g, up_to)) {
                 if (band) {
-                    join_band_pairs(s, p, g, band); /* sorts g's right rows into it */
-                    join_band_fill(s, p, g, band, r);
+                    join_band_pairs(s, p, g, band->rows); /* sorts g's right rows into it */
+                    join_band_fill(s, p, g, band->rows, r);
                 } else {
                     fill_group(s, p, g, r);
                 }
@@ -229,7 +228,7 @@ slash_status slash_join_emit_parts(slash_join *s, int64_t up_to, const uint8_t *
             }
         }
     }
-    free(band);
+    free(buf.rows);
     /* the pairs are out and their state is freed: a compaction that fails
      * for want of memory leaves the store correct, only larger, so it does
      * not fail the emit (the next trim tries again) */
