@@ -19,36 +19,32 @@ carried into the next committed cut (no fired window lost).
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
 from slash.checkpoint import Checkpoint, CheckpointStore
 from slash.control import ControlServer, RunControl
 from slash.control_logic import recorded_logic
-from slash.errors import CheckpointCorrupt, InvalidArgument, InvalidState, SystemFailure, Timeout
+from slash.errors import CheckpointCorrupt, InvalidArgument, InvalidState, Timeout
 from slash.executor import GroupConfig
-from slash.launcher import ProcessGroup
 from slash.limits import MAX_EXECUTORS
 from slash.live_join import SIDES, JoinLiveScaler
 from slash.live_scale import LiveScaler
-from slash.recovery import CheckpointEvery, fingerprint
+from slash.recovery import GroupKind, fingerprint, run_supervised
 from slash.run.ckpt import live_gen
-from slash.run.delivery import Delivery
-from slash.run.driver import Committer, Driver, serve_rounds, show_live
-from slash.run.failure import Failed, Reported, RestartPolicy, failed
+from slash.run.driver import Driver, serve_rounds, show_live
+from slash.run.failure import Failed
 from slash.run.inputs import bound_ticks
 from slash.run.output import write_parquet_atomically
 from slash.run.plan import AttemptPlan
-from slash.run.protocol import Resumed
-from slash.run.supervisor import Rescale, RescaleCut, Supervisor, newest_shape
-from slash.sources import Work, input_stamp
-from slash.worker import RankSpec, worker
+from slash.run.supervisor import Rescale, RescaleCut, Supervisor
+from slash.sources import Work
+from slash.worker import RankSpec
 
 log = logging.getLogger(__name__)
 
@@ -196,101 +192,115 @@ def resume_shape(ck: Optional[Checkpoint], source: Any, size: int, active_n: int
                       for s in srcs}), list(range(active_n)))
 
 
-def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupConfig, token: str,
-                          *, directory: str, every: Any, keep: int, max_restarts: int,
-                          timeout: float, rate: Optional[float], control: Any,
-                          metrics: Optional[Dict[str, Any]], output: Optional[str],
-                          live: Any = None, late: Optional[List[pa.Table]] = None,
-                          sink: Any = None) -> pa.Table:
-    """:func:`slash.runner.run` with ``checkpoint=`` and ``max_executors=``:
-    the live group of ``m`` ranks, ``n`` active, with checkpoints (see the
-    module doc). ``control``: as for the live group (True, a socket path or a
-    RunControl); ``metrics`` receives what a checkpointed run's does
-    (checkpoints, recoveries, records_replayed) plus ``live_scales`` (each
-    scale, ``path`` "live" or "restart") and ``checkpoints_dropped``;
-    ``late``, if given, receives the late rows (``late_output=``); ``sink``:
-    a transactional sink given each committed checkpoint's windows, exactly
-    once (:class:`slash.run.delivery.Delivery`; a cut dropped for
-    straddling a live scale goes with the next commit)."""
-    policy = RestartPolicy(max_restarts)
-    t_start = time.monotonic()
-    every_ = CheckpointEvery.parse(every)
-    partitions = group.partitions_for(m)
-    fp = fingerprint(query, source) + " in a live group"
-    store = CheckpointStore(os.fspath(directory), fingerprint=fp, executors=m,
-                            partitions=partitions, keep=keep, inputs=input_stamp(source))
-    join = isinstance(source, tuple)  # a join's (left, right): slash.live_join's ranks and scaler
-    schemas = [s.schema for s in source] if join else [source.schema]
-    finalize = lambda raw: query.finalize(raw, *schemas)  # noqa: E731
-    sup = Supervisor(policy, store, Delivery(sink, finalize) if sink is not None else None)
-    stored = sup.finished_before(late)
-    if stored is not None:
-        if metrics is not None:
-            metrics.update(checkpoints=[], recoveries=[], records_replayed=0,
-                           finished_before=True, live_scales=[])
-        return stored
-    shape = newest_shape(store, group.partitions)
-    if shape is not None:
-        partitions = store.partitions = shape[1]
-    group = dataclasses.replace(group, partitions=partitions)
+class LiveGroup(GroupKind):
+    """A live-scalable group of ``m`` ranks, ``n`` active, scaled live within
+    ``m`` and by restart beyond it (:class:`ElasticCheckpointed`):
+    :func:`run_live_checkpointed`'s setting of :func:`slash.recovery.run_supervised`."""
 
-    if isinstance(control, RunControl):
-        ctl, server = control, None
-        ctl.declare("checkpoint", "live_scale")
-    elif not (control in (None, True, False) or isinstance(control, (str, os.PathLike))):
-        raise InvalidArgument(f"control must be True, a socket path or a "
-                              f"slash.control.RunControl with max_executors=, got "
-                              f"{type(control).__name__}")
-    else:
-        ctl = RunControl(query, schemas[0], m, features=("checkpoint", "live_scale"))
-        server = None
-    updates = ctl.updates  # every manifest records the versions agreed; a resume agrees them again
-    if updates is not None and sup.first is not None:
-        updates.restore(recorded_logic(sup.first))
-    elastic = ElasticCheckpointed()
-    ctl.provide("scale-out", elastic.scale_out)
-    ctl.provide("scale-in", elastic.scale_in)
-    ctl.provide("elastic-status", elastic.status)
-    if not isinstance(control, RunControl):  # served once it can answer every operation
-        server = ControlServer(ctl, None if control in (None, True, False) else os.fspath(control))
-    report_every = getattr(live, "report_interval", 0.5) if live is not None else 0.5
-    ticks = lambda b: bound_ticks(query, schemas[0], b)  # noqa: E731
+    live = True
 
-    checkpoints: List[Dict[str, Any]] = []
-    dropped: List[int] = []
-    late_now: List[pa.Table] = []  # the late rows the last attempt found
-    size, active_n = m, n
-    resumed_scale: Optional[_Restart] = None  # a restart whose new group is starting
-    scaler: Any = None
+    def __init__(self, query: Any, source: Any, n: int, m: int, token: str,
+                 rate: Optional[float], control: Any, live: Any) -> None:
+        self.query, self.source, self.size, self.active_n = query, source, m, n
+        self.token, self.rate, self.view, self.control = token, rate, live, control
+        self.join = isinstance(source, tuple)  # a join's (left, right): live_join's ranks
+        self.schemas = [s.schema for s in source] if self.join else [source.schema]
+        self.dropped: List[int] = []
+        self.t_start = time.monotonic()
+        self.resumed_scale: Optional[_Restart] = None  # a restart whose new group is starting
+        self.scaler: Any = None
+        self.ctl: Any = None
+        self.server: Any = None
+        self.sup: Optional[Supervisor] = None
+        self.elastic = ElasticCheckpointed()
+        self.report_every = getattr(live, "report_interval", 0.5) if live is not None else 0.5
 
-    def attempt(ck: Optional[Checkpoint]) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
-        nonlocal scaler
+    def fingerprint(self, query: Any, source: Any) -> str:
+        return fingerprint(query, source) + " in a live group"
+
+    def finished_metrics(self) -> Dict[str, Any]:
+        return {"live_scales": []}
+
+    def start(self, sup: Supervisor, store: CheckpointStore, group: GroupConfig) -> None:
+        self.sup, self.group, control = sup, group, self.control
+        if isinstance(control, RunControl):
+            ctl = control
+            ctl.declare("checkpoint", "live_scale")
+        elif not (control in (None, True, False) or isinstance(control, (str, os.PathLike))):
+            raise InvalidArgument(f"control must be True, a socket path or a "
+                                  f"slash.control.RunControl with max_executors=, got "
+                                  f"{type(control).__name__}")
+        else:
+            ctl = RunControl(self.query, self.schemas[0], self.size,
+                             features=("checkpoint", "live_scale"))
+        self.ctl = ctl
+        # every manifest records the versions agreed; a resume agrees them again
+        self.updates = ctl.updates
+        if self.updates is not None and sup.first is not None:
+            self.updates.restore(recorded_logic(sup.first))
+        elastic = self.elastic
+        ctl.provide("scale-out", elastic.scale_out)
+        ctl.provide("scale-in", elastic.scale_in)
+        ctl.provide("elastic-status", elastic.status)
+        if not isinstance(control, RunControl):  # served once it can answer every operation
+            self.server = ControlServer(ctl, None if control in (None, True, False)
+                                        else os.fspath(control))
+
+    def begin(self, ck: Optional[Checkpoint], plan: AttemptPlan) -> RankSpec:
+        query, source, size = self.query, self.source, self.size
         if ck is not None and ck.executors != size:
             log.info("starting a group of %d (%d active) from checkpoint %d of %d executors: "
-                     "re-dealing the input left", size, active_n, ck.id, ck.executors)
-        works, active = resume_shape(ck, source, size, active_n, query.time)
-        store.executors = size
-        plan = AttemptPlan(store.dir, store.fingerprint, size, partitions, keep, every_,
-                           ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
-                           sup.attempt, want_late=late is not None,
-                           versions=updates.versions() if updates is not None else ())
-        scaler = JoinLiveScaler(source, query, size, len(active)) if join else \
+                     "re-dealing the input left", size, self.active_n, ck.id, ck.executors)
+        works, active = resume_shape(ck, source, size, self.active_n, query.time)
+        ticks = lambda b: bound_ticks(query, self.schemas[0], b)  # noqa: E731
+        self.scaler = JoinLiveScaler(source, query, size, len(active)) if self.join else \
             LiveScaler(source, query, size, len(active), ticks)
-        scaler.active = list(active)
-        ctl.regroup(size, "the group restarted from a checkpoint")
-        elastic._attach(scaler)
-        late_now.clear()
-        try:
-            return _live_group(query, source, size, group, token, plan, store, works, active,
-                               rate, report_every, ctl, scaler, elastic, live, checkpoints,
-                               dropped, sup, resumed_scale, t_start, timeout, late_now)
-        finally:
-            elastic._detach()
+        self.scaler.active = list(active)
+        self.ctl.regroup(size, "the group restarted from a checkpoint")
+        self.elastic._attach(self.scaler)
+        # the ranks' loop: slash.run.rank.RankLoop with Scaling and Checkpointing (LivePositions)
+        return RankSpec(query, source, self.group, self.token, report_every=self.report_every,
+                        control=True, rate=self.rate, active=list(active), works=works,
+                        plan=plan)
 
-    def rescaled(r: Rescale) -> None:
-        nonlocal resumed_scale, size, active_n
-        req = elastic.restart
-        old_active = len(scaler.active)
+    def deadline(self, timeout: float) -> float:
+        return self.t_start + timeout
+
+    def serve(self, d: Driver, cut: RescaleCut, checkpoints: List[Dict[str, Any]]) -> None:
+        elastic, scaler, got = self.elastic, self.scaler, d.got
+
+        def restart() -> bool:
+            """A scale beyond the group asks for the cut it restarts from."""
+            req = elastic.restart
+            if req is None or req is self.resumed_scale:  # this group is that restart's
+                return False
+            if scaler.finishing or got.finished(0):
+                elastic._end_restart(InvalidState(
+                    f"{req.what}: the run is ending (every rank has read its input); no "
+                    "checkpoint can be cut to restart from"))
+            else:
+                cut.ask(d.send, req.count, req.asked, len(checkpoints))
+            return True
+
+        if self.view is not None:  # the live page
+            show_live(d, self.view)
+        serve_rounds(d, self.ctl, scaler, between=restart)
+
+    def attach(self, send: Callable[[int, Any], None]) -> None:
+        self.ctl.attach(send)
+        self.scaler.attach(send)
+
+    def resumed(self) -> None:
+        _resumed(self.resumed_scale, self.elastic)
+
+    def after(self) -> None:
+        if self.scaler is not None:
+            self.scaler.close()
+        self.elastic._detach()
+
+    def rescaled(self, r: Rescale) -> None:
+        req = self.elastic.restart
+        size, old_active = self.size, len(self.scaler.active)
         log.warning("scale-out beyond max_executors=%d: restart path, %d -> %d executors "
                     "from checkpoint %d", size, old_active, r.count, r.ckpt)
         if req is not None:
@@ -301,103 +311,68 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
                          "max_executors": r.count,
                          "seconds_to_cut": round(time.monotonic() - req.asked, 3),
                          "at": time.time()}
-        resumed_scale = req
-        size = active_n = max(size, r.count)
+        self.resumed_scale = req
+        self.size = self.active_n = max(size, r.count)
 
-    def failed(f: Failed, rec: Dict[str, Any], last: Optional[Checkpoint]) -> None:
-        nonlocal resumed_scale
-        rec["active_at_cut"] = (None if last is None else
-                                resume_shape(last, source, size, active_n, query.time)[1])
+    def failed(self, f: Failed, rec: Dict[str, Any], last: Optional[Checkpoint]) -> None:
+        rec["active_at_cut"] = (None if last is None else resume_shape(
+            last, self.source, self.size, self.active_n, self.query.time)[1])
+        assert self.sup is not None
         log.warning("executor rank %s failed (%s): restarting the group of %d from %s "
-                    "(restart %d of at most %d)", f.rank, f.cause, size,
+                    "(restart %d of at most %d)", f.rank, f.cause, self.size,
                     f"checkpoint {last.id}" if last is not None else "the beginning",
-                    sup.restarts, max_restarts)
-        if resumed_scale is not None and resumed_scale.done.is_set():
-            resumed_scale = None
+                    self.sup.restarts, self.sup.policy.max_restarts)
+        if self.resumed_scale is not None and self.resumed_scale.done.is_set():
+            self.resumed_scale = None
 
-    try:
-        tables, per_exec = sup.run(attempt, rescaled=rescaled, failed=failed)
-    finally:
-        elastic._end()
-        ctl.close()
-        if server is not None:
-            server.close()
-    result = sup.finish(tables, finalize, len(checkpoints), late_now, late)
-    scales = elastic.history
-    log.info("query ran on a live group of %d in %.2f s: %d result rows, %d checkpoints "
-             "(%d dropped), %d recoveries, %d scales", size, time.monotonic() - t_start,
-             result.num_rows, len(checkpoints), len(dropped), len(sup.recoveries), len(scales))
-    if metrics is not None:
+    def end(self) -> None:
+        self.elastic._end()
+        if self.ctl is not None:
+            self.ctl.close()
+        if self.server is not None:
+            self.server.close()
+
+    def end_metrics(self, per_exec: List[Dict[str, Any]], result: pa.Table,
+                    checkpoints: List[Dict[str, Any]]) -> Dict[str, Any]:
+        scales = self.elastic.history
+        assert self.sup is not None
+        log.info("query ran on a live group of %d in %.2f s: %d result rows, %d checkpoints "
+                 "(%d dropped), %d recoveries, %d scales", self.size,
+                 time.monotonic() - self.t_start, result.num_rows, len(checkpoints),
+                 len(self.dropped), len(self.sup.recoveries), len(scales))
         totals = {k: sum(int(x.get(k, 0) or 0) for x in per_exec)
                   for k in ("late_records", "null_time_records")}
         totals["records_in"] = sum(int(x.get("records_read", 0) or 0) for x in per_exec)
-        metrics.update(totals, rows=result.num_rows, executors=len(scaler.active),
-                       max_executors=size, per_executor=per_exec, checkpoints=checkpoints,
-                       checkpoints_dropped=dropped, recoveries=sup.recoveries,
-                       records_replayed=sup.replayed, finished_before=False,
-                       resumed_from=sup.first.id if sup.first is not None else None,
-                       live_scales=scales)
+        return {**totals, "rows": result.num_rows, "executors": len(self.scaler.active),
+                "max_executors": self.size, "checkpoints_dropped": self.dropped,
+                "live_scales": scales}
+
+
+def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupConfig, token: str,
+                          *, directory: str, every: Any, keep: int, max_restarts: int,
+                          timeout: float, rate: Optional[float], control: Any,
+                          metrics: Optional[Dict[str, Any]], output: Optional[str],
+                          live: Any = None, late: Optional[List[pa.Table]] = None,
+                          sink: Any = None) -> pa.Table:
+    """:func:`slash.runner.run` with ``checkpoint=`` and ``max_executors=``:
+    the live group of ``m`` ranks, ``n`` active, with checkpoints (see the
+    module doc): :func:`slash.recovery.run_supervised` of a :class:`LiveGroup`.
+    ``control``: as for the live group (True, a socket path or a
+    RunControl); ``metrics`` receives what a checkpointed run's does
+    (checkpoints, recoveries, records_replayed) plus ``live_scales`` (each
+    scale, ``path`` "live" or "restart") and ``checkpoints_dropped``;
+    ``late``, if given, receives the late rows (``late_output=``); ``sink``:
+    a transactional sink given each committed checkpoint's windows, exactly
+    once (:class:`slash.run.delivery.Delivery`; a cut dropped for
+    straddling a live scale goes with the next commit)."""
+    kind = LiveGroup(query, source, n, m, token, rate, control, live)
+    finalize = lambda raw: query.finalize(raw, *kind.schemas)  # noqa: E731
+    result = run_supervised(kind, query, source, group, directory=os.fspath(directory),
+                            every=every, keep=keep, max_restarts=max_restarts, timeout=timeout,
+                            finalize=finalize, metrics=metrics, late=late, sink=sink)
     if output:
         write_parquet_atomically(result, output)
     return result
-
-
-def _live_group(query: Any, source: Any, size: int, group: GroupConfig, token: str, plan: Any,
-                store: CheckpointStore, works: List[Work], active: List[int],
-                rate: Optional[float], report_every: float, ctl: Any, scaler: Any,
-                elastic: ElasticCheckpointed, live: Any, checkpoints: List[Dict[str, Any]],
-                dropped: List[int], sup: Supervisor, resumed_scale: Optional[_Restart],
-                t_start: float, timeout: float,
-                late: List[pa.Table]) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
-    """One attempt of :func:`run_live_checkpointed`: a group of ``size`` from
-    ``plan``'s checkpoint to the end; raises a :class:`slash.run.failure.Failed`,
-    or a :class:`slash.run.supervisor.Rescale` once the cut a restart asked for
-    commits. ``late`` receives the late rows each rank found in this attempt."""
-    cut = RescaleCut()
-    # the ranks' loop: slash.run.rank.RankLoop with Scaling and Checkpointing (LivePositions)
-    spec = RankSpec(query, source, group, token, report_every=report_every, control=True,
-                    rate=rate, active=list(active), works=works, plan=plan)
-    pg = ProcessGroup(size, worker, lambda r: (spec, r), transport=group.transport)
-    try:
-        with pg:
-            d = Driver(pg, size, t_start + timeout, timeout)
-            got = d.got
-            Committer(d, store, checkpoints, cut, live=True, dropped=dropped,
-                      committed=sup.committed, info=ctl.updates.manifest_info if ctl.updates is not None else None)
-
-            def restart() -> bool:
-                """A scale beyond the group asks for the cut it restarts from."""
-                req = elastic.restart
-                if req is None or req is resumed_scale:  # this group is that restart's
-                    return False
-                if scaler.finishing or got.finished(0):
-                    elastic._end_restart(InvalidState(
-                        f"{req.what}: the run is ending (every rank has read its input); no "
-                        "checkpoint can be cut to restart from"))
-                else:
-                    cut.ask(pg.send, req.count, req.asked, len(checkpoints))
-                return True
-
-            def resumed(rep: Resumed, every_rank: bool) -> None:
-                if every_rank:
-                    _resumed(resumed_scale, elastic)
-                    sup.resumed()
-
-            if live is not None:
-                show_live(d, live)
-            serve_rounds(d, ctl, scaler, between=restart)
-            d.on(Resumed, resumed)
-            try:
-                d.start(group.timeout)
-                ctl.attach(pg.send)
-                scaler.attach(pg.send)
-                got = d.run()
-            except (SystemFailure, Reported) as e:
-                raise failed(e, pg, got.fail) from None
-    finally:
-        scaler.close()
-    late.extend(got.late)
-    return got.tables(), got.per_exec
 
 
 def _resumed(req: Optional[_Restart], elastic: ElasticCheckpointed) -> None:

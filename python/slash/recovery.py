@@ -278,6 +278,280 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'slash.recovery' has no attribute {name!r}")
 
 
+class GroupKind:
+    """What one kind of checkpointed group sets in :func:`run_supervised`,
+    the one checkpointed-run skeleton: a fixed group (:class:`FixedGroup`)
+    or a live-scalable one (:class:`slash.live_ckpt.LiveGroup`). Its
+    methods are the skeleton's steps where the kinds differ; the rest (the
+    store, the supervisor, a finished directory, the partition count a
+    checkpoint fixes, the attempts' plans, each attempt's driver with its
+    commits and the result) is the skeleton's."""
+
+    #: cuts commit per scale generation (:class:`slash.run.driver.Committer`'s ``live``)
+    live = False
+    #: the group's size (ranks started; changes with a rescale by restart)
+    size = 0
+    #: the logic versions agreed (:class:`slash.control_logic.LogicUpdates`), if updates are served
+    updates: Any = None
+    #: a live group's cuts dropped for straddling a scale (their ids)
+    dropped: Optional[List[int]] = None
+
+    def fingerprint(self, query: Query, source: Any) -> str:
+        return fingerprint(query, source)
+
+    def finished_metrics(self) -> Dict[str, Any]:
+        """The metrics of a directory whose run had finished, beyond the common ones."""
+        return {}
+
+    def resuming(self, store: CheckpointStore, ck_n: int) -> None:
+        """The newest checkpoint was cut with ``ck_n`` executors."""
+
+    def start(self, sup: Supervisor, store: CheckpointStore, group: GroupConfig) -> None:
+        """Before the first attempt (``sup.first``: the checkpoint it starts
+        from; ``group``: with the key partition count fixed for the run)."""
+
+    def plan_settings(self) -> Dict[str, Any]:
+        """The attempt plan's fields beyond the skeleton's (:class:`AttemptPlan`)."""
+        return {}
+
+    def begin(self, ck: Optional[Checkpoint], plan: AttemptPlan) -> RankSpec:
+        """An attempt from ``ck`` is starting: what its ranks run (their group: ``spec.group``)."""
+        raise NotImplementedError
+
+    def deadline(self, timeout: float) -> float:
+        return time.monotonic() + timeout
+
+    def serve(self, d: Driver, cut: RescaleCut, checkpoints: List[Dict[str, Any]]) -> None:
+        """The kind's handlers on the attempt's driver ``d``."""
+
+    def attach(self, send: Callable[[int, Any], None]) -> None:
+        """The attempt's group started and every rank has every address."""
+
+    def resumed(self) -> None:
+        """Every rank of the attempt restored and resumed reading."""
+
+    def after(self) -> None:
+        """The attempt ended (however)."""
+
+    def rescaled(self, r: Rescale) -> None:
+        pass
+
+    def failed(self, f: Failed, rec: Dict[str, Any], last: Optional[Checkpoint]) -> None:
+        pass
+
+    def end(self) -> None:
+        """The run ended (however)."""
+
+    def end_metrics(self, per_exec: List[Dict[str, Any]], result: pa.Table,
+                    checkpoints: List[Dict[str, Any]]) -> Dict[str, Any]:
+        """The metrics of a run that ran, beyond the common ones."""
+        return {}
+
+
+def run_supervised(kind: GroupKind, query: Query, source: Any, group: GroupConfig, *,
+                   directory: str, every: Any, keep: int, max_restarts: int, timeout: float,
+                   finalize: Callable[[pa.Table], pa.Table], metrics: Optional[Dict[str, Any]],
+                   late: Optional[List[pa.Table]] = None, sink: Any = None) -> pa.Table:
+    """The one checkpointed run (see the module doc) of a group of ``kind``;
+    returns the finalized result. ``metrics`` (if given) receives
+    per_executor, checkpoints, recoveries, records_replayed, resumed_from
+    and finished_before, with the kind's own; ``late``: a list that receives
+    the input rows found late (those of the cuts committed before the last
+    attempt's start, and that attempt's); ``sink``: a transactional sink given
+    each checkpoint's windows once it commits, exactly once."""
+    policy = RestartPolicy(max_restarts)
+    every_ = CheckpointEvery.parse(every)
+    partitions = group.partitions_for(kind.size)
+    store = CheckpointStore(directory, fingerprint=kind.fingerprint(query, source),
+                            executors=kind.size, partitions=partitions, keep=keep,
+                            inputs=input_stamp(source))
+    sup = Supervisor(policy, store, Delivery(sink, finalize) if sink is not None else None)
+    stored = sup.finished_before(late)
+    if stored is not None:
+        if metrics is not None:
+            metrics.update(checkpoints=[], recoveries=[], records_replayed=0,
+                           finished_before=True, **kind.finished_metrics())
+        return stored
+    shape = newest_shape(store, group.partitions)
+    if shape is not None:  # resuming: the checkpoint's partition count, any executor count
+        group = dataclasses.replace(group, partitions=shape[1])
+        partitions = store.partitions = group.partitions_for(kind.size)
+        kind.resuming(store, shape[0])
+    # fixed for the life of the checkpoints: a rescaled group keeps it (not 4 x its own n)
+    group = dataclasses.replace(group, partitions=partitions)
+    checkpoints: List[Dict[str, Any]] = []
+    late_now: List[pa.Table] = []  # the late rows the last attempt found
+    if metrics is not None:
+        metrics["resumed_from"] = sup.first.id if sup.first is not None else None
+
+    def attempt(ck: Optional[Checkpoint]) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
+        store.executors = kind.size
+        updates = kind.updates
+        plan = AttemptPlan(store.dir, store.fingerprint, kind.size, partitions, keep, every_,
+                           ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
+                           sup.attempt, want_late=late is not None,
+                           versions=updates.versions() if updates is not None else (),
+                           **kind.plan_settings())
+        late_now.clear()
+        try:
+            spec = kind.begin(ck, plan)
+            return _attempt(kind, spec, store, checkpoints, sup, timeout, late_now)
+        finally:
+            kind.after()
+
+    try:
+        kind.start(sup, store, group)
+        tables, per_exec = sup.run(attempt, rescaled=kind.rescaled, failed=kind.failed)
+    finally:
+        kind.end()
+    result = sup.finish(tables, finalize, len(checkpoints), late_now, late)
+    if metrics is not None:
+        metrics.update(per_executor=per_exec, checkpoints=checkpoints, recoveries=sup.recoveries,
+                       records_replayed=sup.replayed, finished_before=False,
+                       **kind.end_metrics(per_exec, result, checkpoints))
+    return result
+
+
+def _attempt(kind: GroupKind, spec: RankSpec, store: CheckpointStore,
+             checkpoints: List[Dict[str, Any]], sup: Supervisor, timeout: float,
+             late: List[pa.Table]) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
+    """One attempt of :func:`run_supervised`: a group of ``kind.size`` from
+    its plan's checkpoint to the end; raises a :class:`Failed`, or a
+    :class:`Rescale` once the cut a rescale asked for commits. Each checkpoint
+    committed goes to ``sup``'s sink; ``late`` receives the late rows each
+    rank found in this attempt (its Finished report's)."""
+    cut = RescaleCut()
+    n, group = kind.size, spec.group
+    with ProcessGroup(n, worker, lambda r: (spec, r), transport=group.transport) as pg:
+        d = Driver(pg, n, kind.deadline(timeout), timeout)
+        got = d.got
+        updates = kind.updates
+        Committer(d, store, checkpoints, cut, live=kind.live, dropped=kind.dropped,
+                  committed=sup.committed,
+                  info=updates.manifest_info if updates is not None else None)
+
+        def resumed(rep: Resumed, every_rank: bool) -> None:
+            if every_rank:
+                kind.resumed()
+                sup.resumed()
+
+        d.on(Resumed, resumed)
+        kind.serve(d, cut, checkpoints)
+        try:
+            d.start(group.timeout)
+            kind.attach(pg.send)
+            got = d.run()
+        except (SystemFailure, Reported) as e:
+            raise failed(e, pg, got.fail) from None
+    late.extend(got.late)
+    return got.tables(), got.per_exec
+
+
+class FixedGroup(GroupKind):
+    """A group of a fixed size, rescaled by restart from a cut
+    (:class:`CheckpointedRun`): :func:`run_checkpointed`'s."""
+
+    def __init__(self, query: Query, source: Any, n: int, token: str,
+                 control: Optional[CheckpointedRun], live_every: Optional[float], realtime: bool,
+                 rate: Optional[float], rounds: Any, max_restarts: int) -> None:
+        self.query, self.source, self.size, self.token = query, source, n, token
+        self.control, self.rounds, self.max_restarts = control, rounds, max_restarts
+        self.settings = {"live_every": live_every, "realtime": realtime, "rate": rate}
+        self.rescales: List[Dict[str, Any]] = []
+        self.own_rounds = False
+        self.sup: Optional[Supervisor] = None
+        self.pending_resume: Optional[Dict[str, Any]] = None
+
+    def finished_metrics(self) -> Dict[str, Any]:
+        return {"rescales": []}
+
+    def resuming(self, store: CheckpointStore, ck_n: int) -> None:
+        check_resplittable(self.source, ck_n, self.size, store.dir)
+        if ck_n != self.size:
+            log.info("resuming checkpoints of %d executors with %d: re-splitting the input",
+                     ck_n, self.size)
+
+    def start(self, sup: Supervisor, store: CheckpointStore, group: GroupConfig) -> None:
+        self.sup, self.group = sup, group
+        if self.control is not None:
+            self.control._start(self.source, self.size, group.partitions, store.dir)
+        logic = recorded_logic(sup.first)
+        self.own_rounds = bool(logic) and self.rounds is None
+        if self.own_rounds:  # the directory's run was updated: its versions hold, socket or not
+            self.rounds = slash.control.RunControl(
+                self.query, self.source.schema, self.size,
+                bounded=watermarks_from_source(self.source), features=("checkpoint",))
+        self.updates = self.rounds.updates if self.rounds is not None else None
+        if self.updates is not None:
+            self.updates.restore(logic)
+
+    def plan_settings(self) -> Dict[str, Any]:
+        return self.settings
+
+    def begin(self, ck: Optional[Checkpoint], plan: AttemptPlan) -> RankSpec:
+        if self.rounds is not None:
+            self.rounds.regroup(self.size, "the group restarted from a checkpoint")
+        control = self.control
+        if control is not None and control.epoch is not None:  # a restart keeps a tuned epoch
+            ms, nbytes = control.epoch
+            self.group = dataclasses.replace(self.group, epoch_ms=ms or self.group.epoch_ms,
+                                             epoch_bytes=nbytes or self.group.epoch_bytes)
+        if ck is not None:
+            log.info("starting %d executors from checkpoint %s (attempt %d)", self.size, ck.path,
+                     plan.attempt)
+        self.pending_resume = self.rescales[-1] if self.rescales and \
+            "seconds_to_resume" not in self.rescales[-1] else None
+        return RankSpec(self.query, self.source, self.group, self.token, plan=plan,
+                        control=self.rounds is not None)
+
+    def serve(self, d: Driver, cut: RescaleCut, checkpoints: List[Dict[str, Any]]) -> None:
+        if self.control is not None:
+            self.control.serve(d, cut, lambda: len(checkpoints))
+        if self.rounds is not None:
+            serve_rounds(d, self.rounds)
+
+    def attach(self, send: Callable[[int, Any], None]) -> None:
+        if self.rounds is not None:
+            self.rounds.attach(send)
+
+    def resumed(self) -> None:
+        pending = self.pending_resume
+        if pending is not None and self.control is not None:
+            pending["seconds_to_resume"] = round(time.monotonic() - pending["_asked_at"], 3)
+            self.control._done({k: v for k, v in pending.items() if not k.startswith("_")})
+            self.pending_resume = None
+
+    def rescaled(self, r: Rescale) -> None:
+        _void_moves(self.control)
+        log.info("rescale: %d -> %d executors from checkpoint %d", self.size, r.count, r.ckpt)
+        self.rescales.append({"from": self.size, "to": r.count, "checkpoint": r.ckpt,
+                              "seconds_to_cut": round(r.cut_at - r.asked_at, 3),
+                              "_asked_at": r.asked_at})
+        self.size = r.count
+
+    def failed(self, f: Failed, rec: Dict[str, Any], last: Optional[Checkpoint]) -> None:
+        _void_moves(self.control)
+        start = f"checkpoint {last.id}" if last is not None else "the beginning"
+        restarts = self.sup.restarts if self.sup is not None else 0
+        log.warning("executor rank %s failed (%s): restarting all %d executors from %s "
+                    "(restart %d of at most %d)", f.rank, f.cause, self.size, start, restarts,
+                    self.max_restarts)
+        if self.control is not None and self.control.on_event is not None:
+            self.control.on_event(f"recovery {restarts}: rank {f.rank} failed ({f.cause}); "
+                                  f"from {start}")
+
+    def end(self) -> None:
+        if self.control is not None:
+            self.control._end()
+        if self.own_rounds:
+            self.rounds.close()
+
+    def end_metrics(self, per_exec: List[Dict[str, Any]], result: pa.Table,
+                    checkpoints: List[Dict[str, Any]]) -> Dict[str, Any]:
+        return {"rescales": [{k: v for k, v in r.items() if not k.startswith("_")}
+                             for r in self.rescales], "executors_final": self.size}
+
+
 def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, token: str, *,
                      directory: str, every: Any, keep: int, max_restarts: int, timeout: float,
                      finalize: Callable[[pa.Table], pa.Table],
@@ -286,7 +560,8 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
                      rate: Optional[float] = None,
                      late: Optional[List[pa.Table]] = None, sink: Any = None,
                      rounds: Any = None) -> pa.Table:
-    """The parent's side (see the module doc); returns the finalized result.
+    """The parent's side (see the module doc): :func:`run_supervised` of a
+    :class:`FixedGroup`; returns the finalized result.
     ``metrics`` receives records_in, per_executor, checkpoints, recoveries,
     records_replayed, resumed_from and rescales. A run resumed from a
     checkpoint takes its key partition count from the checkpoint's manifest
@@ -303,96 +578,11 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     ``update``: the ranks run the control protocol, every checkpoint records
     the logic versions agreed so far and every attempt's ranks install them
     before reading (a directory resumed: those of its newest manifest)."""
-    policy = RestartPolicy(max_restarts)
-    every_ = CheckpointEvery.parse(every)
-    partitions = group.partitions_for(n)
-    store = CheckpointStore(directory, fingerprint=fingerprint(query, source), executors=n,
-                            partitions=partitions, keep=keep, inputs=input_stamp(source))
-    sup = Supervisor(policy, store, Delivery(sink, finalize) if sink is not None else None)
-    stored = sup.finished_before(late)
-    if stored is not None:
-        metrics.update(checkpoints=[], recoveries=[], records_replayed=0, finished_before=True,
-                       rescales=[])
-        return stored
-    shape = newest_shape(store, group.partitions)
-    if shape is not None:  # resuming: the checkpoint's partition count, any executor count
-        ck_n, ck_parts = shape
-        group = dataclasses.replace(group, partitions=ck_parts)
-        partitions = store.partitions = group.partitions_for(n)
-        check_resplittable(source, ck_n, n, store.dir)
-        if ck_n != n:
-            log.info("resuming checkpoints of %d executors with %d: re-splitting the input", ck_n, n)
-    # fixed for the life of the checkpoints: a rescaled group keeps it (not 4 x its own n)
-    group = dataclasses.replace(group, partitions=partitions)
-    checkpoints: List[Dict[str, Any]] = []
-    rescales: List[Dict[str, Any]] = []
-    late_now: List[pa.Table] = []  # the late rows the last attempt found
-    metrics["resumed_from"] = sup.first.id if sup.first is not None else None
-    if control is not None:
-        control._start(source, n, partitions, store.dir)
-    logic = recorded_logic(sup.first)
-    own_rounds = logic and rounds is None
-    if own_rounds:  # the directory's run was updated: its versions hold, socket or not
-        rounds = slash.control.RunControl(query, source.schema, n,
-                                          bounded=watermarks_from_source(source),
-                            features=("checkpoint",))
-    updates = rounds.updates if rounds is not None else None
-    if updates is not None:
-        updates.restore(logic)
-
-    def attempt(ck: Optional[Checkpoint]) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
-        nonlocal group
-        store.executors = n
-        plan = AttemptPlan(store.dir, store.fingerprint, n, partitions, keep, every_,
-                           ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
-                           sup.attempt, live_every, realtime, rate, late is not None,
-                           updates.versions() if updates is not None else ())
-        if rounds is not None:
-            rounds.regroup(n, "the group restarted from a checkpoint")
-        if control is not None and control.epoch is not None:  # a restart keeps a tuned epoch
-            ms, nbytes = control.epoch
-            group = dataclasses.replace(group, epoch_ms=ms or group.epoch_ms,
-                                        epoch_bytes=nbytes or group.epoch_bytes)
-        if ck is not None:
-            log.info("starting %d executors from checkpoint %s (attempt %d)", n, ck.path,
-                     sup.attempt)
-        late_now.clear()
-        return _checkpointed_group(query, source, n, group, token, plan, store, timeout,
-                                   checkpoints, sup, control, rescales, late_now,
-                                   rounds)
-
-    def rescaled(r: Rescale) -> None:
-        nonlocal n
-        _void_moves(control)
-        log.info("rescale: %d -> %d executors from checkpoint %d", n, r.count, r.ckpt)
-        rescales.append({"from": n, "to": r.count, "checkpoint": r.ckpt,
-                         "seconds_to_cut": round(r.cut_at - r.asked_at, 3),
-                         "_asked_at": r.asked_at})
-        n = r.count
-
-    def failed(f: Failed, rec: Dict[str, Any], last: Optional[Checkpoint]) -> None:
-        _void_moves(control)
-        start = f"checkpoint {last.id}" if last is not None else "the beginning"
-        log.warning("executor rank %s failed (%s): restarting all %d executors from %s "
-                    "(restart %d of at most %d)", f.rank, f.cause, n, start, sup.restarts,
-                    max_restarts)
-        if control is not None and control.on_event is not None:
-            control.on_event(f"recovery {sup.restarts}: rank {f.rank} failed ({f.cause}); "
-                             f"from {start}")
-
-    try:
-        tables, per_exec = sup.run(attempt, rescaled=rescaled, failed=failed)
-    finally:
-        if control is not None:
-            control._end()
-        if own_rounds:
-            rounds.close()
-    result = sup.finish(tables, finalize, len(checkpoints), late_now, late)
-    metrics.update(per_executor=per_exec, checkpoints=checkpoints, recoveries=sup.recoveries,
-                   records_replayed=sup.replayed, finished_before=False,
-                   rescales=[{k: v for k, v in r.items() if not k.startswith("_")}
-                             for r in rescales], executors_final=n)
-    return result
+    kind = FixedGroup(query, source, n, token, control, live_every, realtime, rate, rounds,
+                      max_restarts)
+    return run_supervised(kind, query, source, group, directory=directory, every=every,
+                          keep=keep, max_restarts=max_restarts, timeout=timeout,
+                          finalize=finalize, metrics=metrics, late=late, sink=sink)
 
 
 def _void_moves(control: Optional[CheckpointedRun]) -> None:
@@ -404,50 +594,3 @@ def _void_moves(control: Optional[CheckpointedRun]) -> None:
         control.per.clear()
 
 
-def _checkpointed_group(query: Query, source: Any, n: int, group: GroupConfig, token: str,
-                        plan: AttemptPlan, store: CheckpointStore, timeout: float,
-                        checkpoints: List[Dict[str, Any]], sup: Supervisor,
-                        control: Optional[CheckpointedRun], rescales: List[Dict[str, Any]],
-                        late: List[pa.Table], rounds: Any = None) -> Tuple[List[pa.Table], List[Dict[str, Any]]]:
-    """One attempt of :func:`run_checkpointed`: a group of n executors from
-    plan's checkpoint to the end; raises Failed, or Rescale once a checkpoint
-    asked for by ``control`` commits. ``late`` receives the late rows each
-    rank found in this attempt (its Finished report's); each checkpoint
-    committed goes to ``sup``'s sink (:meth:`Supervisor.committed`); ``rounds``:
-    the run's RunControl serving updates (see :func:`run_checkpointed`)."""
-    pending_resume = rescales[-1] if rescales and "seconds_to_resume" not in rescales[-1] else None
-    cut = RescaleCut()
-    spec = RankSpec(query, source, group, token, plan=plan, control=rounds is not None)
-    with ProcessGroup(n, worker, lambda r: (spec, r), transport=group.transport) as pg:
-        d = Driver(pg, n, time.monotonic() + timeout, timeout)
-        got = d.got
-        updates = rounds.updates if rounds is not None else None
-        Committer(d, store, checkpoints, cut, committed=sup.committed,
-                  info=updates.manifest_info if updates is not None else None)
-
-        def resumed(rep: Resumed, every_rank: bool) -> None:
-            nonlocal pending_resume
-            if not every_rank:
-                return
-            if pending_resume is not None and control is not None:
-                pending_resume["seconds_to_resume"] = round(
-                    time.monotonic() - pending_resume["_asked_at"], 3)
-                control._done({k: v for k, v in pending_resume.items()
-                               if not k.startswith("_")})
-                pending_resume = None
-            sup.resumed()
-
-        d.on(Resumed, resumed)
-        if control is not None:
-            control.serve(d, cut, lambda: len(checkpoints))
-        if rounds is not None:
-            serve_rounds(d, rounds)
-        try:
-            d.start(group.timeout)
-            if rounds is not None:
-                rounds.attach(pg.send)
-            got = d.run()
-        except (SystemFailure, Reported) as e:
-            raise failed(e, pg, got.fail) from None
-    late.extend(got.late)
-    return got.tables(), got.per_exec
