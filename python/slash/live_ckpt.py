@@ -198,6 +198,7 @@ class LiveGroup(GroupKind):
     :func:`run_live_checkpointed`'s setting of :func:`slash.recovery.run_supervised`."""
 
     live = True
+    finished_metrics = {"live_scales": []}
 
     def __init__(self, query: Any, source: Any, n: int, m: int, token: str,
                  rate: Optional[float], control: Any, live: Any) -> None:
@@ -217,9 +218,6 @@ class LiveGroup(GroupKind):
 
     def fingerprint(self, query: Any, source: Any) -> str:
         return fingerprint(query, source) + " in a live group"
-
-    def finished_metrics(self) -> Dict[str, Any]:
-        return {"live_scales": []}
 
     def start(self, sup: Supervisor, store: CheckpointStore, group: GroupConfig) -> None:
         self.sup, self.group, control = sup, group, self.control

@@ -281,11 +281,18 @@ def __getattr__(name: str) -> Any:
 class GroupKind:
     """What one kind of checkpointed group sets in :func:`run_supervised`,
     the one checkpointed-run skeleton: a fixed group (:class:`FixedGroup`)
-    or a live-scalable one (:class:`slash.live_ckpt.LiveGroup`). Its
-    methods are the skeleton's steps where the kinds differ; the rest (the
-    store, the supervisor, a finished directory, the partition count a
+    or a live-scalable one (:class:`slash.live_ckpt.LiveGroup`). The rest
+    (the store, the supervisor, a finished directory, the partition count a
     checkpoint fixes, the attempts' plans, each attempt's driver with its
-    commits and the result) is the skeleton's."""
+    commits, the result) is the skeleton's. Its steps, in order:
+    ``resuming(store, ck_n)`` (the newest checkpoint had ck_n executors),
+    ``start(sup, store, group)`` (before the first attempt; ``group`` with
+    the run's key partitions), per attempt ``begin(ck, plan)`` (what its
+    ranks run), ``deadline``, ``serve(d, cut, checkpoints)`` (its handlers on
+    the attempt's driver), ``attach(send)`` (the group started),
+    ``resumed()`` (every rank resumed), ``after()`` (the attempt ended);
+    between attempts ``rescaled`` / ``failed`` (the supervisor's callbacks);
+    ``end()`` (the run ended, however) and ``end_metrics``."""
 
     #: cuts commit per scale generation (:class:`slash.run.driver.Committer`'s ``live``)
     live = False
@@ -295,43 +302,37 @@ class GroupKind:
     updates: Any = None
     #: a live group's cuts dropped for straddling a scale (their ids)
     dropped: Optional[List[int]] = None
+    #: the attempt plan's fields beyond the skeleton's (:class:`AttemptPlan`)
+    plan_settings: Dict[str, Any] = {}
+    #: the metrics of a directory whose run had finished, beyond the common ones
+    finished_metrics: Dict[str, Any] = {}
 
     def fingerprint(self, query: Query, source: Any) -> str:
         return fingerprint(query, source)
 
-    def finished_metrics(self) -> Dict[str, Any]:
-        """The metrics of a directory whose run had finished, beyond the common ones."""
-        return {}
-
     def resuming(self, store: CheckpointStore, ck_n: int) -> None:
-        """The newest checkpoint was cut with ``ck_n`` executors."""
+        pass
 
     def start(self, sup: Supervisor, store: CheckpointStore, group: GroupConfig) -> None:
-        """Before the first attempt (``sup.first``: the checkpoint it starts
-        from; ``group``: with the key partition count fixed for the run)."""
-
-    def plan_settings(self) -> Dict[str, Any]:
-        """The attempt plan's fields beyond the skeleton's (:class:`AttemptPlan`)."""
-        return {}
+        pass
 
     def begin(self, ck: Optional[Checkpoint], plan: AttemptPlan) -> RankSpec:
-        """An attempt from ``ck`` is starting: what its ranks run (their group: ``spec.group``)."""
         raise NotImplementedError
 
     def deadline(self, timeout: float) -> float:
         return time.monotonic() + timeout
 
     def serve(self, d: Driver, cut: RescaleCut, checkpoints: List[Dict[str, Any]]) -> None:
-        """The kind's handlers on the attempt's driver ``d``."""
+        pass
 
     def attach(self, send: Callable[[int, Any], None]) -> None:
-        """The attempt's group started and every rank has every address."""
+        pass
 
     def resumed(self) -> None:
-        """Every rank of the attempt restored and resumed reading."""
+        pass
 
     def after(self) -> None:
-        """The attempt ended (however)."""
+        pass
 
     def rescaled(self, r: Rescale) -> None:
         pass
@@ -340,11 +341,10 @@ class GroupKind:
         pass
 
     def end(self) -> None:
-        """The run ended (however)."""
+        pass
 
     def end_metrics(self, per_exec: List[Dict[str, Any]], result: pa.Table,
                     checkpoints: List[Dict[str, Any]]) -> Dict[str, Any]:
-        """The metrics of a run that ran, beyond the common ones."""
         return {}
 
 
@@ -370,7 +370,7 @@ def run_supervised(kind: GroupKind, query: Query, source: Any, group: GroupConfi
     if stored is not None:
         if metrics is not None:
             metrics.update(checkpoints=[], recoveries=[], records_replayed=0,
-                           finished_before=True, **kind.finished_metrics())
+                           finished_before=True, **kind.finished_metrics)
         return stored
     shape = newest_shape(store, group.partitions)
     if shape is not None:  # resuming: the checkpoint's partition count, any executor count
@@ -391,7 +391,7 @@ def run_supervised(kind: GroupKind, query: Query, source: Any, group: GroupConfi
                            ck.id if ck is not None else None, (ck.id + 1) if ck is not None else 1,
                            sup.attempt, want_late=late is not None,
                            versions=updates.versions() if updates is not None else (),
-                           **kind.plan_settings())
+                           **kind.plan_settings)
         late_now.clear()
         try:
             spec = kind.begin(ck, plan)
@@ -456,14 +456,12 @@ class FixedGroup(GroupKind):
                  rate: Optional[float], rounds: Any, max_restarts: int) -> None:
         self.query, self.source, self.size, self.token = query, source, n, token
         self.control, self.rounds, self.max_restarts = control, rounds, max_restarts
-        self.settings = {"live_every": live_every, "realtime": realtime, "rate": rate}
+        self.plan_settings = {"live_every": live_every, "realtime": realtime, "rate": rate}
+        self.finished_metrics = {"rescales": []}
         self.rescales: List[Dict[str, Any]] = []
         self.own_rounds = False
         self.sup: Optional[Supervisor] = None
         self.pending_resume: Optional[Dict[str, Any]] = None
-
-    def finished_metrics(self) -> Dict[str, Any]:
-        return {"rescales": []}
 
     def resuming(self, store: CheckpointStore, ck_n: int) -> None:
         check_resplittable(self.source, ck_n, self.size, store.dir)
@@ -484,9 +482,6 @@ class FixedGroup(GroupKind):
         self.updates = self.rounds.updates if self.rounds is not None else None
         if self.updates is not None:
             self.updates.restore(logic)
-
-    def plan_settings(self) -> Dict[str, Any]:
-        return self.settings
 
     def begin(self, ck: Optional[Checkpoint], plan: AttemptPlan) -> RankSpec:
         if self.rounds is not None:
