@@ -20,11 +20,13 @@ into a :class:`~slash.spark.stream_handle.StreamSetup` and starts the handle.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
+from slash.checkpoint import CheckpointStore
 from slash.errors import InvalidArgument, NotSupported
 from slash.executor import GroupConfig
 from slash.kafka import KafkaStream
@@ -117,18 +119,7 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
     schema = source.resolve_schema()
     query.check(schema)
     source.check_stream(query, schema)
-    delivery = None
-    if getattr(sink, "transactional_id", None) is not None:  # exactly once, by checkpoint
-        if checkpoint is None:
-            raise InvalidArgument(
-                "a sink with a transactional_id delivers each checkpoint's windows in one "
-                "transaction when the checkpoint commits: give checkpoint=, or a KafkaSink "
-                "without transactional_id (written at least once, as each window fires)")
-        delivery = Delivery(sink, lambda t: t)  # the tasks' segments are finalized windows
-    elif not (callable(sink) or isinstance(sink, (str, os.PathLike))):
-        raise InvalidArgument(f"sink must be a directory, a callable or a transactional "
-                              f"KafkaSink, got {type(sink).__name__}")
-    sink_dir = None if callable(sink) or delivery is not None else os.fspath(sink)
+    delivery, sink_dir = _sink(sink, checkpoint)
     if late_output is not None and not isinstance(late_output, (str, os.PathLike)):
         raise InvalidArgument(f"late_output must be a directory, got {type(late_output).__name__}")
     late_dir = None if late_output is None else os.fspath(late_output)
@@ -138,26 +129,11 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
     RestartPolicy(max_restarts)  # checked before anything starts
     every = CheckpointEvery.parse(checkpoint_every) if checkpoint is not None else None
     n, group = group_for(spark, query, executors, transport, group, slots_wait)
-
     ck_plan = None
-    if checkpoint is not None:
-        if "://" in os.fspath(checkpoint):
-            raise NotSupported(f"checkpoint={checkpoint!r}: a mounted directory every worker sees, "
-                               "not a URI")
-        import dataclasses
-
-        from slash.checkpoint import CheckpointStore
-
-        ck_dir, fp = os.path.abspath(os.fspath(checkpoint)), f"stream {query!r} over {source!r}"
-        parts = group.partitions_for(n)
-        shape = newest_shape(CheckpointStore(ck_dir, fingerprint=fp, executors=n, partitions=parts,
-                                             keep=checkpoint_keep), group.partitions, "stream")
-        if shape is not None:  # resuming: the checkpoint's partition count, any executor count
-            parts = shape[1]
-        # fixed for the life of the checkpoints: a rescaled group keeps it
-        group = dataclasses.replace(group, partitions=parts)
-        group.partitions_for(n)
-        ck_plan = CheckpointPlan(ck_dir, fp, n, parts, checkpoint_keep, every)  # type: ignore[arg-type]
+    if every is not None:
+        group, ck_plan = _checkpoint_plan(os.fspath(checkpoint),  # type: ignore[arg-type]
+                                          f"stream {query!r} over {source!r}", group, n,
+                                          checkpoint_keep, every)
     setup = StreamSetup(spark, query, schema, source, group, token=secrets.token_hex(16),
                         sink_dir=sink_dir, delivery=delivery, checkpoint=ck_plan,
                         slots_wait=slots_wait,
@@ -167,3 +143,37 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
                           setup=setup)
     handle.start()
     return handle
+
+
+def _sink(sink: Any, checkpoint: Optional[str]) -> Tuple[Optional[Delivery], Optional[str]]:
+    """(the transactional sink's delivery, the directory sink's path) of ``sink``."""
+    if getattr(sink, "transactional_id", None) is not None:  # exactly once, by checkpoint
+        if checkpoint is None:
+            raise InvalidArgument(
+                "a sink with a transactional_id delivers each checkpoint's windows in one "
+                "transaction when the checkpoint commits: give checkpoint=, or a KafkaSink "
+                "without transactional_id (written at least once, as each window fires)")
+        return Delivery(sink, lambda t: t), None  # the tasks' segments are finalized windows
+    if not (callable(sink) or isinstance(sink, (str, os.PathLike))):
+        raise InvalidArgument(f"sink must be a directory, a callable or a transactional "
+                              f"KafkaSink, got {type(sink).__name__}")
+    return None, None if callable(sink) else os.fspath(sink)
+
+
+def _checkpoint_plan(checkpoint: str, fp: str, group: GroupConfig, n: int, keep: int,
+                     every: CheckpointEvery) -> Tuple[GroupConfig, CheckpointPlan]:
+    """The group (its key partition count fixed for the life of the
+    checkpoints: a resumed stream takes the checkpoint's, any executor
+    count, and a rescaled group keeps it) and the checkpoint plan."""
+    if "://" in checkpoint:
+        raise NotSupported(f"checkpoint={checkpoint!r}: a mounted directory every worker sees, "
+                           "not a URI")
+    ck_dir = os.path.abspath(checkpoint)
+    parts = group.partitions_for(n)
+    shape = newest_shape(CheckpointStore(ck_dir, fingerprint=fp, executors=n, partitions=parts,
+                                         keep=keep), group.partitions, "stream")
+    if shape is not None:
+        parts = shape[1]
+    group = dataclasses.replace(group, partitions=parts)
+    group.partitions_for(n)
+    return group, CheckpointPlan(ck_dir, fp, n, parts, keep, every)
