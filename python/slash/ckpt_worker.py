@@ -148,6 +148,20 @@ class LateRows:
         return pa.concat_tables(every) if every else None
 
 
+def write_state(store: CheckpointStore, rank: int, img: Any, part_file: Callable[[int], str],
+                midway: Optional[Callable[[int], None]] = None) -> Dict[str, Dict[str, int]]:
+    """Rank ``rank``'s state in image ``img`` written durably into ``store``:
+    ``rank-<r>.meta`` and each partition's blob as ``part_file(p)`` (``midway(id)``:
+    called once half of the partitions are written). Returns name -> manifest entry."""
+    files = {f"rank-{rank}.meta": store.write(img.id, f"rank-{rank}.meta", img.meta)}
+    for i, (p, data) in enumerate(img.parts.items()):
+        if i == len(img.parts) // 2 and midway is not None:
+            midway(img.id)
+        name = part_file(p)
+        files[name] = store.write(img.id, name, data)
+    return files
+
+
 def write_image(store: CheckpointStore, link: Any, rank: int, img: Any,
                 fired: List[pa.RecordBatch], result_schema: pa.Schema, info: Dict[str, Any],
                 part_file: Callable[[int], str], midway: Optional[Callable[[int], None]] = None,
@@ -165,12 +179,7 @@ def write_image(store: CheckpointStore, link: Any, rank: int, img: Any,
     is called once half of the partitions are written (the test hook's kill
     inside a write). Raises what the store raises; nothing is reported then."""
     t0 = time.monotonic()
-    files = {f"rank-{rank}.meta": store.write(img.id, f"rank-{rank}.meta", img.meta)}
-    for i, (p, data) in enumerate(img.parts.items()):
-        if i == len(img.parts) // 2 and midway is not None:
-            midway(img.id)
-        name = part_file(p)
-        files[name] = store.write(img.id, name, data)
+    files = write_state(store, rank, img, part_file, midway)
     seg, entry = store.write_segment(rank, img.id,
                                      to_ipc(pa.Table.from_batches(fired, result_schema)))
     segs = {seg: entry}

@@ -17,7 +17,9 @@ event loop; the loop never tests which features are on:
 * ``handlers[kind](msg)``: the driver's messages, one dispatch
   (:meth:`RankLoop.dispatch`) for the loop's polls and for the messages a
   paused control or scale request meets;
-* ``before_finish()`` / ``after_finish()`` / ``closers``.
+* ``before_finish()`` / ``after_finish()`` / ``closers``; ``on_stop()``
+  instead of the finish when the driver stopped a stream (``stopped``) and a
+  feature ends it its own way (a stream's last checkpoint, no finish).
 
 :meth:`RankLoop.wait` serves the executor (and every per-call handler) for
 a while: a paced input's sleep, a standby's idle time.
@@ -28,6 +30,7 @@ them to ``out`` themselves: ``collect``).
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
@@ -63,6 +66,12 @@ _NEVER = -(1 << 63)
 WAIT_POLL_S = 0.05
 
 Item = Tuple[Optional[Position], Any]
+
+
+class Advance(NamedTuple):
+    """A stream source's watermark advance, in the state's ticks (a
+    :class:`slash.sources.StreamSource`'s item): the epoch ends with it."""
+    ticks: int
 
 
 class SideBatch(NamedTuple):
@@ -130,6 +139,11 @@ class RankLoop:
         self.before_finish: List[Callable[[], None]] = []
         self.after_finish: List[Callable[[], None]] = []
         self.closers: List[Callable[[], None]] = []
+        self.on_stop: List[Callable[[], None]] = []
+        #: the driver stopped the input (a stream's Stop): the loop ends after the current item
+        self.stopped = False
+        #: the cyclic collector off while the loop runs (not for a stream that runs for days)
+        self.guard_gc = True
         #: parts of a metrics snapshot, each feature's (called only when a report is sent)
         self.status: List[Callable[[], Dict[str, Any]]] = []
         self.handlers: Dict[Any, Callable[[Any], None]] = {"epoch": self._epoch}
@@ -156,11 +170,16 @@ class RankLoop:
         """Pushes ``items`` and finishes; returns the windows this executor
         fired (key column still named ``key``, bounds in the state's unit)."""
         ex, query = self.ex, self.query
-        with no_cyclic_gc():
+        with no_cyclic_gc() if self.guard_gc else contextlib.nullcontext():
             for pos, item in items:
                 self.call_t = time.monotonic()
                 if isinstance(item, (pa.RecordBatch, pa.Table, SideBatch)):
                     self.push(item, pos)
+                elif isinstance(item, Advance):
+                    ex.advance_watermark(item.ticks)
+                    for a in self.on_advance:
+                        a(item.ticks)
+                    ex.end_epoch()
                 else:  # a Watermark: no later row is older than its value
                     wm = query.watermark_ticks(getattr(item, "value", None), self.schema)
                     if wm is not None:
@@ -173,8 +192,14 @@ class RankLoop:
                 for h in self.after_item:
                     h()
                 self.serve()
+                if self.stopped:
+                    break
             for h in self.before_finish:
                 h()
+            if self.stopped and self.on_stop:
+                for h in self.on_stop:
+                    h()
+                return pa.Table.from_batches(self.out, schema=self.result_schema)
             ex.finish()
             self.service()
             for h in self.after_finish:
@@ -451,22 +476,25 @@ class Report:
     """Live metrics (:class:`slash.metrics.Reporter`) every so often and
     once at the end, each feature's ``status`` part in them."""
 
-    def __init__(self, reporter: Any, send: Callable[[Any], None]) -> None:
-        self.reporter, self.send = reporter, send
+    def __init__(self, reporter: Any, send: Callable[[Any], None], at_finish: bool = True) -> None:
+        self.reporter, self.send, self.at_finish = reporter, send, at_finish
 
     def install(self, loop: RankLoop) -> None:
-        ex = loop.ex
+        """``at_finish`` False: no report at the finish (its owner sends the last one, :meth:`now`)."""
+        self.loop = loop
+        loop.after_take.append(lambda: (self.reporter.due() or loop.ex.finished and self.at_finish)
+                               and self.now())
 
-        def report() -> None:
-            if self.reporter.due() or ex.finished:
-                snap = self.reporter.snapshot(ex)
-                snap["records_read"] = loop.records
-                snap["malformed_records"] = malformed_records(loop.source)
-                snap["pid"] = os.getpid()  # which process is which rank (status per_executor)
-                for part in loop.status:
-                    snap.update(part())
-                self.send(Metrics(loop.rank, snap))
-        loop.after_take.append(report)
+    def now(self) -> None:
+        """A report now (a stream stopped without finishing sends its last one)."""
+        loop = self.loop
+        snap = self.reporter.snapshot(loop.ex)
+        snap["records_read"] = loop.records
+        snap["malformed_records"] = malformed_records(loop.source)
+        snap["pid"] = os.getpid()  # which process is which rank (status per_executor)
+        for part in loop.status:
+            snap.update(part())
+        self.send(Metrics(loop.rank, snap))
 
 
 def fired_windows(batches: List[pa.RecordBatch], ticks_per_ms: int) -> List[Tuple[int, int, int]]:
@@ -631,19 +659,27 @@ class LivePositions:
 def restore(ex: Executor, plan: AttemptPlan, n: int,
             spread: Optional[List[int]] = None) -> Optional[Checkpoint]:
     """The restore step: ``ex`` restored from ``plan.resume_id`` (None: a
-    fresh start), the leader map the ranks followed at the cut when the group
-    has the checkpoint's size, else ``spread`` (default: partition mod n).
-    Returns the checkpoint."""
+    fresh start) by :func:`restore_from`. Returns the checkpoint."""
     if plan.resume_id is None:
         return None
     ck = plan.store().load(plan.resume_id)
+    restore_from(ex, ck, n, plan.partitions, spread)
+    return ck
+
+
+def restore_from(ex: Executor, ck: Checkpoint, n: int, partitions: int,
+                 spread: Optional[List[int]] = None) -> None:
+    """``ex`` (rank ``ex.rank`` of a group of ``n``) restored from checkpoint
+    ``ck``: every rank's meta, and every image of the partitions it leads
+    under the leader map the ranks followed at the cut when the group has
+    the checkpoint's size, else ``spread`` (default: partition mod n); every
+    image of a partition is merged."""
     metas = [ck.read(f"rank-{r}.meta") for r in range(ck.executors)]
-    leaders = checkpoint_leaders(ck, n, plan.partitions)
+    leaders = checkpoint_leaders(ck, n, partitions)
     if leaders is None:
         leaders = spread
-    lead = leaders if leaders is not None else [p % n for p in range(plan.partitions)]
+    lead = leaders if leaders is not None else [p % n for p in range(partitions)]
     ex.restore(metas, read_partitions(ck, lambda p: lead[p] == ex.rank), leaders)
-    return ck
 
 
 class Checkpointing:

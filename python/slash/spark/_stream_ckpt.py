@@ -3,12 +3,15 @@
 directory sink's two-phase commit, a clean stop, a bounded source's end,
 updates recorded in each manifest) is docs/recovery.md's "Spark streams".
 
-:class:`TaskCheckpoints` is one barrier task's side: it asks the driver
-where to start, restores, cuts, and reports each cut's files with the
-windows fired before it. :class:`DriverCheckpoints` is the driver's: its
-handlers, on the stream's table (:class:`slash.run.driver.Dispatch`),
-answer where to resume, commit a cut once every rank of the current group
-reported it (an older group's reports are ignored) and publish its windows.
+:class:`TaskCheckpoints` is one barrier task's side, a feature of its rank
+loop: it asks the driver where to start, restores
+(:func:`slash.run.rank.restore_from`), cuts, and reports each cut's files
+with the windows fired before it (written by :class:`slash.run.ckpt.Writer`'s
+thread). :class:`DriverCheckpoints` is the driver's: its handlers, on the
+stream's table (:class:`slash.run.driver.Dispatch`), answer where to resume,
+commit a cut once every rank of the current group reported it (an older
+group's reports are ignored; the one commit, :func:`slash.run.ckpt.commit`)
+and publish its windows.
 
 A transactional sink (``sink=KafkaSink(..., transactional_id=...)``):
 each task writes a cut's windows as that checkpoint's result segment, and
@@ -35,15 +38,16 @@ import pyarrow as pa
 
 from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import read_checked, write_durably
-from slash.ckpt_worker import AskSchedule
+from slash.ckpt_worker import AskSchedule, write_state
 from slash.control_logic import recorded_logic
 from slash.errors import (CheckpointCorrupt, InvalidState, NotSupported, PeerDisconnected,
                           Timeout)
 from slash.executor import split_at_cut
-from slash.recovery import checkpoint_leaders, part_name, read_partitions
+from slash.run.ckpt import Writer, commit, part_name
 from slash.run.delivery import Delivery
 from slash.run.driver import Dispatch
 from slash.run.plan import CheckpointPlan
+from slash.run.rank import restore_from
 from slash.run.protocol import (Exit, Resume, ResumeAsk, ResumeError, StopAfter, Stopped, StopAt,
                                  StreamCheckpoint, StreamFinal)
 from slash.spark._tasks import write_table
@@ -74,12 +78,13 @@ def _windows(table: pa.Table) -> List[Tuple[int, int, int]]:
 class TaskCheckpoints:
     """One barrier task's side (see the module doc)."""
 
-    def __init__(self, plan: CheckpointPlan, rank: int, n: int, conn: Any, ex: Any,
+    def __init__(self, plan: CheckpointPlan, rank: int, n: int, link: Any, ex: Any,
                  finalize: Callable[[List[pa.RecordBatch]], Optional[pa.Table]],
                  sink_dir: Optional[str], session: bool, source: Any = None,
-                 segments: bool = False) -> None:
-        self.plan, self.rank, self.n, self.conn, self.ex = plan, rank, n, conn, ex
+                 segments: bool = False, timeout: float = 120.0) -> None:
+        self.plan, self.rank, self.n, self.link, self.ex = plan, rank, n, link, ex
         self.finalize = finalize
+        self.timeout = timeout  # a clean stop's last cut is taken within it
         self.sink_dir = sink_dir
         self.segments = segments  # a transactional sink's windows: result segments
         self.session = session
@@ -110,13 +115,13 @@ class TaskCheckpoints:
                   ) -> Tuple[int, int]:
         """Asks the driver where to start, restores; returns (batches to skip, base_ms)."""
         self.group = group
-        self.conn.send(ResumeAsk(self.rank, (socket.gethostname(), os.getpid()), group))
+        self.link.put(ResumeAsk(self.rank, (socket.gethostname(), os.getpid()), group))
         deadline = time.monotonic() + timeout
         while True:
-            if not self.conn.poll(max(0.0, deadline - time.monotonic())):
+            if not self.link.poll(max(0.0, deadline - time.monotonic())):
                 raise Timeout(f"rank {self.rank}: the driver did not say where to resume within "
                               f"{timeout} s")
-            msg = self.conn.recv()
+            msg = self.link.get()
             if isinstance(msg, Resume):
                 break
             if isinstance(msg, ResumeError):
@@ -128,13 +133,9 @@ class TaskCheckpoints:
         if resume_id is not None:
             ck = self.store.load(resume_id)
             old_n = ck.executors
-            metas = [ck.read(f"rank-{r}.meta") for r in range(old_n)]
             # the map the group followed at the cut (moves of StreamHandle.rebalance kept), or
-            # partition mod n in a group of another size; every image of a partition is merged
-            leaders = checkpoint_leaders(ck, self.n, self.plan.partitions)
-            lead = leaders if leaders is not None else [p % self.n
-                                                        for p in range(self.plan.partitions)]
-            self.ex.restore(metas, read_partitions(ck, lambda p: lead[p] == self.rank), leaders)
+            # partition mod n in a group of another size
+            restore_from(self.ex, ck, self.n, self.plan.partitions)
             if old_n == self.n:  # each rank goes on with its own share
                 info = ck.rank_info(self.rank)
                 skip = int(info["pushes"])
@@ -167,35 +168,44 @@ class TaskCheckpoints:
             return self.source.advance(self.source.work(rank, n), int(info["pushes"]))
         return None
 
-    def read_to(self, pushes: int, left: Dict[str, Any]) -> None:
-        """The task, right after push number ``pushes`` (the core's count):
-        the source's work left after it, for the cut that ends there."""
-        self.positions[pushes] = left
+    def install(self, loop: Any) -> None:
+        """Its handlers on the task's :class:`slash.run.rank.RankLoop` (after
+        :meth:`handshake`): the windows fired are held for the next cut, each
+        push's position is kept for the cut that ends there, cuts are taken
+        after every executor call, rank 0 asks for them; a stop ends with a
+        last cut (:meth:`stop_phase`), a finish with :meth:`final`."""
+        self.loop = loop
+        self.writer = Writer(self.rank)
+        loop.closers.append(self.writer.close)
+        loop.pushes = self.base_pushes
+        loop.collect = self.held.extend
+        loop.handlers["stop_after"] = lambda msg: setattr(self, "stop_after", msg.ckpt_id)
+        loop.handlers["exit"] = lambda msg: setattr(self, "exit", True)
+        # the source's work left after push number loop.pushes (the core's count)
+        loop.on_push.append(lambda: self.positions.__setitem__(loop.pushes, loop.pos))
+        loop.before_take.append(self.cuts)
+        loop.after_take.append(lambda: self.rank == 0 and not loop.stopped and
+                               not self.ex.finished and self.asks.step(loop.pushes))
+        loop.on_stop.append(lambda: self.stop_phase(loop.pushes, self.timeout))
+        loop.after_finish.append(self.final)
 
-    def on_driver(self, msg: Tuple[Any, ...]) -> None:
-        if isinstance(msg, StopAfter):
-            self.stop_after = msg.ckpt_id
-        elif isinstance(msg, Exit):
-            self.exit = True
-
-    def after_call(self) -> None:
-        """Right after every executor call: takes finished cuts, holds the rest."""
+    def cuts(self) -> None:
+        """Right after every executor call: takes finished cuts (the windows
+        fired before each go with it, the rest are held)."""
         while True:
             img = self.ex.take_checkpoint()
             if img is None:
                 break
+            self.loop.take()
             self._cut(img)
-        self.held.extend(self.ex.results())
 
     def _cut(self, img: Any) -> None:
-        t0 = time.monotonic()
+        """Cut ``img``: what the rank records with it, its files written by
+        the writer's thread (:class:`slash.run.ckpt.Writer`)."""
         # windows ending by the cut's watermark fired before it
-        pre, self.held = split_at_cut(self.held + self.ex.results(), img.meta, self.session)
-        st = self.store
+        pre, after = split_at_cut(self.held, img.meta, self.session)
+        self.held[:] = after
         r = self.rank
-        files = {f"rank-{r}.meta": st.write(img.id, f"rank-{r}.meta", img.meta)}
-        for p, data in img.parts.items():  # one file per image: a hand-over has p in two
-            files[part_name(p, r)] = st.write(img.id, part_name(p, r), data)
         version, leaders = self.ex.leader_map()  # the map this rank followed at the cut
         info: Dict[str, Any] = {"rank": r, "pushes": img.pushes,
                                 "leader_map": {"version": version, "leaders": leaders}}
@@ -210,20 +220,22 @@ class TaskCheckpoints:
                                    f"whose source position was not recorded")
             for p in [p for p in self.positions if p < img.pushes]:
                 del self.positions[p]
-        files[f"rank-{r}.json"] = st.write(img.id, f"rank-{r}.json", json.dumps(info).encode())
-        segs, sink, rows, wins = self._pending(pre, img.id)
-        size = sum(f["size"] for f in files.values())
-        self.conn.send(StreamCheckpoint(r, self.group, img.id, files, segs, sink, rows, wins,
-                                        {"bytes": size, "seconds": time.monotonic() - t0}))
+        self.writer.submit(self._write, img, info, pre)
         self.taken = max(self.taken, img.id)
         self.asks.cut(img.id)
 
-    def maybe_request(self, pushes: int) -> None:
-        """Rank 0: asks for the next checkpoint when one is due."""
-        if self.rank == 0:
-            self.asks.step(pushes)
+    def _write(self, img: Any, info: Dict[str, Any], pre: List[pa.RecordBatch]) -> None:
+        """On the writer's thread: the cut's files (one per image: a
+        hand-over has a partition in two), its windows, then the report."""
+        t0, st, r = time.monotonic(), self.store, self.rank
+        files = write_state(st, r, img, lambda p: part_name(p, r))
+        files[f"rank-{r}.json"] = st.write(img.id, f"rank-{r}.json", json.dumps(info).encode())
+        segs, sink, rows, wins = self._pending(pre, img.id)
+        size = sum(f["size"] for f in files.values())
+        self.link.put(StreamCheckpoint(r, self.group, img.id, files, segs, sink, rows, wins,
+                                        {"bytes": size, "seconds": time.monotonic() - t0}))
 
-    def stop_phase(self, serve: Callable[[float], None], pushes: int, timeout: float) -> None:
+    def stop_phase(self, pushes: int, timeout: float) -> None:
         """After "stop": a last checkpoint (rank 0 asks, the driver names it to
         all), then wait for the driver's "exit" without finishing."""
         if self.rank == 0:
@@ -231,7 +243,7 @@ class TaskCheckpoints:
                 self.asks.force()
                 self.asks.step(pushes)
             c = self.asks.asked
-            self.conn.send(StopAt(self.rank, self.group, c))
+            self.link.put(StopAt(self.rank, self.group, c))
         deadline = time.monotonic() + timeout
         sent = False
         while not self.exit:
@@ -239,23 +251,25 @@ class TaskCheckpoints:
                 raise Timeout(f"rank {self.rank}: the last checkpoint of stop() was not taken "
                               f"within {timeout} s")
             try:
-                serve(0.02)
+                self.loop.serve()
+                self.ex.poll(0.02)
             except PeerDisconnected:
                 if sent:  # a peer got "exit" first and closed: this cut is complete
                     return
                 raise
-            self.after_call()
+            self.loop.service()
             if not sent and self.stop_after is not None and self.taken >= self.stop_after:
-                self.conn.send(Stopped(self.rank, self.group))
+                self.writer.drain()  # the last cut reported before the stop is
+                self.link.put(Stopped(self.rank, self.group))
                 sent = True
 
     def final(self) -> None:
         """After finish(): the last windows (no checkpoint covers them; the
         driver publishes them once every rank sent its own)."""
-        self.held.extend(self.ex.results())
+        self.writer.drain()  # every cut reported first
         _, sink, rows, wins = self._pending(self.held, None)
-        self.held = []
-        self.conn.send(StreamFinal(self.rank, self.group, sink, rows, wins))
+        self.held.clear()
+        self.link.put(StreamFinal(self.rank, self.group, sink, rows, wins))
 
     def _pending(self, fired: List[pa.RecordBatch], ckpt_id: Optional[int]
                  ) -> Tuple[Dict[str, Dict[str, int]], Dict[str, str], Optional[bytes],
@@ -415,28 +429,19 @@ class DriverCheckpoints:
             self._publish_final()
 
     def _commit(self, cid: int, reports: Dict[int, StreamCheckpoint]) -> None:
-        files: Dict[str, Dict[str, int]] = {}
-        segs: Dict[str, Dict[str, int]] = {}
+        """The one commit (:func:`slash.run.ckpt.commit`), with the stream's
+        base time, the sink parts the cut publishes and the logic versions."""
         renames: Dict[str, str] = {}
-        size, secs = 0, 0.0
         for r in sorted(reports):
-            rep = reports[r]
-            files.update(rep.files)
-            segs.update(rep.segments)
-            renames.update(rep.sink)
-            size += rep.stats["bytes"]
-            secs = max(secs, rep.stats["seconds"])
-        t = time.monotonic()
-        ck = self.store.commit(cid, files, segs, {"bytes": size, "base_ms": self.base_ms,
-                                                  "sink": renames, "logic": self.logic()[1]})
+            renames.update(reports[r].sink)
+        ck = commit(self.store, cid, {r: (rep.files, rep.segments, rep.stats)
+                                      for r, rep in reports.items()}, self.checkpoints,
+                    info={"base_ms": self.base_ms, "sink": renames, "logic": self.logic()[1]})
         self.committed = cid
         if self.delivery is not None:
             self.delivery.committed(ck)
-        self.checkpoints.append({"id": cid, "bytes": size,
-                                 "seconds": round(secs + time.monotonic() - t, 4)})
         self._publish({r: (rep.sink, rep.rows, rep.windows) for r, rep in reports.items()},
                       str(cid))
-        log.info("stream checkpoint %d committed: %d bytes", cid, size)
 
     def _publish(self, parts: Dict[int, Tuple[Any, ...]], label: str) -> None:
         renames: Dict[str, str] = {}

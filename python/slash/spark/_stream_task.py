@@ -1,12 +1,17 @@
 """One Spark stream task: a Slash executor kept running inside a barrier
 task over its share of an unbounded source (:func:`stream_task`).
 
-The task joins its group through the driver's rendezvous, pushes what its
-source yields, serves its executor while the source is quiet, and reports
-to the driver over its connection: fired windows (``rows``, or ``latency``
-and ``watermark`` for a directory sink it writes itself), live ``metrics``,
-``late`` records, control rounds, checkpoints (through
-:class:`slash.spark._stream_ckpt.TaskCheckpoints`) and ``done``.
+The task joins its group through the driver's rendezvous and runs the one
+rank loop (:class:`slash.run.rank.RankLoop`) over what its source yields
+(batches and :class:`slash.run.rank.Advance` of its watermark), the loop
+serving its executor while the source is quiet. Its features are the
+loop's handlers: the stream's output (:class:`StreamOutput`: fired windows
+as ``rows``, or ``latency`` and ``watermark`` for a directory sink it
+writes itself, ``late`` records, the driver's stop), the control protocol
+(:class:`slash.run.rank.Control`), live ``metrics``
+(:class:`slash.run.rank.Report`) and checkpoints
+(:class:`slash.spark._stream_ckpt.TaskCheckpoints`, written by the engine's
+:class:`slash.run.ckpt.Writer`); then ``done``.
 Invariant: every ``rows``/``watermark`` message carries the group watermark
 read before the windows were taken, so every window ending before it has
 been sent: the driver may hand such a window over whole.
@@ -15,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
@@ -25,11 +30,14 @@ from slash.compute import pc
 from slash.control_logic import ExecutorControl, LogicPlan
 from slash.errors import InvalidArgument
 from slash.executor import Executor, GroupConfig
+from slash.launcher import Link
 from slash.metrics import Reporter
 from slash.query import Query
 from slash.run.plan import CheckpointPlan
-from slash.run.protocol import (LateRecords, Metrics, Stop, StreamDone, StreamRows, StreamWatermark,
+from slash.run.ckpt import SharedLink
+from slash.run.protocol import (LateRecords, StreamDone, StreamRows, StreamWatermark,
                                  WindowLatencies)
+from slash.run.rank import Advance, Control, RankLoop, Report
 from slash.sources import StreamRead, malformed_records, watermarks_from_source
 from slash.spark._stream_ckpt import TaskCheckpoints
 from slash.spark._tasks import join_group, rank_errors, report_error, write_table
@@ -138,7 +146,7 @@ class _LateBuffer:
         if self.late_dir is not None:
             self.rows.append(pa.Table.from_batches([_selected_rows(query, batch, skip).take(take)]))
 
-    def flush(self, conn: Any) -> None:
+    def flush(self, send: Callable[[Any], None]) -> None:
         """Writes the late rows' part files, then sends ("late", rank, count,
         per-window counts) to the driver; nothing when no record was late."""
         self.flushed_at = time.monotonic()
@@ -154,7 +162,7 @@ class _LateBuffer:
             write_table(pa.concat_tables(g), self.late_dir,  # type: ignore[arg-type]
                         f"late-rank{self.rank}-{self.seq:08d}.parquet")
             self.seq += 1
-        conn.send(LateRecords(self.rank, self.count,
+        send(LateRecords(self.rank, self.count,
                               late_windows(np.concatenate(self.times), self.window)))
         self.count, self.times, self.rows = 0, [], []
 
@@ -182,151 +190,142 @@ def stream_task(plan: StreamPlan):
     return task
 
 
+class StreamOutput:
+    """A stream task's output to the driver (see the module doc): the stop,
+    the late records, and without checkpoints (``windows``) the fired
+    windows, sent whenever the group watermark or the partitions held in a
+    hand-over changed (a hand-over merged fires the held windows: they go
+    before the next metrics report says so, StreamHandle.rebalance waits
+    for it)."""
+
+    def __init__(self, plan: StreamPlan, late: _LateBuffer, windows: bool) -> None:
+        self.plan, self.late, self.windows = plan, late, windows
+        self.fired: List[pa.RecordBatch] = []
+        self.gw = NEVER  # the group watermark read before the latest take
+        self.last: Tuple[int, int] = (NEVER, 0)
+        self.seq = 0
+
+    def install(self, loop: RankLoop) -> None:
+        self.loop = loop
+        loop.handlers["stop"] = lambda msg: setattr(loop, "stopped", True)
+        if self.windows:
+            loop.collect = self.fired.extend
+            loop.after_finish.append(self.drain)
+        loop.before_take.insert(0, self.read_watermark)
+        loop.after_take.append(self.after_take)
+        loop.before_finish.append(lambda: self.late.flush(loop.link.put))
+
+    def read_watermark(self) -> None:  # before taking: everything up to it has fired
+        self.gw = self.loop.ex.metrics["group_watermark"]
+
+    def after_take(self) -> None:
+        ex, link = self.loop.ex, self.loop.link
+        if ex.finished:  # the last windows go at the finish (drain)
+            return
+        m = ex.metrics
+        gw_held = (m["group_watermark"], m["held_partitions"])
+        if gw_held != self.last:
+            self.last = gw_held
+            self.late.flush(link.put)
+            if self.windows:
+                self.drain()
+        elif self.late.count and time.monotonic() - self.late.flushed_at >= 0.5:
+            self.late.flush(link.put)
+
+    def drain(self) -> None:
+        """The windows taken so far, with the group watermark read before."""
+        loop, plan, link = self.loop, self.plan, self.loop.link
+        parts, self.fired[:] = list(self.fired), []
+        table = _finalize(plan, loop.ex, parts)
+        if plan.sink_dir is not None:
+            if table is not None and table.num_rows:
+                write_table(table, plan.sink_dir, f"part-r{loop.rank:04d}-{self.seq:08d}.parquet")
+                self.seq += 1
+                link.put(WindowLatencies(loop.rank, _window_latencies(table,
+                                                                       int(time.time() * 1000))))
+            link.put(StreamWatermark(loop.rank, self.gw))
+        else:
+            link.put(StreamRows(loop.rank, self.gw, to_ipc(table) if table is not None and
+                                 table.num_rows else None))
+
+
+def _finalize(plan: StreamPlan, ex: Executor, parts: List[pa.RecordBatch]) -> Optional[pa.Table]:
+    return plan.query.finalize(pa.Table.from_batches(parts, schema=ex.result_schema()),
+                               plan.schema, sort=False) if parts else None
+
+
+def _stream_push(loop: RankLoop, late: _LateBuffer, ctl: ExecutorControl) -> Callable[[Any], None]:
+    """A stream task's push: the late rows' positions kept for the side
+    output (``push_batch(return_late=True)`` would give the prepared rows;
+    the side output wants the source's)."""
+    ex, q = loop.ex, loop.query
+    values = ex.state.value_columns
+
+    def push(batch: pa.RecordBatch) -> None:
+        b, skip = loop.prepare(batch)
+        n_late, idx = ex.push(b.column("key"), b.column("time"), {c: b.column(c) for c in values},
+                              return_late=True, skip=skip)
+        if n_late:
+            late.add(ctl.plan if ctl.plan.version else q, batch, b, skip, idx)
+    return push
+
+
+def _items(loop: RankLoop, plan: StreamPlan, n: int, base_ms: int,
+           ck: Optional[TaskCheckpoints]) -> Iterator[Tuple[Any, Any]]:
+    """The source's items as the rank loop's: (work left after it, a batch
+    or an :class:`Advance`); a quiet source waits in the loop's
+    :meth:`RankLoop.idle` and stops once the driver stopped the stream."""
+    def wait(seconds: float) -> bool:
+        loop.idle(seconds)
+        return loop.stopped
+
+    read = StreamRead(plan.query, plan.schema, base_ms, wait,
+                      skip=ck.source_skip if ck is not None else 0,
+                      work=ck.work if ck is not None else None)
+    for batch, advance, left in plan.source.stream_items(loop.rank, n, read):
+        if batch is not None and batch.num_rows:
+            yield left, batch
+        if advance is not None:
+            yield left, Advance(advance)
+
+
 def _run_stream(plan: StreamPlan, rank: int, addresses: List[str], lst: Any, conn: Any,
                 start_ms: int) -> Dict[str, Any]:
-    n = len(addresses)
-    q = plan.query
+    """One stream task's run: the one rank loop (:class:`RankLoop`) with the
+    stream's output, its control, its checkpoints and its reports as handlers."""
+    n, q = len(addresses), plan.query
     state = q.state_config(plan.schema, plan.group.partitions_for(n))
-    seq = [0]
-    stop = [False]
-    late = _LateBuffer(rank, q.window, plan.late_dir)
     # a source whose watermark is its own (a KafkaStream's: per partition, idle rule): the
     # executor's moves by the source's markers alone, never by the largest time it has seen
     ex = Executor(lst, rank, addresses, state, plan.group, token=plan.token,
                   bounded=watermarks_from_source(plan.source))
-    reporter = Reporter(plan.report_every)
-    read = [0]  # source rows this rank took (before filters)
-
+    late = _LateBuffer(rank, q.window, plan.late_dir)
     ck: Optional[TaskCheckpoints] = None
-    base_ms = start_ms
-    skip_batches = 0
-
-    def finalize(parts: List[pa.RecordBatch]) -> Optional[pa.Table]:
-        return q.finalize(pa.Table.from_batches(parts, schema=ex.result_schema()), plan.schema,
-                          sort=False) if parts else None
-
-    def on_driver(msg: Tuple[Any, ...]) -> None:
-        if isinstance(msg, Stop):
-            stop[0] = True
-        elif ck is not None:
-            ck.on_driver(msg)
-
-    # StreamHandle.update: logic versions switched at an event time the driver agrees
-    ctl = ExecutorControl(conn.send, conn, rank, LogicPlan(q), plan.group.timeout, other=on_driver)
-
-    try:
+    base_ms, skip_batches = start_ms, 0
+    link = SharedLink(Link(conn))  # read by the loop, written by it and the checkpoint writer
+    with RankLoop(q, plan.source, ex, link) as loop:
+        loop.schema, loop.guard_gc = plan.schema, False
+        # StreamHandle.update: logic versions switched at an event time the driver agrees
+        ctl = ExecutorControl(link.put, conn, rank, LogicPlan(q), plan.group.timeout)
+        report = Report(Reporter(plan.report_every), link.put, at_finish=False)
+        loop.use(StreamOutput(plan, late, windows=plan.checkpoint is None), Control(ctl), report)
+        loop.push_item = _stream_push(loop, late, ctl)
         if plan.checkpoint is not None:
-            ck = TaskCheckpoints(plan.checkpoint, rank, n, conn, ex, finalize, plan.sink_dir,
+            ck = TaskCheckpoints(plan.checkpoint, rank, n, link, ex,
+                                 lambda parts: _finalize(plan, ex, parts), plan.sink_dir,
                                  isinstance(q.window, Session), plan.source,
-                                 segments=plan.sink_segments)
-            skip_batches, base_ms = ck.handshake(start_ms, plan.group.timeout, on_driver)
+                                 segments=plan.sink_segments, timeout=plan.group.timeout)
+            skip_batches, base_ms = ck.handshake(start_ms, plan.group.timeout, loop.dispatch)
             for v, (start, version_query) in enumerate(ck.versions, 1):  # agreed before
                 ctl.install(ex, start, v, version_query)
+            loop.use(ck)
 
-        def report() -> None:
-            snap = reporter.snapshot(ex)
-            snap["malformed_records"] = malformed_records(plan.source)
-            behind = plan.source.records_behind(rank, n, base_ms, int(time.time() * 1000),
-                                                skip_batches, read[0])
-            if behind is not None:  # the backlog: records due but not yet read
-                snap["records_behind"] = behind
-            conn.send(Metrics(rank, snap))
-
-        def drain() -> None:
-            late.flush(conn)
-            gw = ex.metrics["group_watermark"]  # before taking: everything up to it has fired
-            if ck is not None:  # windows go out with the checkpoint that covers them
-                ck.after_call()
-                return
-            table = finalize(ex.results())
-            if plan.sink_dir is not None:
-                if table is not None and table.num_rows:
-                    write_table(table, plan.sink_dir, f"part-r{rank:04d}-{seq[0]:08d}.parquet")
-                    seq[0] += 1
-                    conn.send(WindowLatencies(rank, _window_latencies(table,
-                                                                      int(time.time() * 1000))))
-                conn.send(StreamWatermark(rank, gw))
-            else:
-                conn.send(StreamRows(rank, gw, to_ipc(table) if table is not None and table.num_rows
-                                     else None))
-
-        last: List[Tuple[int, int]] = [(NEVER, 0)]
-        pushes = [skip_batches]
-
-        def wait(seconds: float) -> bool:
-            """Serves the executor for up to `seconds`; True when asked to stop."""
-            deadline = time.monotonic() + seconds
-            while True:
-                while conn.poll(0):
-                    ctl.handle(conn.recv(), ex)
-                if ctl.moves.pending:  # rank 0: StreamHandle.rebalance's moves, when agreeable
-                    ctl.moves.apply(ex)
-                if stop[0]:
-                    return True
-                ex.poll(min(0.02, max(0.0, deadline - time.monotonic())))
-                if ck is not None:
-                    ck.after_call()
-                    ck.maybe_request(pushes[0])
-                m = ex.metrics
-                # a hand-over merged (held_partitions fell) fires the held windows: send them
-                # before the next metrics report says so (StreamHandle.rebalance waits for it)
-                gw_held = (m["group_watermark"], m["held_partitions"])
-                if gw_held != last[0]:
-                    last[0] = gw_held
-                    drain()
-                elif late.count and time.monotonic() - late.flushed_at >= 0.5:
-                    late.flush(conn)
-                if reporter.due():
-                    report()
-                if time.monotonic() >= deadline:
-                    return False
-
-        it = plan.source.stream_items(rank, n, StreamRead(
-            q, plan.schema, base_ms, wait, skip=ck.source_skip if ck is not None else 0,
-            work=ck.work if ck is not None else None))
-        for batch, advance, left in it:
-            if batch is not None and batch.num_rows:
-                read[0] += batch.num_rows
-                b, skip = ctl.prepare(batch)
-                # the late rows' positions (push_batch(return_late=True) would
-                # give the prepared rows; the side output wants the source's)
-                n_late, idx = ex.push(b.column("key"), b.column("time"),
-                                      {c: b.column(c) for c in state.value_columns},
-                                      return_late=True, skip=skip)
-                pushes[0] += 1
-                if ck is not None:
-                    ck.read_to(pushes[0], left)
-                    ck.after_call()
-                if n_late:
-                    late.add(ctl.plan if ctl.plan.version else q, batch, b, skip, idx)
-            if advance is not None:
-                ex.advance_watermark(advance)
-                if ck is not None:
-                    ck.after_call()
-                ex.end_epoch()
-                if ck is not None:
-                    ck.after_call()
-            if wait(0):
-                break
-        ctl.input_done()
-        if ck is not None and stop[0]:
-            # a clean stop with checkpoints: a last cut, no finish (open windows
-            # stay open; a stream started again from the directory fires them)
-            late.flush(conn)
-            def serve(seconds: float) -> None:
-                while conn.poll(0):
-                    on_driver(conn.recv())
-                ex.poll(seconds)
-            ck.stop_phase(serve, pushes[0], plan.group.timeout)
-        else:
-            ex.finish()
-            if ck is not None:
-                late.flush(conn)
-                ck.final()
-            else:
-                drain()
-        report()
-        conn.send(StreamDone(rank))
-        return ex.metrics
-    finally:
-        ex.close()
+        def behind() -> Dict[str, Any]:  # the backlog: records due but not yet read
+            got = plan.source.records_behind(rank, n, base_ms, int(time.time() * 1000),
+                                             skip_batches, loop.records)
+            return {} if got is None else {"records_behind": got}
+        loop.status.append(behind)
+        loop.run(_items(loop, plan, n, base_ms, ck))
+        report.now()  # the last one, after the last windows
+        link.put(StreamDone(rank))
+        return dict(ex.metrics)
