@@ -24,6 +24,7 @@ import dataclasses
 import logging
 import threading
 import time
+from abc import ABC, abstractmethod
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
@@ -278,7 +279,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'slash.recovery' has no attribute {name!r}")
 
 
-class GroupKind:
+class GroupKind(ABC):
     """What one kind of checkpointed group sets in :func:`run_supervised`,
     the one checkpointed-run skeleton: a fixed group (:class:`FixedGroup`)
     or a live-scalable one (:class:`slash.live_ckpt.LiveGroup`). The rest
@@ -313,39 +314,32 @@ class GroupKind:
     def resuming(self, store: CheckpointStore, ck_n: int) -> None:
         pass
 
-    def start(self, sup: Supervisor, store: CheckpointStore, group: GroupConfig) -> None:
-        pass
-
-    def begin(self, ck: Optional[Checkpoint], plan: AttemptPlan) -> RankSpec:
-        raise NotImplementedError
-
     def deadline(self, timeout: float) -> float:
         return time.monotonic() + timeout
-
-    def serve(self, d: Driver, cut: RescaleCut, checkpoints: List[Dict[str, Any]]) -> None:
-        pass
-
-    def attach(self, send: Callable[[int, Any], None]) -> None:
-        pass
-
-    def resumed(self) -> None:
-        pass
 
     def after(self) -> None:
         pass
 
-    def rescaled(self, r: Rescale) -> None:
-        pass
-
-    def failed(self, f: Failed, rec: Dict[str, Any], last: Optional[Checkpoint]) -> None:
-        pass
-
-    def end(self) -> None:
-        pass
-
+    # the steps every kind has its own of (see the class doc)
+    @abstractmethod
+    def start(self, sup: Supervisor, store: CheckpointStore, group: GroupConfig) -> None: ...
+    @abstractmethod
+    def begin(self, ck: Optional[Checkpoint], plan: AttemptPlan) -> RankSpec: ...
+    @abstractmethod
+    def serve(self, d: Driver, cut: RescaleCut, checkpoints: List[Dict[str, Any]]) -> None: ...
+    @abstractmethod
+    def attach(self, send: Callable[[int, Any], None]) -> None: ...
+    @abstractmethod
+    def resumed(self) -> None: ...
+    @abstractmethod
+    def rescaled(self, r: Rescale) -> None: ...
+    @abstractmethod
+    def failed(self, f: Failed, rec: Dict[str, Any], last: Optional[Checkpoint]) -> None: ...
+    @abstractmethod
+    def end(self) -> None: ...
+    @abstractmethod
     def end_metrics(self, per_exec: List[Dict[str, Any]], result: pa.Table,
-                    checkpoints: List[Dict[str, Any]]) -> Dict[str, Any]:
-        return {}
+                    checkpoints: List[Dict[str, Any]]) -> Dict[str, Any]: ...
 
 
 def run_supervised(kind: GroupKind, query: Query, source: Any, group: GroupConfig, *,
