@@ -5,9 +5,9 @@ listener address, receives every rank's, runs :func:`run_rank` and reports
 :class:`~slash.run.protocol.Finished` (or the :class:`Error` that stopped
 it) to the driver. :func:`run_rank` builds the rank's loop
 (:class:`slash.run.rank.RankLoop`) from a :class:`RankSpec` - the same for a
-plain run, a checkpointed one, a live-scalable one or both - with the
-features the spec asks for, as bytewax builds one ``Worker`` from every
-entry point's settings. A window join runs the same loop with a join's
+plain run, a checkpointed one, a live-scalable one or both, or a Spark
+stream's task (:mod:`slash.run.stream`) - with the features the spec asks
+for, as bytewax builds one ``Worker`` from every entry point's settings. A window join runs the same loop with a join's
 push over its two inputs merged by time (:mod:`slash.recovery_join`,
 :mod:`slash.live_join`).
 """
@@ -37,6 +37,7 @@ from slash.run.rank import (Checkpointing, Control, FiredWindows, JoinPush, Live
                             ProgressReport, RankLoop, Realtime, Report, Scaling, SplitPositions,
                             open_executor, restore, source_time, split_items)
 from slash.run.resume import left_of, resplit, resumed_counts
+from slash.run.stream import StreamPlan, run_stream
 from slash.sources import Work, global_units
 
 
@@ -65,6 +66,8 @@ class RankSpec:
     realtime: bool = False
     #: a checkpointed group's attempt (:mod:`slash.recovery`, :mod:`slash.live_ckpt`)
     plan: Optional[AttemptPlan] = None
+    #: a Spark stream's task (:mod:`slash.run.stream`; its link: the rendezvous connection)
+    stream: Optional[StreamPlan] = None
 
 
 def worker(spec: RankSpec, rank: int, link: Any) -> None:
@@ -86,6 +89,8 @@ def run_rank(spec: RankSpec, rank: int, addresses: List[str], listener: Any,
     """Rank ``rank``'s whole run as ``spec`` says; returns the windows it
     fired (in this attempt) and its metrics. ``link``: its driver's (None: a
     Spark batch task or a benchmark, which take no messages)."""
+    if spec.stream is not None:
+        return run_stream(spec.stream, rank, addresses, listener, link)
     if isinstance(spec.query, JoinQuery):
         return _run_join(spec, rank, addresses, listener, link)
     query, source, plan, n = spec.query, spec.source, spec.plan, len(addresses)

@@ -47,7 +47,8 @@ from slash.run.supervisor import Rescale, Supervisor
 from slash.spark import _env
 from slash.spark._stream_ckpt import DriverCheckpoints, add_metadata
 from slash.spark._stream_task import DONE, NEVER, StreamPlan, stream_task
-from slash.spark._tasks import Rendezvous, barrier_stage, driver_host, raise_task_failure
+from slash.spark._tasks import (Rendezvous, barrier_stage, driver_host, raise_task_failure,
+                                write_table)
 from slash.spark.stream_controls import StreamControls
 
 #: the stream's warnings (late records, rescales) keep the logger users configure
@@ -208,7 +209,8 @@ class StreamHandle(StreamControls):
         if setup is None or rdv is None or self._thread is not None:
             raise InvalidState("StreamHandle.start: a handle built by slash.spark.stream starts once")
         plan = StreamPlan(setup.query, setup.schema, setup.source, setup.group, setup.token,
-                          rdv.address, setup.sink_dir, self._late_output, checkpoint=setup.checkpoint,
+                          rdv.address, setup.sink_dir, write_table, self._late_output,
+                          checkpoint=setup.checkpoint,
                           sink_segments=setup.delivery is not None)
         sup = self._supervisor = Supervisor(RestartPolicy(setup.max_restarts, self._curable,
                                                           self._gave_up))
