@@ -180,7 +180,8 @@ def _trace(auto: dict, at: dict) -> str:
     """The run as a failure message: one line per tick, seconds from the step up."""
     return "\n".join(f"{p['t'] - at['up']:6.1f} s: {p['executors']} x {p['epoch_ms']} ms, "
                      f"{(p['records_per_s'] or 0) / 1e6:.2f} M rec/s, p99 {p['latency_p99_ms']}, "
-                     f"cpu {p['cpu_load']}" for p in auto["timeline"])
+                     f"cpu {p['cpu_load']}, lag {p['lag_ms']} ms, late {p['late_streak']}, "
+                     f"release streak {p['release_streak']}" for p in auto["timeline"])
 
 
 def _step_run(tmp_path, caplog, cal, **how):

@@ -104,6 +104,8 @@ class AutoTuner:
                 "epoch_ms": c.epoch_ms if c is not None else None,
                 "late_streak": c.late_streak if c is not None else None,
                 "overload": c.overload if c is not None else None,
+                "release_streak": c.release_streak if c is not None else None,
+                "lag_ms": c.lag_ms if c is not None else None,
                 "records_per_s": (snap.get("totals") or {}).get("records_per_s"),
                 "latency_p99_ms": hist[-1].get("latency_p99_ms") if hist else None,
                 "cpu_load": [p.get("cpu_load") for p in (snap.get("per_executor") or {}).values()]})

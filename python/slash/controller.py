@@ -285,7 +285,11 @@ class Controller:
         #: consecutive judged ticks late (p99 or lag over the target), not reset by a
         #: decision: what a run's timeline shows of the controller's judgement
         self.late_streak = 0
-        self._fits = 0  # consecutive ticks the load fitted one executor fewer with margin
+        #: consecutive judged ticks that counted toward a release (:meth:`_fits_fewer`), and the
+        #: input's largest lag behind the clock on the last tick (ms; None: no source reports
+        #: one): what a run's timeline shows of why an executor was or was not released
+        self.release_streak = 0
+        self.lag_ms: Optional[float] = None
         self._tight = 0  # consecutive ticks p99 was over headroom x target, input on time
         self._declined: Dict[str, float] = {}  # kind -> time a decision declined was last logged
         self._quiet_until = 0.0
@@ -434,15 +438,18 @@ class Controller:
         late, room = self._judge(s)
         self._over = self._over + 1 if late else 0
         self.late_streak = self.late_streak + 1 if late else 0
+        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
+        self.lag_ms = max(lags) if lags else None
         self._under = self._under + 1 if room else 0
         fits = self._fits_fewer(s)  # None: a tick that neither counts toward a release nor resets
-        self._fits = self._fits + 1 if fits else (self._fits if fits is None else 0)
+        self.release_streak = (self.release_streak + 1 if fits
+                               else self.release_streak if fits is None else 0)
         self._tight = self._tight + 1 if self._near_target(s) else 0
         if quiet:
             return self._decided(d, s)
         if d is None and self._over >= c.sustain:
             d = self._too_slow(s)
-        if d is None and self._fits >= c.release_sustain:
+        if d is None and self.release_streak >= c.release_sustain:
             d = self._release(s)
         if d is None and self._under >= c.release_sustain:
             d = self._room_to_spare(s)
@@ -458,7 +465,7 @@ class Controller:
             self._quiet_until = s.time + self.config.cooldown
             self._deciding = s.time
             self._last_action = d.action
-            self._over = self._under = self._fits = self._tight = 0
+            self._over = self._under = self.release_streak = self._tight = 0
             self.decisions.append(d)
             log.info("controller: %s %s (%s: %s)", d.action, d.args, d.bottleneck, d.reason)
         return d
@@ -778,7 +785,7 @@ class Controller:
         on_time = (f"input read at most {max(lags):.0f} ms behind the clock" if lags
                    else "p99 within the target")
         return Decision(s.time, "scale_in", {"k": 1}, "none",
-                        f"{p99}, {on_time} for {self._fits} ticks; the load fits {k} "
+                        f"{p99}, {on_time} for {self.release_streak} ticks; the load fits {k} "
                         f"executor(s) with margin: {measured}CPU load {pred['cpu'] * k:.2f} is "
                         f"{pred['cpu']:.2f} each (< fit {c.fit:.2f})")
 
