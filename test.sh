@@ -67,7 +67,8 @@ pytest_stage() {  # none of "$@"'s tests in a stage (pytest's exit 5) is no fail
 }
 stage pytest "pytest on every core (pytest-xdist, each module whole on one worker)"
 # `import slash` is the installed package: python/ is not on the path
-pytest_stage -n "$JOBS" --dist loadfile --no-loadscope-reorder -m "not quiet" tests "$@"
+# (the slowest 30 listed at the end: where the stage's minutes go, in every CI log)
+pytest_stage -n "$JOBS" --dist loadfile --no-loadscope-reorder -m "not quiet" --durations=30 tests "$@"
 stage pytest-quiet "pytest: the tests marked quiet, one at a time"
 pytest_stage -m quiet $(grep -l "mark.quiet" tests/test_*.py) "$@"  # (only their files collected)
 
