@@ -81,6 +81,25 @@ def test_no_decision_during_cooldown_even_if_still_slow():
     assert run(ctl, s, 4, p99=900, load=0.97) == []
 
 
+def test_the_cool_down_counts_from_the_first_tick_after_a_slow_application():
+    # a release applied by a restart that took 10 s (twice the cool-down): the one executor
+    # left then reads its restart's backlog behind the clock for a few ticks, at a demand
+    # far under its capacity; that drain is the decision's transient, not a load to scale for
+    ctl = Controller(cfg(cooldown=5.0, max_executors=2), executors=2, epoch_ms=100)
+    s = Stream(2)
+    for _ in range(8):
+        d = ctl.observe(s.tick(p99=50, load=0.05, lag=0.0))
+        if d is not None:
+            break
+    assert d is not None and d.action == "scale_in"
+    ctl.applied(d)
+    s.n = 1
+    s.t += 10.0  # the restart: the ticker applies a decision before its next tick
+    assert run(ctl, s, 4, p99=3000, load=0.05, lag=2000.0) == []
+    # after the cool-down from the first tick after it, lateness counts again
+    assert [x.action for x in run(ctl, s, 4, p99=3000, load=0.05, lag=2000.0)] == ["scale_out"]
+
+
 def test_one_slow_tick_among_fast_ones_never_triggers_a_decision():
     ctl = Controller(cfg(), executors=1, epoch_ms=100)
     s = Stream(1)

@@ -104,7 +104,9 @@ slower on purpose), the up and down thresholds are apart (late: lag or p99
 over the target; release: lag under ``low_water`` x target and the load
 fitting one executor fewer at ``fit`` < 1 utilisation, so the count after a
 release is not saturated), and after any decision nothing happens for
-``cooldown`` seconds (the change must show in the signals first). The
+``cooldown`` seconds from the first tick after it was applied (the change
+must show in the signals first; a restart that took longer than the
+cool-down would otherwise leave its own backlog to be judged as a load). The
 controller never touches what the query computes: every action it takes is
 one the stream applies at an epoch boundary with output equal to the
 untuned run.
@@ -325,6 +327,7 @@ class Controller:
             self._reconfigured = (self._reconfigured
                                   + [(self._deciding, t)])[-_RECONFIGURATIONS_KEPT:]
             self._deciding = None
+            self._quiet_until = max(self._quiet_until, t + self.config.cooldown)
         per: Dict[int, _Exec] = {}
         reported: Dict[int, float] = {}  # rank -> time of the report this snapshot holds
         epochs = []
