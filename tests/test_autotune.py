@@ -177,11 +177,20 @@ def write_stepped(path: str, cal: dict) -> dict:
 
 
 def _trace(auto: dict, at: dict) -> str:
-    """The run as a failure message: one line per tick, seconds from the step up."""
-    return "\n".join(f"{p['t'] - at['up']:6.1f} s: {p['executors']} x {p['epoch_ms']} ms, "
-                     f"{(p['records_per_s'] or 0) / 1e6:.2f} M rec/s, p99 {p['latency_p99_ms']}, "
-                     f"cpu {p['cpu_load']}, lag {p['lag_ms']} ms, late {p['late_streak']}, "
-                     f"release streak {p['release_streak']}" for p in auto["timeline"])
+    """The run as a failure message: one line per tick, seconds from the step up (a tick
+    that repeats the line before it is left out: the message is read whole in CI's log)."""
+    lines, last = [], None
+    for p in auto["timeline"]:
+        cpu = ",".join("-" if c is None else f"{c:.2f}" for c in p["cpu_load"])
+        lag = "-" if p["lag_ms"] is None else f"{p['lag_ms']:.0f}"
+        line = (f"{p['executors']} x {p['epoch_ms']} ms, {(p['records_per_s'] or 0) / 1e6:.2f} M rec/s, "
+                f"p99 {p['latency_p99_ms']}, cpu {cpu}, lag {lag} ms"
+                f"{', backlog growing' if p['backlog_growing'] else ''}, late {p['late_streak']}, "
+                f"release streak {p['release_streak']}")
+        if line != last:
+            lines.append(f"{p['t'] - at['up']:6.1f} s: {line}")
+        last = line
+    return "\n".join(lines)
 
 
 def _step_run(tmp_path, caplog, cal, **how):

@@ -106,6 +106,7 @@ class AutoTuner:
                 "overload": c.overload if c is not None else None,
                 "release_streak": c.release_streak if c is not None else None,
                 "lag_ms": c.lag_ms if c is not None else None,
+                "backlog_growing": c.backlog_growing if c is not None else None,
                 "records_per_s": (snap.get("totals") or {}).get("records_per_s"),
                 "latency_p99_ms": hist[-1].get("latency_p99_ms") if hist else None,
                 "cpu_load": [p.get("cpu_load") for p in (snap.get("per_executor") or {}).values()]})

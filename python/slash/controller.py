@@ -292,6 +292,7 @@ class Controller:
         #: one): what a run's timeline shows of why an executor was or was not released
         self.release_streak = 0
         self.lag_ms: Optional[float] = None
+        self.backlog_growing = False  # the records behind the clock grew on the last tick
         self._tight = 0  # consecutive ticks p99 was over headroom x target, input on time
         self._declined: Dict[str, float] = {}  # kind -> time a decision declined was last logged
         self._quiet_until = 0.0
@@ -443,6 +444,7 @@ class Controller:
         self.late_streak = self.late_streak + 1 if late else 0
         lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
         self.lag_ms = max(lags) if lags else None
+        self.backlog_growing = s.backlog_growing
         self._under = self._under + 1 if room else 0
         fits = self._fits_fewer(s)  # None: a tick that neither counts toward a release nor resets
         self.release_streak = (self.release_streak + 1 if fits
