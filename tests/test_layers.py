@@ -40,7 +40,7 @@ RANK_SIDE = {"slash", "slash.errors", "slash.limits", "slash.window", "slash.sta
              "slash.agg_query", "slash.join_query", "slash.filters", "slash.columns",
              "slash.executor", "slash.sources", "slash._ipc", "slash.checkpoint",
              "slash.ckpt_worker", "slash.arrow_np", "slash.compute", "slash.interval",
-             "slash.open_files"}
+             "slash.open_files", "slash._moved"}
 #: packages whose every module is rank-side: a source (one module of slash.sources) imports no
 #: driver; the generators a source makes its batches with
 RANK_SIDE_PACKAGES = ("slash.sources.", "slash.workloads")
