@@ -184,6 +184,30 @@ def test_a_checkpoints_lag_every_fifth_tick_neither_counts_toward_a_release_nor_
     assert _low_load_with_a_lag_every_fifth_tick(900.0) == []
 
 
+def _low_rate_with_a_cpu_spike_every_fifth_tick(cpu):
+    """Two executors of measured capacity 3 M rec/s reading 0.15 M each on time, at CPU
+    load 0.18 each but for every fifth tick, ``cpu`` each (a checkpoint's cut); the
+    decisions taken in 14 ticks."""
+    ctl, s = _two_after_a_burst(3e6, 6, load=0.18)
+    got = []
+    for i in range(14):
+        got += run(ctl, s, 1, p99=40, rate=1.5e5, lag=0.0, behind=[0, 0],
+                   load=cpu if i % 5 == 4 else 0.18)
+    return ctl, got
+
+
+def test_a_checkpoints_cpu_every_fifth_tick_neither_counts_toward_a_release_nor_resets_it():
+    # 2 x 0.36 = 0.72 of one executor on the spike's tick (over fit 0.6), while the demand
+    # is 0.1 of one executor's measured capacity: the streak of 6 forms across the spikes
+    ctl, got = _low_rate_with_a_cpu_spike_every_fifth_tick(0.36)
+    assert [d.action for d in got] == ["scale_in"]
+
+
+def test_no_release_while_the_cpu_load_would_not_fit_one_executor_fewer_on_every_tick():
+    ctl, s = _two_after_a_burst(3e6, 6, load=0.36)
+    assert run(ctl, s, 14, p99=40, rate=1.5e5, lag=0.0, behind=[0, 0], load=0.36) == []
+
+
 def test_no_release_when_the_load_would_not_fit_one_executor_fewer():
     ctl = Controller(cfg(release_sustain=3), executors=2, epoch_ms=100)
     assert run(ctl, Stream(2), 10, p99=50, load=0.5) == []  # 1.0 on one executor > fit 0.6
