@@ -76,7 +76,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from slash.controller import ControllerConfig
+from slash.control.controller import ControllerConfig
 from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
 from slash.query import Query
@@ -206,7 +206,7 @@ def _step_run(tmp_path, caplog, cal, **how):
     # epochs of 50 ms are short for the target already (< target / 4), so the
     # controller's only remedy for the burst is executors: an epoch decision
     # first would spend the 5 s cool-down inside the burst
-    with caplog.at_level(logging.INFO, logger="slash.controller"):
+    with caplog.at_level(logging.INFO, logger="slash.control.controller"):
         tuned = run(QUERY, path, executors=1, latency_target=cfg, realtime=True, metrics=m,
                     group=GroupConfig(epoch_ms=50), **how)
     auto = m["autotune"]
@@ -241,7 +241,7 @@ def _step_run(tmp_path, caplog, cal, **how):
             and p["latency_p99_ms"] < TARGET_MS]
     assert back, seen
     # every decision is in the log with its reason
-    logged = [r.getMessage() for r in caplog.records if r.name == "slash.controller"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "slash.control.controller"]
     for d in decisions:
         assert any(d["action"] in line and d["reason"] in line for line in logged), d
     # output: the untuned run's, row for row (same input, fixed configuration)

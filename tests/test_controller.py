@@ -1,11 +1,11 @@
-"""The controller's policy (slash.controller) on recorded-style signals:
+"""The controller's policy (slash.control.controller) on recorded-style signals:
 which bottleneck it names, what it does about it, and that it neither
 oscillates nor acts during its cool-down."""
 import re
 
 import pytest
 
-from slash.controller import Actuator, Controller, ControllerConfig, parse_duration_ms
+from slash.control.controller import Actuator, Controller, ControllerConfig, parse_duration_ms
 from slash.errors import InvalidArgument
 
 
@@ -668,7 +668,7 @@ def test_no_shorter_epoch_near_the_target_when_its_merges_would_bring_the_execut
     # the leader merges 0.3 s a second at 200 ms epochs: at 100 ms that doubles, and the
     # executor at 0.4 would be at 0.7, over fit 0.6
     ctl = Controller(cfg(latency_target="250ms", max_executors=1), executors=1, epoch_ms=200)
-    with caplog.at_level(logging.INFO, logger="slash.controller"):
+    with caplog.at_level(logging.INFO, logger="slash.control.controller"):
         got = _near_target(ctl, Stream(1), merge=[0.3])
     assert got == [] and ctl.epoch_ms == 200
     assert any("no epoch change" in r.getMessage() and "the merge cost" in r.getMessage()

@@ -47,8 +47,8 @@ RANK_SIDE_PACKAGES = ("slash.sources.", "slash.workloads")
 #: the drivers and everything above them
 DRIVER_SIDE = {"slash.runner", "slash.recovery", "slash.recovery_join", "slash.live_ckpt",
                "slash.live_join", "slash.live_scale", "slash.autotune", "slash.control",
-               "slash.control_logic", "slash.control_moves", "slash.control_socket",
-               "slash.controller", "slash.latency_model", "slash.launcher", "slash.metrics",
+               "slash.control.logic", "slash.control.moves", "slash.control.server",
+               "slash.control.controller", "slash.control.latency_model", "slash.launcher", "slash.metrics",
                "slash.worker", "slash.cli",
                "slash.cli_run", "slash.doctor", "slash.spark", "slash.bench"}
 #: what the engine must not import (it is below all of them)
@@ -56,8 +56,8 @@ ABOVE_ENGINE = ("slash.runner", "slash.autotune", "slash.spark", "slash.cli", "s
 #: modules whose imports inside functions must each say why (besides slash.run)
 LAZY_CHECKED = RANK_SIDE | {
     "slash.recovery", "slash.recovery_join", "slash.live_ckpt", "slash.live_join",
-    "slash.live_scale", "slash.autotune", "slash.control", "slash.control_logic",
-    "slash.control_moves", "slash.control_socket", "slash.spark._env",
+    "slash.live_scale", "slash.autotune", "slash.control", "slash.control.logic",
+    "slash.control.moves", "slash.control.server", "slash.spark._env",
     "slash.spark.join", "slash.spark._batch_ckpt", "slash.spark._stream_ckpt", "slash.cli",
     "slash.doctor", "slash.metrics", "slash.launcher"}
 #: a reason for a lazy import: an optional dependency, or a measured cost

@@ -147,7 +147,12 @@ MOVED = [("slash.file_source", "FileSource", "slash.sources.files"),
          ("slash.kafka_sink", "KafkaSink", "slash.kafka.sink"),
          ("slash.kafka_decode", "Decoder", "slash.kafka.decode"),
          ("slash.kafka_reader", "open_reader", "slash.kafka.reader"),
-         ("slash.kafka_client", "consumer_config", "slash.kafka.client")]
+         ("slash.kafka_client", "consumer_config", "slash.kafka.client"),
+         ("slash.controller", "ControllerConfig", "slash.control.controller"),
+         ("slash.latency_model", "LatencyModel", "slash.control.latency_model"),
+         ("slash.control_logic", "LogicUpdates", "slash.control.logic"),
+         ("slash.control_moves", "LiveMoves", "slash.control.moves"),
+         ("slash.control_socket", "ControlServer", "slash.control.server")]
 
 
 @pytest.mark.parametrize("old, name, home", MOVED, ids=[f"{o}.{n}" for o, n, _ in MOVED])

@@ -1,5 +1,6 @@
 """The package's old module names, kept importable after their modules moved
-into a package of their concern (``slash.sources``, ``slash.kafka``).
+into a package of their concern (``slash.sources``, ``slash.kafka``,
+``slash.control``).
 
 One import hook (a :data:`sys.meta_path` finder) answers for every old name in
 :data:`MOVED`: importing it warns (DeprecationWarning, naming the new home and
@@ -26,6 +27,11 @@ MOVED: Dict[str, tuple] = {
     "slash.parquet_chunks": ("slash.sources.parquet_chunks", "slash.sources"),
     **{f"slash.kafka_{part}": (f"slash.kafka.{part}", "slash.kafka")
        for part in ("client", "decode", "reader", "sink", "source", "stream")},
+    "slash.control_logic": ("slash.control.logic", "slash.control.logic"),
+    "slash.control_moves": ("slash.control.moves", "slash.control.moves"),
+    "slash.control_socket": ("slash.control.server", "slash.control"),
+    "slash.controller": ("slash.control.controller", "slash.control.controller"),
+    "slash.latency_model": ("slash.control.latency_model", "slash.control.latency_model"),
 }
 
 

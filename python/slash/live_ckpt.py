@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from slash.checkpoint import Checkpoint, CheckpointStore
 from slash.control import ControlServer, RunControl
-from slash.control_logic import recorded_logic
+from slash.control.logic import recorded_logic
 from slash.errors import CheckpointCorrupt, InvalidArgument, InvalidState, SystemFailure, Timeout
 from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup

@@ -31,7 +31,7 @@ import pyarrow as pa
 from slash.checkpoint import Checkpoint, CheckpointStore
 import slash.control
 from slash.control import MoveWaiters, rebalance_spec
-from slash.control_logic import recorded_logic
+from slash.control.logic import recorded_logic
 from slash.errors import InvalidArgument, InvalidState, SystemFailure, Timeout
 from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup

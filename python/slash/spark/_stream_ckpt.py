@@ -36,7 +36,7 @@ import pyarrow as pa
 from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import read_checked, write_durably
 from slash.ckpt_worker import AskSchedule
-from slash.control_logic import recorded_logic
+from slash.control.logic import recorded_logic
 from slash.errors import (CheckpointCorrupt, InvalidState, NotSupported, PeerDisconnected,
                           Timeout)
 from slash.executor import split_at_cut

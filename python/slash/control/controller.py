@@ -76,7 +76,7 @@ would bring it to ``fit``. A decision not taken for want of a setting is
 logged with the term that limits the shortest epoch (or its merge cost).
 
 Epoch length and executor count are chosen together from a latency model
-fitted online (:mod:`slash.latency_model`: p99 as a fixed term, a share of
+fitted online (:mod:`slash.control.latency_model`: p99 as a fixed term, a share of
 the epoch length and a queueing term in the utilisation): a scale-out asks
 for at least the executors that keep the predicted p99 under ``headroom`` x
 target, and an epoch change takes the longest shorter epoch predicted within
@@ -120,7 +120,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from slash.errors import InvalidArgument
-from slash.latency_model import LatencyModel, choose
+from slash.control.latency_model import LatencyModel, choose
 
 log = logging.getLogger(__name__)
 
