@@ -20,16 +20,26 @@ set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/install.sh
 # each stage's log line carries the run's elapsed time and the previous stage's; a table at the end
+# with each stage's share of the machine's CPU time busy (what running stages side by side could gain)
 T0=$SECONDS T_STAGE=$SECONDS STAGE="" TABLE=""
 mmss() { printf '%d:%02d' $(($1 / 60)) $(($1 % 60)); }
+cpu_ticks() {  # "busy total" jiffies of all CPUs since boot (busy: all but idle and iowait)
+    awk '/^cpu /{t=0; for (i=2;i<=NF;i++) t+=$i; print t-$5-$6, t}' /proc/stat 2>/dev/null || echo "0 0"
+}
+read -r B0 C0 <<<"$(cpu_ticks)"; B_STAGE=$B0 C_STAGE=$C0
+busy() {  # CPU busy % between "busy total" $1 $2 and now
+    local b c; read -r b c <<<"$(cpu_ticks)"
+    [ "$c" -gt "$2" ] && echo "$(( 100 * (b - $1) / (c - $2) )) %" || echo "? %"
+}
 stage() {  # $1: the next stage's short name (the table's), $2: what it does
     local t=$((SECONDS - T_STAGE))
-    [ -z "$STAGE" ] || TABLE+=$(printf '\n  %8s  %s' "$(mmss $t)" "$STAGE")
+    [ -z "$STAGE" ] || TABLE+=$(printf '\n  %8s  %5s  %s' "$(mmss $t)" "$(busy $B_STAGE $C_STAGE)" "$STAGE")
     log "[$(mmss $((SECONDS - T0))) elapsed${STAGE:+; $STAGE took $(mmss $t)}] ${2:-$1}"
     STAGE=$1 T_STAGE=$SECONDS
-    [ "$1" != end ] || TABLE+=$(printf '\n  %8s  %s' "$(mmss $((SECONDS - T0)))" "whole run")
+    read -r B_STAGE C_STAGE <<<"$(cpu_ticks)"
+    [ "$1" != end ] || TABLE+=$(printf '\n  %8s  %5s  %s' "$(mmss $((SECONDS - T0)))" "$(busy $B0 $C0)" "whole run")
 }
-trap 'stage end; log "stage times (m:s):$TABLE"' EXIT
+trap 'stage end; log "stage times (m:s, CPU busy):$TABLE"' EXIT
 stage install "installing what the suite needs, building the package"
 slash_install "pytest pytest-timeout pytest-xdist hypothesis duckdb scipy pyspark pandas matplotlib rich prometheus_client confluent-kafka sphinx"
 # Maven and the Apache Kafka jars for the Kafka tests' real broker (tests/test_kafka.py)
@@ -67,7 +77,8 @@ pytest_stage() {  # none of "$@"'s tests in a stage (pytest's exit 5) is no fail
 }
 stage pytest "pytest on every core (pytest-xdist, each module whole on one worker)"
 # `import slash` is the installed package: python/ is not on the path
-pytest_stage -n "$JOBS" --dist loadfile --no-loadscope-reorder -m "not quiet" tests "$@"
+# (the slowest 30 listed at the end: where the stage's minutes go, in every CI log)
+pytest_stage -n "$JOBS" --dist loadfile --no-loadscope-reorder -m "not quiet" --durations=30 tests "$@"
 stage pytest-quiet "pytest: the tests marked quiet, one at a time"
 pytest_stage -m quiet $(grep -l "mark.quiet" tests/test_*.py) "$@"  # (only their files collected)
 

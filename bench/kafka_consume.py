@@ -7,10 +7,10 @@ values of ~240 B, event i in partition i mod P):
 * ``client-nogc``: the same with Python's garbage collector off (each
   record is a collectable Message object: a collector running meanwhile
   walks them);
-* ``decode``: the sources' reader (``slash.kafka_reader.open_reader``: the
+* ``decode``: the sources' reader (``slash.kafka.reader.open_reader``: the
   core's, on librdkafka's C API, one buffer per poll, or confluent-kafka's
   consumer), each poll's partitions decoded to Arrow by the sources'
-  :class:`slash.kafka_decode.Decoder`;
+  :class:`slash.kafka.decode.Decoder`;
 * ``stream``: :class:`slash.kafka.KafkaStream`'s read path as a rank of the
   stream task uses it (``read_work`` with a ``wait``, per-partition
   watermarks on ``event_time``, positions), up to the topic's end offsets;
@@ -63,7 +63,7 @@ log = logging.getLogger("kafka_consume")
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "kafka_consume.json")
 STAGES = ("client", "client-nogc", "decode", "stream", "bounded")
-#: records per consume() call, as the sources ask (slash.kafka_decode.BATCH_RECORDS)
+#: records per consume() call, as the sources ask (slash.kafka.decode.BATCH_RECORDS)
 POLL = 65_536
 
 
@@ -78,7 +78,7 @@ def _client_loop(bootstrap: str, topic: str, ends: Dict[int, int], parts: List[i
     consumer settings, ``each(msgs)`` per poll; the records read."""
     import confluent_kafka as ck  # optional dependency (confluent-kafka)
 
-    from slash.kafka_client import consumer_config
+    from slash.kafka.client import consumer_config
 
     c = ck.Consumer(consumer_config(bootstrap, None))
     c.assign([ck.TopicPartition(topic, p, 0) for p in parts])
@@ -122,16 +122,16 @@ def stage_client_nogc(bootstrap: str, topic: str, ends: Dict[int, int], parts: L
 
 def stage_decode(bootstrap: str, topic: str, ends: Dict[int, int], parts: List[int],
                  rank: int, ranks: int) -> Callable[[], int]:
-    """The sources' reader (:func:`slash.kafka_reader.open_reader`: the core's
+    """The sources' reader (:func:`slash.kafka.reader.open_reader`: the core's
     or confluent-kafka's, as ``SLASH_KAFKA_READER`` says), each poll's
     partitions decoded to Arrow by the sources' Decoder; under a slash that
     predates the reader, the ``client`` loop with each poll's Messages decoded."""
     from slash.bench._kafka_topic import SCHEMA
-    from slash.kafka_decode import Decoder
+    from slash.kafka.decode import Decoder
 
     dec = Decoder(topic, "json", SCHEMA, "kafka_timestamp", None)
     try:
-        from slash.kafka_reader import end_of_log, open_reader
+        from slash.kafka.reader import end_of_log, open_reader
     except ImportError:  # a slash before the reader: Messages decoded
         def read_messages() -> int:
             rows = [0]

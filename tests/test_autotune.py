@@ -76,7 +76,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from slash.controller import ControllerConfig
+from slash.control.controller import ControllerConfig
 from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
 from slash.query import Query
@@ -177,10 +177,20 @@ def write_stepped(path: str, cal: dict) -> dict:
 
 
 def _trace(auto: dict, at: dict) -> str:
-    """The run as a failure message: one line per tick, seconds from the step up."""
-    return "\n".join(f"{p['t'] - at['up']:6.1f} s: {p['executors']} x {p['epoch_ms']} ms, "
-                     f"{(p['records_per_s'] or 0) / 1e6:.2f} M rec/s, p99 {p['latency_p99_ms']}, "
-                     f"cpu {p['cpu_load']}" for p in auto["timeline"])
+    """The run as a failure message: one line per tick, seconds from the step up (a tick
+    that repeats the line before it is left out: the message is read whole in CI's log)."""
+    lines, last = [], None
+    for p in auto["timeline"]:
+        cpu = ",".join("-" if c is None else f"{c:.2f}" for c in p["cpu_load"])
+        lag = "-" if p["lag_ms"] is None else f"{p['lag_ms']:.0f}"
+        line = (f"{p['executors']} x {p['epoch_ms']} ms, {(p['records_per_s'] or 0) / 1e6:.2f} M rec/s, "
+                f"p99 {p['latency_p99_ms']}, cpu {cpu}, lag {lag} ms"
+                f"{', backlog growing' if p['backlog_growing'] else ''}, late {p['late_streak']}, "
+                f"release streak {p['release_streak']}")
+        if line != last:
+            lines.append(f"{p['t'] - at['up']:6.1f} s: {line}")
+        last = line
+    return "\n".join(lines)
 
 
 def _step_run(tmp_path, caplog, cal, **how):
@@ -196,7 +206,7 @@ def _step_run(tmp_path, caplog, cal, **how):
     # epochs of 50 ms are short for the target already (< target / 4), so the
     # controller's only remedy for the burst is executors: an epoch decision
     # first would spend the 5 s cool-down inside the burst
-    with caplog.at_level(logging.INFO, logger="slash.controller"):
+    with caplog.at_level(logging.INFO, logger="slash.control.controller"):
         tuned = run(QUERY, path, executors=1, latency_target=cfg, realtime=True, metrics=m,
                     group=GroupConfig(epoch_ms=50), **how)
     auto = m["autotune"]
@@ -231,7 +241,7 @@ def _step_run(tmp_path, caplog, cal, **how):
             and p["latency_p99_ms"] < TARGET_MS]
     assert back, seen
     # every decision is in the log with its reason
-    logged = [r.getMessage() for r in caplog.records if r.name == "slash.controller"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "slash.control.controller"]
     for d in decisions:
         assert any(d["action"] in line and d["reason"] in line for line in logged), d
     # output: the untuned run's, row for row (same input, fixed configuration)

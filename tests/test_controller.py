@@ -1,11 +1,11 @@
-"""The controller's policy (slash.controller) on recorded-style signals:
+"""The controller's policy (slash.control.controller) on recorded-style signals:
 which bottleneck it names, what it does about it, and that it neither
 oscillates nor acts during its cool-down."""
 import re
 
 import pytest
 
-from slash.controller import Actuator, Controller, ControllerConfig, parse_duration_ms
+from slash.control.controller import Actuator, Controller, ControllerConfig, parse_duration_ms
 from slash.errors import InvalidArgument
 
 
@@ -79,6 +79,25 @@ def test_no_decision_during_cooldown_even_if_still_slow():
     s.n = ctl.executors
     # 4 more slow ticks (< 5 s cooldown): nothing
     assert run(ctl, s, 4, p99=900, load=0.97) == []
+
+
+def test_the_cool_down_counts_from_the_first_tick_after_a_slow_application():
+    # a release applied by a restart that took 10 s (twice the cool-down): the one executor
+    # left then reads its restart's backlog behind the clock for a few ticks, at a demand
+    # far under its capacity; that drain is the decision's transient, not a load to scale for
+    ctl = Controller(cfg(cooldown=5.0, max_executors=2), executors=2, epoch_ms=100)
+    s = Stream(2)
+    for _ in range(8):
+        d = ctl.observe(s.tick(p99=50, load=0.05, lag=0.0))
+        if d is not None:
+            break
+    assert d is not None and d.action == "scale_in"
+    ctl.applied(d)
+    s.n = 1
+    s.t += 10.0  # the restart: the ticker applies a decision before its next tick
+    assert run(ctl, s, 4, p99=3000, load=0.05, lag=2000.0) == []
+    # after the cool-down from the first tick after it, lateness counts again
+    assert [x.action for x in run(ctl, s, 4, p99=3000, load=0.05, lag=2000.0)] == ["scale_out"]
 
 
 def test_one_slow_tick_among_fast_ones_never_triggers_a_decision():
@@ -163,6 +182,30 @@ def test_a_checkpoints_lag_every_fifth_tick_neither_counts_toward_a_release_nor_
     assert [d.action for d in _low_load_with_a_lag_every_fifth_tick(400.0)] == ["scale_in"]
     # a tick behind by more than the target does reset it
     assert _low_load_with_a_lag_every_fifth_tick(900.0) == []
+
+
+def _low_rate_with_a_cpu_spike_every_fifth_tick(cpu):
+    """Two executors of measured capacity 3 M rec/s reading 0.15 M each on time, at CPU
+    load 0.18 each but for every fifth tick, ``cpu`` each (a checkpoint's cut); the
+    decisions taken in 14 ticks."""
+    ctl, s = _two_after_a_burst(3e6, 6, load=0.18)
+    got = []
+    for i in range(14):
+        got += run(ctl, s, 1, p99=40, rate=1.5e5, lag=0.0, behind=[0, 0],
+                   load=cpu if i % 5 == 4 else 0.18)
+    return ctl, got
+
+
+def test_a_checkpoints_cpu_every_fifth_tick_neither_counts_toward_a_release_nor_resets_it():
+    # 2 x 0.36 = 0.72 of one executor on the spike's tick (over fit 0.6), while the demand
+    # is 0.1 of one executor's measured capacity: the streak of 6 forms across the spikes
+    ctl, got = _low_rate_with_a_cpu_spike_every_fifth_tick(0.36)
+    assert [d.action for d in got] == ["scale_in"]
+
+
+def test_no_release_while_the_cpu_load_would_not_fit_one_executor_fewer_on_every_tick():
+    ctl, s = _two_after_a_burst(3e6, 6, load=0.36)
+    assert run(ctl, s, 14, p99=40, rate=1.5e5, lag=0.0, behind=[0, 0], load=0.36) == []
 
 
 def test_no_release_when_the_load_would_not_fit_one_executor_fewer():
@@ -625,7 +668,7 @@ def test_no_shorter_epoch_near_the_target_when_its_merges_would_bring_the_execut
     # the leader merges 0.3 s a second at 200 ms epochs: at 100 ms that doubles, and the
     # executor at 0.4 would be at 0.7, over fit 0.6
     ctl = Controller(cfg(latency_target="250ms", max_executors=1), executors=1, epoch_ms=200)
-    with caplog.at_level(logging.INFO, logger="slash.controller"):
+    with caplog.at_level(logging.INFO, logger="slash.control.controller"):
         got = _near_target(ctl, Stream(1), merge=[0.3])
     assert got == [] and ctl.epoch_ms == 200
     assert any("no epoch change" in r.getMessage() and "the merge cost" in r.getMessage()

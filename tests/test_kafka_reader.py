@@ -1,4 +1,4 @@
-"""The topic inputs' record reader (slash.kafka_reader): the core's reader
+"""The topic inputs' record reader (slash.kafka.reader): the core's reader
 (librdkafka's C API, one buffer per poll) and confluent-kafka's consumer lay
 a poll out alike, record for record as produced, and a poll's events are
 sorted out by one helper. Against a real broker (the session's
@@ -16,11 +16,11 @@ import pytest
 
 from slash._core import kafka_fetch_available
 from slash.errors import InvalidArgument, NotSupported, Timeout
-from slash.kafka_reader import (EVENT_EOF, EVENT_ERROR, Polled, end_of_log, open_reader,
+from slash.kafka.reader import (EVENT_EOF, EVENT_ERROR, Polled, end_of_log, open_reader,
                                 reader_kind)
 
 ck = pytest.importorskip("confluent_kafka")
-from slash.kafka_decode import Decoder  # noqa: E402
+from slash.kafka.decode import Decoder  # noqa: E402
 
 _names = itertools.count()
 needs_core = pytest.mark.skipif(kafka_fetch_available() is None,

@@ -1,10 +1,10 @@
-"""The latency model the controller fits online (slash.latency_model): what
+"""The latency model the controller fits online (slash.control.latency_model): what
 it recovers from a known law, what it refuses to learn from, and how a
 setting is chosen from it."""
 import numpy as np
 import pytest
 
-from slash.latency_model import MAX_UTILISATION, LatencyModel, choose, queueing
+from slash.control.latency_model import MAX_UTILISATION, LatencyModel, choose, queueing
 
 
 def law(e, u):

@@ -40,15 +40,15 @@ RANK_SIDE = {"slash", "slash.errors", "slash.limits", "slash.window", "slash.sta
              "slash.agg_query", "slash.join_query", "slash.filters", "slash.columns",
              "slash.executor", "slash.sources", "slash._ipc", "slash.checkpoint",
              "slash.ckpt_worker", "slash.arrow_np", "slash.compute", "slash.interval",
-             "slash.open_files"}
+             "slash.open_files", "slash._moved"}
 #: packages whose every module is rank-side: a source (one module of slash.sources) imports no
 #: driver; the generators a source makes its batches with
 RANK_SIDE_PACKAGES = ("slash.sources.", "slash.workloads")
 #: the drivers and everything above them
 DRIVER_SIDE = {"slash.runner", "slash.recovery", "slash.recovery_join", "slash.live_ckpt",
                "slash.live_join", "slash.live_scale", "slash.autotune", "slash.control",
-               "slash.control_logic", "slash.control_moves", "slash.control_socket",
-               "slash.controller", "slash.latency_model", "slash.launcher", "slash.metrics",
+               "slash.control.logic", "slash.control.moves", "slash.control.server",
+               "slash.control.controller", "slash.control.latency_model", "slash.launcher", "slash.metrics",
                "slash.worker", "slash.cli",
                "slash.cli_run", "slash.doctor", "slash.spark", "slash.bench"}
 #: what the engine must not import (it is below all of them)
@@ -56,8 +56,8 @@ ABOVE_ENGINE = ("slash.runner", "slash.autotune", "slash.spark", "slash.cli", "s
 #: modules whose imports inside functions must each say why (besides slash.run)
 LAZY_CHECKED = RANK_SIDE | {
     "slash.recovery", "slash.recovery_join", "slash.live_ckpt", "slash.live_join",
-    "slash.live_scale", "slash.autotune", "slash.control", "slash.control_logic",
-    "slash.control_moves", "slash.control_socket", "slash.spark._env",
+    "slash.live_scale", "slash.autotune", "slash.control", "slash.control.logic",
+    "slash.control.moves", "slash.control.server", "slash.spark._env",
     "slash.spark.join", "slash.spark._batch_ckpt", "slash.spark._stream_ckpt", "slash.cli",
     "slash.doctor", "slash.metrics", "slash.launcher"}
 #: a reason for a lazy import: an optional dependency, or a measured cost

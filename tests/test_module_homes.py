@@ -45,10 +45,10 @@ HOMES: List[Tuple[str, str, str]] = [
     *[("slash.spark.stream", n, "slash.spark.stream_handle") for n in ("StreamHandle", "Sink")],
     ("slash.spark.stream", "late_windows", "slash.spark._stream_task"),
     ("slash.spark.stream", "stream", "slash.spark.stream"),
-    *[("slash.kafka", n, "slash.kafka_decode") for n in ("BATCH_RECORDS", "TS_TYPE")],
-    *[("slash.kafka", n, "slash.kafka_source") for n in ("KafkaSource", "UNIT_RECORDS")],
-    ("slash.kafka", "KafkaStream", "slash.kafka_stream"),
-    ("slash.kafka", "KafkaSink", "slash.kafka_sink"),
+    *[("slash.kafka", n, "slash.kafka.decode") for n in ("BATCH_RECORDS", "TS_TYPE")],
+    *[("slash.kafka", n, "slash.kafka.source") for n in ("KafkaSource", "UNIT_RECORDS")],
+    ("slash.kafka", "KafkaStream", "slash.kafka.stream"),
+    ("slash.kafka", "KafkaSink", "slash.kafka.sink"),
     *[("slash.bench.kafka", n, "slash.bench._kafka_topic") for n in (
         "WINDOW_MS", "SCHEMA", "SQL", "ANSWER_COLUMNS", "CLOSER", "Topic", "ysb_json", "fill_topic",
         "end_offsets", "topic_values", "reference", "comparable", "paced_values", "TRICKLE_RATE",
@@ -125,7 +125,7 @@ def test_a_kafka_decoder_still_warns_under_slash_kafka(caplog):
 
     import pyarrow as pa
 
-    from slash.kafka_decode import Decoder
+    from slash.kafka.decode import Decoder
 
     d = Decoder("events", "json", pa.schema([("t", pa.int64())]), None, None)
     caplog.set_level(logging.WARNING, logger="slash.kafka")
@@ -141,7 +141,18 @@ MOVED = [("slash.file_source", "FileSource", "slash.sources.files"),
          ("slash.source_units", "Watermark", "slash.sources.units"),
          ("slash.memory_sources", "TableSource", "slash.sources.memory"),
          ("slash.memory_sources", "GeneratorSource", "slash.sources.memory"),
-         ("slash.parquet_chunks", "ChunkReader", "slash.sources.parquet_chunks")]
+         ("slash.parquet_chunks", "ChunkReader", "slash.sources.parquet_chunks"),
+         ("slash.kafka_source", "KafkaSource", "slash.kafka.source"),
+         ("slash.kafka_stream", "KafkaStream", "slash.kafka.stream"),
+         ("slash.kafka_sink", "KafkaSink", "slash.kafka.sink"),
+         ("slash.kafka_decode", "Decoder", "slash.kafka.decode"),
+         ("slash.kafka_reader", "open_reader", "slash.kafka.reader"),
+         ("slash.kafka_client", "consumer_config", "slash.kafka.client"),
+         ("slash.controller", "ControllerConfig", "slash.control.controller"),
+         ("slash.latency_model", "LatencyModel", "slash.control.latency_model"),
+         ("slash.control_logic", "LogicUpdates", "slash.control.logic"),
+         ("slash.control_moves", "LiveMoves", "slash.control.moves"),
+         ("slash.control_socket", "ControlServer", "slash.control.server")]
 
 
 @pytest.mark.parametrize("old, name, home", MOVED, ids=[f"{o}.{n}" for o, n, _ in MOVED])

@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 from typing import Any, List
 
-from slash import errors
+from slash import _moved, errors
+
+_moved.install()  # the old names of modules moved into packages still import, and warn
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 """A ``slash run`` that tunes itself to a latency target: the driver side of
-:mod:`slash.controller` (:func:`run_autotuned` is :func:`slash.runner.run`
+:mod:`slash.control.controller` (:func:`run_autotuned` is :func:`slash.runner.run`
 with ``latency_target=``; what it does, its two paths and what it measured
 are docs/metrics.md's "A latency target: the stream tunes itself").
 
@@ -9,11 +9,11 @@ provisioned group, scales through :class:`slash.live_scale.LiveScaler`) and
 live: :func:`slash.recovery.run_checkpointed`, scales by
 :meth:`slash.recovery.CheckpointedRun.rescale`). A driver thread
 (:class:`AutoTuner`) feeds a :class:`slash.metrics.LiveMetrics` snapshot to
-the :class:`slash.controller.Controller` every tick and applies its
+the :class:`slash.control.controller.Controller` every tick and applies its
 decisions (epoch, scale out/in, rebalance) through an
-:class:`slash.controller.Actuator`; the autotuner uses only the scaler and
+:class:`slash.control.controller.Actuator`; the autotuner uses only the scaler and
 epoch interfaces. Each decision is logged with its reason (logger
-``slash.controller``), kept in ``metrics["autotune"]["decisions"]``, shown
+``slash.control.controller``), kept in ``metrics["autotune"]["decisions"]``, shown
 in ``slash ctl status`` and marked on the live page.
 
 Both paths are exactly-once: the output equals the untuned run's.
@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import pyarrow as pa
 
 from slash.control import ControlServer, RunControl
-from slash.controller import Actuator, Controller, ControllerConfig, Decision
+from slash.control.controller import Actuator, Controller, ControllerConfig, Decision
 from slash.errors import InvalidArgument, SlashError
 from slash.metrics import LiveMetrics
 from slash.query import Query
@@ -104,6 +104,9 @@ class AutoTuner:
                 "epoch_ms": c.epoch_ms if c is not None else None,
                 "late_streak": c.late_streak if c is not None else None,
                 "overload": c.overload if c is not None else None,
+                "release_streak": c.release_streak if c is not None else None,
+                "lag_ms": c.lag_ms if c is not None else None,
+                "backlog_growing": c.backlog_growing if c is not None else None,
                 "records_per_s": (snap.get("totals") or {}).get("records_per_s"),
                 "latency_p99_ms": hist[-1].get("latency_p99_ms") if hist else None,
                 "cpu_load": [p.get("cpu_load") for p in (snap.get("per_executor") or {}).values()]})

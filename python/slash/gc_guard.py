@@ -1,6 +1,6 @@
 """A guard against the cyclic garbage collector, for the loops that make and
 drop many acyclic objects: the rank loops (:mod:`slash.run.rank`) and the
-Kafka readers' polls (:mod:`slash.kafka_reader`). A low module of its own
+Kafka readers' polls (:mod:`slash.kafka.reader`). A low module of its own
 so that both can import it.
 
 Ranks may run on threads of one process (:func:`slash.runner.runs_in_process`)

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from slash.checkpoint import Checkpoint, CheckpointStore
 from slash.control import ControlServer, RunControl
-from slash.control_logic import recorded_logic
+from slash.control.logic import recorded_logic
 from slash.errors import CheckpointCorrupt, InvalidArgument, InvalidState, Timeout
 from slash.executor import GroupConfig
 from slash.limits import MAX_EXECUTORS

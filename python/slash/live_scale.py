@@ -125,7 +125,7 @@ class ScaleAgent:
     """One rank's end of live scaling. The push loop reads ``work`` (global
     terms, :meth:`FileSource.read_work`) from ``pos``; :meth:`handle` takes
     the driver's scale messages (:mod:`slash.run.protocol`, through
-    :class:`slash.control_logic.ExecutorControl`'s ``other``). ``changed`` tells the
+    :class:`slash.control.logic.ExecutorControl`'s ``other``). ``changed`` tells the
     loop to reopen its reader on the new work; ``finish`` that the stream is
     over."""
 

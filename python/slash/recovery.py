@@ -32,7 +32,7 @@ import pyarrow as pa
 from slash.checkpoint import Checkpoint, CheckpointStore
 import slash.control
 from slash.control import MoveWaiters, rebalance_spec
-from slash.control_logic import recorded_logic
+from slash.control.logic import recorded_logic
 from slash.errors import InvalidArgument, InvalidState, SystemFailure, Timeout
 from slash.executor import GroupConfig
 from slash.launcher import ProcessGroup
@@ -299,7 +299,7 @@ class GroupKind(ABC):
     live = False
     #: the group's size (ranks started; changes with a rescale by restart)
     size = 0
-    #: the logic versions agreed (:class:`slash.control_logic.LogicUpdates`), if updates are served
+    #: the logic versions agreed (:class:`slash.control.logic.LogicUpdates`), if updates are served
     updates: Any = None
     #: a live group's cuts dropped for straddling a scale (their ids)
     dropped: Optional[List[int]] = None

@@ -27,8 +27,8 @@ import pyarrow as pa
 
 from slash._ipc import from_ipc, to_ipc
 from slash.compute import pc
-from slash.control_logic import ExecutorControl, LogicPlan
-from slash.control_moves import MoveRequests
+from slash.control.logic import ExecutorControl, LogicPlan
+from slash.control.moves import MoveRequests
 from slash.errors import NotSupported
 from slash.executor import GroupConfig
 from slash.metrics import Reporter
@@ -345,7 +345,7 @@ def execute_join_split_checkpointed(query: JoinQuery, left: Any, right: Any, ran
     the side batches before the cut; with another (both inputs FileSources),
     reads the work dealt to it - then pushes and cuts. Rank 0 takes the
     driver's rebalance requests (over the control protocol with ``control``,
-    :class:`slash.control_logic.ExecutorControl`, else as move requests
+    :class:`slash.control.logic.ExecutorControl`, else as move requests
     alone); with ``plan.live_every`` the rank reports live metrics. Returns
     the pairs this executor fired in this attempt and its metrics."""
     n = len(addresses)

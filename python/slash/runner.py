@@ -157,7 +157,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     ``"restart"``).
 
     ``latency_target`` (``"500ms"``, ``"2s"``, seconds, or a
-    :class:`slash.controller.ControllerConfig` for every knob): the run tunes
+    :class:`slash.control.controller.ControllerConfig` for every knob): the run tunes
     itself so that windows come out within it (see :mod:`slash.autotune`):
     shorter or longer epochs, and ``min_executors``..``max_executors``
     executors (default 1..max(executors, cores)). Over a FileSource or

@@ -19,8 +19,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import pyarrow as pa
 
 from slash.ckpt_worker import LateRows
-from slash.control_logic import ExecutorControl, LogicPlan
-from slash.control_moves import MoveRequests
+from slash.control.logic import ExecutorControl, LogicPlan
+from slash.control.moves import MoveRequests
 from slash.errors import InvalidArgument
 from slash.executor import Executor, GroupConfig
 from slash.live_join import (SIDES, JoinScaleAgent, JoinScaling, LiveJoinPositions,

@@ -47,7 +47,7 @@ import pyarrow as pa
 
 from slash import runner
 from slash.bench._progress import Progress
-from slash.controller import ControllerConfig, parse_duration_ms
+from slash.control.controller import ControllerConfig, parse_duration_ms
 from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
 from slash.query import Query

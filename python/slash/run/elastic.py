@@ -20,7 +20,7 @@ class Pacer:
     reported as ``input_lag_ms`` / ``records_behind``); ``waited_s`` the
     seconds it spent waiting for the clock so far (``input_wait_s``: a report
     interval with none read as fast as it could, see
-    :attr:`slash.controller.Controller.capacity`)."""
+    :attr:`slash.control.controller.Controller.capacity`)."""
 
     def __init__(self) -> None:
         self.lag_s = 0.0

@@ -100,5 +100,5 @@ class AttemptPlan(CheckpointPlan):
     # update: the logic versions agreed so far, (start in ticks, query) for versions 1, 2,
     # ...: every one agreed before this attempt, also after the cut it resumes from, which
     # each rank installs before reading, so the replay follows the logic the run without the
-    # restart followed (slash.control_logic.LogicUpdates keeps them)
+    # restart followed (slash.control.logic.LogicUpdates keeps them)
     versions: Tuple[Tuple[int, Any], ...] = ()

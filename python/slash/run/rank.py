@@ -417,7 +417,7 @@ class JoinPush:
 
 # ---- features ------------------------------------------------------------------------------------
 class Control:
-    """The control protocol's rank side (:class:`slash.control_logic.ExecutorControl`):
+    """The control protocol's rank side (:class:`slash.control.logic.ExecutorControl`):
     its logic versions filter each batch, its requests are served between
     pushes, rank 0's rebalance moves are applied when their turn comes."""
 
@@ -444,7 +444,7 @@ class Control:
 
 class Moves:
     """Rank 0's rebalance requests without the control protocol (a
-    checkpointed group's, :class:`slash.control_moves.MoveRequests`)."""
+    checkpointed group's, :class:`slash.control.moves.MoveRequests`)."""
 
     def __init__(self, moves: Any) -> None:
         self.moves = moves

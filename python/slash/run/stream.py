@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from slash._ipc import to_ipc
 from slash.compute import pc
-from slash.control_logic import ExecutorControl, LogicPlan
+from slash.control.logic import ExecutorControl, LogicPlan
 from slash.errors import InvalidArgument
 from slash.executor import Executor, GroupConfig
 from slash.launcher import Link

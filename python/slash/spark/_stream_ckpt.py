@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from slash._ipc import from_ipc, to_ipc
 from slash.checkpoint import read_checked, write_durably
-from slash.control_logic import recorded_logic
+from slash.control.logic import recorded_logic
 from slash.errors import InvalidState
 from slash.run.ckpt import commit
 from slash.run.delivery import Delivery

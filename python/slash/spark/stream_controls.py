@@ -18,7 +18,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from slash.control import RunControl
-from slash.control_moves import parse_moves
+from slash.control.moves import parse_moves
 from slash.errors import InvalidArgument, InvalidState, Timeout
 from slash.metrics import LiveMetrics
 from slash.spark._stream_ckpt import DriverCheckpoints
@@ -94,7 +94,7 @@ class StreamControls:
         """The logic versions agreed so far (1, 2, ...): [(start, query)] for
         the tasks of a restarted group, [{"from_ticks", "args"}] for a
         checkpoint's manifest (see :mod:`slash.spark._stream_ckpt`), as
-        :class:`slash.control_logic.LogicUpdates` keeps them."""
+        :class:`slash.control.logic.LogicUpdates` keeps them."""
         updates = self._ctl.updates if self._ctl is not None else None
         if updates is None:
             return [], []
@@ -120,7 +120,7 @@ class StreamControls:
         the partitions ``from_rank`` leads go to ``to_rank``, each chosen
         from the executors' latest metrics when not given (the leader with
         the most merge time, then delta bytes received, to the least loaded
-        one), as ``slash ctl rebalance`` does (:func:`slash.control_moves.rebalance_spec`).
+        one), as ``slash ctl rebalance`` does (:func:`slash.control.moves.rebalance_spec`).
         Rank 0's task applies the moves (``Executor.move_partitions``); this
         returns once every executor reported the new leader map version:
         ``{"moves": {"p": rank}, "map_version": v}``. With ``checkpoint=``

@@ -8,7 +8,7 @@ use). A poll's end-of-log and error events are sorted out by one helper,
 :func:`end_of_log`, for both topic inputs.
 
 Invariants: a reader is assigned partitions directly (the settings of
-:func:`slash.kafka_client.consumer_config`: no consumer group, no offset
+:func:`slash.kafka.client.consumer_config`: no consumer group, no offset
 commits, ``read_committed``); a poll's records are ordered by partition,
 each partition's in offset order.
 """
@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from slash.errors import InvalidArgument, NotSupported, SlashError, Timeout
 from slash.gc_guard import no_cyclic_gc
-from slash.kafka_client import confluent, consumer_config, gained_partitions, log
+from slash.kafka.client import confluent, consumer_config, gained_partitions, log
 
 #: an event of a poll that is not a record: (kind, partition, offset, fatal, message)
 Event = Tuple[int, int, int, bool, str]

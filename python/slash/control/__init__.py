@@ -6,7 +6,7 @@ feature registers with :meth:`RunControl.provide`. An operation nobody
 registered is refused with the reason the compatibility table gives
 (:mod:`slash.run.compat`: why the query or the entry point forbids it), or,
 where the table allows it, with what the run would have to be started with.
-The control socket (:mod:`slash.control_socket`) and ``slash ctl`` reach the
+The control socket (:mod:`slash.control.server`) and ``slash ctl`` reach the
 operations by name (:data:`OPERATIONS`, :func:`register`); adding one is a
 handler plus :func:`register` and, for ``slash ctl``, an argument spec::
 
@@ -17,9 +17,9 @@ The map: every entry point, the control it builds, and who registers what
 (``status`` is everywhere; "the table" is :mod:`slash.run.compat`).
 
 * ``runner.run(control=)`` / ``slash run --control``, no checkpoint
-  (``runner._control_for``): update (:class:`slash.control_logic.LogicUpdates`,
+  (``runner._control_for``): update (:class:`slash.control.logic.LogicUpdates`,
   rounds advanced by the runner's loop), rebalance
-  (:class:`slash.control_moves.LiveMoves`: rank 0 moves leadership live).
+  (:class:`slash.control.moves.LiveMoves`: rank 0 moves leadership live).
   With ``max_executors=``: scale-out, scale-in, elastic-status
   (``slash.live_scale.LiveScaler``, registered in ``runner._run_group``).
 * the same for a window join with ``max_executors=``: rebalance (LiveMoves),
@@ -49,12 +49,12 @@ The map: every entry point, the control it builds, and who registers what
   delegate to it.
 * ``slash.spark.window_aggregate`` / ``window_join``: no control (one bounded
   pass; the table says why each operation's feature is refused there).
-* ``slash ctl``: the client (:func:`slash.control_socket.request`) of the
+* ``slash ctl``: the client (:func:`slash.control.server.request`) of the
   operations of :data:`OPERATIONS`.
 
 The executors' end: ``slash.worker`` (local ranks) and ``slash.spark.stream``'s
-tasks build :class:`slash.control_logic.ExecutorControl` (update rounds, and
-rank 0's :class:`slash.control_moves.MoveRequests`), served between batches by
+tasks build :class:`slash.control.logic.ExecutorControl` (update rounds, and
+rank 0's :class:`slash.control.moves.MoveRequests`), served between batches by
 the rank loop's ``Control`` feature (``slash.run.rank``).
 """
 from __future__ import annotations
@@ -69,11 +69,11 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Seq
 import pyarrow as pa
 
 from slash import errors
-from slash.control_logic import (ExecutorControl, LogicPlan, LogicUpdates, UpdateRound,
+from slash.control.logic import (ExecutorControl, LogicPlan, LogicUpdates, UpdateRound,
                                  ticks_to_ms, updated_query)
-from slash.control_moves import (REQUEST_TIMEOUT, LiveMoves, MoveRequests, MoveWaiters,
+from slash.control.moves import (REQUEST_TIMEOUT, LiveMoves, MoveRequests, MoveWaiters,
                                  leadership, parse_moves, rebalance_spec)
-from slash.control_socket import (ControlServer, default_dir, default_socket, find_socket,
+from slash.control.server import (ControlServer, default_dir, default_socket, find_socket,
                                   request, running_sockets, wait_for_socket)
 from slash.errors import InvalidArgument, NotSupported
 from slash.query import JoinQuery

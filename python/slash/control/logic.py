@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from slash.columns import one_batch
 from slash.compute import min_max, pc
-from slash.control_moves import REQUEST_TIMEOUT, MoveRequests
+from slash.control.moves import REQUEST_TIMEOUT, MoveRequests
 from slash.errors import InvalidArgument, InvalidState, NotSupported, SystemFailure, Timeout
 from slash.filters import Filter
 from slash.run.protocol import ControlAck, ControlCommit, ControlPrepare, InputDone, Move

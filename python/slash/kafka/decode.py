@@ -2,7 +2,7 @@
 inputs.
 
 JSON values (``json``) are parsed in bulk by ``pyarrow.json``, one call per
-batch over the values as polled (:class:`slash.kafka_reader.Polled`: one
+batch over the values as polled (:class:`slash.kafka.reader.Polled`: one
 buffer, the values joined by newlines); raw values (``raw``) are kept as
 bytes (columns ``key`` and ``value``). Every row also gets the record's
 Kafka timestamp as ``timestamp_column`` (``timestamp[ms, UTC]``; None
@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.json as pj
 
 from slash.errors import SchemaError, UnknownName
-from slash.kafka_reader import Polled
+from slash.kafka.reader import Polled
 
 #: the Kafka modules log as one (``slash.kafka``), as before the split
 log = logging.getLogger("slash.kafka")

@@ -24,7 +24,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from slash import errors
-from slash.control_moves import REQUEST_TIMEOUT
+from slash.control.moves import REQUEST_TIMEOUT
 from slash.errors import InvalidArgument, InvalidState, SlashError, SystemFailure, Timeout
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 open (its partitions, their start and end offsets, the JSON schema of its
 values when none is given).
 
-Records are read by :mod:`slash.kafka_reader`.
+Records are read by :mod:`slash.kafka.reader`.
 
 Invariants: every consumer here is assigned partitions directly, never
 joins a consumer group and never commits offsets (positions are the

@@ -76,7 +76,7 @@ would bring it to ``fit``. A decision not taken for want of a setting is
 logged with the term that limits the shortest epoch (or its merge cost).
 
 Epoch length and executor count are chosen together from a latency model
-fitted online (:mod:`slash.latency_model`: p99 as a fixed term, a share of
+fitted online (:mod:`slash.control.latency_model`: p99 as a fixed term, a share of
 the epoch length and a queueing term in the utilisation): a scale-out asks
 for at least the executors that keep the predicted p99 under ``headroom`` x
 target, and an epoch change takes the longest shorter epoch predicted within
@@ -104,7 +104,9 @@ slower on purpose), the up and down thresholds are apart (late: lag or p99
 over the target; release: lag under ``low_water`` x target and the load
 fitting one executor fewer at ``fit`` < 1 utilisation, so the count after a
 release is not saturated), and after any decision nothing happens for
-``cooldown`` seconds (the change must show in the signals first). The
+``cooldown`` seconds from the first tick after it was applied (the change
+must show in the signals first; a restart that took longer than the
+cool-down would otherwise leave its own backlog to be judged as a load). The
 controller never touches what the query computes: every action it takes is
 one the stream applies at an epoch boundary with output equal to the
 untuned run.
@@ -114,11 +116,12 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from slash.errors import InvalidArgument
-from slash.latency_model import LatencyModel, choose
+from slash.control.latency_model import LatencyModel, choose
+from slash.control.signals import SignalReader, Signals
 
 log = logging.getLogger(__name__)
 
@@ -215,50 +218,6 @@ class Decision:
                 "bottleneck": self.bottleneck, "reason": self.reason}
 
 
-@dataclass
-class _Exec:
-    cpu_load: float
-    records_per_s: float
-    behind: Optional[float]
-    merge_per_s: float
-    stalls_per_s: float
-    lag_ms: Optional[float] = None  # how far its reading is behind the wall clock (realtime inputs)
-    input_wait: Optional[float] = None  # share of the interval its reader waited for the clock
-
-
-@dataclass
-class Signals:
-    """What one tick sees (derived from two consecutive snapshots)."""
-
-    time: float
-    executors: int
-    p99_ms: Optional[float]
-    epoch_ms: Optional[float]
-    per: Dict[int, _Exec] = field(default_factory=dict)
-    backlog_growing: bool = False
-    backlog_per_s: float = 0.0   # growth of the records behind the clock, summed over executors
-    #: records/s due now from each executor's last two reports (what it read plus the growth
-    #: of its records behind the clock), summed; None unless every executor has such a pair
-    #: outside a reconfiguration
-    demand_per_s: Optional[float] = None
-    fresh: bool = False          # a new point of the metrics history since the last tick
-
-
-#: seconds a history point's p99 stands for the latency now
-_P99_FRESH_S = 2.0
-#: capacity samples kept (the median of them is the estimate)
-_CAPACITY_SAMPLES = 20
-#: decisions applied kept for :meth:`Controller._spans_reconfiguration`: a new report
-#: interval can only overlap the latest few, since decisions are a cool-down apart and an
-#: executor silent for 3 s (six report intervals) is reported stalled; 4 keeps every decision
-#: of the last 24 s at the default cool-down (8 s), and an interval longer than that is no
-#: capacity sample anyway (its executor waited or stalled)
-_RECONFIGURATIONS_KEPT = 4
-#: the share of a report interval an executor's reader may have waited for the clock for
-#: its rate to be a capacity sample (a 10 ms wait at most in a 0.5 s interval)
-_CAPACITY_MAX_WAIT = 0.02
-
-
 class Controller:
     """The policy: feed it snapshots in time order, apply what it returns.
 
@@ -277,142 +236,49 @@ class Controller:
         self.epoch_ms = float(epoch_ms)
         self.base_epoch_ms = float(epoch_ms)
         self.decisions: List[Decision] = []
-        self._prev: Optional[Mapping[str, Any]] = None
-        self._last_point = float("-inf")  # time of the last history point judged
-        self._fresh: List[float] = []  # p99 of the history points new this tick
+        self.signals = SignalReader(config.target_ms)  # what each tick sees
         self._over = 0
         self._under = 0
         #: consecutive judged ticks late (p99 or lag over the target), not reset by a
         #: decision: what a run's timeline shows of the controller's judgement
         self.late_streak = 0
-        self._fits = 0  # consecutive ticks the load fitted one executor fewer with margin
+        #: consecutive judged ticks that counted toward a release (:meth:`_fits_fewer`), and the
+        #: input's largest lag behind the clock on the last tick (ms; None: no source reports
+        #: one): what a run's timeline shows of why an executor was or was not released
+        self.release_streak = 0
+        self.lag_ms: Optional[float] = None
+        self.backlog_growing = False  # the records behind the clock grew on the last tick
         self._tight = 0  # consecutive ticks p99 was over headroom x target, input on time
         self._declined: Dict[str, float] = {}  # kind -> time a decision declined was last logged
         self._quiet_until = 0.0
         self._last_action: Optional[str] = None  # the last decision's, for the cool-down
-        self._behind: List[tuple] = []  # (time, total records behind)
-        self._p99: Optional[tuple] = None  # (history time, p99 ms) of the latest point with windows
-        self._capacity: List[float] = []  # records/s of executors read while behind the clock
         self._deciding: Optional[float] = None  # time of the decision applied since the last tick
-        self._reconfigured: List[tuple] = []  # (from, to): the group was being reconfigured
         self.model = LatencyModel()  # p99 against epoch length and utilisation, fitted online
         self._behind_at = float("-inf")  # the last tick the input was behind the clock
-        self._due: Dict[int, tuple] = {}  # rank -> (report time, records/s due over its interval)
         #: the latest judged tick's demand over the executors' measured capacity (demand /
         #: (executors x capacity)), None without a demand pair or a capacity estimate
         self.overload: Optional[float] = None
 
     @property
     def capacity(self) -> Optional[float]:
-        """Records/s one executor reads at most on this machine now (the
-        median of its recent samples), or None before any was measured."""
-        return statistics.median(self._capacity) if self._capacity else None
+        """Records/s one executor reads at most on this machine now
+        (:attr:`SignalReader.capacity`), or None before any was measured."""
+        return self.signals.capacity
 
     @property
     def capacity_samples(self) -> int:
         """How many samples :attr:`capacity` rests on (at most the last 20)."""
-        return len(self._capacity)
-
-    # -- signals ----------------------------------------------------------------
-    def _signals(self, snap: Mapping[str, Any]) -> Signals:
-        t = float(snap["time"])
-        prev = self._prev
-        if self._deciding is not None:  # applied between the last tick and this one
-            self._reconfigured = (self._reconfigured
-                                  + [(self._deciding, t)])[-_RECONFIGURATIONS_KEPT:]
-            self._deciding = None
-        per: Dict[int, _Exec] = {}
-        reported: Dict[int, float] = {}  # rank -> time of the report this snapshot holds
-        epochs = []
-        new: List[int] = []  # the executors with a report new since the last tick
-        paused = set()  # the executors whose report interval spans a reconfiguration
-        for r, cur in (snap.get("per_executor") or {}).items():
-            old = (prev.get("per_executor") or {}).get(r) if prev else None
-            dt = (cur["time"] - old["time"]) if old else 0.0
-            if old is None or dt > 0:
-                new.append(int(r))
-            if self._spans_reconfiguration(old, cur):
-                paused.add(int(r))
-            merge = stalls = 0.0
-            if old and dt > 0:
-                merge = max(0.0, (cur.get("merge_seconds", 0) - old.get("merge_seconds", 0)) / dt)
-                stalls = max(0.0, (cur.get("credit_stalls", 0) - old.get("credit_stalls", 0)) / dt)
-            per[int(r)] = _Exec(cpu_load=float(cur.get("cpu_load") or 0.0),
-                                records_per_s=float(cur.get("records_per_s") or 0.0),
-                                behind=cur.get("records_behind"), merge_per_s=merge, stalls_per_s=stalls,
-                                lag_ms=cur.get("input_lag_ms"), input_wait=cur.get("input_wait"))
-            reported[int(r)] = float(cur["time"])
-            if int(r) in paused:  # its rate counts the pause, its backlog the redistribution
-                self._due.pop(int(r), None)
-            elif old and dt > 0:
-                self._due_sample(int(r), per[int(r)], old.get("records_behind"), dt,
-                                 float(cur["time"]))
-            if cur.get("epoch_ms"):
-                epochs.append(float(cur["epoch_ms"]))
-        self._fresh = []
-        points = 0  # history points new since the last tick: one a second, with windows or not
-        for point in snap.get("history") or ():
-            if point["t"] > self._last_point:
-                self._last_point = point["t"]
-                points += 1
-                if point.get("latency_p99_ms") is not None:
-                    self._fresh.append(float(point["latency_p99_ms"]))
-                    self._p99 = (float(point["t"]), float(point["latency_p99_ms"]))
-        p99 = self._p99[1] if self._p99 is not None and t - self._p99[0] <= _P99_FRESH_S else None
-        horizon = t - 3.0
-        behind = [e.behind for e in per.values() if e.behind is not None]
-        growing = False
-        slope = 0.0
-        if behind and (not self._behind or self._behind[-1][1] != float(sum(behind))):
-            # a tick that saw no new report is no sample (equal values are not growth)
-            self._behind.append((t, float(sum(behind))))
-            self._behind = [x for x in self._behind if x[0] >= horizon]
-            if len(self._behind) >= 3:
-                vals = [x[1] for x in self._behind]
-                growing = all(b > a for a, b in zip(vals, vals[1:]))
-                span = self._behind[-1][0] - self._behind[0][0]
-                slope = max(0.0, (vals[-1] - vals[0]) / span) if span > 0 else 0.0
-        for r in new:  # an executor behind the clock that never waited for it read at capacity
-            e = per[r]
-            if e.lag_ms is not None and e.lag_ms > self.config.target_ms and e.records_per_s > 0 \
-                    and e.input_wait is not None and e.input_wait <= _CAPACITY_MAX_WAIT \
-                    and r not in paused:
-                self._capacity = (self._capacity + [e.records_per_s])[-_CAPACITY_SAMPLES:]
-        self._due = {r: v for r, v in self._due.items() if r in per}
-        dues = [self._due.get(r) for r in per]
-        demand = (sum(max(0.0, d[1]) for d in dues)  # type: ignore[index]
-                  if per and all(d is not None and d[0] == reported[r]
-                                 for r, d in zip(per, dues)) else None)
-        return Signals(time=t, executors=self.executors, p99_ms=p99,
-                       epoch_ms=statistics.median(epochs) if epochs else None, per=per,
-                       backlog_growing=growing, backlog_per_s=slope,
-                       fresh=points > 0, demand_per_s=demand)
-
-    def _due_sample(self, r: int, e: _Exec, behind_before: Optional[float], dt: float,
-                    at: float) -> None:
-        """Executor ``r``'s records due per second over its latest report
-        interval (``dt`` s ending at ``at``): what it read plus the growth of
-        its records behind the clock; none where either report lacks the
-        backlog (a source that does not report it)."""
-        if e.behind is None or behind_before is None:
-            self._due.pop(r, None)
-            return
-        self._due[r] = (at, e.records_per_s + (float(e.behind) - float(behind_before)) / dt)
-
-    def _spans_reconfiguration(self, old: Optional[Mapping[str, Any]],
-                               cur: Mapping[str, Any]) -> bool:
-        """Whether an executor's report interval (from ``old``, its report the
-        last tick saw, to ``cur``) overlaps a decision being applied: a live
-        scale pauses the input, a rescale restarts the group, and that time
-        is in the interval's rate without any reading in it."""
-        start = float(old["time"]) if old is not None else float("-inf")
-        return any(a < float(cur["time"]) and start < b for a, b in self._reconfigured)
+        return self.signals.capacity_samples
 
     # -- the policy -------------------------------------------------------------
     def observe(self, snap: Mapping[str, Any]) -> Optional[Decision]:
         """One tick: the decision to apply now, or None."""
-        s = self._signals(snap)
-        self._prev = snap
+        t = float(snap["time"])
+        if self._deciding is not None:  # applied between the last tick and this one
+            self.signals.note_reconfiguration(self._deciding, t)
+            self._deciding = None
+            self._quiet_until = max(self._quiet_until, t + self.config.cooldown)
+        s = self.signals.read(snap, self.executors)
         c = self.config
         if not s.per:
             return None
@@ -434,15 +300,19 @@ class Controller:
         late, room = self._judge(s)
         self._over = self._over + 1 if late else 0
         self.late_streak = self.late_streak + 1 if late else 0
+        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
+        self.lag_ms = max(lags) if lags else None
+        self.backlog_growing = s.backlog_growing
         self._under = self._under + 1 if room else 0
         fits = self._fits_fewer(s)  # None: a tick that neither counts toward a release nor resets
-        self._fits = self._fits + 1 if fits else (self._fits if fits is None else 0)
+        self.release_streak = (self.release_streak + 1 if fits
+                               else self.release_streak if fits is None else 0)
         self._tight = self._tight + 1 if self._near_target(s) else 0
         if quiet:
             return self._decided(d, s)
         if d is None and self._over >= c.sustain:
             d = self._too_slow(s)
-        if d is None and self._fits >= c.release_sustain:
+        if d is None and self.release_streak >= c.release_sustain:
             d = self._release(s)
         if d is None and self._under >= c.release_sustain:
             d = self._room_to_spare(s)
@@ -458,7 +328,7 @@ class Controller:
             self._quiet_until = s.time + self.config.cooldown
             self._deciding = s.time
             self._last_action = d.action
-            self._over = self._under = self._fits = self._tight = 0
+            self._over = self._under = self.release_streak = self._tight = 0
             self.decisions.append(d)
             log.info("controller: %s %s (%s: %s)", d.action, d.args, d.bottleneck, d.reason)
         return d
@@ -474,7 +344,7 @@ class Controller:
         """Whether the windows behind this tick's p99 ended while the input
         was behind the clock: handed out in the last second with this
         latency, they are the backlog's (a drain's), not the settings'."""
-        return bool(self._fresh) and (s.time - self._behind_at) * 1000.0 <= self._fresh[-1] + 1000.0
+        return bool(self.signals.fresh) and (s.time - self._behind_at) * 1000.0 <= self.signals.fresh[-1] + 1000.0
 
     def _observe_model(self, s: Signals) -> None:
         """One observation per new p99 of a stream reading on time, whose
@@ -483,11 +353,11 @@ class Controller:
         if (lags and max(lags) > self.config.target_ms) or s.backlog_growing:
             self._behind_at = s.time
             return  # behind the clock: latency grows with time, not with the settings
-        if not self._fresh or s.p99_ms is None or s.time < self._quiet_until:
+        if not self.signals.fresh or s.p99_ms is None or s.time < self._quiet_until:
             return  # nothing new, or the transient of a reconfiguration (its cool-down)
         if self._drain_latency(s):
             return
-        self.model.add(s.epoch_ms or self.epoch_ms, self._u(s, self.executors), self._fresh[-1])
+        self.model.add(s.epoch_ms or self.epoch_ms, self._u(s, self.executors), self.signals.fresh[-1])
 
     def _epochs_down(self) -> List[float]:
         """The epoch lengths the controller may set below the current one."""
@@ -680,14 +550,23 @@ class Controller:
         target with room to spare). None: the load fits and the input is
         read within the target but not within ``low_water`` of it, a
         transient such as a checkpoint's cut (every 5 s, it broke every
-        streak of 6 ticks on a loaded machine): neither for nor against."""
+        streak of 6 ticks on a loaded machine): neither for nor against.
+        Likewise a tick whose CPU load alone would not fit, where the
+        demand fits the measured capacity with margin and the input is read
+        on time: the CPU of a checkpoint's cut, every 5 s, took two
+        executors reading 0.15 M rec/s each from 0.35 to 0.6-0.75 of one
+        executor (CI, 2026-12-07) and no streak of 6 ticks ever formed."""
         c = self.config
-        if self.executors <= c.min_executors \
-                or max(self._utilisation(s, self.executors - 1).values()) >= c.fit:
+        if self.executors <= c.min_executors:
             return False
-        if self._reads_on_time(s, c.low_water):
-            return True
-        return None if self._reads_on_time(s, 1.0) else False
+        util = self._utilisation(s, self.executors - 1)
+        if util.get("capacity", 0.0) >= c.fit:
+            return False  # the demand would not fit the measured capacity of one fewer
+        if not self._reads_on_time(s, 1.0):
+            return False
+        if util["cpu"] >= c.fit:
+            return None if "capacity" in util else False
+        return True if self._reads_on_time(s, c.low_water) else None
 
     def _near_target(self, s: Signals) -> bool:
         """p99 over ``headroom`` x target (under the target or not: a p99
@@ -778,7 +657,7 @@ class Controller:
         on_time = (f"input read at most {max(lags):.0f} ms behind the clock" if lags
                    else "p99 within the target")
         return Decision(s.time, "scale_in", {"k": 1}, "none",
-                        f"{p99}, {on_time} for {self._fits} ticks; the load fits {k} "
+                        f"{p99}, {on_time} for {self.release_streak} ticks; the load fits {k} "
                         f"executor(s) with margin: {measured}CPU load {pred['cpu'] * k:.2f} is "
                         f"{pred['cpu']:.2f} each (< fit {c.fit:.2f})")
 

@@ -34,21 +34,21 @@ of the process that read it, logged with topic/partition/offset, and, given
 An unreachable broker raises :class:`slash.errors.Timeout` within
 ``connect_timeout`` seconds; a missing topic raises UnknownName.
 
-Where it is built (one concern a module): :mod:`slash.kafka_client` (the
+Where it is built (one concern a module): :mod:`slash.kafka.client` (the
 wire client: consumer settings, a topic's partitions, offsets and inferred
-schema at open), :mod:`slash.kafka_reader` (a poll's records into one
-buffer: the core's reader or confluent-kafka's), :mod:`slash.kafka_decode`
-(records to batches, malformed values), :mod:`slash.kafka_source` (the
-bounded source: units, positions), :mod:`slash.kafka_stream` (the unbounded
+schema at open), :mod:`slash.kafka.reader` (a poll's records into one
+buffer: the core's reader or confluent-kafka's), :mod:`slash.kafka.decode`
+(records to batches, malformed values), :mod:`slash.kafka.source` (the
+bounded source: units, positions), :mod:`slash.kafka.stream` (the unbounded
 stream: per-partition watermarks, offsets as positions, re-dealing them) and
-:mod:`slash.kafka_sink` (the sink, at least once or transactional). Every
+:mod:`slash.kafka.sink` (the sink, at least once or transactional). Every
 name users import from here stays here.
 """
 from __future__ import annotations
 
-from slash.kafka_decode import BATCH_RECORDS, TS_TYPE
-from slash.kafka_sink import KafkaSink
-from slash.kafka_source import UNIT_RECORDS, KafkaSource
-from slash.kafka_stream import KafkaStream
+from slash.kafka.decode import BATCH_RECORDS, TS_TYPE
+from slash.kafka.sink import KafkaSink
+from slash.kafka.source import UNIT_RECORDS, KafkaSource
+from slash.kafka.stream import KafkaStream
 
 __all__ = ["BATCH_RECORDS", "KafkaSink", "KafkaSource", "KafkaStream", "TS_TYPE", "UNIT_RECORDS"]

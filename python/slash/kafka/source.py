@@ -23,9 +23,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 import pyarrow as pa
 
 from slash.errors import InvalidArgument, Timeout
-from slash.kafka_client import open_topic
-from slash.kafka_reader import Polled, TopicReader, end_of_log, open_reader
-from slash.kafka_decode import BATCH_RECORDS, Decoder
+from slash.kafka.client import open_topic
+from slash.kafka.reader import Polled, TopicReader, end_of_log, open_reader
+from slash.kafka.decode import BATCH_RECORDS, Decoder
 from slash.sources import BatchSource, Unit, register
 
 #: the Kafka modules log as one (``slash.kafka``), as before the split

@@ -20,9 +20,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import pyarrow as pa
 
 from slash.errors import InvalidArgument, SchemaError
-from slash.kafka_client import open_topic
-from slash.kafka_reader import TopicReader, end_of_log, open_reader
-from slash.kafka_decode import BATCH_RECORDS, Decoder
+from slash.kafka.client import open_topic
+from slash.kafka.reader import TopicReader, end_of_log, open_reader
+from slash.kafka.decode import BATCH_RECORDS, Decoder
 from slash.sources import StreamRead, StreamSource, Watermark, register
 from slash.window import parse_duration
 

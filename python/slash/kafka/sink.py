@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import pyarrow as pa
 
 from slash.errors import InvalidArgument, InvalidState, SystemFailure, Timeout, UnknownName
-from slash.kafka_client import confluent, connect, consumer_config
+from slash.kafka.client import confluent, connect, consumer_config
 
 _CUT_HEADER = "slash-cut"
 
