@@ -350,7 +350,9 @@ static slash_status compact(slash_join *s, join_part *p)
 
 slash_status join_part_trim(slash_join *s, join_part *p)
 {
-    return epoch_log_trim(&p->log, &p->freed_bytes) ? compact(s, p) : SLASH_OK;
+    slash_status st = epoch_log_trim(&p->log, &p->freed_bytes) ? compact(s, p) : SLASH_OK;
+    join_dir_prune(&p->dir, p->log.begin);
+    return st;
 }
 
 /* ---- open / close / stats ---------------------------------------------------- */

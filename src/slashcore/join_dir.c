@@ -13,7 +13,9 @@
  * truncated away with a shipped delta: below the log's begin), so a reader
  * takes an entry only when join_dir_group finds a live group there, whose
  * end is the list's. Log addresses only grow within one log, so a stale
- * entry never names another record. Session stores keep no directory (a
+ * entry never names another record, and a list's entries are in address
+ * order: those below the log's begin, a prefix, are pruned whenever the
+ * partition is trimmed (a store that only ships its deltas never emits). Session stores keep no directory (a
  * session's end moves as it grows); their emit walks the log.
  */
 #include "join_impl.h"
@@ -72,6 +74,32 @@ void join_dir_drop_closed(join_dir *d, const slash_window *win, int64_t up_to)
             free(d->wins[i].addr);
         else
             d->wins[k++] = d->wins[i];
+    }
+    d->n = k;
+    d->last = 0;
+}
+
+void join_dir_prune(join_dir *d, uint64_t begin)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < d->n; i++) {
+        join_dir_win *w = &d->wins[i];
+        size_t lo = 0, hi = w->n; /* first entry at or above begin: entries grow */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (w->addr[mid] < begin)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo == w->n) {
+            free(w->addr);
+            continue;
+        }
+        if (lo)
+            memmove(w->addr, w->addr + lo, (w->n - lo) * sizeof *w->addr);
+        w->n -= lo;
+        d->wins[k++] = *w;
     }
     d->n = k;
     d->last = 0;

@@ -204,10 +204,12 @@ slash_status join_append_rows(slash_join *s, join_part *p, join_group *g, int si
 
 /* join_dir.c. reserve: the list of window end `end` (created when new)
  * with room for one more address, or SLASH_ENOMEM; push fills it.
- * drop_closed frees the lists of windows closed at up_to; bytes: memory. */
+ * drop_closed frees the lists of windows closed at up_to; prune drops the
+ * entries below the log's begin; bytes: memory. */
 slash_status join_dir_reserve(join_dir *d, int64_t end, join_dir_win **out);
 static inline void join_dir_push(join_dir_win *w, uint64_t addr) { w->addr[w->n++] = addr; }
 void join_dir_drop_closed(join_dir *d, const slash_window *win, int64_t up_to);
+void join_dir_prune(join_dir *d, uint64_t begin); /* drops entries below begin, empty lists */
 void join_dir_free(join_dir *d);
 size_t join_dir_bytes(const join_dir *d);
 

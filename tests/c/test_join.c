@@ -886,7 +886,8 @@ TEST(longest_key_joins_across_a_delta)
 /* A tumbling store finds the groups an emit closes in its window lists
  * (join_dir.c): emits at a rising watermark, between updates of the leader
  * and deltas merged from a helper (whose shipped groups leave stale entries),
- * give every pair once, as the reference, and leave no group behind. */
+ * give every pair once, as the reference, and leave no group behind; the
+ * helper, which never emits, keeps no lists of what it shipped. */
 TEST(tumbling_emits_at_a_rising_watermark_between_deltas)
 {
     const uint32_t parts = 4;
@@ -933,6 +934,13 @@ TEST(tumbling_emits_at_a_rising_watermark_between_deltas)
     slash_join_stats st;
     slash_join_get_stats(leader, &st);
     CHECK(st.groups == 0 && st.rows[0] == 0 && st.rows[1] == 0 && st.late == 0);
+    /* the helper never emits: its lists went with its shipped deltas */
+    slash_join *fresh = open_join(SLASH_WINDOW_TUMBLING, size, SLASH_KEY_INT64, parts);
+    slash_join_stats hs, fs;
+    slash_join_get_stats(helper, &hs);
+    slash_join_get_stats(fresh, &fs);
+    CHECK(hs.groups == 0 && hs.index_bytes <= fs.index_bytes + 1024);
+    slash_join_close(fresh);
     slash_join_close(helper);
     slash_join_close(leader);
     free(got.v), free(rest.v), free(want.v), free(d);
