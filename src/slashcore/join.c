@@ -161,6 +161,9 @@ static join_group *append_group(slash_join *s, join_part *p, uint64_t hash, int6
     slash_hidx_entry *e;
     uint64_t addr = 0;
     uint32_t size = join_group_size(key_len);
+    join_dir_win *dw = NULL;
+    if (!s->session && (*st = join_dir_reserve(&p->dir, end, &dw)) != SLASH_OK)
+        return NULL;
     if ((*st = slash_lss_append(&p->log, size, &addr)) != SLASH_OK)
         return NULL;
     if ((*st = slash_hidx_claim(&p->index, hash, p->log.begin, &e)) != SLASH_OK) {
@@ -178,6 +181,8 @@ static join_group *append_group(slash_join *s, join_part *p, uint64_t hash, int6
     g->key_len = key_len;
     memcpy(join_group_key(g), key, key_len);
     g->h.link = slash_hidx_push(e, addr, hash, p->log.begin);
+    if (dw)
+        join_dir_push(dw, addr);
     p->groups++;
     if (p->groups > slash_hidx_buckets(&p->index) * JOIN_LOAD &&
         (*st = rebuild_index(s, p, slash_hidx_buckets(&p->index) * 2)) != SLASH_OK)
@@ -283,12 +288,14 @@ slash_status join_part_init(slash_join *s, join_part *p)
 
 void join_part_destroy(join_part *p)
 {
+    join_dir_free(&p->dir);
     slash_lss_destroy(&p->log);
     slash_hidx_destroy(&p->index);
 }
 
 /* Copies every live group of p, each followed by its rows packed into as
- * few chunks as fit, into a fresh log, and rebuilds the index over it. */
+ * few chunks as fit, into a fresh log, and rebuilds the index (and a
+ * tumbling store's window directory) over it. */
 static slash_status compact(slash_join *s, join_part *p)
 {
     join_part np;
@@ -302,8 +309,12 @@ static slash_status compact(slash_join *s, join_part *p)
         if (g->h.kind != JOIN_GROUP || (g->h.flags & JOIN_FREED))
             continue;
         uint64_t to = 0;
-        if ((st = slash_lss_append(&np.log, g->h.size, &to)) != SLASH_OK)
+        join_dir_win *dw = NULL;
+        if ((!s->session && (st = join_dir_reserve(&np.dir, g->end, &dw)) != SLASH_OK) ||
+            (st = slash_lss_append(&np.log, g->h.size, &to)) != SLASH_OK)
             break;
+        if (dw)
+            join_dir_push(dw, to);
         join_group *ng = join_ptr(&np, to);
         memcpy(ng, g, g->h.size);
         memset(ng->head, 0, sizeof ng->head + sizeof ng->rows);
@@ -316,6 +327,7 @@ static slash_status compact(slash_join *s, join_part *p)
             }
     }
     if (st != SLASH_OK) {
+        join_dir_free(&np.dir);
         slash_lss_destroy(&np.log);
         return st;
     }
@@ -325,9 +337,11 @@ static slash_status compact(slash_join *s, join_part *p)
         nb /= 2;
     np.index = p->index; /* rebuild_index replaces it */
     if ((st = rebuild_index(s, &np, nb)) != SLASH_OK) {
+        join_dir_free(&np.dir);
         slash_lss_destroy(&np.log);
         return st;
     }
+    join_dir_free(&p->dir);
     slash_lss_destroy(&p->log);
     np.own_wm = p->own_wm, np.wm = p->wm;
     *p = np;
@@ -336,7 +350,9 @@ static slash_status compact(slash_join *s, join_part *p)
 
 slash_status join_part_trim(slash_join *s, join_part *p)
 {
-    return epoch_log_trim(&p->log, &p->freed_bytes) ? compact(s, p) : SLASH_OK;
+    slash_status st = epoch_log_trim(&p->log, &p->freed_bytes) ? compact(s, p) : SLASH_OK;
+    join_dir_prune(&p->dir, p->log.begin);
+    return st;
 }
 
 /* ---- open / close / stats ---------------------------------------------------- */
@@ -427,7 +443,7 @@ void slash_join_get_stats(const slash_join *s, slash_join_stats *out)
         out->rows[0] += p->rows[0];
         out->rows[1] += p->rows[1];
         out->log_bytes += p->log.tail - p->log.begin;
-        out->index_bytes += slash_hidx_memory(&p->index);
+        out->index_bytes += slash_hidx_memory(&p->index) + join_dir_bytes(&p->dir);
         out->memory_bytes += slash_lss_memory(&p->log);
     }
     out->memory_bytes += out->index_bytes + sizeof *s + s->cfg.partitions * sizeof(join_part);
@@ -498,6 +514,7 @@ static inline size_t part_bytes(const join_part *p)
  * with those of the rows around it. Prefetches are hints; a group that is
  * not at the head of its chain is simply found by the upsert. */
 #define JOIN_CHUNK 32
+#define JOIN_PREFETCH_EVERY 64 /* chunks between two looks at the state's size */
 
 slash_status slash_join_update(slash_join *s, const slash_join_batch *b)
 {
@@ -511,12 +528,15 @@ slash_status slash_join_update(slash_join *s, const slash_join_batch *b)
     int64_t win[JOIN_CHUNK], end[JOIN_CHUNK];
     const uint8_t *key[JOIN_CHUNK];
     uint32_t key_len[JOIN_CHUNK];
+    bool prefetch = false;
     for (size_t base = 0; base < b->n; base += JOIN_CHUNK) {
         size_t m = b->n - base < JOIN_CHUNK ? b->n - base : JOIN_CHUNK;
-        size_t held = 0;
-        for (uint32_t q = 0; q < s->cfg.partitions; q++)
-            held += part_bytes(&s->parts[q]);
-        const bool prefetch = held > JOIN_PREFETCH_MIN;
+        if (base % (JOIN_CHUNK * JOIN_PREFETCH_EVERY) == 0) { /* a sum over every partition */
+            size_t held = 0;
+            for (uint32_t q = 0; q < s->cfg.partitions; q++)
+                held += part_bytes(&s->parts[q]);
+            prefetch = held > JOIN_PREFETCH_MIN;
+        }
         for (size_t j = 0; j < m; j++) {
             size_t i = base + j;
             int64_t t = b->times[i];

@@ -5,6 +5,8 @@
  * leadership moves) keeps its own emitted watermark (join_part_wm) until a
  * later emit catches it up with the store's.
  *
+ * A tumbling store finds its finished groups in the window lists its
+ * emit closes (join_dir.c), a session store by a walk of the log.
  * Three passes, so a failure changes nothing: count the pairs (and key
  * bytes) of finished groups; allocate every result column once; fill them;
  * only then free the emitted groups with their chunks and trim the logs.
@@ -40,6 +42,46 @@ static inline bool finished(const slash_join *s, const join_group *g, int64_t up
            slash_window_closed(&s->cfg.window, g->end, up_to);
 }
 
+/* The finished groups of one partition, one by one: a tumbling store's from
+ * the window lists closed at up_to (join_dir.c), a session store's from a
+ * walk of the log. */
+typedef struct fin_iter {
+    const join_part *p;
+    uint64_t a; /* sessions: the next record */
+    uint32_t w; /* tumbling: the list, and the entry in it */
+    size_t i;
+} fin_iter;
+
+static inline fin_iter fin_start(const join_part *p)
+{
+    return (fin_iter){p, p->log.begin, 0, 0};
+}
+
+static join_group *fin_next(const slash_join *s, fin_iter *it, int64_t up_to)
+{
+    const join_part *p = it->p;
+    if (s->session) {
+        while (it->a < p->log.tail) {
+            join_group *g = join_ptr(p, it->a);
+            it->a += g->h.size;
+            if (finished(s, g, up_to))
+                return g;
+        }
+        return NULL;
+    }
+    for (; it->w < p->dir.n; it->w++, it->i = 0) {
+        const join_dir_win *w = &p->dir.wins[it->w];
+        if (!slash_window_closed(&s->cfg.window, w->end, up_to))
+            continue;
+        while (it->i < w->n) {
+            join_group *g = join_dir_group(p, w, it->i++);
+            if (g)
+                return g;
+        }
+    }
+    return NULL;
+}
+
 /* The band's scratch: a group's right rows, sorted by time; grown to the
  * largest finished group the walk meets (each emit frees it). */
 typedef struct band_buf {
@@ -69,12 +111,9 @@ static slash_status count_pairs(const slash_join *s, int64_t up_to, const uint8_
     for (uint32_t i = 0; i < s->cfg.partitions; i++) {
         if (skip && skip[i])
             continue;
-        const join_part *p = &s->parts[i];
-        for (uint64_t a = p->log.begin; a < p->log.tail;) {
-            join_group *g = join_ptr(p, a);
-            a += g->h.size;
-            if (!finished(s, g, up_to))
-                continue;
+        fin_iter it = fin_start(&s->parts[i]);
+        for (join_group *g; (g = fin_next(s, &it, up_to));) {
+            const join_part *p = it.p;
             size_t pairs, gk;
             if (band) {
                 if (g->rows[0]) {
@@ -214,19 +253,17 @@ slash_status slash_join_emit_parts(slash_join *s, int64_t up_to, const uint8_t *
                 p->own_wm = true, p->wm = s->watermark;
             continue;
         }
-        for (uint64_t a = p->log.begin; a < p->log.tail;) {
-            join_group *g = join_ptr(p, a);
-            a += g->h.size;
-            if (finished(s, g, up_to)) {
-                if (band) {
-                    join_band_pairs(s, p, g, band->rows); /* sorts g's right rows into it */
-                    join_band_fill(s, p, g, band->rows, r);
-                } else {
-                    fill_group(s, p, g, r);
-                }
-                join_free_group(p, g);
+        fin_iter it = fin_start(p);
+        for (join_group *g; (g = fin_next(s, &it, up_to));) {
+            if (band) {
+                join_band_pairs(s, p, g, band->rows); /* sorts g's right rows into it */
+                join_band_fill(s, p, g, band->rows, r);
+            } else {
+                fill_group(s, p, g, r);
             }
+            join_free_group(p, g);
         }
+        join_dir_drop_closed(&p->dir, &s->cfg.window, up_to); /* all their groups are out */
     }
     free(buf.rows);
     /* the pairs are out and their state is freed: a compaction that fails

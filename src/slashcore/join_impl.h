@@ -78,9 +78,23 @@ typedef struct join_chunk {
 } join_chunk;
 static_assert(sizeof(join_chunk) == 32, "chunk record is shipped to peers");
 
+/* join_dir.c: a partition's tumbling groups listed by window end. */
+typedef struct join_dir_win {
+    int64_t end;    /* window end of every group listed */
+    uint64_t *addr; /* group addresses in the partition's log (some may be stale) */
+    size_t n, cap;
+} join_dir_win;
+
+typedef struct join_dir {
+    join_dir_win *wins; /* one per window end, unordered */
+    uint32_t n, cap;
+    uint32_t last;      /* the list the last reserve found */
+} join_dir;
+
 typedef struct join_part {
     slash_lss log;
     slash_hidx index;
+    join_dir dir;         /* tumbling stores only */
     uint64_t groups;      /* live groups */
     uint64_t chunks;      /* live chunks */
     uint64_t rows[2];     /* live rows per side */
@@ -119,6 +133,17 @@ static inline void *join_ptr(const join_part *p, uint64_t a) { return slash_lss_
 static inline uint64_t join_addr(const join_part *p, const void *r)
 {
     return slash_lss_addr(&p->log, r);
+}
+
+/* The live group a directory entry of list w names, or NULL when the entry
+ * is stale (below the log's begin, or the group freed). */
+static inline join_group *join_dir_group(const join_part *p, const join_dir_win *w, size_t i)
+{
+    uint64_t a = w->addr[i];
+    if (a < p->log.begin || a >= p->log.tail)
+        return NULL;
+    join_group *g = join_ptr(p, a);
+    return (g->h.flags & JOIN_FREED) ? NULL : g;
 }
 
 static inline uint8_t *join_group_key(join_group *g) { return (uint8_t *)(g + 1); }
@@ -176,6 +201,17 @@ uint8_t *join_row_slot(slash_join *s, join_part *p, join_group *g, int side, sla
 /* Appends n rows of `side` (contiguous, any alignment) to g. */
 slash_status join_append_rows(slash_join *s, join_part *p, join_group *g, int side,
                               const uint8_t *src, uint64_t n);
+
+/* join_dir.c. reserve: the list of window end `end` (created when new)
+ * with room for one more address, or SLASH_ENOMEM; push fills it.
+ * drop_closed frees the lists of windows closed at up_to; prune drops the
+ * entries below the log's begin; bytes: memory. */
+slash_status join_dir_reserve(join_dir *d, int64_t end, join_dir_win **out);
+static inline void join_dir_push(join_dir_win *w, uint64_t addr) { w->addr[w->n++] = addr; }
+void join_dir_drop_closed(join_dir *d, const slash_window *win, int64_t up_to);
+void join_dir_prune(join_dir *d, uint64_t begin); /* drops entries below begin, empty lists */
+void join_dir_free(join_dir *d);
+size_t join_dir_bytes(const join_dir *d);
 
 /* Marks a live group and all its chunks FREED. */
 void join_free_group(join_part *p, join_group *g);

@@ -883,6 +883,69 @@ TEST(longest_key_joins_across_a_delta)
     slash_join_close(leader);
 }
 
+/* A tumbling store finds the groups an emit closes in its window lists
+ * (join_dir.c): emits at a rising watermark, between updates of the leader
+ * and deltas merged from a helper (whose shipped groups leave stale entries),
+ * give every pair once, as the reference, and leave no group behind; the
+ * helper, which never emits, keeps no lists of what it shipped. */
+TEST(tumbling_emits_at_a_rising_watermark_between_deltas)
+{
+    const uint32_t parts = 4;
+    const int64_t size = 25;
+    const size_t rounds = 40, per = 200;
+    in_row *d = malloc(rounds * per * sizeof *d);
+    slash_join *leader = open_join(SLASH_WINDOW_TUMBLING, size, SLASH_KEY_INT64, parts);
+    slash_join *helper = open_join(SLASH_WINDOW_TUMBLING, size, SLASH_KEY_INT64, parts);
+    CHECK(leader && helper);
+    if (!leader || !helper)
+        return;
+    rows got = {0};
+    size_t n = 0;
+    for (size_t round = 0; round < rounds; round++) {
+        size_t first = n;
+        for (size_t i = 0; i < per; i++, n++) { /* times in [10 * round, 10 * round + 40) */
+            d[n].side = (int)(next_rand() & 1);
+            d[n].key = (int64_t)(next_rand() % 30);
+            d[n].time = (int64_t)(10 * round + next_rand() % 40);
+            d[n].id = (int64_t)n;
+            d[n].value = (double)(n % 7);
+        }
+        size_t *idx = malloc(per * sizeof *idx);
+        size_t h = 0, l = 0;
+        for (size_t i = first; i < n; i++) /* half to the helper, half to the leader */
+            idx[(i & 1) ? per / 2 + l++ : h++] = i;
+        CHECK_OK(apply(helper, SLASH_KEY_INT64, d, idx, h));
+        CHECK_OK(apply(leader, SLASH_KEY_INT64, d, idx + per / 2, l));
+        free(idx);
+        ship(helper, leader, parts);
+        rows out = emit_all(leader, SLASH_KEY_INT64, (int64_t)(10 * (round + 1)));
+        for (size_t i = 0; i < out.n; i++) {
+            CHECK(out.v[i].we <= (int64_t)(10 * (round + 1)));
+            push(&got, out.v[i]);
+        }
+        free(out.v);
+    }
+    rows rest = emit_all(leader, SLASH_KEY_INT64, INT64_MAX);
+    for (size_t i = 0; i < rest.n; i++)
+        push(&got, rest.v[i]);
+    rows want = reference(d, n, SLASH_WINDOW_TUMBLING, size);
+    CHECK(want.n > 1000);
+    CHECK(same_rows(&got, &want));
+    slash_join_stats st;
+    slash_join_get_stats(leader, &st);
+    CHECK(st.groups == 0 && st.rows[0] == 0 && st.rows[1] == 0 && st.late == 0);
+    /* the helper never emits: its lists went with its shipped deltas */
+    slash_join *fresh = open_join(SLASH_WINDOW_TUMBLING, size, SLASH_KEY_INT64, parts);
+    slash_join_stats hs, fs;
+    slash_join_get_stats(helper, &hs);
+    slash_join_get_stats(fresh, &fs);
+    CHECK(hs.groups == 0 && hs.index_bytes <= fs.index_bytes + 1024);
+    slash_join_close(fresh);
+    slash_join_close(helper);
+    slash_join_close(leader);
+    free(got.v), free(rest.v), free(want.v), free(d);
+}
+
 int main(void)
 {
     RUN(tumbling_int64);
@@ -903,6 +966,7 @@ int main(void)
     RUN(session_pairs_emitted_only_once_the_watermark_is_past_the_end);
     RUN(emit_frees_state_and_late_rows);
     RUN(compaction_keeps_sets);
+    RUN(tumbling_emits_at_a_rising_watermark_between_deltas);
     RUN(malformed_delta_rejected);
     RUN(bad_config_and_input);
     RUN(longest_key_joins_across_a_delta);
