@@ -256,7 +256,10 @@ class FileSource:
     ``time`` names the event-time column whose statistics order the split
     (``read(time=...)`` overrides it); ``base``: the directory that files
     given one by one take their Hive partitions from (as a directory given
-    whole does)::
+    whole does); ``columns``: the only columns the source has (files and
+    partitions), in that order: the files must agree on these alone, by name
+    (each file may hold others, in any order), as a union of scans of files
+    written apart reads them::
 
         src = FileSource("events/", time="ts")   # events/day=2013-01-01/part-0.parquet ...
         for item in src.read(rank=0, n=4, columns=["ts", "day"], time="ts"):
@@ -273,7 +276,7 @@ class FileSource:
     global_units = True
 
     def __init__(self, paths: Union[str, Sequence[str]], time: Optional[str] = None,
-                 base: Optional[str] = None) -> None:
+                 base: Optional[str] = None, columns: Optional[Sequence[str]] = None) -> None:
         given = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
         files = _expand(given)
         if base is not None:  # files listed one by one (e.g. Spark's pruned scan) below a Hive root
@@ -309,10 +312,13 @@ class FileSource:
                 empty = empty or (p, schema)
                 continue
             for fld in part_fields:
-                if fld.name in schema.names:
+                if fld.name in schema.names and (columns is None or fld.name in columns):
                     raise SchemaError(f"input file {p!r} holds a column {fld.name!r} that is also "
                                       "a partition directory name")
-            schema = pa.schema(list(schema) + part_fields)
+            if columns is None:
+                schema = pa.schema(list(schema) + part_fields)
+            else:
+                schema = _only(p, schema, part_fields, columns)
             if self.schema is None:
                 self.schema, first = schema, p
             elif not _same_columns(schema, self.schema):
@@ -323,7 +329,8 @@ class FileSource:
             self.units += units
         if self.schema is None:  # no file has rows: the first one's schema
             assert empty is not None
-            self.schema = pa.schema(list(empty[1]) + part_fields)
+            self.schema = (pa.schema(list(empty[1]) + part_fields) if columns is None
+                           else _only(empty[0], empty[1], part_fields, columns))
             nullable = {f.name: f.nullable for f in self.schema}
         self.schema = pa.schema([pa.field(f.name, f.type, nullable[f.name]) for f in self.schema])
         self._part_names = {f.name for f in part_fields}
@@ -616,6 +623,8 @@ class FileSource:
         r = readers.get(u.path)  # reopening parsed the footer per row group (12%)
         if _is_ipc(u.path):
             t = pa.Table.from_batches([r.get_batch(u.index).select(file_cols)])
+            if any(t.schema.field(c).type != self.schema.field(c).type for c in file_cols):
+                t = t.cast(pa.schema([self.schema.field(c) for c in file_cols]))  # large_string
         else:
             t = self._read_row_group(readers, r, u, file_cols)
         if len(file_cols) < len(names):  # partition columns: constant per unit
@@ -646,7 +655,8 @@ class FileSource:
             # a whole row group in one call, one thread: 1.6x iter_batches' rate
             t = r.read_row_group(u.index, columns=rest, use_threads=False)
             if any(t.schema.field(c).type != self.schema.field(c).type for c in rest):
-                # INT96 instants (see _instants): a zone on the type, the values kept
+                # INT96 instants (see _instants): a zone on the type, the values kept;
+                # a large_string column of a file read with string ones (_same_columns)
                 t = t.cast(pa.schema([t.schema.field(c).with_type(self.schema.field(c).type)
                                       for c in rest]))
             if not got:
@@ -657,13 +667,36 @@ class FileSource:
             [t.schema.field(c) if c in rest else fs.field(c) for c in cols], metadata=fs.metadata))
 
 
+def _only(path: str, schema: pa.Schema, part_fields: List[pa.Field],
+          columns: Sequence[str]) -> pa.Schema:
+    """File ``path``'s ``columns`` (its own or its partitions'), in that
+    order; SchemaError naming the first it lacks."""
+    fields = {f.name: f for f in [*part_fields, *schema]}  # a file's own column wins
+    missing = [c for c in columns if c not in fields]
+    if missing:
+        raise SchemaError(f"input file {path!r} has no column {missing[0]!r} (it has "
+                          f"{schema.names})")
+    return pa.schema([fields[c] for c in columns])
+
+
 def _plain(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in schema)
 
 
 def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
-    """Equal names and types; nullability and metadata may differ."""
-    return a.names == b.names and all(x.type.equals(y.type) for x, y in zip(a, b))
+    """Equal names and types, a large string or binary type equal to its
+    plain one (pandas writes ``large_string``, Spark ``string``: a reader
+    casts to the first file's); nullability and metadata may differ."""
+    return a.names == b.names and all(_plain_type(x.type).equals(_plain_type(y.type))
+                                      for x, y in zip(a, b))
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    return t
 
 
 @register("batches")
