@@ -88,3 +88,22 @@ def test_files_that_differ_in_columns_read_are_refused_naming_the_file(files):
 def test_a_filter_on_a_column_the_files_lack_is_refused_naming_it(files):
     with pytest.raises(SchemaError, match="'nope'"):
         UnionFileSource([([files["a"]], [Filter("nope", "==", 1)])], columns=["ts", "qty"])
+
+
+def test_a_filter_only_column_read_as_a_dictionary_keeps_the_same_rows(files):
+    f = Filter("user", "in", ("u1", "u2", "u7"))
+    plain = FileSource([files["a"]])
+    coded = FileSource([files["a"]], dictionary=["user"])
+    assert pa.types.is_dictionary(coded.schema.field("user").type)
+    for src in (plain, coded):
+        f.check(src.schema)
+    kept = [sorted(r for b in src.read(0, 1) if not isinstance(b, Watermark)
+                   for r in zip(*(b.column(c).to_pylist() for c in ("ts", "qty")),
+                                (~f.skip(b)).tolist()) if r[2])
+            for src in (plain, coded)]
+    assert kept[0] == kept[1] and kept[0]
+
+
+def test_a_column_some_file_holds_as_large_string_is_not_read_as_a_dictionary(files):
+    src = FileSource([files["a"], files["b"]], columns=["ts", "user"], dictionary=["user"])
+    assert src.dictionary == [] and src.schema.field("user").type == pa.string()

@@ -41,16 +41,16 @@ class UnionFileSource(FileSource):
     """``inputs``: each input's files (Parquet or Arrow IPC files, not
     directories) and the filters its rows must pass; ``base`` and
     ``columns`` as :class:`FileSource` takes them (``columns`` must hold
-    the filters' columns)."""
+    the filters' columns) and ``dictionary`` as it takes them."""
 
     def __init__(self, inputs: Sequence[Tuple[Sequence[str], Sequence[Filter]]],
                  time: Optional[str] = None, base: Optional[str] = None,
-                 columns: Optional[Sequence[str]] = None) -> None:
+                 columns: Optional[Sequence[str]] = None, dictionary: Sequence[str] = ()) -> None:
         files = [os.fspath(f) for fs, _ in inputs for f in fs]
         dirs = [f for f in files if os.path.isdir(f)]
         if dirs:
             raise InvalidArgument(f"a union's inputs are files, not directories: {dirs[0]!r}")
-        super().__init__(files, time=time, base=base, columns=columns)
+        super().__init__(files, time=time, base=base, columns=columns, dictionary=dictionary)
         assert self.schema is not None
         self.filters: Tuple[Tuple[Filter, ...], ...] = tuple(tuple(fs) for _, fs in inputs)
         for fs in self.filters:

@@ -492,7 +492,7 @@ def dataframe_input(df: Any, query: Query, structs: Sequence[StructKey] = (), sp
             if scan.renamed:
                 query, back = renamed_query(query, scan.columns)
             merged = dataclasses.replace(query, filters=tuple(query.filters) + scan.filters)
-            src = scan.source(merged.input_columns)
+            src = scan.source(merged.input_columns, filtered_only(merged))
             log.warning("slash.spark: the fast path: the DataFrame is %s of %d file(s), read by the "
                         "Slash executors themselves (%d filter(s) from its plan applied by Slash, %d "
                         "partition filter(s) by Spark's pruning)", scan.what, len(scan.files),
@@ -537,7 +537,8 @@ def _broadcast_input(df: Any, query: Query) -> DataFrameInput:
     read = [c for c in merged.input_columns if c not in got.lookup.added]
     try:
         src = JoinedFileSource(list(scan.files), got.lookup, base=scan.base,
-                               columns=list(dict.fromkeys([*read, got.lookup.on])))
+                               columns=list(dict.fromkeys([*read, got.lookup.on])),
+                               dictionary=[c for c in filtered_only(merged) if c != got.lookup.on])
     except SchemaError as e:
         raise NotAScan(str(e)) from None
     log.warning("slash.spark: the fast path: the DataFrame is %s of %d file(s) joined to a "
@@ -571,6 +572,13 @@ def exported_input(spark: Any, frame: Any, why: str,
                 "Spark tasks computing them (%d rows, %.2f s), read by the Slash executors", why,
                 len(out.parts), out.rows, out.seconds)
     return FileSource(out.files)
+
+
+def filtered_only(query: Query) -> List[str]:
+    """The columns ``query`` reads for its filters alone: a file source may
+    read those as dictionary arrays (FileSource's ``dictionary``)."""
+    read = set(query_columns_read(query))
+    return list(dict.fromkeys(f.column for f in query.filters if f.column not in read))
 
 
 def query_columns_read(query: Query) -> List[str]:

@@ -88,16 +88,20 @@ class ScanInput:
     #: filters of its own (beyond ``filters``), else empty
     parts: Tuple[Tuple[Tuple[str, ...], Tuple[Filter, ...]], ...] = ()
 
-    def source(self, columns: Sequence[str]) -> FileSource:
+    def source(self, columns: Sequence[str], dictionary: Sequence[str] = ()) -> FileSource:
         """The files as the FileSource of ``columns`` (the files' names: the
         files need agree on these alone, as the inputs of a union written
-        apart do); NotAScan when they do not read as one table."""
+        apart do), ``dictionary`` as FileSource takes it (with the string
+        columns only the union's inputs filter on); NotAScan when they do not
+        read as one table."""
         try:
             if not self.parts:
-                return FileSource(list(self.files), base=self.base, columns=list(columns))
-            own = [f.column for _, fs in self.parts for f in fs]
+                return FileSource(list(self.files), base=self.base, columns=list(columns),
+                                  dictionary=dictionary)
+            own = [f.column for _, fs in self.parts for f in fs if f.column not in columns]
             return UnionFileSource(self.parts, base=self.base,
-                                   columns=list(dict.fromkeys([*columns, *own])))
+                                   columns=list(dict.fromkeys([*columns, *own])),
+                                   dictionary=list(dict.fromkeys([*dictionary, *own])))
         except SchemaError as e:
             raise NotAScan(f"its files do not read as one table: {e}") from None
 
