@@ -316,6 +316,7 @@ def test_a_union_whose_inputs_filter_differently_reads_each_files_rows_under_its
     with caplog.at_level(logging.WARNING, logger="slash.spark"):
         res, ref = aggregate(spark, df, "user")
     assert res.route == "scan"
+    assert "2 filter(s) of its inputs' own applied to their files" in caplog.text
     assert_same(res, ref)
 
 

@@ -108,7 +108,11 @@ class ScanInput:
     @property
     def what(self) -> str:
         """The scan as a log line names it."""
-        return "a Parquet scan" if self.inputs == 1 else f"a union of {self.inputs} Parquet scans"
+        if self.inputs == 1:
+            return "a Parquet scan"
+        own = sum(len(fs) for _, fs in self.parts)
+        return (f"a union of {self.inputs} Parquet scans" +
+                (f" ({own} filter(s) of its inputs' own applied to their files)" if own else ""))
 
     @property
     def renamed(self) -> bool:
