@@ -248,11 +248,85 @@ def test_a_join_spark_does_not_broadcast_takes_the_general_path_saying_why(spark
     assert_same(res, ref)
 
 
-def test_a_unions_output_takes_the_general_path_with_spark_answer(spark, files):
+def test_a_union_of_scans_is_read_as_their_files_by_the_executors(spark, files):
     a = spark.read.parquet(files["int96"])
     df = a.union(spark.read.parquet(files["hive"]).select(*a.columns))
     res, ref = aggregate(spark, df, "k")
-    assert res.route == "export" and res.records_in == 2 * N
+    assert res.route == "scan" and res.records_in == 2 * N
+    assert_same(res, ref)
+
+
+@pytest.mark.parametrize("key", ["qty", "user"])
+def test_a_union_of_a_spark_and_a_pandas_written_file_in_a_non_utc_zone_keeps_sparks_answer(
+        spark, files, key):
+    # INT96 instants and pandas' int64 ones, columns in other orders, nulls in user and price
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")
+    try:
+        a = spark.read.parquet(files["int96"]).select("ts", "user", "price", "qty")
+        b = spark.read.parquet(files["pandas"]).select("qty", "price", "ts", "user")
+        res, ref = aggregate(spark, a.unionByName(b), key)
+    finally:
+        spark.conf.unset("spark.sql.session.timeZone")
+    assert res.route == "scan" and res.records_in == 2 * N
+    assert_same(res, ref)
+
+
+def test_a_filter_on_a_union_runs_in_slash_on_every_inputs_files(spark, files, caplog):
+    a = spark.read.parquet(files["int96"]).select("ts", "user", "price", "qty", "event_type")
+    b = spark.read.parquet(files["pandas"]).select(*a.columns)
+    df = a.union(b).union(a).where("event_type = 'view' and qty >= 3")
+    with caplog.at_level(logging.WARNING, logger="slash.spark"):
+        res, ref = aggregate(spark, df, "user")
+    assert res.route == "scan"
+    assert "union of 3 Parquet scans" in caplog.text and "2 filter(s) from its plan" in caplog.text
+    assert_same(res, ref)
+
+
+def test_a_union_under_a_filter_slash_cannot_express_takes_the_export_saying_why(
+        spark, files, caplog):
+    a = spark.read.parquet(files["int96"]).select("ts", "user", "price", "qty")
+    df = a.union(spark.read.parquet(files["pandas"]).select(*a.columns)).where("price > 1")
+    with caplog.at_level(logging.WARNING, logger="slash.spark"):
+        res, ref = aggregate(spark, df, "user")
+    assert res.route == "export"
+    assert "input 1 of its union" in caplog.text and "price > 1" in caplog.text
+    assert_same(res, ref)
+
+
+@pytest.mark.parametrize("second, why", [
+    ("qty + 1 AS qty", "column 'qty' is computed by Spark"),
+    ("k AS qty", "column 'qty' is computed by Spark"),  # a double: the union casts a's int qty
+    ("day", "column 'qty' from file columns named differently"),  # an int column of another name
+], ids=["computed", "cast", "other-column"])
+def test_a_union_whose_inputs_differ_takes_the_export_saying_why(spark, files, caplog, second, why):
+    a = spark.read.parquet(files["int96"]).select("ts", "user", "price", "qty")
+    b = spark.read.parquet(files["pandas"]).selectExpr("ts", "user", "price", second)
+    with caplog.at_level(logging.WARNING, logger="slash.spark"):
+        res, ref = aggregate(spark, a.union(b), "user")
+    assert res.route == "export"
+    assert why in caplog.text
+    assert_same(res, ref)
+
+
+def test_a_union_whose_inputs_filter_differently_reads_each_files_rows_under_its_inputs_filters(
+        spark, files, caplog):
+    a = spark.read.parquet(files["int96"]).select("ts", "user", "price", "qty", "event_type")
+    b = spark.read.parquet(files["pandas"]).select(*a.columns)
+    df = a.where("event_type = 'view'").union(b.where("event_type = 'click'"))
+    with caplog.at_level(logging.WARNING, logger="slash.spark"):
+        res, ref = aggregate(spark, df, "user")
+    assert res.route == "scan"
+    assert "2 filter(s) of its inputs' own applied to their files" in caplog.text
+    assert_same(res, ref)
+
+
+def test_a_union_of_one_scan_split_by_its_filters_counts_each_row_where_spark_does(spark, files):
+    # the same files under each input's filter, nulls of user in neither; qty < 6 in both
+    a = spark.read.parquet(files["int96"])
+    df = a.where("user < 'user-150' and qty < 6").unionByName(
+        a.where("user >= 'user-150' and qty < 6")).unionByName(a.where("k = 3"))
+    res, ref = aggregate(spark, df, "k")
+    assert res.route == "scan"
     assert_same(res, ref)
 
 

@@ -20,7 +20,13 @@ The inputs, each side given the same DataFrame (``--inputs``):
 * ``join``: ``events.join(broadcast(campaigns), "ad_id")`` (the YSB shape),
   keyed by the campaign for the int key (Slash: route ``scan-join``);
 * ``union``: ``events.where(ad_id < 500).unionByName(events.where(ad_id >=
-  500))``, a DataFrame Spark computes (Slash: route ``export``).
+  500))`` (Slash: route ``scan``, each input's files under its own filter).
+
+``--writer``: the files as pyarrow writes them (the default), as pandas
+does (``to_parquet`` of each row group: ``large_string`` columns) or as
+Spark does (``spark.read.parquet(...).write.parquet``: INT96 timestamps):
+the fast path at 100 k string keys on files users have
+(``--inputs path --key-kinds string --writer pandas``).
 
 Both results go to Spark's ``noop`` sink (Spark computes every row, writes
 nothing). The sides take turns (warm-up rounds first, then ``--repeat``
@@ -52,6 +58,11 @@ HELP = "window_aggregate on DataFrames (a scan, a join's output) against Spark's
 
 INPUTS = ("path", "scan", "scan-512m", "join", "union")
 KEYS = ("int", "string")
+#: who writes the Parquet files: pyarrow (one ParquetWriter per part file),
+#: pandas (``DataFrame.to_parquet`` of each row group: pandas' types, e.g.
+#: large_string) or Spark (``spark.read.parquet(...).write.parquet``: INT96
+#: timestamps, Spark's file count and row groups)
+WRITERS = ("pyarrow", "pandas", "spark")
 FILES = 2
 SPAN_US = 7_200 * 1_000_000  # 2 h of event time
 ADS = 1_000
@@ -68,12 +79,15 @@ class DataFrameBenchConfig:
     seed: int = 1
     inputs: Tuple[str, ...] = INPUTS
     key_kinds: Tuple[str, ...] = KEYS
+    writer: str = "pyarrow"
 
     def __post_init__(self) -> None:
         for name in ("records", "keys", "users", "repeat"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InvalidArgument(f"{name} must be an int >= 1, got {v!r}")
+        if self.writer not in WRITERS:
+            raise InvalidArgument(f"writer must be one of {list(WRITERS)}, got {self.writer!r}")
         bad = [i for i in self.inputs if i not in INPUTS] + [k for k in self.key_kinds if k not in KEYS]
         if bad or not self.inputs or not self.key_kinds:
             raise InvalidArgument(f"inputs must be among {list(INPUTS)} and keys among {list(KEYS)}, "
@@ -116,6 +130,28 @@ def write_events(directory: str, cfg: DataFrameBenchConfig) -> str:
         w.close()
     os.replace(tmp, path)
     return path
+
+
+def rewrite_events(spark: Any, path: str, writer: str) -> str:
+    """The events of ``path`` (:func:`write_events`) as ``writer`` writes
+    them, next to it (made once)."""
+    if writer == "pyarrow":
+        return path
+    out = f"{path}-{writer}"
+    if os.path.isdir(out):
+        return out
+    tmp = f"{out}.tmp-{os.getpid()}"
+    if writer == "spark":
+        spark.read.parquet(path).write.parquet(tmp)
+    else:
+        os.makedirs(tmp)
+        for name in sorted(os.listdir(path)):
+            f = pq.ParquetFile(os.path.join(path, name))
+            for i in range(f.metadata.num_row_groups):
+                f.read_row_group(i).to_pandas().to_parquet(
+                    os.path.join(tmp, f"{name[:-len('.parquet')]}-{i:03d}.parquet"), index=False)
+    os.replace(tmp, out)
+    return out
 
 
 def _frame(spark: Any, path: str, kind: str) -> Any:
@@ -196,6 +232,7 @@ def run_config(spark: Any, path: str, cfg: DataFrameBenchConfig, kind: str, key_
     ok, result_rows, route = answers_equal(spark, path, kind, key_kind)
     progress.step(f"{label} answers {'equal' if ok else 'DIFFER'}")
     return {"input": kind, "key": key_kind, "records": cfg.records, "route": route,
+            "writer": cfg.writer,
             "slash_seconds": min(t_slash), "spark_seconds": min(t_spark),
             "ratio": min(t_spark) / min(t_slash),
             "median_ratio": statistics.median(t_spark) / statistics.median(t_slash),
@@ -217,7 +254,7 @@ def run_all(cfg: DataFrameBenchConfig, data_dir: Optional[str], driver_memory: s
         d = data_dir or os.path.join(os.environ.get("TMPDIR", "/tmp"), "slash-bench-dataframe")
         os.makedirs(d, exist_ok=True)
         progress.describe(f"writing {cfg.records:,} events")
-        path = write_events(d, cfg)
+        path = rewrite_events(spark, write_events(d, cfg), cfg.writer)
         progress.step(f"data in {path}")
         for kind, key_kind in combos:
             runs.append(run_config(spark, path, cfg, kind, key_kind, progress))
@@ -242,6 +279,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the DataFrames each side is given (default: all)")
     parser.add_argument("--key-kinds", nargs="+", choices=KEYS, default=list(KEYS),
                         help="group by the int key, the string key, or both (default)")
+    parser.add_argument("--writer", choices=WRITERS, default="pyarrow",
+                        help="who writes the Parquet files: pyarrow (default), pandas or Spark")
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds of both sides (default 2)")
     parser.add_argument("--repeat", type=int, default=3, help="timed rounds per side (default 3)")
     parser.add_argument("--seed", type=int, default=1)
@@ -252,5 +291,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     cfg = DataFrameBenchConfig(records=args.records, keys=args.keys, users=args.users, repeat=args.repeat,
                                warmup=args.warmup, seed=args.seed, inputs=tuple(args.inputs),
-                               key_kinds=tuple(args.key_kinds))
+                               key_kinds=tuple(args.key_kinds), writer=args.writer)
     return run_all(cfg, args.data_dir)

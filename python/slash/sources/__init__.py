@@ -67,6 +67,7 @@ from slash.sources.files import BatchSource, FileSource
 from slash.sources.joined import JoinedFileSource
 from slash.sources.memory import GeneratorSource, TableSource
 from slash.sources.streams import DirectorySource, RateSource
+from slash.sources.union import UnionFileSource
 from slash.sources.units import ALL_NULL, Position, Unit, Watermark, Work, promises
 
 Source = Union[FileSource, TableSource, GeneratorSource]
@@ -185,7 +186,7 @@ def as_source(obj: Any) -> Source:
 
 __all__ = ["ALL_NULL", "BatchSource", "DirectorySource", "FileSource", "GeneratorSource", "JoinedFileSource",
            "Position", "RateSource", "Resplittable", "Source", "StreamRead", "StreamSource",
-           "TableSource", "Unit", "Watermark", "Work", "as_source", "describe", "global_units",
+           "TableSource", "UnionFileSource", "Unit", "Watermark", "Work", "as_source", "describe", "global_units",
            "input_stamp", "malformed_records", "output_overlaps_input", "promises", "read_from",
            "register", "registered", "resplittable", "source_type", "watermarks_from_source",
            "why_not_resplit"]

@@ -176,7 +176,8 @@ def _open_ipc(path: str) -> ipc.RecordBatchFileReader:
 class _Readers:
     """Open ParquetFile / IPC readers of one read(), least recently used closed first."""
 
-    def __init__(self) -> None:
+    def __init__(self, dictionary: Sequence[str] = ()) -> None:
+        self.dictionary = dictionary  # columns Parquet files read as dictionary arrays
         self.open: "OrderedDict[str, Any]" = OrderedDict()
         # the core's reader of integer column chunks (parquet_chunks), with an
         # OS file descriptor per Parquet file it reads from (closed with the file)
@@ -194,7 +195,8 @@ class _Readers:
                 if fd is not None:
                     os.close(fd)
             # pre_buffer: a row group's column chunks in one coalesced read
-            r = self.open[path] = _open_ipc(path) if _is_ipc(path) else _open_parquet(path)
+            r = self.open[path] = _open_ipc(path) if _is_ipc(path) else \
+                _open_parquet(path, self.dictionary)
         else:
             self.open.move_to_end(path)
         return r
@@ -227,11 +229,13 @@ class _Readers:
         self.fds.clear()
 
 
-def _open_parquet(path: str) -> pq.ParquetFile:
+def _open_parquet(path: str, dictionary: Sequence[str] = ()) -> pq.ParquetFile:
     """A Parquet file whose INT96 timestamps (Spark's default writer) read as
     microseconds: exact over Spark's whole range (years 0001-9999), where
-    nanoseconds overflow outside 1677-2262."""
-    return pq.ParquetFile(path, coerce_int96_timestamp_unit="us", pre_buffer=True)
+    nanoseconds overflow outside 1677-2262; ``dictionary``: columns read as
+    dictionary arrays (see FileSource)."""
+    return pq.ParquetFile(path, coerce_int96_timestamp_unit="us", pre_buffer=True,
+                          read_dictionary=list(dictionary) or None)
 
 
 def _instants(schema: pa.Schema, md: pq.FileMetaData) -> pa.Schema:
@@ -256,7 +260,12 @@ class FileSource:
     ``time`` names the event-time column whose statistics order the split
     (``read(time=...)`` overrides it); ``base``: the directory that files
     given one by one take their Hive partitions from (as a directory given
-    whole does)::
+    whole does); ``columns``: the only columns the source has (files and
+    partitions), in that order: the files must agree on these alone, by name
+    (each file may hold others, in any order), as a union of scans of files
+    written apart reads them; ``dictionary``: string columns read as
+    dictionary arrays where every file is Parquet holding them as ``string``
+    (cheaper to decode and filter; for columns a query filters on only)::
 
         src = FileSource("events/", time="ts")   # events/day=2013-01-01/part-0.parquet ...
         for item in src.read(rank=0, n=4, columns=["ts", "day"], time="ts"):
@@ -273,7 +282,8 @@ class FileSource:
     global_units = True
 
     def __init__(self, paths: Union[str, Sequence[str]], time: Optional[str] = None,
-                 base: Optional[str] = None) -> None:
+                 base: Optional[str] = None, columns: Optional[Sequence[str]] = None,
+                 dictionary: Sequence[str] = ()) -> None:
         given = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
         files = _expand(given)
         if base is not None:  # files listed one by one (e.g. Spark's pruned scan) below a Hive root
@@ -291,6 +301,7 @@ class FileSource:
         empty: Optional[Tuple[str, pa.Schema]] = None  # the first file, if no file has rows
         nullable: Dict[str, bool] = {}
         footers: Dict[str, Any] = {}
+        encoded = set(dictionary)  # (those plain strings in every file, all of them Parquet)
         for p in self.paths:
             try:
                 if _is_ipc(p):
@@ -305,14 +316,19 @@ class FileSource:
             except (pa.ArrowInvalid, OSError) as e:
                 raise SchemaError(f"cannot read input file {p!r}: {e}") from None
             units = [u for u in units if u.rows]
+            encoded -= {c for c in encoded if _is_ipc(p) or c not in schema.names
+                        or schema.field(c).type != pa.string()}
             if not units:  # a file without rows is skipped
                 empty = empty or (p, schema)
                 continue
             for fld in part_fields:
-                if fld.name in schema.names:
+                if fld.name in schema.names and (columns is None or fld.name in columns):
                     raise SchemaError(f"input file {p!r} holds a column {fld.name!r} that is also "
                                       "a partition directory name")
-            schema = pa.schema(list(schema) + part_fields)
+            if columns is None:
+                schema = pa.schema(list(schema) + part_fields)
+            else:
+                schema = _only(p, schema, part_fields, columns)
             if self.schema is None:
                 self.schema, first = schema, p
             elif not _same_columns(schema, self.schema):
@@ -323,9 +339,16 @@ class FileSource:
             self.units += units
         if self.schema is None:  # no file has rows: the first one's schema
             assert empty is not None
-            self.schema = pa.schema(list(empty[1]) + part_fields)
+            self.schema = (pa.schema(list(empty[1]) + part_fields) if columns is None
+                           else _only(empty[0], empty[1], part_fields, columns))
             nullable = {f.name: f.nullable for f in self.schema}
-        self.schema = pa.schema([pa.field(f.name, f.type, nullable[f.name]) for f in self.schema])
+        #: string columns read as dictionary arrays (Parquet keeps them so in
+        #: its pages): cheaper to decode and to filter, for columns a query
+        #: only filters on (a key or a value needs the strings)
+        self.dictionary = [c for c in dictionary if c in encoded]
+        self.schema = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), pa.string())
+                                          if f.name in self.dictionary else f.type,
+                                          nullable[f.name]) for f in self.schema])
         self._part_names = {f.name for f in part_fields}
         log.debug("input: %d files, %d units, %d rows, partitions %s", len(self.paths),
                   len(self.units), self.rows, sorted(self._part_names))
@@ -578,7 +601,7 @@ class FileSource:
             w = promise[i] if i < len(bounds) else None
             if w is not None and (last is None or bound_key(w) > last):
                 last = bound_key(w)
-        readers = _Readers()
+        readers = _Readers(getattr(self, "dictionary", ()))
         # the next unit is decoded on a thread while the caller folds this
         # one (decode and fold both release the GIL): a rank's reading costs
         # its fold little more than the wait for the first unit
@@ -616,6 +639,8 @@ class FileSource:
         r = readers.get(u.path)  # reopening parsed the footer per row group (12%)
         if _is_ipc(u.path):
             t = pa.Table.from_batches([r.get_batch(u.index).select(file_cols)])
+            if any(t.schema.field(c).type != self.schema.field(c).type for c in file_cols):
+                t = t.cast(pa.schema([self.schema.field(c) for c in file_cols]))  # large_string
         else:
             t = self._read_row_group(readers, r, u, file_cols)
         if len(file_cols) < len(names):  # partition columns: constant per unit
@@ -646,7 +671,8 @@ class FileSource:
             # a whole row group in one call, one thread: 1.6x iter_batches' rate
             t = r.read_row_group(u.index, columns=rest, use_threads=False)
             if any(t.schema.field(c).type != self.schema.field(c).type for c in rest):
-                # INT96 instants (see _instants): a zone on the type, the values kept
+                # INT96 instants (see _instants): a zone on the type, the values kept;
+                # a large_string column of a file read with string ones (_same_columns)
                 t = t.cast(pa.schema([t.schema.field(c).with_type(self.schema.field(c).type)
                                       for c in rest]))
             if not got:
@@ -657,13 +683,36 @@ class FileSource:
             [t.schema.field(c) if c in rest else fs.field(c) for c in cols], metadata=fs.metadata))
 
 
+def _only(path: str, schema: pa.Schema, part_fields: List[pa.Field],
+          columns: Sequence[str]) -> pa.Schema:
+    """File ``path``'s ``columns`` (its own or its partitions'), in that
+    order; SchemaError naming the first it lacks."""
+    fields = {f.name: f for f in [*part_fields, *schema]}  # a file's own column wins
+    missing = [c for c in columns if c not in fields]
+    if missing:
+        raise SchemaError(f"input file {path!r} has no column {missing[0]!r} (it has "
+                          f"{schema.names})")
+    return pa.schema([fields[c] for c in columns])
+
+
 def _plain(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in schema)
 
 
 def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
-    """Equal names and types; nullability and metadata may differ."""
-    return a.names == b.names and all(x.type.equals(y.type) for x, y in zip(a, b))
+    """Equal names and types, a large string or binary type equal to its
+    plain one (pandas writes ``large_string``, Spark ``string``: a reader
+    casts to the first file's); nullability and metadata may differ."""
+    return a.names == b.names and all(_plain_type(x.type).equals(_plain_type(y.type))
+                                      for x, y in zip(a, b))
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    return t
 
 
 @register("batches")

@@ -64,14 +64,17 @@ def unique_keys(table: pa.Table, key: str, what: str) -> pa.Table:
 @register("joined-files")
 class JoinedFileSource(FileSource):
     """``paths`` (as :class:`FileSource` takes them) inner-joined to
-    ``lookup``'s table; the schema is the files' plus the added columns
+    ``lookup``'s table; the schema is the files' (``columns`` and
+    ``dictionary`` as :class:`FileSource` takes them: ``on`` among the
+    columns, not the dictionary ones) plus the added columns
     (nullable where the table's are)."""
 
     def __init__(self, paths: Union[str, Sequence[str]], lookup: Lookup,
-                 time: Optional[str] = None, base: Optional[str] = None) -> None:
+                 time: Optional[str] = None, base: Optional[str] = None,
+                 columns: Optional[Sequence[str]] = None, dictionary: Sequence[str] = ()) -> None:
         import pyarrow.compute as pc  # lazily, for start-up (as in unique_keys)
 
-        super().__init__(paths, time=time, base=base)
+        super().__init__(paths, time=time, base=base, columns=columns, dictionary=dictionary)
         assert self.schema is not None
         files = self.schema
         if lookup.on not in files.names:

@@ -59,9 +59,9 @@ from slash.spark._env import TaskFailed
 from slash.sources.joined import JoinedFileSource
 from slash.spark import _batch_ckpt, jvm_export
 from slash.spark.broadcast_scan import NotAJoin, broadcast_scan
-from slash.spark.dataframe import (NotAScan, StructKey, check_columns, file_scan, flat_key, flatten_structs,
-                                   general_input, rebuild_structs, renamed_back, renamed_query,
-                                   struct_keys)
+from slash.spark.dataframe import (NotAScan, StructKey, check_columns, file_scan, flat_key,
+                                   flatten_structs, general_input, rebuild_structs, renamed_back,
+                                   renamed_query, struct_keys)
 from slash.spark._tasks import (PartitionSource, as_micros, Rendezvous, barrier_stage, driver_host, join_group,
                                 conf_get, open_fs, rank_errors, raise_task_failure, report_error,
                                 spark_input_schema, write_table)
@@ -488,14 +488,14 @@ def dataframe_input(df: Any, query: Query, structs: Sequence[StructKey] = (), sp
             scan = file_scan(df, query.input_columns)
             if not scan.files:
                 raise NotAScan("Spark's partition pruning leaves no file to read")
-            src = FileSource(list(scan.files), base=scan.base)
             back: Dict[str, str] = {}
             if scan.renamed:
                 query, back = renamed_query(query, scan.columns)
             merged = dataclasses.replace(query, filters=tuple(query.filters) + scan.filters)
-            log.warning("slash.spark: the fast path: the DataFrame is a Parquet scan of %d file(s), "
-                        "read by the Slash executors themselves (%d filter(s) from its plan applied "
-                        "by Slash, %d partition filter(s) by Spark's pruning)", len(scan.files),
+            src = scan.source(merged.input_columns, filtered_only(merged))
+            log.warning("slash.spark: the fast path: the DataFrame is %s of %d file(s), read by the "
+                        "Slash executors themselves (%d filter(s) from its plan applied by Slash, %d "
+                        "partition filter(s) by Spark's pruning)", scan.what, len(scan.files),
                         len(scan.filters), scan.pruned_by_spark)
             return DataFrameInput(src, None, merged, "scan", back)
         except NotAScan as e:
@@ -529,16 +529,22 @@ def _broadcast_input(df: Any, query: Query) -> DataFrameInput:
     scan = got.scan
     if not scan.files:
         raise NotAScan("Spark's partition pruning leaves no file of its scan to read")
-    try:
-        src = JoinedFileSource(list(scan.files), got.lookup, base=scan.base)
-    except SchemaError as e:
-        raise NotAScan(str(e)) from None
+    if scan.parts:
+        raise NotAScan("its scan is a union whose inputs filter differently, which Slash does not "
+                       "join to a broadcast table")
     query, back = renamed_query(query, got.columns)
     merged = dataclasses.replace(query, filters=tuple(query.filters) + scan.filters)
-    log.warning("slash.spark: the fast path: the DataFrame is a Parquet scan of %d file(s) joined to "
-                "a broadcast table of %d rows on %r, read and joined by the Slash executors "
+    read = [c for c in merged.input_columns if c not in got.lookup.added]
+    try:
+        src = JoinedFileSource(list(scan.files), got.lookup, base=scan.base,
+                               columns=list(dict.fromkeys([*read, got.lookup.on])),
+                               dictionary=[c for c in filtered_only(merged) if c != got.lookup.on])
+    except SchemaError as e:
+        raise NotAScan(str(e)) from None
+    log.warning("slash.spark: the fast path: the DataFrame is %s of %d file(s) joined to a "
+                "broadcast table of %d rows on %r, read and joined by the Slash executors "
                 "themselves (%d filter(s) from its plan applied by Slash, %d partition filter(s) by "
-                "Spark's pruning)", len(scan.files), got.lookup.table.num_rows, got.lookup.on,
+                "Spark's pruning)", scan.what, len(scan.files), got.lookup.table.num_rows, got.lookup.on,
                 len(scan.filters), scan.pruned_by_spark)
     return DataFrameInput(src, None, merged, "scan-join", back)
 
@@ -566,6 +572,13 @@ def exported_input(spark: Any, frame: Any, why: str,
                 "Spark tasks computing them (%d rows, %.2f s), read by the Slash executors", why,
                 len(out.parts), out.rows, out.seconds)
     return FileSource(out.files)
+
+
+def filtered_only(query: Query) -> List[str]:
+    """The columns ``query`` reads for its filters alone: a file source may
+    read those as dictionary arrays (FileSource's ``dictionary``)."""
+    read = set(query_columns_read(query))
+    return list(dict.fromkeys(f.column for f in query.filters if f.column not in read))
 
 
 def query_columns_read(query: Query) -> List[str]:

@@ -10,6 +10,12 @@
   A conjunct Slash cannot express with Spark's meaning, a column computed
   by Spark, or a type Spark reads otherwise than pyarrow makes the
   DataFrame no scan, and the reason says which.
+* **A union of file scans** (``df1.union(df2)``, ``unionByName``): each
+  input a file scan as above, reading the query's columns from file columns
+  of the same names; Slash reads all their files as one scan, each file's
+  rows under its input's filters. Inputs that compute a column, cast one (a
+  union of columns of different types) or read it from file columns of
+  different names are no scan, and the reason says which.
 * **Anything else** (a join's output, a union, a UDF's output, a cached or
   in-memory DataFrame): the rows Spark computes, with the query's filters
   (:func:`spark_filter`) and column selection applied in Spark before any
@@ -35,9 +41,10 @@ from urllib.parse import unquote, urlparse
 from slash.errors import NotSupported, SchemaError
 from slash.filters import Filter
 from slash.sources import FileSource
+from slash.sources.union import UnionFileSource
 from slash.spark import jvm_export
-from slash.spark.catalyst import (conjuncts, executed_nodes, follow_aliases, name_of, output_names,
-                                  seq, shape)
+from slash.spark.catalyst import (children, conjuncts, executed_nodes, follow_aliases, frame_of,
+                                  name_of, output_names, seq, shape)
 from slash.state_config import Aggregate
 
 log = logging.getLogger(__name__)
@@ -76,6 +83,36 @@ class ScanInput:
     filters: Tuple[Filter, ...]
     pruned_by_spark: int = 0  # conjuncts over partition columns only: decided per file by Spark
     columns: Dict[str, str] = field(default_factory=dict)  # DataFrame column -> file column
+    inputs: int = 1  # the scans read: more than one for a union of scans
+    #: a union whose inputs filter differently: each input's files and the
+    #: filters of its own (beyond ``filters``), else empty
+    parts: Tuple[Tuple[Tuple[str, ...], Tuple[Filter, ...]], ...] = ()
+
+    def source(self, columns: Sequence[str], dictionary: Sequence[str] = ()) -> FileSource:
+        """The files as the FileSource of ``columns`` (the files' names: the
+        files need agree on these alone, as the inputs of a union written
+        apart do), ``dictionary`` as FileSource takes it (with the string
+        columns only the union's inputs filter on); NotAScan when they do not
+        read as one table."""
+        try:
+            if not self.parts:
+                return FileSource(list(self.files), base=self.base, columns=list(columns),
+                                  dictionary=dictionary)
+            own = [f.column for _, fs in self.parts for f in fs if f.column not in columns]
+            return UnionFileSource(self.parts, base=self.base,
+                                   columns=list(dict.fromkeys([*columns, *own])),
+                                   dictionary=list(dict.fromkeys([*dictionary, *own])))
+        except SchemaError as e:
+            raise NotAScan(f"its files do not read as one table: {e}") from None
+
+    @property
+    def what(self) -> str:
+        """The scan as a log line names it."""
+        if self.inputs == 1:
+            return "a Parquet scan"
+        own = sum(len(fs) for _, fs in self.parts)
+        return (f"a union of {self.inputs} Parquet scans" +
+                (f" ({own} filter(s) of its inputs' own applied to their files)" if own else ""))
 
     @property
     def renamed(self) -> bool:
@@ -183,10 +220,13 @@ def file_scan(df: Any, columns: Sequence[str], null_free: Sequence[str] = ()) ->
     """``df`` as the Parquet files and filters Slash reads itself, for a
     query that reads ``columns`` (names of ``df``). Raises :class:`NotAScan`
     saying why when the plan is not a Parquet scan under Filter and Project
-    nodes that Slash can take with Spark's meaning. ``null_free``: columns
+    nodes that Slash can take with Spark's meaning, nor a union of such
+    scans (:func:`_union_scan`). ``null_free``: columns
     whose nulls the caller drops itself (a join key: null matches nothing),
     so that the plan's IsNotNull on them needs no predicate of its own."""
     plan = df._jdf.queryExecution().optimizedPlan()
+    if name_of(plan) == "Union":
+        return _union_scan(df, plan, columns, null_free)
     projects, filters = [], []
     node = plan
     while name_of(node) in ("Project", "Filter"):
@@ -252,6 +292,56 @@ def file_scan(df: Any, columns: Sequence[str], null_free: Sequence[str] = ()) ->
             raise NotAScan("its partitioned files have more than one root directory")
         base = roots[0]
     return ScanInput(tuple(files), base, tuple(slash_filters), pruned, mapping)
+
+
+def _union_scan(df: Any, plan: Any, columns: Sequence[str], null_free: Sequence[str]) -> ScanInput:
+    """A Union (``df1.union(df2)``, ``unionByName``: Spark pushes the filters
+    and projections above it into its inputs) whose every input is a file
+    scan (:func:`file_scan`, each with its own pruning and filters) reading
+    each of the query's columns from a file column of the same name: the
+    files of all of them, read as one scan (Spark's union keeps every row of
+    every input: a file two inputs read is read twice). The filters every
+    input has are the scan's; those of some inputs only go with their files
+    (``parts``: :class:`slash.sources.union.UnionFileSource` applies them)."""
+    out = [a.name() for a in seq(plan.output())]
+    wanted = list(dict.fromkeys([*columns, *null_free]))
+    for c in wanted:
+        if out.count(c) != 1:
+            raise NotAScan(f"its union has {out.count(c)} columns named {c!r}")
+    branches: List[ScanInput] = []
+    for i, child in enumerate(children(plan)):
+        names = [a.name() for a in seq(child.output())]
+        mine = {c: names[out.index(c)] for c in wanted}  # a union matches columns by position
+        if any(names.count(n) != 1 for n in mine.values()):
+            raise NotAScan(f"input {i + 1} of its union names a column twice")
+        try:
+            got = file_scan(frame_of(df, child), [mine[c] for c in columns],
+                            [mine[c] for c in null_free])
+        except NotAScan as e:
+            raise NotAScan(f"input {i + 1} of its union is no scan Slash reads itself: {e}") from None
+        branches.append(dataclasses.replace(got, columns={c: got.columns[mine[c]] for c in columns}))
+    first = branches[0]
+    for b in branches[1:]:
+        if b.columns != first.columns:
+            c = next(c for c in columns if b.columns[c] != first.columns[c])
+            raise NotAScan(f"the inputs of its union read column {c!r} from file columns named "
+                           f"differently ({first.columns[c]!r}, {b.columns[c]!r})")
+    bases = {b.base for b in branches if b.base is not None}
+    if len(bases) > 1:
+        raise NotAScan(f"the inputs of its union are Hive layouts under {len(bases)} directories")
+    # each input's files and all of its filters (an input that is a union itself: its own inputs)
+    parts = [(files, b.filters + own) for b in branches
+             for files, own in (b.parts or ((b.files, ()),))]
+    common = [f for f in parts[0][1] if all(f in fs for _, fs in parts[1:])]
+    own = tuple((files, tuple(f for f in fs if f not in common)) for files, fs in parts)
+    return ScanInput(tuple(f for b in branches for f in b.files), bases.pop() if bases else None,
+                     tuple(common), sum(b.pruned_by_spark for b in branches), first.columns,
+                     sum(b.inputs for b in branches),
+                     own if any(fs for _, fs in own) else ())
+
+
+def _said(filters: Sequence[Filter]) -> str:
+    return " and ".join(f"{f.column} {f.op} {f.value!r}" for f in filters) or "none"
 
 
 def check_columns(df: Any, columns: Sequence[str]) -> None:
@@ -370,13 +460,16 @@ def join_input(spark: Any, df: Any, side: str, columns: Sequence[str], time: str
     else:
         try:
             scan = file_scan(df, columns)
-            if scan.filters:
+            if scan.filters or scan.parts:
                 raise NotAScan("its plan filters rows, which a join's own read does not")
             if not scan.files:
                 raise NotAScan("Spark's partition pruning leaves no file to read")
-            log.warning("slash.spark.window_join: the %s DataFrame is a Parquet scan of %d file(s), "
-                        "read by the Slash executors themselves", side, len(scan.files))
-            return FileSource(list(scan.files), base=scan.base), None
+            if scan.renamed:
+                raise NotAScan("it renames columns of its files, which a join's own read does not")
+            src = scan.source(columns)
+            log.warning("slash.spark.window_join: the %s DataFrame is %s of %d file(s), read by the "
+                        "Slash executors themselves", side, scan.what, len(scan.files))
+            return src, None
         except NotAScan as e:
             why = str(e)
 
