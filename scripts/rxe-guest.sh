@@ -206,7 +206,7 @@ i=0
 until grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null; do
     i=$((i + 1)); [ $i -lt 100 ] || fail "rxe0 port not ACTIVE"; sleep 0.1
 done
-say "ready"
+say "ready, $(cut -d" " -f1 /proc/uptime) s after the kernel started"
 chroot /newroot /bin/bash /mnt/cmd.sh > /dev/console 2>&1
 echo $? > /xfer/status
 sync

@@ -42,23 +42,49 @@ export SLASH_TEST_BUFFERS=${SLASH_TEST_BUFFERS:-1000}
 # and Spark's: in the guest its JVM started and ran the stage's tasks, then
 # died of SIGSEGV in C1-compiled code (TaskMemoryManager.getPage) under the
 # software CPU (2026-12-07); SLASH_VERBS_PYTEST_K=verbs runs them all
-export SLASH_VERBS_PYTEST_K=${SLASH_VERBS_PYTEST_K:-verbs and not ofi-verbs-4 and not equals_spark}
+DEFAULT_K="verbs and not ofi-verbs-4 and not equals_spark"
+export SLASH_VERBS_PYTEST_K=${SLASH_VERBS_PYTEST_K:-$DEFAULT_K}
+# pytest's arguments: no hypothesis plugin (none of these cases uses it); test_spark.py
+# only when asked for (collecting it imports pyspark and pandas, a minute of the
+# software CPU); otherwise pandas hidden (tests/_guest_without_pandas.py: pyarrow's
+# first numpy conversion imported it, 75 s of the first case that built a table)
+SLASH_VERBS_PYTEST_ARGS="-p no:cacheprovider -p no:hypothesispytest"
+SLASH_VERBS_PYTEST_ARGS+=" test_channel.py test_doctor.py test_in_process.py test_executor.py test_recovery_more.py"
+if [ "$SLASH_VERBS_PYTEST_K" = "$DEFAULT_K" ]; then
+    SLASH_VERBS_PYTEST_ARGS+=" -p _guest_without_pandas"
+else
+    SLASH_VERBS_PYTEST_ARGS+=" test_spark.py"
+fi
+export SLASH_VERBS_PYTEST_ARGS
+# test_channel's peers forked from a server that imported slash once (each
+# spawned peer's Python start costs 10-30 s of the software CPU; the host's
+# stages keep "spawn")
+export SLASH_TEST_PEER_START=forkserver
+# the tests' helper modules compiled here: the guest's own .pyc writes to the
+# host's / are lost with its overlay, and its compiles cost the software CPU
+# (the checkout's writes persist, the venv's files were compiled by pip)
+python3 -m compileall -q tests >/dev/null || true
 start=$(date +%s)
 scripts/rxe-guest.sh --cpus "${SLASH_VERBS_CPUS:-2}" --timeout "${SLASH_VERBS_TIMEOUT:-1500}" -- sh -c '
     rc=0
+    t0=$(date +%s)
+    took() { echo "   ($1: $(($(date +%s) - t0)) s since the command started)"; }
     echo "== C transport tests over ofi:verbs"
     "$0/test_transport_ofi" || rc=1
+    took "C transport tests"
     echo "== C channel tests over ofi:verbs (and shm)"
     SLASH_TEST_NO_OFI=1 "$0/test_channel" || rc=1
+    took "C channel tests"
     cd tests
     # one pytest process: under the software CPU each Python start with
     # slash, pyarrow and duckdb imported costs about a minute
     echo "== the ofi:verbs cases of the Python suites: channel, doctor (pyverbs), 4 executors" \
          "in one process and 2 in processes (P2 against DuckDB), P1, a SIGKILLed executor" \
          "recovered from its checkpoint (pytest -k \"$SLASH_VERBS_PYTEST_K\")"
-    python3 -u -m pytest -q -p no:cacheprovider --durations=12 \
-        test_channel.py test_doctor.py test_in_process.py test_executor.py \
-        test_recovery_more.py test_spark.py -k "$SLASH_VERBS_PYTEST_K" || rc=1
+    # -v: a line a case (the console passes whole lines only: the dots of -q would
+    # show at the end, and a stage cut off by its bound would show none)
+    python3 -u -m pytest -v --durations=0 $SLASH_VERBS_PYTEST_ARGS -k "$SLASH_VERBS_PYTEST_K" || rc=1
+    took "pytest"
     exit $rc' "$BUILD"
 rc=$?
 echo "verbs suites: exit $rc after $(($(date +%s) - start)) s" >&2

@@ -17,7 +17,13 @@ from slash import errors
 
 import channel_peers as peers
 
-CTX = mp.get_context("spawn")
+# the peers start clean ("spawn": no fabric state inherited through fork), or, with
+# SLASH_TEST_PEER_START=forkserver, forked from a server that imported channel_peers
+# (and slash) once and never opened a fabric: scripts/verbs-tests.sh's choice, where
+# each spawned peer's Python start costs 10-30 s of the guest's software CPU
+CTX = mp.get_context(os.environ.get("SLASH_TEST_PEER_START", "spawn"))
+if CTX.get_start_method() == "forkserver":
+    CTX.set_forkserver_preload(["channel_peers"])
 # a spawned peer's start, until it announces its address: a Python start with
 # slash imported took over a minute in the soft-RoCE guest's software CPU
 START_TIMEOUT = 180

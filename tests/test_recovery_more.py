@@ -54,10 +54,13 @@ def _as_rows(got: pa.Table):
     pytest.param("ofi:tcp", id="ofi-tcp", marks=pytest.mark.skipif(
         not slash.have_ofi(), reason="this build has no libfabric (ofi:tcp)")),
     pytest.param("ofi:verbs", id="ofi-verbs", marks=needs_verbs)])
-def test_killed_worker_over_ofi_gives_the_failure_free_output(transport, tmp_path, monkeypatch):
+def test_killed_worker_over_ofi_gives_duckdbs_answer(transport, tmp_path, monkeypatch):
+    # DuckDB over the whole input is the reference (independent of Slash), as for the
+    # larger group below, not a failure-free run: that run of a generator source started
+    # a group of processes of its own (a minute of the soft-RoCE guest's software CPU)
     monkeypatch.setenv("SLASH_TEST_KILL", "1:10:0:1")  # at push 10 or later, after 1 cut (SIGKILL)
     got, m = _run(_gen(), tmp_path, group=GroupConfig(epoch_ms=10, transport=transport))
-    _assert_same(got, reference("tumbling", "gen", _gen()))
+    assert _as_rows(got) == [tuple(r.values()) for r in _duckdb_tumbling(2).to_pylist()]
     assert [r["rank"] for r in m["recoveries"]] == [1]
     assert m["recoveries"][0]["from_checkpoint"] is not None
 
