@@ -21,6 +21,7 @@ import pytest
 
 import _slash_run
 
+from slash.checkpoint import MANIFEST
 from slash.control import request, wait_for_socket
 from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
@@ -109,12 +110,20 @@ def test_a_rank_killed_after_a_live_scale_resumes_from_a_cut_of_both_active_rank
 
 def test_a_standby_killed_after_a_scale_in_resumes_as_a_standby_and_equals(parts, tmp_path,
                                                                            reference):
-    sock = str(tmp_path / "c.sock")
+    sock, ck = str(tmp_path / "c.sock"), str(tmp_path / "ck")
     scale = _slash_run.ops_at(sock, ["scale-out", "scale-in"], [0.1, 0.25], TOTAL)
+
+    def committed() -> int:  # the newest committed cut's id (a manifest is its commit)
+        return max([int(n[4:]) for n in (os.listdir(ck) if os.path.isdir(ck) else [])
+                    if n.startswith("chk-") and os.path.exists(os.path.join(ck, n, MANIFEST))],
+                   default=0)
 
     def kill_the_standby():
         done = scale()
-        time.sleep(1.5)  # a few cuts (every 0.3 s) of the group with one rank standby
+        # two cuts committed after the scale-in (every 0.3 s): the second began after it, so
+        # the newest cut has one rank standby, however late the machine runs them
+        after = committed() + 2
+        _slash_run.wait_until(lambda: committed() >= after, 60, "two cuts after the scale-in")
         st = request(sock, "status")
         standby = st["standby_ranks"][0]
         os.kill(st["per_executor"][str(standby)]["pid"], signal.SIGKILL)
@@ -124,7 +133,7 @@ def test_a_standby_killed_after_a_scale_in_resumes_as_a_standby_and_equals(parts
     out, done = _slash_run.beside(
         kill_the_standby,
         lambda: run(Q, parts, executors=1, max_executors=2, control=sock, rate=15_000, metrics=m,
-                    timeout=120, checkpoint=str(tmp_path / "ck"), checkpoint_every="300ms",
+                    timeout=120, checkpoint=ck, checkpoint_every="300ms",
                     group=GroupConfig(partitions=32)))  # cheap images: a cut every 0.3 s
     standby = done[2]
     assert [d["executors"] for d in done[:2]] == [2, 1]
