@@ -252,7 +252,12 @@ def test_killed_worker_gives_the_failure_free_output(kind, seed, tmp_path, monke
     monkeypatch.setenv("SLASH_TEST_KILL", f"{rng.randrange(2)}:{rng.randrange(3, 24)}")
     got, m = _run(kind, _gen(), tmp_path)
     _assert_same(got, reference(kind, "gen", _gen()))
-    assert len(m["recoveries"]) == 1 and m["checkpoints"]
+    # (whether a cut commits in this short run is timing: a cut asked while a rank is finishing
+    # is given up (Executor.request_checkpoint), and a rank can finish its share before rank 0
+    # asks its first; at load 10-17 about one run in ten committed none, on the code before
+    # and after the one-skeleton change alike. Restoring from a committed cut is proven by
+    # test_killed_worker_over_parquet_files_gives_the_failure_free_output, killed after 2 cuts)
+    assert len(m["recoveries"]) == 1
 
 
 @needs_core
