@@ -2,6 +2,7 @@
 its tests on each loop. ofi:tcp joins when this build has libfabric; verbs
 joins when an RDMA device (e.g. soft-RoCE, scripts/rxe-setup.sh) exists."""
 import secrets
+import sys
 
 import pytest
 
@@ -63,3 +64,17 @@ def pytest_collection_modifyitems(session, config, items):
         return module not in slow_modules, first_index[module]
 
     items.sort(key=order)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_spark_session_outlives_its_module():
+    """Stops a SparkSession a module left active: under pytest-xdist the next
+    module on the worker would otherwise get it from getOrCreate, with its
+    master (a local[2] left by one module made a local[3] module's barrier
+    stage of 3 refuse with NotEnoughSlots)."""
+    yield
+    sql = sys.modules.get("pyspark.sql")
+    if sql is not None:
+        left = sql.SparkSession.getActiveSession()
+        if left is not None:
+            left.stop()

@@ -135,14 +135,17 @@ def test_the_in_spark_consumer_keeps_sparks_grouping(tmp_path):
     cfg = bench_spark.SparkBenchConfig(records=2000, workload="count", keys=5)
     paths = bench_spark.make_data(str(tmp_path / "d"), cfg)
     spark = session("local[2]", "slash-bench-consumer-test")
-    ref = spark_window_aggregate(spark, paths, **bench_spark.COUNT_QUERY)
+    try:  # stopped: getOrCreate in a later module on this worker would get this local[2]
+        ref = spark_window_aggregate(spark, paths, **bench_spark.COUNT_QUERY)
 
-    def optimized(df):
-        return df._jdf.queryExecution().optimizedPlan().toString()
+        def optimized(df):
+            return df._jdf.queryExecution().optimizedPlan().toString()
 
-    assert "window" not in optimized(ref.agg(F.sum("count")))  # what the consumer avoids
-    assert "Aggregate [window" in optimized(bench_spark.in_spark_query(ref))
-    groups, total = bench_spark.in_spark_query(ref).collect()[0]
+        assert "window" not in optimized(ref.agg(F.sum("count")))  # what the consumer avoids
+        assert "Aggregate [window" in optimized(bench_spark.in_spark_query(ref))
+        groups, total = bench_spark.in_spark_query(ref).collect()[0]
+    finally:
+        spark.stop()
     t = pa.concat_tables([pq.read_table(p) for p in paths])
     assert total == cfg.records
     assert groups == len({(ts // 10_000, k) for ts, k in zip(t.column("ts").to_pylist(),
