@@ -22,46 +22,44 @@
 
 #include <stdlib.h>
 
+#include "buf.h"
+
 #define JOIN_DIR_FIRST 16 /* entries of a new window list */
 
-/* The list of window end `end`, created empty if there is none (NULL on ENOMEM). */
-static join_dir_win *find_or_add(join_dir *d, int64_t end)
+/* The list of window end `end`, created empty if there is none, in *out. */
+static slash_status find_or_add(join_dir *d, int64_t end, join_dir_win **out)
 {
-    if (d->last < d->n && d->wins[d->last].end == end)
-        return &d->wins[d->last];
+    if (d->last < d->n && d->wins[d->last].end == end) {
+        *out = &d->wins[d->last];
+        return SLASH_OK;
+    }
     for (uint32_t i = 0; i < d->n; i++)
         if (d->wins[i].end == end) {
             d->last = i;
-            return &d->wins[i];
+            *out = &d->wins[i];
+            return SLASH_OK;
         }
-    if (d->n == d->cap) {
-        uint32_t cap = d->cap ? d->cap * 2 : 4;
-        join_dir_win *m = realloc(d->wins, cap * sizeof *m);
-        if (!m)
-            return NULL;
-        d->wins = m;
-        d->cap = cap;
-    }
+    slash_status st = slash_buf_grow((void **)&d->wins, &d->cap, (size_t)d->n + 1, sizeof *d->wins, 4,
+                                     "join window directory");
+    if (st != SLASH_OK)
+        return st;
     join_dir_win *w = &d->wins[d->n];
     memset(w, 0, sizeof *w);
     w->end = end;
     d->last = d->n++;
-    return w;
+    *out = w;
+    return SLASH_OK;
 }
 
 slash_status join_dir_reserve(join_dir *d, int64_t end, join_dir_win **out)
 {
-    join_dir_win *w = find_or_add(d, end);
-    if (!w)
-        return slash_fail(SLASH_ENOMEM, "join window directory");
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : JOIN_DIR_FIRST;
-        uint64_t *m = realloc(w->addr, cap * sizeof *m);
-        if (!m)
-            return slash_fail(SLASH_ENOMEM, "join window directory of %zu groups", cap);
-        w->addr = m;
-        w->cap = cap;
-    }
+    join_dir_win *w;
+    slash_status st = find_or_add(d, end, &w);
+    if (st == SLASH_OK)
+        st = slash_buf_grow((void **)&w->addr, &w->cap, w->n + 1, sizeof *w->addr, JOIN_DIR_FIRST,
+                            "join window directory's groups");
+    if (st != SLASH_OK)
+        return st;
     *out = w;
     return SLASH_OK;
 }

@@ -19,6 +19,8 @@
  */
 #include "join_impl.h"
 
+#include "buf.h"
+
 #include <stdlib.h>
 
 void slash_join_result_free(slash_join_result *r)
@@ -91,14 +93,8 @@ typedef struct band_buf {
 
 static slash_status band_fit(band_buf *b, size_t n)
 {
-    if (n <= b->cap)
-        return SLASH_OK;
-    join_band_row *m = realloc(b->rows, n * sizeof *m);
-    if (!m)
-        return slash_fail(SLASH_ENOMEM, "emit: band of %zu right rows", n);
-    b->rows = m;
-    b->cap = n;
-    return SLASH_OK;
+    return slash_buf_grow((void **)&b->rows, &b->cap, n, sizeof *b->rows, 64,
+                          "emit: band of right rows");
 }
 
 /* Pass 1: pairs and key bytes of the finished groups (of the partitions

@@ -87,7 +87,8 @@ typedef struct join_dir_win {
 
 typedef struct join_dir {
     join_dir_win *wins; /* one per window end, unordered */
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap;         /* wins allocated (slash_buf_grow) */
     uint32_t last;      /* the list the last reserve found */
 } join_dir;
 
