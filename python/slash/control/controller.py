@@ -300,8 +300,7 @@ class Controller:
         late, room = self._judge(s)
         self._over = self._over + 1 if late else 0
         self.late_streak = self.late_streak + 1 if late else 0
-        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
-        self.lag_ms = max(lags) if lags else None
+        self.lag_ms = s.lag_ms
         self.backlog_growing = s.backlog_growing
         self._under = self._under + 1 if room else 0
         fits = self._fits_fewer(s)  # None: a tick that neither counts toward a release nor resets
@@ -344,13 +343,13 @@ class Controller:
         """Whether the windows behind this tick's p99 ended while the input
         was behind the clock: handed out in the last second with this
         latency, they are the backlog's (a drain's), not the settings'."""
-        return bool(self.signals.fresh) and (s.time - self._behind_at) * 1000.0 <= self.signals.fresh[-1] + 1000.0
+        fresh = self.signals.fresh
+        return bool(fresh) and (s.time - self._behind_at) * 1000.0 <= fresh[-1] + 1000.0
 
     def _observe_model(self, s: Signals) -> None:
         """One observation per new p99 of a stream reading on time, whose
         windows ended after the input last was behind the clock."""
-        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
-        if (lags and max(lags) > self.config.target_ms) or s.backlog_growing:
+        if (s.lag_ms is not None and s.lag_ms > self.config.target_ms) or s.backlog_growing:
             self._behind_at = s.time
             return  # behind the clock: latency grows with time, not with the settings
         if not self.signals.fresh or s.p99_ms is None or s.time < self._quiet_until:
@@ -390,8 +389,7 @@ class Controller:
     def _judge(self, s: Signals) -> tuple:
         """(late, room) for this tick (see the module doc)."""
         target = self.config.target_ms
-        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
-        lag = max(lags) if lags else None
+        lag = s.lag_ms
         late = (s.p99_ms is not None and s.p99_ms > target) or (lag is not None and lag > target)
         if late or s.backlog_growing:
             return late, False
@@ -431,9 +429,8 @@ class Controller:
                 or cap is None or demand is None:
             return None
         read = sum(e.records_per_s for e in s.per.values())
-        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
         why = (f"{self._late_terms(s)}"
-               + (f"; input read {max(lags):.0f} ms behind the clock" if lags else "")
+               + (f"; input read {s.lag_ms:.0f} ms behind the clock" if s.lag_ms is not None else "")
                + f"; demand {demand:.0f} rec/s (read {read:.0f}, backlog {demand - read:+.0f} a "
                f"second) is {self.overload:.2f} x {self.executors} executor(s) x one executor's "
                f"measured capacity {cap:.0f} rec/s, at or over surge {c.surge:.2f}: scaled for "
@@ -468,14 +465,13 @@ class Controller:
         hot = max(loads.values())
         mean = sum(loads.values()) / len(loads)
         p99 = self._late_terms(s)
-        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
         # reading behind the clock by more than the target: the input is the bottleneck,
         # whatever the CPU load says (on a shared machine a starved executor shows little)
-        lagging = bool(lags) and max(lags) > c.target_ms
+        lagging = s.lag_ms is not None and s.lag_ms > c.target_ms
         if hot >= c.busy or s.backlog_growing or lagging:
             why = (f"{p99}; executor load max {hot:.2f}, mean {mean:.2f}"
                    + ("; backlog growing" if s.backlog_growing else "")
-                   + (f"; input read {max(lags):.0f} ms behind the clock" if lagging else ""))
+                   + (f"; input read {s.lag_ms:.0f} ms behind the clock" if lagging else ""))
             if self.executors < c.max_executors:
                 cap = self.capacity
                 if cap is not None:  # as many as the demand needs at the measured capacity
@@ -534,9 +530,8 @@ class Controller:
         within the target, the only sign that the input keeps up)."""
         if s.backlog_growing:
             return False
-        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
-        if lags:
-            return max(lags) <= share * self.config.target_ms
+        if s.lag_ms is not None:
+            return s.lag_ms <= share * self.config.target_ms
         return s.p99_ms is not None and s.p99_ms <= self.config.target_ms
 
     def _fits_fewer(self, s: Signals) -> Optional[bool]:
@@ -645,7 +640,6 @@ class Controller:
         c = self.config
         if self.executors <= c.min_executors:
             return None
-        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
         k = self.executors - 1
         pred = self._utilisation(s, k)
         cap = self.capacity
@@ -654,8 +648,8 @@ class Controller:
                     if cap is not None else "")
         p99 = (f"p99 {s.p99_ms:.0f} ms" if s.p99_ms is not None else "no window out") + \
             f" (target {c.target_ms:.0f} ms)"
-        on_time = (f"input read at most {max(lags):.0f} ms behind the clock" if lags
-                   else "p99 within the target")
+        on_time = (f"input read at most {s.lag_ms:.0f} ms behind the clock"
+                   if s.lag_ms is not None else "p99 within the target")
         return Decision(s.time, "scale_in", {"k": 1}, "none",
                         f"{p99}, {on_time} for {self.release_streak} ticks; the load fits {k} "
                         f"executor(s) with margin: {measured}CPU load {pred['cpu'] * k:.2f} is "
@@ -667,10 +661,10 @@ class Controller:
         fitted model predicts the longer one within ``headroom`` x target,
         so that it does not undo a shortening the model chose)."""
         c = self.config
-        lags = [e.lag_ms for e in s.per.values() if e.lag_ms is not None]
         p99 = ((f"p99 {s.p99_ms:.0f} ms" if s.p99_ms is not None else "no window out")
                + f" within target {c.target_ms:.0f} ms"
-               + (f", input read at most {max(lags):.0f} ms behind the clock" if lags else "")
+               + (f", input read at most {s.lag_ms:.0f} ms behind the clock"
+                  if s.lag_ms is not None else "")
                + f" for {self._under} ticks")
         if self.epoch_ms < self.base_epoch_ms and self.epoch_ms * 2 <= c.target_ms / 4:
             e = min(self.base_epoch_ms, self.epoch_ms * 2)

@@ -49,6 +49,13 @@ class Signals:
     demand_per_s: Optional[float] = None
     fresh: bool = False          # a new point of the metrics history since the last tick
 
+    @property
+    def lag_ms(self) -> Optional[float]:
+        """How far the executor furthest behind reads behind the wall clock
+        (ms); None when no executor's source reports it."""
+        lags = [e.lag_ms for e in self.per.values() if e.lag_ms is not None]
+        return max(lags) if lags else None
+
 
 #: seconds a history point's p99 stands for the latency now
 _P99_FRESH_S = 2.0
@@ -122,7 +129,8 @@ class SignalReader:
                 stalls = max(0.0, (cur.get("credit_stalls", 0) - old.get("credit_stalls", 0)) / dt)
             per[int(r)] = ExecSignal(cpu_load=float(cur.get("cpu_load") or 0.0),
                                       records_per_s=float(cur.get("records_per_s") or 0.0),
-                                      behind=cur.get("records_behind"), merge_per_s=merge, stalls_per_s=stalls,
+                                      behind=cur.get("records_behind"), merge_per_s=merge,
+                                      stalls_per_s=stalls,
                                       lag_ms=cur.get("input_lag_ms"), input_wait=cur.get("input_wait"))
             reported[int(r)] = float(cur["time"])
             if int(r) in paused:  # its rate counts the pause, its backlog the redistribution
