@@ -7,6 +7,8 @@ import json
 import os
 import socket
 import stat
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -221,6 +223,35 @@ def test_a_stale_control_socket_is_replaced(tmp_path):
     s.close()  # nobody listens: stale
     srv = ControlServer(RunControl(Q, _table().schema, 1), p)
     try:
+        assert stat.S_ISSOCK(os.lstat(p).st_mode)
+    finally:
+        srv.close()
+    assert not os.path.exists(p)
+
+
+def test_a_control_socket_its_owner_never_closed_is_removed_when_the_process_exits(tmp_path):
+    """A SIGTERM can land after the server binds and before its owner's
+    try/finally holds it: the socket goes at the interpreter's exit."""
+    p = str(tmp_path / "c.sock")
+    code = ("import sys; from slash.control import ControlServer, RunControl; "
+            "from slash.query import Query; import pyarrow as pa; "
+            "q = Query(time='t', window='tumbling:1s', key=['k'], aggregates=['count']); "
+            "s = pa.schema([('t', pa.int64()), ('k', pa.int64())]); "
+            f"ControlServer(RunControl(q, s, 1), {p!r}); sys.exit(3)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    assert not os.path.exists(p)
+
+
+def test_a_forked_childs_exit_leaves_its_parents_control_socket(tmp_path):
+    p = str(tmp_path / "c.sock")
+    srv = ControlServer(RunControl(Q, _table().schema, 1), p)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            srv.close()  # what the child's atexit would run
+            os._exit(0)
+        os.waitpid(pid, 0)
         assert stat.S_ISSOCK(os.lstat(p).st_mode)
     finally:
         srv.close()

@@ -12,6 +12,7 @@ knows the operations.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -90,20 +91,27 @@ class ControlServer:
             if _alive(self.path):
                 raise InvalidState(f"control socket {self.path!r} belongs to a running stream")
             os.unlink(self.path)
+        self._closed = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._ino: Optional[int] = None
+        self._pid = os.getpid()  # a forked child's exit leaves its parent's socket alone
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # removed at the interpreter's exit too: a SIGTERM (raised in the main
+        # thread) between here and the caller's try/finally would leave it
+        atexit.register(self.close)
         old = os.umask(0o177)  # no moment with the socket open to others
         try:
             self._sock.bind(self.path)
+            self._ino = os.lstat(self.path).st_ino  # close() removes this socket, not a successor
         except OSError as e:
             self._sock.close()
+            atexit.unregister(self.close)
             raise errors.SystemCallError(f"control socket {self.path!r}: {e.strerror}") from None
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
-        self._ino = os.lstat(self.path).st_ino  # close() removes this socket, not a successor
         self._sock.listen(8)
         self._sock.settimeout(0.2)
-        self._closed = threading.Event()
         self._thread = threading.Thread(target=self._accept, name="slash-control", daemon=True)
         self._thread.start()
         log.info("control socket %s (slash ctl --socket %s status)", self.path, self.path)
@@ -163,12 +171,16 @@ class ControlServer:
         if self._closed.is_set():
             return
         self._closed.set()
-        try:  # wakes the accept at once (else its 0.2 s timeout: every run's end waited for it)
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:
-                wake.connect(self.path)
-        except OSError:
-            pass
-        self._thread.join(2.0)
+        atexit.unregister(self.close)
+        if os.getpid() != self._pid:
+            return
+        if self._thread is not None:
+            try:  # wakes the accept at once (else its 0.2 s timeout: every run's end waited)
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:
+                    wake.connect(self.path)
+            except OSError:
+                pass
+            self._thread.join(2.0)
         self._sock.close()
         try:
             if os.lstat(self.path).st_ino == self._ino:
