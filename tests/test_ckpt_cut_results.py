@@ -8,7 +8,7 @@ image; a group restored from it fires them again. A driver that gave them
 to the checkpoint (the old ``pending += ex.results()`` after
 take_checkpoint) wrote each such (window, key) twice into a resumed run's
 output: the duplicate rows of the beyond-M restart scenario
-(slash.live_ckpt), one leader's share of a window.
+(slash.run.recovery.live), one leader's share of a window.
 
 Executors run as threads of this process over shm, as in
 test_checkpoint_exec."""

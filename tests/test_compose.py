@@ -3,7 +3,7 @@ composes"): each combination that used to be refused is run and compared
 with the same query run without the feature, and with DuckDB.
 
 Workers are killed through the documented test hook SLASH_TEST_KILL
-(slash.recovery) so that each combination is also shown to survive a
+(slash.run.recovery.checkpointed) so that each combination is also shown to survive a
 restart from a checkpoint exactly once."""
 import time
 
@@ -287,7 +287,7 @@ def test_live_group_with_checkpoint_writes_each_late_row_once_across_a_restart(t
 def test_running_checkpointed_join_rescales_two_to_three_and_gives_the_pairs_of_duckdb(tmp_path):
     import threading
 
-    from slash.recovery import CheckpointedRun
+    from slash.run.recovery.checkpointed import CheckpointedRun
 
     left, right = _join_sides(tmp_path)
     control = CheckpointedRun()

@@ -34,7 +34,7 @@ def test_a_join_refuses_update_with_the_tables_reason():
 
 def test_a_checkpointed_run_offers_update_and_records_each_agreed_version():
     """Every checkpoint of a run records the versions agreed so far, and a
-    group started again installs them (slash.recovery, slash.live_ckpt)."""
+    group started again installs them (slash.run.recovery.checkpointed, slash.run.recovery.live)."""
     ctl = RunControl(AGG, SCHEMA, 2, features=("checkpoint", "live_scale"))
     assert ctl.offers("update")
     r = ctl.submit({"filter": "v > 1"})

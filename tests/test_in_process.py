@@ -15,7 +15,7 @@ import pytest
 
 from slash.errors import SystemFailure
 from slash.executor import GroupConfig
-from slash.launcher import ProcessGroup
+from slash.run.launcher import ProcessGroup
 from slash.query import Query
 from slash.runner import IN_PROCESS_ROWS, executor_count, run, runs_in_process
 from slash.sources import FileSource

@@ -191,8 +191,8 @@ def test_a_prepare_pushes_the_rows_in_hand_and_the_held_rows_of_units_not_reache
     already: it is reading unit 5); a scale's prepare pushes the merge's
     batch in hand, then unit 9's held rows (7 is behind the position), each
     leaving the rank's state before its push, and nothing is held after."""
-    from slash.live_join import JoinScaleAgent, LiveJoinPositions
-    from slash.recovery_join import Side, side_at
+    from slash.run.live.join import JoinScaleAgent, LiveJoinPositions
+    from slash.run.recovery.join import Side, side_at
 
     works = {"left": [[5, 2], [9, 0]], "right": [[7, 1]]}
     held = {"left": {5: _rows(3, 0), 9: _rows(4, 100)}, "right": {7: _rows(2, 200)}}

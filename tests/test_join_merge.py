@@ -1,12 +1,12 @@
 """The order a join executor pushes its two inputs' rows in
-(:func:`slash.recovery_join.merged`)."""
+(:func:`slash.run.recovery.join.merged`)."""
 from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from slash.query import JoinQuery
-from slash.recovery_join import Side, exact_merge, merged
+from slash.run.recovery.join import Side, exact_merge, merged
 from slash.sources import FileSource
 
 QUERY = JoinQuery(time="ts", on="id", interval=("-1s", "+1s"))

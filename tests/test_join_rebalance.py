@@ -1,7 +1,7 @@
 """Rebalance of a running window join (issue 17): leadership of join key
 partitions moved live (explicit ``moves={partition: rank}`` and automatic)
 from the control socket, interleaved with live scale-out / scale-in at random
-points (slash.live_join, max_executors=M): the pairs equal DuckDB's join and
+points (slash.run.live.join, max_executors=M): the pairs equal DuckDB's join and
 the static run's, each pair once, no record late, every record read once."""
 import functools
 import os

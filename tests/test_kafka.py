@@ -583,7 +583,7 @@ def test_a_running_group_over_a_topic_rescales_two_to_three_to_two(kafka_broker,
     """Rescales of a checkpointed run (checkpoint, stop, restart with the new
     count): the topic's units left are re-dealt with their offsets each time,
     and the output is DuckDB's."""
-    from slash.recovery import CheckpointedRun
+    from slash.run.recovery.checkpointed import CheckpointedRun
 
     recs = records(8000, seed=13)
     topic = topic_name("scale")

@@ -1,4 +1,4 @@
-"""The one launcher of local executor groups (slash.launcher) and slash.runner.run
+"""The one launcher of local executor groups (slash.run.launcher) and slash.runner.run
 on top of it: a dead worker fails the run at once naming its rank, an executor that
 fails while setting up fails the run with its own error, output paths are checked
 up front and named as given, and more executors than cores is warned about."""
@@ -14,7 +14,7 @@ import pytest
 
 from slash.errors import InvalidArgument, SlashError, SystemFailure
 from slash.executor import GroupConfig
-from slash.launcher import ProcessGroup, describe_exit
+from slash.run.launcher import ProcessGroup, describe_exit
 from slash.query import Query
 from slash.runner import run
 from slash.sources import TableSource

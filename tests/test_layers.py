@@ -39,27 +39,40 @@ RANK_SIDE = {"slash", "slash.errors", "slash.limits", "slash.window", "slash.sta
              "slash.state_config", "slash.state_columns", "slash.join", "slash.query",
              "slash.agg_query", "slash.join_query", "slash.filters", "slash.columns",
              "slash.executor", "slash.sources", "slash._ipc", "slash.checkpoint",
-             "slash.ckpt_worker", "slash.arrow_np", "slash.compute", "slash.interval",
+             "slash.run.rank_ckpt", "slash.arrow_np", "slash.compute", "slash.interval",
              "slash.open_files", "slash._moved"}
 #: packages whose every module is rank-side: a source (one module of slash.sources) imports no
 #: driver; the generators a source makes its batches with
 RANK_SIDE_PACKAGES = ("slash.sources.", "slash.workloads")
-#: the drivers and everything above them
-DRIVER_SIDE = {"slash.runner", "slash.recovery", "slash.recovery_join", "slash.live_ckpt",
-               "slash.live_join", "slash.live_scale", "slash.autotune", "slash.control",
-               "slash.control.logic", "slash.control.moves", "slash.control.server",
-               "slash.control.controller", "slash.control.latency_model", "slash.launcher", "slash.metrics",
-               "slash.worker", "slash.cli",
-               "slash.cli_run", "slash.doctor", "slash.spark", "slash.bench"}
+#: the drivers and everything above them (a package's name stands for its every module)
+DRIVER_SIDE = {"slash.runner", "slash.run.driver", "slash.run.supervisor", "slash.run.launcher",
+               "slash.run.worker", "slash.run.recovery", "slash.run.live", "slash.autotune",
+               "slash.control", "slash.metrics", "slash.cli", "slash.cli_run", "slash.doctor",
+               "slash.spark", "slash.bench"}
 #: what the engine must not import (it is below all of them)
-ABOVE_ENGINE = ("slash.runner", "slash.autotune", "slash.spark", "slash.cli", "slash.bench")
+ABOVE_ENGINE = ("slash.runner", "slash.autotune", "slash.spark", "slash.cli", "slash.bench",
+                "slash.kafka")
+#: the folders (and the few modules of the package's top) bottom up: a module imports only from
+#: its own layer or one below. The flat modules not named are the bottom layer (the operators:
+#: state, join, query, executor, checkpoint files, errors). A name stands for a package's every
+#: module; the longest name that covers a module gives its layer.
+LAYERS: List[Tuple[str, ...]] = [
+    ("slash.workloads",),
+    ("slash.sources",),
+    ("slash.kafka",),
+    ("slash.run", "slash.control", "slash.autotune"),  # the engine, its groups and their control
+    ("slash.runner", "slash._warm"),
+    ("slash.spark",),
+    ("slash.bench",),
+    ("slash.cli", "slash.cli_run", "slash.doctor", "slash.__main__"),
+]
 #: modules whose imports inside functions must each say why (besides slash.run)
 LAZY_CHECKED = RANK_SIDE | {
-    "slash.recovery", "slash.recovery_join", "slash.live_ckpt", "slash.live_join",
-    "slash.live_scale", "slash.autotune", "slash.control", "slash.control.logic",
+    "slash.run.recovery.checkpointed", "slash.run.recovery.join", "slash.run.recovery.live",
+    "slash.run.live.join", "slash.run.live.scale", "slash.autotune", "slash.control", "slash.control.logic",
     "slash.control.moves", "slash.control.server", "slash.spark._env",
     "slash.spark.join", "slash.spark._batch_ckpt", "slash.spark._stream_ckpt", "slash.cli",
-    "slash.doctor", "slash.metrics", "slash.launcher"}
+    "slash.doctor", "slash.metrics", "slash.run.launcher"}
 #: a reason for a lazy import: an optional dependency, or a measured cost
 LAZY_REASON = re.compile(r"optional|start-?up|\d+(\.\d+)?\s*(ms|s)\b", re.IGNORECASE)
 
@@ -168,6 +181,16 @@ def circles(edges: Dict[str, Set[str]]) -> List[List[str]]:
     return out
 
 
+def layer(module: str) -> int:
+    """The module's place in :data:`LAYERS` (1 the lowest folder), 0 for the operators."""
+    best, at = "", 0
+    for i, names in enumerate(LAYERS, 1):
+        for n in names:
+            if (module == n or module.startswith(n + ".")) and len(n) > len(best):
+                best, at = n, i
+    return at
+
+
 def rank_side(module: str) -> bool:
     return module in RANK_SIDE or module.startswith(RANK_SIDE_PACKAGES)
 
@@ -204,6 +227,29 @@ def test_the_engine_imports_nothing_built_on_it(tree):
     up = [f"{i.module}:{i.line} imports {i.target}" for i in imps
           if i.module.startswith("slash.run.") or i.module == "slash.run"
           if (owner(i.target, mods) or "").startswith(ABOVE_ENGINE)]
+    assert not up, "\n".join(up)
+
+
+def test_no_module_imports_from_a_layer_above_its_own(tree):
+    mods, imps = tree
+    up = [f"{i.module}:{i.line} imports {owner(i.target, mods)}" for i in imps
+          if owner(i.target, mods) not in (None, "slash")
+          and layer(owner(i.target, mods)) > layer(i.module)]  # type: ignore[arg-type]
+    assert not up, "\n".join(up)
+
+
+def test_every_folder_of_the_package_has_its_layer(tree):
+    mods, _ = tree
+    folders = {m for m, p in mods.items() if p.name == "__init__.py" and m.count(".") == 1}
+    assert folders <= {n for names in LAYERS for n in names}, sorted(
+        f for f in folders if f not in {n for names in LAYERS for n in names})
+
+
+def test_a_source_imports_no_engine_and_no_driver(tree):
+    mods, imps = tree
+    up = [f"{i.module}:{i.line} imports {owner(i.target, mods)}" for i in imps
+          if i.module.startswith("slash.sources")
+          and layer(owner(i.target, mods) or "slash") > layer("slash.sources")]
     assert not up, "\n".join(up)
 
 
@@ -260,3 +306,11 @@ def test_the_checks_see_a_circle_a_private_name_and_a_silent_lazy_import(tmp_pat
     low = (pkg / "run" / "low.py").read_text().split("\n")
     assert not any(LAZY_REASON.search(t) for t in low[:2])
     assert LAZY_REASON.search((pkg / "query.py").read_text().split("\n")[1])
+
+
+def test_a_modules_layer_is_the_one_of_the_longest_name_covering_it():
+    assert layer("slash.executor") == 0
+    assert layer("slash.sources.files") < layer("slash.kafka.source") < layer("slash.run.driver")
+    assert layer("slash.run.recovery.live") == layer("slash.control.moves") == layer("slash.run")
+    assert layer("slash.run") < layer("slash.runner") < layer("slash.spark.batch") \
+        < layer("slash.bench.matrix") < layer("slash.cli")

@@ -1,5 +1,5 @@
 """Live scale-out / scale-in of a `slash run` within a pre-provisioned group
-(slash.live_scale, max_executors=M): the output equals DuckDB's (or the
+(slash.run.live.scale, max_executors=M): the output equals DuckDB's (or the
 static run's, for sessions) whatever the points of the changes, no record is
 late because of one, standby ranks do not hold the group back, and what
 cannot scale live is refused naming why."""
@@ -22,7 +22,7 @@ import _slash_run
 from slash.control import request, wait_for_socket
 from slash.errors import InvalidArgument, NotSupported
 from slash.control import rebalance_spec
-from slash.live_scale import deal_work, spread_moves
+from slash.run.live.scale import deal_work, spread_moves
 from slash.query import Query
 from slash.runner import run
 from slash.sources import BatchSource, GeneratorSource, Unit
@@ -368,7 +368,7 @@ def slow_gen_batch(i):
 def test_a_batch_source_rescaled_by_checkpoint_restart_equals_duckdb(tmp_path):
     """The restart path (beyond a provisioned group) re-splits a BatchSource
     by global batch index too: 2 -> 3 executors from a cut."""
-    from slash.recovery import CheckpointedRun as Rescaler
+    from slash.run.recovery.checkpointed import CheckpointedRun as Rescaler
 
     src = BatchSource(slow_gen_batch, 300, GEN_SCHEMA, GEN_ROWS, bound=gen_bound)
     q = Query(time="t", window="tumbling:2s", key="k", aggregates=["count", "sum:v"])

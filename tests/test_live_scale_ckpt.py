@@ -1,5 +1,5 @@
 """A live-scalable group that takes checkpoints (runner.run with checkpoint=
-and max_executors=, slash.live_ckpt): scaled live at random points with
+and max_executors=, slash.run.recovery.live): scaled live at random points with
 checkpoints cut at random points, killed after a live scale, or scaled out
 beyond its provisioned size (the restart path), its output equals DuckDB's
 and the static run's; each scale says which path it took."""
@@ -144,7 +144,7 @@ def test_a_standby_killed_after_a_scale_in_resumes_as_a_standby_and_equals(parts
 
 def test_a_scale_out_beyond_max_executors_takes_the_restart_path_and_equals(
         parts, tmp_path, reference, caplog):
-    caplog.set_level(logging.WARNING, logger="slash.live_ckpt")
+    caplog.set_level(logging.WARNING, logger="slash.run.recovery.live")
     # the scale-in right after the restart answered (a restarted group counts its
     # records afresh in the status, so a later point might come after the input's end)
     out, m, done = driven_run(parts, tmp_path, ["scale-out", "scale-out", "scale-in"],

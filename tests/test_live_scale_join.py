@@ -1,4 +1,4 @@
-"""Live scale-out / scale-in of a window join (slash.live_join, max_executors=M):
+"""Live scale-out / scale-in of a window join (slash.run.live.join, max_executors=M):
 scaled 1 -> 2 -> 3 -> 2 -> 1 at random points while both inputs stream, the
 pairs equal DuckDB's join and the static run's, each pair once, no record
 late, every record read once; partitions move to the active ranks, and a
@@ -118,7 +118,7 @@ def test_a_rank_that_left_without_moves_keeps_firing_the_join_partitions_it_lead
     when a spread cannot be made) is correct too: the rank that left turns
     standby and still leads its partitions; it fires their windows as the
     group watermark passes them (before the stream ends), not only at finish."""
-    from slash import live_join
+    from slash.run.live import join as live_join
 
     monkeypatch.setattr(live_join, "JOIN_MOVES", False)  # read by the driver's commit
     sock = str(tmp_path / "c.sock")

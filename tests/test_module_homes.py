@@ -152,7 +152,17 @@ MOVED = [("slash.file_source", "FileSource", "slash.sources.files"),
          ("slash.latency_model", "LatencyModel", "slash.control.latency_model"),
          ("slash.control_logic", "LogicUpdates", "slash.control.logic"),
          ("slash.control_moves", "LiveMoves", "slash.control.moves"),
-         ("slash.control_socket", "ControlServer", "slash.control.server")]
+         ("slash.control_socket", "ControlServer", "slash.control.server"),
+         ("slash.worker", "run_rank", "slash.run.worker"),
+         ("slash.launcher", "ProcessGroup", "slash.run.launcher"),
+         ("slash.ckpt_worker", "AskSchedule", "slash.run.rank_ckpt"),
+         ("slash.recovery", "run_checkpointed", "slash.run.recovery.checkpointed"),
+         ("slash.recovery", "CheckpointedRun", "slash.run.recovery.checkpointed"),
+         ("slash.recovery_join", "merged", "slash.run.recovery.join"),
+         ("slash.live_ckpt", "run_live_checkpointed", "slash.run.recovery.live"),
+         ("slash.live_scale", "LiveScaler", "slash.run.live.scale"),
+         ("slash.live_scale", "deal_work", "slash.run.live.scale"),
+         ("slash.live_join", "LiveJoinPositions", "slash.run.live.join")]
 
 
 @pytest.mark.parametrize("old, name, home", MOVED, ids=[f"{o}.{n}" for o, n, _ in MOVED])

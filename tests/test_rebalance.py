@@ -23,7 +23,7 @@ from slash import control, errors
 from slash.checkpoint import CheckpointStore
 from slash.control import parse_moves, rebalance_spec
 from slash.query import Query
-from slash.recovery import CheckpointedRun, checkpoint_leaders, part_name, read_partitions
+from slash.run.recovery.checkpointed import CheckpointedRun, checkpoint_leaders, part_name, read_partitions
 from slash.runner import run
 from slash.sources import GeneratorSource
 

@@ -4,7 +4,7 @@ The reference of every recovered run is the failure-free run of the same
 query (itself checked against DuckDB): a recovered run must give the same
 rows, row for row, with no window twice. Workers are killed with SIGKILL at
 a chosen push through the documented test hook SLASH_TEST_KILL
-(slash.recovery)."""
+(slash.run.recovery.checkpointed)."""
 import functools
 import json
 import os
@@ -21,7 +21,7 @@ from slash.checkpoint import MANIFEST, CheckpointStore, chk_name
 from slash.errors import CheckpointCorrupt, InvalidArgument, SystemFailure
 from slash.executor import Executor, GroupConfig
 from slash.query import Query
-from slash.recovery import CheckpointEvery
+from slash.run.recovery.checkpointed import CheckpointEvery
 from slash.runner import run
 from slash.sources import FileSource, GeneratorSource, TableSource, read_from
 

@@ -3,7 +3,7 @@ right), checkpoint=DIR).
 
 The reference is the failure-free run of the same join, itself checked
 against DuckDB: a run whose worker is SIGKILLed (test hook SLASH_TEST_KILL,
-see slash.recovery) after a checkpoint committed, restarted from it with the
+see slash.run.recovery.checkpointed) after a checkpoint committed, restarted from it with the
 join stores (both sides' buffered rows) restored, gives the same pairs row
 for row, none twice, over shm and ofi:tcp."""
 import functools

@@ -6,7 +6,7 @@ once, and a resume of a generator with another executor count (refused, naming b
 References: DuckDB over the whole input (independent of Slash), or the
 failure-free run of test_recovery (itself checked against DuckDB). Workers
 kill themselves through the documented hook SLASH_TEST_KILL
-(slash.recovery). Inputs are small: 3 and 4 executors share 2 cores."""
+(slash.run.recovery.checkpointed). Inputs are small: 3 and 4 executors share 2 cores."""
 import os
 import re
 import time

@@ -14,7 +14,7 @@ import pytest
 
 from slash.errors import NotSupported, SystemFailure
 from slash.executor import GroupConfig
-from slash.recovery import CheckpointedRun
+from slash.run.recovery.checkpointed import CheckpointedRun
 from slash.runner import run
 from slash.sources import FileSource
 
@@ -169,7 +169,7 @@ def test_an_executor_killed_after_a_rescale_recovers_with_the_new_count(files, t
 
 
 def test_the_former_name_run_control_says_where_it_went():
-    import slash.recovery
+    import slash.run.recovery.checkpointed
 
-    with pytest.raises(AttributeError, match="renamed slash.recovery.CheckpointedRun"):
-        slash.recovery.RunControl
+    with pytest.raises(AttributeError, match="renamed slash.run.recovery.checkpointed.CheckpointedRun"):
+        slash.run.recovery.checkpointed.RunControl

@@ -12,7 +12,7 @@ import pytest
 import slash.kafka  # noqa: F401  (registers the Kafka kinds)
 import slash.sources.streams  # noqa: F401  (registers the Spark stream's kinds)
 from slash.errors import NotSupported
-from slash.recovery import fingerprint
+from slash.run.recovery.checkpointed import fingerprint
 from slash.run.resume import check_resplittable
 from slash.sources import (BatchSource, FileSource, GeneratorSource, TableSource, describe,
                            global_units, register, registered, resplittable, source_type,

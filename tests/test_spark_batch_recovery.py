@@ -4,7 +4,7 @@ Python worker is killed, Spark retries the stage as a whole and the new
 attempt resumes from the newest complete checkpoint instead of starting
 over. References: Spark's own groupBy(window) and the failure-free run.
 
-The kill is slash.recovery's documented test hook (SLASH_TEST_KILL, given
+The kill is slash.run.recovery.checkpointed's documented test hook (SLASH_TEST_KILL, given
 to the Python workers through ``SparkContext.environment``): the worker of
 rank RANK SIGKILLs itself after PUSHES pushes in attempt 0, once CUTS
 checkpoints are committed."""

@@ -179,7 +179,7 @@ def test_corrupt_checkpoint_is_refused_naming_the_file(spark, tmp_path):
                checkpoint=ck, checkpoint_every="2 batches", **QUERY)
     wait_for_checkpoints(h, 2)
     m = h.stop()
-    # partition 0 in rank 0's image (one file per image: slash.recovery.part_name)
+    # partition 0 in rank 0's image (one file per image: slash.run.recovery.checkpointed.part_name)
     chk = os.path.join(ck, f"chk-{m['checkpoints'][-1]['id']:012d}", "part-0.r0.bin")
     with open(chk, "r+b") as f:
         f.seek(8)
@@ -241,7 +241,7 @@ def test_a_restarted_driver_rolls_the_newest_commit_forward_and_drops_uncommitte
     """The driver died after committing checkpoint 2's manifest, before renaming
     its pending parts; checkpoint 3 was never committed. The next start
     publishes 2's parts (once) and deletes 3's."""
-    from slash.recovery import CheckpointEvery
+    from slash.run.recovery.checkpointed import CheckpointEvery
     from slash.spark._stream_ckpt import PENDING, CheckpointPlan, DriverCheckpoints
 
     sink = tmp_path / "out"

@@ -1,6 +1,7 @@
 """The package's old module names, kept importable after their modules moved
 into a package of their concern (``slash.sources``, ``slash.kafka``,
-``slash.control``).
+``slash.control``, the engine ``slash.run`` and its ``recovery`` and ``live``
+groups, ``slash.cli``).
 
 One import hook (a :data:`sys.meta_path` finder) answers for every old name in
 :data:`MOVED`: importing it warns (DeprecationWarning, naming the new home and
@@ -32,6 +33,14 @@ MOVED: Dict[str, tuple] = {
     "slash.control_socket": ("slash.control.server", "slash.control"),
     "slash.controller": ("slash.control.controller", "slash.control.controller"),
     "slash.latency_model": ("slash.control.latency_model", "slash.control.latency_model"),
+    # the engine's rank side and its checkpointed and live groups: imported from their home
+    **{old: (home, home) for old, home in (
+        ("slash.worker", "slash.run.worker"), ("slash.launcher", "slash.run.launcher"),
+        ("slash.ckpt_worker", "slash.run.rank_ckpt"),
+        ("slash.recovery", "slash.run.recovery.checkpointed"),
+        ("slash.recovery_join", "slash.run.recovery.join"),
+        ("slash.live_ckpt", "slash.run.recovery.live"),
+        ("slash.live_scale", "slash.run.live.scale"), ("slash.live_join", "slash.run.live.join"))},
 }
 
 

@@ -1,5 +1,5 @@
 """Imported by the executor fork server of ``slash run`` (see
-:func:`slash.launcher.use_forkserver`): loads what every executor process
+:func:`slash.run.launcher.use_forkserver`): loads what every executor process
 would otherwise load at its start, once, before the executors are forked:
 numpy, pyarrow (its compute kernels and Parquet reader) and the core.
 

@@ -4,10 +4,10 @@ with ``latency_target=``; what it does, its two paths and what it measured
 are docs/metrics.md's "A latency target: the stream tunes itself").
 
 Two paths, chosen at the start: **live** (:func:`_run_live_tuned`: a
-provisioned group, scales through :class:`slash.live_scale.LiveScaler`) and
+provisioned group, scales through :class:`slash.run.live.scale.LiveScaler`) and
 **restart** (``checkpoint=`` given, or a source that cannot be re-dealt
-live: :func:`slash.recovery.run_checkpointed`, scales by
-:meth:`slash.recovery.CheckpointedRun.rescale`). A driver thread
+live: :func:`slash.run.recovery.checkpointed.run_checkpointed`, scales by
+:meth:`slash.run.recovery.checkpointed.CheckpointedRun.rescale`). A driver thread
 (:class:`AutoTuner`) feeds a :class:`slash.metrics.LiveMetrics` snapshot to
 the :class:`slash.control.controller.Controller` every tick and applies its
 decisions (epoch, scale out/in, rebalance) through an
@@ -35,7 +35,7 @@ from slash.control.controller import Actuator, Controller, ControllerConfig, Dec
 from slash.errors import InvalidArgument, SlashError
 from slash.metrics import LiveMetrics
 from slash.query import Query
-from slash.recovery import CheckpointedRun as Rescaler
+from slash.run.recovery.checkpointed import CheckpointedRun as Rescaler
 from slash.run import compat
 from slash.run.protocol import Epoch
 from slash.run.run_plan import RunPlan
@@ -171,7 +171,7 @@ def provide_by_hand(ctl: Any, tuner: AutoTuner, size: Callable[[], int],
 def rebalance_op(rescaler: Any, live: Any) -> Any:
     """The Actuator's ``rebalance(from_rank, to_rank)``: half the partitions
     the hot leader leads move to the idle one, live, through rank 0
-    (:meth:`slash.recovery.CheckpointedRun.rebalance`); marked on the live page."""
+    (:meth:`slash.run.recovery.checkpointed.CheckpointedRun.rebalance`); marked on the live page."""
     def rebalance(from_rank: int, to_rank: int) -> None:
         got = rescaler.rebalance(from_rank=from_rank, to_rank=to_rank)
         live.event(f"rebalance: {len(got['moves'])} partition(s) of rank {from_rank} to rank "
@@ -186,11 +186,11 @@ def serve_checkpointed(control: Any, query: Any, src: Any, n: int, rescaler: Any
     from the executors' live reports, ``rebalance`` (live moves of partition
     leadership through rank 0), ``scale-out``/``scale-in`` (a rescale from a
     checkpoint cut) and ``epoch``, all through ``rescaler``
-    (:class:`slash.recovery.CheckpointedRun`). With ``live`` (LiveMetrics) the
+    (:class:`slash.run.recovery.checkpointed.CheckpointedRun`). With ``live`` (LiveMetrics) the
     reports feed its page too, and recoveries are marks on it."""
     if not (control is True or isinstance(control, (str, os.PathLike))):
         raise InvalidArgument("with checkpoint=, control must be True, a socket path or a "
-                              "slash.recovery.CheckpointedRun")
+                              "slash.run.recovery.checkpointed.CheckpointedRun")
     sides = src if isinstance(src, tuple) else (src,)  # a join's: (left, right)
     ctl = RunControl(query, sides[0].schema, n,
                      bounded=all(watermarks_from_source(s) for s in sides),
@@ -389,7 +389,7 @@ def _run_live_group(p: RunPlan, size: int, live: Any, ctl: Any, server: Any, tic
 def _scales_live(p: RunPlan) -> bool:
     """Whether ``latency_target=`` takes the live path: a window aggregation
     over a FileSource (or a BatchSource), whose units a pre-provisioned group
-    re-deals without a restart (:mod:`slash.live_scale`)."""
+    re-deals without a restart (:mod:`slash.run.live.scale`)."""
     return isinstance(p.query, Query) and global_units(p.src)
 
 
@@ -416,7 +416,7 @@ def _run_live_tuned(p: RunPlan, config: ControllerConfig, controller: Controller
                     drivers: GroupDrivers) -> pa.Table:
     """``latency_target=`` without ``checkpoint=`` over a FileSource: the
     controller drives a group of ``max_executors`` processes, ``n`` active at
-    the start, that scales LIVE (:class:`slash.live_scale.LiveScaler`: no
+    the start, that scales LIVE (:class:`slash.run.live.scale.LiveScaler`: no
     restart, the input paused for milliseconds). Scale-out/in go through the
     live scaler, epoch lengths to every rank (``Executor.set_epoch``), a
     rebalance to rank 0 as live partition moves (``RunControl.rebalance``)."""

@@ -44,7 +44,7 @@ Invariants:
   (or partition count) is refused with :class:`slash.errors.InvalidArgument`.
   Its executor count may differ from the reader's: a checkpoint restores
   into another executor count (leader stores are by key partition; the
-  caller re-splits the sources' positions, see :mod:`slash.recovery`).
+  caller re-splits the sources' positions, see :mod:`slash.run.recovery.checkpointed`).
 """
 from __future__ import annotations
 

@@ -205,7 +205,7 @@ def _kafka_source(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
-    from slash.launcher import use_forkserver
+    from slash.run.launcher import use_forkserver
 
     process_settings = {"checkpoint": args.checkpoint, "max_executors": args.max_executors,
                         "latency_target": args.latency_target, "realtime": args.realtime}

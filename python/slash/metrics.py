@@ -196,7 +196,7 @@ class LiveMetrics:
                 self._rates.pop(r, None)
 
     def feed(self, rank: int, snap: Dict[str, Any]) -> None:
-        """A checkpointed rank's report (``slash.recovery``): its snapshot,
+        """A checkpointed rank's report (``slash.run.recovery.checkpointed``): its snapshot,
         whose ``windows`` entry, if any, lists (window end ms, emit wall
         clock ms, rows) of the windows it fired; taken out of ``snap``."""
         windows = snap.pop("windows", None) or ()

@@ -4,7 +4,7 @@
 (threads of this process, or processes started by the "spawn" method when a
 feature needs a process per rank: :func:`runs_in_process`), lets them exchange their
 listener addresses, and gathers the results. Each process runs
-:func:`slash.worker.worker`: its rank loop reads its own split of the
+:func:`slash.run.worker.worker`: its rank loop reads its own split of the
 source, pushes it through the query's filter and projection into its
 executor, and returns the windows it leads. The Spark integration runs the
 same loop from each barrier task (:func:`execute_split`).
@@ -27,9 +27,9 @@ import pyarrow as pa
 
 from slash.errors import InvalidArgument, SinkFailed
 from slash.executor import GroupConfig
-from slash.launcher import ProcessGroup
+from slash.run.launcher import ProcessGroup
 from slash.query import JoinQuery, Query
-from slash.recovery_join import execute_join_split  # noqa: F401 (Spark's join task runs it)
+from slash.run.recovery.join import execute_join_split  # noqa: F401 (Spark's join task runs it)
 from slash.run.driver import Driver, serve_rounds, show_live
 from slash.run.failure import Reported
 from slash.run.inputs import bound_ticks, source_nullable  # noqa: F401 (the benchmarks')
@@ -37,7 +37,7 @@ from slash.run.output import write_late, write_parquet_atomically
 from slash.run.run_plan import (IN_PROCESS_ROWS, RunPlan, executor_count,  # noqa: F401 (the CLI's)
                                 runs_in_process)
 from slash.sources import Source, watermarks_from_source
-from slash.worker import RankSpec, run_rank, worker
+from slash.run.worker import RankSpec, run_rank, worker
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def execute_split(query: Query, source: Source, rank: int, addresses: List[str],
     markers, from Parquet row-group statistics), and finish() fires the rest.
     An unbounded source keeps the group's lateness, unless it declares
     ``source_watermarks`` (a Kafka stream's per-partition watermarks). The loop is
-    :class:`slash.run.rank.RankLoop`, built by :func:`slash.worker.run_rank`."""
+    :class:`slash.run.rank.RankLoop`, built by :func:`slash.run.worker.run_rank`."""
     result, m = run_rank(RankSpec(query, source, group, token), rank, addresses, listener, None)
     if metrics is not None:
         metrics.update(m)
@@ -104,7 +104,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     Raises the first executor's error, naming its rank.
 
     ``checkpoint``: a directory (shared by every executor) for exactly-once
-    recovery (see :mod:`slash.recovery` and docs/recovery.md): a checkpoint
+    recovery (see :mod:`slash.run.recovery.checkpointed` and docs/recovery.md): a checkpoint
     is cut every ``checkpoint_every`` (``"10s"``, seconds as a number,
     ``"N epochs"`` or ``"N batches"``), the newest ``checkpoint_keep`` are
     kept, and a failed executor restarts the whole group from the newest
@@ -124,9 +124,9 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     already made (its caller serves the socket). ``slash ctl status`` and
     ``slash ctl update`` then reach the run. A join over file inputs
     without ``checkpoint`` then runs as a live join group of ``executors``
-    (as ``max_executors=executors``, :mod:`slash.live_join`): ``status``,
+    (as ``max_executors=executors``, :mod:`slash.run.live.join`): ``status``,
     ``rebalance`` and ``scale-in`` reach it. With ``checkpoint``: a
-    :class:`slash.recovery.CheckpointedRun` through which another thread can
+    :class:`slash.run.recovery.checkpointed.CheckpointedRun` through which another thread can
     rescale the running group (``control.rescale(n)``);
     ``metrics["rescales"]`` lists each one; or ``True`` / a path: the
     control socket, whose ``update`` every checkpoint records (a restart
@@ -139,17 +139,17 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
     with its reason before any process starts.
 
     ``max_executors`` without ``latency_target``: a group that scales live
-    (:mod:`slash.live_scale`, docs/elastic.md): ``max_executors`` processes
+    (:mod:`slash.run.live.scale`, docs/elastic.md): ``max_executors`` processes
     start, ``executors`` of them active and the rest standby; the control
     socket (``control``, default the default path) then takes ``scale-out
     K`` / ``scale-in K`` within 1..max_executors without a restart, and
     ``metrics["live_scales"]`` lists them. Window aggregations over a
     :class:`~slash.sources.FileSource` or :class:`~slash.sources.BatchSource`,
     and window joins whose two inputs are such sources
-    (:mod:`slash.live_join`); anything else raises NotSupported. Beyond
+    (:mod:`slash.run.live.join`); anything else raises NotSupported. Beyond
     ``max_executors`` a scale-out is refused (InvalidArgument: provision more,
     or use ``checkpoint``).
-    With ``checkpoint`` too (:mod:`slash.live_ckpt`, aggregations and joins) the live group takes
+    With ``checkpoint`` too (:mod:`slash.run.recovery.live`, aggregations and joins) the live group takes
     checkpoints (standby ranks included; positions in global terms) and
     recovers from a failed rank exactly once; a scale-out beyond
     ``max_executors`` then restarts the group from a checkpoint with the new
@@ -205,8 +205,8 @@ def _run_tuned(p: RunPlan) -> pa.Table:
 
 
 def _run_live_checkpointed(p: RunPlan) -> pa.Table:
-    """Live within ``max_executors``, beyond it by restart (:mod:`slash.live_ckpt`)."""
-    from slash.live_ckpt import run_live_checkpointed
+    """Live within ``max_executors``, beyond it by restart (:mod:`slash.run.recovery.live`)."""
+    from slash.run.recovery.live import run_live_checkpointed
 
     late: Optional[List[pa.Table]] = [] if p.want_late else None
     result = run_live_checkpointed(p.query, p.src, p.n, p.max_executors, p.group, p.token,
@@ -221,7 +221,7 @@ def _run_live_checkpointed(p: RunPlan) -> pa.Table:
 
 
 def _run_live(p: RunPlan) -> pa.Table:
-    """A pre-provisioned group that scales live (:mod:`slash.live_scale`)."""
+    """A pre-provisioned group that scales live (:mod:`slash.run.live.scale`)."""
     ctl, server = _control_for(True if p.control in (None, False) else p.control, p.query, p.src,
                                p.max_executors, elastic=True)
     try:
@@ -234,9 +234,9 @@ def _run_live(p: RunPlan) -> pa.Table:
 
 
 def _run_checkpointed(p: RunPlan) -> pa.Table:
-    """The recovery driver (:mod:`slash.recovery`), with the control socket
+    """The recovery driver (:mod:`slash.run.recovery.checkpointed`), with the control socket
     of a checkpointed run if ``control`` asks for one."""
-    from slash.recovery import CheckpointedRun as Rescaler
+    from slash.run.recovery.checkpointed import CheckpointedRun as Rescaler
 
     live_every = report_every(p.live, None)
     control = p.control
@@ -301,7 +301,7 @@ def _control_for(control: Any, query: Any, src: Any, n: int,
     if isinstance(query, JoinQuery):
         raise InvalidArgument("control=: a join serves a control socket over file inputs "
                               "(FileSource or BatchSource) without checkpoint= (it runs as a "
-                              "live join group, slash.live_join)")
+                              "live join group, slash.run.live.join)")
     if isinstance(control, RunControl):
         control.declare(*features)
         return control, None
@@ -319,19 +319,19 @@ def _run_group(p: RunPlan, size: int, ctl: Any, report_every: Optional[float], *
     """A run without checkpoints: a group of ``size`` ranks and its results
     (``live``, ``metrics``: the plan's unless given). ``elastic``: the group
     is pre-provisioned, its first ``elastic`` ranks active
-    (:mod:`slash.live_scale`; ``rate`` is then the total); ``realtime`` (with
+    (:mod:`slash.run.live.scale`; ``rate`` is then the total); ``realtime`` (with
     ``elastic``): each rank paces its input by event time and reports the
     windows it fires; ``on_scaler`` is called with the
-    :class:`slash.live_scale.LiveScaler` before the group starts (the latency
+    :class:`slash.run.live.scale.LiveScaler` before the group starts (the latency
     controller's actuator, :mod:`slash.autotune`)."""
     live = p.live if live is _PLAN else live
     metrics = p.metrics if metrics is _PLAN else metrics
     scaler = None
     if elastic is not None:
-        from slash.live_scale import LiveScaler
+        from slash.run.live.scale import LiveScaler
 
         if p.is_join:
-            from slash.live_join import JoinLiveScaler
+            from slash.run.live.join import JoinLiveScaler
             scaler = JoinLiveScaler(p.src, p.query, size, elastic)
         else:
             scaler = LiveScaler(p.src, p.query, size, elastic,
@@ -411,11 +411,11 @@ def run_checkpointed_group(p: RunPlan, *, control: Optional[Any] = None,
                            rounds: Any = None, checkpoint: Optional[str] = None,
                            metrics: Any = _PLAN) -> pa.Table:
     """A run with checkpoints: the recovery driver runs the group
-    (:func:`slash.recovery.run_checkpointed`; ``control``: its
+    (:func:`slash.run.recovery.checkpointed.run_checkpointed`; ``control``: its
     CheckpointedRun; ``rounds``: the control socket's RunControl, whose
     updates the group serves; ``realtime``: ranks pace by event time;
     ``checkpoint``, ``metrics``: the plan's unless given)."""
-    from slash.recovery import run_checkpointed
+    from slash.run.recovery.checkpointed import run_checkpointed
 
     metrics = p.metrics if metrics is _PLAN else metrics
     m: Dict[str, Any] = {}

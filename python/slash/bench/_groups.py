@@ -18,7 +18,7 @@ import pyarrow as pa
 
 import slash
 from slash.errors import SystemFailure, Timeout
-from slash.launcher import ProcessGroup
+from slash.run.launcher import ProcessGroup
 from slash.workloads import ysb_batches
 
 log = logging.getLogger(__name__)

@@ -62,7 +62,7 @@ from slash.bench._progress import Progress
 from slash.errors import InvalidArgument, NotSupported, SystemFailure
 from slash.executor import Executor, GroupConfig
 from slash.join import JoinConfig
-from slash.launcher import ProcessGroup
+from slash.run.launcher import ProcessGroup
 from slash.query import Query
 from slash.runner import execute_split
 from slash.workloads import cm_sample
@@ -466,7 +466,7 @@ def _execute_time_join(plan: Plan, parts: Dict[str, List[pa.RecordBatch]], rank:
 
 def _worker(plan: Plan, rank: int, n: int, mode: str, transport: str, token: str, timeout: float,
             link: Any) -> None:
-    in_q = out_q = link  # slash.launcher.Link: put() to the parent, get() from it
+    in_q = out_q = link  # slash.run.launcher.Link: put() to the parent, get() from it
     try:
         lst = Executor.listen(transport, token=token)
         t0 = time.perf_counter()

@@ -13,7 +13,7 @@ latency (emit time - window end) per second, records/s, executors in use.
 * **autotune** (live): ``latency_target=`` from the smallest executor count
   with ``max_executors`` the sweep's largest, the controller's decisions
   marked: a group of ``max_executors`` processes that scales live
-  (:mod:`slash.live_scale`, no restart);
+  (:mod:`slash.run.live.scale`, no restart);
 * **autotune_restart**: the same with ``checkpoint=``, which rescales by
   checkpoint-and-restart (``CheckpointedRun.rescale``); ``--no-restart``
   leaves it out.

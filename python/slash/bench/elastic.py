@@ -58,7 +58,7 @@ from slash.control import request, wait_for_socket
 from slash.executor import GroupConfig
 from slash.metrics import LiveMetrics
 from slash.query import Query
-from slash.recovery import CheckpointedRun
+from slash.run.recovery.checkpointed import CheckpointedRun
 from slash.run.run_plan import RunPlan
 from slash.runner import run as run_query, run_checkpointed_group
 from slash.sources import as_source

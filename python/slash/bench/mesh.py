@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any, Dict, List
 
 from slash.bench._groups import GroupBenchConfig, run_group
-from slash.launcher import use_forkserver
+from slash.run.launcher import use_forkserver
 from slash.open_files import executor_fds
 
 log = logging.getLogger(__name__)

@@ -51,7 +51,7 @@ from slash.bench._progress import Progress
 from slash.checkpoint import MANIFEST, CheckpointStore
 from slash.executor import Executor, GroupConfig
 from slash.query import Query
-from slash.recovery import fingerprint, read_partitions
+from slash.run.recovery.checkpointed import fingerprint, read_partitions
 from slash.runner import run as slash_run, source_nullable
 from slash.sources import GeneratorSource
 

@@ -21,14 +21,14 @@ The map: every entry point, the control it builds, and who registers what
   rounds advanced by the runner's loop), rebalance
   (:class:`slash.control.moves.LiveMoves`: rank 0 moves leadership live).
   With ``max_executors=``: scale-out, scale-in, elastic-status
-  (``slash.live_scale.LiveScaler``, registered in ``runner._run_group``).
+  (``slash.run.live.scale.LiveScaler``, registered in ``runner._run_group``).
 * the same for a window join with ``max_executors=``: rebalance (LiveMoves),
-  scale-out, scale-in, elastic-status (``slash.live_join.JoinLiveScaler``);
+  scale-out, scale-in, elastic-status (``slash.run.live.join.JoinLiveScaler``);
   update refused by the table (a join has no filters to change).
 * ``checkpoint=`` with ``control=`` (or ``realtime=`` without a target;
   ``autotune.serve_checkpointed``): rebalance, scale-out, scale-in (by
   restart from a checkpoint cut) and epoch, all through
-  ``slash.recovery.CheckpointedRun``; update (LogicUpdates, rounds served
+  ``slash.run.recovery.checkpointed.CheckpointedRun``; update (LogicUpdates, rounds served
   by the checkpointed group's driver loop, the versions recorded in every
   checkpoint and installed by every restarted group).
 * ``checkpoint=`` with ``max_executors=`` (``live_ckpt.run_live_checkpointed``):
@@ -52,7 +52,7 @@ The map: every entry point, the control it builds, and who registers what
 * ``slash ctl``: the client (:func:`slash.control.server.request`) of the
   operations of :data:`OPERATIONS`.
 
-The executors' end: ``slash.worker`` (local ranks) and ``slash.spark.stream``'s
+The executors' end: ``slash.run.worker`` (local ranks) and ``slash.spark.stream``'s
 tasks build :class:`slash.control.logic.ExecutorControl` (update rounds, and
 rank 0's :class:`slash.control.moves.MoveRequests`), served between batches by
 the rank loop's ``Control`` feature (``slash.run.rank``).

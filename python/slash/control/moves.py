@@ -6,7 +6,7 @@ driver side: :class:`LiveMoves`, the feature that registers ``rebalance``
 with a run's control facade (:class:`slash.control.RunControl`), choosing the
 moves (:func:`rebalance_spec`) and waiting for rank 0's answer
 (:class:`MoveWaiters`). A checkpointed run registers its own ``rebalance``
-instead (:meth:`slash.recovery.CheckpointedRun.rebalance`), which uses the
+instead (:meth:`slash.run.recovery.checkpointed.CheckpointedRun.rebalance`), which uses the
 same choice and waiters.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from slash import errors
 from slash.errors import InvalidArgument, InvalidState, SlashError, SystemFailure, Timeout
-from slash.live_scale import spread_moves
+from slash.run.live.scale import spread_moves
 from slash.run.protocol import Move, Moved
 
 log = logging.getLogger(__name__)

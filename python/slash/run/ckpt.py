@@ -70,7 +70,7 @@ def commit(store: CheckpointStore, cid: int, reports: Dict[int, Tuple[Any, ...]]
     rank's ("ckpt", ...) report of it; its sizes and times appended to
     ``checkpoints``. ``carried``: result segments of earlier cuts that did not
     commit, kept by this one; ``gen``: the live group's scale generation the
-    cut was taken in (recorded in the manifest, :mod:`slash.live_ckpt`);
+    cut was taken in (recorded in the manifest, :mod:`slash.run.recovery.live`);
     ``info``: more for the manifest's info (the logic versions agreed so far).
     Returns the committed checkpoint."""
     files: Dict[str, Dict[str, int]] = {}

@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from slash.checkpoint import Checkpoint, CheckpointStore
 from slash.errors import SystemFailure, Timeout
-from slash.launcher import ProcessGroup
+from slash.run.launcher import ProcessGroup
 from slash.run.ckpt import commit
 from slash.run.failure import first_cause, reported
 from slash.run.protocol import CheckpointWritten, Error, Metrics, Windows
@@ -158,7 +158,7 @@ class Committer:
     and ``committed`` gets the checkpoint (a transactional sink's commit).
 
     In a live group (``live``) a cut commits only in a scale generation every
-    rank can be described in (:mod:`slash.live_ckpt`); a cut that straddles a
+    rank can be described in (:mod:`slash.run.recovery.live`); a cut that straddles a
     whole scale is dropped (its id appended to ``dropped``) and its result
     segments are carried into the next committed cut, so no fired window is
     lost; a rescale waiting for it asks again. ``info()``, if given, adds to
@@ -211,7 +211,7 @@ def feed_control(d: Dispatch, ctl: Any, scaler: Any = None) -> None:
 def serve_rounds(d: Driver, ctl: Any, scaler: Any = None,
                  between: Optional[Callable[[], bool]] = None) -> None:
     """The control plane's agreements on ``d``, one at a time: a live scale
-    in progress (``scaler``, :class:`slash.live_scale.LiveScaler`) goes on
+    in progress (``scaler``, :class:`slash.run.live.scale.LiveScaler`) goes on
     first; then ``between`` (a restart's cut request: True when it acted);
     then a control round (``ctl``, :class:`slash.control.RunControl`: an
     update), and a live scale when no update is being agreed. Their reports

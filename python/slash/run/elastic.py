@@ -1,4 +1,4 @@
-"""A live-scalable rank's input (:mod:`slash.live_scale`): the batches of the
+"""A live-scalable rank's input (:mod:`slash.run.live.scale`): the batches of the
 work its agent holds, reread when a scale commit deals it new work, paced
 by event time when the run is realtime."""
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Pacer:
 def elastic_items(loop: Any, agent: Any, rate: Optional[float],
                   pacer: Optional[Pacer] = None) -> Iterator[Tuple[Any, Any]]:
     """A live-scalable rank's (position, batch or Watermark) items for its
-    :class:`slash.run.rank.RankLoop` (:mod:`slash.live_scale`): it reads
+    :class:`slash.run.rank.RankLoop` (:mod:`slash.run.live.scale`): it reads
     ``agent.work`` from ``agent.pos``, reopens its reader when a scale commit
     gave it new work (or an update more columns), and with nothing to read
     (a standby, or its work done) serves the executor until new work or the

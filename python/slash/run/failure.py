@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Optional
 
 from slash.errors import (CheckpointCorrupt, InvalidArgument, NoSpaceLeft, PeerDisconnected,
                           SystemFailure, Timeout, UsageError)
-from slash.launcher import ProcessGroup
+from slash.run.launcher import ProcessGroup
 from slash.run.protocol import Error
 
 log = logging.getLogger(__name__)

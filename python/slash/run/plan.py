@@ -81,7 +81,7 @@ class CheckpointPlan:
 
 @dataclass(frozen=True)
 class AttemptPlan(CheckpointPlan):
-    """What a worker of one attempt of :func:`slash.recovery.run_checkpointed` needs: the
+    """What a worker of one attempt of :func:`slash.run.recovery.checkpointed.run_checkpointed` needs: the
     plan, and where this attempt resumes."""
 
     resume_id: Optional[int]

@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from slash.checkpoint import Checkpoint
-from slash.ckpt_worker import AskSchedule, LateRows, write_image
+from slash.run.rank_ckpt import AskSchedule, LateRows, write_image
 from slash.compute import pc
 from slash.errors import InvalidState, SystemFailure
 from slash.executor import Executor, GroupConfig
@@ -458,7 +458,7 @@ class Moves:
 
 
 class Scaling:
-    """A live-scalable rank (:class:`slash.live_scale.ScaleAgent`): it takes
+    """A live-scalable rank (:class:`slash.run.live.scale.ScaleAgent`): it takes
     the driver's scale requests and tells the agent its watermark."""
 
     def __init__(self, agent: Any, ctl: Any, restored: bool = False) -> None:
@@ -623,7 +623,7 @@ class SplitPositions:
 
 
 class LivePositions:
-    """A live-scalable rank's positions (:mod:`slash.live_ckpt`): at each
+    """A live-scalable rank's positions (:mod:`slash.run.recovery.live`): at each
     push count, the scale generations it can be described in, each with its
     work in global terms, the position in it and its active ranks."""
 
@@ -683,7 +683,7 @@ def restore_from(ex: Executor, ck: Checkpoint, n: int, partitions: int,
 
 
 class Checkpointing:
-    """Checkpoint cuts (see :mod:`slash.recovery`): rank 0 asks for them
+    """Checkpoint cuts (see :mod:`slash.run.recovery.checkpointed`): rank 0 asks for them
     (:class:`AskSchedule`), every rank writes its image on a background
     thread (:class:`Writer`) with its position at the cut (``positions``:
     :class:`SplitPositions`, :class:`LivePositions` or a join's: ``at(pushes)``

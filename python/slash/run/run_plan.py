@@ -185,7 +185,7 @@ class RunPlan:
         if (self.is_join and self.control not in (None, False) and self.max_executors is None
                 and self.checkpoint is None and all(global_units(s) for s in self.src)):
             # a join's control socket (status, rebalance, scale-in) is the live join's
-            # (slash.live_join): its group of n, every rank active
+            # (slash.run.live.join): its group of n, every rank active
             self.max_executors = n
         if self.max_executors is not None and self.path != "tuned":
             self._check_elastic()
@@ -212,8 +212,8 @@ class RunPlan:
     def path(self) -> str:
         """The driver the run takes (one of :data:`PATHS`): ``tuned`` (a
         latency target, or a realtime run measured: :mod:`slash.autotune`),
-        ``live_checkpointed`` (:mod:`slash.live_ckpt`), ``live``
-        (:mod:`slash.live_scale`), ``checkpointed`` (:mod:`slash.recovery`)
+        ``live_checkpointed`` (:mod:`slash.run.recovery.live`), ``live``
+        (:mod:`slash.run.live.scale`), ``checkpointed`` (:mod:`slash.run.recovery.checkpointed`)
         or ``plain``."""
         if self.latency_target is not None or self.realtime:
             return "tuned"

@@ -1,6 +1,6 @@
 """One Spark stream task's rank: a Slash executor kept running over its
 share of an unbounded source (``slash.spark.stream``), built by the one
-worker entry (:func:`slash.worker.run_rank`, from a :class:`StreamPlan`).
+worker entry (:func:`slash.run.worker.run_rank`, from a :class:`StreamPlan`).
 
 It runs the one rank loop (:class:`slash.run.rank.RankLoop`) over what its
 source yields (batches and :class:`slash.run.rank.Advance` of its
@@ -29,7 +29,7 @@ from slash.compute import pc
 from slash.control.logic import ExecutorControl, LogicPlan
 from slash.errors import InvalidArgument
 from slash.executor import Executor, GroupConfig
-from slash.launcher import Link
+from slash.run.launcher import Link
 from slash.metrics import Reporter
 from slash.query import Query
 from slash.run.ckpt import SharedLink

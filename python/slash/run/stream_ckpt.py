@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import pyarrow as pa
 
 from slash._ipc import to_ipc
-from slash.ckpt_worker import AskSchedule, write_state
+from slash.run.rank_ckpt import AskSchedule, write_state
 from slash.errors import CheckpointCorrupt, InvalidState, NotSupported, PeerDisconnected, Timeout
 from slash.executor import split_at_cut
 from slash.run.ckpt import Writer, part_name

@@ -8,7 +8,7 @@ A barrier *ResultStage* is never retried by Spark, a barrier
 stage with a one-partition shuffle of its summary rows, so a new attempt's
 tasks find the newest complete checkpoint and go on from it. A task
 (:func:`run_task`) asks the driver where to start, then runs
-:func:`slash.recovery.execute_split_checkpointed` (or its join twin) over a
+:func:`slash.run.recovery.checkpointed.execute_split_checkpointed` (or its join twin) over a
 link that tags each report with its attempt; its result is the windows it
 fired plus its share (segment i to rank ``i mod N``) of the resumed
 checkpoint's result segments. The driver's side (:class:`BatchCheckpoints`,
@@ -30,7 +30,7 @@ import pyarrow as pa
 from slash._ipc import from_ipc
 from slash.checkpoint import CheckpointStore
 from slash.errors import CheckpointCorrupt, InvalidArgument, NotSupported, Timeout
-from slash.recovery import fingerprint
+from slash.run.recovery.checkpointed import fingerprint
 from slash.run.ckpt import commit
 from slash.run.plan import AttemptPlan, CheckpointEvery, CheckpointPlan
 from slash.run.protocol import CheckpointWritten, Resumed

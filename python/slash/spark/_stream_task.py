@@ -1,7 +1,7 @@
 """One Spark stream task: a Slash executor kept running inside a barrier
 task over its share of an unbounded source (:func:`stream_task`). The task
 joins its group through the driver's rendezvous and runs the rank the one
-worker entry builds (:func:`slash.worker.run_rank` with the stream's
+worker entry builds (:func:`slash.run.worker.run_rank` with the stream's
 :class:`slash.run.stream.StreamPlan`: the one rank loop, see
 :mod:`slash.run.stream`)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import dataclasses
 from slash.run.stream import DONE, NEVER, StreamPlan, late_windows  # noqa: F401 (re-exported)
 from slash.sources import malformed_records
 from slash.spark._tasks import join_group, rank_errors, report_error
-from slash.worker import RankSpec, run_rank
+from slash.run.worker import RankSpec, run_rank
 
 
 def stream_task(plan: StreamPlan):

@@ -49,7 +49,7 @@ from slash.limits import MAX_EXECUTORS
 from slash.errors import InvalidArgument, SchemaError
 from slash.executor import GroupConfig
 from slash.query import Query
-from slash.recovery import execute_split_checkpointed
+from slash.run.recovery.checkpointed import execute_split_checkpointed
 from slash.run.plan import CheckpointPlan
 from slash.runner import execute_split
 from slash.sources import FileSource, Source

@@ -25,7 +25,7 @@ from typing import Any, List, Optional, Sequence, Union
 from slash.errors import InvalidArgument
 from slash.executor import GroupConfig
 from slash.query import JoinQuery
-from slash.recovery_join import execute_join_split_checkpointed
+from slash.run.recovery.join import execute_join_split_checkpointed
 from slash.run.plan import CheckpointPlan
 from slash.runner import execute_join_split
 from slash.sources import FileSource

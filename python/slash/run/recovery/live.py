@@ -1,16 +1,16 @@
 """A live-scalable group that takes checkpoints: ``runner.run(..., checkpoint=DIR,
 max_executors=M)`` (``slash run --checkpoint DIR --max-executors M``): the
-group of :mod:`slash.live_scale` (M ranks, N active, live scales within
-1..M), checkpointed and recovered as :mod:`slash.recovery` does. What a
+group of :mod:`slash.run.live.scale` (M ranks, N active, live scales within
+1..M), checkpointed and recovered as :mod:`slash.run.recovery.checkpointed` does. What a
 rank records at a cut (its work left in global terms, per scale
 generation), which generation a cut commits in, recovery and the restart
 path beyond M are docs/elastic.md's "A live group that takes checkpoints".
 
 Late rows (``late_output=``) go with the cut after the push that found them
-(:class:`slash.ckpt_worker.LateRows`), as the fired windows do. Updates:
+(:class:`slash.run.rank_ckpt.LateRows`), as the fired windows do. Updates:
 every manifest records the logic versions agreed so far, installed by every
 attempt's ranks before reading. Joins run the same group with
-:mod:`slash.live_join`'s ranks and scaler (:class:`slash.live_join.LiveJoinPositions`
+:mod:`slash.run.live.join`'s ranks and scaler (:class:`slash.run.live.join.LiveJoinPositions`
 records both sides' work left per generation and the rows the merge holds).
 
 Invariant: a cut commits only in a generation every rank can be described
@@ -33,9 +33,9 @@ from slash.control.logic import recorded_logic
 from slash.errors import CheckpointCorrupt, InvalidArgument, InvalidState, Timeout
 from slash.executor import GroupConfig
 from slash.limits import MAX_EXECUTORS
-from slash.live_join import SIDES, JoinLiveScaler
-from slash.live_scale import LiveScaler
-from slash.recovery import GroupKind, fingerprint, run_supervised
+from slash.run.live.join import SIDES, JoinLiveScaler
+from slash.run.live.scale import LiveScaler
+from slash.run.recovery.checkpointed import GroupKind, fingerprint, run_supervised
 from slash.run.ckpt import live_gen
 from slash.run.driver import Driver, serve_rounds, show_live
 from slash.run.failure import Failed
@@ -44,7 +44,7 @@ from slash.run.output import write_parquet_atomically
 from slash.run.plan import AttemptPlan
 from slash.run.supervisor import Rescale, RescaleCut, Supervisor
 from slash.sources import Work
-from slash.worker import RankSpec
+from slash.run.worker import RankSpec
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class _Restart:
 class ElasticCheckpointed:
     """``scale-out`` / ``scale-in`` / ``elastic-status`` of a checkpointed
     live group, across its attempts: within the provisioned size a live scale
-    (the current attempt's :class:`slash.live_scale.LiveScaler`); beyond it a
+    (the current attempt's :class:`slash.run.live.scale.LiveScaler`); beyond it a
     restart from a checkpoint (:class:`_Restart`, carried out by
     :func:`run_live_checkpointed`)."""
 
@@ -165,7 +165,7 @@ def resume_shape(ck: Optional[Checkpoint], source: Any, size: int, active_n: int
     re-dealt to ranks ``0..active_n-1``; without a checkpoint the first split.
     A join's source is ``(left, right)`` and a rank's work ``{side: list}``
     (dealt side by side; the rows held at the cut go with their unit,
-    :func:`slash.live_join.restored_held`)."""
+    :func:`slash.run.live.join.restored_held`)."""
     join = isinstance(source, tuple)
     srcs = dict(zip(SIDES, source)) if join else {None: source}
 
@@ -195,7 +195,7 @@ def resume_shape(ck: Optional[Checkpoint], source: Any, size: int, active_n: int
 class LiveGroup(GroupKind):
     """A live-scalable group of ``m`` ranks, ``n`` active, scaled live within
     ``m`` and by restart beyond it (:class:`ElasticCheckpointed`):
-    :func:`run_live_checkpointed`'s setting of :func:`slash.recovery.run_supervised`."""
+    :func:`run_live_checkpointed`'s setting of :func:`slash.run.recovery.checkpointed.run_supervised`."""
 
     live = True
     finished_metrics = {"live_scales": []}
@@ -354,7 +354,7 @@ def run_live_checkpointed(query: Any, source: Any, n: int, m: int, group: GroupC
                           sink: Any = None) -> pa.Table:
     """:func:`slash.runner.run` with ``checkpoint=`` and ``max_executors=``:
     the live group of ``m`` ranks, ``n`` active, with checkpoints (see the
-    module doc): :func:`slash.recovery.run_supervised` of a :class:`LiveGroup`.
+    module doc): :func:`slash.run.recovery.checkpointed.run_supervised` of a :class:`LiveGroup`.
     ``control``: as for the live group (True, a socket path or a
     RunControl); ``metrics`` receives what a checkpointed run's does
     (checkpoints, recoveries, records_replayed) plus ``live_scales`` (each

@@ -11,7 +11,7 @@ and answers with its work left in global terms and its watermark), then
 **commit** (the driver deals all the work left over the new active set,
 :func:`deal_work`; rank 0 spreads leadership over it by live moves). A
 window join scales by the same protocol with a work list per side
-(:mod:`slash.live_join`); a group with checkpoints is :mod:`slash.live_ckpt`'s.
+(:mod:`slash.run.live.join`); a group with checkpoints is :mod:`slash.run.recovery.live`'s.
 
 Invariants: every unit left is in exactly one new list (no record read
 twice or skipped); a unit goes only to a rank whose watermark is at most

@@ -35,7 +35,7 @@ from slash.control import MoveWaiters, rebalance_spec
 from slash.control.logic import recorded_logic
 from slash.errors import InvalidArgument, InvalidState, SystemFailure, Timeout
 from slash.executor import GroupConfig
-from slash.launcher import ProcessGroup
+from slash.run.launcher import ProcessGroup
 from slash.query import Query
 from slash.run.ckpt import checkpoint_leaders, part_name, read_partitions  # noqa: F401 (re-exported)
 from slash.run.delivery import Delivery
@@ -46,7 +46,7 @@ from slash.run.protocol import Epoch, Metrics, Move, Moved, Resumed
 from slash.run.resume import check_resplittable, resplit  # noqa: F401 (re-exported)
 from slash.run.supervisor import Rescale, RescaleCut, Supervisor, newest_shape
 from slash.sources import describe, input_stamp, watermarks_from_source
-from slash.worker import RankSpec, run_rank, worker
+from slash.run.worker import RankSpec, run_rank, worker
 
 log = logging.getLogger(__name__)
 
@@ -274,15 +274,15 @@ def __getattr__(name: str) -> Any:
     # the former name of CheckpointedRun: one name, one class (slash.control.RunControl is
     # the control socket's side of a run), so the old one answers with where it went
     if name == "RunControl":
-        raise AttributeError("slash.recovery.RunControl was renamed slash.recovery.CheckpointedRun "
+        raise AttributeError("slash.run.recovery.checkpointed.RunControl was renamed slash.run.recovery.checkpointed.CheckpointedRun "
                              "(slash.control.RunControl is the control socket's side of a run)")
-    raise AttributeError(f"module 'slash.recovery' has no attribute {name!r}")
+    raise AttributeError(f"module 'slash.run.recovery.checkpointed' has no attribute {name!r}")
 
 
 class GroupKind(ABC):
     """What one kind of checkpointed group sets in :func:`run_supervised`,
     the one checkpointed-run skeleton: a fixed group (:class:`FixedGroup`)
-    or a live-scalable one (:class:`slash.live_ckpt.LiveGroup`). The rest
+    or a live-scalable one (:class:`slash.run.recovery.live.LiveGroup`). The rest
     (the store, the supervisor, a finished directory, the partition count a
     checkpoint fixes, the attempts' plans, each attempt's driver with its
     commits, the result) is the skeleton's. Its steps, in order:

@@ -1,6 +1,6 @@
 """The one worker entry: the body of every executor process of a group.
 
-:func:`worker` (what :class:`slash.launcher.ProcessGroup` starts) sends its
+:func:`worker` (what :class:`slash.run.launcher.ProcessGroup` starts) sends its
 listener address, receives every rank's, runs :func:`run_rank` and reports
 :class:`~slash.run.protocol.Finished` (or the :class:`Error` that stopped
 it) to the driver. :func:`run_rank` builds the rank's loop
@@ -8,8 +8,8 @@ it) to the driver. :func:`run_rank` builds the rank's loop
 plain run, a checkpointed one, a live-scalable one or both, or a Spark
 stream's task (:mod:`slash.run.stream`) - with the features the spec asks
 for, as bytewax builds one ``Worker`` from every entry point's settings. A window join runs the same loop with a join's
-push over its two inputs merged by time (:mod:`slash.recovery_join`,
-:mod:`slash.live_join`).
+push over its two inputs merged by time (:mod:`slash.run.recovery.join`,
+:mod:`slash.run.live.join`).
 """
 from __future__ import annotations
 
@@ -18,17 +18,17 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
-from slash.ckpt_worker import LateRows
+from slash.run.rank_ckpt import LateRows
 from slash.control.logic import ExecutorControl, LogicPlan
 from slash.control.moves import MoveRequests
 from slash.errors import InvalidArgument
 from slash.executor import Executor, GroupConfig
-from slash.live_join import (SIDES, JoinScaleAgent, JoinScaling, LiveJoinPositions,
+from slash.run.live.join import (SIDES, JoinScaleAgent, JoinScaling, LiveJoinPositions,
                              live_join_items, restored_held)
-from slash.live_scale import ScaleAgent
+from slash.run.live.scale import ScaleAgent
 from slash.metrics import Reporter
 from slash.query import JoinQuery
-from slash.recovery_join import execute_join_split_checkpointed, join_split_items
+from slash.run.recovery.join import execute_join_split_checkpointed, join_split_items
 from slash.run.ckpt import SharedLink, live_gen
 from slash.run.elastic import Pacer, elastic_items
 from slash.run.plan import AttemptPlan
@@ -64,14 +64,14 @@ class RankSpec:
     works: Optional[List[Work]] = None
     #: the input paced by its event times (wall-clock times)
     realtime: bool = False
-    #: a checkpointed group's attempt (:mod:`slash.recovery`, :mod:`slash.live_ckpt`)
+    #: a checkpointed group's attempt (:mod:`slash.run.recovery.checkpointed`, :mod:`slash.run.recovery.live`)
     plan: Optional[AttemptPlan] = None
     #: a Spark stream's task (:mod:`slash.run.stream`; its link: the rendezvous connection)
     stream: Optional[StreamPlan] = None
 
 
 def worker(spec: RankSpec, rank: int, link: Any) -> None:
-    """One executor process of a group (see :mod:`slash.launcher`)."""
+    """One executor process of a group (see :mod:`slash.run.launcher`)."""
     try:
         lst = Executor.listen(spec.group.transport, token=spec.token)
         link.put(Address(rank, lst.address))
@@ -184,9 +184,9 @@ def _resume(spec: RankSpec, loop: RankLoop, n: int, link: Any, agent: Any) -> Ch
 def _run_join(spec: RankSpec, rank: int, addresses: List[str], listener: Any,
               link: Any) -> Tuple[pa.Table, Dict[str, Any]]:
     """A window join's rank: the rank loop with a join's push over both
-    inputs merged by time (checkpointed: :mod:`slash.recovery_join`'s, which
+    inputs merged by time (checkpointed: :mod:`slash.run.recovery.join`'s, which
     the Spark tasks run too), and for a live-scalable join the agent's
-    feature and input (:class:`slash.live_join.JoinScaling`), with
+    feature and input (:class:`slash.run.live.join.JoinScaling`), with
     checkpoints too when the spec has a plan (:class:`LiveJoinPositions`)."""
     query, (left, right), group, token = spec.query, spec.source, spec.group, spec.token
     plan, act = spec.plan, spec.active

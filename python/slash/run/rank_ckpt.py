@@ -1,6 +1,6 @@
-"""What every checkpointing worker of :mod:`slash.recovery` does around a
+"""What every checkpointing worker of :mod:`slash.run.recovery.checkpointed` does around a
 cut, shared by the aggregate rank loop (:class:`slash.run.rank.Checkpointing`),
-the join worker (:mod:`slash.recovery_join`) and, for the asks, a Spark
+the join worker (:mod:`slash.run.recovery.join`) and, for the asks, a Spark
 stream's tasks (:mod:`slash.spark._stream_ckpt`):
 
 * :class:`AskSchedule` - when rank 0 asks its executor for the next

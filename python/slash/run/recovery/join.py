@@ -1,4 +1,4 @@
-"""The join side of the recovery driver (:mod:`slash.recovery`): one join
+"""The join side of the recovery driver (:mod:`slash.run.recovery.checkpointed`): one join
 executor's run with checkpoints (docs/recovery.md, "Another executor count",
 the paragraph on joins).
 
@@ -12,7 +12,7 @@ left after the batch the merge holds, plus the rows of that batch not pushed
 yet (``rank-<r>.<side>.held-<unit>.arrow``), which a resume with another
 executor count gives to the rank dealt their unit, before that unit's next
 batch. When rank 0 asks for a cut and what a worker writes are the
-aggregate worker's (:mod:`slash.ckpt_worker`).
+aggregate worker's (:mod:`slash.run.rank_ckpt`).
 
 Invariant: no row is pushed twice or skipped, and the restore makes no row
 late (a row any rank had left meets at least the cut's group watermark in

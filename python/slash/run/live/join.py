@@ -1,15 +1,15 @@
 """Live scale-out / scale-in of a window join in a pre-provisioned group
-(:mod:`slash.live_scale` for the protocol; this module holds what a join
+(:mod:`slash.run.live.scale` for the protocol; this module holds what a join
 adds: two inputs per rank, each a work list in global terms, read merged by
 event time; a rank's watermark is the minimum over its sides of the bound
 of the units it has not finished, so no row is late). A prepare first
 pushes the rows the merge holds in hand, so what a rank has left of each
 side is exactly its units not finished; a commit deals each side's units by
-:func:`slash.live_scale.deal_work` over the same new active set, or changes
+:func:`slash.run.live.scale.deal_work` over the same new active set, or changes
 nothing. Partitions move as for aggregations. The whole protocol, and what
 proves it, is docs/elastic.md's "A window join in a provisioned group".
 
-With ``checkpoint=`` the group is :mod:`slash.live_ckpt`'s: a rank's cut
+With ``checkpoint=`` the group is :mod:`slash.run.recovery.live`'s: a rank's cut
 records per scale generation both sides' work left and the rows its merge
 holds (:class:`LiveJoinPositions`), and a restore gives the held rows to
 the rank dealt their unit (:func:`restored_held`), before that unit's next
@@ -23,8 +23,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import pyarrow as pa
 
-from slash.live_scale import LiveScaler, ScaleAgent, Work, deal_work
-from slash.recovery_join import Side, exact_merge, file_items, merged, read_held, side_at
+from slash.run.live.scale import LiveScaler, ScaleAgent, Work, deal_work
+from slash.run.recovery.join import Side, exact_merge, file_items, merged, read_held, side_at
 from slash.run.elastic import wait_for_work
 from slash.run.inputs import bound_ticks
 from slash.run.rank import JoinPush, RankLoop, SideBatch
@@ -48,7 +48,7 @@ Held = Dict[str, Dict[int, pa.RecordBatch]]
 class JoinScaleAgent(ScaleAgent):
     """A join rank's end of live scaling: :class:`ScaleAgent` with a work
     list per side (``works``) and the merge's sides in hand (``sides``: the
-    :class:`slash.recovery_join.Side` of each, None while it reads
+    :class:`slash.run.recovery.join.Side` of each, None while it reads
     nothing); ``push(side, batch)`` pushes rows (the loop's, with its
     counting), used to push the rows held in hand at a prepare."""
 
@@ -188,7 +188,7 @@ class LiveJoinPositions:
     each push count, the scale generations it can be described in, each with
     its active ranks and, per side, the work left in global terms and the
     rows held (the merge's batch in hand, a restore's rows of units not
-    reached yet: :func:`slash.recovery_join.side_at`). Only the generation a
+    reached yet: :func:`slash.run.recovery.join.side_at`). Only the generation a
     rank was in before a commit can hold rows: a prepare pushes them all."""
 
     def __init__(self, agent: JoinScaleAgent) -> None:
