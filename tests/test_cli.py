@@ -152,7 +152,7 @@ def test_doctor_json_is_valid():
 
 
 def test_importing_configures_no_logging():
-    code = ("import logging, slash.cli, slash.doctor, slash.bench.channel; "
+    code = ("import logging, slash.cli, slash.cli.doctor, slash.bench.channel; "
             "print(len(logging.getLogger().handlers), logging.getLogger().level)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
     assert r.stdout.split() == ["0", "30"]  # no handlers, root level still WARNING

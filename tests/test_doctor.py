@@ -4,7 +4,7 @@ import sys
 import pytest
 
 import slash
-from slash import doctor
+from slash.cli import doctor
 
 from _rdma import needs_verbs, rdma_devices
 

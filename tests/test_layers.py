@@ -46,12 +46,11 @@ RANK_SIDE = {"slash", "slash.errors", "slash.limits", "slash.window", "slash.sta
 RANK_SIDE_PACKAGES = ("slash.sources.", "slash.workloads")
 #: the drivers and everything above them (a package's name stands for its every module)
 DRIVER_SIDE = {"slash.runner", "slash.run.driver", "slash.run.supervisor", "slash.run.launcher",
-               "slash.run.worker", "slash.run.recovery", "slash.run.live", "slash.autotune",
-               "slash.control", "slash.metrics", "slash.cli", "slash.cli_run", "slash.doctor",
-               "slash.spark", "slash.bench"}
+               "slash.run.worker", "slash.run.recovery", "slash.run.live", "slash.control",
+               "slash.metrics", "slash.cli", "slash.spark", "slash.bench"}
 #: what the engine must not import (it is below all of them)
-ABOVE_ENGINE = ("slash.runner", "slash.autotune", "slash.spark", "slash.cli", "slash.bench",
-                "slash.kafka")
+ABOVE_ENGINE = ("slash.runner", "slash.control.autotune", "slash.spark", "slash.cli",
+                "slash.bench", "slash.kafka")
 #: the folders (and the few modules of the package's top) bottom up: a module imports only from
 #: its own layer or one below. The flat modules not named are the bottom layer (the operators:
 #: state, join, query, executor, checkpoint files, errors). A name stands for a package's every
@@ -60,19 +59,19 @@ LAYERS: List[Tuple[str, ...]] = [
     ("slash.workloads",),
     ("slash.sources",),
     ("slash.kafka",),
-    ("slash.run", "slash.control", "slash.autotune"),  # the engine, its groups and their control
+    ("slash.run", "slash.control"),  # the engine, its groups and their control
     ("slash.runner", "slash._warm"),
     ("slash.spark",),
     ("slash.bench",),
-    ("slash.cli", "slash.cli_run", "slash.doctor", "slash.__main__"),
+    ("slash.cli", "slash.__main__"),
 ]
 #: modules whose imports inside functions must each say why (besides slash.run)
 LAZY_CHECKED = RANK_SIDE | {
     "slash.run.recovery.checkpointed", "slash.run.recovery.join", "slash.run.recovery.live",
-    "slash.run.live.join", "slash.run.live.scale", "slash.autotune", "slash.control", "slash.control.logic",
-    "slash.control.moves", "slash.control.server", "slash.spark._env",
+    "slash.run.live.join", "slash.run.live.scale", "slash.control.autotune", "slash.control",
+    "slash.control.logic", "slash.control.moves", "slash.control.server", "slash.spark._env",
     "slash.spark.join", "slash.spark._batch_ckpt", "slash.spark._stream_ckpt", "slash.cli",
-    "slash.doctor", "slash.metrics", "slash.run.launcher"}
+    "slash.cli.doctor", "slash.metrics", "slash.run.launcher"}
 #: a reason for a lazy import: an optional dependency, or a measured cost
 LAZY_REASON = re.compile(r"optional|start-?up|\d+(\.\d+)?\s*(ms|s)\b", re.IGNORECASE)
 

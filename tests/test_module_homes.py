@@ -162,7 +162,10 @@ MOVED = [("slash.file_source", "FileSource", "slash.sources.files"),
          ("slash.live_ckpt", "run_live_checkpointed", "slash.run.recovery.live"),
          ("slash.live_scale", "LiveScaler", "slash.run.live.scale"),
          ("slash.live_scale", "deal_work", "slash.run.live.scale"),
-         ("slash.live_join", "LiveJoinPositions", "slash.run.live.join")]
+         ("slash.live_join", "LiveJoinPositions", "slash.run.live.join"),
+         ("slash.cli_run", "add_arguments", "slash.cli.run"),
+         ("slash.doctor", "collect", "slash.cli.doctor"),
+         ("slash.autotune", "run_autotuned", "slash.control.autotune")]
 
 
 @pytest.mark.parametrize("old, name, home", MOVED, ids=[f"{o}.{n}" for o, n, _ in MOVED])

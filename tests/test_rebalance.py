@@ -267,7 +267,7 @@ def test_a_checkpoint_asked_during_a_hand_over_restores_to_duckdbs_answer(tmp_pa
 
 def test_the_controllers_rebalance_decision_moves_half_the_hot_leaders_partitions(tmp_path):
     # a latency_target run applies the controller's decision through this Actuator
-    from slash.autotune import rebalance_op
+    from slash.control.autotune import rebalance_op
     from slash.control.controller import Actuator, Decision
     from slash.metrics import LiveMetrics
 

@@ -64,7 +64,7 @@ def test_timeout_on_the_command_line_bounds_the_run(tmp_path):
 
 
 def test_stream_runs_have_no_timeout_by_default():
-    from slash.cli_run import NO_TIMEOUT_S, _timeout
+    from slash.cli.run import NO_TIMEOUT_S, _timeout
 
     class A:
         timeout, rate, realtime = None, None, False

@@ -41,6 +41,10 @@ MOVED: Dict[str, tuple] = {
         ("slash.recovery_join", "slash.run.recovery.join"),
         ("slash.live_ckpt", "slash.run.recovery.live"),
         ("slash.live_scale", "slash.run.live.scale"), ("slash.live_join", "slash.run.live.join"))},
+    # the command line's modules, and the latency target's driver beside its controller
+    **{old: (home, home) for old, home in (
+        ("slash.cli_run", "slash.cli.run"), ("slash.doctor", "slash.cli.doctor"),
+        ("slash.autotune", "slash.control.autotune"))},
 }
 
 

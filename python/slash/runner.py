@@ -158,7 +158,7 @@ def run(query: Query, source: Any, *, executors: Optional[int] = None, transport
 
     ``latency_target`` (``"500ms"``, ``"2s"``, seconds, or a
     :class:`slash.control.controller.ControllerConfig` for every knob): the run tunes
-    itself so that windows come out within it (see :mod:`slash.autotune`):
+    itself so that windows come out within it (see :mod:`slash.control.autotune`):
     shorter or longer epochs, and ``min_executors``..``max_executors``
     executors (default 1..max(executors, cores)). Over a FileSource or
     BatchSource without ``checkpoint`` it scales LIVE: ``max_executors``
@@ -199,7 +199,7 @@ def _write_at_least_once(sink: Any, result: pa.Table) -> None:
 
 
 def _run_tuned(p: RunPlan) -> pa.Table:
-    from slash.autotune import GroupDrivers, run_autotuned  # ~7 ms of imports a plain run skips
+    from slash.control.autotune import GroupDrivers, run_autotuned  # ~7 ms of imports a plain run skips
 
     return run_autotuned(p, GroupDrivers(_run_group, run_checkpointed_group, _control_for))
 
@@ -246,7 +246,7 @@ def _run_checkpointed(p: RunPlan) -> pa.Table:
             control.on_metrics, control.on_event = p.live.feed, p.live.event
         return run_checkpointed_group(p, control=control or None, live_every=live_every)
     # the control socket (status, rebalance, scale-out/in, epoch) of a checkpointed run
-    from slash.autotune import serve_checkpointed
+    from slash.control.autotune import serve_checkpointed
 
     rescaler = Rescaler()
     ctl, server = serve_checkpointed(control, p.query, p.src, p.n, rescaler, p.live)
@@ -323,7 +323,7 @@ def _run_group(p: RunPlan, size: int, ctl: Any, report_every: Optional[float], *
     ``elastic``): each rank paces its input by event time and reports the
     windows it fires; ``on_scaler`` is called with the
     :class:`slash.run.live.scale.LiveScaler` before the group starts (the latency
-    controller's actuator, :mod:`slash.autotune`)."""
+    controller's actuator, :mod:`slash.control.autotune`)."""
     live = p.live if live is _PLAN else live
     metrics = p.metrics if metrics is _PLAN else metrics
     scaler = None

@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import slash
-from slash.autotune import AutoTuner
+from slash.control.autotune import AutoTuner
 from slash.bench._progress import Progress
 from slash.bench.autotune import write_steps
 from slash.control import request, wait_for_socket

@@ -399,7 +399,7 @@ class RunControl:
                 "max_event_time_ms": max(seen) if seen else None,
                 "input_done": done, "finished": self.finished, "stalled": stalled,
                 **(self._ops["elastic-status"]() if "elastic-status" in self._ops else {}),
-                # a run with latency_target= (slash.autotune): its controller's decisions
+                # a run with latency_target= (slash.control.autotune): its controller's decisions
                 **({"controller": self._ops["controller-status"]()}
                    if "controller-status" in self._ops else {}),
                 **leadership(per), **self._logic_status(), "per_executor": per}

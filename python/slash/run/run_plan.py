@@ -211,7 +211,7 @@ class RunPlan:
     @property
     def path(self) -> str:
         """The driver the run takes (one of :data:`PATHS`): ``tuned`` (a
-        latency target, or a realtime run measured: :mod:`slash.autotune`),
+        latency target, or a realtime run measured: :mod:`slash.control.autotune`),
         ``live_checkpointed`` (:mod:`slash.run.recovery.live`), ``live``
         (:mod:`slash.run.live.scale`), ``checkpointed`` (:mod:`slash.run.recovery.checkpointed`)
         or ``plain``."""

@@ -69,7 +69,7 @@ def _add_bench(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", disco
 
 
 def _add_run(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    from slash import cli_run  # start-up: ~40 ms, only for `slash run`
+    from slash.cli import run as cli_run  # start-up: ~40 ms, only for `slash run`
 
     p = sub.add_parser("run", help="run a windowed aggregation over Parquet/Arrow files",
                        description=cli_run.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -78,7 +78,7 @@ def _add_run(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from slash import cli_run  # start-up: ~40 ms, only for `slash run`
+    from slash.cli import run as cli_run  # start-up: ~40 ms, only for `slash run`
 
     print(cli_run.summary(cli_run.run(args)), flush=True)
     return 0
@@ -119,7 +119,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from slash import doctor  # start-up: ~30 ms, only for `slash doctor`
+    from slash.cli import doctor  # start-up: ~30 ms, only for `slash doctor`
 
     report = doctor.collect()
     if args.json:

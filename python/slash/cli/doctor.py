@@ -20,7 +20,7 @@
 Nothing here raises for a missing tool or module: each becomes a line that
 says what is missing and what still works.
 
->>> from slash import doctor
+>>> from slash.cli import doctor
 >>> report = doctor.collect()
 >>> report["transports"]["shm"]["available"]
 True
