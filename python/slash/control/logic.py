@@ -243,7 +243,7 @@ class ExecutorControl:
     """One executor's end of the control protocol, over its connection to
     the driver (``send(msg)``; ``conn.poll(t)``/``conn.recv()``).
 
-    Between batches the rank loop (:class:`slash.run.rank.Control`) hands it
+    Between batches the rank loop (:class:`slash.run.features.Control`) hands it
     the driver's ``ctl`` messages (:meth:`handle`): a ``("ctl", "prepare",
     id)`` is answered with the highest event time this
     executor has pushed (``("ctl-ack", rank, id, ticks)``); the executor then

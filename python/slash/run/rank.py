@@ -1,12 +1,15 @@
 """One rank's loop for a window aggregation, with its features as handlers.
 
 :class:`RankLoop` owns one executor and runs one life cycle: (restore, by
-the :class:`Checkpointing` feature's caller, :func:`restore`), read the next
+the :class:`slash.run.checkpointing.Checkpointing` feature's caller,
+:func:`slash.run.checkpointing.restore`), read the next
 (position, batch or Watermark) from its input, push it or advance the
 watermark, let each feature act, serve the driver's messages, finish. A
 feature is a small object whose ``install(loop)`` registers what it does
 with the loop's hook lists, as Redis' ``ae.c`` handlers register with its
-event loop; the loop never tests which features are on:
+event loop; the loop never tests which features are on (they are
+:mod:`slash.run.features`' and :mod:`slash.run.checkpointing`'s; a join's
+push, :class:`JoinPush`, is here):
 
 * ``before_push(item)`` / ``on_push()`` / ``on_advance(ticks)``: around a
   push or a watermark advance (realtime pacing; positions; the live agent);
@@ -33,32 +36,24 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import os
 import time
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
-import numpy as np
 import pyarrow as pa
 
-from slash.checkpoint import Checkpoint
-from slash.run.rank_ckpt import AskSchedule, LateRows, write_image
-from slash.compute import pc
-from slash.errors import InvalidState, SystemFailure
+from slash.errors import SystemFailure
 from slash.executor import Executor, GroupConfig
 from slash.query import Query
-from slash.run.ckpt import Writer, checkpoint_leaders, part_name, read_partitions
-from slash.run.faults import kill_after_cuts, kill_in_write, kill_point
 from slash.run.gc import no_cyclic_gc
 from slash.run.inputs import source_nullable
 from slash.run.pacing import RatePacer
-from slash.run.plan import PROGRESS_S, AttemptPlan
-from slash.run.protocol import Metrics, Progress, Windows
-from slash.sources import (FileSource, Position, Work, malformed_records, read_from,
-                           watermarks_from_source)
+from slash.run.rank_ckpt import LateRows
+from slash.sources import Position, Work, malformed_records, read_from, watermarks_from_source
 
 log = logging.getLogger(__name__)
 
-_NEVER = -(1 << 63)
+#: a watermark before every event time (the core's NEVER)
+NEVER = -(1 << 63)
 
 #: ex.poll's longest single wait inside :meth:`RankLoop.wait`: a bound on how
 #: late a window is handed out after it fired when the core has nothing else
@@ -413,361 +408,3 @@ class JoinPush:
             ex.push_side_batch(item.side, b)
         loop.push_item = push
         loop.final.append(lambda m: m.__setitem__("null_time_records", self.dropped))
-
-
-# ---- features ------------------------------------------------------------------------------------
-class Control:
-    """The control protocol's rank side (:class:`slash.control.logic.ExecutorControl`):
-    its logic versions filter each batch, its requests are served between
-    pushes, rank 0's rebalance moves are applied when their turn comes."""
-
-    def __init__(self, ctl: Any) -> None:
-        self.ctl = ctl
-
-    def install(self, loop: RankLoop) -> None:
-        ctl = self.ctl
-        loop.prepare = ctl.prepare
-        loop.columns = lambda: ctl.plan.input_columns
-        loop.handlers["ctl"] = lambda msg: ctl.handle(msg, loop.ex)
-        loop.handlers["move"] = ctl.moves.add
-        ctl.other = loop.dispatch  # what a paused request meets goes to the one dispatch
-        loop.after_serve.append(lambda: ctl.moves.pending and ctl.moves.apply(loop.ex))
-        loop.before_finish.append(ctl.input_done)
-
-        def status() -> Dict[str, Any]:
-            s = dict(ctl.status())
-            if ctl.max_seen is not None:
-                s["max_event_time_ms"] = ctl.max_seen // loop.ex.state.ticks_per_ms
-            return s
-        loop.status.append(status)
-
-
-class Moves:
-    """Rank 0's rebalance requests without the control protocol (a
-    checkpointed group's, :class:`slash.control.moves.MoveRequests`)."""
-
-    def __init__(self, moves: Any) -> None:
-        self.moves = moves
-
-    def install(self, loop: RankLoop) -> None:
-        moves = self.moves
-        loop.handlers["move"] = moves.add
-        loop.after_serve.append(lambda: moves.pending and moves.apply(loop.ex))
-        loop.before_finish.append(lambda: moves.fail_all(InvalidState(
-            "rebalance: rank 0 has read all of its input; leadership no longer moves")))
-
-
-class Scaling:
-    """A live-scalable rank (:class:`slash.run.live.scale.ScaleAgent`): it takes
-    the driver's scale requests and tells the agent its watermark."""
-
-    def __init__(self, agent: Any, ctl: Any, restored: bool = False) -> None:
-        self.agent, self.ctl, self.restored = agent, ctl, restored
-
-    def install(self, loop: RankLoop) -> None:
-        agent = self.agent
-        agent.start(loop.ex, self.ctl, loop.source, loop.query.time, restored=self.restored)
-        loop.handlers["scale"] = agent.handle
-        loop.on_advance.append(agent.advanced)
-        loop.status.append(lambda: {"standby": not agent.is_active})
-
-
-class Report:
-    """Live metrics (:class:`slash.metrics.Reporter`) every so often and
-    once at the end, each feature's ``status`` part in them."""
-
-    def __init__(self, reporter: Any, send: Callable[[Any], None], at_finish: bool = True) -> None:
-        self.reporter, self.send, self.at_finish = reporter, send, at_finish
-
-    def install(self, loop: RankLoop) -> None:
-        """``at_finish`` False: no report at the finish (its owner sends the last one, :meth:`now`)."""
-        self.loop = loop
-        loop.after_take.append(lambda: (self.reporter.due() or loop.ex.finished and self.at_finish)
-                               and self.now())
-
-    def now(self) -> None:
-        """A report now (a stream stopped without finishing sends its last one)."""
-        loop = self.loop
-        snap = self.reporter.snapshot(loop.ex)
-        snap["records_read"] = loop.records
-        snap["malformed_records"] = malformed_records(loop.source)
-        snap["pid"] = os.getpid()  # which process is which rank (status per_executor)
-        for part in loop.status:
-            snap.update(part())
-        self.send(Metrics(loop.rank, snap))
-
-
-def fired_windows(batches: List[pa.RecordBatch], ticks_per_ms: int) -> List[Tuple[int, int, int]]:
-    """(window_start ms, window_end ms, rows) of each window in fired
-    executor results (bounds in ticks), in order of window end.
-
-    >>> b = pa.record_batch({"window_start": [0, 0, 1000], "window_end": [1000, 1000, 2000]})
-    >>> fired_windows([b], 1)
-    [(0, 1000, 2), (1000, 2000, 1)]
-    """
-    if not batches:
-        return []
-    s = np.concatenate([b.column("window_start").to_numpy() for b in batches]) // ticks_per_ms
-    e = np.concatenate([b.column("window_end").to_numpy() for b in batches]) // ticks_per_ms
-    if not len(s):
-        return []
-    u, c = np.unique(np.stack([e, s], axis=1), axis=0, return_counts=True)
-    return [(int(a), int(b), int(k)) for (b, a), k in zip(u, c)]
-
-
-class FiredWindows:
-    """A stream's fired windows as they fire (:class:`Windows`: the group
-    watermark in ms up to which this rank fired everything, None once it
-    finished, and the windows), whenever either changed: the driver's
-    per-window latency."""
-
-    def __init__(self, send: Callable[[Any], None]) -> None:
-        self.send = send
-        self.told: Optional[int] = _NEVER
-        self.gw: Optional[int] = None
-
-    def install(self, loop: RankLoop) -> None:
-        ex = loop.ex
-        tpm = max(1, int(getattr(ex.state, "ticks_per_ms", 1) or 1))
-
-        def before() -> None:  # the group watermark before taking: every window ending before it fired
-            self.gw = ex.metrics["group_watermark"]
-
-        def fired(got: List[pa.RecordBatch]) -> None:
-            gw = self.gw
-            mark = None if ex.finished else (_NEVER if gw is None or gw <= _NEVER else gw // tpm)
-            if got or mark != self.told:
-                self.told = mark
-                self.send(Windows(loop.rank, mark, fired_windows(got, tpm)))
-        loop.before_take.insert(0, before)
-        loop.on_fired.append(fired)
-
-
-class Realtime:
-    """The input replayed at its event times (``realtime``): each batch is
-    pushed no earlier than its latest time (:class:`slash.run.elastic.Pacer`),
-    and with ``windows`` the windows fired are listed in the metrics
-    (``windows``: ``[[window_end_ms, emit_ms, rows], ...]``, wall clock)."""
-
-    def __init__(self, pacer: Any, windows: bool = True) -> None:
-        self.pacer, self.windows = pacer, windows
-        self.fired: List[List[int]] = []
-
-    def install(self, loop: RankLoop) -> None:
-        loop.before_push.append(
-            lambda item: self.pacer.pace(loop.query, item, loop.wait, lambda: False))
-        loop.status.append(self.pacer.snapshot)
-        if not self.windows:
-            return
-        tpm = loop.ex.state.ticks_per_ms
-
-        def fired(got: List[pa.RecordBatch]) -> None:
-            now = int(time.time() * 1000)
-            for b in got:
-                if b.num_rows:
-                    vc = pc.value_counts(b.column("window_end"))
-                    for end, rows in zip(vc.field("values").to_pylist(),
-                                         vc.field("counts").to_pylist()):
-                        self.fired.append([end // tpm, now, rows])
-
-        def status() -> Dict[str, Any]:
-            got, self.fired = self.fired, []
-            return {"windows": got}
-        loop.on_fired.append(fired)
-        loop.status.append(status)
-
-
-class ProgressReport:
-    """The records read, every PROGRESS_S (what a recovery replays)."""
-
-    def __init__(self, send: Callable[[Any], None]) -> None:
-        self.send, self.last = send, time.monotonic()
-
-    def install(self, loop: RankLoop) -> None:
-        def progress() -> None:
-            if time.monotonic() - self.last >= PROGRESS_S:
-                self.last = time.monotonic()
-                self.send(Progress(loop.rank, loop.records))
-        loop.after_item.append(progress)
-
-
-class SplitPositions:
-    """A fixed split's positions at each push (and, given ``work`` in global
-    terms, the work it has left: ``remaining(work, position)``, the source's,
-    e.g. :meth:`FileSource.remaining`), for :class:`Checkpointing`."""
-
-    def __init__(self, start: Optional[Position], work: Any,
-                 remaining: Optional[Callable[[Any, Any], Any]] = None) -> None:
-        self.start, self.work = start, work
-        self.remaining = remaining or FileSource.remaining
-        self.after: Dict[int, Optional[Position]] = {}
-
-    def begin(self, loop: RankLoop) -> None:
-        self.after = {loop.pushes: self.start}
-
-    def note(self, loop: RankLoop) -> None:
-        self.after[loop.pushes] = loop.pos
-
-    def sync(self, loop: RankLoop) -> None:
-        pass
-
-    def at(self, pushes: int) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, bytes]]:
-        info: Dict[str, Any] = {"position": self.after[pushes]}
-        if self.work is not None:  # what is left of this rank's input, in global terms
-            info["work"] = self.remaining(self.work, self.after[pushes])
-        return info, {}, {}
-
-    def forget_before(self, pushes: int) -> None:
-        for k in [k for k in self.after if k < pushes]:
-            del self.after[k]
-
-
-class LivePositions:
-    """A live-scalable rank's positions (:mod:`slash.run.recovery.live`): at each
-    push count, the scale generations it can be described in, each with its
-    work in global terms, the position in it and its active ranks."""
-
-    def __init__(self, agent: Any) -> None:
-        self.agent = agent
-        self.cands: Dict[int, List[Tuple[int, Work, Any, List[int]]]] = {}
-
-    def begin(self, loop: RankLoop) -> None:
-        a = self.agent
-        self.cands = {loop.pushes: [(a.sid, a.work, None, list(a.active))]}
-
-    def note(self, loop: RankLoop) -> None:
-        a = self.agent
-        self.cands[loop.pushes] = [(a.sid, a.work, a.pos, list(a.active))]
-
-    def sync(self, loop: RankLoop) -> None:
-        # a scale commit since the last push: the same push count is also described by
-        # the new generation (its new work, nothing of it read)
-        a, now = self.agent, self.cands[loop.pushes]
-        if now[-1][0] != a.sid:
-            now.append((a.sid, a.work, None, list(a.active)))
-
-    def at(self, pushes: int) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, bytes]]:
-        gens = {str(g): {"work": FileSource.remaining(w, pos), "active": act}
-                for g, w, pos, act in self.cands[pushes]}
-        return {"position": None, "live": gens}, {"gens": sorted(int(g) for g in gens)}, {}
-
-    def forget_before(self, pushes: int) -> None:
-        for k in [k for k in self.cands if k < pushes]:
-            del self.cands[k]
-
-
-def restore(ex: Executor, plan: AttemptPlan, n: int,
-            spread: Optional[List[int]] = None) -> Optional[Checkpoint]:
-    """The restore step: ``ex`` restored from ``plan.resume_id`` (None: a
-    fresh start) by :func:`restore_from`. Returns the checkpoint."""
-    if plan.resume_id is None:
-        return None
-    ck = plan.store().load(plan.resume_id)
-    restore_from(ex, ck, n, plan.partitions, spread)
-    return ck
-
-
-def restore_from(ex: Executor, ck: Checkpoint, n: int, partitions: int,
-                 spread: Optional[List[int]] = None) -> None:
-    """``ex`` (rank ``ex.rank`` of a group of ``n``) restored from checkpoint
-    ``ck``: every rank's meta, and every image of the partitions it leads
-    under the leader map the ranks followed at the cut when the group has
-    the checkpoint's size, else ``spread`` (default: partition mod n); every
-    image of a partition is merged."""
-    metas = [ck.read(f"rank-{r}.meta") for r in range(ck.executors)]
-    leaders = checkpoint_leaders(ck, n, partitions)
-    if leaders is None:
-        leaders = spread
-    lead = leaders if leaders is not None else [p % n for p in range(partitions)]
-    ex.restore(metas, read_partitions(ck, lambda p: lead[p] == ex.rank), leaders)
-
-
-class Checkpointing:
-    """Checkpoint cuts (see :mod:`slash.run.recovery.checkpointed`): rank 0 asks for them
-    (:class:`AskSchedule`), every rank writes its image on a background
-    thread (:class:`Writer`) with its position at the cut (``positions``:
-    :class:`SplitPositions`, :class:`LivePositions` or a join's: ``at(pushes)``
-    gives (rank-<r>.json entries, report stats, files to write with the
-    image)), the windows fired before the cut as its segment and the late
-    rows found before it. A ``CheckpointNow`` from the driver asks at the
-    next chance. The windows fired after the newest cut are held until the
-    next one (``pending``). A partition's file is :func:`slash.run.ckpt.part_name`'s."""
-
-    def __init__(self, plan: AttemptPlan, link: Any, positions: Any, pushes: int = 0,
-                 records: int = 0) -> None:
-        self.plan, self.link, self.positions = plan, link, positions
-        self.base_pushes, self.base_records = pushes, records
-        self.store = plan.store()
-        self.pending: List[pa.RecordBatch] = []
-        self.records_at: Dict[int, int] = {}
-
-    def install(self, loop: RankLoop) -> None:
-        plan, ex = self.plan, loop.ex
-        self.loop = loop
-        loop.pushes, loop.records = self.base_pushes, self.base_records
-        self.records_at = {loop.pushes: loop.records}
-        self.positions.begin(loop)
-        self.writer = Writer(loop.rank)
-        self.asks = AskSchedule(ex, plan.every, plan.next_id, loop.pushes)  # rank 0's
-        self.kill_at = kill_point(loop.rank, plan.attempt)
-        loop.late = LateRows() if plan.want_late else None
-        loop.collect = self.pending.extend
-        loop.handlers["checkpoint_now"] = lambda msg: self.asks.force()
-        loop.on_push.append(self.pushed)
-        loop.before_take.append(self.cuts)
-        loop.after_take.append(self.ask)
-        loop.after_item.append(self.kill)
-        loop.after_finish.append(self.finished)
-        loop.closers.append(self.writer.close)
-
-    def pushed(self) -> None:
-        self.records_at[self.loop.pushes] = self.loop.records
-        self.positions.note(self.loop)
-
-    def cuts(self) -> None:
-        loop, ex, rank = self.loop, self.loop.ex, self.loop.rank
-        self.positions.sync(loop)
-        while True:
-            img = ex.take_checkpoint()
-            if img is None:
-                break
-            # the windows fired before the cut go with it; those the service thread
-            # fired since (peers' later epochs) go with the next cut (split_at_cut)
-            loop.take()
-            self.pending, after = ex.results_at_cut(img, self.pending, take=False)
-            version, leaders_now = ex.leader_map()  # the map this rank followed at the cut
-            info = {"rank": rank, "pushes": img.pushes, "records": self.records_at[img.pushes],
-                    "windows": sum(b.num_rows for b in self.pending),
-                    "leader_map": {"version": version, "leaders": leaders_now}}
-            more, stats, extra = self.positions.at(img.pushes)
-            info.update(more)
-            # the executor call holding the cut (alignment + the core's image), in the loop
-            stats = {"cut_seconds": time.monotonic() - loop.call_t, **stats}
-            self.writer.submit(write_image, self.store, self.link, rank, img, self.pending,
-                               loop.result_schema, info, lambda p: part_name(p, rank),
-                               kill_in_write(self.store, self.plan, self.kill_at, rank,
-                                             loop.pushes), stats, extra,
-                               loop.late.at_cut(img.pushes) if loop.late is not None else None)
-            loop.out.extend(self.pending)
-            self.pending = after
-            loop.collect = self.pending.extend
-            for k in [k for k in self.records_at if k < img.pushes]:  # older cuts are not needed
-                del self.records_at[k]
-            self.positions.forget_before(img.pushes)
-            self.asks.cut(img.id)
-
-    def ask(self) -> None:
-        if self.loop.rank == 0 and not self.loop.ex.finished:  # a finished executor takes no asks
-            self.asks.step(self.loop.pushes)
-
-    def kill(self) -> None:
-        k, loop = self.kill_at, self.loop
-        if k is not None and not k[2] and loop.pushes >= k[0]:
-            kill_after_cuts(loop.ex, self.store, self.plan, k, loop.rank, loop.pushes,
-                            loop.service)
-
-    def finished(self) -> None:
-        self.writer.drain()  # every checkpoint this rank took is durable and reported
-        self.loop.out.extend(self.pending)
-        self.pending = []
-        self.loop.collect = self.loop.out.extend

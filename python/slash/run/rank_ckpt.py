@@ -1,5 +1,5 @@
 """What every checkpointing worker of :mod:`slash.run.recovery.checkpointed` does around a
-cut, shared by the aggregate rank loop (:class:`slash.run.rank.Checkpointing`),
+cut, shared by the aggregate rank loop (:class:`slash.run.checkpointing.Checkpointing`),
 the join worker (:mod:`slash.run.recovery.join`) and, for the asks, a Spark
 stream's tasks (:mod:`slash.spark._stream_ckpt`):
 

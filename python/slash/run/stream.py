@@ -8,8 +8,8 @@ watermark), the loop serving its executor while the source is quiet. Its
 features are the loop's handlers: the stream's output
 (:class:`StreamOutput`: fired windows as ``rows``, or ``latency`` and
 ``watermark`` for a directory sink it writes itself, ``late`` records, the
-driver's stop), the control protocol (:class:`slash.run.rank.Control`),
-live ``metrics`` (:class:`slash.run.rank.Report`) and checkpoints
+driver's stop), the control protocol (:class:`slash.run.features.Control`),
+live ``metrics`` (:class:`slash.run.features.Report`) and checkpoints
 (:class:`slash.run.stream_ckpt.TaskCheckpoints`); then ``done``.
 Invariant: every ``rows``/``watermark`` message carries the group watermark
 read before the windows were taken, so every window ending before it has
@@ -36,7 +36,8 @@ from slash.run.ckpt import SharedLink
 from slash.run.plan import CheckpointPlan
 from slash.run.protocol import (LateRecords, StreamDone, StreamRows, StreamWatermark,
                                  WindowLatencies)
-from slash.run.rank import Advance, Control, RankLoop, Report
+from slash.run.features import Control, Report
+from slash.run.rank import Advance, RankLoop
 from slash.run.stream_ckpt import TaskCheckpoints, table_windows
 from slash.sources import StreamRead, watermarks_from_source
 from slash.window import Session, Sliding, Tumbling, Window

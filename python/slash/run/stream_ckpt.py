@@ -1,7 +1,7 @@
 """A Spark stream task's checkpoints (``slash.spark.stream(checkpoint=DIR)``):
 :class:`TaskCheckpoints`, a feature of the task's rank loop
 (:class:`slash.run.rank.RankLoop`). It asks the driver where to start,
-restores (:func:`slash.run.rank.restore_from`), cuts, and reports each cut's
+restores (:func:`slash.run.checkpointing.restore_from`), cuts, and reports each cut's
 files with the windows fired before it, written by the engine's
 :class:`slash.run.ckpt.Writer` on its thread; a clean stop ends with a last
 cut, a bounded source's end with the last windows. The protocol, and the
@@ -30,7 +30,7 @@ from slash.run.ckpt import Writer, part_name
 from slash.run.plan import CheckpointPlan
 from slash.run.protocol import (Resume, ResumeAsk, ResumeError, Stopped, StopAt, StreamCheckpoint,
                                  StreamFinal)
-from slash.run.rank import restore_from
+from slash.run.checkpointing import restore_from
 
 log = logging.getLogger(__name__)
 

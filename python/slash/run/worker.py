@@ -33,9 +33,10 @@ from slash.run.ckpt import SharedLink, live_gen
 from slash.run.elastic import Pacer, elastic_items
 from slash.run.plan import AttemptPlan
 from slash.run.protocol import Address, Error, Finished, Resumed
-from slash.run.rank import (Checkpointing, Control, FiredWindows, JoinPush, LivePositions, Moves,
-                            ProgressReport, RankLoop, Realtime, Report, Scaling, SplitPositions,
-                            open_executor, restore, source_time, split_items)
+from slash.run.checkpointing import Checkpointing, LivePositions, SplitPositions, restore
+from slash.run.features import (Control, FiredWindows, Moves, ProgressReport, Realtime, Report,
+                                Scaling)
+from slash.run.rank import JoinPush, RankLoop, open_executor, source_time, split_items
 from slash.run.resume import left_of, resplit, resumed_counts
 from slash.run.stream import StreamPlan, run_stream
 from slash.sources import Work, global_units

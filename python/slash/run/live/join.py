@@ -183,8 +183,8 @@ class JoinScaling:
 
 class LiveJoinPositions:
     """A checkpointed live join rank's positions (for
-    :class:`slash.run.rank.Checkpointing`), as
-    :class:`slash.run.rank.LivePositions` records an aggregation rank's: at
+    :class:`slash.run.checkpointing.Checkpointing`), as
+    :class:`slash.run.checkpointing.LivePositions` records an aggregation rank's: at
     each push count, the scale generations it can be described in, each with
     its active ranks and, per side, the work left in global terms and the
     rows held (the merge's batch in hand, a restore's rows of units not

@@ -59,7 +59,7 @@ def execute_split_checkpointed(query: Query, source: Any, rank: int, addresses: 
     batch task's, over its task link): restores from ``plan.resume_id`` if
     given, then reads, pushes and cuts. Returns the windows this executor
     fired in this attempt and its metrics. The loop is
-    :class:`slash.run.rank.RankLoop` with :class:`slash.run.rank.Checkpointing`."""
+    :class:`slash.run.rank.RankLoop` with :class:`slash.run.checkpointing.Checkpointing`."""
     return run_rank(RankSpec(query, source, group, token, plan=plan), rank, addresses, listener,
                     link)
 
@@ -557,7 +557,7 @@ def run_checkpointed(query: Query, source: Any, n: int, group: GroupConfig, toke
     and may have another executor count (a FileSource's positions are
     re-split; other sources refuse). ``control``: see :class:`CheckpointedRun`.
     ``live_every``: executors report live metrics every so many seconds to
-    ``control.on_metrics``; ``realtime``: see :class:`slash.run.rank.Realtime`; ``rate``:
+    ``control.on_metrics``; ``realtime``: see :class:`slash.run.features.Realtime`; ``rate``:
     records/s over the group (every attempt's ranks share it); ``late``: a
     list that receives the input rows found late (``late_output=``): those
     of the cuts committed before the last attempt's start, and that attempt's.

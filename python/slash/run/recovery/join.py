@@ -36,8 +36,9 @@ from slash.query import JoinQuery
 from slash.run.ckpt import SharedLink
 from slash.run.protocol import Resumed
 from slash.run.resume import resumed_counts
-from slash.run.rank import (Checkpointing, Control, JoinPush, Moves, ProgressReport, RankLoop,
-                            Report, SideBatch, open_executor, paced, restore)
+from slash.run.checkpointing import Checkpointing, restore
+from slash.run.features import Control, Moves, ProgressReport, Report
+from slash.run.rank import JoinPush, RankLoop, SideBatch, open_executor, paced
 from slash.sources import FileSource, Work, global_units, watermarks_from_source
 
 log = logging.getLogger(__name__)
