@@ -21,6 +21,7 @@ from slash.control import RunControl
 from slash.control.moves import parse_moves
 from slash.errors import InvalidArgument, InvalidState, Timeout
 from slash.metrics import LiveMetrics
+from slash.run.protocol import Metrics
 from slash.spark._stream_ckpt import DriverCheckpoints
 from slash.spark._tasks import Rendezvous
 
@@ -49,7 +50,7 @@ class StreamControls:
     _stop_sent: bool
     _done: Set[int]
     running: bool  # the handle's: its stage thread is alive
-    _take: Callable[..., None]  # the handle's: hands complete windows to the sink's queue
+    _take: Callable[..., None]  # StreamOutput's: hands complete windows to the sink's queue
     def update(self, filter: Union[None, str, Sequence[str]] = None, *,
                drop_filter: Union[None, str, Sequence[str]] = None, clear_filters: bool = False,
                aggregate: Union[None, str, Sequence[str]] = None,
@@ -212,6 +213,17 @@ class StreamControls:
         if self._ctl is not None:
             self._ctl.new_group("StreamHandle.update: the barrier job restarted from a checkpoint "
                                 "while the update was being agreed; nothing changed, send it again")
+
+    def _followed(self, msg: Metrics, _: Any) -> None:
+        """A rank's map version and held partitions: a rebalance's freeze
+        ends once every rank followed the moves."""
+        snap = msg.snapshot
+        with self._cond:
+            self._follow[msg.rank] = (int(snap.get("map_version") or 0),
+                                      int(snap.get("held_partitions") or 0))
+            if self._freeze is not None and self._moved_everywhere(self._freeze_version):
+                self._freeze = None  # every hand-over merged and its windows sent: go on
+                self._take()
 
     def _moved_everywhere(self, version: int) -> bool:
         """With the lock held: every rank's latest report follows map ``version``

@@ -4,11 +4,12 @@ It takes the tasks' messages (the rendezvous thread feeds them to the
 handlers registered on its :class:`slash.run.driver.Dispatch`), holds each
 window's rows until every rank's group watermark has passed its end, and
 hands whole windows to the sink in event-time order (a callable sink on a
-delivery thread of its own, never under the handle's lock). It counts late
-records and latency, and offers the stream's controls: ``stop``/``wait``,
-``rescale``/``scale_out``/``scale_in`` (a new barrier job from a
-checkpoint), ``update`` (logic versions), ``rebalance`` (leadership moves)
-and ``status`` (the last three in :mod:`slash.spark.stream_controls`).
+delivery thread of its own, never under the handle's lock; that way of the
+windows, the late records and the latencies are
+:mod:`slash.spark.stream_output`'s). It offers the stream's controls:
+``stop``/``wait``, ``rescale``/``scale_out``/``scale_in`` (a new barrier job
+from a checkpoint), ``update`` (logic versions), ``rebalance`` (leadership
+moves) and ``status`` (the last three in :mod:`slash.spark.stream_controls`).
 :func:`slash.spark.stream.stream` checks the arguments into a
 :class:`StreamSetup`; the handle built with it wires the driver's parts
 and :meth:`StreamHandle.start` runs the barrier jobs under the one
@@ -31,7 +32,6 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple, Union
 import numpy as np
 import pyarrow as pa
 
-from slash._ipc import from_ipc
 from slash.control import RunControl
 from slash.errors import InvalidArgument, InvalidState, SinkFailed, TaskFailed, Timeout
 from slash.executor import GroupConfig
@@ -45,11 +45,12 @@ from slash.run.protocol import (LateRecords, Metrics, ResumeAsk, Stop, StreamDon
                                 StreamWatermark, WindowLatencies)
 from slash.run.supervisor import Rescale, Supervisor
 from slash.spark import _env
-from slash.spark._stream_ckpt import DriverCheckpoints, add_metadata
+from slash.spark._stream_ckpt import DriverCheckpoints
 from slash.spark._stream_task import DONE, NEVER, StreamPlan, stream_task
 from slash.spark._tasks import (Rendezvous, barrier_stage, driver_host, raise_task_failure,
                                 write_table)
 from slash.spark.stream_controls import StreamControls
+from slash.spark.stream_output import StreamOutput
 
 #: the stream's warnings (late records, rescales) keep the logger users configure
 log = logging.getLogger("slash.spark.stream")
@@ -84,7 +85,7 @@ class StreamSetup:
     ui_token: Optional[str] = None
 
 
-class StreamHandle(StreamControls):
+class StreamHandle(StreamOutput, StreamControls):
     """A running stream: :meth:`stop` (or leaving a ``with`` block) ends it
     cleanly (every executor finishes its input, the remaining windows fire);
     :meth:`wait` waits for a bounded source to end; :attr:`metrics` counts
@@ -332,41 +333,6 @@ class StreamHandle(StreamControls):
                 r["seconds_to_resume"] = round(time.monotonic() - r["_asked_at"], 3)
                 self._cond.notify_all()
 
-    def _passed(self, rank: int, watermark: int) -> None:
-        with self._cond:
-            self._gw[rank] = max(self._gw[rank], watermark)
-
-    def _rows_fired(self, msg: StreamRows, _: Any) -> None:
-        with self._cond:
-            if msg.ipc is not None:
-                self._pending.append(from_ipc(msg.ipc))
-            self._gw[msg.rank] = max(self._gw[msg.rank], msg.watermark)
-            self._take()
-
-    def _latencies_seen(self, msg: WindowLatencies, _: Any) -> None:
-        with self._cond:
-            for s, e, lat, rows in msg.windows:
-                self._latencies.append((s, e, lat, rows))
-                self._rows += rows
-                self.live.observe_window(s, e, lat, rows)
-
-    def _followed(self, msg: Metrics, _: Any) -> None:
-        """A rank's map version and held partitions: a rebalance's freeze
-        ends once every rank followed the moves."""
-        snap = msg.snapshot
-        with self._cond:
-            self._follow[msg.rank] = (int(snap.get("map_version") or 0),
-                                      int(snap.get("held_partitions") or 0))
-            if self._freeze is not None and self._moved_everywhere(self._freeze_version):
-                self._freeze = None  # every hand-over merged and its windows sent: go on
-                self._take()
-
-    def _late_seen(self, msg: LateRecords, _: Any) -> None:
-        with self._cond:
-            self._late_live += msg.count
-            for s, e, c in msg.windows:
-                self._late_by_window[(s, e)] = self._late_by_window.get((s, e), 0) + c
-
     def _rank_done(self, msg: StreamDone, _: Any) -> None:
         with self._cond:
             self._gw[msg.rank] = DONE
@@ -374,99 +340,6 @@ class StreamHandle(StreamControls):
             if callable(self._sink):
                 self._take()
             self._cond.notify_all()
-
-    def _late_records(self) -> int:
-        return self._late_final if self._late_final is not None else self._late_live
-
-    def _warn_late(self, count: int, final: bool = False) -> None:
-        where = (f"the late rows are in {self._late_output}" if self._late_output is not None
-                 else "or see late_output=")
-        log.warning("slash.spark.stream: %s%s late record(s) not applied (older than the watermark "
-                    "minus lateness=%d ms); raise lateness= %s", "in all, " if final else "",
-                    f"{count:,}", self._lateness_ms, where)
-
-    def _committed(self, tables: List[pa.Table], label: str) -> None:
-        """With checkpoint=: the windows a committed checkpoint (or the final
-        flush) covers, whole, go to the sink labelled with its id."""
-        with self._cond:
-            self._pending.extend(tables)
-            self._take(DONE, label)
-            self._output_after_rescale()
-
-    def _observe(self, wins: List[Tuple[int, int, int]], now_ms: int) -> None:
-        """With checkpoint= and a directory sink: windows made visible at ``now_ms``."""
-        with self._cond:
-            if wins:
-                self._output_after_rescale()
-            for s, e, rows in wins:
-                self._latencies.append((s, e, now_ms - e, rows))
-                self._rows += rows
-                self.live.observe_window(s, e, now_ms - e, rows)
-
-    def _take(self, upto: Optional[int] = None, label: Optional[str] = None) -> None:
-        """With the lock held: moves every complete window (all ranks passed
-        its end) from the pending rows to the sink's queue, oldest first, one
-        table per window; after a sink failure, to the undelivered list.
-        ``label``: the checkpoint id the windows carry in their metadata."""
-        if not self._pending:
-            return
-        if upto is None:
-            upto = min(self._gw)
-            if self._freeze is not None:  # a rebalance in progress (see rebalance())
-                upto = min(upto, self._freeze)
-        table = pa.concat_tables(self._pending)
-        we = table.column("window_end").to_numpy()
-        ready = we < upto if upto != DONE else np.ones(len(we), bool)
-        if not ready.any():
-            return
-        out = table.filter(pa.array(ready))
-        rest = table.filter(pa.array(~ready))
-        self._pending = [rest] if rest.num_rows else []
-        out = out.sort_by([("window_end", "ascending"), ("window_start", "ascending")])
-        ws, wend = out.column("window_start").to_numpy(), out.column("window_end").to_numpy()
-        cut = np.flatnonzero((np.diff(ws) != 0) | (np.diff(wend) != 0)) + 1
-        # after a sink failure, or once the delivery thread ended, nothing takes the queue
-        dest = self._undelivered if self._sink_error is not None or self._stage_over else self._queue
-        if label is not None:
-            out = add_metadata(out, label)
-        for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(ws)]):
-            dest.append(out.slice(int(lo), int(hi - lo)))
-        self._cond.notify_all()
-
-    def _deliver(self) -> None:
-        """The delivery thread: hands each queued window to the sink, outside
-        the lock, until the stage is over and the queue empty, or the sink
-        raised (then the stream is asked to stop)."""
-        while True:
-            with self._cond:
-                while not self._queue and not self._stage_over:
-                    self._cond.wait()
-                if not self._queue:
-                    return
-                w = self._queue.popleft()
-            s, e = int(w.column("window_start")[0].as_py()), int(w.column("window_end")[0].as_py())
-            now = int(time.time() * 1000)  # the emit time: when the sink gets the window
-            try:
-                self._sink(w)  # type: ignore[operator]
-            except BaseException as exc:  # noqa: BLE001 -- any failure of the user's sink stops the stream
-                err = SinkFailed(f"slash.spark.stream: the sink raised on window [{s}, {e}): "
-                                 f"{type(exc).__name__}: {exc}; the stream stopped, and the windows the "
-                                 "sink did not accept are in StreamHandle.undelivered()")
-                err.window = (s, e)
-                err.__cause__ = exc
-                with self._cond:
-                    self._sink_error = err
-                    self._undelivered = [w, *self._queue, *self._undelivered]
-                    self._queue.clear()
-                log.error("%s", err)
-                self._stopping = True
-                self._send_stop()
-                return
-            self.live.observe_window(s, e, now - e, w.num_rows)
-            with self._cond:
-                self._latencies.append((s, e, now - e, w.num_rows))
-                self._emitted.append((s, e))
-                self._rows += w.num_rows
 
     def _send_stop(self) -> None:
         """Asks the current group to stop (after a last checkpoint, with
@@ -676,21 +549,6 @@ class StreamHandle(StreamControls):
     def _close_server(self) -> None:
         if self._server is not None:
             self._server.close()
-
-    @property
-    def emitted_windows(self) -> List[Tuple[int, int]]:
-        """(window_start, window_end) in the order the callback got them."""
-        with self._lock:
-            return list(self._emitted)
-
-    def undelivered(self) -> List[pa.Table]:
-        """After the sink raised: the windows it did not accept, one table per
-        window in event-time order (the one it raised on first); complete
-        once :meth:`stop` or :meth:`wait` returned or raised. Otherwise empty,
-        unless a rank's last rows reached the driver only after the stage's end
-        (then logged as a warning)."""
-        with self._lock:
-            return list(self._undelivered)
 
     def wait(self, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Waits for the stream to end by itself (a bounded source) and for
