@@ -49,6 +49,10 @@ HOMES: List[Tuple[str, str, str]] = [
     *[("slash.kafka", n, "slash.kafka.source") for n in ("KafkaSource", "UNIT_RECORDS")],
     ("slash.kafka", "KafkaStream", "slash.kafka.stream"),
     ("slash.kafka", "KafkaSink", "slash.kafka.sink"),
+    *[("slash.control.controller", n, "slash.control.decisions") for n in (
+        "ACTIONS", "Actuator", "ControllerConfig", "Decision", "decisions_as_dicts",
+        "parse_duration_ms")],
+    ("slash.control.controller", "Controller", "slash.control.controller"),
     *[("slash.bench.kafka", n, "slash.bench._kafka_topic") for n in (
         "WINDOW_MS", "SCHEMA", "SQL", "ANSWER_COLUMNS", "CLOSER", "Topic", "ysb_json", "fill_topic",
         "end_offsets", "topic_values", "reference", "comparable", "paced_values", "TRICKLE_RATE",
