@@ -38,7 +38,7 @@ PKG = _package_dir()
 RANK_SIDE = {"slash", "slash.errors", "slash.limits", "slash.window", "slash.state",
              "slash.state_config", "slash.state_columns", "slash.join", "slash.query",
              "slash.agg_query", "slash.join_query", "slash.filters", "slash.columns",
-             "slash.executor", "slash.sources", "slash._ipc", "slash.checkpoint",
+             "slash.executor", "slash.group", "slash.sources", "slash._ipc", "slash.checkpoint",
              "slash.run.rank_ckpt", "slash.arrow_np", "slash.compute", "slash.interval",
              "slash.open_files", "slash._moved"}
 #: packages whose every module is rank-side: a source (one module of slash.sources) imports no

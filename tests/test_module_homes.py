@@ -49,6 +49,8 @@ HOMES: List[Tuple[str, str, str]] = [
     *[("slash.kafka", n, "slash.kafka.source") for n in ("KafkaSource", "UNIT_RECORDS")],
     ("slash.kafka", "KafkaStream", "slash.kafka.stream"),
     ("slash.kafka", "KafkaSink", "slash.kafka.sink"),
+    ("slash.executor", "GroupConfig", "slash.group"),
+    ("slash", "GroupConfig", "slash.group"),
     *[("slash.control.controller", n, "slash.control.decisions") for n in (
         "ACTIONS", "Actuator", "ControllerConfig", "Decision", "decisions_as_dicts",
         "parse_duration_ms")],

@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Channel": "slash._core", "Listener": "slash._core", "Message": "slash._core",
     "Transport": "slash._core", "have_ofi": "slash._core",
-    "Executor": "slash.executor", "GroupConfig": "slash.executor",
+    "Executor": "slash.executor", "GroupConfig": "slash.group",
     "JoinBackend": "slash.join", "JoinConfig": "slash.join",
     "Aggregate": "slash.state", "StateBackend": "slash.state", "StateConfig": "slash.state",
     "Session": "slash.window", "Sliding": "slash.window", "Tumbling": "slash.window",
