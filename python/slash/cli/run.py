@@ -14,7 +14,7 @@ import argparse
 import logging
 import os
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Tuple
 
 from slash.errors import InvalidArgument
 
@@ -22,129 +22,155 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input", nargs="+", metavar="PATH",
+    """The options of ``slash run``, in groups of one concern each (``--help`` shows them so)."""
+    for add, title, what in (
+            (_add_input, "input", "the files or the Kafka topic read"),
+            (_add_query, "query", "what is computed: an aggregation or a join over event-time "
+                                  "windows"),
+            (_add_group, "group", "where it runs and where its result goes"),
+            (_add_watch, "live view and control", "the running query's metrics, live page and "
+                                                  "control socket"),
+            (_add_supervision, "recovery and scaling", "checkpoints, restarts, a latency target "
+                                                       "and a provisioned group")):
+        add(p.add_argument_group(title, what))
+
+
+def _add_input(g: Any) -> None:
+    g.add_argument("--input", nargs="+", metavar="PATH",
                    help="Parquet or Arrow IPC files, directories or glob patterns (or "
                         "--kafka-bootstrap and --topic)")
-    p.add_argument("--kafka-bootstrap", metavar="HOST:PORT",
+    g.add_argument("--kafka-bootstrap", metavar="HOST:PORT",
                    help="read a Kafka topic (--topic) from this broker instead of --input: its "
                         "records from the start to the end offsets seen at start (a batch query), "
                         "or, with --kafka-stream, as an unbounded stream (docs/kafka.md)")
-    p.add_argument("--topic", metavar="TOPIC", help="the Kafka topic of --kafka-bootstrap")
-    p.add_argument("--kafka-stream", action="store_true",
+    g.add_argument("--topic", metavar="TOPIC", help="the Kafka topic of --kafka-bootstrap")
+    g.add_argument("--kafka-stream", action="store_true",
                    help="read the topic as an unbounded stream: watermarks per partition "
                         "(largest time minus --lateness), the minimum over partitions that are "
                         "not idle; runs until stopped or --kafka-end-after-idle")
-    p.add_argument("--kafka-format", choices=["json", "raw"], default="json",
+    g.add_argument("--kafka-format", choices=["json", "raw"], default="json",
                    help="json: values are JSON objects (schema inferred from the first records); "
                         "raw: columns key and value as bytes (default json)")
-    p.add_argument("--kafka-start", default="earliest", choices=["earliest", "latest"],
+    g.add_argument("--kafka-start", default="earliest", choices=["earliest", "latest"],
                    help="where each partition is read from (default earliest)")
-    p.add_argument("--kafka-idle-timeout", default="5s", metavar="DUR",
+    g.add_argument("--kafka-idle-timeout", default="5s", metavar="DUR",
                    help="a partition silent this long stops holding the watermark (default 5s)")
-    p.add_argument("--kafka-end-after-idle", default=None, metavar="DUR",
+    g.add_argument("--kafka-end-after-idle", default=None, metavar="DUR",
                    help="end the stream once every partition of an executor was silent this long")
-    p.add_argument("--kafka-bad-records", default=None, metavar="DIR",
+    g.add_argument("--kafka-bad-records", default=None, metavar="DIR",
                    help="write malformed values (with topic, partition, offset) here as JSON lines")
-    p.add_argument("--kafka-sink-topic", default=None, metavar="TOPIC",
+    g.add_argument("--kafka-sink-topic", default=None, metavar="TOPIC",
                    help="also write each window as a record (JSON, key = the group key) to this "
                         "topic of --kafka-bootstrap: exactly once with --checkpoint (a Kafka "
                         "transaction per checkpoint, read_committed readers see each window "
                         "once), else at least once at the end of the run")
-    p.add_argument("--time", required=True, metavar="COL",
+
+
+def _add_query(g: Any) -> None:
+    g.add_argument("--time", required=True, metavar="COL",
                    help="event-time column: an integer (ms unless --time-unit), a timestamp of any "
                         "unit (Spark's INT96 too) or a date")
-    p.add_argument("--time-unit", choices=["s", "ms", "us", "ns"], default=None,
+    g.add_argument("--time-unit", choices=["s", "ms", "us", "ns"], default=None,
                    help="unit of an integer time column (default ms)")
-    p.add_argument("--window", metavar="SPEC",
+    g.add_argument("--window", metavar="SPEC",
                    help="tumbling:10s | sliding:7d/1d | session:10s (units ms, s, m, h, d, or "
                         "Spark's '10 seconds', '1 day'); +OFFSET moves tumbling and sliding "
                         "windows as Spark's startTime does: tumbling:1d+-8h")
-    p.add_argument("--time-zone", default="UTC", metavar="ZONE",
+    g.add_argument("--time-zone", default="UTC", metavar="ZONE",
                    help="the zone a date time column is read in: its midnight there, as Spark's "
                         "session time zone casts a date (default UTC; timestamps do not depend "
                         "on it)")
-    p.add_argument("--key", metavar="COL[,COL]", help="key column(s) of an aggregation")
-    p.add_argument("--agg", action="append", metavar="AGG",
+    g.add_argument("--key", metavar="COL[,COL]", help="key column(s) of an aggregation")
+    g.add_argument("--agg", action="append", metavar="AGG",
                    help="count | count:COL | sum:COL | min:COL | max:COL | avg:COL | first:COL | "
                         "last:COL | approx_count_distinct:COL[:RSD] | percentile_approx:COL:Q | "
                         "count_distinct:COL (repeatable; nulls as in SQL; see docs/aggregates.md); "
                         "top:N:AGG keeps per window the N keys with the largest AGG (e.g. "
                         "top:3:count), ranked in a 'rank' column")
-    p.add_argument("--join", action="store_true",
+    g.add_argument("--join", action="store_true",
                    help="a windowed equi-join of --left and --right on --on (tumbling or session)")
-    p.add_argument("--join-interval", metavar="LOWER,UPPER",
+    g.add_argument("--join-interval", metavar="LOWER,UPPER",
                    help="an interval join instead of a windowed one: pairs with left time "
                         "BETWEEN right time + LOWER AND right time + UPPER (inclusive), e.g. "
                         "-5s,+10s (give it as --join-interval=-5s,+10s)")
-    p.add_argument("--left", nargs="+", metavar="PATH", help="left input of a join")
-    p.add_argument("--right", nargs="+", metavar="PATH", help="right input of a join")
-    p.add_argument("--on", metavar="COL[,COL]", help="join key column(s), named alike on both sides")
-    p.add_argument("--string-bytes", type=int, default=32, metavar="N",
+    g.add_argument("--left", nargs="+", metavar="PATH", help="left input of a join")
+    g.add_argument("--right", nargs="+", metavar="PATH", help="right input of a join")
+    g.add_argument("--on", metavar="COL[,COL]", help="join key column(s), named alike on both sides")
+    g.add_argument("--string-bytes", type=int, default=32, metavar="N",
                    help="a join's string/binary payload values hold at most N bytes (each is kept "
                         "in N + 2 bytes rounded up to 8; a longer one is an error)")
-    p.add_argument("--filter", action="append", default=[], metavar="'COL OP VALUE'",
+    g.add_argument("--filter", action="append", default=[], metavar="'COL OP VALUE'",
                    help="keep records where it holds; OP: == != < <= > >= in (repeatable)")
-    p.add_argument("--lateness", default="0ms", metavar="DUR",
+    g.add_argument("--lateness", default="0ms", metavar="DUR",
                    help="allowed out-of-orderness of a stream; files are bounded and need none "
                         "(every record is applied, whatever the layout)")
-    p.add_argument("--late-output", metavar="PATH",
+    g.add_argument("--late-output", metavar="PATH",
                    help="Parquet file for records not applied as late (none for files unless "
                         "their statistics are wrong)")
-    p.add_argument("--executors", type=int, default=None, metavar="N",
+
+
+def _add_group(g: Any) -> None:
+    g.add_argument("--executors", type=int, default=None, metavar="N",
                    help="executor processes (default: the number of cores; an input of at most "
                         "16 M rows runs on one executor in this process)")
-    p.add_argument("--transport", default="shm",
+    g.add_argument("--transport", default="shm",
                    help="shm | ofi:tcp | ofi:verbs, or ofi:verbs@DEVICE|ADDRESS to pick the RDMA "
                         "device (default shm)")
-    p.add_argument("--mode", default="slash", choices=["slash", "repartition"],
+    g.add_argument("--mode", default="slash", choices=["slash", "repartition"],
                    help="slash: eager local state merged at leaders (default); repartition: the "
                         "hash-repartitioning baseline over the same channels")
-    p.add_argument("--output", required=True, metavar="OUT.parquet", help="result file")
-    p.add_argument("--metrics-port", type=int, default=None, metavar="N",
-                   help="serve live metrics in Prometheus' text format at http://ADDR:N/metrics while "
-                        "the query runs (0: a free port; the URL is logged)")
-    p.add_argument("--ui", action="store_true",
-                   help="serve the live page (throughput, per-executor load and watermark, epochs) "
-                        "on the metrics server (a free port unless --metrics-port)")
-    p.add_argument("--ui-bind", default="127.0.0.1", metavar="ADDR",
-                   help="address of the metrics server (default loopback; any other needs the "
-                        "token the logged URL carries)")
-    p.add_argument("--ui-token", default=None, metavar="TOKEN",
-                   help="token for a non-loopback --ui-bind (default: a random one)")
-    p.add_argument("--checkpoint", metavar="DIR",
-                   help="checkpoint directory: exactly-once recovery from executor failures; "
-                        "running again with the same DIR resumes (docs/recovery.md)")
-    p.add_argument("--checkpoint-every", default="10s", metavar="EVERY",
-                   help="10s | 'N epochs' | 'N batches' (default 10s)")
-    p.add_argument("--control", metavar="PATH", default=None,
-                   help="control socket for `slash ctl` (default: run-PID.sock in the control "
-                        "directory; its path is logged at start; docs/control.md)")
-    p.add_argument("--no-control", action="store_true", help="serve no control socket")
-    p.add_argument("--rate", type=float, default=None, metavar="RECORDS_PER_S",
+    g.add_argument("--output", required=True, metavar="OUT.parquet", help="result file")
+    g.add_argument("--rate", type=float, default=None, metavar="RECORDS_PER_S",
                    help="replay the input as a stream at most this fast (records/s over all "
                         "executors; default: as fast as possible)")
-    p.add_argument("--latency-target", default=None, metavar="DUR",
-                   help="tune the run so that windows come out within DUR of their end (e.g. "
-                        "500ms): epoch length and executor count, scaled live within a group "
-                        "of --max-executors processes; with --checkpoint DIR a rescale restarts "
-                        "from a checkpoint instead; needs --realtime (see docs/metrics.md)")
-    p.add_argument("--min-executors", type=int, default=None, metavar="N",
-                   help="with --latency-target: never fewer executors (default 1)")
-    p.add_argument("--max-executors", type=int, default=None, metavar="N",
-                   help="with --latency-target: never more executors (default max(--executors, "
-                        "cores)); without it: provision a group of N executors, --executors of "
-                        "them active and the rest standby, so `slash ctl scale-out/scale-in` change "
-                        "the active count live, without a restart (docs/elastic.md)")
-    p.add_argument("--realtime", action="store_true",
+    g.add_argument("--realtime", action="store_true",
                    help="the input's event times are wall-clock (Unix) times: read each batch no "
                         "earlier than its latest time; window latency = emit time - window end")
-    p.add_argument("--max-restarts", type=int, default=3, metavar="K",
-                   help="restarts from the last checkpoint before the run fails (default 3)")
-    p.add_argument("--timeout", default=None, metavar="SECONDS",
+    g.add_argument("--timeout", default=None, metavar="SECONDS",
                    help="fail the run if it has not finished within SECONDS ('none': never); "
                         "default 3600 for files or a topic read as fast as possible, none for a "
                         "stream (--rate, --realtime, --kafka-stream)")
 
+
+
+def _add_watch(g: Any) -> None:
+    g.add_argument("--metrics-port", type=int, default=None, metavar="N",
+                   help="serve live metrics in Prometheus' text format at http://ADDR:N/metrics while "
+                        "the query runs (0: a free port; the URL is logged)")
+    g.add_argument("--ui", action="store_true",
+                   help="serve the live page (throughput, per-executor load and watermark, epochs) "
+                        "on the metrics server (a free port unless --metrics-port)")
+    g.add_argument("--ui-bind", default="127.0.0.1", metavar="ADDR",
+                   help="address of the metrics server (default loopback; any other needs the "
+                        "token the logged URL carries)")
+    g.add_argument("--ui-token", default=None, metavar="TOKEN",
+                   help="token for a non-loopback --ui-bind (default: a random one)")
+    g.add_argument("--control", metavar="PATH", default=None,
+                   help="control socket for `slash ctl` (default: run-PID.sock in the control "
+                        "directory; its path is logged at start; docs/control.md)")
+    g.add_argument("--no-control", action="store_true", help="serve no control socket")
+
+
+def _add_supervision(g: Any) -> None:
+    g.add_argument("--checkpoint", metavar="DIR",
+                   help="checkpoint directory: exactly-once recovery from executor failures; "
+                        "running again with the same DIR resumes (docs/recovery.md)")
+    g.add_argument("--checkpoint-every", default="10s", metavar="EVERY",
+                   help="10s | 'N epochs' | 'N batches' (default 10s)")
+    g.add_argument("--max-restarts", type=int, default=3, metavar="K",
+                   help="restarts from the last checkpoint before the run fails (default 3)")
+    g.add_argument("--latency-target", default=None, metavar="DUR",
+                   help="tune the run so that windows come out within DUR of their end (e.g. "
+                        "500ms): epoch length and executor count, scaled live within a group "
+                        "of --max-executors processes; with --checkpoint DIR a rescale restarts "
+                        "from a checkpoint instead; needs --realtime (see docs/metrics.md)")
+    g.add_argument("--min-executors", type=int, default=None, metavar="N",
+                   help="with --latency-target: never fewer executors (default 1)")
+    g.add_argument("--max-executors", type=int, default=None, metavar="N",
+                   help="with --latency-target: never more executors (default max(--executors, "
+                        "cores)); without it: provision a group of N executors, --executors of "
+                        "them active and the rest standby, so `slash ctl scale-out/scale-in` change "
+                        "the active count live, without a restart (docs/elastic.md)")
 
 #: a timeout that is no cap: 31 years, within what every wait in the run takes
 NO_TIMEOUT_S = 1e9
@@ -204,23 +230,16 @@ def _kafka_source(args: argparse.Namespace) -> Any:
     return KafkaSource(args.kafka_bootstrap, args.topic, **common)
 
 
-def run(args: argparse.Namespace) -> Dict[str, Any]:
-    from slash.run.launcher import use_forkserver
-
-    process_settings = {"checkpoint": args.checkpoint, "max_executors": args.max_executors,
-                        "latency_target": args.latency_target, "realtime": args.realtime}
-    if any(process_settings.values()):  # processes for sure: the server's imports overlap ours
-        use_forkserver(["slash._warm"])
+def _query_and_source(args: argparse.Namespace) -> Tuple[Any, Any, Optional[int]]:
+    """The query the options ask for, its source, and the records it holds
+    (None for a stream: known once read)."""
+    # imported here, after run() started the executors' fork server when it could (the server
+    # loads them once for every executor; this process would otherwise load them first)
     from slash.query import JoinQuery, Query
-    from slash.runner import executor_count, run as run_query, runs_in_process
     from slash.sources import FileSource
 
     def cols(text: str) -> list:
         return [k for k in text.split(",") if k]
-
-    if args.rate is not None and not args.rate > 0:  # 0 would mean no pacing at all
-        raise InvalidArgument(f"--rate must be > 0 records/s, got {args.rate:g}")
-    timeout = _timeout(args)
 
     if args.join:
         if not (args.left and args.right and args.on):
@@ -250,6 +269,55 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         else:
             source = FileSource(args.input)
             rows_in = source.rows
+    return query, source, rows_in
+
+
+def _control(args: argparse.Namespace) -> Any:
+    """The run's control socket: a path, True (the default path) or None."""
+    control: Any = None
+    live_join = args.join and args.max_executors is not None and not args.latency_target
+    if not ((args.join and not live_join) or args.no_control):
+        control = args.control or True  # a live-scalable join's: status, scale-out/in, rebalance
+    elif args.control and not args.no_control:
+        # a join of N asked for a socket: a live join group, all active; with --checkpoint the
+        # checkpointed run's (status, rebalance, scale-out/in by restart); --latency-target is
+        # refused for a join by the compatibility table, with its reason
+        control = args.control
+    return control
+
+
+def _settings(args: argparse.Namespace, query: Any) -> Dict[str, Any]:
+    """The keyword arguments of :func:`slash.runner.run` the options set
+    beyond the query, source, group and output (each only when asked for)."""
+    return {**({"rate": args.rate} if args.rate is not None else {}),
+            **({"latency_target": args.latency_target,
+                "min_executors": args.min_executors,
+                "max_executors": args.max_executors}
+               if args.latency_target else {}),
+            **({"max_executors": args.max_executors}
+               if args.max_executors is not None and not args.latency_target
+               else {}),
+            **({"realtime": True} if args.realtime else {}),
+            **({"sink": _kafka_sink(args, query)}
+               if args.kafka_sink_topic else {}),
+            **({"checkpoint": args.checkpoint,
+                "checkpoint_every": args.checkpoint_every,
+                "max_restarts": args.max_restarts} if args.checkpoint else {})}
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    from slash.run.launcher import use_forkserver
+
+    process_settings = {"checkpoint": args.checkpoint, "max_executors": args.max_executors,
+                        "latency_target": args.latency_target, "realtime": args.realtime}
+    if any(process_settings.values()):  # processes for sure: the server's imports overlap ours
+        use_forkserver(["slash._warm"])
+    from slash.runner import executor_count, run as run_query, runs_in_process
+
+    if args.rate is not None and not args.rate > 0:  # 0 would mean no pacing at all
+        raise InvalidArgument(f"--rate must be > 0 records/s, got {args.rate:g}")
+    timeout = _timeout(args)
+    query, source, rows_in = _query_and_source(args)
     here = runs_in_process(source, args.executors, args.transport, **process_settings)
     if not here:
         # executors are forked from a server that loads their modules once
@@ -266,36 +334,14 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         live = LiveMetrics(ranks, kind="run")
         server = MetricsServer(live, args.metrics_port or 0, args.ui_bind, args.ui_token)
         log.warning("slash run: live page %s , Prometheus endpoint %s", server.ui_url, server.url)
-    control: Any = None
-    live_join = args.join and args.max_executors is not None and not args.latency_target
-    if not ((args.join and not live_join) or args.no_control):
-        control = args.control or True  # a live-scalable join's: status, scale-out/in, rebalance
-    elif args.control and not args.no_control:
-        # a join of N asked for a socket: a live join group, all active; with --checkpoint the
-        # checkpointed run's (status, rebalance, scale-out/in by restart); --latency-target is
-        # refused for a join by the compatibility table, with its reason
-        control = args.control
+    control = _control(args)
     t0 = time.perf_counter()
     m: Dict[str, Any] = {}
     try:
         result = run_query(query, source, executors=args.executors, transport=args.transport,
                            mode=args.mode, output=args.output, metrics=m,
                            late_output=args.late_output, live=live, control=control,
-                           timeout=timeout,
-                           **({"rate": args.rate} if args.rate is not None else {}),
-                           **({"latency_target": args.latency_target,
-                               "min_executors": args.min_executors,
-                               "max_executors": args.max_executors}
-                              if args.latency_target else {}),
-                           **({"max_executors": args.max_executors}
-                              if args.max_executors is not None and not args.latency_target
-                              else {}),
-                           **({"realtime": True} if args.realtime else {}),
-                           **({"sink": _kafka_sink(args, query)}
-                              if args.kafka_sink_topic else {}),
-                           **({"checkpoint": args.checkpoint,
-                               "checkpoint_every": args.checkpoint_every,
-                               "max_restarts": args.max_restarts} if args.checkpoint else {}))
+                           timeout=timeout, **_settings(args, query))
     finally:
         if server is not None:
             server.close()
