@@ -225,37 +225,10 @@ def run_autotuned(p: RunPlan, drivers: GroupDrivers) -> pa.Table:
             "latency_target= measures window latency as emit time minus window end, which needs "
             "event times that are wall-clock times: pass realtime=True (--realtime) for a live "
             "stream or a recording replayed at its own pace")
-    n = p.n
     if p.latency_target is None:  # realtime=True alone: measured the same way, never tuned
-        if p.min_executors is not None:
-            raise InvalidArgument("min_executors bounds the controller: give latency_target= too")
-        if p.checkpoint is None and _scales_live(p):
-            return _run_measured_live(p, drivers)
-        if p.max_executors is not None:
-            raise InvalidArgument(
-                "max_executors= with realtime=True provisions a group that scales live over file "
-                "inputs without checkpoint=; with checkpoint= (or another input) a realtime run "
-                "rescales by restart: give latency_target= for a controller, or scale by hand "
-                "with slash ctl scale-out/scale-in")
-        live = p.live if p.live is not None else LiveMetrics(n, kind="run")
-        rescaler = Rescaler()
-        rescaler.on_metrics, rescaler.on_event = live.feed, live.event
-        ctl = server = None
-        if p.control not in (None, False):
-            ctl, server = serve_checkpointed(p.control, p.query, p.src, n, rescaler, live)
-        sampler = AutoTuner(None, None, live, tick=live.report_interval, executors=n)
-        return _run_restart_group(p, drivers, live, rescaler, ctl, server, sampler)
-    if isinstance(p.latency_target, ControllerConfig):  # every knob of the policy
-        if p.min_executors is not None or p.max_executors is not None:
-            raise InvalidArgument("latency_target is a ControllerConfig: give min_executors and "
-                                  "max_executors in it")
-        config = p.latency_target
-    else:
-        config = ControllerConfig(
-            latency_target=p.latency_target,
-            min_executors=p.min_executors if p.min_executors is not None else 1,
-            max_executors=p.max_executors if p.max_executors is not None
-            else max(n, os.cpu_count() or 1))
+        return _run_measured(p, drivers)
+    n = p.n
+    config = _controller_config(p)
     controller = Controller(config, executors=n, epoch_ms=p.group.epoch_ms)
     if p.checkpoint is None and _scales_live(p):
         return _run_live_tuned(p, config, controller, drivers)
@@ -295,6 +268,45 @@ def run_autotuned(p: RunPlan, drivers: GroupDrivers) -> pa.Table:
     result = _run_restart_group(p, drivers, live, rescaler, ctl, server, tuner)
     live.event("run ended")
     return result
+
+
+def _run_measured(p: RunPlan, drivers: GroupDrivers) -> pa.Table:
+    """``realtime=True`` without a latency target: the window latency
+    measured as a tuned run measures it, nothing tuned."""
+    n = p.n
+    if p.min_executors is not None:
+        raise InvalidArgument("min_executors bounds the controller: give latency_target= too")
+    if p.checkpoint is None and _scales_live(p):
+        return _run_measured_live(p, drivers)
+    if p.max_executors is not None:
+        raise InvalidArgument(
+            "max_executors= with realtime=True provisions a group that scales live over file "
+            "inputs without checkpoint=; with checkpoint= (or another input) a realtime run "
+            "rescales by restart: give latency_target= for a controller, or scale by hand "
+            "with slash ctl scale-out/scale-in")
+    live = p.live if p.live is not None else LiveMetrics(n, kind="run")
+    rescaler = Rescaler()
+    rescaler.on_metrics, rescaler.on_event = live.feed, live.event
+    ctl = server = None
+    if p.control not in (None, False):
+        ctl, server = serve_checkpointed(p.control, p.query, p.src, n, rescaler, live)
+    sampler = AutoTuner(None, None, live, tick=live.report_interval, executors=n)
+    return _run_restart_group(p, drivers, live, rescaler, ctl, server, sampler)
+
+
+def _controller_config(p: RunPlan) -> ControllerConfig:
+    """The controller's settings: ``latency_target`` itself when it is a
+    ControllerConfig, else one made of it and the executor bounds."""
+    if isinstance(p.latency_target, ControllerConfig):  # every knob of the policy
+        if p.min_executors is not None or p.max_executors is not None:
+            raise InvalidArgument("latency_target is a ControllerConfig: give min_executors and "
+                                  "max_executors in it")
+        return p.latency_target
+    return ControllerConfig(
+        latency_target=p.latency_target,
+        min_executors=p.min_executors if p.min_executors is not None else 1,
+        max_executors=p.max_executors if p.max_executors is not None
+        else max(p.n, os.cpu_count() or 1))
 
 
 def _run_restart_group(p: RunPlan, drivers: GroupDrivers, live: Any, rescaler: Any, ctl: Any,
