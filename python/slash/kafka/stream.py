@@ -291,128 +291,171 @@ class KafkaStream(StreamSource):
             self._decoder.check_column(c)
         # the Kafka timestamps made only if read (a column, or the time of the watermarks)
         stamps = self._decoder.reads_timestamps(names + [time_col] if time_col else names)
-        mine = sorted(int(p) for p in work)
-        pos = {str(p): int(work[str(p)]) for p in mine}
         t = self.schema.field(time_col).type if time_col is not None else None
         if t is not None and not (pa.types.is_integer(t) or pa.types.is_timestamp(t)):
             raise SchemaError(f"a Kafka stream's time column {time_col!r} must be an integer "
                               f"(ms) or a timestamp, not {t}")
-        late = _ms_to_ticks(self.lateness_ms, t) if t is not None else 0
-        top: Dict[int, Optional[int]] = {p: None for p in mine}  # largest time per partition
-        heard = {p: _now() for p in mine}  # when each partition last gave a record
-        eof_at = {p: -1 for p in mine}  # the offset of each partition's latest end-of-log event
-
-        def ended() -> bool:
-            """Every partition of the rank at its end offset (given end_offsets)."""
-            if not self.end_offsets or (deal is not None and any(
-                    self.owner(p, deal[1]) == deal[0] and p not in top for p in self.end_offsets)):
-                return False  # (a partition it will own is not there yet)
-            return all(p in self.end_offsets and pos[str(p)] >= self.end_offsets[p] for p in mine)
-
-        def at_end(p: int) -> bool:
-            """Read to its end: an end-of-log event at or past its next offset."""
-            return eof_at[p] >= pos[str(p)]
-        mark: Optional[int] = None
-
-        def watermark() -> Optional[int]:
-            now = _now()
-            live = [p for p in mine if not (at_end(p) and now - heard[p] >= self.idle_timeout)
-                    and not (p in self.end_offsets and pos[str(p)] >= self.end_offsets[p])]
-            if not mine:
-                return (1 << 63) - 1
-            if live:
-                if any(top[p] is None for p in live):
-                    return None
-                return min(top[p] for p in live) - late
-            seen = [v for v in top.values() if v is not None]
-            return max(seen) - late if seen else None
-
-        def advanced() -> Optional[Watermark]:
-            nonlocal mark
-            if t is None:
-                return None
-            w = watermark()
-            if w is None or (mark is not None and w <= mark):
-                return None
-            mark = w
-            return Watermark(_scalar(w, t))
-
-        if not mine:
-            w = advanced()
-            if w is not None:
-                yield dict(pos), w
-            while not (wait(self.poll_interval) if wait is not None else _sleep(self.poll_interval)):
-                if self.end_after_idle is not None or self.end_offsets:
-                    return
+        parts = _Partitions(self, work, t, _ms_to_ticks(self.lateness_ms, t) if t is not None else 0)
+        if not parts.mine:
+            yield from self._read_none(parts, wait)
             return
         c = open_reader(self.bootstrap, self.topic, self.config)
-        raw = self._decoder.format == "raw"
         try:
-            c.assign([(p, pos[str(p)]) for p in mine])
+            c.assign([(p, parts.pos[str(p)]) for p in parts.mine])
             checked = _now()
             while True:
-                if deal is not None and mine and _now() - checked >= self.partition_check:
+                if deal is not None and parts.mine and _now() - checked >= self.partition_check:
                     checked = _now()
-                    for p in self._gained(c, deal, top):
-                        lo, _ = c.watermarks(p, 5)
-                        mine.append(p)
-                        mine.sort()
-                        pos[str(p)], top[p], heard[p], eof_at[p] = lo, None, _now(), -1
-                        c.assign([(p, lo)], incremental=True)
-                        log.info("topic %r gained partition %d: rank %d of %d reads it from "
-                                 "offset %d", self.topic, p, deal[0], deal[1], lo)
-                out: List[Tuple[Dict[str, int], pa.RecordBatch]] = []
+                    self._take_gained(c, deal, parts)
                 got = c.fetch(min(batch_rows, self.batch_records),
-                              0 if wait is not None else self.poll_interval, raw)
+                              0 if wait is not None else self.poll_interval,
+                              self._decoder.format == "raw")
                 polled = len(got) + len(got.events)
-                # every partition quiet until now: the topic wakes up, and each partition
-                # gets idle_timeout again to show its records before the first to speak
-                # moves the watermark past them (records fetched a moment later are no
-                # reason to be late)
-                quiet = bool(polled) and all(at_end(p) and _now() - heard[p] >= self.idle_timeout
-                                             for p in mine)
-                for p, off in end_of_log(got.events, self.topic).items():
-                    if p in eof_at:  # (it may come before the records it ends)
-                        eof_at[p] = max(eof_at[p], off)
-                runs = got.runs()
+                out = self._decoded(got, parts, bool(polled), stamps, names, time_col)
                 del got
-                if quiet and runs:
-                    for p in mine:
-                        heard[p] = _now()
-                for p, recs in runs:
-                    heard[p] = _now()
-                    if p in self.end_offsets:  # offsets ascend: the records past the end
-                        recs = recs.before(self.end_offsets[p])
-                        if not len(recs):
-                            continue
-                    b, bad = self._decoder.decode(p, recs, stamps)
-                    self._decoder.report(bad, p, int(recs.offset[0]))
-                    pos[str(p)] = int(recs.offset[-1]) + 1
-                    if b is None:
-                        continue
-                    if t is not None:
-                        hi = _max_ticks(b.column(time_col))
-                        if hi is not None and (top[p] is None or hi > top[p]):
-                            top[p] = hi
-                    out.append((dict(pos), b if names == b.schema.names else b.select(names)))
-                del runs
                 yield from out
                 del out
-                w = advanced()  # an idle partition stops holding the rank back, data or not
+                w = parts.advanced()  # an idle partition stops holding the rank back, data or not
                 if w is not None:
-                    yield dict(pos), w
-                if ended():
+                    yield dict(parts.pos), w
+                if parts.ended(deal):
                     return
                 if polled:
                     continue
-                if self.end_after_idle is not None and \
-                        all(at_end(p) and _now() - heard[p] >= self.end_after_idle for p in mine):
+                if self.end_after_idle is not None and parts.silent(self.end_after_idle):
                     return
                 if wait is not None and wait(self.poll_interval):
                     return
         finally:
             c.close()
 
+    def _read_none(self, parts: "_Partitions", wait: Optional[Any]
+                   ) -> Iterator[Tuple[Dict[str, int], Watermark]]:
+        """A reader dealt no partition: its watermark (the end of time) once,
+        then nothing until the stream ends (a bounded or idle-ending one at
+        once) or ``wait`` says stop."""
+        w = parts.advanced()
+        if w is not None:
+            yield dict(parts.pos), w
+        while not (wait(self.poll_interval) if wait is not None else _sleep(self.poll_interval)):
+            if self.end_after_idle is not None or self.end_offsets:
+                return
+
+    def _take_gained(self, c: TopicReader, deal: Tuple[int, int], parts: "_Partitions") -> None:
+        """The partitions the topic gained that ``deal`` gives this reader,
+        read from their start."""
+        for p in self._gained(c, deal, parts.top):
+            lo, _ = c.watermarks(p, 5)
+            parts.gain(p, lo)
+            c.assign([(p, lo)], incremental=True)
+            log.info("topic %r gained partition %d: rank %d of %d reads it from "
+                     "offset %d", self.topic, p, deal[0], deal[1], lo)
+
+    def _decoded(self, got: Any, parts: "_Partitions", polled: bool, stamps: Any,
+                 names: List[str], time_col: Optional[str]
+                 ) -> List[Tuple[Dict[str, int], pa.RecordBatch]]:
+        """A fetch's records as batches of ``names``, each with the position
+        after it; the partitions' ends, times and last records noted."""
+        # every partition quiet until now: the topic wakes up, and each partition
+        # gets idle_timeout again to show its records before the first to speak
+        # moves the watermark past them (records fetched a moment later are no
+        # reason to be late)
+        quiet = polled and parts.silent(self.idle_timeout)
+        for p, off in end_of_log(got.events, self.topic).items():
+            if p in parts.eof_at:  # (it may come before the records it ends)
+                parts.eof_at[p] = max(parts.eof_at[p], off)
+        runs = got.runs()
+        if quiet and runs:
+            parts.heard_all()
+        out: List[Tuple[Dict[str, int], pa.RecordBatch]] = []
+        for p, recs in runs:
+            parts.heard[p] = _now()
+            if p in self.end_offsets:  # offsets ascend: the records past the end
+                recs = recs.before(self.end_offsets[p])
+                if not len(recs):
+                    continue
+            b, bad = self._decoder.decode(p, recs, stamps)
+            self._decoder.report(bad, p, int(recs.offset[0]))
+            parts.pos[str(p)] = int(recs.offset[-1]) + 1
+            if b is None:
+                continue
+            if parts.t is not None:
+                parts.saw(p, _max_ticks(b.column(time_col)))
+            out.append((dict(parts.pos), b if names == b.schema.names else b.select(names)))
+        return out
+
+
+class _Partitions:
+    """One reader's partitions as it reads them (:meth:`KafkaStream.read_work`):
+    per partition its next offset (``pos``, the reader's position), the
+    largest time read, when it last gave a record and the offset of its
+    latest end-of-log event; and the reader's watermark over them, which
+    never goes back."""
+
+    def __init__(self, stream: KafkaStream, work: Mapping[str, int], t: Optional[pa.DataType],
+                 late: int) -> None:
+        self.stream, self.t, self.late = stream, t, late
+        self.mine = sorted(int(p) for p in work)
+        self.pos = {str(p): int(work[str(p)]) for p in self.mine}
+        self.top: Dict[int, Optional[int]] = {p: None for p in self.mine}  # largest time per partition
+        self.heard = {p: _now() for p in self.mine}  # when each partition last gave a record
+        self.eof_at = {p: -1 for p in self.mine}  # the offset of each one's latest end-of-log event
+        self.mark: Optional[int] = None  # the last watermark given
+
+    def gain(self, p: int, lo: int) -> None:
+        """Partition ``p``, which the topic gained, read from offset ``lo``."""
+        self.mine.append(p)
+        self.mine.sort()
+        self.pos[str(p)], self.top[p], self.heard[p], self.eof_at[p] = lo, None, _now(), -1
+
+    def saw(self, p: int, hi: Optional[int]) -> None:
+        """Partition ``p`` gave records up to time ``hi`` (None: all null)."""
+        if hi is not None and (self.top[p] is None or hi > self.top[p]):  # type: ignore[operator]
+            self.top[p] = hi
+
+    def heard_all(self) -> None:
+        for p in self.mine:
+            self.heard[p] = _now()
+
+    def ended(self, deal: Optional[Tuple[int, int]]) -> bool:
+        """Every partition of the rank at its end offset (given end_offsets)."""
+        s = self.stream
+        if not s.end_offsets or (deal is not None and any(
+                s.owner(p, deal[1]) == deal[0] and p not in self.top for p in s.end_offsets)):
+            return False  # (a partition it will own is not there yet)
+        return all(p in s.end_offsets and self.pos[str(p)] >= s.end_offsets[p] for p in self.mine)
+
+    def at_end(self, p: int) -> bool:
+        """Read to its end: an end-of-log event at or past its next offset."""
+        return self.eof_at[p] >= self.pos[str(p)]
+
+    def silent(self, seconds: float) -> bool:
+        """Every partition read to its end and silent for ``seconds``."""
+        return all(self.at_end(p) and _now() - self.heard[p] >= seconds for p in self.mine)
+
+    def watermark(self) -> Optional[int]:
+        now, ends = _now(), self.stream.end_offsets
+        live = [p for p in self.mine
+                if not (self.at_end(p) and now - self.heard[p] >= self.stream.idle_timeout)
+                and not (p in ends and self.pos[str(p)] >= ends[p])]
+        if not self.mine:
+            return (1 << 63) - 1
+        if live:
+            if any(self.top[p] is None for p in live):
+                return None
+            return min(self.top[p] for p in live) - self.late  # type: ignore[type-var]
+        seen = [v for v in self.top.values() if v is not None]
+        return max(seen) - self.late if seen else None
+
+    def advanced(self) -> Optional[Watermark]:
+        """The watermark, when the time column allows one and it moved on."""
+        if self.t is None:
+            return None
+        w = self.watermark()
+        if w is None or (self.mark is not None and w <= self.mark):
+            return None
+        self.mark = w
+        return Watermark(_scalar(w, self.t))
 
 def _now() -> float:
     return _time.monotonic()
