@@ -143,13 +143,7 @@ class StreamControls:
                                "rescale() returned")
         groups = self._groups
         if moves not in (None, "", {}):
-            parsed = parse_moves(moves)
-            bad = sorted(p for p in parsed if p >= self._partitions)
-            if bad:
-                raise InvalidArgument(f"rebalance: partition {bad[0]} is not in "
-                                      f"0..{self._partitions - 1} (the stream has "
-                                      f"{self._partitions} key partitions)")
-            moves = parsed  # type: ignore[assignment]
+            moves = self._checked_moves(moves)  # type: ignore[arg-type]
         deadline = time.monotonic() + timeout
         with self._cond:
             # a moved partition fires nothing from its old leader's switch to its new leader's
@@ -172,6 +166,26 @@ class StreamControls:
         version = int(got["map_version"])
         with self._cond:
             self._freeze_version = version
+        self._await_followed(version, groups, deadline, timeout)
+        self.live.event(f"rebalance: leader map version {version}, moves {got['moves']}")
+        log.info("slash.spark.stream: every executor follows leader map version %d (moves %s)",
+                 version, got["moves"])
+        return got
+
+    def _checked_moves(self, moves: Union[str, Dict[int, int]]) -> Dict[int, int]:
+        """``moves`` parsed, every partition one the stream has."""
+        parsed = parse_moves(moves)
+        bad = sorted(p for p in parsed if p >= self._partitions)
+        if bad:
+            raise InvalidArgument(f"rebalance: partition {bad[0]} is not in "
+                                  f"0..{self._partitions - 1} (the stream has "
+                                  f"{self._partitions} key partitions)")
+        return parsed
+
+    def _await_followed(self, version: int, groups: int, deadline: float, timeout: float) -> None:
+        """Returns once every executor follows leader map ``version`` with no
+        hand-over left; raises if the barrier job restarted, the stream ended
+        or ``deadline`` passed."""
         # every executor switches at its own next epoch end and reports its map in its metrics;
         # done when every one follows the version and no hand-over is left
         while True:
@@ -193,10 +207,6 @@ class StreamControls:
                               f"version {version} within {timeout} s ((version, held "
                               f"partitions) per rank: {late})")
             time.sleep(0.02)
-        self.live.event(f"rebalance: leader map version {version}, moves {got['moves']}")
-        log.info("slash.spark.stream: every executor follows leader map version %d (moves %s)",
-                 version, got["moves"])
-        return got
 
     def _next_group(self) -> None:
         """The stage thread, before the next barrier job (a restart or a
