@@ -26,6 +26,8 @@ import os
 import secrets
 from typing import Any, Optional, Sequence, Tuple, Union
 
+import pyarrow as pa
+
 from slash.checkpoint import CheckpointStore
 from slash.errors import InvalidArgument, NotSupported
 from slash.executor import GroupConfig
@@ -103,29 +105,11 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
     _env.require_pyspark()
     import pyspark.sql.functions  # noqa: F401
 
-    if isinstance(source, (str, os.PathLike)):
-        source = DirectorySource(os.fspath(source))
-    if not isinstance(source, StreamSource):
-        raise InvalidArgument(f"stream source must be a RateSource, a DirectorySource, a "
-                              f"KafkaStream or a directory, got {type(source).__name__}")
-    lateness = source.stream_lateness(lateness)
-    query = make_query(time, window, key, aggs, filter, lateness, session_time_zone(spark),
-                       one_start_time(start_time, startTime))
-    if query.top:
-        raise InvalidArgument(f"top:{query.top[0]}:{query.top[1]} ranks every key of a window, and "
-                              "a stream appends a window's rows as each leader fires its keys: no "
-                              "appended part could say which keys rank first (run it over bounded "
-                              "inputs: slash.spark.window_aggregate)")
-    schema = source.resolve_schema()
-    query.check(schema)
-    source.check_stream(query, schema)
-    delivery, sink_dir = _sink(sink, checkpoint)
-    if late_output is not None and not isinstance(late_output, (str, os.PathLike)):
-        raise InvalidArgument(f"late_output must be a directory, got {type(late_output).__name__}")
-    late_dir = None if late_output is None else os.fspath(late_output)
-    for d in (sink_dir, late_dir):
-        if d is not None and "://" not in d:
-            os.makedirs(d, exist_ok=True)
+    source = _stream_source(source)
+    query = make_query(time, window, key, aggs, filter, source.stream_lateness(lateness),
+                       session_time_zone(spark), one_start_time(start_time, startTime))
+    schema = _checked_schema(query, source)
+    delivery, sink_dir, late_dir = _outputs(sink, checkpoint, late_output)
     RestartPolicy(max_restarts)  # checked before anything starts
     every = CheckpointEvery.parse(checkpoint_every) if checkpoint is not None else None
     n, group = group_for(spark, query, executors, transport, group, slots_wait)
@@ -143,6 +127,43 @@ def stream(spark: Any, source: Union[RateSource, DirectorySource, KafkaStream, s
                           setup=setup)
     handle.start()
     return handle
+
+
+def _stream_source(source: Any) -> StreamSource:
+    """``source`` as a stream source: a directory path is a DirectorySource."""
+    if isinstance(source, (str, os.PathLike)):
+        source = DirectorySource(os.fspath(source))
+    if not isinstance(source, StreamSource):
+        raise InvalidArgument(f"stream source must be a RateSource, a DirectorySource, a "
+                              f"KafkaStream or a directory, got {type(source).__name__}")
+    return source
+
+
+def _checked_schema(query: Any, source: StreamSource) -> pa.Schema:
+    """The stream's schema, once the query fits a stream and the source."""
+    if query.top:
+        raise InvalidArgument(f"top:{query.top[0]}:{query.top[1]} ranks every key of a window, and "
+                              "a stream appends a window's rows as each leader fires its keys: no "
+                              "appended part could say which keys rank first (run it over bounded "
+                              "inputs: slash.spark.window_aggregate)")
+    schema = source.resolve_schema()
+    query.check(schema)
+    source.check_stream(query, schema)
+    return schema
+
+
+def _outputs(sink: Any, checkpoint: Optional[str], late_output: Any
+             ) -> Tuple[Optional[Delivery], Optional[str], Optional[str]]:
+    """(the exactly-once delivery, the sink's directory, the late rows'
+    directory), each None when not asked for; the directories made."""
+    delivery, sink_dir = _sink(sink, checkpoint)
+    if late_output is not None and not isinstance(late_output, (str, os.PathLike)):
+        raise InvalidArgument(f"late_output must be a directory, got {type(late_output).__name__}")
+    late_dir = None if late_output is None else os.fspath(late_output)
+    for d in (sink_dir, late_dir):
+        if d is not None and "://" not in d:
+            os.makedirs(d, exist_ok=True)
+    return delivery, sink_dir, late_dir
 
 
 def _sink(sink: Any, checkpoint: Optional[str]) -> Tuple[Optional[Delivery], Optional[str]]:
