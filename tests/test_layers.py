@@ -3,6 +3,9 @@
 * No import circle: modules form a graph in which nothing imports upward
   (imports inside function bodies count too).
 * No module imports another module's ``_private`` names.
+* The package's folders are its layers (:data:`LAYERS`, bottom up): no
+  module imports from a folder above its own, so a source imports no engine
+  and no driver.
 * The engine (``slash.run``) imports none of the modules built on it: not the
   runner, the autotuner, Spark, the command line or the benchmarks.
 * Rank-side modules (what a rank's loop is built from) import no driver-side
