@@ -28,8 +28,8 @@ from slash.errors import CheckpointCorrupt, InvalidState, NotSupported, PeerDisc
 from slash.executor import split_at_cut
 from slash.run.ckpt import Writer, part_name
 from slash.run.plan import CheckpointPlan
-from slash.run.protocol import (Resume, ResumeAsk, ResumeError, Stopped, StopAt, StreamCheckpoint,
-                                 StreamFinal)
+from slash.run.protocol import (Resume, ResumeAsk, ResumeError, StopAfter, Stopped, StopAt,
+                                 StreamCheckpoint, StreamFinal)
 from slash.run.checkpointing import restore_from
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,9 @@ class TaskCheckpoints:
                 break
             if isinstance(msg, ResumeError):
                 raise CheckpointCorrupt(msg.reason)
+            if isinstance(msg, StopAfter):  # a rescale asked before this rank's answer came:
+                self.stop_after = msg.ckpt_id  # rank 0 resumed and asked the group to stop
+                continue
             on_other(msg)
         resume_id, base_ms, next_id, self.versions = msg.ckpt_id, msg.base_ms, msg.next_id, \
             msg.versions
