@@ -5,6 +5,7 @@ Markdown and PNGs from JSON results of every shape."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 
@@ -31,6 +32,7 @@ def _spark_available() -> bool:
     return True
 
 
+HOT_INTERVAL = (-5_000, 10_000)
 ENGINES = ("slash", "repartition", "duckdb") + (("spark", "slash.spark") if _spark_available() else ())
 
 PLANS = {
@@ -44,6 +46,9 @@ PLANS = {
     "nexmark-q11": lambda: nexmark_q11.plan(300_000, block=BLOCK),
     # streams with a block's lateness: the watermark moves while rows are buffered
     "interval-join": lambda: interval_join.plan(300_000, block=BLOCK),
+    # issue 44's case: one id on 5 % of each side, an interval reaching both ways
+    "interval-join-hot": lambda: interval_join.plan(300_000, block=BLOCK, hot_key=0.05,
+                                                    interval=HOT_INTERVAL),
 }
 
 
@@ -76,7 +81,8 @@ SLASH_SPARK = {"nexmark-q5": nexmark_q5.slash_spark_plan}
 def _spark_builders():
     return {"ysb": ysb.spark_plan, "nexmark-q5": nexmark_q5.spark_plan, "ro": ro.spark_plan(3_600_000), "cm": cm.spark_plan, "nexmark-q7": nexmark_q7.spark_plan,
             "nexmark-q8": nexmark_q8.spark_plan, "nexmark-q11": nexmark_q11.spark_plan,
-            "interval-join": interval_join.spark_plan}
+            "interval-join": interval_join.spark_plan,
+            "interval-join-hot": functools.partial(interval_join.spark_plan, interval=HOT_INTERVAL)}
 
 
 def test_cm_on_the_trace_sample():

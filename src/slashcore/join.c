@@ -509,10 +509,12 @@ static inline size_t part_bytes(const join_part *p)
 
 /* In chunks of JOIN_CHUNK records: hash each record and (once the state no
  * longer fits in cache) prefetch its bucket, then the group at the head of
- * its chain, then that group's first chunk of this side, and only then
- * upsert and append: the three dependent cache misses of a row overlap
- * with those of the rows around it. Prefetches are hints; a group that is
- * not at the head of its chain is simply found by the upsert. */
+ * its chain (one find per row, the head kept for the next pass), then that
+ * group's first chunk of this side, and only then upsert and append: the
+ * three dependent cache misses of a row overlap with those of the rows
+ * around it. Prefetches are hints; a group that is not at the head of its
+ * chain is simply found by the upsert. The heads are read before any upsert
+ * of the chunk, so no append or index rebuild has moved them. */
 #define JOIN_CHUNK 32
 #define JOIN_PREFETCH_EVERY 64 /* chunks between two looks at the state's size */
 
@@ -528,6 +530,7 @@ slash_status slash_join_update(slash_join *s, const slash_join_batch *b)
     int64_t win[JOIN_CHUNK], end[JOIN_CHUNK];
     const uint8_t *key[JOIN_CHUNK];
     uint32_t key_len[JOIN_CHUNK];
+    const join_group *head[JOIN_CHUNK]; /* prefetching: the group at the head of each row's chain */
     bool prefetch = false;
     for (size_t base = 0; base < b->n; base += JOIN_CHUNK) {
         size_t m = b->n - base < JOIN_CHUNK ? b->n - base : JOIN_CHUNK;
@@ -560,19 +563,14 @@ slash_status slash_join_update(slash_join *s, const slash_join_batch *b)
                 const join_part *p = &s->parts[join_part_of(s, kh[j])];
                 slash_hidx_entry *e = slash_hidx_find(&p->index, join_hash_win(s, kh[j], win[j]),
                                                       p->log.begin);
-                if (e)
-                    __builtin_prefetch(join_ptr(p, slash_hidx_addr(e->word)), 0, 0);
+                head[j] = e ? join_ptr(p, slash_hidx_addr(e->word)) : NULL;
+                if (head[j])
+                    __builtin_prefetch(head[j], 0, 0);
             }
-            for (size_t j = 0; j < m; j++) {
-                const join_part *p = &s->parts[join_part_of(s, kh[j])];
-                slash_hidx_entry *e = slash_hidx_find(&p->index, join_hash_win(s, kh[j], win[j]),
-                                                      p->log.begin);
-                if (!e)
-                    continue;
-                const join_group *g = join_ptr(p, slash_hidx_addr(e->word));
-                if (g->head[side])
-                    __builtin_prefetch(join_ptr(p, g->head[side]), 1, 0);
-            }
+            for (size_t j = 0; j < m; j++) /* the chain heads found above: no second find */
+                if (head[j] && head[j]->head[side])
+                    __builtin_prefetch(join_ptr(&s->parts[join_part_of(s, kh[j])],
+                                                head[j]->head[side]), 1, 0);
         }
         for (size_t j = 0; j < m; j++) {
             join_part *p = &s->parts[join_part_of(s, kh[j])];

@@ -106,11 +106,10 @@ static size_t reference(const brow *d, size_t n, int64_t lo, int64_t hi, pair *o
     return m;
 }
 
-static void check_band(int64_t lo, int64_t hi, int stores)
+/* The band's pairs of rows d[0..n) (in one store, or half of them merged
+ * from a peer's delta) equal the brute-force reference. */
+static void check_rows(const brow *d, size_t n, int64_t lo, int64_t hi, int stores)
 {
-    uint64_t seed = (uint64_t)lo * 31 + (uint64_t)hi + (uint64_t)stores;
-    const size_t n = 1200;
-    brow *d = gen(n, &seed);
     pair *want = malloc(n * n * sizeof *want), *got = malloc(n * n * sizeof *got);
     size_t nw = reference(d, n, lo, hi, want);
     slash_join *s = open_band(lo, hi), *peer = stores > 1 ? open_band(lo, hi) : NULL;
@@ -141,7 +140,37 @@ static void check_band(int64_t lo, int64_t hi, int stores)
     CHECK(st.groups == 0 && st.rows[0] == 0 && st.rows[1] == 0);
     slash_join_close(s);
     slash_join_close(peer);
-    free(d), free(want), free(got);
+    free(want), free(got);
+}
+
+static void check_band(int64_t lo, int64_t hi, int stores)
+{
+    uint64_t seed = (uint64_t)lo * 31 + (uint64_t)hi + (uint64_t)stores;
+    const size_t n = 1200;
+    brow *d = gen(n, &seed);
+    check_rows(d, n, lo, hi, stores);
+    free(d);
+}
+
+/* One group (key 3, bucket 0) whose R right rows arrive in time order, in
+ * reverse order, or all at one time, around the size where the band stops
+ * sorting by insertion (join_band.c): each order gives every pair once. */
+TEST(band_pairs_whatever_order_the_right_rows_arrive_in)
+{
+    const size_t sizes[] = {1, 2, 3, 16, 17, 40};
+    for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++)
+        for (int order = 0; order < 3; order++) {
+            size_t R = sizes[z], n = R + 4;
+            brow *d = malloc(n * sizeof *d);
+            for (size_t i = 0; i < n; i++) {
+                int64_t ts = order == 2 ? 50 : order == 0 ? (int64_t)i * 2 : 90 - (int64_t)i * 2;
+                d[i] = (brow){.side = i < R, .key = 3, .time = 10, .ts = ts, .id = (int64_t)i};
+            }
+            for (size_t i = R; i < n; i++) /* the left rows, across the right rows' times */
+                d[i].ts = (int64_t)(i - R) * 25 + 5;
+            check_rows(d, n, -20, 20, 1);
+            free(d);
+        }
 }
 
 TEST(band_pairs_equal_brute_force) { check_band(-10, 25, 1); }
@@ -176,6 +205,7 @@ TEST(band_the_store_cannot_honour_is_refused)
 int main(void)
 {
     RUN(band_pairs_equal_brute_force);
+    RUN(band_pairs_whatever_order_the_right_rows_arrive_in);
     RUN(band_of_one_value);
     RUN(band_wider_than_the_bucket_keeps_every_candidate);
     RUN(band_pairs_after_a_merged_delta);
