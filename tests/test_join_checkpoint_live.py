@@ -30,6 +30,8 @@ from test_live_scale_join import TOTAL, duck_tumbling, pairs, sides, srcs  # noq
 RATE = 16_000  # records/s over the group: a stream of ~3 s, the operations in its first half
 PARTITIONS = 32  # small images: cheap cuts
 Q = JoinQuery(time="t", window="tumbling:10s", on="k")
+#: a hang's bound, not a speed: a run of ~3 s took over 120 s at load 25 on 2 cores
+HANG_S = 600
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,7 @@ def checkpointed(sides, tmp_path, sock, **kw):
     m = {}
 
     def go():
-        return run(Q, srcs(sides), control=sock, metrics=m, timeout=120,
+        return run(Q, srcs(sides), control=sock, metrics=m, timeout=HANG_S,
                    group=GroupConfig(partitions=PARTITIONS), checkpoint=str(tmp_path / "ck"),
                    checkpoint_every="150ms", **kw)
     return go, m

@@ -123,14 +123,36 @@ def test_a_stream_out_of_restarts_fails_and_resumes_when_started_again(spark, tm
     m = h2.wait(120)
     assert m["resumed_from"] is not None and m["recoveries"] == []
     assert sink_windows(read_sink(out)) == duckdb_windows(h.base_ms)
+    with pytest.raises(InvalidState, match="ran to its end"):  # a stream that ended is not run again
+        stream(spark, SRC, sink=out, checkpoint=ck, **QUERY)
+
+
+#: SRC until stopped: a stop always falls inside it, whatever the machine's speed
+ENDLESS = RateSource(rate=SRC.rate, keys=SRC.keys, batch=SRC.batch, seed=SRC.seed)
+
+
+def _before(windows, w):
+    return {k: v for k, v in windows.items() if k[0] < w}
+
+
+def _wait_published_past(out, w, h, timeout=300):
+    """Waits until the sink holds a window starting at ``w`` or later: every
+    window starting before ``w - 1000`` is then closed and published."""
+    deadline = time.monotonic() + timeout
+    while True:
+        t = read_sink(out)
+        if t is not None and max(t.column("window_start").to_pylist()) >= w:
+            return
+        assert time.monotonic() < deadline and h.running, f"no window from {w} in the sink"
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("window,slides", [("tumbling:500ms", (0,)), ("sliding:1s/500ms", (0, 500))])
 def test_stopped_stream_started_again_continues_without_duplicates(spark, tmp_path, window, slides):
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
     q = dict(QUERY, window=window)
-    h = stream(spark, SRC, sink=out, checkpoint=ck, checkpoint_every="2 batches", **q)
-    deadline = time.monotonic() + 60
+    h = stream(spark, ENDLESS, sink=out, checkpoint=ck, checkpoint_every="2 batches", **q)
+    deadline = time.monotonic() + 300
     while read_sink(out) is None:  # stop once some windows are published
         assert time.monotonic() < deadline and h.running
         time.sleep(0.05)
@@ -138,16 +160,20 @@ def test_stopped_stream_started_again_continues_without_duplicates(spark, tmp_pa
     last = first["checkpoints"][-1]["id"]
     assert h.running is False and first["resumed_from"] is None
     before = read_sink(out)
-    h2 = stream(spark, SRC, sink=out, checkpoint=ck, checkpoint_every="2 batches", **q)
-    m = h2.wait(120)
+    # the answer is checked on the windows starting before w, all closed once one from w + 1000
+    w = max(before.column("window_start").to_pylist()) + 1000
+    h2 = stream(spark, ENDLESS, sink=out, checkpoint=ck, checkpoint_every="2 batches", **q)
+    _wait_published_past(out, w + 1000, h2)
+    m = h2.stop()
     assert m["resumed_from"] == last and m["recoveries"] == []
     got = read_sink(out)
-    assert sink_windows(got) == duckdb_windows(h.base_ms, slides=slides)
+    # the records up to w + 1000 (a sliding window's end), and more
+    src = RateSource(rate=SRC.rate, records=(w + 2000 - h.base_ms) * SRC.rate // 1000,
+                     keys=SRC.keys, batch=SRC.batch, seed=SRC.seed)
+    assert _before(sink_windows(got), w) == _before(duckdb_windows(h.base_ms, src, slides), w)
     assert h2.base_ms == h.base_ms
     # what the first run published stays, unchanged; the rest came after
     assert set(sink_windows(before).items()) < set(sink_windows(got).items())
-    with pytest.raises(InvalidState, match="ran to its end"):
-        stream(spark, SRC, sink=out, checkpoint=ck, **q)
 
 
 def test_callable_sink_gets_only_committed_windows_labelled_with_their_checkpoint(spark, tmp_path):
