@@ -362,9 +362,12 @@ def test_paced_by_event_time_runs_apply_or_write_each_late_row_once(how, tmp_pat
     every = pa.Table.from_batches([units.rows(i) for i in range(RT_UNITS)])
     liars = Counter(_tkv(pa.Table.from_batches([units.rows(i) for i in RT_LIARS])
                          .select(["k", "t", "v"])))
-    written = pq.read_table(str(tmp_path / "late.parquet")).select(["key", "time", "v"])
-    late = Counter(_tkv(written))
-    assert late and not late - liars and sum(late.values()) == m["late_records"]
+    # none late is possible: on a busy machine a rank's promise may be published only after
+    # the liars' rows were applied (late.parquet is written when a row was late)
+    path = tmp_path / "late.parquet"
+    late = Counter(_tkv(pq.read_table(str(path)).select(["key", "time", "v"]))) \
+        if path.exists() else Counter()
+    assert not late - liars and sum(late.values()) == m["late_records"]
     applied = Counter(_tkv(every.select(["k", "t", "v"]))) - late
     rest = pa.table({"t": [t for k, t, v in applied.elements()],
                      "k": [k for k, t, v in applied.elements()],
