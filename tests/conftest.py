@@ -91,6 +91,11 @@ def spark():
     _spark.leave_as_found(s, confs)
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """The shared SparkSession ends with the test process."""
+    _spark.stop_shared()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def no_spark_session_outlives_its_module(request):
     """A module without the ``spark`` fixture runs with no shared SparkSession
