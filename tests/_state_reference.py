@@ -129,17 +129,12 @@ def split_and_merge(make_store, recs, nparts: int, rnd, repeat: bool = False):
     return got, want
 
 
-def slash_and_spark(path: str, window: str, key: str, aggs, app: str):
+def slash_and_spark(spark, path: str, window: str, key: str, aggs):
     """(slash.spark.window_aggregate's answer, Spark's own query's answer) as
-    Arrow tables, over the Parquet file at path, in a local[2] session."""
-    from slash.spark import session, spark_window_aggregate, window_aggregate
-    spark = session("local[2]", app)
-    try:
-        ours = window_aggregate(spark, path, time="ts", window=window, key=key, aggs=aggs).toArrow()
-        theirs = spark_window_aggregate(spark, path, time="ts", window=window, key=key,
-                                        aggs=aggs).toArrow()
-    finally:
-        spark.stop()
+    Arrow tables, over the Parquet file at path, in the session spark."""
+    from slash.spark import spark_window_aggregate, window_aggregate
+    ours = window_aggregate(spark, path, time="ts", window=window, key=key, aggs=aggs).toArrow()
+    theirs = spark_window_aggregate(spark, path, time="ts", window=window, key=key, aggs=aggs).toArrow()
     return ours, theirs
 
 

@@ -139,16 +139,15 @@ def test_a_column_of_a_type_without_a_hash_is_refused_naming_it():
 
 
 @pytest.mark.slow
-def test_slash_spark_and_sparks_own_hll_both_within_the_stated_error(tmp_path):
+def test_slash_spark_and_sparks_own_hll_both_within_the_stated_error(spark, tmp_path):
     """Through slash.spark.window_aggregate and Spark's own
     approx_count_distinct at the same relative error, on the same file:
     each within the stated error of the exact count, and Slash's root mean
     square error not above 1.5 times Spark's (the hashes differ, so the
     estimates are not equal)."""
-    pytest.importorskip("pyspark")
     path = make_file(tmp_path)
     want = exact(path, "tumbling:3s")
-    ours, theirs = slash_and_spark(path, "tumbling:3s", "k", AGGS, "slash-test-hll")
+    ours, theirs = slash_and_spark(spark, path, "tumbling:3s", "k", AGGS)
     check_within_stated_error(ours, want)
     check_within_stated_error(theirs, want)
 

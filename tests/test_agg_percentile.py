@@ -104,13 +104,12 @@ def test_quantile_is_checked_and_named():
 
 
 @pytest.mark.slow
-def test_slash_spark_and_sparks_own_percentile_approx_agree_within_the_stated_error(tmp_path):
+def test_slash_spark_and_sparks_own_percentile_approx_agree_within_the_stated_error(spark, tmp_path):
     """Through slash.spark.window_aggregate and Spark's own percentile_approx
     (default accuracy 10000: rank error 1e-4) on the same file: both within
     the stated error of DuckDB's quantile_disc (Spark's at the extremes too)."""
-    pytest.importorskip("pyspark")
     path = make_file(tmp_path)
     want = exact(path, "tumbling:3s")
-    ours, theirs = slash_and_spark(path, "tumbling:3s", "k", AGGS, "slash-test-percentile")
+    ours, theirs = slash_and_spark(spark, path, "tumbling:3s", "k", AGGS)
     check_within_stated_error(ours, want)
     check_within_stated_error(theirs, want)

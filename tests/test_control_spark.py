@@ -16,17 +16,10 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pandas")
 
 from slash.errors import InvalidArgument, InvalidState, NotSupported, SchemaError  # noqa: E402
-from slash.spark import RateSource, session, stream  # noqa: E402
+from slash.spark import RateSource, stream  # noqa: E402
 from slash.workloads import ysb_batches  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = session("local[2]", "slash-test-control")
-    yield s
-    s.stop()
 
 
 def test_a_stream_update_switches_every_task_to_the_new_filter_at_T(spark):

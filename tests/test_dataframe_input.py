@@ -16,19 +16,12 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pandas")
 
 from slash.errors import SchemaError  # noqa: E402
-from slash.spark import run_aggregate, session, spark_window_aggregate  # noqa: E402
+from slash.spark import run_aggregate, spark_window_aggregate  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 Q = dict(time="ts", window="tumbling:10s", aggs=["count", "sum:price", "max:qty"])
 N = 4000
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = session("local[2]", "slash-test-dataframe")
-    yield s
-    s.stop()
 
 
 def events_table(n=N, seed=7):

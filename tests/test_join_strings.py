@@ -258,16 +258,11 @@ def test_string_payloads_survive_a_live_rescale(files, tmp_path):
     assert rows(out) == want
 
 
-def test_spark_window_join_keeps_strings(files):
-    pytest.importorskip("pyspark")
-    from slash.spark import session, window_join
+def test_spark_window_join_keeps_strings(spark, files):
+    from slash.spark import window_join
     lp, rp, want = files
-    spark = session("local[2]", "slash-joinstr-test")
-    try:
-        got = window_join(spark, lp, rp, on="origin", time="ts", window="tumbling:1h",
-                          executors=2, string_bytes=64)
-        g = sorted((tuple(r[c] for c in COLS) for r in got.collect()), key=repr)
-    finally:
-        spark.stop()
+    got = window_join(spark, lp, rp, on="origin", time="ts", window="tumbling:1h",
+                      executors=2, string_bytes=64)
+    g = sorted((tuple(r[c] for c in COLS) for r in got.collect()), key=repr)
     # Spark gives binary as bytearray
     assert [tuple(bytes(v) if isinstance(v, bytearray) else v for v in r) for r in g] == want

@@ -21,7 +21,7 @@ pytest.importorskip("pandas")
 
 from slash.errors import InvalidArgument, SchemaError, UnknownName  # noqa: E402
 from slash.sources import FileSource  # noqa: E402
-from slash.spark import jvm_export, session, spark_window_aggregate, window_aggregate  # noqa: E402
+from slash.spark import jvm_export, spark_window_aggregate, window_aggregate  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -29,13 +29,11 @@ UTC = datetime.timezone.utc
 
 
 @pytest.fixture(scope="module")
-def spark():
-    s = session("local[2]", "slash-test-jvm-export")
-    if not jvm_export.available(s):
-        s.stop()
+def spark(spark):
+    """The shared session (conftest.py), when it has the package's jar."""
+    if not jvm_export.available(spark):
         pytest.skip("slash-spark.jar is not built (scripts/install.sh build_jar, which ./test.sh runs)")
-    yield s
-    s.stop()
+    return spark
 
 
 def read_files(files):

@@ -32,7 +32,8 @@ ck = pytest.importorskip("confluent_kafka")
 
 from slash.errors import InvalidArgument  # noqa: E402
 from slash.kafka import KafkaSource, KafkaStream  # noqa: E402
-from slash.spark import session, stream, window_aggregate  # noqa: E402
+from slash.spark import stream, window_aggregate  # noqa: E402
+from _spark import own_session  # noqa: E402
 
 SCHEMA = pa.schema([("k", pa.string()), ("t", pa.int64()), ("v", pa.int64())])
 QUERY = dict(time="t", window="tumbling:1s", key="k", aggs=["count", "sum:v"])
@@ -42,7 +43,8 @@ _names = itertools.count()
 
 @pytest.fixture(scope="module")
 def spark():
-    s = session("local[3]", "slash-test-kafka-spark")
+    """A local[3] session of the module's own: barrier stages of 3 executors."""
+    s = own_session("local[3]", "slash-test-kafka-spark")
     yield s
     s.stop()
 

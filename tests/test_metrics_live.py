@@ -21,20 +21,13 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pandas")
 pytest.importorskip("prometheus_client")
 
-from slash.spark import RateSource, session, stream  # noqa: E402
+from slash.spark import RateSource, stream  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 # the page's screenshot goes to the test's tmp directory; SLASH_UI_SCREENSHOT names a file to
 # write instead (the docs' bench/results/ui.png is refreshed that way, never by a test run)
 SCREENSHOT = os.environ.get("SLASH_UI_SCREENSHOT")
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = session("local[2]", "slash-test-metrics")
-    yield s
-    s.stop()
 
 
 def free_port():

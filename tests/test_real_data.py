@@ -61,14 +61,10 @@ needs_spark = pytest.mark.skipif(not _have_spark(), reason="pyspark and pandas a
 
 # -- fixtures: one SparkSession, the layouts written once per module ------------------------------
 @pytest.fixture(scope="module")
-def spark():
-    if not _have_spark():
-        pytest.skip("pyspark and pandas are needed for the Spark layouts and references")
-    from slash.spark import session
-
-    s = session("local[2]", "slash-test-real-data", {"spark.sql.session.timeZone": "UTC"})
-    yield s
-    s.stop()
+def spark(spark):
+    """The shared session (conftest.py) in UTC, as the layouts' references are."""
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    return spark
 
 
 @pytest.fixture(scope="module")

@@ -84,25 +84,19 @@ def slash_rows(request, table) -> List[Row]:
 
 
 @pytest.fixture(scope="module")
-def spark_rows(table) -> List[Row]:
-    pytest.importorskip("pyspark")
+def spark_rows(spark, table) -> List[Row]:
     from pyspark.sql import functions as F
 
-    from slash.spark import session
-
-    spark = session("local[1]", "slash-session-test",
-                    conf={"spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": "1"})
-    try:
-        rows = list(zip(*(table.column(c).to_pylist() for c in ("t", "k", "v"))))
-        df = (spark.createDataFrame(rows, "t long, k long, v long")
-              .withColumn("ts", F.timestamp_millis(F.col("t"))))
-        agg = (df.groupBy(F.session_window(F.col("ts"), f"{GAP_MS // 1000} seconds").alias("w"), "k")
-               .agg(F.count("*").alias("count"), F.sum("v").alias("sum_v"))
-               .select(F.unix_millis(F.col("w.start")), F.unix_millis(F.col("w.end")), "k", "count",
-                       "sum_v"))
-        return sorted(tuple(int(x) for x in r) for r in agg.collect())
-    finally:
-        spark.stop()
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    rows = list(zip(*(table.column(c).to_pylist() for c in ("t", "k", "v"))))
+    df = (spark.createDataFrame(rows, "t long, k long, v long")
+          .withColumn("ts", F.timestamp_millis(F.col("t"))))
+    agg = (df.groupBy(F.session_window(F.col("ts"), f"{GAP_MS // 1000} seconds").alias("w"), "k")
+           .agg(F.count("*").alias("count"), F.sum("v").alias("sum_v"))
+           .select(F.unix_millis(F.col("w.start")), F.unix_millis(F.col("w.end")), "k", "count",
+                   "sum_v"))
+    return sorted(tuple(int(x) for x in r) for r in agg.collect())
 
 
 def test_input_has_many_events_exactly_one_gap_apart_and_some_further(table):

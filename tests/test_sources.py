@@ -386,23 +386,17 @@ def test_a_file_source_survives_pickling(tmp_path):
 
 # ---- (e) a directory written by Spark --------------------------------------------------
 @pytest.fixture(scope="module")
-def spark_dirs(tmp_path_factory):
-    pytest.importorskip("pyspark")
-    from slash.spark import session
-
-    spark = session("local[1]", "slash-test-sources", conf={"spark.sql.session.timeZone": "UTC"})
+def spark_dirs(spark, tmp_path_factory):
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
     root = tmp_path_factory.mktemp("spark-written")
     out = {}
-    try:
-        df = spark.range(6000).selectExpr(
-            "id", "id % 13 as k",
-            "timestamp_micros(1356998400000000 + (id * 7919 % 6000) * 1000003) as t")
-        for kind in ["TIMESTAMP_MICROS", "INT96"]:
-            spark.conf.set("spark.sql.parquet.outputTimestampType", kind)
-            out[kind] = str(root / kind)
-            df.repartition(3).write.parquet(out[kind])
-    finally:
-        spark.stop()
+    df = spark.range(6000).selectExpr(
+        "id", "id % 13 as k",
+        "timestamp_micros(1356998400000000 + (id * 7919 % 6000) * 1000003) as t")
+    for kind in ["TIMESTAMP_MICROS", "INT96"]:
+        spark.conf.set("spark.sql.parquet.outputTimestampType", kind)
+        out[kind] = str(root / kind)
+        df.repartition(3).write.parquet(out[kind])
     return out
 
 

@@ -15,7 +15,7 @@ pytest.importorskip("pandas")
 
 from slash.errors import SchemaError, UnknownName  # noqa: E402
 from _rdma import needs_verbs  # noqa: E402
-from slash.spark import (NotEnoughSlots, TaskFailed, run_aggregate, session,  # noqa: E402
+from slash.spark import (NotEnoughSlots, TaskFailed, run_aggregate,  # noqa: E402
                          spark_window_aggregate, window_aggregate)
 
 pytestmark = pytest.mark.slow
@@ -38,13 +38,6 @@ def make_table(n=6000, seed=3):
         "v": rng.normal(10, 3, n),
         "event": pa.array(rng.choice(["view", "click", "buy"], n)),
     })
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = session("local[2]", "slash-test")
-    yield s
-    s.stop()
 
 
 @pytest.fixture(scope="module")

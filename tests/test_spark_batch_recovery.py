@@ -22,18 +22,11 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pandas")
 
 from slash.errors import NotSupported  # noqa: E402
-from slash.spark import run_aggregate, session, spark_window_aggregate, window_join  # noqa: E402
+from slash.spark import run_aggregate, spark_window_aggregate, window_join  # noqa: E402
 
 from test_spark import AGGS, assert_same, make_table, rows  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = session("local[2]", "slash-test-spark-batch-recovery")
-    yield s
-    s.stop()
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ pytest.importorskip("pandas")
 
 import slash.runner  # noqa: E402
 from slash.query import Query  # noqa: E402
-from slash.spark import session, window_aggregate  # noqa: E402
+from slash.spark import window_aggregate  # noqa: E402
 
 ZONES = ["UTC", "America/Los_Angeles"]
 WAYS = ["dataframe", "int96", "micros", "runner"]
@@ -98,14 +98,6 @@ CASES = [
                             ("2016-03-27 19:39:37", "-Infinity", "d")),
          "tumbling:10s", ("10 seconds",), value_type="double"),
 ]
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = session("local[2]", "slash-conformance")
-    yield s
-    s.conf.set("spark.sql.session.timeZone", "UTC")
-    s.stop()
 
 
 @dataclass

@@ -17,7 +17,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pandas")
 
 from slash.errors import InvalidArgument  # noqa: E402
-from slash.spark import (TaskFailed, run_aggregate, session, spark_window_aggregate,  # noqa: E402
+from slash.spark import (TaskFailed, run_aggregate, spark_window_aggregate,  # noqa: E402
                          window_join)
 from slash.spark import batch  # noqa: E402
 from slash.spark._tasks import write_table  # noqa: E402
@@ -25,13 +25,6 @@ from slash.spark._tasks import write_table  # noqa: E402
 pytestmark = pytest.mark.slow
 
 AGGS = ["count", "sum:i", "max:v"]
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = session("local[2]", "slash-inline-test")
-    yield s
-    s.stop()
 
 
 @pytest.fixture(scope="module")

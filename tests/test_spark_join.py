@@ -10,16 +10,9 @@ pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
 
 from slash import errors  # noqa: E402
-from slash.spark import session, window_join  # noqa: E402
+from slash.spark import window_join  # noqa: E402
 
 from test_query_join import write_side  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = session("local[2]", "slash-join-test")
-    yield s
-    s.stop()
 
 
 def spark_tumbling_join(l, r, size):

@@ -21,7 +21,7 @@ pytest.importorskip("pandas")
 duckdb = pytest.importorskip("duckdb")
 
 from slash.errors import CheckpointCorrupt, InvalidState, TaskFailed  # noqa: E402
-from slash.spark import DirectorySource, RateSource, session, stream  # noqa: E402
+from slash.spark import DirectorySource, RateSource, stream  # noqa: E402
 from slash.workloads import ysb_batches  # noqa: E402
 from slash.run.protocol import Resume, ResumeAsk  # noqa: E402
 from slash.run.driver import Dispatch  # noqa: E402
@@ -31,13 +31,6 @@ pytestmark = pytest.mark.slow
 SRC = RateSource(rate=50_000, records=150_000, keys=20, batch=2_000, seed=3)
 QUERY = dict(time="event_time", window="tumbling:500ms", key="key", aggs=["count", "max:event_time"],
              filter="event_type == 'view'", executors=2)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = session("local[2]", "slash-test-spark-recovery")
-    yield s
-    s.stop()
 
 
 def duckdb_windows(base_ms, src=SRC, slides=(0,)):

@@ -12,7 +12,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pandas")
 pytest.importorskip("duckdb")
 
-from slash.spark import RateSource, session, stream  # noqa: E402
+from slash.spark import RateSource, stream  # noqa: E402
 
 from test_spark_recovery import (QUERY, duckdb_windows, read_sink, sink_windows,  # noqa: E402
                                  wait_for_checkpoints)
@@ -20,13 +20,6 @@ from test_spark_recovery import (QUERY, duckdb_windows, read_sink, sink_windows,
 pytestmark = pytest.mark.slow
 
 SRC = RateSource(rate=20_000, records=160_000, keys=20, batch=2_000, seed=5)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = session("local[2]", "slash-test-spark-rescale")
-    yield s
-    s.stop()
 
 
 def test_rescale_two_to_one_to_two_keeps_each_window_exactly_once(spark, tmp_path):

@@ -13,17 +13,10 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pandas")
 
-from slash.spark import DirectorySource, RateSource, session, stream  # noqa: E402
+from slash.spark import DirectorySource, RateSource, stream  # noqa: E402
 from slash.workloads import ysb_batches  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = session("local[2]", "slash-test-stream")
-    yield s
-    s.stop()
 
 
 def expected_counts(table, size_ms, time_col="event_time", views_only=True):

@@ -15,7 +15,8 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pandas")
 duckdb = pytest.importorskip("duckdb")
 
-from slash.spark import DirectorySource, session, stream  # noqa: E402
+from slash.spark import DirectorySource, stream  # noqa: E402
+from _spark import own_session  # noqa: E402
 
 from test_spark_recovery import _write_file, read_sink, wait_for_checkpoints  # noqa: E402
 
@@ -27,7 +28,8 @@ QUERY = dict(time="event_time", window="tumbling:1s", key="key", aggs=["count", 
 
 @pytest.fixture(scope="module")
 def spark():
-    s = session("local[3]", "slash-test-spark-stream-directory-rescale")
+    """A local[3] session of the module's own: barrier stages of 3 executors."""
+    s = own_session("local[3]", "slash-test-spark-stream-directory-rescale")
     yield s
     s.stop()
 

@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from slash.errors import InvalidState  # noqa: E402
-from slash.spark import DirectorySource, RateSource, session, stream  # noqa: E402
+from slash.spark import DirectorySource, RateSource, stream  # noqa: E402
+from _spark import own_session  # noqa: E402
 from slash.spark._stream_ckpt import DriverCheckpoints  # noqa: E402
 from slash.spark.stream_handle import StreamHandle  # noqa: E402
 
@@ -43,7 +44,8 @@ PATIENCE = 300.0
 
 @pytest.fixture(scope="module")
 def spark():
-    s = session("local[3]", "slash-test-spark-stream-rescale-moment")
+    """A local[3] session of the module's own: barrier stages of 3 executors."""
+    s = own_session("local[3]", "slash-test-spark-stream-rescale-moment")
     yield s
     s.stop()
 

@@ -14,7 +14,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pandas")
 duckdb = pytest.importorskip("duckdb")
 
-from slash.spark import RateSource, session, stream  # noqa: E402
+from slash.spark import RateSource, stream  # noqa: E402
 from slash.workloads import ysb_batches  # noqa: E402
 
 from test_spark_recovery import QUERY, read_sink, sink_windows, wait_for_checkpoints  # noqa: E402
@@ -22,13 +22,6 @@ from test_spark_recovery import QUERY, read_sink, sink_windows, wait_for_checkpo
 pytestmark = pytest.mark.slow
 
 SRC = RateSource(rate=20_000, records=160_000, keys=20, batch=2_000, seed=7)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = session("local[2]", "slash-test-spark-stream-update-checkpoint")
-    yield s
-    s.stop()
 
 
 def duckdb_updated_windows(base_ms, switch_ms):

@@ -102,20 +102,15 @@ def test_bad_top_specs_are_refused_naming_why(aggs, message):
         Query(time="t", window="tumbling:10s", key="item", aggregates=aggs)
 
 
-def test_spark_window_aggregate_top_n_equals_duckdb_and_a_stream_refuses_it(bids, tmp_path):
-    pytest.importorskip("pyspark")
-    from slash.spark import session, stream, window_aggregate
-    spark = session("local[2]", "slash-top-test")
-    try:
-        df = window_aggregate(spark, bids, time="t", window="tumbling:10s", key="item",
-                              aggs=["count", "top:3:count"], executors=2)
-        got = sorted((tuple(r[c] for c in ("window_start", "window_end", "item", "count", "rank"))
-                      for r in df.collect()), key=lambda r: (r[0], r[4]))
-        with pytest.raises(errors.InvalidArgument, match="a stream appends"):
-            stream(spark, str(tmp_path), time="t", window="tumbling:10s", key="item",
-                   aggs=["count", "top:3:count"], sink=str(tmp_path / "out"))
-    finally:
-        spark.stop()
+def test_spark_window_aggregate_top_n_equals_duckdb_and_a_stream_refuses_it(spark, bids, tmp_path):
+    from slash.spark import stream, window_aggregate
+    df = window_aggregate(spark, bids, time="t", window="tumbling:10s", key="item",
+                          aggs=["count", "top:3:count"], executors=2)
+    got = sorted((tuple(r[c] for c in ("window_start", "window_end", "item", "count", "rank"))
+                  for r in df.collect()), key=lambda r: (r[0], r[4]))
+    with pytest.raises(errors.InvalidArgument, match="a stream appends"):
+        stream(spark, str(tmp_path), time="t", window="tumbling:10s", key="item",
+               aggs=["count", "top:3:count"], sink=str(tmp_path / "out"))
     want = duck_top(bids, 3, "count(*)", 10_000, 10_000)
     ws = [r[0] for r in got]
     if ws and not isinstance(ws[0], int):  # Spark gives int64 ms as int; timestamps otherwise
