@@ -47,7 +47,8 @@ def test_live_counters_equal_records_pushed_and_latency_equals_emit_time_minus_w
         calls.append((t.column("window_start")[0].as_py(), t.column("window_end")[0].as_py(),
                        time.time() * 1000))
 
-    h = stream(spark, RateSource(rate=30_000, records=n, keys=10, batch=1_000), time="event_time",
+    # 6 s of stream (was 2 s): its first snapshot came after its end at load 25
+    h = stream(spark, RateSource(rate=10_000, records=n, keys=10, batch=1_000), time="event_time",
                window="tumbling:500ms", key="key", aggs=["count"], sink=sink, executors=2)
     mid = wait_until(lambda: (lambda s: s if s["per_executor"] else None)(h.metrics_snapshot()), 60,
                      "a first executor snapshot")
