@@ -597,8 +597,8 @@ class FileSource:
         markers = time is not None
         promise = promises(bounds) if markers else []
         last = None
-        for i in range(1, u0 + 1):  # the markers given before the start, without reading
-            w = promise[i] if i < len(bounds) else None
+        for i in range(1, u0 + 1 if markers else 1):  # the markers given before the start,
+            w = promise[i] if i < len(bounds) else None    # without reading
             if w is not None and (last is None or bound_key(w) > last):
                 last = bound_key(w)
         readers = _Readers(getattr(self, "dictionary", ()))

@@ -27,7 +27,8 @@ from slash.spark.stream import DirectorySource, RateSource, StreamHandle, stream
 
 def session(master: str = "local[2]", app_name: str = "slash", conf: Optional[Dict[str, Any]] = None) -> Any:
     """A SparkSession set up for Slash (Arrow on, UI off, quiet logs, the
-    package's slash-spark.jar on ``spark.jars`` for :mod:`slash.spark.jvm_export`),
+    package's slash-spark.jar on ``spark.jars`` for :mod:`slash.spark.jvm_export`,
+    Python workers that import pyspark's cached bytecode: :mod:`slash.pyspark_daemon`),
     after checking that pyspark, pandas and Java are there (SparkUnavailable
     names what is missing)."""
     from slash.spark import _env, jvm_export
@@ -39,7 +40,8 @@ def session(master: str = "local[2]", app_name: str = "slash", conf: Optional[Di
     b = SparkSession.builder.master(master).appName(app_name)
     defaults = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                 "spark.sql.execution.arrow.pyspark.enabled": "true",
-                "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+                "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+                "spark.python.daemon.module": "slash.pyspark_daemon"}
     conf = dict(conf or {})
     jar = jvm_export.jar_path()
     if jar is not None:

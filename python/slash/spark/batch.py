@@ -491,7 +491,8 @@ def dataframe_input(df: Any, query: Query, structs: Sequence[StructKey] = (), sp
             back: Dict[str, str] = {}
             if scan.renamed:
                 query, back = renamed_query(query, scan.columns)
-            merged = dataclasses.replace(query, filters=tuple(query.filters) + scan.filters)
+            merged = dataclasses.replace(query, filters=tuple(query.filters) + scan.filters +
+                                         scan.selection)
             src = scan.source(merged.input_columns, filtered_only(merged))
             log.warning("slash.spark: the fast path: the DataFrame is %s of %d file(s), read by the "
                         "Slash executors themselves (%d filter(s) from its plan applied by Slash, %d "

@@ -41,7 +41,7 @@ from urllib.parse import unquote, urlparse
 from slash.errors import NotSupported, SchemaError
 from slash.filters import Filter
 from slash.sources import FileSource
-from slash.sources.union import UnionFileSource
+from slash.sources.union import KEEPS, UnionFileSource, keeps_filter
 from slash.spark import jvm_export
 from slash.spark.catalyst import (children, conjuncts, executed_nodes, follow_aliases, frame_of,
                                   name_of, output_names, seq, shape)
@@ -98,12 +98,21 @@ class ScanInput:
             if not self.parts:
                 return FileSource(list(self.files), base=self.base, columns=list(columns),
                                   dictionary=dictionary)
+            columns = [c for c in columns if c != KEEPS]  # (the union's own column)
             own = [f.column for _, fs in self.parts for f in fs if f.column not in columns]
             return UnionFileSource(self.parts, base=self.base,
                                    columns=list(dict.fromkeys([*columns, *own])),
-                                   dictionary=list(dict.fromkeys([*dictionary, *own])))
+                                   dictionary=[c for c in dict.fromkeys([*dictionary, *own])
+                                               if c != KEEPS])
         except SchemaError as e:
             raise NotAScan(f"its files do not read as one table: {e}") from None
+
+    @property
+    def selection(self) -> Tuple[Filter, ...]:
+        """The filters a query over :meth:`source` adds to its own: for a
+        union whose inputs filter differently, the one that folds only the
+        rows their filters keep (:func:`slash.sources.union.keeps_filter`)."""
+        return (keeps_filter(),) if self.parts else ()
 
     @property
     def what(self) -> str:
