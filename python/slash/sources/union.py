@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from slash.errors import InvalidArgument, SchemaError
+from slash.filters import Filter
 from slash.sources.contract import register
 from slash.sources.files import FileSource
 from slash.sources.units import Unit
@@ -40,11 +41,9 @@ if TYPE_CHECKING:  # (slash.filters loads numpy's and Arrow's kernels: not at st
 KEEPS = "__slash_union_keeps"
 
 
-def keeps_filter() -> "Filter":
+def keeps_filter() -> Filter:
     """The filter that keeps the rows a union's inputs keep: a query over a
     :class:`UnionFileSource` adds it to fold them as a selection."""
-    from slash.filters import Filter
-
     return Filter(KEEPS, "==", True)
 
 
