@@ -175,6 +175,10 @@ mount -t tmpfs -o size=75% tmpfs /upper
 mkdir -p /upper/u /upper/w
 mount -t overlay overlay -o lowerdir=/lower,upperdir=/upper/u,workdir=/upper/w /newroot || fail "overlay"
 . /xfer/guest.conf
+# the guest's own /tmp and /run first: a checkout under /tmp (a clone there) is then mounted
+# on top of them, not hidden by them
+mount -t tmpfs tmpfs /newroot/tmp
+mount -t tmpfs tmpfs /newroot/run
 mkdir -p "/newroot$WORKDIR"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 work "/newroot$WORKDIR" || fail "mount work"
 mount -t proc proc /newroot/proc
@@ -188,8 +192,6 @@ ln -sfn /proc/self/fd/2 /newroot/dev/stderr
 mkdir -p /newroot/dev/shm /newroot/dev/pts
 mount -t tmpfs tmpfs /newroot/dev/shm
 mount -t devpts devpts /newroot/dev/pts
-mount -t tmpfs tmpfs /newroot/tmp
-mount -t tmpfs tmpfs /newroot/run
 mount --bind /xfer /newroot/mnt
 ip link set lo up
 ip link set eth0 up
