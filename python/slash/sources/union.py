@@ -29,7 +29,6 @@ import numpy as np
 import pyarrow as pa
 
 from slash.errors import InvalidArgument, SchemaError
-from slash.filters import Filter
 from slash.sources.contract import register
 from slash.sources.files import FileSource
 from slash.sources.units import Unit
@@ -44,6 +43,9 @@ KEEPS = "__slash_union_keeps"
 def keeps_filter() -> Filter:
     """The filter that keeps the rows a union's inputs keep: a query over a
     :class:`UnionFileSource` adds it to fold them as a selection."""
+    # lazily: slash.sources imports this module at start-up, and slash.filters loads Arrow's kernels
+    from slash.filters import Filter
+
     return Filter(KEEPS, "==", True)
 
 
