@@ -105,7 +105,7 @@ class TaskCheckpoints:
             if isinstance(msg, ResumeError):
                 raise CheckpointCorrupt(msg.reason)
             if isinstance(msg, StopAfter):  # a rescale asked before this rank's answer came:
-                self.stop_after = msg.ckpt_id  # rank 0 resumed and asked the group to stop
+                self.take_stop(msg)  # rank 0 resumed and asked the group to stop
                 continue
             on_other(msg)
         resume_id, base_ms, next_id, self.versions = msg.ckpt_id, msg.base_ms, msg.next_id, \
@@ -160,7 +160,7 @@ class TaskCheckpoints:
         loop.closers.append(self.writer.close)
         loop.pushes = self.base_pushes
         loop.collect = self.held.extend
-        loop.handlers["stop_after"] = lambda msg: setattr(self, "stop_after", msg.ckpt_id)
+        loop.handlers["stop_after"] = self.take_stop
         loop.handlers["exit"] = lambda msg: setattr(self, "exit", True)
         # the source's work left after push number loop.pushes (the core's count)
         loop.on_push.append(lambda: self.positions.__setitem__(loop.pushes, loop.pos))
@@ -169,6 +169,10 @@ class TaskCheckpoints:
                                not self.ex.finished and self.asks.step(loop.pushes))
         loop.on_stop.append(lambda: self.stop_phase(loop.pushes, self.timeout))
         loop.after_finish.append(self.final)
+
+    def take_stop(self, msg: StopAfter) -> None:
+        """The driver's stop: this task ends after checkpoint ``msg.ckpt_id``."""
+        self.stop_after = msg.ckpt_id
 
     def cuts(self) -> None:
         """Right after every executor call: takes finished cuts (the windows
