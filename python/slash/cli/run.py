@@ -132,7 +132,6 @@ def _add_group(g: Any) -> None:
                         "stream (--rate, --realtime, --kafka-stream)")
 
 
-
 def _add_watch(g: Any) -> None:
     g.add_argument("--metrics-port", type=int, default=None, metavar="N",
                    help="serve live metrics in Prometheus' text format at http://ADDR:N/metrics while "
